@@ -1,0 +1,197 @@
+"""One host of the run: ship the probes there once, run them, parse their JSON, keep the answers.
+
+A :class:`Node` wraps a :class:`~gpuaccept.inventory.Host` and its transport. Probes are shipped as a tar
+stream on stdin into a fresh ``mktemp -d`` folder on first use and removed by :meth:`Node.close`.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import tarfile
+import sys
+import threading
+from typing import Any, Callable
+
+from .errors import AuthError, HostKeyError, HostUnreachable, ProbeError, ThresholdError
+from .inventory import Host
+from .thresholds import SkuSpec, detect_sku
+from .transport import CommandResult
+
+PROBE_DIR = os.path.join(os.path.dirname(__file__), "probes")
+# Variables a probe run gets on every node: unbuffered logs, no .pyc litter in the shipped folder.
+PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+# Connection failures after which a host is not retried for the rest of the run (each retry would
+# cost a connect timeout per test; the first error is repeated instead).
+_STICKY = (HostUnreachable, HostKeyError, AuthError)
+
+
+def probe_archive() -> bytes:
+    """The probes folder as an uncompressed tar stream (``*.py`` files only)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for fn in sorted(os.listdir(PROBE_DIR)):
+            if fn.endswith(".py"):
+                tar.add(os.path.join(PROBE_DIR, fn), arcname=fn)
+    return buf.getvalue()
+
+
+def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -> dict:
+    """Turn a probe's CommandResult into its JSON document, or raise ProbeError naming host and cause.
+
+    The document is the last non-empty stdout line. rc 127 means the interpreter is missing.
+    """
+    lines = [ln for ln in res.stdout.decode(errors="replace").splitlines() if ln.strip()]
+    err_tail = (res.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
+    if res.rc == 127 and not lines:
+        raise ProbeError(host, f"{probe}: python interpreter '{python}' not found "
+                               f"(set ansible_python_interpreter): {err_tail}")
+    doc = None
+    if lines:
+        try:
+            doc = json.loads(lines[-1])
+        except ValueError:
+            doc = None
+    if not isinstance(doc, dict):
+        raise ProbeError(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}")
+    if doc.get("failed") or res.rc != 0:
+        raise ProbeError(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}")
+    return doc
+
+
+class Node:
+    """A host plus its transport, with probe results cached for the run.
+
+    ``transport_factory(host)`` returns a transport (see gpuaccept.transport). ``probe_timeout`` is the
+    default wall-clock limit in seconds for one probe. ``sku_override`` is ``--sku``; ``specs`` maps SKU
+    name to SkuSpec (loaded threshold files).
+    """
+
+    def __init__(self, host: Host, transport_factory: Callable[[Host], Any], specs: dict[str, SkuSpec],
+                 probe_timeout: float = 300.0, sku_override: str | None = None):
+        self.host = host
+        self.name = host.name
+        # On the controller itself, without an explicit interpreter, probes run under the controller's
+        # Python (where gpuaccept's nvidia-ml-py was installed) rather than whatever python3 is on PATH.
+        self.python = (sys.executable if host.connection == "local"
+                       and "ansible_python_interpreter" not in host.vars else host.python)
+        self._factory = transport_factory
+        self._transport = None
+        self._dir: str | None = None
+        self._dead: Exception | None = None
+        self._cache: dict[str, dict] = {}
+        self._lock = threading.RLock()
+        self.specs = specs
+        self.probe_timeout = probe_timeout
+        self.sku_override = sku_override
+
+    # -- transport ---------------------------------------------------------------------------
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> CommandResult:
+        """Run a shell command on the host. Raises the TransportError subclasses (sticky for this run
+        once the host proved unreachable, its key refused or auth failed)."""
+        with self._lock:
+            if self._dead is not None:
+                raise self._dead
+            if self._transport is None:
+                self._transport = self._factory(self.host)
+            try:
+                return self._transport.run(command, stdin=stdin, timeout=timeout or self.probe_timeout)
+            except _STICKY as e:
+                self._dead = e
+                raise
+
+    def _ensure_shipped(self) -> str:
+        if self._dir is None:
+            py = shlex.quote(self.python)
+            cmd = ('d=$(mktemp -d "${TMPDIR:-/tmp}/gpuaccept.XXXXXX") && cd "$d" && '
+                   f'{py} -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode=\'r|\')'
+                   '.extractall()" && echo "$d"')
+            res = self.run(cmd, stdin=probe_archive(), timeout=60)
+            out = res.stdout.decode(errors="replace").strip().splitlines()
+            if res.rc != 0 or not out:
+                err = res.stderr.decode(errors="replace").strip().splitlines()
+                why = f"python interpreter '{self.python}' not found (set ansible_python_interpreter)" \
+                    if res.rc == 127 else (err[-1] if err else f"rc {res.rc}")
+                raise ProbeError(self.name, f"could not ship probes: {why}")
+            self._dir = out[-1]
+        return self._dir
+
+    def probe(self, name: str, args: dict | None = None, timeout: float | None = None,
+              env: dict[str, str] | None = None) -> dict:
+        """Run probe ``name`` (a file ``gpuaccept/probes/<name>.py``) with ``args``; return its JSON dict.
+
+        Raises ProbeError (crash, no JSON, ``failed``), CommandTimeout, or another TransportError.
+        """
+        if not os.path.exists(os.path.join(PROBE_DIR, f"{name}.py")):
+            raise ValueError(f"no probe named {name}")
+        with self._lock:
+            d = self._ensure_shipped()
+            envs = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**PROBE_ENV, **(env or {})}.items())
+            cmd = (f"cd {shlex.quote(d)} && env {envs} {shlex.quote(self.python)} {name}.py "
+                   f"{shlex.quote(json.dumps(args or {}))}")
+            res = self.run(cmd, timeout=timeout)
+        return parse_probe_output(self.name, name, res, self.python)
+
+    def cached_probe(self, name: str, args: dict | None = None) -> dict:
+        """:meth:`probe`, run once per run and remembered (errors are remembered too)."""
+        key = f"{name}:{json.dumps(args or {}, sort_keys=True)}"
+        with self._lock:
+            if key not in self._cache:
+                try:
+                    self._cache[key] = {"ok": self.probe(name, args)}
+                except Exception as e:  # remembered so every test of this host reports the same cause
+                    self._cache[key] = {"err": e}
+            hit = self._cache[key]
+        if "err" in hit:
+            raise hit["err"]
+        return hit["ok"]
+
+    # -- GPU identity ------------------------------------------------------------------------
+    def gpu_inventory(self) -> dict:
+        """The gpu_inventory probe's document (NVML), cached for the run."""
+        return self.cached_probe("gpu_inventory")
+
+    @property
+    def gpus_declared(self) -> bool:
+        """True when the inventory (or --sku) says this host has GPUs: then a missing GPU fails."""
+        v = self.host.vars
+        return bool(self.sku_override or v.get("gpu_sku") or v.get("gpus_per_node"))
+
+    def sku(self) -> SkuSpec:
+        """The host's SKU: ``--sku``, else the inventory's ``gpu_sku``, else detected from NVML.
+
+        Raises ThresholdError for an unknown SKU name or an undetectable GPU, and when a node mixes SKUs.
+        """
+        name = self.sku_override or self.host.vars.get("gpu_sku")
+        if name:
+            if name not in self.specs:
+                raise ThresholdError(f"{self.name}: unknown gpu_sku '{name}'; known SKUs: "
+                                     f"{', '.join(sorted(self.specs))}")
+            return self.specs[name]
+        gpus = self.gpu_inventory().get("gpus") or []
+        found = {detect_sku(self.specs, g.get("name", "?"), _num(g.get("memory_total_bytes")),
+                            g.get("pci_device_id")).sku for g in gpus}
+        if len(found) != 1:
+            raise ThresholdError(f"{self.name}: GPUs of several SKUs on one node: {', '.join(sorted(found))}")
+        return self.specs[found.pop()]
+
+    def close(self) -> None:
+        """Remove the shipped probes (best effort) and close the transport."""
+        with self._lock:
+            if self._transport is not None:
+                if self._dir and self._dead is None:
+                    try:
+                        self._transport.run(f"rm -rf {shlex.quote(self._dir)}", timeout=30)
+                    except Exception:
+                        pass
+                try:
+                    self._transport.close()
+                except Exception:
+                    pass
+            self._transport = None
+            self._dir = None
+
+
+def _num(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None

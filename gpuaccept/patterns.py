@@ -1,0 +1,179 @@
+"""Ansible host patterns, as used by ``--limit``.
+
+A pattern is a list of terms separated by commas (``a,b``) or, when there is
+no comma, by colons outside brackets (``a:b``). Each term is one of:
+
+* a group or host name: ``gpu``, ``gpu001``, ``all``;
+* a shell wildcard matched against group and host names: ``gpu*``, ``*.rack1``;
+* a regular expression after ``~`` (``re.match``, so anchored at the start): ``~gpu0[12]``;
+* any of the above followed by a subscript picking hosts by position in what
+  it matched: ``gpu[0]``, ``gpu[-1]``, ``gpu[1:3]`` (inclusive, like Ansible),
+  ``gpu[2:]``, ``gpu[:3]``.
+
+A term prefixed with ``&`` intersects, one prefixed with ``!`` excludes.
+As in Ansible, the result is (union of plain terms, or every host if there
+is none) ∩ every ``&`` term − every ``!`` term. As with Ansible's ``--limit``,
+the hosts come back in inventory order.
+
+Two deliberate differences with Ansible, both to avoid testing the wrong
+nodes silently: a term that names no group and no host is an error (Ansible
+warns and ignores it), and so is the removed ``[x-y]`` subscript form.
+Note that, as in Ansible, ``gpu[01:04]`` is a *subscript* of whatever
+``gpu`` matches, not a range of host names, and so is any ``[digits]``;
+write ``~gpu0[1-4]`` or ``gpu01,gpu02,...`` for names.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import re
+
+from .errors import PatternError
+
+__all__ = ["select", "split_pattern"]
+
+_SUBSCRIPT = re.compile(r"^(?P<expr>.+)\[(?P<sub>[^\[\]]*)\]$")
+_INDEX = re.compile(r"^-?\d+$")
+_SLICE = re.compile(r"^(?P<start>\d*):(?P<end>\d*)$")
+_HOST_PORT = re.compile(r"^[^:\[\]]+(?:\[[^\]]*\][^:\[\]]*)*:\d+$")
+
+
+def split_pattern(pattern: str) -> list[str]:
+    """Split a pattern string into its stripped, non-empty terms.
+
+    Commas win over colons; colons inside ``[...]`` do not split. A pattern
+    that is an IPv6 address or looks like ``host:port`` stays one term, as in
+    Ansible (such a term then matches nothing and is reported).
+    """
+    if "," in pattern:
+        parts = pattern.split(",")
+    elif ":" not in pattern or _is_single_address(pattern):
+        parts = [pattern]
+    else:
+        parts, depth, cur = [], 0, ""
+        for ch in pattern:
+            if ch == "[":
+                depth += 1
+            elif ch == "]":
+                depth = max(depth - 1, 0)
+            if ch == ":" and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _is_single_address(pattern: str) -> bool:
+    try:
+        ipaddress.IPv6Address(pattern.strip("[]"))
+        return True
+    except ValueError:
+        return bool(_HOST_PORT.match(pattern.strip()))
+
+
+def _names_matching(expr: str, names: list[str]) -> list[str]:
+    """Names matched by a wildcard, or by a regex when expr starts with ``~``."""
+    if expr.startswith("~"):
+        try:
+            rx = re.compile(expr[1:])
+        except re.error as err:
+            raise PatternError(f"bad regular expression {expr!r} in --limit: {err}") from None
+        return [n for n in names if rx.match(n)]
+    rx = re.compile(fnmatch.translate(expr))
+    return [n for n in names if rx.match(n)]
+
+
+def _split_subscript(term: str) -> tuple[str, tuple[int, int | None] | int | None]:
+    """``gpu[1:3]`` -> ("gpu", (1, 3)); ``gpu[-1]`` -> ("gpu", -1); else (term, None)."""
+    if term.startswith("~"):
+        return term, None
+    m = _SUBSCRIPT.match(term)
+    if not m:
+        return term, None
+    expr, sub = m.group("expr"), m.group("sub").strip()
+    if _INDEX.match(sub):
+        return expr, int(sub)
+    s = _SLICE.match(sub)
+    if s:
+        return expr, (int(s.group("start") or 0), int(s.group("end")) if s.group("end") else None)
+    if re.match(r"^\d*-\d*$", sub):
+        raise PatternError(f"--limit term {term!r}: the [x-y] subscript was removed from Ansible; write [x:y] (inclusive)")
+    return term, None  # a wildcard character class such as gpu0[12]
+
+
+def _match_term(term: str, hosts: list[str], groups: dict[str, list[str]]) -> tuple[bool, list[str]]:
+    """Evaluate one term (without &/!). Returns (named_something, hosts in match order)."""
+    expr, sub = _split_subscript(term)
+    matched_groups = _names_matching(expr, list(groups))
+    found: list[str] = []
+    for g in matched_groups:
+        found.extend(h for h in groups[g] if h not in found)
+    named = bool(matched_groups)
+    if not matched_groups or expr.startswith("~") or any(c in expr for c in ".?*["):
+        matched_hosts = _names_matching(expr, hosts)
+        named = named or bool(matched_hosts)
+        found.extend(h for h in matched_hosts if h not in found)
+    if sub is None or not named:
+        return named, found
+    if isinstance(sub, int):
+        if not -len(found) <= sub < len(found):
+            raise PatternError(f"--limit term {term!r}: index {sub} is out of range ({len(found)} hosts)")
+        return named, [found[sub]]
+    start, end = sub
+    return named, found[start:] if end is None else found[start:end + 1]
+
+
+def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, source: str | None = None) -> list[str]:
+    """Hosts selected by an Ansible host pattern, in the order of ``hosts``.
+
+    Args:
+        pattern: e.g. ``"gpu:&rack1:!drained"``, ``"gpu0*,~cpu[0-9]+"``;
+            None, "" or "all" select every host.
+        hosts: every host name, in inventory order.
+        groups: group name -> host names (transitive, including ``all``).
+        source: the inventory file, named in error messages.
+
+    Raises:
+        PatternError: a term is malformed (bad regex, removed subscript form,
+            index out of range), a term names no group or host, or the whole
+            pattern selects no host.
+    """
+    where = f" in {source}" if source else ""
+    if pattern is None or pattern.strip() in ("", "all", "*"):
+        if not hosts:
+            raise PatternError(f"--limit {pattern or 'all'!r} matches no host{where}")
+        return list(hosts)
+    union: list[str] = []
+    has_plain = False
+    keep: set[str] | None = None
+    drop: set[str] = set()
+    terms = split_pattern(pattern)
+    if not terms:
+        raise PatternError(f"--limit {pattern!r} holds no term")
+    for term in terms:
+        op, body = (term[0], term[1:].strip()) if term[0] in "&!" else ("", term)
+        if not body:
+            raise PatternError(f"--limit {pattern!r}: empty term after {op!r}")
+        if body.startswith("@"):
+            raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
+        named, found = _match_term(body, hosts, groups)
+        if not named:
+            raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}")
+        if op == "&":
+            keep = set(found) if keep is None else keep & set(found)
+        elif op == "!":
+            drop.update(found)
+        else:
+            has_plain = True
+            union.extend(found)
+    chosen = set(union) if has_plain else set(hosts)
+    if keep is not None:
+        chosen &= keep
+    chosen -= drop
+    result = [h for h in hosts if h in chosen]
+    if not result:
+        raise PatternError(f"--limit {pattern!r} matches no host{where}")
+    return result

@@ -1,0 +1,277 @@
+"""The pytest plugin: options, the per-host parametrization, fixtures, scheduling and reports.
+
+Loaded by the repository's conftest.py (``pytest_plugins = ["gpuaccept.plugin"]``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+import pytest
+
+from . import errors
+from .errors import ConfigError, GpuacceptError, ThresholdError
+from .inventory import Inventory, load_inventory
+from .node import Node
+from .report import LAYERS, Reporter, TestRecord
+from .thresholds import load_all
+from .transport import get_transport
+from .verdicts import FIGURE_KEY, Verdicts
+
+STATE = pytest.StashKey[dict]()
+ERROR_KEY = "gpuaccept.error"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("gpuaccept", "GPU cluster acceptance")
+    g.addoption("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
+    g.addoption("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
+    g.addoption("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
+    g.addoption("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
+    g.addoption("--thresholds", default=None, help="threshold folder; default thresholds/")
+    g.addoption("--probe-timeout", type=float, default=300.0, help="wall-clock limit of one probe, seconds (default 300)")
+    g.addoption("--accept-new-host-keys", action="store_true", default=False,
+                help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
+    g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+
+
+def _root(config: pytest.Config, path: str | None, default: str) -> str:
+    if path:
+        return os.path.abspath(path)
+    return str(config.rootpath / default)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for layer in LAYERS:
+        config.addinivalue_line("markers", f"{layer}: the {layer} layer")
+    if config.option.help or getattr(config.option, "collectonly", False) and False:
+        return
+    inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
+    try:
+        specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
+        sku = config.getoption("sku")
+        if sku and sku not in specs:
+            raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
+        inv: Inventory = load_inventory(inv_path)
+        hosts = inv.select(config.getoption("limit"))
+    except ConfigError as e:
+        raise pytest.UsageError(str(e)) from None
+    state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
+                             "started": time.time()}
+    if _is_worker(config):
+        state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
+    else:
+        rdir = config.getoption("reports")
+        if rdir is None:
+            base = str(config.rootpath / "reports")
+            rdir = os.path.join(base, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+            n = 1
+            while os.path.exists(rdir):
+                rdir = os.path.join(base, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{n}")
+                n += 1
+        try:
+            os.makedirs(rdir, exist_ok=True)
+        except OSError as e:
+            raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
+        _point_latest(rdir)
+        run_id = os.path.basename(os.path.normpath(rdir))
+        state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),
+                                                    "hosts": [h.name for h in hosts], "started": state["started"]})
+    config.stash[STATE] = state
+
+
+def _point_latest(rdir: str) -> None:
+    parent = os.path.dirname(os.path.abspath(rdir))
+    link = os.path.join(parent, "latest")
+    if os.path.islink(link) or not os.path.exists(link):
+        tmp = f"{link}.tmp{os.getpid()}"
+        try:
+            os.symlink(os.path.basename(os.path.abspath(rdir)), tmp)
+            os.replace(tmp, link)
+        except OSError:
+            pass
+
+
+def pytest_configure_node(node) -> None:  # xdist hook (controller side): share the run's start time
+    node.workerinput["gpuaccept_started"] = node.config.stash[STATE]["started"]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Hosts in parallel, one host's tests in sequence (see gpuaccept.scheduler)."""
+    if config.getoption("dist") in ("load", "loadscope", "loadgroup", "loadfile", "worksteal"):
+        from .scheduler import HostScheduling
+        return HostScheduling(config, log)
+    return None
+
+
+# -- parametrization and fixtures --------------------------------------------------------------------
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node" in metafunc.fixturenames:
+        names = [h.name for h in metafunc.config.stash[STATE]["hosts"]]
+        metafunc.parametrize("node", names, ids=names, indirect=True)
+
+
+def _get_node(config: pytest.Config, name: str) -> Node:
+    st = config.stash[STATE]
+    if name not in st["nodes"]:
+        host = st["inventory"].hosts[name]
+        kh = config.getoption("known_hosts")
+        accept = config.getoption("accept_new_host_keys")
+        st["nodes"][name] = Node(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
+                                 st["specs"], config.getoption("probe_timeout"), config.getoption("sku"))
+    return st["nodes"][name]
+
+
+@pytest.fixture
+def node(request) -> Node:
+    """The host under test (one test per selected host), with its transport and cached probes."""
+    return _get_node(request.config, request.param)
+
+
+@pytest.fixture
+def nodes(request) -> list[Node]:
+    """Every selected host, for fleet-wide and multi-node tests."""
+    return [_get_node(request.config, h.name) for h in request.config.stash[STATE]["hosts"]]
+
+
+@pytest.fixture
+def run_started(request) -> float:
+    """Unix time at which this run began (the controller's clock)."""
+    return request.config.stash[STATE]["started"]
+
+
+@pytest.fixture
+def gpus(request, node: Node) -> list[dict]:
+    """The host's GPUs from NVML (gpu_inventory probe). Skips "no NVIDIA GPU on <host>" when the host
+    has none and the inventory declares none; fails when the inventory declares gpu_sku/gpus_per_node."""
+    doc = node.gpu_inventory()
+    found = doc.get("gpus") or [] if doc.get("nvml_available") else []
+    if not found:
+        why = doc.get("reason") or "NVML sees no GPU"
+        if node.gpus_declared:
+            pytest.fail(f"{node.name}: no NVIDIA GPU found ({why}) but the inventory declares "
+                        f"gpu_sku={node.host.vars.get('gpu_sku')} gpus_per_node={node.host.vars.get('gpus_per_node')}",
+                        pytrace=False)
+        pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
+    return found
+
+
+@pytest.fixture
+def sku(node: Node, gpus):
+    """The host's SkuSpec (thresholds file): --sku, inventory gpu_sku, or detected from NVML."""
+    return node.sku()
+
+
+@pytest.fixture
+def verdicts(request) -> Verdicts:
+    """Figure recorder and judge for this test (see gpuaccept.verdicts)."""
+    host = request.node.callspec.params.get("node") if hasattr(request.node, "callspec") else None
+    gpu_ids = {}
+    if host is not None and "gpus" in request.fixturenames:
+        gpu_ids = {g.get("index"): g for g in request.getfixturevalue("gpus")}
+    return Verdicts(request.node, host or "fleet", layer_of(request.node.nodeid), gpu_ids)
+
+
+def layer_of(nodeid: str) -> str:
+    """The layer of a test id: ``suites/test_<layer>.py::...`` → layer (else "other")."""
+    m = re.search(r"test_(\w+)\.py::", nodeid)
+    return m.group(1) if m and m.group(1) in LAYERS else "other"
+
+
+def host_of(nodeid: str) -> str | None:
+    """The host parameter of a test id (``...[host]``), or None."""
+    return nodeid[nodeid.index("[") + 1:-1] if nodeid.endswith("]") and "[" in nodeid else None
+
+
+# -- outcomes and reports ------------------------------------------------------------------------
+def pytest_collection_modifyitems(session, config, items) -> None:
+    rep = config.stash[STATE].get("reporter")
+    if rep is not None:
+        for it in items:
+            rep.expect(it.nodeid, host_of(it.nodeid), layer_of(it.nodeid))
+
+
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    rep = node.config.stash[STATE].get("reporter")
+    for nid in ids:
+        rep.expect(nid, host_of(nid), layer_of(nid))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Our own errors (unreachable host, crashed probe, timeout, bad SKU) become one clean line and are
+    marked so the reports count them as errors rather than failures."""
+    outcome = yield
+    rep = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
+        rep.longrepr = str(call.excinfo.value)
+        rep.user_properties.append((ERROR_KEY, str(call.excinfo.value)))
+
+
+def _message(report) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    text = report.longreprtext or ""
+    return text if len(text) < 4000 else text[-4000:]
+
+
+def pytest_runtest_logreport(report) -> None:
+    cfg = _CONFIG.get("config")
+    if cfg is None or _is_worker(cfg):
+        return
+    st = cfg.stash[STATE]
+    part = st["partial"].setdefault(report.nodeid, {"outcome": "passed", "message": "", "duration": 0.0,
+                                                    "props": []})
+    part["duration"] += getattr(report, "duration", 0.0) or 0.0
+    part["props"] = list(report.user_properties) or part["props"]
+    if report.skipped and part["outcome"] == "passed":
+        part["outcome"], part["message"] = "skipped", _message(report)
+    elif report.failed:
+        is_ours = any(k == ERROR_KEY for k, _ in report.user_properties)
+        kind = "failed" if report.when == "call" and not is_ours else "error"
+        if part["outcome"] not in ("failed", "error"):
+            part["outcome"], part["message"] = kind, _message(report)
+    if report.when == "teardown":
+        _finalize(st, report.nodeid)
+
+
+def _finalize(st: dict, nodeid: str) -> None:
+    part = st["partial"].pop(nodeid)
+    figs = [v for k, v in part["props"] if k == FIGURE_KEY]
+    st["reporter"].add(TestRecord(nodeid, nodeid.split("::")[-1], host_of(nodeid), layer_of(nodeid),
+                                  part["outcome"], part["message"], round(part["duration"], 3), figs))
+
+
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session) -> None:
+    _CONFIG["config"] = session.config
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    st = session.config.stash.get(STATE, None)
+    if st is None:
+        return
+    for n in list(st["nodes"].values()):
+        n.close()
+    rep = st.get("reporter")
+    if rep is not None:
+        for nodeid in list(st["partial"]):
+            _finalize(st, nodeid)
+        reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
+        rep.close(reason)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    st = config.stash.get(STATE, None)
+    if st and st.get("reporter"):
+        terminalreporter.write_line(f"gpuaccept reports: {st['reporter'].dir}")

@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""GPU health/inventory probe: one NVML snapshot of every GPU on the node.
+
+Run on the node as ``python3 gpu_inventory.py '{}'``. The probe never fails because NVML is missing: a node
+without pynvml, without the driver, with a driver/library mismatch or without a GPU answers
+``{"nvml_available": false, "reason": ..., "reason_code": ...}`` with rc 0, and the controller decides whether
+that is a skip or a failure.
+
+Output document::
+
+    {
+      "nvml_available": bool,
+      "reason": str,                  # only when nvml_available is false
+      "reason_code": str,             # only then: no_pynvml | no_driver | driver_not_loaded |
+                                      #   version_mismatch | no_permission | no_gpu | init_failed
+      "driver": str,                  # nvmlSystemGetDriverVersion, e.g. "580.159.04"
+      "nvml_version": str,            # nvmlSystemGetNVMLVersion, e.g. "13.580.159.04"
+      "cuda_driver_version": int,     # nvmlSystemGetCudaDriverVersion, e.g. 13000
+      "kernel_driver_version": str,   # from /proc/driver/nvidia/version (None if unreadable)
+      "kernel_driver_version_line": str,
+      "hostname": str,
+      "gpu_count": int,
+      "gpus": [ per GPU, see gpu_info() ]
+    }
+
+Every NVML reading that raises is recorded as ``{"nvml_error": "<NVMLError string>"}`` in place of its value
+(e.g. ``{"nvml_error": "Not Supported"}``), so "not supported" is never confused with 0/healthy. A Python
+error around a call (a pynvml binding bug, a function this pynvml lacks) is recorded the same way with the
+exception type in front (``"TypeError: ..."``, ``"pynvml has no nvmlDeviceGetX"``).
+
+Sources: NVML API reference (https://docs.nvidia.com/deploy/nvml-api/) for the calls and constants,
+``nvidia-smi -q`` documentation (https://docs.nvidia.com/deploy/nvidia-smi/) for the names printed.
+Standard library + pynvml only.
+"""
+from __future__ import annotations
+
+import re
+import socket
+
+from _probe import log, run
+
+# Clock event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason* / nvmlClocksThrottleReason*,
+# NVML API reference "ClocksEventReasons"). Names follow nvidia-smi -q "Clocks Event Reasons".
+CLOCK_EVENT_REASONS = (
+    ("gpu_idle", 0x0000000000000001),  # nvmlClocksEventReasonGpuIdle
+    ("applications_clocks_setting", 0x0000000000000002),  # nvmlClocksEventReasonApplicationsClocksSetting
+    ("sw_power_cap", 0x0000000000000004),  # nvmlClocksEventReasonSwPowerCap
+    ("hw_slowdown", 0x0000000000000008),  # nvmlClocksEventReasonHwSlowdown
+    ("sync_boost", 0x0000000000000010),  # nvmlClocksEventReasonSyncBoost
+    ("sw_thermal_slowdown", 0x0000000000000020),  # nvmlClocksEventReasonSwThermalSlowdown
+    ("hw_thermal_slowdown", 0x0000000000000040),  # nvmlClocksEventReasonHwThermalSlowdown
+    ("hw_power_brake_slowdown", 0x0000000000000080),  # nvmlClocksEventReasonHwPowerBrakeSlowdown
+    ("display_clock_setting", 0x0000000000000100),  # nvmlClocksEventReasonDisplayClockSetting
+    ("board_limit", 0x0000000000000200),  # nvmlClocksThrottleReasonBoardLimit
+    ("reliability", 0x0000000000000400),  # nvmlClocksThrottleReasonReliability
+)
+
+# nvmlComputeMode_t (NVML API reference), named as nvidia-smi prints them.
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+# nvmlGpuFabricState_t (NVML API reference, nvmlGpuFabricInfo_t).
+FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
+
+# nvmlReturn_t codes used below (nvml.h).
+_NVML_SUCCESS = 0
+_NVML_ERROR_INVALID_ARGUMENT = 2
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_FUNCTION_NOT_FOUND = 13
+_NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+
+# nvmlDeviceGetNvLinkState: at most NVML_NVLINK_MAX_LINKS links (18 in NVML 12, 36 in NVML 13).
+_NVLINK_MAX_LINKS_FALLBACK = 18
+
+_PCI_BUS_ID_RE = re.compile(
+    r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})(?:\.(?P<fn>[0-7]))?$"
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pure helpers (imported by the tests)
+
+
+def nvml_error(exc: BaseException) -> dict:
+    """Return ``{"nvml_error": ...}`` for an exception raised by (or around) an NVML call.
+
+    An ``NVMLError`` gives its own string (``"Not Supported"``, ``"GPU is lost"``); anything else gets its
+    type name in front so a binding bug is not mistaken for an NVML answer.
+    """
+    if type(exc).__name__.startswith("NVMLError"):
+        try:
+            return {"nvml_error": str(exc)}
+        except Exception:  # str() of an unknown code calls into the library
+            return {"nvml_error": f"NVML error code {getattr(exc, 'value', '?')}"}
+    return {"nvml_error": f"{type(exc).__name__}: {exc}".strip()}
+
+
+def is_error(value) -> bool:
+    """True when ``value`` is an ``{"nvml_error": ...}`` placeholder."""
+    return isinstance(value, dict) and "nvml_error" in value
+
+
+def error_code(exc: BaseException):
+    """The nvmlReturn_t value of an NVMLError (``exc.value``), or None for other exceptions."""
+    return getattr(exc, "value", None) if type(exc).__name__.startswith("NVMLError") else None
+
+
+def call(nv, name: str, *args, conv=None):
+    """Call ``nv.<name>(*args)`` and return its value (through ``conv``) or an ``nvml_error`` placeholder.
+
+    ``nv`` is the pynvml module. A function this pynvml does not have is reported, not raised.
+    """
+    fn = getattr(nv, name, None)
+    if fn is None:
+        return {"nvml_error": f"pynvml has no {name}"}
+    try:
+        value = fn(*args)
+        return conv(value) if conv is not None else value
+    except Exception as e:  # NVMLError, NVMLLibraryMismatchError, ctypes errors
+        return nvml_error(e)
+
+
+def text(value) -> str:
+    """Decode bytes (older pynvml returns bytes for char arrays) and strip NULs."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value).rstrip("\x00")
+
+
+def normalize_bus_id(bus_id) -> str | None:
+    """Normalize a PCI bus id to NVML's ``DDDDDDDD:BB:DD.F`` upper-case form (``00000000:19:00.0``).
+
+    Accepts the NVML form, the legacy ``DDDD:BB:DD.F`` form and the kernel log's ``DDDD:BB:DD`` form.
+    Returns None for anything else.
+    """
+    if bus_id is None:
+        return None
+    s = text(bus_id).strip()
+    if s.upper().startswith("PCI:"):
+        s = s[4:]
+    m = _PCI_BUS_ID_RE.match(s)
+    if not m:
+        return None
+    dom = int(m.group("dom") or "0", 16)
+    return "%08X:%02X:%02X.%X" % (dom, int(m.group("bus"), 16), int(m.group("dev"), 16), int(m.group("fn") or "0"))
+
+
+def decode_clock_reasons(mask: int) -> list[str]:
+    """Names of the bits set in a clocks-event-reasons mask (see CLOCK_EVENT_REASONS).
+
+    Unknown bits are reported as ``unknown_0x...`` so nothing is dropped.
+    """
+    names = [name for name, bit in CLOCK_EVENT_REASONS if mask & bit]
+    known = 0
+    for _, bit in CLOCK_EVENT_REASONS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append("unknown_0x%x" % bit)
+            rest &= ~bit
+        bit <<= 1
+    return names
+
+
+def parse_proc_driver_version(content: str) -> tuple[str | None, str | None]:
+    """Parse /proc/driver/nvidia/version: returns (version, first NVRM line).
+
+    The line looks like ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build
+    (dvs-builder@U22-I3-AF03-09-1)  Thu ...``.
+    """
+    for line in content.splitlines():
+        if line.startswith("NVRM version:"):
+            m = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", line + " ")
+            return (m.group(1) if m else None), line.strip()
+    return None, None
+
+
+def fabric_uuid(raw) -> str:
+    """Format the 16-byte clusterUuid of nvmlGpuFabricInfo as a canonical UUID string."""
+    b = bytes(bytearray(raw))
+    h = b.hex()
+    return "%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NVML readings
+
+
+def _fabric_doc(nv, info) -> dict:
+    status = int(info.status)
+    if status == _NVML_SUCCESS:
+        status_s = "Success"
+    else:
+        try:
+            status_s = str(nv.NVMLError(status))
+        except Exception:
+            status_s = f"NVML error code {status}"
+    doc = {
+        "state": FABRIC_STATES.get(int(info.state), str(int(info.state))),
+        "status": status_s,
+        "clique_id": int(info.cliqueId),
+        "cluster_uuid": fabric_uuid(info.clusterUuid),
+    }
+    if hasattr(info, "healthMask"):
+        doc["health_mask"] = int(info.healthMask)
+    if hasattr(info, "healthSummary"):
+        doc["health_summary"] = int(info.healthSummary)
+    return doc
+
+
+def fabric_info(nv, handle) -> dict:
+    """GPU fabric (NVLink fabric manager / IMEX) state via nvmlDeviceGetGpuFabricInfoV.
+
+    The struct is caller-allocated with its version set (NVML API reference, nvmlDeviceGetGpuFabricInfoV):
+    tries ``c_nvmlGpuFabricInfo_v3_t``, then ``c_nvmlGpuFabricInfoV_t`` (v2), then the deprecated
+    ``nvmlDeviceGetGpuFabricInfo`` with ``c_nvmlGpuFabricInfo_t`` for older drivers. Falls through only on
+    "Function Not Found" / "Argument Version Mismatch"; any other error is the answer.
+    """
+    import ctypes
+
+    variants = (
+        ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
+        ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+        ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+    )
+    last = {"nvml_error": "pynvml has no fabric info call"}
+    for fn_name, struct_name in variants:
+        fn = getattr(nv, fn_name, None)
+        cls = getattr(nv, struct_name, None)
+        if fn is None or cls is None:
+            continue
+        try:
+            info = cls()  # versioned structs set .version in __init__
+            fn(handle, ctypes.byref(info))
+        except Exception as e:
+            last = nvml_error(e)
+            if error_code(e) in (_NVML_ERROR_FUNCTION_NOT_FOUND, _NVML_ERROR_ARGUMENT_VERSION_MISMATCH):
+                continue
+            return last
+        doc = _fabric_doc(nv, info)
+        doc["struct"] = struct_name
+        return doc
+    return last
+
+
+def nvlink_active_count(nv, handle):
+    """Number of NVLink links whose nvmlDeviceGetNvLinkState is active (an int), or ``nvml_error``.
+
+    Links are enumerated until NVML answers "Invalid Argument" (past the device's last link). If no link
+    answers at all (e.g. "Not Supported" on a one-GPU VM), the first error is returned instead of 0.
+    """
+    max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS_FALLBACK))
+    active = 0
+    answered = 0
+    first_err = None
+    for link in range(max_links):
+        try:
+            state = nv.nvmlDeviceGetNvLinkState(handle, link)
+        except Exception as e:
+            if error_code(e) == _NVML_ERROR_INVALID_ARGUMENT:
+                break
+            if first_err is None:
+                first_err = nvml_error(e)
+            continue
+        answered += 1
+        if state == 1:  # NVML_FEATURE_ENABLED
+            active += 1
+    if answered == 0:
+        return first_err or {"nvml_error": "no NVLink links"}
+    return active
+
+
+def _proc_comm(pid: int):
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def compute_processes(nv, handle):
+    """Compute processes on the GPU: ``[{pid, used_memory_bytes, name}]`` (name from /proc/PID/comm)."""
+    procs = call(nv, "nvmlDeviceGetComputeRunningProcesses", handle)
+    if is_error(procs):
+        return procs
+    out = []
+    for p in procs:
+        pid = int(p.pid)
+        used = getattr(p, "usedGpuMemory", None)
+        out.append({"pid": pid, "used_memory_bytes": None if used is None else int(used), "name": _proc_comm(pid)})
+    return out
+
+
+def _clock_event_reasons(nv, handle):
+    value = call(nv, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if is_error(value):  # drivers before 535 only have the *ThrottleReasons name
+        older = call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        if not is_error(older):
+            value = older
+    return value
+
+
+def _temperature(nv, handle):
+    value = call(nv, "nvmlDeviceGetTemperature", handle, nv.NVML_TEMPERATURE_GPU)
+    if is_error(value) and hasattr(nv, "nvmlDeviceGetTemperatureV"):
+        newer = call(nv, "nvmlDeviceGetTemperatureV", handle, nv.NVML_TEMPERATURE_GPU)
+        if not is_error(newer):
+            value = newer
+    return value
+
+
+def _pair(value, conv0=None, conv1=None):
+    """Split a 2-sequence NVML answer into two values (an error fills both)."""
+    if is_error(value):
+        return value, value
+    a, b = value[0], value[1]
+    return (conv0(a) if conv0 else a), (conv1(b) if conv1 else b)
+
+
+def _mw_to_w(v):
+    return round(v / 1000.0, 3)
+
+
+def gpu_info(nv, handle, index: int) -> dict:
+    """All readings for one GPU; every failing reading becomes ``{"nvml_error": ...}``."""
+    g: dict = {"index": index}
+    g["name"] = call(nv, "nvmlDeviceGetName", handle, conv=text)
+    g["uuid"] = call(nv, "nvmlDeviceGetUUID", handle, conv=text)
+    g["serial"] = call(nv, "nvmlDeviceGetSerial", handle, conv=text)
+    g["vbios_version"] = call(nv, "nvmlDeviceGetVbiosVersion", handle, conv=text)
+
+    pci = call(nv, "nvmlDeviceGetPciInfo", handle)
+    if is_error(pci):
+        g["pci_bus_id"] = g["pci_device_id"] = pci
+    else:
+        g["pci_bus_id"] = text(pci.busId)
+        g["pci_device_id"] = "0x%08x" % int(pci.pciDeviceId)
+
+    g["memory_total_bytes"] = call(nv, "nvmlDeviceGetMemoryInfo", handle, conv=lambda m: int(m.total))
+    g["cuda_capability"] = call(nv, "nvmlDeviceGetCudaComputeCapability", handle, conv=lambda t: [int(t[0]), int(t[1])])
+
+    g["pcie"] = {
+        "gen": call(nv, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        "width": call(nv, "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        # max possible with this GPU in this system (nvidia-smi "Max")
+        "gen_max": call(nv, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+        "width_max": call(nv, "nvmlDeviceGetMaxPcieLinkWidth", handle),
+        # max the GPU itself supports (nvidia-smi "Device Max")
+        "gen_device_max": call(nv, "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle),
+        "replay_counter": call(nv, "nvmlDeviceGetPcieReplayCounter", handle),
+    }
+
+    cur, pend = _pair(call(nv, "nvmlDeviceGetEccMode", handle), bool, bool)
+    unc, cor = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    vol, agg = nv.NVML_VOLATILE_ECC, nv.NVML_AGGREGATE_ECC
+    g["ecc"] = {
+        "mode_current": cur,
+        "mode_pending": pend,
+        "uncorrected_volatile": call(nv, "nvmlDeviceGetTotalEccErrors", handle, unc, vol),
+        "uncorrected_aggregate": call(nv, "nvmlDeviceGetTotalEccErrors", handle, unc, agg),
+        "corrected_volatile": call(nv, "nvmlDeviceGetTotalEccErrors", handle, cor, vol),
+        "corrected_aggregate": call(nv, "nvmlDeviceGetTotalEccErrors", handle, cor, agg),
+    }
+
+    rows = call(nv, "nvmlDeviceGetRemappedRows", handle)
+    if is_error(rows):
+        g["remapped_rows"] = {"correctable": rows, "uncorrectable": rows, "pending": rows, "failure": rows}
+    else:
+        g["remapped_rows"] = {
+            "correctable": int(rows[0]),
+            "uncorrectable": int(rows[1]),
+            "pending": bool(rows[2]),
+            "failure": bool(rows[3]),
+        }
+
+    g["retired_pages"] = {
+        "single_bit": call(nv, "nvmlDeviceGetRetiredPages", handle,
+                           nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, conv=len),
+        "double_bit": call(nv, "nvmlDeviceGetRetiredPages", handle,
+                           nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, conv=len),
+        "pending": call(nv, "nvmlDeviceGetRetiredPagesPendingStatus", handle, conv=bool),
+    }
+
+    g["temp_c"] = _temperature(nv, handle)
+    g["power_w"] = call(nv, "nvmlDeviceGetPowerUsage", handle, conv=_mw_to_w)
+    g["power_limit_w"] = call(nv, "nvmlDeviceGetEnforcedPowerLimit", handle, conv=_mw_to_w)
+    g["clocks"] = {
+        "sm_mhz": call(nv, "nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_SM),
+        "mem_mhz": call(nv, "nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM),
+        "sm_max_mhz": call(nv, "nvmlDeviceGetMaxClockInfo", handle, nv.NVML_CLOCK_SM),
+        "mem_max_mhz": call(nv, "nvmlDeviceGetMaxClockInfo", handle, nv.NVML_CLOCK_MEM),
+    }
+    reasons = _clock_event_reasons(nv, handle)
+    g["clocks_event_reasons"] = reasons
+    g["clocks_event_reasons_active"] = reasons if is_error(reasons) else decode_clock_reasons(int(reasons))
+
+    g["persistence_mode"] = call(nv, "nvmlDeviceGetPersistenceMode", handle, conv=bool)
+    mig_cur, mig_pend = _pair(call(nv, "nvmlDeviceGetMigMode", handle), bool, bool)
+    g["mig_mode"] = {"current": mig_cur, "pending": mig_pend}
+    g["compute_mode"] = call(nv, "nvmlDeviceGetComputeMode", handle,
+                             conv=lambda m: COMPUTE_MODES.get(int(m), str(int(m))))
+    g["compute_processes"] = compute_processes(nv, handle)
+    g["fabric"] = fabric_info(nv, handle)
+    g["nvlink_links"] = nvlink_active_count(nv, handle)
+    return g
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the probe
+
+
+def kernel_driver_version() -> tuple[str | None, str | None]:
+    """(version, line) of the loaded kernel module from /proc/driver/nvidia/version, or (None, None)."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as f:
+            return parse_proc_driver_version(f.read())
+    except OSError:
+        return None, None
+
+
+def init_failure_reason(exc: BaseException) -> tuple[str, str]:
+    """Map an nvmlInit exception to (reason_code, operator-readable reason)."""
+    code = error_code(exc)
+    msg = nvml_error(exc)["nvml_error"]
+    if code == 12:  # NVML_ERROR_LIBRARY_NOT_FOUND
+        return "no_driver", "no NVIDIA driver (libnvidia-ml.so not found)"
+    if code == 9:  # NVML_ERROR_DRIVER_NOT_LOADED
+        return "driver_not_loaded", f"NVIDIA kernel driver not loaded (NVML: {msg}): no NVIDIA GPU, or the nvidia module failed to load"
+    if code == 18:  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+        return "version_mismatch", f"NVML library and kernel driver versions differ (NVML: {msg}); reboot or reload the nvidia module"
+    if code == 4:  # NVML_ERROR_NO_PERMISSION
+        return "no_permission", f"no permission to use the GPUs (NVML: {msg})"
+    return "init_failed", f"nvmlInit failed: {msg}"
+
+
+def main(args: dict) -> dict:
+    """Probe entry point: the document described in the module docstring."""
+    kver, kline = kernel_driver_version()
+    doc: dict = {
+        "nvml_available": False,
+        "hostname": socket.gethostname(),
+        "kernel_driver_version": kver,
+        "kernel_driver_version_line": kline,
+        "gpus": [],
+    }
+    try:
+        import pynvml as nv
+    except ImportError:
+        doc.update(reason="pynvml (nvidia-ml-py) not installed", reason_code="no_pynvml")
+        return doc
+    try:
+        nv.nvmlInit()
+    except Exception as e:
+        code, reason = init_failure_reason(e)
+        doc.update(reason=reason, reason_code=code)
+        return doc
+    try:
+        doc["driver"] = call(nv, "nvmlSystemGetDriverVersion", conv=text)
+        doc["nvml_version"] = call(nv, "nvmlSystemGetNVMLVersion", conv=text)
+        doc["cuda_driver_version"] = call(nv, "nvmlSystemGetCudaDriverVersion")
+        count = call(nv, "nvmlDeviceGetCount")
+        doc["gpu_count"] = count
+        if is_error(count):
+            doc.update(reason=f"nvmlDeviceGetCount failed: {count['nvml_error']}", reason_code="init_failed")
+            return doc
+        if count == 0:
+            doc.update(reason="no NVIDIA GPU (NVML reports 0 devices)", reason_code="no_gpu")
+            return doc
+        doc["nvml_available"] = True
+        for i in range(count):
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(i)
+            except Exception as e:  # e.g. "GPU is lost", "Unknown Error"
+                log(f"GPU {i}: nvmlDeviceGetHandleByIndex: {e}")
+                err = nvml_error(e)
+                doc["gpus"].append({"index": i, "handle": err, "name": err, "uuid": err, "serial": err,
+                                    "pci_bus_id": err, "memory_total_bytes": err})
+                continue
+            doc["gpus"].append(gpu_info(nv, handle, i))
+        return doc
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,119 @@
+"""Kernel launch overhead per GPU: a one-element in-place add launched back to back.
+
+Args (JSON object, every key optional)::
+
+    {"device": "cuda" | "cpu", "iters": 10000, "gpus": [0, 1] | "all"}
+
+Output::
+
+    {"device", "iters", "gpus": [{"index", "name", "pci_bus_id", "launch_us_wall", "launch_us_events"}]}
+
+``launch_us_wall``: wall-clock time of ``iters`` launches plus one final synchronize, divided by
+``iters`` -- what a host loop of tiny ops pays per op (torch dispatch + cudaLaunchKernel).
+``launch_us_events``: CUDA-event time from before the first launch to after the last, divided by
+``iters`` -- the spacing of the kernels on the GPU, which for kernels this small is set by the host's
+launch rate too (on cpu both are perf_counter). GPUs are measured one at a time, not concurrently:
+this is a host-side figure, and threads launching together would measure contention for the GIL.
+After 1000 warm-up launches; the tensor's final value is checked (every launch really ran).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from _probe import ProbeFailed, log, run
+
+ARG_KEYS = {"device", "iters", "gpus"}
+WARMUP = 1000
+
+
+def per_launch_us(seconds: float, iters: int) -> float:
+    """Microseconds per launch."""
+    return seconds / iters * 1e6
+
+
+def require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise ProbeFailed(
+            f"no CUDA device visible to torch (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
+        )
+
+
+def select_gpus(device: str, gpus) -> list[int]:
+    """Indices to measure: ``gpus`` (list or "all"/None) checked against what torch sees."""
+    if device == "cpu":
+        return [0]
+    count = torch.cuda.device_count()
+    if gpus in (None, "all"):
+        return list(range(count))
+    if not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus) or not gpus:
+        raise ProbeFailed(f"gpus must be a non-empty list of indices or \"all\", got {gpus!r}")
+    bad = [g for g in gpus if not 0 <= g < count]
+    if bad:
+        raise ProbeFailed(f"gpu index {bad[0]} out of range: torch sees {count} GPU(s)")
+    return gpus
+
+
+def pci_bus_id(props) -> str | None:
+    """NVML-style PCI bus id ("00000000:1B:00.0") from torch device properties, if torch has them."""
+    try:
+        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    except AttributeError:
+        return None
+
+
+def measure(dev: torch.device, iters: int) -> dict:
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    x = torch.zeros(1, device=dev, dtype=torch.float32)
+    for _ in range(WARMUP):
+        x.add_(1)
+    sync()
+    start = torch.cuda.Event(enable_timing=True) if cuda else None
+    end = torch.cuda.Event(enable_timing=True) if cuda else None
+    t0 = time.perf_counter()
+    if cuda:
+        start.record()
+    for _ in range(iters):
+        x.add_(1)
+    if cuda:
+        end.record()
+    sync()
+    wall = time.perf_counter() - t0
+    events = start.elapsed_time(end) / 1e3 if cuda else wall
+    if x.item() != WARMUP + iters:  # exact in fp32 below 2**24
+        raise ProbeFailed(f"expected {WARMUP + iters} after the launches, tensor holds {x.item()}")
+    return {"launch_us_wall": round(per_launch_us(wall, iters), 3),
+            "launch_us_events": round(per_launch_us(events, iters), 3)}
+
+
+def main(args: dict) -> dict:
+    unknown = set(args) - ARG_KEYS
+    if unknown:
+        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    device = args.get("device", "cuda")
+    if device not in ("cuda", "cpu"):
+        raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")
+    iters = int(args.get("iters", 10000))
+    if not 1 <= iters <= 10_000_000:
+        raise ProbeFailed(f"iters must be between 1 and 10000000, got {iters}")
+    if device == "cuda":
+        require_cuda()
+    gpus = []
+    for i in select_gpus(device, args.get("gpus")):
+        if device == "cuda":
+            torch.cuda.set_device(i)
+            props = torch.cuda.get_device_properties(i)
+            info = {"index": i, "name": props.name, "pci_bus_id": pci_bus_id(props)}
+            info.update(measure(torch.device("cuda", i), iters))
+        else:
+            info = {"index": 0, "name": "cpu", "pci_bus_id": None}
+            info.update(measure(torch.device("cpu"), iters))
+        log(f"launch_overhead: {info['name']} {info['index']}: {info['launch_us_wall']} us/launch (wall)")
+        gpus.append(info)
+    return {"device": device, "iters": iters, "gpus": gpus}
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,892 @@
+"""Intra-node all-reduce bandwidth, measured the way nccl-tests' ``all_reduce_perf`` measures it.
+
+Run as ``python3 nccl_allreduce.py '<json args>'`` (see :mod:`_probe`). The probe process is only a
+supervisor: it spawns ``world_size`` worker processes of this same file (``--worker``), one per GPU, each in
+its own process group, waits for them under a wall-clock deadline, kills every one of them on a hang or a
+death, and assembles the result document from rank 0's figures and the NCCL INFO lines of every rank.
+
+Arguments (JSON object, every key optional)
+-------------------------------------------
+==================  ===========================================================================================
+``backend``         ``"nccl"`` or ``"gloo"``; default ``nccl`` when torch sees a GPU, else ``gloo`` (CPU tensors)
+``world_size``      ranks, one per GPU; default: every visible GPU (nccl) or 2 (gloo)
+``min_bytes``       smallest message, bytes; default 1 MiB
+``max_bytes``       largest message, bytes; default 4 GiB (nccl) or 64 MiB (gloo); reduced, with a note, when
+                    two buffers of it do not fit in GPU memory (as nccl-tests does)
+``factor``          size step: min, min*factor, ... <= max (integer >= 2); default 4
+``iters``           timed collectives per size and mode; default 20 (nccl-tests ``-n``)
+``warmup``          untimed collectives per size and mode before timing; default 5 (nccl-tests ``-w``)
+``dtype``           ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``
+``timeout_s``       per-collective watchdog: ``init_process_group(timeout=...)``; default 120 s
+``deadline_s``      wall-clock limit of the whole probe, all ranks and rendezvous retries; default 600 s
+``master_port``     rendezvous TCP port on 127.0.0.1; default: a free one. A port in use is replaced
+                    by a fresh free one, up to 5 rendezvous attempts in all
+``graph``           nccl only: capture each timed loop of ``iters`` collectives in one CUDA graph (nccl-tests
+                    ``-G 1``), which hides torch's per-call launch cost; default true
+``graph_max_bytes`` largest message timed through a graph; default 4 GiB (every size)
+``oop``             how the out-of-place column is measured: ``"rs_ag"`` (default) or ``"copy"``; see below
+``env``             extra environment variables for the workers, e.g. ``{"NCCL_ALGO": "Ring"}``
+==================  ===========================================================================================
+
+Workers get ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (device =
+rank), ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING`` (``env`` may override these two), and
+otherwise the probe's own environment unchanged: ``NCCL_NVLS_ENABLE``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST`` and
+``NVSHMEM_DISABLE_NVLS`` are passed through exactly as found, set or unset (an ``env`` argument naming one is
+ignored, with a note): the probe never sets them. ``NCCL_DEBUG_FILE`` is removed: the probe reads NCCL's lines from each worker's output.
+
+Method (nccl-tests ``src/common.cu`` ``BenchTime`` and ``src/all_reduce.cu``)
+-----------------------------------------------------------------------------
+* For each size: ``warmup`` collectives, then ``iters`` back-to-back collectives; time per op = elapsed/iters.
+  nccl: elapsed between two CUDA events on the issuing stream, started after a tiny all-reduce that lines the
+  ranks' GPUs up and a ~0.1 ms GPU spin so that the host has queued the work before the clock starts; with
+  ``graph`` the ``iters`` collectives are one CUDA graph, replayed once untimed and once timed (nccl-tests
+  ``-G``; without it torch's per-call overhead dominates small messages: 18 vs 46.5 GB/s busbw at 1 MiB on
+  2xH200). gloo: host ``time.perf_counter`` around the loop, after a barrier.
+  As nccl-tests does, iteration i works on the buffer at offset ``(i % (buffer/size)) * size`` so that
+  consecutive collectives do not reuse the same cache lines.
+* The reported time is the MAXIMUM of the ranks' times (the slowest rank), all-reduced with ``ReduceOp.MAX``.
+  nccl-tests' default ``-a 1`` reports the ranks' AVERAGE; ours equals its ``-a 3``. Identical when ranks
+  agree (they do within a node: every rank finishes the same collective at nearly the same time).
+* algbw = bytes / time (GB/s, GB = 1e9 bytes); busbw = algbw * 2(n-1)/n, nccl-tests ``doc/PERFORMANCE.md``
+  ("AllReduce": each rank sends and receives 2(n-1)/n of the data; busbw compares with the link's speed).
+  One rank: busbw 0 (nothing crosses a link), noted.
+* Out-of-place. nccl-tests' out-of-place column is ``ncclAllReduce(sendbuff, recvbuff)`` with
+  ``sendbuff != recvbuff``: the input is read from one buffer and the sum written to another, the input left
+  intact. torch's public API only has the in-place ``all_reduce``, so the copy-free form cannot be called.
+  ``oop="rs_ag"`` (default) measures ``reduce_scatter_tensor(recv[rank shard] <- send)`` followed by an in-place
+  ``all_gather_into_tensor(recv <- recv[rank shard])``: the same out-of-place semantics (send untouched, sum in
+  recv), the same bytes on the wire as NCCL's ring all-reduce (which is a reduce-scatter then an all-gather)
+  and no extra copy, at the price of two kernel launches instead of one and NCCL choosing the algorithm for
+  reduce-scatter/all-gather (ring/PAT/NVLS) rather than for all-reduce (ring/tree/NVLS). Messages whose
+  element count is not a multiple of n are padded by fewer than n elements. ``oop="copy"`` instead times
+  ``recv.copy_(send); all_reduce(recv)`` (what ``torch.distributed._functional_collectives.all_reduce`` does),
+  which adds one device copy per op. A fresh output pre-filled outside the timed region would just be an
+  in-place all-reduce on another buffer, so it is not offered. The in-place column is the true
+  ``ncclAllReduce`` and is the one to compare with nccl-tests.
+* Correctness, after timing (nccl-tests ``CheckData``): each rank fills its input with
+  ``c_rank * (i % m)`` (``c_rank = rank + 1``, or 1 for large n) chosen so that every partial sum is an integer
+  exactly representable in the dtype whatever the reduction order (<= 2**24 float32, 2048 float16,
+  256 bfloat16); the output of one more collective is compared element by element on the device with the
+  expected sum; ``#wrong`` is the sum over ranks of mismatching elements (NaN counts as wrong).
+
+Result document
+---------------
+``{"backend", "world_size", "nccl_version", "nccl_version_full", "dtype", "transports": {"P2P/CUMEM": 48, ...},
+"transport_classes": {"P2P": 48}, "nccl_network", "algos": [{"coll", "bytes", "algo", "proto"}, ...],
+"rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps",
+"oop_wrong", "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps", "ip_wrong", "graph"}], "wrong_total",
+"avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup", "timing", "master_port",
+"rendezvous_attempts", "torch_version", "worker_env", "notes"}``.
+``avg_busbw_gbps`` is nccl-tests' "Avg bus bandwidth": the mean busbw over every size, out-of-place and
+in-place. ``transports`` counts NCCL's "Channel xx/y : a[i] -> b[j] via T" lines over all ranks; ``algos``
+lists each distinct algorithm/protocol NCCL's TUNING lines name (rank 0 prints them; absent in old NCCL).
+
+Failures: a rank that exits early fails the probe with ``rank R exited with rc X: <its last line>``; ranks
+still running at ``deadline_s`` fail it with ``all-reduce hung: ranks [...] did not finish within Ns; killed all
+ranks``, naming the slowest rank and its phase. Either way every worker's process group gets SIGTERM (and
+SIGCONT, so that a stopped one sees it), then SIGKILL after 3 s, and is reaped: no process is left behind.
+Workers also die with the probe (``PR_SET_PDEATHSIG``). Wrong elements do not fail the probe: ``wrong_total``
+is a figure for the controller's verdict.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+try:
+    from _probe import ProbeFailed, log, run
+except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
+    from ._probe import ProbeFailed, log, run
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: element size (bytes), nccl-tests' type name, largest integer exactly representable (2**(mantissa bits+1))
+DTYPES = {
+    "float32": (4, "float", 1 << 24),
+    "float16": (2, "half", 1 << 11),
+    "bfloat16": (2, "bfloat16", 1 << 8),
+}
+#: environment variables the workers inherit exactly as found (the test box needs NCCL_NVLS_ENABLE=0)
+PROTECTED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is taken (errno EADDRINUSE is 98)
+RENDEZVOUS_ATTEMPTS = 5
+KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
+TEARDOWN_GRACE_S = 30.0  # ranks that reported "done" but do not exit within this are killed, result kept
+POLL_S = 0.05
+CHECK_CHUNK = 1 << 24  # elements per chunk when filling / checking (bounds temporaries to ~128 MiB int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pure helpers: sizes, bandwidth, correctness pattern, NCCL log parsing
+# ---------------------------------------------------------------------------------------------------------
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """Message sizes in bytes: ``min, min*factor, ...`` up to ``max`` inclusive (nccl-tests ``-b -e -f``)."""
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise ValueError(f"need 1 <= min_bytes <= max_bytes, got {min_bytes}..{max_bytes}")
+    if min_bytes == max_bytes:
+        return [min_bytes]
+    if factor < 2:
+        raise ValueError(f"factor must be an integer >= 2, got {factor}")
+    sizes, s = [], min_bytes
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def busbw_factor(world_size: int) -> float:
+    """All-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests doc/PERFORMANCE.md); 0 for one rank."""
+    return 2.0 * (world_size - 1) / world_size
+
+
+def make_row(nbytes: int, count: int, type_name: str, world_size: int, oop_s: float, ip_s: float,
+             oop_wrong, ip_wrong, graph: bool) -> dict:
+    """One table row from per-op times in seconds: time in us, algbw = bytes/time and busbw = algbw*2(n-1)/n
+    in GB/s (1e9 bytes/s), as nccl-tests ``AllReduceGetBw``."""
+    row = {"bytes": nbytes, "count": count, "type": type_name, "redop": "sum"}
+    for mode, sec, wrong in (("oop", oop_s, oop_wrong), ("ip", ip_s, ip_wrong)):
+        alg = nbytes / 1e9 / sec if sec > 0 else 0.0
+        row[f"{mode}_time_us"] = round(sec * 1e6, 3)
+        row[f"{mode}_algbw_gbps"] = round(alg, 6)
+        row[f"{mode}_busbw_gbps"] = round(alg * busbw_factor(world_size), 6)
+        row[f"{mode}_wrong"] = wrong
+    row["graph"] = graph
+    return row
+
+
+def avg_busbw(rows: list[dict]) -> float:
+    """nccl-tests' "Avg bus bandwidth": mean busbw over every size, out-of-place and in-place (GB/s)."""
+    vals = [r[k] for r in rows for k in ("oop_busbw_gbps", "ip_busbw_gbps") if r.get(k) is not None]
+    return round(sum(vals) / len(vals), 6) if vals else 0.0
+
+
+def pattern_params(world_size: int, dtype: str) -> tuple[int, bool, int]:
+    """``(m, rank_scaled, total)`` of the correctness pattern: rank r holds ``c_r * (i % m)`` with
+    ``c_r = r + 1`` if ``rank_scaled`` else 1, so the expected sum is ``total * (i % m)``. Chosen so that
+    ``total * (m - 1)`` (the largest partial sum in any reduction order) is exactly representable."""
+    exact = DTYPES[dtype][2]
+    tri = world_size * (world_size + 1) // 2
+    scaled = tri <= exact // 2
+    total = tri if scaled else world_size
+    m = min(251, exact // total + 1)
+    if m < 2:
+        raise ValueError(f"world size {world_size} too large for an exact {dtype} check")
+    return m, scaled, total
+
+
+def pattern_chunk(torch, start: int, stop: int, coeff: int, m: int, dtype, device):
+    """Elements ``start..stop`` of ``coeff * (i % m)`` as a tensor of ``dtype`` (exact integers)."""
+    idx = torch.arange(start, stop, device=device, dtype=torch.int64)
+    return (torch.remainder(idx, m) * coeff).to(dtype)
+
+
+def fill_pattern(buf, rank: int, world_size: int, dtype: str) -> None:
+    """Fill 1-D ``buf`` with rank ``rank``'s input pattern (see :func:`pattern_params`)."""
+    import torch
+    m, scaled, _ = pattern_params(world_size, dtype)
+    coeff = rank + 1 if scaled else 1
+    for s in range(0, buf.numel(), CHECK_CHUNK):
+        e = min(s + CHECK_CHUNK, buf.numel())
+        buf[s:e].copy_(pattern_chunk(torch, s, e, coeff, m, buf.dtype, buf.device))
+
+
+def count_wrong(result, world_size: int, dtype: str) -> int:
+    """Number of elements of 1-D ``result`` that differ from the expected all-reduce sum of every rank's
+    :func:`fill_pattern` (compared on ``result``'s device, chunk by chunk; NaN counts as wrong)."""
+    import torch
+    m, _, total = pattern_params(world_size, dtype)
+    wrong = torch.zeros((), dtype=torch.int64, device=result.device)
+    for s in range(0, result.numel(), CHECK_CHUNK):
+        e = min(s + CHECK_CHUNK, result.numel())
+        exp = pattern_chunk(torch, s, e, total, m, result.dtype, result.device)
+        wrong += (result[s:e] != exp).sum()
+    return int(wrong.item())
+
+
+_NCCL_INFO = re.compile(r"NCCL INFO (.*)$")
+_VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+)(\S*)")
+_CHANNEL = re.compile(r"^Channel (\d+)(?:/(\d+))? : (\d+)\[\w+\] -> (\d+)\[\w+\](?: \[(send|receive)\])? via (.+?)\s*$")
+_TUNING = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
+_NETWORK = re.compile(r"^Using network (\S+)")
+
+
+def transport_class(name: str) -> str:
+    """Coarse class of an NCCL transport string: ``P2P``, ``SHM``, ``NET/Socket``, ``NET/IB``, ``COLLNET``,
+    ``NVLS`` or the first component."""
+    parts = name.split("/")
+    if parts[0] == "NET" and len(parts) > 1:
+        return "NET/" + parts[1]
+    if parts[0].upper().startswith("COLLNET"):
+        return "COLLNET"
+    return parts[0].split()[0] if parts[0] else name
+
+
+def parse_nccl_log(lines) -> dict:
+    """Facts from NCCL ``NCCL_DEBUG=INFO`` lines (any mix of ranks; other lines ignored).
+
+    Returns ``{"nccl_version": "2.28.9" | None, "nccl_version_full": "2.28.9+cuda13.0" | None,
+    "transports": {"P2P/CUMEM": n, ...}, "transport_classes": {"P2P": n}, "nccl_network": "Socket" | None,
+    "algos": [{"coll", "bytes", "algo", "proto"}, ...]}``. Transport lines look like
+    ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` (``/0`` absent in old NCCL; ``[send]``/``[receive]``
+    for network transports); TUNING lines (NCCL >= 2.19, rank 0 only) like
+    ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..23}``.
+    """
+    version = version_full = network = None
+    transports: Counter = Counter()
+    algos: list[dict] = []
+    seen = set()
+    for line in lines:
+        mo = _NCCL_INFO.search(line)
+        if not mo:
+            continue
+        msg = mo.group(1).strip()
+        if (m := _VERSION.match(msg)) and version is None:
+            version, version_full = m.group(1), m.group(1) + m.group(2)
+        elif m := _CHANNEL.match(msg):
+            transports[m.group(6)] += 1
+        elif m := _TUNING.match(msg):
+            key = (m.group(1), int(m.group(2)), m.group(3), m.group(4))
+            if key not in seen:
+                seen.add(key)
+                algos.append({"coll": key[0], "bytes": key[1], "algo": key[2], "proto": key[3]})
+        elif (m := _NETWORK.match(msg)) and network is None:
+            network = m.group(1)
+    classes: Counter = Counter()
+    for name, n in transports.items():
+        classes[transport_class(name)] += n
+    return {"nccl_version": version, "nccl_version_full": version_full, "transports": dict(transports),
+            "transport_classes": dict(classes), "nccl_network": network, "algos": algos}
+
+
+def is_addr_in_use(text: str) -> bool:
+    """Whether an error text says the rendezvous port is taken (torch TCPStore: ``EADDRINUSE``)."""
+    t = text.lower()
+    return "eaddrinuse" in t or "address already in use" in t or "errno 98" in t
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a worker's output that is not an NCCL INFO line (its error, usually)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "NCCL INFO" not in ln:
+            return ln[:300]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (bind to port 0, read it, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# parent: configuration, spawning, supervision, killing
+# ---------------------------------------------------------------------------------------------------------
+
+def _int_arg(args: dict, key: str, default, lo: int = 1) -> int:
+    val = args.get(key, default)
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or int(val) != val or val < lo:
+        raise ProbeFailed(f"argument {key!r} must be an integer >= {lo}, got {val!r}")
+    return int(val)
+
+
+def _config(args: dict) -> dict:
+    known = {"backend", "world_size", "min_bytes", "max_bytes", "factor", "iters", "warmup", "dtype",
+             "timeout_s", "deadline_s", "master_port", "graph", "graph_max_bytes", "oop", "env"}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ProbeFailed(f"unknown argument(s) {unknown}; known: {sorted(known)}")
+    backend = args.get("backend")
+    world_size = args.get("world_size")
+    n_gpus = None
+    if backend is None or (backend == "nccl" and world_size is None):
+        import torch  # only to pick defaults; the workers do the measuring
+        n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        backend = backend or ("nccl" if n_gpus else "gloo")
+    if backend not in ("nccl", "gloo"):
+        raise ProbeFailed(f"backend must be 'nccl' or 'gloo', got {backend!r}")
+    if backend == "nccl" and world_size is None:
+        if not n_gpus:
+            raise ProbeFailed("backend nccl: torch sees no GPU")
+        world_size = n_gpus
+    cfg = {"backend": backend}
+    cfg["world_size"] = _int_arg({} if world_size is None else {"world_size": world_size}, "world_size", 2)
+    cfg["min_bytes"] = _int_arg(args, "min_bytes", MiB)
+    cfg["max_bytes"] = _int_arg(args, "max_bytes", 4 * GiB if backend == "nccl" else 64 * MiB)
+    cfg["factor"] = _int_arg(args, "factor", 4)
+    cfg["iters"] = _int_arg(args, "iters", 20)
+    cfg["warmup"] = _int_arg(args, "warmup", 5, lo=0)
+    cfg["timeout_s"] = _int_arg(args, "timeout_s", 120)
+    cfg["deadline_s"] = _int_arg(args, "deadline_s", 600)
+    cfg["graph_max_bytes"] = _int_arg(args, "graph_max_bytes", 4 * GiB)
+    port = args.get("master_port")
+    cfg["master_port"] = None if port is None else _int_arg(args, "master_port", None, lo=1)
+    cfg["dtype"] = args.get("dtype", "float32")
+    if cfg["dtype"] not in DTYPES:
+        raise ProbeFailed(f"dtype must be one of {sorted(DTYPES)}, got {cfg['dtype']!r}")
+    cfg["oop"] = args.get("oop", "rs_ag")
+    if cfg["oop"] not in ("rs_ag", "copy"):
+        raise ProbeFailed(f"oop must be 'rs_ag' or 'copy', got {cfg['oop']!r}")
+    graph = args.get("graph", True)
+    if not isinstance(graph, bool):
+        raise ProbeFailed(f"graph must be true or false, got {graph!r}")
+    cfg["graph"] = graph and backend == "nccl"
+    env = args.get("env", {}) or {}
+    if not isinstance(env, dict):
+        raise ProbeFailed("env must be an object of NAME: value")
+    cfg["env"] = {str(k): str(v) for k, v in env.items()}
+    try:
+        elsize = DTYPES[cfg["dtype"]][0]
+        cfg["sizes"] = [s for s in sweep_sizes(cfg["min_bytes"], cfg["max_bytes"], cfg["factor"])
+                        if s >= elsize]
+        pattern_params(cfg["world_size"], cfg["dtype"])
+    except ValueError as e:
+        raise ProbeFailed(str(e)) from None
+    if not cfg["sizes"]:
+        raise ProbeFailed(f"no message size >= one {cfg['dtype']} element in {cfg['min_bytes']}..{cfg['max_bytes']}")
+    if backend == "nccl" and n_gpus is not None and cfg["world_size"] > n_gpus:
+        raise ProbeFailed(f"world_size {cfg['world_size']} > {n_gpus} visible GPU(s)")
+    return cfg
+
+
+def worker_env(base: dict, extra: dict, notes: list) -> dict:
+    """The workers' environment: ``base`` (the probe's own), NCCL INFO logging on, ``extra`` on top except for
+    :data:`PROTECTED_ENV` names, which only ``base`` decides (kept as found, or left unset); ``NCCL_DEBUG_FILE``
+    removed."""
+    env = dict(base)
+    env["NCCL_DEBUG"] = "INFO"
+    env["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,ENV,TUNING"
+    if env.pop("NCCL_DEBUG_FILE", None) is not None:
+        notes.append("NCCL_DEBUG_FILE ignored: the probe reads NCCL's lines from the workers' output")
+    for k, v in extra.items():
+        if k in PROTECTED_ENV:
+            found = f"kept {k}={base[k]} from the environment" if k in base else "left unset as found"
+            notes.append(f"env {k}={v} ignored: {found} (only the environment sets it)")
+            continue
+        env[k] = v
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class _Worker:
+    def __init__(self, rank: int, proc: subprocess.Popen, logpath: str, phasepath: str):
+        self.rank, self.proc, self.logpath, self.phasepath = rank, proc, logpath, phasepath
+        self.rc = None  # exit status once seen (negative: killed by that signal)
+        self.seen_at = None
+        self.reaped = False  # once reaped its pid may be reused: never signal it again
+
+    def peek(self):
+        """Exit status if the process has ended, without reaping it (its pid stays ours until reaped)."""
+        if self.rc is None:
+            try:
+                si = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                si = None
+                if self.proc.returncode is not None:
+                    self.rc = self.proc.returncode
+            if si is not None and si.si_pid == self.proc.pid:
+                self.rc = si.si_status if si.si_code == os.CLD_EXITED else -si.si_status
+            if self.rc is not None:
+                self.seen_at = time.monotonic()
+        return self.rc
+
+    def phase(self) -> dict:
+        try:
+            with open(self.phasepath) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {"step": -1, "phase": "starting (python/torch import)"}
+
+    def log_text(self, limit: int = 1 << 16) -> str:
+        try:
+            with open(self.logpath, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def state(self) -> str:
+        """Process state letter from /proc/<pid>/stat (R, S, D, T stopped, Z ...), or '?'."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return "?"
+
+
+def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[_Worker]:
+    workers = []
+    n = cfg["world_size"]
+    try:
+        for rank in range(n):
+            spec = {k: cfg[k] for k in ("backend", "world_size", "sizes", "iters", "warmup", "dtype",
+                                        "timeout_s", "graph", "graph_max_bytes", "oop")}
+            base = os.path.join(tmp, f"a{attempt}-rank{rank}")
+            spec.update(rank=rank, parent_pid=os.getpid(), phase_path=base + ".phase",
+                        result_path=os.path.join(tmp, f"a{attempt}-result.json"))
+            wenv = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                        WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))
+            with open(base + ".log", "wb") as logf:
+                proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+                                        stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                        env=wenv, start_new_session=True, close_fds=True)
+            workers.append(_Worker(rank, proc, base + ".log", base + ".phase"))
+    except BaseException:
+        _kill_all(workers)
+        raise
+    return workers
+
+
+def _signal_groups(workers, sig) -> None:
+    for w in workers:
+        if w.reaped:
+            continue
+        try:
+            os.killpg(w.proc.pid, sig)  # the group leader is unreaped, so its pid (= pgid) is still ours
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    """SIGTERM (+SIGCONT) every worker's process group, SIGKILL after :data:`KILL_GRACE_S`, reap all."""
+    live = [w for w in workers if not w.reaped and w.peek() is None]
+    if live:
+        _signal_groups(live, signal.SIGTERM)
+        _signal_groups(live, signal.SIGCONT)
+        end = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < end and any(w.peek() is None for w in live):
+            time.sleep(POLL_S)
+    _signal_groups(workers, signal.SIGKILL)  # stragglers and anything they started in their groups
+    for w in workers:
+        if w.reaped:
+            continue
+        try:
+            w.proc.wait(timeout=10)
+            w.reaped = True
+        except subprocess.TimeoutExpired:  # unkillable (D state): report, do not hang
+            log(f"nccl_allreduce: rank {w.rank} (pid {w.proc.pid}) did not die after SIGKILL")
+
+
+def _describe_exit(w: _Worker) -> str:
+    rc = w.rc
+    sig = ""
+    if rc is not None and rc < 0:
+        try:
+            sig = f" ({signal.Signals(-rc).name})"
+        except ValueError:
+            pass
+    return f"rank {w.rank} exited with rc {rc}{sig}: {last_line(w.log_text())}"
+
+
+def _supervise(workers: list[_Worker], deadline: float) -> tuple[str, list[_Worker]]:
+    """Wait for the workers. Returns ``("ok", [])``, ``("addr_in_use", [])``, ``("failed", ranks ordered
+    culprit first)`` or ``("hung", unfinished ranks)``. Leaves every process unreaped for :func:`_kill_all`."""
+    done_since = None
+    while True:
+        for w in workers:
+            w.peek()
+        failed = [w for w in workers if w.rc not in (None, 0)]
+        if failed:
+            if any(w.rc == EXIT_ADDR_IN_USE for w in failed):
+                return "addr_in_use", []
+            # A port taken by a foreign listener can make another rank fail before rank 0 reports it.
+            r0 = workers[0]
+            if r0.rc is None and "rendezvous" in r0.phase().get("phase", ""):
+                end = min(deadline, time.monotonic() + 3.0)
+                while time.monotonic() < end and r0.peek() is None:
+                    time.sleep(POLL_S)
+                if r0.rc == EXIT_ADDR_IN_USE:
+                    return "addr_in_use", []
+            failed = [w for w in workers if w.rc not in (None, 0)]
+            failed.sort(key=lambda w: (w.seen_at, 0 if w.rc < 0 else 1, w.rank))
+            return "failed", failed
+        running = [w for w in workers if w.rc is None]
+        if not running:
+            return "ok", []
+        now = time.monotonic()
+        if all(w.phase().get("phase") == "done" for w in running):
+            done_since = done_since or now
+            if now - done_since > TEARDOWN_GRACE_S:
+                return "ok", running  # figures are in; the stuck teardown is killed
+        if now >= deadline:
+            return "hung", running
+        time.sleep(POLL_S)
+
+
+def _hang_message(running: list[_Worker], deadline_s: int) -> str:
+    info = [(w.phase(), w) for w in running]
+    low = min(p.get("step", -1) for p, _ in info)
+    slow = [f"rank {w.rank} in '{p.get('phase')}'" + (" (process stopped)" if w.state() == "T" else "")
+            for p, w in info if p.get("step", -1) == low]
+    return (f"all-reduce hung: ranks {[w.rank for w in running]} did not finish within {deadline_s}s; "
+            f"killed all ranks; slowest: {', '.join(slow)}")
+
+
+def main(args: dict) -> dict:
+    cfg = _config(args)
+    notes: list[str] = []
+    env = worker_env(dict(os.environ), cfg["env"], notes)
+    t0 = time.monotonic()
+    deadline = t0 + cfg["deadline_s"]
+
+    class _Terminated(Exception):
+        pass
+
+    def _on_signal(signum, _frame):
+        raise _Terminated(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    workers: list[_Worker] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
+            port = cfg["master_port"] or free_port()
+            for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
+                log(f"nccl_allreduce: {cfg['backend']} x{cfg['world_size']} rendezvous 127.0.0.1:{port} "
+                    f"(attempt {attempt})")
+                workers = _spawn(cfg, port, tmp, attempt, env)
+                outcome, which = _supervise(workers, deadline)
+                if outcome == "addr_in_use":
+                    _kill_all(workers)
+                    notes.append(f"rendezvous port {port} in use; retried on another")
+                    if attempt == RENDEZVOUS_ATTEMPTS:
+                        raise ProbeFailed(f"rendezvous failed: port in use on {RENDEZVOUS_ATTEMPTS} attempts")
+                    port = free_port()
+                    continue
+                if outcome == "hung":
+                    msg = _hang_message(which, cfg["deadline_s"])
+                    _kill_all(workers)
+                    raise ProbeFailed(msg)
+                if outcome == "failed":
+                    msg = "; also ".join(_describe_exit(w) for w in which)
+                    _kill_all(workers)
+                    raise ProbeFailed(msg)
+                if which:
+                    notes.append(f"ranks {[w.rank for w in which]} did not exit after finishing; killed")
+                _kill_all(workers)
+                texts = [w.log_text(limit=1 << 26) for w in workers]
+                try:
+                    with open(os.path.join(tmp, f"a{attempt}-result.json")) as f:
+                        res = json.load(f)
+                except (OSError, ValueError) as e:
+                    raise ProbeFailed(f"rank 0 finished without a result ({e}): {last_line(texts[0])}") from None
+                return _document(cfg, res, texts, notes, port, attempt)
+            raise AssertionError("unreachable")
+    except _Terminated as e:
+        _kill_all(workers)
+        raise ProbeFailed(f"probe terminated by {e}; killed all ranks") from None
+    finally:
+        _kill_all(workers)  # idempotent; covers any exception on the way
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, attempts: int) -> dict:
+    n = cfg["world_size"]
+    type_name = DTYPES[cfg["dtype"]][1]
+    rows = [make_row(r["bytes"], r["count"], type_name, n, r["oop_s"], r["ip_s"], r["oop_wrong"],
+                     r["ip_wrong"], r["graph"]) for r in res["rows"]]
+    parsed = parse_nccl_log(line for t in texts for line in t.splitlines())
+    if cfg["backend"] == "nccl" and parsed["nccl_version"] is None and res.get("nccl_version"):
+        parsed["nccl_version"] = parsed["nccl_version_full"] = res["nccl_version"]
+    if n == 1:
+        notes.append(f"1 {'GPU' if cfg['backend'] == 'nccl' else 'rank'}: nothing to reduce "
+                     f"(busbw factor 2(n-1)/n = 0)")
+    notes.extend(res.get("notes", []))
+    wenv = {k: v for k, v in sorted(worker_env(dict(os.environ), cfg["env"], []).items())
+            if k.startswith(("NCCL_", "TORCH_NCCL", "TORCH_SYMM_MEM", "NVSHMEM_", "CUDA_VISIBLE", "GLOO_"))}
+    return {
+        "backend": cfg["backend"],
+        "world_size": n,
+        "nccl_version": parsed["nccl_version"],
+        "nccl_version_full": parsed["nccl_version_full"],
+        "dtype": cfg["dtype"],
+        "transports": parsed["transports"],
+        "transport_classes": parsed["transport_classes"],
+        "nccl_network": parsed["nccl_network"],
+        "algos": parsed["algos"],
+        "rows": rows,
+        "wrong_total": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
+        "avg_busbw_gbps": avg_busbw(rows),
+        "hostname": socket.gethostname(),
+        "oop_method": ("reduce_scatter_tensor + all_gather_into_tensor (send -> recv)" if cfg["oop"] == "rs_ag"
+                       else "recv.copy_(send) + all_reduce(recv)"),
+        "iters": cfg["iters"],
+        "warmup": cfg["warmup"],
+        "timing": res.get("timing"),
+        "master_port": port,
+        "rendezvous_attempts": attempts,
+        "torch_version": res.get("torch_version"),
+        "worker_env": wenv,
+        "notes": notes,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# worker: one rank
+# ---------------------------------------------------------------------------------------------------------
+
+class _Phase:
+    """Progress of this rank for the parent's hang report: ``{"step", "phase"}`` written atomically."""
+
+    def __init__(self, path: str):
+        self.path, self.step = path, 0
+
+    def __call__(self, what: str) -> None:
+        self.step += 1
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"step": self.step, "phase": what}, f)
+        os.replace(tmp, self.path)
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL us when the probe dies (PR_SET_PDEATHSIG), then check it had not already."""
+    try:
+        _libc().prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _line_buffer_c_stdout() -> None:
+    """NCCL prints INFO lines with C stdio to stdout, block-buffered into our log file: make it line-buffered."""
+    try:
+        import ctypes
+        libc = _libc()
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 1, 0)  # _IOLBF = 1
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _exit(code: int) -> None:
+    """Leave without interpreter teardown (NCCL/gloo threads can hang it), flushing C and Python streams."""
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    try:
+        _libc().fflush(None)
+    except (OSError, AttributeError):
+        pass
+    os._exit(code)
+
+
+def _worker_main(spec: dict) -> None:
+    _die_with_parent(spec["parent_pid"])
+    _line_buffer_c_stdout()
+    try:
+        _worker(spec)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        _exit(1)
+    _exit(0)
+
+
+def _worker(spec: dict) -> None:
+    phase = _Phase(spec["phase_path"])
+    rank, n = spec["rank"], spec["world_size"]
+    phase("importing torch")
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    nccl = spec["backend"] == "nccl"
+    dtype_name = spec["dtype"]
+    dtype = getattr(torch, dtype_name)
+    elsize = DTYPES[dtype_name][0]
+    if nccl:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+
+    phase("rendezvous / init_process_group")
+    kw = {"device_id": device} if nccl else {}
+    try:
+        dist.init_process_group(spec["backend"], init_method="env://", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=spec["timeout_s"]), **kw)
+    except Exception as e:
+        if is_addr_in_use(str(e)):
+            log(f"rank {rank}: rendezvous port in use: {str(e).splitlines()[0]}")
+            _exit(EXIT_ADDR_IN_USE)
+        raise
+    notes: list[str] = []
+
+    def sync():
+        if nccl:
+            torch.cuda.synchronize()
+
+    def reduce_scalar(value: float, op, kind=torch.float64):
+        t = torch.tensor([value], dtype=kind, device=device)
+        dist.all_reduce(t, op=op)
+        return t.item()
+
+    # sizes that fit: two buffers of the largest plus ~1.5 GiB for NCCL, graphs and check temporaries
+    sizes = list(spec["sizes"])
+    if nccl:
+        free_b, _ = torch.cuda.mem_get_info(device)
+        fit = int(reduce_scalar(max(0, (free_b - 3 * GiB // 2) // 2), dist.ReduceOp.MIN, torch.int64))
+        dropped = [s for s in sizes if s > fit]
+        sizes = [s for s in sizes if s <= fit]
+        if dropped:
+            notes.append(f"sizes {dropped} skipped: two buffers do not fit in free GPU memory "
+                         f"(largest that fits: {fit} B)")
+        if not sizes:
+            raise RuntimeError(f"no message size fits in free GPU memory ({free_b} B free on GPU {rank})")
+
+    def padded(count):
+        return -(-count // n) * n
+
+    buf_elems = max(padded(s // elsize) for s in sizes)
+    phase(f"allocating 2 x {buf_elems * elsize} B")
+    send = torch.zeros(buf_elems, dtype=dtype, device=device)
+    recv = torch.zeros(buf_elems, dtype=dtype, device=device)
+    tiny = torch.zeros(1, dtype=torch.float32, device=device)
+
+    def make_op(mode: str, count: int):
+        pc = padded(count)
+        steps = max(1, buf_elems // pc)
+        if mode == "ip":
+            def op(i):
+                off = (i % steps) * pc
+                dist.all_reduce(recv[off:off + count])
+        elif spec["oop"] == "rs_ag":
+            shard = pc // n
+
+            def op(i):
+                off = (i % steps) * pc
+                out = recv[off:off + pc]
+                mine = out[rank * shard:(rank + 1) * shard]
+                dist.reduce_scatter_tensor(mine, send[off:off + pc])
+                dist.all_gather_into_tensor(out, mine)
+        else:
+            def op(i):
+                off = (i % steps) * pc
+                out = recv[off:off + count]
+                out.copy_(send[off:off + count])
+                dist.all_reduce(out)
+        return op
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+
+    def timed(fn) -> float:
+        """Seconds taken by ``fn`` on this rank, started with the ranks lined up."""
+        if nccl:
+            sync()
+            dist.all_reduce(tiny)  # the GPUs leave this together...
+            if sleep is not None:
+                sleep(200_000)  # ...then spin ~0.1 ms while this host queues the timed work
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        dist.barrier()
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    use_graph = spec["graph"]
+    iters, warmup = spec["iters"], spec["warmup"]
+
+    def measure(mode: str, count: int, nbytes: int):
+        op = make_op(mode, count)
+        for i in range(warmup):
+            op(i)
+        sync()
+        graphed = False
+        if use_graph and nbytes <= spec["graph_max_bytes"]:
+            g = torch.cuda.CUDAGraph()
+            ok = 1
+            try:
+                with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                    for i in range(iters):
+                        op(i)
+            except Exception as e:  # noqa: BLE001 - reported, and every rank falls back together
+                ok = 0
+                log(f"rank {rank}: CUDA graph capture failed at {nbytes} B: {e}")
+            if int(reduce_scalar(ok, dist.ReduceOp.MIN)) == 1:
+                g.replay()
+                sync()
+                sec = timed(g.replay)
+                graphed = True
+            else:
+                notes.append(f"CUDA graph capture failed at {nbytes} B {mode}; timed without graphs")
+            del g
+        if not graphed:
+            sec = timed(lambda: [op(i) for i in range(iters)])
+        per_op = reduce_scalar(sec / iters, dist.ReduceOp.MAX)
+        # correctness (nccl-tests CheckData): fresh inputs, one more collective at offset 0, compare
+        src = recv if mode == "ip" else send
+        fill_pattern(src[:count], rank, n, dtype_name)
+        if mode == "oop":
+            recv[:padded(count)].fill_(-1)  # -1 is never an expected sum
+            src[count:padded(count)].zero_()
+        sync()
+        dist.barrier()
+        op(0)
+        sync()
+        wrong = int(reduce_scalar(count_wrong(recv[:count], n, dtype_name), dist.ReduceOp.SUM, torch.int64))
+        send.zero_()  # timing data of the next size: zeros (no overflow to inf over repeated in-place sums)
+        recv.zero_()
+        return per_op, wrong, graphed
+
+    rows = []
+    for nbytes in sizes:
+        count = nbytes // elsize
+        nbytes = count * elsize
+        phase(f"{nbytes} B out-of-place")
+        oop_s, oop_wrong, g1 = measure("oop", count, nbytes)
+        phase(f"{nbytes} B in-place")
+        ip_s, ip_wrong, g2 = measure("ip", count, nbytes)
+        rows.append({"bytes": nbytes, "count": count, "oop_s": oop_s, "ip_s": ip_s, "oop_wrong": oop_wrong,
+                     "ip_wrong": ip_wrong, "graph": g1 and g2})
+        if rank == 0:
+            log(f"rank 0: {nbytes:>12} B  oop {oop_s * 1e6:10.2f} us  ip {ip_s * 1e6:10.2f} us  "
+                f"#wrong {oop_wrong}/{ip_wrong}{'  (graph)' if g1 and g2 else ''}")
+
+    if rank == 0:
+        nccl_version = None
+        if nccl:
+            v = torch.cuda.nccl.version()
+            nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        timing = ("CUDA events around iters collectives" + (" in one CUDA graph" if use_graph else "")
+                  if nccl else "time.perf_counter around iters collectives") + "; max over ranks"
+        res = {"rows": rows, "torch_version": torch.__version__, "nccl_version": nccl_version,
+               "timing": timing, "notes": notes}
+        tmp = spec["result_path"] + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(res, f)
+        os.replace(tmp, spec["result_path"])
+    phase("done")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        _worker_main(json.loads(sys.argv[2]))
+    else:
+        run(main)

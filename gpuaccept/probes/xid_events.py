@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""XID events from the kernel log (read-only).
+
+Run on the node as ``python3 xid_events.py '{"since_epoch": 1764447441.5}'`` (``since_epoch`` optional: without
+it the whole current boot is read). Sources, in order, first readable one wins:
+
+1. ``journalctl -k -o short-iso --no-pager [--since=@EPOCH]`` (the kernel messages of the current boot);
+2. ``dmesg --time-format iso`` (the kernel ring buffer), filtered by time here;
+3. ``/var/log/kern.log``, then ``/var/log/messages`` (last 64 MiB), filtered by time here.
+
+A source is "readable" when the command runs and exits 0 without saying it could not open the journal
+(journalctl prints "No journal files were found" with rc 0 in containers). A readable source with no
+line at all in the window is passed over for the next one; if no later one is readable, its empty answer
+is returned with a ``note``. If no source is readable the probe FAILS with
+``cannot read the kernel log: journalctl: ...; dmesg: ...; /var/log/kern.log: ...`` (rc 1): an unreadable
+log is never reported as "0 events".
+
+Output::
+
+    {"source": "journalctl" | "dmesg" | "/var/log/kern.log" | "/var/log/messages",
+     "since_epoch": float | None,
+     "lines_scanned": int,                 # log lines in the window
+     "events": [{"time": ISO-8601 UTC | raw timestamp | None, "epoch": float | None,
+                 "pci_bus_id": "00000000:19:00.0",   # NVML's bus id form, to match gpu_inventory
+                 "pci_raw": "0000:19:00",            # as logged
+                 "xid": int, "pid": int | None, "process_name": str | None,
+                 "msg": str,                         # the text after "Xid (...): N, [pid=..., name=...,]"
+                 "continuation": [str],              # following NVRM lines about the same event
+                 "uuid": "GPU-..." | None,           # from a preceding "NVRM: GPU at PCI:...: GPU-..." line
+                 "inferred": bool,                   # true: "GPU has fallen off the bus" without an Xid line
+                 "line": str}],                      # the raw first line
+     "attempts": [{"source", "ok": bool, "error": str, "lines": int}]}
+
+Line formats handled (NVIDIA driver, open-gpu-kernel-modules ``nv_report_error``/``nvErrorLog`` output)::
+
+    NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+    NVRM: Xid (PCI:0000:af:00): 13, pid=23187, name=python3, Graphics SM Warp Exception on (GPC 0, ...)
+    NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007 ...                       (old drivers)
+    NVRM: GPU 0000:19:00.0: GPU has fallen off the bus.                           (-> xid 79)
+    NVRM: GPU at 0000:01:00.0 has fallen off the bus.                              (old drivers, -> xid 79)
+    NVRM: GPU at PCI:0000:19:00: GPU-6a1f...                                       (uuid of the next Xid)
+
+Parsing is in pure functions (parse_timestamp, parse_kernel_log, ...) imported by the tests.
+Standard library only.
+"""
+from __future__ import annotations
+
+import calendar
+import os
+import re
+import subprocess
+import time
+
+from _probe import ProbeFailed, log, run
+
+CONTINUATION_WINDOW_S = 10.0  # an NVRM line this close after an Xid line, on no other device, belongs to it
+SAME_XID_MERGE_S = 2.0  # the same Xid on the same GPU this close after the first line: the same report
+FILE_TAIL_BYTES = 64 << 20
+COMMAND_TIMEOUT_S = 30
+
+_PCI = r"(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
+XID_RE = re.compile(r"NVRM: Xid \(" + _PCI + r"\):\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*))?$")
+OFF_BUS_RE = re.compile(r"NVRM: GPU (?:at )?" + _PCI + r":? (?:GPU )?has fallen off the bus")
+GPU_AT_UUID_RE = re.compile(r"NVRM: GPU at " + _PCI + r":\s*(?P<uuid>GPU-[0-9a-fA-F-]+)")
+ANY_PCI_RE = re.compile(r"(?<![0-9a-fA-F:])(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?![0-9a-fA-F])")
+PID_NAME_RE = re.compile(r"^pid=(?P<pid>'[^']*'|<[^>]*>|[^,\s]*)\s*,\s*(?:name=(?P<name>[^,]*?)\s*,\s*)?(?P<msg>.*)$")
+
+_ISO_RE = re.compile(
+    r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<frac>\d+))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\s*"
+)
+_SYSLOG_RE = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s+")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pure parsing
+
+
+def normalize_pci(pci: str) -> str:
+    """Kernel-log PCI address (``0000:19:00`` or ``0000:19:00.0``) -> NVML form ``00000000:19:00.0``."""
+    parts = pci.split(":")
+    dom, bus, rest = parts[0], parts[1], parts[2]
+    dev, _, fn = rest.partition(".")
+    return "%08X:%02X:%02X.%X" % (int(dom, 16), int(bus, 16), int(dev, 16), int(fn or "0"))
+
+
+def parse_timestamp(line: str, now: float | None = None) -> tuple[float | None, str | None, str]:
+    """Split the leading timestamp off a log line: returns (epoch or None, timestamp text or None, rest).
+
+    Understands ISO 8601 (journalctl short-iso ``2026-11-29T20:17:21+0000``, dmesg --time-format iso
+    ``2026-11-29T20:56:16,289025+00:00``, rsyslog RFC 3339 ``2026-11-29T20:17:21.123456+00:00``; no zone =
+    local time) and traditional syslog ``Nov 29 20:17:21`` (local time, year guessed: the latest one not
+    more than a day in the future of ``now``).
+    """
+    m = _ISO_RE.match(line)
+    if m:
+        frac = float("0." + m.group("frac")) if m.group("frac") else 0.0
+        fields = (int(m.group("y")), int(m.group("mo")), int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
+        tz = m.group("tz")
+        try:
+            if tz is None:
+                epoch = time.mktime(fields + (0, 0, -1)) + frac
+            else:
+                epoch = calendar.timegm(fields + (0, 0, 0)) + frac
+                if tz != "Z":
+                    sign = -1 if tz[0] == "-" else 1
+                    digits = tz[1:].replace(":", "")
+                    epoch -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+        except (ValueError, OverflowError):
+            epoch = None
+        return epoch, m.group(0).strip(), line[m.end():]
+    m = _SYSLOG_RE.match(line)
+    if m:
+        now = time.time() if now is None else now
+        year = time.localtime(now).tm_year
+        fields = (_MONTHS.get(m.group("mon"), 1), int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
+        try:
+            epoch = time.mktime((year,) + fields + (0, 0, -1))
+            if epoch > now + 86400:
+                epoch = time.mktime((year - 1,) + fields + (0, 0, -1))
+        except (ValueError, OverflowError):
+            epoch = None
+        return epoch, m.group(0).strip(), line[m.end():]
+    return None, None, line
+
+
+def iso_utc(epoch: float) -> str:
+    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    t = time.gmtime(epoch)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + (".%06dZ" % int(round((epoch % 1) * 1e6) % 1000000))
+
+
+def parse_xid_rest(rest: str | None) -> tuple[int | None, str | None, str]:
+    """Split ``pid=..., name=..., message`` (newer drivers) into (pid, process name, message)."""
+    rest = (rest or "").strip()
+    m = PID_NAME_RE.match(rest)
+    if not m:
+        return None, None, rest
+    pid_s = m.group("pid").strip("'")
+    pid = int(pid_s) if pid_s.isdigit() else None
+    name = m.group("name")
+    if name is not None:
+        name = name.strip().strip("'")
+        if name in ("", "<unknown>"):
+            name = None
+    return pid, name, m.group("msg").strip()
+
+
+def _nvrm_part(line: str) -> str | None:
+    i = line.find("NVRM: ")
+    return None if i < 0 else line[i:]
+
+
+def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None = None) -> tuple[list, int]:
+    """Parse kernel log lines into XID events; returns (events, lines scanned).
+
+    Lines with a timestamp before ``since_epoch`` are skipped (lines without a parsable timestamp are
+    kept). Continuation: an NVRM line that is not itself an Xid, that follows an event within
+    CONTINUATION_WINDOW_S and names no other device is appended to that event's ``continuation``; so is a
+    repeated Xid line of the same number on the same device within SAME_XID_MERGE_S (the driver prints a
+    multi-line Xid 13 as several "Xid ...: 13," lines) and a "GPU has fallen off the bus" line after an
+    Xid 79 of the same GPU. A fallen-off-the-bus line with no
+    Xid 79 before it becomes an event of its own (``xid`` 79, ``inferred`` true).
+    """
+    events: list = []
+    scanned = 0
+    open_ev = None
+    uuids: dict = {}
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line.strip() or line.startswith("-- "):  # journalctl "-- No entries --", "-- Boot ... --"
+            continue
+        epoch, ts_text, _ = parse_timestamp(line, now)
+        if since_epoch is not None and epoch is not None and epoch < since_epoch:
+            continue
+        scanned += 1
+        nvrm = _nvrm_part(line)
+        if nvrm is None:
+            continue
+        near = open_ev is not None and (
+            epoch is None or open_ev["epoch"] is None or epoch - open_ev["epoch"] <= CONTINUATION_WINDOW_S)
+
+        m = XID_RE.search(nvrm)
+        if m:
+            pci = normalize_pci(m.group("pci"))
+            xid = int(m.group("xid"))
+            rest = m.group("rest") or ""
+            pid, name, msg = parse_xid_rest(rest)
+            if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == xid:
+                if open_ev.get("inferred") and xid == 79:  # the Xid 79 line came after the off-bus line
+                    open_ev["continuation"].insert(0, open_ev["msg"])
+                    open_ev.update(inferred=False, pid=pid, process_name=name, msg=msg, line=line)
+                    continue
+                if epoch is None or open_ev["epoch"] is None or epoch - open_ev["epoch"] <= SAME_XID_MERGE_S:
+                    open_ev["continuation"].append(msg)  # one multi-line report (e.g. Xid 13 SM + ESR lines)
+                    if open_ev["pid"] is None and pid is not None:
+                        open_ev.update(pid=pid, process_name=name)
+                    continue
+            open_ev = {
+                "time": iso_utc(epoch) if epoch is not None else ts_text,
+                "epoch": epoch,
+                "pci_bus_id": pci,
+                "pci_raw": m.group("pci"),
+                "xid": xid,
+                "pid": pid,
+                "process_name": name,
+                "msg": msg,
+                "continuation": [],
+                "uuid": uuids.get(pci),
+                "inferred": False,
+                "line": line,
+            }
+            events.append(open_ev)
+            continue
+
+        m = GPU_AT_UUID_RE.search(nvrm)
+        if m:
+            uuids[normalize_pci(m.group("pci"))] = m.group("uuid")
+            open_ev = None  # announces the next Xid on that GPU
+            continue
+
+        m = OFF_BUS_RE.search(nvrm)
+        if m:
+            pci = normalize_pci(m.group("pci"))
+            if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == 79:
+                open_ev["continuation"].append(nvrm[len("NVRM: "):])
+                continue
+            open_ev = {
+                "time": iso_utc(epoch) if epoch is not None else ts_text,
+                "epoch": epoch,
+                "pci_bus_id": pci,
+                "pci_raw": m.group("pci"),
+                "xid": 79,
+                "pid": None,
+                "process_name": None,
+                "msg": nvrm[len("NVRM: "):],
+                "continuation": [],
+                "uuid": uuids.get(pci),
+                "inferred": True,
+                "line": line,
+            }
+            events.append(open_ev)
+            continue
+
+        if open_ev is None or not near:
+            open_ev = None
+            continue
+        other = [normalize_pci(p.group("pci")) for p in ANY_PCI_RE.finditer(nvrm)]
+        if any(p != open_ev["pci_bus_id"] for p in other):
+            open_ev = None  # a line about another GPU ends the message
+            continue
+        open_ev["continuation"].append(nvrm[len("NVRM: "):])
+    return events, scanned
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sources (read-only)
+
+
+def _run(cmd: list) -> tuple[int, str, str]:
+    env = dict(os.environ, LC_ALL="C", LANG="C", SYSTEMD_PAGER="", PAGER="cat")
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       env=env, timeout=COMMAND_TIMEOUT_S)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+_JOURNAL_UNUSABLE = ("no journal files were found", "no journal files were opened",
+                     "insufficient permissions", "not seeing messages from other users and the system")
+
+
+def read_journalctl(since_epoch: float | None) -> list:
+    """Kernel lines from journalctl (raises OSError/RuntimeError with the reason when unusable)."""
+    cmd = ["journalctl", "-k", "-o", "short-iso", "--no-pager"]
+    if since_epoch is not None:
+        cmd.append("--since=@%d" % int(since_epoch))  # whole seconds: works with every systemd
+    rc, out, err = _run(cmd)
+    low = err.lower()
+    if rc != 0:
+        raise RuntimeError(f"rc {rc}: {err.strip().splitlines()[0] if err.strip() else 'no message'}")
+    for marker in _JOURNAL_UNUSABLE:
+        if marker in low:
+            raise RuntimeError(err.strip().splitlines()[0])
+    return out.splitlines()
+
+
+def read_dmesg() -> list:
+    """Kernel ring buffer with ISO timestamps (raises with the reason when unusable)."""
+    rc, out, err = _run(["dmesg", "--time-format", "iso"])
+    if rc != 0:
+        raise RuntimeError(f"rc {rc}: {err.strip().splitlines()[0] if err.strip() else 'no message'}")
+    return out.splitlines()
+
+
+def read_file(path: str) -> list:
+    """The last FILE_TAIL_BYTES of a log file, as lines (raises OSError when unreadable)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        start = max(0, size - FILE_TAIL_BYTES)
+        f.seek(start)
+        data = f.read()
+    lines = data.decode("utf-8", "replace").splitlines()
+    if start > 0 and lines:
+        lines = lines[1:]  # first line is cut
+    return lines
+
+
+def _short(e: BaseException) -> str:
+    if isinstance(e, FileNotFoundError):
+        return "not found"
+    if isinstance(e, PermissionError):
+        return f"permission denied ({e.strerror})"
+    if isinstance(e, subprocess.TimeoutExpired):
+        return f"timed out after {COMMAND_TIMEOUT_S}s"
+    return f"{e}".strip() or type(e).__name__
+
+
+def main(args: dict) -> dict:
+    """Probe entry point: the document described in the module docstring."""
+    since = args.get("since_epoch")
+    since = float(since) if since is not None else None
+    sources = [
+        ("journalctl", lambda: read_journalctl(since)),
+        ("dmesg", read_dmesg),
+        ("/var/log/kern.log", lambda: read_file("/var/log/kern.log")),
+        ("/var/log/messages", lambda: read_file("/var/log/messages")),
+    ]
+    attempts = []
+    empty = None  # first readable source that had no line in the window
+    for name, read in sources:
+        try:
+            lines = read()
+        except Exception as e:
+            attempts.append({"source": name, "ok": False, "error": _short(e)})
+            log(f"{name}: {_short(e)}")
+            continue
+        events, scanned = parse_kernel_log(lines, since)
+        attempts.append({"source": name, "ok": True, "lines": scanned})
+        doc = {"source": name, "since_epoch": since, "lines_scanned": scanned, "events": events, "attempts": attempts}
+        if scanned == 0:
+            if empty is None:
+                empty = doc
+            continue
+        return doc
+    if empty is not None:
+        empty["note"] = f"{empty['source']} was readable but had no kernel line in the window, nor had any other readable source"
+        return empty
+    raise ProbeFailed("cannot read the kernel log: " + "; ".join(f"{a['source']}: {a['error']}" for a in attempts))
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,166 @@
+"""Reports of one run, written by the controller as results arrive.
+
+``<dir>/results.jsonl``: one line per finished test, appended and flushed as it arrives (survives a kill).
+``<dir>/results.json``: every figure and every test outcome (rewritten atomically, at most once a second
+and at the end). ``<dir>/junit-<layer>.xml``: one testsuite per layer, one testcase per host x check,
+figures as testcase properties (built with the junit-xml package). ``<dir>/summary.md``: the table a
+person reads first. Records are self-describing (run id, host, layer, check) so that runs sharded over
+Slurm or Kubernetes can be merged.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from junit_xml import TestCase, TestSuite
+
+LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage")
+
+
+@dataclass
+class TestRecord:
+    """Outcome of one test: ``outcome`` is passed|failed|error|skipped; ``figures`` the records."""
+
+    nodeid: str
+    name: str
+    host: str | None
+    layer: str
+    outcome: str
+    message: str = ""
+    duration_s: float = 0.0
+    figures: list[dict] = field(default_factory=list)
+    run_id: str = ""
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class Reporter:
+    """Writes the reports of one run into ``directory``. Call :meth:`add` per finished test,
+    :meth:`expect` with the test ids that should run, :meth:`close` at the end (marks the missing)."""
+
+    def __init__(self, directory: str, run_id: str, meta: dict[str, Any]):
+        self.dir = directory
+        self.run_id = run_id
+        self.meta = meta
+        self.records: dict[str, TestRecord] = {}
+        self.expected: dict[str, tuple[str | None, str]] = {}
+        self._last_flush = 0.0
+        os.makedirs(directory, exist_ok=True)
+        self._jsonl = open(os.path.join(directory, "results.jsonl"), "a", encoding="utf-8")
+
+    def expect(self, nodeid: str, host: str | None, layer: str) -> None:
+        """Declare a test that should produce a record (missing ones become errors at close)."""
+        self.expected.setdefault(nodeid, (host, layer))
+
+    def add(self, rec: TestRecord) -> None:
+        """Store a finished test; append it to results.jsonl now; refresh the other files (throttled)."""
+        rec.run_id = self.run_id
+        self.records[rec.nodeid] = rec
+        self._jsonl.write(json.dumps(asdict(rec), default=str) + "\n")
+        self._jsonl.flush()
+        os.fsync(self._jsonl.fileno())
+        if time.monotonic() - self._last_flush > 1.0:
+            self.flush()
+
+    def close(self, missing_reason: str) -> None:
+        """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
+        for nodeid, (host, layer) in self.expected.items():
+            if nodeid not in self.records:
+                name = nodeid.split("::")[-1]
+                self.add(TestRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
+        self.flush()
+        self._jsonl.close()
+
+    # -- writers -----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Rewrite results.json, junit-<layer>.xml and summary.md from the records so far."""
+        self._last_flush = time.monotonic()
+        recs = list(self.records.values())
+        figures = [f for r in recs for f in r.figures]
+        _atomic_write(os.path.join(self.dir, "results.json"), json.dumps(
+            {"run_id": self.run_id, **self.meta, "tests": [asdict(r) for r in recs], "figures": figures},
+            indent=1, default=str))
+        for layer in sorted({r.layer for r in recs}):
+            _atomic_write(os.path.join(self.dir, f"junit-{layer}.xml"),
+                          junit_xml_text(layer, [r for r in recs if r.layer == layer]))
+        _atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(self.run_id, self.meta, recs))
+
+
+def junit_xml_text(layer: str, recs: list[TestRecord]) -> str:
+    """One testsuite named ``layer``; a testcase per record; figures as ``<properties>`` per testcase."""
+    cases = []
+    for r in recs:
+        tc = TestCase(r.name, classname=f"{layer}.{r.host or 'fleet'}", elapsed_sec=r.duration_s,
+                      file=r.nodeid.split("::")[0])
+        if r.outcome == "failed":
+            tc.add_failure_info(message=r.message.splitlines()[0] if r.message else "failed", output=r.message)
+        elif r.outcome == "error":
+            tc.add_error_info(message=r.message.splitlines()[0] if r.message else "error", output=r.message)
+        elif r.outcome == "skipped":
+            tc.add_skipped_info(message=r.message)
+        cases.append(tc)
+    suite = TestSuite(layer, cases, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
+    root = ET.Element("testsuites")
+    doc = suite.build_xml_doc()
+    for el, r in zip(doc.findall("testcase"), recs):
+        if r.figures:
+            props = ET.Element("properties")
+            for i, f in enumerate(r.figures):
+                gpu = f"gpu{f['gpu']}." if f.get("gpu") is not None else ""
+                ET.SubElement(props, "property", {"name": f"{gpu}{f['check']}",
+                                                  "value": f"{f['value']} {f.get('unit') or ''}".strip()})
+            el.insert(0, props)
+    root.append(doc)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def summary_markdown(run_id: str, meta: dict, recs: list[TestRecord]) -> str:
+    """The human summary: counts per layer and host, failures first, then every judged figure per GPU."""
+    out = [f"# gpuaccept run {run_id}", "",
+           f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
+           f"{len({r.host for r in recs if r.host})} hosts, {len(recs)} tests", ""]
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in recs:
+        c = counts.setdefault((r.host or "fleet", r.layer), {})
+        c[r.outcome] = c.get(r.outcome, 0) + 1
+    out += ["| host | layer | passed | failed | error | skipped |", "|---|---|---|---|---|---|"]
+    for (host, layer), c in sorted(counts.items()):
+        out.append(f"| {host} | {layer} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} "
+                   f"| {c.get('skipped', 0)} |")
+    bad = [r for r in recs if r.outcome in ("failed", "error")]
+    if bad:
+        out += ["", "## Failures and errors", ""]
+        for r in bad:
+            first, *rest = (r.message or r.outcome).splitlines() or [r.outcome]
+            out.append(f"- **{r.outcome.upper()}** `{r.nodeid}`: {first}")
+            out += [f"  - {ln}" for ln in rest[:20]]
+    skipped = [r for r in recs if r.outcome == "skipped"]
+    if skipped:
+        out += ["", "## Skipped", ""] + [f"- `{r.nodeid}`: {r.message}" for r in skipped]
+    figs = [f for r in recs for f in r.figures if f.get("verdict") in ("pass", "fail") or f.get("gpu") is not None]
+    if figs:
+        out += ["", "## Figures", "", "| host | layer | check | GPU | PCI bus id | value | unit | limit | verdict |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for f in figs:
+            lim = f.get("limit") or {}
+            lim_s = " ".join(f"{'>=' if k == 'min' else '<='} {_fmt(v)}" for k, v in lim.items() if k in ("min", "max"))
+            out.append(f"| {f['host']} | {f['layer']} | {f['check']} | {'' if f.get('gpu') is None else f['gpu']} "
+                       f"| {f.get('pci_bus_id') or ''} | {_fmt(f['value'])} | {f.get('unit') or ''} | {lim_s} "
+                       f"| {f['verdict']} |")
+    return "\n".join(out) + "\n"

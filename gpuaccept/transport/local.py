@@ -1,0 +1,133 @@
+"""LocalTransport: run commands on this machine with ``/bin/sh -c`` (inventory ``connection=local``)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Any
+
+from gpuaccept.errors import CommandTimeout, TransportError
+from gpuaccept.transport import CommandResult, short_command
+
+#: seconds between SIGTERM and SIGKILL when a command times out
+KILL_GRACE_S = 2.0
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in process group ``pgid``.
+
+    Zombies are ignored: orphans are reaped by init, which in some containers takes a while, and a
+    zombie needs no killing. Falls back to ``killpg(pgid, 0)`` where /proc is not available.
+    """
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = None
+    if entries is None or not os.path.exists("/proc/self/stat"):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class LocalTransport:
+    """Runs commands on the controller itself, for hosts with ``connection == "local"``.
+
+    ``host``: an inventory Host (only ``host.name`` is used, to name it in errors). Each command runs
+    as ``/bin/sh -c command`` in a new session (so in its own process group); on timeout the whole
+    group is sent SIGTERM, then SIGKILL after KILL_GRACE_S seconds. Thread-safe: runs are serialised.
+    """
+
+    def __init__(self, host: Any):
+        self.host = host
+        self._lock = threading.Lock()
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0) -> CommandResult:
+        """Run ``command`` (POSIX shell command line) locally.
+
+        ``stdin``: bytes fed to the command, then its stdin is closed. ``timeout``: seconds of wall
+        clock; past it the process group is killed and CommandTimeout is raised (with the output read
+        so far in its ``stdout``/``stderr`` attributes). Returns a CommandResult whose ``rc`` is
+        negative when the shell was killed by a signal. Raises TransportError if /bin/sh cannot start.
+        """
+        with self._lock:
+            return self._run(command, stdin, timeout)
+
+    def _run(self, command: str, stdin: bytes, timeout: float) -> CommandResult:
+        name = self.host.name
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            raise TransportError(name, f"cannot start /bin/sh: {e}") from None
+        pgid = proc.pid  # start_new_session: the shell leads its own session and process group
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out, err = self._kill(proc, pgid)
+            exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {short_command(command)}")
+            exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]
+            raise exc from None
+        except BaseException:
+            self._kill(proc, pgid)
+            raise
+        return CommandResult(rc=proc.returncode, stdout=out, stderr=err, duration_s=time.monotonic() - start)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen, pgid: int) -> tuple[bytes, bytes]:
+        """TERM the group, wait up to KILL_GRACE_S for it to vanish, KILL it, reap; return output."""
+        _signal_group(pgid, signal.SIGTERM)
+        end = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < end:
+            proc.poll()  # reap the leader so a zombie does not keep the group "alive"
+            if proc.returncode is not None and not _group_alive(pgid):
+                break
+            time.sleep(0.05)
+        _signal_group(pgid, signal.SIGKILL)
+        try:
+            out, err = proc.communicate(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            # something that left the group (setsid) still holds our pipes: give up on its output
+            for f in (proc.stdout, proc.stderr):
+                if f is not None:
+                    f.close()
+            proc.kill()
+            proc.wait()
+            out, err = b"", b""
+        return out or b"", err or b""
+
+    def close(self) -> None:
+        """Nothing to release; present for the Transport protocol."""
+
+    def __repr__(self) -> str:
+        return f"LocalTransport({self.host.name!r})"

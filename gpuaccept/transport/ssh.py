@@ -1,0 +1,533 @@
+"""SSHTransport: run commands on a remote host over one reused paramiko connection.
+
+Remote side of one run (built by :func:`wrap_command`, the only place that quotes for the shell)::
+
+    exec /bin/sh -c '<INNER>' sh '<command>' '<INNER>'
+
+INNER makes sure the shell leads its own process group (OpenSSH already starts sessions with
+setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
+first line it writes to stderr (stripped from the result), then ``eval``s the command. On timeout a
+second channel runs ``kill -TERM -<pgid>``, waits up to 2 s, then ``kill -KILL -<pgid>``.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import getpass
+import hashlib
+import logging
+import os
+import re
+import select
+import shlex
+import socket
+import threading
+import time
+from typing import Any
+
+import paramiko
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadHostKeyException,
+    NoValidConnectionsError,
+    PasswordRequiredException,
+    SSHException,
+)
+
+from gpuaccept.errors import (
+    AuthError,
+    CommandTimeout,
+    GpuacceptError,
+    HostKeyError,
+    HostUnreachable,
+    TransportError,
+)
+from gpuaccept.transport import CommandResult, short_command
+
+log = logging.getLogger(__name__)
+
+#: seconds between the SSH keepalive packets sent on an idle connection
+KEEPALIVE_S = 5
+#: seconds between SIGTERM and SIGKILL of the remote process group on timeout
+KILL_GRACE_S = 2.0
+#: seconds allowed for the whole remote kill (open channel, TERM, grace, KILL) after a timeout
+KILL_BUDGET_S = 6.0
+#: inventory vars naming an extra known_hosts file for a host
+KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
+
+PGID_MARKER = "__GPUACCEPT_PGID__="
+_MARKER_RE = re.compile(rb"^" + re.escape(PGID_MARKER.encode()) + rb"(\d+)\n", re.M)
+_MARKER_SCAN_LIMIT = 64 * 1024
+
+# $1: the command, $2: this script. Runs under /bin/sh whatever the login shell is.
+_INNER = (
+    'pg=$(cut -d" " -f5 /proc/$$/stat 2>/dev/null); '
+    'if [ "$pg" != "$$" ] && [ -z "${GPUACCEPT_SETSID:-}" ] && command -v setsid >/dev/null 2>&1; then '
+    'GPUACCEPT_SETSID=1 exec setsid /bin/sh -c "$2" "$0" "$1" "$2"; fi; '
+    f'unset GPUACCEPT_SETSID; echo "{PGID_MARKER}$$" >&2; '
+    '__gpuaccept_cmd=$1; set --; eval "$__gpuaccept_cmd"'
+)
+
+
+def wrap_command(command: str) -> str:
+    """The remote command line for ``command``: see the module docstring."""
+    q = shlex.quote
+    return f"exec /bin/sh -c {q(_INNER)} sh {q(command)} {q(_INNER)}"
+
+
+def kill_group_command(pgid: int, grace_s: float = KILL_GRACE_S) -> str:
+    """Remote command line that TERMs process group ``pgid``, waits up to ``grace_s`` seconds for its
+    live (non-zombie) members to exit, then KILLs it. Uses the ``kill -TERM -PGID`` form (dash's kill
+    takes no ``--``); liveness from /proc with awk, else ``kill -0``."""
+    pgid = int(pgid)
+    if pgid <= 1:
+        raise ValueError(f"refusing to kill process group {pgid}")
+    steps = max(1, int(grace_s * 10))
+    script = (
+        f"p={pgid}; "
+        "alive() { "
+        "if [ -r /proc/self/stat ] && command -v awk >/dev/null 2>&1; then "
+        "cat /proc/[0-9]*/stat 2>/dev/null | "
+        "awk -v p=$p '{ sub(/.*\\) /, \"\"); if ($3 == p && $1 != \"Z\" && $1 != \"X\") f = 1 } END { exit !f }'; "
+        "else kill -0 -$p 2>/dev/null; fi; }; "
+        "kill -TERM -$p 2>/dev/null; i=0; "
+        f"while [ $i -lt {steps} ] && alive; do sleep 0.1; i=$((i+1)); done; "
+        "kill -KILL -$p 2>/dev/null; true"
+    )
+    return f"exec /bin/sh -c {shlex.quote(script)}"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:<base64>`` fingerprint of ``key``."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _StderrSplitter:
+    """Collects stderr, pulling out the first ``__GPUACCEPT_PGID__=<n>`` line (the remote pgid)."""
+
+    def __init__(self) -> None:
+        self.pgid: int | None = None
+        self._head = bytearray()
+        self._chunks: list[bytes] = []
+        self._scanning = True
+
+    def feed(self, data: bytes) -> None:
+        if not self._scanning:
+            self._chunks.append(data)
+            return
+        self._head += data
+        m = _MARKER_RE.search(self._head)
+        if m:
+            self.pgid = int(m.group(1))
+            del self._head[m.start() : m.end()]
+        if m or len(self._head) > _MARKER_SCAN_LIMIT:
+            self._chunks.append(bytes(self._head))
+            self._head = bytearray()
+            self._scanning = False
+
+    def value(self) -> bytes:
+        return b"".join(self._chunks) + bytes(self._head)
+
+
+class _Watchdog:
+    """Closes an SSH client if a run blocks past a deadline (paramiko has unbounded waits)."""
+
+    def __init__(self) -> None:
+        self._timer: threading.Timer | None = None
+        self.fired = False
+
+    def arm(self, seconds: float, client: paramiko.SSHClient) -> None:
+        self.cancel()
+        self._timer = threading.Timer(max(0.0, seconds), self._fire, args=(client,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self, client: paramiko.SSHClient) -> None:
+        self.fired = True
+        try:
+            client.close()
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown host key: refuse (HostKeyError), or with accept_new accept and record it."""
+
+    def __init__(self, owner: "SSHTransport"):
+        self.owner = owner
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        o = self.owner
+        if not o.accept_new_host_keys:
+            raise HostKeyError(
+                o.host.name,
+                f"unknown host key for {o.display} ({key.get_name()} {fingerprint(key)}); to trust it on "
+                f"first use rerun with --accept-new-host-keys, or add it to known_hosts",
+            )
+        o._record_host_key(hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class SSHTransport:
+    """Runs commands on ``host`` over SSH (paramiko), one connection reused across runs.
+
+    ``host``: inventory Host (name, address, port, user, key_file, vars are used).
+    ``known_hosts``: path of an extra known_hosts file, read besides ~/.ssh/known_hosts (and the file
+    named by the host var ``gpuaccept_known_hosts`` / ``ansible_ssh_known_hosts_file``); newly accepted
+    keys are appended to it (else to the var's file, else to ~/.ssh/known_hosts).
+    ``accept_new_host_keys``: trust an unknown host key on first use; a changed key is always refused.
+    ``connect_timeout``: seconds, each for TCP connect, SSH handshake and authentication.
+
+    The connection opens on the first run(), is kept (keepalive every KEEPALIVE_S s) and closed by
+    close(). A run that finds the connection dead reconnects once. Runs are serialised by a lock.
+    """
+
+    def __init__(
+        self,
+        host: Any,
+        known_hosts: str | None = None,
+        accept_new_host_keys: bool = False,
+        connect_timeout: float = 10.0,
+    ):
+        self.host = host
+        self.accept_new_host_keys = accept_new_host_keys
+        self.connect_timeout = float(connect_timeout)
+        self.address = str(host.address)
+        self.port = int(host.port or 22)
+        self.user = host.user or getpass.getuser()
+        self.display = f"[{self.address}]:{self.port}"
+        self.hostkey_name = self.address if self.port == 22 else self.display
+        hvars = getattr(host, "vars", None) or {}
+        var_file = next((hvars[v] for v in KNOWN_HOSTS_VARS if hvars.get(v)), None)
+        extra = [os.path.expanduser(str(p)) for p in (known_hosts, var_file) if p]
+        self.user_known_hosts = os.path.expanduser("~/.ssh/known_hosts")
+        #: known_hosts files read, in order
+        self.known_hosts_files = [self.user_known_hosts] + [p for p in extra if p != self.user_known_hosts]
+        #: file that newly accepted keys are appended to
+        self.known_hosts_target = extra[0] if extra else self.user_known_hosts
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ public API
+
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0) -> CommandResult:
+        """Run ``command`` (POSIX shell command line, run by /bin/sh) on the host.
+
+        ``stdin``: bytes fed to the command, then EOF. ``timeout``: seconds of wall clock, counted from
+        the moment the command is started (connecting is bounded by connect_timeout). Returns a
+        CommandResult (``rc`` -1 when the server reported no exit status, i.e. the remote shell died of
+        a signal). Raises HostUnreachable (connect failed, connection lost), HostKeyError, AuthError,
+        CommandTimeout (the remote process group was killed, TERM then KILL), TransportError.
+        """
+        with self._lock:
+            return self._run(command, stdin, timeout)
+
+    def close(self) -> None:
+        """Close the SSH connection (if any). A later run() reconnects."""
+        with self._lock:
+            self._close_client()
+
+    def __repr__(self) -> str:
+        return f"SSHTransport({self.host.name!r}, {self.user}@{self.display})"
+
+    # ------------------------------------------------------------------ connection
+
+    def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # pragma: no cover - best effort
+                pass
+
+    def _alive(self) -> bool:
+        t = self._client.get_transport() if self._client is not None else None
+        return t is not None and t.is_active()
+
+    def _load_key(self) -> paramiko.PKey | None:
+        """The key from host.key_file; None when there is none or it needs a passphrase (agent)."""
+        path = self.host.key_file
+        if not path:
+            return None
+        path = os.path.expanduser(str(path))
+        try:
+            return paramiko.PKey.from_path(path)
+        except PasswordRequiredException:
+            return None  # passphrase-protected: hope ssh-agent holds it
+        except OSError as e:
+            raise AuthError(self.host.name, f"cannot read key file {path}: {e.strerror or e}") from None
+        except (SSHException, ValueError, TypeError) as e:
+            if "password" in str(e).lower():
+                return None  # passphrase-protected (OpenSSH format says so this way)
+            raise AuthError(self.host.name, f"cannot load key file {path}: {e}") from None
+
+    def _connect(self) -> paramiko.SSHClient:
+        name = self.host.name
+        pkey = self._load_key()
+        key_file = self.host.key_file
+        client = paramiko.SSHClient()
+        for path in self.known_hosts_files:
+            if os.path.exists(path):
+                try:
+                    client.load_system_host_keys(path)
+                except Exception as e:
+                    raise HostKeyError(name, f"cannot read known_hosts file {path}: {e}") from None
+        client.set_missing_host_key_policy(_HostKeyPolicy(self))
+        if key_file and pkey is not None:
+            auth_desc = f"key file {key_file}"
+            kwargs: dict[str, Any] = dict(pkey=pkey, allow_agent=False, look_for_keys=False)
+        elif key_file:
+            auth_desc = f"key file {key_file} (passphrase-protected; tried ssh-agent)"
+            kwargs = dict(allow_agent=True, look_for_keys=False)
+        else:
+            auth_desc = "ssh-agent and default keys"
+            kwargs = dict(allow_agent=True, look_for_keys=True)
+        t = self.connect_timeout
+        try:
+            client.connect(
+                self.address,
+                port=self.port,
+                username=self.user,
+                timeout=t,
+                banner_timeout=t,
+                auth_timeout=t,
+                channel_timeout=t,
+                **kwargs,
+            )
+        except GpuacceptError:
+            client.close()
+            raise
+        except BadHostKeyException as e:
+            client.close()
+            raise HostKeyError(name, self._changed_key_message(e.key, e.expected_key)) from None
+        except AuthenticationException as e:
+            client.close()
+            raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
+        except NoValidConnectionsError as e:
+            client.close()
+            causes = "; ".join(sorted({err.strerror or str(err) for err in e.errors.values()}))
+            raise HostUnreachable(name, f"cannot connect to {self.display}: {causes}") from None
+        except socket.gaierror as e:
+            client.close()
+            raise HostUnreachable(name, f"cannot resolve {self.address}: {e.strerror or e}") from None
+        except (socket.timeout, TimeoutError):
+            client.close()
+            raise HostUnreachable(name, f"connect to {self.display} timed out after {t:g}s") from None
+        except OSError as e:
+            client.close()
+            raise HostUnreachable(name, f"cannot connect to {self.display}: {e.strerror or e}") from None
+        except SSHException as e:
+            client.close()
+            if "authentication" in str(e).lower():
+                raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
+            raise HostUnreachable(name, f"SSH handshake with {self.display} failed: {e}") from None
+        except EOFError:
+            client.close()
+            raise HostUnreachable(name, f"SSH handshake with {self.display} failed: connection closed") from None
+        transport = client.get_transport()
+        assert transport is not None
+        transport.set_keepalive(KEEPALIVE_S)
+        return client
+
+    def _changed_key_message(self, got: paramiko.PKey, expected: paramiko.PKey) -> str:
+        where = ""
+        for path in self.known_hosts_files:
+            try:
+                hk = paramiko.HostKeys(path) if os.path.exists(path) else None
+            except Exception:
+                hk = None
+            if hk is not None and hk.lookup(self.hostkey_name):
+                where = f" -f {shlex.quote(path)}"
+                break
+        return (
+            f"host key for {self.display} CHANGED (server offers {got.get_name()} {fingerprint(got)}, "
+            f"known_hosts has {fingerprint(expected)}); possible man-in-the-middle; remove the old key "
+            f"with ssh-keygen -R {shlex.quote(self.hostkey_name)}{where} if the change is expected"
+        )
+
+    def _record_host_key(self, hostname: str, key: paramiko.PKey) -> None:
+        """Append ``hostname key`` to known_hosts_target (locked; skipped if already there)."""
+        path = self.known_hosts_target
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        try:
+            parent = os.path.dirname(path) or "."
+            if not os.path.isdir(parent):
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "r+b") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.seek(0)
+                existing = f.read()
+                if line.encode() in existing.splitlines(keepends=True) or (
+                    line.encode().rstrip(b"\n") in existing.splitlines()
+                ):
+                    return
+                prefix = b"\n" if existing and not existing.endswith(b"\n") else b""
+                f.write(prefix + line.encode())
+                f.flush()
+            log.warning("%s: accepted new host key %s for %s into %s", self.host.name, fingerprint(key), hostname, path)
+        except OSError as e:
+            log.warning("%s: accepted host key for %s but could not record it in %s: %s", self.host.name, hostname, path, e)
+
+    def _start(self, command: str, watchdog: _Watchdog) -> paramiko.Channel:
+        """Connect if needed and start ``command``; reconnect once if a reused connection is stale."""
+        for attempt in (0, 1):
+            reused = self._alive()
+            if not reused:
+                self._close_client()
+                self._client = self._connect()
+            client = self._client
+            assert client is not None
+            watchdog.arm(2 * self.connect_timeout + 1, client)
+            try:
+                transport = client.get_transport()
+                if transport is None:
+                    raise SSHException("SSH session not active")
+                chan = transport.open_session(timeout=self.connect_timeout)
+                chan.exec_command(wrap_command(command))
+                return chan
+            except (SSHException, EOFError, OSError) as e:
+                self._close_client()
+                if reused and attempt == 0 and not watchdog.fired:
+                    continue  # stale connection: reconnect once
+                if watchdog.fired:
+                    raise HostUnreachable(
+                        self.host.name, f"{self.display} stopped answering (no reply to a session request)"
+                    ) from None
+                raise HostUnreachable(self.host.name, f"cannot start a session on {self.display}: {e}") from None
+            finally:
+                watchdog.cancel()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------------------ one run
+
+    def _run(self, command: str, stdin: bytes, timeout: float) -> CommandResult:
+        name = self.host.name
+        watchdog = _Watchdog()
+        chan = self._start(command, watchdog)
+        client = self._client
+        assert client is not None
+        transport = client.get_transport()
+        assert transport is not None
+        start = time.monotonic()
+        deadline = start + timeout
+        watchdog.arm(timeout + KILL_BUDGET_S + 2.0, client)
+        out: list[bytes] = []
+        err = _StderrSplitter()
+        try:
+            chan.settimeout(1.0)
+            fd = chan.fileno()
+            stdin_off = 0
+            stdin_open = True
+            while True:
+                progressed = False
+                if chan.recv_ready():
+                    data = chan.recv(1 << 16)
+                    if data:
+                        out.append(data)
+                        progressed = True
+                if chan.recv_stderr_ready():
+                    data = chan.recv_stderr(1 << 16)
+                    if data:
+                        err.feed(data)
+                        progressed = True
+                if stdin_open:
+                    if stdin_off < len(stdin) and chan.send_ready():
+                        try:
+                            stdin_off += chan.send(stdin[stdin_off : stdin_off + 32768])
+                            progressed = True
+                        except (OSError, SSHException):
+                            stdin_off = len(stdin)  # the remote stopped reading its stdin
+                    if stdin_off >= len(stdin):
+                        try:
+                            chan.shutdown_write()
+                        except (OSError, SSHException, EOFError):
+                            pass
+                        stdin_open = False
+                if chan.closed or (chan.eof_received and chan.exit_status_ready()):
+                    if not (chan.recv_ready() or chan.recv_stderr_ready()):
+                        break
+                    continue
+                if not transport.is_active():
+                    break
+                now = time.monotonic()
+                if now >= deadline:
+                    raise _Timeout()
+                if not progressed:
+                    wait = min(0.02 if (stdin_open and stdin_off < len(stdin)) else 0.1, max(0.0, deadline - now))
+                    if chan.eof_received:
+                        chan.status_event.wait(wait)  # no more data: only the exit status is awaited
+                    else:
+                        select.select([fd], [], [], wait)
+        except _Timeout:
+            killed = self._kill_remote(err.pgid, client, time.monotonic() + KILL_BUDGET_S, watchdog)
+            try:
+                chan.close()
+            except Exception:
+                pass
+            if not killed:
+                self._close_client()
+            msg = f"command timed out after {timeout:g}s: {short_command(command)}"
+            if not killed:
+                msg += "; could not confirm the remote processes were killed (host not answering)"
+            exc = CommandTimeout(name, msg)
+            exc.stdout, exc.stderr = b"".join(out), err.value()  # type: ignore[attr-defined]
+            raise exc from None
+        except (SSHException, EOFError, OSError) as e:
+            self._close_client()
+            raise HostUnreachable(name, f"connection lost during command ({e}): {short_command(command)}") from None
+        finally:
+            watchdog.cancel()
+        duration = time.monotonic() - start
+        got_status = chan.exit_status_ready() and chan.exit_status >= 0  # closing sets the event too
+        if not got_status and chan.eof_received:
+            # the server closed the channel, or the transport died and closed it: paramiko closes the
+            # channels before it marks itself inactive, so give it a moment to tell the two apart
+            end = time.monotonic() + 1.0
+            while transport.is_active() and time.monotonic() < end:
+                time.sleep(0.02)
+            got_status = chan.exit_status_ready() and chan.exit_status >= 0
+        if not got_status:
+            if watchdog.fired or not transport.is_active() or not chan.eof_received:
+                self._close_client()
+                raise HostUnreachable(name, f"connection lost during command: {short_command(command)}")
+            rc = -1  # channel closed without exit-status: the remote shell died of a signal
+        else:
+            rc = chan.recv_exit_status()
+        chan.close()
+        return CommandResult(rc=rc, stdout=b"".join(out), stderr=err.value(), duration_s=duration)
+
+    def _kill_remote(self, pgid: int | None, client: paramiko.SSHClient, kill_deadline: float, watchdog: _Watchdog) -> bool:
+        """Kill remote process group ``pgid`` on a new channel, by ``kill_deadline`` (monotonic s).
+        True when the kill command completed; False when the host did not answer in time."""
+        if pgid is None or pgid <= 1:
+            return False
+        watchdog.arm(kill_deadline - time.monotonic() + 0.5, client)
+        try:
+            transport = client.get_transport()
+            if transport is None or not transport.is_active():
+                return False
+            kchan = transport.open_session(timeout=max(0.1, kill_deadline - time.monotonic()))
+            try:
+                kchan.exec_command(kill_group_command(pgid))
+                while not kchan.exit_status_ready():
+                    if time.monotonic() >= kill_deadline or not transport.is_active():
+                        return False
+                    kchan.status_event.wait(0.1)
+                return True
+            finally:
+                kchan.close()
+        except (SSHException, EOFError, OSError):
+            return False
+        finally:
+            watchdog.cancel()
+
+
+class _Timeout(Exception):
+    pass

@@ -1,0 +1,325 @@
+"""gpuaccept.inventory, checked against ``ansible-inventory --list`` (test-only oracle)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.errors import InventoryError
+from gpuaccept.inventory import Host, load_inventory
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "inventories"
+REPO = HERE.parent
+ANSIBLE_INVENTORY = Path("/work/venv/bin/ansible-inventory")
+if not ANSIBLE_INVENTORY.exists():  # another venv: take the one beside pytest's python
+    ANSIBLE_INVENTORY = Path(os.environ.get("VIRTUAL_ENV", "/nonexistent")) / "bin" / "ansible-inventory"
+
+# Keys ansible-inventory may add on its own; none of them comes from the file.
+ANSIBLE_ADDED = {"inventory_file", "inventory_dir", "inventory_hostname", "inventory_hostname_short",
+                 "group_names", "groups", "playbook_dir", "omit", "ansible_version"}
+
+
+def inventory_files() -> list[Path]:
+    """Every inventory under tests/inventories (not the vars files), plus the shipped examples."""
+    found = []
+    for root, dirs, files in os.walk(FIXTURES):
+        dirs[:] = sorted(d for d in dirs if d not in ("group_vars", "host_vars"))
+        found += [Path(root) / f for f in sorted(files)]
+    found += sorted((REPO / "inventory").glob("*.ini")) + sorted((REPO / "inventory").glob("*.yml"))
+    return found
+
+
+FILES = inventory_files()
+IDS = [str(p.relative_to(REPO)) for p in FILES]
+
+
+@functools.lru_cache(maxsize=None)
+def oracle(path: str) -> tuple[dict, dict[str, set[str]]]:
+    """(hostvars, group -> transitive host set) as ansible-inventory prints them."""
+    proc = subprocess.run([str(ANSIBLE_INVENTORY), "-i", path, "--list"], capture_output=True, text=True,
+                          env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    direct = {k: v for k, v in data.items() if k != "_meta"}
+
+    def members(group: str) -> set[str]:
+        entry = direct.get(group, {})
+        hosts = set(entry.get("hosts", []))
+        for child in entry.get("children", []):
+            hosts |= members(child)
+        return hosts
+
+    return data["_meta"]["hostvars"], {g: members(g) for g in direct}
+
+
+def test_fixture_set_is_big_enough():
+    assert len([p for p in FILES if FIXTURES in p.parents]) >= 10
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_hosts_match_ansible(path):
+    inv = load_inventory(str(path))
+    _, groups = oracle(str(path))
+    assert set(inv.hosts) == groups["all"]
+    assert set(inv.groups["all"]) == groups["all"]
+    assert len(inv.groups["all"]) == len(inv.hosts)
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_groups_match_ansible(path):
+    inv = load_inventory(str(path))
+    _, groups = oracle(str(path))
+    for name, hosts in groups.items():
+        assert set(inv.groups[name]) == hosts, name
+    for name, hosts in inv.groups.items():
+        # ansible-inventory leaves out groups with no host; we keep them, empty.
+        assert name in groups or hosts == [], name
+    for host in inv.hosts.values():
+        assert set(host.groups) == {g for g, hs in inv.groups.items() if host.name in hs}
+        assert host.groups[0] == "all"
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_vars_match_ansible(path):
+    inv = load_inventory(str(path))
+    hostvars, _ = oracle(str(path))
+    for name, host in inv.hosts.items():
+        expected = {k: v for k, v in hostvars.get(name, {}).items() if k not in ANSIBLE_ADDED}
+        assert dict(host.vars) == expected, name
+
+
+# ------------------------------------------------------------ specific values
+
+
+def test_ranges_expand_like_ansible():
+    inv = load_inventory(str(FIXTURES / "ranges.ini"))
+    assert inv.groups["gpu"] == [f"gpu{n:03d}" for n in range(1, 13)]
+    assert inv.groups["cpu"] == ["cpua", "cpub", "cpuc", "cpud", "cpue", "cpuX", "cpuY", "cpuZ"]
+    assert inv.groups["odd"] == ["odd1", "odd3", "odd5", "odd7", "odd9", "odd11"]
+    assert inv.groups["grid"] == ["r1na", "r1nb", "r1nc", "r2na", "r2nb", "r2nc"]
+    assert inv.groups["fromzero"] == ["z0", "z1", "z2", "z3"]
+    assert inv.groups["letters_step"] == ["la", "lf", "lk"]
+    assert inv.groups["unpadded_end"] == ["u8", "u9", "u10", "u11"]
+
+
+def test_inline_values_are_python_literals_or_text():
+    v = load_inventory(str(FIXTURES / "children_vars.ini")).hosts
+    assert v["gpu02"].vars["note"] == "two words" and v["gpu02"].vars["quoted"] == "single"
+    assert v["gpu03"].vars["literal_list"] == [1, 2] and v["gpu03"].vars["literal_dict"] == {"a": 1}
+    assert v["gpu03"].vars["flag"] is True and v["gpu03"].vars["nothing"] is None
+    g4 = v["gpu04"].vars
+    assert (g4["ratio"], g4["hexa"], g4["leading"], g4["yes_word"], g4["empty"], g4["hashed"]) == (1.5, 16, "010", "yes", "", "a # b")
+    assert g4["gpus_per_node"] == 8 and g4["quoted_var"] == "quoted value" and g4["not_literal"] == "a # b"
+    assert g4["concat"] == "xy" and g4["spaced"] == "several words here"
+
+
+def test_host_connection_fields():
+    inv = load_inventory(str(FIXTURES / "children_vars.ini"))
+    g2 = inv.hosts["gpu02"]
+    assert (g2.address, g2.port, g2.user, g2.connection, g2.python) == ("10.0.0.2", 2222, "root", "ssh", "python3")
+    assert inv.hosts["gpu01"].user == "ops" and inv.hosts["login01"].user == "root"  # host over [all:vars]
+    local = load_inventory(str(FIXTURES / "local.ini")).hosts
+    assert local["localhost"].connection == "local" and local["also_local"].connection == "local"
+    assert local["r1"].connection == "ssh" and local["r2"].connection == "ssh" and local["r2"].port == 2200
+    assert local["r1"].key_file == os.path.expanduser("~/.ssh/id_gpu")
+    assert local["r1"].vars["ansible_ssh_private_key_file"] == "~/.ssh/id_gpu"  # vars stay as Ansible has them
+
+
+def test_port_suffix_and_ungrouped():
+    inv = load_inventory(str(FIXTURES / "ungrouped.ini"))
+    assert inv.hosts["loose02"].port == 2201 and inv.hosts["loose02"].address == "loose02"
+    assert inv.groups["ungrouped"] == ["loose01", "loose02", "explicit01", "direct01"]
+    assert "ungrouped" not in inv.hosts["moved01"].groups
+    assert inv.groups["empty"] == []
+    assert inv.hosts["w01"].python == "/usr/bin/python3"
+    assert list(inv.hosts) == ["loose01", "loose02", "moved01", "direct01", "explicit01", "w01"]
+
+
+def test_precedence_depth_priority_and_files():
+    n = load_inventory(str(FIXTURES / "nested3.ini")).hosts
+    assert n["n01"].vars["level"] == "rack_a1" and n["n03"].vars["level"] == "row_a" and n["n04"].vars["level"] == "hall"
+    assert n["n01"].vars["sib"] == "zz"  # aa_sibling and zz_sibling at depth 1: alphabetical, later wins
+    assert n["n04"].vars["sib"] == "mid"  # ansible_group_priority=10 beats the name order
+    assert "ansible_group_priority" not in n["n04"].vars
+    assert n["n04"].vars["owner"] == "zz_depth1"  # hall and zz_sibling both depth 1: name order
+    assert n["n04"].vars["level"] == "hall"  # rack_b1 and row_b set no level; depth 3 and 2 don't matter
+    g = load_inventory(str(FIXTURES / "gv" / "hosts.ini")).hosts
+    assert g["gpu001"].vars["from"] == "host_file"
+    assert g["gpu002"].vars["from"] == "all_file"  # group_vars/all beats [rack1:vars], as in Ansible
+    assert g["gpu004"].vars["from"] == "host_json" and g["gpu004"].address == "10.9.0.4"
+    assert g["gpu003"].vars["dir_order"] == "third" and g["gpu003"].vars["from_json"] is True
+    assert "ignored" not in g["gpu001"].vars and "not" not in g["gpu003"].vars
+
+
+def test_yaml_types_and_detection():
+    c = load_inventory(str(FIXTURES / "cluster.yml")).hosts
+    assert c["gpu001"].vars["tuned"] is True and c["gpu001"].vars["started"] == "2024-03-01"
+    assert c["gpu-special"].port == 2222 and c["gpu-special"].address == "10.1.1.99"
+    assert c["gpu005"].groups == ("all", "gpu", "rack2", "drained")
+    assert load_inventory(str(FIXTURES / "noext" / "yamlhosts")).groups["gpu"] == ["y1", "y2"]
+    assert load_inventory(str(FIXTURES / "noext" / "hosts")).groups["gpu"] == ["gpu1", "gpu2", "gpu3"]
+
+
+def test_examples_describe_the_same_cluster():
+    ini = load_inventory(str(REPO / "inventory" / "example.ini"))
+    yml = load_inventory(str(REPO / "inventory" / "example.yml"))
+    assert ini.hosts == yml.hosts
+    assert len(ini.hosts) == 16 and ini.groups["drained"] == ["gpu007", "gpu013"]
+    assert all(h.vars["gpu_sku"] == "h200-sxm-141gb" and h.vars["gpus_per_node"] == 8 for h in ini.hosts.values())
+
+
+def test_localhost_inventory():
+    inv = load_inventory(str(REPO / "inventory" / "localhost.ini"))
+    assert inv.hosts == {"localhost": Host("localhost", "localhost", 22, None, None, "local", "python3",
+                                           {"ansible_connection": "local"}, ("all", "ungrouped"))}
+    text = (REPO / "inventory" / "localhost.ini").read_text().splitlines()
+    assert [l for l in text if not l.startswith("#")] == ["localhost ansible_connection=local"]
+
+
+def test_hosts_are_hashable():
+    inv = load_inventory(str(FIXTURES / "cluster.yml"))
+    assert len(set(inv.hosts.values())) == len(inv.hosts)
+
+
+# ------------------------------------------------------------ errors
+
+
+def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(InventoryError) as exc:
+        load_inventory(str(path))
+    msg = str(exc.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+INI_ERRORS = [
+    ("h0\nh1 novalue\n", 2, "key=value"),
+    ("[g:foo]\nh\n", 1, "unknown type"),
+    ("[g\nh\n", 1, "malformed section"),
+    ("[g]]\n", 1, "malformed section"),
+    ("\n\nx[3:1]\n", 3, "begin is after end"),
+    ("x[b:a]\n", 1, "begin is after end"),
+    ("x[01:3]\n", 1, "same length"),
+    ("x[a:3]\n", 1, "both be numbers"),
+    ("x[1:5:0]\n", 1, "step"),
+    ("x[3:]\n", 1, "no end"),
+    ("x[1:3\n", 1, "unbalanced"),
+    ("x[1]\n", 1, "begin:end"),
+    ('h a="unterminated\n', 1, "cannot split"),
+    ("[g:children]\nnowhere\n", 2, "nowhere"),
+    ("[g]\nh\n[g:vars]\nnovalue\n", 4, "key=value"),
+    ("[g]\nh\n[g:vars]\nansible_group_priority=high\n", 4, "ansible_group_priority"),
+    ("h:abc:22x\n", 1, "bad host"),
+    ("[g]\nh ansible_port=abc\n", 2, "host h ansible_port must be an integer"),
+    ("[g]\nh\n[g:vars]\nansible_port=22x\n", 4, "host h ansible_port must be an integer"),
+    ("h ansible_port=70000\n", 1, "not a TCP port"),
+    ("h ansible_connection=docker\n", 1, "ansible_connection"),
+    ("[g]\nh ansible_host='{{ lookup(\"env\", \"X\") }}'\n", 2, "var ansible_host holds a Jinja template"),
+    ("[g]\nh\n[g:vars]\ngpu_sku={% if x %}a{% endif %}\n", 4, "var gpu_sku holds a Jinja template"),
+    ("[g]\nh\n[g:vars]\nansible_user={{ who }}\n", 4, "gpuaccept does not render templates"),
+]
+
+
+@pytest.mark.parametrize("text,line,needle", INI_ERRORS, ids=[e[2] + "-" + str(i) for i, e in enumerate(INI_ERRORS)])
+def test_ini_errors_name_file_and_line(tmp_path, text, line, needle):
+    path = write(tmp_path, "hosts.ini", text)
+    msg = load_error(path)
+    assert msg.startswith(f"{path}:{line}: "), msg
+    assert needle in msg
+
+
+YAML_ERRORS = [
+    ("all:\n  hosts:\n    a: [1\n", 4, "YAML syntax error"),
+    ("all:\n  hosts:\n\tb:\n", 3, "YAML syntax error"),
+    ("- a\n- b\n", 1, "must be a mapping of group names"),
+    ("gpu:\n  - h1\n", 1, "group gpu must be a mapping"),
+    ("gpu:\n  host:\n    h1:\n", 2, "unknown key 'host'"),
+    ("gpu:\n  hosts:\n    - h1\n", 2, "hosts of group gpu must be a mapping"),
+    ("gpu:\n  hosts:\n    h1: fast\n", 3, "vars of host h1 must be a mapping"),
+    ("gpu:\n  hosts:\n    h[5:1]:\n", 3, "begin is after end"),
+    ("gpu:\n  vars:\n    x: 1\n  hosts:\n    h1:\n      ansible_port: [22]\n", 6, "host h1 ansible_port must be an integer"),
+    ("gpu:\n  hosts:\n    h1:\n      ansible_host: \"{{ ip }}\"\n", 4, "var ansible_host holds a Jinja template"),
+    ("gpu:\n  hosts:\n    h1:\n      secret: !vault |\n        $ANSIBLE_VAULT;1.1;AES256\n", 4, "!vault"),
+    ("gpu:\n  children:\n    sub:\n      children:\n        gpu:\n", 0, "cycle"),
+]
+
+
+@pytest.mark.parametrize("text,line,needle", YAML_ERRORS, ids=[e[2] + "-" + str(i) for i, e in enumerate(YAML_ERRORS)])
+def test_yaml_errors_name_file_and_line(tmp_path, text, line, needle):
+    path = write(tmp_path, "hosts.yml", text)
+    msg = load_error(path)
+    assert msg.startswith(f"{path}:{line}: " if line else f"{path}: "), msg
+    assert needle in msg
+
+
+def test_missing_file(tmp_path):
+    msg = load_error(tmp_path / "nope.ini")
+    assert msg == f"{tmp_path / 'nope.ini'}: no such inventory file"
+
+
+def test_directory_is_refused(tmp_path):
+    assert "is a directory" in load_error(tmp_path)
+
+
+def test_undecodable_file(tmp_path):
+    path = write(tmp_path, "hosts.ini", b"[gpu]\n\xff\xfe\n")
+    assert load_error(path).startswith(f"{path}: not UTF-8")
+
+
+def test_unreadable_path(tmp_path):
+    # A path through a plain file fails to open for root too (chmod would not).
+    path = write(tmp_path, "hosts.ini", "h\n") / "inner.ini"
+    assert load_error(path).startswith(f"{path}: cannot read: ")
+
+
+def test_bad_group_vars_file_names_its_own_path_and_line(tmp_path):
+    inv = write(tmp_path, "hosts.ini", "[gpu]\nh1\n")
+    gv = write(tmp_path, "group_vars/gpu.yml", "a: 1\nb: [\n")
+    msg = load_error(inv)
+    assert msg.startswith(f"{gv}:") and "YAML syntax error" in msg
+    gv.write_text("- just\n- a list\n")
+    assert load_error(inv) == f"{gv}:1: a vars file must be a mapping, got list"
+
+
+def test_templated_var_from_host_vars_names_that_file(tmp_path):
+    inv = write(tmp_path, "hosts.ini", "[gpu]\nh1\n")
+    hv = write(tmp_path, "host_vars/h1/10-conn.yml", "x: 1\nansible_python_interpreter: '{{ py }}'\n")
+    assert load_error(inv).startswith(f"{hv}:2: host h1 var ansible_python_interpreter holds a Jinja template")
+
+
+def test_templates_elsewhere_are_kept(tmp_path):
+    inv = load_inventory(str(write(tmp_path, "hosts.ini", "h1 motd='{{ greeting }}'\n")))
+    assert inv.hosts["h1"].vars["motd"] == "{{ greeting }}"
+
+
+def test_duplicate_address_is_refused(tmp_path):
+    path = write(tmp_path, "hosts.ini", "[gpu]\ngpu01 ansible_host=10.0.0.1\ngpu02 ansible_host=10.0.0.1 ansible_port=22\n")
+    msg = load_error(path)
+    assert "gpu01" in msg and "gpu02" in msg and "10.0.0.1:22" in msg
+    path = write(tmp_path, "h2.ini", "node-a\n[g]\nx ansible_host=NODE-A\n")
+    assert "node-a and x" in load_error(path)
+
+
+def test_same_address_on_other_ports_or_local_is_allowed(tmp_path):
+    inv = load_inventory(str(write(tmp_path, "hosts.ini",
+                                   "a ansible_host=10.0.0.1\nb ansible_host=10.0.0.1 ansible_port=2222\n"
+                                   "l1 ansible_connection=local\nl2 ansible_connection=local ansible_host=l1\n")))
+    assert [(h.address, h.port) for h in inv.hosts.values()] == [("10.0.0.1", 22), ("10.0.0.1", 2222), ("l1", 22), ("l1", 22)]
+
+
+def test_empty_inventory_has_no_hosts(tmp_path):
+    inv = load_inventory(str(write(tmp_path, "hosts.ini", "# nothing yet\n")))
+    assert inv.hosts == {} and inv.groups == {"all": [], "ungrouped": []}

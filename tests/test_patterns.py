@@ -1,0 +1,164 @@
+"""gpuaccept.patterns, table-driven and against ``ansible --list-hosts --limit`` (test-only oracle)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.errors import PatternError
+from gpuaccept.inventory import load_inventory
+from gpuaccept.patterns import select, split_pattern
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+ANSIBLE = Path("/work/venv/bin/ansible")
+if not ANSIBLE.exists():
+    ANSIBLE = Path(os.environ.get("VIRTUAL_ENV", "/nonexistent")) / "bin" / "ansible"
+
+HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04", "cpu01", "login.rack1", "db.rack2"]
+GROUPS = {
+    "all": HOSTS,
+    "gpu": ["gpu01", "gpu02", "gpu03", "gpu04"],
+    "rack1": ["gpu01", "gpu02", "login.rack1"],
+    "rack2": ["gpu03", "gpu04", "db.rack2"],
+    "drained": ["gpu02"],
+    "spare": [],
+    "cpu": ["cpu01"],
+}
+
+TABLE = [
+    ("gpu", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+    ("gpu01", ["gpu01"]),
+    ("gpu:!drained", ["gpu01", "gpu03", "gpu04"]),
+    ("gpu,!drained", ["gpu01", "gpu03", "gpu04"]),
+    ("!drained:gpu", ["gpu01", "gpu03", "gpu04"]),  # exclusions apply last, whatever their place
+    ("gpu:&rack1", ["gpu01", "gpu02"]),
+    ("&rack1", ["gpu01", "gpu02", "login.rack1"]),  # no plain term: start from all
+    ("!gpu", ["cpu01", "login.rack1", "db.rack2"]),
+    ("rack2,rack1", ["gpu01", "gpu02", "gpu03", "gpu04", "login.rack1", "db.rack2"]),  # inventory order
+    ("gpu0*", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+    ("*.rack1", ["login.rack1"]),
+    ("*", HOSTS),
+    ("all", HOSTS),
+    ("all:!spare", HOSTS),
+    ("~gpu0[12]", ["gpu01", "gpu02"]),
+    ("~.*rack", ["login.rack1", "db.rack2"]),
+    ("gpu0[!12]", ["gpu03", "gpu04"]),
+    ("gpu[0]", ["gpu01"]),
+    ("gpu[-1]", ["gpu04"]),
+    ("gpu[1:2]", ["gpu02", "gpu03"]),
+    ("gpu[2:]", ["gpu03", "gpu04"]),
+    ("gpu[:1]", ["gpu01", "gpu02"]),
+    ("gpu[0:99]", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+    ("gpu[1:3]:&rack2[0:1]", ["gpu03", "gpu04"]),
+    (" gpu01 , cpu01 ", ["gpu01", "cpu01"]),
+    ("rack*:&gpu:!gpu0[34]", ["gpu01", "gpu02"]),
+]
+
+
+@pytest.mark.parametrize("pattern,expected", TABLE, ids=[t[0] for t in TABLE])
+def test_select_table(pattern, expected):
+    assert select(pattern, HOSTS, GROUPS) == expected
+
+
+@pytest.mark.parametrize("pattern", [None, "", "  "])
+def test_no_pattern_means_all(pattern):
+    assert select(pattern, HOSTS, GROUPS) == HOSTS
+
+
+SPLITS = [
+    ("a,b", ["a", "b"]),
+    ("a:b", ["a", "b"]),
+    ("a:b,c", ["a:b", "c"]),
+    ("g[1:3]:h", ["g[1:3]", "h"]),
+    ("fe80::1", ["fe80::1"]),
+    ("gpu01:22", ["gpu01:22"]),
+    ("a,,b,", ["a", "b"]),
+    ("&a:!b", ["&a", "!b"]),
+]
+
+
+@pytest.mark.parametrize("pattern,terms", SPLITS, ids=[s[0] for s in SPLITS])
+def test_split(pattern, terms):
+    assert split_pattern(pattern) == terms
+
+
+ERRORS = [
+    ("ghost", "term 'ghost' names no group or host in inv.ini"),
+    ("gpu01,ghost", "term 'ghost' names no group or host"),
+    ("gpu:!ghost", "term 'ghost' names no group or host"),
+    ("spare", "--limit 'spare' matches no host in inv.ini"),
+    ("gpu:&cpu", "matches no host"),
+    ("drained:!gpu", "matches no host"),
+    ("~gpu(", "bad regular expression"),
+    ("gpu[7]", "index 7 is out of range"),
+    ("gpu[1-2]", "[x-y] subscript was removed"),
+    ("!", "empty term"),
+    (",", "holds no term"),
+    ("@retry.txt", "@file limits are not supported"),
+    ("GPU01", "names no group or host"),  # case-sensitive, as in Ansible
+    ("gpu01:22", "names no group or host"),
+]
+
+
+@pytest.mark.parametrize("pattern,needle", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors(pattern, needle):
+    with pytest.raises(PatternError) as exc:
+        select(pattern, HOSTS, GROUPS, source="inv.ini")
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_inventory_select_names_the_file(tmp_path):
+    path = tmp_path / "hosts.ini"
+    path.write_text("[gpu]\ngpu[1:2]\n[drained]\n")
+    inv = load_inventory(str(path))
+    assert [h.name for h in inv.select("gpu:!drained")] == ["gpu1", "gpu2"]
+    with pytest.raises(PatternError, match=f"--limit 'drained' matches no host in {path}"):
+        inv.select("drained")
+
+
+def test_select_on_empty_inventory_fails(tmp_path):
+    path = tmp_path / "hosts.ini"
+    path.write_text("")
+    with pytest.raises(PatternError, match="matches no host"):
+        load_inventory(str(path)).select(None)
+
+
+# ------------------------------------------------------------ oracle
+
+
+@functools.lru_cache(maxsize=None)
+def ansible_hosts(path: str, pattern: str) -> list[str]:
+    proc = subprocess.run([str(ANSIBLE), "all", "-i", path, "--list-hosts", "--limit", pattern],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].strip().startswith("hosts ("), proc.stdout
+    return [l.strip() for l in lines[1:] if l.strip()]
+
+
+ORACLE = [
+    ("inventory/example.ini", ["all", "gpu:!drained", "rack2", "rack1:&drained", "~gpu00[1-4]", "gpu01*",
+                               "gpu[3]", "gpu[2:5]", "rack2[-1]", "drained,rack1[0]", "*:!rack1"]),
+    ("inventory/example.yml", ["all", "gpu:!drained", "rack*:!rack2", "gpu[10:]"]),
+    ("tests/inventories/nested3.ini", ["all", "hall", "row_a", "hall:!row_a", "*sibling", "mid,rack_a1",
+                                       "hall:&aa_sibling", "hall[2:3]", "n0*:!rack_b1"]),
+    ("tests/inventories/ungrouped.ini", ["all", "ungrouped", "!ungrouped", "loose*,workers", "empty,w01"]),
+    ("tests/inventories/toplevel.yaml", ["all", "zone_a", "zone_*", "late:zone_b", "~[ab][0-9]"]),
+    ("tests/inventories/cluster.yml", ["all", "gpu:!drained", "rack1:rack2", "gpu-special", "*.*,login01"]),
+    ("tests/inventories/ranges.ini", ["all", "grid[1:4]", "cpu[5:]", "odd*:&odd[0:2]"]),
+    ("tests/inventories/gv/hosts.ini", ["all", "gpu:!rack1", "rack2[0]"]),
+]
+ORACLE_CASES = [(f, p) for f, ps in ORACLE for p in ps]
+
+
+@pytest.mark.parametrize("path,pattern", ORACLE_CASES, ids=[f"{f}|{p}" for f, p in ORACLE_CASES])
+def test_select_matches_ansible_limit(path, pattern):
+    full = str(REPO / path)
+    expected = ansible_hosts(full, pattern)
+    assert expected, "oracle case must select something"
+    assert [h.name for h in load_inventory(full).select(pattern)] == expected

@@ -1,0 +1,258 @@
+"""The torch measurement probes, run for real as subprocesses on the cpu path (tiny sizes), plus their
+pure arithmetic (GB/s, TFLOP/s, byte counts, sysfs parsing, telemetry summaries) imported by path.
+
+The cuda path needs a GPU; on a machine without one each probe must fail cleanly ("no CUDA device").
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+PROBES = Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"
+TORCH_PROBES = ("hbm_bandwidth", "matmul_tflops", "pcie_bandwidth", "launch_overhead")
+
+
+def load(name: str):
+    """Import a probe file by path (its directory on sys.path, as on the node, for ``_probe``)."""
+    if str(PROBES) not in sys.path:
+        sys.path.insert(0, str(PROBES))
+    spec = importlib.util.spec_from_file_location(f"probe_{name}", PROBES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_probe(name: str, args: dict, timeout: float = 240, env: dict | None = None):
+    """(rc, the JSON document, stderr). Asserts stdout is exactly one JSON line."""
+    proc = subprocess.run([sys.executable, str(PROBES / f"{name}.py"), json.dumps(args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=PROBES.parent,
+                          env={**os.environ, **(env or {})})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"stdout must be one JSON line, got {proc.stdout!r}; stderr: {proc.stderr[-2000:]}"
+    return proc.returncode, json.loads(lines[-1]), proc.stderr
+
+
+# ---------------------------------------------------------------- pure arithmetic
+
+def test_gbps_and_babelstream_byte_counting():
+    hbm = load("hbm_bandwidth")
+    assert hbm.gbps(4e9, 1.0) == pytest.approx(4.0)
+    assert hbm.gbps(1 << 30, 0.25) == pytest.approx(4.294967296)
+    gib = 1 << 30
+    assert [hbm.bytes_per_rep(k, gib) for k in ("read", "dot", "write", "copy", "triad")] == [
+        gib, 2 * gib, gib, 2 * gib, 3 * gib]
+    with pytest.raises(KeyError):
+        hbm.bytes_per_rep("scale", gib)
+    pcie = load("pcie_bandwidth")
+    assert pcie.gbps(55.3e9, 1.0) == pytest.approx(55.3)
+    assert pcie.summarize([0.5, 0.25, 1.0], 1e9) == (2.0, 4.0)
+
+
+def test_hbm_summary_picks_best_median_per_kernel():
+    hbm = load("hbm_bandwidth")
+    res = {"read:a": {"median_gbps": 10.0, "max_gbps": 12.0}, "read:b": {"median_gbps": 11.0, "max_gbps": 11.5},
+           "copy:c": {"median_gbps": 5.0, "max_gbps": 6.0}}
+    out = hbm.summarize(res)
+    assert (out["read_gbps"], out["read_gbps_max"], out["method"]["read"]) == (11.0, 11.5, "b")
+    assert (out["copy_gbps"], out["method"]["copy"]) == (5.0, "c")
+    assert out["write_gbps"] is None and out["method"]["triad"] is None
+
+
+def test_tflops_formula():
+    mm = load("matmul_tflops")
+    assert mm.matmul_flop(2, 3, 4) == 48
+    # 8192^3 back to back, 1.4 ms each: 2*8192^3/1.4e-3/1e12 = 785.4 TFLOP/s
+    assert mm.tflops(8192, 8192, 8192, 100, 0.14) == pytest.approx(2 * 8192**3 / 1.4e-3 / 1e12)
+    assert mm.tflops(8192, 8192, 8192, 100, 0.14) == pytest.approx(785.36, abs=0.01)
+    assert mm.sig(785.3613) == 785.36 and mm.sig(6.55521e-5) == 6.5552e-5
+
+
+def test_launch_formula():
+    lo = load("launch_overhead")
+    assert lo.per_launch_us(0.05, 10000) == pytest.approx(5.0)
+
+
+def test_pci_bus_id_and_sysfs_numa(tmp_path):
+    pcie = load("pcie_bandwidth")
+
+    class Props:
+        pci_domain_id, pci_bus_id, pci_device_id = 0, 0x1B, 0
+
+    assert pcie.pci_bus_id(Props()) == "00000000:1B:00.0"
+    assert pcie.pci_bus_id(object()) is None
+    assert pcie.sysfs_pci_name("00000000:1B:00.0") == "0000:1b:00.0"
+    assert pcie.sysfs_pci_name("0000:9a:00.0") == "0000:9a:00.0"
+    assert pcie.parse_cpulist("0-3,8-9,12\n") == [0, 1, 2, 3, 8, 9, 12]
+    assert pcie.parse_cpulist("5") == [5]
+
+    allowed = sorted(os.sched_getaffinity(0))
+    dev = tmp_path / "bus/pci/devices/0000:1b:00.0"
+    dev.mkdir(parents=True)
+    (dev / "numa_node").write_text("1\n")
+    node = tmp_path / "devices/system/node/node1"
+    node.mkdir(parents=True)
+    (node / "cpulist").write_text(f"{allowed[0]}-{allowed[-1]},100000\n")  # 100000: not ours, dropped
+    assert pcie.numa_of("00000000:1B:00.0", str(tmp_path)) == (1, allowed)
+    (dev / "numa_node").write_text("-1\n")
+    assert pcie.numa_of("00000000:1B:00.0", str(tmp_path)) == (-1, None)
+    assert pcie.numa_of("00000000:1C:00.0", str(tmp_path)) == (None, None)
+    assert pcie.numa_of(None, str(tmp_path)) == (None, None)
+
+
+def test_telemetry_summary_and_sampler_with_fake_nvml():
+    mm = load("matmul_tflops")
+    s = mm.summarize_samples([(0.0, 0, 1980, 690.5, 60, 0), (0.1, 0, 1755, 700.25, 62, 4),
+                              (0.2, 0, 1830, None, 61, 0x20)])
+    assert s == {"sm_clock_mhz_min": 1755, "sm_clock_mhz_median": 1830, "power_w_max": 700.2,
+                 "temp_c_max": 62, "clocks_event_reasons": 0x24, "nvml_samples": 3}
+    assert mm.summarize_samples([])["sm_clock_mhz_median"] is None
+
+    class FakeNvml:
+        NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
+
+        def nvmlDeviceGetClockInfo(self, h, kind):
+            return 1900 + h
+
+        def nvmlDeviceGetPowerUsage(self, h):
+            return 650_000
+
+        def nvmlDeviceGetTemperature(self, h, kind):
+            raise RuntimeError("not supported")  # one failing metric leaves only that field empty
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+            return 1 << h
+
+    sampler = mm.Sampler(FakeNvml(), {0: 0, 3: 3})
+    sampler.sample_once()
+    sampler.sample_once()
+    w = sampler.window(3, 0.0, float("inf"))
+    assert (w["sm_clock_mhz_median"], w["power_w_max"], w["temp_c_max"], w["clocks_event_reasons"],
+            w["nvml_samples"]) == (1903, 650.0, None, 8, 2)
+    assert sampler.window(0, -2.0, -1.0)["nvml_samples"] == 0
+
+
+def test_on_gpus_reports_root_cause_not_broken_barrier():
+    hbm = load("hbm_bandwidth")
+
+    def fn(index, barrier):
+        if index == 1:
+            raise ValueError("boom")
+        barrier.wait()
+        return index
+
+    with pytest.raises(hbm.ProbeFailed, match="GPU 1: ValueError: boom"):
+        hbm.on_gpus(fn, [0, 1, 2])
+    assert hbm.on_gpus(lambda i, b: (b.wait(), i * 10)[1], [0, 1, 2]) == [0, 10, 20]
+
+
+# ---------------------------------------------------------------- the probes, for real, on cpu
+
+def test_hbm_bandwidth_cpu():
+    rc, doc, err = run_probe("hbm_bandwidth", {"device": "cpu", "bytes": 1 << 20, "iters": 3})
+    assert rc == 0, (doc, err[-2000:])
+    assert doc["bytes"] == 1 << 20 and doc["iters"] == 3 and len(doc["gpus"]) == 1
+    g = doc["gpus"][0]
+    for kernel in ("read", "write", "copy", "triad"):
+        assert g[f"{kernel}_gbps"] > 0 and g[f"{kernel}_gbps_max"] >= g[f"{kernel}_gbps"]
+        method = g["method"][kernel]
+        assert g["results"][f"{kernel}:{method}"]["median_gbps"] == g[f"{kernel}_gbps"]
+    assert g["read_gbps"] == max(v["median_gbps"] for k, v in g["results"].items() if k.startswith("read:"))
+    assert g["results"]["copy:copy_"]["bytes_per_rep"] == 2 << 20
+    assert g["results"]["triad:add_out"]["bytes_per_rep"] == 3 << 20
+    assert all(len(v) == 3 and min(v) > 0 for v in g["samples"].values())
+
+
+def test_hbm_bandwidth_triton_kernels_under_interpreter():
+    pytest.importorskip("triton")
+    pytest.importorskip("numpy")
+    rc, doc, err = run_probe("hbm_bandwidth", {"device": "cpu", "bytes": 1 << 20, "iters": 1,
+                                               "read_methods": ["sum_fp32", "triton_tiles", "triton_persistent"]},
+                             env={"TRITON_INTERPRET": "1"})
+    assert rc == 0, (doc, err[-2000:])
+    g = doc["gpus"][0]
+    assert g["errors"] == {}  # both kernels summed the whole buffer correctly
+    assert {"read:triton_tiles", "read:triton_persistent"} <= set(g["results"])
+
+
+def test_matmul_tflops_cpu():
+    mm = load("matmul_tflops")
+    rc, doc, err = run_probe("matmul_tflops", {"device": "cpu", "m": 32, "n": 48, "k": 16,
+                                               "seconds_per_dtype": 0.05, "warmup_seconds": 0.02})
+    assert rc == 0, (doc, err[-2000:])
+    dtypes = doc["gpus"][0]["dtypes"]
+    assert {"bf16", "fp16", "tf32", "fp64"} <= set(dtypes)
+    for d, r in dtypes.items():
+        assert r["tflops"] > 0 and r["tflops_max"] >= r["tflops"], d
+        assert r["iters"] >= 3 * 20 and r["iters"] % r["batch"] == 0 and r["batch"] >= 20
+        assert (r["m"], r["n"], r["k"]) == (32, 48, 16)
+        # the fastest batch is at least as fast as the whole window's average (2mnk * iters / seconds)
+        average = mm.tflops(32, 48, 16, r["iters"], r["seconds"])
+        assert r["tflops_max"] >= average * 0.99
+        assert r["sm_clock_mhz_median"] is None and r["nvml_samples"] == 0
+
+
+def test_matmul_fp8_cpu_if_supported():
+    if not hasattr(torch, "_scaled_mm"):
+        pytest.skip("torch has no _scaled_mm")
+    rc, doc, err = run_probe("matmul_tflops", {"device": "cpu", "dtypes": ["fp8"], "m": 32, "n": 32, "k": 32,
+                                               "seconds_per_dtype": 0.02, "warmup_seconds": 0.01})
+    if rc == 1 and "not supported" in doc["msg"]:
+        pytest.skip(doc["msg"])
+    assert rc == 0, (doc, err[-2000:])
+    assert doc["gpus"][0]["dtypes"]["fp8"]["tflops"] > 0
+
+
+def test_pcie_bandwidth_cpu_both_modes():
+    rc, doc, err = run_probe("pcie_bandwidth", {"device": "cpu", "bytes": 1 << 20, "iters": 3, "mode": "both"})
+    assert rc == 0, (doc, err[-2000:])
+    g = doc["gpus"][0]
+    for f in ("h2d_gbps", "d2h_gbps", "h2d_gbps_all", "d2h_gbps_all"):
+        assert g[f] > 0, f
+    assert g["numa_node"] is None and g["cpus_bound"] is None
+    assert doc["h2d_gbps_all_total"] == g["h2d_gbps_all"]
+    rc, doc, _ = run_probe("pcie_bandwidth", {"device": "cpu", "bytes": 4096, "iters": 2, "mode": "each"})
+    assert rc == 0 and doc["gpus"][0]["h2d_gbps_all"] is None and doc["h2d_gbps_all_total"] is None
+
+
+def test_launch_overhead_cpu():
+    rc, doc, err = run_probe("launch_overhead", {"device": "cpu", "iters": 500})
+    assert rc == 0, (doc, err[-2000:])
+    g = doc["gpus"][0]
+    assert g["launch_us_wall"] > 0 and g["launch_us_events"] > 0
+
+
+# ---------------------------------------------------------------- failures
+
+def test_unknown_dtype_fails_cleanly():
+    rc, doc, _ = run_probe("matmul_tflops", {"device": "cpu", "dtypes": ["bf16", "fp7"]})
+    assert rc == 1 and doc["failed"] is True
+    assert "fp7" in doc["msg"] and "\n" not in doc["msg"]
+
+
+@pytest.mark.parametrize("name,args,needle", [
+    ("hbm_bandwidth", {"device": "cpu", "read_methods": ["sum_fp99"]}, "sum_fp99"),
+    ("hbm_bandwidth", {"device": "cpu", "byts": 5}, "byts"),
+    ("pcie_bandwidth", {"device": "cpu", "mode": "sometimes"}, "sometimes"),
+    ("launch_overhead", {"device": "tpu"}, "tpu"),
+    ("matmul_tflops", {"device": "cpu", "dtypes": "bf16"}, "dtypes must be a non-empty list"),
+])
+def test_bad_args_fail_cleanly(name, args, needle):
+    rc, doc, _ = run_probe(name, args)
+    assert rc == 1 and doc["failed"] is True and "\n" not in doc["msg"]
+    assert needle in doc["msg"], doc["msg"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("name", TORCH_PROBES)
+def test_cuda_without_gpu_says_no_cuda_device(name):
+    rc, doc, _ = run_probe(name, {"device": "cuda"})
+    assert rc == 1 and doc["failed"] is True
+    assert "no CUDA device" in doc["msg"] and "\n" not in doc["msg"]
