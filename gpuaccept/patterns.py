@@ -18,9 +18,13 @@ the hosts come back in inventory order.
 Two deliberate differences with Ansible, both to avoid testing the wrong
 nodes silently: a term that names no group and no host is an error (Ansible
 warns and ignores it), and so is the removed ``[x-y]`` subscript form.
+Subscripts index the term's hosts in the order of ``groups`` (for a group:
+its own hosts, then its child groups' level by level); Ansible's order is
+the same for flat groups but not stable across runs for nested ones.
 Note that, as in Ansible, ``gpu[01:04]`` is a *subscript* of whatever
-``gpu`` matches, not a range of host names, and so is any ``[digits]``;
-write ``~gpu0[1-4]`` or ``gpu01,gpu02,...`` for names.
+``gpu`` matches when ``gpu`` names a group or host. When it names nothing,
+``gpu[01:04]`` is read as a range of host names (gpu01..gpu04), as an
+inventory would expand it (Ansible would warn and match nothing).
 """
 
 from __future__ import annotations
@@ -116,7 +120,17 @@ def _match_term(term: str, hosts: list[str], groups: dict[str, list[str]]) -> tu
         matched_hosts = _names_matching(expr, hosts)
         named = named or bool(matched_hosts)
         found.extend(h for h in matched_hosts if h not in found)
-    if sub is None or not named:
+    if sub is not None and not named:
+        # Not Ansible: no group or host is called ``expr``, so read ``gpu[01:04]`` as the name range an
+        # operator means (gpu01..gpu04), expanded like an inventory range.
+        from .inventory import expand_hostname
+        try:
+            wanted = expand_hostname(term, "--limit")
+        except Exception:
+            wanted = []
+        in_range = [h for h in hosts if h in set(wanted)]
+        return bool(in_range), in_range
+    if sub is None:
         return named, found
     if isinstance(sub, int):
         if not -len(found) <= sub < len(found):

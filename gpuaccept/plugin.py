@@ -34,6 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--probe-timeout", type=float, default=300.0, help="wall-clock limit of one probe, seconds (default 300)")
     g.addoption("--accept-new-host-keys", action="store_true", default=False,
                 help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
+    g.addoption("--xid-window", type=float, default=None,
+                help="read XID events from this many seconds before the run began (default: since the run began)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
 
 

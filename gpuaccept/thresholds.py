@@ -132,6 +132,23 @@ def judge(limit: Limit, value: float | None) -> Verdict:
     return Verdict(False, f"{limit.check} {value:g} {limit.unit} {rel} {limit.direction} {limit.bound:g} {limit.unit}")
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (YAML keeps the last silently)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key '{key}' written twice", key_node.start_mark)
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
 def _err(path: str, msg: str) -> ThresholdError:
     return ThresholdError(f"{path}: {msg}")
 
@@ -140,11 +157,11 @@ def load_sku_file(path: str) -> SkuSpec:
     """Load and validate one threshold file. Raises ThresholdError naming the file and the bad key."""
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except OSError as e:
         raise _err(path, f"cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
+        mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
         raise ThresholdError(f"{where}: YAML error: {getattr(e, 'problem', e)}") from None
     if not isinstance(doc, dict):
@@ -159,6 +176,14 @@ def load_sku_file(path: str) -> SkuSpec:
     for key in detect:
         if key not in DETECT_KEYS:
             raise _err(path, f"unknown key 'detect.{key}' (known: {', '.join(sorted(DETECT_KEYS))})")
+    for key in ("nvml_names", "pci_device_ids"):
+        val = detect.get(key)
+        if val is not None and not (isinstance(val, list) and all(isinstance(x, str) for x in val)):
+            raise _err(path, f"detect.{key}: expected a list of strings, got {val!r}")
+    mem = detect.get("memory_gib")
+    if mem is not None and not (isinstance(mem, list) and len(mem) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in mem) and mem[0] <= mem[1]):
+        raise _err(path, f"detect.memory_gib: expected [low, high] in GiB, got {mem!r}")
     expect = doc.get("expect") or {}
     for key in expect:
         if key not in EXPECT_KEYS:
@@ -188,8 +213,13 @@ def _load_check(path: str, sku: str, check: str, entry: Any) -> Limit:
     if not entry.get("source"):
         raise _err(path, f"checks.{check}: 'source' is required (datasheet edition or the card measured)")
     mbw = entry.get("min_by_world_size")
-    if mbw is not None and not (isinstance(mbw, dict) and all(isinstance(k, int) for k in mbw)):
+    if mbw is not None and not (isinstance(mbw, dict) and all(
+            type(k) is int and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in mbw.items())):
         raise _err(path, f"checks.{check}.min_by_world_size: expected a mapping of world size to number")
+    for key in ("at_bytes", "fraction_of_datasheet"):
+        val = entry.get(key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))):
+            raise _err(path, f"checks.{check}.{key}: expected a number, got {val!r}")
     return Limit(sku, check, direction, float(bound), unit, str(entry["source"]), entry.get("at_bytes"), mbw)
 
 

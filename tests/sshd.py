@@ -7,7 +7,7 @@
     node.stop()                                          # SIGKILL the sshd and everything below it
 
 Each sshd gets its own ed25519 host key; all share one client key pair (``client_key()``), created
-once per process. Requires /usr/sbin/sshd and ssh-keygen, and root (sshd privilege separation).
+once per process. Sessions get ``SHLVL=1`` so root's bash does not source ~/.bashrc. Requires /usr/sbin/sshd and ssh-keygen, and root (sshd privilege separation).
 """
 from __future__ import annotations
 
@@ -237,6 +237,10 @@ def start_sshd(
             "MaxSessions 50",
             f"LogLevel {log_level}",
             "Subsystem sftp internal-sftp",
+            # bash sources ~/.bashrc for sshd sessions only when SHLVL < 2: keep the login user's rc
+            # files (pyenv init and the like: slow, and they leave stale locks when a test SIGKILLs a
+            # session) out of the rig
+            "SetEnv SHLVL=1",
         ]
         if _sshd_version() >= (9, 8):
             lines.append("PerSourcePenalties no")  # failed-auth tests must not get 127.0.0.1 banned

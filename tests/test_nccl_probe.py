@@ -406,3 +406,19 @@ def test_row_at():
         row_at(doc, 1024)
     with pytest.raises(nccl_table.RowNotFound):
         row_at({"rows": []}, 1 << 20)
+
+
+def test_nccl_env_lines_and_algos_per_row():
+    lines = [
+        "gpu07:720:720 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.",
+        "gpu07:720:720 [0] NCCL INFO NCCL_DEBUG_SUBSYS set by environment to INIT,GRAPH,ENV,TUNING.",
+        "gpu07:720:720 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..23}",
+        "gpu07:720:720 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..23}",
+        "gpu07:720:720 [0] NCCL INFO ReduceScatter: 524288 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..7}",
+        "gpu07:720:720 [0] NCCL INFO AllGather: 524288 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..7}",
+    ]
+    got = probe.parse_nccl_log(lines)
+    assert got["nccl_env_seen"] == {"NCCL_NVLS_ENABLE": "0", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV,TUNING"}
+    assert probe.algos_for(got["algos"], 1 << 20, 2, 4, "rs_ag") == ("RING/SIMPLE+RING/LL128", "RING/LL128+TREE/LL")
+    assert probe.algos_for(got["algos"], 1 << 20, 2, 4, "copy") == ("RING/LL128+TREE/LL", "RING/LL128+TREE/LL")
+    assert probe.algos_for(got["algos"], 1 << 22, 2, 4, "rs_ag") == (None, None)

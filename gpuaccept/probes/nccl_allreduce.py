@@ -73,13 +73,17 @@ Result document
 ---------------
 ``{"backend", "world_size", "nccl_version", "nccl_version_full", "dtype", "transports": {"P2P/CUMEM": 48, ...},
 "transport_classes": {"P2P": 48}, "nccl_network", "algos": [{"coll", "bytes", "algo", "proto"}, ...],
-"rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps",
-"oop_wrong", "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps", "ip_wrong", "graph"}], "wrong_total",
-"avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup", "timing", "master_port",
-"rendezvous_attempts", "torch_version", "worker_env", "notes"}``.
+"nccl_env_seen": {"NCCL_NVLS_ENABLE": "0"}, "rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us",
+"oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong", "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps", "ip_wrong",
+"graph", "oop_algo", "ip_algo"}], "wrong_total", "avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup",
+"timing", "master_port", "rendezvous_attempts", "torch_version", "worker_env", "notes"}``.
+Units are in the keys: ``_us`` microseconds per collective, ``_gbps`` GB/s (1e9 bytes/s), ``bytes`` bytes.
 ``avg_busbw_gbps`` is nccl-tests' "Avg bus bandwidth": the mean busbw over every size, out-of-place and
 in-place. ``transports`` counts NCCL's "Channel xx/y : a[i] -> b[j] via T" lines over all ranks; ``algos``
-lists each distinct algorithm/protocol NCCL's TUNING lines name (rank 0 prints them; absent in old NCCL).
+lists each distinct algorithm/protocol NCCL's TUNING lines name for the measured sizes (rank 0 prints them;
+absent before NCCL 2.19 or so), and ``oop_algo``/``ip_algo`` the ones of each row (``"RING/LL128"``, or None).
+``nccl_env_seen`` holds the variables NCCL reports having read ("NCCL_X set by environment to Y"),
+``worker_env`` the NCCL/torch/CUDA variables the workers were given. gloo: NCCL fields are null or empty.
 
 Failures: a rank that exits early fails the probe with ``rank R exited with rc X: <its last line>``; ranks
 still running at ``deadline_s`` fail it with ``all-reduce hung: ranks [...] did not finish within Ns; killed all
@@ -218,6 +222,7 @@ _VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+)(\S*)")
 _CHANNEL = re.compile(r"^Channel (\d+)(?:/(\d+))? : (\d+)\[\w+\] -> (\d+)\[\w+\](?: \[(send|receive)\])? via (.+?)\s*$")
 _TUNING = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
 _NETWORK = re.compile(r"^Using network (\S+)")
+_ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?\s*$")
 
 
 def transport_class(name: str) -> str:
@@ -236,12 +241,14 @@ def parse_nccl_log(lines) -> dict:
 
     Returns ``{"nccl_version": "2.28.9" | None, "nccl_version_full": "2.28.9+cuda13.0" | None,
     "transports": {"P2P/CUMEM": n, ...}, "transport_classes": {"P2P": n}, "nccl_network": "Socket" | None,
-    "algos": [{"coll", "bytes", "algo", "proto"}, ...]}``. Transport lines look like
+    "algos": [{"coll", "bytes", "algo", "proto"}, ...], "nccl_env_seen": {"NCCL_NVLS_ENABLE": "0", ...}}``
+    (the last from ENV lines ``NCCL_NVLS_ENABLE set by environment to 0.``). Transport lines look like
     ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` (``/0`` absent in old NCCL; ``[send]``/``[receive]``
     for network transports); TUNING lines (NCCL >= 2.19, rank 0 only) like
     ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..23}``.
     """
     version = version_full = network = None
+    env_seen: dict = {}
     transports: Counter = Counter()
     algos: list[dict] = []
     seen = set()
@@ -259,13 +266,31 @@ def parse_nccl_log(lines) -> dict:
             if key not in seen:
                 seen.add(key)
                 algos.append({"coll": key[0], "bytes": key[1], "algo": key[2], "proto": key[3]})
-        elif (m := _NETWORK.match(msg)) and network is None:
-            network = m.group(1)
+        elif m := _NETWORK.match(msg):
+            network = network or m.group(1)
+        elif m := _ENV.match(msg):
+            env_seen.setdefault(m.group(1), m.group(2))
     classes: Counter = Counter()
     for name, n in transports.items():
         classes[transport_class(name)] += n
     return {"nccl_version": version, "nccl_version_full": version_full, "transports": dict(transports),
-            "transport_classes": dict(classes), "nccl_network": network, "algos": algos}
+            "transport_classes": dict(classes), "nccl_network": network, "algos": algos,
+            "nccl_env_seen": env_seen}
+
+
+def algos_for(algos: list[dict], nbytes: int, world_size: int, elsize: int, oop: str) -> tuple:
+    """``(oop_algo, ip_algo)`` strings like ``"RING/LL128"`` (``+``-joined when NCCL picked several) for one
+    message size, from :func:`parse_nccl_log`'s ``algos``; None where NCCL printed nothing. NCCL's byte figure is
+    the per-rank output for ReduceScatter and the per-rank input for AllGather (a shard), else the message."""
+    shard = -(-(nbytes // elsize) // world_size) * elsize
+
+    def pick(colls: dict) -> str | None:
+        names = [f"{a['algo']}/{a['proto']}" for a in algos if colls.get(a["coll"]) == a["bytes"]]
+        return "+".join(dict.fromkeys(names)) or None
+
+    ip = pick({"AllReduce": nbytes})
+    oop_algo = pick({"ReduceScatter": shard, "AllGather": shard}) if oop == "rs_ag" else ip
+    return oop_algo, ip
 
 
 def is_addr_in_use(text: str) -> bool:
@@ -560,6 +585,7 @@ def main(args: dict) -> dict:
                 outcome, which = _supervise(workers, deadline)
                 if outcome == "addr_in_use":
                     _kill_all(workers)
+                    log(f"nccl_allreduce: port {port} in use ({time.monotonic() - t0:.1f}s); retrying")
                     notes.append(f"rendezvous port {port} in use; retried on another")
                     if attempt == RENDEZVOUS_ATTEMPTS:
                         raise ProbeFailed(f"rendezvous failed: port in use on {RENDEZVOUS_ATTEMPTS} attempts")
@@ -601,6 +627,12 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
     parsed = parse_nccl_log(line for t in texts for line in t.splitlines())
     if cfg["backend"] == "nccl" and parsed["nccl_version"] is None and res.get("nccl_version"):
         parsed["nccl_version"] = parsed["nccl_version_full"] = res["nccl_version"]
+    elsize = DTYPES[cfg["dtype"]][0]
+    for row in rows:
+        row["oop_algo"], row["ip_algo"] = algos_for(parsed["algos"], row["bytes"], n, elsize, cfg["oop"])
+    wanted = {("AllReduce", r["bytes"]) for r in rows}
+    wanted |= {(c, -(-r["count"] // n) * elsize) for r in rows for c in ("ReduceScatter", "AllGather")}
+    algos = [a for a in parsed["algos"] if (a["coll"], a["bytes"]) in wanted]  # not the probe's own small syncs
     if n == 1:
         notes.append(f"1 {'GPU' if cfg['backend'] == 'nccl' else 'rank'}: nothing to reduce "
                      f"(busbw factor 2(n-1)/n = 0)")
@@ -616,7 +648,8 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
         "transports": parsed["transports"],
         "transport_classes": parsed["transport_classes"],
         "nccl_network": parsed["nccl_network"],
-        "algos": parsed["algos"],
+        "algos": algos,
+        "nccl_env_seen": parsed["nccl_env_seen"],
         "rows": rows,
         "wrong_total": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
         "avg_busbw_gbps": avg_busbw(rows),

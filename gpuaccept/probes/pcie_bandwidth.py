@@ -229,6 +229,7 @@ def main(args: dict) -> dict:
         gpus.append(info)
     log("pcie_bandwidth: " + ", ".join(f"GPU {g['index']} numa {g['numa_node']}" for g in gpus))
 
+    t0 = time.perf_counter()
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(gpus))
     procs, conns = [], []
@@ -243,6 +244,7 @@ def main(args: dict) -> dict:
             conns.append(parent_end)
         for g, c in zip(gpus, conns):
             receive(c, g["index"], READY_TIMEOUT)
+        log(f"pcie_bandwidth: {len(gpus)} worker(s) ready after {time.perf_counter() - t0:.1f} s")
 
         for g in gpus:
             g.update(h2d_gbps=None, d2h_gbps=None, h2d_gbps_max=None, d2h_gbps_max=None,
@@ -262,6 +264,7 @@ def main(args: dict) -> dict:
                 g["d2h_gbps_all"] = summarize(res["d2h"], nbytes)[0]
         for c in conns:
             c.send(("quit", None))
+        log(f"pcie_bandwidth: measured after {time.perf_counter() - t0:.1f} s")
     finally:
         for p in procs:
             p.join(timeout=10)

@@ -45,6 +45,10 @@ from gpuaccept.errors import (
 from gpuaccept.transport import CommandResult, short_command
 
 log = logging.getLogger(__name__)
+#: paramiko's transport logs go here (not to "paramiko.transport"): with no logging configured they
+#: are dropped instead of printing tracebacks on stderr; configure logging to see them.
+PARAMIKO_LOG = "gpuaccept.transport.paramiko"
+logging.getLogger(PARAMIKO_LOG).addHandler(logging.NullHandler())
 
 #: seconds between the SSH keepalive packets sent on an idle connection
 KEEPALIVE_S = 5
@@ -272,6 +276,7 @@ class SSHTransport:
         pkey = self._load_key()
         key_file = self.host.key_file
         client = paramiko.SSHClient()
+        client.set_log_channel(PARAMIKO_LOG)
         for path in self.known_hosts_files:
             if os.path.exists(path):
                 try:
@@ -323,7 +328,15 @@ class SSHTransport:
             client.close()
             raise HostUnreachable(name, f"cannot connect to {self.display}: {e.strerror or e}") from None
         except SSHException as e:
+            transport = client.get_transport()
+            cause = transport.get_exception() if transport is not None else None
+            if cause is not None and str(cause) != str(e):
+                e = cause if isinstance(cause, SSHException) else SSHException(str(cause))
             client.close()
+            if "banner" in str(e).lower():
+                raise HostUnreachable(
+                    name, f"no SSH banner from {self.display} within {t:g}s (host or sshd not answering)"
+                ) from None
             if "authentication" in str(e).lower():
                 raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
             raise HostUnreachable(name, f"SSH handshake with {self.display} failed: {e}") from None
