@@ -8,9 +8,9 @@ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'nccl
 for spec in "gpu_inventory {}" "pcie_link {}" "launch_overhead {}" "hbm_bandwidth {}" "matmul_tflops {}" \
             "pcie_bandwidth {}" 'nvlink {"p2p_bandwidth":true,"sample_seconds":1}' 'xid_events {}' 'nccl_allreduce {}'; do
   p=${spec%% *}; a=${spec#* }
-  s=$(date +%s.%N)
+  s=$(date +%s%N)
   (cd gpuaccept/probes && timeout 300 python3 "$p.py" "$a" > /tmp/p.out 2>> "$OUT/probes.err"); rc=$?
-  e=$(date +%s.%N)
-  printf '{"probe":"%s","rc":%d,"seconds":%.1f,"doc":%s}\n' "$p" $rc "$(echo "$e - $s" | bc)" "$(tail -n1 /tmp/p.out || echo null)" >> "$OUT/probes.jsonl"
-  echo "== $p rc=$rc $(echo "$e - $s" | bc) s: $(tail -n1 /tmp/p.out | head -c 400)"
+  e=$(date +%s%N); ms=$(( (e - s) / 1000000 ))
+  printf '{"probe":"%s","rc":%d,"ms":%d,"doc":%s}\n' "$p" $rc $ms "$(tail -n1 /tmp/p.out || echo null)" >> "$OUT/probes.jsonl"
+  echo "== $p rc=$rc ${ms} ms: $(tail -n1 /tmp/p.out | head -c 400)"
 done
