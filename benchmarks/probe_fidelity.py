@@ -87,12 +87,8 @@ def wall_rate(fn, warm_s: float = 1.0, run_s: float = 2.0) -> tuple[float, int, 
     return (time.perf_counter() - t0) / n, n, time.time() - t_start
 
 
-def references() -> dict:
-    """Reference figures on GPU 0: {name: (value, seconds spent)}."""
-    torch.cuda.set_device(0)
-    dev = torch.device("cuda", 0)
-    ref: dict = {}
-    n = 4 * GIB // 4
+def ref_hbm(dev: torch.device, ref: dict) -> None:
+    n = 4 * GIB // 4  # 4 GiB of fp32 per buffer
     src = torch.rand(n, device=dev)
     dst = torch.rand(n, device=dev)
     s, w = events_median(lambda: torch.sum(src))
@@ -101,14 +97,18 @@ def references() -> dict:
     ref["copy"] = (2 * 4 * GIB / s / 1e9, w)
     s, w = events_median(lambda: dst.fill_(1.0))
     ref["write"] = (4 * GIB / s / 1e9, w)
-    del src, dst
-    torch.cuda.empty_cache()
 
-    cc = torch.cuda.get_device_capability(0)
-    for name, dt, size in (("bf16", torch.bfloat16, 8192), ("fp16", torch.float16, 8192),
-                           ("tf32", torch.float32, 8192), ("fp64", torch.float64, 4096)):
-        if name == "fp64" and cc not in ((8, 0), (9, 0), (10, 0)):
-            continue
+
+def ref_matmul(name: str, dev: torch.device, ref: dict) -> None:
+    """Plain torch.matmul(a, b) (fp8: torch._scaled_mm) back to back, timed by wall clock."""
+    size = 4096 if name == "fp64" else 8192
+    if name == "fp8":
+        a = torch.randn(size, size, device=dev).to(torch.float8_e4m3fn)
+        bt = torch.randn(size, size, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as required
+        one = torch.tensor(1.0, device=dev)
+        per, _, w = wall_rate(lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    else:
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp64": torch.float64}[name]
         a = torch.randn(size, size, device=dev, dtype=dt)
         b = torch.randn(size, size, device=dev, dtype=dt)
         saved = torch.backends.cuda.matmul.allow_tf32
@@ -117,17 +117,11 @@ def references() -> dict:
             per, _, w = wall_rate(lambda: torch.matmul(a, b))
         finally:
             torch.backends.cuda.matmul.allow_tf32 = saved
-        ref[name] = (2 * size**3 / per / 1e12, w)
-        del a, b
-    if cc >= (8, 9) and hasattr(torch, "_scaled_mm"):
-        a = torch.randn(8192, 8192, device=dev).to(torch.float8_e4m3fn)
-        bt = torch.randn(8192, 8192, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as required
-        one = torch.tensor(1.0, device=dev)
-        per, _, w = wall_rate(lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-        ref["fp8"] = (2 * 8192**3 / per / 1e12, w)
-        del a, bt
-    torch.cuda.empty_cache()
+    ref[name] = (2 * size**3 / per / 1e12, w)
 
+
+def ref_pcie(dev: torch.device, ref: dict) -> None:
+    """Pinned 1 GiB copies each way, no NUMA binding."""
     host = torch.empty(GIB, dtype=torch.uint8, pin_memory=True)
     host.fill_(1)
     d = torch.empty(GIB, dtype=torch.uint8, device=dev)
@@ -135,8 +129,9 @@ def references() -> dict:
     ref["h2d"] = (GIB / s / 1e9, w)
     s, w = events_median(lambda: host.copy_(d, non_blocking=True), reps=10, warm=1)
     ref["d2h"] = (GIB / s / 1e9, w)
-    del host, d
 
+
+def ref_launch(dev: torch.device, ref: dict) -> None:
     x = torch.zeros(1, device=dev)
     for _ in range(1000):
         x.add_(1)
@@ -145,8 +140,59 @@ def references() -> dict:
     for _ in range(10000):
         x.add_(1)
     torch.cuda.synchronize()
-    ref["launch_us"] = ((time.perf_counter() - t0) / 10000 * 1e6, time.perf_counter() - t0)
+    secs = time.perf_counter() - t0
+    ref["launch_us"] = (secs / 10000 * 1e6, secs)
+
+
+def references() -> dict:
+    """Reference figures on GPU 0: {name: (value, seconds spent)}."""
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    cc = torch.cuda.get_device_capability(0)
+    ref: dict = {}
+    ref_hbm(dev, ref)
+    for name in ("bf16", "fp16", "tf32", "fp8", "fp64"):
+        if name == "fp8" and not (cc >= (8, 9) and hasattr(torch, "_scaled_mm")):
+            continue
+        if name == "fp64" and cc not in ((8, 0), (9, 0), (10, 0)):
+            continue
+        ref_matmul(name, dev, ref)
+        torch.cuda.empty_cache()
+    ref_pcie(dev, ref)
+    ref_launch(dev, ref)
     return ref
+
+
+TRITON_SWEEP = [("tiles", 4096, 4, 0), ("tiles", 8192, 8, 0), ("tiles", 16384, 8, 0),
+                ("persistent", 2048, 4, 16), ("persistent", 4096, 4, 8), ("persistent", 4096, 8, 8),
+                ("persistent", 8192, 8, 4), ("persistent", 8192, 16, 2), ("persistent", 16384, 16, 2)]
+
+
+def triton_sweep() -> list[dict]:
+    """Read GB/s of the hbm probe's Triton kernels over a few tile/warp/grid configs, GPU 0, 4 GiB fp32."""
+    sys.path.insert(0, str(PROBES))
+    import hbm_bandwidth as hbm
+
+    triton, kernels = hbm.load_triton("cuda")
+    if triton is None:
+        return [{"config": None, "error": kernels}]
+    torch.cuda.set_device(0)
+    x = torch.rand(GIB, device="cuda")  # 4 GiB fp32
+    expect = torch.sum(x, dtype=torch.float64).item()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = []
+    for conf in TRITON_SWEEP:
+        try:
+            rep = hbm.triton_reader(kernels, conf, x, sms)
+            got = rep().sum(dtype=torch.float64).item()
+            s, w = events_median(rep)
+            out.append({"config": conf, "gbps": 4 * GIB / s / 1e9, "ok": abs(got - expect) <= 1e-4 * expect,
+                        "seconds": w})
+        except Exception as e:  # noqa: BLE001
+            out.append({"config": conf, "error": f"{type(e).__name__}: {e}"[:200]})
+    del x
+    torch.cuda.empty_cache()
+    return out
 
 
 def fmt(v, nd=1) -> str:
@@ -177,6 +223,7 @@ def main() -> int:
     for probe, key in runs:
         docs[key], secs[key], errs[key] = run_probe(probe)
     ref = references()
+    sweep = triton_sweep()
 
     def gpu0(key):
         d = docs.get(key) or {}
@@ -222,7 +269,8 @@ def main() -> int:
                          "known": None, "target": target, "pass": None if target is None else secs[key] <= target,
                          "seconds": secs[key], "note": "budget: at most target"})
 
-    head = f"{'figure':34} {'ours':>9} {'reference':>9} {'ratio':>6} {'known':>8} {'target':>7} {'pass':>5} {'secs':>6}  note"
+    head = (f"{'figure':34} {'ours':>9} {'reference':>9} {'ratio':>6} {'known':>8} {'target':>7} {'pass':>5} "
+            f"{'secs':>6}  note")
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:
         print(f"{r['figure']:34} {fmt(r['ours'], 2):>9} {fmt(r['reference'], 2):>9} {fmt(r['ratio'], 3):>6} "
@@ -235,6 +283,10 @@ def main() -> int:
         if hbm.get("errors"):
             print("  left out:", json.dumps(hbm["errors"]))
         print("  triton:", docs["hbm"].get("triton"))
+    print("\nTriton read sweep on GPU 0 (kind, BLOCK, warps, programs/SM): GB/s")
+    for r in sweep:
+        print(f"  {r['config']}: " + (f"{r['gbps']:.1f} (sum ok: {r['ok']}, {r['seconds']:.1f} s incl. compile)"
+                                      if "gbps" in r else r.get("error", "")))
     if docs.get("matmul") and not docs["matmul"].get("failed"):
         print("\nmatmul per GPU:", json.dumps([{g["index"]: {d: r["tflops"] for d, r in g["dtypes"].items()}}
                                                 for g in docs["matmul"]["gpus"]]), "nvml:", docs["matmul"].get("nvml"))
@@ -246,7 +298,7 @@ def main() -> int:
     if out:
         path = Path(out) / "probe_fidelity.json"
         path.write_text(json.dumps({"environment": env, "table": rows, "probes": docs,
-                                    "probe_seconds": secs, "stderr_tails": errs,
+                                    "probe_seconds": secs, "stderr_tails": errs, "triton_sweep": sweep,
                                     "references": {k: v[0] for k, v in ref.items()}}, indent=1, default=str))
         print(f"\nwrote {path}")
     return 0

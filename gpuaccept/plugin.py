@@ -73,15 +73,21 @@ def pytest_configure(config: pytest.Config) -> None:
         rdir = config.getoption("reports")
         if rdir is None:
             base = str(config.rootpath / "reports")
-            rdir = os.path.join(base, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-            n = 1
-            while os.path.exists(rdir):
-                rdir = os.path.join(base, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{n}")
-                n += 1
-        try:
-            os.makedirs(rdir, exist_ok=True)
-        except OSError as e:
-            raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            for n in range(1000):  # mkdir is atomic: two runs started in the same second get two folders
+                rdir = os.path.join(base, stamp + (f"-{n}" if n else ""))
+                try:
+                    os.makedirs(rdir)
+                    break
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    raise pytest.UsageError(f"reports folder {rdir}: cannot create: {e.strerror}") from None
+        else:
+            try:
+                os.makedirs(rdir, exist_ok=True)
+            except OSError as e:
+                raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
         _point_latest(rdir)
         run_id = os.path.basename(os.path.normpath(rdir))
         state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),

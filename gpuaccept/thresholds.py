@@ -55,6 +55,8 @@ CHECKS: dict[str, tuple[str, str]] = {
     "below_node_median_pct": ("%", "max"),
     # nvlink
     "nvlink_active_links": ("links", "min"),
+    "nvlink_crc_errors_per_s": ("errors/s", "max"),
+    "nvlink_replay_errors_per_s": ("errors/s", "max"),
     "p2p_unidir_bw_gbps": ("GB/s", "min"),
     "p2p_bidir_bw_gbps": ("GB/s", "min"),
     # nccl

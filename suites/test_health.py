@@ -151,7 +151,7 @@ def test_fabric(node: Node, gpus, sku, verdicts):
         if nvml_error(fab):
             if _required(sku, "fabric"):
                 verdicts.fail(f"fabric info unreadable ({nvml_error(fab)})", gpu=g)
-        elif fab.get("state") not in ("completed", "not_supported") or fab.get("status") not in (None, "success", "Success"):
+        elif str(fab.get("state")).lower() != "completed" or str(fab.get("status")).lower() not in ("none", "success"):
             verdicts.fail(f"fabric state {fab.get('state')}, status {fab.get('status')}", gpu=g)
     verdicts.finish()
 

@@ -40,8 +40,10 @@ def test_allreduce(node: Node, gpus, sku, verdicts, request):
                           f"{sku.sku} expects {want}")
     if limit is not None:
         row = row_at(doc, at)
-        verdicts.record("allreduce_busbw_gbps", row.get("oop_busbw_gbps"), "GB/s",
+        # Judged on the in-place column: it is the true ncclAllReduce (torch has no copy-free out-of-place
+        # all-reduce; the probe's out-of-place column is a reduce-scatter + all-gather, see its docstring).
+        verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s",
                         limit=limit.for_world_size(n),
-                        extra={"bytes": row.get("bytes"), "algbw_gbps": row.get("oop_algbw_gbps"),
-                               "ip_busbw_gbps": row.get("ip_busbw_gbps")})
+                        extra={"bytes": row.get("bytes"), "algbw_gbps": row.get("ip_algbw_gbps"),
+                               "oop_busbw_gbps": row.get("oop_busbw_gbps"), "algo": row.get("ip_algo")})
     verdicts.finish()

@@ -17,7 +17,8 @@ def test_nvlink_links(node: Node, gpus, sku, verdicts):
     _need_links(sku)
     if len(gpus) < 2:
         pytest.skip(f"1 GPU on {node.name}: NVLink needs a peer")
-    doc = node.probe("nvlink", {"sample_seconds": 2.0})
+    window = 2.0
+    doc = node.probe("nvlink", {"sample_seconds": window})
     limit = sku.checks.get("nvlink_active_links")
     for g in doc["gpus"]:
         verdicts.record("nvlink_active_links", g.get("active_count") if isinstance(g.get("active_count"), int)
@@ -25,9 +26,15 @@ def test_nvlink_links(node: Node, gpus, sku, verdicts):
         for link in g.get("links") or []:
             if link.get("active") is False and limit is not None and link["link"] < limit.bound:
                 verdicts.fail(f"NVLink {link['link']} inactive (remote {link.get('remote_pci_bus_id')})", gpu=g)
-            grew = {k: v for k, v in (link.get("errors_delta") or {}).items() if isinstance(v, int) and v > 0}
-            if grew:
-                verdicts.fail(f"NVLink {link['link']} error counters grew during the run: {grew}", gpu=g)
+            delta = {k: v for k, v in (link.get("errors_delta") or {}).items() if isinstance(v, int) and v > 0}
+            if delta.get("recovery"):
+                verdicts.fail(f"NVLink {link['link']} needed {delta['recovery']} link recoveries while watched", gpu=g)
+            for kind, keys in (("crc", ("crc_flit", "crc_data")), ("replay", ("replay",))):
+                rate = sum(delta.get(k, 0) for k in keys) / window
+                lim = sku.checks.get(f"nvlink_{kind}_errors_per_s")
+                if rate and lim is not None and not verdicts.record(
+                        f"nvlink_{kind}_errors_per_s", round(rate, 2), gpu=g, limit=lim, extra={"link": link["link"]}):
+                    verdicts.fail(f"NVLink {link['link']} {kind} errors at {rate:.1f}/s", gpu=g)
     verdicts.finish()
 
 

@@ -212,6 +212,37 @@ def test_dead_rank_fails_fast_and_kills_the_others():
         _cleanup(workers)
 
 
+def test_terminated_probe_kills_its_ranks():
+    p, workers, _, _ = _start_and_hit(dict(SMALL, world_size=2, iters=50), 0, signal.SIGCONT, 2)
+    try:
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 1, out + err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["msg"] == "probe terminated by SIGTERM; killed all ranks"
+        time.sleep(0.2)
+        assert all("--worker" not in _cmdline(pid) for pid in workers.values())
+    finally:
+        if p.poll() is None:
+            p.kill()
+        _cleanup(workers)
+
+
+def test_workers_die_with_a_killed_probe():
+    """SIGKILL leaves the probe no chance to clean up: PR_SET_PDEATHSIG must take the workers down."""
+    p, workers, _, _ = _start_and_hit(dict(SMALL, world_size=2, iters=50), 0, signal.SIGCONT, 2)
+    try:
+        time.sleep(0.5)
+        p.kill()
+        p.communicate(timeout=30)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any("--worker" in _cmdline(pid) for pid in workers.values()):
+            time.sleep(0.05)
+        assert all("--worker" not in _cmdline(pid) for pid in workers.values())
+    finally:
+        _cleanup(workers)
+
+
 def test_port_in_use_is_retried_on_another():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

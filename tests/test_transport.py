@@ -238,6 +238,28 @@ def test_changed_host_key_refused_even_with_accept_new(sshd_nodes, tmp_path):
     assert kh.read_text() == wrong + "\n"
 
 
+def test_known_hosts_hashed_and_odd_lines(sshd_nodes, tmp_path):
+    node = sshd_nodes[2]
+    kh = tmp_path / "kh"
+    ca = " ".join(Path(node.key_file + ".pub").read_text().split()[:2])
+    kh.write_text(node.known_hosts_line + "\n")
+    subprocess.run([SSH_KEYGEN, "-H", "-f", str(kh)], check=True, capture_output=True)
+    hashed = kh.read_text()
+    assert hashed.startswith("|1|") and node.address not in hashed
+    kh.write_text(f"@cert-authority *.example.org {ca}\nnot a valid line\n# comment\n\n{hashed}")
+    t = get_transport(host_for(node), known_hosts=str(kh))
+    assert t.run("true").rc == 0
+    t.close()
+
+
+def test_revoked_host_key_refused(sshd_nodes, tmp_path):
+    node = sshd_nodes[2]
+    kh = tmp_path / "kh"
+    kh.write_text(f"{node.known_hosts_line}\n@revoked * {node.known_hosts_line.split(' ', 1)[1]}\n")
+    with pytest.raises(HostKeyError, match=f"{node.name}: host key for .* is marked @revoked in {kh}:2"):
+        get_transport(host_for(node), known_hosts=str(kh), accept_new_host_keys=True).run("true")
+
+
 # ---------------------------------------------------------------- ssh only: auth and reachability
 
 

@@ -191,7 +191,7 @@ def load_triton(device: str):
 
 
 def triton_reader(kernels: dict, config: tuple, x: torch.Tensor, sm_count: int):
-    """A zero-argument read rep for one Triton config, returning the total (for validation)."""
+    """A zero-argument read rep for one Triton config; it returns the per-program partial sums."""
     kind, block, warps, per_sm = config
     n = x.numel()
     if n >= 2**31:  # the kernels index with int32
@@ -347,7 +347,8 @@ def main(args: dict) -> dict:
             triton_kernels, triton_state = loaded, triton.__version__
     cfg = {"device": device, "bytes": nbytes, "iters": iters,
            "read_methods": read_methods, "triton_kernels": triton_kernels}
-    log(f"hbm_bandwidth: {len(indices)} device(s), {nbytes / GIB:.3f} GiB per buffer, {iters} reps, triton {triton_state}")
+    log(f"hbm_bandwidth: {len(indices)} device(s), {nbytes / GIB:.3f} GiB per buffer, {iters} reps, "
+        f"triton {triton_state}")
     gpus = on_gpus(lambda i, b: measure_gpu(i, b, cfg), indices)
     return {"device": device, "bytes": nbytes, "iters": iters, "triton": triton_state, "gpus": gpus}
 

@@ -571,6 +571,8 @@ def main(args: dict) -> dict:
         pass
 
     def _on_signal(signum, _frame):
+        for sig in old:  # a second signal must not interrupt the clean-up
+            signal.signal(sig, signal.SIG_IGN)
         raise _Terminated(signal.Signals(signum).name)
 
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 import paramiko
+from paramiko.hostkeys import HostKeyEntry
 from paramiko.ssh_exception import (
     AuthenticationException,
     BadHostKeyException,
@@ -40,7 +41,6 @@ from gpuaccept.errors import (
     GpuacceptError,
     HostKeyError,
     HostUnreachable,
-    TransportError,
 )
 from gpuaccept.transport import CommandResult, short_command
 
@@ -277,12 +277,9 @@ class SSHTransport:
         key_file = self.host.key_file
         client = paramiko.SSHClient()
         client.set_log_channel(PARAMIKO_LOG)
+        revoked: dict[str, str] = {}
         for path in self.known_hosts_files:
-            if os.path.exists(path):
-                try:
-                    client.load_system_host_keys(path)
-                except Exception as e:
-                    raise HostKeyError(name, f"cannot read known_hosts file {path}: {e}") from None
+            self._load_known_hosts(path, client.get_host_keys(), revoked)
         client.set_missing_host_key_policy(_HostKeyPolicy(self))
         if key_file and pkey is not None:
             auth_desc = f"key file {key_file}"
@@ -333,9 +330,11 @@ class SSHTransport:
             if cause is not None and str(cause) != str(e):
                 e = cause if isinstance(cause, SSHException) else SSHException(str(cause))
             client.close()
-            if "banner" in str(e).lower():
+            low = str(e).lower()
+            if "banner" in low or "no existing session" in low or "negotiation" in low:
                 raise HostUnreachable(
-                    name, f"no SSH banner from {self.display} within {t:g}s (host or sshd not answering)"
+                    name, f"SSH handshake with {self.display} did not complete within {t:g}s "
+                    f"(host or sshd not answering): {e}"
                 ) from None
             if "authentication" in str(e).lower():
                 raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
@@ -345,17 +344,58 @@ class SSHTransport:
             raise HostUnreachable(name, f"SSH handshake with {self.display} failed: connection closed") from None
         transport = client.get_transport()
         assert transport is not None
+        server_key = transport.get_remote_server_key()
+        if server_key.get_base64() in revoked:
+            client.close()
+            raise HostKeyError(
+                name,
+                f"host key for {self.display} ({fingerprint(server_key)}) is marked @revoked in "
+                f"{revoked[server_key.get_base64()]}",
+            )
         transport.set_keepalive(KEEPALIVE_S)
         return client
+
+    def _load_known_hosts(self, path: str, into: paramiko.HostKeys, revoked: dict[str, str]) -> None:
+        """Add the plain and hashed entries of known_hosts file ``path`` to ``into``; record
+        ``@revoked`` keys (base64 -> path) in ``revoked``. Skips ``@cert-authority`` lines, wildcard
+        patterns and malformed lines (paramiko would refuse the whole file). Missing file: nothing.
+        Raises HostKeyError when the file exists but cannot be read."""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise HostKeyError(self.host.name, f"cannot read known_hosts file {path}: {e.strerror or e}") from None
+        for lineno, line in enumerate(lines, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("@"):
+                fields = line.split()
+                if fields[0] == "@revoked" and len(fields) >= 4:
+                    revoked[fields[3]] = f"{path}:{lineno}"
+                continue
+            try:
+                entry = HostKeyEntry.from_line(line, lineno)
+            except Exception as e:
+                log.debug("%s:%d: skipped known_hosts line: %s", path, lineno, e)
+                continue
+            if entry is None or entry.key is None:
+                continue
+            for hostname in entry.hostnames:
+                if not any(c in hostname for c in "*?!"):
+                    into.add(hostname, entry.key.get_name(), entry.key)
 
     def _changed_key_message(self, got: paramiko.PKey, expected: paramiko.PKey) -> str:
         where = ""
         for path in self.known_hosts_files:
+            hk = paramiko.HostKeys()
             try:
-                hk = paramiko.HostKeys(path) if os.path.exists(path) else None
-            except Exception:
-                hk = None
-            if hk is not None and hk.lookup(self.hostkey_name):
+                self._load_known_hosts(path, hk, {})
+            except HostKeyError:
+                continue
+            if hk.lookup(self.hostkey_name):
                 where = f" -f {shlex.quote(path)}"
                 break
         return (
@@ -487,7 +527,9 @@ class SSHTransport:
             if not killed:
                 self._close_client()
             msg = f"command timed out after {timeout:g}s: {short_command(command)}"
-            if not killed:
+            if not killed and err.pgid is None:
+                msg += "; remote process group unknown (no pgid marker received): processes may be left running"
+            elif not killed:
                 msg += "; could not confirm the remote processes were killed (host not answering)"
             exc = CommandTimeout(name, msg)
             exc.stdout, exc.stderr = b"".join(out), err.value()  # type: ignore[attr-defined]
