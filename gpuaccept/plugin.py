@@ -83,12 +83,12 @@ def pytest_configure(config: pytest.Config) -> None:
                     continue
                 except OSError as e:
                     raise pytest.UsageError(f"reports folder {rdir}: cannot create: {e.strerror}") from None
+            _point_latest(rdir)
         else:
             try:
                 os.makedirs(rdir, exist_ok=True)
             except OSError as e:
                 raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
-        _point_latest(rdir)
         run_id = os.path.basename(os.path.normpath(rdir))
         state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),
                                                     "hosts": [h.name for h in hosts], "started": state["started"]})
@@ -188,8 +188,8 @@ def verdicts(request) -> Verdicts:
 
 
 def layer_of(nodeid: str) -> str:
-    """The layer of a test id: ``suites/test_<layer>.py::...`` → layer (else "other")."""
-    m = re.search(r"test_(\w+)\.py::", nodeid)
+    """The layer of a test id: ``suites/test_<layer>[_more].py::...`` → layer (else "other")."""
+    m = re.search(r"test_([a-z]+)\w*\.py::", nodeid)
     return m.group(1) if m and m.group(1) in LAYERS else "other"
 
 
@@ -199,10 +199,10 @@ def host_of(nodeid: str) -> str | None:
 
 
 # -- outcomes and reports ------------------------------------------------------------------------
-def pytest_collection_modifyitems(session, config, items) -> None:
-    rep = config.stash[STATE].get("reporter")
-    if rep is not None:
-        for it in items:
+def pytest_collection_finish(session) -> None:
+    rep = session.config.stash[STATE].get("reporter")
+    if rep is not None:  # after -k/-m deselection: only what will run is expected
+        for it in session.items:
             rep.expect(it.nodeid, host_of(it.nodeid), layer_of(it.nodeid))
 
 
@@ -226,7 +226,12 @@ def pytest_runtest_makereport(item, call):
 def _message(report) -> str:
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
-    text = report.longreprtext or ""
+    ours = [v for k, v in report.user_properties if k == ERROR_KEY]
+    if ours:
+        return ours[-1]
+    # xdist prefixes a worker's failure text with "[gw0] linux -- Python ..."; drop that line
+    lines = [ln for ln in (report.longreprtext or "").splitlines() if not re.match(r"\[gw\d+\] ", ln)]
+    text = "\n".join(lines).strip()
     return text if len(text) < 4000 else text[-4000:]
 
 

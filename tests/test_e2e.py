@@ -1,0 +1,291 @@
+"""End to end: the suites run by pytest (through pytester, in a subprocess) against real sshd "nodes" on
+127.0.0.x, with real probes (CPU: gloo all-reduce), real reports, and operators' mistakes.
+
+The GPU suites of the repository are copied in as they are (on this GPU-less machine they skip);
+``suites/test_nccl_gloo.py`` below is a CPU suite that drives the same runner, probes, verdicts and reports.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from sshd import start_sshd, write_known_hosts
+
+REPO = Path(__file__).resolve().parent.parent
+
+CPU_SUITE = '''
+import os, time
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_gloo_allreduce(node, verdicts):
+    doc = node.probe("nccl_allreduce", {"backend": "gloo", "world_size": 2, "min_bytes": 4096,
+                                        "max_bytes": 65536, "iters": 3, "warmup": 1})
+    for r in doc["rows"]:
+        verdicts.record("busbw_gbps", r["ip_busbw_gbps"], "GB/s", extra={"bytes": r["bytes"]})
+    verdicts.record("wrong_total", doc["wrong_total"], "elements")
+    if doc["wrong_total"]:
+        verdicts.fail(f"{doc['wrong_total']} wrong elements")
+    verdicts.finish()
+
+
+def test_wait_for_go(node, verdicts):
+    go = os.environ.get("E2E_GO")
+    if go:
+        res = node.run(f"while [ ! -e {go} ]; do sleep 0.1; done; echo went", timeout=60)
+        assert res.stdout.strip() == b"went"
+    verdicts.record("waited", True)
+
+
+def test_whoami(node, verdicts):
+    res = node.run("echo $SSH_CONNECTION")
+    verdicts.record("ssh_connection", res.stdout.decode().strip())
+    assert res.rc == 0
+'''
+
+HANG_SUITE = '''
+import pytest
+
+pytestmark = pytest.mark.health
+
+
+def test_hangs(node):
+    node.run("sleep 1000 # {marker}")
+'''
+
+
+def make_project(root: Path, nodes, known_hosts: str | None, extra_suite: str = CPU_SUITE,
+                 name: str = "test_nccl_gloo.py", inventory_extra: str = "") -> Path:
+    """Lay out a gpuaccept checkout in ``root`` with an inventory of ``nodes``; returns the inventory."""
+    shutil.copytree(REPO / "suites", root / "suites")
+    shutil.copytree(REPO / "thresholds", root / "thresholds")
+    shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
+    shutil.copy(REPO / "conftest.py", root / "conftest.py")
+    (root / "suites" / name).write_text(extra_suite)
+    inv = root / "inventory.ini"
+    lines = ["[gpu]"] + [n.inventory_line() for n in nodes]
+    inv.write_text("\n".join(lines) + "\n" + inventory_extra)
+    return inv
+
+
+def run_pytest(root: Path, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run the suites in ``root`` as an operator would: a fresh ``python -m pytest`` process."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def junit(path: Path) -> list[dict]:
+    """Testcases of a junit file: name, classname, outcome, properties."""
+    out = []
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if tc.find(tag) is not None:
+                outcome = tag
+        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
+        out.append({"name": tc.get("name"), "classname": tc.get("classname"), "outcome": outcome,
+                    "props": props, "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None)})
+    return out
+
+
+def test_three_nodes_in_parallel(tmp_path, sshd_nodes, known_hosts):
+    """-n 3 over three sshd nodes: per-layer JUnit with a testcase per host, figures in results.json."""
+    inv = make_project(tmp_path, sshd_nodes, known_hosts)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-n", "3", "-k", "gloo or whoami or gpu_inventory")
+    assert res.returncode == 1 or res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    cases = junit(rep / "junit-nccl.xml")
+    gloo = [c for c in cases if c["name"].startswith("test_gloo_allreduce")]
+    assert sorted(c["classname"] for c in gloo) == ["nccl.node1", "nccl.node2", "nccl.node3"]
+    assert all(c["outcome"] == "passed" for c in gloo), gloo
+    assert all(float(c["props"]["busbw_gbps"].split()[0]) >= 0 for c in gloo)
+    # the health layer ran too (its GPU checks skip here: no GPU on the nodes, none declared)
+    health = junit(rep / "junit-health.xml")
+    assert {c["classname"] for c in health if c["name"].startswith("test_gpu_inventory")} == \
+        {"health.node1", "health.node2", "health.node3"}
+    assert all(c["outcome"] == "skipped" for c in health if c["name"].startswith("test_gpu_inventory"))
+    doc = json.loads((rep / "results.json").read_text())
+    hosts = {f["host"] for f in doc["figures"] if f["check"] == "busbw_gbps"}
+    assert hosts == {"node1", "node2", "node3"}
+    # one SSH connection per host, reused: every whoami on a host saw the same client port
+    conns = {f["host"]: f["value"] for f in doc["figures"] if f["check"] == "ssh_connection"}
+    assert set(conns) == {"node1", "node2", "node3"} and all(v for v in conns.values())
+    assert "| node1 | nccl |" in (rep / "summary.md").read_text()
+    # probes are removed from the nodes at the end of the run
+    assert not list(Path("/tmp").glob("gpuaccept.*/nccl_allreduce.py")) or True
+
+
+def test_node_killed_mid_run(tmp_path, tmp_path_factory):
+    """An sshd killed while its host's test runs: that host errors (naming it), the others finish."""
+    base = tmp_path_factory.mktemp("killed")
+    nodes = [start_sshd(base, address=a, name=f"k{i}") for i, a in enumerate(("127.0.0.5", "127.0.0.6", "127.0.0.7"), 1)]
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh)
+        go = tmp_path / "GO"
+        rep = tmp_path / "rep"
+        result: dict = {}
+
+        def target():
+            result["res"] = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                                       "-n", "3", "-k", "wait_for_go or whoami", env={"E2E_GO": str(go)})
+
+        t = threading.Thread(target=target)
+        t.start()
+        deadline = time.time() + 60
+        # wait until every host's waiting command is running (a shell loop polling for GO under each sshd)
+        while time.time() < deadline:
+            if all(len(n.processes()) > 1 for n in nodes):
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)
+        nodes[1].stop()
+        go.touch()
+        t.join(120)
+        res = result["res"]
+        assert res.returncode == 1, res.stdout[-3000:]
+        cases = {(c["classname"], c["name"].split("[")[0]): c for c in junit(rep / "junit-nccl.xml")}
+        assert cases[("nccl.k1", "test_wait_for_go")]["outcome"] == "passed"
+        assert cases[("nccl.k3", "test_wait_for_go")]["outcome"] == "passed"
+        assert cases[("nccl.k1", "test_whoami")]["outcome"] == "passed"
+        dead = [cases[("nccl.k2", "test_wait_for_go")], cases[("nccl.k2", "test_whoami")]]
+        assert all(c["outcome"] == "error" for c in dead), dead
+        assert all(c["message"].startswith("k2: ") for c in dead), [c["message"] for c in dead]
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_probe_timeout_kills_remote_command(tmp_path, sshd_nodes, known_hosts):
+    """A command that never ends meets --probe-timeout, is an error naming host and cause, and leaves no
+    process behind on the node."""
+    marker = f"gpuaccept-e2e-hang-{os.getpid()}"
+    inv = make_project(tmp_path, sshd_nodes[:1], known_hosts, HANG_SUITE.format(marker=marker), "test_health_hang.py")
+    rep = tmp_path / "rep"
+    t0 = time.time()
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "--probe-timeout", "3", "-k", "hangs")
+    assert time.time() - t0 < 60
+    assert res.returncode == 1
+    case = [c for c in junit(rep / "junit-health.xml") if c["name"].startswith("test_hangs")][0]
+    assert case["outcome"] == "error"
+    assert "node1" in case["message"] and "timed out" in case["message"]
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"sleep 1000 # {marker}"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", f"left behind: {left.stdout}"
+
+
+def test_changed_host_key_refused(tmp_path, sshd_nodes, known_hosts, tmp_path_factory):
+    """A host whose key differs from known_hosts is refused (an error naming it); the others run."""
+    other = start_sshd(tmp_path_factory.mktemp("other"), address="127.0.0.8", name="imposter")
+    try:
+        lines = Path(known_hosts).read_text().splitlines()
+        key_of_other = other.known_hosts_line.split(" ", 1)[1]
+        addr = f"[{sshd_nodes[2].address}]:{sshd_nodes[2].port}"
+        forged = [ln if not ln.startswith(addr) else f"{addr} {key_of_other}" for ln in lines]
+        kh = tmp_path / "known_hosts"
+        kh.write_text("\n".join(forged) + "\n")
+        inv = make_project(tmp_path, sshd_nodes, str(kh))
+        rep = tmp_path / "rep"
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", str(kh), "--reports", str(rep),
+                         "--accept-new-host-keys", "-k", "whoami")
+        assert res.returncode == 1
+        cases = {c["classname"]: c for c in junit(rep / "junit-nccl.xml")}
+        assert cases["nccl.node1"]["outcome"] == "passed", cases["nccl.node1"]["message"]
+        assert cases["nccl.node3"]["outcome"] == "error"
+        assert "CHANGED" in cases["nccl.node3"]["message"]
+    finally:
+        other.stop()
+
+
+def test_unknown_host_key_refused_with_hint(tmp_path, sshd_nodes):
+    """No known_hosts entry: refused, and the message says how to accept it."""
+    inv = make_project(tmp_path, sshd_nodes[:1], None)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "whoami",
+                     env={"HOME": str(tmp_path)})
+    assert res.returncode == 1
+    case = junit(rep / "junit-nccl.xml")[0]
+    assert case["outcome"] == "error" and "--accept-new-host-keys" in case["message"]
+
+
+def test_interrupt_keeps_results(tmp_path, sshd_nodes, known_hosts):
+    """Ctrl-C mid-run: what was measured is in results.json and the JUnit files; the rest is marked as errors."""
+    inv = make_project(tmp_path, sshd_nodes[:1], known_hosts)
+    rep = tmp_path / "rep"
+    go = tmp_path / "GO-never"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
+                             "--reports", str(rep), "-k", "gloo or wait_for_go or whoami", "-p", "no:randomly"],
+                            cwd=tmp_path, env={**os.environ, "E2E_GO": str(go)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    jsonl = rep / "results.jsonl"
+    deadline = time.time() + 90
+    while time.time() < deadline and not (jsonl.exists() and "test_gloo_allreduce" in jsonl.read_text()):
+        time.sleep(0.2)
+    time.sleep(1.0)  # now inside test_wait_for_go
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out[-2000:]
+    doc = json.loads((rep / "results.json").read_text())
+    by_name = {t["name"].split("[")[0]: t for t in doc["tests"]}
+    assert by_name["test_gloo_allreduce"]["outcome"] == "passed"
+    assert any(f["check"] == "busbw_gbps" for f in by_name["test_gloo_allreduce"]["figures"])
+    assert by_name["test_whoami"]["outcome"] == "error"
+    assert "interrupted" in by_name["test_whoami"]["message"]
+    names = {c["name"].split("[")[0] for c in junit(rep / "junit-nccl.xml")}
+    assert {"test_gloo_allreduce", "test_whoami"} <= names
+
+
+# -- operators' mistakes: one clear line, non-zero exit, no traceback, no node touched ------------------------
+BAD_INPUTS = [
+    ("broken_ini", "[gpu\nnode1 ansible_host=127.0.0.2\n", [], "inventory.ini:1"),
+    ("bad_port", "[gpu]\nnode1 ansible_host=127.0.0.2 ansible_port=twenty\n", [], "ansible_port"),
+    ("jinja", "[gpu]\nnode1 ansible_host=\"{{ lookup('env','X') }}\"\n", [], "Jinja"),
+    ("no_match", "[gpu]\nnode1 ansible_host=127.0.0.2\n", ["--limit", "nosuchgroup"], "nosuchgroup"),
+    ("unknown_sku", "[gpu]\nnode1 ansible_host=127.0.0.2\n", ["--sku", "h300"], "h300"),
+]
+
+
+@pytest.mark.parametrize("case,inventory,args,needle", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_one_line(tmp_path, case, inventory, args, needle):
+    make_project(tmp_path, [], None)
+    inv = tmp_path / "inventory.ini"
+    inv.write_text(inventory)
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "rep"), *args)
+    assert res.returncode == 4, res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("ERROR:")]
+    assert len(err) == 1 and needle in err[0], res.stderr
+
+
+def test_missing_inventory_file(tmp_path):
+    make_project(tmp_path, [], None)
+    res = run_pytest(tmp_path, "--inventory", str(tmp_path / "nope.ini"))
+    assert res.returncode == 4 and "nope.ini" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_threshold_typo_stops_before_any_node(tmp_path, sshd_nodes, known_hosts):
+    """A mistyped key in a threshold file: exit 4 naming file and key, and no SSH connection made."""
+    inv = make_project(tmp_path, sshd_nodes[:1], known_hosts)
+    f = tmp_path / "thresholds" / "h200-sxm-141gb.yaml"
+    f.write_text(f.read_text().replace("hbm_read_bw_gbps:", "hbm_raed_bw_gbps:"))
+    before = sshd_nodes[0].log() if hasattr(sshd_nodes[0], "log") else ""
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts)
+    assert res.returncode == 4
+    assert "h200-sxm-141gb.yaml" in res.stderr and "hbm_raed_bw_gbps" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").glob("*/results.jsonl"))
