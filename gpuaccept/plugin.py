@@ -15,7 +15,7 @@ from . import errors
 from .errors import ConfigError, GpuacceptError, ThresholdError
 from .inventory import Inventory, load_inventory
 from .node import Node
-from .report import LAYERS, Reporter, TestRecord
+from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
 from .thresholds import load_all
 from .transport import get_transport
 from .verdicts import FIGURE_KEY, Verdicts
@@ -71,6 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
     else:
         rdir = config.getoption("reports")
+        latest = config.rootpath / "reports" / "latest"
+        previous = os.path.realpath(latest) if os.path.isdir(latest) else None
         if rdir is None:
             base = str(config.rootpath / "reports")
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -91,7 +93,9 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
         run_id = os.path.basename(os.path.normpath(rdir))
         state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),
-                                                    "hosts": [h.name for h in hosts], "started": state["started"]})
+                                                    "hosts": [h.name for h in hosts], "started": state["started"],
+                                                    "previous_run": previous},
+                                     previous=load_previous_figures(previous))
     config.stash[STATE] = state
 
 
@@ -258,7 +262,7 @@ def pytest_runtest_logreport(report) -> None:
 def _finalize(st: dict, nodeid: str) -> None:
     part = st["partial"].pop(nodeid)
     figs = [v for k, v in part["props"] if k == FIGURE_KEY]
-    st["reporter"].add(TestRecord(nodeid, nodeid.split("::")[-1], host_of(nodeid), layer_of(nodeid),
+    st["reporter"].add(CaseRecord(nodeid, nodeid.split("::")[-1], host_of(nodeid), layer_of(nodeid),
                                   part["outcome"], part["message"], round(part["duration"], 3), figs))
 
 

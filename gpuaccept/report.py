@@ -22,7 +22,7 @@ LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage
 
 
 @dataclass
-class TestRecord:
+class CaseRecord:
     """Outcome of one test: ``outcome`` is passed|failed|error|skipped; ``figures`` the records."""
 
     nodeid: str
@@ -47,11 +47,12 @@ class Reporter:
     """Writes the reports of one run into ``directory``. Call :meth:`add` per finished test,
     :meth:`expect` with the test ids that should run, :meth:`close` at the end (marks the missing)."""
 
-    def __init__(self, directory: str, run_id: str, meta: dict[str, Any]):
+    def __init__(self, directory: str, run_id: str, meta: dict[str, Any], previous: list[dict] | None = None):
+        self.previous = previous or []
         self.dir = directory
         self.run_id = run_id
         self.meta = meta
-        self.records: dict[str, TestRecord] = {}
+        self.records: dict[str, CaseRecord] = {}
         self.expected: dict[str, tuple[str | None, str]] = {}
         self._last_flush = 0.0
         os.makedirs(directory, exist_ok=True)
@@ -61,7 +62,7 @@ class Reporter:
         """Declare a test that should produce a record (missing ones become errors at close)."""
         self.expected.setdefault(nodeid, (host, layer))
 
-    def add(self, rec: TestRecord) -> None:
+    def add(self, rec: CaseRecord) -> None:
         """Store a finished test; append it to results.jsonl now; refresh the other files (throttled)."""
         rec.run_id = self.run_id
         self.records[rec.nodeid] = rec
@@ -76,7 +77,7 @@ class Reporter:
         for nodeid, (host, layer) in self.expected.items():
             if nodeid not in self.records:
                 name = nodeid.split("::")[-1]
-                self.add(TestRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
+                self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
         self.flush()
         self._jsonl.close()
 
@@ -86,16 +87,17 @@ class Reporter:
         self._last_flush = time.monotonic()
         recs = list(self.records.values())
         figures = [f for r in recs for f in r.figures]
+        slow = outliers(figures, self.previous)
         _atomic_write(os.path.join(self.dir, "results.json"), json.dumps(
-            {"run_id": self.run_id, **self.meta, "tests": [asdict(r) for r in recs], "figures": figures},
-            indent=1, default=str))
+            {"run_id": self.run_id, **self.meta, "tests": [asdict(r) for r in recs], "figures": figures,
+             "outliers": slow}, indent=1, default=str))
         for layer in sorted({r.layer for r in recs}):
             _atomic_write(os.path.join(self.dir, f"junit-{layer}.xml"),
                           junit_xml_text(layer, [r for r in recs if r.layer == layer]))
-        _atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(self.run_id, self.meta, recs))
+        _atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(self.run_id, self.meta, recs, slow))
 
 
-def junit_xml_text(layer: str, recs: list[TestRecord]) -> str:
+def junit_xml_text(layer: str, recs: list[CaseRecord]) -> str:
     """One testsuite named ``layer``; a testcase per record; figures as ``<properties>`` per testcase."""
     cases = []
     for r in recs:
@@ -130,7 +132,55 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def summary_markdown(run_id: str, meta: dict, recs: list[TestRecord]) -> str:
+def _key(f: dict) -> tuple:
+    return (f.get("host"), f.get("check"), f.get("gpu"), json.dumps((f.get("extra") or {}).get("pair")))
+
+
+def outliers(figures: list[dict], previous: list[dict], peer_pct: float = 10.0, history_pct: float = 10.0,
+             min_peers: int = 3) -> list[dict]:
+    """Judged figures that stand out, even when they pass their limit (pure).
+
+    ``peers``: worse than the median of the same check over every host and GPU of this run by more than
+    ``peer_pct`` percent (only with at least ``min_peers`` figures). ``history``: worse than the same host,
+    check and GPU in ``previous`` (the last run's figures) by more than ``history_pct`` percent. "Worse" is
+    lower for a ``min`` limit and higher for a ``max`` limit. Returns records
+    ``{host, check, gpu, value, unit, against, reference, pct}``.
+    """
+    judged = [f for f in figures if isinstance(f.get("limit"), dict) and isinstance(f.get("value"), (int, float))
+              and not isinstance(f.get("value"), bool)]
+    out: list[dict] = []
+    by_check: dict[str, list[float]] = {}
+    for f in judged:
+        by_check.setdefault(f["check"], []).append(float(f["value"]))
+    prev = {_key(f): f["value"] for f in previous if isinstance(f.get("value"), (int, float))}
+    for f in judged:
+        sign = 1.0 if "min" in f["limit"] else -1.0
+        vals = by_check[f["check"]]
+        refs = []
+        if len(vals) >= min_peers:
+            refs.append(("peers", sorted(vals)[len(vals) // 2], peer_pct))
+        if _key(f) in prev:
+            refs.append(("history", float(prev[_key(f)]), history_pct))
+        for against, ref, pct in refs:
+            if ref and sign * (ref - f["value"]) / abs(ref) * 100.0 > pct:
+                out.append({"host": f["host"], "check": f["check"], "gpu": f.get("gpu"), "value": f["value"],
+                            "unit": f.get("unit"), "against": against, "reference": ref,
+                            "pct": round(abs(ref - f["value"]) / abs(ref) * 100.0, 1)})
+    return out
+
+
+def load_previous_figures(directory: str | None) -> list[dict]:
+    """Figures of an earlier run's results.json (empty when absent or unreadable)."""
+    if not directory:
+        return []
+    try:
+        with open(os.path.join(directory, "results.json"), encoding="utf-8") as f:
+            return list(json.load(f).get("figures") or [])
+    except (OSError, ValueError):
+        return []
+
+
+def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None) -> str:
     """The human summary: counts per layer and host, failures first, then every judged figure per GPU."""
     out = [f"# gpuaccept run {run_id}", "",
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
@@ -150,6 +200,12 @@ def summary_markdown(run_id: str, meta: dict, recs: list[TestRecord]) -> str:
             first, *rest = (r.message or r.outcome).splitlines() or [r.outcome]
             out.append(f"- **{r.outcome.upper()}** `{r.nodeid}`: {first}")
             out += [f"  - {ln}" for ln in rest[:20]]
+    if slow:
+        out += ["", "## Stand-outs (within limits, but slower than peers or than the last run)", "",
+                "| host | check | GPU | value | against | reference | worse by |", "|---|---|---|---|---|---|---|"]
+        for o in slow:
+            out.append(f"| {o['host']} | {o['check']} | {'' if o['gpu'] is None else o['gpu']} | {_fmt(o['value'])} "
+                       f"{o.get('unit') or ''} | {o['against']} | {_fmt(o['reference'])} | {o['pct']}% |")
     skipped = [r for r in recs if r.outcome == "skipped"]
     if skipped:
         out += ["", "## Skipped", ""] + [f"- `{r.nodeid}`: {r.message}" for r in skipped]

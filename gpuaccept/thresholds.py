@@ -265,3 +265,30 @@ def detect_sku(specs: dict[str, SkuSpec], name: str, memory_bytes: int | None,
         raise ThresholdError(f"unknown GPU SKU: NVML reports '{name}' with {mem}; known SKUs: "
                              f"{', '.join(sorted(specs))} (set gpu_sku in the inventory or pass --sku)")
     raise ThresholdError(f"GPU '{name}' with {mem} matches several SKUs: {', '.join(s.sku for s in hits)}")
+
+
+# nvmlClocksEventReasons bits (NVML API reference, "ClocksEventReasons" / nvml.h
+# nvmlClocksEventReasonHwSlowdown etc.). Hardware slowdowns fail a GPU under load; the software power cap
+# and software thermal slowdown are recorded only (a GPU at its power limit works as designed).
+CLOCK_REASONS_FAIL = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
+CLOCK_REASONS_RECORD = {0x4: "SW power cap", 0x20: "SW thermal slowdown", 0x10: "sync boost"}
+
+
+def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
+    """Split a clocks-event-reasons bitmask into (failing reasons, recorded reasons), by name. Pure."""
+    mask = int(mask or 0)
+    return ([n for b, n in CLOCK_REASONS_FAIL.items() if mask & b],
+            [n for b, n in CLOCK_REASONS_RECORD.items() if mask & b])
+
+
+def below_median_pct(values: dict[int, float]) -> dict[int, float]:
+    """Percent by which each GPU's figure is below its node's median (0 when at or above). Pure.
+
+    ``values``: GPU index -> figure (higher is better). Used with the ``below_node_median_pct`` limit.
+    """
+    if not values:
+        return {}
+    ordered = sorted(values.values())
+    mid = len(ordered) // 2
+    med = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {i: max(0.0, (med - v) / med * 100.0) if med else 0.0 for i, v in values.items()}

@@ -2,18 +2,12 @@
 
 Probes: matmul_tflops, launch_overhead. TFLOP/s = 2*m*n*k / s / 1e12.
 """
-import statistics
-
 import pytest
 
 from gpuaccept.node import Node
+from gpuaccept.thresholds import below_median_pct, clock_reasons
 
 pytestmark = pytest.mark.compute
-
-# nvmlClocksEventReasons bits (NVML API reference, "ClocksEventReasons"). Hardware slowdowns fail the
-# GPU; the software power cap is recorded only (a GPU at its power limit is working as designed).
-FAILING_REASONS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
-RECORDED_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown", 0x10: "sync boost"}
 
 
 def dtypes_for(sku) -> list[str]:
@@ -24,12 +18,6 @@ def dtypes_for(sku) -> list[str]:
     if sku.expect.get("fp64_tensor"):
         out.append("fp64")
     return out
-
-
-def below_median_pct(values: dict[int, float]) -> dict[int, float]:
-    """Percent each GPU is below its node's median (0 when at or above). ``values``: GPU index -> figure."""
-    med = statistics.median(values.values())
-    return {i: max(0.0, (med - v) / med * 100.0) if med else 0.0 for i, v in values.items()}
 
 
 def test_tensor_tflops(node: Node, gpus, sku, verdicts):
@@ -47,10 +35,9 @@ def test_tensor_tflops(node: Node, gpus, sku, verdicts):
             if isinstance(fig.get("tflops"), (int, float)):
                 per_dtype.setdefault(dtype, {})[g["index"]] = fig["tflops"]
             reasons = fig.get("clocks_event_reasons") or 0
-            for bit, name in FAILING_REASONS.items():
-                if reasons & bit:
-                    verdicts.fail(f"{name} while running {dtype} matmul (clocks event reasons 0x{reasons:x})", gpu=g)
-            seen = [name for bit, name in RECORDED_REASONS.items() if reasons & bit]
+            failing, seen = clock_reasons(reasons)
+            for name in failing:
+                verdicts.fail(f"{name} while running {dtype} matmul (clocks event reasons 0x{reasons:x})", gpu=g)
             if seen:
                 verdicts.record(f"{dtype}_clocks_events", ", ".join(seen), gpu=g)
     for dtype, vals in per_dtype.items():

@@ -12,6 +12,16 @@ from gpuaccept.node import Node
 pytestmark = pytest.mark.nccl
 
 
+def nccl_environment(host_vars: dict) -> dict[str, str]:
+    """NCCL variables for a host's ranks from its inventory vars: ``nccl_socket_ifname`` → NCCL_SOCKET_IFNAME,
+    ``nccl_ib_hca`` → NCCL_IB_HCA, and the ``nccl_env`` mapping for anything else (e.g. NCCL_NVLS_ENABLE)."""
+    env = {str(k): str(v) for k, v in (host_vars.get("nccl_env") or {}).items()}
+    for var, name in (("nccl_socket_ifname", "NCCL_SOCKET_IFNAME"), ("nccl_ib_hca", "NCCL_IB_HCA")):
+        if host_vars.get(var):
+            env[name] = str(host_vars[var])
+    return env
+
+
 def test_allreduce(node: Node, gpus, sku, verdicts, request):
     """Intra-node all-reduce sweep (1 MiB..4 GiB by x4), correctness checked, transport checked."""
     n = len(gpus)
@@ -19,7 +29,7 @@ def test_allreduce(node: Node, gpus, sku, verdicts, request):
     at = int(limit.at_bytes) if limit and limit.at_bytes else 4 * 2**30
     args = {"backend": "nccl", "world_size": n, "min_bytes": 2**20, "max_bytes": max(at, 2**20), "factor": 4,
             "deadline_s": max(60, int(request.config.getoption("probe_timeout")) - 10)}
-    doc = node.probe("nccl_allreduce", args)
+    doc = node.probe("nccl_allreduce", args, env=nccl_environment(node.host.vars))
     table = format_table(doc)
     print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}\n{table}")
     verdicts.record("allreduce_table", doc.get("rows"), extra={"nccl_version": doc.get("nccl_version"),

@@ -316,6 +316,186 @@ def free_port() -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# libnccl through ctypes (api "nccl"): pure parts (tested on CPU) and the thin binding
+# ---------------------------------------------------------------------------------------------------------
+
+#: ncclDataType_t (nccl.h): ncclInt8=0 ncclUint8=1 ncclInt32=2 ncclUint32=3 ncclInt64=4 ncclUint64=5
+#: ncclFloat16=6 ncclFloat32=7 ncclFloat64=8 ncclBfloat16=9
+NCCL_DTYPE = {"float16": 6, "float32": 7, "bfloat16": 9}
+NCCL_SUM = 0  # ncclRedOp_t ncclSum
+NCCL_UNIQUE_ID_BYTES = 128
+NCCL_SONAME = "libnccl.so.2"
+
+
+def nccl_dtype_enum(dtype: str) -> int:
+    """ncclDataType_t value of one of :data:`DTYPES`' names."""
+    try:
+        return NCCL_DTYPE[dtype]
+    except KeyError:
+        raise ValueError(f"no NCCL datatype for {dtype!r}") from None
+
+
+def nccl_version_string(code: int) -> str:
+    """``ncclGetVersion`` code to ``"major.minor.patch"``: ``NCCL_VERSION_CODE`` is major*10000 + minor*100 +
+    patch since 2.9 (22809 -> "2.28.9"), major*1000 + minor*100 + patch before (2708 -> "2.7.8")."""
+    code = int(code)
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def nccl_paths_from_maps(maps_text: str) -> list[str]:
+    """Paths of every mapped file whose name contains ``libnccl.so`` in a ``/proc/<pid>/maps`` text, in order,
+    without repeats (`` (deleted)`` suffixes removed; ``libnccl-net*.so`` plugins are not matched)."""
+    out: list[str] = []
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            continue
+        path = parts[5].strip()
+        if path.endswith(" (deleted)"):
+            path = path[:-len(" (deleted)")]
+        if "libnccl.so" in os.path.basename(path) and path not in out:
+            out.append(path)
+    return out
+
+
+def nccl_library_candidates(maps_text: str, site_dirs) -> list[str]:
+    """Where to load libnccl from, best first: the copy this process already maps (torch's own, so that we
+    drive the same NCCL that torch reports), then an ``nvidia-nccl-cu*`` wheel's ``nvidia/*/lib/libnccl.so*``
+    under ``site_dirs``, then the bare soname (the dynamic loader's search: LD_LIBRARY_PATH, ldconfig)."""
+    import glob
+    cands = nccl_paths_from_maps(maps_text)
+    for d in site_dirs:
+        for p in sorted(glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnccl.so*"))):
+            if p not in cands:
+                cands.append(p)
+    cands.append(NCCL_SONAME)
+    return cands
+
+
+def _site_dirs() -> list[str]:
+    import site
+    dirs = []
+    try:
+        dirs += site.getsitepackages()
+    except AttributeError:
+        pass
+    try:
+        dirs.append(site.getusersitepackages())
+    except AttributeError:
+        pass
+    dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    return list(dict.fromkeys(dirs))
+
+
+class NcclError(RuntimeError):
+    pass
+
+
+class Nccl:
+    """libnccl through ctypes: restype/argtypes set for every function used (nccl.h signatures).
+    Raises OSError when the library cannot be loaded or lacks a required symbol."""
+
+    REQUIRED = ("ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclCommDestroy",
+                "ncclGetErrorString")
+
+    def __init__(self, path: str):
+        import ctypes as C
+        self.path = path
+        lib = C.CDLL(path)
+
+        class UniqueId(C.Structure):  # typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
+            _fields_ = [("internal", C.c_char * NCCL_UNIQUE_ID_BYTES)]
+
+        self.UniqueId = UniqueId
+        sigs = {  # name: (restype, argtypes); ncclResult_t and the enums are C ints
+            "ncclGetVersion": (C.c_int, [C.POINTER(C.c_int)]),
+            "ncclGetUniqueId": (C.c_int, [C.POINTER(UniqueId)]),
+            # ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId /* by value */, int rank)
+            "ncclCommInitRank": (C.c_int, [C.POINTER(C.c_void_p), C.c_int, UniqueId, C.c_int]),
+            # ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+            #               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+            "ncclAllReduce": (C.c_int, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_int, C.c_int, C.c_void_p,
+                                        C.c_void_p]),
+            "ncclCommDestroy": (C.c_int, [C.c_void_p]),
+            "ncclCommFinalize": (C.c_int, [C.c_void_p]),  # NCCL >= 2.14
+            "ncclGetErrorString": (C.c_char_p, [C.c_int]),
+            "ncclGetLastError": (C.c_char_p, [C.c_void_p]),  # NCCL >= 2.13
+        }
+        self.fn = {}
+        for name, (res, argt) in sigs.items():
+            try:
+                f = getattr(lib, name)
+            except AttributeError:
+                if name in self.REQUIRED:
+                    raise OSError(f"{path}: symbol {name} not found") from None
+                continue
+            f.restype, f.argtypes = res, argt
+            self.fn[name] = f
+        self.comm = None
+        v = C.c_int(0)
+        self.check(self.fn["ncclGetVersion"](C.byref(v)), "ncclGetVersion")
+        self.version_code = v.value
+        self.version = nccl_version_string(v.value)
+        self.all_reduce = self.fn["ncclAllReduce"]  # raw: (send, recv, count, dtype, op, comm, stream) -> int
+
+    def error(self, rc: int, what: str) -> NcclError:
+        try:
+            msg = (self.fn["ncclGetErrorString"](rc) or b"").decode(errors="replace")
+        except Exception:  # noqa: BLE001
+            msg = "?"
+        last = ""
+        if "ncclGetLastError" in self.fn:
+            try:
+                last = (self.fn["ncclGetLastError"](self.comm) or b"").decode(errors="replace")
+            except Exception:  # noqa: BLE001
+                last = ""
+        return NcclError(f"{what} failed: ncclResult {rc} ({msg})" + (f": {last}" if last else ""))
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise self.error(rc, what)
+
+    def unique_id_bytes(self) -> bytes:
+        uid = self.UniqueId()
+        self.check(self.fn["ncclGetUniqueId"](uid), "ncclGetUniqueId")
+        return bytes(uid)
+
+    def init_rank(self, nranks: int, uid: bytes, rank: int) -> None:
+        import ctypes as C
+        if len(uid) != NCCL_UNIQUE_ID_BYTES:
+            raise ValueError(f"ncclUniqueId must be {NCCL_UNIQUE_ID_BYTES} bytes, got {len(uid)}")
+        comm = C.c_void_p()
+        self.check(self.fn["ncclCommInitRank"](C.byref(comm), nranks, self.UniqueId.from_buffer_copy(uid), rank),
+                   "ncclCommInitRank")
+        self.comm = comm
+
+    def all_reduce_checked(self, send: int, recv: int, count: int, dtype: int, stream: int) -> None:
+        self.check(self.all_reduce(send, recv, count, dtype, NCCL_SUM, self.comm, stream), "ncclAllReduce")
+
+    def destroy(self) -> None:
+        if self.comm is None:
+            return
+        comm, self.comm = self.comm, None
+        if "ncclCommFinalize" in self.fn:
+            self.fn["ncclCommFinalize"](comm)
+        self.fn["ncclCommDestroy"](comm)
+
+
+def load_nccl(candidates) -> tuple[Nccl | None, list[str]]:
+    """The first of ``candidates`` that loads with every required symbol, and the reasons the ones before it
+    failed; ``(None, reasons)`` when none does."""
+    errors = []
+    for path in candidates:
+        try:
+            return Nccl(path), errors
+        except (OSError, NcclError) as e:
+            errors.append(f"{path}: {e}")
+    return None, errors
+
+
+# ---------------------------------------------------------------------------------------------------------
 # parent: configuration, spawning, supervision, killing
 # ---------------------------------------------------------------------------------------------------------
 
@@ -328,22 +508,22 @@ def _int_arg(args: dict, key: str, default, lo: int = 1) -> int:
 
 def _config(args: dict) -> dict:
     known = {"backend", "world_size", "min_bytes", "max_bytes", "factor", "iters", "warmup", "dtype",
-             "timeout_s", "deadline_s", "master_port", "graph", "graph_max_bytes", "oop", "env"}
+             "timeout_s", "deadline_s", "master_port", "graph", "graph_max_bytes", "oop", "env", "api", "timer"}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailed(f"unknown argument(s) {unknown}; known: {sorted(known)}")
     backend = args.get("backend")
     world_size = args.get("world_size")
     n_gpus = None
-    if backend is None or (backend == "nccl" and world_size is None):
+    if backend is None or backend == "nccl":
         import torch  # only to pick defaults; the workers do the measuring
         n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         backend = backend or ("nccl" if n_gpus else "gloo")
     if backend not in ("nccl", "gloo"):
         raise ProbeFailed(f"backend must be 'nccl' or 'gloo', got {backend!r}")
+    if backend == "nccl" and not n_gpus:
+        raise ProbeFailed("backend nccl: torch sees no GPU (CUDA unavailable); use backend gloo on a CPU machine")
     if backend == "nccl" and world_size is None:
-        if not n_gpus:
-            raise ProbeFailed("backend nccl: torch sees no GPU")
         world_size = n_gpus
     cfg = {"backend": backend}
     cfg["world_size"] = _int_arg({} if world_size is None else {"world_size": world_size}, "world_size", 2)
@@ -363,7 +543,16 @@ def _config(args: dict) -> dict:
     cfg["oop"] = args.get("oop", "rs_ag")
     if cfg["oop"] not in ("rs_ag", "copy"):
         raise ProbeFailed(f"oop must be 'rs_ag' or 'copy', got {cfg['oop']!r}")
-    graph = args.get("graph", True)
+    api = args.get("api", "nccl" if backend == "nccl" else "torch")
+    if api not in ("nccl", "torch"):
+        raise ProbeFailed(f"api must be 'nccl' or 'torch', got {api!r}")
+    if api == "nccl" and backend != "nccl":
+        raise ProbeFailed("api 'nccl' needs backend 'nccl' (gloo is measured through torch: api 'torch')")
+    cfg["api"] = api
+    cfg["timer"] = args.get("timer", "host")
+    if cfg["timer"] not in ("host", "events"):
+        raise ProbeFailed(f"timer must be 'host' or 'events', got {cfg['timer']!r}")
+    graph = args.get("graph", api == "torch")
     if not isinstance(graph, bool):
         raise ProbeFailed(f"graph must be true or false, got {graph!r}")
     cfg["graph"] = graph and backend == "nccl"
@@ -458,7 +647,7 @@ def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[_Wor
     try:
         for rank in range(n):
             spec = {k: cfg[k] for k in ("backend", "world_size", "sizes", "iters", "warmup", "dtype",
-                                        "timeout_s", "graph", "graph_max_bytes", "oop")}
+                                        "timeout_s", "graph", "graph_max_bytes", "oop", "api", "timer")}
             base = os.path.join(tmp, f"a{attempt}-rank{rank}")
             spec.update(rank=rank, parent_pid=os.getpid(), phase_path=base + ".phase",
                         result_path=os.path.join(tmp, f"a{attempt}-result.json"))
@@ -630,8 +819,13 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
     if cfg["backend"] == "nccl" and parsed["nccl_version"] is None and res.get("nccl_version"):
         parsed["nccl_version"] = parsed["nccl_version_full"] = res["nccl_version"]
     elsize = DTYPES[cfg["dtype"]][0]
-    for row in rows:
-        row["oop_algo"], row["ip_algo"] = algos_for(parsed["algos"], row["bytes"], n, elsize, cfg["oop"])
+    api = res.get("api", cfg["api"])
+    oop = "direct" if api == "nccl" else cfg["oop"]
+    for row, r in zip(rows, res["rows"]):
+        row["oop_algo"], row["ip_algo"] = algos_for(parsed["algos"], row["bytes"], n, elsize, oop)
+        for k in ("oop_rank_time_us", "ip_rank_time_us", "oop_event_time_us", "ip_event_time_us"):
+            if k in r:
+                row[k] = r[k]
     wanted = {("AllReduce", r["bytes"]) for r in rows}
     wanted |= {(c, -(-r["count"] // n) * elsize) for r in rows for c in ("ReduceScatter", "AllGather")}
     algos = [a for a in parsed["algos"] if (a["coll"], a["bytes"]) in wanted]  # not the probe's own small syncs
@@ -656,8 +850,11 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
         "wrong_total": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
         "avg_busbw_gbps": avg_busbw(rows),
         "hostname": socket.gethostname(),
-        "oop_method": ("reduce_scatter_tensor + all_gather_into_tensor (send -> recv)" if cfg["oop"] == "rs_ag"
+        "oop_method": ("ncclAllReduce(sendbuff, recvbuff, ...) with sendbuff != recvbuff" if api == "nccl" else
+                       "reduce_scatter_tensor + all_gather_into_tensor (send -> recv)" if cfg["oop"] == "rs_ag"
                        else "recv.copy_(send) + all_reduce(recv)"),
+        "api": api,
+        "nccl_library": res.get("nccl_library"),
         "iters": cfg["iters"],
         "warmup": cfg["warmup"],
         "timing": res.get("timing"),

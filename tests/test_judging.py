@@ -1,0 +1,111 @@
+"""Pure judging and reporting functions, table-driven; SKU detection on real NVML captures from H200 nodes."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.plugin import host_of, layer_of
+from gpuaccept.report import CaseRecord, junit_xml_text, outliers, summary_markdown
+from gpuaccept.scheduler import host_scope
+from gpuaccept.thresholds import Limit, below_median_pct, clock_reasons, detect_sku, judge, load_all
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "data"
+
+
+def lim(direction="min", bound=100.0, **kw):
+    return Limit("h200-sxm-141gb", "hbm_read_bw_gbps", direction, bound, "GB/s", "test", **kw)
+
+
+@pytest.mark.parametrize("direction,bound,value,passed", [
+    ("min", 4300, 4606.0, True), ("min", 4300, 4300.0, True), ("min", 4300, 4299.9, False),
+    ("max", 0, 0, True), ("max", 0, 1, False), ("max", 20, 7.9, True), ("min", 1, None, False),
+])
+def test_judge(direction, bound, value, passed):
+    v = judge(lim(direction, bound), value)
+    assert v.passed is passed
+    assert "hbm_read_bw_gbps" in v.message
+    if not passed and value is not None:
+        assert f"{direction} {bound:g} GB/s" in v.message
+
+
+def test_limit_for_world_size():
+    base = lim("min", 300, min_by_world_size={2: 310, 8: 330})
+    assert base.for_world_size(8).bound == 330
+    assert base.for_world_size(2).bound == 310
+    assert base.for_world_size(4).bound == 300
+
+
+@pytest.mark.parametrize("mask,failing,recorded", [
+    (0x0, [], []), (0x4, [], ["SW power cap"]), (0x1, [], []),
+    (0x8 | 0x4, ["HW slowdown"], ["SW power cap"]), (0x40, ["HW thermal slowdown"], []),
+    (0x80 | 0x20, ["HW power brake slowdown"], ["SW thermal slowdown"]),
+])
+def test_clock_reasons(mask, failing, recorded):
+    assert clock_reasons(mask) == (failing, recorded)
+
+
+@pytest.mark.parametrize("values,expected", [
+    ({0: 664.0, 1: 671.0}, {0: pytest.approx(0.52, abs=0.01), 1: 0.0}),
+    ({i: 700.0 for i in range(8)}, {i: 0.0 for i in range(8)}),
+    ({**{i: 700.0 for i in range(7)}, 7: 640.0}, {**{i: 0.0 for i in range(7)}, 7: pytest.approx(8.57, abs=0.01)}),
+])
+def test_below_median_pct(values, expected):
+    assert below_median_pct(values) == expected
+
+
+def test_median_rule_catches_one_slow_gpu_of_eight():
+    values = {i: 665.0 + i for i in range(8)}
+    values[5] = 610.0  # above a 600 floor, 8.6% under the node's median
+    pct = below_median_pct(values)
+    assert [i for i, p in pct.items() if p > 7] == [5]
+
+
+def test_outliers_peers_and_history():
+    figs = [{"host": h, "check": "bf16_tflops", "gpu": 0, "value": v, "unit": "TFLOP/s", "limit": {"min": 600}}
+            for h, v in [("a", 660), ("b", 665), ("c", 580), ("d", 662)]]
+    prev = [{"host": "a", "check": "bf16_tflops", "gpu": 0, "value": 800}]
+    got = {(o["host"], o["against"]) for o in outliers(figs, prev)}
+    assert got == {("a", "history"), ("c", "peers")}
+    lat = [{"host": h, "check": "launch_overhead_us", "gpu": 0, "value": v, "limit": {"max": 20}}
+           for h, v in [("a", 7.0), ("b", 7.2), ("c", 12.0)]]
+    assert [(o["host"], o["against"]) for o in outliers(lat, [])] == [("c", "peers")]
+
+
+def test_junit_has_figures_as_properties():
+    fig = {"host": "gpu-07", "layer": "memory", "check": "hbm_read_bw_gbps", "gpu": 3, "value": 3812.0,
+           "unit": "GB/s", "verdict": "fail", "limit": {"min": 4300}}
+    recs = [CaseRecord("suites/test_memory.py::test_hbm_bandwidth[gpu-07]", "test_hbm_bandwidth[gpu-07]", "gpu-07",
+                       "memory", "failed", "gpu-07 GPU 3: hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s", 1.5, [fig]),
+            CaseRecord("suites/test_memory.py::test_hbm_bandwidth[gpu-08]", "test_hbm_bandwidth[gpu-08]", "gpu-08",
+                       "memory", "error", "gpu-08: cannot connect", 0.1, [])]
+    root = ET.fromstring(junit_xml_text("memory", recs).split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite.get("name") == "memory" and suite.get("failures") == "1" and suite.get("errors") == "1"
+    cases = suite.findall("testcase")
+    assert [c.get("classname") for c in cases] == ["memory.gpu-07", "memory.gpu-08"]
+    props = {p.get("name"): p.get("value") for p in cases[0].iter("property")}
+    assert props == {"gpu3.hbm_read_bw_gbps": "3812.0 GB/s"}
+    assert cases[0].find("failure").get("message").startswith("gpu-07 GPU 3")
+    md = summary_markdown("run", {"inventory": "x"}, recs)
+    assert "| gpu-07 | memory | 0 | 1 | 0 | 0 |" in md and "**ERROR**" in md
+
+
+@pytest.mark.parametrize("nodeid,layer,host,scope", [
+    ("suites/test_memory.py::test_hbm_bandwidth[gpu-07]", "memory", "gpu-07", "host:gpu-07"),
+    ("suites/test_nccl_gloo.py::test_x[n1]", "nccl", "n1", "host:n1"),
+    ("suites/test_health.py::test_fleet_consistency", "health", None, "suites/test_health.py"),
+    ("tests/test_other.py::test_y", "other", None, "tests/test_other.py"),
+])
+def test_ids(nodeid, layer, host, scope):
+    assert layer_of(nodeid) == layer and host_of(nodeid) == host and host_scope(nodeid) == scope
+
+
+def test_sku_detected_from_real_h200_capture():
+    doc = json.loads((SHARED / "h200-1gpu-nvml.json").read_text())
+    specs = load_all(str(REPO / "thresholds"))
+    g = doc["gpus"][0]
+    assert detect_sku(specs, g["name"], g["memory_total_bytes"]).sku == "h200-sxm-141gb"
