@@ -34,6 +34,20 @@ YML
   echo "== ssh main job: $(( $(date +%s) - t0 )) s"
 fi
 
+mkdir -p /root/gpuaccept-storage
+cat > /tmp/storage.yml <<YML
+all:
+  hosts:
+    localhost:
+      ansible_connection: local
+      storage_paths: [/root/gpuaccept-storage]
+      fs_paths: [/root/gpuaccept-storage]
+      gds_paths: [/root/gpuaccept-storage]
+YML
+t0=$(date +%s); python3 -m pytest -p no:cacheprovider --inventory /tmp/storage.yml -m "storage or gpudirect" -s \
+    --reports /tmp/rep-storage 2>&1 | tail -n 25
+echo "== storage+gpudirect: $(( $(date +%s) - t0 )) s"
+
 printf 'localhost ansible_connection=local gpus_per_node=%d\n' $((n + 1)) > /tmp/bad.ini
 python3 -m pytest -p no:cacheprovider --inventory /tmp/bad.ini -k gpu_inventory --reports /tmp/rep-bad 2>&1 | grep -E "gpu_count|passed|failed"
-tar czf "$OUT/reports.tgz" -C /tmp rep-local $( [ -d /tmp/rep-ssh ] && echo rep-ssh ) rep-bad
+tar czf "$OUT/reports.tgz" -C /tmp rep-local $( [ -d /tmp/rep-ssh ] && echo rep-ssh ) rep-bad rep-storage

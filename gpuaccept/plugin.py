@@ -1,11 +1,16 @@
 """The pytest plugin: options, the per-host parametrization, fixtures, scheduling and reports.
 
-Loaded by the repository's conftest.py (``pytest_plugins = ["gpuaccept.plugin"]``).
+Installed as a pytest11 entry point named ``gpuaccept.plugin`` (so ``--inventory /elsewhere/prod.ini`` is a
+known option before pytest chooses its rootdir: otherwise pytest takes that path for a test path and roots
+the run in /elsewhere), and also named by the repository's conftest.py for runs without installation.
+It stays dormant unless the ini file sets ``gpuaccept_suites = true`` (the repository's pytest.ini does),
+so installing gpuaccept changes no other pytest project.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from typing import Any
 
@@ -21,10 +26,15 @@ from .transport import get_transport
 from .verdicts import FIGURE_KEY, Verdicts
 
 STATE = pytest.StashKey[dict]()
+
+
+class DeclaredGpuMissing(Exception):
+    """The inventory declares GPUs for a host that shows none: a failure of the host, not of the run."""
 ERROR_KEY = "gpuaccept.error"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("gpuaccept_suites", "run the gpuaccept suites (activates this plugin)", type="bool", default=False)
     g = parser.getgroup("gpuaccept", "GPU cluster acceptance")
     g.addoption("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
     g.addoption("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
@@ -39,6 +49,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    """Keep the repository's pytest.ini when an option names a file elsewhere.
+
+    pytest chooses its rootdir and ini file before it knows plugin options, so in
+    ``pytest --inventory /etc/fleet/prod.ini`` it takes the inventory for a test path, roots the run in
+    /etc/fleet and never reads ./pytest.ini. When that happened and the invocation folder holds the suites'
+    pytest.ini, run the same command again with ``-c ./pytest.ini`` (a public option) before anything ran.
+    """
+    inv_dir = early_config.invocation_params.dir
+    ini = inv_dir / "pytest.ini"
+    if (early_config.inipath is not None or os.environ.get("GPUACCEPT_REEXEC") or not ini.is_file()
+            or list(args) != sys.argv[1:] or "gpuaccept_suites" not in ini.read_text(errors="replace")):
+        return
+    os.environ["GPUACCEPT_REEXEC"] = "1"
+    capman = early_config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:  # give the new process the real stdout/stderr, not pytest's capture files
+        capman.stop_global_capturing()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "pytest", "-c", str(ini), *args])
+
+
 def _root(config: pytest.Config, path: str | None, default: str) -> str:
     if path:
         return os.path.abspath(path)
@@ -51,10 +84,10 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if not config.getini("gpuaccept_suites") or config.option.help:
+        return
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: the {layer} layer")
-    if config.option.help or getattr(config.option, "collectonly", False) and False:
-        return
     inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
     try:
         specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
@@ -111,13 +144,21 @@ def _point_latest(rdir: str) -> None:
             pass
 
 
+def _state(config: pytest.Config) -> dict | None:
+    """This run's state, or None when the plugin is dormant (no ``gpuaccept_suites`` in the ini)."""
+    return config.stash.get(STATE, None)
+
+
 def pytest_configure_node(node) -> None:  # xdist hook (controller side): share the run's start time
-    node.workerinput["gpuaccept_started"] = node.config.stash[STATE]["started"]
+    st = _state(node.config)
+    if st is not None:
+        node.workerinput["gpuaccept_started"] = st["started"]
 
 
 def pytest_xdist_make_scheduler(config, log):
     """Hosts in parallel, one host's tests in sequence (see gpuaccept.scheduler)."""
-    if config.getoption("dist") in ("load", "loadscope", "loadgroup", "loadfile", "worksteal"):
+    if _state(config) is not None and config.getoption("dist") in ("load", "loadscope", "loadgroup", "loadfile",
+                                                                    "worksteal"):
         from .scheduler import HostScheduling
         return HostScheduling(config, log)
     return None
@@ -125,7 +166,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 # -- parametrization and fixtures --------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "node" in metafunc.fixturenames:
+    if "node" in metafunc.fixturenames and _state(metafunc.config) is not None:
         names = [h.name for h in metafunc.config.stash[STATE]["hosts"]]
         metafunc.parametrize("node", names, ids=names, indirect=True)
 
@@ -168,9 +209,9 @@ def gpus(request, node: Node) -> list[dict]:
     if not found:
         why = doc.get("reason") or "NVML sees no GPU"
         if node.gpus_declared:
-            pytest.fail(f"{node.name}: no NVIDIA GPU found ({why}) but the inventory declares "
-                        f"gpu_sku={node.host.vars.get('gpu_sku')} gpus_per_node={node.host.vars.get('gpus_per_node')}",
-                        pytrace=False)
+            raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but the inventory declares "
+                                     f"gpu_sku={node.host.vars.get('gpu_sku')} "
+                                     f"gpus_per_node={node.host.vars.get('gpus_per_node')}")
         pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
     return found
 
@@ -204,15 +245,15 @@ def host_of(nodeid: str) -> str | None:
 
 # -- outcomes and reports ------------------------------------------------------------------------
 def pytest_collection_finish(session) -> None:
-    rep = session.config.stash[STATE].get("reporter")
+    rep = (_state(session.config) or {}).get("reporter")
     if rep is not None:  # after -k/-m deselection: only what will run is expected
         for it in session.items:
             rep.expect(it.nodeid, host_of(it.nodeid), layer_of(it.nodeid))
 
 
 def pytest_xdist_node_collection_finished(node, ids) -> None:
-    rep = node.config.stash[STATE].get("reporter")
-    for nid in ids:
+    rep = (_state(node.config) or {}).get("reporter")
+    for nid in ids if rep is not None else ():
         rep.expect(nid, host_of(nid), layer_of(nid))
 
 
@@ -222,7 +263,11 @@ def pytest_runtest_makereport(item, call):
     marked so the reports count them as errors rather than failures."""
     outcome = yield
     rep = outcome.get_result()
-    if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
+    if call.excinfo is not None and call.excinfo.errisinstance(DeclaredGpuMissing):
+        rep.when = "call"  # reported as a failure (the host is bad), not as a setup error
+        rep.longrepr = str(call.excinfo.value)
+        return
+    if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError) and _state(item.config) is not None:
         rep.longrepr = str(call.excinfo.value)
         rep.user_properties.append((ERROR_KEY, str(call.excinfo.value)))
 
@@ -241,7 +286,7 @@ def _message(report) -> str:
 
 def pytest_runtest_logreport(report) -> None:
     cfg = _CONFIG.get("config")
-    if cfg is None or _is_worker(cfg):
+    if cfg is None or _is_worker(cfg) or _state(cfg) is None:
         return
     st = cfg.stash[STATE]
     part = st["partial"].setdefault(report.nodeid, {"outcome": "passed", "message": "", "duration": 0.0,

@@ -453,3 +453,78 @@ def test_nccl_env_lines_and_algos_per_row():
     assert probe.algos_for(got["algos"], 1 << 20, 2, 4, "rs_ag") == ("RING/SIMPLE+RING/LL128", "RING/LL128+TREE/LL")
     assert probe.algos_for(got["algos"], 1 << 20, 2, 4, "copy") == ("RING/LL128+TREE/LL", "RING/LL128+TREE/LL")
     assert probe.algos_for(got["algos"], 1 << 22, 2, 4, "rs_ag") == (None, None)
+
+
+# ------------------------------------------------------------------------------- api nccl: pure ctypes parts
+
+def test_nccl_dtype_enum_matches_nccl_h():
+    assert probe.nccl_dtype_enum("float32") == 7  # ncclFloat32
+    assert probe.nccl_dtype_enum("float16") == 6  # ncclFloat16
+    assert probe.nccl_dtype_enum("bfloat16") == 9  # ncclBfloat16
+    assert set(probe.NCCL_DTYPE) == set(probe.DTYPES)
+    assert probe.NCCL_SUM == 0 and probe.NCCL_UNIQUE_ID_BYTES == 128
+    with pytest.raises(ValueError):
+        probe.nccl_dtype_enum("int8")
+
+
+def test_nccl_version_string():
+    assert probe.nccl_version_string(22809) == "2.28.9"
+    assert probe.nccl_version_string(22803) == "2.28.3"
+    assert probe.nccl_version_string(21903) == "2.19.3"
+    assert probe.nccl_version_string(2708) == "2.7.8"  # old encoding, before 2.9
+
+
+def test_nccl_paths_from_maps(tmp_path):
+    maps = (
+        "7f00-7f01 r--p 00000000 08:01 1 /venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f01-7f02 r-xp 00001000 08:01 1 /venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f02-7f03 r--p 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libnccl-net.so\n"
+        "7f03-7f04 rw-p 00000000 00:00 0 \n"
+        "7f04-7f05 r--p 00000000 08:01 3 /opt/x/libnccl.so.2.28.9 (deleted)\n"
+        "7ffd-7ffe rw-p 00000000 00:00 0                          [stack]\n"
+    )
+    assert probe.nccl_paths_from_maps(maps) == [
+        "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/x/libnccl.so.2.28.9"]
+    assert probe.nccl_paths_from_maps("") == []
+    wheel = tmp_path / "nvidia" / "nccl" / "lib"
+    wheel.mkdir(parents=True)
+    (wheel / "libnccl.so.2").write_bytes(b"")
+    cands = probe.nccl_library_candidates(maps, [str(tmp_path), "/nonexistent"])
+    assert cands == ["/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/x/libnccl.so.2.28.9",
+                     str(wheel / "libnccl.so.2"), "libnccl.so.2"]
+    assert probe.nccl_library_candidates("", []) == ["libnccl.so.2"]
+
+
+def test_load_nccl_reports_missing_library_and_symbols():
+    lib, errors = probe.load_nccl(["/nonexistent/libnccl.so.2"])
+    assert lib is None and len(errors) == 1 and "/nonexistent/libnccl.so.2" in errors[0]
+    import ctypes.util
+    libc = ctypes.util.find_library("c")
+    if libc:  # a real library without NCCL's symbols
+        lib, errors = probe.load_nccl([libc])
+        assert lib is None and "symbol ncclGetVersion not found" in errors[0]
+
+
+def test_api_arguments_and_nccl_without_cuda_fail_cleanly():
+    rc, doc, _ = run_probe({"backend": "gloo", "api": "nccl"})
+    assert rc == 1 and "api 'nccl' needs backend 'nccl'" in doc["msg"]
+    rc, doc, _ = run_probe({"backend": "gloo", "api": "bogus"})
+    assert rc == 1 and "api must be" in doc["msg"]
+    rc, doc, _ = run_probe({"backend": "gloo", "timer": "wall"})
+    assert rc == 1 and "timer must be" in doc["msg"]
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    for args in ({"backend": "nccl"}, {"backend": "nccl", "world_size": 2}):
+        rc, doc, err = run_probe(args)
+        assert rc == 1 and doc["failed"] and "torch sees no GPU" in doc["msg"], (doc, err[-2000:])
+        assert "\n" not in doc["msg"]
+
+
+def test_gloo_document_says_api_torch():
+    rc, doc, err = run_probe(dict(SMALL, world_size=2, max_bytes=4 * KIB))
+    assert rc == 0, err[-3000:]
+    assert doc["api"] == "torch" and doc["nccl_library"] is None
+    for r in doc["rows"]:
+        assert len(r["oop_rank_time_us"]) == 2 and len(r["ip_rank_time_us"]) == 2
+        assert math.isclose(r["ip_time_us"], max(r["ip_rank_time_us"]), rel_tol=1e-3, abs_tol=1e-3)

@@ -21,10 +21,18 @@ Arguments (JSON object, every key optional)
 ``deadline_s``      wall-clock limit of the whole probe, all ranks and rendezvous retries; default 600 s
 ``master_port``     rendezvous TCP port on 127.0.0.1; default: a free one. A port in use is replaced
                     by a fresh free one, up to 5 rendezvous attempts in all
+``api``             ``"nccl"`` (default with backend nccl): call libnccl's ``ncclAllReduce`` directly through
+                    ctypes, exactly nccl-tests' code path; ``"torch"``: torch.distributed collectives (the
+                    only choice with gloo). If libnccl cannot be loaded (not found, a symbol missing) the
+                    workers fall back to ``"torch"`` with a note; the document's ``api`` says which ran
+``timer``           api nccl: ``"host"`` (default; nccl-tests' clock: host time around the launches and the
+                    stream's completion) or ``"events"`` (CUDA events around the same launches)
 ``graph``           nccl only: capture each timed loop of ``iters`` collectives in one CUDA graph (nccl-tests
-                    ``-G 1``), which hides torch's per-call launch cost; default true
+                    ``-G 1``); default false with api nccl (nccl-tests' default, no ``-G``), true with api torch
+                    (hides torch's per-call launch cost, which makes small sizes read HIGHER than nccl-tests)
 ``graph_max_bytes`` largest message timed through a graph; default 4 GiB (every size)
-``oop``             how the out-of-place column is measured: ``"rs_ag"`` (default) or ``"copy"``; see below
+``oop``             api torch: how the out-of-place column is measured: ``"rs_ag"`` (default) or ``"copy"``;
+                    see below (api nccl calls the true out-of-place ``ncclAllReduce``)
 ``env``             extra environment variables for the workers, e.g. ``{"NCCL_ALGO": "Ring"}``
 ==================  ===========================================================================================
 
@@ -36,6 +44,22 @@ ignored, with a note): the probe never sets them. ``NCCL_DEBUG_FILE`` is removed
 
 Method (nccl-tests ``src/common.cu`` ``BenchTime`` and ``src/all_reduce.cu``)
 -----------------------------------------------------------------------------
+api nccl (default on GPUs). Each worker imports torch, initialises CUDA on ``cuda:rank`` and loads the libnccl
+the process already maps (a path containing ``libnccl.so`` in ``/proc/self/maps``: torch's own copy), else an
+``nvidia-nccl-cu*`` wheel's ``nvidia/*/lib/libnccl.so*`` under site-packages, else ``libnccl.so.2`` through the
+dynamic loader (``nccl_library`` in the document; version from ``ncclGetVersion``). torch.distributed, with
+the gloo backend on the CPU, only carries the rendezvous (rank 0's ``ncclGetUniqueId`` is broadcast as 128
+bytes) and the small CPU figures; the communicator is ``ncclCommInitRank`` and is finalised/destroyed at the
+end. Buffers are torch tensors (``data_ptr()``), the stream one torch stream per rank made current for every
+torch op too. Out-of-place is ``ncclAllReduce(send, recv, count, type, ncclSum, comm, stream)`` with
+``send != recv``, in-place the same with ``send == recv``: nccl-tests' two columns exactly. Timing, as
+``BenchTime`` without ``-G``: ``warmup`` calls, synchronise, one aligning ``ncclAllReduce`` of one element
+(nccl-tests: one collective and a barrier), synchronise, then ``iters`` calls issued back to back from Python
+and the stream's completion polled; time per op = host elapsed / iters (``timer: events`` uses CUDA events
+around the same calls instead; both are recorded, ``*_event_time_us``). Each rank's time is kept
+(``*_rank_time_us``) and the reported time is their AVERAGE, as nccl-tests' default ``-a 1``.
+
+api torch (gloo always; nccl on request or as the fallback) is measured as follows.
 * For each size: ``warmup`` collectives, then ``iters`` back-to-back collectives; time per op = elapsed/iters.
   nccl: elapsed between two CUDA events on the issuing stream, started after a tiny all-reduce that lines the
   ranks' GPUs up and a ~0.1 ms GPU spin so that the host has queued the work before the clock starts; with
@@ -44,7 +68,7 @@ Method (nccl-tests ``src/common.cu`` ``BenchTime`` and ``src/all_reduce.cu``)
   2xH200). gloo: host ``time.perf_counter`` around the loop, after a barrier.
   As nccl-tests does, iteration i works on the buffer at offset ``(i % (buffer/size)) * size`` so that
   consecutive collectives do not reuse the same cache lines.
-* The reported time is the MAXIMUM of the ranks' times (the slowest rank), all-reduced with ``ReduceOp.MAX``.
+* api torch: the reported time is the MAXIMUM of the ranks' times (the slowest rank).
   nccl-tests' default ``-a 1`` reports the ranks' AVERAGE; ours equals its ``-a 3``. Identical when ranks
   agree (they do within a node: every rank finishes the same collective at nearly the same time).
 * algbw = bytes / time (GB/s, GB = 1e9 bytes); busbw = algbw * 2(n-1)/n, nccl-tests ``doc/PERFORMANCE.md``
@@ -75,8 +99,9 @@ Result document
 "transport_classes": {"P2P": 48}, "nccl_network", "algos": [{"coll", "bytes", "algo", "proto"}, ...],
 "nccl_env_seen": {"NCCL_NVLS_ENABLE": "0"}, "rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us",
 "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong", "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps", "ip_wrong",
-"graph", "oop_algo", "ip_algo"}], "wrong_total", "avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup",
-"timing", "master_port", "rendezvous_attempts", "torch_version", "worker_env", "notes"}``.
+"graph", "oop_algo", "ip_algo", "oop_rank_time_us", "ip_rank_time_us", ("oop_event_time_us", "ip_event_time_us":
+api nccl)}], "wrong_total", "avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup", "timing", "master_port",
+"rendezvous_attempts", "torch_version", "worker_env", "notes", "api": "nccl"|"torch", "nccl_library": path|null}``.
 Units are in the keys: ``_us`` microseconds per collective, ``_gbps`` GB/s (1e9 bytes/s), ``bytes`` bytes.
 ``avg_busbw_gbps`` is nccl-tests' "Avg bus bandwidth": the mean busbw over every size, out-of-place and
 in-place. ``transports`` counts NCCL's "Channel xx/y : a[i] -> b[j] via T" lines over all ranks; ``algos``
@@ -935,6 +960,21 @@ def _worker_main(spec: dict) -> None:
     _exit(0)
 
 
+def _pick_nccl_library(notes: list) -> Nccl | None:
+    """libnccl for api "nccl" (after ``import torch`` and CUDA init, so torch's copy is mapped), or None with a
+    note saying why (the worker then falls back to api "torch"). Local and deterministic: every rank of one
+    node decides the same."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        maps = ""
+    lib, errors = load_nccl(nccl_library_candidates(maps, _site_dirs()))
+    if lib is None:
+        notes.append("api nccl unavailable (" + "; ".join(errors)[:600] + "): fell back to api torch")
+    return lib
+
+
 def _worker(spec: dict) -> None:
     phase = _Phase(spec["phase_path"])
     rank, n = spec["rank"], spec["world_size"]
@@ -948,32 +988,71 @@ def _worker(spec: dict) -> None:
     dtype_name = spec["dtype"]
     dtype = getattr(torch, dtype_name)
     elsize = DTYPES[dtype_name][0]
+    notes: list[str] = []
+    lib = None
+    stream_h = 0
     if nccl:
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
+        torch.zeros(1, device=device)  # CUDA context up before NCCL
+        if spec["api"] == "nccl":
+            phase("loading libnccl")
+            lib = _pick_nccl_library(notes)
+            if lib is not None:
+                # a stream of our own, as nccl-tests; current for every torch op too, so fills and checks are
+                # ordered with the NCCL calls
+                stream = torch.cuda.Stream(device)
+                torch.cuda.set_stream(stream)
+                stream_h = stream.cuda_stream
     else:
         device = torch.device("cpu")
+    api = "nccl" if lib is not None else "torch"
+    # api nccl: torch.distributed only carries the rendezvous and the small CPU figures (gloo); NCCL is ours
+    pg_backend = "gloo" if api == "nccl" else spec["backend"]
+    ctl = torch.device("cpu") if api == "nccl" else device
 
     phase("rendezvous / init_process_group")
-    kw = {"device_id": device} if nccl else {}
+    kw = {"device_id": device} if pg_backend == "nccl" else {}
     try:
-        dist.init_process_group(spec["backend"], init_method="env://", rank=rank, world_size=n,
+        dist.init_process_group(pg_backend, init_method="env://", rank=rank, world_size=n,
                                 timeout=datetime.timedelta(seconds=spec["timeout_s"]), **kw)
     except Exception as e:
         if is_addr_in_use(str(e)):
             log(f"rank {rank}: rendezvous port in use: {str(e).splitlines()[0]}")
             _exit(EXIT_ADDR_IN_USE)
         raise
-    notes: list[str] = []
 
     def sync():
         if nccl:
             torch.cuda.synchronize()
 
     def reduce_scalar(value: float, op, kind=torch.float64):
-        t = torch.tensor([value], dtype=kind, device=device)
+        t = torch.tensor([value], dtype=kind, device=ctl)
         dist.all_reduce(t, op=op)
         return t.item()
+
+    def per_rank(value: float) -> list[float]:
+        """Every rank's ``value``, in rank order."""
+        t = torch.zeros(n, dtype=torch.float64, device=ctl)
+        t[rank] = value
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
+
+    if lib is not None:
+        phase("ncclGetUniqueId / broadcast")
+        msg = torch.zeros(1 + NCCL_UNIQUE_ID_BYTES, dtype=torch.uint8)
+        if rank == 0:
+            try:
+                uid = lib.unique_id_bytes()
+                msg[1:] = torch.tensor(list(uid), dtype=torch.uint8)
+                msg[0] = 1
+            except NcclError as e:
+                log(f"rank 0: {e}")
+        dist.broadcast(msg, src=0)
+        if int(msg[0]) != 1:
+            raise RuntimeError("ncclGetUniqueId failed on rank 0")
+        phase("ncclCommInitRank")
+        lib.init_rank(n, bytes(msg[1:].tolist()), rank)
 
     # sizes that fit: two buffers of the largest plus ~1.5 GiB for NCCL, graphs and check temporaries
     sizes = list(spec["sizes"])
@@ -1000,21 +1079,32 @@ def _worker(spec: dict) -> None:
     def make_op(mode: str, count: int):
         pc = padded(count)
         steps = max(1, buf_elems // pc)
-        if mode == "ip":
-            def op(i):
+        if lib is not None:  # ncclAllReduce itself, as nccl-tests: in place send == recv, else send != recv
+            ndt = nccl_dtype_enum(dtype_name)
+            rb = recv.data_ptr()
+            sb = rb if mode == "ip" else send.data_ptr()
+            comm, ar, step_b = lib.comm, lib.all_reduce, pc * elsize
+
+            def op(i, stream=None):
+                off = (i % steps) * step_b
+                rc = ar(sb + off, rb + off, count, ndt, NCCL_SUM, comm, stream_h if stream is None else stream)
+                if rc != 0:
+                    raise lib.error(rc, f"ncclAllReduce({count} x {dtype_name})")
+        elif mode == "ip":
+            def op(i, stream=None):
                 off = (i % steps) * pc
                 dist.all_reduce(recv[off:off + count])
         elif spec["oop"] == "rs_ag":
             shard = pc // n
 
-            def op(i):
+            def op(i, stream=None):
                 off = (i % steps) * pc
                 out = recv[off:off + pc]
                 mine = out[rank * shard:(rank + 1) * shard]
                 dist.reduce_scatter_tensor(mine, send[off:off + pc])
                 dist.all_gather_into_tensor(out, mine)
         else:
-            def op(i):
+            def op(i, stream=None):
                 off = (i % steps) * pc
                 out = recv[off:off + count]
                 out.copy_(send[off:off + count])
@@ -1022,9 +1112,27 @@ def _worker(spec: dict) -> None:
         return op
 
     sleep = getattr(torch.cuda, "_sleep", None)
+    host_timer = spec.get("timer", "host") == "host"
 
-    def timed(fn) -> float:
-        """Seconds taken by ``fn`` on this rank, started with the ranks lined up."""
+    def timed(fn) -> tuple[float, float | None]:
+        """``(seconds, CUDA-event seconds or None)`` taken by ``fn`` on this rank, started with the ranks lined
+        up. api nccl (nccl-tests BenchTime): one aligning all-reduce, stream synchronised, then the host clock
+        (``timer`` host, the default, what nccl-tests reports) or CUDA events around the launches and the wait
+        for the stream (polled, as nccl-tests' testStreamSynchronize)."""
+        if lib is not None:
+            sync()
+            lib.all_reduce_checked(tiny.data_ptr(), tiny.data_ptr(), 1, NCCL_DTYPE["float32"], stream_h)
+            sync()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            t = time.perf_counter()
+            fn()
+            end.record()
+            while not end.query():
+                pass
+            host = time.perf_counter() - t
+            ev = start.elapsed_time(end) / 1e3
+            return (host if host_timer else ev), ev
         if nccl:
             sync()
             dist.all_reduce(tiny)  # the GPUs leave this together...
@@ -1035,11 +1143,11 @@ def _worker(spec: dict) -> None:
             fn()
             end.record()
             end.synchronize()
-            return start.elapsed_time(end) / 1e3
+            return start.elapsed_time(end) / 1e3, None
         dist.barrier()
         t = time.perf_counter()
         fn()
-        return time.perf_counter() - t
+        return time.perf_counter() - t, None
 
     use_graph = spec["graph"]
     iters, warmup = spec["iters"], spec["warmup"]
@@ -1055,22 +1163,32 @@ def _worker(spec: dict) -> None:
             ok = 1
             try:
                 with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                    cap = torch.cuda.current_stream().cuda_stream  # the capturing stream
                     for i in range(iters):
-                        op(i)
+                        op(i, cap)
             except Exception as e:  # noqa: BLE001 - reported, and every rank falls back together
                 ok = 0
                 log(f"rank {rank}: CUDA graph capture failed at {nbytes} B: {e}")
             if int(reduce_scalar(ok, dist.ReduceOp.MIN)) == 1:
                 g.replay()
                 sync()
-                sec = timed(g.replay)
+                sec, ev = timed(g.replay)
                 graphed = True
             else:
                 notes.append(f"CUDA graph capture failed at {nbytes} B {mode}; timed without graphs")
             del g
         if not graphed:
-            sec = timed(lambda: [op(i) for i in range(iters)])
-        per_op = reduce_scalar(sec / iters, dist.ReduceOp.MAX)
+            if lib is not None:
+                def loop():
+                    for i in range(iters):
+                        op(i)
+                sec, ev = timed(loop)
+            else:
+                sec, ev = timed(lambda: [op(i) for i in range(iters)])
+        times = per_rank(sec / iters)
+        # api nccl: the ranks' average, as nccl-tests' default -a 1; api torch: the slowest rank (-a 3)
+        per_op = sum(times) / n if lib is not None else max(times)
+        ev_op = sum(per_rank(ev / iters)) / n if ev is not None else None
         # correctness (nccl-tests CheckData): fresh inputs, one more collective at offset 0, compare
         src = recv if mode == "ip" else send
         fill_pattern(src[:count], rank, n, dtype_name)
@@ -1084,36 +1202,50 @@ def _worker(spec: dict) -> None:
         wrong = int(reduce_scalar(count_wrong(recv[:count], n, dtype_name), dist.ReduceOp.SUM, torch.int64))
         send.zero_()  # timing data of the next size: zeros (no overflow to inf over repeated in-place sums)
         recv.zero_()
-        return per_op, wrong, graphed
+        return per_op, wrong, graphed, [round(t * 1e6, 3) for t in times], ev_op
 
     rows = []
     for nbytes in sizes:
         count = nbytes // elsize
         nbytes = count * elsize
         phase(f"{nbytes} B out-of-place")
-        oop_s, oop_wrong, g1 = measure("oop", count, nbytes)
+        oop_s, oop_wrong, g1, oop_rt, oop_ev = measure("oop", count, nbytes)
         phase(f"{nbytes} B in-place")
-        ip_s, ip_wrong, g2 = measure("ip", count, nbytes)
-        rows.append({"bytes": nbytes, "count": count, "oop_s": oop_s, "ip_s": ip_s, "oop_wrong": oop_wrong,
-                     "ip_wrong": ip_wrong, "graph": g1 and g2})
+        ip_s, ip_wrong, g2, ip_rt, ip_ev = measure("ip", count, nbytes)
+        row = {"bytes": nbytes, "count": count, "oop_s": oop_s, "ip_s": ip_s, "oop_wrong": oop_wrong,
+               "ip_wrong": ip_wrong, "graph": g1 and g2, "oop_rank_time_us": oop_rt, "ip_rank_time_us": ip_rt}
+        if oop_ev is not None:
+            row["oop_event_time_us"], row["ip_event_time_us"] = round(oop_ev * 1e6, 3), round(ip_ev * 1e6, 3)
+        rows.append(row)
         if rank == 0:
             log(f"rank 0: {nbytes:>12} B  oop {oop_s * 1e6:10.2f} us  ip {ip_s * 1e6:10.2f} us  "
                 f"#wrong {oop_wrong}/{ip_wrong}{'  (graph)' if g1 and g2 else ''}")
 
     if rank == 0:
         nccl_version = None
-        if nccl:
-            v = torch.cuda.nccl.version()
-            nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        timing = ("CUDA events around iters collectives" + (" in one CUDA graph" if use_graph else "")
-                  if nccl else "time.perf_counter around iters collectives") + "; max over ranks"
+        if lib is not None:
+            nccl_version = lib.version
+            timing = (("host clock around iters ncclAllReduce launches and the stream's completion"
+                       if host_timer else "CUDA events around iters ncclAllReduce calls")
+                      + (" in one CUDA graph (nccl-tests -G)" if use_graph else "")
+                      + ", after an aligning ncclAllReduce (nccl-tests BenchTime); average over ranks (-a 1)")
+        else:
+            if nccl:
+                v = torch.cuda.nccl.version()
+                nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            timing = ("CUDA events around iters collectives" + (" in one CUDA graph" if use_graph else "")
+                      if nccl else "time.perf_counter around iters collectives") + "; max over ranks"
         res = {"rows": rows, "torch_version": torch.__version__, "nccl_version": nccl_version,
-               "timing": timing, "notes": notes}
+               "timing": timing, "notes": notes, "api": api,
+               "nccl_library": lib.path if lib is not None else None}
         tmp = spec["result_path"] + ".tmp"
         with open(tmp, "w") as f:
             json.dump(res, f)
         os.replace(tmp, spec["result_path"])
     phase("done")
+    if lib is not None:
+        sync()
+        lib.destroy()
     dist.destroy_process_group()
 
 

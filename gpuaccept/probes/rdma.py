@@ -1,0 +1,224 @@
+"""GPUDirect RDMA readiness: peer-memory support, InfiniBand/RoCE ports, GPU->NIC PCIe distance,
+and (when perftest is installed) an ``ib_write_bw --use_cuda`` loopback per HCA.
+
+Args (JSON object, every key optional)::
+
+    {"sysfs": "/sys",               # sysfs root (tests point it at a copy of the tree)
+     "gpu_bus_ids": ["0000:19:00.0"],   # default: from NVML (pynvml); none and no NVML: topology skipped
+     "perftest": false,             # run ib_write_bw loopbacks
+     "perftest_seconds": 5, "perftest_size": 1048576, "hcas": [...]}   # HCAs for perftest (default: all active)
+
+Output::
+
+    {"peermem": {"nvidia_peermem_loaded", "dma_buf_kernel", "nvidia_open_kernel_module", "ready"},
+     "devices": [{"name": "mlx5_0", "pci_address", "numa_node",
+                  "ports": [{"port", "state", "phys_state", "link_layer", "rate", "rate_gbps"}]}],
+     "topology": [{"gpu_index", "gpu_bus_id", "nic", "nic_pci_address", "path": "PIX"|"PXB"|"PHB"|"NODE"|"SYS",
+                   "bridges", "numa_gpu", "numa_nic"}] | null, "topology_reason",
+     "perftest": "ib_write_bw path" | null,
+     "loopback": [{"hca", "gpu", "bw_gbps", "bw_gbits", "error"}]}
+
+Sources: /proc/modules ("nvidia_peermem"); dma-buf: "dma_buf_export" in /proc/kallsyms and the NVIDIA
+open kernel module (/proc/driver/nvidia/version says "Open Kernel Module"); ready = peermem loaded or
+both dma-buf conditions. Ports: /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state, link_layer,
+rate} ("4: ACTIVE", "5: LinkUp", "InfiniBand"|"Ethernet", "400 Gb/sec (4X NDR)"; rate_gbps in Gb/s as the
+kernel writes it).
+
+Topology (same classes as ``nvidia-smi topo -m``, computed from sysfs): the resolved
+/sys/bus/pci/devices/<bdf> paths of GPU and NIC give their chains of PCI functions from the root
+complex down. Different root complexes: NODE (same NUMA node) or SYS. Same root complex, common
+ancestor is none of the functions or the root port (the first function): PHB -- traffic crosses the
+CPU's root complex. Deeper common ancestor (a PCIe switch): PIX when at most 3 bridge functions are
+traversed (one switch: downstream port, upstream port, downstream port), else PXB. The nearest NIC of
+a GPU is the one with the best class, then the fewest bridges.
+
+Loopback: ``ib_write_bw -d <hca> --use_cuda=<gpu> -D <s> -s <size> --report_gbits`` as server and the
+same with ``localhost`` as client; BW average (Gb/s) from the client's table; bw_gbps = Gb/s / 8 (GB/s,
+1e9 B/s).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+from _probe import ProbeFailed, log, run
+
+ARG_KEYS = {"sysfs", "gpu_bus_ids", "perftest", "perftest_seconds", "perftest_size", "hcas"}
+RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def sysfs_bdf(bus_id: str) -> str:
+    """sysfs form ("0000:19:00.0") of an NVML bus id ("00000000:19:00.0")."""
+    dom, bus, devfn = bus_id.strip().split(":")
+    return f"{int(dom, 16):04x}:{bus.lower()}:{devfn.lower()}"
+
+
+def pci_chain(sysfs: str, bdf: str) -> tuple[str, list[str]] | None:
+    """(root complex "pci0000:16", [PCI functions from the root port down to ``bdf``]) or None."""
+    p = os.path.realpath(f"{sysfs}/bus/pci/devices/{bdf}")
+    if not os.path.exists(p):
+        return None
+    parts = p.split("/")
+    root = next((i for i, s in enumerate(parts) if s.startswith("pci") and ":" in s), None)
+    if root is None:
+        return None
+    return parts[root], [s for s in parts[root + 1:] if BDF.match(s)]
+
+
+def classify(a: tuple[str, list[str]], b: tuple[str, list[str]], same_numa: bool) -> tuple[str, int]:
+    """(class, bridges traversed) between two devices given by :func:`pci_chain` (see module doc)."""
+    if a[0] != b[0]:
+        return ("NODE" if same_numa else "SYS"), -1
+    ca, cb = a[1], b[1]
+    k = 0
+    while k < min(len(ca), len(cb)) - 1 and ca[k] == cb[k]:
+        k += 1
+    if k <= 1:  # common ancestor: the host bridge (k 0) or the root port (k 1)
+        return "PHB", len(ca) + len(cb) - 2
+    bridges = (len(ca) - 1 - k) + (len(cb) - 1 - k) + 1
+    return ("PIX" if bridges <= 3 else "PXB"), bridges
+
+
+def parse_rate(text: str | None) -> float | None:
+    m = re.match(r"\s*([\d.]+)\s*Gb/sec", text or "")
+    return float(m.group(1)) if m else None
+
+
+def ib_devices(sysfs: str) -> list[dict]:
+    base = f"{sysfs}/class/infiniband"
+    out = []
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        d = f"{base}/{name}"
+        pci = os.path.basename(os.path.realpath(f"{d}/device")) if os.path.exists(f"{d}/device") else None
+        ports = []
+        for port in sorted(os.listdir(f"{d}/ports"), key=lambda s: int(s) if s.isdigit() else 0) \
+                if os.path.isdir(f"{d}/ports") else []:
+            pd = f"{d}/ports/{port}"
+            rate = _read(f"{pd}/rate")
+            ports.append({"port": int(port) if port.isdigit() else port, "state": _read(f"{pd}/state"),
+                          "phys_state": _read(f"{pd}/phys_state"), "link_layer": _read(f"{pd}/link_layer"),
+                          "rate": rate, "rate_gbps": parse_rate(rate)})
+        numa = _read(f"{sysfs}/bus/pci/devices/{pci}/numa_node") if pci else None
+        out.append({"name": name, "pci_address": pci, "numa_node": int(numa) if numa not in (None, "") else None,
+                    "ports": ports})
+    return out
+
+
+def peermem() -> dict:
+    mods = {ln.split()[0] for ln in (_read("/proc/modules") or "").splitlines() if ln.strip()}
+    try:
+        with open("/proc/kallsyms", encoding="utf-8", errors="replace") as f:
+            dmabuf = any(ln.rstrip().endswith(" dma_buf_export") for ln in f)
+    except OSError:
+        dmabuf = False
+    open_km = "Open Kernel Module" in (_read("/proc/driver/nvidia/version") or "")
+    pm = "nvidia_peermem" in mods
+    return {"nvidia_peermem_loaded": pm, "dma_buf_kernel": dmabuf, "nvidia_open_kernel_module": open_km,
+            "ready": pm or (dmabuf and open_km)}
+
+
+def nvml_bus_ids() -> tuple[list[str] | None, str | None]:
+    try:
+        import pynvml
+    except ImportError:
+        return None, "pynvml not available: GPU->NIC topology skipped"
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # NVMLError: no driver / no GPU
+        return None, f"NVML: {e}"
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            bid = pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).busId
+            out.append(bid.decode() if isinstance(bid, bytes) else bid)
+        return out, None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def topology(sysfs: str, gpu_bus_ids: list[str], devices: list[dict]) -> list[dict]:
+    rows = []
+    for gi, bid in enumerate(gpu_bus_ids):
+        g = sysfs_bdf(bid)
+        gc = pci_chain(sysfs, g)
+        gnuma = _read(f"{sysfs}/bus/pci/devices/{g}/numa_node")
+        best = None
+        for dev in devices:
+            nc = pci_chain(sysfs, dev["pci_address"]) if dev["pci_address"] else None
+            if gc is None or nc is None:
+                continue
+            same = gnuma is not None and str(dev["numa_node"]) == gnuma and gnuma != "-1"
+            cls, bridges = classify(gc, nc, same)
+            cand = {"gpu_index": gi, "gpu_bus_id": bid, "nic": dev["name"], "nic_pci_address": dev["pci_address"],
+                    "path": cls, "bridges": bridges, "numa_gpu": int(gnuma) if gnuma else None,
+                    "numa_nic": dev["numa_node"]}
+            if best is None or (RANK[cls], bridges) < (RANK[best["path"]], best["bridges"]):
+                best = cand
+        rows.append(best or {"gpu_index": gi, "gpu_bus_id": bid, "nic": None, "path": None,
+                             "error": "GPU or NIC not found in sysfs"})
+    return rows
+
+
+def loopback(ibwb: str, hca: str, gpu: int, seconds: int, size: int, port: int) -> dict:
+    res = {"hca": hca, "gpu": gpu, "bw_gbits": None, "bw_gbps": None, "error": None}
+    common = [ibwb, "-d", hca, f"--use_cuda={gpu}", "-D", str(seconds), "-s", str(size), "--report_gbits",
+              "-p", str(port)]
+    server = subprocess.Popen(common, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(1.0)
+        cli = subprocess.run(common + ["localhost"], capture_output=True, text=True, timeout=seconds + 60)
+        out = cli.stdout + cli.stderr
+        # table: #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]
+        rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+", ln)]
+        if cli.returncode != 0 or not rows:
+            res["error"] = f"ib_write_bw rc {cli.returncode}: {(out.strip().splitlines() or ['no output'])[-1][:300]}"
+        else:
+            res["bw_gbits"] = float(rows[-1][3])
+            res["bw_gbps"] = round(res["bw_gbits"] / 8, 3)
+    except subprocess.TimeoutExpired:
+        res["error"] = f"ib_write_bw client did not finish within {seconds + 60} s"
+    finally:
+        server.kill()
+        server.wait()
+    return res
+
+
+def main(a: dict) -> dict:
+    unknown = set(a) - ARG_KEYS
+    if unknown:
+        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    sysfs = a.get("sysfs", "/sys")
+    devices = ib_devices(sysfs)
+    doc = {"peermem": peermem(), "devices": devices, "topology": None, "topology_reason": None,
+           "perftest": shutil.which("ib_write_bw"), "loopback": []}
+    bus_ids, why = (a["gpu_bus_ids"], None) if a.get("gpu_bus_ids") else nvml_bus_ids()
+    if bus_ids and devices:
+        doc["topology"] = topology(sysfs, bus_ids, devices)
+    else:
+        doc["topology_reason"] = why or ("no GPU" if not bus_ids else "no InfiniBand/RoCE device")
+    if a.get("perftest") and doc["perftest"] and devices and bus_ids:
+        near = {r["gpu_index"]: r.get("nic") for r in doc["topology"] or []}
+        want = a.get("hcas") or [d["name"] for d in devices
+                                 if any((p["state"] or "").endswith("ACTIVE") for p in d["ports"])]
+        for n, hca in enumerate(want):
+            gpu = next((g for g, nic in near.items() if nic == hca), 0)
+            log(f"ib_write_bw loopback on {hca} with GPU {gpu}")
+            doc["loopback"].append(loopback(doc["perftest"], hca, gpu, int(a.get("perftest_seconds", 5)),
+                                            int(a.get("perftest_size", 1 << 20)), 18515 + n))
+    return doc
+
+
+if __name__ == "__main__":
+    run(main)

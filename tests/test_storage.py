@@ -1,0 +1,312 @@
+"""The storage and gpudirect layers: storage_limits (table-driven), the fio_throughput probe on real files
+with real fio (tmpfs refused, free-space margin, a fio job error, cleanup after SIGTERM), the storage ->
+GPU journey on CPU, the NVMe/RDMA probes on a sysfs-shaped tree, and both suites end to end over sshd nodes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuaccept import storage_limits as sl
+from gpuaccept.errors import ConfigError
+from test_e2e import junit, make_project, run_pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBES = REPO / "gpuaccept" / "probes"
+MIB = 1 << 20
+SMALL = {"size": 8 * MIB, "runtime": 1, "numjobs": 1, "iodepth": 4, "min_free_bytes": 64 * MIB}
+
+
+def probe(name: str, args: dict, timeout: float = 120) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run a probe the way Node.probe does (cwd = probes folder, JSON on the last stdout line)."""
+    p = subprocess.run([sys.executable, f"{name}.py", json.dumps(args)], cwd=PROBES, capture_output=True,
+                       text=True, timeout=timeout, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    return json.loads(p.stdout.strip().splitlines()[-1]), p
+
+
+def leftovers(d: Path) -> list[str]:
+    return [p.name for p in d.iterdir() if p.name.startswith(".gpuaccept-")]
+
+
+# -- storage_limits (pure) ------------------------------------------------------------------------------
+LIMIT_CASES = [
+    ("none", None, {}, None),
+    ("empty", {}, {}, None),
+    ("two", {"seq_read_gbps": 12, "rand_read_iops": 1.5e6}, {"seq_read_gbps": (12.0, "GB/s"),
+                                                             "rand_read_iops": (1.5e6, "IOPS")}, None),
+    ("aggregate", {"fs_aggregate_read_gbps": 80.5}, {"fs_aggregate_read_gbps": (80.5, "GB/s")}, None),
+    ("typo", {"seq_raed_gbps": 1}, None, "unknown key 'seq_raed_gbps'"),
+    ("not_mapping", [1, 2], None, "expected a mapping"),
+    ("string_bound", {"seq_read_gbps": "fast"}, None, "seq_read_gbps: expected a number"),
+    ("bool_bound", {"seq_write_gbps": True}, None, "expected a number"),
+    ("negative", {"seq_write_gbps": -1}, None, "expected a number >= 0"),
+]
+
+
+@pytest.mark.parametrize("case,value,want,err", LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_storage_limits_table(case, value, want, err):
+    if err:
+        with pytest.raises(sl.StorageConfigError, match=err) as ei:
+            sl.storage_limits(value, "gpu-07")
+        assert isinstance(ei.value, ConfigError) and str(ei.value).startswith("gpu-07: inventory var storage_limits")
+        return
+    got = sl.storage_limits(value, "gpu-07")
+    assert {k: (v.bound, v.unit) for k, v in got.items()} == want
+    assert all(v.direction == "min" and v.source == "inventory var storage_limits" and v.check == k
+               for k, v in got.items())
+
+
+VAR_CASES = [
+    (sl.path_list, ("/a", "storage_paths"), ["/a"]),
+    (sl.path_list, (["/a", "/b"], "fs_paths"), ["/a", "/b"]),
+    (sl.path_list, (None, "fs_paths"), []),
+    (sl.path_list, (["rel"], "fs_paths"), "not an absolute path"),
+    (sl.path_list, ({"a": 1}, "fs_paths"), "expected a list"),
+    (sl.flag, (None, "gds_allow_compat"), False),
+    (sl.flag, ("yes", "gds_allow_compat"), True),
+    (sl.flag, ("maybe", "gds_allow_compat"), "expected true or false"),
+    (sl.count, (None, "nvme_count"), None),
+    (sl.count, (8, "nvme_count"), 8),
+    (sl.count, ("8", "nvme_count"), "expected an integer"),
+    (sl.fio_args, ({"size": 1024, "runtime": 1},), {"size": 1024, "runtime": 1}),
+    (sl.fio_args, ({"sise": 1024},), "unknown key 'sise'"),
+]
+
+
+@pytest.mark.parametrize("fn,args,want", VAR_CASES, ids=[f"{c[0].__name__}-{i}" for i, c in enumerate(VAR_CASES)])
+def test_storage_vars_table(fn, args, want):
+    if isinstance(want, str):  # every function returns a non-str on success: a str is the expected error
+        with pytest.raises(sl.StorageConfigError, match=want):
+            fn(*args)
+    else:
+        assert fn(*args) == want
+
+
+# -- fio_throughput on real files ----------------------------------------------------------------------
+def test_fio_measures_and_cleans_up(tmp_path):
+    """Sequential read/write GB/s and random-read IOPS on an ext4 (or other block-backed) tmp dir."""
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)]})
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = doc["paths"][0]
+    assert r["ok"] and r["error"] is None, r
+    assert r["seq_read_gbps"] > 0 and r["seq_write_gbps"] > 0 and r["rand_read_iops"] > 0
+    assert r["tests"]["seq_read"]["command"][1] == "--output-format=json"
+    assert r["fstype"] not in ("tmpfs", "overlay") and r["total_bytes"] == 8 * MIB
+    assert isinstance(r["fio_messages"], list)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.fixture
+def tmpfs_dir(tmp_path):
+    """A tmpfs mount (mount -t tmpfs, as root), else /dev/shm when mounting is not permitted."""
+    d = tmp_path / "ram"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(d)], capture_output=True).returncode == 0:
+        yield d
+        subprocess.run(["umount", str(d)], capture_output=True)
+    else:
+        assert " /dev/shm " in Path("/proc/self/mountinfo").read_text() and "tmpfs" in Path("/proc/self/mountinfo").read_text()
+        yield Path("/dev/shm")
+
+
+def test_tmpfs_rejected_before_any_write(tmpfs_dir):
+    doc, _ = probe("fio_throughput", {**SMALL, "paths": [str(tmpfs_dir)]})
+    r = doc["paths"][0]
+    assert not r["ok"] and r["error"] == f"{tmpfs_dir}: not a block-backed filesystem (tmpfs)"
+    assert r["tests"] == {} and r["seq_read_gbps"] is None
+    assert leftovers(tmpfs_dir) == []
+
+
+def test_free_space_margin_enforced(tmp_path):
+    st = os.statvfs(tmp_path)
+    free = st.f_bavail * st.f_frsize
+    doc, _ = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "min_free_bytes": free + (1 << 30)})
+    r = doc["paths"][0]
+    assert not r["ok"] and r["error"].startswith(f"not enough free space on {tmp_path}: ")
+    assert "GiB free, margin" in r["error"] and r["tests"] == {}
+    assert leftovers(tmp_path) == []
+
+
+def test_fio_job_error_becomes_errno(tmp_path):
+    """ioengine sg on a regular file: fio prints messages, then JSON with the job's error 22 (EINVAL)."""
+    doc, _ = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "ioengine": "sg", "tests": ["seq_read"]})
+    r = doc["paths"][0]
+    assert not r["ok"]
+    assert f"errno 22 ({os.strerror(22)})" in r["error"] and "fio job seq_read" in r["error"]
+    assert any("sg" in m for m in r["fio_messages"]), r["fio_messages"]
+    assert leftovers(tmp_path) == []
+
+
+def test_sigterm_mid_fio_removes_files(tmp_path):
+    """The runner's timeout kill (TERM to the process group) mid-fio: the .gpuaccept-* folder is gone."""
+    args = {**SMALL, "paths": [str(tmp_path)], "runtime": 60, "tests": ["seq_write"]}
+    proc = subprocess.Popen([sys.executable, "fio_throughput.py", json.dumps(args)], cwd=PROBES,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            work = leftovers(tmp_path)
+            if work and any(True for _ in (tmp_path / work[0]).glob("gpuaccept.*")):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("fio never started writing")
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert leftovers(tmp_path) == [], err[-2000:]
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert doc["failed"] and "SIGTERM" in doc["msg"]
+    assert proc.returncode == 1
+
+
+def test_storage_to_gpu_cpu_path(tmp_path):
+    doc, p = probe("storage_to_gpu", {"path": str(tmp_path), "device": "cpu", "bytes": 16 * MIB,
+                                      "chunk_bytes": 4 * MIB, "min_free_bytes": 64 * MIB})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert doc["bytes"] == 16 * MIB and doc["storage_read_gbps"] > 0 and doc["host_copy_gbps"] > 0
+    assert doc["end_to_end_gbps"] > 0 and doc["bounding_stage"] in ("storage_read", "host_copy")
+    assert leftovers(tmp_path) == []
+
+
+def test_storage_to_gpu_refuses_tmpfs(tmpfs_dir):
+    doc, _ = probe("storage_to_gpu", {"path": str(tmpfs_dir), "device": "cpu", "bytes": MIB})
+    assert doc["failed"] and "not a block-backed filesystem (tmpfs)" in doc["msg"]
+
+
+def test_gds_detection_without_gpu():
+    doc, p = probe("gds", {})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert doc["mode"] in ("nvidia-fs", "p2pdma", "compat") and doc["gpu"] is False and doc["reason"]
+    assert isinstance(doc["cufile"]["paths"], list)
+
+
+# -- sysfs-shaped trees (real files laid out like the kernel's) -------------------------------------------
+def _w(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text + "\n")
+
+
+def _pci(root: Path, chain: list[str], bus: str = "pci0000:00") -> Path:
+    """Create /sys/devices/<bus>/<chain...> and /sys/bus/pci/devices/<last> -> it."""
+    d = root / "devices" / bus
+    for bdf in chain:
+        d = d / bdf
+        d.mkdir(parents=True, exist_ok=True)
+        link = root / "bus" / "pci" / "devices" / bdf
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(d)
+    return d
+
+
+def test_nvme_inventory_sysfs_tree(tmp_path):
+    sysfs = tmp_path / "sys"
+    for i, (cur, width) in enumerate((("16.0 GT/s PCIe", "4"), ("8.0 GT/s PCIe", "4"))):
+        bdf = f"0000:0{i + 1}:00.0"
+        dev = _pci(sysfs, ["0000:00:01.0", bdf])
+        _w(dev / "current_link_speed", cur)
+        _w(dev / "current_link_width", width)
+        _w(dev / "max_link_speed", "16.0 GT/s PCIe")
+        _w(dev / "max_link_width", "4")
+        c = sysfs / "class" / "nvme" / f"nvme{i}"
+        c.mkdir(parents=True)
+        (c / "device").symlink_to(dev)
+        for k, val in (("model", "ACME NVMe"), ("serial", f"S{i}"), ("firmware_rev", "1.0"), ("transport", "pcie"),
+                       ("address", bdf)):
+            _w(c / k, val)
+        _w(sysfs / "block" / f"nvme{i}n1" / "size", "2000000")
+        _w(sysfs / "block" / f"nvme{i}n1" / "queue" / "logical_block_size", "4096")
+    (sysfs / "block" / "nvme0c0n1").mkdir()  # a multipath path device: not a namespace
+    doc, p = probe("nvme_inventory", {"sysfs": str(sysfs), "nvme_cli": False})
+    assert p.returncode == 0, p.stderr
+    assert doc["namespace_count"] == 2 and doc["namespaces"][0]["size_bytes"] == 2000000 * 512
+    links = {c["name"]: c["link"] for c in doc["controllers"]}
+    assert links["nvme0"]["degraded"] is False
+    assert links["nvme1"]["degraded"] is True and links["nvme1"]["current_speed_gts"] == 8.0
+    assert doc["controllers"][0]["smart_error"] == "nvme-cli not installed"
+
+
+def test_rdma_topology_sysfs_tree(tmp_path):
+    sysfs = tmp_path / "sys"
+    # GPU0 and mlx5_0 behind one switch (root port 01.0 -> up 10:00.0 -> down 11:00.0 / 11:01.0)
+    _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:00.0", "0000:12:00.0"])
+    nic = _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:01.0", "0000:13:00.0"])
+    # GPU1 on another root port of the same root complex: PHB to mlx5_0
+    _pci(sysfs, ["0000:00:02.0", "0000:20:00.0"])
+    ib = sysfs / "class" / "infiniband" / "mlx5_0"
+    ib.mkdir(parents=True)
+    (ib / "device").symlink_to(nic)
+    for k, val in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("link_layer", "InfiniBand"),
+                   ("rate", "400 Gb/sec (4X NDR)")):
+        _w(ib / "ports" / "1" / k, val)
+    doc, p = probe("rdma", {"sysfs": str(sysfs), "gpu_bus_ids": ["00000000:12:00.0", "00000000:20:00.0"]})
+    assert p.returncode == 0, p.stderr
+    assert doc["devices"][0]["ports"][0]["rate_gbps"] == 400.0
+    assert [(r["gpu_index"], r["nic"], r["path"]) for r in doc["topology"]] == [(0, "mlx5_0", "PIX"),
+                                                                                 (1, "mlx5_0", "PHB")]
+
+
+# -- end to end: the suites over sshd nodes ---------------------------------------------------------------
+def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
+    """Two sshd nodes with storage_paths and fs_paths: junit-storage.xml has per-path figures; a limit
+    that cannot be met fails naming path and figure; the shared-fs aggregate sums both hosts; NVMe,
+    the GPU journey and the gpudirect tests skip with reasons on this GPU-less, NVMe-less machine."""
+    nodes = sshd_nodes[:2]
+    inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py")
+    data = {n.name: tmp_path / f"data-{n.name}" for n in nodes}
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for d in data.values():
+        d.mkdir()
+    gv = tmp_path / "group_vars"
+    gv.mkdir()
+    (gv / "gpu.yml").write_text(
+        f"fs_paths: [{shared}]\n"
+        "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
+        "storage_limits: {seq_read_gbps: 0.0001, fs_aggregate_read_gbps: 0.0001}\n")
+    hv = tmp_path / "host_vars"
+    hv.mkdir()
+    (hv / "node1.yml").write_text(f"storage_paths: [{data['node1']}]\n")
+    (hv / "node2.yml").write_text(f"storage_paths: [{data['node2']}]\n"
+                                  "storage_limits: {seq_read_gbps: 1000000, fs_aggregate_read_gbps: 0.0001}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-n", "2", "-m", "storage or gpudirect", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    cases = {(c["classname"], c["name"].split("[")[0]): c for c in junit(rep / "junit-storage.xml")}
+    ok = cases[("storage.node1", "test_local_storage_throughput")]
+    assert ok["outcome"] == "passed", ok["message"]
+    figs = ok["props"]
+    assert float(figs[f"seq_read_gbps {data['node1']}"].split()[0]) > 0
+    assert float(figs[f"rand_read_iops {data['node1']}"].split()[0]) > 0
+    bad = cases[("storage.node2", "test_local_storage_throughput")]
+    assert bad["outcome"] == "failure" and f"seq_read_gbps {data['node2']}" in bad["message"]
+    assert "node2" in bad["message"]
+    agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")]
+    assert len(agg) == 1 and agg[0]["outcome"] == "passed", agg
+    doc = json.loads((rep / "results.json").read_text())
+    rd = [f for f in doc["figures"] if f["check"].startswith("fs_aggregate_read_gbps")]
+    assert rd and rd[0]["verdict"] == "pass" and len(rd[0]["extra"]["hosts"]) == 2
+    wr = [f for f in doc["figures"] if f["check"].startswith("fs_aggregate_write_gbps")]
+    assert wr[0]["verdict"] == "recorded" and "not judged" in wr[0]["extra"]["note"]
+    nvme = cases[("storage.node1", "test_nvme_inventory")]
+    assert nvme["outcome"] == "skipped"
+    assert cases[("storage.node1", "test_storage_to_gpu")]["outcome"] == "skipped"
+    summary = (rep / "summary.md").read_text()
+    assert "no NVMe on node1" in summary and "no InfiniBand/RoCE device on node1" in summary
+    gd = junit(rep / "junit-gpudirect.xml")
+    assert gd and all(c["outcome"] == "skipped" for c in gd), gd
+    for d in list(data.values()) + [shared]:
+        assert leftovers(d) == []
