@@ -615,6 +615,8 @@ def worker_env(base: dict, extra: dict, notes: list) -> dict:
             continue
         env[k] = v
     env["PYTHONUNBUFFERED"] = "1"
+    # the ranks meet on 127.0.0.1: let gloo (the CPU side-channel) use loopback unless told otherwise
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
