@@ -142,19 +142,20 @@ def outliers(figures: list[dict], previous: list[dict], peer_pct: float = 10.0, 
 
     ``peers``: worse than the median of the same check over every host and GPU of this run by more than
     ``peer_pct`` percent (only with at least ``min_peers`` figures). ``history``: worse than the same host,
-    check and GPU in ``previous`` (the last run's figures) by more than ``history_pct`` percent. "Worse" is
-    lower for a ``min`` limit and higher for a ``max`` limit. Returns records
+    check and GPU in ``previous`` (the last run's figures) by more than ``history_pct`` percent. Only figures
+    judged against a ``min`` limit (bandwidths, TFLOP/s: higher is better) are compared. Returns records
     ``{host, check, gpu, value, unit, against, reference, pct}``.
     """
-    judged = [f for f in figures if isinstance(f.get("limit"), dict) and isinstance(f.get("value"), (int, float))
-              and not isinstance(f.get("value"), bool)]
+    # throughput-like figures only (a "min" limit): error counts and percentages against a "max" limit are
+    # small integers whose relative change means nothing (1 CRC error/s is "100% above" 0.5)
+    judged = [f for f in figures if isinstance(f.get("limit"), dict) and "min" in f["limit"]
+              and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
     out: list[dict] = []
     by_check: dict[str, list[float]] = {}
     for f in judged:
         by_check.setdefault(f["check"], []).append(float(f["value"]))
     prev = {_key(f): f["value"] for f in previous if isinstance(f.get("value"), (int, float))}
     for f in judged:
-        sign = 1.0 if "min" in f["limit"] else -1.0
         vals = by_check[f["check"]]
         refs = []
         if len(vals) >= min_peers:
@@ -162,7 +163,7 @@ def outliers(figures: list[dict], previous: list[dict], peer_pct: float = 10.0, 
         if _key(f) in prev:
             refs.append(("history", float(prev[_key(f)]), history_pct))
         for against, ref, pct in refs:
-            if ref and sign * (ref - f["value"]) / abs(ref) * 100.0 > pct:
+            if ref and (ref - f["value"]) / abs(ref) * 100.0 > pct:
                 out.append({"host": f["host"], "check": f["check"], "gpu": f.get("gpu"), "value": f["value"],
                             "unit": f.get("unit"), "against": against, "reference": ref,
                             "pct": round(abs(ref - f["value"]) / abs(ref) * 100.0, 1)})

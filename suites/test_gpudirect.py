@@ -35,8 +35,9 @@ def test_gds(node: Node, gpus, verdicts):
         verdicts.fail("cuFile (libcufile.so) not found: not on the loader path, not in the nvidia-cufile wheel, "
                       "not in /usr/local/cuda*/lib64")
     if not paths:
-        verdicts.fail("no gds_paths (or storage_paths) configured: nothing to read and write")
-    elif not doc.get("gpus"):
+        pytest.skip(f"GDS mode on {node.name}: {doc.get('mode')}; no gds_paths (or storage_paths) configured, "
+                    "so no GDS transfer measured")
+    if not doc.get("gpus"):
         verdicts.fail(f"GDS transfer not run: {doc.get('reason')}")
     for g in doc.get("gpus", []):
         if g.get("error"):
