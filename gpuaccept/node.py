@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .errors import AuthError, HostKeyError, HostUnreachable, ProbeError, ThresholdError
+from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError, ThresholdError
 from .inventory import Host
 from .thresholds import SkuSpec, detect_sku
 from .transport import CommandResult
@@ -25,6 +25,8 @@ PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 # Connection failures after which a host is not retried for the rest of the run (each retry would
 # cost a connect timeout per test; the first error is repeated instead).
 _STICKY = (HostUnreachable, HostKeyError, AuthError)
+# After a timeout, how long a trivial command may take before the host is declared hung, seconds.
+LIVENESS_TIMEOUT_S = 15.0
 
 
 def probe_archive() -> bytes:
@@ -99,6 +101,14 @@ class Node:
                 return self._transport.run(command, stdin=stdin, timeout=timeout or self.probe_timeout)
             except _STICKY as e:
                 self._dead = e
+                raise
+            except CommandTimeout as e:
+                # a command that ran long is one thing, a host that stopped answering another: ask once
+                # more, briefly; if even `true` gets no answer, report the host as hung from now on
+                try:
+                    self._transport.run("true", timeout=LIVENESS_TIMEOUT_S)
+                except Exception as again:  # noqa: BLE001 - any failure here means the host is gone
+                    self._dead = HostUnreachable(self.name, f"stopped answering ({e.msg}; then {again})")
                 raise
 
     def _ensure_shipped(self) -> str:

@@ -96,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
         inv: Inventory = load_inventory(inv_path)
         hosts = inv.select(config.getoption("limit"))
+        for h in hosts:
+            if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
+                why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
+                raise ConfigError(f"{inv_path}: host {h.name}: ansible_ssh_private_key_file {h.key_file} {why}")
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},

@@ -257,6 +257,8 @@ BAD_INPUTS = [
     ("jinja", "[gpu]\nnode1 ansible_host=\"{{ lookup('env','X') }}\"\n", [], "Jinja"),
     ("no_match", "[gpu]\nnode1 ansible_host=127.0.0.2\n", ["--limit", "nosuchgroup"], "nosuchgroup"),
     ("unknown_sku", "[gpu]\nnode1 ansible_host=127.0.0.2\n", ["--sku", "h300"], "h300"),
+    ("missing_key", "[gpu]\nnode1 ansible_host=127.0.0.2 ansible_ssh_private_key_file=/nonexistent/id_ed25519\n", [],
+     "/nonexistent/id_ed25519 does not exist"),
 ]
 
 
@@ -289,3 +291,58 @@ def test_threshold_typo_stops_before_any_node(tmp_path, sshd_nodes, known_hosts)
     assert "h200-sxm-141gb.yaml" in res.stderr and "hbm_raed_bw_gbps" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").glob("*/results.jsonl"))
+
+
+HUNG_SUITE = '''
+import pytest
+
+pytestmark = pytest.mark.health
+
+
+def test_1_slow(node):
+    node.run("sleep 3")
+
+
+def test_2_next(node):
+    node.run("true")
+
+
+def test_3_last(node):
+    node.run("true")
+'''
+
+
+def test_hung_node_is_reported_not_waited_on(tmp_path, tmp_path_factory):
+    """A host that freezes mid-run (its sshd and sessions SIGSTOPped): its running test meets the timeout,
+    the host is then reported as hung and its later tests error at once instead of each waiting out a timeout."""
+    base = tmp_path_factory.mktemp("hung")
+    nodes = [start_sshd(base, address=a, name=f"h{i}") for i, a in enumerate(("127.0.0.9", "127.0.0.10"), 1)]
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh, HUNG_SUITE, "test_health_hung.py")
+        rep = tmp_path / "rep"
+        result: dict = {}
+        t = threading.Thread(target=lambda: result.update(res=run_pytest(
+            tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep), "-n", "2",
+            "--probe-timeout", "5", "-k", "slow or next or last")))
+        t0 = time.time()
+        t.start()
+        while time.time() - t0 < 30 and len(nodes[1].processes()) < 2:
+            time.sleep(0.1)
+        nodes[1].freeze()
+        t.join(120)
+        elapsed = time.time() - t0
+        res = result["res"]
+        assert res.returncode == 1, res.stdout[-2000:]
+        cases = {(c["classname"], c["name"].split("[")[0]): c for c in junit(rep / "junit-health.xml")}
+        assert all(cases[("health.h1", n)]["outcome"] == "passed" for n in ("test_1_slow", "test_2_next", "test_3_last"))
+        assert cases[("health.h2", "test_1_slow")]["outcome"] == "error"
+        for n in ("test_2_next", "test_3_last"):
+            c = cases[("health.h2", n)]
+            assert c["outcome"] == "error" and c["message"].startswith("h2: ") and "answering" in c["message"], c
+        # one timeout (5 s) + kill budget + one liveness check (15 s), not three timeouts in a row
+        assert elapsed < 60, elapsed
+    finally:
+        for n in nodes:
+            n.thaw() if hasattr(n, "thaw") else None
+            n.stop()
