@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from . import errors
 from .errors import ConfigError, GpuacceptError, ThresholdError
 from .inventory import Inventory, load_inventory
 from .node import Node

@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from _gpu import pci_bus_id, require_cuda, select_gpus
 from _probe import ProbeFailed, log, run
 
 ARG_KEYS = {"device", "iters", "gpus"}
@@ -31,36 +32,6 @@ WARMUP = 1000
 def per_launch_us(seconds: float, iters: int) -> float:
     """Microseconds per launch."""
     return seconds / iters * 1e6
-
-
-def require_cuda() -> None:
-    if not torch.cuda.is_available():
-        raise ProbeFailed(
-            f"no CUDA device visible to torch (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
-        )
-
-
-def select_gpus(device: str, gpus) -> list[int]:
-    """Indices to measure: ``gpus`` (list or "all"/None) checked against what torch sees."""
-    if device == "cpu":
-        return [0]
-    count = torch.cuda.device_count()
-    if gpus in (None, "all"):
-        return list(range(count))
-    if not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus) or not gpus:
-        raise ProbeFailed(f"gpus must be a non-empty list of indices or \"all\", got {gpus!r}")
-    bad = [g for g in gpus if not 0 <= g < count]
-    if bad:
-        raise ProbeFailed(f"gpu index {bad[0]} out of range: torch sees {count} GPU(s)")
-    return gpus
-
-
-def pci_bus_id(props) -> str | None:
-    """NVML-style PCI bus id ("00000000:1B:00.0") from torch device properties, if torch has them."""
-    try:
-        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-    except AttributeError:
-        return None
 
 
 def measure(dev: torch.device, iters: int) -> dict:

@@ -45,6 +45,7 @@ import time
 
 import torch
 
+from _gpu import Clock, on_gpus, pci_bus_id, require_cuda, select_gpus, sig
 from _probe import ProbeFailed, log, run
 
 ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus"}
@@ -63,93 +64,6 @@ def matmul_flop(m: int, n: int, k: int) -> int:
 def tflops(m: int, n: int, k: int, iters: int, seconds: float) -> float:
     """TFLOP/s (1e12 FLOP/s) of ``iters`` products of that shape done in ``seconds``."""
     return matmul_flop(m, n, k) * iters / seconds / 1e12
-
-
-def sig(x: float, digits: int = 5) -> float:
-    """``x`` rounded to ``digits`` significant digits (tiny cpu figures stay non-zero)."""
-    return float(f"{x:.{digits}g}")
-
-
-# ---------------------------------------------------------------- device helpers (shared shape)
-
-def require_cuda() -> None:
-    if not torch.cuda.is_available():
-        raise ProbeFailed(
-            f"no CUDA device visible to torch (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
-        )
-
-
-def select_gpus(device: str, gpus) -> list[int]:
-    """Indices to measure: ``gpus`` (list or "all"/None) checked against what torch sees."""
-    if device == "cpu":
-        return [0]
-    count = torch.cuda.device_count()
-    if gpus in (None, "all"):
-        return list(range(count))
-    if not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus) or not gpus:
-        raise ProbeFailed(f"gpus must be a non-empty list of indices or \"all\", got {gpus!r}")
-    bad = [g for g in gpus if not 0 <= g < count]
-    if bad:
-        raise ProbeFailed(f"gpu index {bad[0]} out of range: torch sees {count} GPU(s)")
-    return gpus
-
-
-def pci_bus_id(props) -> str | None:
-    """NVML-style PCI bus id ("00000000:1B:00.0") from torch device properties, if torch has them."""
-    try:
-        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-    except AttributeError:
-        return None
-
-
-class Clock:
-    """Marks on the device timeline: CUDA events on cuda, perf_counter on cpu (same calling code)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def mark(self):
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
-
-    def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def seconds(self, a, b) -> float:
-        """Seconds between two marks; call after sync()."""
-        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
-
-
-def on_gpus(fn, indices: list[int]) -> list:
-    """Run ``fn(index, barrier)`` in one thread per index, all at once; return results in order.
-
-    A failing thread aborts the barrier (so the others stop waiting) and its error is re-raised."""
-    barrier = threading.Barrier(len(indices), timeout=300)
-    results: list = [None] * len(indices)
-    errors: list = [None] * len(indices)
-
-    def body(slot: int, index: int) -> None:
-        try:
-            results[slot] = fn(index, barrier)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors[slot] = e
-            barrier.abort()
-
-    threads = [threading.Thread(target=body, args=(s, i), daemon=True) for s, i in enumerate(indices)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    failed = [(indices[s], e) for s, e in enumerate(errors) if e is not None]
-    if failed:  # report the root cause, not the BrokenBarrierError it caused in the other threads
-        index, e = ([f for f in failed if not isinstance(f[1], threading.BrokenBarrierError)] or failed)[0]
-        msg = str(e) if isinstance(e, ProbeFailed) else f"{type(e).__name__}: {e}"
-        raise ProbeFailed(f"GPU {index}: {msg}".splitlines()[0][:500])
-    return results
 
 
 # ---------------------------------------------------------------- telemetry
