@@ -44,6 +44,7 @@ import re
 import statistics
 import time
 
+from _nvml import call, is_error, nvml_error, text
 from _probe import ProbeFailed, log, run
 
 # nvmlGpuTopologyLevel_t -> nvidia-smi topo -m abbreviation (NVML API reference; nvidia-smi topo legend).
@@ -92,40 +93,6 @@ _PCI_BUS_ID_RE = re.compile(
 
 # ---------------------------------------------------------------------------------------------------------
 # pure helpers (imported by the tests)
-
-
-def nvml_error(exc: BaseException) -> dict:
-    """``{"nvml_error": str}`` for an exception raised by or around an NVML call (see gpu_inventory)."""
-    if type(exc).__name__.startswith("NVMLError"):
-        try:
-            return {"nvml_error": str(exc)}
-        except Exception:
-            return {"nvml_error": f"NVML error code {getattr(exc, 'value', '?')}"}
-    return {"nvml_error": f"{type(exc).__name__}: {exc}".strip()}
-
-
-def is_error(value) -> bool:
-    """True when ``value`` is an ``{"nvml_error": ...}`` placeholder."""
-    return isinstance(value, dict) and "nvml_error" in value
-
-
-def call(nv, name: str, *args, conv=None):
-    """Call ``nv.<name>(*args)``; return its value (through ``conv``) or an ``nvml_error`` placeholder."""
-    fn = getattr(nv, name, None)
-    if fn is None:
-        return {"nvml_error": f"pynvml has no {name}"}
-    try:
-        value = fn(*args)
-        return conv(value) if conv is not None else value
-    except Exception as e:
-        return nvml_error(e)
-
-
-def text(value) -> str:
-    """Decode bytes and strip trailing NULs."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return str(value).rstrip("\x00")
 
 
 def normalize_bus_id(bus_id) -> str | None:
