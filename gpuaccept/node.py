@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError, ThresholdError
 from .inventory import Host
+from .profiles import probe_args
 from .thresholds import SkuSpec, detect_sku
 from .transport import CommandResult
 
@@ -67,11 +68,11 @@ class Node:
 
     ``transport_factory(host)`` returns a transport (see gpuaccept.transport). ``probe_timeout`` is the
     default wall-clock limit in seconds for one probe. ``sku_override`` is ``--sku``; ``specs`` maps SKU
-    name to SkuSpec (loaded threshold files).
+    name to SkuSpec (loaded threshold files). ``profile`` names a gpuaccept.profiles entry.
     """
 
     def __init__(self, host: Host, transport_factory: Callable[[Host], Any], specs: dict[str, SkuSpec],
-                 probe_timeout: float = 300.0, sku_override: str | None = None):
+                 probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard"):
         self.host = host
         self.name = host.name
         # On the controller itself, without an explicit interpreter, probes run under the controller's
@@ -87,6 +88,7 @@ class Node:
         self.specs = specs
         self.probe_timeout = probe_timeout
         self.sku_override = sku_override
+        self.profile = profile
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> CommandResult:
@@ -135,6 +137,7 @@ class Node:
         """
         if not os.path.exists(os.path.join(PROBE_DIR, f"{name}.py")):
             raise ValueError(f"no probe named {name}")
+        args = probe_args(self.profile, name, args)
         with self._lock:
             d = self._ensure_shipped()
             envs = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**PROBE_ENV, **(env or {})}.items())

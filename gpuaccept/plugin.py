@@ -19,6 +19,7 @@ import pytest
 from .errors import ConfigError, GpuacceptError, ThresholdError
 from .inventory import Inventory, load_inventory
 from .node import Node
+from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
 from .thresholds import load_all
 from .transport import get_transport
@@ -40,9 +41,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
     g.addoption("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
     g.addoption("--thresholds", default=None, help="threshold folder; default thresholds/")
-    g.addoption("--probe-timeout", type=float, default=300.0, help="wall-clock limit of one probe, seconds (default 300)")
+    g.addoption("--probe-timeout", type=float, default=None,
+                help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
     g.addoption("--accept-new-host-keys", action="store_true", default=False,
                 help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
+    g.addoption("--profile", default="standard", choices=sorted(PROFILES),
+                help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
     g.addoption("--xid-window", type=float, default=None,
                 help="read XID events from this many seconds before the run began (default: since the run began)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
@@ -130,7 +134,8 @@ def pytest_configure(config: pytest.Config) -> None:
         run_id = os.path.basename(os.path.normpath(rdir))
         state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),
                                                     "hosts": [h.name for h in hosts], "started": state["started"],
-                                                    "previous_run": previous},
+                                                    "previous_run": previous,
+                                                    "profile": config.getoption("profile")},
                                      previous=load_previous_figures(previous))
     config.stash[STATE] = state
 
@@ -174,6 +179,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("node", names, ids=names, indirect=True)
 
 
+def probe_timeout(config: pytest.Config) -> float:
+    """``--probe-timeout``, else the profile's default (gpuaccept.profiles.PROBE_TIMEOUT_S)."""
+    return config.getoption("probe_timeout") or PROBE_TIMEOUT_S[config.getoption("profile")]
+
+
 def _get_node(config: pytest.Config, name: str) -> Node:
     st = config.stash[STATE]
     if name not in st["nodes"]:
@@ -181,7 +191,7 @@ def _get_node(config: pytest.Config, name: str) -> Node:
         kh = config.getoption("known_hosts")
         accept = config.getoption("accept_new_host_keys")
         st["nodes"][name] = Node(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
-                                 st["specs"], config.getoption("probe_timeout"), config.getoption("sku"))
+                                 st["specs"], probe_timeout(config), config.getoption("sku"), config.getoption("profile"))
     return st["nodes"][name]
 
 

@@ -28,7 +28,7 @@ def test_allreduce(node: Node, gpus, sku, verdicts, request):
     limit = sku.checks.get("allreduce_busbw_gbps")
     at = int(limit.at_bytes) if limit and limit.at_bytes else 4 * 2**30
     args = {"backend": "nccl", "world_size": n, "min_bytes": 2**20, "max_bytes": max(at, 2**20), "factor": 4,
-            "deadline_s": max(60, int(request.config.getoption("probe_timeout")) - 10)}
+            "deadline_s": max(60, int(node.probe_timeout) - 10)}
     doc = node.probe("nccl_allreduce", args, env=nccl_environment(node.host.vars))
     table = format_table(doc)
     print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}\n{table}")

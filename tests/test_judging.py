@@ -109,3 +109,18 @@ def test_sku_detected_from_real_h200_capture():
     specs = load_all(str(REPO / "thresholds"))
     g = doc["gpus"][0]
     assert detect_sku(specs, g["name"], g["memory_total_bytes"]).sku == "h200-sxm-141gb"
+
+
+def test_profiles_only_use_arguments_the_probes_accept():
+    """Every argument a profile sets is one the probe declares (probes reject unknown keys)."""
+    import re
+
+    from gpuaccept.profiles import PROBE_TIMEOUT_S, PROFILES, probe_args
+    assert set(PROBE_TIMEOUT_S) == set(PROFILES)
+    for prof, probes in PROFILES.items():
+        for probe, args in probes.items():
+            src = (REPO / "gpuaccept" / "probes" / f"{probe}.py").read_text()
+            for key in args:
+                assert re.search(rf'["\']{key}["\']', src), f"{prof}: {probe} has no argument {key}"
+    assert probe_args("quick", "matmul_tflops", {"dtypes": ["bf16"]})["dtypes"] == ["bf16"]
+    assert probe_args("standard", "matmul_tflops", {"m": 1}) == {"m": 1}

@@ -93,6 +93,46 @@ api torch (gloo always; nccl on request or as the fallback) is measured as follo
   256 bfloat16); the output of one more collective is compared element by element on the device with the
   expected sum; ``#wrong`` is the sum over ranks of mismatching elements (NaN counts as wrong).
 
+Multi-node mode (arguments ``nnodes`` and ``node_rank`` given; driven by :mod:`gpuaccept.multinode`)
+---------------------------------------------------------------------------------------------------
+One probe per host, all started at once by the controller; each supervises only its own ranks, with the
+deadline and kill logic above. Extra arguments:
+
+==================  ===========================================================================================
+``nnodes``          hosts in the collective
+``node_rank``       this host's index, 0..nnodes-1; node 0 hosts the rendezvous (rank 0's TCPStore)
+``ranks_per_node``  local ranks (GPUs used) on every host; default 1 (gloo) or every visible GPU (nccl).
+                    Global rank = node_rank * ranks_per_node + local rank; world = nnodes * ranks_per_node
+``master_addr``     address of node 0 as the other hosts reach it (required)
+``master_port``     rendezvous port on node 0 (required: the controller picks it there). No local retry:
+                    a port in use is reported (``outcome: addr_in_use``) and the controller retries the
+                    whole collective on another port
+``marker``          a string unique to this collective, put in every worker's command line (``pkill -f``)
+``host``, ``hosts`` this host's inventory name and every host's, in node order: the world check below
+``stall_s``         a local rank whose heartbeat (a thread touching a file every 0.5 s) is older than this and
+                    whose process is not running (stopped, ``T``; uninterruptible, ``D``; sleeping with the
+                    interpreter wedged) is stalled: this host's ranks are killed at once and the host is
+                    blamed by its own evidence. Default: off (the deadline alone)
+==================  ===========================================================================================
+
+The world check: right after ``init_process_group`` every rank checks ``get_world_size()`` against
+``nnodes * ranks_per_node`` and all-gathers ``{rank, node_rank, host, hostname, marker}``: every host of
+``hosts`` must be present exactly once, at its node rank, with ``ranks_per_node`` ranks, all of this
+collective's marker. Anything else is a split world: the ranks exit (rc 3) and the document says
+``outcome: split_world``: an error, never a figure. Two inventory names with one ``hostname`` are a note
+(test rigs and containers share one kernel). The gloo side-channel uses ``GLOO_SOCKET_IFNAME`` from the
+environment, else the interface holding the local address this host uses to reach ``master_addr``.
+
+In this mode the probe always prints a document (rc 0) unless its arguments are wrong: ``ok`` true with the
+single-node fields (every host reports the rows, computed from all ranks' all-reduced times; transports
+and NCCL INFO facts from its OWN ranks' output only) plus ``node_rank``, ``nnodes``, ``ranks_per_node``,
+``local_ranks``, ``local_address``, ``world`` (the gathered identities); or ``ok`` false with ``outcome``
+(``failed`` | ``hung`` | ``stalled`` | ``split_world`` | ``addr_in_use`` | ``aborted``: SIGTERM from the
+controller), ``error`` (one line), ``evidence`` (``local``: a rank of this host stalled, died of a signal
+or failed with an error that is not a network error; ``peer``: its ranks failed with network errors,
+``peer_addresses`` lists the IPv4 addresses those errors name; ``none``), ``ranks`` (per local rank: rank,
+rc, state, phase, heartbeat age in s, last line), ``local_address`` and ``transports`` so far.
+
 Result document
 ---------------
 ``{"backend", "world_size", "nccl_version", "nccl_version_full", "dtype", "transports": {"P2P/CUMEM": 48, ...},
@@ -147,6 +187,8 @@ DTYPES = {
 #: environment variables the workers inherit exactly as found (the test box needs NCCL_NVLS_ENABLE=0)
 PROTECTED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is taken (errno EADDRINUSE is 98)
+EXIT_SPLIT_WORLD = 3  # a worker's exit status when the world that formed is not the one expected (multi-node)
+HEARTBEAT_S = 0.5  # multi-node: each worker touches its heartbeat file this often
 RENDEZVOUS_ATTEMPTS = 5
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
 TEARDOWN_GRACE_S = 30.0  # ranks that reported "done" but do not exit within this are killed, result kept
@@ -533,7 +575,8 @@ def _int_arg(args: dict, key: str, default, lo: int = 1) -> int:
 
 def _config(args: dict) -> dict:
     known = {"backend", "world_size", "min_bytes", "max_bytes", "factor", "iters", "warmup", "dtype",
-             "timeout_s", "deadline_s", "master_port", "graph", "graph_max_bytes", "oop", "env", "api", "timer"}
+             "timeout_s", "deadline_s", "master_port", "graph", "graph_max_bytes", "oop", "env", "api", "timer",
+             *MULTINODE_ARGS}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailed(f"unknown argument(s) {unknown}; known: {sorted(known)}")
@@ -552,6 +595,10 @@ def _config(args: dict) -> dict:
         world_size = n_gpus
     cfg = {"backend": backend}
     cfg["world_size"] = _int_arg({} if world_size is None else {"world_size": world_size}, "world_size", 2)
+    cfg["nnodes"] = None
+    cfg["local_ranks"] = cfg["world_size"]  # ranks this probe spawns
+    if "nnodes" in args or "node_rank" in args:
+        _multinode_config(args, cfg, n_gpus)
     cfg["min_bytes"] = _int_arg(args, "min_bytes", MiB)
     cfg["max_bytes"] = _int_arg(args, "max_bytes", 4 * GiB if backend == "nccl" else 64 * MiB)
     cfg["factor"] = _int_arg(args, "factor", 4)
@@ -594,15 +641,41 @@ def _config(args: dict) -> dict:
         raise ProbeFailed(str(e)) from None
     if not cfg["sizes"]:
         raise ProbeFailed(f"no message size >= one {cfg['dtype']} element in {cfg['min_bytes']}..{cfg['max_bytes']}")
-    if backend == "nccl" and n_gpus is not None and cfg["world_size"] > n_gpus:
-        raise ProbeFailed(f"world_size {cfg['world_size']} > {n_gpus} visible GPU(s)")
+    if backend == "nccl" and n_gpus is not None and cfg["local_ranks"] > n_gpus:
+        what = "ranks_per_node" if cfg["nnodes"] else "world_size"
+        raise ProbeFailed(f"{what} {cfg['local_ranks']} > {n_gpus} visible GPU(s)")
     return cfg
 
 
-def worker_env(base: dict, extra: dict, notes: list) -> dict:
+MULTINODE_ARGS = ("nnodes", "node_rank", "ranks_per_node", "master_addr", "marker", "host", "hosts", "stall_s")
+
+
+def _multinode_config(args: dict, cfg: dict, n_gpus) -> None:
+    """Fill ``cfg`` for multi-node mode (see the module docstring); ProbeFailed on a bad argument."""
+    if "world_size" in args:
+        raise ProbeFailed("multi-node: give ranks_per_node, not world_size (world = nnodes * ranks_per_node)")
+    nn = _int_arg(args, "nnodes", None)
+    nr = _int_arg(args, "node_rank", None, lo=0)
+    if nr >= nn:
+        raise ProbeFailed(f"node_rank {nr} must be < nnodes {nn}")
+    rpn = _int_arg(args, "ranks_per_node", n_gpus if cfg["backend"] == "nccl" else 1)
+    for key in ("master_addr", "master_port"):
+        if args.get(key) in (None, ""):
+            raise ProbeFailed(f"multi-node: argument {key!r} is required")
+    hosts = args.get("hosts") or [f"node{i}" for i in range(nn)]
+    if not isinstance(hosts, list) or len(hosts) != nn or len(set(map(str, hosts))) != nn:
+        raise ProbeFailed(f"hosts must list {nn} distinct names in node order, got {hosts!r}")
+    stall = args.get("stall_s")
+    cfg.update(nnodes=nn, node_rank=nr, ranks_per_node=rpn, local_ranks=rpn, world_size=nn * rpn,
+               master_addr=str(args["master_addr"]), marker=str(args.get("marker") or ""),
+               hosts=[str(h) for h in hosts], host=str(args.get("host") or hosts[nr]),
+               stall_s=None if stall is None else _int_arg(args, "stall_s", None))
+
+
+def worker_env(base: dict, extra: dict, notes: list, gloo_ifname: str = "lo") -> dict:
     """The workers' environment: ``base`` (the probe's own), NCCL INFO logging on, ``extra`` on top except for
     :data:`PROTECTED_ENV` names, which only ``base`` decides (kept as found, or left unset); ``NCCL_DEBUG_FILE``
-    removed."""
+    removed; ``GLOO_SOCKET_IFNAME`` defaults to ``gloo_ifname``."""
     env = dict(base)
     env["NCCL_DEBUG"] = "INFO"
     env["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,ENV,TUNING"
@@ -615,17 +688,28 @@ def worker_env(base: dict, extra: dict, notes: list) -> dict:
             continue
         env[k] = v
     env["PYTHONUNBUFFERED"] = "1"
-    # the ranks meet on 127.0.0.1: let gloo (the CPU side-channel) use loopback unless told otherwise
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # one node: the ranks meet on 127.0.0.1, so gloo (the CPU side-channel) uses loopback unless told otherwise;
+    # multi-node: the interface toward the master (see local_interface)
+    if gloo_ifname:
+        env.setdefault("GLOO_SOCKET_IFNAME", gloo_ifname)
     return env
 
 
 class _Worker:
-    def __init__(self, rank: int, proc: subprocess.Popen, logpath: str, phasepath: str):
+    def __init__(self, rank: int, proc: subprocess.Popen, logpath: str, phasepath: str, local_rank: int | None = None):
         self.rank, self.proc, self.logpath, self.phasepath = rank, proc, logpath, phasepath
+        self.local_rank = rank if local_rank is None else local_rank
         self.rc = None  # exit status once seen (negative: killed by that signal)
         self.seen_at = None
         self.reaped = False  # once reaped its pid may be reused: never signal it again
+        self.started = time.monotonic()
+
+    def heartbeat_age(self) -> float:
+        """Seconds since the worker's heartbeat thread last touched its file (since spawn before the first)."""
+        try:
+            return max(0.0, time.time() - os.stat(self.phasepath + ".hb").st_mtime)
+        except OSError:
+            return time.monotonic() - self.started
 
     def peek(self):
         """Exit status if the process has ended, without reaping it (its pid stays ours until reaped)."""
@@ -671,20 +755,28 @@ class _Worker:
 def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[_Worker]:
     workers = []
     n = cfg["world_size"]
+    multi = cfg["nnodes"] is not None
+    first = cfg["node_rank"] * cfg["ranks_per_node"] if multi else 0
     try:
-        for rank in range(n):
+        for local in range(cfg["local_ranks"]):
+            rank = first + local
             spec = {k: cfg[k] for k in ("backend", "world_size", "sizes", "iters", "warmup", "dtype",
                                         "timeout_s", "graph", "graph_max_bytes", "oop", "api", "timer")}
             base = os.path.join(tmp, f"a{attempt}-rank{rank}")
-            spec.update(rank=rank, parent_pid=os.getpid(), phase_path=base + ".phase",
-                        result_path=os.path.join(tmp, f"a{attempt}-result.json"))
-            wenv = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                        WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))
+            spec.update(rank=rank, local_rank=local, parent_pid=os.getpid(), phase_path=base + ".phase",
+                        result_path=os.path.join(tmp, f"a{attempt}-result.json"),
+                        writes_result=local == 0 if multi else rank == 0)
+            if multi:
+                spec.update({k: cfg[k] for k in ("nnodes", "node_rank", "ranks_per_node", "host", "hosts",
+                                                 "marker")}, heartbeat=True)
+            wenv = dict(env, MASTER_ADDR=cfg["master_addr"] if multi else "127.0.0.1", MASTER_PORT=str(port),
+                        RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(local),
+                        LOCAL_WORLD_SIZE=str(cfg["local_ranks"]))
             with open(base + ".log", "wb") as logf:
                 proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
                                         stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                         env=wenv, start_new_session=True, close_fds=True)
-            workers.append(_Worker(rank, proc, base + ".log", base + ".phase"))
+            workers.append(_Worker(rank, proc, base + ".log", base + ".phase", local))
     except BaseException:
         _kill_all(workers)
         raise
@@ -732,9 +824,17 @@ def _describe_exit(w: _Worker) -> str:
     return f"rank {w.rank} exited with rc {rc}{sig}: {last_line(w.log_text())}"
 
 
-def _supervise(workers: list[_Worker], deadline: float) -> tuple[str, list[_Worker]]:
+def _stalled(workers: list[_Worker], stall_s: float | None) -> list[_Worker]:
+    """Running workers whose heartbeat is older than ``stall_s`` and whose process is not running (R)."""
+    if stall_s is None:
+        return []
+    return [w for w in workers if w.rc is None and w.heartbeat_age() > stall_s and w.state() != "R"]
+
+
+def _supervise(workers: list[_Worker], deadline: float, stall_s: float | None = None) -> tuple[str, list[_Worker]]:
     """Wait for the workers. Returns ``("ok", [])``, ``("addr_in_use", [])``, ``("failed", ranks ordered
-    culprit first)`` or ``("hung", unfinished ranks)``. Leaves every process unreaped for :func:`_kill_all`."""
+    culprit first)``, ``("hung", unfinished ranks)`` or, with ``stall_s``, ``("stalled", stalled ranks)``.
+    Leaves every process unreaped for :func:`_kill_all`."""
     done_since = None
     while True:
         for w in workers:
@@ -757,6 +857,9 @@ def _supervise(workers: list[_Worker], deadline: float) -> tuple[str, list[_Work
         running = [w for w in workers if w.rc is None]
         if not running:
             return "ok", []
+        stalled = _stalled(running, stall_s)
+        if stalled:
+            return "stalled", stalled
         now = time.monotonic()
         if all(w.phase().get("phase") == "done" for w in running):
             done_since = done_since or now
