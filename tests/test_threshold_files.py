@@ -227,12 +227,20 @@ def test_performance_floor_against_datasheet(path, check):
             f"checks.{check}.source says floor = {stated.group(1)} x, but {bound}/{peak} = {bound / peak:.3f}"
 
 
-@pytest.mark.parametrize("path", FILES, ids=FILE_IDS)
+ALLREDUCE_FILES = [p for p in FILES if "allreduce_busbw_gbps:" in open(p, encoding="utf-8").read()]
+
+
+def test_every_nvswitch_sku_has_an_allreduce_floor():
+    for path in FILES:
+        raw = _raw(path)
+        if (raw.get("expect") or {}).get("nvswitch"):
+            assert path in ALLREDUCE_FILES, f"{path}: NVSwitch SKU without allreduce_busbw_gbps"
+
+
+@pytest.mark.parametrize("path", ALLREDUCE_FILES, ids=[os.path.basename(p) for p in ALLREDUCE_FILES])
 def test_allreduce_floor(path):
     raw = _raw(path)
-    entry = (raw.get("checks") or {}).get("allreduce_busbw_gbps")
-    if entry is None:
-        pytest.skip("no all-reduce check (no NVLink)")
+    entry = raw["checks"]["allreduce_busbw_gbps"]
     ds, expect = raw["datasheet"], raw["expect"]
     assert expect["nvlink_links"] > 0, "all-reduce floor given for a SKU with no NVLink"
     assert entry.get("at_bytes") == 4294967296, "all-reduce floor is defined at 4 GiB"
