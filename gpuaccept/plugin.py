@@ -50,6 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--xid-window", type=float, default=None,
                 help="read XID events from this many seconds before the run began (default: since the run began)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+    g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
 @pytest.hookimpl(tryfirst=True)

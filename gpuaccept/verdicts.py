@@ -80,6 +80,13 @@ class Verdicts:
                 vals.append(val)
         return vals
 
+    def apply(self, findings, gpu: dict | int | None = None) -> None:
+        """Record each :class:`gpuaccept.health.Finding` (judging those with a limit) and add its failure."""
+        for f in findings:
+            self.record(f.check, f.value, f.unit, gpu=gpu, limit=f.limit, extra=f.extra)
+            if f.failure:
+                self.fail(f.failure, gpu=gpu)
+
     def fail(self, message: str, gpu: dict | int | None = None) -> None:
         """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed")."""
         g = self._gpu(gpu)

@@ -7,19 +7,10 @@ the nccl-tests layout.
 import pytest
 
 from gpuaccept.nccl_table import format_table, row_at
+from gpuaccept.multinode import nccl_environment
 from gpuaccept.node import Node
 
 pytestmark = pytest.mark.nccl
-
-
-def nccl_environment(host_vars: dict) -> dict[str, str]:
-    """NCCL variables for a host's ranks from its inventory vars: ``nccl_socket_ifname`` → NCCL_SOCKET_IFNAME,
-    ``nccl_ib_hca`` → NCCL_IB_HCA, and the ``nccl_env`` mapping for anything else (e.g. NCCL_NVLS_ENABLE)."""
-    env = {str(k): str(v) for k, v in (host_vars.get("nccl_env") or {}).items()}
-    for var, name in (("nccl_socket_ifname", "NCCL_SOCKET_IFNAME"), ("nccl_ib_hca", "NCCL_IB_HCA")):
-        if host_vars.get(var):
-            env[name] = str(host_vars[var])
-    return env
 
 
 def test_allreduce(node: Node, gpus, sku, verdicts, request):

@@ -382,6 +382,120 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def world_problems(seen: list, hosts: list[str], ranks_per_node: int, marker: str, world_size: int) -> list[str]:
+    """What is wrong with a multi-node world (empty: it is the one expected). ``seen``: every rank's
+    ``{rank, node_rank, host, hostname, marker}`` in rank order (an all_gather); ``hosts``: the inventory names
+    in node order. Each host must appear exactly once, at its node rank, with ``ranks_per_node`` ranks, every
+    rank carrying this collective's ``marker``."""
+    out = []
+    if len(seen) != len(hosts) * ranks_per_node or len(seen) != world_size:
+        out.append(f"world size {len(seen)}, expected {len(hosts)} hosts x {ranks_per_node} = {world_size}")
+    strangers = sorted({str(s.get("marker")) for s in seen if s.get("marker") != marker})
+    if strangers:
+        out.append(f"ranks of another collective joined (markers {strangers})")
+    count = Counter(s.get("host") for s in seen)
+    missing = [h for h in hosts if count[h] == 0]
+    if missing:
+        out.append(f"hosts missing: {', '.join(missing)}")
+    extra = sorted(str(h) for h in count if h not in hosts)
+    if extra:
+        out.append(f"unexpected hosts: {', '.join(extra)}")
+    wrong_n = [f"{h} has {count[h]}" for h in hosts if 0 < count[h] != ranks_per_node]
+    if wrong_n:
+        out.append(f"ranks per host, expected {ranks_per_node}: {', '.join(wrong_n)}")
+    misplaced = [f"rank {i} is {s.get('host')} node {s.get('node_rank')}" for i, s in enumerate(seen)
+                 if s.get("host") in hosts and (s.get("rank") != i or s.get("node_rank") != i // ranks_per_node
+                                                or hosts[i // ranks_per_node] != s.get("host"))]
+    if misplaced and not wrong_n:
+        out.append("ranks out of place: " + ", ".join(misplaced[:8]))
+    return out
+
+
+#: error texts of a rank that failed because of the network or of another rank (a consequence, not a cause)
+_NET_ERROR = re.compile(r"connection (closed|reset|refused|timed out)|reset by peer|broken pipe|timed out|timeout|"
+                        r"no route to host|network is unreachable|socket|gloo|tcpstore|store|recv|send|"
+                        r"remote (process|error)|ncclRemoteError|DistNetworkError|DistStoreError|peer", re.I)
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+
+
+def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: float | None, text: str) -> tuple:
+    """``(kind, reason, addresses)`` for one local rank at the moment its host's probe decides:
+    ``kind`` "local" (this host's own fault: the rank died of a signal, is stopped (T) or in uninterruptible
+    sleep (D), its heartbeat is older than ``stall_s`` while it is not running, or it failed with an error that
+    is not a network error), "peer" (it failed with a network error; ``addresses`` are the IPv4 addresses the
+    error names), "split_world", "addr_in_use", or None (running normally, or exited 0)."""
+    if rc is None:
+        if state in ("T", "t"):
+            return "local", f"process stopped (state {state}), heartbeat {heartbeat_age:.0f}s old", []
+        if state == "D":
+            return "local", f"process in uninterruptible sleep (D), heartbeat {heartbeat_age:.0f}s old", []
+        if stall_s is not None and heartbeat_age > stall_s and state != "R":
+            return "local", f"no heartbeat for {heartbeat_age:.0f}s (state {state})", []
+        return None, "", []
+    if rc == 0:
+        return None, "", []
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return "local", f"died of {name}", []
+    line = last_line(text)
+    if rc == EXIT_SPLIT_WORLD:
+        return "split_world", line, []
+    if rc == EXIT_ADDR_IN_USE:
+        return "addr_in_use", line, []
+    if _NET_ERROR.search(line):
+        addrs = [a for a in _IPV4.findall(line) if a != "0.0.0.0"]
+        return "peer", f"rc {rc}: {line}", list(dict.fromkeys(addrs))
+    return "local", f"rc {rc}: {line}", []
+
+
+def local_interface(remote: str) -> tuple[str | None, str | None]:
+    """``(local IPv4 address, interface name)`` this host uses to reach ``remote`` (the route's source
+    address, from a connected UDP socket, which sends nothing), or ``(None, None)``."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((remote, 9))
+            addr = s.getsockname()[0]
+    except OSError:
+        return None, None
+    return addr, interface_of(addr)
+
+
+def interface_of(addr: str) -> str | None:
+    """Name of the interface holding IPv4 ``addr`` (getifaddrs(3) through ctypes; secondary addresses too)."""
+    import ctypes as C
+
+    class Sockaddr(C.Structure):
+        _fields_ = [("family", C.c_ushort), ("port", C.c_ushort), ("addr", C.c_ubyte * 4)]
+
+    class Ifaddrs(C.Structure):
+        pass
+
+    Ifaddrs._fields_ = [("next", C.POINTER(Ifaddrs)), ("name", C.c_char_p), ("flags", C.c_uint),
+                        ("addr", C.POINTER(Sockaddr)), ("netmask", C.c_void_p), ("ifu", C.c_void_p),
+                        ("data", C.c_void_p)]
+    try:
+        libc = C.CDLL(None, use_errno=True)
+        head = C.POINTER(Ifaddrs)()
+        if libc.getifaddrs(C.byref(head)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    try:
+        p = head
+        while p:
+            ifa = p.contents
+            if ifa.addr and ifa.addr.contents.family == socket.AF_INET:
+                if ".".join(str(b) for b in ifa.addr.contents.addr) == addr:
+                    return ifa.name.decode()
+            p = ifa.next
+    finally:
+        libc.freeifaddrs(head)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # libnccl through ctypes (api "nccl"): pure parts (tested on CPU) and the thin binding
 # ---------------------------------------------------------------------------------------------------------
@@ -881,6 +995,8 @@ def _hang_message(running: list[_Worker], deadline_s: int) -> str:
 
 def main(args: dict) -> dict:
     cfg = _config(args)
+    if cfg["nnodes"] is not None:
+        return _main_multinode(cfg)
     notes: list[str] = []
     env = worker_env(dict(os.environ), cfg["env"], notes)
     t0 = time.monotonic()
@@ -940,6 +1056,123 @@ def main(args: dict) -> dict:
             signal.signal(s, h)
 
 
+class _Terminated(Exception):
+    pass
+
+
+def _main_multinode(cfg: dict) -> dict:
+    """One host's share of a multi-node all-reduce: spawn the local ranks, supervise them, and report a
+    document whatever happens (see the module docstring, "Multi-node mode")."""
+    notes: list[str] = []
+    local_addr, ifname = local_interface(cfg["master_addr"])
+    if "GLOO_SOCKET_IFNAME" not in os.environ and "GLOO_SOCKET_IFNAME" not in cfg["env"] and not ifname:
+        notes.append(f"no interface found toward {cfg['master_addr']}: gloo picks its own (hostname)")
+    env = worker_env(dict(os.environ), cfg["env"], notes, gloo_ifname=ifname or "")
+    cfg["gloo_ifname"] = ifname or ""
+    deadline = time.monotonic() + cfg["deadline_s"]
+    port = cfg["master_port"]
+    where = {"node_rank": cfg["node_rank"], "nnodes": cfg["nnodes"], "ranks_per_node": cfg["ranks_per_node"],
+             "host": cfg["host"], "hostname": socket.gethostname(), "local_address": local_addr,
+             "gloo_ifname": env.get("GLOO_SOCKET_IFNAME"), "master_addr": cfg["master_addr"], "master_port": port,
+             "marker": cfg["marker"], "backend": cfg["backend"], "world_size": cfg["world_size"]}
+
+    def _on_signal(signum, _frame):
+        for sig in old:
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Terminated(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    workers: list[_Worker] = []
+    outcome, which = "aborted", []
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
+            try:
+                log(f"nccl_allreduce: node {cfg['node_rank']}/{cfg['nnodes']} ({cfg['host']}) "
+                    f"{cfg['backend']} ranks {cfg['node_rank'] * cfg['ranks_per_node']}.."
+                    f"{(cfg['node_rank'] + 1) * cfg['ranks_per_node'] - 1} of {cfg['world_size']}, "
+                    f"rendezvous {cfg['master_addr']}:{port}")
+                workers = _spawn(cfg, port, tmp, 1, env)
+                outcome, which = _supervise(workers, deadline, cfg["stall_s"])
+            except _Terminated as e:
+                outcome = "aborted"
+                notes.append(f"probe terminated by {e} (the controller aborted the collective); killed all ranks")
+            if outcome == "ok":
+                if which:
+                    notes.append(f"ranks {[w.rank for w in which]} did not exit after finishing; killed")
+                _kill_all(workers)
+                texts = [w.log_text(limit=1 << 26) for w in workers]
+                try:
+                    with open(os.path.join(tmp, "a1-result.json")) as f:
+                        res = json.load(f)
+                except (OSError, ValueError) as e:
+                    return _failure_doc(where, "failed", f"local rank 0 finished without a result ({e}): "
+                                        f"{last_line(texts[0])}", [], workers, texts, notes)
+                doc = _document(cfg, res, texts, notes, port, 1)
+                doc.update(where, ok=True, outcome="ok", local_ranks=[w.rank for w in workers],
+                           world=res.get("world"))
+                return doc
+            ranks = _rank_reports(workers, cfg["stall_s"])  # before killing: states and heartbeats
+            _kill_all(workers)
+            texts = [w.log_text() for w in workers]
+            return _failure_doc(where, outcome, _failure_message(outcome, which, ranks, cfg), ranks, workers,
+                                texts, notes)
+    finally:
+        _kill_all(workers)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _rank_reports(workers: list[_Worker], stall_s) -> list[dict]:
+    """Per local rank: rank, local rank, rc, state, phase, heartbeat age (s), evidence kind/reason/addresses."""
+    out = []
+    for w in workers:
+        rc = w.peek()
+        state = w.state() if rc is None else "exited"
+        age = w.heartbeat_age()
+        kind, reason, addrs = rank_evidence(rc, state, age, stall_s, w.log_text())
+        out.append({"rank": w.rank, "local_rank": w.local_rank, "rc": rc, "state": state,
+                    "phase": w.phase().get("phase"), "heartbeat_age_s": round(age, 1), "evidence": kind,
+                    "reason": reason, "addresses": addrs})
+    return out
+
+
+def _failure_message(outcome: str, which: list[_Worker], ranks: list[dict], cfg: dict) -> str:
+    local = [r for r in ranks if r["evidence"] == "local"]
+    if outcome == "hung":
+        head = (f"all-reduce hung: ranks {[w.rank for w in which]} did not finish within {cfg['deadline_s']}s; "
+                f"killed all ranks")
+    elif outcome == "stalled":
+        head = f"rank(s) {[w.rank for w in which]} stalled (stall_s {cfg['stall_s']}); killed all ranks"
+    elif outcome == "addr_in_use":
+        return f"rendezvous port {cfg['master_port']} in use on {cfg['master_addr']}"
+    elif outcome == "aborted":
+        head = "aborted by the controller; killed all ranks"
+    else:
+        head = "; also ".join(_describe_exit(w) for w in which[:3])
+    split = [r for r in ranks if r["evidence"] == "split_world"]
+    if split:
+        return f"split world: {split[0]['reason']}"
+    detail = "; ".join(f"rank {r['rank']} in '{r['phase']}': {r['reason']}" for r in local[:4])
+    return head + (f" [{detail}]" if detail and outcome != "failed" else "")
+
+
+def _failure_doc(where: dict, outcome: str, msg: str, ranks: list[dict], workers, texts, notes) -> dict:
+    kinds = {r["evidence"] for r in ranks}
+    if any(r["evidence"] == "split_world" for r in ranks):
+        outcome = "split_world"
+    elif outcome == "failed" and "addr_in_use" in kinds:
+        outcome = "addr_in_use"
+    evidence = "local" if "local" in kinds else "peer" if "peer" in kinds else "none"
+    if outcome == "aborted" and evidence == "peer":
+        evidence = "none"  # ranks that failed on a network error before the abort add nothing
+    parsed = parse_nccl_log(line for t in texts for line in t.splitlines())
+    return {**where, "ok": False, "outcome": outcome, "error": msg, "evidence": evidence,
+            "peer_addresses": list(dict.fromkeys(a for r in ranks for a in r["addresses"])),
+            "ranks": ranks, "local_ranks": [w.rank for w in workers], "transports": parsed["transports"],
+            "transport_classes": parsed["transport_classes"], "nccl_version": parsed["nccl_version"],
+            "notes": notes}
+
+
 def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, attempts: int) -> dict:
     n = cfg["world_size"]
     type_name = DTYPES[cfg["dtype"]][1]
@@ -963,7 +1196,8 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
         notes.append(f"1 {'GPU' if cfg['backend'] == 'nccl' else 'rank'}: nothing to reduce "
                      f"(busbw factor 2(n-1)/n = 0)")
     notes.extend(res.get("notes", []))
-    wenv = {k: v for k, v in sorted(worker_env(dict(os.environ), cfg["env"], []).items())
+    wenv = {k: v for k, v in sorted(worker_env(dict(os.environ), cfg["env"], [],
+                                               cfg.get("gloo_ifname", "lo")).items())
             if k.startswith(("NCCL_", "TORCH_NCCL", "TORCH_SYMM_MEM", "NVSHMEM_", "CUDA_VISIBLE", "GLOO_"))}
     return {
         "backend": cfg["backend"],
@@ -1053,8 +1287,28 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
+def _heartbeat(path: str) -> None:
+    """Touch ``path`` every :data:`HEARTBEAT_S` seconds from a daemon thread (multi-node stall detection: a
+    stopped or wedged process stops touching it; a rank blocked in a collective does not, torch releases
+    the interpreter lock while it waits)."""
+    import threading
+
+    def beat():
+        while True:
+            try:
+                with open(path, "a"):
+                    os.utime(path)
+            except OSError:
+                pass
+            time.sleep(HEARTBEAT_S)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
 def _worker_main(spec: dict) -> None:
     _die_with_parent(spec["parent_pid"])
+    if spec.get("heartbeat"):
+        _heartbeat(spec["phase_path"] + ".hb")
     _line_buffer_c_stdout()
     try:
         _worker(spec)
@@ -1080,6 +1334,24 @@ def _pick_nccl_library(notes: list) -> Nccl | None:
     return lib
 
 
+def _all_gather_json(obj: dict, dist, torch, limit: int = 1024) -> list:
+    """Every rank's JSON-able ``obj``, in rank order, through one gloo all_gather of fixed-size byte tensors
+    (``all_gather_object`` needs numpy, which the probe does not require)."""
+    raw = json.dumps(obj).encode()
+    if len(raw) > limit:
+        raise ValueError(f"identity too long for the world check ({len(raw)} > {limit} bytes)")
+    mine = torch.zeros(limit + 4, dtype=torch.uint8)
+    mine[:4] = torch.tensor(list(len(raw).to_bytes(4, "little")), dtype=torch.uint8)
+    mine[4:4 + len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+    parts = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, mine)
+    out = []
+    for t in parts:
+        b = bytes(t.tolist())
+        out.append(json.loads(b[4:4 + int.from_bytes(b[:4], "little")]))
+    return out
+
+
 def _worker(spec: dict) -> None:
     phase = _Phase(spec["phase_path"])
     rank, n = spec["rank"], spec["world_size"]
@@ -1096,9 +1368,10 @@ def _worker(spec: dict) -> None:
     notes: list[str] = []
     lib = None
     stream_h = 0
+    local_rank = spec.get("local_rank", rank)
     if nccl:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
         torch.zeros(1, device=device)  # CUDA context up before NCCL
         if spec["api"] == "nccl":
             phase("loading libnccl")
@@ -1126,6 +1399,23 @@ def _worker(spec: dict) -> None:
             log(f"rank {rank}: rendezvous port in use: {str(e).splitlines()[0]}")
             _exit(EXIT_ADDR_IN_USE)
         raise
+    world = None
+    if "nnodes" in spec:  # multi-node: the world that formed must be the one expected
+        phase("checking the world")
+        me = {"rank": rank, "node_rank": spec["node_rank"], "host": spec["host"],
+              "hostname": socket.gethostname(), "marker": spec["marker"]}
+        world = _all_gather_json(me, dist, torch)
+        problems = world_problems(world, spec["hosts"], spec["ranks_per_node"], spec["marker"], n)
+        if dist.get_world_size() != n:
+            problems.insert(0, f"get_world_size() is {dist.get_world_size()}, expected {n}")
+        if problems:
+            log(f"split world: {'; '.join(problems)}")
+            _exit(EXIT_SPLIT_WORLD)
+        names = Counter(w["hostname"] for w in world[::spec["ranks_per_node"]])
+        shared = sorted(h for h, c in names.items() if c > 1)
+        if shared:
+            notes.append(f"several hosts report one hostname ({', '.join(shared)}): one kernel, several "
+                         f"inventory names (a test rig or containers?)")
 
     def sync():
         if nccl:
@@ -1326,7 +1616,7 @@ def _worker(spec: dict) -> None:
             log(f"rank 0: {nbytes:>12} B  oop {oop_s * 1e6:10.2f} us  ip {ip_s * 1e6:10.2f} us  "
                 f"#wrong {oop_wrong}/{ip_wrong}{'  (graph)' if g1 and g2 else ''}")
 
-    if rank == 0:
+    if spec.get("writes_result", rank == 0):
         nccl_version = None
         if lib is not None:
             nccl_version = lib.version
@@ -1342,7 +1632,7 @@ def _worker(spec: dict) -> None:
                       if nccl else "time.perf_counter around iters collectives") + "; max over ranks"
         res = {"rows": rows, "torch_version": torch.__version__, "nccl_version": nccl_version,
                "timing": timing, "notes": notes, "api": api,
-               "nccl_library": lib.path if lib is not None else None}
+               "nccl_library": lib.path if lib is not None else None, "world": world}
         tmp = spec["result_path"] + ".tmp"
         with open(tmp, "w") as f:
             json.dump(res, f)

@@ -1,0 +1,153 @@
+"""Health judgments on NVML readings (pure functions, no I/O).
+
+Each function takes one GPU's document from the ``gpu_inventory`` probe (or the ``pcie_link`` probe) and the
+node's :class:`~gpuaccept.thresholds.SkuSpec`, and returns :class:`Finding` records: a figure to record, its
+limit if it is judged, and a failure message when the GPU is not healthy. The suites turn findings into
+verdicts; the tests feed real captures (and captures altered the way sick GPUs read) straight in.
+
+A reading NVML could not take arrives as ``{"nvml_error": "..."}``. It is never read as healthy: it fails
+when the SKU file lists the field under ``expect.required_nvml``, and is recorded otherwise.
+Sources: NVML API reference (nvmlDeviceGetRemappedRows, nvmlDeviceGetTotalEccErrors,
+nvmlDeviceGetGpuFabricInfoV), NVIDIA "GPU Memory Error Management" (row remapping: pending means a reset is
+needed to apply a remap, failure means the GPU should be replaced).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .thresholds import Limit, SkuSpec
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A figure (``check``, ``value``, ``unit``), its ``limit`` when judged, and ``failure`` when unhealthy."""
+
+    check: str
+    value: Any = None
+    unit: str = ""
+    limit: Limit | None = None
+    failure: str | None = None
+    extra: dict | None = None
+
+
+def nvml_error(v) -> str | None:
+    """The NVML error text of a reading the probe could not take, else None."""
+    return v.get("nvml_error") if isinstance(v, dict) and "nvml_error" in v else None
+
+
+def _required(sku: SkuSpec, field: str) -> bool:
+    return field in (sku.expect.get("required_nvml") or [])
+
+
+def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
+    why = nvml_error(v)
+    if _required(sku, field):
+        return Finding(check, v, failure=f"{check} unreadable ({why}); the SKU file requires it")
+    return Finding(check, v, extra={"note": f"NVML: {why}; not required for {sku.sku}"})
+
+
+def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """ECC enabled where the SKU has it; uncorrectable ECC counts (volatile, aggregate) against the SKU's max."""
+    e = gpu.get("ecc") or {}
+    out: list[Finding] = []
+    if sku.expect.get("ecc"):
+        mode = e.get("mode_current")
+        if nvml_error(mode):
+            out.append(_unreadable(sku, "ecc", "ecc_mode", mode))
+        else:
+            out.append(Finding("ecc_mode", mode, failure=None if mode else "ECC is disabled"))
+            if e.get("mode_pending") is False and mode:
+                out.append(Finding("ecc_mode_pending", False, failure="ECC will be disabled at the next reset"))
+    for key in ("uncorrected_volatile", "uncorrected_aggregate"):
+        val = e.get(key)
+        check = f"ecc_{key}"
+        if nvml_error(val) or val is None:
+            out.append(_unreadable(sku, "ecc", check, val if val is not None else {"nvml_error": "missing"}))
+        else:
+            out.append(Finding(check, val, "errors", sku.checks.get(check)))
+    out.append(Finding("ecc_corrected_aggregate", e.get("corrected_aggregate"), "errors"))
+    return out
+
+
+def row_remapping(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """Row remapping (Ampere and later): pending → "reset needed", failure → "replace the GPU", uncorrectable
+    remaps judged against the SKU's max, correctable ones recorded. Retired pages on older SKUs."""
+    if not sku.expect.get("row_remapping", False):
+        pages = gpu.get("retired_pages") or {}
+        dbl = pages.get("double_bit")
+        out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl) if nvml_error(dbl) else
+               Finding("retired_pages_double_bit", dbl, "pages", sku.checks.get("retired_pages_double_bit"))]
+        if pages.get("pending") is True:
+            out.append(Finding("retired_pages_pending", True, failure="page retirement pending: reset needed"))
+        return out
+    rows = gpu.get("remapped_rows") or {}
+    if nvml_error(rows.get("pending")) or "pending" not in rows:
+        return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending", {"nvml_error": "missing"}))]
+    out = [Finding("remapped_rows_correctable", rows.get("correctable"), "rows"),
+           Finding("remapped_rows_uncorrectable", rows.get("uncorrectable"), "rows",
+                   sku.checks.get("remapped_rows_uncorrectable"))]
+    if rows.get("pending"):
+        out.append(Finding("remap_pending", True, failure="row remap pending: reset needed"))
+    if rows.get("failure"):
+        out.append(Finding("remap_failure", True, failure="row remap failure: replace the GPU"))
+    return out
+
+
+def pcie_link(link: dict, sku: SkuSpec) -> list[Finding]:
+    """PCIe gen and width (read under load by the pcie_link probe) against the SKU's expected link."""
+    out = []
+    for key, check in (("gen", "pcie_gen"), ("width", "pcie_width")):
+        val = link.get(key)
+        extra = {"max": link.get(f"{key}_max"), "idle": link.get(f"{key}_idle")}
+        if nvml_error(val) or val is None:
+            out.append(Finding(check, val, failure=f"PCIe {key} unreadable under load ({nvml_error(val)})"))
+        else:
+            out.append(Finding(check, val, limit=sku.checks.get(check), extra=extra))
+    return out
+
+
+def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """No foreign processes on the GPU, persistence mode on, MIG mode as the SKU expects."""
+    out = []
+    procs = gpu.get("compute_processes")
+    if isinstance(procs, list):
+        out.append(Finding("compute_processes", len(procs), "processes", failure="foreign processes on the GPU: " +
+                           ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in procs) if procs else None))
+    pm = gpu.get("persistence_mode")
+    want_pm = sku.expect.get("persistence_mode", True)
+    out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None))
+    mig = (gpu.get("mig_mode") or {}).get("current")
+    want = bool(sku.expect.get("mig_mode", False))
+    out.append(Finding("mig_mode", mig, failure=(f"MIG mode is {'on' if mig else 'off'}, the SKU file expects "
+                                                 f"{'on' if want else 'off'}") if isinstance(mig, bool) and mig != want
+                       else None))
+    return out
+
+
+def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """NVSwitch fabric registration (NVML GPU fabric info): state completed and status success."""
+    fab = gpu.get("fabric") or {"nvml_error": "missing"}
+    if nvml_error(fab):
+        return [_unreadable(sku, "fabric", "fabric_state", fab)]
+    state, status = str(fab.get("state")).lower(), str(fab.get("status")).lower()
+    bad = state != "completed" or status not in ("none", "success")
+    return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status")},
+                    failure=f"fabric state {fab.get('state')}, status {fab.get('status')}" if bad else None)]
+
+
+def gpu_count(found: int, declared) -> Finding:
+    """GPUs NVML sees against the inventory's ``gpus_per_node`` (None: recorded only)."""
+    bad = declared is not None and int(declared) != found
+    return Finding("gpu_count", found, "GPUs",
+                   failure=f"gpu_count {found} != gpus_per_node {declared}" if bad else None)
+
+
+def driver_versions(doc: dict) -> list[Finding]:
+    """The NVML library's driver version against the loaded kernel module's (a mismatch breaks CUDA)."""
+    lib, kmod = doc.get("driver"), doc.get("kernel_driver_version")
+    bad = bool(lib and kmod and lib != kmod)
+    return [Finding("nvml_driver_version", lib), Finding(
+        "kernel_driver_version", kmod,
+        failure=f"NVML library / kernel driver mismatch: library {lib}, kernel module {kmod} (reboot or reload)"
+        if bad else None)]
