@@ -5,6 +5,7 @@ stream on stdin into a fresh ``mktemp -d`` folder on first use and removed by :m
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -63,16 +64,55 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
     return doc
 
 
+def _probe_key(name: str, args: dict | None) -> str:
+    digest = hashlib.sha1(json.dumps(args or {}, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{name}-{digest}"
+
+
+def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
+    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args), best effort."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, _probe_key(name, args) + ".json")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"probe": name, "args": args or {}, "doc": doc}, f, indent=1, default=str)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # the figures still reach results.json; a full disk must not fail the measurement
+
+
+def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dict:
+    """A saved probe document for ``name`` with ``args`` (else the only one saved for ``name``).
+
+    Raises ProbeError naming the folder when there is none, and as a live probe would for a saved failure.
+    """
+    path = os.path.join(directory, _probe_key(name, args) + ".json")
+    if not os.path.exists(path):
+        saved = sorted(f for f in os.listdir(directory) if f.startswith(name + "-")) if os.path.isdir(directory) else []
+        if len(saved) != 1:
+            raise ProbeError(host, f"{name}: no saved document for these arguments in {directory} (replay)")
+        path = os.path.join(directory, saved[0])
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)["doc"]
+    if doc.get("failed"):
+        raise ProbeError(host, f"{name}: {doc.get('msg')} (replayed)")
+    return doc
+
+
 class Node:
     """A host plus its transport, with probe results cached for the run.
 
     ``transport_factory(host)`` returns a transport (see gpuaccept.transport). ``probe_timeout`` is the
     default wall-clock limit in seconds for one probe. ``sku_override`` is ``--sku``; ``specs`` maps SKU
-    name to SkuSpec (loaded threshold files). ``profile`` names a gpuaccept.profiles entry.
+    name to SkuSpec (loaded threshold files). ``profile`` names a gpuaccept.profiles entry. ``save_dir``: where
+    every probe document is kept (``<save_dir>/<host>/<probe>-<args digest>.json``). A host whose inventory sets
+    ``gpuaccept_replay: DIR`` runs nothing: its probes answer from documents saved that way (a past run's
+    ``probes/<host>`` folder), so a run can be judged again, e.g. against new thresholds.
     """
 
     def __init__(self, host: Host, transport_factory: Callable[[Host], Any], specs: dict[str, SkuSpec],
-                 probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard"):
+                 probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard",
+                 save_dir: str | None = None):
         self.host = host
         self.name = host.name
         # On the controller itself, without an explicit interpreter, probes run under the controller's
@@ -89,11 +129,15 @@ class Node:
         self.probe_timeout = probe_timeout
         self.sku_override = sku_override
         self.profile = profile
+        self.save_dir = save_dir
+        self.replay_dir = host.vars.get("gpuaccept_replay")
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> CommandResult:
         """Run a shell command on the host. Raises the TransportError subclasses (sticky for this run
         once the host proved unreachable, its key refused or auth failed)."""
+        if self.replay_dir:
+            raise ProbeError(self.name, f"replayed host (gpuaccept_replay: {self.replay_dir}) runs no commands")
         with self._lock:
             if self._dead is not None:
                 raise self._dead
@@ -138,13 +182,18 @@ class Node:
         if not os.path.exists(os.path.join(PROBE_DIR, f"{name}.py")):
             raise ValueError(f"no probe named {name}")
         args = probe_args(self.profile, name, args)
+        if self.replay_dir:
+            return replay_probe(self.name, self.replay_dir, name, args)
         with self._lock:
             d = self._ensure_shipped()
             envs = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**PROBE_ENV, **(env or {})}.items())
             cmd = (f"cd {shlex.quote(d)} && env {envs} {shlex.quote(self.python)} {name}.py "
                    f"{shlex.quote(json.dumps(args or {}))}")
             res = self.run(cmd, timeout=timeout)
-        return parse_probe_output(self.name, name, res, self.python)
+        doc = parse_probe_output(self.name, name, res, self.python)
+        if self.save_dir:
+            save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
+        return doc
 
     def cached_probe(self, name: str, args: dict | None = None) -> dict:
         """:meth:`probe`, run once per run and remembered (errors are remembered too)."""

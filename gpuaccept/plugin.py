@@ -110,6 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
                              "started": time.time()}
     if _is_worker(config):
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
+        state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
     else:
         rdir = config.getoption("reports")
         latest = config.rootpath / "reports" / "latest"
@@ -133,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
             except OSError as e:
                 raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
         run_id = os.path.basename(os.path.normpath(rdir))
+        state["probe_dir"] = os.path.join(rdir, "probes")  # every probe's raw document, per host
         state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),
                                                     "hosts": [h.name for h in hosts], "started": state["started"],
                                                     "previous_run": previous,
@@ -162,6 +164,7 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
     st = _state(node.config)
     if st is not None:
         node.workerinput["gpuaccept_started"] = st["started"]
+        node.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -192,7 +195,8 @@ def _get_node(config: pytest.Config, name: str) -> Node:
         kh = config.getoption("known_hosts")
         accept = config.getoption("accept_new_host_keys")
         st["nodes"][name] = Node(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
-                                 st["specs"], probe_timeout(config), config.getoption("sku"), config.getoption("profile"))
+                                 st["specs"], probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
+                                 st.get("probe_dir"))
     return st["nodes"][name]
 
 

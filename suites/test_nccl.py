@@ -6,8 +6,8 @@ the nccl-tests layout.
 """
 import pytest
 
-from gpuaccept.nccl_table import format_table, row_at
 from gpuaccept.multinode import nccl_environment
+from gpuaccept.nccl_table import format_table, row_at
 from gpuaccept.node import Node
 
 pytestmark = pytest.mark.nccl
