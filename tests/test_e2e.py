@@ -97,7 +97,8 @@ def junit(path: Path) -> list[dict]:
                 outcome = tag
         props = {p.get("name"): p.get("value") for p in tc.iter("property")}
         out.append({"name": tc.get("name"), "classname": tc.get("classname"), "outcome": outcome,
-                    "props": props, "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None)})
+                    "props": props, "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None),
+                    "text": next((c.text or "" for c in tc if c.tag in ("failure", "error")), "")})
     return out
 
 

@@ -1,0 +1,439 @@
+"""Inter-node all-reduce (gpuaccept.multinode + the nccl_allreduce probe in multi-node mode), no mocks:
+real sshd "nodes" on 127.0.0.20+ (conftest uses .2-.4, test_e2e .5-.8), real gloo ranks, and for the
+pairwise search a node in its own network namespace behind a rate-limited veth (tc tbf; this kernel has no
+netem, and a bandwidth cap slows a pair as surely as a delay does).
+
+The pure parts (culprits, judging, pairing, transports, world check, rank evidence, kill patterns) are
+table-driven; the rest drives real collectives and then scans /proc so that nothing is left running.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuaccept import multinode as mn
+from gpuaccept.inventory import load_inventory
+from gpuaccept.nccl_table import parse_table
+from gpuaccept.node import Node
+from gpuaccept.probes.nccl_allreduce import EXIT_SPLIT_WORLD, rank_evidence, world_problems
+from gpuaccept.transport import get_transport
+from sshd import SSHD, SshNode, _keygen, _wait_port, client_key, start_sshd, write_known_hosts
+from test_e2e import junit, make_project, run_pytest
+
+GLOO = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 65536, "factor": 4, "iters": 3, "warmup": 1}
+
+
+# ----------------------------------------------------------------------------------------- helpers: the rig
+
+def _nodes(base: Path, sshds: list[SshNode], kh: str, extra: str = "") -> list[Node]:
+    inv = base / "inventory.ini"
+    inv.write_text("[gpu]\n" + "\n".join(s.inventory_line() for s in sshds) + "\n" + extra)
+    hosts = load_inventory(str(inv)).hosts.values()
+    return [Node(h, lambda h: get_transport(h, known_hosts=kh), {}, 120) for h in hosts]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _procs(*needles: str) -> list[int]:
+    """PIDs (not this process) whose command line contains every needle."""
+    out = []
+    for e in os.listdir("/proc"):
+        if e.isdigit() and int(e) != os.getpid():
+            c = _cmdline(int(e))
+            if c and all(n in c for n in needles):
+                out.append(int(e))
+    return out
+
+
+def _leftovers(marker: str) -> list[str]:
+    """Probes or workers of a collective still alive (zombies excluded), after a short settling time."""
+    end = time.monotonic() + 10
+    while True:
+        left = [p for p in _procs("nccl_allreduce", marker) if _state(p) not in ("Z", "?")]
+        if not left or time.monotonic() > end:
+            return [_cmdline(p)[:160] for p in left]
+        time.sleep(0.2)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    """Three sshd nodes on 127.0.0.20-22 (mn1..mn3), for this module only."""
+    base = tmp_path_factory.mktemp("mn")
+    sshds = [start_sshd(base, address=f"127.0.0.{20 + i}", name=f"mn{i + 1}") for i in range(3)]
+    try:
+        yield base, sshds, write_known_hosts(base / "known_hosts", sshds)
+    finally:
+        for s in sshds:
+            s.stop()
+
+
+# ------------------------------------------------------------------------------------ pure: table-driven
+
+def R(host, kind, evidence=None, peers=(), addr=None, error="e"):
+    doc = None if kind in ("unreachable", "timeout", "crashed") else {
+        "evidence": evidence, "peer_addresses": list(peers), "local_address": addr,
+        "ranks": [{"rank": 0, "phase": "p", "evidence": evidence, "reason": "process stopped"}]}
+    return mn.HostResult(host, kind, doc, error)
+
+
+BLAME = [
+    # (results, inventory addresses, culprits expected, singled out)
+    ("unreachable host", [R("a", "aborted"), R("b", "unreachable", error="unreachable: refused"), R("c", "aborted")],
+     {}, ["b"], True),
+    ("call timed out", [R("a", "ok"), R("b", "ok"), R("c", "timeout", error="stopped answering")], {}, ["c"], True),
+    ("own rank stopped", [R("a", "aborted", "none"), R("b", "failed", "local"), R("c", "aborted", "none")],
+     {}, ["b"], True),
+    ("stopped beats peers' errors", [R("a", "failed", "peer", ["10.0.0.3"]), R("b", "failed", "local")],
+     {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}, ["b"], True),
+    ("named by peers", [R("a", "failed", "peer", ["10.0.0.3"]), R("b", "failed", "peer", ["10.0.0.3"]),
+                        R("c", "failed", "none")], {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"}, ["c"], True),
+    ("ambiguous address", [R("a", "failed", "peer", ["127.0.0.1"]), R("b", "failed", "none", addr="127.0.0.1"),
+                           R("c", "failed", "none", addr="127.0.0.1")], {}, ["a", "b", "c"], False),
+    ("aborted left out", [R("a", "failed", "none"), R("b", "aborted", "none")], {}, ["a"], False),
+    ("all aborted", [R("a", "aborted", "none"), R("b", "aborted", "none")], {}, ["a", "b"], False),
+    ("several first-hand", [R("a", "crashed"), R("b", "failed", "local"), R("c", "ok")], {}, ["a", "b"], True),
+]
+
+
+@pytest.mark.parametrize("results,addresses,culprits,singled", [b[1:] for b in BLAME], ids=[b[0] for b in BLAME])
+def test_blame(results, addresses, culprits, singled):
+    got, single = mn.blame({r.host: r for r in results}, ["a", "b", "c"], addresses)
+    assert [h for h, _ in got] == culprits and single is singled
+
+
+JUDGE = [
+    # (figures, limit, slow_pct, pool, failing keys)
+    ({"p1": 10.0, "p2": 9.0, "p3": 0.5}, None, 20, [], ["p3"]),
+    ({"p1": 10.0, "p2": 9.0, "p3": 2.1}, None, 20, [], []),  # 2.1 >= 20% of the median 9
+    ({"p1": 10.0, "p2": None}, None, 20, [], ["p2"]),  # a failed collective fails
+    ({"p1": 10.0, "p2": 1.0}, None, 20, [], ["p2"]),  # median of two is their mean, 5.5: 1.0 is 18% of it
+    ({"p1": 10.0, "p2": 9.0}, 9.5, 20, [], ["p2"]),  # a limit replaces the median
+    ({"p1": 1.0}, None, 20, [10.0, 10.0], ["p1"]),  # one figure: median over earlier rounds too
+]
+
+
+@pytest.mark.parametrize("figures,limit,pct,pool,failing", JUDGE)
+def test_judge_figures(figures, limit, pct, pool, failing):
+    got = mn.judge_figures(figures, limit, pct, pool)
+    assert sorted(k for k, (ok, _) in got.items() if not ok) == failing
+
+
+TRANSPORTS = [
+    ({"NET/IB/0/GDRDMA": 16, "P2P/CUMEM": 8}, "IB", None),
+    ({"NET/IB/0/GDRDMA": 16}, "NET/IB/GDRDMA", None),
+    ({"NET/IB/0": 16}, "NET/IB/GDRDMA", "NET/IB/0"),  # IB without GPUDirect RDMA
+    ({"NET/Socket/0": 16, "P2P/CUMEM": 8}, "IB", "NET/Socket/0"),
+    ({"P2P/CUMEM": 8}, "IB", "no network channel"),
+    ({"NET/Socket/1": 4}, None, None),
+]
+
+
+@pytest.mark.parametrize("transports,expect,problem", TRANSPORTS)
+def test_transport_problem(transports, expect, problem):
+    got = mn.transport_problem(transports, expect)
+    assert (got is None) if problem is None else (problem in got and str(expect) in got)
+
+
+def P(rnd, a, b, passed):
+    return mn.PairResult(rnd, (a, b), 1.0 if passed else 0.01, passed, "")
+
+
+PAIRWISE = [
+    # (history, dead, good, named, unresolved)
+    ([P(1, "a", "s", False), P(1, "b", "c", True)], set(), ["b", "c"], [], ["a", "s"]),
+    ([P(1, "a", "s", False), P(1, "b", "c", True), P(2, "s", "b", False), P(2, "a", "c", True)], set(),
+     ["a", "b", "c"], ["s"], []),
+    ([P(1, "a", "b", False)], set(), [], [], ["a", "b"]),  # nobody good: nothing to single out
+    ([P(1, "a", "b", False), P(1, "c", "s", True)], {"a"}, ["c", "s"], ["a"], ["b"]),  # dead host named at once
+]
+
+
+@pytest.mark.parametrize("history,dead,good,named,unresolved", PAIRWISE)
+def test_pairwise_status(history, dead, good, named, unresolved):
+    hosts = sorted({h for p in history for h in p.pair})
+    st = mn.pairwise_status(hosts, history, dead)
+    assert (st["good"], sorted(st["named"]), st["unresolved"]) == (good, named, unresolved)
+
+
+def test_pairs_are_disjoint_and_suspects_meet_good_hosts():
+    hosts = [f"h{i}" for i in range(7)]
+    rng = random.Random(5)
+    pairs, left = mn.random_pairs(hosts, rng)
+    assert len(pairs) == 3 and len(left) == 1 and sorted([h for p in pairs for h in p] + left) == hosts
+    assert mn.random_pairs(hosts, random.Random(5)) == (pairs, left)  # seeded: reproducible
+    bad, good = pairs[0], pairs[1:]
+    history = [mn.PairResult(1, bad, 0.1, False, "")] + [mn.PairResult(1, p, 5.0, True, "") for p in good]
+    nxt = mn.next_pairs(hosts, history, random.Random(1))
+    flat = [h for p in nxt for h in p]
+    assert len(flat) == len(set(flat))
+    goods = {h for p in good for h in p}
+    for suspect in list(bad) + left:  # each suspect (and the host left over) meets a host that passed
+        mate = next(b if a == suspect else a for a, b in nxt if suspect in (a, b))
+        assert mate in goods
+
+
+WORLD = [
+    # (seen identities, problem expected or None)
+    ([("a", 0), ("a", 0), ("b", 1), ("b", 1)], None),
+    ([("a", 0), ("a", 0), ("a", 0), ("a", 0)], "hosts missing: b"),
+    ([("a", 0), ("a", 0), ("c", 1), ("c", 1)], "unexpected hosts: c"),
+    ([("a", 0), ("a", 0), ("b", 1)], "world size 3"),
+    ([("a", 0), ("b", 1), ("a", 0), ("b", 1)], "out of place"),
+]
+
+
+@pytest.mark.parametrize("seen,problem", WORLD)
+def test_world_problems(seen, problem):
+    ids = [{"rank": i, "host": h, "node_rank": nr, "marker": "m"} for i, (h, nr) in enumerate(seen)]
+    got = world_problems(ids, ["a", "b"], 2, "m", 4)
+    assert (got == []) if problem is None else any(problem in g for g in got), got
+    assert any("another collective" in g for g in world_problems([dict(i, marker="x") for i in ids], ["a", "b"],
+                                                                 2, "m", 4))
+
+
+EVIDENCE = [
+    # (rc, state, heartbeat age, stall_s, last output, kind expected)
+    (None, "T", 1.0, None, "", "local"),
+    (None, "S", 30.0, 10, "", "local"),  # no heartbeat, not running
+    (None, "R", 30.0, 10, "", None),  # busy, not stalled
+    (None, "S", 1.0, 10, "", None),
+    (-9, "exited", 0, 10, "", "local"),
+    (1, "exited", 0, 10, "RuntimeError: [gloo/pair.cc:534] Connection closed by peer [10.1.2.3]:4567", "peer"),
+    (1, "exited", 0, 10, "RuntimeError: CUDA error: an illegal memory access was encountered", "local"),
+    (EXIT_SPLIT_WORLD, "exited", 0, 10, "split world: hosts missing: b", "split_world"),
+    (0, "exited", 0, 10, "", None),
+]
+
+
+@pytest.mark.parametrize("rc,state,age,stall,text,kind", EVIDENCE)
+def test_rank_evidence(rc, state, age, stall, text, kind):
+    got, _, addrs = rank_evidence(rc, state, age, stall, text)
+    assert got == kind
+    if kind == "peer":
+        assert addrs == ["10.1.2.3"]
+
+
+def test_kill_pattern_matches_probe_and_workers_only():
+    m = "gpuaccept-ar-0123456789ab"
+    pat = re.search(r"-f '(.*)'", mn.kill_command(m)).group(1)
+    probes_only = re.search(r"-f '(.*)'", mn.kill_command(m, "TERM", probes_only=True)).group(1)
+    probe = f'/usr/bin/python3 nccl_allreduce.py {{"backend": "gloo", "marker": "{m}"}}'
+    worker = f'/usr/bin/python3 /tmp/gpuaccept.x/nccl_allreduce.py --worker {{"rank": 1, "marker": "{m}"}}'
+    wrapper = f"/bin/sh -c pg=... sh cd /tmp/x && env A=1 python3 nccl_allreduce.py '{{\"marker\": \"{m}\"}}'"
+    itself = f"/bin/sh -c {mn.kill_command(m)}"
+    assert re.search(pat, probe) and re.search(pat, worker)
+    assert re.search(probes_only, probe) and not re.search(probes_only, worker)
+    assert not any(re.search(p, t) for p in (pat, probes_only) for t in (wrapper, itself))
+    assert not re.search(pat, probe.replace(m, "gpuaccept-ar-ffffffffffff"))
+    with pytest.raises(ValueError):
+        mn.kill_command("x; rm -rf /")
+
+
+# ------------------------------------------------------------------------------- real collectives, real sshd
+
+def test_world_of_six_through_the_suite(tmp_path, rig):
+    """3 sshd nodes x 2 gloo ranks: the suite forms world 6, prints a right table, writes junit-nccl.xml."""
+    _, sshds, kh = rig
+    vars_ = ("[gpu:vars]\nnccl_ranks_per_node=2\nnccl_stall_s=20\n"
+             f"nccl_internode_probe_args={json.dumps(GLOO)}\n")
+    inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py", inventory_extra=vars_)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                     "-k", "multinode", "-s", "--probe-timeout", "90", timeout=150)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    cases = [c for c in junit(rep / "junit-nccl.xml") if c["name"] == "test_allreduce_multinode"]
+    assert len(cases) == 1 and cases[0]["outcome"] == "passed" and cases[0]["classname"] == "nccl.fleet"
+    assert "world 6" in res.stdout and "rendezvous 127.0.0.20:" in res.stdout
+    rows = parse_table(res.stdout)
+    assert [r["bytes"] for r in rows] == [4096, 16384, 65536]
+    for r in rows:
+        assert r["oop_wrong"] == 0 and r["ip_wrong"] == 0 and r["count"] == r["bytes"] // 4
+        for mode in ("oop", "ip"):  # table rounding: 2 decimals
+            algbw = r["bytes"] / 1e9 / (r[f"{mode}_time_us"] / 1e6)
+            assert abs(r[f"{mode}_algbw_gbps"] - algbw) <= 0.006 + algbw * 0.01
+            assert abs(r[f"{mode}_busbw_gbps"] - algbw * 2 * 5 / 6) <= 0.006 + algbw * 0.01
+    figs = json.loads((rep / "results.json").read_text())["figures"]
+    table = next(f for f in figs if f["check"] == "internode_allreduce_table")
+    assert table["extra"]["world_size"] == 6 and table["extra"]["hosts"] == ["mn1", "mn2", "mn3"]
+    exact = table["value"][-1]
+    assert exact["ip_busbw_gbps"] == pytest.approx(exact["ip_algbw_gbps"] * 10 / 6, rel=1e-4)
+    busbw = next(f for f in figs if f["check"] == "internode_busbw_gbps")
+    assert busbw["verdict"] == "recorded" and "not judged" in busbw["extra"]["note"]
+    per_host = {f["host"]: f for f in figs if f["check"] == "internode_rank_time_us"}
+    assert sorted(per_host) == ["mn1", "mn2", "mn3"] and all(len(f["value"]) == 2 for f in per_host.values())
+
+
+def test_stopped_node_is_blamed(tmp_path, tmp_path_factory):
+    """A node whose sshd is stopped before the run: blamed by name at once; the others' ranks are killed."""
+    base = tmp_path_factory.mktemp("mnstop")
+    sshds = [start_sshd(base, address=f"127.0.0.{23 + i}", name=f"st{i + 1}") for i in range(3)]
+    try:
+        nodes = _nodes(tmp_path, sshds, write_known_hosts(base / "kh", sshds))
+        sshds[1].stop()
+        t0 = time.monotonic()
+        col = mn.ring(nodes, mn.Settings(GLOO, 1, deadline_s=60, stall_s=20))
+        assert not col.ok and time.monotonic() - t0 < 45
+        assert [h for h, _ in col.culprits] == ["st2"] and col.singled_out
+        assert col.message.startswith("st2: unreachable") and "\n" not in col.message
+        assert {h: r.kind for h, r in col.results.items()} == {"st1": "aborted", "st2": "unreachable",
+                                                              "st3": "aborted"}
+        assert _leftovers(col.marker) == []
+    finally:
+        for s in sshds:
+            s.stop()
+
+
+def test_hung_rank_is_blamed(tmp_path, rig):
+    """A node whose ranks are SIGSTOPped mid-run: blamed by name within the stall time; nothing left."""
+    base, sshds, kh = rig
+    nodes = _nodes(tmp_path, sshds, kh)
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("col", mn.ring(
+        nodes, mn.Settings({**GLOO, "iters": 200}, 1, deadline_s=60, stall_s=4))))
+    t0 = time.monotonic()
+    t.start()
+    stopped: list[int] = []
+    try:
+        end = time.monotonic() + 40
+        while time.monotonic() < end and not stopped:
+            stopped = _procs("--worker", mn.MARKER_PREFIX, '"host": "mn3"')
+            time.sleep(0.05)
+        assert stopped, "mn3's worker never started"
+        time.sleep(1.0)  # into torch's import or the rendezvous: either way its peers wait for it
+        for p in stopped:
+            os.kill(p, signal.SIGSTOP)
+        t.join(90)
+        col = out["col"]
+        assert not col.ok and [h for h, _ in col.culprits] == ["mn3"], col.message
+        assert col.message.startswith("mn3: rank 2 in '") and "stopped" in col.message, col.message
+        assert time.monotonic() - t0 < 60
+        assert _leftovers(col.marker) == []
+    finally:
+        for p in stopped:  # only if the product failed to: never leave a stopped process behind
+            if "--worker" in _cmdline(p):
+                os.kill(p, signal.SIGKILL)
+                os.kill(p, signal.SIGCONT)
+
+
+# ----------------------------------------------------------------- pairwise: one node behind a slow link
+
+NS, VETH, NET = "gamn", "gamn0", "10.231.77"
+
+
+def _sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def _netns_sshd(base: Path, ns: str, address: str, port: int, name: str) -> SshNode:
+    """tests/sshd.py's start_sshd, but the sshd runs inside network namespace ``ns``."""
+    d = base / f"sshd-{ns}-{address}"
+    d.mkdir(parents=True, exist_ok=True)
+    host_key = str(d / "ssh_host_ed25519_key")
+    _keygen(host_key, f"gpuaccept-test-host-{address}")
+    auth = d / "authorized_keys"
+    auth.write_text(Path(client_key() + ".pub").read_text())
+    cfg = d / "sshd_config"
+    cfg.write_text("\n".join([
+        f"ListenAddress {address}", f"Port {port}", f"HostKey {host_key}", f"AuthorizedKeysFile {auth}",
+        f"PidFile {d / 'sshd.pid'}", "PermitRootLogin prohibit-password", "PubkeyAuthentication yes",
+        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+        "UseDNS no", "MaxStartups 100:30:200", "MaxSessions 50", "LogLevel ERROR", "SetEnv SHLVL=1"]) + "\n")
+    log = d / "sshd.log"
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-f", str(cfg), "-E", str(log)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not _wait_port(address, port, proc, 10.0):
+        proc.kill()
+        raise RuntimeError(f"sshd in netns {ns} did not start: {log.read_text() if log.exists() else ''}")
+    pub = Path(host_key + ".pub").read_text().split()
+    return SshNode(name, address, port, f"[{address}]:{port} {pub[0]} {pub[1]}", client_key(), proc.pid, d,
+                   host_key, log, cfg, proc)
+
+
+@pytest.fixture
+def slow_link():
+    """Network namespace NS with veth NS<->root (NET.1 root side plus NET.21-25 for the root nodes, NET.2 in
+    NS), both ends capped at 8 Mbit/s by tc tbf. Skips where namespaces or tbf are not permitted."""
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("iproute2 (ip, tc) not installed")
+    subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+    subprocess.run(["ip", "link", "del", VETH], capture_output=True)
+    try:
+        _sh("ip", "netns", "add", NS)
+        _sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", "gamn1")
+        _sh("ip", "link", "set", "gamn1", "netns", NS)
+        _sh("ip", "addr", "add", f"{NET}.1/24", "dev", VETH)
+        for i in range(21, 26):
+            _sh("ip", "addr", "add", f"{NET}.{i}/32", "dev", VETH)
+        _sh("ip", "link", "set", VETH, "up")
+        for cmd in (["addr", "add", f"{NET}.2/24", "dev", "gamn1"], ["link", "set", "gamn1", "up"],
+                    ["link", "set", "lo", "up"]):
+            _sh("ip", "netns", "exec", NS, "ip", *cmd)
+        tbf = ["root", "tbf", "rate", "8mbit", "burst", "32kb", "latency", "400ms"]
+        _sh("tc", "qdisc", "add", "dev", VETH, *tbf)
+        _sh("ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", "gamn1", *tbf)
+    except subprocess.CalledProcessError as e:
+        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+        subprocess.run(["ip", "link", "del", VETH], capture_output=True)
+        pytest.skip(f"network namespace / tc not permitted here: {e.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+        subprocess.run(["ip", "link", "del", VETH], capture_output=True)
+
+
+def test_pairwise_finds_the_slow_node(tmp_path, tmp_path_factory, slow_link):
+    """6 nodes, one behind an 8 Mbit/s link: pairwise names it (and only it); seed and pass ratios recorded."""
+    base = tmp_path_factory.mktemp("mnpair")
+    sshds = [start_sshd(base, address=f"{NET}.{21 + i}", name=f"pw{i + 1}") for i in range(5)]
+    try:
+        sshds.insert(2, _netns_sshd(base, NS, f"{NET}.2", 2222, "slow3"))
+        kh = write_known_hosts(base / "kh", sshds)
+        args = {**GLOO, "min_bytes": 65536, "max_bytes": 262144}
+        vars_ = (f"[gpu:vars]\nnccl_pairwise_seed=7\nnccl_stall_s=30\nnccl_internode_probe_args={json.dumps(args)}\n")
+        inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py", inventory_extra=vars_)
+        rep = tmp_path / "rep"
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                         "-k", "multinode", "-s", "--nccl-pattern", "pairwise", "--probe-timeout", "90", timeout=200)
+        print("\n".join(ln for ln in res.stdout.splitlines() if ln.startswith(("# pairwise", "#   round"))))
+        assert res.returncode == 1, res.stdout[-4000:] + res.stderr[-2000:]
+        case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"] == "test_allreduce_multinode")
+        assert case["outcome"] == "failure" and case["message"].startswith("slow3: pairwise all-reduce: failed with good"), \
+            case["message"]
+        doc = json.loads((rep / "results.json").read_text())
+        failures = doc["tests"][0]["message"].splitlines()
+        assert [ln.split(":")[0] for ln in failures] == ["slow3"], failures
+        figs = doc["figures"]
+        seed = next(f for f in figs if f["check"] == "pairwise_seed")
+        assert seed["value"] == 7
+        ratio = {f["host"]: f["value"] for f in figs if f["check"] == "pairwise_pass_ratio"}
+        assert ratio["slow3"] == 0 and all(v > 0 for h, v in ratio.items() if h != "slow3")
+        print(f"pairwise round wall times on 6 CPU nodes: {seed['extra']['round_wall_s']} s")
+    finally:
+        for s in sshds:
+            s.stop()
+        leftover = _procs("nccl_allreduce", mn.MARKER_PREFIX, "--worker")
+        assert not [p for p in leftover if _state(p) not in ("Z", "?")]
