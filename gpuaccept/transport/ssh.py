@@ -310,6 +310,9 @@ class SSHTransport:
             raise HostKeyError(name, self._changed_key_message(e.key, e.expected_key)) from None
         except AuthenticationException as e:
             client.close()
+            if "timeout" in str(e).lower():  # the server stopped answering mid-handshake: not a key problem
+                raise HostUnreachable(name, f"{self.display} stopped answering during authentication "
+                                            f"(host or sshd not answering within {t:g}s)") from None
             raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
         except NoValidConnectionsError as e:
             client.close()
@@ -336,7 +339,10 @@ class SSHTransport:
                     name, f"SSH handshake with {self.display} did not complete within {t:g}s "
                     f"(host or sshd not answering): {e}"
                 ) from None
-            if "authentication" in str(e).lower():
+            if "authentication" in low and "timeout" in low:
+                raise HostUnreachable(name, f"{self.display} stopped answering during authentication "
+                                            f"(host or sshd not answering within {t:g}s)") from None
+            if "authentication" in low:
                 raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
             raise HostUnreachable(name, f"SSH handshake with {self.display} failed: {e}") from None
         except EOFError:
