@@ -257,10 +257,10 @@ def _run_once(nodes: list[Node], st: Settings, master: str, port: int, marker: s
             if abort_at is not None and not aborted and pending and time.monotonic() >= abort_at:
                 aborted = [futs[f] for f in pending]
                 threading.Thread(target=abort, args=(aborted, marker), daemon=True).start()
-        for n in aborted:
+        for n in aborted:  # what our abort caused is no evidence against the host
             r = results[n.name]
-            if r.kind == "failed" and (r.doc or {}).get("outcome") == "aborted":
-                r.kind = "aborted"
+            if (r.kind == "failed" and (r.doc or {}).get("outcome") == "aborted") or r.kind == "crashed":
+                r.kind = "aborted"  # crashed: the SIGTERM came before the probe could catch it
     return results
 
 

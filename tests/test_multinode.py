@@ -318,17 +318,26 @@ def test_hung_rank_is_blamed(tmp_path, rig):
     stopped: list[int] = []
     try:
         end = time.monotonic() + 40
-        while time.monotonic() < end and not stopped:
-            stopped = _procs("--worker", mn.MARKER_PREFIX, '"host": "mn3"')
+        phase = ""
+        while time.monotonic() < end and " B " not in phase:  # mid-collective: "65536 B in-place" or the like
+            found = _procs("--worker", mn.MARKER_PREFIX, '"host": "mn3"')
+            if found:
+                spec = json.loads(Path(f"/proc/{found[0]}/cmdline").read_bytes().split(b"\0")[3])
+                try:
+                    phase = json.loads(Path(spec["phase_path"]).read_text())["phase"]
+                except (OSError, ValueError):
+                    pass
             time.sleep(0.05)
-        assert stopped, "mn3's worker never started"
-        time.sleep(1.0)  # into torch's import or the rendezvous: either way its peers wait for it
-        for p in stopped:
+        assert " B " in phase, f"mn3's worker never reached the timed collectives (phase {phase!r})"
+        for p in found:
             os.kill(p, signal.SIGSTOP)
+        stopped = found
         t.join(90)
         col = out["col"]
         assert not col.ok and [h for h, _ in col.culprits] == ["mn3"], col.message
-        assert col.message.startswith("mn3: rank 2 in '") and "stopped" in col.message, col.message
+        assert col.message.startswith("mn3: rank 2 in '") and " B " in col.message and "stopped" in col.message, \
+            col.message
+        assert {h: r.kind for h, r in col.results.items()} == {"mn1": "aborted", "mn2": "aborted", "mn3": "failed"}
         assert time.monotonic() - t0 < 60
         assert _leftovers(col.marker) == []
     finally:

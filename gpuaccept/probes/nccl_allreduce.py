@@ -422,9 +422,9 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
     """``(kind, reason, addresses)`` for one local rank at the moment its host's probe decides:
     ``kind`` "local" (this host's own fault: the rank died of a signal, is stopped (T) or in uninterruptible
     sleep (D) with a heartbeat older than 5 s, its heartbeat is older than ``stall_s`` while it is not running,
-    or it failed with an error that
-    is not a network error), "peer" (it failed with a network error; ``addresses`` are the IPv4 addresses the
-    error names), "split_world", "addr_in_use", or None (running normally, or exited 0)."""
+    or it failed with an error that is not a network error), "peer" (it failed with a network error;
+    ``addresses`` are the IPv4 addresses the error names), "split_world", "addr_in_use", or None (running
+    normally, or exited 0)."""
     if rc is None:
         if state in ("T", "t"):
             return "local", f"process stopped (state {state}), heartbeat {heartbeat_age:.0f}s old", []
