@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -279,7 +278,9 @@ def test_world_of_six_through_the_suite(tmp_path, rig):
     table = next(f for f in figs if f["check"] == "internode_allreduce_table")
     assert table["extra"]["world_size"] == 6 and table["extra"]["hosts"] == ["mn1", "mn2", "mn3"]
     exact = table["value"][-1]
-    assert exact["ip_busbw_gbps"] == pytest.approx(exact["ip_algbw_gbps"] * 10 / 6, rel=1e-4)
+    algbw = exact["bytes"] / 1e9 / (exact["ip_time_us"] / 1e6)  # the recorded row, 6 decimals
+    assert exact["ip_algbw_gbps"] == pytest.approx(algbw, abs=2e-6)
+    assert exact["ip_busbw_gbps"] == pytest.approx(algbw * 2 * 5 / 6, abs=2e-6)
     busbw = next(f for f in figs if f["check"] == "internode_busbw_gbps")
     assert busbw["verdict"] == "recorded" and "not judged" in busbw["extra"]["note"]
     per_host = {f["host"]: f for f in figs if f["check"] == "internode_rank_time_us"}
@@ -337,7 +338,10 @@ def test_hung_rank_is_blamed(tmp_path, rig):
         assert not col.ok and [h for h, _ in col.culprits] == ["mn3"], col.message
         assert col.message.startswith("mn3: rank 2 in '") and " B " in col.message and "stopped" in col.message, \
             col.message
-        assert {h: r.kind for h, r in col.results.items()} == {"mn1": "aborted", "mn2": "aborted", "mn3": "failed"}
+        assert col.results["mn3"].kind == "failed"
+        for h in ("mn1", "mn2"):  # their ranks lost mn3 (network errors: "peer"), or we aborted them first
+            r = col.results[h]
+            assert r.kind in ("failed", "aborted") and r.doc["evidence"] in ("peer", "none"), (h, r)
         assert time.monotonic() - t0 < 60
         assert _leftovers(col.marker) == []
     finally:
@@ -422,7 +426,9 @@ def test_pairwise_finds_the_slow_node(tmp_path, tmp_path_factory, slow_link):
         sshds.insert(2, _netns_sshd(base, NS, f"{NET}.2", 2222, "slow3"))
         kh = write_known_hosts(base / "kh", sshds)
         args = {**GLOO, "min_bytes": 65536, "max_bytes": 262144}
-        vars_ = (f"[gpu:vars]\nnccl_pairwise_seed=7\nnccl_stall_s=30\nnccl_internode_probe_args={json.dumps(args)}\n")
+        # slow pairs read 1-3 % of the round's median here, healthy ones >= 35 % (2 CPUs shared by 6 ranks): 10 %
+        vars_ = ("[gpu:vars]\nnccl_pairwise_seed=7\nnccl_pairwise_slow_pct=10\nnccl_stall_s=30\n"
+                 f"nccl_internode_probe_args={json.dumps(args)}\n")
         inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py", inventory_extra=vars_)
         rep = tmp_path / "rep"
         res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
@@ -430,8 +436,8 @@ def test_pairwise_finds_the_slow_node(tmp_path, tmp_path_factory, slow_link):
         print("\n".join(ln for ln in res.stdout.splitlines() if ln.startswith(("# pairwise", "#   round"))))
         assert res.returncode == 1, res.stdout[-4000:] + res.stderr[-2000:]
         case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"] == "test_allreduce_multinode")
-        assert case["outcome"] == "failure" and case["message"].startswith("slow3: pairwise all-reduce: failed with good"), \
-            case["message"]
+        assert case["outcome"] == "failure", case["message"]
+        assert case["message"].startswith("slow3: pairwise all-reduce: failed with good"), case["message"]
         doc = json.loads((rep / "results.json").read_text())
         failures = doc["tests"][0]["message"].splitlines()
         assert [ln.split(":")[0] for ln in failures] == ["slow3"], failures
