@@ -112,7 +112,7 @@ def _settings(nodes: list[Node], request) -> tuple[mn.Settings, dict]:
     default_max = 4 << 30 if backend == "nccl" else 4 * MiB
     args = {"backend": backend, "min_bytes": MiB if backend == "nccl" else 64 << 10,
             "max_bytes": max(at or 0, default_max) if at else default_max, "factor": 4, **extra}
-    timeout = _num(v, "nccl_round_timeout_s", kind=int) or max(30, int(request.config.getoption("probe_timeout")))
+    timeout = _num(v, "nccl_round_timeout_s", kind=int) or max(30, int(nodes[0].probe_timeout))
     st = mn.Settings(args, rpn, deadline_s=timeout, stall_s=_num(v, "nccl_stall_s", 60, kind=int))
     plan = {"limit": limit, "at": at, "expect": v.get("nccl_expect_transport"), "notes": notes,
             "slow_pct": _num(v, "nccl_pairwise_slow_pct", mn.DEFAULT_SLOW_PCT),
