@@ -15,6 +15,7 @@ Arguments (JSON object, every key optional)
                     two buffers of it do not fit in GPU memory (as nccl-tests does)
 ``factor``          size step: min, min*factor, ... <= max (integer >= 2); default 4
 ``iters``           timed collectives per size and mode; default 20 (nccl-tests ``-n``)
+``reps``            timed loops of ``iters`` per size and mode, the median loop reported; default 5
 ``warmup``          untimed collectives per size and mode before timing; default 5 (nccl-tests ``-w``)
 ``dtype``           ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``
 ``timeout_s``       per-collective watchdog: ``init_process_group(timeout=...)``; default 120 s
@@ -689,7 +690,7 @@ def _int_arg(args: dict, key: str, default, lo: int = 1) -> int:
 
 
 def _config(args: dict) -> dict:
-    known = {"backend", "world_size", "min_bytes", "max_bytes", "factor", "iters", "warmup", "dtype",
+    known = {"backend", "world_size", "min_bytes", "max_bytes", "factor", "iters", "warmup", "reps", "dtype",
              "timeout_s", "deadline_s", "master_port", "graph", "graph_max_bytes", "oop", "env", "api", "timer",
              *MULTINODE_ARGS}
     unknown = sorted(set(args) - known)
@@ -718,6 +719,7 @@ def _config(args: dict) -> dict:
     cfg["max_bytes"] = _int_arg(args, "max_bytes", 4 * GiB if backend == "nccl" else 64 * MiB)
     cfg["factor"] = _int_arg(args, "factor", 4)
     cfg["iters"] = _int_arg(args, "iters", 20)
+    cfg["reps"] = _int_arg(args, "reps", 5)
     cfg["warmup"] = _int_arg(args, "warmup", 5, lo=0)
     cfg["timeout_s"] = _int_arg(args, "timeout_s", 120)
     cfg["deadline_s"] = _int_arg(args, "deadline_s", 600)
@@ -875,7 +877,7 @@ def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[_Wor
     try:
         for local in range(cfg["local_ranks"]):
             rank = first + local
-            spec = {k: cfg[k] for k in ("backend", "world_size", "sizes", "iters", "warmup", "dtype",
+            spec = {k: cfg[k] for k in ("backend", "world_size", "sizes", "iters", "reps", "warmup", "dtype",
                                         "timeout_s", "graph", "graph_max_bytes", "oop", "api", "timer")}
             base = os.path.join(tmp, f"a{attempt}-rank{rank}")
             spec.update(rank=rank, local_rank=local, parent_pid=os.getpid(), phase_path=base + ".phase",
@@ -1546,7 +1548,7 @@ def _worker(spec: dict) -> None:
         return time.perf_counter() - t, None
 
     use_graph = spec["graph"]
-    iters, warmup = spec["iters"], spec["warmup"]
+    iters, warmup, reps = spec["iters"], spec["warmup"], spec.get("reps", 1)
 
     def measure(mode: str, count: int, nbytes: int):
         op = make_op(mode, count)
@@ -1574,13 +1576,13 @@ def _worker(spec: dict) -> None:
                 notes.append(f"CUDA graph capture failed at {nbytes} B {mode}; timed without graphs")
             del g
         if not graphed:
-            if lib is not None:
-                def loop():
-                    for i in range(iters):
-                        op(i)
-                sec, ev = timed(loop)
-            else:
-                sec, ev = timed(lambda: [op(i) for i in range(iters)])
+            def loop():
+                for i in range(iters):
+                    op(i)
+            # the median of ``reps`` timed loops: one loop of 20 small collectives lasts ~0.5 ms, where a
+            # single scheduling hiccup moves the figure by 10% (nccl-tests itself swings that much run to run)
+            samples = sorted((timed(loop) for _ in range(reps)), key=lambda se: se[0])
+            sec, ev = samples[len(samples) // 2]
         times = per_rank(sec / iters)
         # api nccl: the ranks' average, as nccl-tests' default -a 1; api torch: the slowest rank (-a 3)
         per_op = sum(times) / n if lib is not None else max(times)
