@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ThresholdError
-from gpuaccept.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, detect_sku, load_all, load_sku_file
+from gpuaccept.thresholds import (  # _StrictLoader: the product's loader, which refuses duplicate keys
+    CHECKS, EXPECT_KEYS, SkuSpec, _StrictLoader, detect_sku, load_all, load_sku_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THRESHOLD_DIR = os.path.join(ROOT, "thresholds")
@@ -133,21 +134,6 @@ def test_file_loads_and_sku_is_stem(path):
     assert spec.name and spec.name != stem, "give the file a human-readable name"
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (yaml.safe_load keeps the last one silently)."""
-
-
-def _no_duplicates(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
 @pytest.mark.parametrize("path", FILES, ids=FILE_IDS)
