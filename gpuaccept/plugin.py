@@ -349,6 +349,13 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             _finalize(st, nodeid)
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
         rep.close(reason)
+        if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.ensure_newline()
+                tr.write_line(f"ERROR: gpuaccept reports: {rep.write_error}", red=True)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

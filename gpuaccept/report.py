@@ -55,8 +55,18 @@ class Reporter:
         self.records: dict[str, CaseRecord] = {}
         self.expected: dict[str, tuple[str | None, str]] = {}
         self._last_flush = 0.0
+        self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
         os.makedirs(directory, exist_ok=True)
         self._jsonl = open(os.path.join(directory, "results.jsonl"), "a", encoding="utf-8")
+
+    def _guard(self, what: str, fn) -> None:
+        """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
+        stay in memory and every later flush tries again."""
+        try:
+            fn()
+        except OSError as e:
+            if self.write_error is None:
+                self.write_error = f"{self.dir}: cannot write {what}: {e.strerror or e}"
 
     def expect(self, nodeid: str, host: str | None, layer: str) -> None:
         """Declare a test that should produce a record (missing ones become errors at close)."""
@@ -66,9 +76,12 @@ class Reporter:
         """Store a finished test; append it to results.jsonl now; refresh the other files (throttled)."""
         rec.run_id = self.run_id
         self.records[rec.nodeid] = rec
-        self._jsonl.write(json.dumps(asdict(rec), default=str) + "\n")
-        self._jsonl.flush()
-        os.fsync(self._jsonl.fileno())
+
+        def append():
+            self._jsonl.write(json.dumps(asdict(rec), default=str) + "\n")
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())
+        self._guard("results.jsonl", append)
         if time.monotonic() - self._last_flush > 1.0:
             self.flush()
 
@@ -79,11 +92,14 @@ class Reporter:
                 name = nodeid.split("::")[-1]
                 self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
         self.flush()
-        self._jsonl.close()
+        self._guard("results.jsonl", self._jsonl.close)
 
     # -- writers -----------------------------------------------------------------------------------
     def flush(self) -> None:
         """Rewrite results.json, junit-<layer>.xml and summary.md from the records so far."""
+        self._guard("reports", self._write_all)
+
+    def _write_all(self) -> None:
         self._last_flush = time.monotonic()
         recs = list(self.records.values())
         figures = [f for r in recs for f in r.figures]

@@ -109,3 +109,25 @@ def test_declared_gpu_count_mismatch(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "gpu_inventory")
     assert res.returncode == 1
     assert "gpu_count 2 != gpus_per_node 8" in outcomes(rep)["test_gpu_inventory"]["message"]
+
+
+def test_full_disk_under_reports(tmp_path):
+    """The report folder's disk fills up mid-run: the run finishes, says so in one line, exits non-zero,
+    and what could be written before the disk filled is intact (no traceback)."""
+    import subprocess
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mnt)], check=True)
+    try:
+        inv = replay_project(tmp_path, DATA)
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(mnt / "rep"), "-k", GPU_LAYERS)
+        out = res.stdout + res.stderr
+        assert res.returncode != 0
+        assert "Traceback" not in out and "INTERNALERROR" not in out
+        errs = [ln for ln in out.splitlines() if ln.startswith("ERROR: gpuaccept reports:")]
+        assert len(errs) == 1 and "No space left on device" in errs[0], out[-2000:]
+        lines = (mnt / "rep" / "results.jsonl").read_text().splitlines()
+        kept = [json.loads(ln) for ln in lines[:-1]]  # the last line may be cut where the disk filled
+        assert len(kept) >= 5 and {r["host"] for r in kept} <= {"h200-a", None}
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
