@@ -17,6 +17,13 @@ class ProbeFailed(Exception):
     """Raise from a probe to fail with a clean one-line message (no traceback in ``msg``)."""
 
 
+def reject_unknown(args: dict, known) -> None:
+    """Fail with ``unknown argument(s): a, b`` when ``args`` has keys outside ``known`` (typos never pass)."""
+    unknown = set(args) - set(known)
+    if unknown:
+        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+
+
 def log(*parts) -> None:
     """Print a log line to stderr (never stdout, which carries the JSON document)."""
     print(*parts, file=sys.stderr, flush=True)

@@ -56,7 +56,7 @@ import stat
 import subprocess
 import time
 
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -325,9 +325,7 @@ def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:
 
 
 def main(a: dict) -> dict:
-    unknown = set(a) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(a, ARG_KEYS)
     bad = set(a.get("tests") or ()) - set(TESTS)
     if bad:
         raise ProbeFailed(f"unknown test(s): {', '.join(sorted(bad))} (known: {', '.join(TESTS)})")

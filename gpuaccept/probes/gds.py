@@ -46,7 +46,7 @@ import re
 import shutil
 import time
 
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 MIB = 1 << 20
 ARG_KEYS = {"path", "bytes", "gpus", "device", "min_free_bytes"}
@@ -139,9 +139,7 @@ def detect() -> dict:
 
 
 def main(a: dict) -> dict:
-    unknown = set(a) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(a, ARG_KEYS)
     doc = detect()
     doc.update(torch_gds=False, gpu=False, reason=None, gpus=[])
     try:

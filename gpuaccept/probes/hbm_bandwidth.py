@@ -42,7 +42,7 @@ import threading
 import torch
 
 from _gpu import Clock, on_gpus, pci_bus_id, require_cuda, select_gpus, sig
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 GIB = 1 << 30
 ALIGN = 64 << 10  # buffers are whole multiples of 64 KiB: every Triton tile is full, no masks
@@ -228,9 +228,7 @@ def summarize(results: dict) -> dict:
 
 
 def main(args: dict) -> dict:
-    unknown = set(args) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(args, ARG_KEYS)
     device = args.get("device", "cuda")
     if device not in ("cuda", "cpu"):
         raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")

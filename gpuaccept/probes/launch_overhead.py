@@ -23,7 +23,7 @@ import time
 import torch
 
 from _gpu import pci_bus_id, require_cuda, select_gpus
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 ARG_KEYS = {"device", "iters", "gpus"}
 WARMUP = 1000
@@ -60,9 +60,7 @@ def measure(dev: torch.device, iters: int) -> dict:
 
 
 def main(args: dict) -> dict:
-    unknown = set(args) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(args, ARG_KEYS)
     device = args.get("device", "cuda")
     if device not in ("cuda", "cpu"):
         raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")

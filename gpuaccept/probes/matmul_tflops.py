@@ -46,7 +46,7 @@ import time
 import torch
 
 from _gpu import Clock, on_gpus, pci_bus_id, require_cuda, select_gpus, sig
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus"}
 KNOWN_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp64", "fp32")
@@ -257,9 +257,7 @@ def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -
 
 
 def main(args: dict) -> dict:
-    unknown = set(args) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(args, ARG_KEYS)
     device = args.get("device", "cuda")
     if device not in ("cuda", "cpu"):
         raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")

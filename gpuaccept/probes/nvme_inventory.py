@@ -35,7 +35,7 @@ import re
 import shutil
 import subprocess
 
-from _probe import ProbeFailed, run
+from _probe import reject_unknown, run
 
 ARG_KEYS = {"sysfs", "nvme_cli", "dev"}
 NS_RE = re.compile(r"^nvme(\d+)n(\d+)$")
@@ -157,9 +157,7 @@ def inventory(sysfs: str = "/sys", nvme: str | None = None, dev: str = "/dev") -
 
 
 def main(a: dict) -> dict:
-    unknown = set(a) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(a, ARG_KEYS)
     nvme = shutil.which("nvme") if a.get("nvme_cli", True) else None
     return inventory(a.get("sysfs", "/sys"), nvme, a.get("dev", "/dev"))
 

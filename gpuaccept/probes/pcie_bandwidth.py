@@ -39,7 +39,7 @@ import time
 import torch
 
 from _gpu import pci_bus_id, require_cuda, select_gpus
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 GIB = 1 << 30
 ARG_KEYS = {"device", "bytes", "iters", "mode", "gpus"}
@@ -169,9 +169,7 @@ def summarize(times: list[float], nbytes: int) -> tuple[float, float]:
 
 
 def main(args: dict) -> dict:
-    unknown = set(args) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(args, ARG_KEYS)
     device = args.get("device", "cuda")
     if device not in ("cuda", "cpu"):
         raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")

@@ -44,7 +44,7 @@ import shutil
 import subprocess
 import time
 
-from _probe import ProbeFailed, log, run
+from _probe import log, reject_unknown, run
 
 ARG_KEYS = {"sysfs", "gpu_bus_ids", "perftest", "perftest_seconds", "perftest_size", "hcas"}
 RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
@@ -196,9 +196,7 @@ def loopback(ibwb: str, hca: str, gpu: int, seconds: int, size: int, port: int) 
 
 
 def main(a: dict) -> dict:
-    unknown = set(a) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(a, ARG_KEYS)
     sysfs = a.get("sysfs", "/sys")
     devices = ib_devices(sysfs)
     doc = {"peermem": peermem(), "devices": devices, "topology": None, "topology_reason": None,

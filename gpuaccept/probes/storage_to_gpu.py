@@ -36,7 +36,7 @@ import os
 import shutil
 import time
 
-from _probe import ProbeFailed, log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 from fio_throughput import install_signal_cleanup, make_workdir, mount_of, not_block_backed, plan_size
 
 MIB = 1 << 20
@@ -98,9 +98,7 @@ def view(t) -> memoryview:
 
 
 def main(a: dict) -> dict:
-    unknown = set(a) - ARG_KEYS
-    if unknown:
-        raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
+    reject_unknown(a, ARG_KEYS)
     path = a.get("path")
     if not path or not os.path.isdir(path):
         raise ProbeFailed(f"{path}: no such directory")
