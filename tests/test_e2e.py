@@ -282,15 +282,16 @@ def test_missing_inventory_file(tmp_path):
 
 
 def test_threshold_typo_stops_before_any_node(tmp_path, sshd_nodes, known_hosts):
-    """A mistyped key in a threshold file: exit 4 naming file and key, and no SSH connection made."""
+    """A mistyped key in a threshold file: exit 4 naming file and key, raised while pytest configures, so no
+    test (and no SSH connection) ever starts and no report folder is written."""
     inv = make_project(tmp_path, sshd_nodes[:1], known_hosts)
     f = tmp_path / "thresholds" / "h200-sxm-141gb.yaml"
     f.write_text(f.read_text().replace("hbm_read_bw_gbps:", "hbm_raed_bw_gbps:"))
-    before = sshd_nodes[0].log() if hasattr(sshd_nodes[0], "log") else ""
     res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts)
     assert res.returncode == 4
     assert "h200-sxm-141gb.yaml" in res.stderr and "hbm_raed_bw_gbps" in res.stderr
     assert "Traceback" not in res.stderr
+    assert "collected" not in res.stdout  # stopped before collection
     assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").glob("*/results.jsonl"))
 
 
