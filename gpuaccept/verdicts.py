@@ -7,7 +7,7 @@ outside its limit, naming host, GPU index, PCI bus id, serial, figure, limit and
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
@@ -68,17 +68,6 @@ class Verdicts:
                 self.failures.append(f"{self.host}{where}: {v.message}")
         self.item.user_properties.append((FIGURE_KEY, rec))
         return passed
-
-    def per_gpu(self, check: str, gpus: Iterable[dict], field: str, limit: Limit | None = None,
-                unit: str = "") -> list[float]:
-        """Record ``gpu[field]`` for each per-GPU dict under ``check``; returns the values measured."""
-        vals = []
-        for g in gpus:
-            val = g.get(field)
-            self.record(check, val, unit, gpu=g, limit=limit)
-            if isinstance(val, (int, float)):
-                vals.append(val)
-        return vals
 
     def apply(self, findings, gpu: dict | int | None = None) -> None:
         """Record each :class:`gpuaccept.health.Finding` (judging those with a limit) and add its failure."""
