@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .readings import error_text, is_error, is_lost, lost_reason, number, present
 from .thresholds import Limit, SkuSpec
 
 
@@ -32,8 +33,8 @@ class Finding:
 
 
 def nvml_error(v) -> str | None:
-    """The NVML error text of a reading the probe could not take, else None."""
-    return v.get("nvml_error") if isinstance(v, dict) and "nvml_error" in v else None
+    """The NVML error text of a reading the probe could not take (typed or placeholder), else None."""
+    return error_text(v)
 
 
 def _required(sku: SkuSpec, field: str) -> bool:
@@ -41,19 +42,35 @@ def _required(sku: SkuSpec, field: str) -> bool:
 
 
 def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
-    why = nvml_error(v)
+    """A reading NVML refused: a failure in NVML's words when the SKU file requires ``field``
+    (``expect.required_nvml``), else recorded as unreadable."""
+    why = error_text(v) or "not in the probe document"
     if _required(sku, field):
-        return Finding(check, v, failure=f"{check} unreadable ({why}); the SKU file requires it")
-    return Finding(check, v, extra={"note": f"NVML: {why}; not required for {sku.sku}"})
+        return Finding(check, v, failure=f"{check} unreadable (NVML: {why}); the SKU file requires {field}")
+    return Finding(check, v, extra={"note": f"unreadable (NVML: {why}); {field} not required for {sku.sku}"})
+
+
+def lost(gpu: dict) -> list[Finding]:
+    """A GPU NVML listed but has no handle for: one failure, ``"no NVML handle (GPU is lost)"``."""
+    return [Finding("nvml_handle", gpu.get("nvml_error") or gpu.get("handle"),
+                    failure=f"no NVML handle ({lost_reason(gpu)})")]
 
 
 def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
-    """ECC enabled where the SKU has it; uncorrectable ECC counts (volatile, aggregate) against the SKU's max."""
-    e = gpu.get("ecc") or {}
+    """ECC enabled where the SKU has it; uncorrectable ECC counts (volatile, aggregate) against the SKU's max.
+
+    ``gpu``: one GPU of the (typed) gpu_inventory document, keys ``ecc.mode_current``, ``ecc.mode_pending``,
+    ``ecc.uncorrected_volatile``, ``ecc.uncorrected_aggregate``, ``ecc.corrected_aggregate`` (counts, from
+    nvmlDeviceGetEccMode / nvmlDeviceGetTotalEccErrors). Raises ThresholdError when the SKU file has no
+    limit for ``ecc_uncorrected_*``.
+    """
+    if is_lost(gpu):
+        return lost(gpu)
+    e = gpu.get("ecc") if isinstance(gpu.get("ecc"), dict) else {}
     out: list[Finding] = []
     if sku.expect.get("ecc"):
         mode = e.get("mode_current")
-        if nvml_error(mode):
+        if not isinstance(mode, bool):
             out.append(_unreadable(sku, "ecc", "ecc_mode", mode))
         else:
             out.append(Finding("ecc_mode", mode, failure=None if mode else "ECC is disabled"))
@@ -62,34 +79,39 @@ def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
     for key in ("uncorrected_volatile", "uncorrected_aggregate"):
         val = e.get(key)
         check = f"ecc_{key}"
-        if nvml_error(val) or val is None:
-            out.append(_unreadable(sku, "ecc", check, val if val is not None else {"nvml_error": "missing"}))
+        if number(val) is None:
+            out.append(_unreadable(sku, "ecc", check, val))
         else:
-            out.append(Finding(check, val, "errors", sku.checks.get(check)))
+            out.append(Finding(check, val, "errors", sku.limit(check)))
     out.append(Finding("ecc_corrected_aggregate", e.get("corrected_aggregate"), "errors"))
     return out
 
 
 def row_remapping(gpu: dict, sku: SkuSpec) -> list[Finding]:
     """Row remapping (Ampere and later): pending → "reset needed", failure → "replace the GPU", uncorrectable
-    remaps judged against the SKU's max, correctable ones recorded. Retired pages on older SKUs."""
+    remaps judged against the SKU's max, correctable ones recorded. Retired pages on older SKUs.
+
+    ``gpu``: keys ``remapped_rows.{correctable,uncorrectable,pending,failure}`` (nvmlDeviceGetRemappedRows)
+    or ``retired_pages.{double_bit,pending}`` (nvmlDeviceGetRetiredPages*)."""
+    if is_lost(gpu):
+        return lost(gpu)
     if not sku.expect.get("row_remapping", False):
-        pages = gpu.get("retired_pages") or {}
+        pages = gpu.get("retired_pages") if isinstance(gpu.get("retired_pages"), dict) else {}
         dbl = pages.get("double_bit")
-        out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl) if nvml_error(dbl) else
+        out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl) if number(dbl) is None else
                Finding("retired_pages_double_bit", dbl, "pages", sku.checks.get("retired_pages_double_bit"))]
         if pages.get("pending") is True:
             out.append(Finding("retired_pages_pending", True, failure="page retirement pending: reset needed"))
         return out
-    rows = gpu.get("remapped_rows") or {}
-    if nvml_error(rows.get("pending")) or "pending" not in rows:
-        return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending", {"nvml_error": "missing"}))]
+    rows = gpu.get("remapped_rows") if isinstance(gpu.get("remapped_rows"), dict) else {}
+    if not isinstance(rows.get("pending"), bool):
+        return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending"))]
     out = [Finding("remapped_rows_correctable", rows.get("correctable"), "rows"),
            Finding("remapped_rows_uncorrectable", rows.get("uncorrectable"), "rows",
-                   sku.checks.get("remapped_rows_uncorrectable"))]
+                   sku.limit("remapped_rows_uncorrectable"))]
     if rows.get("pending"):
         out.append(Finding("remap_pending", True, failure="row remap pending: reset needed"))
-    if rows.get("failure"):
+    if rows.get("failure") is True:
         out.append(Finding("remap_failure", True, failure="row remap failure: replace the GPU"))
     return out
 
@@ -100,24 +122,45 @@ def pcie_link(link: dict, sku: SkuSpec) -> list[Finding]:
     for key, check in (("gen", "pcie_gen"), ("width", "pcie_width")):
         val = link.get(key)
         extra = {"max": link.get(f"{key}_max"), "idle": link.get(f"{key}_idle")}
-        if nvml_error(val) or val is None:
-            out.append(Finding(check, val, failure=f"PCIe {key} unreadable under load ({nvml_error(val)})"))
+        if number(val) is None:
+            out.append(Finding(check, val, failure=f"PCIe {key} unreadable under load "
+                                                   f"(NVML: {error_text(val) or 'not in the probe document'})"))
         else:
             out.append(Finding(check, val, limit=sku.checks.get(check), extra=extra))
     return out
 
 
+def temperature(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """GPU temperature (``temp_c``, nvmlDeviceGetTemperature, C) against the SKU's ``temp_c`` max; an
+    unreadable temperature is recorded as such (temperature is not an ``expect.required_nvml`` field unless
+    the SKU file lists ``temp_c`` there). Raises ThresholdError when the SKU file has no ``temp_c``."""
+    if is_lost(gpu):
+        return lost(gpu)
+    t = gpu.get("temp_c")
+    if number(t) is None:
+        return [_unreadable(sku, "temp_c", "temp_c", t)]
+    return [Finding("temp_c", t, "C", sku.limit("temp_c"))]
+
+
+def foreign_processes(gpu: dict) -> list[Finding]:
+    """Compute processes on the GPU (nvmlDeviceGetComputeRunningProcesses): any is foreign while the suite
+    measures (one host's probes never run at once)."""
+    procs = gpu.get("compute_processes")
+    if not isinstance(procs, list):
+        return [Finding("compute_processes", procs, extra={"note": f"unreadable (NVML: {error_text(procs)})"})]
+    return [Finding("compute_processes", len(procs), "processes", failure="foreign processes on the GPU: " +
+                    ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in procs) if procs else None)]
+
+
 def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
     """No foreign processes on the GPU, persistence mode on, MIG mode as the SKU expects."""
-    out = []
-    procs = gpu.get("compute_processes")
-    if isinstance(procs, list):
-        out.append(Finding("compute_processes", len(procs), "processes", failure="foreign processes on the GPU: " +
-                           ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in procs) if procs else None))
+    if is_lost(gpu):
+        return lost(gpu)
+    out = foreign_processes(gpu)
     pm = gpu.get("persistence_mode")
     want_pm = sku.expect.get("persistence_mode", True)
     out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None))
-    mig = (gpu.get("mig_mode") or {}).get("current")
+    mig = (gpu.get("mig_mode") if isinstance(gpu.get("mig_mode"), dict) else {}).get("current")
     want = bool(sku.expect.get("mig_mode", False))
     out.append(Finding("mig_mode", mig, failure=(f"MIG mode is {'on' if mig else 'off'}, the SKU file expects "
                                                  f"{'on' if want else 'off'}") if isinstance(mig, bool) and mig != want
@@ -127,8 +170,10 @@ def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
 
 def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
     """NVSwitch fabric registration (NVML GPU fabric info): state completed and status success."""
-    fab = gpu.get("fabric") or {"nvml_error": "missing"}
-    if nvml_error(fab):
+    if is_lost(gpu):
+        return lost(gpu)
+    fab = gpu.get("fabric")
+    if not isinstance(fab, dict) or is_error(fab):
         return [_unreadable(sku, "fabric", "fabric_state", fab)]
     state, status = str(fab.get("state")).lower(), str(fab.get("status")).lower()
     bad = state != "completed" or status not in ("none", "success")
@@ -136,17 +181,19 @@ def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
                     failure=f"fabric state {fab.get('state')}, status {fab.get('status')}" if bad else None)]
 
 
-def gpu_count(found: int, declared) -> Finding:
-    """GPUs NVML sees against the inventory's ``gpus_per_node`` (None: recorded only)."""
-    bad = declared is not None and int(declared) != found
-    return Finding("gpu_count", found, "GPUs",
-                   failure=f"gpu_count {found} != gpus_per_node {declared}" if bad else None)
+def gpu_count(found, declared) -> Finding:
+    """GPUs NVML gave a handle for against the inventory's ``gpus_per_node`` (None: recorded only).
+
+    ``found``: a count, or the gpu_inventory GPU list (lost GPUs do not count)."""
+    n = len(present(found)) if isinstance(found, list) else int(found)
+    bad = declared is not None and int(declared) != n
+    return Finding("gpu_count", n, "GPUs", failure=f"gpu_count {n} != gpus_per_node {declared}" if bad else None)
 
 
 def driver_versions(doc: dict) -> list[Finding]:
     """The NVML library's driver version against the loaded kernel module's (a mismatch breaks CUDA)."""
     lib, kmod = doc.get("driver"), doc.get("kernel_driver_version")
-    bad = bool(lib and kmod and lib != kmod)
+    bad = isinstance(lib, str) and isinstance(kmod, str) and lib != kmod
     return [Finding("nvml_driver_version", lib), Finding(
         "kernel_driver_version", kmod,
         failure=f"NVML library / kernel driver mismatch: library {lib}, kernel module {kmod} (reboot or reload)"

@@ -15,10 +15,10 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError, ThresholdError
+from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError
 from .inventory import Host
 from .profiles import probe_args
-from .thresholds import SkuSpec, detect_sku
+from .thresholds import SkuSpec
 from .transport import CommandResult
 
 PROBE_DIR = os.path.join(os.path.dirname(__file__), "probes")
@@ -220,24 +220,6 @@ class Node:
         v = self.host.vars
         return bool(self.sku_override or v.get("gpu_sku") or v.get("gpus_per_node"))
 
-    def sku(self) -> SkuSpec:
-        """The host's SKU: ``--sku``, else the inventory's ``gpu_sku``, else detected from NVML.
-
-        Raises ThresholdError for an unknown SKU name or an undetectable GPU, and when a node mixes SKUs.
-        """
-        name = self.sku_override or self.host.vars.get("gpu_sku")
-        if name:
-            if name not in self.specs:
-                raise ThresholdError(f"{self.name}: unknown gpu_sku '{name}'; known SKUs: "
-                                     f"{', '.join(sorted(self.specs))}")
-            return self.specs[name]
-        gpus = self.gpu_inventory().get("gpus") or []
-        found = {detect_sku(self.specs, g.get("name", "?"), _num(g.get("memory_total_bytes")),
-                            g.get("pci_device_id")).sku for g in gpus}
-        if len(found) != 1:
-            raise ThresholdError(f"{self.name}: GPUs of several SKUs on one node: {', '.join(sorted(found))}")
-        return self.specs[found.pop()]
-
     def close(self) -> None:
         """Remove the shipped probes (best effort) and close the transport."""
         with self._lock:
@@ -254,6 +236,3 @@ class Node:
             self._transport = None
             self._dir = None
 
-
-def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None

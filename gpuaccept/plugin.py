@@ -16,16 +16,20 @@ from typing import Any
 
 import pytest
 
-from .errors import ConfigError, GpuacceptError, ThresholdError
+from .blockers import DEPENDENT_LAYERS, blockers, readiness_problem
+from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .inventory import Inventory, load_inventory
 from .node import Node
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
 from .thresholds import load_all
 from .transport import get_transport
-from .verdicts import FIGURE_KEY, Verdicts
+from .readings import typed
+from .sku import node_sku
+from .verdicts import FIGURE_KEY, Recorder
 
 STATE = pytest.StashKey[dict]()
+RECORDER = pytest.StashKey[Recorder]()
 
 
 class DeclaredGpuMissing(Exception):
@@ -220,12 +224,17 @@ def run_started(request) -> float:
 
 @pytest.fixture
 def gpus(request, node: Node) -> list[dict]:
-    """The host's GPUs from NVML (gpu_inventory probe). Skips "no NVIDIA GPU on <host>" when the host
-    has none and the inventory declares none; fails when the inventory declares gpu_sku/gpus_per_node."""
+    """The host's GPUs from NVML (gpu_inventory probe), readings typed (gpuaccept.readings), lost GPUs
+    included (``lost: true``). Skips "no NVIDIA GPU on <host>" when the host has none (no driver, no GPU)
+    and the inventory declares none; an error when NVML is broken there (version mismatch, no permission)
+    or the driver is present without nvidia-ml-py; fails when the inventory declares gpu_sku/gpus_per_node."""
     doc = node.gpu_inventory()
-    found = doc.get("gpus") or [] if doc.get("nvml_available") else []
+    found = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
     if not found:
         why = doc.get("reason") or "NVML sees no GPU"
+        problem = readiness_problem(doc, node.python)
+        if problem:
+            raise ProbeError(node.name, problem)
         if node.gpus_declared:
             raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but the inventory declares "
                                      f"gpu_sku={node.host.vars.get('gpu_sku')} "
@@ -234,20 +243,37 @@ def gpus(request, node: Node) -> list[dict]:
     return found
 
 
+def _node_sku(node: Node, gpus: list[dict]):
+    return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
+
+
 @pytest.fixture
 def sku(node: Node, gpus):
-    """The host's SkuSpec (thresholds file): --sku, inventory gpu_sku, or detected from NVML."""
-    return node.sku()
+    """The host's SkuSpec (thresholds file): --sku, inventory gpu_sku, or detected from NVML (gpuaccept.sku)."""
+    return _node_sku(node, gpus)
 
 
 @pytest.fixture
-def verdicts(request) -> Verdicts:
-    """Figure recorder and judge for this test (see gpuaccept.verdicts)."""
+def verdicts(request) -> Recorder:
+    """Figure recorder and judge for this test (see gpuaccept.verdicts). In a dependent layer it carries
+    the host's blockers (gpuaccept.blockers), which turn the test into "blocked by <check>" errors."""
     host = request.node.callspec.params.get("node") if hasattr(request.node, "callspec") else None
-    gpu_ids = {}
+    layer = layer_of(request.node.nodeid)
+    gpu_ids, found = {}, []
     if host is not None and "gpus" in request.fixturenames:
-        gpu_ids = {g.get("index"): g for g in request.getfixturevalue("gpus")}
-    return Verdicts(request.node, host or "fleet", layer_of(request.node.nodeid), gpu_ids)
+        found = request.getfixturevalue("gpus")
+        gpu_ids = {g.get("index"): g for g in found}
+    blocks = []
+    if found and layer in DEPENDENT_LAYERS:
+        node = request.getfixturevalue("node")
+        try:
+            spec = _node_sku(node, found)
+        except ThresholdError:
+            spec = None  # the test itself reports the SKU problem; the fabric is then not judged here
+        blocks = blockers(node.gpu_inventory(), spec)
+    rec = Recorder(request.node, host or "fleet", layer, gpu_ids, blocks)
+    request.node.stash[RECORDER] = rec
+    return rec
 
 
 def layer_of(nodeid: str) -> str:
@@ -278,16 +304,39 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Our own errors (unreachable host, crashed probe, timeout, bad SKU) become one clean line and are
-    marked so the reports count them as errors rather than failures."""
+    marked so the reports count them as errors rather than failures. The outcome of a test that recorded
+    figures is decided here, once, from its Recorder (gpuaccept.verdicts.outcome): a recorded failure fails
+    the test even when it returned or skipped, and a blocked test is an error "blocked by <check>"."""
     outcome = yield
     rep = outcome.get_result()
     if call.excinfo is not None and call.excinfo.errisinstance(DeclaredGpuMissing):
         rep.when = "call"  # reported as a failure (the host is bad), not as a setup error
         rep.longrepr = str(call.excinfo.value)
         return
-    if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError) and _state(item.config) is not None:
-        rep.longrepr = str(call.excinfo.value)
-        rep.user_properties.append((ERROR_KEY, str(call.excinfo.value)))
+    if _state(item.config) is None:
+        return
+    rec = item.stash.get(RECORDER, None)
+    if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
+        lines = [str(call.excinfo.value)]
+        if rec is not None and call.when == "call":
+            out = rec.outcome()
+            lines = [b.message() for b in out.blocked] + lines + rec.lines() + rec.errors
+        rep.longrepr = "\n".join(lines)
+        rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        return
+    if rec is None or call.when != "call":
+        return
+    out = rec.outcome()
+    finished = call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
+    skipped = call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)
+    if call.excinfo is not None and not (finished or skipped):
+        return  # a Python error in a suite: pytest's own report
+    if out.kind == "passed" or (skipped and not (rec.failures or rec.errors)):
+        return  # the suite's own pass or skip (a skip with blockers only is still inapplicable)
+    rep.outcome = "failed"
+    rep.longrepr = out.message
+    if out.kind == "error":
+        rep.user_properties.append((ERROR_KEY, out.message))
 
 
 def _message(report) -> str:

@@ -1,4 +1,4 @@
-"""Threshold files (``thresholds/<sku>.yaml``): loading, SKU detection and judging.
+"""Threshold files (``thresholds/<sku>.yaml``): the check registry, loading, and the one judge.
 
 A file describes one GPU SKU::
 
@@ -29,39 +29,55 @@ import yaml
 
 from .errors import ThresholdError
 
-# check key -> (unit, direction). Direction "min": the figure must be >= the limit; "max": <= the limit.
-CHECKS: dict[str, tuple[str, str]] = {
-    # health (NVML)
-    "ecc_uncorrected_volatile": ("errors", "max"),
-    "ecc_uncorrected_aggregate": ("errors", "max"),
-    "remapped_rows_uncorrectable": ("rows", "max"),
-    "retired_pages_double_bit": ("pages", "max"),
-    "pcie_gen": ("gen", "min"),
-    "pcie_width": ("lanes", "min"),
-    "temp_c": ("C", "max"),
+
+@dataclass(frozen=True)
+class Check:
+    """One check of the registry: ``unit`` of its figure, ``direction`` ("min": the figure must be >= the
+    limit; "max": <=), the ``layer`` that measures it, and a one-line ``description`` of the figure."""
+
+    unit: str
+    direction: str
+    layer: str
+    description: str
+
+
+# The single registry of checks a threshold file may set a limit for: check key -> Check. Threshold-file
+# validation, the judge's messages and "which checks does this SKU require in this layer" all read it.
+REGISTRY: dict[str, Check] = {
+    # health (NVML, gpu_inventory / pcie_link probes)
+    "ecc_uncorrected_volatile": Check("errors", "max", "health", "uncorrectable ECC errors since the driver loaded"),
+    "ecc_uncorrected_aggregate": Check("errors", "max", "health", "uncorrectable ECC errors over the GPU's life"),
+    "remapped_rows_uncorrectable": Check("rows", "max", "health", "rows remapped after uncorrectable errors"),
+    "retired_pages_double_bit": Check("pages", "max", "health", "pages retired for double-bit ECC errors (pre-Ampere)"),
+    "pcie_gen": Check("gen", "min", "health", "PCIe link generation under load"),
+    "pcie_width": Check("lanes", "min", "health", "PCIe link width under load"),
+    "temp_c": Check("C", "max", "health", "GPU temperature (NVML), idle and the maximum under matmul load"),
     # memory
-    "hbm_read_bw_gbps": ("GB/s", "min"),
-    "hbm_write_bw_gbps": ("GB/s", "min"),
-    "hbm_copy_bw_gbps": ("GB/s", "min"),
-    "h2d_bw_gbps": ("GB/s", "min"),
-    "d2h_bw_gbps": ("GB/s", "min"),
+    "hbm_read_bw_gbps": Check("GB/s", "min", "memory", "device memory read bandwidth, all GPUs loaded"),
+    "hbm_write_bw_gbps": Check("GB/s", "min", "memory", "device memory write bandwidth, all GPUs loaded"),
+    "hbm_copy_bw_gbps": Check("GB/s", "min", "memory", "device memory copy bandwidth (read + write bytes)"),
+    "h2d_bw_gbps": Check("GB/s", "min", "memory", "pinned host-to-device copy bandwidth, one GPU at a time"),
+    "d2h_bw_gbps": Check("GB/s", "min", "memory", "pinned device-to-host copy bandwidth, one GPU at a time"),
     # compute
-    "bf16_tflops": ("TFLOP/s", "min"),
-    "fp16_tflops": ("TFLOP/s", "min"),
-    "tf32_tflops": ("TFLOP/s", "min"),
-    "fp8_tflops": ("TFLOP/s", "min"),
-    "fp64_tflops": ("TFLOP/s", "min"),
-    "launch_overhead_us": ("us", "max"),
-    "below_node_median_pct": ("%", "max"),
+    "bf16_tflops": Check("TFLOP/s", "min", "compute", "dense bf16 matmul throughput, all GPUs at once"),
+    "fp16_tflops": Check("TFLOP/s", "min", "compute", "dense fp16 matmul throughput, all GPUs at once"),
+    "tf32_tflops": Check("TFLOP/s", "min", "compute", "dense tf32 matmul throughput, all GPUs at once"),
+    "fp8_tflops": Check("TFLOP/s", "min", "compute", "dense fp8 (e4m3) matmul throughput, all GPUs at once"),
+    "fp64_tflops": Check("TFLOP/s", "min", "compute", "dense fp64 matmul throughput, all GPUs at once"),
+    "launch_overhead_us": Check("us", "max", "compute", "empty-kernel launch time, wall clock"),
+    "below_node_median_pct": Check("%", "max", "compute", "percent a GPU's TFLOP/s is under its node's median"),
     # nvlink
-    "nvlink_active_links": ("links", "min"),
-    "nvlink_crc_errors_per_s": ("errors/s", "max"),
-    "nvlink_replay_errors_per_s": ("errors/s", "max"),
-    "p2p_unidir_bw_gbps": ("GB/s", "min"),
-    "p2p_bidir_bw_gbps": ("GB/s", "min"),
+    "nvlink_active_links": Check("links", "min", "nvlink", "active NVLink links per GPU"),
+    "nvlink_crc_errors_per_s": Check("errors/s", "max", "nvlink", "NVLink CRC errors per second per link, watched"),
+    "nvlink_replay_errors_per_s": Check("errors/s", "max", "nvlink", "NVLink replays per second per link, watched"),
+    "p2p_unidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, one direction"),
+    "p2p_bidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, both directions at once"),
     # nccl
-    "allreduce_busbw_gbps": ("GB/s", "min"),
+    "allreduce_busbw_gbps": Check("GB/s", "min", "nccl", "all-reduce bus bandwidth (nccl-tests busbw)"),
 }
+# check key -> (unit, direction), the registry's view the threshold-file loader reads.
+CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction) for k, c in REGISTRY.items()}
+
 CHECK_FIELDS = {"min", "max", "unit", "source", "fraction_of_datasheet", "at_bytes", "min_by_world_size", "note"}
 EXPECT_KEYS = {
     "gpus_per_node", "pcie_gen", "pcie_width", "nvlink_links", "nvswitch", "mig_mode", "fp8", "fp64_tensor",
@@ -73,9 +89,10 @@ DETECT_KEYS = {"nvml_names", "memory_gib", "pci_device_ids"}
 
 @dataclass(frozen=True)
 class Limit:
-    """One check's limit for one SKU. ``bound`` is the number, ``direction`` "min" or "max"."""
+    """One check's limit. ``bound`` is the number, ``direction`` "min" or "max"; ``origin`` says where it
+    came from: the SKU name of a threshold file, or "inventory" for a limit set by an inventory var."""
 
-    sku: str
+    origin: str
     check: str
     direction: str
     bound: float
@@ -84,10 +101,15 @@ class Limit:
     at_bytes: int | None = None
     min_by_world_size: dict[int, float] | None = None
 
+    @property
+    def sku(self) -> str:
+        """Former name of :attr:`origin` (kept for callers not yet renamed)."""
+        return self.origin
+
     def for_world_size(self, n: int) -> "Limit":
         """This limit with the bound for world size ``n`` when the file gives ``min_by_world_size``."""
         if self.min_by_world_size and n in self.min_by_world_size:
-            return Limit(self.sku, self.check, "min", float(self.min_by_world_size[n]), self.unit,
+            return Limit(self.origin, self.check, "min", float(self.min_by_world_size[n]), self.unit,
                          self.source, self.at_bytes, None)
         return self
 
@@ -98,10 +120,12 @@ class Limit:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of :func:`judge`: ``passed`` and a one-line ``message``."""
+    """Outcome of :func:`judge`: ``passed``, a one-line ``message`` and ``kind``: "pass", "fail" (a figure
+    outside its limit) or "missing" (no figure to judge: an error of the measurement, not of the GPU)."""
 
     passed: bool
     message: str
+    kind: str = ""
 
 
 @dataclass
@@ -122,16 +146,31 @@ class SkuSpec:
             raise ThresholdError(f"{self.path}: no limit for check '{check}' (SKU {self.sku})")
         return self.checks[check]
 
+    def required(self, layer: str) -> list[str]:
+        """The checks of ``layer`` (see :data:`REGISTRY`) this SKU's file sets a limit for: the figures a
+        run of that layer must measure and judge (one not measured is an error)."""
+        return [c for c in self.checks if c in REGISTRY and REGISTRY[c].layer == layer]
 
-def judge(limit: Limit, value: float | None) -> Verdict:
-    """Compare ``value`` (in ``limit.unit``) with ``limit``. None (not measured) fails. Pure."""
-    if value is None:
-        return Verdict(False, f"{limit.check}: no value measured (limit {limit.describe()})")
+
+def judge(limit: Limit, value: float | None, figure: str | None = None, context: str | None = None) -> Verdict:
+    """Compare ``value`` (in ``limit.unit``) with ``limit``. Pure.
+
+    ``figure`` names the figure in the message (e.g. ``"bf16_below_node_median_pct"``; default
+    ``limit.check``); ``context`` is appended in parentheses (dtype, size, direction: ``"bf16 8192x8192x8192
+    matmul"``). A value that is not a number (None, a bool, an NVML error) does not pass: kind "missing",
+    message "<figure>: no value measured (limit ...)". Messages look like
+    ``"hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s"``.
+    """
+    name = figure or limit.check
+    ctx = f" ({context})" if context else ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return Verdict(False, f"{name}: no value measured (limit {limit.describe()}){ctx}", "missing")
     ok = value >= limit.bound if limit.direction == "min" else value <= limit.bound
     rel = "<" if limit.direction == "min" else ">"
     if ok:
-        return Verdict(True, f"{limit.check} {value:g} {limit.unit} (limit {limit.describe()})")
-    return Verdict(False, f"{limit.check} {value:g} {limit.unit} {rel} {limit.direction} {limit.bound:g} {limit.unit}")
+        return Verdict(True, f"{name} {value:g} {limit.unit} (limit {limit.describe()}){ctx}", "pass")
+    return Verdict(False, f"{name} {value:g} {limit.unit} {rel} {limit.direction} {limit.bound:g} {limit.unit}{ctx}",
+                   "fail")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -237,58 +276,7 @@ def load_all(directory: str) -> dict[str, SkuSpec]:
     return specs
 
 
-def detect_sku(specs: dict[str, SkuSpec], name: str, memory_bytes: int | None,
-               pci_device_id: str | None = None) -> SkuSpec:
-    """Pick the SKU whose ``detect`` block matches an NVML reading.
-
-    ``name``: nvmlDeviceGetName; ``memory_bytes``: total memory in bytes; ``pci_device_id``: hex string.
-    Raises ThresholdError naming the detected name and the known SKUs when none (or several) match.
-    """
-    gib = memory_bytes / 2**30 if memory_bytes else None
-    hits = []
-    for spec in specs.values():
-        d = spec.detect
-        names = [n.lower() for n in d.get("nvml_names", [])]
-        if name.strip().lower() not in names:
-            continue
-        lo_hi = d.get("memory_gib")
-        if lo_hi and gib is not None and not (lo_hi[0] <= gib <= lo_hi[1]):
-            continue
-        ids = [i.lower() for i in d.get("pci_device_ids", [])]
-        if ids and pci_device_id and pci_device_id.lower() not in ids:
-            continue
-        hits.append(spec)
-    if len(hits) == 1:
-        return hits[0]
-    mem = f"{gib:.1f} GiB" if gib is not None else "unknown memory"
-    if not hits:
-        raise ThresholdError(f"unknown GPU SKU: NVML reports '{name}' with {mem}; known SKUs: "
-                             f"{', '.join(sorted(specs))} (set gpu_sku in the inventory or pass --sku)")
-    raise ThresholdError(f"GPU '{name}' with {mem} matches several SKUs: {', '.join(s.sku for s in hits)}")
-
-
-# nvmlClocksEventReasons bits (NVML API reference, "ClocksEventReasons" / nvml.h
-# nvmlClocksEventReasonHwSlowdown etc.). Hardware slowdowns fail a GPU under load; the software power cap
-# and software thermal slowdown are recorded only (a GPU at its power limit works as designed).
-CLOCK_REASONS_FAIL = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
-CLOCK_REASONS_RECORD = {0x4: "SW power cap", 0x20: "SW thermal slowdown", 0x10: "sync boost"}
-
-
-def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
-    """Split a clocks-event-reasons bitmask into (failing reasons, recorded reasons), by name. Pure."""
-    mask = int(mask or 0)
-    return ([n for b, n in CLOCK_REASONS_FAIL.items() if mask & b],
-            [n for b, n in CLOCK_REASONS_RECORD.items() if mask & b])
-
-
-def below_median_pct(values: dict[int, float]) -> dict[int, float]:
-    """Percent by which each GPU's figure is below its node's median (0 when at or above). Pure.
-
-    ``values``: GPU index -> figure (higher is better). Used with the ``below_node_median_pct`` limit.
-    """
-    if not values:
-        return {}
-    ordered = sorted(values.values())
-    mid = len(ordered) // 2
-    med = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {i: max(0.0, (med - v) / med * 100.0) if med else 0.0 for i, v in values.items()}
+def detect_sku(specs: dict[str, SkuSpec], name, memory_bytes, pci_device_id=None) -> SkuSpec:
+    """SKU detection now lives in :mod:`gpuaccept.sku` (judging side); this forwards to it."""
+    from .sku import detect_sku as _detect
+    return _detect(specs, name, memory_bytes, pci_device_id)

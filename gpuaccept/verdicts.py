@@ -1,43 +1,107 @@
 """Recording figures and judging them inside a suite test.
 
-A :class:`Verdicts` is bound to one test item and one node. Every figure recorded becomes a record in
+A :class:`Recorder` is bound to one test item and one host. Every figure recorded becomes a record in
 ``results.json`` and a property of the JUnit testcase (carried in the item's ``user_properties``, which
-pytest-xdist ships to the controller). :meth:`Verdicts.finish` fails the test with one line per figure
-outside its limit, naming host, GPU index, PCI bus id, serial, figure, limit and unit.
+pytest-xdist ships to the controller). Judging goes through the one pure judge,
+:func:`gpuaccept.thresholds.judge`.
+
+The test's outcome is decided once, by :func:`outcome`, from what was recorded; the plugin's
+``pytest_runtest_makereport`` hook applies it whether the suite called :meth:`Recorder.finish`, returned
+early or skipped, so a recorded failure can not be lost:
+
+- a figure outside its limit, or a :meth:`Recorder.fail`, on a GPU (or host) that nothing blocks → FAILED,
+  one line per failure naming host, GPU index, PCI bus id, serial, figure, limit and unit;
+- otherwise, in a dependent layer (:data:`gpuaccept.blockers.DEPENDENT_LAYERS`) of a host with blockers
+  (foreign process, fabric not ready, GPU lost, driver mismatch) → ERROR "blocked by <check>: <cause>",
+  figures kept and listed under it;
+- otherwise a measurement gap (:meth:`Recorder.error`: a required figure not measured, an NVML GPU missing
+  from a probe's list, a figure with no value) → ERROR;
+- otherwise PASSED (or the suite's own skip).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from .blockers import DEPENDENT_LAYERS, Blocker
+from .readings import describe_gpu, to_json, unmeasured
 from .thresholds import Limit, judge
 
 FIGURE_KEY = "gpuaccept.figure"
 
 
 def gpu_label(gpu: dict | None) -> str:
-    """``"GPU 3 (0000:19:00.0, serial 1650...)"`` from a probe's per-GPU dict; ``""`` for node figures."""
+    """``"GPU 3 (0000:19:00.0, serial 1650...)"`` from a probe's per-GPU dict; ``""`` for node figures.
+    Unreadable fields (NVML errors) are left out."""
     if not gpu:
         return ""
-    parts = [p for p in (gpu.get("pci_bus_id"), f"serial {gpu['serial']}" if gpu.get("serial") else None) if p]
+    bus, serial = gpu.get("pci_bus_id"), gpu.get("serial")
+    parts = [p for p in (bus if isinstance(bus, str) else None,
+                         f"serial {serial}" if isinstance(serial, str) and serial else None) if p]
     return f"GPU {gpu.get('index', '?')}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-class Verdicts:
-    """Collects figures of one test. ``item``: the pytest item; ``host``: host name; ``layer``: marker.
+@dataclass
+class Outcome:
+    """What a test's records add up to: ``kind`` "passed" | "failed" | "error"; ``message``: one line per
+    cause (empty when passed); ``blocked``: the blockers that made it an error."""
 
-    ``gpu_ids`` maps a GPU index to its identity (pci_bus_id, serial, uuid) from the health probe, so
-    figures from any probe name the GPU the same way.
+    kind: str
+    message: str = ""
+    blocked: list[Blocker] = field(default_factory=list)
+
+
+def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers: list[Blocker],
+            layer: str) -> Outcome:
+    """The outcome of one test from its records. Pure.
+
+    ``failures``: (GPU index or None for a node figure, message line); ``errors``: measurement-gap lines;
+    ``blockers``: the host's blockers (they apply only when ``layer`` is a dependent layer). A failure is
+    blocked when it is on a blocked GPU, when a blocker covers the whole host, or when it is a node figure
+    (a collective or a coverage line involves every GPU) on a host with any blocker.
+    """
+    applied = list(blockers) if layer in DEPENDENT_LAYERS else []
+    host_wide = any(b.gpu is None for b in applied)
+    blocked_gpus = {b.gpu for b in applied if b.gpu is not None}
+
+    def is_blocked(gpu):
+        return bool(applied) and (host_wide or gpu is None or gpu in blocked_gpus)
+
+    hard = [m for g, m in failures if not is_blocked(g)]
+    soft = [m for g, m in failures if is_blocked(g)]
+    if hard:
+        lines = hard + errors + [f"(also {b.message()})" for b in applied] + [f"(blocked GPU) {m}" for m in soft]
+        return Outcome("failed", "\n".join(lines))
+    if applied:
+        lines = [b.message() for b in applied] + [f"figure kept: {m}" for m in soft] + errors
+        return Outcome("error", "\n".join(lines), applied)
+    if errors:
+        return Outcome("error", "\n".join(errors))
+    return Outcome("passed")
+
+
+class Recorder:
+    """Collects the figures and verdicts of one test.
+
+    ``item``: the pytest item; ``host``: host name ("fleet" for a test over all hosts); ``layer``: marker;
+    ``gpu_ids`` maps a GPU index to its identity (pci_bus_id, serial, uuid) from the gpu_inventory probe, so
+    figures from any probe name the GPU the same way; ``blockers``: the host's (gpuaccept.blockers).
     """
 
-    def __init__(self, item: pytest.Item, host: str, layer: str, gpu_ids: dict[int, dict] | None = None):
+    def __init__(self, item: pytest.Item, host: str, layer: str, gpu_ids: dict[int, dict] | None = None,
+                 blockers: list[Blocker] | None = None):
         self.item = item
         self.host = host
         self.layer = layer
         self.gpu_ids = gpu_ids or {}
-        self.failures: list[str] = []
+        self.blockers = list(blockers or [])
+        self.failures: list[str] = []  # lines; read through failed()/lines(), written through fail()
+        self._failure_gpu: list[int | None] = []
+        self.errors: list[str] = []
 
+    # -- identity -----------------------------------------------------------------------------
     def _gpu(self, gpu: dict | int | None) -> dict | None:
         if gpu is None:
             return None
@@ -47,25 +111,46 @@ class Verdicts:
         return {**{k: ident.get(k) for k in ("pci_bus_id", "serial", "uuid")}, **{k: v for k, v in gpu.items()
                 if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}}
 
+    def _where(self, g: dict | None, host: str | None = None) -> str:
+        return f"{host or self.host}{' ' + gpu_label(g) if g else ''}"
+
+    def for_host(self, host: str) -> "Recorder":
+        """A recorder for another host's figures in the same test (multi-host tests); its failures and
+        errors are this test's."""
+        other = Recorder(self.item, host, self.layer)
+        other.failures, other._failure_gpu, other.errors = self.failures, self._failure_gpu, self.errors
+        return other
+
+    # -- recording -----------------------------------------------------------------------------
     def record(self, check: str, value: Any, unit: str = "", gpu: dict | int | None = None,
-               limit: Limit | None = None, extra: dict | None = None) -> bool:
-        """Record one figure; judge it when ``limit`` is given. Returns True when it passed (or unjudged)."""
+               limit: Limit | None = None, extra: dict | None = None, figure: str | None = None,
+               context: str | None = None) -> bool:
+        """Record one figure; judge it when ``limit`` is given. Returns True when it passed (or unjudged).
+
+        ``figure``: the figure's name in the failure line, default ``check``; ``context``: what the figure is
+        (dtype, direction, size), appended to the failure line in parentheses.
+        The record (results.json) is ``{host, layer, test, check, gpu, pci_bus_id, serial, value, unit,
+        limit: {min|max: bound, source} | None, verdict: pass|fail|error|recorded[, extra]}``; ``unit`` is the
+        limit's unit when judged. A judged figure with no value (None, an NVML error) is an error of the
+        measurement ("no value measured"), never a pass.
+        """
         g = self._gpu(gpu)
         rec = {"host": self.host, "layer": self.layer, "test": self.item.originalname, "check": check,
                "gpu": g.get("index") if g else None, "pci_bus_id": g.get("pci_bus_id") if g else None,
-               "serial": g.get("serial") if g else None, "value": value, "unit": limit.unit if limit else unit,
-               "limit": None, "verdict": "recorded"}
+               "serial": g.get("serial") if g else None, "value": to_json(value),
+               "unit": limit.unit if limit else unit, "limit": None, "verdict": "recorded"}
         if extra:
-            rec["extra"] = extra
+            rec["extra"] = to_json(extra)
         passed = True
         if limit is not None:
-            v = judge(limit, value if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+            v = judge(limit, value, figure or check, context)
             rec["limit"] = {limit.direction: limit.bound, "source": limit.source}
-            rec["verdict"] = "pass" if v.passed else "fail"
+            rec["verdict"] = {"pass": "pass", "fail": "fail"}.get(v.kind, "error")
             passed = v.passed
-            if not passed:
-                where = f" {gpu_label(g)}" if g else ""
-                self.failures.append(f"{self.host}{where}: {v.message}")
+            if v.kind == "missing":
+                self.error(v.message, gpu=g)
+            elif not passed:
+                self._add_failure(f"{self._where(g)}: {v.message}", g)
         self.item.user_properties.append((FIGURE_KEY, rec))
         return passed
 
@@ -76,12 +161,49 @@ class Verdicts:
             if f.failure:
                 self.fail(f.failure, gpu=gpu)
 
-    def fail(self, message: str, gpu: dict | int | None = None) -> None:
-        """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed")."""
+    def _add_failure(self, line: str, g: dict | None) -> None:
+        self.failures.append(line)
+        self._failure_gpu.append(g.get("index") if g else None)
+
+    def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None) -> None:
+        """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed").
+        ``host``: another host's name, in tests over several hosts."""
         g = self._gpu(gpu)
-        self.failures.append(f"{self.host}{' ' + gpu_label(g) if g else ''}: {message}")
+        self._add_failure(f"{self._where(g, host)}: {message}", g)
+
+    def error(self, message: str, gpu: dict | int | None = None) -> None:
+        """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is
+        an ERROR unless it also has a hardware failure."""
+        self.errors.append(f"{self._where(self._gpu(gpu))}: {message}")
+
+    def expect_gpus(self, nvml_gpus: list[dict], measured: list | None, probe: str) -> None:
+        """Every NVML GPU with a handle must have an entry in the probe's per-GPU list ``measured``; each
+        missing one is an error naming its index and PCI bus id (an empty list is never a pass)."""
+        for g in unmeasured(nvml_gpus, measured if isinstance(measured, list) else []):
+            self.error(f"{probe} measured no figure for {describe_gpu(g)}: every GPU NVML lists must be "
+                       f"measured (CUDA_VISIBLE_DEVICES on the node?)")
+
+    # -- reading -------------------------------------------------------------------------------
+    def failed(self) -> bool:
+        """True when a failure was recorded."""
+        return bool(self.failures)
+
+    def lines(self) -> list[str]:
+        """The failure lines so far."""
+        return list(self.failures)
+
+    def outcome(self) -> Outcome:
+        """What this test's records add up to (see :func:`outcome`)."""
+        gpus = self._failure_gpu + [None] * (len(self.failures) - len(self._failure_gpu))
+        return outcome(list(zip(gpus, self.failures)), self.errors, self.blockers, self.layer)
 
     def finish(self) -> None:
-        """Fail the test (one line per failure) if anything failed."""
-        if self.failures:
-            pytest.fail("\n".join(self.failures), pytrace=False)
+        """Stop the test now when it has failures or errors (the plugin's report hook classifies it; calling
+        this is optional: the hook applies the same outcome to a test that returned or skipped)."""
+        out = self.outcome()
+        if out.kind != "passed":
+            pytest.fail(out.message, pytrace=False)
+
+
+# Former name, kept so suites written against it keep working.
+Verdicts = Recorder

@@ -1,58 +1,78 @@
 """compute layer: Tensor Core TFLOP/s on every GPU at once, throttle reasons, kernel launch overhead.
 
-Probes: matmul_tflops, launch_overhead. TFLOP/s = 2*m*n*k / s / 1e12.
+Probes: matmul_tflops, launch_overhead. TFLOP/s = 2*m*n*k / s / 1e12. Judging helpers: gpuaccept/compute.py.
 """
 import pytest
 
+from gpuaccept.compute import below_median_pct, clock_reasons, matmul_label, node_median
 from gpuaccept.node import Node
-from gpuaccept.thresholds import below_median_pct, clock_reasons
+from gpuaccept.readings import number, typed
 
 pytestmark = pytest.mark.compute
 
 
 def dtypes_for(sku) -> list[str]:
-    """The dtypes a SKU is judged on: bf16, fp16, tf32, plus fp8 and fp64 where its file says it has them."""
-    out = [d for d in ("bf16", "fp16", "tf32") if f"{d}_tflops" in sku.checks]
-    if sku.expect.get("fp8"):
-        out.append("fp8")
-    if sku.expect.get("fp64_tensor"):
-        out.append("fp64")
+    """The dtypes a SKU is judged on: those its file sets a ``<dtype>_tflops`` limit for, plus fp8 and fp64
+    where its ``expect`` says it has them (their limit must then be in the file: a missing one is an error)."""
+    out = [d for d in ("bf16", "fp16", "tf32", "fp8", "fp64") if f"{d}_tflops" in sku.checks]
+    for d, key in (("fp8", "fp8"), ("fp64", "fp64_tensor")):
+        if sku.expect.get(key) and d not in out:
+            out.append(d)
     return out
 
 
 def test_tensor_tflops(node: Node, gpus, sku, verdicts):
-    """Dense matmul TFLOP/s per dtype per GPU, all GPUs at once, with SM clock, power and temperature; a
-    GPU more than the SKU's below_node_median_pct under its node's median fails even above the floor."""
-    doc = node.probe("matmul_tflops", {"device": "cuda", "dtypes": dtypes_for(sku)})
-    rule = sku.checks.get("below_node_median_pct")
+    """Dense matmul TFLOP/s per dtype per GPU, all GPUs at once, with SM clock, power and temperature (the
+    maximum under load judged against temp_c); a GPU more than the SKU's below_node_median_pct under its
+    node's median for that dtype fails even above the floor. Every NVML GPU must be measured."""
+    dtypes = dtypes_for(sku)
+    doc = typed(node.probe("matmul_tflops", {"device": "cuda", "dtypes": dtypes}))
+    measured = doc.get("gpus") or []
+    verdicts.expect_gpus(gpus, measured, "matmul_tflops")
+    rule = sku.limit("below_node_median_pct")
+    temp = sku.limit("temp_c")
     per_dtype: dict[str, dict[int, float]] = {}
-    for g in doc["gpus"]:
-        for dtype, fig in (g.get("dtypes") or {}).items():
+    for g in measured:
+        figs = g.get("dtypes") or {}
+        for dtype in dtypes:
             check = f"{dtype}_tflops"
-            verdicts.record(check, fig.get("tflops"), "TFLOP/s", gpu=g, limit=sku.checks.get(check),
+            limit = sku.limit(check)
+            fig = figs.get(dtype)
+            if not isinstance(fig, dict):
+                verdicts.error(f"{check} not measured (matmul_tflops has no {dtype} figure for this GPU)", gpu=g)
+                continue
+            label = matmul_label(dtype, fig)
+            verdicts.record(check, fig.get("tflops"), "TFLOP/s", gpu=g, limit=limit, context=label,
                             extra={k: fig.get(k) for k in ("sm_clock_mhz_median", "sm_clock_mhz_min", "power_w_max",
                                                            "temp_c_max", "clocks_event_reasons", "m", "n", "k")})
-            if isinstance(fig.get("tflops"), (int, float)):
+            if number(fig.get("tflops")) is not None:
                 per_dtype.setdefault(dtype, {})[g["index"]] = fig["tflops"]
-            reasons = fig.get("clocks_event_reasons") or 0
+            if "temp_c_max" in fig:
+                verdicts.record("temp_c", fig.get("temp_c_max"), "C", gpu=g, limit=temp,
+                                figure=f"{dtype}_temp_c_max", context=f"maximum during {label}")
+            reasons = fig.get("clocks_event_reasons")
             failing, seen = clock_reasons(reasons)
             for name in failing:
-                verdicts.fail(f"{name} while running {dtype} matmul (clocks event reasons 0x{reasons:x})", gpu=g)
+                verdicts.fail(f"{name} while running {label} (clocks event reasons 0x{int(reasons):x})", gpu=g)
             if seen:
                 verdicts.record(f"{dtype}_clocks_events", ", ".join(seen), gpu=g)
     for dtype, vals in per_dtype.items():
         slowest = min(vals, key=vals.get)
         verdicts.record(f"{dtype}_tflops_node_slowest", vals[slowest], "TFLOP/s", gpu=slowest)
-        if rule is not None and len(vals) > 1:
+        if len(vals) > 1:
+            med = node_median(vals)
             for idx, pct in below_median_pct(vals).items():
-                verdicts.record(f"{dtype}_below_node_median_pct", round(pct, 2), "%", gpu=idx, limit=rule)
-    verdicts.finish()
+                verdicts.record(f"{dtype}_below_node_median_pct", round(pct, 2), "%", gpu=idx, limit=rule,
+                                context=f"{dtype} TFLOP/s {vals[idx]:g} against the node's median {med:g}; "
+                                        f"lower is slower")
 
 
 def test_launch_overhead(node: Node, gpus, sku, verdicts):
     """Empty-kernel launch overhead in microseconds per GPU (wall clock and CUDA events)."""
-    doc = node.probe("launch_overhead", {"device": "cuda"})
-    for g in doc["gpus"]:
-        verdicts.record("launch_overhead_us", g.get("launch_us_wall"), "us", gpu=g,
-                        limit=sku.checks.get("launch_overhead_us"), extra={"events_us": g.get("launch_us_events")})
-    verdicts.finish()
+    doc = typed(node.probe("launch_overhead", {"device": "cuda"}))
+    measured = doc.get("gpus") or []
+    verdicts.expect_gpus(gpus, measured, "launch_overhead")
+    limit = sku.limit("launch_overhead_us")
+    for g in measured:
+        verdicts.record("launch_overhead_us", g.get("launch_us_wall"), "us", gpu=g, limit=limit,
+                        context="empty-kernel launch, wall clock", extra={"events_us": g.get("launch_us_events")})

@@ -5,38 +5,58 @@ Each check is its own test so that ``-k`` finds it; the judging itself lives in 
 import pytest
 
 from gpuaccept import health
+from gpuaccept.errors import ThresholdError
 from gpuaccept.node import Node
-from gpuaccept.thresholds import detect_sku
+from gpuaccept.readings import is_lost, number, present, typed
+from gpuaccept.sku import detect_gpu
 from gpuaccept.xid import classify
 
 pytestmark = pytest.mark.health
 
 
-def test_gpu_inventory(node: Node, gpus, verdicts):
-    """Count against gpus_per_node; name, memory, UUID, serial, PCI bus id, driver and CUDA driver versions."""
+def test_gpu_inventory(node: Node, gpus, request, verdicts):
+    """Count against gpus_per_node (a GPU NVML has no handle for fails as lost and does not count); name,
+    memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions."""
     doc = node.gpu_inventory()
+    try:
+        sku = request.getfixturevalue("sku")
+    except ThresholdError as e:  # test_gpu_sku reports it; the inventory is still recorded
+        sku, why = None, str(e)
     verdicts.record("driver_version", doc.get("driver"))
     verdicts.record("cuda_driver_version", doc.get("cuda_driver_version"))
     for g in gpus:
+        if is_lost(g):
+            verdicts.apply(health.lost(g), gpu=g)
+            continue
         verdicts.record("name", g.get("name"), gpu=g)
         mem = g.get("memory_total_bytes")
-        verdicts.record("memory_total_gib", round(mem / 2**30, 2) if isinstance(mem, int) else mem, "GiB", gpu=g)
+        verdicts.record("memory_total_gib", round(mem / 2**30, 2) if number(mem) is not None else mem, "GiB", gpu=g)
         verdicts.record("uuid", g.get("uuid"), gpu=g)
-    found = health.gpu_count(len(gpus), node.host.vars.get("gpus_per_node"))
+        if sku is not None:
+            verdicts.apply(health.temperature(g, sku), gpu=g)
+        else:
+            verdicts.record("temp_c", g.get("temp_c"), "C", gpu=g, extra={"note": f"not judged: {why}"})
+    found = health.gpu_count(gpus, node.host.vars.get("gpus_per_node"))
     verdicts.apply([found])
     if found.failure:
-        verdicts.fail("NVML sees " + ", ".join(str(g.get("pci_bus_id")) for g in gpus))
-    verdicts.finish()
+        verdicts.fail("NVML sees " + ", ".join(str(g.get("pci_bus_id")) for g in present(gpus)))
 
 
 def test_gpu_sku(node: Node, gpus, sku, verdicts):
-    """The SKU detected from NVML name, memory size and PCI device id matches the one the run expects."""
+    """The SKU detected from NVML name, memory size and PCI device id (the readable ones) matches the one the
+    run expects."""
     for g in gpus:
-        seen = detect_sku(node.specs, g.get("name", "?"), g.get("memory_total_bytes"), g.get("pci_device_id"))
+        if is_lost(g):
+            verdicts.apply(health.lost(g), gpu=g)
+            continue
+        try:
+            seen = detect_gpu(node.specs, g)
+        except ThresholdError as e:
+            verdicts.fail(str(e), gpu=g)
+            continue
         verdicts.record("sku", seen.sku, gpu=g)
         if seen.sku != sku.sku:
             verdicts.fail(f"detected SKU {seen.sku} ('{g.get('name')}') but the run expects {sku.sku}", gpu=g)
-    verdicts.finish()
 
 
 def test_driver_versions(node: Node, gpus, verdicts):
@@ -63,9 +83,10 @@ def test_row_remapping(node: Node, gpus, sku, verdicts):
 def test_pcie_link(node: Node, gpus, sku, verdicts):
     """PCIe gen and width read while host-to-device copies load the link (idle GPUs downshift), against
     the SKU's expected link, not only NVML's maximum: a Gen4 or x8 slot hides behind a Gen5 x16 maximum."""
-    for link in node.probe("pcie_link", {"seconds": 1.5})["gpus"]:
+    links = typed(node.probe("pcie_link", {"seconds": 1.5}).get("gpus") or [])
+    verdicts.expect_gpus(gpus, links, "pcie_link")
+    for link in links:
         verdicts.apply(health.pcie_link(link, sku), gpu=link)
-    verdicts.finish()
 
 
 def test_preflight(node: Node, gpus, sku, verdicts):
@@ -114,9 +135,13 @@ def test_fleet_consistency(nodes, verdicts):
             continue
         drivers.setdefault(str(doc.get("driver")), []).append(n.name)
         declared = n.host.vars.get("gpu_sku")
-        if declared and doc.get("gpus"):
-            g = doc["gpus"][0]
-            seen = detect_sku(n.specs, g.get("name", "?"), g.get("memory_total_bytes"), g.get("pci_device_id"))
+        readable = present(typed(doc.get("gpus") or []))
+        if declared and readable:
+            try:
+                seen = detect_gpu(n.specs, readable[0])
+            except ThresholdError as e:
+                verdicts.fail(f"{n.name}: {e}")
+                continue
             if seen.sku != declared:
                 verdicts.fail(f"{n.name} declares gpu_sku {declared} but carries {seen.sku}")
     verdicts.record("driver_versions", {k: len(v) for k, v in drivers.items()})

@@ -10,10 +10,12 @@ import pytest
 from gpuaccept.plugin import host_of, layer_of
 from gpuaccept.report import CaseRecord, junit_xml_text, outliers, summary_markdown
 from gpuaccept.scheduler import host_scope
-from gpuaccept.thresholds import Limit, below_median_pct, clock_reasons, detect_sku, judge, load_all
+from gpuaccept.compute import below_median_pct, clock_reasons
+from gpuaccept.sku import detect_sku
+from gpuaccept.thresholds import Limit, judge, load_all
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared" / "data"
+DATA = REPO / "tests" / "data"
 
 
 def lim(direction="min", bound=100.0, **kw):
@@ -105,7 +107,7 @@ def test_ids(nodeid, layer, host, scope):
 
 
 def test_sku_detected_from_real_h200_capture():
-    doc = json.loads((SHARED / "h200-1gpu-nvml.json").read_text())
+    doc = json.loads((DATA / "h200-1gpu-nvml.json").read_text())
     specs = load_all(str(REPO / "thresholds"))
     g = doc["gpus"][0]
     assert detect_sku(specs, g["name"], g["memory_total_bytes"]).sku == "h200-sxm-141gb"

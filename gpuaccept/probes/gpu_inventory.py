@@ -18,9 +18,12 @@ Output document::
       "cuda_driver_version": int,     # nvmlSystemGetCudaDriverVersion, e.g. 13000
       "kernel_driver_version": str,   # from /proc/driver/nvidia/version (None if unreadable)
       "kernel_driver_version_line": str,
+      "driver_present": bool,         # /proc/driver/nvidia or /dev/nvidia0 exists
+      "nvml_library_version": str,    # only when nvmlInit failed: the loaded libnvidia-ml.so's version
       "hostname": str,
       "gpu_count": int,
-      "gpus": [ per GPU, see gpu_info() ]
+      "gpus": [ per GPU, see gpu_info(); a GPU NVML lists but gives no handle for (fallen off the bus) is
+                {"index": i, "lost": true, "nvml_error": "GPU is lost"} ]
     }
 
 Every NVML reading that raises is recorded as ``{"nvml_error": "<NVMLError string>"}`` in place of its value
@@ -34,6 +37,7 @@ Standard library + pynvml only.
 """
 from __future__ import annotations
 
+import os
 import re
 import socket
 
@@ -265,6 +269,17 @@ def _temperature(nv, handle):
     return value
 
 
+def _memory_total(nv, handle):
+    """Total memory in bytes: nvmlDeviceGetMemoryInfo (v1), else the v2 struct (``nvmlMemory_v2``, passed as
+    ``version=nv.nvmlMemory_v2`` in nvidia-ml-py), which some parts answer when v1 says "Not Supported"."""
+    value = call(nv, "nvmlDeviceGetMemoryInfo", handle, conv=lambda m: int(m.total))
+    if is_error(value) and hasattr(nv, "nvmlMemory_v2"):
+        newer = call(nv, "nvmlDeviceGetMemoryInfo", handle, nv.nvmlMemory_v2, conv=lambda m: int(m.total))
+        if not is_error(newer):
+            value = newer
+    return value
+
+
 def _pair(value, conv0=None, conv1=None):
     """Split a 2-sequence NVML answer into two values (an error fills both)."""
     if is_error(value):
@@ -292,7 +307,7 @@ def gpu_info(nv, handle, index: int) -> dict:
         g["pci_bus_id"] = text(pci.busId)
         g["pci_device_id"] = "0x%08x" % int(pci.pciDeviceId)
 
-    g["memory_total_bytes"] = call(nv, "nvmlDeviceGetMemoryInfo", handle, conv=lambda m: int(m.total))
+    g["memory_total_bytes"] = _memory_total(nv, handle)
     g["cuda_capability"] = call(nv, "nvmlDeviceGetCudaComputeCapability", handle, conv=lambda t: [int(t[0]), int(t[1])])
 
     g["pcie"] = {
@@ -374,6 +389,22 @@ def kernel_driver_version() -> tuple[str | None, str | None]:
         return None, None
 
 
+def nvml_library_version() -> str | None:
+    """Version of the libnvidia-ml.so this process loaded (from the file name its link resolves to,
+    ``libnvidia-ml.so.580.159.04`` → ``580.159.04``, via /proc/self/maps), or None. Needs no nvmlInit, so it
+    names the library's side of a library/kernel-module mismatch."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = {ln.split()[-1] for ln in f if "libnvidia-ml.so" in ln}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        m = re.search(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.realpath(path))
+        if m:
+            return m.group(1)
+    return None
+
+
 def init_failure_reason(exc: BaseException) -> tuple[str, str]:
     """Map an nvmlInit exception to (reason_code, operator-readable reason)."""
     code = error_code(exc)
@@ -397,6 +428,8 @@ def main(args: dict) -> dict:
         "hostname": socket.gethostname(),
         "kernel_driver_version": kver,
         "kernel_driver_version_line": kline,
+        # the NVIDIA driver is on the node (so "no pynvml" is a broken node, not a GPU-less one)
+        "driver_present": os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0"),
         "gpus": [],
     }
     try:
@@ -408,7 +441,7 @@ def main(args: dict) -> dict:
         nv.nvmlInit()
     except Exception as e:
         code, reason = init_failure_reason(e)
-        doc.update(reason=reason, reason_code=code)
+        doc.update(reason=reason, reason_code=code, nvml_library_version=nvml_library_version())
         return doc
     try:
         doc["driver"] = call(nv, "nvmlSystemGetDriverVersion", conv=text)
@@ -426,11 +459,9 @@ def main(args: dict) -> dict:
         for i in range(count):
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(i)
-            except Exception as e:  # e.g. "GPU is lost", "Unknown Error"
+            except Exception as e:  # e.g. "GPU is lost", "Unknown Error": listed by NVML, no handle
                 log(f"GPU {i}: nvmlDeviceGetHandleByIndex: {e}")
-                err = nvml_error(e)
-                doc["gpus"].append({"index": i, "handle": err, "name": err, "uuid": err, "serial": err,
-                                    "pci_bus_id": err, "memory_total_bytes": err})
+                doc["gpus"].append({"index": i, "lost": True, "nvml_error": nvml_error(e)["nvml_error"]})
                 continue
             doc["gpus"].append(gpu_info(nv, handle, i))
         return doc
