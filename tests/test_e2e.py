@@ -53,6 +53,7 @@ def test_whoami(node, verdicts):
     res = node.run("echo $SSH_CONNECTION")
     verdicts.record("ssh_connection", res.stdout.decode().strip())
     assert res.rc == 0
+    verdicts.record("probe_dir", node._ensure_shipped())  # where the probes went, to check their removal
 '''
 
 HANG_SUITE = '''
@@ -127,7 +128,9 @@ def test_three_nodes_in_parallel(tmp_path, sshd_nodes, known_hosts):
     assert set(conns) == {"node1", "node2", "node3"} and all(v for v in conns.values())
     assert "| node1 | nccl |" in (rep / "summary.md").read_text()
     # probes are removed from the nodes at the end of the run
-    assert not list(Path("/tmp").glob("gpuaccept.*/nccl_allreduce.py")) or True
+    shipped = {f["host"]: f["value"] for f in doc["figures"] if f["check"] == "probe_dir"}
+    assert set(shipped) == {"node1", "node2", "node3"} and all("gpuaccept." in d for d in shipped.values())
+    assert [d for d in shipped.values() if os.path.exists(d)] == []  # the nodes are this machine
 
 
 def test_node_killed_mid_run(tmp_path, tmp_path_factory):

@@ -134,3 +134,222 @@ def test_full_disk_under_reports(tmp_path):
         assert len(kept) >= 5 and {r["host"] for r in kept} <= {"h200-a", None}
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+# -- sick nodes as they read (issue 10): each variant gets exactly one verdict kind, and no exception text ----
+HEALTH_MEM_COMPUTE = "health or memory or compute"
+EXCEPTION_TEXT = ("Traceback", "TypeError", "KeyError", "AttributeError", "ValueError")
+
+
+def run_replay(tmp_path: Path, captures: Path, k: str, inventory_vars: str = "gpu_sku=h200-sxm-141gb gpus_per_node=2"):
+    """Run the suites on ``captures`` with ``-k k``; returns (returncode, {test: case}, results.json figures).
+    Asserts that no report (JUnit message/text, summary, output) carries Python exception text."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} {inventory_vars}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", k)
+    got = outcomes(rep)
+    texts = [c["message"] or "" for c in got.values()] + [c["text"] for c in got.values()] + [
+        (rep / "summary.md").read_text(), res.stdout]
+    for t in texts:
+        for bad in EXCEPTION_TEXT:
+            assert bad not in t, t[-3000:]
+    return res.returncode, got, json.loads((rep / "results.json").read_text())["figures"]
+
+
+def alter_many(tmp_path: Path, changes: dict) -> Path:
+    """A copy of the captures with ``changes[probe](doc)`` applied to each named probe's saved document(s)."""
+    dst = tmp_path / "captures"
+    shutil.copytree(DATA, dst)
+    for probe, change in changes.items():
+        for f in dst.glob(f"{probe}-*.json"):
+            saved = json.loads(f.read_text())
+            change(saved["doc"])
+            f.write_text(json.dumps(saved))
+    return dst
+
+
+def kinds(got: dict) -> dict[str, str]:
+    return {name: c["outcome"] for name, c in got.items()}
+
+
+def test_lost_gpu_fails_as_lost_and_blocks_measurements(tmp_path):
+    """GPU 1 fell off the bus: NVML lists it, gives no handle. Before: the probe wrote the error into every
+    identity field and test_gpu_inventory passed with gpu_count 2. After: GPU 1 fails as lost, does not count,
+    and the memory/compute figures of the host are errors "blocked by gpu_inventory"."""
+    def lose_gpu1(doc):
+        doc["gpus"][1] = {"index": 1, "lost": True, "nvml_error": "GPU is lost"}
+    rc, got, figs = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": lose_gpu1}), HEALTH_MEM_COMPUTE)
+    assert rc == 1
+    inv = got["test_gpu_inventory"]
+    assert inv["outcome"] == "failure"
+    assert "h200-a GPU 1: no NVML handle (GPU is lost)" in inv["text"]
+    assert "gpu_count 1 != gpus_per_node 2" in inv["text"]
+    assert got["test_ecc"]["outcome"] == "failure" and "GPU 1: no NVML handle (GPU is lost)" in got["test_ecc"]["text"]
+    for name in ("test_hbm_bandwidth", "test_tensor_tflops", "test_pcie_bandwidth", "test_launch_overhead"):
+        assert got[name]["outcome"] == "error", (name, got[name])
+        assert got[name]["text"].startswith("blocked by gpu_inventory: GPU 1: no NVML handle (GPU is lost)")
+    assert len([f for f in figs if f["check"] == "bf16_tflops"]) == 2  # figures kept
+
+
+def test_memory_not_supported_detects_sku_by_name_and_pci_id(tmp_path):
+    """Memory info reads "Not Supported" (unified-memory parts; v1 of the call): no gpu_sku in the inventory.
+    Before: SKU detection did arithmetic on the error dict (TypeError). After: detected by name and PCI device
+    id, memory recorded as unreadable, every health test passes."""
+    def no_memory(doc):
+        for g in doc["gpus"]:
+            g["memory_total_bytes"] = {"nvml_error": "Not Supported"}
+    rc, got, figs = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": no_memory}), "health",
+                               inventory_vars="gpus_per_node=2")
+    assert rc == 0, kinds(got)
+    assert got["test_gpu_sku"]["outcome"] == "passed"
+    assert {f["value"] for f in figs if f["check"] == "sku"} == {"h200-sxm-141gb"}
+    assert [f["value"] for f in figs if f["check"] == "memory_total_gib"] == [{"nvml_error": "Not Supported"}] * 2
+
+
+def test_required_field_unreadable_fails_in_nvmls_words(tmp_path):
+    """ECC counts read "Unknown Error" on GPU 0: ecc is in the H200 file's required_nvml → fails with NVML's
+    words; temperature "Not Supported" (not required) is recorded as unreadable, the test passes."""
+    def sick(doc):
+        doc["gpus"][0]["ecc"]["uncorrected_volatile"] = {"nvml_error": "Unknown Error"}
+        doc["gpus"][1]["temp_c"] = {"nvml_error": "Not Supported"}
+    rc, got, figs = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": sick}), "ecc or gpu_inventory")
+    assert rc == 1
+    assert got["test_ecc"]["outcome"] == "failure"
+    assert ("GPU 0 (00000000:00:06.0, serial 1650000000001): ecc_uncorrected_volatile unreadable "
+            "(NVML: Unknown Error); the SKU file requires ecc") in got["test_ecc"]["text"]
+    assert got["test_gpu_inventory"]["outcome"] == "passed"
+    temps = {f["gpu"]: f for f in figs if f["check"] == "temp_c"}
+    assert temps[0]["verdict"] == "pass" and temps[1]["value"] == {"nvml_error": "Not Supported"}
+
+
+def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
+    """A matmul loop from another process on GPU 1 (as measured on the 2xH200 node: 301 TFLOP/s bf16).
+    Before: preflight named the pid, and compute failed GPU 1 as a card at 301 TFLOP/s (an RMA of a healthy
+    GPU). After: preflight fails; compute and memory are errors "blocked by preflight", the figure kept."""
+    def foreign(doc):
+        doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
+
+    def shared_gpu1(doc):
+        doc["gpus"][1]["dtypes"]["bf16"]["tflops"] = 301.0
+    rc, got, figs = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": foreign,
+                                                               "matmul_tflops": shared_gpu1}), HEALTH_MEM_COMPUTE)
+    assert rc == 1
+    assert got["test_preflight"]["outcome"] == "failure"
+    assert "foreign processes on the GPU: pid 4242 python3" in got["test_preflight"]["text"]
+    tf = got["test_tensor_tflops"]
+    assert tf["outcome"] == "error", tf
+    assert tf["message"].startswith("blocked by preflight: GPU 1: foreign processes on the GPU: pid 4242 python3")
+    assert "figure kept: h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): bf16_tflops 301 TFLOP/s < min 600" \
+        in tf["text"]
+    assert got["test_hbm_bandwidth"]["outcome"] == "error"  # blocked even where the figures pass
+    assert got["test_ecc"]["outcome"] == "passed"  # health tests are not blocked
+    bf16 = {f["gpu"]: f for f in figs if f["check"] == "bf16_tflops"}
+    assert bf16[1]["value"] == 301.0 and bf16[1]["verdict"] == "fail"
+
+
+def test_fabric_not_ready_blocks_nvlink_and_nccl(tmp_path):
+    """NVSwitch fabric registration still IN_PROGRESS on GPU 0 (fabric manager not done): test_fabric fails;
+    NVLink and all-reduce figures are errors "blocked by fabric", not link or bandwidth failures."""
+    def not_ready(doc):
+        doc["gpus"][0]["fabric"]["state"] = "IN_PROGRESS"
+        doc["gpus"][0]["fabric"]["status"] = "Not Supported"
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": not_ready}),
+                            "fabric or nvlink_links or allreduce")
+    assert rc == 1
+    assert got["test_fabric"]["outcome"] == "failure" and "fabric state IN_PROGRESS" in got["test_fabric"]["text"]
+    for name in ("test_nvlink_links", "test_allreduce"):
+        assert got[name]["outcome"] == "error", (name, got[name])
+        assert got[name]["message"].startswith("blocked by fabric: GPU 0: fabric state IN_PROGRESS")
+
+
+def test_probe_that_measured_one_of_two_gpus_is_an_error(tmp_path):
+    """A stray CUDA_VISIBLE_DEVICES=0 on the node: matmul measured GPU 0 only, hbm_bandwidth measured none.
+    Before: both passed. After: errors naming the missing GPUs' bus ids."""
+    def only_gpu0(doc):
+        doc["gpus"] = doc["gpus"][:1]
+
+    def none(doc):
+        doc["gpus"] = []
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"matmul_tflops": only_gpu0, "hbm_bandwidth": none}),
+                            "tensor_tflops or hbm_bandwidth")
+    assert rc == 1
+    tf = got["test_tensor_tflops"]
+    assert tf["outcome"] == "error"
+    assert "matmul_tflops measured no figure for GPU 1 (00000000:00:07.0)" in tf["text"]
+    hbm = got["test_hbm_bandwidth"]
+    assert hbm["outcome"] == "error"
+    assert "GPU 0 (00000000:00:06.0)" in hbm["text"] and "GPU 1 (00000000:00:07.0)" in hbm["text"]
+
+
+def test_sku_check_not_measured_is_an_error(tmp_path):
+    """The H200 file sets an fp8_tflops floor but the document has no fp8 figure for GPU 0: an error naming
+    the check, never a pass (before: the dtype loop only saw what the probe returned)."""
+    def no_fp8(doc):
+        del doc["gpus"][0]["dtypes"]["fp8"]
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"matmul_tflops": no_fp8}), "tensor_tflops")
+    assert rc == 1
+    assert got["test_tensor_tflops"]["outcome"] == "error"
+    assert "fp8_tflops not measured" in got["test_tensor_tflops"]["text"]
+
+
+def test_median_rule_names_the_dtype(tmp_path):
+    """Before: "below_node_median_pct 38.15 %" five times, no dtype. After: each line names dtype and figure."""
+    def slow(doc):
+        doc["gpus"][1]["dtypes"]["fp16"]["tflops"] = 400.0
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"matmul_tflops": slow}), "tensor_tflops")
+    assert rc == 1
+    text = got["test_tensor_tflops"]["text"]
+    assert "GPU 1 (00000000:00:07.0, serial 1650000000002): fp16_below_node_median_pct" in text
+    assert "fp16 TFLOP/s 400 against the node's median" in text
+    assert "fp16_tflops 400 TFLOP/s < min 580 TFLOP/s (fp16 8192x8192x8192 matmul)" in text
+    assert "bf16_below_node_median_pct" not in text
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"reason_code": "version_mismatch", "kernel_driver_version": "580.159.04", "nvml_library_version": "570.86.15",
+      "reason": "NVML library and kernel driver versions differ (NVML: Driver/library version mismatch); reboot"},
+     "(NVML library 570.86.15, kernel module 580.159.04)"),
+    ({"reason_code": "no_permission", "kernel_driver_version": "580.159.04",
+      "reason": "no permission to use the GPUs (NVML: Insufficient Permissions)"}, "Insufficient Permissions"),
+    ({"reason_code": "no_pynvml", "driver_present": True, "kernel_driver_version": "580.159.04",
+      "reason": "pynvml (nvidia-ml-py) not installed"}, "driver present (kernel module 580.159.04), nvidia-ml-py"),
+])
+def test_broken_nvml_on_undeclared_host_is_an_error_not_a_skip(tmp_path, doc, needle):
+    """A host that declares no GPU, whose NVML fails for a reason other than "no driver / no GPU", or that has
+    the driver but no nvidia-ml-py for its interpreter. Before: "no NVIDIA GPU" skips. After: an error."""
+    def broken(d):
+        d.clear()
+        d.update({"nvml_available": False, "hostname": "vm", "gpus": [], **doc})
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": broken}), "gpu_inventory or ecc",
+                            inventory_vars="")
+    assert rc == 1
+    for name in ("test_gpu_inventory", "test_ecc"):
+        assert got[name]["outcome"] == "error", got[name]
+        assert needle in got[name]["message"]
+    if doc["reason_code"] == "no_pynvml":
+        assert "missing for " in got["test_gpu_inventory"]["message"]
+
+
+def test_no_driver_on_undeclared_host_still_skips(tmp_path):
+    def no_driver(d):
+        d.clear()
+        d.update({"nvml_available": False, "hostname": "vm", "gpus": [], "reason_code": "no_driver",
+                  "reason": "no NVIDIA driver (libnvidia-ml.so not found)", "kernel_driver_version": None,
+                  "driver_present": False})
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": no_driver}), "gpu_inventory",
+                            inventory_vars="")
+    assert rc == 0 and got["test_gpu_inventory"]["outcome"] == "skipped"
+
+
+def test_driver_mismatch_blocks_the_host(tmp_path):
+    """NVML library 580 against a loaded 570 kernel module: test_driver_versions fails, memory is blocked."""
+    def mismatch(doc):
+        doc["kernel_driver_version"] = "570.86.15"
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": mismatch}),
+                            "driver_versions or hbm_bandwidth")
+    assert rc == 1
+    assert got["test_driver_versions"]["outcome"] == "failure"
+    assert got["test_hbm_bandwidth"]["outcome"] == "error"
+    assert got["test_hbm_bandwidth"]["message"].startswith(
+        "blocked by driver_versions: NVML library / kernel driver mismatch: library 580.159.04, kernel module 570.86.15")
