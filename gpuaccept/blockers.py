@@ -104,3 +104,26 @@ def readiness_problem(doc: dict, python: str) -> str | None:
     if code in NO_GPU_REASONS or code is None:
         return None
     return f"NVML cannot start: {doc.get('reason') or code} (NVML library {lib}, kernel module {kmod})"
+
+
+# Python packages the probes import on the node (module name -> the package an operator installs).
+PROBE_PACKAGES = {"torch": "torch", "pynvml": "nvidia-ml-py (pynvml)"}
+
+
+def missing_package(message: str, doc: dict | None, python: str) -> str | None:
+    """An operator line for a probe that failed because the node's interpreter lacks a probe package, or None.
+
+    ``message``: the probe error (it carries Python's ``No module named 'torch'``); ``doc``: the node's
+    gpu_inventory document if known (None when it could not be read); ``python``: the probes' interpreter.
+    With the NVIDIA driver on the node this is "driver present, torch missing for /usr/bin/python3", never
+    "no NVIDIA GPU". Pure.
+    """
+    import re
+    m = re.search(r"No module named '([A-Za-z0-9_]+)", message or "")
+    if not m or m.group(1) not in PROBE_PACKAGES:
+        return None
+    pkg = PROBE_PACKAGES[m.group(1)]
+    if doc is not None and driver_present(doc):
+        return (f"driver present (kernel module {doc.get('kernel_driver_version') or 'version unknown'}), {pkg} "
+                f"missing for {python}: install it for that interpreter or set ansible_python_interpreter")
+    return f"{pkg} missing for {python}: install it for that interpreter or set ansible_python_interpreter"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .blockers import DEPENDENT_LAYERS, blockers, readiness_problem
+from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .inventory import Inventory, load_inventory
 from .node import Node
@@ -317,7 +317,7 @@ def pytest_runtest_makereport(item, call):
         return
     rec = item.stash.get(RECORDER, None)
     if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
-        lines = [str(call.excinfo.value)]
+        lines = [_missing_package(item, str(call.excinfo.value)) or str(call.excinfo.value)]
         if rec is not None and call.when == "call":
             out = rec.outcome()
             lines = [b.message() for b in out.blocked] + lines + rec.lines() + rec.errors
@@ -337,6 +337,20 @@ def pytest_runtest_makereport(item, call):
     rep.longrepr = out.message
     if out.kind == "error":
         rep.user_properties.append((ERROR_KEY, out.message))
+
+
+def _missing_package(item, message: str) -> str | None:
+    """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
+    package (gpuaccept.blockers.missing_package), else None."""
+    node = item.funcargs.get("node") if hasattr(item, "funcargs") else None
+    if not isinstance(node, Node) or "No module named" not in message:
+        return None
+    try:
+        doc = node.gpu_inventory()
+    except Exception:  # noqa: BLE001 - the probe error itself is the answer then
+        doc = None
+    line = missing_package(message, doc, node.python)
+    return f"{node.name}: {line}" if line else None
 
 
 def _message(report) -> str:

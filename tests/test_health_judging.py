@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from gpuaccept import health
-from gpuaccept.thresholds import load_all
+from gpuaccept.blockers import Blocker, blockers, missing_package, readiness_problem
+from gpuaccept.errors import ThresholdError
+from gpuaccept.readings import NvmlError, is_lost, number, typed, unmeasured
+from gpuaccept.sku import detect_gpu, node_sku
+from gpuaccept.thresholds import judge, load_all
+from gpuaccept.verdicts import outcome
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = json.loads((REPO / "tests" / "data" / "h200x2-gpu_inventory.json").read_text())
@@ -20,15 +25,16 @@ H200 = SPECS["h200-sxm-141gb"]
 
 
 def failures(findings) -> list[str]:
+    """Failure texts of findings, figures judged by the product's one judge (gpuaccept.thresholds.judge)."""
     return [f.failure for f in findings if f.failure] + [
         f"{f.check} out of limit" for f in findings
-        if f.limit is not None and isinstance(f.value, (int, float)) and not (
-            f.value >= f.limit.bound if f.limit.direction == "min" else f.value <= f.limit.bound)]
+        if f.limit is not None and judge(f.limit, f.value).kind == "fail"]
 
 
-@pytest.mark.parametrize("judge", [health.ecc, health.row_remapping, health.preflight, health.fabric])
+@pytest.mark.parametrize("judge", [health.ecc, health.row_remapping, health.preflight, health.fabric,
+                                   health.temperature])
 def test_real_healthy_capture_passes(judge):
-    for g in DOC["gpus"]:
+    for g in typed(DOC["gpus"]):
         assert failures(judge(g, H200)) == []
 
 
@@ -54,20 +60,23 @@ def sick(path: str, value, gpu: int = 1) -> dict:
     (health.row_remapping, "remapped_rows.pending", True, "row remap pending: reset needed"),
     (health.row_remapping, "remapped_rows.failure", True, "row remap failure: replace the GPU"),
     (health.row_remapping, "remapped_rows.uncorrectable", 9, "remapped_rows_uncorrectable out of limit"),
-    (health.row_remapping, "remapped_rows.pending", {"nvml_error": "Not Supported"}, "unreadable"),
+    (health.row_remapping, "remapped_rows.pending", {"nvml_error": "Not Supported"},
+     "remapped_rows unreadable (NVML: Not Supported); the SKU file requires remapped_rows"),
     (health.ecc, "ecc.uncorrected_volatile", 1, "ecc_uncorrected_volatile out of limit"),
     (health.ecc, "ecc.uncorrected_aggregate", 3, "ecc_uncorrected_aggregate out of limit"),
     (health.ecc, "ecc.mode_current", False, "ECC is disabled"),
-    (health.ecc, "ecc.uncorrected_volatile", {"nvml_error": "Not Supported"}, "unreadable"),
+    (health.ecc, "ecc.uncorrected_volatile", {"nvml_error": "Not Supported"},
+     "ecc_uncorrected_volatile unreadable (NVML: Not Supported); the SKU file requires ecc"),
     (health.preflight, "compute_processes", [{"pid": 4242, "name": "python3", "used_memory_bytes": 1}],
      "foreign processes on the GPU: pid 4242 python3"),
     (health.preflight, "persistence_mode", False, "persistence mode is off"),
     (health.preflight, "mig_mode.current", True, "MIG mode is on"),
     (health.fabric, "fabric.state", "IN_PROGRESS", "fabric state IN_PROGRESS"),
-    (health.fabric, "fabric", {"nvml_error": "Not Supported"}, "fabric_state"),
+    (health.fabric, "fabric", {"nvml_error": "Not Supported"}, "fabric_state unreadable (NVML: Not Supported)"),
+    (health.temperature, "temp_c", 91, "temp_c out of limit"),
 ])
 def test_sick_readings_fail(judge, path, value, needle):
-    got = failures(judge(sick(path, value), H200))
+    got = failures(judge(typed(sick(path, value)), H200))
     assert any(needle in m for m in got), got
 
 
@@ -101,3 +110,149 @@ def test_pre_ampere_retired_pages():
     v100_like.expect = {**v100_like.expect, "row_remapping": False}
     g = sick("retired_pages", {"single_bit": 0, "double_bit": 0, "pending": True})
     assert "page retirement pending: reset needed" in failures(health.row_remapping(g, v100_like))
+
+
+# -- typed readings (issue 10 kind 1) -------------------------------------------------------------------
+LOST = {"index": 1, "lost": True, "nvml_error": "GPU is lost"}
+
+
+def test_typed_readings_are_never_numbers():
+    g = typed(sick("memory_total_bytes", {"nvml_error": "Not Supported"}))
+    assert isinstance(g["memory_total_bytes"], NvmlError) and str(g["memory_total_bytes"]) == "Not Supported"
+    assert number(g["memory_total_bytes"]) is None and not g["memory_total_bytes"]
+    assert isinstance(g["retired_pages"]["double_bit"], NvmlError)  # nested placeholders too
+    assert number(g["temp_c"]) == 35 and number(True) is None
+    assert is_lost(typed(LOST)) and typed(LOST)["nvml_error"] == "GPU is lost"
+    # the old lost-GPU form (error in the handle and identity fields) is still read as lost
+    assert is_lost(typed({"index": 1, "handle": {"nvml_error": "GPU is lost"}, "name": {"nvml_error": "GPU is lost"}}))
+
+
+@pytest.mark.parametrize("judge_fn", [health.ecc, health.row_remapping, health.preflight, health.fabric,
+                                      health.temperature])
+def test_lost_gpu_fails_as_lost_in_every_health_judgment(judge_fn):
+    assert failures(judge_fn(typed(LOST), H200)) == ["no NVML handle (GPU is lost)"]
+
+
+def test_lost_gpu_does_not_count():
+    gpus = typed([DOC["gpus"][0], LOST])
+    assert health.gpu_count(gpus, 2).failure == "gpu_count 1 != gpus_per_node 2"
+    assert health.gpu_count(typed(DOC["gpus"]), 2).failure is None
+
+
+def test_unrequired_field_is_recorded_as_unreadable():
+    h100_nvl = SPECS["h100-nvl-94gb"]  # required_nvml has no fabric
+    f = health.fabric(typed(sick("fabric", {"nvml_error": "Not Supported"})), h100_nvl)
+    assert failures(f) == [] and "unreadable (NVML: Not Supported)" in f[0].extra["note"]
+    t = health.temperature(typed(sick("temp_c", {"nvml_error": "Unknown Error"})), H200)
+    assert failures(t) == [] and "Unknown Error" in t[0].extra["note"]
+
+
+# -- SKU detection on the readable keys -----------------------------------------------------------------
+@pytest.mark.parametrize("path,value", [
+    ("memory_total_bytes", {"nvml_error": "Not Supported"}),   # by name and PCI device id
+    ("name", {"nvml_error": "Unknown Error"}),                  # by PCI device id and memory
+    ("pci_device_id", {"nvml_error": "Unknown Error"}),         # by name and memory
+])
+def test_sku_detected_from_the_readable_keys(path, value):
+    assert detect_gpu(SPECS, typed(sick(path, value))).sku == "h200-sxm-141gb"
+
+
+def test_sku_undetectable_names_nvmls_words():
+    g = typed(sick("name", {"nvml_error": "Unknown Error"}))
+    g["pci_device_id"] = NvmlError("Unknown Error")
+    with pytest.raises(ThresholdError, match=r"name unreadable \(Unknown Error\)"):
+        detect_gpu(SPECS, g)
+
+
+def test_node_sku_skips_lost_and_unreadable_gpus():
+    unreadable = typed(sick("name", {"nvml_error": "Unknown Error"}))
+    unreadable["pci_device_id"] = NvmlError("Unknown Error")
+    gpus = [typed(DOC["gpus"][0]), unreadable, typed(LOST)]
+    assert node_sku("h", SPECS, None, None, gpus).sku == "h200-sxm-141gb"
+    with pytest.raises(ThresholdError, match="no GPU with an NVML handle"):
+        node_sku("h", SPECS, None, None, [typed(LOST)])
+    with pytest.raises(ThresholdError, match="unknown gpu_sku 'h999'"):
+        node_sku("h", SPECS, None, "h999", gpus)
+
+
+# -- blockers (kind 7) ----------------------------------------------------------------------------------
+def _doc_with(gpu1: dict | None = None, **top) -> dict:
+    doc = copy.deepcopy(DOC)
+    if gpu1 is not None:
+        doc["gpus"][1] = gpu1
+    doc.update(top)
+    return doc
+
+
+def test_healthy_capture_has_no_blockers():
+    assert blockers(DOC, H200) == []
+
+
+@pytest.mark.parametrize("doc,expected", [
+    (_doc_with(sick("compute_processes", [{"pid": 4242, "name": "python3"}])),
+     [Blocker("preflight", "foreign processes on the GPU: pid 4242 python3", 1)]),
+    (_doc_with(sick("fabric.state", "IN_PROGRESS")), [Blocker("fabric", "fabric state IN_PROGRESS, status Success", 1)]),
+    (_doc_with(LOST), [Blocker("gpu_inventory", "no NVML handle (GPU is lost)", 1)]),
+    (_doc_with(kernel_driver_version="570.86.15"),
+     [Blocker("driver_versions", "NVML library / kernel driver mismatch: library 580.159.04, kernel module "
+                                 "570.86.15 (reboot or reload)")]),
+    (_doc_with(sick("fabric", {"nvml_error": "Not Supported"})), []),  # unreadable: health reports it, no block
+])
+def test_blockers(doc, expected):
+    assert blockers(doc, H200) == expected
+
+
+def test_fabric_blocks_only_on_nvswitch_skus():
+    doc = _doc_with(sick("fabric.state", "NOT_STARTED"))
+    assert blockers(doc, SPECS["h100-nvl-94gb"]) == [] and blockers(doc, None) == []
+    assert [b.check for b in blockers(doc, H200)] == ["fabric"]
+
+
+@pytest.mark.parametrize("failures_,errors,blocks,layer,kind,first", [
+    ([], [], [], "compute", "passed", ""),
+    ([(1, "h GPU 1: bf16_tflops 301 < min 600")], [], [Blocker("preflight", "pid 4242", 1)], "compute", "error",
+     "blocked by preflight: GPU 1: pid 4242"),
+    ([(0, "h GPU 0: bf16_tflops 301 < min 600")], [], [Blocker("preflight", "pid 4242", 1)], "compute", "failed",
+     "h GPU 0: bf16_tflops 301 < min 600"),             # a failure on an unblocked GPU is a failure
+    ([(None, "h: busbw 12 < min 310")], [], [Blocker("fabric", "not ready", 0)], "nccl", "error",
+     "blocked by fabric: GPU 0: not ready"),            # a node figure involves every GPU
+    ([], [], [Blocker("driver_versions", "mismatch")], "memory", "error", "blocked by driver_versions: mismatch"),
+    ([(1, "h GPU 1: pid 4242")], [], [Blocker("preflight", "pid 4242", 1)], "health", "failed", "h GPU 1: pid 4242"),
+    ([], ["h: fp8_tflops not measured"], [], "compute", "error", "h: fp8_tflops not measured"),
+])
+def test_outcome(failures_, errors, blocks, layer, kind, first):
+    out = outcome(failures_, errors, blocks, layer)
+    assert out.kind == kind and out.message.split("\n")[0] == first
+
+
+# -- node readiness (kind 10) ---------------------------------------------------------------------------
+@pytest.mark.parametrize("doc,expected", [
+    ({"reason_code": "no_driver", "reason": "no NVIDIA driver"}, None),
+    ({"reason_code": "no_gpu"}, None),
+    ({"reason_code": "no_pynvml", "kernel_driver_version": None}, None),
+    ({"reason_code": "no_pynvml", "driver_present": True, "kernel_driver_version": "580.159.04"},
+     "driver present (kernel module 580.159.04), nvidia-ml-py (pynvml) missing for /usr/bin/python3"),
+    ({"reason_code": "version_mismatch", "reason": "versions differ", "kernel_driver_version": "580.159.04",
+      "nvml_library_version": "570.86.15"}, "NVML cannot start: versions differ (NVML library 570.86.15, kernel module 580.159.04)"),
+])
+def test_readiness_problem(doc, expected):
+    got = readiness_problem({"nvml_available": False, **doc}, "/usr/bin/python3")
+    assert got == expected if expected is None else got.startswith(expected)
+
+
+def test_missing_package():
+    msg = "matmul_tflops: no JSON document (rc 1): ModuleNotFoundError: No module named 'torch'"
+    assert missing_package(msg, DOC, "/opt/py/bin/python3").startswith(
+        "driver present (kernel module 580.159.04), torch missing for /opt/py/bin/python3")
+    assert missing_package(msg, None, "python3").startswith("torch missing for python3")
+    assert missing_package("No module named 'yaml'", DOC, "python3") is None
+
+
+# -- coverage (kind 10) ---------------------------------------------------------------------------------
+def test_unmeasured_gpus_matched_by_bus_id():
+    nvml = typed(DOC["gpus"])
+    assert unmeasured(nvml, [{"index": 0, "pci_bus_id": "00000000:00:06.0"}]) == [nvml[1]]
+    # CUDA_VISIBLE_DEVICES=1: torch calls NVML's GPU 1 "0"; matched by bus id, not index
+    assert unmeasured(nvml, [{"index": 0, "pci_bus_id": "0000:00:07.0"}]) == [nvml[0]]
+    assert unmeasured(nvml, []) == nvml
+    assert unmeasured([nvml[0], typed(LOST)], [{"index": 0, "pci_bus_id": "00000000:00:06.0"}]) == []

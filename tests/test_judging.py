@@ -126,3 +126,31 @@ def test_profiles_only_use_arguments_the_probes_accept():
                 assert re.search(rf'["\']{key}["\']', src), f"{prof}: {probe} has no argument {key}"
     assert probe_args("quick", "matmul_tflops", {"dtypes": ["bf16"]})["dtypes"] == ["bf16"]
     assert probe_args("standard", "matmul_tflops", {"m": 1}) == {"m": 1}
+
+
+def test_judge_names_the_figure_and_its_context():
+    rule = Limit("h200-sxm-141gb", "below_node_median_pct", "max", 7.0, "%", "test")
+    v = judge(rule, 38.15, "bf16_below_node_median_pct", "bf16 TFLOP/s 301 against the node's median 488")
+    assert v.kind == "fail" and v.message == ("bf16_below_node_median_pct 38.15 % > max 7 % "
+                                              "(bf16 TFLOP/s 301 against the node's median 488)")
+
+
+@pytest.mark.parametrize("value", [None, True, {"nvml_error": "Unknown Error"}, "12"])
+def test_judge_never_passes_a_non_number(value):
+    v = judge(lim("min", 1), value)
+    assert not v.passed and v.kind == "missing" and "no value measured" in v.message
+
+
+def test_one_registry_serves_the_loader():
+    from gpuaccept.thresholds import CHECKS, REGISTRY
+    assert CHECKS == {k: (c.unit, c.direction) for k, c in REGISTRY.items()}
+    assert {c.layer for c in REGISTRY.values()} == {"health", "memory", "compute", "nvlink", "nccl"}
+    assert all(c.description for c in REGISTRY.values())
+    h200 = load_all(str(REPO / "thresholds"))["h200-sxm-141gb"]
+    assert set(h200.required("memory")) == {"hbm_read_bw_gbps", "hbm_write_bw_gbps", "hbm_copy_bw_gbps",
+                                            "h2d_bw_gbps", "d2h_bw_gbps"}
+
+
+def test_limit_origin():
+    inv = Limit("inventory", "seq_read_gbps", "min", 2.0, "GB/s", "inventory var storage_limits")
+    assert inv.origin == "inventory" and inv.sku == "inventory"  # sku: the former name, still readable

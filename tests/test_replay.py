@@ -353,3 +353,59 @@ def test_driver_mismatch_blocks_the_host(tmp_path):
     assert got["test_hbm_bandwidth"]["outcome"] == "error"
     assert got["test_hbm_bandwidth"]["message"].startswith(
         "blocked by driver_versions: NVML library / kernel driver mismatch: library 580.159.04, kernel module 570.86.15")
+
+
+def test_driver_present_torch_missing_is_named(tmp_path):
+    """The node's interpreter has no torch (the probe died on the import) while the NVIDIA driver is loaded:
+    an error "driver present ..., torch missing for <python>", not a crash text nor "no NVIDIA GPU"."""
+    def no_torch(doc):
+        doc.clear()
+        doc.update({"failed": True, "msg": "no JSON document (rc 1): ModuleNotFoundError: No module named 'torch'"})
+    rc, got, _ = run_replay(tmp_path, alter_many(tmp_path, {"matmul_tflops": no_torch}), "tensor_tflops")
+    assert rc == 1
+    msg = got["test_tensor_tflops"]["message"]
+    assert got["test_tensor_tflops"]["outcome"] == "error"
+    assert msg.startswith("h200-a: driver present (kernel module 580.159.04), torch missing for "), msg
+
+
+LOSING_SUITE = '''
+import pytest
+
+pytestmark = pytest.mark.compute
+
+
+def test_fail_then_skip(node, verdicts):
+    verdicts.fail("cuFile not found")
+    pytest.skip("nothing configured")
+
+
+def test_fail_then_return(node, verdicts):
+    verdicts.record("x_gbps", 1.0, "GB/s")
+    verdicts.fail("link down")
+    return
+
+
+def test_error_then_return(node, verdicts):
+    verdicts.error("figure not measured")
+
+
+def test_skip_clean(node, verdicts):
+    pytest.skip("not applicable here")
+'''
+
+
+def test_recorded_failure_is_never_lost(tmp_path):
+    """Issue 15.3: a failure recorded before a skip or a return still fails the test (before: SKIPPED and
+    PASSED); a recorded measurement gap is an error; a clean skip stays a skip. No suite calls finish()."""
+    inv = make_project(tmp_path, [], None, extra_suite=LOSING_SUITE, name="test_compute_losing.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={DATA}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "then or skip_clean")
+    assert res.returncode == 1, res.stdout[-3000:]
+    got = {c["name"].split("[")[0]: c for c in junit(rep / "junit-compute.xml")}
+    assert got["test_fail_then_skip"]["outcome"] == "failure"
+    assert "h200-a: cuFile not found" in got["test_fail_then_skip"]["text"]
+    assert got["test_fail_then_return"]["outcome"] == "failure"
+    assert got["test_error_then_return"]["outcome"] == "error"
+    assert "h200-a: figure not measured" in got["test_error_then_return"]["message"]
+    assert got["test_skip_clean"]["outcome"] == "skipped"
