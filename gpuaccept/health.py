@@ -5,8 +5,10 @@ node's :class:`~gpuaccept.thresholds.SkuSpec`, and returns :class:`Finding` reco
 limit if it is judged, and a failure message when the GPU is not healthy. The suites turn findings into
 verdicts; the tests feed real captures (and captures altered the way sick GPUs read) straight in.
 
-A reading NVML could not take arrives as ``{"nvml_error": "..."}``. It is never read as healthy: it fails
-when the SKU file lists the field under ``expect.required_nvml``, and is recorded otherwise.
+Readings arrive typed (gpuaccept.readings: a value or an ``NvmlError``; the suites' ``gpus`` fixture types
+them once). A reading NVML could not take is never read as healthy: it fails in NVML's own words when the SKU
+file lists the field under ``expect.required_nvml``, and is recorded as unreadable otherwise. A GPU NVML has
+no handle for fails every per-GPU judgment as "no NVML handle (GPU is lost)".
 Sources: NVML API reference (nvmlDeviceGetRemappedRows, nvmlDeviceGetTotalEccErrors,
 nvmlDeviceGetGpuFabricInfoV), NVIDIA "GPU Memory Error Management" (row remapping: pending means a reset is
 needed to apply a remap, failure means the GPU should be replaced).
