@@ -128,7 +128,9 @@ def pcie_link(link: dict, sku: SkuSpec) -> list[Finding]:
             out.append(Finding(check, val, failure=f"PCIe {key} unreadable under load "
                                                    f"(NVML: {error_text(val) or 'not in the probe document'})"))
         else:
-            out.append(Finding(check, val, limit=sku.checks.get(check), extra=extra))
+            lim = sku.checks.get(check)  # a SKU without a PCIe host link (GH200: NVLink-C2C) sets none
+            out.append(Finding(check, val, limit=lim, extra=extra if lim else {
+                **extra, "note": f"recorded, not judged: {sku.sku} sets no {check} limit"}))
     return out
 
 
