@@ -52,6 +52,28 @@ def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
     return Finding(check, v, extra={"note": f"unreadable (NVML: {why}); {field} not required for {sku.sku}"})
 
 
+def _group(gpu: dict, key: str) -> dict:
+    """``gpu[key]`` as a dict of readings; when the whole group is an NVML error, every field reads as it."""
+    v = gpu.get(key)
+    if isinstance(v, dict):
+        return v
+    return _Every(v)
+
+
+class _Every(dict):
+    """A read-only mapping whose every key gives the same reading (an error, or None when missing)."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def get(self, key, default=None):
+        return self.value
+
+    def __contains__(self, key):
+        return True
+
+
 def lost(gpu: dict) -> list[Finding]:
     """A GPU NVML listed but has no handle for: one failure, ``"no NVML handle (GPU is lost)"``."""
     return [Finding("nvml_handle", gpu.get("nvml_error") or gpu.get("handle"),
@@ -68,7 +90,7 @@ def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
     """
     if is_lost(gpu):
         return lost(gpu)
-    e = gpu.get("ecc") if isinstance(gpu.get("ecc"), dict) else {}
+    e = _group(gpu, "ecc")
     out: list[Finding] = []
     if sku.expect.get("ecc"):
         mode = e.get("mode_current")
@@ -98,14 +120,14 @@ def row_remapping(gpu: dict, sku: SkuSpec) -> list[Finding]:
     if is_lost(gpu):
         return lost(gpu)
     if not sku.expect.get("row_remapping", False):
-        pages = gpu.get("retired_pages") if isinstance(gpu.get("retired_pages"), dict) else {}
+        pages = _group(gpu, "retired_pages")
         dbl = pages.get("double_bit")
         out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl) if number(dbl) is None else
                Finding("retired_pages_double_bit", dbl, "pages", sku.checks.get("retired_pages_double_bit"))]
         if pages.get("pending") is True:
             out.append(Finding("retired_pages_pending", True, failure="page retirement pending: reset needed"))
         return out
-    rows = gpu.get("remapped_rows") if isinstance(gpu.get("remapped_rows"), dict) else {}
+    rows = _group(gpu, "remapped_rows")
     if not isinstance(rows.get("pending"), bool):
         return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending"))]
     out = [Finding("remapped_rows_correctable", rows.get("correctable"), "rows"),

@@ -256,3 +256,12 @@ def test_unmeasured_gpus_matched_by_bus_id():
     assert unmeasured(nvml, [{"index": 0, "pci_bus_id": "0000:00:07.0"}]) == [nvml[0]]
     assert unmeasured(nvml, []) == nvml
     assert unmeasured([nvml[0], typed(LOST)], [{"index": 0, "pci_bus_id": "00000000:00:06.0"}]) == []
+
+
+def test_a_whole_group_unreadable_keeps_nvmls_words():
+    g = typed(sick("ecc", {"nvml_error": "Unknown Error"}))
+    assert "ecc_uncorrected_volatile unreadable (NVML: Unknown Error); the SKU file requires ecc" in \
+        failures(health.ecc(g, H200))
+    g = typed(sick("remapped_rows", {"nvml_error": "Not Supported"}))
+    assert failures(health.row_remapping(g, H200)) == [
+        "remapped_rows unreadable (NVML: Not Supported); the SKU file requires remapped_rows"]

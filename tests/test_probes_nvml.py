@@ -709,3 +709,28 @@ def test_p2p_bandwidth_code_path_with_a_fake_torch(monkeypatch):
     bidir_copies = [c for c in log_ if c[0] == "copy"][-10:]
     assert {(c[1], c[2]) for c in bidir_copies} == {(0, 1), (1, 0)}
     assert len({id(c[3]) for c in bidir_copies}) == 2  # each direction on its own source stream
+
+
+class LostGpu1(FakeNvml):
+    """GPU 1 fell off the bus: NVML counts it, nvmlDeviceGetHandleByIndex answers NVML_ERROR_GPU_IS_LOST (15);
+    memory info v1 answers Not Supported (3), v2 answers (unified-memory parts). Invented states (issue 10)."""
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        if i == 1:
+            raise self.err(real_nvml.NVML_ERROR_GPU_IS_LOST)
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        if version is None:
+            raise self.err(real_nvml.NVML_ERROR_NOT_SUPPORTED)
+        return types.SimpleNamespace(total=150754820096)
+
+
+def test_gpu_inventory_records_a_lost_gpu_and_reads_memory_v2(fake_pynvml):
+    fake_pynvml(LostGpu1(H200X2, nvlink=NV18))
+    doc = inv.main({})
+    json.dumps(doc)
+    g0, g1 = doc["gpus"]
+    assert g1 == {"index": 1, "lost": True, "nvml_error": "GPU is lost"}
+    assert g0["memory_total_bytes"] == 150754820096  # from nvmlDeviceGetMemoryInfo(h, nvmlMemory_v2)
+    assert doc["gpu_count"] == 2 and isinstance(doc["driver_present"], bool)
