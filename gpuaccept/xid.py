@@ -197,8 +197,8 @@ def classify(events: list[dict]) -> list[dict]:
 
 
 def classify_sxid(event: dict) -> dict:
-    """One SXid event (from the probe's ``sxid_events``) with ``fails``, ``severity_rule``, ``guidance`` and
-    ``message`` added. ``severity`` "Fatal" fails, "Non-fatal" is recorded, none stated fails (module docstring).
+    """One SXid event (from the probe's ``sxid_events``) with ``fails``, ``severity_rule``, ``guidance`` (NVIDIA's
+    text for that severity) and ``message`` added. ``severity`` "Fatal" fails, "Non-fatal" is recorded, none stated fails (module docstring).
 
     The message names the switch (driver instance and PCI bus id), the SXid, the link and the log text.
     """
@@ -217,7 +217,7 @@ def classify_sxid(event: dict) -> dict:
     out.update(fails=bool(known["fails"]), severity_rule=sev, guidance=known["guidance"])
     verdict = "fails" if known["fails"] else "recorded"
     out["message"] = (f"SXid {event.get('sxid')} ({event.get('severity')}) on {where}: {event.get('msg', '')} "
-                      f"({verdict}; NVIDIA Fabric Manager guide: {known['guidance'][:160]}...)")
+                      f"({verdict}; NVIDIA Fabric Manager guide: {known['action']})")
     return out
 
 
