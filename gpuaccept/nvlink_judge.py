@@ -41,9 +41,10 @@ def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Findin
     active = gpu.get("active_count")
     why = nvml_error(active)
     if why or not isinstance(active, int) or isinstance(active, bool):
+        said = why or repr(active)
         out.append(Finding("nvlink_active_links", active, "links",
-                           failure=f"NVLink state unreadable: NVML says '{why or active!r}' "
-                                   f"(the SKU expects {limit.describe()} active links)"))
+                           failure=f"NVLink state unreadable: NVML says '{said}' "
+                                   f"(the SKU expects {limit.describe()} active)"))
         return out
     out.append(Finding("nvlink_active_links", active, "links", limit=limit,
                        extra={"speed_mbps": gpu.get("speed_mbps_common"), "link_count": gpu.get("link_count")}))
