@@ -6,7 +6,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
 for spec in "gpu_inventory {}" "pcie_link {}" "launch_overhead {}" "hbm_bandwidth {}" "matmul_tflops {}" \
-            "pcie_bandwidth {}" 'nvlink {"p2p_bandwidth":true,"sample_seconds":1}' 'xid_events {}' 'nccl_allreduce {}'; do
+            "pcie_bandwidth {}" 'nvlink {"sample_seconds":1}' 'p2p_bandwidth {}' 'xid_events {}' 'nccl_allreduce {}'; do
   p=${spec%% *}; a=${spec#* }
   s=$(date +%s%N)
   (cd gpuaccept/probes && timeout 300 python3 "$p.py" "$a" > /tmp/p.out 2>> "$OUT/probes.err"); rc=$?

@@ -15,6 +15,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "launch_overhead": {"iters": 2000},
         "pcie_link": {"seconds": 0.6},
         "nccl_allreduce": {"iters": 10, "warmup": 3},
+        "p2p_bandwidth": {"reps": 3},
     },
     "standard": {},
     "burnin": {
@@ -23,6 +24,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         "pcie_bandwidth": {"iters": 50},
         "pcie_link": {"seconds": 10.0},
         "nccl_allreduce": {"iters": 200, "warmup": 20},
+        "p2p_bandwidth": {"reps": 50},
+        "nvlink": {"sample_seconds": 30.0},
     },
 }
 

@@ -17,6 +17,8 @@ torch's devices).
 """
 from __future__ import annotations
 
+from .probes._pci import normalize_bus_id
+
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -105,24 +107,10 @@ def present(gpus: list[dict]) -> list[dict]:
     return [g for g in gpus if not is_lost(g)]
 
 
-_BUS_RE = re.compile(r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})"
-                     r"(?:\.(?P<fn>[0-7]))?$")
-
-
 def bus_key(bus_id: Any) -> str | None:
-    """NVML's ``DDDDDDDD:BB:DD.F`` (upper case) for a PCI bus id in NVML, legacy ``DDDD:BB:DD.F`` or kernel
-    ``DDDD:BB:DD`` form; None for an error or anything unparseable. Same rule as the probes'
-    ``normalize_bus_id`` (gpuaccept/probes/gpu_inventory.py)."""
-    if not isinstance(bus_id, str):
-        return None
-    s = bus_id.strip()
-    if s.upper().startswith("PCI:"):
-        s = s[4:]
-    m = _BUS_RE.match(s)
-    if not m:
-        return None
-    return "%08X:%02X:%02X.%X" % (int(m.group("dom") or "0", 16), int(m.group("bus"), 16),
-                                  int(m.group("dev"), 16), int(m.group("fn") or "0"))
+    """NVML's ``DDDDDDDD:BB:DD.F`` (upper case) for a PCI bus id in any form; None for an error or anything
+    unparseable. The one normaliser, shared with the probes: gpuaccept/probes/_pci.py."""
+    return normalize_bus_id(bus_id)
 
 
 def describe_gpu(gpu: dict) -> str:

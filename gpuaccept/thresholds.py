@@ -82,6 +82,7 @@ CHECK_FIELDS = {"min", "max", "unit", "source", "fraction_of_datasheet", "at_byt
 EXPECT_KEYS = {
     "gpus_per_node", "pcie_gen", "pcie_width", "nvlink_links", "nvswitch", "mig_mode", "fp8", "fp64_tensor",
     "required_nvml", "nccl_transport", "ecc", "persistence_mode", "row_remapping", "cuda_capability",
+    "nvlink_link_ids",  # optional: NVLink link ids that must be active (only where the board fixes them)
 }
 TOP_KEYS = {"sku", "name", "detect", "expect", "datasheet", "checks", "notes"}
 DETECT_KEYS = {"nvml_names", "memory_gib", "pci_device_ids"}

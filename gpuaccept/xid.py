@@ -1,128 +1,119 @@
-"""XID catalogue and classification (controller side, pure).
+"""Xid and SXid judging (controller side, pure).
 
-The NVIDIA driver reports GPU faults as "Xid" numbers in the kernel log (``NVRM: Xid (PCI:...): 79, ...``);
-the ``xid_events`` probe collects them and :func:`classify` decides which ones fail a node.
+The NVIDIA driver reports GPU faults as Xid numbers in the kernel log (``NVRM: Xid (PCI:0000:19:00): 79, ...``);
+the NVSwitch driver reports switch faults as SXid numbers (``nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034,
+Fatal, Link 28 LTSSM Fault Up``). The ``xid_events`` probe collects both; :func:`classify` and
+:func:`classify_sxid` decide which ones fail a node.
 
-Source of the catalogue: NVIDIA, "XID Errors" (https://docs.nvidia.com/deploy/xid-errors/index.html) and
-its Ampere-and-later "Xid Catalog" (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html),
-whose "Resolution Bucket (Immediate Action)" column (RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT,
-WORKFLOW_XID_48, IGNORE) the ``action`` texts below follow. Names are NVIDIA's short descriptions.
+Xid source: NVIDIA's Xid Catalog for Ampere and later, "Analyzing Xid Errors with the Xid Catalog",
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, kept as data in
+``gpuaccept/data/xid_catalog.csv`` (edition, checksum and retrieval date in its header) with the resolution
+buckets' texts in ``gpuaccept/data/xid_resolution_buckets.csv``. Nothing about an Xid is typed here.
 
-Categories:
+Rules, in the order they apply to one Xid event:
 
-- ``hardware``: a fault of the GPU, its memory, its NVLink/C2C links or its PCIe attachment. Fails.
-- ``driver``: driver / GPU firmware (GSP, PMU) fault, or one NVIDIA attributes to driver-or-hardware. Fails.
-- ``application``: usually the program's own bug (illegal address, killed channel). Recorded, does not fail.
-- ``informational``: a notice, not a fault. Recorded, does not fail.
-- ``unknown``: a number missing from this table. Fails (conservative); the message says so.
+1. **No number** (an ``NVRM: Xid`` line whose number could not be read): fails; the raw line is the message.
+   It cannot be looked up, and an unreadable fault report must not pass.
+2. **Policy override** (:data:`POLICY_OVERRIDES`, each with its reason): the override decides.
+3. **Not in the catalogue**: fails, with the raw text ("unknown Xid").
+4. **No immediate bucket** in the catalogue (NVIDIA left it empty, e.g. Xids 162-172 in the 2025-09-30
+   edition): fails; NVIDIA names no action that would make it safe to ignore.
+5. **Immediate bucket** ("Resolution Bucket (Immediate Action)"): ``IGNORE`` and ``RESTART_APP`` are recorded
+   (:data:`RECORDED_BUCKETS`); every other bucket (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS,
+   UPDATE_SWFW, CHECK_UVM, CONTACT_SUPPORT, WORKFLOW_*) fails.
 
-During an acceptance run our own benchmarks are the only applications, so an application XID is still
-worth reading in the report; it just does not by itself condemn the hardware.
+SXid source: NVIDIA Fabric Manager User Guide, "NVSwitch SXid Errors", kept in ``gpuaccept/data/sxid_guidance.yaml``:
+NVIDIA classifies an SXid by the severity word in the line: ``Fatal`` fails (naming switch and link), ``Non-fatal``
+is recorded. An SXid whose line states no severity (the driver's ``SOE HALTED`` or ``SOE Watchdog error`` lines, or
+a detail line whose first line fell outside the window) fails: the guide gives no way to call it harmless.
 """
 from __future__ import annotations
 
+import csv
 import re
-from typing import NamedTuple
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 
-CATALOGUE_URL = "https://docs.nvidia.com/deploy/xid-errors/index.html"
+import yaml
+
+CATALOGUE_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+SXID_GUIDE_URL = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
+
+# Immediate buckets that do not fail a node (see the module docstring, rule 5).
+RECORDED_BUCKETS = frozenset({"IGNORE", "RESTART_APP"})
 
 
-class XidInfo(NamedTuple):
-    """One catalogue entry: NVIDIA's name, our category, and the immediate action to take."""
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One row of NVIDIA's Xid Catalog (sheet "Xids"); ``applies_to`` maps A100/H100/B100/GB200 to bool."""
 
-    name: str
-    category: str  # "hardware" | "application" | "driver" | "informational"
-    action: str
+    xid: int
+    mnemonic: str
+    description: str
+    applies_to: dict
+    immediate: str  # "" when NVIDIA gives none
+    investigatory: str
+    xid154_linkage: str
 
 
-FAILING_CATEGORIES = frozenset({"hardware", "driver", "unknown"})
+@dataclass(frozen=True)
+class Override:
+    """An acceptance-policy decision that replaces the catalogue's bucket for one Xid."""
 
-XID_CATALOGUE: dict[int, XidInfo] = {
-    13: XidInfo("Graphics Engine Exception", "application",
-                "RESTART_APP: usually an application bug (illegal instruction or address); "
-                "if it repeats with known-good code, run diagnostics (dcgmi diag)"),
-    31: XidInfo("GPU memory page fault (MMU fault)", "application",
-                "RESTART_APP: the application accessed an invalid address; fix the application"),
-    32: XidInfo("Invalid or corrupted push buffer stream", "driver",
-                "RESET_GPU: driver error, system memory corruption, PCIe bus error or thermal issue; "
-                "check the driver and the PCIe link"),
-    43: XidInfo("GPU stopped processing", "application",
-                "RESTART_APP: a user application fault; the GPU remains healthy"),
-    45: XidInfo("Preemptive cleanup, due to previous errors", "application",
-                "IGNORE: follows an application being killed or another Xid; look at the first Xid"),
-    48: XidInfo("Double Bit ECC Error (DBE)", "hardware",
-                "WORKFLOW_XID_48: drain the GPU and reset it; if followed by Xid 63/64 handle the row "
-                "remapping; repeated DBEs mean RMA"),
-    56: XidInfo("Display Engine error", "driver",
-                "RESET_GPU: driver or hardware error; contact support if it repeats"),
-    57: XidInfo("Error programming video memory interface", "hardware",
-                "RESET_GPU: driver or hardware (memory interface) error; contact support if it repeats"),
-    61: XidInfo("Internal micro-controller breakpoint/warning", "driver",
-                "RESET_GPU: GPU firmware (PMU) fault; update the driver, contact support if it repeats"),
-    62: XidInfo("Internal micro-controller halt", "driver",
-                "RESET_GPU: GPU firmware halted (driver, firmware or thermal); contact support if it repeats"),
-    63: XidInfo("ECC page retirement or row remapping recording event", "hardware",
-                "RESET_GPU: a memory row was marked for remapping; reset the GPU to apply it, then check "
-                "nvidia-smi -q -d ROW_REMAPPER"),
-    64: XidInfo("ECC page retirement or row remapper recording failure", "hardware",
-                "RESET_GPU, then CONTACT_SUPPORT: the remapping could not be recorded; likely RMA"),
-    68: XidInfo("NVDEC0 Exception (video processor exception)", "driver",
-                "RESTART_APP, RESET_GPU if it repeats: driver or hardware error in the video decoder"),
-    69: XidInfo("Graphics Engine class error", "driver",
-                "RESET_GPU: driver or hardware error; contact support if it repeats"),
-    74: XidInfo("NVLink Error", "hardware",
-                "RESET_GPU: check the NVLink links (nvidia-smi nvlink -s / -e), NVSwitch and fabric "
-                "manager; repeated errors on one link mean RMA"),
-    79: XidInfo("GPU has fallen off the bus", "hardware",
-                "RESTART_BM: reboot the node; check PCIe seating, power and the kernel's AER messages; "
-                "RMA if it repeats"),
-    92: XidInfo("High single-bit ECC error rate", "hardware",
-                "CONTACT_SUPPORT if it persists: memory is degrading"),
-    94: XidInfo("Contained ECC error", "hardware",
-                "RESTART_APP (the affected application was stopped), then reset the GPU when convenient "
-                "to apply row remapping"),
-    95: XidInfo("Uncontained ECC error", "hardware",
-                "RESET_GPU: every application on the GPU is affected; RMA if it repeats"),
-    109: XidInfo("Context Switch Timeout Error", "driver",
-                 "RESTART_APP, RESET_GPU if it repeats: driver, application or hardware"),
-    110: XidInfo("Security Fault Error", "hardware",
-                 "RESET_GPU: hardware error; contact support if it repeats"),
-    119: XidInfo("GSP RPC Timeout", "driver",
-                 "RESET_GPU (often a node reboot): the GPU System Processor firmware stopped answering; "
-                 "update driver/firmware, contact support if it repeats"),
-    120: XidInfo("GSP Error", "driver",
-                 "RESET_GPU: GPU System Processor firmware error; contact support if it repeats"),
-    121: XidInfo("C2C Link corrected error", "hardware",
-                 "CONTACT_SUPPORT if it persists: corrected errors on the chip-to-chip (Grace-Hopper) link"),
-    122: XidInfo("SPI PMU RPC Read Failure", "driver",
-                 "RESET_GPU: firmware (SPI/PMU) failure; contact support if it repeats"),
-    123: XidInfo("SPI PMU RPC Write Failure", "driver",
-                 "RESET_GPU: firmware (SPI/PMU) failure; contact support if it repeats"),
-    124: XidInfo("SPI PMU RPC Erase Failure", "driver",
-                 "RESET_GPU: firmware (SPI/PMU) failure; contact support if it repeats"),
-    140: XidInfo("Unrecovered ECC Error", "hardware",
-                 "RESET_GPU: uncorrectable memory errors the driver could not contain by page "
-                 "offlining/row remapping; RMA if it repeats"),
-    143: XidInfo("GPU Initialization Failure", "hardware",
-                 "RESTART_BM, then CONTACT_SUPPORT: the GPU failed to initialise"),
-    144: XidInfo("NVLink SAW error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    145: XidInfo("NVLink RLW error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    146: XidInfo("NVLink TLW error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    147: XidInfo("NVLink TREX error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    148: XidInfo("NVLink NVLPW control error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    149: XidInfo("NVLink NETIR error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    150: XidInfo("NVLink MSE error", "hardware",
-                 "RESET_GPU: NVLink error (Blackwell); check the link and the NVLink switch tray"),
-    154: XidInfo("GPU recovery action changed", "informational",
-                 "follow the recovery action it names (GPU reset required, node reboot required, drain and "
-                 "reset); fails unless the new action is None"),
+    fails: bool | None  # None: decided per event (see classify_one)
+    reason: str
+
+
+# Acceptance policy, not NVIDIA's catalogue: each entry says why it differs from rule 5.
+POLICY_OVERRIDES: dict[int, Override] = {
+    45: Override(False, "the catalogue's WORKFLOW_XID_45 reads 'Solo: RESTART_FM, Not Solo: IGNORE (follow other "
+                        "Xid)'; the driver logs Xid 45 whenever it tears down a killed application (Ctrl-C, SIGKILL, "
+                        "a probe's own watchdog), so it is recorded and the Xid that caused it is judged on its own"),
+    154: Override(None, "the catalogue's XID_154 bucket reads 'Follow XID 154 reported guidance': the event fails "
+                        "unless the recovery action it announces is 'None'"),
 }
+
+
+def _data(name: str):
+    return resources.files("gpuaccept").joinpath("data", name)
+
+
+def _rows(name: str):
+    with _data(name).open(encoding="utf-8", newline="") as f:
+        yield from csv.DictReader(line for line in f if not line.startswith("#"))
+
+
+@lru_cache(maxsize=None)
+def load_catalog() -> dict[int, CatalogEntry]:
+    """NVIDIA's Xid Catalog from ``gpuaccept/data/xid_catalog.csv``: Xid number -> :class:`CatalogEntry`.
+
+    Raises ValueError when a row has no number or a number twice (the data file is broken).
+    """
+    out: dict[int, CatalogEntry] = {}
+    for row in _rows("xid_catalog.csv"):
+        xid = int(row["xid"])
+        if xid in out:
+            raise ValueError(f"xid_catalog.csv: Xid {xid} twice")
+        out[xid] = CatalogEntry(
+            xid, row["mnemonic"], row["description"],
+            {k.upper(): row[k] == "YES" for k in ("a100", "h100", "b100", "gb200")},
+            row["immediate"], row["investigatory"], row["xid154_linkage"])
+    return out
+
+
+@lru_cache(maxsize=None)
+def load_buckets() -> dict[str, str]:
+    """Resolution bucket -> NVIDIA's action text, from ``gpuaccept/data/xid_resolution_buckets.csv``."""
+    return {row["bucket"]: row["action"] for row in _rows("xid_resolution_buckets.csv")}
+
+
+@lru_cache(maxsize=None)
+def load_sxid_guidance() -> dict:
+    """NVIDIA's SXid guidance from ``gpuaccept/data/sxid_guidance.yaml`` (keys: source, severities, ...)."""
+    with _data("sxid_guidance.yaml").open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
 
 # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
 _RECOVERY_TO_RE = re.compile(r"\bto\s+(?:0x[0-9a-fA-F]+\s*)?\((?P<action>[^)]*)\)")
@@ -134,42 +125,102 @@ def recovery_action(msg: str) -> str | None:
     return m.group("action").strip() if m else None
 
 
+def _action_text(bucket: str) -> str:
+    text = load_buckets().get(bucket, "")
+    return f"{bucket}: {text}" if text and text != bucket else bucket
+
+
+def _raw(event: dict) -> str:
+    return event.get("line") or event.get("msg") or ""
+
+
 def classify_one(event: dict) -> dict:
-    """One event with ``name``, ``category``, ``fails``, ``action`` and an operator ``message`` added."""
+    """One Xid event with the verdict added (see the module docstring for the rules).
+
+    ``event``: a dict from the ``xid_events`` probe (``xid`` int or None, ``pci_bus_id``, ``msg``, ``line``,
+    ``continuation``). Added keys: ``name`` (NVIDIA's description), ``mnemonic``, ``bucket`` (immediate),
+    ``investigatory``, ``rule`` ("no number" | "policy" | "unknown" | "no bucket" | "catalogue"), ``fails``
+    (bool), ``action`` and an operator ``message``. Never raises on a malformed event.
+    """
     out = dict(event)
-    xid = event.get("xid")
     where = event.get("pci_bus_id") or "?"
     try:
-        xid = int(xid)
+        xid = int(event.get("xid"))
     except (TypeError, ValueError):
         xid = None
-    info = XID_CATALOGUE.get(xid) if xid is not None else None
-    if info is None:
-        out.update(name="unknown Xid", category="unknown", fails=True,
-                   action=f"look it up in NVIDIA's XID catalogue ({CATALOGUE_URL})")
-        out["message"] = (f"Xid {xid if xid is not None else event.get('xid')!r} on {where} is not in gpuaccept's "
-                          f"catalogue: treated as a failure (see {CATALOGUE_URL}); log: {event.get('msg', '')}")
+    if xid is None:
+        out.update(name="Xid without a number", mnemonic=None, bucket=None, investigatory=None, rule="no number",
+                   fails=True, action=f"read the raw line; NVIDIA's catalogue: {CATALOGUE_URL}")
+        out["message"] = (f"Xid line without a readable number on {where}: treated as a failure (it cannot be "
+                          f"looked up); log: {_raw(event)}")
         return out
-    fails = info.category in FAILING_CATEGORIES
-    category = info.category
-    if xid == 154:
-        action = recovery_action(" ".join([event.get("msg") or ""] + list(event.get("continuation") or [])))
-        fails = action is None or action.lower() != "none"
-        if fails:
-            category = "driver"
-    out.update(name=info.name, category=category, fails=fails, action=info.action)
+    entry = load_catalog().get(xid)
+    name = entry.description if entry else "unknown Xid"
+    out.update(name=name, mnemonic=entry.mnemonic if entry else None, bucket=entry.immediate if entry else None,
+               investigatory=entry.investigatory if entry else None)
+    log = event.get("msg", "")
+    override = POLICY_OVERRIDES.get(xid)
+    if override is not None:
+        fails = override.fails
+        if fails is None:  # Xid 154: the announced recovery action decides
+            announced = recovery_action(" ".join([log or ""] + list(event.get("continuation") or [])))
+            fails = announced is None or announced.lower() != "none"
+            action = f"recovery action announced: {announced or 'not readable'}"
+        else:
+            action = _action_text(entry.immediate) if entry else "see the policy reason"
+        out.update(rule="policy", fails=fails, action=action)
+        verdict = "fails" if fails else "recorded"
+        out["message"] = (f"Xid {xid} on {where}: {name} ({verdict} by gpuaccept policy: {override.reason}); "
+                          f"action: {action}; log: {log}")
+        return out
+    if entry is None:
+        out.update(rule="unknown", fails=True, action=f"look it up in NVIDIA's Xid catalogue ({CATALOGUE_URL})")
+        out["message"] = (f"Xid {xid} on {where} is not in NVIDIA's Xid catalogue as gpuaccept carries it: treated "
+                          f"as a failure (see {CATALOGUE_URL}); log: {_raw(event)}")
+        return out
+    if not entry.immediate:
+        out.update(rule="no bucket", fails=True, action=f"NVIDIA's catalogue gives none; see {CATALOGUE_URL}")
+        out["message"] = (f"Xid {xid} on {where}: {name} ({entry.mnemonic}); NVIDIA's catalogue gives no immediate "
+                          f"action for it: treated as a failure; log: {log}")
+        return out
+    fails = entry.immediate not in RECORDED_BUCKETS
+    out.update(rule="catalogue", fails=fails, action=_action_text(entry.immediate))
     verdict = "fails" if fails else "recorded"
-    out["message"] = (f"Xid {xid} on {where}: {info.name} ({category}, {verdict}); action: {info.action}; "
-                      f"log: {event.get('msg', '')}")
+    out["message"] = (f"Xid {xid} on {where}: {name} ({entry.mnemonic}, immediate action {entry.immediate}, "
+                      f"{verdict}); log: {log}")
     return out
 
 
 def classify(events: list[dict]) -> list[dict]:
-    """Classify ``xid_events`` probe events (see gpuaccept/probes/xid_events.py).
-
-    Each returned dict is the event plus ``name``, ``category`` (hardware | driver | application |
-    informational | unknown), ``fails`` (bool), ``action`` and ``message``. Hardware and driver faults fail;
-    application and informational XIDs are recorded only; unknown numbers fail (conservative). Xid 154
-    fails unless the recovery action it announces is "None".
-    """
+    """:func:`classify_one` for each ``xid_events`` probe event, in order."""
     return [classify_one(e) for e in events]
+
+
+def classify_sxid(event: dict) -> dict:
+    """One SXid event (from the probe's ``sxid_events``) with ``fails``, ``severity_rule``, ``guidance`` (NVIDIA's
+    text for that severity) and ``message`` added. ``severity`` "Fatal" fails, "Non-fatal" is recorded, none stated fails (module docstring).
+
+    The message names the switch (driver instance and PCI bus id), the SXid, the link and the log text.
+    """
+    out = dict(event)
+    guide = load_sxid_guidance()
+    sev = (event.get("severity") or "").strip().lower()
+    link = event.get("link")
+    where = (f"NVSwitch {event.get('switch') or '?'} ({event.get('pci_bus_id') or '?'})"
+             + (f" link {link}" if link is not None else " (no link named)"))
+    known = guide["severities"].get(sev)
+    if known is None:
+        out.update(fails=True, severity_rule="no severity stated", guidance=f"see {SXID_GUIDE_URL}")
+        out["message"] = (f"SXid {event.get('sxid')} on {where}: the line states neither Fatal nor Non-fatal: "
+                          f"treated as a failure; log: {_raw(event)}")
+        return out
+    out.update(fails=bool(known["fails"]), severity_rule=sev, guidance=known["guidance"])
+    verdict = "fails" if known["fails"] else "recorded"
+    out["message"] = (f"SXid {event.get('sxid')} ({event.get('severity')}) on {where}: {event.get('msg', '')} "
+                      f"({verdict}; NVIDIA Fabric Manager guide: {known['action']})")
+    return out
+
+
+def classify_sxids(events: list[dict]) -> list[dict]:
+    """:func:`classify_sxid` for each SXid event, in order."""
+    return [classify_sxid(e) for e in events]

@@ -7,9 +7,10 @@ import pytest
 from gpuaccept import health
 from gpuaccept.errors import ThresholdError
 from gpuaccept.node import Node
+from gpuaccept.probes._pci import normalize_bus_id
 from gpuaccept.readings import is_lost, number, present, typed
 from gpuaccept.sku import detect_gpu
-from gpuaccept.xid import classify
+from gpuaccept.xid import classify, classify_sxids
 
 pytestmark = pytest.mark.health
 
@@ -106,19 +107,25 @@ def test_fabric(node: Node, gpus, sku, verdicts):
 
 
 def test_xid_events(node: Node, gpus, run_started, request, verdicts):
-    """XID events in the kernel log since the run began (or --xid-window seconds): hardware and driver
-    XIDs fail, application XIDs are recorded. An unreadable log is an error, never "0 XIDs"."""
+    """Xid and NVSwitch SXid events in the kernel log since the run began (or --xid-window seconds), judged
+    by NVIDIA's Xid Catalog (immediate action IGNORE/RESTART_APP recorded, the rest fail; gpuaccept/xid.py)
+    and the Fabric Manager guide (fatal SXids fail naming switch and link). An unreadable log is an error,
+    never "0 XIDs"."""
     window = request.config.getoption("xid_window")
     since = run_started - window if window else run_started
     doc = node.probe("xid_events", {"since_epoch": since})
-    by_bus = {str(g.get("pci_bus_id")).lower(): g for g in gpus}
+    by_bus = {k: g for g in gpus if (k := normalize_bus_id(g.get("pci_bus_id")))}
     verdicts.record("xid_log_source", doc.get("source"))
     events = classify(doc.get("events") or [])
     verdicts.record("xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
-        g = by_bus.get(str(ev.get("pci_bus_id")).lower())
-        if ev.get("fails"):
-            verdicts.fail(ev.get("message") or f"Xid {ev.get('xid')}", gpu=g)
+        if ev["fails"]:
+            verdicts.fail(ev["message"], gpu=by_bus.get(normalize_bus_id(ev.get("pci_bus_id"))))
+    sxids = classify_sxids(doc.get("sxid_events") or [])
+    verdicts.record("sxid_events", len(sxids), "events", extra={"events": sxids[:50]})
+    for ev in sxids:
+        if ev["fails"]:
+            verdicts.fail(ev["message"])
     verdicts.finish()
 
 

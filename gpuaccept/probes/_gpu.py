@@ -41,8 +41,10 @@ def select_gpus(device: str, gpus) -> list[int]:
 
 def pci_bus_id(props) -> str | None:
     """NVML-style PCI bus id ("00000000:1B:00.0") from torch device properties, if torch has them."""
+    from _pci import from_parts  # imported here: the one PCI normaliser, see _pci.py
+
     try:
-        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        return from_parts(props.pci_domain_id, props.pci_bus_id, props.pci_device_id, 0)
     except AttributeError:
         return None
 

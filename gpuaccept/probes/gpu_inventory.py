@@ -76,10 +76,6 @@ _NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 # nvmlDeviceGetNvLinkState: at most NVML_NVLINK_MAX_LINKS links (18 in NVML 12, 36 in NVML 13).
 _NVLINK_MAX_LINKS_FALLBACK = 18
 
-_PCI_BUS_ID_RE = re.compile(
-    r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})(?:\.(?P<fn>[0-7]))?$"
-)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # pure helpers (imported by the tests)
@@ -89,18 +85,11 @@ def normalize_bus_id(bus_id) -> str | None:
     """Normalize a PCI bus id to NVML's ``DDDDDDDD:BB:DD.F`` upper-case form (``00000000:19:00.0``).
 
     Accepts the NVML form, the legacy ``DDDD:BB:DD.F`` form and the kernel log's ``DDDD:BB:DD`` form.
-    Returns None for anything else.
+    Returns None for anything else. The one normaliser is ``_pci.normalize_bus_id``.
     """
-    if bus_id is None:
-        return None
-    s = text(bus_id).strip()
-    if s.upper().startswith("PCI:"):
-        s = s[4:]
-    m = _PCI_BUS_ID_RE.match(s)
-    if not m:
-        return None
-    dom = int(m.group("dom") or "0", 16)
-    return "%08X:%02X:%02X.%X" % (dom, int(m.group("bus"), 16), int(m.group("dev"), 16), int(m.group("fn") or "0"))
+    from _pci import normalize_bus_id as canonical  # imported here: the one PCI normaliser, see _pci.py
+
+    return canonical(bus_id)
 
 
 def decode_clock_reasons(mask: int) -> list[str]:

@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""NVLink / GPU-to-GPU topology probe (NVML), with optional P2P bandwidth measured through torch.
+"""NVLink link state, error counters and GPU-to-GPU topology (NVML). One measurement: what NVML says.
 
 Run on the node as ``python3 nvlink.py '<json args>'``. Args (all optional)::
 
-    {"sample_seconds": float,   # read the link error counters twice, this far apart; adds errors_delta
-     "p2p_bandwidth": bool,     # also measure GPU-to-GPU copy bandwidth with torch (needs CUDA torch)
-     "bytes": int,              # bytes per copy for the bandwidth test (default 1 GiB)
-     "iters": int, "reps": int} # copies per timed run (default 5), timed runs per figure (default 5)
+    {"sample_seconds": float}   # read the link error counters twice, this far apart; adds errors_delta
+
+GPU-to-GPU copy bandwidth is the ``p2p_bandwidth`` probe's (torch).
 
 Output::
 
@@ -24,8 +23,7 @@ Output::
                 "nvlink": bool, "nvlink_via": "direct" | "nvswitch" | None, "nvlink_count": int,
                 "topo": "NV18" | "PHB" | ...,          # what `nvidia-smi topo -m` would print
                 "p2p": {"read", "write", "nvlink", "atomics"}}],   # status names, or nvml_error
-     "p2p_bandwidth": [{"a", "b", "unidir_gbps", "bidir_gbps", "peer_access"}],  # only when asked
-     "p2p_bandwidth_error": str}                                                 # when it could not run
+     "sample_seconds": float}                                 # only with sample_seconds
 
 A GPU without NVLink (every link answers "Not Supported", e.g. a one-GPU VM) has ``nvlink_supported``
 false, ``links`` empty and ``active_count`` ``{"nvml_error": "Not Supported"}``: never a silent 0.
@@ -36,16 +34,15 @@ nvmlDeviceGetNvLinkVersion, nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDeviceGetNv
 nvmlDeviceGetNvLinkErrorCounter (nvmlNvLinkErrorCounter_t), nvmlDeviceGetFieldValues (NVML_FI_DEV_NVLINK_*),
 nvmlDeviceGetTopologyCommonAncestor (nvmlGpuTopologyLevel_t), nvmlDeviceGetP2PStatus
 (nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t); the topology abbreviations are the legend of
-``nvidia-smi topo -m``. Standard library + pynvml (+ torch for the bandwidth test only).
+``nvidia-smi topo -m``. Standard library + pynvml.
 """
 from __future__ import annotations
 
-import re
-import statistics
 import time
 
 from _nvml import call, is_error, nvml_error, text
-from _probe import ProbeFailed, log, run
+from _pci import normalize_bus_id as _canonical_bus_id
+from _probe import ProbeFailed, reject_unknown, run
 
 # nvmlGpuTopologyLevel_t -> nvidia-smi topo -m abbreviation (NVML API reference; nvidia-smi topo legend).
 TOPOLOGY_LEVELS = {
@@ -86,27 +83,16 @@ FI_NVLINK_GET_SPEED = 164  # NVML_FI_DEV_NVLINK_GET_SPEED, scopeId = link (NVML 
 _NVML_ERROR_INVALID_ARGUMENT = 2
 _NVLINK_MAX_LINKS_FALLBACK = 18
 
-_PCI_BUS_ID_RE = re.compile(
-    r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})(?:\.(?P<fn>[0-7]))?$"
-)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # pure helpers (imported by the tests)
 
 
 def normalize_bus_id(bus_id) -> str | None:
-    """Normalize a PCI bus id to ``DDDDDDDD:BB:DD.F`` upper case; None when it is not one."""
-    if bus_id is None or is_error(bus_id):
+    """Normalize a PCI bus id to ``DDDDDDDD:BB:DD.F`` upper case (_pci.py); None when it is not one."""
+    if is_error(bus_id):
         return None
-    s = text(bus_id).strip()
-    if s.upper().startswith("PCI:"):
-        s = s[4:]
-    m = _PCI_BUS_ID_RE.match(s)
-    if not m:
-        return None
-    dom = int(m.group("dom") or "0", 16)
-    return "%08X:%02X:%02X.%X" % (dom, int(m.group("bus"), 16), int(m.group("dev"), 16), int(m.group("fn") or "0"))
+    return _canonical_bus_id(text(bus_id) if isinstance(bus_id, bytes) else bus_id)
 
 
 def topology_name(level) -> str:
@@ -278,111 +264,12 @@ def pair_info(nv, ha, hb) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# P2P bandwidth (torch)
-
-
-def _median_ms(torch, fn, stream, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        fn()
-        end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def measure_p2p_bandwidth(nbytes: int, iters: int = 5, reps: int = 5) -> list:
-    """GPU-to-GPU copy bandwidth for every ordered pair, in GB/s (1e9 bytes/s).
-
-    unidir: ``dst.copy_(src, non_blocking=True)`` from GPU a to GPU b, ``iters`` copies per timed run, timed
-    with CUDA events on a's copy stream after a warm-up, median of ``reps`` runs. bidir: a->b and b->a at
-    once on separate streams (torch copies on the source device's current stream and fences the
-    destination's current stream, so each direction gets its own pair of streams), total bytes / time.
-    bidir is measured once per unordered pair and reported on both ordered records. torch enables peer
-    access itself; ``peer_access`` is torch.cuda.can_device_access_peer.
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch has no CUDA device (torch.cuda.is_available() is false)")
-    n = torch.cuda.device_count()
-    src = [torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{d}") for d in range(n)]
-    dst = [torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{d}") for d in range(n)]
-    streams = {(d, k): torch.cuda.Stream(device=d) for d in range(n) for k in ("a", "b")}
-
-    def copy(a, b, sa, sb):
-        with torch.cuda.stream(sa), torch.cuda.stream(sb):
-            dst[b].copy_(src[a], non_blocking=True)
-
-    def unidir(a, b):
-        sa, sb = streams[(a, "a")], streams[(b, "a")]
-
-        def loop():
-            for _ in range(iters):
-                copy(a, b, sa, sb)
-
-        loop()  # warm-up (also enables peer access)
-        torch.cuda.synchronize(a)
-        torch.cuda.synchronize(b)
-        ms = _median_ms(torch, loop, sa, reps)
-        return nbytes * iters / (ms / 1e3) / 1e9
-
-    def bidir(a, b):
-        s_ab = (streams[(a, "a")], streams[(b, "a")])  # a->b: copies on a's stream, fences b's
-        s_ba = (streams[(b, "b")], streams[(a, "b")])  # b->a: copies on b's stream, fences a's
-
-        def loop():
-            start_evt = torch.cuda.Event()
-            start_evt.record(s_ab[0])
-            s_ba[0].wait_event(start_evt)  # b->a starts when the timed run starts
-            for _ in range(iters):
-                copy(a, b, *s_ab)
-                copy(b, a, *s_ba)
-            done_ba = torch.cuda.Event()
-            done_ba.record(s_ba[0])
-            s_ab[0].wait_event(done_ba)  # the end event on a's stream waits for both directions
-
-        loop()
-        torch.cuda.synchronize(a)
-        torch.cuda.synchronize(b)
-        ms = _median_ms(torch, loop, s_ab[0], reps)
-        return 2 * nbytes * iters / (ms / 1e3) / 1e9
-
-    results = {}
-    for a in range(n):
-        for b in range(n):
-            if a == b:
-                continue
-            rec = {"a": a, "b": b, "peer_access": bool(torch.cuda.can_device_access_peer(a, b))}
-            try:
-                rec["unidir_gbps"] = round(unidir(a, b), 2)
-            except Exception as e:
-                rec["unidir_gbps"] = None
-                rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
-            results[(a, b)] = rec
-    for a in range(n):
-        for b in range(a + 1, n):
-            try:
-                v = round(bidir(a, b), 2)
-            except Exception as e:
-                v = None
-                for key in ((a, b), (b, a)):
-                    results[key].setdefault("error", f"bidir: {type(e).__name__}: {e}".splitlines()[0])
-            results[(a, b)]["bidir_gbps"] = results[(b, a)]["bidir_gbps"] = v
-    del src, dst
-    torch.cuda.empty_cache()
-    return [results[k] for k in sorted(results)]
-
-
-# ---------------------------------------------------------------------------------------------------------
 # the probe
 
 
 def main(args: dict) -> dict:
     """Probe entry point: the document described in the module docstring."""
+    reject_unknown(args, {"sample_seconds"})
     try:
         import pynvml as nv
     except ImportError:
@@ -445,19 +332,6 @@ def _probe(nv, args: dict) -> dict:
             pair["topo"] = topo_label(pair)
             doc["pairs"].append(pair)
 
-    if args.get("p2p_bandwidth"):
-        nbytes = int(args.get("bytes") or (1 << 30))
-        try:
-            t0 = time.time()
-            doc["p2p_bandwidth"] = measure_p2p_bandwidth(nbytes, int(args.get("iters") or 5), int(args.get("reps") or 5))
-            doc["p2p_bandwidth_bytes"] = nbytes
-            log(f"p2p bandwidth: {len(doc['p2p_bandwidth'])} ordered pairs in {time.time() - t0:.1f}s")
-        except ImportError:
-            doc["p2p_bandwidth"] = []
-            doc["p2p_bandwidth_error"] = "torch not installed"
-        except Exception as e:
-            doc["p2p_bandwidth"] = []
-            doc["p2p_bandwidth_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
     return doc
 
 

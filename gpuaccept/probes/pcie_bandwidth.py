@@ -55,8 +55,9 @@ def gbps(nbytes: float, seconds: float) -> float:
 
 def sysfs_pci_name(bus_id: str) -> str:
     """sysfs device name ("0000:1b:00.0") of a bus id in NVML ("00000000:1B:00.0") or sysfs form."""
-    domain, bus, devfn = bus_id.strip().split(":")
-    return f"{int(domain, 16):04x}:{bus.lower()}:{devfn.lower()}"
+    from _pci import sysfs_name  # imported here: the one PCI normaliser, see _pci.py
+
+    return sysfs_name(bus_id)
 
 
 def parse_cpulist(text: str) -> list[int]:

@@ -61,8 +61,9 @@ def _read(path: str) -> str | None:
 
 def sysfs_bdf(bus_id: str) -> str:
     """sysfs form ("0000:19:00.0") of an NVML bus id ("00000000:19:00.0")."""
-    dom, bus, devfn = bus_id.strip().split(":")
-    return f"{int(dom, 16):04x}:{bus.lower()}:{devfn.lower()}"
+    from _pci import sysfs_name  # imported here: the one PCI normaliser, see _pci.py
+
+    return sysfs_name(bus_id)
 
 
 def pci_chain(sysfs: str, bdf: str) -> tuple[str, list[str]] | None:

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""XID events from the kernel log (read-only).
+"""XID and SXid events from the kernel log (read-only).
 
-Run on the node as ``python3 xid_events.py '{"since_epoch": 1764447441.5}'`` (``since_epoch`` optional: without
-it the whole current boot is read). Sources, in order, first readable one wins:
+Run on the node as ``python3 xid_events.py '{"since_epoch": 1764447441.5}'``. Args (all optional)::
+
+    {"since_epoch": float,     # only lines from then on (without it: the whole current boot / file)
+     "sources": [str, ...]}    # log files to read instead of the default chain below (tests, saved logs)
+
+Sources, in order, first readable one wins:
 
 1. ``journalctl -k -o short-iso --no-pager [--since=@EPOCH]`` (the kernel messages of the current boot);
 2. ``dmesg --time-format iso`` (the kernel ring buffer), filtered by time here;
@@ -17,28 +21,42 @@ log is never reported as "0 events".
 
 Output::
 
-    {"source": "journalctl" | "dmesg" | "/var/log/kern.log" | "/var/log/messages",
+    {"source": "journalctl" | "dmesg" | "/var/log/kern.log" | "/var/log/messages" | <a path from "sources">,
      "since_epoch": float | None,
      "lines_scanned": int,                 # log lines in the window
      "events": [{"time": ISO-8601 UTC | raw timestamp | None, "epoch": float | None,
-                 "pci_bus_id": "00000000:19:00.0",   # NVML's bus id form, to match gpu_inventory
+                 "pci_bus_id": "00000000:19:00.0",   # NVML's bus id form (_pci.py), to match gpu_inventory
                  "pci_raw": "0000:19:00",            # as logged
-                 "xid": int, "pid": int | None, "process_name": str | None,
+                 "xid": int | None,                  # None: an Xid line whose number could not be read
+                 "pid": int | None, "process_name": str | None,
                  "msg": str,                         # the text after "Xid (...): N, [pid=..., name=...,]"
                  "continuation": [str],              # following NVRM lines about the same event
                  "uuid": "GPU-..." | None,           # from a preceding "NVRM: GPU at PCI:...: GPU-..." line
-                 "inferred": bool,                   # true: "GPU has fallen off the bus" without an Xid line
+                 "inferred": bool,                   # true: "fallen off the bus" without an Xid line (-> 79)
                  "line": str}],                      # the raw first line
+     "sxid_events": [{"time", "epoch", "switch": "nvidia-nvswitch3",
+                      "pci_bus_id": "00000000:C1:00.0", "pci_raw": "0000:c1:00.0",   # the NVSwitch's
+                      "sxid": int, "severity": "Fatal" | "Non-fatal" | None,       # None: not stated
+                      "link": int | None, "msg": str, "continuation": [str], "line": str}],
      "attempts": [{"source", "ok": bool, "error": str, "lines": int}]}
 
-Line formats handled (NVIDIA driver, open-gpu-kernel-modules ``nv_report_error``/``nvErrorLog`` output)::
+Line formats handled (NVIDIA driver, open-gpu-kernel-modules ``nv_report_error``/``nvErrorLog`` output; the
+NVSwitch format from NVIDIA's Fabric Manager User Guide, "Runtime NVSwitch and GPU Errors")::
 
     NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
     NVRM: Xid (PCI:0000:af:00): 13, pid=23187, name=python3, Graphics SM Warp Exception on (GPC 0, ...)
+    NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). ...   (MIG)
     NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007 ...                       (old drivers)
+    NVRM: Xid (PCI:0000:19:00): <no number>                                      (-> xid None)
     NVRM: GPU 0000:19:00.0: GPU has fallen off the bus.                           (-> xid 79)
     NVRM: GPU at 0000:01:00.0 has fallen off the bus.                              (old drivers, -> xid 79)
+    NVRM: The NVIDIA GPU 0000:b3:00.0                                              (three lines, from
+    NVRM: (PCI ID: 10de:26b5) installed in this system has                         nv.c, no Xid number:
+    NVRM: fallen off the bus and is not responding to commands.                    -> xid 79 on b3:00.0)
     NVRM: GPU at PCI:0000:19:00: GPU-6a1f...                                       (uuid of the next Xid)
+    nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore MCTO (First)
+    nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 Sub-engine instance 00
+    nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED                  (no severity stated)
 
 Parsing is in pure functions (parse_timestamp, parse_kernel_log, ...) imported by the tests.
 Standard library only.
@@ -51,18 +69,27 @@ import re
 import subprocess
 import time
 
-from _probe import ProbeFailed, log, run
+from _pci import normalize_bus_id
+from _probe import ProbeFailed, log, reject_unknown, run
 
 CONTINUATION_WINDOW_S = 10.0  # an NVRM line this close after an Xid line, on no other device, belongs to it
 SAME_XID_MERGE_S = 2.0  # the same Xid on the same GPU this close after the first line: the same report
+ARG_KEYS = {"since_epoch", "sources"}
 FILE_TAIL_BYTES = 64 << 20
 COMMAND_TIMEOUT_S = 30
 
 _PCI = r"(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
-XID_RE = re.compile(r"NVRM: Xid \(" + _PCI + r"\):\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*))?$")
+_XID_HEAD = r"NVRM: Xid \(" + _PCI + r"(?:\s+[^)]*)?\)"  # "(PCI:0000:01:00 GPU-I:05)" under MIG
+XID_RE = re.compile(_XID_HEAD + r":\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*))?$")
+XID_NO_NUMBER_RE = re.compile(_XID_HEAD + r":?\s*(?P<rest>.*)$")
 OFF_BUS_RE = re.compile(r"NVRM: GPU (?:at )?" + _PCI + r":? (?:GPU )?has fallen off the bus")
+THE_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU " + _PCI + r"\b")  # first line of nv.c's off-the-bus message
+FALLEN_TEXT = "fallen off the bus"
 GPU_AT_UUID_RE = re.compile(r"NVRM: GPU at " + _PCI + r":\s*(?P<uuid>GPU-[0-9a-fA-F-]+)")
 ANY_PCI_RE = re.compile(r"(?<![0-9a-fA-F:])(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?![0-9a-fA-F])")
+SXID_RE = re.compile(r"(?P<switch>nvidia-nvswitch\d+): SXid \(" + _PCI + r"\):\s*(?P<sxid>\d+)\s*,?\s*(?P<rest>.*)$")
+SXID_HEAD_RE = re.compile(r"^(?P<sev>Fatal|Non-fatal)\s*,\s*(?:Link\s+(?P<link>\d+)\b\s*)?(?P<msg>.*)$", re.I)
+SXID_LINK_RE = re.compile(r"\bLink\s+(?P<link>\d+)\b")
 PID_NAME_RE = re.compile(r"^pid=(?P<pid>'[^']*'|<[^>]*>|[^,\s]*)\s*,\s*(?:name=(?P<name>[^,]*?)\s*,\s*)?(?P<msg>.*)$")
 
 _ISO_RE = re.compile(
@@ -78,11 +105,8 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 
 
 def normalize_pci(pci: str) -> str:
-    """Kernel-log PCI address (``0000:19:00`` or ``0000:19:00.0``) -> NVML form ``00000000:19:00.0``."""
-    parts = pci.split(":")
-    dom, bus, rest = parts[0], parts[1], parts[2]
-    dev, _, fn = rest.partition(".")
-    return "%08X:%02X:%02X.%X" % (int(dom, 16), int(bus, 16), int(dev, 16), int(fn or "0"))
+    """Kernel-log PCI address (``0000:19:00`` or ``0000:19:00.0``) -> NVML form ``00000000:19:00.0`` (_pci.py)."""
+    return normalize_bus_id(pci) or pci
 
 
 def parse_timestamp(line: str, now: float | None = None) -> tuple[float | None, str | None, str]:
@@ -152,21 +176,56 @@ def _nvrm_part(line: str) -> str | None:
     return None if i < 0 else line[i:]
 
 
-def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None = None) -> tuple[list, int]:
-    """Parse kernel log lines into XID events; returns (events, lines scanned).
+def _new_event(epoch, ts_text, pci_raw: str, xid, msg: str, line: str, uuids: dict, *, pid=None, name=None,
+               inferred: bool = False) -> dict:
+    pci = normalize_pci(pci_raw)
+    return {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch, "pci_bus_id": pci,
+            "pci_raw": pci_raw, "xid": xid, "pid": pid, "process_name": name, "msg": msg, "continuation": [],
+            "uuid": uuids.get(pci), "inferred": inferred, "line": line}
+
+
+def _near(ev, epoch, window: float) -> bool:
+    return ev is not None and (epoch is None or ev["epoch"] is None or epoch - ev["epoch"] <= window)
+
+
+def parse_log(lines, since_epoch: float | None = None, now: float | None = None) -> dict:
+    """Parse kernel log lines into Xid and SXid events.
+
+    ``lines``: iterable of str (one log line each, timestamp first as journalctl/dmesg/syslog write it).
+    Returns ``{"events": [...], "sxid_events": [...], "lines_scanned": int}`` (shapes in the module docstring).
 
     Lines with a timestamp before ``since_epoch`` are skipped (lines without a parsable timestamp are
     kept). Continuation: an NVRM line that is not itself an Xid, that follows an event within
     CONTINUATION_WINDOW_S and names no other device is appended to that event's ``continuation``; so is a
     repeated Xid line of the same number on the same device within SAME_XID_MERGE_S (the driver prints a
     multi-line Xid 13 as several "Xid ...: 13," lines) and a "GPU has fallen off the bus" line after an
-    Xid 79 of the same GPU. A fallen-off-the-bus line with no
-    Xid 79 before it becomes an event of its own (``xid`` 79, ``inferred`` true).
+    Xid 79 of the same GPU. A fallen-off-the-bus message with no Xid 79 before it (one line, or nv.c's
+    three lines "The NVIDIA GPU <bdf>" ... "fallen off the bus and is not responding to commands") becomes
+    an event of its own (``xid`` 79, ``inferred`` true); an Xid 79 line that follows it merges into it.
+    An "NVRM: Xid (...)" line whose number cannot be read is an event with ``xid`` None and its raw line.
+    SXid lines: a line stating Fatal/Non-fatal opens an event; a later line of the same switch and SXid
+    within CONTINUATION_WINDOW_S that states no severity ("Severity 0 Engine instance ...", "Data {...}")
+    is its continuation; one with no such event before it is an event with ``severity`` None.
     """
     events: list = []
+    sxids: list = []
     scanned = 0
     open_ev = None
+    open_sx = None
+    off_bus = None  # {"pci_raw", "epoch", "ts", "line", "parts"}: a "The NVIDIA GPU <bdf>" line waiting for its end
     uuids: dict = {}
+
+    def finish_off_bus():
+        nonlocal open_ev
+        pci = normalize_pci(off_bus["pci_raw"])
+        if _near(open_ev, off_bus["epoch"], CONTINUATION_WINDOW_S) and open_ev["pci_bus_id"] == pci \
+                and open_ev["xid"] == 79:
+            open_ev["continuation"].append(" ".join(off_bus["parts"]))
+            return
+        open_ev = _new_event(off_bus["epoch"], off_bus["ts"], off_bus["pci_raw"], 79, " ".join(off_bus["parts"]),
+                             off_bus["line"], uuids, inferred=True)
+        events.append(open_ev)
+
     for raw in lines:
         line = raw.rstrip("\r\n")
         if not line.strip() or line.startswith("-- "):  # journalctl "-- No entries --", "-- Boot ... --"
@@ -175,42 +234,73 @@ def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None 
         if since_epoch is not None and epoch is not None and epoch < since_epoch:
             continue
         scanned += 1
+
+        m = SXID_RE.search(line)
+        if m:
+            sxid, rest = int(m.group("sxid")), m.group("rest").strip()
+            head = SXID_HEAD_RE.match(rest)
+            if head is None and _near(open_sx, epoch, CONTINUATION_WINDOW_S) \
+                    and open_sx["switch"] == m.group("switch") and open_sx["sxid"] == sxid:
+                open_sx["continuation"].append(rest)
+                continue
+            link = head.group("link") if head else (SXID_LINK_RE.search(rest).group("link")
+                                                   if SXID_LINK_RE.search(rest) else None)
+            sev = head.group("sev") if head else None
+            open_sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
+                       "switch": m.group("switch"), "pci_bus_id": normalize_pci(m.group("pci")),
+                       "pci_raw": m.group("pci"), "sxid": sxid,
+                       "severity": ("Fatal" if sev.lower() == "fatal" else "Non-fatal") if sev else None,
+                       "link": int(link) if link is not None else None,
+                       "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
+            sxids.append(open_sx)
+            continue
+
         nvrm = _nvrm_part(line)
         if nvrm is None:
             continue
-        near = open_ev is not None and (
-            epoch is None or open_ev["epoch"] is None or epoch - open_ev["epoch"] <= CONTINUATION_WINDOW_S)
+        body = nvrm[len("NVRM: "):]
 
+        if off_bus is not None:  # the rest of nv.c's three-line message
+            if _near(off_bus, epoch, CONTINUATION_WINDOW_S) and not THE_GPU_RE.search(nvrm) \
+                    and not XID_NO_NUMBER_RE.search(nvrm):
+                off_bus["parts"].append(body)
+                if FALLEN_TEXT in body:
+                    finish_off_bus()
+                    off_bus = None
+                continue
+            off_bus = None  # never said "fallen off the bus": some other message
+
+        m = THE_GPU_RE.search(nvrm)
+        if m:
+            off_bus = {"pci_raw": m.group("pci"), "epoch": epoch, "ts": ts_text, "line": line, "parts": [body]}
+            if FALLEN_TEXT in body:  # the one-line form
+                finish_off_bus()
+                off_bus = None
+            continue
+
+        near = _near(open_ev, epoch, CONTINUATION_WINDOW_S)
         m = XID_RE.search(nvrm)
         if m:
             pci = normalize_pci(m.group("pci"))
             xid = int(m.group("xid"))
-            rest = m.group("rest") or ""
-            pid, name, msg = parse_xid_rest(rest)
+            pid, name, msg = parse_xid_rest(m.group("rest") or "")
             if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == xid:
                 if open_ev.get("inferred") and xid == 79:  # the Xid 79 line came after the off-bus line
                     open_ev["continuation"].insert(0, open_ev["msg"])
                     open_ev.update(inferred=False, pid=pid, process_name=name, msg=msg, line=line)
                     continue
-                if epoch is None or open_ev["epoch"] is None or epoch - open_ev["epoch"] <= SAME_XID_MERGE_S:
+                if _near(open_ev, epoch, SAME_XID_MERGE_S):
                     open_ev["continuation"].append(msg)  # one multi-line report (e.g. Xid 13 SM + ESR lines)
                     if open_ev["pid"] is None and pid is not None:
                         open_ev.update(pid=pid, process_name=name)
                     continue
-            open_ev = {
-                "time": iso_utc(epoch) if epoch is not None else ts_text,
-                "epoch": epoch,
-                "pci_bus_id": pci,
-                "pci_raw": m.group("pci"),
-                "xid": xid,
-                "pid": pid,
-                "process_name": name,
-                "msg": msg,
-                "continuation": [],
-                "uuid": uuids.get(pci),
-                "inferred": False,
-                "line": line,
-            }
+            open_ev = _new_event(epoch, ts_text, m.group("pci"), xid, msg, line, uuids, pid=pid, name=name)
+            events.append(open_ev)
+            continue
+
+        m = XID_NO_NUMBER_RE.search(nvrm)
+        if m:  # "NVRM: Xid (PCI:...)" without a readable number: kept with its raw text
+            open_ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("rest").strip(), line, uuids)
             events.append(open_ev)
             continue
 
@@ -224,22 +314,9 @@ def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None 
         if m:
             pci = normalize_pci(m.group("pci"))
             if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == 79:
-                open_ev["continuation"].append(nvrm[len("NVRM: "):])
+                open_ev["continuation"].append(body)
                 continue
-            open_ev = {
-                "time": iso_utc(epoch) if epoch is not None else ts_text,
-                "epoch": epoch,
-                "pci_bus_id": pci,
-                "pci_raw": m.group("pci"),
-                "xid": 79,
-                "pid": None,
-                "process_name": None,
-                "msg": nvrm[len("NVRM: "):],
-                "continuation": [],
-                "uuid": uuids.get(pci),
-                "inferred": True,
-                "line": line,
-            }
+            open_ev = _new_event(epoch, ts_text, m.group("pci"), 79, body, line, uuids, inferred=True)
             events.append(open_ev)
             continue
 
@@ -250,8 +327,14 @@ def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None 
         if any(p != open_ev["pci_bus_id"] for p in other):
             open_ev = None  # a line about another GPU ends the message
             continue
-        open_ev["continuation"].append(nvrm[len("NVRM: "):])
-    return events, scanned
+        open_ev["continuation"].append(body)
+    return {"events": events, "sxid_events": sxids, "lines_scanned": scanned}
+
+
+def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None = None) -> tuple[list, int]:
+    """(Xid events, lines scanned) of :func:`parse_log`: the Xid half, for callers that need no SXids."""
+    doc = parse_log(lines, since_epoch, now)
+    return doc["events"], doc["lines_scanned"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -318,14 +401,21 @@ def _short(e: BaseException) -> str:
 
 def main(args: dict) -> dict:
     """Probe entry point: the document described in the module docstring."""
+    reject_unknown(args, ARG_KEYS)
     since = args.get("since_epoch")
     since = float(since) if since is not None else None
-    sources = [
-        ("journalctl", lambda: read_journalctl(since)),
-        ("dmesg", read_dmesg),
-        ("/var/log/kern.log", lambda: read_file("/var/log/kern.log")),
-        ("/var/log/messages", lambda: read_file("/var/log/messages")),
-    ]
+    paths = args.get("sources")
+    if paths is not None:
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+            raise ProbeFailed(f"sources must be a non-empty list of file paths, got {paths!r}")
+        sources = [(p, (lambda p=p: read_file(p))) for p in paths]
+    else:
+        sources = [
+            ("journalctl", lambda: read_journalctl(since)),
+            ("dmesg", read_dmesg),
+            ("/var/log/kern.log", lambda: read_file("/var/log/kern.log")),
+            ("/var/log/messages", lambda: read_file("/var/log/messages")),
+        ]
     attempts = []
     empty = None  # first readable source that had no line in the window
     for name, read in sources:
@@ -335,9 +425,11 @@ def main(args: dict) -> dict:
             attempts.append({"source": name, "ok": False, "error": _short(e)})
             log(f"{name}: {_short(e)}")
             continue
-        events, scanned = parse_kernel_log(lines, since)
+        parsed = parse_log(lines, since)
+        scanned = parsed["lines_scanned"]
         attempts.append({"source": name, "ok": True, "lines": scanned})
-        doc = {"source": name, "since_epoch": since, "lines_scanned": scanned, "events": events, "attempts": attempts}
+        doc = {"source": name, "since_epoch": since, "lines_scanned": scanned, "events": parsed["events"],
+               "sxid_events": parsed["sxid_events"], "attempts": attempts}
         if scanned == 0:
             if empty is None:
                 empty = doc

@@ -1,0 +1,144 @@
+"""Judging the nvlink layer (pure): NVLink links per GPU, GPU-pair topology, P2P copy bandwidth.
+
+Each function takes probe documents (``nvlink``, ``p2p_bandwidth``) and the SKU's threshold file and returns
+:class:`gpuaccept.health.Finding` objects for the suite to ``apply``. Nothing here does I/O.
+
+NVLink expectations are by SKU, not by link number: which link slots are populated depends on the board and
+the bridge (an H100 NVL pair uses 12 of the 18 slots, and not necessarily slots 0-11), so the active-link
+count is judged against the SKU's ``nvlink_active_links`` limit, and individual link ids only when the SKU
+file lists them in ``expect.nvlink_link_ids``.
+"""
+from __future__ import annotations
+
+from .health import Finding, nvml_error
+from .thresholds import SkuSpec, judge
+
+
+def _remote(link: dict) -> str:
+    r = link.get("remote_pci_bus_id")
+    return f"remote {r}" if isinstance(r, str) else f"remote unreadable ({nvml_error(r) or 'no reading'})"
+
+
+def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Finding]:
+    """Findings for one GPU of the ``nvlink`` probe document.
+
+    ``gpu``: one entry of the probe's ``gpus`` list; ``window_s``: seconds between the two counter reads
+    (the probe's ``sample_seconds``) or None when the counters were read once. Rules:
+
+    - no NVML handle (GPU lost) fails with NVML's words;
+    - ``active_count`` unreadable fails naming NVML's text (an NVLink SKU must be able to say its links);
+    - ``active_count`` judged against ``nvlink_active_links`` (ThresholdError when the SKU file lacks it);
+      when it is short and the SKU lists no link ids, the inactive slots are named as a diagnosis;
+    - ``expect.nvlink_link_ids``: each listed link must be reported and active;
+    - error counters growing while watched: any link recovery fails; CRC and replay rates (errors/s) are
+      judged against ``nvlink_crc_errors_per_s`` / ``nvlink_replay_errors_per_s`` where the SKU has them.
+    """
+    out: list[Finding] = []
+    limit = sku.limit("nvlink_active_links")
+    lost = nvml_error(gpu.get("handle"))
+    if lost:
+        return [Finding("nvlink_active_links", None, "links", failure=f"no NVML handle ({lost}): NVLink not readable")]
+    active = gpu.get("active_count")
+    why = nvml_error(active)
+    if why or not isinstance(active, int) or isinstance(active, bool):
+        said = why or repr(active)
+        out.append(Finding("nvlink_active_links", active, "links",
+                           failure=f"NVLink state unreadable: NVML says '{said}' "
+                                   f"(the SKU expects {limit.describe()} active)"))
+        return out
+    out.append(Finding("nvlink_active_links", active, "links", limit=limit,
+                       extra={"speed_mbps": gpu.get("speed_mbps_common"), "link_count": gpu.get("link_count")}))
+    per_link = {lk.get("link"): lk for lk in gpu.get("links") or []}
+    ids = sku.expect.get("nvlink_link_ids")
+    if ids:
+        for i in ids:
+            lk = per_link.get(i)
+            if lk is None:
+                out.append(Finding("nvlink_link", None, failure=f"NVLink {i} not reported by NVML "
+                                                                f"(the SKU file lists links {list(ids)})"))
+            elif nvml_error(lk.get("active")):
+                out.append(Finding("nvlink_link", lk.get("active"), extra={"link": i},
+                                   failure=f"NVLink {i} state unreadable: NVML says '{nvml_error(lk['active'])}'"))
+            elif lk.get("active") is not True:
+                out.append(Finding("nvlink_link", False, extra={"link": i},
+                                   failure=f"NVLink {i} inactive ({_remote(lk)}); the SKU file lists links {list(ids)}"))
+    elif not judge(limit, active).passed:
+        idle = [i for i, lk in sorted(per_link.items()) if lk.get("active") is False]
+        if idle:
+            out.append(Finding("nvlink_inactive_slots", idle, extra={"note": "the SKU file lists no link ids"},
+                               failure="inactive NVLink slot(s): " + ", ".join(
+                                   f"NVLink {i} inactive ({_remote(per_link[i])})" for i in idle)))
+    for i, lk in sorted(per_link.items()):
+        delta = {k: v for k, v in (lk.get("errors_delta") or {}).items()
+                 if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+        if delta.get("recovery"):
+            out.append(Finding("nvlink_recoveries", delta["recovery"], "recoveries", extra={"link": i},
+                               failure=f"NVLink {i} needed {delta['recovery']} link recoveries while watched"
+                                       + (f" ({window_s:g} s)" if window_s else "")))
+        if not window_s:
+            continue
+        for kind, keys in (("crc", ("crc_flit", "crc_data")), ("replay", ("replay",))):
+            rate = sum(delta.get(k, 0) for k in keys) / window_s
+            lim = sku.checks.get(f"nvlink_{kind}_errors_per_s")
+            if rate and lim is not None:
+                out.append(Finding(f"nvlink_{kind}_errors_per_s", round(rate, 2), "errors/s", limit=lim,
+                                   extra={"link": i}))
+    return out
+
+
+def missing_gpus(nvml_indices, measured_indices, what: str) -> list[Finding]:
+    """A failure naming every NVML GPU index that has no entry in a probe document (absence is no pass)."""
+    missing = sorted(set(nvml_indices) - set(measured_indices))
+    if not missing:
+        return []
+    return [Finding(f"{what}_gpus_missing", missing,
+                    failure=f"{what}: no reading for NVML GPU(s) {', '.join(map(str, missing))}")]
+
+
+def topology(pairs: list[dict], sku: SkuSpec) -> list[Finding]:
+    """Each GPU pair of the ``nvlink`` probe: its ``nvidia-smi topo -m`` label recorded; on NVLink/NVSwitch
+    SKUs every pair must be NVLink-connected with P2P read and write "OK" (NVML's P2P status names)."""
+    out: list[Finding] = []
+    need = bool(sku.expect.get("nvswitch") or sku.expect.get("nvlink_links"))
+    for p in pairs:
+        label = f"GPU {p['a']} <-> GPU {p['b']}"
+        failure = None
+        if need and not p.get("nvlink"):
+            failure = f"{label} not NVLink-connected (topology {p.get('common_ancestor')})"
+        bad = {k: v for k, v in (p.get("p2p") or {}).items() if k in ("read", "write") and v != "OK"}
+        if need and bad:
+            failure = (failure + "; " if failure else "") + f"{label} P2P not available: {bad}"
+        out.append(Finding("topology", p.get("topo") or p.get("common_ancestor"),
+                           extra={"pair": [p["a"], p["b"]], "p2p": p.get("p2p")}, failure=failure))
+    return out
+
+
+def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
+    """Findings for the ``p2p_bandwidth`` probe document: every ordered pair of NVML GPUs measured, each
+    unidir/bidir GB/s against the SKU's ``p2p_unidir_bw_gbps`` / ``p2p_bidir_bw_gbps`` (ThresholdError when
+    the SKU file lacks them), the worst pair named, and a pair's measurement error reported as a failure."""
+    out: list[Finding] = []
+    pairs = doc.get("pairs") or []
+    want = {(a, b) for a in nvml_indices for b in nvml_indices if a != b}
+    have = {(p.get("a"), p.get("b")) for p in pairs}
+    if want - have:
+        out.append(Finding("p2p_pairs_missing", sorted(want - have), failure="P2P bandwidth not measured for "
+                           + ", ".join(f"GPU {a} -> GPU {b}" for a, b in sorted(want - have))))
+    for p in pairs:
+        if p.get("error"):
+            out.append(Finding("p2p_error", p["error"], extra={"pair": [p["a"], p["b"]]},
+                               failure=f"P2P GPU {p['a']} -> GPU {p['b']}: {p['error']}"))
+    for kind in ("unidir", "bidir"):
+        check = f"p2p_{kind}_bw_gbps"
+        limit = sku.limit(check)
+        for p in pairs:
+            out.append(Finding(check, p.get(f"{kind}_gbps"), "GB/s", limit=limit, extra={"pair": [p["a"], p["b"]]}))
+        vals = [p for p in pairs if isinstance(p.get(f"{kind}_gbps"), (int, float))]
+        if vals:
+            worst = min(vals, key=lambda p: p[f"{kind}_gbps"])
+            v = worst[f"{kind}_gbps"]
+            failure = None if judge(limit, v).passed else \
+                f"worst {kind} pair GPU {worst['a']} -> GPU {worst['b']}: {v:g} GB/s ({limit.describe()})"
+            out.append(Finding(f"{check}_worst_pair", v, "GB/s", failure=failure,
+                               extra={"pair": f"GPU {worst['a']} -> GPU {worst['b']}"}))
+    return out

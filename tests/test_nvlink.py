@@ -1,0 +1,200 @@
+"""NVLink judging (gpuaccept/nvlink_judge.py) on the real 2xH200 nvlink/p2p_bandwidth documents
+(tests/data/replay-h200x2) and copies altered the way sick or differently-built nodes read; the P2P bandwidth
+arithmetic as a pure function; the p2p_bandwidth probe on this CUDA-less machine; NVLink pair logic."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+
+from gpuaccept import nvlink_judge as nj
+from gpuaccept.errors import ThresholdError
+from gpuaccept.thresholds import judge, load_sku_file
+from probe_helpers import DATA, ROOT, load_probe, run_probe
+
+nvl = load_probe("nvlink")
+p2p = load_probe("p2p_bandwidth")
+
+REPLAY = DATA / "replay-h200x2"
+H200 = load_sku_file(str(ROOT / "thresholds" / "h200-sxm-141gb.yaml"))
+H100_NVL = load_sku_file(str(ROOT / "thresholds" / "h100-nvl-94gb.yaml"))
+
+
+def saved(name: str) -> dict:
+    return json.loads((REPLAY / name).read_text())["doc"]
+
+
+def nvlink_doc() -> dict:
+    return saved("nvlink-80c5152746.json")  # sample_seconds 2.0
+
+
+def failures(findings) -> list[str]:
+    """Every failure the suite would report for these findings (own failures and figures outside limits)."""
+    out = [f.failure for f in findings if f.failure]
+    out += [judge(f.limit, f.value).message for f in findings
+            if f.limit is not None and not judge(f.limit, f.value if isinstance(f.value, (int, float)) else None).passed]
+    return out
+
+
+def with_expect(sku, **expect):
+    return dataclasses.replace(sku, expect={**sku.expect, **expect})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# links
+
+
+def test_healthy_h200_links_pass():
+    doc = nvlink_doc()
+    for g in doc["gpus"]:
+        found = nj.links(g, H200, doc["sample_seconds"])
+        assert failures(found) == []
+        (count,) = [f for f in found if f.check == "nvlink_active_links"]
+        assert count.value == 18 and count.limit.bound == 18
+
+
+def test_short_count_fails_and_names_the_inactive_slot():
+    g = copy.deepcopy(nvlink_doc()["gpus"][0])
+    g["links"][5]["active"] = False
+    g["active_count"] = 17
+    got = failures(nj.links(g, H200, 2.0))
+    assert "nvlink_active_links 17 links < min 18 links" in got
+    assert any(m.startswith("inactive NVLink slot(s): NVLink 5 inactive (remote FFFFFFFF:FF:FF.0)") for m in got)
+
+
+def test_h100_nvl_pair_with_12_of_18_slots_not_0_to_11_passes():
+    """An H100 NVL bridge pair populates 12 of the 18 slots, not necessarily 0-11: the count decides."""
+    g = copy.deepcopy(nvlink_doc()["gpus"][0])
+    for lk in g["links"]:
+        lk["active"] = lk["link"] >= 6
+    g["active_count"] = 12
+    assert failures(nj.links(g, H100_NVL, 2.0)) == []
+
+
+def test_listed_link_ids_are_judged_one_by_one():
+    g = copy.deepcopy(nvlink_doc()["gpus"][0])
+    for lk in g["links"]:
+        lk["active"] = lk["link"] >= 6
+    g["active_count"] = 12
+    sku = with_expect(H100_NVL, nvlink_link_ids=list(range(12)))
+    got = failures(nj.links(g, sku, 2.0))
+    assert len(got) == 6
+    assert got[0] == ("NVLink 0 inactive (remote FFFFFFFF:FF:FF.0); the SKU file lists links "
+                      "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]")
+    sku = with_expect(H100_NVL, nvlink_link_ids=list(range(6, 18)))
+    assert failures(nj.links(g, sku, 2.0)) == []
+
+
+def test_unreadable_links_name_nvmls_text():
+    g = {"index": 1, "pci_bus_id": "00000000:00:07.0", "active_count": {"nvml_error": "Unknown Error"}, "links": []}
+    assert failures(nj.links(g, H200)) == [
+        "NVLink state unreadable: NVML says 'Unknown Error' (the SKU expects >= 18 links active)"]
+    lost = {"index": 1, "handle": {"nvml_error": "GPU is lost"}, "links": [], "active_count": {"nvml_error": "GPU is lost"}}
+    assert failures(nj.links(lost, H200)) == ["no NVML handle (GPU is lost): NVLink not readable"]
+    g = copy.deepcopy(nvlink_doc()["gpus"][0])
+    g["links"][2]["active"] = {"nvml_error": "Unknown Error"}
+    assert failures(nj.links(g, with_expect(H200, nvlink_link_ids=[2]), 2.0)) == [
+        "NVLink 2 state unreadable: NVML says 'Unknown Error'"]
+
+
+def test_growing_error_counters_fail():
+    g = copy.deepcopy(nvlink_doc()["gpus"][1])
+    g["links"][3]["errors_delta"] = {"replay": 40, "recovery": 1, "crc_flit": 300, "crc_data": 0}
+    got = failures(nj.links(g, H200, 2.0))
+    assert "NVLink 3 needed 1 link recoveries while watched (2 s)" in got
+    assert "nvlink_crc_errors_per_s 150 errors/s > max 100 errors/s" in got
+    assert "nvlink_replay_errors_per_s 20 errors/s > max 10 errors/s" in got
+
+
+def test_every_nvml_gpu_needs_a_reading():
+    assert nj.missing_gpus([0, 1], [0, 1], "nvlink") == []
+    (f,) = nj.missing_gpus([0, 1, 2], [0], "nvlink")
+    assert f.failure == "nvlink: no reading for NVML GPU(s) 1, 2"
+
+
+def test_topology():
+    pairs = nvlink_doc()["pairs"]
+    assert failures(nj.topology(pairs, H200)) == []
+    sick = copy.deepcopy(pairs)
+    sick[0].update(nvlink=False, common_ancestor="SYS")
+    sick[0]["p2p"]["read"] = "CHIPSET_NOT_SUPPORTED"
+    assert failures(nj.topology(sick, H200)) == [
+        "GPU 0 <-> GPU 1 not NVLink-connected (topology SYS); GPU 0 <-> GPU 1 P2P not available: "
+        "{'read': 'CHIPSET_NOT_SUPPORTED'}"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# P2P bandwidth
+
+
+def p2p_doc() -> dict:
+    return saved("p2p_bandwidth-bf21a9e8fb.json")
+
+
+def test_healthy_p2p_passes_and_names_the_worst_pair():
+    found = nj.p2p_bandwidth(p2p_doc(), H200, [0, 1])
+    assert failures(found) == []
+    worst = {f.check: f for f in found if f.check.endswith("_worst_pair")}
+    assert worst["p2p_unidir_bw_gbps_worst_pair"].value == 390.98
+    assert worst["p2p_unidir_bw_gbps_worst_pair"].extra == {"pair": "GPU 0 -> GPU 1"}
+
+
+def test_slow_missing_and_failed_pairs():
+    doc = p2p_doc()
+    doc["pairs"][0]["unidir_gbps"] = 120.0
+    got = failures(nj.p2p_bandwidth(doc, H200, [0, 1]))
+    assert "worst unidir pair GPU 0 -> GPU 1: 120 GB/s (>= 340 GB/s)" in got
+    assert "p2p_unidir_bw_gbps 120 GB/s < min 340 GB/s" in got
+    doc = p2p_doc()
+    doc["pairs"] = doc["pairs"][:1]
+    assert "P2P bandwidth not measured for GPU 1 -> GPU 0" in failures(nj.p2p_bandwidth(doc, H200, [0, 1]))
+    doc = p2p_doc()
+    doc["pairs"][1].update(unidir_gbps=None, error="RuntimeError: CUDA error: peer access is not supported")
+    got = failures(nj.p2p_bandwidth(doc, H200, [0, 1]))
+    assert "P2P GPU 1 -> GPU 0: RuntimeError: CUDA error: peer access is not supported" in got
+    assert "p2p_unidir_bw_gbps: no value measured (limit >= 340 GB/s)" in got
+
+
+def test_p2p_without_a_limit_is_an_error_not_a_pass():
+    sku = dataclasses.replace(H200, checks={k: v for k, v in H200.checks.items() if k != "p2p_bidir_bw_gbps"})
+    with pytest.raises(ThresholdError, match="no limit for check 'p2p_bidir_bw_gbps'"):
+        nj.p2p_bandwidth(p2p_doc(), sku, [0, 1])
+
+
+def test_copy_gbps_arithmetic():
+    # 5 copies of 1 GiB in 10 ms = 536.87 GB/s (1e9 bytes/s); bidir moves twice the bytes in the same time
+    assert p2p.copy_gbps(1 << 30, 5, 10.0) == pytest.approx(536.870912)
+    assert p2p.copy_gbps(1 << 30, 5, 10.0, directions=2) == pytest.approx(1073.741824)
+    with pytest.raises(ValueError):
+        p2p.copy_gbps(1 << 30, 5, 0.0)
+
+
+def test_p2p_probe_without_cuda_fails_cleanly():
+    rc, doc, stderr = run_probe("p2p_bandwidth", {"bytes": 1 << 20})
+    assert rc == 1 and doc["failed"] is True
+    assert doc["msg"].startswith(("no CUDA device visible to torch", "torch not installed"))
+    assert "Traceback" not in stderr
+
+
+def test_p2p_probe_refuses_unknown_arguments():
+    rc, doc, _ = run_probe("p2p_bandwidth", {"p2p_bandwidth": True})
+    assert rc == 1 and doc["msg"] == "unknown argument(s): p2p_bandwidth"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NVLink pairs (probe-side pure helpers)
+
+
+def test_pair_nvlink_through_nvswitch():
+    links = [{"link": i, "active": True, "remote_pci_bus_id": "00000000:C5:00.0", "remote_device_type": "SWITCH"}
+             for i in range(18)]
+    links_b = [dict(lk) for lk in links]
+    links_b[5]["active"] = False
+    got = nvl.pair_nvlink(links, links_b, "00000000:18:00.0", "00000000:2A:00.0",
+                          {"00000000:18:00.0", "00000000:2A:00.0"}, "OK")
+    assert got == {"nvlink": True, "nvlink_via": "nvswitch", "nvlink_count": 17}
+    assert nvl.topo_label(dict(got, common_ancestor="SYS")) == "NV17"
+    none = nvl.pair_nvlink([], [], "00000000:18:00.0", "00000000:2A:00.0", set(), None)
+    assert nvl.topo_label(dict(none, common_ancestor="SYS")) == "SYS"

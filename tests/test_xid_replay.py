@@ -1,0 +1,57 @@
+"""The health suite's test_xid_events end to end, judged from the real 2xH200 capture (tests/data/replay-h200x2)
+and from copies whose xid_events document is what the real probe reads from fixture log text: NVSwitch SXid
+lines, an Xid line without a number, "fallen off the bus" messages with no Xid number. Before and after:
+
+- healthy capture (no event): passed, before and after;
+- kern-sxid-offbus.log: before, only Xid 200 (unknown) and the Xid 79 line on DB:00 failed; the SXid lines,
+  the number-less Xid line and the off-the-bus messages on B3:00 and 5D:00 went unseen. Now each fails with its
+  own line, and the non-fatal SXid and the RESTART_APP Xid 13 are recorded only.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from probe_helpers import DATA, load_probe
+from test_e2e import junit, make_project, run_pytest
+
+xev = load_probe("xid_events")
+REPLAY = DATA / "replay-h200x2"
+
+
+def run_xid_test(tmp_path: Path, captures: Path) -> dict:
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} gpu_sku=h200-sxm-141gb "
+                   "gpus_per_node=2\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "xid_events")
+    (case,) = [c for c in junit(rep / "junit-health.xml") if c["name"].startswith("test_xid_events")]
+    return {"rc": res.returncode, **case}
+
+
+def test_healthy_capture_has_no_xid_and_passes(tmp_path):
+    got = run_xid_test(tmp_path, REPLAY)
+    assert got["rc"] == 0 and got["outcome"] == "passed", got["text"]
+
+
+def test_sxid_nonumber_and_off_bus_lines_fail_with_one_line_each(tmp_path):
+    captures = tmp_path / "captures"
+    shutil.copytree(REPLAY, captures)
+    (saved_path,) = captures.glob("xid_events-*.json")
+    saved = json.loads(saved_path.read_text())
+    saved["doc"] = xev.main({"sources": [str(DATA / "kern-sxid-offbus.log")]})  # the real probe on the fixture
+    saved_path.write_text(json.dumps(saved))
+    got = run_xid_test(tmp_path / "run", captures)
+    assert got["rc"] == 1 and got["outcome"] == "failure"
+    text = got["text"]
+    assert "SXid 20034 (Fatal) on NVSwitch nvidia-nvswitch0 (00000000:C2:00.0) link 28: LTSSM Fault Up" in text
+    assert "SXid 26006 on NVSwitch nvidia-nvswitch1 (00000004:00:00.0) (no link named): the line states neither" in text
+    assert "SXid 28006" not in text  # non-fatal: recorded only
+    assert "Xid line without a readable number on 00000000:3B:00.0: treated as a failure" in text
+    assert "Xid 79 on 00000000:B3:00.0: GPU has fallen off the bus (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, " \
+           "immediate action RESTART_BM, fails)" in text
+    assert "Xid 79 on 00000000:5D:00.0" in text and "Xid 79 on 00000000:DB:00.0" in text
+    assert "Xid 200 on 00000000:1B:00.0 is not in NVIDIA's Xid catalogue" in text
+    assert "Xid 13 on" not in text  # RESTART_APP: recorded only
+    assert "Traceback" not in text and "KeyError" not in text
