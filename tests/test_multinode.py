@@ -25,7 +25,8 @@ from gpuaccept import multinode as mn
 from gpuaccept.inventory import load_inventory
 from gpuaccept.nccl_table import parse_table
 from gpuaccept.node import Node
-from gpuaccept.probes.nccl_allreduce import EXIT_SPLIT_WORLD, rank_evidence, world_problems
+from gpuaccept.probes._nccl_world import world_problems
+from gpuaccept.probes._supervisor import EXIT_SPLIT_WORLD, rank_evidence
 from gpuaccept.transport import get_transport
 from sshd import SSHD, SshNode, _keygen, _wait_port, client_key, start_sshd, write_known_hosts
 from test_e2e import junit, make_project, run_pytest
