@@ -109,14 +109,15 @@ _BOOTSTRAP = re.compile(r"^Bootstrap\s*: Using\s+([^\s:]+):(\S+?)(?:<\d+>)?\s*$"
 def parse_net_devices(lines) -> dict:
     """The network devices NCCL says it uses, from its INFO lines (any mix of ranks, other lines ignored).
 
-    Returns ``{"ib": [{"name": "mlx5_0", "port": 1, "link": "IB"}, ...], "socket": [{"name": "eth0",
-    "address": "10.0.0.1"}, ...], "oob_interface": "eth0" | None, "bootstrap_interface": "eth0" | None,
+    Returns ``{"ib": [{"name": "mlx5_0", "port": 1, "link": "IB"}, ...] | None, "socket": [{"name": "eth0",
+    "address": "10.0.0.1"}, ...] | None, "oob_interface": "eth0" | None, "bootstrap_interface": "eth0" | None,
     "bootstrap_address": "10.0.0.1" | None}``: each device once, in NCCL's index order (the first rank's line
     wins; all ranks of a host print the same list). Addresses keep NCCL's text without the ``<port>`` suffix
-    (IPv6 as NCCL prints it, e.g. ``fe80::1%eth1``).
+    (IPv6 as NCCL prints it, e.g. ``fe80::1%eth1``). ``None``: NCCL printed no such line (that transport was
+    not initialised); ``[]``: it did, and found no device (``NET/IB : Using [RO]; OOB ...``).
     """
-    ib: dict = {}
-    sock: dict = {}
+    ib: dict | None = None
+    sock: dict | None = None
     oob = boot = boot_addr = None
     for line in lines:
         mo = _NCCL_INFO.search(line)
@@ -126,15 +127,17 @@ def parse_net_devices(lines) -> dict:
         if m := _NET_USING.match(msg):
             kind, rest = m.group(1), m.group(2)
             if kind == "IB":
+                ib = {} if ib is None else ib
                 head, _, _ = rest.partition(";")
                 for d in _IB_DEV.finditer(head):
                     ib.setdefault(d.group(2), {"name": d.group(2), "port": int(d.group(3)), "link": d.group(4)})
                 if (o := _OOB.search(rest)) and oob is None:
                     oob = o.group(1)
             else:
+                sock = {} if sock is None else sock
                 for d in _SOCK_DEV.finditer(rest):
                     sock.setdefault(d.group(2), {"name": d.group(2), "address": d.group(3)})
         elif (m := _BOOTSTRAP.match(msg)) and boot is None:
             boot, boot_addr = m.group(1), m.group(2)
-    return {"ib": list(ib.values()), "socket": list(sock.values()), "oob_interface": oob,
+    return {"ib": None if ib is None else list(ib.values()), "socket": None if sock is None else list(sock.values()), "oob_interface": oob,
             "bootstrap_interface": boot, "bootstrap_address": boot_addr}
