@@ -65,9 +65,11 @@ def algorithm_problem(row: dict, doc: dict, floor_algo: str = JUDGED_ALGO, where
     return None
 
 
-def wrong_count(rows: list[dict]) -> tuple[int, list[str]]:
+def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
     """``(wrong elements over every row and column, problems)``: a row whose ``oop_wrong`` or ``ip_wrong`` is
-    missing or null (the correctness check did not run or was not reported) is a problem, never 0."""
+    missing or null (the correctness check did not run or was not reported) is a problem, never 0. When the
+    document's own ``wrong_total`` (``reported_total``) says more, that count is kept: any report of wrong
+    elements fails."""
     total, problems = 0, []
     for r in rows:
         for mode in ("oop", "ip"):
@@ -80,6 +82,8 @@ def wrong_count(rows: list[dict]) -> tuple[int, list[str]]:
                 total += v
     if not rows:
         problems.append("all-reduce document has no rows")
+    if isinstance(reported_total, int) and not isinstance(reported_total, bool) and reported_total > total:
+        total = reported_total
     return total, problems
 
 
@@ -87,26 +91,28 @@ def wrong_count(rows: list[dict]) -> tuple[int, list[str]]:
 # transports and network devices
 # ---------------------------------------------------------------------------------------------------------
 
-def transport_problem(transports: dict, expect: str | None, network_only: bool = False) -> str | None:
+def transport_problem(transports: dict, expect: str | None, network_only: bool = False,
+                      who: str | None = None) -> str | None:
     """Why NCCL's channels (``{"P2P/CUMEM/read": 24, "NET/IB/0/GDRDMA": 8, ...}``) do not match ``expect``
     (``"P2P"``, ``"IB"``, ``"NET/IB/GDRDMA"``, ``"Socket"``...), or None. One rule for one node and for many:
     every component of ``expect`` other than ``NET`` must be a component of every channel checked (case
     insensitive), so ``P2P`` refuses ``SHM/direct/direct``, ``IB`` refuses ``NET/Socket/0`` and
     ``NET/IB/GDRDMA`` refuses ``NET/IB/0`` (InfiniBand without GPUDirect RDMA). ``network_only``: only the
     ``NET/...`` channels (those that leave the host) are checked. No channel to check fails too (NCCL said
-    nothing: nothing to trust)."""
+    nothing: nothing to trust). ``who`` (e.g. the SKU) names whose expectation it is in the message."""
     if not expect:
         return None
+    expected = f"{who} expects {expect}" if who else f"{expect} is expected"
     want = [p.upper() for p in str(expect).split("/") if p and p.upper() != "NET"]
     seen = transports or {}
     checked = {t: n for t, n in seen.items() if t.upper().startswith("NET/")} if network_only else dict(seen)
     if not checked:
         kind = "network channel" if network_only else "channel"
         return (f"no {kind} in NCCL's INFO lines (transports seen: {', '.join(sorted(seen)) or 'none'}) "
-                f"where {expect} is expected")
+                f"where {expected}")
     bad = sorted(t for t in checked if not all(w in t.upper().split("/") for w in want))
     if bad:
-        return f"NCCL channels use {', '.join(bad)} where {expect} is expected"
+        return f"NCCL channels use {', '.join(bad)} where {expected}"
     return None
 
 

@@ -42,7 +42,7 @@ from .plan import DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, Settings
 
 MiB = 1 << 20
 #: probe arguments an inventory may set through nccl_internode_probe_args (the rest belong to the launcher)
-PROBE_ARG_KEYS = {"min_bytes", "max_bytes", "factor", "iters", "warmup", "reps", "dtype", "timeout_s", "api",
+PROBE_ARG_KEYS = {"backend", "min_bytes", "max_bytes", "factor", "iters", "warmup", "reps", "dtype", "timeout_s", "api",
                   "timer", "graph", "graph_max_bytes", "oop"}
 
 
