@@ -63,7 +63,7 @@ _NET_ERROR = re.compile(r"connection (closed|reset|refused|timed out)|reset by p
                         r"no route to host|network is unreachable|socket|gloo|tcpstore|store|recv|send|"
                         r"remote (process|error)|ncclRemoteError|DistNetworkError|DistStoreError|peer", re.I)
 _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
-_IPV6 = re.compile(r"(?<![\w:.])\[?([0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?:%[\w.-]+)?\]?")
+_IPV6 = re.compile(r"(?<![\w:.])\[?([0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:\.\d{1,3}){0,3})(?:%[\w.-]+)?\]?")
 
 
 def normalize_address(addr: str) -> str:
@@ -82,14 +82,13 @@ def normalize_address(addr: str) -> str:
 def addresses_in(text: str) -> list[str]:
     """IPv4 and IPv6 addresses named in ``text``, normalised (:func:`normalize_address`), in order, once
     each; unspecified addresses (0.0.0.0, ::) left out."""
-    out = []
-    for m in _IPV4.finditer(text):
-        out.append(m.group(1))
+    out = [(m.start(), m.group(1)) for m in _IPV4.finditer(text)]
     for m in _IPV6.finditer(text):
         try:
-            out.append(str(ipaddress.IPv6Address(m.group(1))))
+            out.append((m.start(), str(ipaddress.IPv6Address(m.group(1)))))
         except ValueError:
             continue
+    out = [a for _, a in sorted(out)]
     found = []
     for a in out:
         try:
