@@ -529,3 +529,44 @@ def test_gloo_document_says_api_torch():
     for r in doc["rows"]:
         assert len(r["oop_rank_time_us"]) == 2 and len(r["ip_rank_time_us"]) == 2
         assert math.isclose(r["ip_time_us"], max(r["ip_rank_time_us"]), rel_tol=1e-3, abs_tol=1e-3)
+
+
+# ------------------------------------------------------------------- one fact on both sides of the SSH line
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 16, 72, 1024])
+def test_controller_busbw_follows_the_node_copy(n):
+    """The node's ``busbw_factor`` is the source; the controller's ``nccl_table.busbw`` must agree with it
+    for every world size (nccl-tests src/all_reduce.cu AllReduceGetBw: 2(n-1)/n for every algorithm)."""
+    assert busbw(10.0, n) == pytest.approx(10.0 * probe.busbw_factor(n), rel=1e-12)
+    row = probe.make_row(1 << 30, 1 << 28, "float", n, 0.01, 0.01, 0, 0, False)
+    assert row["ip_busbw_gbps"] == pytest.approx(busbw(row["ip_algbw_gbps"], n), rel=1e-5, abs=1e-6)
+
+
+# ----------------------------------------------------------------- multi-node mode toward an IPv6 master
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_ipv6_master_interface_is_found_and_recorded():
+    """A one-host world in multi-node mode whose rendezvous is the IPv6 loopback: the probe finds the
+    interface toward it (lo) and reports it with the local address; the world check passes."""
+    if not _has_ipv6_loopback():
+        pytest.skip("no IPv6 loopback on this machine (::1 cannot be bound)")
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    args = dict(SMALL, max_bytes=4 * KIB, nnodes=1, node_rank=0, ranks_per_node=2, master_addr="::1",
+                master_port=port, marker="gpuaccept-ar-ipv6test", host="h1", hosts=["h1"], deadline_s=90)
+    rc, doc, err = run_probe(args)
+    assert rc == 0, err[-3000:]
+    assert doc["ok"] is True, doc.get("error")
+    assert doc["local_address"] == "::1" and doc["local_interface"] == "lo" and doc["gloo_ifname"] == "lo"
+    assert doc["hosts"] == ["h1"] and doc["world_size"] == 2 and doc["local_ranks"] == [0, 1]
+    assert [w["host"] for w in doc["world"]] == ["h1", "h1"]
+    assert not any("no interface found" in note for note in doc["notes"])
