@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from .. import nccl_judge
+from ..errors import ConfigError
 from ..nccl_table import RowNotFound, row_at
 from ..probes._supervisor import normalize_address
 
@@ -34,11 +35,15 @@ def nccl_environment(host_vars: dict) -> dict[str, str]:
     """NCCL variables for a host's ranks from its inventory vars: ``nccl_socket_ifname`` → NCCL_SOCKET_IFNAME,
     ``nccl_ib_hca`` → NCCL_IB_HCA, both in NCCL's exact-name form (``=mlx5_1``, not the prefix ``mlx5_1``
     that also takes ``mlx5_10``: :func:`gpuaccept.nccl_judge.exact_list`), and the ``nccl_env`` mapping for
-    anything else (e.g. NCCL_NVLS_ENABLE), passed as written. Raises ValueError on a malformed list."""
+    anything else (e.g. NCCL_NVLS_ENABLE), passed as written. Raises ConfigError naming the var on a malformed
+    list."""
     env = {str(k): str(v) for k, v in (host_vars.get("nccl_env") or {}).items()}
     for var, name in (("nccl_socket_ifname", "NCCL_SOCKET_IFNAME"), ("nccl_ib_hca", "NCCL_IB_HCA")):
         if host_vars.get(var):
-            env[name] = nccl_judge.exact_list(host_vars[var])
+            try:
+                env[name] = nccl_judge.exact_list(host_vars[var])
+            except ValueError as e:
+                raise ConfigError(f"host var {var}: {e}") from None
     return env
 
 
