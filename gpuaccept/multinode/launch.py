@@ -17,8 +17,8 @@ Failure handling, in order:
 * a port found taken on node 0 is retried with a fresh port (:data:`PORT_ATTEMPTS` in all);
 * after any failed collective every host that answers gets ``pkill -KILL`` of the marker (probes and workers),
   so nothing is left when the next collective starts;
-* :func:`~gpuaccept.multinode.plan.blame` (pure) names the culprit(s): hosts whose call raised (unreachable, timed out: "stopped
-  answering", the probe crashed), then hosts whose own ranks stalled or died (the probe's ``evidence:
+* :func:`~gpuaccept.multinode.plan.blame` (pure) names the culprit(s): hosts whose call raised (unreachable,
+  timed out: "stopped answering", the probe crashed), then hosts whose own ranks stalled or died (the probe's ``evidence:
   local``), else hosts whose address the others' network errors name; when nothing singles out a host, every
   failing host is listed and the result says so.
 
@@ -29,7 +29,8 @@ and one rank per host, naming a slow rail). Every collective runs with ``NCCL_AL
 ``nccl_env`` sets NCCL_ALGO: the inter-node limit is a Ring figure (see :mod:`gpuaccept.nccl_judge`).
 
 Figures follow nccl-tests (``doc/PERFORMANCE.md``): algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB/s =
-1e9 B/s; the judged figure is the in-place busbw at the limit's message size (:func:`~gpuaccept.multinode.plan.busbw_at`).
+1e9 B/s; the judged figure is the in-place busbw at the limit's message size
+(:func:`~gpuaccept.multinode.plan.busbw_at`).
 """
 from __future__ import annotations
 
@@ -227,10 +228,12 @@ def ring(nodes: list[Node], st: Settings) -> Collective:
 
 def run_concurrently(groups: list[list[Node]], st: Settings) -> list[Collective]:
     """Several collectives at once (disjoint groups), one thread each."""
+    def one(g: list[Node]) -> Collective:
+        env = {**pinned_env(nccl_environment(g[0].host.vars)), **st.env}
+        return run_collective(g, Settings(st.args, st.ranks_per_node, st.deadline_s, st.stall_s, env))
+
     with ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="mn-group") as ex:
-        return list(ex.map(lambda g: run_collective(g, Settings(st.args, st.ranks_per_node, st.deadline_s,
-                                                                st.stall_s, {**pinned_env(nccl_environment(g[0].host.vars)), **st.env})),
-                           groups))
+        return list(ex.map(one, groups))
 
 
 

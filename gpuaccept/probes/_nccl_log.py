@@ -139,5 +139,6 @@ def parse_net_devices(lines) -> dict:
                     sock.setdefault(d.group(2), {"name": d.group(2), "address": d.group(3)})
         elif (m := _BOOTSTRAP.match(msg)) and boot is None:
             boot, boot_addr = m.group(1), m.group(2)
-    return {"ib": None if ib is None else list(ib.values()), "socket": None if sock is None else list(sock.values()), "oob_interface": oob,
+    return {"ib": None if ib is None else list(ib.values()),
+            "socket": None if sock is None else list(sock.values()), "oob_interface": oob,
             "bootstrap_interface": boot, "bootstrap_address": boot_addr}

@@ -5,6 +5,13 @@ supervisor: it spawns ``world_size`` worker processes of this same file (``--wor
 its own process group, waits for them under a wall-clock deadline, kills every one of them on a hang or a
 death, and assembles the result document from rank 0's figures and the NCCL INFO lines of every rank.
 
+This file keeps the measurement (the worker, the sweep, the correctness pattern, the document). Shipped
+helpers beside it do the rest: ``_supervisor.py`` (spawn, supervise, report, kill: one sequence for one node
+and for one host of a multi-node world), ``_nccl.py`` (libnccl through ctypes), ``_nccl_log.py`` (NCCL's
+INFO lines: transports, algorithms, network devices) and ``_nccl_world.py`` (the multi-node world check and
+the interface toward the master, IPv4 or IPv6). ``busbw_factor`` here is the source of the busbw factor;
+the controller's ``gpuaccept.nccl_table.busbw`` is held to it by a test.
+
 Arguments (JSON object, every key optional)
 -------------------------------------------
 ==================  ===========================================================================================
@@ -127,18 +134,18 @@ environment, else the interface holding the local address this host uses to reac
 In this mode the probe always prints a document (rc 0) unless its arguments are wrong: ``ok`` true with the
 single-node fields (every host reports the rows, computed from all ranks' all-reduced times; transports
 and NCCL INFO facts from its OWN ranks' output only) plus ``node_rank``, ``nnodes``, ``ranks_per_node``,
-``local_ranks``, ``local_address``, ``world`` (the gathered identities); or ``ok`` false with ``outcome``
+``local_ranks``, ``local_address``, ``local_interface`` (toward the master), ``hosts``, ``marker``, ``world`` (the gathered identities); or ``ok`` false with ``outcome``
 (``failed`` | ``hung`` | ``stalled`` | ``split_world`` | ``addr_in_use`` | ``aborted``: SIGTERM from the
 controller), ``error`` (one line), ``evidence`` (``local``: a rank of this host stalled, died of a signal
 or failed with an error that is not a network error; ``peer``: its ranks failed with network errors,
-``peer_addresses`` lists the IPv4 addresses those errors name; ``none``), ``ranks`` (per local rank: rank,
+``peer_addresses`` lists the IPv4/IPv6 addresses those errors name; ``none``), ``ranks`` (per local rank: rank,
 rc, state, phase, heartbeat age in s, last line), ``local_address`` and ``transports`` so far.
 
 Result document
 ---------------
 ``{"backend", "world_size", "nccl_version", "nccl_version_full", "dtype", "transports": {"P2P/CUMEM": 48, ...},
 "transport_classes": {"P2P": 48}, "nccl_network", "algos": [{"coll", "bytes", "algo", "proto"}, ...],
-"nccl_env_seen": {"NCCL_NVLS_ENABLE": "0"}, "rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us",
+"nccl_env_seen": {"NCCL_NVLS_ENABLE": "0"}, "net_devices": {"ib", "socket", ...}, "rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us",
 "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong", "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps", "ip_wrong",
 "graph", "oop_algo", "ip_algo", "oop_rank_time_us", "ip_rank_time_us", ("oop_event_time_us", "ip_event_time_us":
 api nccl)}], "wrong_total", "avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup", "timing", "master_port",
