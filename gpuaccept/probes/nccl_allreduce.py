@@ -134,7 +134,8 @@ environment, else the interface holding the local address this host uses to reac
 In this mode the probe always prints a document (rc 0) unless its arguments are wrong: ``ok`` true with the
 single-node fields (every host reports the rows, computed from all ranks' all-reduced times; transports
 and NCCL INFO facts from its OWN ranks' output only) plus ``node_rank``, ``nnodes``, ``ranks_per_node``,
-``local_ranks``, ``local_address``, ``local_interface`` (toward the master), ``hosts``, ``marker``, ``world`` (the gathered identities); or ``ok`` false with ``outcome``
+``local_ranks``, ``local_address``, ``local_interface`` (toward the master), ``hosts``, ``marker``,
+``world`` (the gathered identities); or ``ok`` false with ``outcome``
 (``failed`` | ``hung`` | ``stalled`` | ``split_world`` | ``addr_in_use`` | ``aborted``: SIGTERM from the
 controller), ``error`` (one line), ``evidence`` (``local``: a rank of this host stalled, died of a signal
 or failed with an error that is not a network error; ``peer``: its ranks failed with network errors,
