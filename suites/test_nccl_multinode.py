@@ -194,7 +194,9 @@ def _pairwise(nodes, verdicts, hosts, st, group, notes):
         verdicts.fail(f"pairwise all-reduce: no pair passed to single out a host (seed {rep.seed}); unresolved: "
                       f"{', '.join(rep.status['unresolved'])}; "
                       + "; ".join(f"{a}+{b}: {p.why}" for p in bad[:4] for a, b in [p.pair]))
-    return []
+    # a pair whose documents disagree with the world launched has no figure: an error, not a slow pair
+    return [f"pair {a}+{b} (round {p.round}): " + "; ".join(p.world_problems)
+            for p in rep.pairs if p.world_problems for a, b in [p.pair]]
 
 
 def _rails(nodes, verdicts, hosts, st, group, notes):

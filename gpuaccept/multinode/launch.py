@@ -270,7 +270,8 @@ def pairwise(nodes: list[Node], st: Settings, at_bytes: int | None, limit: float
             passed, why = verdict[pair]
             if not col.ok:
                 why = col.message.replace("\n", "; ")
-            history.append(PairResult(rnd, pair, figures[pair], passed, why, col.wall_s, col.culprits))
+            history.append(PairResult(rnd, pair, figures[pair], passed, why, col.wall_s, col.culprits,
+                                      col.world_problems))
         status = pairwise_status(hosts, history, set(dead))
         if not status["unresolved"] or not status["good"]:
             break

@@ -248,6 +248,7 @@ class PairResult:
     why: str
     wall_s: float = 0.0
     culprits: list = field(default_factory=list)
+    world_problems: list = field(default_factory=list)
 
 
 def random_pairs(hosts: list[str], rng: random.Random) -> tuple[list[tuple[str, str]], list[str]]:
