@@ -41,8 +41,12 @@ def algbw(nbytes: int, seconds: float) -> float:
 def busbw(algbw_gbps: float, world_size: int) -> float:
     """All-reduce bus bandwidth in GB/s: ``algbw * 2(n-1)/n`` (nccl-tests doc/PERFORMANCE.md, "AllReduce").
 
-    One rank gives 0: nothing crosses a link. (nccl-tests uses ``(n-1)/(n+1)`` instead when NCCL_ALGO forces
-    NVLS/NVLSTree; this suite keeps NVLS off, so the ring formula applies.)
+    nccl-tests applies this one factor whatever algorithm NCCL ran (``src/all_reduce.cu`` ``AllReduceGetBw``:
+    ``factor = 2*(nranks - 1)/nranks``, NVIDIA/nccl-tests commit a0b82b2, read 2026-11-30): the factor is
+    exact for Ring, while an NVLS (NVSwitch multicast) figure can exceed the one-way link rate, so a busbw is
+    judged only against a floor for the algorithm that produced it (``gpuaccept.nccl_judge``). One rank gives
+    0: nothing crosses a link. The node-side copy, ``probes/nccl_allreduce.py`` ``busbw_factor``, is the
+    source; ``tests/test_nccl_probe.py`` holds this one to it. Raises ValueError for a world size < 1.
     """
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")

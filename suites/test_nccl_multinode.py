@@ -7,30 +7,11 @@ index to find a slow rail. algbw = bytes / time and busbw = algbw * 2(n-1)/n wit
 host, GB/s = 1e9 B/s, as nccl-tests defines them; the judged figure is the in-place busbw at the limit's
 message size. ``-s`` prints the nccl-tests table.
 
-Group vars (read from the first selected host; Ansible merges group vars into each host's):
-
-========================================  ===============================================================
-``nccl_internode_busbw_gbps``             min busbw, GB/s; none: figures recorded, not judged (pairwise and
-                                          rails then compare with the round's median instead)
-``nccl_internode_at_bytes``               message size judged, bytes; default the largest size measured
-``nccl_expect_transport``                 e.g. ``IB`` or ``NET/IB/GDRDMA``: every host's network channels
-                                          (NCCL_DEBUG=INFO) must use it, whatever the bandwidth
-``nccl_pairwise_slow_pct``                pairwise/rails without a limit: fails below this % of the median
-                                          (default 20)
-``nccl_pairwise_seed``                    seed of the random pairs (default random, always recorded)
-``nccl_pairwise_rounds``                  rounds at most (default 4)
-``nccl_ranks_per_node``                   ranks per host; default every GPU (nccl, gpus_per_node or NVML)
-                                          or 1 (gloo)
-``nccl_backend``                          ``nccl`` or ``gloo``; default nccl when every host has a GPU,
-                                          gloo (CPU tensors) when none has
-``nccl_internode_probe_args``             probe arguments: min_bytes, max_bytes, factor, iters, warmup,
-                                          dtype (default 1 MiB..4 GiB x4 for nccl, 64 KiB..4 MiB for gloo)
-``nccl_round_timeout_s``                  wall-clock limit of one collective, s (default --probe-timeout)
-``nccl_stall_s``                          a rank without heartbeat for this long stalls its host (default 60)
-``nccl_master_addr``                      rendezvous address of the first host (default its ansible_host)
-========================================  ===============================================================
-
-Host vars ``nccl_socket_ifname``, ``nccl_ib_hca``, ``nccl_env`` give each host's NCCL environment.
+Group vars (read from the first selected host; Ansible merges group vars into each host's): see
+``gpuaccept.multinode.settings`` (parsed and validated by ``multinode_settings``). Host vars
+``nccl_socket_ifname``, ``nccl_ib_hca`` (exact names, passed to NCCL in its ``=`` form and judged against the
+devices NCCL reports it used) and ``nccl_env`` give each host's NCCL environment. Failures name the host they
+are about; a world whose documents disagree with what was launched is an error, with no figure.
 """
 from __future__ import annotations
 
@@ -39,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gpuaccept import multinode as mn
-from gpuaccept.errors import ConfigError, GpuacceptError
+from gpuaccept import nccl_judge
+from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
 from gpuaccept.nccl_table import format_table
 from gpuaccept.node import Node
 from gpuaccept.thresholds import Limit
@@ -48,20 +30,34 @@ from gpuaccept.verdicts import Verdicts
 pytestmark = pytest.mark.nccl
 
 UNJUDGED = "no limit configured (group var nccl_internode_busbw_gbps): recorded, not judged"
-MiB = 1 << 20
 
 
-def _num(vars_: dict, key: str, default=None, kind=float):
-    v = vars_.get(key, default)
-    if v is None:
-        return None
-    try:
-        return kind(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"group var {key} must be a number, got {v!r}") from None
+class _Hosts:
+    """One recorder per host (the public ``Verdicts`` constructor on this test's item), so that a figure or a
+    failure about a host is filed under that host; :meth:`finish` finishes them all and the fleet's."""
+
+    def __init__(self, fleet: Verdicts, item, layer: str = "nccl"):
+        self.fleet, self.item, self.layer, self.by_host = fleet, item, layer, {}
+
+    def __getitem__(self, host: str) -> Verdicts:
+        if host not in self.by_host:
+            self.by_host[host] = Verdicts(self.item, host, self.layer)
+        return self.by_host[host]
+
+    def finish(self, errors: list[str] = ()) -> None:
+        lines = []
+        for rec in [self.fleet, *self.by_host.values()]:
+            try:
+                rec.finish()
+            except pytest.fail.Exception as e:
+                lines.append(str(e.msg if hasattr(e, "msg") else e))
+        if lines:
+            pytest.fail("\n".join(lines), pytrace=False)
+        if errors:
+            raise ProbeError(self.fleet.host, "; ".join(errors))
 
 
-def _has_gpu(node: Node):
+def _gpu_count(node: Node):
     try:
         doc = node.gpu_inventory()
     except GpuacceptError:
@@ -69,123 +65,116 @@ def _has_gpu(node: Node):
     return len(doc.get("gpus") or []) if doc.get("nvml_available") else 0
 
 
-def _backend_and_ranks(nodes: list[Node]) -> tuple[str, int, list[str]]:
-    """``(backend, ranks_per_node, notes)`` from the group vars, else from the hosts' GPUs (NVML)."""
-    v = nodes[0].host.vars
-    backend = v.get("nccl_backend")
-    notes: list[str] = []
+def _settings(nodes: list[Node]) -> tuple[mn.Settings, mn.GroupSettings, list[str]]:
+    group = mn.multinode_settings(nodes[0].host.vars)
     counts = {}
-    if backend not in (None, "nccl", "gloo"):
-        raise ConfigError(f"group var nccl_backend must be nccl or gloo, got {backend!r}")
-    if backend is None or (backend == "nccl" and "nccl_ranks_per_node" not in v and "gpus_per_node" not in v):
+    if group.needs_gpu_counts():
         with ThreadPoolExecutor(max_workers=len(nodes)) as ex:
-            counts = dict(zip([n.name for n in nodes], ex.map(_has_gpu, nodes)))
-        known = {h: c for h, c in counts.items() if c is not None}
-        if backend is None:
-            with_gpu = sorted(h for h, c in known.items() if c)
-            if with_gpu and len(with_gpu) < len(known):
-                pytest.fail(f"hosts without a GPU among GPU hosts: {', '.join(h for h in known if not known[h])}",
-                            pytrace=False)
-            backend = "nccl" if with_gpu else "gloo"
-            if backend == "gloo":
-                notes.append("no GPU on the hosts: gloo all-reduce of CPU tensors (not NCCL's figures)")
-    rpn = _num(v, "nccl_ranks_per_node", kind=int)
-    if rpn is None and backend == "nccl":
-        rpn = _num(v, "gpus_per_node", kind=int)
-        if rpn is None:
-            distinct = {c for c in counts.values() if c}
-            if len(distinct) > 1:
-                pytest.fail("hosts carry different GPU counts: " + ", ".join(f"{h}: {c}" for h, c in counts.items()),
-                            pytrace=False)
-            rpn = distinct.pop() if distinct else 1
-    return backend, rpn or 1, notes
+            counts = dict(zip([n.name for n in nodes], ex.map(_gpu_count, nodes)))
+    try:
+        st, notes = group.resolve(counts, nodes[0].probe_timeout)
+    except ConfigError as e:  # the hosts disagree with each other (GPU counts): the fleet fails, as before
+        pytest.fail(str(e), pytrace=False)
+    return st, group, notes
 
 
-def _settings(nodes: list[Node], request) -> tuple[mn.Settings, dict]:
-    v = nodes[0].host.vars
-    backend, rpn, notes = _backend_and_ranks(nodes)
-    extra = v.get("nccl_internode_probe_args") or {}
-    if not isinstance(extra, dict):
-        raise ConfigError("group var nccl_internode_probe_args must be a mapping of probe arguments")
-    limit = _num(v, "nccl_internode_busbw_gbps")
-    at = _num(v, "nccl_internode_at_bytes", kind=int)
-    default_max = 4 << 30 if backend == "nccl" else 4 * MiB
-    args = {"backend": backend, "min_bytes": MiB if backend == "nccl" else 64 << 10,
-            "max_bytes": max(at or 0, default_max) if at else default_max, "factor": 4, **extra}
-    timeout = _num(v, "nccl_round_timeout_s", kind=int) or max(30, int(nodes[0].probe_timeout))
-    st = mn.Settings(args, rpn, deadline_s=timeout, stall_s=_num(v, "nccl_stall_s", 60, kind=int))
-    plan = {"limit": limit, "at": at, "expect": v.get("nccl_expect_transport"), "notes": notes,
-            "slow_pct": _num(v, "nccl_pairwise_slow_pct", mn.DEFAULT_SLOW_PCT),
-            "seed": _num(v, "nccl_pairwise_seed", kind=int),
-            "rounds": _num(v, "nccl_pairwise_rounds", mn.DEFAULT_PAIRWISE_ROUNDS, kind=int)}
-    return st, plan
-
-
-def _limit(plan: dict, at: int) -> Limit | None:
-    if plan["limit"] is None:
+def _limit(group: mn.GroupSettings, at: int) -> Limit | None:
+    if group.limit_gbps is None:
         return None
-    return Limit("inventory", "internode_busbw_gbps", "min", plan["limit"], "GB/s",
+    return Limit("inventory", "internode_busbw_gbps", "min", group.limit_gbps, "GB/s",
                  "group var nccl_internode_busbw_gbps", at)
 
 
-def _fail(verdicts: Verdicts, host: str, msg: str) -> None:
-    """A failure line that starts with the host it names (not with "fleet")."""
-    verdicts.failures.append(f"{host}: {msg}")
-
-
-def _check_transports(verdicts: Verdicts, col: mn.Collective, expect, backend: str) -> None:
+def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[Node], group: mn.GroupSettings,
+                 backend: str) -> None:
+    """Per host: the transports and network devices NCCL used (recorded; judged against
+    nccl_expect_transport and the host's nccl_ib_hca / nccl_socket_ifname), and the interface toward the
+    rendezvous."""
+    by_name = {n.name: n for n in nodes}
     for h, r in col.results.items():
         doc = r.doc or {}
-        Verdicts(verdicts.item, h, verdicts.layer).record("internode_transports", doc.get("transports") or {},
-                                                          extra={"expected": expect, "backend": backend})
-        if expect and backend == "nccl":
-            problem = mn.transport_problem(doc.get("transports") or {}, expect)
-            if problem:
-                _fail(verdicts, h, problem)
+        nd = doc.get("net_devices") or {}
+        hosts[h].record("internode_transports", doc.get("transports") or {}, extra={
+            "expected": group.expect_transport, "backend": backend, "net_devices": nd,
+            "local_interface": doc.get("local_interface"), "local_address": doc.get("local_address"),
+            "gloo_ifname": doc.get("gloo_ifname")})
+        if backend != "nccl":
+            continue
+        problem = mn.transport_problem(doc.get("transports") or {}, group.expect_transport)
+        if problem:
+            hosts[h].fail(problem)
+        v = by_name[h].host.vars if h in by_name else {}
+        for p in nccl_judge.net_device_problems(nd, v.get("nccl_ib_hca"), v.get("nccl_socket_ifname")):
+            hosts[h].fail(p)
 
 
-def _record_collective(verdicts: Verdicts, col: mn.Collective, st: mn.Settings, plan: dict, label: str) -> None:
-    """Table, figures per host, correctness and limit of one successful collective."""
+def _record_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, st: mn.Settings,
+                       group: mn.GroupSettings, notes: list[str], label: str) -> list[str]:
+    """Table, figures per host, correctness and limit of one successful collective; returns the errors
+    (figures that cannot be judged)."""
     doc = col.doc
     n = len(col.hosts) * st.ranks_per_node
     print(f"\n# {label}: {len(col.hosts)} hosts x {st.ranks_per_node} ranks = world {n}, {doc.get('backend')}, "
           f"NCCL {doc.get('nccl_version')}, rendezvous {col.master_addr}:{col.master_port}\n{format_table(doc)}")
-    busbw, row = mn.busbw_at(doc, plan["at"])
-    at = row.get("bytes") or plan["at"]
+    busbw, row = mn.busbw_at(doc, group.at_bytes)
+    at = row.get("bytes") or group.at_bytes
     verdicts.record("internode_allreduce_table", doc.get("rows"), extra={
         "hosts": col.hosts, "world_size": n, "ranks_per_node": st.ranks_per_node, "backend": doc.get("backend"),
         "nccl_version": doc.get("nccl_version"), "master": f"{col.master_addr}:{col.master_port}",
-        "wall_s": col.wall_s, "label": label, "notes": plan["notes"] + (doc.get("notes") or [])})
+        "wall_s": col.wall_s, "label": label, "notes": notes + (doc.get("notes") or [])})
     for i, h in enumerate(col.hosts):
         hd = col.results[h].doc or {}
         local = slice(i * st.ranks_per_node, (i + 1) * st.ranks_per_node)
-        Verdicts(verdicts.item, h, verdicts.layer).record(
-            "internode_rank_time_us", [t for t in (row.get("ip_rank_time_us") or [])[local]], "us",
-            extra={"bytes": at, "label": label, "ranks": hd.get("local_ranks"), "hostname": hd.get("hostname"),
-                   "local_address": hd.get("local_address")})
-    wrong = doc.get("wrong_total", 0)
-    verdicts.record("internode_wrong_elements", wrong, "elements", extra={"label": label})
+        hosts[h].record("internode_rank_time_us", list((row.get("ip_rank_time_us") or [])[local]), "us",
+                        extra={"bytes": at, "label": label, "ranks": hd.get("local_ranks"),
+                               "hostname": hd.get("hostname"), "local_address": hd.get("local_address"),
+                               "local_interface": hd.get("local_interface")})
+    wrong, errors = nccl_judge.wrong_count(doc.get("rows") or [], doc.get("wrong_total"))
+    verdicts.record("internode_wrong_elements", None if errors else wrong, "elements", extra={"label": label})
     if wrong:
         verdicts.fail(f"{label}: all-reduce over {', '.join(col.hosts)} produced {wrong} wrong elements")
-    lim = _limit(plan, at)
-    verdicts.record("internode_busbw_gbps", busbw, "GB/s", limit=lim, extra={
-        "bytes": at, "algbw_gbps": row.get("ip_algbw_gbps"), "label": label, "hosts": col.hosts,
-        **({} if lim else {"note": UNJUDGED})})
+    lim = _limit(group, at)
+    extra = {"bytes": at, "algbw_gbps": row.get("ip_algbw_gbps"), "label": label, "hosts": col.hosts,
+             "algo": row.get("ip_algo")}
+    why = nccl_judge.algorithm_problem(row, doc, where="group var nccl_internode_busbw_gbps") \
+        if lim and doc.get("backend") == "nccl" and row else None
+    if why:
+        errors.append(why)
+        verdicts.record("internode_busbw_gbps", busbw, "GB/s", extra={**extra, "note": why})
+    else:
+        verdicts.record("internode_busbw_gbps", busbw, "GB/s", limit=lim, extra={**extra, **({} if lim else
+                                                                                             {"note": UNJUDGED})})
+    return errors
 
 
-def _ring(nodes, verdicts, st, plan):
-    col = mn.ring(nodes, st)
-    if not col.ok:
-        verdicts.failures.extend(col.message.splitlines())
-        verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits,
-                        "singled_out": col.singled_out, "marker": col.marker})
+def _failed_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, errors: list[str]) -> None:
+    verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits, "world_problems":
+                    col.world_problems, "singled_out": col.singled_out, "marker": col.marker})
+    if col.world_problems:  # not the world launched: an error, no figure
+        errors.append(col.message.replace("\n", "; "))
         return
-    _record_collective(verdicts, col, st, plan, "ring")
-    _check_transports(verdicts, col, plan["expect"], st.args["backend"])
+    named = {h for h, _ in col.culprits}
+    for line in col.message.splitlines():
+        host = line.split(":", 1)[0]
+        if host in named:
+            hosts[host].fail(line.split(":", 1)[1].strip())
+        else:
+            verdicts.fail(line)
 
 
-def _pairwise(nodes, verdicts, st, plan):
-    rep = mn.pairwise(nodes, st, plan["at"], plan["limit"], plan["slow_pct"], plan["seed"], plan["rounds"])
+def _ring(nodes, verdicts, hosts, st, group, notes):
+    col = mn.ring(nodes, st)
+    errors: list[str] = []
+    if not col.ok:
+        _failed_collective(verdicts, hosts, col, errors)
+        return errors
+    errors += _record_collective(verdicts, hosts, col, st, group, notes, "ring")
+    _check_hosts(hosts, col, nodes, group, st.args["backend"])
+    return errors
+
+
+def _pairwise(nodes, verdicts, hosts, st, group, notes):
+    rep = mn.pairwise(nodes, st, group.at_bytes, group.limit_gbps, group.slow_pct, group.seed, group.rounds)
     verdicts.record("pairwise_seed", rep.seed, extra={"round_wall_s": rep.round_wall_s})
     for p in rep.pairs:
         verdicts.record("pairwise_busbw_gbps", p.busbw, "GB/s", extra={
@@ -196,28 +185,35 @@ def _pairwise(nodes, verdicts, st, plan):
         print(f"#   round {p.round}  {p.pair[0]:>12} + {p.pair[1]:<12} {fig:>14}  {'pass' if p.passed else 'FAIL'}  "
               f"{'' if p.passed else p.why}")
     for h, (passed, total) in rep.status["ratio"].items():
-        Verdicts(verdicts.item, h, verdicts.layer).record(
-            "pairwise_pass_ratio", round(passed / total, 3) if total else None, "",
-            extra={"passed": passed, "pairs": total, "seed": rep.seed})
+        hosts[h].record("pairwise_pass_ratio", round(passed / total, 3) if total else None, "",
+                        extra={"passed": passed, "pairs": total, "seed": rep.seed})
     for h, why in rep.named:
-        _fail(verdicts, h, f"pairwise all-reduce: {why} (seed {rep.seed})")
+        hosts[h].fail(f"pairwise all-reduce: {why} (seed {rep.seed})")
     if not rep.named and rep.status["unresolved"]:
         bad = [p for p in rep.pairs if not p.passed]
-        verdicts.failures.append(f"pairwise all-reduce: no pair passed to single out a host "
-                                 f"(seed {rep.seed}); unresolved: {', '.join(rep.status['unresolved'])}; "
-                                 + "; ".join(f"{a}+{b}: {p.why}" for p in bad[:4] for a, b in [p.pair]))
+        verdicts.fail(f"pairwise all-reduce: no pair passed to single out a host (seed {rep.seed}); unresolved: "
+                      f"{', '.join(rep.status['unresolved'])}; "
+                      + "; ".join(f"{a}+{b}: {p.why}" for p in bad[:4] for a, b in [p.pair]))
+    # a pair whose documents disagree with the world launched has no figure: an error, not a slow pair
+    return [f"pair {a}+{b} (round {p.round}): " + "; ".join(p.world_problems)
+            for p in rep.pairs if p.world_problems for a, b in [p.pair]]
 
 
-def _rails(nodes, verdicts, st, plan):
-    res = mn.rails(nodes, st, st.ranks_per_node, plan["at"], plan["limit"], plan["slow_pct"])
+def _rails(nodes, verdicts, hosts, st, group, notes):
+    res = mn.rails(nodes, st, st.ranks_per_node, group.at_bytes, group.limit_gbps, group.slow_pct)
+    errors: list[str] = []
     for r in res:
         verdicts.record("rail_busbw_gbps", r.busbw, "GB/s", gpu=r.rail, extra={
             "passed": r.passed, "why": r.why, "wall_s": r.collective.wall_s, "hosts": r.collective.hosts})
+        if r.collective.world_problems:
+            errors.append(f"rail {r.rail}: " + r.collective.message.replace("\n", "; "))
+            continue
         if r.collective.ok:
-            _check_transports(verdicts, r.collective, plan["expect"], st.args["backend"])
+            _check_hosts(hosts, r.collective, nodes, group, st.args["backend"])
             print(f"\n# rail {r.rail} (CUDA_VISIBLE_DEVICES={r.rail} on every host)\n{format_table(r.collective.doc)}")
         if not r.passed:
-            verdicts.failures.append(f"rail {r.rail} (GPU {r.rail} of every host) is slow or broken: {r.why}")
+            verdicts.fail(f"rail {r.rail} (GPU {r.rail} of every host) is slow or broken: {r.why}")
+    return errors
 
 
 def test_allreduce_multinode(nodes: list[Node], verdicts, request):
@@ -225,9 +221,9 @@ def test_allreduce_multinode(nodes: list[Node], verdicts, request):
     limit checked; a host that fails, hangs or stops answering is named."""
     if len(nodes) < 2:
         pytest.skip(f"inter-node all-reduce needs at least 2 hosts; {len(nodes)} selected")
-    st, plan = _settings(nodes, request)
-    if plan["expect"] and st.args["backend"] != "nccl":
-        plan["notes"].append(f"nccl_expect_transport {plan['expect']} not checked: backend gloo has no NCCL channels")
+    st, group, notes = _settings(nodes)  # a malformed group var: ConfigError, reported as an error
+    hosts = _Hosts(verdicts, request.node)
     pattern = request.config.getoption("nccl_pattern")
-    {"ring": _ring, "pairwise": _pairwise, "rails": _rails}[pattern](nodes, verdicts, st, plan)
-    verdicts.finish()
+    errors = {"ring": _ring, "pairwise": _pairwise, "rails": _rails}[pattern](nodes, verdicts, hosts, st, group,
+                                                                             notes)
+    hosts.finish(errors)

@@ -25,7 +25,8 @@ from gpuaccept import multinode as mn
 from gpuaccept.inventory import load_inventory
 from gpuaccept.nccl_table import parse_table
 from gpuaccept.node import Node
-from gpuaccept.probes.nccl_allreduce import EXIT_SPLIT_WORLD, rank_evidence, world_problems
+from gpuaccept.probes._nccl_world import world_problems
+from gpuaccept.probes._supervisor import EXIT_SPLIT_WORLD, rank_evidence
 from gpuaccept.transport import get_transport
 from sshd import SSHD, SshNode, _keygen, _wait_port, client_key, start_sshd, write_known_hosts
 from test_e2e import junit, make_project, run_pytest
@@ -452,3 +453,21 @@ def test_pairwise_finds_the_slow_node(tmp_path, tmp_path_factory, slow_link):
             s.stop()
         leftover = _procs("nccl_allreduce", mn.MARKER_PREFIX, "--worker")
         assert not [p for p in leftover if _state(p) not in ("Z", "?")]
+
+
+def test_collective_whose_documents_disagree_with_the_launch_gives_no_figure():
+    """Two half-worlds launched as one: each pair of hosts reports a world of its own (nnodes 2). The
+    collective looked ok host by host; world_failure names every host, so the suite reports an error."""
+    hosts = ["a", "b", "c", "d"]
+
+    def doc(i, group):
+        return {"ok": True, "marker": "m", "node_rank": i % 2, "nnodes": 2, "world_size": 2, "ranks_per_node": 1,
+                "hosts": group, "local_ranks": [i % 2]}
+    results = {h: mn.HostResult(h, "ok", doc(i, hosts[:2] if i < 2 else hosts[2:])) for i, h in enumerate(hosts)}
+    col = mn.Collective(hosts, True, results, marker="m")
+    problems = mn.world_failure(col, 1)
+    assert [p.split(":")[0] for p in problems] == hosts
+    assert "nnodes 2 (launched 4)" in problems[0] and "world_size 2 (launched 4)" in problems[0]
+    results = {h: mn.HostResult(h, "ok", {**doc(i, hosts), "node_rank": i, "nnodes": 4, "world_size": 4,
+                                          "local_ranks": [i]}) for i, h in enumerate(hosts)}
+    assert mn.world_failure(mn.Collective(hosts, True, results, marker="m"), 1) == []

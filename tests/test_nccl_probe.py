@@ -23,12 +23,15 @@ from gpuaccept.nccl_table import busbw, format_table, parse_table, row_at
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "gpuaccept" / "probes" / "nccl_allreduce.py"
-H200_CAPTURE = Path("/work/shared/data/h200x2-nvidia-smi-and-nvml.txt")
+H200_CAPTURE = Path(__file__).resolve().parent / "data" / "nccl-info-h200x2.log"
 KIB = 1024
 SMALL = {"backend": "gloo", "min_bytes": KIB, "max_bytes": KIB * KIB, "factor": 4, "iters": 5, "warmup": 2}
 
 sys.path.insert(0, str(PROBE.parent))
-import nccl_allreduce as probe  # noqa: E402  (node-side module: imports `_probe` as a top-level module)
+import _nccl  # noqa: E402  (node-side modules: they import `_probe` as a top-level module)
+import _nccl_log  # noqa: E402
+import _supervisor  # noqa: E402
+import nccl_allreduce as probe  # noqa: E402
 
 
 def run_probe(args: dict, env: dict | None = None, timeout: float = 120):
@@ -319,22 +322,20 @@ def test_worker_env_keeps_protected_and_sets_logging():
 
 def test_last_line_and_addr_in_use():
     text = "x NCCL INFO foo\nTraceback...\nRuntimeError: boom\nvm:1:1 [0] NCCL INFO bar\n\n"
-    assert probe.last_line(text) == "RuntimeError: boom"
-    assert probe.last_line("") == "(no output)"
+    assert _supervisor.last_line(text) == "RuntimeError: boom"
+    assert _supervisor.last_line("") == "(no output)"
     msg = ("The server socket has failed to listen on any local network address. port: 29500, useIpv6: false, "
            "code: -98, name: EADDRINUSE, message: address already in use")
-    assert probe.is_addr_in_use(msg) and not probe.is_addr_in_use("Connection reset by peer")
+    assert _supervisor.is_addr_in_use(msg) and not _supervisor.is_addr_in_use("Connection reset by peer")
 
 
 # ---------------------------------------------------------------------------------------- NCCL log parsing
 
 def test_parse_real_h200_nccl_lines():
-    if not H200_CAPTURE.exists():
-        pytest.skip(f"{H200_CAPTURE} not present")
     lines = H200_CAPTURE.read_text().splitlines()
     nccl_lines = [ln for ln in lines if "NCCL INFO" in ln]
     assert len(nccl_lines) == 40
-    got = probe.parse_nccl_log(lines)
+    got = _nccl_log.parse_nccl_log(lines)
     # rank 0 printed channels 00..13, rank 1 channels 00..12 before the capture was cut
     assert got["transports"] == {"P2P/CUMEM": 27}
     assert got["transport_classes"] == {"P2P": 27}
@@ -359,7 +360,7 @@ def test_parse_nccl_version_tuning_and_network_transports():
         "gpu07:720:720 [0] NCCL INFO Using network IB",
         "some unrelated line",
     ]
-    got = probe.parse_nccl_log(lines)
+    got = _nccl_log.parse_nccl_log(lines)
     assert got["nccl_version"] == "2.28.9" and got["nccl_version_full"] == "2.28.9+cuda13.0"
     assert got["transports"] == {"P2P/CUMEM/read": 2, "SHM/direct/direct": 1, "NET/Socket/0": 1,
                                  "NET/IB/0/GDRDMA": 1}
@@ -448,30 +449,30 @@ def test_nccl_env_lines_and_algos_per_row():
         "gpu07:720:720 [0] NCCL INFO ReduceScatter: 524288 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..7}",
         "gpu07:720:720 [0] NCCL INFO AllGather: 524288 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..7}",
     ]
-    got = probe.parse_nccl_log(lines)
+    got = _nccl_log.parse_nccl_log(lines)
     assert got["nccl_env_seen"] == {"NCCL_NVLS_ENABLE": "0", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV,TUNING"}
-    assert probe.algos_for(got["algos"], 1 << 20, 2, 4, "rs_ag") == ("RING/SIMPLE+RING/LL128", "RING/LL128+TREE/LL")
-    assert probe.algos_for(got["algos"], 1 << 20, 2, 4, "copy") == ("RING/LL128+TREE/LL", "RING/LL128+TREE/LL")
-    assert probe.algos_for(got["algos"], 1 << 22, 2, 4, "rs_ag") == (None, None)
+    assert _nccl_log.algos_for(got["algos"], 1 << 20, 2, 4, "rs_ag") == ("RING/SIMPLE+RING/LL128", "RING/LL128+TREE/LL")
+    assert _nccl_log.algos_for(got["algos"], 1 << 20, 2, 4, "copy") == ("RING/LL128+TREE/LL", "RING/LL128+TREE/LL")
+    assert _nccl_log.algos_for(got["algos"], 1 << 22, 2, 4, "rs_ag") == (None, None)
 
 
 # ------------------------------------------------------------------------------- api nccl: pure ctypes parts
 
 def test_nccl_dtype_enum_matches_nccl_h():
-    assert probe.nccl_dtype_enum("float32") == 7  # ncclFloat32
-    assert probe.nccl_dtype_enum("float16") == 6  # ncclFloat16
-    assert probe.nccl_dtype_enum("bfloat16") == 9  # ncclBfloat16
-    assert set(probe.NCCL_DTYPE) == set(probe.DTYPES)
-    assert probe.NCCL_SUM == 0 and probe.NCCL_UNIQUE_ID_BYTES == 128
+    assert _nccl.nccl_dtype_enum("float32") == 7  # ncclFloat32
+    assert _nccl.nccl_dtype_enum("float16") == 6  # ncclFloat16
+    assert _nccl.nccl_dtype_enum("bfloat16") == 9  # ncclBfloat16
+    assert set(_nccl.NCCL_DTYPE) == set(probe.DTYPES)
+    assert _nccl.NCCL_SUM == 0 and _nccl.NCCL_UNIQUE_ID_BYTES == 128
     with pytest.raises(ValueError):
-        probe.nccl_dtype_enum("int8")
+        _nccl.nccl_dtype_enum("int8")
 
 
 def test_nccl_version_string():
-    assert probe.nccl_version_string(22809) == "2.28.9"
-    assert probe.nccl_version_string(22803) == "2.28.3"
-    assert probe.nccl_version_string(21903) == "2.19.3"
-    assert probe.nccl_version_string(2708) == "2.7.8"  # old encoding, before 2.9
+    assert _nccl.nccl_version_string(22809) == "2.28.9"
+    assert _nccl.nccl_version_string(22803) == "2.28.3"
+    assert _nccl.nccl_version_string(21903) == "2.19.3"
+    assert _nccl.nccl_version_string(2708) == "2.7.8"  # old encoding, before 2.9
 
 
 def test_nccl_paths_from_maps(tmp_path):
@@ -483,25 +484,25 @@ def test_nccl_paths_from_maps(tmp_path):
         "7f04-7f05 r--p 00000000 08:01 3 /opt/x/libnccl.so.2.28.9 (deleted)\n"
         "7ffd-7ffe rw-p 00000000 00:00 0                          [stack]\n"
     )
-    assert probe.nccl_paths_from_maps(maps) == [
+    assert _nccl.nccl_paths_from_maps(maps) == [
         "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/x/libnccl.so.2.28.9"]
-    assert probe.nccl_paths_from_maps("") == []
+    assert _nccl.nccl_paths_from_maps("") == []
     wheel = tmp_path / "nvidia" / "nccl" / "lib"
     wheel.mkdir(parents=True)
     (wheel / "libnccl.so.2").write_bytes(b"")
-    cands = probe.nccl_library_candidates(maps, [str(tmp_path), "/nonexistent"])
+    cands = _nccl.nccl_library_candidates(maps, [str(tmp_path), "/nonexistent"])
     assert cands == ["/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2", "/opt/x/libnccl.so.2.28.9",
                      str(wheel / "libnccl.so.2"), "libnccl.so.2"]
-    assert probe.nccl_library_candidates("", []) == ["libnccl.so.2"]
+    assert _nccl.nccl_library_candidates("", []) == ["libnccl.so.2"]
 
 
 def test_load_nccl_reports_missing_library_and_symbols():
-    lib, errors = probe.load_nccl(["/nonexistent/libnccl.so.2"])
+    lib, errors = _nccl.load_nccl(["/nonexistent/libnccl.so.2"])
     assert lib is None and len(errors) == 1 and "/nonexistent/libnccl.so.2" in errors[0]
     import ctypes.util
     libc = ctypes.util.find_library("c")
     if libc:  # a real library without NCCL's symbols
-        lib, errors = probe.load_nccl([libc])
+        lib, errors = _nccl.load_nccl([libc])
         assert lib is None and "symbol ncclGetVersion not found" in errors[0]
 
 
@@ -528,3 +529,44 @@ def test_gloo_document_says_api_torch():
     for r in doc["rows"]:
         assert len(r["oop_rank_time_us"]) == 2 and len(r["ip_rank_time_us"]) == 2
         assert math.isclose(r["ip_time_us"], max(r["ip_rank_time_us"]), rel_tol=1e-3, abs_tol=1e-3)
+
+
+# ------------------------------------------------------------------- one fact on both sides of the SSH line
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 16, 72, 1024])
+def test_controller_busbw_follows_the_node_copy(n):
+    """The node's ``busbw_factor`` is the source; the controller's ``nccl_table.busbw`` must agree with it
+    for every world size (nccl-tests src/all_reduce.cu AllReduceGetBw: 2(n-1)/n for every algorithm)."""
+    assert busbw(10.0, n) == pytest.approx(10.0 * probe.busbw_factor(n), rel=1e-12)
+    row = probe.make_row(1 << 30, 1 << 28, "float", n, 0.01, 0.01, 0, 0, False)
+    assert row["ip_busbw_gbps"] == pytest.approx(busbw(row["ip_algbw_gbps"], n), rel=1e-5, abs=1e-6)
+
+
+# ----------------------------------------------------------------- multi-node mode toward an IPv6 master
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_ipv6_master_interface_is_found_and_recorded():
+    """A one-host world in multi-node mode whose rendezvous is the IPv6 loopback: the probe finds the
+    interface toward it (lo) and reports it with the local address; the world check passes."""
+    if not _has_ipv6_loopback():
+        pytest.skip("no IPv6 loopback on this machine (::1 cannot be bound)")
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    args = dict(SMALL, max_bytes=4 * KIB, nnodes=1, node_rank=0, ranks_per_node=2, master_addr="::1",
+                master_port=port, marker="gpuaccept-ar-ipv6test", host="h1", hosts=["h1"], deadline_s=90)
+    rc, doc, err = run_probe(args)
+    assert rc == 0, err[-3000:]
+    assert doc["ok"] is True, doc.get("error")
+    assert doc["local_address"] == "::1" and doc["local_interface"] == "lo" and doc["gloo_ifname"] == "lo"
+    assert doc["hosts"] == ["h1"] and doc["world_size"] == 2 and doc["local_ranks"] == [0, 1]
+    assert [w["host"] for w in doc["world"]] == ["h1", "h1"]
+    assert not any("no interface found" in note for note in doc["notes"])

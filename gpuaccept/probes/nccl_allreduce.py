@@ -5,6 +5,13 @@ supervisor: it spawns ``world_size`` worker processes of this same file (``--wor
 its own process group, waits for them under a wall-clock deadline, kills every one of them on a hang or a
 death, and assembles the result document from rank 0's figures and the NCCL INFO lines of every rank.
 
+This file keeps the measurement (the worker, the sweep, the correctness pattern, the document). Shipped
+helpers beside it do the rest: ``_supervisor.py`` (spawn, supervise, report, kill: one sequence for one node
+and for one host of a multi-node world), ``_nccl.py`` (libnccl through ctypes), ``_nccl_log.py`` (NCCL's
+INFO lines: transports, algorithms, network devices) and ``_nccl_world.py`` (the multi-node world check and
+the interface toward the master, IPv4 or IPv6). ``busbw_factor`` here is the source of the busbw factor;
+the controller's ``gpuaccept.nccl_table.busbw`` is held to it by a test.
+
 Arguments (JSON object, every key optional)
 -------------------------------------------
 ==================  ===========================================================================================
@@ -127,18 +134,19 @@ environment, else the interface holding the local address this host uses to reac
 In this mode the probe always prints a document (rc 0) unless its arguments are wrong: ``ok`` true with the
 single-node fields (every host reports the rows, computed from all ranks' all-reduced times; transports
 and NCCL INFO facts from its OWN ranks' output only) plus ``node_rank``, ``nnodes``, ``ranks_per_node``,
-``local_ranks``, ``local_address``, ``world`` (the gathered identities); or ``ok`` false with ``outcome``
+``local_ranks``, ``local_address``, ``local_interface`` (toward the master), ``hosts``, ``marker``,
+``world`` (the gathered identities); or ``ok`` false with ``outcome``
 (``failed`` | ``hung`` | ``stalled`` | ``split_world`` | ``addr_in_use`` | ``aborted``: SIGTERM from the
 controller), ``error`` (one line), ``evidence`` (``local``: a rank of this host stalled, died of a signal
 or failed with an error that is not a network error; ``peer``: its ranks failed with network errors,
-``peer_addresses`` lists the IPv4 addresses those errors name; ``none``), ``ranks`` (per local rank: rank,
+``peer_addresses`` lists the IPv4/IPv6 addresses those errors name; ``none``), ``ranks`` (per local rank: rank,
 rc, state, phase, heartbeat age in s, last line), ``local_address`` and ``transports`` so far.
 
 Result document
 ---------------
 ``{"backend", "world_size", "nccl_version", "nccl_version_full", "dtype", "transports": {"P2P/CUMEM": 48, ...},
 "transport_classes": {"P2P": 48}, "nccl_network", "algos": [{"coll", "bytes", "algo", "proto"}, ...],
-"nccl_env_seen": {"NCCL_NVLS_ENABLE": "0"}, "rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us",
+"nccl_env_seen": {"NCCL_NVLS_ENABLE": "0"}, "net_devices": {"ib", "socket", ...}, "rows": [{"bytes", "count", "type", "redop": "sum", "oop_time_us",
 "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong", "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps", "ip_wrong",
 "graph", "oop_algo", "ip_algo", "oop_rank_time_us", "ip_rank_time_us", ("oop_event_time_us", "ip_event_time_us":
 api nccl)}], "wrong_total", "avg_busbw_gbps", "hostname", "oop_method", "iters", "warmup", "timing", "master_port",
@@ -162,19 +170,31 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 
 try:
+    from _nccl import NCCL_DTYPE, NCCL_SUM, NCCL_UNIQUE_ID_BYTES, NcclError, nccl_dtype_enum, pick_nccl_library
+    from _nccl_log import algos_for, parse_nccl_log
+    from _nccl_world import all_gather_json, local_interface, world_problems
     from _probe import ProbeFailed, log, run
+    from _supervisor import (EXIT_ADDR_IN_USE, EXIT_SPLIT_WORLD, Phase, Worker, exit_now, hang_message,
+                             is_addr_in_use, kill_all, last_line, rank_evidence, run_ranks, terminate_on_signals,
+                             worker_main)
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
+    from ._nccl import NCCL_DTYPE, NCCL_SUM, NCCL_UNIQUE_ID_BYTES, NcclError, nccl_dtype_enum, pick_nccl_library
+    from ._nccl_log import algos_for, parse_nccl_log
+    from ._nccl_world import all_gather_json, local_interface, world_problems
     from ._probe import ProbeFailed, log, run
+    from ._supervisor import (EXIT_ADDR_IN_USE, EXIT_SPLIT_WORLD, Phase, Worker, exit_now, hang_message,
+                              is_addr_in_use, kill_all, last_line, rank_evidence, run_ranks, terminate_on_signals,
+                              worker_main)
+
+#: re-exported for the controller's tests (the world check and the rank evidence live in shipped helpers)
+__all__ = ["EXIT_SPLIT_WORLD", "rank_evidence", "world_problems", "busbw_factor", "main"]
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -187,13 +207,7 @@ DTYPES = {
 }
 #: environment variables the workers inherit exactly as found (the test box needs NCCL_NVLS_ENABLE=0)
 PROTECTED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
-EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is taken (errno EADDRINUSE is 98)
-EXIT_SPLIT_WORLD = 3  # a worker's exit status when the world that formed is not the one expected (multi-node)
-HEARTBEAT_S = 0.5  # multi-node: each worker touches its heartbeat file this often
 RENDEZVOUS_ATTEMPTS = 5
-KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
-TEARDOWN_GRACE_S = 30.0  # ranks that reported "done" but do not exit within this are killed, result kept
-POLL_S = 0.05
 CHECK_CHUNK = 1 << 24  # elements per chunk when filling / checking (bounds temporaries to ~128 MiB int64)
 
 
@@ -284,98 +298,6 @@ def count_wrong(result, world_size: int, dtype: str) -> int:
         wrong += (result[s:e] != exp).sum()
     return int(wrong.item())
 
-
-_NCCL_INFO = re.compile(r"NCCL INFO (.*)$")
-_VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+)(\S*)")
-_CHANNEL = re.compile(r"^Channel (\d+)(?:/(\d+))? : (\d+)\[\w+\] -> (\d+)\[\w+\](?: \[(send|receive)\])? via (.+?)\s*$")
-_TUNING = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
-_NETWORK = re.compile(r"^Using network (\S+)")
-_ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?\s*$")
-
-
-def transport_class(name: str) -> str:
-    """Coarse class of an NCCL transport string: ``P2P``, ``SHM``, ``NET/Socket``, ``NET/IB``, ``COLLNET``,
-    ``NVLS`` or the first component."""
-    parts = name.split("/")
-    if parts[0] == "NET" and len(parts) > 1:
-        return "NET/" + parts[1]
-    if parts[0].upper().startswith("COLLNET"):
-        return "COLLNET"
-    return parts[0].split()[0] if parts[0] else name
-
-
-def parse_nccl_log(lines) -> dict:
-    """Facts from NCCL ``NCCL_DEBUG=INFO`` lines (any mix of ranks; other lines ignored).
-
-    Returns ``{"nccl_version": "2.28.9" | None, "nccl_version_full": "2.28.9+cuda13.0" | None,
-    "transports": {"P2P/CUMEM": n, ...}, "transport_classes": {"P2P": n}, "nccl_network": "Socket" | None,
-    "algos": [{"coll", "bytes", "algo", "proto"}, ...], "nccl_env_seen": {"NCCL_NVLS_ENABLE": "0", ...}}``
-    (the last from ENV lines ``NCCL_NVLS_ENABLE set by environment to 0.``). Transport lines look like
-    ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` (``/0`` absent in old NCCL; ``[send]``/``[receive]``
-    for network transports); TUNING lines (NCCL >= 2.19, rank 0 only) like
-    ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..23}``.
-    """
-    version = version_full = network = None
-    env_seen: dict = {}
-    transports: Counter = Counter()
-    algos: list[dict] = []
-    seen = set()
-    for line in lines:
-        mo = _NCCL_INFO.search(line)
-        if not mo:
-            continue
-        msg = mo.group(1).strip()
-        if (m := _VERSION.match(msg)) and version is None:
-            version, version_full = m.group(1), m.group(1) + m.group(2)
-        elif m := _CHANNEL.match(msg):
-            transports[m.group(6)] += 1
-        elif m := _TUNING.match(msg):
-            key = (m.group(1), int(m.group(2)), m.group(3), m.group(4))
-            if key not in seen:
-                seen.add(key)
-                algos.append({"coll": key[0], "bytes": key[1], "algo": key[2], "proto": key[3]})
-        elif m := _NETWORK.match(msg):
-            network = network or m.group(1)
-        elif m := _ENV.match(msg):
-            env_seen.setdefault(m.group(1), m.group(2))
-    classes: Counter = Counter()
-    for name, n in transports.items():
-        classes[transport_class(name)] += n
-    return {"nccl_version": version, "nccl_version_full": version_full, "transports": dict(transports),
-            "transport_classes": dict(classes), "nccl_network": network, "algos": algos,
-            "nccl_env_seen": env_seen}
-
-
-def algos_for(algos: list[dict], nbytes: int, world_size: int, elsize: int, oop: str) -> tuple:
-    """``(oop_algo, ip_algo)`` strings like ``"RING/LL128"`` (``+``-joined when NCCL picked several) for one
-    message size, from :func:`parse_nccl_log`'s ``algos``; None where NCCL printed nothing. NCCL's byte figure is
-    the per-rank output for ReduceScatter and the per-rank input for AllGather (a shard), else the message."""
-    shard = -(-(nbytes // elsize) // world_size) * elsize
-
-    def pick(colls: dict) -> str | None:
-        names = [f"{a['algo']}/{a['proto']}" for a in algos if colls.get(a["coll"]) == a["bytes"]]
-        return "+".join(dict.fromkeys(names)) or None
-
-    ip = pick({"AllReduce": nbytes})
-    oop_algo = pick({"ReduceScatter": shard, "AllGather": shard}) if oop == "rs_ag" else ip
-    return oop_algo, ip
-
-
-def is_addr_in_use(text: str) -> bool:
-    """Whether an error text says the rendezvous port is taken (torch TCPStore: ``EADDRINUSE``)."""
-    t = text.lower()
-    return "eaddrinuse" in t or "address already in use" in t or "errno 98" in t
-
-
-def last_line(text: str) -> str:
-    """The last non-empty line of a worker's output that is not an NCCL INFO line (its error, usually)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "NCCL INFO" not in ln:
-            return ln[:300]
-    return lines[-1][:300] if lines else "(no output)"
-
-
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (bind to port 0, read it, release it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -383,303 +305,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def world_problems(seen: list, hosts: list[str], ranks_per_node: int, marker: str, world_size: int) -> list[str]:
-    """What is wrong with a multi-node world (empty: it is the one expected). ``seen``: every rank's
-    ``{rank, node_rank, host, hostname, marker}`` in rank order (an all_gather); ``hosts``: the inventory names
-    in node order. Each host must appear exactly once, at its node rank, with ``ranks_per_node`` ranks, every
-    rank carrying this collective's ``marker``."""
-    out = []
-    if len(seen) != len(hosts) * ranks_per_node or len(seen) != world_size:
-        out.append(f"world size {len(seen)}, expected {len(hosts)} hosts x {ranks_per_node} = {world_size}")
-    strangers = sorted({str(s.get("marker")) for s in seen if s.get("marker") != marker})
-    if strangers:
-        out.append(f"ranks of another collective joined (markers {strangers})")
-    count = Counter(s.get("host") for s in seen)
-    missing = [h for h in hosts if count[h] == 0]
-    if missing:
-        out.append(f"hosts missing: {', '.join(missing)}")
-    extra = sorted(str(h) for h in count if h not in hosts)
-    if extra:
-        out.append(f"unexpected hosts: {', '.join(extra)}")
-    wrong_n = [f"{h} has {count[h]}" for h in hosts if 0 < count[h] != ranks_per_node]
-    if wrong_n:
-        out.append(f"ranks per host, expected {ranks_per_node}: {', '.join(wrong_n)}")
-    misplaced = [f"rank {i} is {s.get('host')} node {s.get('node_rank')}" for i, s in enumerate(seen)
-                 if s.get("host") in hosts and (s.get("rank") != i or s.get("node_rank") != i // ranks_per_node
-                                                or hosts[i // ranks_per_node] != s.get("host"))]
-    if misplaced and not wrong_n:
-        out.append("ranks out of place: " + ", ".join(misplaced[:8]))
-    return out
-
-
-#: error texts of a rank that failed because of the network or of another rank (a consequence, not a cause)
-_NET_ERROR = re.compile(r"connection (closed|reset|refused|timed out)|reset by peer|broken pipe|timed out|timeout|"
-                        r"no route to host|network is unreachable|socket|gloo|tcpstore|store|recv|send|"
-                        r"remote (process|error)|ncclRemoteError|DistNetworkError|DistStoreError|peer", re.I)
-_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
-
-
-def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: float | None, text: str) -> tuple:
-    """``(kind, reason, addresses)`` for one local rank at the moment its host's probe decides:
-    ``kind`` "local" (this host's own fault: the rank died of a signal, is stopped (T) or in uninterruptible
-    sleep (D) with a heartbeat older than 5 s, its heartbeat is older than ``stall_s`` while it is not running,
-    or it failed with an error that is not a network error), "peer" (it failed with a network error;
-    ``addresses`` are the IPv4 addresses the error names), "split_world", "addr_in_use", or None (running
-    normally, or exited 0)."""
-    if rc is None:
-        if state in ("T", "t"):
-            return "local", f"process stopped (state {state}), heartbeat {heartbeat_age:.0f}s old", []
-        if state == "D" and heartbeat_age > 10 * HEARTBEAT_S:
-            return "local", f"process in uninterruptible sleep (D), heartbeat {heartbeat_age:.0f}s old", []
-        if stall_s is not None and heartbeat_age > stall_s and state != "R":
-            return "local", f"no heartbeat for {heartbeat_age:.0f}s (state {state})", []
-        return None, "", []
-    if rc == 0:
-        return None, "", []
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return "local", f"died of {name}", []
-    line = last_line(text)
-    if rc == EXIT_SPLIT_WORLD:
-        return "split_world", line, []
-    if rc == EXIT_ADDR_IN_USE:
-        return "addr_in_use", line, []
-    if _NET_ERROR.search(line):
-        addrs = [a for a in _IPV4.findall(line) if a != "0.0.0.0"]
-        return "peer", f"rc {rc}: {line}", list(dict.fromkeys(addrs))
-    return "local", f"rc {rc}: {line}", []
-
-
-def local_interface(remote: str) -> tuple[str | None, str | None]:
-    """``(local IPv4 address, interface name)`` this host uses to reach ``remote`` (the route's source
-    address, from a connected UDP socket, which sends nothing), or ``(None, None)``."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((remote, 9))
-            addr = s.getsockname()[0]
-    except OSError:
-        return None, None
-    return addr, interface_of(addr)
-
-
-def interface_of(addr: str) -> str | None:
-    """Name of the interface holding IPv4 ``addr`` (getifaddrs(3) through ctypes; secondary addresses too)."""
-    import ctypes as C
-
-    class Sockaddr(C.Structure):
-        _fields_ = [("family", C.c_ushort), ("port", C.c_ushort), ("addr", C.c_ubyte * 4)]
-
-    class Ifaddrs(C.Structure):
-        pass
-
-    Ifaddrs._fields_ = [("next", C.POINTER(Ifaddrs)), ("name", C.c_char_p), ("flags", C.c_uint),
-                        ("addr", C.POINTER(Sockaddr)), ("netmask", C.c_void_p), ("ifu", C.c_void_p),
-                        ("data", C.c_void_p)]
-    try:
-        libc = C.CDLL(None, use_errno=True)
-        head = C.POINTER(Ifaddrs)()
-        if libc.getifaddrs(C.byref(head)) != 0:
-            return None
-    except (OSError, AttributeError):
-        return None
-    try:
-        p = head
-        while p:
-            ifa = p.contents
-            if ifa.addr and ifa.addr.contents.family == socket.AF_INET:
-                if ".".join(str(b) for b in ifa.addr.contents.addr) == addr:
-                    return ifa.name.decode()
-            p = ifa.next
-    finally:
-        libc.freeifaddrs(head)
-    return None
-
-
 # ---------------------------------------------------------------------------------------------------------
-# libnccl through ctypes (api "nccl"): pure parts (tested on CPU) and the thin binding
-# ---------------------------------------------------------------------------------------------------------
-
-#: ncclDataType_t (nccl.h): ncclInt8=0 ncclUint8=1 ncclInt32=2 ncclUint32=3 ncclInt64=4 ncclUint64=5
-#: ncclFloat16=6 ncclFloat32=7 ncclFloat64=8 ncclBfloat16=9
-NCCL_DTYPE = {"float16": 6, "float32": 7, "bfloat16": 9}
-NCCL_SUM = 0  # ncclRedOp_t ncclSum
-NCCL_UNIQUE_ID_BYTES = 128
-NCCL_SONAME = "libnccl.so.2"
-
-
-def nccl_dtype_enum(dtype: str) -> int:
-    """ncclDataType_t value of one of :data:`DTYPES`' names."""
-    try:
-        return NCCL_DTYPE[dtype]
-    except KeyError:
-        raise ValueError(f"no NCCL datatype for {dtype!r}") from None
-
-
-def nccl_version_string(code: int) -> str:
-    """``ncclGetVersion`` code to ``"major.minor.patch"``: ``NCCL_VERSION_CODE`` is major*10000 + minor*100 +
-    patch since 2.9 (22809 -> "2.28.9"), major*1000 + minor*100 + patch before (2708 -> "2.7.8")."""
-    code = int(code)
-    if code >= 10000:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
-
-
-def nccl_paths_from_maps(maps_text: str) -> list[str]:
-    """Paths of every mapped file whose name contains ``libnccl.so`` in a ``/proc/<pid>/maps`` text, in order,
-    without repeats (`` (deleted)`` suffixes removed; ``libnccl-net*.so`` plugins are not matched)."""
-    out: list[str] = []
-    for line in maps_text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6:
-            continue
-        path = parts[5].strip()
-        if path.endswith(" (deleted)"):
-            path = path[:-len(" (deleted)")]
-        if "libnccl.so" in os.path.basename(path) and path not in out:
-            out.append(path)
-    return out
-
-
-def nccl_library_candidates(maps_text: str, site_dirs) -> list[str]:
-    """Where to load libnccl from, best first: the copy this process already maps (torch's own, so that we
-    drive the same NCCL that torch reports), then an ``nvidia-nccl-cu*`` wheel's ``nvidia/*/lib/libnccl.so*``
-    under ``site_dirs``, then the bare soname (the dynamic loader's search: LD_LIBRARY_PATH, ldconfig)."""
-    import glob
-    cands = nccl_paths_from_maps(maps_text)
-    for d in site_dirs:
-        for p in sorted(glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnccl.so*"))):
-            if p not in cands:
-                cands.append(p)
-    cands.append(NCCL_SONAME)
-    return cands
-
-
-def _site_dirs() -> list[str]:
-    import site
-    dirs = []
-    try:
-        dirs += site.getsitepackages()
-    except AttributeError:
-        pass
-    try:
-        dirs.append(site.getusersitepackages())
-    except AttributeError:
-        pass
-    dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
-    return list(dict.fromkeys(dirs))
-
-
-class NcclError(RuntimeError):
-    pass
-
-
-class Nccl:
-    """libnccl through ctypes: restype/argtypes set for every function used (nccl.h signatures).
-    Raises OSError when the library cannot be loaded or lacks a required symbol."""
-
-    REQUIRED = ("ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclCommDestroy",
-                "ncclGetErrorString")
-
-    def __init__(self, path: str):
-        import ctypes as C
-        self.path = path
-        lib = C.CDLL(path)
-
-        class UniqueId(C.Structure):  # typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
-            _fields_ = [("internal", C.c_char * NCCL_UNIQUE_ID_BYTES)]
-
-        self.UniqueId = UniqueId
-        sigs = {  # name: (restype, argtypes); ncclResult_t and the enums are C ints
-            "ncclGetVersion": (C.c_int, [C.POINTER(C.c_int)]),
-            "ncclGetUniqueId": (C.c_int, [C.POINTER(UniqueId)]),
-            # ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId /* by value */, int rank)
-            "ncclCommInitRank": (C.c_int, [C.POINTER(C.c_void_p), C.c_int, UniqueId, C.c_int]),
-            # ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-            #               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
-            "ncclAllReduce": (C.c_int, [C.c_void_p, C.c_void_p, C.c_size_t, C.c_int, C.c_int, C.c_void_p,
-                                        C.c_void_p]),
-            "ncclCommDestroy": (C.c_int, [C.c_void_p]),
-            "ncclCommFinalize": (C.c_int, [C.c_void_p]),  # NCCL >= 2.14
-            "ncclGetErrorString": (C.c_char_p, [C.c_int]),
-            "ncclGetLastError": (C.c_char_p, [C.c_void_p]),  # NCCL >= 2.13
-        }
-        self.fn = {}
-        for name, (res, argt) in sigs.items():
-            try:
-                f = getattr(lib, name)
-            except AttributeError:
-                if name in self.REQUIRED:
-                    raise OSError(f"{path}: symbol {name} not found") from None
-                continue
-            f.restype, f.argtypes = res, argt
-            self.fn[name] = f
-        self.comm = None
-        v = C.c_int(0)
-        self.check(self.fn["ncclGetVersion"](C.byref(v)), "ncclGetVersion")
-        self.version_code = v.value
-        self.version = nccl_version_string(v.value)
-        self.all_reduce = self.fn["ncclAllReduce"]  # raw: (send, recv, count, dtype, op, comm, stream) -> int
-
-    def error(self, rc: int, what: str) -> NcclError:
-        try:
-            msg = (self.fn["ncclGetErrorString"](rc) or b"").decode(errors="replace")
-        except Exception:  # noqa: BLE001
-            msg = "?"
-        last = ""
-        if "ncclGetLastError" in self.fn:
-            try:
-                last = (self.fn["ncclGetLastError"](self.comm) or b"").decode(errors="replace")
-            except Exception:  # noqa: BLE001
-                last = ""
-        return NcclError(f"{what} failed: ncclResult {rc} ({msg})" + (f": {last}" if last else ""))
-
-    def check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise self.error(rc, what)
-
-    def unique_id_bytes(self) -> bytes:
-        uid = self.UniqueId()
-        self.check(self.fn["ncclGetUniqueId"](uid), "ncclGetUniqueId")
-        return bytes(uid)
-
-    def init_rank(self, nranks: int, uid: bytes, rank: int) -> None:
-        import ctypes as C
-        if len(uid) != NCCL_UNIQUE_ID_BYTES:
-            raise ValueError(f"ncclUniqueId must be {NCCL_UNIQUE_ID_BYTES} bytes, got {len(uid)}")
-        comm = C.c_void_p()
-        self.check(self.fn["ncclCommInitRank"](C.byref(comm), nranks, self.UniqueId.from_buffer_copy(uid), rank),
-                   "ncclCommInitRank")
-        self.comm = comm
-
-    def all_reduce_checked(self, send: int, recv: int, count: int, dtype: int, stream: int) -> None:
-        self.check(self.all_reduce(send, recv, count, dtype, NCCL_SUM, self.comm, stream), "ncclAllReduce")
-
-    def destroy(self) -> None:
-        if self.comm is None:
-            return
-        comm, self.comm = self.comm, None
-        if "ncclCommFinalize" in self.fn:
-            self.fn["ncclCommFinalize"](comm)
-        self.fn["ncclCommDestroy"](comm)
-
-
-def load_nccl(candidates) -> tuple[Nccl | None, list[str]]:
-    """The first of ``candidates`` that loads with every required symbol, and the reasons the ones before it
-    failed; ``(None, reasons)`` when none does."""
-    errors = []
-    for path in candidates:
-        try:
-            return Nccl(path), errors
-        except (OSError, NcclError) as e:
-            errors.append(f"{path}: {e}")
-    return None, errors
-
-
-# ---------------------------------------------------------------------------------------------------------
-# parent: configuration, spawning, supervision, killing
+# parent: configuration, spawning, the supervise-and-report sequence, documents
 # ---------------------------------------------------------------------------------------------------------
 
 def _int_arg(args: dict, key: str, default, lo: int = 1) -> int:
@@ -812,65 +439,10 @@ def worker_env(base: dict, extra: dict, notes: list, gloo_ifname: str = "lo") ->
     return env
 
 
-class _Worker:
-    def __init__(self, rank: int, proc: subprocess.Popen, logpath: str, phasepath: str, local_rank: int | None = None):
-        self.rank, self.proc, self.logpath, self.phasepath = rank, proc, logpath, phasepath
-        self.local_rank = rank if local_rank is None else local_rank
-        self.rc = None  # exit status once seen (negative: killed by that signal)
-        self.seen_at = None
-        self.reaped = False  # once reaped its pid may be reused: never signal it again
-        self.started = time.monotonic()
-
-    def heartbeat_age(self) -> float:
-        """Seconds since the worker's heartbeat thread last touched its file (since spawn before the first)."""
-        try:
-            return max(0.0, time.time() - os.stat(self.phasepath + ".hb").st_mtime)
-        except OSError:
-            return time.monotonic() - self.started
-
-    def peek(self):
-        """Exit status if the process has ended, without reaping it (its pid stays ours until reaped)."""
-        if self.rc is None:
-            try:
-                si = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                si = None
-                if self.proc.returncode is not None:
-                    self.rc = self.proc.returncode
-            if si is not None and si.si_pid == self.proc.pid:
-                self.rc = si.si_status if si.si_code == os.CLD_EXITED else -si.si_status
-            if self.rc is not None:
-                self.seen_at = time.monotonic()
-        return self.rc
-
-    def phase(self) -> dict:
-        try:
-            with open(self.phasepath) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {"step": -1, "phase": "starting (python/torch import)"}
-
-    def log_text(self, limit: int = 1 << 16) -> str:
-        try:
-            with open(self.logpath, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - limit))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def state(self) -> str:
-        """Process state letter from /proc/<pid>/stat (R, S, D, T stopped, Z ...), or '?'."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return "?"
-
-
-def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[_Worker]:
-    workers = []
+def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[Worker]:
+    """Start this host's ranks (workers of this same file, ``--worker '<spec>'``); on any error kill those
+    already started and re-raise."""
+    workers: list[Worker] = []
     n = cfg["world_size"]
     multi = cfg["nnodes"] is not None
     first = cfg["node_rank"] * cfg["ranks_per_node"] if multi else 0
@@ -881,186 +453,77 @@ def _spawn(cfg: dict, port: int, tmp: str, attempt: int, env: dict) -> list[_Wor
                                         "timeout_s", "graph", "graph_max_bytes", "oop", "api", "timer")}
             base = os.path.join(tmp, f"a{attempt}-rank{rank}")
             spec.update(rank=rank, local_rank=local, parent_pid=os.getpid(), phase_path=base + ".phase",
-                        result_path=os.path.join(tmp, f"a{attempt}-result.json"),
-                        writes_result=local == 0 if multi else rank == 0)
+                        result_path=_result_path(tmp, attempt), writes_result=local == 0 if multi else rank == 0)
             if multi:
                 spec.update({k: cfg[k] for k in ("nnodes", "node_rank", "ranks_per_node", "host", "hosts",
                                                  "marker")}, heartbeat=True)
             wenv = dict(env, MASTER_ADDR=cfg["master_addr"] if multi else "127.0.0.1", MASTER_PORT=str(port),
                         RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(local),
                         LOCAL_WORLD_SIZE=str(cfg["local_ranks"]))
-            with open(base + ".log", "wb") as logf:
-                proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-                                        stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                        env=wenv, start_new_session=True, close_fds=True)
-            workers.append(_Worker(rank, proc, base + ".log", base + ".phase", local))
+            argv = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+            workers.append(Worker.start(rank, local, argv, wenv, base))
     except BaseException:
-        _kill_all(workers)
+        kill_all(workers)
         raise
     return workers
 
 
-def _signal_groups(workers, sig) -> None:
-    for w in workers:
-        if w.reaped:
-            continue
-        try:
-            os.killpg(w.proc.pid, sig)  # the group leader is unreaped, so its pid (= pgid) is still ours
-        except (ProcessLookupError, PermissionError):
-            pass
+def _result_path(tmp: str, attempt: int) -> str:
+    return os.path.join(tmp, f"a{attempt}-result.json")
 
 
-def _kill_all(workers: list[_Worker]) -> None:
-    """SIGTERM (+SIGCONT) every worker's process group, SIGKILL after :data:`KILL_GRACE_S`, reap all."""
-    live = [w for w in workers if not w.reaped and w.peek() is None]
-    if live:
-        _signal_groups(live, signal.SIGTERM)
-        _signal_groups(live, signal.SIGCONT)
-        end = time.monotonic() + KILL_GRACE_S
-        while time.monotonic() < end and any(w.peek() is None for w in live):
-            time.sleep(POLL_S)
-    _signal_groups(workers, signal.SIGKILL)  # stragglers and anything they started in their groups
-    for w in workers:
-        if w.reaped:
-            continue
-        try:
-            w.proc.wait(timeout=10)
-            w.reaped = True
-        except subprocess.TimeoutExpired:  # unkillable (D state): report, do not hang
-            log(f"nccl_allreduce: rank {w.rank} (pid {w.proc.pid}) did not die after SIGKILL")
+def _attempt(cfg: dict, port: int, tmp: str, attempt: int, env: dict, deadline: float):
+    """One rendezvous attempt through the shared sequence (``_supervisor.run_ranks``): this host's ranks
+    started, supervised, reported, killed, their output and result read."""
+    return run_ranks(lambda: _spawn(cfg, port, tmp, attempt, env), deadline, cfg.get("stall_s"),
+                     _result_path(tmp, attempt))
 
 
-def _describe_exit(w: _Worker) -> str:
-    rc = w.rc
-    sig = ""
-    if rc is not None and rc < 0:
-        try:
-            sig = f" ({signal.Signals(-rc).name})"
-        except ValueError:
-            pass
-    return f"rank {w.rank} exited with rc {rc}{sig}: {last_line(w.log_text())}"
-
-
-def _stalled(workers: list[_Worker], stall_s: float | None) -> list[_Worker]:
-    """Running workers whose heartbeat is older than ``stall_s`` and whose process is not running (R)."""
-    if stall_s is None:
-        return []
-    return [w for w in workers if w.rc is None and w.heartbeat_age() > stall_s and w.state() != "R"]
-
-
-def _supervise(workers: list[_Worker], deadline: float, stall_s: float | None = None) -> tuple[str, list[_Worker]]:
-    """Wait for the workers. Returns ``("ok", [])``, ``("addr_in_use", [])``, ``("failed", ranks ordered
-    culprit first)``, ``("hung", unfinished ranks)`` or, with ``stall_s``, ``("stalled", stalled ranks)``.
-    Leaves every process unreaped for :func:`_kill_all`."""
-    done_since = None
-    while True:
-        for w in workers:
-            w.peek()
-        failed = [w for w in workers if w.rc not in (None, 0)]
-        if failed:
-            if any(w.rc == EXIT_ADDR_IN_USE for w in failed):
-                return "addr_in_use", []
-            # A port taken by a foreign listener can make another rank fail before rank 0 reports it.
-            r0 = workers[0]
-            if r0.rc is None and "rendezvous" in r0.phase().get("phase", ""):
-                end = min(deadline, time.monotonic() + 3.0)
-                while time.monotonic() < end and r0.peek() is None:
-                    time.sleep(POLL_S)
-                if r0.rc == EXIT_ADDR_IN_USE:
-                    return "addr_in_use", []
-            failed = [w for w in workers if w.rc not in (None, 0)]
-            failed.sort(key=lambda w: (w.seen_at, 0 if w.rc < 0 else 1, w.rank))
-            return "failed", failed
-        running = [w for w in workers if w.rc is None]
-        if not running:
-            return "ok", []
-        stalled = _stalled(running, stall_s)
-        if stalled:
-            return "stalled", stalled
-        now = time.monotonic()
-        if all(w.phase().get("phase") == "done" for w in running):
-            done_since = done_since or now
-            if now - done_since > TEARDOWN_GRACE_S:
-                return "ok", running  # figures are in; the stuck teardown is killed
-        if now >= deadline:
-            return "hung", running
-        time.sleep(POLL_S)
-
-
-def _hang_message(running: list[_Worker], deadline_s: int) -> str:
-    info = [(w.phase(), w) for w in running]
-    low = min(p.get("step", -1) for p, _ in info)
-    slow = [f"rank {w.rank} in '{p.get('phase')}'" + (" (process stopped)" if w.state() == "T" else "")
-            for p, w in info if p.get("step", -1) == low]
-    return (f"all-reduce hung: ranks {[w.rank for w in running]} did not finish within {deadline_s}s; "
-            f"killed all ranks; slowest: {', '.join(slow)}")
+def _lingering_note(out, notes: list) -> None:
+    if out.outcome == "ok" and out.which:
+        notes.append(f"ranks {[w.rank for w in out.which]} did not exit after finishing; killed")
 
 
 def main(args: dict) -> dict:
     cfg = _config(args)
-    if cfg["nnodes"] is not None:
-        return _main_multinode(cfg)
+    with terminate_on_signals():
+        if cfg["nnodes"] is not None:
+            return _main_multinode(cfg)
+        return _main_single(cfg)
+
+
+def _main_single(cfg: dict) -> dict:
+    """One node: rendezvous on 127.0.0.1, a taken port retried on a fresh one; any failure is ProbeFailed."""
     notes: list[str] = []
     env = worker_env(dict(os.environ), cfg["env"], notes)
     t0 = time.monotonic()
     deadline = t0 + cfg["deadline_s"]
-
-    class _Terminated(Exception):
-        pass
-
-    def _on_signal(signum, _frame):
-        for sig in old:  # a second signal must not interrupt the clean-up
-            signal.signal(sig, signal.SIG_IGN)
-        raise _Terminated(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    workers: list[_Worker] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
-            port = cfg["master_port"] or free_port()
-            for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
-                log(f"nccl_allreduce: {cfg['backend']} x{cfg['world_size']} rendezvous 127.0.0.1:{port} "
-                    f"(attempt {attempt})")
-                workers = _spawn(cfg, port, tmp, attempt, env)
-                outcome, which = _supervise(workers, deadline)
-                if outcome == "addr_in_use":
-                    _kill_all(workers)
-                    log(f"nccl_allreduce: port {port} in use ({time.monotonic() - t0:.1f}s); retrying")
-                    notes.append(f"rendezvous port {port} in use; retried on another")
-                    if attempt == RENDEZVOUS_ATTEMPTS:
-                        raise ProbeFailed(f"rendezvous failed: port in use on {RENDEZVOUS_ATTEMPTS} attempts")
-                    port = free_port()
-                    continue
-                if outcome == "hung":
-                    msg = _hang_message(which, cfg["deadline_s"])
-                    _kill_all(workers)
-                    raise ProbeFailed(msg)
-                if outcome == "failed":
-                    msg = "; also ".join(_describe_exit(w) for w in which)
-                    _kill_all(workers)
-                    raise ProbeFailed(msg)
-                if which:
-                    notes.append(f"ranks {[w.rank for w in which]} did not exit after finishing; killed")
-                _kill_all(workers)
-                texts = [w.log_text(limit=1 << 26) for w in workers]
-                try:
-                    with open(os.path.join(tmp, f"a{attempt}-result.json")) as f:
-                        res = json.load(f)
-                except (OSError, ValueError) as e:
-                    raise ProbeFailed(f"rank 0 finished without a result ({e}): {last_line(texts[0])}") from None
-                return _document(cfg, res, texts, notes, port, attempt)
-            raise AssertionError("unreachable")
-    except _Terminated as e:
-        _kill_all(workers)
-        raise ProbeFailed(f"probe terminated by {e}; killed all ranks") from None
-    finally:
-        _kill_all(workers)  # idempotent; covers any exception on the way
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-class _Terminated(Exception):
-    pass
+    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
+        port = cfg["master_port"] or free_port()
+        for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
+            log(f"nccl_allreduce: {cfg['backend']} x{cfg['world_size']} rendezvous 127.0.0.1:{port} "
+                f"(attempt {attempt})")
+            out = _attempt(cfg, port, tmp, attempt, env, deadline)
+            if out.outcome == "addr_in_use":
+                log(f"nccl_allreduce: port {port} in use ({time.monotonic() - t0:.1f}s); retrying")
+                notes.append(f"rendezvous port {port} in use; retried on another")
+                if attempt == RENDEZVOUS_ATTEMPTS:
+                    raise ProbeFailed(f"rendezvous failed: port in use on {RENDEZVOUS_ATTEMPTS} attempts")
+                port = free_port()
+                continue
+            if out.outcome == "aborted":
+                raise ProbeFailed(f"probe terminated by {out.signal}; killed all ranks")
+            if out.outcome == "hung":
+                hung = {w.rank for w in out.which}
+                raise ProbeFailed(hang_message([r for r in out.reports if r["rank"] in hung], cfg["deadline_s"]))
+            if out.outcome != "ok":
+                raise ProbeFailed("; also ".join(w.describe_exit() for w in out.which))
+            _lingering_note(out, notes)
+            if out.result is None:
+                raise ProbeFailed(f"rank 0 finished without a result ({out.result_error}): "
+                                  f"{last_line(out.texts[0])}")
+            return _document(cfg, out.result, out.texts, notes, port, attempt)
+    raise AssertionError("unreachable")
 
 
 def _main_multinode(cfg: dict) -> dict:
@@ -1075,71 +538,34 @@ def _main_multinode(cfg: dict) -> dict:
     deadline = time.monotonic() + cfg["deadline_s"]
     port = cfg["master_port"]
     where = {"node_rank": cfg["node_rank"], "nnodes": cfg["nnodes"], "ranks_per_node": cfg["ranks_per_node"],
-             "host": cfg["host"], "hostname": socket.gethostname(), "local_address": local_addr,
-             "gloo_ifname": env.get("GLOO_SOCKET_IFNAME"), "master_addr": cfg["master_addr"], "master_port": port,
-             "marker": cfg["marker"], "backend": cfg["backend"], "world_size": cfg["world_size"]}
-
-    def _on_signal(signum, _frame):
-        for sig in old:
-            signal.signal(sig, signal.SIG_IGN)
-        raise _Terminated(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    workers: list[_Worker] = []
-    outcome, which = "aborted", []
-    try:
-        with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
-            try:
-                log(f"nccl_allreduce: node {cfg['node_rank']}/{cfg['nnodes']} ({cfg['host']}) "
-                    f"{cfg['backend']} ranks {cfg['node_rank'] * cfg['ranks_per_node']}.."
-                    f"{(cfg['node_rank'] + 1) * cfg['ranks_per_node'] - 1} of {cfg['world_size']}, "
-                    f"rendezvous {cfg['master_addr']}:{port}")
-                workers = _spawn(cfg, port, tmp, 1, env)
-                outcome, which = _supervise(workers, deadline, cfg["stall_s"])
-            except _Terminated as e:
-                outcome = "aborted"
-                notes.append(f"probe terminated by {e} (the controller aborted the collective); killed all ranks")
-            if outcome == "ok":
-                if which:
-                    notes.append(f"ranks {[w.rank for w in which]} did not exit after finishing; killed")
-                _kill_all(workers)
-                texts = [w.log_text(limit=1 << 26) for w in workers]
-                try:
-                    with open(os.path.join(tmp, "a1-result.json")) as f:
-                        res = json.load(f)
-                except (OSError, ValueError) as e:
-                    return _failure_doc(where, "failed", f"local rank 0 finished without a result ({e}): "
-                                        f"{last_line(texts[0])}", [], workers, texts, notes)
-                doc = _document(cfg, res, texts, notes, port, 1)
-                doc.update(where, ok=True, outcome="ok", local_ranks=[w.rank for w in workers],
-                           world=res.get("world"))
-                return doc
-            ranks = _rank_reports(workers, cfg["stall_s"])  # before killing: states and heartbeats
-            _kill_all(workers)
-            texts = [w.log_text() for w in workers]
-            return _failure_doc(where, outcome, _failure_message(outcome, which, ranks, cfg), ranks, workers,
-                                texts, notes)
-    finally:
-        _kill_all(workers)
-        for s, h in old.items():
-            signal.signal(s, h)
+             "host": cfg["host"], "hosts": cfg["hosts"], "hostname": socket.gethostname(),
+             "local_address": local_addr, "local_interface": ifname, "gloo_ifname": env.get("GLOO_SOCKET_IFNAME"),
+             "master_addr": cfg["master_addr"], "master_port": port, "marker": cfg["marker"],
+             "backend": cfg["backend"], "world_size": cfg["world_size"]}
+    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
+        log(f"nccl_allreduce: node {cfg['node_rank']}/{cfg['nnodes']} ({cfg['host']}) "
+            f"{cfg['backend']} ranks {cfg['node_rank'] * cfg['ranks_per_node']}.."
+            f"{(cfg['node_rank'] + 1) * cfg['ranks_per_node'] - 1} of {cfg['world_size']}, "
+            f"rendezvous {cfg['master_addr']}:{port}")
+        out = _attempt(cfg, port, tmp, 1, env, deadline)
+        if out.outcome == "ok":
+            _lingering_note(out, notes)
+            if out.result is None:
+                return _failure_doc(where, "failed", f"local rank 0 finished without a result "
+                                    f"({out.result_error}): {last_line(out.texts[0])}", [], out.workers,
+                                    out.texts, notes)
+            doc = _document(cfg, out.result, out.texts, notes, port, 1)
+            doc.update(where, ok=True, outcome="ok", local_ranks=[w.rank for w in out.workers],
+                       world=out.result.get("world"))
+            return doc
+        if out.outcome == "aborted":
+            notes.append(f"probe terminated by {out.signal or 'a signal'} (the controller aborted the collective); "
+                         f"killed all ranks")
+        return _failure_doc(where, out.outcome, _failure_message(out.outcome, out.which, out.reports, cfg),
+                            out.reports, out.workers, out.texts, notes)
 
 
-def _rank_reports(workers: list[_Worker], stall_s) -> list[dict]:
-    """Per local rank: rank, local rank, rc, state, phase, heartbeat age (s), evidence kind/reason/addresses."""
-    out = []
-    for w in workers:
-        rc = w.peek()
-        state = w.state() if rc is None else "exited"
-        age = w.heartbeat_age()
-        kind, reason, addrs = rank_evidence(rc, state, age, stall_s, w.log_text())
-        out.append({"rank": w.rank, "local_rank": w.local_rank, "rc": rc, "state": state,
-                    "phase": w.phase().get("phase"), "heartbeat_age_s": round(age, 1), "evidence": kind,
-                    "reason": reason, "addresses": addrs})
-    return out
-
-
-def _failure_message(outcome: str, which: list[_Worker], ranks: list[dict], cfg: dict) -> str:
+def _failure_message(outcome: str, which: list[Worker], ranks: list[dict], cfg: dict) -> str:
     local = [r for r in ranks if r["evidence"] == "local"]
     if outcome == "hung":
         head = (f"all-reduce hung: ranks {[w.rank for w in which]} did not finish within {cfg['deadline_s']}s; "
@@ -1151,7 +577,7 @@ def _failure_message(outcome: str, which: list[_Worker], ranks: list[dict], cfg:
     elif outcome == "aborted":
         head = "aborted by the controller; killed all ranks"
     else:
-        head = "; also ".join(_describe_exit(w) for w in which[:3])
+        head = "; also ".join(w.describe_exit() for w in which[:3])
     split = [r for r in ranks if r["evidence"] == "split_world"]
     if split:
         return f"split world: {split[0]['reason']}"
@@ -1173,7 +599,7 @@ def _failure_doc(where: dict, outcome: str, msg: str, ranks: list[dict], workers
             "peer_addresses": list(dict.fromkeys(a for r in ranks for a in r["addresses"])),
             "ranks": ranks, "local_ranks": [w.rank for w in workers], "transports": parsed["transports"],
             "transport_classes": parsed["transport_classes"], "nccl_version": parsed["nccl_version"],
-            "notes": notes}
+            "net_devices": parsed["net_devices"], "notes": notes}
 
 
 def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, attempts: int) -> dict:
@@ -1213,6 +639,7 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
         "nccl_network": parsed["nccl_network"],
         "algos": algos,
         "nccl_env_seen": parsed["nccl_env_seen"],
+        "net_devices": parsed["net_devices"],
         "rows": rows,
         "wrong_total": sum((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0) for r in rows),
         "avg_busbw_gbps": avg_busbw(rows),
@@ -1237,126 +664,8 @@ def _document(cfg: dict, res: dict, texts: list[str], notes: list, port: int, at
 # worker: one rank
 # ---------------------------------------------------------------------------------------------------------
 
-class _Phase:
-    """Progress of this rank for the parent's hang report: ``{"step", "phase"}`` written atomically."""
-
-    def __init__(self, path: str):
-        self.path, self.step = path, 0
-
-    def __call__(self, what: str) -> None:
-        self.step += 1
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"step": self.step, "phase": what}, f)
-        os.replace(tmp, self.path)
-
-
-def _libc():
-    import ctypes
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL us when the probe dies (PR_SET_PDEATHSIG), then check it had not already."""
-    try:
-        _libc().prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
-def _line_buffer_c_stdout() -> None:
-    """NCCL prints INFO lines with C stdio to stdout, block-buffered into our log file: make it line-buffered."""
-    try:
-        import ctypes
-        libc = _libc()
-        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 1, 0)  # _IOLBF = 1
-    except (OSError, AttributeError, ValueError):
-        pass
-
-
-def _exit(code: int) -> None:
-    """Leave without interpreter teardown (NCCL/gloo threads can hang it), flushing C and Python streams."""
-    for s in (sys.stdout, sys.stderr):
-        try:
-            s.flush()
-        except Exception:
-            pass
-    try:
-        _libc().fflush(None)
-    except (OSError, AttributeError):
-        pass
-    os._exit(code)
-
-
-def _heartbeat(path: str) -> None:
-    """Touch ``path`` every :data:`HEARTBEAT_S` seconds from a daemon thread (multi-node stall detection: a
-    stopped or wedged process stops touching it; a rank blocked in a collective does not, torch releases
-    the interpreter lock while it waits)."""
-    import threading
-
-    def beat():
-        while True:
-            try:
-                with open(path, "a"):
-                    os.utime(path)
-            except OSError:
-                pass
-            time.sleep(HEARTBEAT_S)
-
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
-
-
-def _worker_main(spec: dict) -> None:
-    _die_with_parent(spec["parent_pid"])
-    if spec.get("heartbeat"):
-        _heartbeat(spec["phase_path"] + ".hb")
-    _line_buffer_c_stdout()
-    try:
-        _worker(spec)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        _exit(1)
-    _exit(0)
-
-
-def _pick_nccl_library(notes: list) -> Nccl | None:
-    """libnccl for api "nccl" (after ``import torch`` and CUDA init, so torch's copy is mapped), or None with a
-    note saying why (the worker then falls back to api "torch"). Local and deterministic: every rank of one
-    node decides the same."""
-    try:
-        with open("/proc/self/maps") as f:
-            maps = f.read()
-    except OSError:
-        maps = ""
-    lib, errors = load_nccl(nccl_library_candidates(maps, _site_dirs()))
-    if lib is None:
-        notes.append("api nccl unavailable (" + "; ".join(errors)[:600] + "): fell back to api torch")
-    return lib
-
-
-def _all_gather_json(obj: dict, dist, torch, limit: int = 1024) -> list:
-    """Every rank's JSON-able ``obj``, in rank order, through one gloo all_gather of fixed-size byte tensors
-    (``all_gather_object`` needs numpy, which the probe does not require)."""
-    raw = json.dumps(obj).encode()
-    if len(raw) > limit:
-        raise ValueError(f"identity too long for the world check ({len(raw)} > {limit} bytes)")
-    mine = torch.zeros(limit + 4, dtype=torch.uint8)
-    mine[:4] = torch.tensor(list(len(raw).to_bytes(4, "little")), dtype=torch.uint8)
-    mine[4:4 + len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
-    parts = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, mine)
-    out = []
-    for t in parts:
-        b = bytes(t.tolist())
-        out.append(json.loads(b[4:4 + int.from_bytes(b[:4], "little")]))
-    return out
-
-
 def _worker(spec: dict) -> None:
-    phase = _Phase(spec["phase_path"])
+    phase = Phase(spec["phase_path"])
     rank, n = spec["rank"], spec["world_size"]
     phase("importing torch")
     import datetime
@@ -1378,7 +687,7 @@ def _worker(spec: dict) -> None:
         torch.zeros(1, device=device)  # CUDA context up before NCCL
         if spec["api"] == "nccl":
             phase("loading libnccl")
-            lib = _pick_nccl_library(notes)
+            lib = pick_nccl_library(notes)
             if lib is not None:
                 # a stream of our own, as nccl-tests; current for every torch op too, so fills and checks are
                 # ordered with the NCCL calls
@@ -1400,20 +709,20 @@ def _worker(spec: dict) -> None:
     except Exception as e:
         if is_addr_in_use(str(e)):
             log(f"rank {rank}: rendezvous port in use: {str(e).splitlines()[0]}")
-            _exit(EXIT_ADDR_IN_USE)
+            exit_now(EXIT_ADDR_IN_USE)
         raise
     world = None
     if "nnodes" in spec:  # multi-node: the world that formed must be the one expected
         phase("checking the world")
         me = {"rank": rank, "node_rank": spec["node_rank"], "host": spec["host"],
               "hostname": socket.gethostname(), "marker": spec["marker"]}
-        world = _all_gather_json(me, dist, torch)
+        world = all_gather_json(me, dist, torch)
         problems = world_problems(world, spec["hosts"], spec["ranks_per_node"], spec["marker"], n)
         if dist.get_world_size() != n:
             problems.insert(0, f"get_world_size() is {dist.get_world_size()}, expected {n}")
         if problems:
             log(f"split world: {'; '.join(problems)}")
-            _exit(EXIT_SPLIT_WORLD)
+            exit_now(EXIT_SPLIT_WORLD)
         names = Counter(w["hostname"] for w in world[::spec["ranks_per_node"]])
         shared = sorted(h for h, c in names.items() if c > 1)
         if shared:
@@ -1647,8 +956,10 @@ def _worker(spec: dict) -> None:
     dist.destroy_process_group()
 
 
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        _worker_main(json.loads(sys.argv[2]))
+        worker_main(json.loads(sys.argv[2]), _worker)
     else:
         run(main)

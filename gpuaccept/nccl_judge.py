@@ -1,0 +1,271 @@
+"""All-reduce judging, controller side (pure functions, no I/O): one place for every NCCL rule that the
+single-node suite (``suites/test_nccl.py``) and the multi-node code (``gpuaccept/multinode``) apply.
+
+* **Algorithm floors.** nccl-tests computes busbw as ``algbw * 2(n-1)/n`` for every algorithm
+  (``src/all_reduce.cu`` ``AllReduceGetBw``), so NVLS (NVSwitch multicast) and Ring give different busbw on the
+  same node, and an NVLS figure can exceed the one-way link rate. The floors in ``thresholds/*.yaml``
+  (``allreduce_busbw_gbps``) are Ring floors: the judged sweep runs with ``NCCL_ALGO=Ring`` (:data:`PIN_ENV`)
+  and NCCL's own choice is measured apart and recorded. :func:`algorithm_problem` refuses to judge a row that
+  another algorithm produced (an error, never a pass against the Ring floor).
+* **Correctness.** A row whose ``#wrong`` is missing or null was not checked: an error, not 0
+  (:func:`wrong_count`).
+* **Transports** (:func:`transport_problem`): one rule for NCCL's channel lines, on one node and across nodes.
+* **Network devices** (:func:`net_device_problems`, :func:`exact_list`): NCCL reads ``NCCL_IB_HCA`` and
+  ``NCCL_SOCKET_IFNAME`` as prefixes unless the list starts with ``=`` (NCCL user guide, "Environment
+  Variables", NCCL_SOCKET_IFNAME and NCCL_IB_HCA: "To match (or not) an exact interface name, begin the prefix
+  string with the = character"; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html, read
+  2026-11-30). gpuaccept passes the inventory's names in the ``=`` form and judges the devices NCCL's INFO
+  lines say it used.
+* **The world** (:func:`world_problems`): every host's document must describe the world that was launched.
+* **A round's median** (:func:`judge_round`): pairs or rails judged against a limit, else against the
+  round's median through :func:`gpuaccept.compute.below_median_pct` and :func:`gpuaccept.thresholds.judge`.
+"""
+from __future__ import annotations
+
+from .probes._supervisor import normalize_address
+from .compute import below_median_pct
+from .thresholds import Limit, judge
+
+#: the algorithm the SKU files' all-reduce floors were measured with, and the environment that pins it
+#: (NCCL_ALGO accepts Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT: NCCL user guide, NCCL_ALGO)
+JUDGED_ALGO = "RING"
+PIN_ENV = {"NCCL_ALGO": "Ring"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# algorithm and correctness of one row
+# ---------------------------------------------------------------------------------------------------------
+
+def row_algorithms(row: dict, doc: dict, mode: str = "ip") -> list[str]:
+    """Algorithms that produced one row's ``mode`` column, upper case, e.g. ``["RING"]``: from NCCL's TUNING
+    lines for that size (``row["ip_algo"]`` = ``"RING/SIMPLE"``, ``+``-joined when several), else from the
+    ``NCCL_ALGO`` NCCL reports reading (``doc["nccl_env_seen"]``, ENV lines; NCCL before 2.19 prints no
+    TUNING lines), else ``[]`` (unknown)."""
+    text = row.get(f"{mode}_algo")
+    if text:
+        return list(dict.fromkeys(part.split("/")[0].upper() for part in str(text).split("+") if part))
+    pinned = (doc.get("nccl_env_seen") or {}).get("NCCL_ALGO")
+    if pinned:
+        return list(dict.fromkeys(a.strip().upper() for a in str(pinned).lstrip("^").split(",") if a.strip()))
+    return []
+
+
+def algorithm_problem(row: dict, doc: dict, floor_algo: str = JUDGED_ALGO, where: str = "") -> str | None:
+    """Why the in-place figure of ``row`` cannot be judged against a floor measured with ``floor_algo``, or
+    None: the row was produced by another algorithm (or by several), or NCCL said nothing about the
+    algorithm. ``where`` names the threshold file in the message."""
+    algos = row_algorithms(row, doc)
+    size = f"{row.get('bytes')} B"
+    src = f" in {where}" if where else ""
+    if not algos:
+        return (f"all-reduce at {size}: NCCL reported no algorithm (no TUNING line, no NCCL_ALGO): the floor"
+                f"{src} is for {floor_algo.title()} only, so the figure is not judged")
+    if algos != [floor_algo.upper()]:
+        return (f"all-reduce at {size} ran with {'+'.join(algos)}: no floor for "
+                f"{'+'.join(a.title() for a in algos)}{src} (its all-reduce floor is for {floor_algo.title()})")
+    return None
+
+
+def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
+    """``(wrong elements over every row and column, problems)``: a row whose ``oop_wrong`` or ``ip_wrong`` is
+    missing or null (the correctness check did not run or was not reported) is a problem, never 0. When the
+    document's own ``wrong_total`` (``reported_total``) says more, that count is kept: any report of wrong
+    elements fails."""
+    total, problems = 0, []
+    for r in rows:
+        for mode in ("oop", "ip"):
+            v = r.get(f"{mode}_wrong")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                what = "missing" if v is None else f"not a count ({v!r})"
+                problems.append(f"all-reduce at {r.get('bytes')} B {'in-place' if mode == 'ip' else 'out-of-place'}: "
+                                f"#wrong {what}: correctness was not checked")
+            else:
+                total += v
+    if not rows:
+        problems.append("all-reduce document has no rows")
+    if isinstance(reported_total, int) and not isinstance(reported_total, bool) and reported_total > total:
+        total = reported_total
+    return total, problems
+
+
+# ---------------------------------------------------------------------------------------------------------
+# transports and network devices
+# ---------------------------------------------------------------------------------------------------------
+
+def transport_problem(transports: dict, expect: str | None, network_only: bool = False,
+                      who: str | None = None) -> str | None:
+    """Why NCCL's channels (``{"P2P/CUMEM/read": 24, "NET/IB/0/GDRDMA": 8, ...}``) do not match ``expect``
+    (``"P2P"``, ``"IB"``, ``"NET/IB/GDRDMA"``, ``"Socket"``...), or None. One rule for one node and for many:
+    every component of ``expect`` other than ``NET`` must be a component of every channel checked (case
+    insensitive), so ``P2P`` refuses ``SHM/direct/direct``, ``IB`` refuses ``NET/Socket/0`` and
+    ``NET/IB/GDRDMA`` refuses ``NET/IB/0`` (InfiniBand without GPUDirect RDMA). ``network_only``: only the
+    ``NET/...`` channels (those that leave the host) are checked. No channel to check fails too (NCCL said
+    nothing: nothing to trust). ``who`` (e.g. the SKU) names whose expectation it is in the message."""
+    if not expect:
+        return None
+    expected = f"{who} expects {expect}" if who else f"{expect} is expected"
+    want = [p.upper() for p in str(expect).split("/") if p and p.upper() != "NET"]
+    seen = transports or {}
+    checked = {t: n for t, n in seen.items() if t.upper().startswith("NET/")} if network_only else dict(seen)
+    if not checked:
+        kind = "network channel" if network_only else "channel"
+        return (f"no {kind} in NCCL's INFO lines (transports seen: {', '.join(sorted(seen)) or 'none'}) "
+                f"where {expected}")
+    bad = sorted(t for t in checked if not all(w in t.upper().split("/") for w in want))
+    if bad:
+        return f"NCCL channels use {', '.join(bad)} where {expected}"
+    return None
+
+
+def parse_device_list(value) -> tuple[bool, list[tuple[str, int | None]]]:
+    """An inventory device list (``"mlx5_0,mlx5_3:1"``, ``["eth0"]``, ``"^=docker0"``) as ``(exclude,
+    [(name, port or None)])``. A leading ``^`` excludes; a leading ``=`` (exact names, NCCL's form) is
+    accepted and dropped: gpuaccept always passes exact names. Raises ValueError on an empty name or a
+    port that is not a number."""
+    if isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+        text = ",".join(items)
+    else:
+        text = str(value).strip()
+    exclude = text.startswith("^")
+    text = text.lstrip("^").lstrip("=")
+    out = []
+    for part in text.split(","):
+        part = part.strip().lstrip("=")
+        name, _, port = part.partition(":")
+        if not name:
+            raise ValueError(f"empty device name in {value!r}")
+        if port and not port.isdigit():
+            raise ValueError(f"port of {part!r} must be a number in {value!r}")
+        out.append((name, int(port) if port else None))
+    return exclude, out
+
+
+def exact_list(value) -> str:
+    """NCCL's exact-match form of an inventory device list: ``"mlx5_1"`` -> ``"=mlx5_1"``, ``["eth0", "eth1"]``
+    -> ``"=eth0,eth1"``, ``"^docker0"`` -> ``"^=docker0"`` (NCCL would read ``mlx5_1`` as a prefix and
+    also take ``mlx5_10``...). Raises ValueError as :func:`parse_device_list`."""
+    exclude, devs = parse_device_list(value)
+    names = ",".join(f"{n}:{p}" if p is not None else n for n, p in devs)
+    return ("^=" if exclude else "=") + names
+
+
+def net_device_problems(net_devices: dict | None, ib_hca=None, socket_ifname=None) -> list[str]:
+    """What is wrong with the network devices NCCL says it used (the probe's ``net_devices``:
+    ``{"ib": [{"name", "port", "link"}], "socket": [{"name", "address"}], ...}``) against the inventory's
+    ``nccl_ib_hca`` and ``nccl_socket_ifname`` (pure). With a list, every device NCCL used must be on it
+    (name, and port when the list gives one), and NCCL must have used at least one; with a ``^`` list,
+    none may be on it. A transport NCCL did not initialise (no ``NET/IB : Using`` line: ``None``) is not
+    judged."""
+    nd = net_devices or {}
+    out = []
+    for var, key, value in (("nccl_ib_hca", "ib", ib_hca), ("nccl_socket_ifname", "socket", socket_ifname)):
+        if not value or nd.get(key) is None:
+            continue
+        exclude, devs = parse_device_list(value)
+        used = nd.get(key) or []
+        label = "IB devices" if key == "ib" else "socket interfaces"
+
+        def on_list(d: dict) -> bool:
+            return any(d.get("name") == n and (p is None or d.get("port") == p) for n, p in devs)
+
+        def show(d: dict) -> str:
+            return d["name"] + (f":{d['port']}" if d.get("port") is not None else "")
+
+        if exclude:
+            bad = [show(d) for d in used if on_list(d)]
+            if bad:
+                out.append(f"NCCL used {label} {', '.join(bad)} that {var} excludes ({value})")
+            continue
+        if not used:
+            out.append(f"NCCL found none of the {label} {var} lists ({value})")
+            continue
+        bad = [show(d) for d in used if not on_list(d)]
+        if bad:
+            out.append(f"NCCL used {label} {', '.join(bad)} not in {var} ({value})")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# multi-node: the world and a round's figures
+# ---------------------------------------------------------------------------------------------------------
+
+def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dict[str, dict]) -> list[str]:
+    """How the hosts' documents of one successful collective disagree with what was launched (pure):
+    ``hosts`` in node order, ``ranks_per_node``, the collective's ``marker``; ``docs`` {host: document}.
+    Each document must exist and say ``ok``, carry this ``marker``, its own node rank (its index in
+    ``hosts``), ``nnodes`` = len(hosts), ``world_size`` = len(hosts) x ranks_per_node, the same host list when
+    it reports one, and ``local_ranks`` = its slice of the global ranks; its gathered ``world`` (every rank's
+    identity, when present) must hold every host once per rank in node order. Two half-worlds (each host
+    reporting a world of its own) are caught by the world size, node ranks and gathered identities."""
+    out = []
+    n = len(hosts) * ranks_per_node
+    for i, h in enumerate(hosts):
+        d = docs.get(h)
+        if not d:
+            out.append(f"{h}: no document")
+            continue
+        got = {"marker": d.get("marker"), "node_rank": d.get("node_rank"), "nnodes": d.get("nnodes"),
+               "world_size": d.get("world_size"), "ranks_per_node": d.get("ranks_per_node")}
+        want = {"marker": marker, "node_rank": i, "nnodes": len(hosts), "world_size": n,
+                "ranks_per_node": ranks_per_node}
+        bad = [f"{k} {got[k]!r} (launched {want[k]!r})" for k in want if got[k] != want[k]]
+        if d.get("hosts") is not None and list(d["hosts"]) != list(hosts):
+            bad.append(f"hosts {d['hosts']} (launched {hosts})")
+        local = list(range(i * ranks_per_node, (i + 1) * ranks_per_node))
+        if d.get("local_ranks") is not None and list(d["local_ranks"]) != local:
+            bad.append(f"local ranks {d['local_ranks']} (launched {local})")
+        world = d.get("world")
+        if world is not None:
+            seen = [(w.get("rank"), w.get("host")) for w in world]
+            expect = [(r, hosts[r // ranks_per_node]) for r in range(n)]
+            if seen != expect:
+                bad.append(f"its ranks saw a world of {len(seen)} ranks over "
+                           f"{', '.join(dict.fromkeys(str(x[1]) for x in seen)) or 'no host'}")
+        if bad:
+            out.append(f"{h}: " + "; ".join(bad))
+    return out
+
+
+def same_address(a, b) -> bool:
+    """Whether two addresses are one (IPv4/IPv6 spellings normalised; other text compared as is)."""
+    return a is not None and b is not None and normalize_address(str(a)) == normalize_address(str(b))
+
+
+def judge_round(figures: dict, limit: float | None, slow_pct: float, pool: list[float] | None = None,
+                source: str = "group var nccl_internode_busbw_gbps") -> dict:
+    """Pass/fail of each figure (busbw GB/s, None: the collective failed) of one round of pairs or rails,
+    ``{key: (passed, why)}`` (pure). With ``limit`` (GB/s) each figure is judged against it
+    (:func:`gpuaccept.thresholds.judge`); without, against the round's median: a figure more than
+    ``100 - slow_pct`` % below it fails (:func:`gpuaccept.compute.below_median_pct`, the node-median rule
+    of the compute layer); with fewer than 2 figures in the round the median also takes ``pool`` (earlier
+    rounds' figures)."""
+    out = {}
+    if limit is not None:
+        lim = Limit("inventory", "internode_busbw_gbps", "min", float(limit), "GB/s", source)
+        for key, v in figures.items():
+            verdict = judge(lim, v) if v is not None else None
+            out[key] = (False, "the collective failed") if verdict is None else (verdict.passed, verdict.message)
+        return out
+    vals = {k: v for k, v in figures.items() if v is not None}
+    ref = dict(vals)
+    if len(ref) < 2:
+        ref.update({("pool", i): v for i, v in enumerate(pool or [])})
+    below = below_median_pct(ref)
+    ordered = sorted(ref.values())
+    mid = len(ordered) // 2
+    median = (ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2) if ordered else None
+    max_below = 100.0 - float(slow_pct)
+    lim = Limit("inventory", "below_round_median_pct", "max", max_below, "%",
+                f"group var nccl_pairwise_slow_pct ({slow_pct:g} % of the median)")
+    for key, v in figures.items():
+        if v is None:
+            out[key] = (False, "the collective failed")
+        elif not median or median <= 0:
+            out[key] = (True, f"busbw {v:.4g} GB/s (no median to compare with)")
+        else:
+            pct = below[key]
+            v_ = judge(lim, round(pct, 2))
+            out[key] = (v_.passed, f"busbw {v:.4g} GB/s is {100.0 * v / median:.0f}% of the round's median "
+                                   f"{median:.4g} GB/s (fails below {slow_pct:g}%)")
+    return out

@@ -1,0 +1,253 @@
+"""All-reduce judging (gpuaccept.nccl_judge) as pure functions, and through the nccl suite on the real 2xH200
+all-reduce document (tests/data/replay-h200x2) altered the way sick nodes read: a figure NVLS produced, a
+missing #wrong count, an HCA list matched by prefix. The NCCL INFO lines are the real ones captured on that
+node (tests/data/nccl-info-h200x2.log), altered in the test where a case needs InfiniBand devices."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuaccept import nccl_judge as J
+from gpuaccept.errors import ConfigError
+from gpuaccept.multinode import GroupSettings, multinode_settings, nccl_environment
+from gpuaccept.probes._nccl_log import parse_nccl_log, parse_net_devices
+from gpuaccept.probes._supervisor import addresses_in, normalize_address, rank_evidence
+from test_e2e import run_pytest
+from test_replay import GPU_LAYERS, alter, outcomes, replay_project
+
+DATA = Path(__file__).resolve().parent / "data"
+REAL = (DATA / "nccl-info-h200x2.log").read_text().splitlines()
+
+
+# ------------------------------------------------------------------------------------ algorithm per row
+
+RING = {"bytes": 4 << 30, "ip_algo": "RING/SIMPLE", "ip_busbw_gbps": 347.5}
+
+
+@pytest.mark.parametrize("row, env, algos, problem", [
+    (RING, {}, ["RING"], None),
+    ({**RING, "ip_algo": "NVLS/SIMPLE"}, {}, ["NVLS"], "ran with NVLS: no floor for Nvls"),
+    ({**RING, "ip_algo": "RING/LL128+TREE/LL"}, {}, ["RING", "TREE"], "ran with RING+TREE"),
+    ({**RING, "ip_algo": None}, {"NCCL_ALGO": "Ring"}, ["RING"], None),  # NCCL < 2.19: no TUNING lines
+    ({**RING, "ip_algo": None}, {"NCCL_ALGO": "NVLS"}, ["NVLS"], "no floor for Nvls"),
+    ({**RING, "ip_algo": None}, {}, [], "NCCL reported no algorithm"),
+])
+def test_a_figure_is_judged_only_against_its_algorithm_floor(row, env, algos, problem):
+    doc = {"nccl_env_seen": env}
+    assert J.row_algorithms(row, doc) == algos
+    got = J.algorithm_problem(row, doc, where="thresholds/h200-sxm-141gb.yaml")
+    if problem is None:
+        assert got is None
+    else:
+        assert problem in got and "thresholds/h200-sxm-141gb.yaml" in got and "for Ring" in got
+
+
+@pytest.mark.parametrize("rows, total, wrong, n_problems", [
+    ([{"bytes": 1, "oop_wrong": 0, "ip_wrong": 2}], None, 2, 0),
+    ([{"bytes": 1, "oop_wrong": 0, "ip_wrong": None}], None, 0, 1),
+    ([{"bytes": 1, "oop_wrong": 0}], None, 0, 1),  # key missing
+    ([{"bytes": 1, "oop_wrong": "0", "ip_wrong": 0}], None, 0, 1),  # not a count
+    ([{"bytes": 1, "oop_wrong": 0, "ip_wrong": 0}], 3, 3, 0),  # the document's own total says more
+    ([], 0, 0, 1),
+])
+def test_wrong_count_never_reads_absence_as_zero(rows, total, wrong, n_problems):
+    got, problems = J.wrong_count(rows, total)
+    assert got == wrong and len(problems) == n_problems
+    if n_problems and rows:
+        assert "correctness was not checked" in problems[0]
+
+
+# ------------------------------------------------------------------------------------------ transports
+
+@pytest.mark.parametrize("transports, expect, network_only, problem", [
+    ({"P2P/CUMEM/read": 24}, "P2P", False, None),
+    ({"P2P/CUMEM": 24, "SHM/direct/direct": 2}, "P2P", False, "SHM/direct/direct"),
+    ({}, "P2P", False, "no channel"),
+    ({"P2P/CUMEM": 8, "NET/IB/0/GDRDMA": 4}, "NET/IB/GDRDMA", True, None),
+    ({"NET/IB/0": 4}, "NET/IB/GDRDMA", True, "NET/IB/0"),
+    ({"NET/Socket/0": 4}, "IB", True, "NET/Socket/0"),
+    ({"P2P/CUMEM": 8}, "IB", True, "no network channel"),
+    ({"NET/IB/0": 4}, None, True, None),
+])
+def test_one_transport_rule(transports, expect, network_only, problem):
+    got = J.transport_problem(transports, expect, network_only)
+    assert (got is None) == (problem is None) and (problem is None or problem in got)
+
+
+# --------------------------------------------------------------------------------- NCCL device lists
+
+def test_real_capture_reports_its_socket_interface():
+    nd = parse_net_devices(REAL)
+    assert nd["socket"] == [{"name": "eth0", "address": "192.0.2.2"}]
+    assert nd["ib"] == [] and nd["oob_interface"] == "eth0"  # "NET/IB : Using [RO]; OOB eth0:...": no HCA
+    assert parse_nccl_log(REAL)["net_devices"] == nd
+    assert J.net_device_problems(nd, None, "eth0") == []
+    assert J.net_device_problems(nd, None, "eth1") == ["NCCL used socket interfaces eth0 not in "
+                                                       "nccl_socket_ifname (eth1)"]
+    assert J.net_device_problems(nd, "mlx5_0", None) == ["NCCL found none of the IB devices nccl_ib_hca "
+                                                         "lists (mlx5_0)"]
+
+
+def test_hca_matched_by_prefix_is_named():
+    # the real lines, altered: NCCL found two HCAs where the inventory names one (the prefix mlx5_1 also
+    # takes mlx5_10, as NCCL_IB_HCA=mlx5_1 does)
+    lines = [ln.replace("NET/IB : Using [RO]", "NET/IB : Using [0]mlx5_1:1/IB [1]mlx5_10:1/IB [RO]") for ln in REAL]
+    nd = parse_net_devices(lines)
+    assert [d["name"] for d in nd["ib"]] == ["mlx5_1", "mlx5_10"] and nd["ib"][0] == {"name": "mlx5_1", "port": 1,
+                                                                                       "link": "IB"}
+    assert J.net_device_problems(nd, "mlx5_1", None) == ["NCCL used IB devices mlx5_10:1 not in nccl_ib_hca (mlx5_1)"]
+    assert J.net_device_problems(nd, "mlx5_1,mlx5_10", None) == []
+    assert J.net_device_problems(nd, ["mlx5_1:1", "mlx5_10:2"], None) == [
+        "NCCL used IB devices mlx5_10:1 not in nccl_ib_hca (['mlx5_1:1', 'mlx5_10:2'])"]
+    assert J.net_device_problems(nd, "^mlx5_10", None) == ["NCCL used IB devices mlx5_10:1 that nccl_ib_hca "
+                                                           "excludes (^mlx5_10)"]
+    assert J.net_device_problems({"ib": None, "socket": None}, "mlx5_1", "eth0") == []  # not initialised
+
+
+def test_inventory_lists_reach_nccl_as_exact_names():
+    assert nccl_environment({"nccl_ib_hca": "mlx5_1", "nccl_socket_ifname": ["eth0", "eth1"]}) == {
+        "NCCL_IB_HCA": "=mlx5_1", "NCCL_SOCKET_IFNAME": "=eth0,eth1"}
+    assert J.exact_list("=mlx5_0:1,mlx5_3") == "=mlx5_0:1,mlx5_3"
+    assert J.exact_list("^docker0,lo") == "^=docker0,lo"
+    assert J.exact_list("^=docker0") == "^=docker0"
+    with pytest.raises(ValueError):
+        J.exact_list("mlx5_0:x")
+    with pytest.raises(ValueError):
+        J.exact_list("eth0,,eth1")
+
+
+# ------------------------------------------------------------------------------------ world and addresses
+
+def _doc(host, i, hosts, rpn=2, marker="m", world=None, **over):
+    d = {"ok": True, "marker": marker, "node_rank": i, "nnodes": len(hosts), "world_size": len(hosts) * rpn,
+         "ranks_per_node": rpn, "hosts": hosts, "local_ranks": list(range(i * rpn, (i + 1) * rpn)),
+         "world": world if world is not None else [{"rank": r, "host": hosts[r // rpn]}
+                                                   for r in range(len(hosts) * rpn)]}
+    d.update(over)
+    return d
+
+
+def test_world_agrees_with_launch():
+    hosts = ["a", "b", "c", "d"]
+    assert J.world_problems(hosts, 2, "m", {h: _doc(h, i, hosts) for i, h in enumerate(hosts)}) == []
+
+
+def test_two_half_worlds_are_not_one_world():
+    hosts = ["a", "b", "c", "d"]
+    halves = {"a": _doc("a", 0, ["a", "b"]), "b": _doc("b", 1, ["a", "b"]),
+              "c": _doc("c", 0, ["c", "d"]), "d": _doc("d", 1, ["c", "d"])}
+    got = J.world_problems(hosts, 2, "m", halves)
+    assert len(got) == 4  # every host is named
+    assert got[0].startswith("a: nnodes 2 (launched 4); world_size 4 (launched 8)")
+    assert "c: node_rank 0 (launched 2)" in got[2] and "saw a world of 4 ranks over c, d" in got[2]
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"marker": "other"}, "marker 'other' (launched 'm')"),
+    ({"world_size": 6}, "world_size 6 (launched 8)"),
+    ({"local_ranks": [0, 1]}, "local ranks [0, 1] (launched [2, 3])"),
+    ({"hosts": ["a", "x", "c", "d"]}, "hosts ['a', 'x', 'c', 'd']"),
+])
+def test_one_host_disagreeing_is_named(change, words):
+    hosts = ["a", "b", "c", "d"]
+    docs = {h: _doc(h, i, hosts) for i, h in enumerate(hosts)}
+    docs["b"].update(change)
+    got = J.world_problems(hosts, 2, "m", docs)
+    assert len(got) == 1 and got[0].startswith("b: ") and words in got[0]
+    assert J.world_problems(hosts, 2, "m", {h: d for h, d in docs.items() if h != "c"})[-1] == "c: no document"
+
+
+def test_addresses_in_errors_ipv4_and_ipv6():
+    text = ("Connection reset by peer [fd00::a:2]:29500 from 10.1.2.3; also ::ffff:10.0.0.9 and "
+            "fe80::1%eth0, not 0.0.0.0 nor ::")
+    assert addresses_in(text) == ["fd00::a:2", "10.1.2.3", "10.0.0.9", "fe80::1"]  # in the text's order
+    assert normalize_address("FD00:0:0::A:2") == "fd00::a:2" and normalize_address("[::1]") == "::1"
+    assert normalize_address("mn1.example") == "mn1.example"
+    kind, _, addrs = rank_evidence(1, "exited", 0.0, None, "RuntimeError: Connection closed by peer [fd00::3]:4")
+    assert kind == "peer" and addrs == ["fd00::3"]
+
+
+def test_round_median_rule_and_limit():
+    got = J.judge_round({"r0": 100.0, "r1": 95.0, "r2": 15.0}, None, 20)
+    assert [k for k, (ok, _) in got.items() if not ok] == ["r2"]
+    assert "16% of the round's median 95 GB/s (fails below 20%)" in got["r2"][1]
+    got = J.judge_round({"p": 40.0, "q": None}, 50, 20)
+    assert got["p"][0] is False and "internode_busbw_gbps 40 GB/s < min 50 GB/s" in got["p"][1]
+    assert got["q"] == (False, "the collective failed")
+    assert J.judge_round({"only": 5.0}, None, 20, pool=[100.0, 90.0])["only"][0] is False
+
+
+# --------------------------------------------------------------------------------- group vars, pure
+
+def test_multinode_settings_parses_and_refuses():
+    g = multinode_settings({"nccl_backend": "nccl", "nccl_internode_busbw_gbps": "40", "gpus_per_node": 8,
+                            "nccl_ib_hca": "mlx5_0,mlx5_3:1", "nccl_internode_probe_args": {"iters": 5}})
+    assert g.limit_gbps == 40.0 and g.gpus_per_node == 8 and not g.needs_gpu_counts()
+    st, notes = g.resolve({}, 300)
+    assert st.ranks_per_node == 8 and st.args["iters"] == 5 and st.args["backend"] == "nccl" and notes == []
+    assert multinode_settings({}).needs_gpu_counts()
+    for bad, words in ((({"nccl_backend": "mpi"}), "nccl_backend must be nccl or gloo"),
+                       ({"nccl_internode_busbw_gbps": "fast"}, "nccl_internode_busbw_gbps must be a number"),
+                       ({"nccl_ranks_per_node": 2.5}, "whole number"),
+                       ({"nccl_pairwise_slow_pct": 120}, "within 0..100"),
+                       ({"nccl_internode_probe_args": {"iter": 5}}, "unknown argument(s) iter"),
+                       ({"nccl_internode_probe_args": [1]}, "must be a mapping"),
+                       ({"nccl_ib_hca": "mlx5_0:one"}, "host var nccl_ib_hca")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+            multinode_settings(bad)
+    with pytest.raises(ConfigError, match="hosts without a GPU among GPU hosts: b"):
+        GroupSettings().resolve({"a": 8, "b": 0}, 60)
+    st, notes = GroupSettings().resolve({"a": 0, "b": 0}, 60)
+    assert st.args["backend"] == "gloo" and "gloo all-reduce" in notes[0]
+
+
+# --------------------------------------------------------------------- through the suite, replayed H200
+
+def _run(tmp_path, captures, extra_vars=""):
+    inv = replay_project(tmp_path, captures, extra_vars)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", GPU_LAYERS)
+    got = outcomes(rep)["test_allreduce"]
+    figs = [f for f in json.loads((rep / "results.json").read_text())["figures"] if f["layer"] == "nccl"]
+    return res, got, figs
+
+
+def test_healthy_capture_judged_on_ring_and_default_recorded(tmp_path):
+    res, got, figs = _run(tmp_path, DATA / "replay-h200x2")
+    assert got["outcome"] == "passed", got["message"]
+    busbw = [f for f in figs if f["check"] == "allreduce_busbw_gbps"][0]
+    assert busbw["verdict"] == "pass" and busbw["extra"]["algorithms"] == ["RING"]
+    default = [f for f in figs if f["check"] == "allreduce_default_busbw_gbps"][0]
+    assert default["verdict"] == "recorded" and "not judged" in default["extra"]["note"]
+
+
+def test_nvls_figure_is_an_error_not_a_pass(tmp_path):
+    def nvls(doc):  # NCCL picked NVLS at 4 GiB (an NVSwitch node), with a figure above the Ring floor
+        doc["rows"][-1]["ip_algo"] = "NVLS/SIMPLE"
+        doc["rows"][-1]["ip_busbw_gbps"] = 480.0
+    _, got, figs = _run(tmp_path, alter(tmp_path, "nccl_allreduce", nvls))
+    assert got["outcome"] == "error", got
+    assert "all-reduce at 4294967296 B ran with NVLS: no floor for Nvls in" in got["message"]
+    assert "h200-sxm-141gb.yaml (its all-reduce floor is for Ring)" in got["message"]
+    busbw = [f for f in figs if f["check"] == "allreduce_busbw_gbps"][0]
+    assert busbw["verdict"] == "recorded" and busbw["value"] == 480.0
+
+
+def test_missing_wrong_count_is_an_error(tmp_path):
+    def unchecked(doc):
+        doc["rows"][2]["ip_wrong"] = None
+        del doc["rows"][3]["oop_wrong"]
+    _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", unchecked))
+    assert got["outcome"] == "error", got
+    assert "all-reduce at 16777216 B in-place: #wrong missing: correctness was not checked" in got["message"]
+    assert "67108864 B out-of-place: #wrong missing" in got["message"]
+
+
+def test_interface_outside_the_inventory_list_fails(tmp_path):
+    def devices(doc):  # the devices NCCL reported on the node (the real capture's NET/Socket line)
+        doc["net_devices"] = parse_net_devices(REAL)
+    _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", devices), "nccl_socket_ifname=eth1")
+    assert got["outcome"] == "failure", got
+    assert "h200-a: NCCL used socket interfaces eth0 not in nccl_socket_ifname (eth1)" in got["message"]
