@@ -154,6 +154,30 @@ def test_fio_measures_and_cleans_up(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_summarize_units_on_real_fio_output(tmp_path):
+    """fio_throughput.summarize on a document real fio wrote: GB/s is bw_bytes / 1e9, µs is lat_ns / 1e3,
+    runtime in ms, summed over jobs (two jobs without group reporting here)."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        import fio_throughput as ft
+    finally:
+        sys.path.remove(str(PROBES))
+    cmd = ft.fio_command(shutil.which("fio"), "seq_write", str(tmp_path), None, bs="1M", size=4 * MIB, runtime=0.5,
+                         numjobs=2, iodepth=1, ioengine="psync", direct=0)
+    cmd.remove("--group_reporting")
+    doc, msgs, rc = ft.run_fio(cmd, timeout=120)
+    assert rc == 0 and doc is not None, msgs
+    jobs = [j["write"] for j in doc["jobs"]]
+    assert len(jobs) == 2
+    got = ft.summarize(doc, "write")
+    assert got["gbps"] == round(sum(j["bw_bytes"] for j in jobs) / 1e9, 4) and got["gbps"] > 0
+    assert got["iops"] == round(sum(j["iops"] for j in jobs), 1)
+    assert got["io_bytes"] == sum(j["io_bytes"] for j in jobs)
+    assert got["runtime_ms"] == max(j["runtime"] for j in jobs)
+    assert got["lat_mean_us"] == round(max(j["lat_ns"]["mean"] for j in jobs) / 1e3, 2)
+    assert ft.summarize(doc, "read")["gbps"] == 0.0  # a direction the jobs did not run counts as 0
+
+
 @pytest.fixture
 def tmpfs_dir(tmp_path):
     """A tmpfs mount (mount -t tmpfs, as root), else /dev/shm when mounting is not permitted."""
@@ -293,6 +317,22 @@ def test_gds_detection_without_gpu():
     assert p.returncode == 0, p.stderr[-2000:]
     assert doc["mode"] in ("nvidia-fs", "p2pdma", "compat") and doc["gpu"] is False and doc["reason"]
     assert isinstance(doc["cufile"]["paths"], list)
+
+
+def test_probes_import_no_other_probe():
+    """Probes share code only through the shipped ``_*.py`` helpers (``_storage`` for the storage scratch
+    set-up), never by importing another measurement file."""
+    import ast
+    names = {f.stem for f in PROBES.glob("*.py")}
+    bad = []
+    for f in sorted(PROBES.glob("[!_]*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module] if isinstance(n, ast.ImportFrom) and n.module and not n.level else []
+            bad += [f"{f.name} imports {m}" for m in mods if m in names and not m.startswith("_")]
+    assert bad == []
+    storage = {f: (PROBES / f).read_text() for f in ("fio_throughput.py", "gds.py", "storage_to_gpu.py")}
+    assert all("from _storage import" in text for text in storage.values())
 
 
 # -- sysfs-shaped trees (real files laid out like the kernel's) -------------------------------------------
