@@ -228,7 +228,8 @@ def _transfer(torch, gi: int, fn: str, nbytes: int) -> dict:
         ops = {k: (ops1[k] - ops0[k]) if None not in (ops0[k], ops1[k]) else None for k in ("reads", "writes")}
     from _gpu import pci_bus_id
     g = {"index": gi, "name": props.name, "pci_bus_id": pci_bus_id(props), "bytes": nbytes,
-         "gds_write_gbps": round(nbytes / w / 1e9, 4), "gds_read_gbps": round(nbytes / r / 1e9, 4), "bounce_read_gbps": round(nbytes / b / 1e9, 4),
+         "gds_write_gbps": round(nbytes / w / 1e9, 4), "gds_read_gbps": round(nbytes / r / 1e9, 4),
+         "bounce_read_gbps": round(nbytes / b / 1e9, 4),
          "verified": verified, "nvidia_fs_ops": ops}
     log(f"GPU {gi}: {g}")
     return g

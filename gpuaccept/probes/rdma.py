@@ -26,7 +26,8 @@ gpuaccept/storage_judging.py ``gdr_readiness``): nvidia_peermem in /proc/modules
 peer-memory clients registered with ib_core (/sys/kernel/mm/memory_peers/<client>/version, "nv_mem" and
 "nv_mem_nc" for nvidia-peermem); kernel symbols for the dma-buf path (dma_buf_export, ib_umem_dmabuf_get)
 and the PeerDirect API (ib_register_peer_memory_client); the NVIDIA open kernel module
-(/proc/driver/nvidia/version says "Open Kernel Module"). Ports: /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state, link_layer,
+(/proc/driver/nvidia/version says "Open Kernel Module").
+Ports: /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state, link_layer,
 rate} ("4: ACTIVE", "5: LinkUp", "InfiniBand"|"Ethernet", "400 Gb/sec (4X NDR)"; rate_gbps in Gb/s as the
 kernel writes it).
 
@@ -128,7 +129,8 @@ def ib_devices(sysfs: str) -> list[dict]:
 #: peer_mem.c: the PeerDirect API nvidia-peermem needs)
 KALLSYMS = ("dma_buf_export", "ib_umem_dmabuf_get", "ib_register_peer_memory_client")
 #: peer-memory clients nvidia-peermem registers with ib_core (open-gpu-kernel-modules
-#: kernel-open/nvidia-peermem/nvidia-peermem.c: DRV_NAME "nv_mem" and DRV_NAME "_nc"); ib_core creates
+#: kernel-open/nvidia-peermem/nvidia-peermem.c: DRV_NAME "nv_mem", and DRV_NAME "_nc" = "nv_mem_nc" for the
+#: persistent-pages client); ib_core creates
 #: /sys/kernel/mm/memory_peers/<client>/version on registration (peer_mem.c ib_register_peer_memory_client).
 #: NCCL's ncclIbGdrSupport looks for the same two files (src/transport/net_ib).
 NV_PEER_CLIENTS = ("nv_mem", "nv_mem_nc")
@@ -251,7 +253,8 @@ def main(a: dict) -> dict:
     reject_unknown(a, ARG_KEYS)
     sysfs = a.get("sysfs", "/sys")
     devices = ib_devices(sysfs)
-    doc = {"peermem": peermem(sysfs, a.get("proc", "/proc")), "devices": devices, "topology": None, "topology_reason": None,
+    doc = {"peermem": peermem(sysfs, a.get("proc", "/proc")), "devices": devices, "topology": None,
+           "topology_reason": None,
            "perftest": shutil.which("ib_write_bw"), "loopback": []}
     bus_ids, why = (a["gpu_bus_ids"], None) if a.get("gpu_bus_ids") else nvml_bus_ids()
     if bus_ids and devices:
