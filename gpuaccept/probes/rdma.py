@@ -132,7 +132,8 @@ KALLSYMS = ("dma_buf_export", "ib_umem_dmabuf_get", "ib_register_peer_memory_cli
 #: kernel-open/nvidia-peermem/nvidia-peermem.c: DRV_NAME "nv_mem", and DRV_NAME "_nc" = "nv_mem_nc" for the
 #: persistent-pages client); ib_core creates
 #: /sys/kernel/mm/memory_peers/<client>/version on registration (peer_mem.c ib_register_peer_memory_client).
-#: NCCL's ncclIbGdrSupport looks for the same two files (src/transport/net_ib).
+#: NCCL's ncclIbGdrSupport looks for the same two files (src/transport/net_ib), and also accepts
+#: /sys/module/nvidia_peermem/version (the module loaded), reported here as nvidia_peermem_version.
 NV_PEER_CLIENTS = ("nv_mem", "nv_mem_nc")
 
 
