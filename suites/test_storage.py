@@ -1,11 +1,14 @@
 """storage layer: NVMe inventory and health, local filesystem throughput (fio), the shared filesystem under
 every host at once, and the storage -> GPU batch journey.
 
-Probes: nvme_inventory, fio_throughput, storage_to_gpu. Inventory variables (see gpuaccept.storage_limits):
-``storage_paths`` (directories on local NVMe mounts), ``fs_paths`` (directories on shared filesystems),
-``nvme_count``, ``storage_limits`` (floors; a figure with no limit is recorded, not judged),
-``storage_fio`` (fio sizes), ``storage_devices`` + ``storage_allow_destructive`` (raw device READS).
-GB/s = 1e9 B/s; IOPS = fio's IO/s.
+Probes: storage_mounts, nvme_inventory, fio_throughput, storage_to_gpu. Inventory variables (see
+gpuaccept.storage_limits): ``storage_paths`` (directories on local NVMe mounts), ``fs_paths`` (directories on
+shared filesystems), ``nvme_count``, ``storage_limits`` (floors; a figure with no limit is recorded, not
+judged; a limit for a figure with no path to measure it is an error), ``storage_fio`` (fio sizes),
+``storage_devices`` + ``storage_allow_destructive`` (raw device READS), and where the paths must be:
+``storage_expect_mount``, ``storage_expect_fstype``, ``storage_allow_root_fs`` and the ``fs_*`` ones.
+Every directory is placed first (storage_mounts: mount, source, fs type, root filesystem) and judged by
+gpuaccept.storage_judging before anything is written there. GB/s = 1e9 B/s; IOPS = fio's IO/s.
 """
 from __future__ import annotations
 
@@ -14,13 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from gpuaccept import storage_judging as sj
 from gpuaccept import storage_limits as sl
-from gpuaccept.errors import GpuacceptError
+from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.node import Node
 
 pytestmark = pytest.mark.storage
 
 UNJUDGED = "no limit configured (inventory var storage_limits.{key}): recorded, not judged"
+LOCAL_CHECKS = ("seq_read_gbps", "seq_write_gbps", "rand_read_iops")
 
 
 def _record(verdicts, check: str, value, unit: str, limits: dict, key: str, extra: dict | None = None) -> None:
@@ -35,11 +40,36 @@ def _record(verdicts, check: str, value, unit: str, limits: dict, key: str, extr
     verdicts.record(check, value, unit, limit=lim, extra=ex)
 
 
+def _nothing_to_measure(host: str, var: str, limits: dict, keys) -> None:
+    """No directory configured: skip, unless ``storage_limits`` asks for a figure only such a directory gives
+    (then the inventory contradicts itself: an error, never a skip)."""
+    asked = [k for k in keys if k in limits]
+    if asked:
+        raise sl.StorageConfigError(f"{host}: inventory var storage_limits sets {', '.join(asked)} but {var} "
+                                    f"is empty: nothing is measured to judge")
+    pytest.skip(f"no {var} configured for {host}")
+
+
+def _placed(node: Node, verdicts, paths: list[str], expect: sl.PathExpectation) -> list[str]:
+    """The ``paths`` that are where the inventory says (storage_mounts probe, judged by
+    storage_judging.placement_problems); one failure line per problem of the others, which are not measured."""
+    doc = node.probe("storage_mounts", {"paths": paths})
+    good = []
+    for entry in doc["paths"]:
+        problems = sj.placement_problems(entry, expect)
+        verdicts.record(f"mount {entry['path']}", entry.get("mount_point"), extra={**entry, "problems": problems})
+        for line in problems:
+            verdicts.fail(line)
+        if not problems:
+            good.append(entry["path"])
+    return good
+
+
 def test_nvme_inventory(node: Node, verdicts):
     """NVMe namespaces counted against ``nvme_count``; every controller's PCIe link at its maximum speed and
     width; SMART critical_warning 0 and media_errors 0 (nvme-cli smart-log)."""
     v = node.host.vars
-    want = sl.count(v.get("nvme_count"), "nvme_count", node.name)
+    want = sl.int_var(v.get("nvme_count"), "nvme_count", node.name)
     doc = node.probe("nvme_inventory")
     n = doc.get("namespace_count", 0)
     if want is None and n == 0:
@@ -75,31 +105,41 @@ def _fio_args(node: Node) -> dict:
     v = node.host.vars
     args = sl.fio_args(v.get("storage_fio"), node.name)
     devices = sl.path_list(v.get("storage_devices"), "storage_devices", node.name)
-    if devices and sl.flag(v.get("storage_allow_destructive"), "storage_allow_destructive", node.name):
+    if devices and sl.bool_var(v.get("storage_allow_destructive"), "storage_allow_destructive", node.name):
         args.update(devices=devices, allow_destructive=True)
     return args
 
 
 def test_local_storage_throughput(node: Node, verdicts):
     """Per ``storage_paths`` directory: sequential read and write GB/s (1 MiB blocks, O_DIRECT) and 4 KiB
-    random-read IOPS with fio, each judged on ``storage_limits`` when given. A RAM-backed or overlay
-    filesystem, too little free space or a fio job error fails that path."""
+    random-read IOPS with fio, each judged on ``storage_limits`` when given. A directory on the root
+    filesystem (unless ``storage_allow_root_fs``) or off ``storage_expect_mount``/``storage_expect_fstype``
+    fails before fio runs there; a RAM-backed or overlay filesystem, too little free space or a fio job
+    error fails that path."""
     v = node.host.vars
     paths = sl.path_list(v.get("storage_paths"), "storage_paths", node.name)
-    if not paths:
-        pytest.skip(f"no storage_paths configured for {node.name}")
     limits = sl.storage_limits(v.get("storage_limits"), node.name)
+    if not paths:
+        _nothing_to_measure(node.name, "storage_paths", limits, LOCAL_CHECKS)
+    expect = sl.expectation(v, "storage", node.name)
     devices = sl.path_list(v.get("storage_devices"), "storage_devices", node.name)
-    doc = node.probe("fio_throughput", {**_fio_args(node), "paths": paths})
+    good = _placed(node, verdicts, paths, expect)
+    args = {**_fio_args(node), "paths": good}
+    if not good and not args.get("devices"):
+        verdicts.finish()  # every path failed its placement: nothing to measure
+        return
+    doc = node.probe("fio_throughput", args)
     verdicts.record("fio_version", doc.get("fio_version"), extra={"ioengine": doc.get("ioengine")})
     for p in doc["paths"]:
-        ev = {"path": p["path"], "fstype": p.get("fstype"), "mount_point": p.get("mount_point"),
-              "mount_source": p.get("mount_source"), "total_bytes": p.get("total_bytes"),
-              "numjobs": p.get("numjobs"), "iodepth": p.get("iodepth"), "fio_messages": p.get("fio_messages")}
+        ev = {k: p.get(k) for k in ("path", "fstype", "mount_point", "mount_source", "root_fs", "total_bytes",
+                                    "numjobs", "iodepth", "fio_messages")}
         if not p["ok"]:
             verdicts.record(f"fio {p['path']}", None, extra={**ev, "error": p["error"]})
             verdicts.fail(p["error"])
             continue
+        moved = sj.placement_problems(p, expect)  # the mount fio measured, as fio's probe saw it
+        for line in moved:
+            verdicts.fail(f"{line} (while fio ran)")
         _record(verdicts, f"seq_read_gbps {p['path']}", p["seq_read_gbps"], "GB/s", limits, "seq_read_gbps", ev)
         _record(verdicts, f"seq_write_gbps {p['path']}", p["seq_write_gbps"], "GB/s", limits, "seq_write_gbps", ev)
         _record(verdicts, f"rand_read_iops {p['path']}", p["rand_read_iops"], "IOPS", limits, "rand_read_iops", ev)
@@ -114,73 +154,104 @@ def test_local_storage_throughput(node: Node, verdicts):
     verdicts.finish()
 
 
+def _on_each(pairs, fn) -> dict:
+    """``{name: (result, error text)}`` of ``fn(node, arg)`` run for every ``(node, arg)`` at once (one thread
+    per host: the hosts of a round start together)."""
+    def one(pair):
+        n, arg = pair
+        try:
+            return n.name, (fn(n, arg), None)
+        except GpuacceptError as e:
+            return n.name, (None, str(e))
+
+    with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as ex:
+        return dict(ex.map(one, pairs))
+
+
 def test_shared_fs_aggregate(nodes: list[Node], verdicts):
-    """Every host with ``fs_paths`` runs fio on its i-th shared directory at the same time (one round per
-    index); the GB/s of the hosts are summed and judged on ``fs_aggregate_read_gbps`` and
-    ``fs_aggregate_write_gbps`` (storage_limits of the first such host). Phases are aligned by fio's
-    time-based runtime; the start skew between hosts is recorded."""
-    hosts = [(n, sl.path_list(n.host.vars.get("fs_paths"), "fs_paths", n.name)) for n in nodes]
-    hosts = [(n, p) for n, p in hosts if p]
-    if not hosts:
+    """Per distinct ``fs_paths`` entry, every host that lists it: first where the directory is on each host
+    (storage_mounts), then fio on all of them at the same time; the GB/s of the hosts that see the same
+    filesystem are summed (storage_judging.aggregate) and judged on ``fs_aggregate_read_gbps`` and
+    ``fs_aggregate_write_gbps``. A host whose directory is on the root filesystem, on a local disk, off
+    ``fs_expect_mount``/``fs_expect_fstype``, or on another filesystem than the other hosts' (source or
+    type) fails and is left out of the sum. Phases are aligned by fio's time-based runtime; the start skew
+    between hosts is recorded."""
+    listed = [(n, sl.path_list(n.host.vars.get("fs_paths"), "fs_paths", n.name)) for n in nodes]
+    listed = [(n, p) for n, p in listed if p]
+    if not listed:
+        asked = sorted({n.name for n in nodes for k in ("fs_aggregate_read_gbps", "fs_aggregate_write_gbps")
+                        if k in sl.storage_limits(n.host.vars.get("storage_limits"), n.name)})
+        if asked:
+            raise sl.StorageConfigError(f"inventory var storage_limits sets fs_aggregate_* on {', '.join(asked)} "
+                                        "but no selected host has fs_paths: nothing is measured to judge")
         pytest.skip("no host has fs_paths configured")
-    first = hosts[0][0]
-    limits = sl.storage_limits(first.host.vars.get("storage_limits"), first.name)
-    rounds = max(len(p) for _, p in hosts)
-    for i in range(rounds):
-        part = [(n, p[i]) for n, p in hosts if i < len(p)]
+    by_name = {n.name: n for n, _ in listed}
+    limits = {n.name: sl.storage_limits(n.host.vars.get("storage_limits"), n.name) for n, _ in listed}
+    expects = {n.name: sl.expectation(n.host.vars, "fs", n.name) for n, _ in listed}
+    rounds: dict[str, list[str]] = {}
+    for n, paths in listed:
+        for p in paths:
+            rounds.setdefault(p, []).append(n.name)
+    floors = {(p, d): sj.round_limit(f"fs_aggregate_{d}_gbps", {h: limits[h] for h in hosts})
+              for p, hosts in rounds.items() for d in ("read", "write")}  # a disagreement stops before any fio
+    for path, hosts in rounds.items():
+        placed = _on_each([(by_name[h], path) for h in hosts],
+                          lambda n, p: n.probe("storage_mounts", {"paths": [p]})["paths"][0])
+        placements = {h: res if res is not None else {"path": path, "error": err} for h, (res, err) in placed.items()}
+        split = sj.split_shared_fs(path, placements, {h: expects[h] for h in hosts})
+        verdicts.record(f"fs_placement {path}", list(split.reference) if split.reference else None,
+                        extra={"hosts": placements, "members": list(split.members), "left_out": split.problems})
+        for h in hosts:
+            for line in split.problems.get(h, []):
+                verdicts.fail(line)
 
-        def one(np):
-            n, path = np
-            args = {**sl.fio_args(n.host.vars.get("storage_fio"), n.name), "paths": [path],
+        def fio(n, p):
+            args = {**sl.fio_args(n.host.vars.get("storage_fio"), n.name), "paths": [p],
                     "tests": ["seq_write", "seq_read"]}
-            try:
-                return n, path, n.probe("fio_throughput", args)["paths"][0], None
-            except GpuacceptError as e:
-                return n, path, None, str(e)
+            return n.probe("fio_throughput", args)["paths"][0]
 
-        with ThreadPoolExecutor(max_workers=len(part)) as ex:
-            results = list(ex.map(one, part))
-        per_host = {}
-        total = {"read": 0.0, "write": 0.0}
-        starts = {"read": [], "write": []}
-        for n, path, res, err in results:
-            if err or not res["ok"]:
-                verdicts.fail(err or f"{n.name}: {res['error']}")
-                per_host[n.name] = {"path": path, "error": err or res["error"]}
-                continue
-            per_host[n.name] = {"path": path, "fstype": res.get("fstype"), "read_gbps": res["seq_read_gbps"],
-                                "write_gbps": res["seq_write_gbps"]}
-            for d in ("read", "write"):
-                total[d] += res[f"seq_{d}_gbps"] or 0.0
-                starts[d].append(res["tests"][f"seq_{d}"]["started"])
-        for d in ("read", "write"):
-            skew = round(max(starts[d]) - min(starts[d]), 3) if starts[d] else None
-            _record(verdicts, f"fs_aggregate_{d}_gbps " + hosts_paths(part), round(total[d], 4), "GB/s", limits,
-                    f"fs_aggregate_{d}_gbps", {"hosts": per_host, "start_skew_s": skew, "host_count": len(part)})
+        ran = _on_each([(by_name[h], path) for h in split.members], fio)
+        results = {h: res if res is not None else {"ok": False, "error": err} for h, (res, err) in ran.items()}
+        for h, r in results.items():
+            if not r.get("ok"):
+                verdicts.fail(f"{h}: {r.get('error')}")
+        for d in ("write", "read"):
+            agg = sj.aggregate(d, results)
+            for h, why in agg.left_out.items():
+                if results[h].get("ok"):  # a failed run is reported once above
+                    verdicts.fail(f"{h}: {why}")
+            lim = floors[(path, d)]
+            _record(verdicts, f"fs_aggregate_{d}_gbps {path}", agg.total_gbps, "GB/s",
+                    {lim.check: lim} if lim else {}, f"fs_aggregate_{d}_gbps",
+                    {"hosts": {h: {"path": path, "fstype": (results.get(h) or {}).get("fstype"),
+                                   f"{d}_gbps": agg.per_host.get(h)} for h in split.members},
+                     "left_out": {**{h: " ".join(x) for h, x in split.problems.items()}, **agg.left_out},
+                     "start_skew_s": agg.start_skew_s, "host_count": len(agg.per_host),
+                     "filesystem": list(split.reference) if split.reference else None})
     verdicts.finish()
-
-
-def hosts_paths(part) -> str:
-    """Label of one aggregate round: the distinct paths of the round."""
-    return ",".join(sorted({p for _, p in part}))
 
 
 def test_storage_to_gpu(node: Node, gpus, verdicts):
     """Files on the first ``storage_paths`` directory -> host memory -> each GPU: end-to-end GB/s per GPU
     and the bounding stage (storage read, host copy, H2D, each measured alone); judged on
-    ``storage_to_gpu_gbps`` when given."""
+    ``storage_to_gpu_gbps`` when given. The directory is placed first, as for fio; every GPU NVML lists
+    must have a figure (an error names the missing ones)."""
     v = node.host.vars
     paths = sl.path_list(v.get("storage_paths"), "storage_paths", node.name)
-    if not paths:
-        pytest.skip(f"no storage_paths configured for {node.name}")
     limits = sl.storage_limits(v.get("storage_limits"), node.name)
-    args = {"path": paths[0], "device": "cuda"}
+    if not paths:
+        _nothing_to_measure(node.name, "storage_paths", limits, ("storage_to_gpu_gbps",))
+    if not _placed(node, verdicts, paths[:1], sl.expectation(v, "storage", node.name)):
+        verdicts.finish()  # the directory is not where the inventory says: nothing measured
+        return
+    args = {"path": paths[0], "device": "cuda", "gpus": "all"}
     mf = sl.fio_args(v.get("storage_fio"), node.name).get("min_free_bytes")
     if mf is not None:
         args["min_free_bytes"] = mf
     doc = node.probe("storage_to_gpu", args)
     verdicts.record("storage_read_gbps", doc.get("storage_read_gbps"), "GB/s",
-                    extra={"path": doc.get("path"), "page_cache_evicted": doc.get("page_cache_evicted")})
+                    extra={"path": doc.get("path"), "page_cache_evicted": doc.get("page_cache_evicted"),
+                           "fstype": doc.get("fstype"), "mount_point": doc.get("mount_point")})
     verdicts.record("host_copy_gbps", doc.get("host_copy_gbps"), "GB/s")
     lim = limits.get("storage_to_gpu_gbps")
     for g in doc.get("gpus", []):
@@ -188,4 +259,8 @@ def test_storage_to_gpu(node: Node, gpus, verdicts):
         if lim is None:
             ex["note"] = UNJUDGED.format(key="storage_to_gpu_gbps")
         verdicts.record("storage_to_gpu_gbps", g.get("end_to_end_gbps"), "GB/s", gpu=g, limit=lim, extra=ex)
+    missing = sj.unmeasured_gpus(gpus, doc.get("gpus") or [])
+    if missing:
+        raise ProbeError(node.name, f"storage_to_gpu gave no figure for {sj.describe_gpus(missing)} of the "
+                                    f"{len(gpus)} GPUs NVML lists (CUDA_VISIBLE_DEVICES on the node?)")
     verdicts.finish()

@@ -1,19 +1,25 @@
 """The storage and gpudirect layers: storage_limits (table-driven), the fio_throughput probe on real files
-with real fio (tmpfs refused, free-space margin, a fio job error, cleanup after SIGTERM), the storage ->
-GPU journey on CPU, the NVMe/RDMA probes on a sysfs-shaped tree, and both suites end to end over sshd nodes.
+with real fio (tmpfs refused, free-space margin, a fio job error, cleanup after SIGTERM, the mount it
+measured as findmnt sees it), the storage_mounts probe on real mounts made in a private mount namespace
+(tmpfs, a bind mount of /, a mount point with a space), the storage -> GPU journey on CPU, the NVMe/RDMA
+probes on sysfs- and proc-shaped trees (peer memory listed vs registered), and both suites end to end over
+sshd nodes: paths on the OS disk, a host that sees another filesystem under a shared path.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from gpuaccept import storage_judging as sj
 from gpuaccept import storage_limits as sl
 from gpuaccept.errors import ConfigError
 from test_e2e import junit, make_project, run_pytest
@@ -33,6 +39,47 @@ def probe(name: str, args: dict, timeout: float = 120) -> tuple[dict, subprocess
 
 def leftovers(d: Path) -> list[str]:
     return [p.name for p in d.iterdir() if p.name.startswith(".gpuaccept-")]
+
+
+def findmnt(path) -> dict:
+    """util-linux findmnt's view of the mount holding ``path``: {"target", "source", "fstype", "maj:min"}
+    (an independent reader of the same kernel table the probes parse)."""
+    exe = shutil.which("findmnt")
+    assert exe, "findmnt (util-linux) not on PATH"
+    out = subprocess.run([exe, "-J", "-o", "TARGET,SOURCE,FSTYPE,MAJ:MIN", "--target", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["filesystems"][0]
+
+
+def on_root_fs(path) -> bool:
+    return findmnt(path)["maj:min"] == findmnt("/")["maj:min"]
+
+
+def probe_in_namespace(name: str, args: dict, setup: str) -> dict:
+    """Run a probe in a private mount namespace (``unshare --mount``, needs root) after the shell commands
+    ``setup`` (e.g. mounting a tmpfs): the mounts exist for this probe only and vanish with it."""
+    unshare = shutil.which("unshare")
+    assert unshare and os.geteuid() == 0, "mount namespaces need util-linux unshare and root (as sshd tests do)"
+    p = subprocess.run([unshare, "--mount", "--propagation", "private", "/bin/sh", "-c",
+                        f'{setup} && exec "$0" "$1" "$2"', sys.executable, f"{name}.py", json.dumps(args)],
+                       cwd=PROBES, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def root_fs_dir(tmp_path):
+    """A fresh directory on the root filesystem (the OS disk): ``tmp_path`` when it is there, else a folder
+    made in ``/`` and removed afterwards."""
+    if on_root_fs(tmp_path):
+        yield tmp_path
+        return
+    d = Path(tempfile.mkdtemp(prefix="gpuaccept-test-", dir="/"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # -- storage_limits (pure) ------------------------------------------------------------------------------
@@ -69,12 +116,16 @@ VAR_CASES = [
     (sl.path_list, (None, "fs_paths"), []),
     (sl.path_list, (["rel"], "fs_paths"), "not an absolute path"),
     (sl.path_list, ({"a": 1}, "fs_paths"), "expected a list"),
-    (sl.flag, (None, "gds_allow_compat"), False),
-    (sl.flag, ("yes", "gds_allow_compat"), True),
-    (sl.flag, ("maybe", "gds_allow_compat"), "expected true or false"),
-    (sl.count, (None, "nvme_count"), None),
-    (sl.count, (8, "nvme_count"), 8),
-    (sl.count, ("8", "nvme_count"), "expected an integer"),
+    (sl.bool_var, (None, "gds_allow_compat"), False),
+    (sl.bool_var, ("yes", "gds_allow_compat"), True),
+    (sl.bool_var, ("maybe", "gds_allow_compat"), "expected true or false"),
+    (sl.int_var, (None, "nvme_count"), None),
+    (sl.int_var, (8, "nvme_count"), 8),
+    (sl.int_var, ("8", "nvme_count"), "expected an integer"),
+    (sl.str_list, ("mlx5_0", "ib_hcas"), ["mlx5_0"]),
+    (sl.str_list, (["mlx5_0", "mlx5_1"], "ib_hcas"), ["mlx5_0", "mlx5_1"]),
+    (sl.str_list, ([""], "ib_hcas"), "expected a string or a list of strings"),
+    (sl.str_list, (3, "fs_expect_fstype"), "expected a string or a list of strings"),
     (sl.fio_args, ({"size": 1024, "runtime": 1},), {"size": 1024, "runtime": 1}),
     (sl.fio_args, ({"sise": 1024},), "unknown key 'sise'"),
 ]
@@ -103,6 +154,30 @@ def test_fio_measures_and_cleans_up(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_summarize_units_on_real_fio_output(tmp_path):
+    """fio_throughput.summarize on a document real fio wrote: GB/s is bw_bytes / 1e9, µs is lat_ns / 1e3,
+    runtime in ms, summed over jobs (two jobs without group reporting here)."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        import fio_throughput as ft
+    finally:
+        sys.path.remove(str(PROBES))
+    cmd = ft.fio_command(shutil.which("fio"), "seq_write", str(tmp_path), None, bs="1M", size=4 * MIB, runtime=0.5,
+                         numjobs=2, iodepth=1, ioengine="psync", direct=0)
+    cmd.remove("--group_reporting")
+    doc, msgs, rc = ft.run_fio(cmd, timeout=120)
+    assert rc == 0 and doc is not None, msgs
+    jobs = [j["write"] for j in doc["jobs"]]
+    assert len(jobs) == 2
+    got = ft.summarize(doc, "write")
+    assert got["gbps"] == round(sum(j["bw_bytes"] for j in jobs) / 1e9, 4) and got["gbps"] > 0
+    assert got["iops"] == round(sum(j["iops"] for j in jobs), 1)
+    assert got["io_bytes"] == sum(j["io_bytes"] for j in jobs)
+    assert got["runtime_ms"] == max(j["runtime"] for j in jobs)
+    assert got["lat_mean_us"] == round(max(j["lat_ns"]["mean"] for j in jobs) / 1e3, 2)
+    assert ft.summarize(doc, "read")["gbps"] == 0.0  # a direction the jobs did not run counts as 0
+
+
 @pytest.fixture
 def tmpfs_dir(tmp_path):
     """A tmpfs mount (mount -t tmpfs, as root), else /dev/shm when mounting is not permitted."""
@@ -122,6 +197,59 @@ def test_tmpfs_rejected_before_any_write(tmpfs_dir):
     assert not r["ok"] and r["error"] == f"{tmpfs_dir}: not a block-backed filesystem (tmpfs)"
     assert r["tests"] == {} and r["seq_read_gbps"] is None
     assert leftovers(tmpfs_dir) == []
+
+
+def test_fio_reports_where_the_path_is(tmp_path):
+    """fio_throughput names the mount it measured, as findmnt sees it, and whether it is the OS disk."""
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "tests": ["seq_read"]})
+    assert p.returncode == 0, p.stderr[-2000:]
+    r, fm = doc["paths"][0], findmnt(tmp_path)
+    assert (r["mount_point"], r["mount_source"], r["fstype"], r["device"]) == \
+        (fm["target"], fm["source"], fm["fstype"], fm["maj:min"])
+    assert r["root_fs"] is on_root_fs(tmp_path)
+
+
+def test_storage_mounts_probe_on_real_mounts(tmp_path):
+    """The storage_mounts probe on a plain folder, a tmpfs, a tmpfs whose mount point has a space (mountinfo
+    writes it as \\040), a bind mount of / (a mount point of its own, still the OS disk) and a missing folder."""
+    plain, ram, spaced, bind = (tmp_path / n for n in ("plain", "ram", "with space", "bind"))
+    for d in (plain, ram, spaced, bind):
+        d.mkdir()
+    setup = (f"mount -t tmpfs -o size=1m gpuaccept-ram '{ram}' && mount -t tmpfs -o size=1m spaced '{spaced}' "
+             f"&& mount --bind / '{bind}'")
+    paths = [str(plain), str(ram), str(spaced), str(bind), str(tmp_path / "missing")]
+    doc = probe_in_namespace("storage_mounts", {"paths": paths}, setup)
+    got = {Path(e["path"]).name: e for e in doc["paths"]}
+    fm = findmnt(plain)
+    assert (got["plain"]["mount_point"], got["plain"]["fstype"], got["plain"]["root_fs"]) == \
+        (fm["target"], fm["fstype"], on_root_fs(plain))
+    assert (got["ram"]["mount_point"], got["ram"]["mount_source"], got["ram"]["fstype"], got["ram"]["root_fs"]) == \
+        (str(ram), "gpuaccept-ram", "tmpfs", False)
+    assert got["with space"]["mount_point"] == str(spaced) and got["with space"]["fstype"] == "tmpfs"
+    assert (got["bind"]["mount_point"], got["bind"]["root_fs"], got["bind"]["device"]) == \
+        (str(bind), True, findmnt("/")["maj:min"])
+    assert got["missing"]["error"] == f"{tmp_path / 'missing'}: no such directory"
+    assert got["missing"]["mount_point"] is None
+    # the same folders judged as storage_paths: the bind of / is the OS disk however it is mounted
+    problems = {k: sj.placement_problems(e, sl.expectation({}, "storage")) for k, e in got.items()}
+    assert problems["ram"] == [] and problems["with space"] == []
+    assert len(problems["bind"]) == 1 and "is on the root filesystem" in problems["bind"][0]
+    assert problems["missing"] == [f"{tmp_path / 'missing'}: no such directory"]
+
+
+def test_mount_missing_on_one_host_from_real_placements(root_fs_dir):
+    """The field case judged on real probe output: two hosts see the shared filesystem (a tmpfs standing in
+    for Lustre) at the path, on the third the mount is missing and the folder sits on the OS disk."""
+    shared = root_fs_dir / "lustre"
+    shared.mkdir()
+    mounted = probe_in_namespace("storage_mounts", {"paths": [str(shared)]},
+                                 f"mount -t tmpfs -o size=1m 10.0.0.1@o2ib:/fs '{shared}'")["paths"][0]
+    missing, _ = probe("storage_mounts", {"paths": [str(shared)]})
+    placements = {"gpu01": mounted, "gpu02": mounted, "gpu03": missing["paths"][0]}
+    split = sj.split_shared_fs(str(shared), placements, dict.fromkeys(placements, sl.expectation({}, "fs")))
+    assert split.members == ("gpu01", "gpu02") and split.reference == ("tmpfs", "10.0.0.1@o2ib:/fs")
+    assert list(split.problems) == ["gpu03"]
+    assert split.problems["gpu03"][0].startswith(f"gpu03: fs_paths {shared} is on the root filesystem")
 
 
 def test_free_space_margin_enforced(tmp_path):
@@ -191,6 +319,22 @@ def test_gds_detection_without_gpu():
     assert isinstance(doc["cufile"]["paths"], list)
 
 
+def test_probes_import_no_other_probe():
+    """Probes share code only through the shipped ``_*.py`` helpers (``_storage`` for the storage scratch
+    set-up), never by importing another measurement file."""
+    import ast
+    names = {f.stem for f in PROBES.glob("*.py")}
+    bad = []
+    for f in sorted(PROBES.glob("[!_]*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module] if isinstance(n, ast.ImportFrom) and n.module and not n.level else []
+            bad += [f"{f.name} imports {m}" for m in mods if m in names and not m.startswith("_")]
+    assert bad == []
+    storage = {f: (PROBES / f).read_text() for f in ("fio_throughput.py", "gds.py", "storage_to_gpu.py")}
+    assert all("from _storage import" in text for text in storage.values())
+
+
 # -- sysfs-shaped trees (real files laid out like the kernel's) -------------------------------------------
 def _w(p: Path, text: str) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -257,11 +401,72 @@ def test_rdma_topology_sysfs_tree(tmp_path):
                                                                                  (1, "mlx5_0", "PHB")]
 
 
+def _proc_tree(root: Path, modules: str = "", kallsyms: str = "", nvidia_version: str = "") -> Path:
+    """A /proc-shaped folder with the three files the rdma probe reads."""
+    proc = root / "proc"
+    _w(proc / "modules", modules)
+    _w(proc / "kallsyms", kallsyms)
+    if nvidia_version:
+        _w(proc / "driver" / "nvidia" / "version", nvidia_version)
+    return proc
+
+
+PEERMEM_LIVE = ("nvidia_peermem 16384 0 - Live 0xffffffffc0e8e000 (OE)\n"
+                "nvidia 11276288 2 nvidia_peermem, Live 0xffffffffc0000000 (POE)")
+
+
+def _ib_sysfs(root: Path) -> Path:
+    sysfs = root / "sys"
+    nic = _pci(sysfs, ["0000:00:01.0", "0000:13:00.0"])
+    ib = sysfs / "class" / "infiniband" / "mlx5_0"
+    ib.mkdir(parents=True)
+    (ib / "device").symlink_to(nic)
+    return sysfs
+
+
+def test_rdma_peermem_listed_but_not_registered(tmp_path):
+    """nvidia_peermem in /proc/modules, no peer-memory client registered with ib_core: not ready (the old rule
+    said ready from the module name alone); registering nv_mem makes it ready."""
+    sysfs = _ib_sysfs(tmp_path)
+    proc = _proc_tree(tmp_path, PEERMEM_LIVE, "ffffffff8a0 T dma_buf_export\n")
+    doc, p = probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": ["00000000:13:00.0"]})
+    assert p.returncode == 0, p.stderr
+    pm = doc["peermem"]
+    assert (pm["nvidia_peermem_loaded"], pm["nvidia_peermem_state"], pm["nv_peermem_registered"],
+            pm["memory_peers"], pm["dma_buf_kernel"], pm["ib_umem_dmabuf"]) == (True, "Live", False, {}, True, False)
+    r = sj.gdr_readiness(pm)
+    assert not r.ready and "nvidia_peermem is listed (state Live) but no peer-memory client is registered" in r.message
+    _w(sysfs / "kernel" / "mm" / "memory_peers" / "nv_mem" / "version", "2.0")
+    _w(sysfs / "kernel" / "mm" / "memory_peers" / "nv_mem_nc" / "version", "2.0")
+    doc, _ = probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": ["00000000:13:00.0"]})
+    pm = doc["peermem"]
+    assert pm["nv_peermem_registered"] and pm["memory_peers"] == {"nv_mem": "2.0", "nv_mem_nc": "2.0"}
+    assert sj.gdr_readiness(pm).via == "nvidia-peermem"
+
+
+def test_rdma_dmabuf_path_facts(tmp_path):
+    """No nvidia_peermem; kernel dma-buf, the RDMA core's dma-buf import and the open kernel module."""
+    sysfs = _ib_sysfs(tmp_path)
+    proc = _proc_tree(tmp_path, "", "ffffffff8a0 T dma_buf_export\nffffffffc07 t ib_umem_dmabuf_get\t[ib_core]\n",
+                      "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build")
+    doc, _ = probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": ["00000000:13:00.0"]})
+    pm = doc["peermem"]
+    assert (pm["nvidia_peermem_loaded"], pm["dma_buf_kernel"], pm["ib_umem_dmabuf"],
+            pm["nvidia_open_kernel_module"]) == (False, True, True, True)
+    assert sj.gdr_readiness(pm).via == "dma-buf"
+    proc = _proc_tree(tmp_path / "closed", "", "ffffffff8a0 T dma_buf_export\n",
+                      "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Release Build")
+    doc, _ = probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": ["00000000:13:00.0"]})
+    r = sj.gdr_readiness(doc["peermem"])
+    assert not r.ready and "nvidia_peermem not loaded" in r.message and "NVIDIA open kernel module" in r.message
+
+
 # -- end to end: the suites over sshd nodes ---------------------------------------------------------------
 def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
-    """Two sshd nodes with storage_paths and fs_paths: junit-storage.xml has per-path figures; a limit
-    that cannot be met fails naming path and figure; the shared-fs aggregate sums both hosts; NVMe,
-    the GPU journey and the gpudirect tests skip with reasons on this GPU-less, NVMe-less machine."""
+    """Two sshd nodes with storage_paths and fs_paths (on this machine's disk, declared expected): junit-storage.xml
+    has per-path figures; a limit that cannot be met fails naming path and figure; the shared-fs aggregate sums
+    both hosts; NVMe, the GPU journey and the gpudirect tests skip with reasons on this GPU-less, NVMe-less
+    machine."""
     nodes = sshd_nodes[:2]
     inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
                        name="test_storage.py")
@@ -270,12 +475,15 @@ def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
     shared.mkdir()
     for d in data.values():
         d.mkdir()
+    fstype = findmnt(shared)["fstype"]
     gv = tmp_path / "group_vars"
     gv.mkdir()
     (gv / "gpu.yml").write_text(
         f"fs_paths: [{shared}]\n"
         "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
-        "storage_limits: {seq_read_gbps: 0.0001, fs_aggregate_read_gbps: 0.0001}\n")
+        "storage_limits: {seq_read_gbps: 0.0001, fs_aggregate_read_gbps: 0.0001}\n"
+        # this machine's disk is the OS disk: say so, as an operator with one disk would
+        f"storage_allow_root_fs: true\nfs_allow_root_fs: true\nfs_expect_fstype: [{fstype}]\n")
     hv = tmp_path / "host_vars"
     hv.mkdir()
     (hv / "node1.yml").write_text(f"storage_paths: [{data['node1']}]\n")
@@ -297,10 +505,13 @@ def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
     agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")]
     assert len(agg) == 1 and agg[0]["outcome"] == "passed", agg
     doc = json.loads((rep / "results.json").read_text())
-    rd = [f for f in doc["figures"] if f["check"].startswith("fs_aggregate_read_gbps")]
-    assert rd and rd[0]["verdict"] == "pass" and len(rd[0]["extra"]["hosts"]) == 2
-    wr = [f for f in doc["figures"] if f["check"].startswith("fs_aggregate_write_gbps")]
+    rd = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_read_gbps {shared}"]
+    assert rd and rd[0]["verdict"] == "pass" and sorted(rd[0]["extra"]["hosts"]) == ["node1", "node2"]
+    assert rd[0]["value"] == round(sum(h["read_gbps"] for h in rd[0]["extra"]["hosts"].values()), 4)
+    wr = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_write_gbps {shared}"]
     assert wr[0]["verdict"] == "recorded" and "not judged" in wr[0]["extra"]["note"]
+    mounts = [f for f in doc["figures"] if f["check"] == f"mount {data['node1']}"]
+    assert mounts and mounts[0]["extra"]["fstype"] == fstype and mounts[0]["extra"]["problems"] == []
     nvme = cases[("storage.node1", "test_nvme_inventory")]
     assert nvme["outcome"] == "skipped"
     assert cases[("storage.node1", "test_storage_to_gpu")]["outcome"] == "skipped"
@@ -310,3 +521,89 @@ def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
     assert gd and all(c["outcome"] == "skipped" for c in gd), gd
     for d in list(data.values()) + [shared]:
         assert leftovers(d) == []
+
+
+def test_path_on_os_disk_fails_before_fio(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
+    """A storage_paths folder on the root filesystem (the mount meant for it is missing): the test fails naming
+    the path, the OS disk and the variable that would allow it; fio never runs there (no figure, no files).
+    A storage_limits floor with no storage_paths to measure it is an error, not a skip. The shared folder on
+    the OS disk of every host fails every host and the aggregate has no value to judge."""
+    nodes = sshd_nodes[:2]
+    inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py")
+    scratch = root_fs_dir / "nvme0-scratch"
+    shared = root_fs_dir / "lustre"
+    scratch.mkdir()
+    shared.mkdir()
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "node1.yml").write_text(
+        f"storage_paths: [{scratch}]\nfs_paths: [{shared}]\n"
+        "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
+        "storage_limits: {seq_read_gbps: 0.0001, fs_aggregate_read_gbps: 0.0001}\n")
+    (tmp_path / "host_vars" / "node2.yml").write_text(
+        f"fs_paths: [{shared}]\nstorage_limits: {{seq_read_gbps: 0.0001, fs_aggregate_read_gbps: 0.0001}}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-n", "2", "-m", "storage", "-k", "local_storage or shared_fs", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    cases = {(c["classname"], c["name"].split("[")[0]): c for c in junit(rep / "junit-storage.xml")}
+    bad = cases[("storage.node1", "test_local_storage_throughput")]
+    assert bad["outcome"] == "failure", bad
+    root = findmnt("/")
+    assert (f"node1: storage_paths {scratch} is on the root filesystem ({root['fstype']} {root['source']} mounted "
+            f"at {root['target']})") in bad["text"]
+    assert "set storage_allow_root_fs: true" in bad["text"]
+    err = cases[("storage.node2", "test_local_storage_throughput")]
+    assert err["outcome"] == "error" and err["message"] == ("node2: inventory var storage_limits sets seq_read_gbps "
+                                                            "but storage_paths is empty: nothing is measured to judge")
+    doc = json.loads((rep / "results.json").read_text())
+    assert not [f for f in doc["figures"] if f["check"].startswith(("seq_read_gbps", "fio "))]
+    agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
+    assert agg["outcome"] == "failure"
+    for h in ("node1", "node2"):
+        assert f"{h}: fs_paths {shared} is on the root filesystem" in agg["text"]
+    rd = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_read_gbps {shared}"][0]
+    assert rd["value"] is None and rd["verdict"] == "fail" and rd["extra"]["host_count"] == 0
+    assert leftovers(scratch) == [] and leftovers(shared) == []
+
+
+def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
+    """Three hosts list the same fs_paths entry; on node3 another filesystem is mounted there (its probes run in
+    a mount namespace of their own with a tmpfs on the folder: a real mount only that host sees). node3 fails,
+    named with both filesystems, and the aggregate is the sum of node1 and node2 only."""
+    shared = root_fs_dir / "shared"
+    shared.mkdir()
+    unshare = shutil.which("unshare")
+    assert unshare and os.geteuid() == 0, "needs util-linux unshare and root (as the sshd rig does)"
+    wrapper = tmp_path / "python-odd-mount"
+    wrapper.write_text("#!/bin/sh\n"
+                       f"exec {unshare} --mount --propagation private /bin/sh -c "
+                       f"'mount -t tmpfs -o size=16m odd-fs \"$0\" && exec \"$@\"' '{shared}' '{sys.executable}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    n1, n2, n3 = sshd_nodes
+    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py",
+                       inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
+                                                  n3.inventory_line(python=str(wrapper))]) + "\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu.yml").write_text(
+        f"fs_paths: [{shared}]\nfs_allow_root_fs: true\n"
+        "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
+        "storage_limits: {fs_aggregate_read_gbps: 0.0001, fs_aggregate_write_gbps: 0.0001}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-k", "shared_fs", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
+    root = findmnt(shared)
+    assert agg["outcome"] == "failure"
+    assert (f"node3: fs_paths {shared} is on tmpfs odd-fs mounted at {shared} but 2 of 3 hosts have it on "
+            f"{root['fstype']} {root['source']}: left out of the aggregate") in agg["text"]
+    assert "node1" not in agg["text"].replace(f"{shared}", "") and "node2" not in agg["text"]
+    doc = json.loads((rep / "results.json").read_text())
+    for d in ("read", "write"):
+        f = [x for x in doc["figures"] if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
+        assert f["verdict"] == "pass" and sorted(f["extra"]["hosts"]) == ["node1", "node2"], f
+        assert f["value"] == round(sum(h[f"{d}_gbps"] for h in f["extra"]["hosts"].values()), 4)
+        assert "node3" in f["extra"]["left_out"]
+    assert leftovers(shared) == []

@@ -20,7 +20,7 @@ Args (JSON object; only ``paths`` is required)::
 Output::
 
     {"fio_version", "ioengine",
-     "paths": [{"path", "ok", "error", "fstype", "mount_point", "mount_source",
+     "paths": [{"path", "ok", "error", "fstype", "mount_point", "mount_source", "mount_root", "device", "root_fs",
                 "free_bytes", "margin_bytes", "total_bytes", "numjobs", "iodepth",
                 "seq_read_gbps", "seq_write_gbps", "rand_read_iops",
                 "tests": {"seq_read": {"gbps", "iops", "io_bytes", "runtime_ms", "lat_mean_us",
@@ -34,13 +34,16 @@ the jobs by ``--group_reporting``); IOPS from fio's ``iops``. fio always runs wi
 kept as ``fio_messages``. A job with a nonzero ``error`` fails its path with the errno and
 ``os.strerror``.
 
-Order per path: (1) the mount holding the path is looked up in /proc/self/mountinfo (longest mount
-point that prefixes the resolved path); tmpfs, ramfs, overlay, squashfs and fuse* fail the path
-("not a block-backed filesystem (tmpfs)") before anything is written -- a RAM disk must never pass as
-a drive; (2) free space (os.statvfs: f_bavail * f_frsize) minus the margin bounds the total size; with
-less than 64 MiB of room the path fails ("not enough free space ..."); (3) fio writes its files in a
-fresh ``<path>/.gpuaccept-<random>`` folder, removed in ``finally`` and on SIGTERM/SIGHUP (the runner
-kills the process group with TERM first on timeout).
+Order per path (the set-up is ``_storage.scratch``, shared with storage_to_gpu and gds): (1) the mount
+holding the path is looked up in /proc/self/mountinfo (longest mount point that prefixes the resolved path)
+and reported: ``mount_point``, ``mount_source``, ``fstype``, ``mount_root`` (the folder of the filesystem
+mounted there), ``device`` (major:minor) and ``root_fs`` (the same filesystem as ``/``: the OS disk; the
+controller fails such a path unless the inventory expects it, see gpuaccept/storage_limits.py);
+tmpfs, ramfs, overlay, squashfs and fuse* fail the path ("not a block-backed filesystem (tmpfs)") before
+anything is written -- a RAM disk must never pass as a drive; (2) free space (os.statvfs: f_bavail *
+f_frsize) minus the margin bounds the total size; with less than 64 MiB of room the path fails ("not
+enough free space ..."); (3) fio writes its files in a fresh ``<path>/.gpuaccept-<random>`` folder, removed
+in ``finally`` and on SIGTERM/SIGHUP (the runner kills the process group with TERM first on timeout).
 
 A failing path does not stop the others: its entry has ``ok: false`` and ``error``. The probe fails
 as a whole only when fio is missing or the arguments are wrong.
@@ -49,101 +52,19 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import time
 
 from _probe import ProbeFailed, log, reject_unknown, run
+from _storage import GIB, MIB, Terminated, install_signal_cleanup, placement, scratch
 
-GIB = 1 << 30
-MIB = 1 << 20
-MIN_ROOM = 64 * MIB                      # less room than this is no useful test
-NOT_BLOCK = ("tmpfs", "ramfs", "overlay", "squashfs", "devtmpfs")   # plus every fuse*
 TESTS = ("seq_write", "seq_read", "rand_read")
 RW = {"seq_write": "write", "seq_read": "read", "rand_read": "randread"}
 ARG_KEYS = {"paths", "tests", "size", "runtime", "numjobs", "iodepth", "bs", "rand_bs", "ioengine", "direct",
             "min_free_bytes", "devices", "allow_destructive", "fio"}
-WORKDIR_PREFIX = ".gpuaccept-"
-
-
-class Terminated(ProbeFailed):
-    """SIGTERM/SIGHUP arrived; raised from the signal handler so ``finally`` blocks clean up."""
-
-
-def _on_signal(signum, _frame):
-    for s in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not interrupt the cleanup
-        signal.signal(s, signal.SIG_IGN)
-    raise Terminated(f"terminated by signal {signal.Signals(signum).name}; test files removed")
-
-
-def install_signal_cleanup() -> None:
-    """Turn SIGTERM and SIGHUP into a :class:`Terminated` exception (so ``finally`` runs)."""
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, _on_signal)
-
-
-# -- mounts and free space ------------------------------------------------------------------------
-def _unescape(field: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 4 <= len(field) and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> dict:
-    """{"mount_point", "fstype", "source"} of the mount holding ``path`` (resolved): the longest
-    mount point that is ``path`` or a parent of it; the last such line wins (over-mounts)."""
-    real = os.path.realpath(path)
-    best = None
-    with open(mountinfo, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            left, sep, right = line.partition(" - ")
-            if not sep:
-                continue
-            fields = left.split()
-            if len(fields) < 5:
-                continue
-            mp = _unescape(fields[4])
-            if not (real == mp or real.startswith(mp.rstrip("/") + "/") or mp == "/"):
-                continue
-            rf = right.split()
-            cand = {"mount_point": mp, "fstype": rf[0] if rf else "?", "source": _unescape(rf[1]) if len(rf) > 1 else ""}
-            if best is None or len(mp) >= len(best["mount_point"]):
-                best = cand
-    if best is None:
-        raise ProbeFailed(f"{path}: no mount found in {mountinfo}")
-    return best
-
-
-def not_block_backed(fstype: str) -> bool:
-    """True for filesystems whose speed is not a drive's: RAM-backed, overlay, squashfs, FUSE."""
-    return fstype in NOT_BLOCK or fstype.startswith("fuse")
-
-
-def default_margin(st: os.statvfs_result) -> int:
-    """max(5 GiB, 5 % of the filesystem's size)."""
-    return max(5 * GIB, int(st.f_blocks * st.f_frsize * 0.05))
-
-
-def plan_size(path: str, requested_total: int, margin: int | None) -> tuple[int, int, int]:
-    """(total bytes to use, free bytes, margin bytes); raises ProbeFailed when there is no room for a
-    useful test (< 64 MiB between free space and the margin)."""
-    st = os.statvfs(path)
-    free = st.f_bavail * st.f_frsize
-    m = default_margin(st) if margin is None else int(margin)
-    room = free - m
-    if room < MIN_ROOM:
-        raise ProbeFailed(f"not enough free space on {path}: {free / GIB:.2f} GiB free, margin {m / GIB:.2f} GiB")
-    return min(int(requested_total), room), free, m
+PLACEMENT_KEYS = ("mount_point", "mount_source", "fstype", "mount_root", "device", "root_fs")
 
 
 # -- fio --------------------------------------------------------------------------------------------
@@ -175,7 +96,8 @@ def parse_fio_output(stdout: str, stderr: str = "") -> tuple[dict | None, list[s
 
 
 def job_errors(doc: dict) -> list[str]:
-    """"fio job NAME: errno N (strerror)" for every job whose ``error`` is nonzero."""
+    """One line ``"fio job NAME: errno N (strerror)"`` per job of fio's JSON document ``doc`` whose
+    ``error`` (an errno, 0 when the job succeeded) is nonzero; ``[]`` when every job succeeded."""
     out = []
     for job in doc.get("jobs") or []:
         err = job.get("error") or 0
@@ -185,7 +107,20 @@ def job_errors(doc: dict) -> list[str]:
 
 
 def summarize(doc: dict, direction: str) -> dict:
-    """Figures of one group-reported fio run: ``direction`` "read" or "write"."""
+    """The figures of one fio run from its JSON document.
+
+    ``doc``: fio's ``--output-format=json`` document, ``{"jobs": [{"read": {...}, "write": {...}}, ...]}``;
+    with ``--group_reporting`` (as every command here runs) ``jobs`` has one entry holding the whole group's
+    sums. ``direction``: ``"read"`` or ``"write"``, the per-direction object read from each job. Fields used
+    (fio ``stat.c`` ``add_ddir_status_json``): ``bw_bytes`` bytes/s, ``iops`` IO/s, ``io_bytes`` bytes,
+    ``runtime`` milliseconds, ``lat_ns.mean`` nanoseconds (submission to completion).
+
+    Returns ``{"gbps": float, "iops": float, "io_bytes": int, "runtime_ms": int, "lat_mean_us": float}``:
+    ``gbps`` = sum over jobs of ``bw_bytes`` / 1e9 (GB/s, GB = 1e9 bytes, rounded to 4 decimals);
+    ``iops`` = sum over jobs (1 decimal); ``io_bytes`` = sum; ``runtime_ms`` = the longest job's runtime;
+    ``lat_mean_us`` = the largest job mean latency / 1e3 (µs, 2 decimals; with one group-reported job it is
+    the group's mean). A job without the direction, or a document without jobs, counts as 0. Pure.
+    """
     jobs = doc.get("jobs") or []
     bw = sum(float((j.get(direction) or {}).get("bw_bytes") or 0) for j in jobs)
     iops = sum(float((j.get(direction) or {}).get("iops") or 0) for j in jobs)
@@ -197,7 +132,10 @@ def summarize(doc: dict, direction: str) -> dict:
 
 
 def run_fio(cmd: list[str], timeout: float) -> tuple[dict | None, list[str], int]:
-    """Run fio; (JSON doc, messages, rc). subprocess.run kills and reaps fio if we are interrupted."""
+    """Run the fio command line ``cmd`` with a wall-clock ``timeout`` (seconds) and return
+    ``(JSON document or None, message lines, return code)`` as :func:`parse_fio_output` splits its output.
+    Raises subprocess.TimeoutExpired past the timeout (subprocess.run kills and reaps fio first, and does so
+    too when :class:`_storage.Terminated` interrupts the wait)."""
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     doc, msgs = parse_fio_output(p.stdout, p.stderr)
     return doc, msgs, p.returncode
@@ -205,7 +143,15 @@ def run_fio(cmd: list[str], timeout: float) -> tuple[dict | None, list[str], int
 
 def fio_command(fio: str, test: str, directory: str | None, filename: str | None, *, bs, size: int,
                 runtime: float, numjobs: int, iodepth: int, ioengine: str, direct: int, readonly: bool = False) -> list[str]:
-    """The fio command line of one test (JSON output, group reporting, time based)."""
+    """The fio command line (list of arguments) of one test: JSON output, group reporting, time based.
+
+    ``test``: a key of ``RW`` (seq_write, seq_read, rand_read); ``directory``: where each job gets its file
+    ``gpuaccept.<job number>``, or ``filename``: one file or block device shared by the jobs; ``bs``: block
+    size in fio syntax (``"1M"`` or bytes); ``size``: bytes per job file; ``runtime``: seconds;
+    ``direct``: 1 for O_DIRECT. seq_write ends with an fsync (``--end_fsync=1``) so the figure includes
+    getting the data to the drive; rand_read does not repeat the random sequence (``--randrepeat=0``) or
+    track covered blocks (``--norandommap``); ``readonly`` adds ``--readonly`` (fio refuses every write).
+    """
     cmd = [fio, "--output-format=json", "--group_reporting", f"--name={test}", f"--rw={RW[test]}", f"--bs={bs}",
            f"--size={size}", f"--numjobs={numjobs}", f"--iodepth={iodepth}", f"--ioengine={ioengine}",
            f"--direct={direct}", f"--runtime={runtime}", "--time_based"]
@@ -222,80 +168,72 @@ def fio_command(fio: str, test: str, directory: str | None, filename: str | None
     return cmd
 
 
-def make_workdir(path: str) -> str:
-    """A fresh ``<path>/.gpuaccept-<random>`` folder (mode 0700)."""
-    d = os.path.join(path, WORKDIR_PREFIX + secrets.token_hex(6))
-    os.mkdir(d, 0o700)
-    return d
-
-
 def measure_path(path: str, a: dict, fio: str, engine: str) -> dict:
-    """Measure one directory; the entry of ``paths`` in the output (never raises ProbeFailed for a
-    problem of this path -- those become ``ok: false`` and ``error``; Terminated propagates)."""
+    """Measure one directory; returns its entry of the output's ``paths`` (shape in the module docstring).
+
+    ``a``: the probe's arguments (sizes, tests); ``fio``: the fio executable; ``engine``: fio ioengine.
+    The mount holding ``path`` is reported first (``mount_point``, ``mount_source``, ``fstype``,
+    ``mount_root``, ``device``, ``root_fs``, see ``_storage.placement``): the controller judges whether the
+    path is where the inventory says. Never raises ProbeFailed for a problem of this path (those become
+    ``ok: false`` and ``error``); :class:`_storage.Terminated` (SIGTERM/SIGHUP) propagates after the test
+    folder is removed.
+    """
     res: dict = {"path": path, "ok": False, "error": None, "fio_messages": [], "tests": {},
                  "seq_read_gbps": None, "seq_write_gbps": None, "rand_read_iops": None}
-    if not os.path.isdir(path):
-        res["error"] = f"{path}: no such directory"
-        return res
-    try:
-        m = mount_of(path)
-    except (OSError, ProbeFailed) as e:
-        res["error"] = f"{path}: cannot read the mount table: {e}"
-        return res
-    res.update(fstype=m["fstype"], mount_point=m["mount_point"], mount_source=m["source"])
-    if not_block_backed(m["fstype"]):
-        res["error"] = f"{path}: not a block-backed filesystem ({m['fstype']})"
-        return res
+    where = placement(path)
+    res.update({k: where[k] for k in PLACEMENT_KEYS})
     numjobs, iodepth = int(a.get("numjobs", 4)), int(a.get("iodepth", 32))
     try:
-        total, free, margin = plan_size(path, int(a.get("size", 4 * GIB)) * numjobs, a.get("min_free_bytes"))
+        with scratch(path, int(a.get("size", 4 * GIB)) * numjobs, a.get("min_free_bytes")) as s:
+            total = s["bytes"]
+            unit = MIB if total >= MIB * numjobs else 4096      # whole MiB per job file when there is room
+            per_job = max(unit, total // numjobs // unit * unit)
+            res.update(free_bytes=s["free_bytes"], margin_bytes=s["margin_bytes"], total_bytes=per_job * numjobs,
+                       numjobs=numjobs, iodepth=iodepth)
+            errors = _run_tests(path, s["workdir"], a, fio, engine, per_job, numjobs, iodepth, res)
+    except Terminated:
+        raise
     except ProbeFailed as e:
         res["error"] = str(e)
         return res
-    unit = MIB if total >= MIB * numjobs else 4096      # whole MiB per job file when there is room
-    per_job = max(unit, total // numjobs // unit * unit)
-    res.update(free_bytes=free, margin_bytes=margin, total_bytes=per_job * numjobs, numjobs=numjobs, iodepth=iodepth)
+    res["ok"] = not errors
+    res["error"] = f"{path}: " + "; ".join(errors) if errors else None
+    return res
+
+
+def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: int, numjobs: int, iodepth: int,
+               res: dict) -> list[str]:
+    """Run the selected tests in ``work``, one after another, filling ``res``; the error lines (the first
+    failing test stops the rest)."""
     runtime = float(a.get("runtime", 20))
-    work = None
-    try:
+    errors: list[str] = []
+    for test in a.get("tests") or TESTS:
+        bs = a.get("rand_bs", 4096) if test == "rand_read" else a.get("bs", "1M")
+        cmd = fio_command(fio, test, work, None, bs=bs, size=per_job, runtime=runtime, numjobs=numjobs,
+                          iodepth=iodepth, ioengine=engine, direct=int(a.get("direct", 1)))
+        started = time.time()
+        log(f"{path}: {' '.join(cmd)}")
         try:
-            work = make_workdir(path)
-        except OSError as e:
-            res["error"] = f"{path}: cannot create a test folder: {e.strerror}"
-            return res
-        errors = []
-        for test in a.get("tests") or TESTS:
-            bs = a.get("rand_bs", 4096) if test == "rand_read" else a.get("bs", "1M")
-            cmd = fio_command(fio, test, work, None, bs=bs, size=per_job, runtime=runtime, numjobs=numjobs,
-                              iodepth=iodepth, ioengine=engine, direct=int(a.get("direct", 1)))
-            started = time.time()
-            log(f"{path}: {' '.join(cmd)}")
-            try:
-                doc, msgs, rc = run_fio(cmd, timeout=runtime * 3 + 600)
-            except subprocess.TimeoutExpired:
-                errors.append(f"fio {test} did not finish within {runtime * 3 + 600:.0f} s")
-                break
-            res["fio_messages"] += msgs
-            if doc is None:
-                errors.append(f"fio {test}: no JSON output (rc {rc}): {(msgs or ['no output'])[-1][:300]}")
-                break
-            errs = job_errors(doc)
-            if errs:
-                errors += errs
-                break
-            fig = summarize(doc, "write" if test == "seq_write" else "read")
-            fig.update(started=round(started, 3), command=cmd)
-            res["tests"][test] = fig
-            if test == "rand_read":
-                res["rand_read_iops"] = fig["iops"]
-            else:
-                res[f"{test}_gbps"] = fig["gbps"]
-        res["ok"] = not errors
-        res["error"] = f"{path}: " + "; ".join(errors) if errors else None
-        return res
-    finally:
-        if work:
-            shutil.rmtree(work, ignore_errors=True)
+            doc, msgs, rc = run_fio(cmd, timeout=runtime * 3 + 600)
+        except subprocess.TimeoutExpired:
+            errors.append(f"fio {test} did not finish within {runtime * 3 + 600:.0f} s")
+            break
+        res["fio_messages"] += msgs
+        if doc is None:
+            errors.append(f"fio {test}: no JSON output (rc {rc}): {(msgs or ['no output'])[-1][:300]}")
+            break
+        errs = job_errors(doc)
+        if errs:
+            errors += errs
+            break
+        fig = summarize(doc, "write" if test == "seq_write" else "read")
+        fig.update(started=round(started, 3), command=cmd)
+        res["tests"][test] = fig
+        if test == "rand_read":
+            res["rand_read_iops"] = fig["iops"]
+        else:
+            res[f"{test}_gbps"] = fig["gbps"]
+    return errors
 
 
 def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:

@@ -14,6 +14,7 @@ Output::
      "p2pdma": {"kernel", "cufile_json_use_pci_p2pdma"}, "cufile_json": path | null,
      "allow_compat_mode": bool | null, "mode": "nvidia-fs" | "p2pdma" | "compat",
      "torch_gds": bool, "gpu": bool, "reason": str | null,
+     "fstype", "mount_point", "mount_source", "root_fs",       # where ``path`` is (with a path only)
      "gpus": [{"index", "name", "pci_bus_id", "gds_write_gbps", "gds_read_gbps", "bounce_read_gbps",
                "verified", "nvidia_fs_ops": {"reads", "writes"} | null} | {"index", "error"}]}
 
@@ -26,7 +27,9 @@ or the pci_p2pdma symbols in /proc/kallsyms, and "use_pci_p2pdma": true in cufil
 when both kernel and cufile.json enable it, else compat (cuFile falls back to POSIX reads through a
 bounce buffer: correct, not direct).
 
-Transfer: torch.cuda.gds.GdsFile (torch >= 2.5) ``save_storage`` (GPU -> file) then ``load_storage``
+Transfer (the scratch set-up is ``_storage.scratch``, shared with fio_throughput and storage_to_gpu: a
+tmpfs path fails before anything is written, the free-space margin holds, the test folder is removed on
+exit and on SIGTERM): torch.cuda.gds.GdsFile (torch >= 2.5) ``save_storage`` (GPU -> file) then ``load_storage``
 (file -> GPU), after posix_fadvise(DONTNEED), timed with torch.cuda.synchronize; compared with the
 bounce-buffer path (file -> pinned host memory -> GPU). The bytes read back are compared with what was
 written (``verified``). nvidia_fs_ops: read/write op counters of /proc/driver/nvidia-fs/stats
@@ -43,12 +46,11 @@ import json
 import os
 import platform
 import re
-import shutil
 import time
 
-from _probe import ProbeFailed, log, reject_unknown, run
+from _probe import log, reject_unknown, run
+from _storage import MIB, scratch
 
-MIB = 1 << 20
 ARG_KEYS = {"path", "bytes", "gpus", "device", "min_free_bytes"}
 
 
@@ -158,30 +160,19 @@ def main(a: dict) -> dict:
     if not a.get("path"):
         doc["reason"] = "no path given: detection only"
         return doc
-    from fio_throughput import install_signal_cleanup, make_workdir, mount_of, not_block_backed, plan_size
     path = a["path"]
-    if not os.path.isdir(path):
-        raise ProbeFailed(f"{path}: no such directory")
-    m = mount_of(path)
-    doc["fstype"] = m["fstype"]
-    if not_block_backed(m["fstype"]):
-        raise ProbeFailed(f"{path}: not a block-backed filesystem ({m['fstype']})")
-    nbytes, _free, _margin = plan_size(path, int(a.get("bytes", 1 << 30)), a.get("min_free_bytes"))
-    nbytes = nbytes // MIB * MIB or MIB
     sel = a.get("gpus", [0])
     idx = list(range(torch.cuda.device_count())) if sel == "all" else [int(i) for i in sel]
-    install_signal_cleanup()
-    work = None
-    try:
-        work = make_workdir(path)
+    with scratch(path, int(a.get("bytes", 1 << 30)), a.get("min_free_bytes")) as s:
+        where = s["placement"]
+        doc.update(fstype=where["fstype"], mount_point=where["mount_point"], mount_source=where["mount_source"],
+                   root_fs=where["root_fs"])
+        nbytes = s["bytes"] // MIB * MIB or MIB
         for gi in idx:
             try:
-                doc["gpus"].append(_transfer(torch, gi, os.path.join(work, f"gds.{gi}"), nbytes))
+                doc["gpus"].append(_transfer(torch, gi, os.path.join(s["workdir"], f"gds.{gi}"), nbytes))
             except RuntimeError as e:  # cuFile errors surface as RuntimeError from torch
                 doc["gpus"].append({"index": gi, "error": f"GdsFile transfer failed: {str(e).splitlines()[0][:300]}"})
-    finally:
-        if work:
-            shutil.rmtree(work, ignore_errors=True)
     return doc
 
 
@@ -235,12 +226,10 @@ def _transfer(torch, gi: int, fn: str, nbytes: int) -> dict:
     ops = None
     if ops0 and ops1:
         ops = {k: (ops1[k] - ops0[k]) if None not in (ops0[k], ops1[k]) else None for k in ("reads", "writes")}
-    try:
-        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
-    except AttributeError:
-        bus = None
-    g = {"index": gi, "name": props.name, "pci_bus_id": bus, "bytes": nbytes, "gds_write_gbps": round(nbytes / w / 1e9, 4),
-         "gds_read_gbps": round(nbytes / r / 1e9, 4), "bounce_read_gbps": round(nbytes / b / 1e9, 4),
+    from _gpu import pci_bus_id
+    g = {"index": gi, "name": props.name, "pci_bus_id": pci_bus_id(props), "bytes": nbytes,
+         "gds_write_gbps": round(nbytes / w / 1e9, 4), "gds_read_gbps": round(nbytes / r / 1e9, 4),
+         "bounce_read_gbps": round(nbytes / b / 1e9, 4),
          "verified": verified, "nvidia_fs_ops": ops}
     log(f"GPU {gi}: {g}")
     return g

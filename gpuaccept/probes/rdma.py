@@ -4,13 +4,16 @@ and (when perftest is installed) an ``ib_write_bw --use_cuda`` loopback per HCA.
 Args (JSON object, every key optional)::
 
     {"sysfs": "/sys",               # sysfs root (tests point it at a copy of the tree)
+     "proc": "/proc",               # procfs root, likewise (modules, kallsyms, driver/nvidia/version)
      "gpu_bus_ids": ["0000:19:00.0"],   # default: from NVML (pynvml); none and no NVML: topology skipped
      "perftest": false,             # run ib_write_bw loopbacks
      "perftest_seconds": 5, "perftest_size": 1048576, "hcas": [...]}   # HCAs for perftest (default: all active)
 
 Output::
 
-    {"peermem": {"nvidia_peermem_loaded", "dma_buf_kernel", "nvidia_open_kernel_module", "ready"},
+    {"peermem": {"nvidia_peermem_loaded", "nvidia_peermem_state", "nvidia_peermem_version", "memory_peers",
+                 "nv_peermem_registered", "peer_memory_api", "dma_buf_kernel", "ib_umem_dmabuf",
+                 "nvidia_open_kernel_module", "kernel_symbols_readable"},
      "devices": [{"name": "mlx5_0", "pci_address", "numa_node",
                   "ports": [{"port", "state", "phys_state", "link_layer", "rate", "rate_gbps"}]}],
      "topology": [{"gpu_index", "gpu_bus_id", "nic", "nic_pci_address", "path": "PIX"|"PXB"|"PHB"|"NODE"|"SYS",
@@ -18,9 +21,13 @@ Output::
      "perftest": "ib_write_bw path" | null,
      "loopback": [{"hca", "gpu", "bw_gbps", "bw_gbits", "error"}]}
 
-Sources: /proc/modules ("nvidia_peermem"); dma-buf: "dma_buf_export" in /proc/kallsyms and the NVIDIA
-open kernel module (/proc/driver/nvidia/version says "Open Kernel Module"); ready = peermem loaded or
-both dma-buf conditions. Ports: /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state, link_layer,
+Peer memory (facts only, see :func:`peermem`; whether GPUDirect RDMA is ready is judged on the controller,
+gpuaccept/storage_judging.py ``gdr_readiness``): nvidia_peermem in /proc/modules and its state; the
+peer-memory clients registered with ib_core (/sys/kernel/mm/memory_peers/<client>/version, "nv_mem" and
+"nv_mem_nc" for nvidia-peermem); kernel symbols for the dma-buf path (dma_buf_export, ib_umem_dmabuf_get)
+and the PeerDirect API (ib_register_peer_memory_client); the NVIDIA open kernel module
+(/proc/driver/nvidia/version says "Open Kernel Module").
+Ports: /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state, link_layer,
 rate} ("4: ACTIVE", "5: LinkUp", "InfiniBand"|"Ethernet", "400 Gb/sec (4X NDR)"; rate_gbps in Gb/s as the
 kernel writes it).
 
@@ -46,7 +53,7 @@ import time
 
 from _probe import log, reject_unknown, run
 
-ARG_KEYS = {"sysfs", "gpu_bus_ids", "perftest", "perftest_seconds", "perftest_size", "hcas"}
+ARG_KEYS = {"sysfs", "proc", "gpu_bus_ids", "perftest", "perftest_seconds", "perftest_size", "hcas"}
 RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
 BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
@@ -117,17 +124,65 @@ def ib_devices(sysfs: str) -> list[dict]:
     return out
 
 
-def peermem() -> dict:
-    mods = {ln.split()[0] for ln in (_read("/proc/modules") or "").splitlines() if ln.strip()}
+#: kernel symbols looked for in /proc/kallsyms: dma_buf_export (drivers/dma-buf/dma-buf.c: the kernel can
+#: export dma-bufs), ib_umem_dmabuf_get (drivers/infiniband/core/umem_dmabuf.c, Linux 5.12+: the RDMA core
+#: can register a dma-buf as a memory region), ib_register_peer_memory_client (MLNX_OFED / DOCA-OFED ib_core
+#: peer_mem.c: the PeerDirect API nvidia-peermem needs)
+KALLSYMS = ("dma_buf_export", "ib_umem_dmabuf_get", "ib_register_peer_memory_client")
+#: peer-memory clients nvidia-peermem registers with ib_core (open-gpu-kernel-modules
+#: kernel-open/nvidia-peermem/nvidia-peermem.c: DRV_NAME "nv_mem", and DRV_NAME "_nc" = "nv_mem_nc" for the
+#: persistent-pages client); ib_core creates
+#: /sys/kernel/mm/memory_peers/<client>/version on registration (peer_mem.c ib_register_peer_memory_client).
+#: NCCL's ncclIbGdrSupport looks for the same two files (src/transport/net_ib), and also accepts
+#: /sys/module/nvidia_peermem/version (the module loaded), reported here as nvidia_peermem_version.
+NV_PEER_CLIENTS = ("nv_mem", "nv_mem_nc")
+
+
+def kernel_symbols(proc: str, names=KALLSYMS) -> dict[str, bool]:
+    """{symbol: present} for ``names`` in ``<proc>/kallsyms`` (all False when it cannot be read)."""
+    found = dict.fromkeys(names, False)
     try:
-        with open("/proc/kallsyms", encoding="utf-8", errors="replace") as f:
-            dmabuf = any(ln.rstrip().endswith(" dma_buf_export") for ln in f)
+        with open(f"{proc}/kallsyms", encoding="utf-8", errors="replace") as f:
+            for ln in f:
+                parts = ln.split()
+                if len(parts) >= 3 and parts[2] in found:
+                    found[parts[2]] = True
     except OSError:
-        dmabuf = False
-    open_km = "Open Kernel Module" in (_read("/proc/driver/nvidia/version") or "")
-    pm = "nvidia_peermem" in mods
-    return {"nvidia_peermem_loaded": pm, "dma_buf_kernel": dmabuf, "nvidia_open_kernel_module": open_km,
-            "ready": pm or (dmabuf and open_km)}
+        pass
+    return found
+
+
+def peermem(sysfs: str = "/sys", proc: str = "/proc") -> dict:
+    """What the kernel says about GPUDirect RDMA's two paths (facts only; the controller judges them).
+
+    Returns ``{"nvidia_peermem_loaded": bool, "nvidia_peermem_state": "Live" | "Loading" | "Unloading" | None,
+    "nvidia_peermem_version": str | None, "memory_peers": {client: version}, "nv_peermem_registered": bool,
+    "peer_memory_api": bool, "dma_buf_kernel": bool, "ib_umem_dmabuf": bool, "nvidia_open_kernel_module": bool,
+    "kernel_symbols_readable": bool}``.
+
+    Sources: ``<proc>/modules`` (name, size, refcount, users, state, address: proc(5)); ``<sysfs>/module/
+    nvidia_peermem/version``; every ``<sysfs>/kernel/mm/memory_peers/<client>/version`` (ib_core's record of
+    a registered peer-memory client; ``nv_peermem_registered`` when a client of ``NV_PEER_CLIENTS`` is there);
+    ``<proc>/kallsyms`` for :data:`KALLSYMS`; ``<proc>/driver/nvidia/version`` containing "Open Kernel Module".
+    """
+    state = None
+    for ln in (_read(f"{proc}/modules") or "").splitlines():
+        f = ln.split()
+        if f and f[0] == "nvidia_peermem":
+            state = f[4] if len(f) > 4 else "Live"
+    peers: dict[str, str | None] = {}
+    base = f"{sysfs}/kernel/mm/memory_peers"
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if os.path.exists(f"{base}/{name}/version"):
+            peers[name] = _read(f"{base}/{name}/version")
+    syms = kernel_symbols(proc)
+    return {"nvidia_peermem_loaded": state is not None, "nvidia_peermem_state": state,
+            "nvidia_peermem_version": _read(f"{sysfs}/module/nvidia_peermem/version"),
+            "memory_peers": peers, "nv_peermem_registered": any(c in peers for c in NV_PEER_CLIENTS),
+            "peer_memory_api": syms["ib_register_peer_memory_client"], "dma_buf_kernel": syms["dma_buf_export"],
+            "ib_umem_dmabuf": syms["ib_umem_dmabuf_get"],
+            "nvidia_open_kernel_module": "Open Kernel Module" in (_read(f"{proc}/driver/nvidia/version") or ""),
+            "kernel_symbols_readable": os.access(f"{proc}/kallsyms", os.R_OK)}
 
 
 def nvml_bus_ids() -> tuple[list[str] | None, str | None]:
@@ -200,7 +255,8 @@ def main(a: dict) -> dict:
     reject_unknown(a, ARG_KEYS)
     sysfs = a.get("sysfs", "/sys")
     devices = ib_devices(sysfs)
-    doc = {"peermem": peermem(), "devices": devices, "topology": None, "topology_reason": None,
+    doc = {"peermem": peermem(sysfs, a.get("proc", "/proc")), "devices": devices, "topology": None,
+           "topology_reason": None,
            "perftest": shutil.which("ib_write_bw"), "loopback": []}
     bus_ids, why = (a["gpu_bus_ids"], None) if a.get("gpu_bus_ids") else nvml_bus_ids()
     if bus_ids and devices:

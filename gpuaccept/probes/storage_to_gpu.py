@@ -12,7 +12,8 @@ Args (JSON object; ``path`` is required)::
 
 Output::
 
-    {"device", "path", "bytes", "chunk_bytes", "fstype", "page_cache_evicted",
+    {"device", "path", "bytes", "chunk_bytes", "fstype", "mount_point", "mount_source", "root_fs",
+     "page_cache_evicted",
      "storage_read_gbps",            # cold read file -> pageable host buffer, alone
      "host_copy_gbps",               # pageable -> pinned (cuda) / pageable -> pageable (cpu) memcpy, alone
      "gpus": [{"index", "name", "pci_bus_id", "h2d_gbps", "end_to_end_gbps", "bounding_stage"}],
@@ -27,19 +28,19 @@ from pinned memory, per GPU); the bounding stage is the one with the lowest GB/s
 
 Page cache: the files are written, fsync'ed and evicted with posix_fadvise(POSIX_FADV_DONTNEED)
 before every timed read, so reads come from the drive (``page_cache_evicted`` false when the
-kernel refused). The filesystem type is checked first, like fio_throughput (a tmpfs path fails).
+kernel refused). The scratch set-up is ``_storage.scratch``, shared with fio_throughput and gds: a tmpfs
+path fails before anything is written, the free-space margin holds, the folder goes on exit and SIGTERM;
+``mount_point``, ``mount_source`` and ``root_fs`` say where the path is.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import time
 
 from _probe import ProbeFailed, log, reject_unknown, run
-from fio_throughput import install_signal_cleanup, make_workdir, mount_of, not_block_backed, plan_size
+from _storage import MIB, scratch
 
-MIB = 1 << 20
 ARG_KEYS = {"path", "device", "bytes", "files", "chunk_bytes", "gpus", "min_free_bytes"}
 
 
@@ -107,105 +108,98 @@ def main(a: dict) -> dict:
     device = a.get("device", "cuda")
     if device == "cuda" and not torch.cuda.is_available():
         raise ProbeFailed("device cuda asked but torch sees no GPU")
-    m = mount_of(path)
-    if not_block_backed(m["fstype"]):
-        raise ProbeFailed(f"{path}: not a block-backed filesystem ({m['fstype']})")
     chunk = int(a.get("chunk_bytes", 64 * MIB))
     files = int(a.get("files", 4))
     want = int(a.get("bytes", 4 << 30 if device == "cuda" else 64 * MIB))
-    total, _free, _margin = plan_size(path, want, a.get("min_free_bytes"))
-    total = total // files // 4096 * 4096 * files
-    install_signal_cleanup()
-    work = None
-    try:
-        work = make_workdir(path)
-        names = write_files(work, total, files, chunk)
-        pageable = torch.empty(chunk, dtype=torch.uint8)
-        pv = view(pageable)
-        # stage 1: storage read alone (cold)
-        evicted = evict(names)
-        t0 = time.perf_counter()
-        nread = sum(chunks(names, pv))
-        read_gbps = gbps(nread, time.perf_counter() - t0)
-        out = {"device": device, "path": path, "fstype": m["fstype"], "bytes": nread, "chunk_bytes": chunk,
-               "page_cache_evicted": evicted, "storage_read_gbps": read_gbps, "gpus": []}
-        if device == "cpu":
-            dst = torch.empty(chunk, dtype=torch.uint8)
-            reps = max(1, nread // chunk)
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                dst.copy_(pageable)
-            out["host_copy_gbps"] = gbps(reps * chunk, time.perf_counter() - t0)
-            evict(names)
-            t0 = time.perf_counter()
-            moved = 0
-            for n in chunks(names, pv):
-                dst[:n].copy_(pageable[:n])
-                moved += n
-            out["end_to_end_gbps"] = gbps(moved, time.perf_counter() - t0)
-            stages = {"storage_read": read_gbps, "host_copy": out["host_copy_gbps"]}
-            out["bounding_stage"] = min(stages, key=stages.get)
-            return out
-        # cuda
-        staging = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+    with scratch(path, want, a.get("min_free_bytes")) as sc:
+        return _journey(torch, a, device, path, sc, chunk, files)
+
+
+def _journey(torch, a: dict, device: str, path: str, sc: dict, chunk: int, files: int) -> dict:
+    """The measurement in the scratch folder ``sc`` (the dict ``_storage.scratch`` yields): ``files`` files
+    of ``sc["bytes"]`` bytes in all (rounded down to 4 KiB per file), read in ``chunk``-byte pieces; returns
+    the output document (module docstring). GB/s = 1e9 B/s."""
+    work, m = sc["workdir"], sc["placement"]
+    total = sc["bytes"] // files // 4096 * 4096 * files
+    names = write_files(work, total, files, chunk)
+    pageable = torch.empty(chunk, dtype=torch.uint8)
+    pv = view(pageable)
+    # stage 1: storage read alone (cold)
+    evicted = evict(names)
+    t0 = time.perf_counter()
+    nread = sum(chunks(names, pv))
+    read_gbps = gbps(nread, time.perf_counter() - t0)
+    out = {"device": device, "path": path, "fstype": m["fstype"], "mount_point": m["mount_point"],
+           "mount_source": m["mount_source"], "root_fs": m["root_fs"], "bytes": nread, "chunk_bytes": chunk,
+           "page_cache_evicted": evicted, "storage_read_gbps": read_gbps, "gpus": []}
+    if device == "cpu":
+        dst = torch.empty(chunk, dtype=torch.uint8)
         reps = max(1, nread // chunk)
         t0 = time.perf_counter()
-        for i in range(reps):
-            staging[i % 2].copy_(pageable)
+        for _ in range(reps):
+            dst.copy_(pageable)
         out["host_copy_gbps"] = gbps(reps * chunk, time.perf_counter() - t0)
-        sel = a.get("gpus", "all")
-        idx = list(range(torch.cuda.device_count())) if sel == "all" else [int(i) for i in sel]
-        worst = None
-        for gi in idx:
-            dev = torch.device("cuda", gi)
-            props = torch.cuda.get_device_properties(gi)
-            gpu_buf = torch.empty(chunk, dtype=torch.uint8, device=dev)
-            stream = torch.cuda.Stream(device=dev)
-            with torch.cuda.device(dev):
-                gpu_buf.copy_(staging[0], non_blocking=True)  # warm-up
-                torch.cuda.synchronize(dev)
-                t0 = time.perf_counter()
-                for i in range(reps):
-                    gpu_buf.copy_(staging[i % 2], non_blocking=True)
-                torch.cuda.synchronize(dev)
-                h2d = gbps(reps * chunk, time.perf_counter() - t0)
-                evict(names)
-                events = [None, None]
-                t0 = time.perf_counter()
-                moved = 0
-                for i, n in enumerate(chunks(names, pv)):
-                    s = i % 2
-                    if events[s] is not None:
-                        events[s].synchronize()
-                    staging[s][:n].copy_(pageable[:n])
-                    with torch.cuda.stream(stream):
-                        gpu_buf[:n].copy_(staging[s][:n], non_blocking=True)
-                        ev = torch.cuda.Event()
-                        ev.record(stream)
-                    events[s] = ev
-                    moved += n
-                stream.synchronize()
-                e2e = gbps(moved, time.perf_counter() - t0)
-            stages = {"storage_read": read_gbps, "host_copy": out["host_copy_gbps"], "h2d": h2d}
-            g = {"index": gi, "name": props.name, "pci_bus_id": _bus_id(props), "h2d_gbps": h2d,
-                 "end_to_end_gbps": e2e, "bounding_stage": min(stages, key=stages.get)}
-            log(f"GPU {gi}: {g}")
-            out["gpus"].append(g)
-            if worst is None or e2e < worst["end_to_end_gbps"]:
-                worst = g
-        out["end_to_end_gbps"] = worst["end_to_end_gbps"] if worst else None
-        out["bounding_stage"] = worst["bounding_stage"] if worst else None
+        evict(names)
+        t0 = time.perf_counter()
+        moved = 0
+        for n in chunks(names, pv):
+            dst[:n].copy_(pageable[:n])
+            moved += n
+        out["end_to_end_gbps"] = gbps(moved, time.perf_counter() - t0)
+        stages = {"storage_read": read_gbps, "host_copy": out["host_copy_gbps"]}
+        out["bounding_stage"] = min(stages, key=stages.get)
         return out
-    finally:
-        if work:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _bus_id(props) -> str | None:
-    try:
-        return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
-    except AttributeError:
-        return None
+    # cuda
+    from _gpu import pci_bus_id
+    staging = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+    reps = max(1, nread // chunk)
+    t0 = time.perf_counter()
+    for i in range(reps):
+        staging[i % 2].copy_(pageable)
+    out["host_copy_gbps"] = gbps(reps * chunk, time.perf_counter() - t0)
+    sel = a.get("gpus", "all")
+    idx = list(range(torch.cuda.device_count())) if sel == "all" else [int(i) for i in sel]
+    worst = None
+    for gi in idx:
+        dev = torch.device("cuda", gi)
+        props = torch.cuda.get_device_properties(gi)
+        gpu_buf = torch.empty(chunk, dtype=torch.uint8, device=dev)
+        stream = torch.cuda.Stream(device=dev)
+        with torch.cuda.device(dev):
+            gpu_buf.copy_(staging[0], non_blocking=True)  # warm-up
+            torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            for i in range(reps):
+                gpu_buf.copy_(staging[i % 2], non_blocking=True)
+            torch.cuda.synchronize(dev)
+            h2d = gbps(reps * chunk, time.perf_counter() - t0)
+            evict(names)
+            events = [None, None]
+            t0 = time.perf_counter()
+            moved = 0
+            for i, n in enumerate(chunks(names, pv)):
+                s = i % 2
+                if events[s] is not None:
+                    events[s].synchronize()
+                staging[s][:n].copy_(pageable[:n])
+                with torch.cuda.stream(stream):
+                    gpu_buf[:n].copy_(staging[s][:n], non_blocking=True)
+                    ev = torch.cuda.Event()
+                    ev.record(stream)
+                events[s] = ev
+                moved += n
+            stream.synchronize()
+            e2e = gbps(moved, time.perf_counter() - t0)
+        stages = {"storage_read": read_gbps, "host_copy": out["host_copy_gbps"], "h2d": h2d}
+        g = {"index": gi, "name": props.name, "pci_bus_id": pci_bus_id(props), "h2d_gbps": h2d,
+             "end_to_end_gbps": e2e, "bounding_stage": min(stages, key=stages.get)}
+        log(f"GPU {gi}: {g}")
+        out["gpus"].append(g)
+        if worst is None or e2e < worst["end_to_end_gbps"]:
+            worst = g
+    out["end_to_end_gbps"] = worst["end_to_end_gbps"] if worst else None
+    out["bounding_stage"] = worst["bounding_stage"] if worst else None
+    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,201 @@
+"""Shared node-side helpers of the storage probes (fio_throughput, storage_mounts, storage_to_gpu, gds).
+
+Shipped with the probes (the runner ships this whole folder); standard library only. What lives here:
+
+- where a directory really is: :func:`mount_of` and :func:`placement` read ``/proc/self/mountinfo``
+  (proc(5), "/proc/[pid]/mountinfo": mount ID, parent ID, major:minor, root, mount point, options,
+  optional fields, ``-``, filesystem type, mount source, super options) and say which mount holds a path,
+  its source, type and whether it is the root filesystem;
+- which filesystems are no drive (:func:`not_block_backed`);
+- how much may be written (:func:`plan_size`, :func:`default_margin`);
+- the scratch folder every storage probe writes in, removed on exit and on SIGTERM/SIGHUP
+  (:func:`scratch`, :func:`make_workdir`, :func:`install_signal_cleanup`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+
+from _probe import ProbeFailed
+
+GIB = 1 << 30
+MIB = 1 << 20
+MIN_ROOM = 64 * MIB                      # less room than this between free space and margin: no useful test
+NOT_BLOCK = ("tmpfs", "ramfs", "overlay", "squashfs", "devtmpfs")   # plus every fuse*
+WORKDIR_PREFIX = ".gpuaccept-"
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+class Terminated(ProbeFailed):
+    """SIGTERM/SIGHUP arrived; raised from the signal handler so ``finally`` blocks clean up."""
+
+
+def _on_signal(signum, _frame):
+    for s in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not interrupt the cleanup
+        signal.signal(s, signal.SIG_IGN)
+    raise Terminated(f"terminated by signal {signal.Signals(signum).name}; test files removed")
+
+
+def install_signal_cleanup() -> None:
+    """Turn SIGTERM and SIGHUP into a :class:`Terminated` exception (so ``finally`` runs). The runner kills
+    a probe's process group with SIGTERM first when its timeout passes."""
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _on_signal)
+
+
+# -- mounts ------------------------------------------------------------------------------------------
+def unescape(field: str) -> str:
+    """A mountinfo field with its octal escapes decoded: the kernel writes space, tab, newline and
+    backslash as ``\\040``, ``\\011``, ``\\012``, ``\\134`` (fs/proc_namespace.c ``mangle``)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 4 <= len(field) and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> list[dict]:
+    """Every line of a mountinfo file as ``{"mount_id": int, "device": "MAJ:MIN", "root": str,
+    "mount_point": str, "fstype": str, "source": str}``, in file order (later lines are mounted on top of
+    earlier ones). Lines without the ``-`` separator or with too few fields are left out."""
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        f = left.split()
+        r = right.split()
+        if len(f) < 5 or not r:
+            continue
+        out.append({"mount_id": int(f[0]) if f[0].isdigit() else f[0], "device": f[2], "root": unescape(f[3]),
+                    "mount_point": unescape(f[4]), "fstype": r[0], "source": unescape(r[1]) if len(r) > 1 else ""})
+    return out
+
+
+def _holding(mounts: list[dict], real: str) -> dict | None:
+    """The mount holding the resolved path ``real``: the longest mount point that is ``real`` or a parent of
+    it; of equal ones the last line (the mount on top)."""
+    best = None
+    for m in mounts:
+        mp = m["mount_point"]
+        if not (real == mp or mp == "/" or real.startswith(mp.rstrip("/") + "/")):
+            continue
+        if best is None or len(mp) >= len(best["mount_point"]):
+            best = m
+    return best
+
+
+def mount_of(path: str, mountinfo: str = MOUNTINFO) -> dict:
+    """``{"mount_point", "fstype", "source", "root", "device", "mount_id"}`` of the mount holding ``path``
+    (symlinks resolved). Raises ProbeFailed when no mount holds it, OSError when ``mountinfo`` is unreadable."""
+    with open(mountinfo, encoding="utf-8", errors="replace") as f:
+        mounts = parse_mountinfo(f.read())
+    m = _holding(mounts, os.path.realpath(path))
+    if m is None:
+        raise ProbeFailed(f"{path}: no mount found in {mountinfo}")
+    return m
+
+
+def placement(path: str, mountinfo: str = MOUNTINFO) -> dict:
+    """Where ``path`` really is: ``{"path", "real_path", "is_dir", "mount_point", "mount_source", "fstype",
+    "mount_root", "device", "root_fs", "root_device", "error"}``.
+
+    ``device`` is the filesystem's ``major:minor`` from mountinfo; ``root_fs`` is True when it is the same
+    filesystem as the one mounted at ``/`` (same ``major:minor``): a directory left on the OS disk because
+    the mount meant for it is missing, or a bind mount of a folder of the root disk, both read True.
+    ``error`` (None when fine) says why the rest could not be read (no such directory, mountinfo unreadable);
+    the mount fields are None then. Never raises.
+    """
+    res = {"path": path, "real_path": os.path.realpath(path), "is_dir": os.path.isdir(path), "mount_point": None,
+           "mount_source": None, "fstype": None, "mount_root": None, "device": None, "root_fs": None,
+           "root_device": None, "error": None}
+    if not res["is_dir"]:
+        res["error"] = f"{path}: no such directory"
+        return res
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            mounts = parse_mountinfo(f.read())
+    except OSError as e:
+        res["error"] = f"{path}: cannot read the mount table {mountinfo}: {e.strerror}"
+        return res
+    m = _holding(mounts, res["real_path"])
+    root = _holding(mounts, "/")
+    if m is None:
+        res["error"] = f"{path}: no mount found in {mountinfo}"
+        return res
+    res.update(mount_point=m["mount_point"], mount_source=m["source"], fstype=m["fstype"], mount_root=m["root"],
+               device=m["device"], root_device=root["device"] if root else None,
+               root_fs=bool(root) and m["device"] == root["device"])
+    return res
+
+
+def not_block_backed(fstype: str) -> bool:
+    """True for filesystems whose speed is not a drive's: RAM-backed, overlay, squashfs, FUSE."""
+    return fstype in NOT_BLOCK or fstype.startswith("fuse")
+
+
+# -- free space ---------------------------------------------------------------------------------------
+def default_margin(st: os.statvfs_result) -> int:
+    """Free space never used by a test, bytes: max(5 GiB, 5 % of the filesystem's size)."""
+    return max(5 * GIB, int(st.f_blocks * st.f_frsize * 0.05))
+
+
+def plan_size(path: str, requested_total: int, margin: int | None) -> tuple[int, int, int]:
+    """(total bytes to use, free bytes, margin bytes) for ``requested_total`` bytes under ``path``.
+
+    Free bytes = ``f_bavail * f_frsize`` (os.statvfs: what an unprivileged writer may use); ``margin``
+    None means :func:`default_margin`. Raises ProbeFailed when fewer than 64 MiB lie between free space
+    and the margin (no useful test).
+    """
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    m = default_margin(st) if margin is None else int(margin)
+    room = free - m
+    if room < MIN_ROOM:
+        raise ProbeFailed(f"not enough free space on {path}: {free / GIB:.2f} GiB free, margin {m / GIB:.2f} GiB")
+    return min(int(requested_total), room), free, m
+
+
+# -- the scratch folder -----------------------------------------------------------------------------------
+def make_workdir(path: str) -> str:
+    """A fresh ``<path>/.gpuaccept-<12 hex digits>`` folder (mode 0700); OSError when it cannot be made."""
+    d = os.path.join(path, WORKDIR_PREFIX + secrets.token_hex(6))
+    os.mkdir(d, 0o700)
+    return d
+
+
+@contextlib.contextmanager
+def scratch(path: str, want_bytes: int, margin: int | None = None):
+    """The set-up every storage probe shares, as a context manager yielding a dict
+    ``{"workdir", "bytes", "free_bytes", "margin_bytes", "placement"}``.
+
+    ``path`` must be a directory on a block-backed filesystem (else ProbeFailed "<path>: not a block-backed
+    filesystem (tmpfs)", before anything is written). ``bytes`` is ``want_bytes`` capped by :func:`plan_size`
+    (ProbeFailed "not enough free space ..." when there is no room); ``placement`` is :func:`placement` of
+    ``path``. SIGTERM/SIGHUP become :class:`Terminated` from here on; the fresh ``workdir`` (see
+    :func:`make_workdir`) and everything in it is removed when the block exits, however it exits.
+    """
+    where = placement(path)
+    if where["error"]:
+        raise ProbeFailed(where["error"])
+    if not_block_backed(where["fstype"]):
+        raise ProbeFailed(f"{path}: not a block-backed filesystem ({where['fstype']})")
+    nbytes, free, m = plan_size(path, want_bytes, margin)
+    install_signal_cleanup()
+    work = None
+    try:
+        try:
+            work = make_workdir(path)
+        except OSError as e:
+            raise ProbeFailed(f"{path}: cannot create a test folder: {e.strerror}") from None
+        yield {"workdir": work, "bytes": nbytes, "free_bytes": free, "margin_bytes": m, "placement": where}
+    finally:
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
