@@ -39,6 +39,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "pcie_gen": ("gen", "min"),
     "pcie_width": ("lanes", "min"),
     "temp_c": ("C", "max"),
+    "power_limit_w": ("W", "min"),  # enforced power limit; used when NVML's default limit is unreadable
     # memory
     "hbm_read_bw_gbps": ("GB/s", "min"),
     "hbm_write_bw_gbps": ("GB/s", "min"),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from .drift import bus_key, nvml_gpu_for
 from .thresholds import Limit, judge
 
 FIGURE_KEY = "gpuaccept.figure"
@@ -28,7 +29,8 @@ class Verdicts:
     """Collects figures of one test. ``item``: the pytest item; ``host``: host name; ``layer``: marker.
 
     ``gpu_ids`` maps a GPU index to its identity (pci_bus_id, serial, uuid) from the health probe, so
-    figures from any probe name the GPU the same way.
+    figures from any probe name the GPU the same way. A figure carrying a PCI bus id is attributed by it
+    (NVML's index, serial, UUID of that bus id), never by a torch index, which follows CUDA_DEVICE_ORDER.
     """
 
     def __init__(self, item: pytest.Item, host: str, layer: str, gpu_ids: dict[int, dict] | None = None):
@@ -43,6 +45,11 @@ class Verdicts:
             return None
         if isinstance(gpu, int):
             gpu = {"index": gpu}
+        if bus_key(gpu.get("pci_bus_id")) is not None:  # by bus id: a torch index follows CUDA_DEVICE_ORDER
+            ident = nvml_gpu_for(gpu, list(self.gpu_ids.values()))
+            if ident is not None:
+                return {k: ident.get(k) for k in ("index", "pci_bus_id", "serial", "uuid")}
+            return {k: v for k, v in gpu.items() if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}
         ident = self.gpu_ids.get(gpu.get("index"), {})
         return {**{k: ident.get(k) for k in ("pci_bus_id", "serial", "uuid")}, **{k: v for k, v in gpu.items()
                 if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}}
