@@ -11,14 +11,15 @@ Where each expectation comes from (named in every failure):
 - power: the inventory's ``gpu_power_limit_w`` when set (a site may cap its GPUs on purpose), else NVML's
   default limit of that very GPU (nvmlDeviceGetPowerManagementDefaultLimit, "the power management limit that
   the device boots with"), else the SKU file's ``checks.power_limit_w``;
-- clocks: NVML's default application clocks of that GPU (NVML_CLOCK_ID_APP_CLOCK_DEFAULT), and its maximum
-  SM clock (nvmlDeviceGetMaxClockInfo);
+- clocks: NVML's default application clocks of that GPU (``application_clocks``, NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+  and its maximum SM clock (``clocks.sm_max_mhz``, nvmlDeviceGetMaxClockInfo);
 - pending modes: NVML's own current/pending pairs (nvmlDeviceGetEccMode, nvmlDeviceGetMigMode,
   nvmlDeviceGetGpuOperationMode, nvmlDeviceGetDramEncryptionMode);
 - NCCL variables: NVIDIA's NCCL user guide, "Environment Variables" (see :data:`NCCL_DRIFT_VARS`).
 
 A reading NVML could not take (``{"nvml_error": ...}``) is never read as healthy: it fails when the SKU file
-lists the field in ``expect.required_nvml`` (``power_limits``, ``clocks``, ``pending_modes``), and is recorded
+lists the field in ``expect.required_nvml`` (``power_limits``, ``application_clocks``, ``pending_modes``), and is
+recorded
 with NVML's words otherwise.
 """
 from __future__ import annotations
@@ -161,13 +162,13 @@ def clocks(gpu: dict, sku: SkuSpec) -> list[Finding]:
     below the default fails ``"application SM clock 1500 MHz, below the default 1980 MHz (nvidia-smi -rac
     resets it)"``. The customer boost maximum is recorded. Locked clocks cannot be read back through NVML;
     they are judged during load by :func:`clock_setting_event`."""
-    c = gpu.get("clocks") or {}
+    c = gpu.get("application_clocks") or {}
     out = []
     for dom, label in (("sm", "SM"), ("mem", "memory")):
         app, default = c.get(f"app_{dom}_mhz"), c.get(f"app_default_{dom}_mhz")
         check = f"app_{dom}_clock_mhz"
         if _num(app) is None or _num(default) is None:
-            out.append(_unreadable(sku, "clocks", check, app if _num(app) is None else default))
+            out.append(_unreadable(sku, "application_clocks", check, app if _num(app) is None else default))
             continue
         out.append(Finding(check, app, "MHz", extra={"default_mhz": default}, failure=(
             f"application {label} clock {app:g} MHz, below the default {default:g} MHz (nvidia-smi -rac resets it)"
@@ -189,9 +190,10 @@ def clock_setting_event(mask, gpu: dict | None, sm_clock_mhz=None) -> tuple[str 
     """
     if mask is None or isinstance(mask, bool) or not isinstance(mask, int) or not mask & APPLICATIONS_CLOCKS_SETTING:
         return None, None
-    c = (gpu or {}).get("clocks") or {}
+    c = (gpu or {}).get("application_clocks") or {}
     app, app_mem = c.get("app_sm_mhz"), c.get("app_mem_mhz")
-    default, default_mem, top = c.get("app_default_sm_mhz"), c.get("app_default_mem_mhz"), c.get("sm_max_mhz")
+    default, default_mem = c.get("app_default_sm_mhz"), c.get("app_default_mem_mhz")
+    top = ((gpu or {}).get("clocks") or {}).get("sm_max_mhz")
     seen = f"SM clock {sm_clock_mhz:g} MHz" if _num(sm_clock_mhz) is not None else "SM clock not sampled"
 
     def mhz(v):

@@ -51,11 +51,11 @@ def healthy(i: int) -> dict:
                          "requested_w": smi("gpu_power_readings/requested_power_limit"),
                          "min_w": smi("gpu_power_readings/min_power_limit"),
                          "max_w": smi("gpu_power_readings/max_power_limit")}
-    g["clocks"].update(app_sm_mhz=smi("applications_clocks/graphics_clock"),
-                       app_mem_mhz=smi("applications_clocks/mem_clock"),
-                       app_default_sm_mhz=smi("default_applications_clocks/graphics_clock"),
-                       app_default_mem_mhz=smi("default_applications_clocks/mem_clock"),
-                       boost_max_sm_mhz=smi("max_customer_boost_clocks/graphics_clock"))
+    g["application_clocks"] = {"app_sm_mhz": smi("applications_clocks/graphics_clock"),
+                               "app_mem_mhz": smi("applications_clocks/mem_clock"),
+                               "app_default_sm_mhz": smi("default_applications_clocks/graphics_clock"),
+                               "app_default_mem_mhz": smi("default_applications_clocks/mem_clock"),
+                               "boost_max_sm_mhz": smi("max_customer_boost_clocks/graphics_clock")}
     g["ecc"].update(mode_current=smi_on("ecc_mode/current_ecc"), mode_pending=smi_on("ecc_mode/pending_ecc"))
     g["mig_mode"] = {"current": smi_on("mig_mode/current_mig"), "pending": smi_on("mig_mode/pending_mig")}
     na = {"nvml_error": "Not Supported"}  # nvidia-smi prints N/A for both on this H200
@@ -150,10 +150,10 @@ def test_other_pending_mode():
 
 def test_application_clocks_lowered():
     g = healthy(1)
-    g["clocks"]["app_sm_mhz"] = 1500  # nvidia-smi -ac 3201,1500
+    g["application_clocks"]["app_sm_mhz"] = 1500  # nvidia-smi -ac 3201,1500
     assert failures(drift.clocks(g, H200)) == [
         "application SM clock 1500 MHz, below the default 1980 MHz (nvidia-smi -rac resets it)"]
-    g["clocks"]["app_mem_mhz"] = 1593
+    g["application_clocks"]["app_mem_mhz"] = 1593
     assert len(failures(drift.clocks(g, H200))) == 2
 
 
@@ -170,10 +170,11 @@ def test_applications_clocks_setting_during_compute():
 def test_applications_clocks_setting_by_design_is_a_note():
     """A board whose default application clock is below its boost maximum reports the bit at default settings."""
     g = healthy(0)
-    g["clocks"].update(app_sm_mhz=1312, app_default_sm_mhz=1312, sm_max_mhz=1530)
+    g["application_clocks"].update(app_sm_mhz=1312, app_default_sm_mhz=1312)
+    g["clocks"]["sm_max_mhz"] = 1530
     failure, note = drift.clock_setting_event(0x2, g, 1312)
     assert failure is None and "at the SKU's default application clocks" in note
-    g["clocks"]["app_sm_mhz"] = 1100
+    g["application_clocks"]["app_sm_mhz"] = 1100
     assert drift.clock_setting_event(0x2, g, 1100)[0] is not None
 
 
@@ -214,8 +215,8 @@ def test_gpu_inventory_reads_power_clocks_and_pending_modes(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", H200Drift(H200X2, nvlink=NV18).module())
     g = inv.main({})["gpus"][0]
     assert g["power_limits"] == {"default_w": 700.0, "requested_w": 500.0, "min_w": 200.0, "max_w": 700.0}
-    assert (g["clocks"]["app_sm_mhz"], g["clocks"]["app_mem_mhz"], g["clocks"]["app_default_sm_mhz"],
-            g["clocks"]["app_default_mem_mhz"], g["clocks"]["boost_max_sm_mhz"]) == (1500, 3201, 1980, 3201, 1980)
+    assert g["application_clocks"] == {"app_sm_mhz": 1500, "app_mem_mhz": 3201, "app_default_sm_mhz": 1980,
+                                       "app_default_mem_mhz": 3201, "boost_max_sm_mhz": 1980}
     assert g["pending_modes"]["gpu_operation_mode"] == {"current": {"nvml_error": "Not Supported"},
                                                         "pending": {"nvml_error": "Not Supported"}}
     assert failures(drift.clocks(g, H200)) == [
@@ -263,7 +264,7 @@ def test_compute_suite_names_the_right_gpu_when_torch_order_differs(tmp_path):
 def _with_drift(tmp_path: Path) -> Path:
     def lower(doc):
         for i, g in enumerate(doc["gpus"]):
-            g.update({k: v for k, v in healthy(i).items() if k in ("power_limits", "pending_modes", "clocks")})
+            g.update({k: v for k, v in healthy(i).items() if k in ("power_limits", "pending_modes", "application_clocks")})
         doc["gpus"][1]["power_limit_w"] = 500.0  # nvidia-smi -i 1 -pl 500
         doc["gpus"][1]["power_limits"]["requested_w"] = 500.0
         doc["gpus"][1]["mig_mode"]["pending"] = True  # nvidia-smi -i 1 -mig 1

@@ -413,8 +413,8 @@ def gpu_info(nv, handle, index: int) -> dict:
         "mem_mhz": call(nv, "nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM),
         "sm_max_mhz": call(nv, "nvmlDeviceGetMaxClockInfo", handle, nv.NVML_CLOCK_SM),
         "mem_max_mhz": call(nv, "nvmlDeviceGetMaxClockInfo", handle, nv.NVML_CLOCK_MEM),
-        **application_clocks(nv, handle),
     }
+    g["application_clocks"] = application_clocks(nv, handle)
     reasons = _clock_event_reasons(nv, handle)
     g["clocks_event_reasons"] = reasons
     g["clocks_event_reasons_active"] = reasons if is_error(reasons) else decode_clock_reasons(int(reasons))
