@@ -1,6 +1,7 @@
 """nvlink layer: links per GPU, topology matrix, P2P bandwidth matrix (probe: nvlink)."""
 import pytest
 
+from gpuaccept import drift
 from gpuaccept.node import Node
 
 pytestmark = pytest.mark.nvlink
@@ -66,6 +67,10 @@ def test_p2p_bandwidth(node: Node, gpus, sku, verdicts):
     if doc.get("p2p_bandwidth_error"):
         verdicts.fail(f"P2P bandwidth not measured: {doc['p2p_bandwidth_error']}")
     pairs = doc.get("p2p_bandwidth") or []
+    for p in pairs:  # name each end by NVML's index of its bus id (torch's order follows CUDA_DEVICE_ORDER)
+        for end in ("a", "b"):
+            nv = drift.nvml_gpu_for({"pci_bus_id": p.get(f"{end}_pci_bus_id")}, gpus)
+            p[end] = nv["index"] if nv else p[end]
     for kind in ("unidir", "bidir"):
         check = f"p2p_{kind}_bw_gbps"
         for p in pairs:

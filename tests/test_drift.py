@@ -393,3 +393,19 @@ def test_nccl_env_suite_on_a_replayed_document(tmp_path):
     inv.write_text(inv.read_text().strip() + " nccl_env='{\"NCCL_P2P_DISABLE\": \"1\"}'\n")
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "rep2"), "-k", "nccl_environment")
     assert res.returncode == 0, res.stdout[-3000:]
+
+
+def test_p2p_pairs_are_named_by_nvml_index(tmp_path):
+    """The nvlink probe's P2P pairs carry torch indices; with the torch order reversed (torch 0 = bus 07.0) a
+    slow copy from bus 07.0 to bus 06.0 is named GPU 1 -> GPU 0, as NVML numbers them."""
+    def reverse(doc):
+        if doc.get("p2p_bandwidth"):
+            for p in doc["p2p_bandwidth"]:
+                p["a_pci_bus_id"] = "00000000:00:07.0" if p["a"] == 0 else "00000000:00:06.0"
+                p["b_pci_bus_id"] = "00000000:00:07.0" if p["b"] == 0 else "00000000:00:06.0"
+            doc["p2p_bandwidth"][0]["unidir_gbps"] = 120.0  # torch 0 -> 1, i.e. bus 07.0 -> 06.0
+    inv = replay_project(tmp_path, alter(tmp_path, "nvlink", reverse))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "p2p_bandwidth")
+    assert res.returncode == 1
+    assert "worst unidir pair GPU 1 -> GPU 0: 120 GB/s" in outcomes(rep)["test_p2p_bandwidth"]["text"]

@@ -24,7 +24,8 @@ Output::
                 "nvlink": bool, "nvlink_via": "direct" | "nvswitch" | None, "nvlink_count": int,
                 "topo": "NV18" | "PHB" | ...,          # what `nvidia-smi topo -m` would print
                 "p2p": {"read", "write", "nvlink", "atomics"}}],   # status names, or nvml_error
-     "p2p_bandwidth": [{"a", "b", "unidir_gbps", "bidir_gbps", "peer_access"}],  # only when asked
+     "p2p_bandwidth": [{"a", "b", "a_pci_bus_id", "b_pci_bus_id", "unidir_gbps", "bidir_gbps", "peer_access"}],
+                                      # only when asked; a, b: torch indices
      "p2p_bandwidth_error": str}                                                 # when it could not run
 
 A GPU without NVLink (every link answers "Not Supported", e.g. a one-GPU VM) has ``nvlink_supported``
@@ -294,6 +295,15 @@ def _median_ms(torch, fn, stream, reps: int) -> float:
     return statistics.median(times)
 
 
+def _torch_bus_id(torch, index: int):
+    """NVML-style PCI bus id of torch device ``index`` (as _gpu.pci_bus_id), or None."""
+    try:
+        p = torch.cuda.get_device_properties(index)
+        return f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def measure_p2p_bandwidth(nbytes: int, iters: int = 5, reps: int = 5) -> list:
     """GPU-to-GPU copy bandwidth for every ordered pair, in GB/s (1e9 bytes/s).
 
@@ -356,7 +366,9 @@ def measure_p2p_bandwidth(nbytes: int, iters: int = 5, reps: int = 5) -> list:
         for b in range(n):
             if a == b:
                 continue
-            rec = {"a": a, "b": b, "peer_access": bool(torch.cuda.can_device_access_peer(a, b))}
+            rec = {"a": a, "b": b, "peer_access": bool(torch.cuda.can_device_access_peer(a, b)),
+                   # a and b are torch indices (CUDA_DEVICE_ORDER); the bus ids name the GPUs for NVML
+                   "a_pci_bus_id": _torch_bus_id(torch, a), "b_pci_bus_id": _torch_bus_id(torch, b)}
             try:
                 rec["unidir_gbps"] = round(unidir(a, b), 2)
             except Exception as e:
