@@ -185,7 +185,9 @@ def clock_setting_event(mask, gpu: dict | None, sm_clock_mhz=None) -> tuple[str 
     application clock equals its maximum SM clock (H100, H200: 1980 = 1980 MHz), a default setting cannot hold
     the clocks, so the bit is a setting below the defaults: a failure naming the SM clock and the application
     clocks. Where the default application clock is below the maximum (boost above the application clock, as on
-    some older boards) and the application clocks are at their default, the bit is by design: a note.
+    some older boards) and the application clocks are at their default, the bit is by design: a note. When the
+    application clocks cannot be read (a GPU without them answers "Not Supported"), only a lock can have set
+    the bit: a failure with the values that are known ("?" for the others).
     ``gpu``: the ``gpu_inventory`` per-GPU document of the same GPU (by PCI bus id), or None.
     """
     if mask is None or isinstance(mask, bool) or not isinstance(mask, int) or not mask & APPLICATIONS_CLOCKS_SETTING:
