@@ -409,3 +409,29 @@ def test_p2p_pairs_are_named_by_nvml_index(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "p2p_bandwidth")
     assert res.returncode == 1
     assert "worst unidir pair GPU 1 -> GPU 0: 120 GB/s" in outcomes(rep)["test_p2p_bandwidth"]["text"]
+
+
+def test_nccl_conf_is_parsed_as_nccl_parses_it():
+    """NCCL's setEnvFile: '#' only at the start of a line, name up to the first '=', value kept as written."""
+    from test_probes_nvml import load_probe
+    env = load_probe("nccl_env")
+    assert env.parse_nccl_conf("# c\nNCCL_A=1\nNCCL_B==eth0\nNCCL_C=x # y\nnoequals\n") == [
+        (2, "NCCL_A", "1"), (3, "NCCL_B", "=eth0"), (4, "NCCL_C", "x # y")]
+    assert env.parse_profile('export NCCL_ALGO="Ring" # left from a test\nNCCL_X=1\n#export NCCL_Y=2\n'
+                             'setenv NCCL_PROTO Simple\n') == [(1, "NCCL_ALGO", "Ring"), (2, "NCCL_X", "1"),
+                                                               (4, "NCCL_PROTO", "Simple")]
+
+
+def test_gpu_inventory_falls_back_to_the_deprecated_clock_calls(monkeypatch):
+    """A driver without nvmlDeviceGetClock: the per-purpose calls (deprecated in NVML 13) answer instead."""
+    from test_probes_nvml import H200X2, FakeNvml, inv, real_nvml
+
+    class OldDriver(FakeNvml):
+        def nvmlDeviceGetClock(self, h, kind, clock_id): raise self.err(real_nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        def nvmlDeviceGetApplicationsClock(self, h, kind): return 1980 if kind == real_nvml.NVML_CLOCK_SM else 3201
+        def nvmlDeviceGetDefaultApplicationsClock(self, h, kind): return 1980 if kind == real_nvml.NVML_CLOCK_SM else 3201
+
+    monkeypatch.setitem(sys.modules, "pynvml", OldDriver(H200X2[:1]).module())
+    c = inv.main({})["gpus"][0]["application_clocks"]
+    assert (c["app_sm_mhz"], c["app_mem_mhz"], c["app_default_sm_mhz"], c["app_default_mem_mhz"]) == (1980, 3201, 1980, 3201)
+    assert c["boost_max_sm_mhz"] == {"nvml_error": "Function Not Found"}

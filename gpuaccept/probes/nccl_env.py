@@ -65,12 +65,12 @@ def parse_nccl_conf(text: str) -> list[tuple[int, str, str]]:
 
 
 def _unquote(v: str) -> str:
+    """A shell word's value as written: ``"Ring" # note`` -> ``Ring``, ``1 # note`` -> ``1`` (no expansion)."""
     v = v.strip()
-    if "#" in v and not v.startswith(("'", '"')):
-        v = v.split("#", 1)[0].strip()
-    if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-        v = v[1:-1]
-    return v
+    if v[:1] in ("'", '"'):
+        end = v.find(v[0], 1)
+        return v[1:end] if end > 0 else v[1:]
+    return re.split(r"\s+#", v, maxsplit=1)[0].strip()
 
 
 def parse_profile(text: str) -> list[tuple[int, str, str]]:
