@@ -200,7 +200,8 @@ def test_gpu_inventory_reads_power_clocks_and_pending_modes(monkeypatch):
     from test_probes_nvml import H200X2, NV18, FakeNvml, inv, real_nvml
 
     class H200Drift(FakeNvml):
-        def nvmlDeviceGetPowerManagementDefaultLimit(self, h): return int(smi("gpu_power_readings/default_power_limit") * 1000)
+        def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+            return int(smi("gpu_power_readings/default_power_limit") * 1000)
         def nvmlDeviceGetPowerManagementLimit(self, h): return 500000  # nvidia-smi -pl 500
         def nvmlDeviceGetPowerManagementLimitConstraints(self, h): return [200000, 700000]
         def nvmlDeviceGetGpuOperationMode(self, h): raise self.err(real_nvml.NVML_ERROR_NOT_SUPPORTED)
@@ -264,7 +265,8 @@ def test_compute_suite_names_the_right_gpu_when_torch_order_differs(tmp_path):
 def _with_drift(tmp_path: Path) -> Path:
     def lower(doc):
         for i, g in enumerate(doc["gpus"]):
-            g.update({k: v for k, v in healthy(i).items() if k in ("power_limits", "pending_modes", "application_clocks")})
+            g.update({k: v for k, v in healthy(i).items()
+                      if k in ("power_limits", "pending_modes", "application_clocks")})
         doc["gpus"][1]["power_limit_w"] = 500.0  # nvidia-smi -i 1 -pl 500
         doc["gpus"][1]["power_limits"]["requested_w"] = 500.0
         doc["gpus"][1]["mig_mode"]["pending"] = True  # nvidia-smi -i 1 -mig 1
@@ -284,7 +286,8 @@ def test_drift_suites_on_replayed_captures(tmp_path):
     assert res.returncode == 1, res.stdout[-3000:]
     got = outcomes(rep)
     gpu1 = "h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): "
-    assert got["test_power_limit"]["text"].strip() == gpu1 + "power limit 500 W enforced, below 700 W (NVML default limit)"
+    assert got["test_power_limit"]["text"].strip() == \
+        gpu1 + "power limit 500 W enforced, below 700 W (NVML default limit)"
     assert got["test_pending_modes"]["text"].strip() == gpu1 + "MIG mode changes at the next reset: disabled -> enabled"
     assert got["test_application_clocks"]["outcome"] == "passed"
     msg = got["test_tensor_tflops"]["text"]
@@ -429,9 +432,11 @@ def test_gpu_inventory_falls_back_to_the_deprecated_clock_calls(monkeypatch):
     class OldDriver(FakeNvml):
         def nvmlDeviceGetClock(self, h, kind, clock_id): raise self.err(real_nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         def nvmlDeviceGetApplicationsClock(self, h, kind): return 1980 if kind == real_nvml.NVML_CLOCK_SM else 3201
-        def nvmlDeviceGetDefaultApplicationsClock(self, h, kind): return 1980 if kind == real_nvml.NVML_CLOCK_SM else 3201
+        def nvmlDeviceGetDefaultApplicationsClock(self, h, kind):
+            return 1980 if kind == real_nvml.NVML_CLOCK_SM else 3201
 
     monkeypatch.setitem(sys.modules, "pynvml", OldDriver(H200X2[:1]).module())
     c = inv.main({})["gpus"][0]["application_clocks"]
-    assert (c["app_sm_mhz"], c["app_mem_mhz"], c["app_default_sm_mhz"], c["app_default_mem_mhz"]) == (1980, 3201, 1980, 3201)
+    assert (c["app_sm_mhz"], c["app_mem_mhz"], c["app_default_sm_mhz"], c["app_default_mem_mhz"]) == \
+        (1980, 3201, 1980, 3201)
     assert c["boost_max_sm_mhz"] == {"nvml_error": "Function Not Found"}
