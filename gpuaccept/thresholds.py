@@ -52,6 +52,8 @@ REGISTRY: dict[str, Check] = {
     "pcie_gen": Check("gen", "min", "health", "PCIe link generation under load"),
     "pcie_width": Check("lanes", "min", "health", "PCIe link width under load"),
     "temp_c": Check("C", "max", "health", "GPU temperature (NVML), idle and the maximum under matmul load"),
+    "power_limit_w": Check("W", "min", "health", "enforced power limit; judged against it when NVML's default "
+                                                  "limit is unreadable"),
     # memory
     "hbm_read_bw_gbps": Check("GB/s", "min", "memory", "device memory read bandwidth, all GPUs loaded"),
     "hbm_write_bw_gbps": Check("GB/s", "min", "memory", "device memory write bandwidth, all GPUs loaded"),

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from .blockers import DEPENDENT_LAYERS, Blocker
+from .drift import bus_key, nvml_gpu_for
 from .readings import describe_gpu, to_json, unmeasured
 from .thresholds import Limit, judge
 
@@ -87,7 +88,9 @@ class Recorder:
 
     ``item``: the pytest item; ``host``: host name ("fleet" for a test over all hosts); ``layer``: marker;
     ``gpu_ids`` maps a GPU index to its identity (pci_bus_id, serial, uuid) from the gpu_inventory probe, so
-    figures from any probe name the GPU the same way; ``blockers``: the host's (gpuaccept.blockers).
+    figures from any probe name the GPU the same way; ``blockers``: the host's (gpuaccept.blockers). A figure
+    carrying a PCI bus id is attributed by it (NVML's index, serial, UUID of that bus id), never by a torch
+    index, which follows CUDA_DEVICE_ORDER.
     """
 
     def __init__(self, item: pytest.Item, host: str, layer: str, gpu_ids: dict[int, dict] | None = None,
@@ -107,6 +110,11 @@ class Recorder:
             return None
         if isinstance(gpu, int):
             gpu = {"index": gpu}
+        if bus_key(gpu.get("pci_bus_id")) is not None:  # by bus id: a torch index follows CUDA_DEVICE_ORDER
+            ident = nvml_gpu_for(gpu, list(self.gpu_ids.values()))
+            if ident is not None:
+                return {k: ident.get(k) for k in ("index", "pci_bus_id", "serial", "uuid")}
+            return {k: v for k, v in gpu.items() if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}
         ident = self.gpu_ids.get(gpu.get("index"), {})
         return {**{k: ident.get(k) for k in ("pci_bus_id", "serial", "uuid")}, **{k: v for k, v in gpu.items()
                 if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}}

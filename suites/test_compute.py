@@ -2,8 +2,11 @@
 
 Probes: matmul_tflops, launch_overhead. TFLOP/s = 2*m*n*k / s / 1e12. Judging helpers: gpuaccept/compute.py.
 """
+from dataclasses import replace
+
 import pytest
 
+from gpuaccept import drift
 from gpuaccept.compute import below_median_pct, clock_reasons, matmul_label, node_median
 from gpuaccept.node import Node
 from gpuaccept.readings import number, typed
@@ -32,7 +35,8 @@ def test_tensor_tflops(node: Node, gpus, sku, verdicts):
     rule = sku.limit("below_node_median_pct")
     temp = sku.limit("temp_c")
     per_dtype: dict[str, dict[int, float]] = {}
-    for g in measured:
+    for slot, g in enumerate(measured):  # slot: position in the document; g["index"] is torch's index
+        nv = drift.nvml_gpu_for(g, gpus)  # the same GPU in NVML, by bus id (torch order may differ)
         figs = g.get("dtypes") or {}
         for dtype in dtypes:
             check = f"{dtype}_tflops"
@@ -44,9 +48,10 @@ def test_tensor_tflops(node: Node, gpus, sku, verdicts):
             label = matmul_label(dtype, fig)
             verdicts.record(check, fig.get("tflops"), "TFLOP/s", gpu=g, limit=limit, context=label,
                             extra={k: fig.get(k) for k in ("sm_clock_mhz_median", "sm_clock_mhz_min", "power_w_max",
-                                                           "temp_c_max", "clocks_event_reasons", "m", "n", "k")})
+                                                           "temp_c_max", "clocks_event_reasons", "power_limit_w_min",
+                                                           "m", "n", "k")})
             if number(fig.get("tflops")) is not None:
-                per_dtype.setdefault(dtype, {})[g["index"]] = fig["tflops"]
+                per_dtype.setdefault(dtype, {})[slot] = fig["tflops"]
             if "temp_c_max" in fig:
                 verdicts.record("temp_c", fig.get("temp_c_max"), "C", gpu=g, limit=temp,
                                 figure=f"{dtype}_temp_c_max", context=f"maximum during {label}")
@@ -56,14 +61,23 @@ def test_tensor_tflops(node: Node, gpus, sku, verdicts):
                 verdicts.fail(f"{name} while running {label} (clocks event reasons 0x{int(reasons):x})", gpu=g)
             if seen:
                 verdicts.record(f"{dtype}_clocks_events", ", ".join(seen), gpu=g)
+            bad_clock, note = drift.clock_setting_event(reasons, nv, fig.get("sm_clock_mhz_median"))
+            if bad_clock or note:
+                verdicts.record(f"{dtype}_applications_clocks_setting", True, gpu=g, extra={"note": note})
+            if bad_clock:
+                verdicts.fail(f"{bad_clock} while running {dtype} matmul", gpu=g)
+            cap = fig.get("power_limit_w_min")  # the limit during the timed window (older probes: NVML's reading)
+            for f in drift.power_limit(nv or {}, sku, node.host.vars.get("gpu_power_limit_w"), enforced=cap,
+                                       during=f" during {dtype} matmul" if cap is not None else ""):
+                verdicts.apply([replace(f, check=f"{dtype}_{f.check}")], gpu=g)
     for dtype, vals in per_dtype.items():
         slowest = min(vals, key=vals.get)
-        verdicts.record(f"{dtype}_tflops_node_slowest", vals[slowest], "TFLOP/s", gpu=slowest)
+        verdicts.record(f"{dtype}_tflops_node_slowest", vals[slowest], "TFLOP/s", gpu=measured[slowest])
         if len(vals) > 1:
             med = node_median(vals)
-            for idx, pct in below_median_pct(vals).items():
-                verdicts.record(f"{dtype}_below_node_median_pct", round(pct, 2), "%", gpu=idx, limit=rule,
-                                context=f"{dtype} TFLOP/s {vals[idx]:g} against the node's median {med:g}; "
+            for slot, pct in below_median_pct(vals).items():
+                verdicts.record(f"{dtype}_below_node_median_pct", round(pct, 2), "%", gpu=measured[slot], limit=rule,
+                                context=f"{dtype} TFLOP/s {vals[slot]:g} against the node's median {med:g}; "
                                         f"lower is slower")
 
 

@@ -4,6 +4,8 @@ The judging is in gpuaccept/nvlink_judge.py (pure); each test asks for one probe
 """
 import pytest
 
+from gpuaccept import drift
+
 from gpuaccept import nvlink_judge
 from gpuaccept.node import Node
 
@@ -47,5 +49,14 @@ def test_p2p_bandwidth(node: Node, gpus, sku, verdicts):
     if len(gpus) < 2:
         pytest.skip(f"1 GPU on {node.name}: no pair to measure")
     doc = node.probe("p2p_bandwidth")
+    # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
+    to_nvml = {}
+    for t in doc.get("gpus") or []:
+        nv = drift.nvml_gpu_for({"pci_bus_id": t.get("pci_bus_id")}, gpus)
+        if nv is not None:
+            to_nvml[t.get("index")] = nv["index"]
+    for pair in doc.get("pairs") or []:
+        for end in ("a", "b"):
+            pair[end] = to_nvml.get(pair.get(end), pair.get(end))
     verdicts.apply(nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus]))
     verdicts.finish()

@@ -112,7 +112,7 @@ def test_telemetry_summary_and_sampler_with_fake_nvml():
     s = mm.summarize_samples([(0.0, 0, 1980, 690.5, 60, 0), (0.1, 0, 1755, 700.25, 62, 4),
                               (0.2, 0, 1830, None, 61, 0x20)])
     assert s == {"sm_clock_mhz_min": 1755, "sm_clock_mhz_median": 1830, "power_w_max": 700.2,
-                 "temp_c_max": 62, "clocks_event_reasons": 0x24, "nvml_samples": 3}
+                 "temp_c_max": 62, "clocks_event_reasons": 0x24, "power_limit_w_min": None, "nvml_samples": 3}
     assert mm.summarize_samples([])["sm_clock_mhz_median"] is None
 
     class FakeNvml:

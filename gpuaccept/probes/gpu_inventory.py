@@ -281,6 +281,73 @@ def _mw_to_w(v):
     return round(v / 1000.0, 3)
 
 
+def power_limits(nv, handle) -> dict:
+    """Power limits in W beside the enforced one (``power_limit_w``), each a value or ``nvml_error``.
+
+    ``default_w``: nvmlDeviceGetPowerManagementDefaultLimit, "the power management limit that the device boots
+    with"; ``requested_w``: nvmlDeviceGetPowerManagementLimit (what was set, e.g. by ``nvidia-smi -pl``; the
+    enforced limit can be lower when another limiter, such as an out-of-band one, applies); ``min_w``/``max_w``:
+    nvmlDeviceGetPowerManagementLimitConstraints. nvidia-smi -q prints them as Default / Requested / Min / Max
+    Power Limit. Source: NVML API reference, Device Queries.
+    """
+    lo, hi = _pair(call(nv, "nvmlDeviceGetPowerManagementLimitConstraints", handle), _mw_to_w, _mw_to_w)
+    return {
+        "default_w": call(nv, "nvmlDeviceGetPowerManagementDefaultLimit", handle, conv=_mw_to_w),
+        "requested_w": call(nv, "nvmlDeviceGetPowerManagementLimit", handle, conv=_mw_to_w),
+        "min_w": lo,
+        "max_w": hi,
+    }
+
+
+def _clock_id(nv, handle, clock_type, clock_id, deprecated: str):
+    """nvmlDeviceGetClock(type, id); on a driver without it, the deprecated per-purpose call."""
+    value = call(nv, "nvmlDeviceGetClock", handle, clock_type, clock_id)
+    if is_error(value) and hasattr(nv, deprecated):
+        older = call(nv, deprecated, handle, clock_type)
+        if not is_error(older):
+            value = older
+    return value
+
+
+def application_clocks(nv, handle) -> dict:
+    """Application clocks against the SKU's defaults, MHz (each a value or ``nvml_error``).
+
+    ``app_sm_mhz``/``app_mem_mhz``: nvmlDeviceGetClock(NVML_CLOCK_ID_APP_CLOCK_TARGET) (set by ``nvidia-smi -ac``);
+    ``app_default_sm_mhz``/``app_default_mem_mhz``: NVML_CLOCK_ID_APP_CLOCK_DEFAULT (nvidia-smi "Default
+    Applications Clocks"); ``boost_max_sm_mhz``: NVML_CLOCK_ID_CUSTOMER_BOOST_MAX (nvidia-smi "Max Customer Boost
+    Clocks"). NVML has no call that reads back locked clocks (``nvidia-smi -lgc``/``-lmc``); a lock shows as the
+    applications-clocks-setting clock event reason under load, which the compute test judges.
+    Graphics and SM clocks are one clock domain on these GPUs; NVML_CLOCK_SM is read (as ``sm_max_mhz``).
+    """
+    sm, mem = nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM
+    target = getattr(nv, "NVML_CLOCK_ID_APP_CLOCK_TARGET", 1)
+    default = getattr(nv, "NVML_CLOCK_ID_APP_CLOCK_DEFAULT", 2)
+    boost = getattr(nv, "NVML_CLOCK_ID_CUSTOMER_BOOST_MAX", 3)
+    return {
+        "app_sm_mhz": _clock_id(nv, handle, sm, target, "nvmlDeviceGetApplicationsClock"),
+        "app_mem_mhz": _clock_id(nv, handle, mem, target, "nvmlDeviceGetApplicationsClock"),
+        "app_default_sm_mhz": _clock_id(nv, handle, sm, default, "nvmlDeviceGetDefaultApplicationsClock"),
+        "app_default_mem_mhz": _clock_id(nv, handle, mem, default, "nvmlDeviceGetDefaultApplicationsClock"),
+        "boost_max_sm_mhz": _clock_id(nv, handle, sm, boost, "nvmlDeviceGetMaxCustomerBoostClock"),
+    }
+
+
+def pending_modes(nv, handle) -> dict:
+    """Every NVML setting with a current and a pending value (applied at the next GPU reset), beside ECC
+    (``ecc.mode_current``/``mode_pending``) and MIG (``mig_mode``): ``{name: {"current", "pending"}}``.
+
+    ``gpu_operation_mode``: nvmlDeviceGetGpuOperationMode (nvmlGpuOperationMode_t: 0 ALL_ON, 1 COMPUTE, 2 LOW_DP);
+    ``dram_encryption``: nvmlDeviceGetDramEncryptionMode (nvmlEnableState_t). Source: NVML API reference;
+    nvidia-smi -q prints them as "GPU Operation Mode" and "DRAM Encryption Mode" with Current / Pending.
+    """
+    out = {}
+    for name, fn in (("gpu_operation_mode", "nvmlDeviceGetGpuOperationMode"),
+                     ("dram_encryption", "nvmlDeviceGetDramEncryptionMode")):
+        cur, pend = _pair(call(nv, fn, handle), int, int)
+        out[name] = {"current": cur, "pending": pend}
+    return out
+
+
 def gpu_info(nv, handle, index: int) -> dict:
     """All readings for one GPU; every failing reading becomes ``{"nvml_error": ...}``."""
     g: dict = {"index": index}
@@ -344,12 +411,14 @@ def gpu_info(nv, handle, index: int) -> dict:
     g["temp_c"] = _temperature(nv, handle)
     g["power_w"] = call(nv, "nvmlDeviceGetPowerUsage", handle, conv=_mw_to_w)
     g["power_limit_w"] = call(nv, "nvmlDeviceGetEnforcedPowerLimit", handle, conv=_mw_to_w)
+    g["power_limits"] = power_limits(nv, handle)
     g["clocks"] = {
         "sm_mhz": call(nv, "nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_SM),
         "mem_mhz": call(nv, "nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM),
         "sm_max_mhz": call(nv, "nvmlDeviceGetMaxClockInfo", handle, nv.NVML_CLOCK_SM),
         "mem_max_mhz": call(nv, "nvmlDeviceGetMaxClockInfo", handle, nv.NVML_CLOCK_MEM),
     }
+    g["application_clocks"] = application_clocks(nv, handle)
     reasons = _clock_event_reasons(nv, handle)
     g["clocks_event_reasons"] = reasons
     g["clocks_event_reasons_active"] = reasons if is_error(reasons) else decode_clock_reasons(int(reasons))
@@ -357,6 +426,7 @@ def gpu_info(nv, handle, index: int) -> dict:
     g["persistence_mode"] = call(nv, "nvmlDeviceGetPersistenceMode", handle, conv=bool)
     mig_cur, mig_pend = _pair(call(nv, "nvmlDeviceGetMigMode", handle), bool, bool)
     g["mig_mode"] = {"current": mig_cur, "pending": mig_pend}
+    g["pending_modes"] = pending_modes(nv, handle)
     g["compute_mode"] = call(nv, "nvmlDeviceGetComputeMode", handle,
                              conv=lambda m: COMPUTE_MODES.get(int(m), str(int(m))))
     g["compute_processes"] = compute_processes(nv, handle)

@@ -15,7 +15,7 @@ Output::
     {"device", "nvml": "ok" | "unavailable: ...", "gpus": [{"index", "name", "pci_bus_id",
      "dtypes": {"bf16": {"tflops", "tflops_max", "iters", "batch", "seconds", "m", "n", "k",
                          "sm_clock_mhz_min", "sm_clock_mhz_median", "power_w_max", "temp_c_max",
-                         "clocks_event_reasons", "nvml_samples"}, ...}}]}
+                         "clocks_event_reasons", "power_limit_w_min", "nvml_samples"}, ...}}]}
 
 FLOP count: a (m x k) @ (k x n) product is m*n*k fused multiply-adds = 2*m*n*k FLOP (the convention of
 cuBLAS's and NVIDIA's datasheet peak figures). TFLOP/s = 2*m*n*k * iters / seconds / 1e12, from the
@@ -33,8 +33,9 @@ events between batches; the figure is from the median batch. Default total on an
 dtypes: about 5 x (0.3..1 + 2) s plus start-up, under 20 s.
 
 Telemetry (when pynvml imports and initialises): a background thread samples every GPU at 10 Hz: SM
-clock (MHz), power (W, nvmlDeviceGetPowerUsage: on recent drivers a ~1 s average), GPU temperature (C)
-and the clocks event (throttle) reasons bitmask; each dtype keeps the samples inside its timed window.
+clock (MHz), power (W, nvmlDeviceGetPowerUsage: on recent drivers a ~1 s average), GPU temperature (C),
+the clocks event (throttle) reasons bitmask and the enforced power limit (W, nvmlDeviceGetEnforcedPowerLimit;
+its lowest value in the window is ``power_limit_w_min``); each dtype keeps the samples inside its timed window.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def tflops(m: int, n: int, k: int, iters: int, seconds: float) -> float:
 # ---------------------------------------------------------------- telemetry
 
 class Sampler(threading.Thread):
-    """Samples (time, index, sm_mhz, power_w, temp_c, reasons) for each GPU at SAMPLE_HZ via pynvml."""
+    """Samples (time, index, sm_mhz, power_w, temp_c, reasons, power_limit_w) for each GPU at SAMPLE_HZ."""
 
     def __init__(self, nvml, handles: dict):
         super().__init__(daemon=True)
@@ -94,8 +95,10 @@ class Sampler(threading.Thread):
             mw = self._try(nv.nvmlDeviceGetPowerUsage, h)
             temp = self._try(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
             reasons = self._try(self.reasons_fn, h) if self.reasons_fn else None
+            cap = self._try(nv.nvmlDeviceGetEnforcedPowerLimit, h) if hasattr(nv, "nvmlDeviceGetEnforcedPowerLimit") \
+                else None
             self.samples.append((time.perf_counter(), index, mhz, None if mw is None else mw / 1000.0,
-                                 temp, reasons))
+                                 temp, reasons, None if cap is None else cap / 1000.0))
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -111,11 +114,11 @@ class Sampler(threading.Thread):
 
 
 def summarize_samples(samples: list[tuple]) -> dict:
-    """Telemetry fields for one GPU and window from (t, index, mhz, watts, temp, reasons) tuples."""
+    """Telemetry fields for one GPU and window from (t, index, mhz, watts, temp, reasons[, power limit W])."""
     def col(i):
-        return [s[i] for s in samples if s[i] is not None]
+        return [s[i] for s in samples if len(s) > i and s[i] is not None]
 
-    mhz, watts, temps, reasons = col(2), col(3), col(4), col(5)
+    mhz, watts, temps, reasons, caps = col(2), col(3), col(4), col(5), col(6)
     bits = 0
     for r in reasons:
         bits |= int(r)
@@ -125,6 +128,7 @@ def summarize_samples(samples: list[tuple]) -> dict:
         "power_w_max": round(max(watts), 1) if watts else None,
         "temp_c_max": max(temps) if temps else None,
         "clocks_event_reasons": bits if reasons else None,
+        "power_limit_w_min": round(min(caps), 3) if caps else None,
         "nvml_samples": len(samples),
     }
 
