@@ -17,7 +17,9 @@ each with its reason):
 - GPU temperature above ``temp_c``, memory temperature above the GPU's own NVML memory max threshold
   (nvmlDeviceGetTemperatureThreshold NVML_TEMPERATURE_THRESHOLD_MEM_MAX), fail;
 - any growth of volatile uncorrectable ECC, a row remap becoming pending, fail; correctable ECC, PCIe replay
-  and NVLink error counters growing faster than their per-hour limits fail;
+  growing faster than their per-hour limits fail; NVLink CRC and replay counters, as a rate per active link,
+  against the nvlink layer's ``nvlink_crc_errors_per_s`` and ``nvlink_replay_errors_per_s`` (a healthy H200
+  under this load counts about 3 CRC errors per link per second: measured 2026-11-30, 2xH200);
 - SDC: a GPU whose checksum differs from the reference (the first round's majority, or from the other GPUs of
   the same round) fails "computes wrong results".
 """
@@ -46,9 +48,6 @@ POLICY: dict[str, tuple[float, str, str, str]] = {
                                "a failing HBM stack (NVIDIA GPU memory error management guide)"),
     "pcie_replay_per_hour": (1000.0, "replays/h", "max",
                              "policy: replays retry corrupted TLPs; thousands per hour is a bad riser/slot"),
-    "nvlink_errors_per_hour": (3600.0, "errors/h", "max",
-                               "policy: 1/s summed over a GPU's links (the nvlink layer allows 100/s per link "
-                               "idle; under load any sustained growth is a link to reseat)"),
 }
 
 # nvmlClocksEventReasons bits (nvml.h, NVML API reference "ClocksEventReasons").
@@ -236,11 +235,18 @@ def telemetry_findings(series: Series | None, sku: SkuSpec, gpu: dict, hours: fl
         g = _growth(f.get(field, []))
         if g is not None:
             out.append(Finding(f"burnin_{key}", round(g / hours, 2), unit, limit(sku, key)))
-    nvl = [_growth(f.get(k, [])) for k in ("nvlink_crc", "nvlink_replay", "nvlink_recovery")]
-    if any(v is not None for v in nvl):
-        total = sum(v for v in nvl if v is not None)
-        out.append(Finding("burnin_nvlink_errors_per_hour", round(total / hours, 2), "errors/h",
-                           limit(sku, "nvlink_errors_per_hour")))
+    links = gpu.get("nvlink_active_links") or 0
+    seconds = hours * 3600.0
+    for field, check in (("nvlink_crc", "nvlink_crc_errors_per_s"), ("nvlink_replay", "nvlink_replay_errors_per_s"),
+                         ("nvlink_recovery", None)):
+        g = _growth(f.get(field, []))
+        if g is None or not links:
+            continue
+        rate = round(g / links / seconds, 3)
+        out.append(Finding(f"burnin_{field}_errors_per_s_per_link", rate, "errors/s",
+                           sku.checks.get(check) if check else None,
+                           failure=(f"{g:g} NVLink recovery event(s) during burn-in" if check is None and g > 0
+                                    else None), extra={"growth": g, "links": links}))
     return out
 
 

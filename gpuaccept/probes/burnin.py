@@ -97,6 +97,11 @@ def _worker(cfg: dict) -> None:
 
     rank, world = cfg["rank"], cfg["world_size"]
     cuda = cfg["device"] == "cuda"
+    # A signal to the process group stops the load through the parent (stop file, lockstep), so that the
+    # windows measured so far are reported; a worker whose parent is gone stops by itself.
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    parent = os.getppid()
     if cuda:
         torch.cuda.set_device(cfg["cuda_index"])
         dev = torch.device("cuda", cfg["cuda_index"])
@@ -176,7 +181,8 @@ def _worker(cfg: dict) -> None:
     factor = busbw_factor(world)
     while True:
         now = time.time()
-        flag[0] = 1.0 if (now >= deadline or (rank == 0 and os.path.exists(stop_file))) else 0.0
+        gone = os.getppid() != parent
+        flag[0] = 1.0 if (now >= deadline or gone or (rank == 0 and os.path.exists(stop_file))) else 0.0
         flag[1] = 1.0 if (rank == 0 and now >= next_sdc) else 0.0
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # lockstep: every rank stops and checks together
         stop, do_sdc = flag[0].item() > 0, flag[1].item() > 0
@@ -468,6 +474,7 @@ def main(args: dict) -> dict:
              "name": (hellos.get(r) or {}).get("name")}
         if telemetry is not None and r in telemetry.handles:
             g["thresholds"] = _thresholds(nv, telemetry.handles[r])
+            g["nvlink_active_links"] = len(telemetry.links.get(r, []))
         gpus_out.append(g)
     if nv is not None and nvml_state == "ok":
         try:
