@@ -171,3 +171,46 @@ def test_series_rows_cover_telemetry_and_windows():
     figs = {r[2] for r in rows}
     assert {"temp_c", "power_w", "sm_mhz", "bf16_tflops", "hbm_copy_gbps"} <= figs
     assert all(isinstance(r[3], (int, float)) for r in rows)
+
+
+def _replay_dir(tmp_path: Path, change=None) -> Path:
+    """The 2xH200 replay captures plus the burn-in capture saved as a probe document."""
+    import shutil
+    dst = tmp_path / "captures"
+    shutil.copytree(DATA / "replay-h200x2", dst)
+    doc = capture()
+    if change:
+        change(doc)
+    (dst / "burnin-0000000000.json").write_text(json.dumps({"probe": "burnin", "args": {}, "doc": doc}))
+    return dst
+
+
+def test_suite_end_to_end_on_the_replayed_capture(tmp_path):
+    from test_e2e import junit, make_project, run_pytest
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={_replay_dir(tmp_path)} "
+                   "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    rep = tmp_path / "rep"
+    plain = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
+    assert "test_burnin" not in plain.stdout  # deselected unless -m burnin
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "burnin", "--burnin-minutes", "2")
+    assert res.returncode == 0, res.stdout[-3000:]
+    case = junit(rep / "junit-burnin.xml")[0]
+    assert case["outcome"] == "passed", case
+    csv_text = (rep / "burnin" / "h200-a.csv").read_text().splitlines()
+    assert csv_text[0] == "time_s,gpu,pci_bus_id,figure,value" and len(csv_text) > 1000
+    assert any(",00000000:00:07.0,temp_c," in ln for ln in csv_text)
+    figs = json.loads((rep / "results.json").read_text())["figures"]
+    start = {f["gpu"]: f["value"] for f in figs if f["check"] == "burnin_bf16_tflops_start"}
+    assert set(start) == {0, 1} and all(v > 600 for v in start.values())
+
+    def sick(doc):
+        doc["sdc"][2]["hashes"]["0"] = "f" * 64
+    rep2 = tmp_path / "rep2"
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={_replay_dir(tmp_path / 's', sick)} "
+                   "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep2), "-m", "burnin")
+    assert res.returncode == 1
+    case = junit(rep2 / "junit-burnin.xml")[0]
+    assert case["outcome"] == "failure" and "GPU 0 (00000000:00:06.0" in case["text"]
+    assert "computes wrong results" in case["text"] and "GPU 1" not in case["text"]
