@@ -21,7 +21,7 @@ from .readings import is_error, is_lost, lost_reason, typed
 from .thresholds import SkuSpec
 
 # Layers whose figures depend on the health preconditions (pytest markers / suites/test_<layer>.py).
-DEPENDENT_LAYERS = frozenset({"memory", "compute", "nvlink", "nccl", "gpudirect"})
+DEPENDENT_LAYERS = frozenset({"memory", "compute", "nvlink", "nccl", "gpudirect", "burnin"})
 
 
 @dataclass(frozen=True)

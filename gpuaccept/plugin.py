@@ -54,6 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
     g.addoption("--xid-window", type=float, default=None,
                 help="read XID events from this many seconds before the run began (default: since the run began)")
+    g.addoption("--burnin-minutes", type=float, default=None,
+                help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 

@@ -30,6 +30,9 @@ PROFILES: dict[str, dict[str, dict]] = {
 }
 
 
+# Default length of the burn-in layer (``pytest -m burnin``) per profile, minutes; ``--burnin-minutes`` overrides.
+BURNIN_MINUTES = {"quick": 2.0, "standard": 10.0, "burnin": 60.0}
+
 # Default wall-clock limit of one probe per profile, seconds (``--probe-timeout`` overrides): a burn-in matmul
 # holds five dtypes for a minute each.
 PROBE_TIMEOUT_S = {"quick": 180.0, "standard": 300.0, "burnin": 1800.0}

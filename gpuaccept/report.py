@@ -18,7 +18,7 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite
 
-LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage")
+LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
 
 
 @dataclass

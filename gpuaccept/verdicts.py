@@ -192,6 +192,12 @@ class Recorder:
                        f"measured (CUDA_VISIBLE_DEVICES on the node?)")
 
     # -- reading -------------------------------------------------------------------------------
+    def block(self, check: str, cause: str, gpu: int | None = None) -> None:
+        """A precondition found broken during the test itself (e.g. a foreign process that appeared on a GPU
+        halfway through a burn-in): this test's figures on that GPU (or host, ``gpu`` None) are kept but
+        cannot be trusted, so the test is an ERROR "blocked by <check>: ...", not a hardware failure."""
+        self.blockers.append(Blocker(check, cause, gpu))
+
     def failed(self) -> bool:
         """True when a failure was recorded."""
         return bool(self.failures)

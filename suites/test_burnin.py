@@ -1,0 +1,86 @@
+"""burnin layer: every GPU of a node under sustained concurrent load (matmul, HBM, all-reduce) for minutes.
+
+Runs only when selected by marker (``pytest -m burnin --profile burnin``; ``--burnin-minutes N``): a plain
+``pytest`` run deselects it (suites/conftest.py). Probe: burnin. Judging: gpuaccept/burnin.py (pure).
+The time series (time, GPU, figure, value) is kept as ``<report folder>/burnin/<host>.csv``.
+"""
+import csv
+import os
+import time
+
+import pytest
+
+from gpuaccept import burnin
+from gpuaccept.node import Node
+from gpuaccept.profiles import BURNIN_MINUTES
+from gpuaccept.xid import classify
+
+pytestmark = pytest.mark.burnin
+
+# Seconds allowed on top of the load for start-up (CUDA contexts, NCCL init) and the document's transfer.
+STARTUP_S = 300.0
+
+
+def _series_path(config, host: str) -> str | None:
+    from gpuaccept.plugin import STATE
+    probe_dir = (config.stash.get(STATE, None) or {}).get("probe_dir")
+    if not probe_dir:
+        return None
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host).lstrip(".") or "_"
+    return os.path.join(os.path.dirname(probe_dir), "burnin", f"{safe}.csv")
+
+
+def test_burnin(node: Node, gpus, sku, verdicts, request, run_started):
+    """Every GPU at once for --burnin-minutes: windowed throughput against its start and its peers,
+    temperatures, clock events, ECC/remap/PCIe replay/NVLink counter growth, XIDs, and a bit-for-bit
+    comparison of a deterministic matmul across the GPUs (silent data corruption)."""
+    minutes = request.config.getoption("burnin_minutes") or BURNIN_MINUTES[request.config.getoption("profile")]
+    seconds = float(minutes) * 60.0
+    t_before = time.time()
+    dtypes = ["bf16"] + (["fp8"] if sku.expect.get("fp8") else [])
+    doc = node.probe("burnin", {"device": "cuda", "seconds": seconds, "dtypes": dtypes},
+                     timeout=seconds + STARTUP_S)
+    verdicts.record("burnin_minutes_requested", minutes, "min")
+    verdicts.record("burnin_wall_s", doc.get("wall_s"), "s", extra={"load_started_s": doc.get("load_started_s"),
+                                                                     "interrupted": doc.get("interrupted")})
+    if doc.get("interrupted"):
+        verdicts.fail(f"burn-in interrupted ({doc['interrupted']}) after {doc.get('wall_s')} s")
+    if doc.get("nvml") != "ok":
+        verdicts.fail(f"no NVML telemetry during burn-in: {doc.get('nvml')}")
+    path = _series_path(request.config, node.name)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                w = csv.writer(f)
+                w.writerow(["time_s", "gpu", "pci_bus_id", "figure", "value"])
+                bus = {g["rank"]: g for g in doc.get("gpus") or []}
+                for t, rank, fig, val in burnin.series_rows(doc):
+                    g = bus.get(rank, {})
+                    w.writerow([t, g.get("index", rank), g.get("pci_bus_id"), fig, val])
+            verdicts.record("burnin_series_file", os.path.relpath(path, os.path.dirname(os.path.dirname(path))),
+                            extra={"bytes": os.path.getsize(path)})
+        except OSError as e:
+            verdicts.record("burnin_series_file", f"not written: {e.strerror}")
+    by_bus = {str(g.get("pci_bus_id")).lower(): g for g in gpus}
+    for rank, cause in burnin.foreign_processes(doc).items():
+        g_doc = next((g for g in doc.get("gpus") or [] if g.get("rank") == rank), {})
+        g = by_bus.get(str(g_doc.get("pci_bus_id")).lower()) or {}
+        verdicts.block("burnin", cause, gpu=g.get("index"))
+    measured = set()
+    for rank, findings in sorted(burnin.judge(doc, sku).items()):
+        g_doc = next((g for g in doc.get("gpus") or [] if g.get("rank") == rank), {})
+        g = by_bus.get(str(g_doc.get("pci_bus_id")).lower()) or {"index": g_doc.get("index")}
+        measured.add(str(g_doc.get("pci_bus_id")).lower())
+        verdicts.apply(findings, gpu=g)
+    missing = [b for b in by_bus if b not in measured]
+    if missing:
+        verdicts.fail("burn-in did not load every GPU NVML lists: missing " + ", ".join(missing))
+    xid = node.probe("xid_events", {"since_epoch": t_before})
+    events = classify(xid.get("events") or [])
+    verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
+    for ev in events:
+        if ev.get("fails"):
+            verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
+                          gpu=by_bus.get(str(ev.get("pci_bus_id")).lower()))
+    verdicts.finish()
