@@ -21,6 +21,9 @@ warns and ignores it), and so is the removed ``[x-y]`` subscript form.
 Subscripts index the term's hosts in the order of ``groups`` (for a group:
 its own hosts, then its child groups' level by level); Ansible's order is
 the same for flat groups but not stable across runs for nested ones.
+A plain term that is exactly a host's name picks that host, even when a group has the same name (as
+Ansible does: it warns about the clash); with ``&`` or ``!`` such a term means the group, also as in Ansible.
+
 Note that, as in Ansible, ``gpu[01:04]`` is a *subscript* of whatever
 ``gpu`` matches when ``gpu`` names a group or host. When it names nothing,
 ``gpu[01:04]`` is read as a range of host names (gpu01..gpu04), as an
@@ -33,13 +36,15 @@ import fnmatch
 import ipaddress
 import re
 
-from .errors import PatternError
+from .errors import ConfigError, PatternError
+from .hostranges import expand_hostname
 
 __all__ = ["select", "split_pattern"]
 
 _SUBSCRIPT = re.compile(r"^(?P<expr>.+)\[(?P<sub>[^\[\]]*)\]$")
 _INDEX = re.compile(r"^-?\d+$")
 _SLICE = re.compile(r"^(?P<start>\d*):(?P<end>\d*)$")
+_WILD = re.compile(r"[*?\[]")
 _HOST_PORT = re.compile(r"^[^:\[\]]+(?:\[[^\]]*\][^:\[\]]*)*:\d+$")
 
 
@@ -78,8 +83,11 @@ def _is_single_address(pattern: str) -> bool:
         return bool(_HOST_PORT.match(pattern.strip()))
 
 
-def _names_matching(expr: str, names: list[str]) -> list[str]:
-    """Names matched by a wildcard, or by a regex when expr starts with ``~``."""
+def _names_matching(expr: str, names) -> list[str]:
+    """Names matched by a wildcard, or by a regex when expr starts with ``~``. ``names``: a list or a dict
+    (keys); a name without wildcard characters is looked up, not scanned."""
+    if not expr.startswith("~") and not _WILD.search(expr):
+        return [expr] if expr in names else []
     if expr.startswith("~"):
         try:
             rx = re.compile(expr[1:])
@@ -108,27 +116,33 @@ def _split_subscript(term: str) -> tuple[str, tuple[int, int | None] | int | Non
     return term, None  # a wildcard character class such as gpu0[12]
 
 
-def _match_term(term: str, hosts: list[str], groups: dict[str, list[str]]) -> tuple[bool, list[str]]:
+def _match_term(term: str, hosts: dict[str, None], groups: dict[str, list[str]]) -> tuple[bool, list[str]]:
     """Evaluate one term (without &/!). Returns (named_something, hosts in match order)."""
     expr, sub = _split_subscript(term)
-    matched_groups = _names_matching(expr, list(groups))
+    matched_groups = _names_matching(expr, groups)
     found: list[str] = []
+    seen: set[str] = set()
     for g in matched_groups:
-        found.extend(h for h in groups[g] if h not in found)
+        for h in groups[g]:
+            if h not in seen:
+                seen.add(h)
+                found.append(h)
     named = bool(matched_groups)
     if not matched_groups or expr.startswith("~") or any(c in expr for c in ".?*["):
         matched_hosts = _names_matching(expr, hosts)
         named = named or bool(matched_hosts)
-        found.extend(h for h in matched_hosts if h not in found)
+        for h in matched_hosts:
+            if h not in seen:
+                seen.add(h)
+                found.append(h)
     if sub is not None and not named:
         # Not Ansible: no group or host is called ``expr``, so read ``gpu[01:04]`` as the name range an
         # operator means (gpu01..gpu04), expanded like an inventory range.
-        from .inventory import expand_hostname
         try:
-            wanted = expand_hostname(term, "--limit")
-        except Exception:
-            wanted = []
-        in_range = [h for h in hosts if h in set(wanted)]
+            wanted = set(expand_hostname(term, "--limit"))
+        except ConfigError:
+            wanted = set()
+        in_range = [h for h in hosts if h in wanted]
         return bool(in_range), in_range
     if sub is None:
         return named, found
@@ -160,7 +174,8 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
         if not hosts:
             raise PatternError(f"--limit {pattern or 'all'!r} matches no host{where}")
         return list(hosts)
-    union: list[str] = []
+    host_index = dict.fromkeys(hosts)
+    union: set[str] = set()
     has_plain = False
     keep: set[str] | None = None
     drop: set[str] = set()
@@ -173,7 +188,10 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             raise PatternError(f"--limit {pattern!r}: empty term after {op!r}")
         if body.startswith("@"):
             raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
-        named, found = _match_term(body, hosts, groups)
+        if op == "" and body in host_index:  # a plain term naming a host is that host (Ansible's rule)
+            named, found = True, [body]
+        else:
+            named, found = _match_term(body, host_index, groups)
         if not named:
             raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}")
         if op == "&":
@@ -182,8 +200,8 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             drop.update(found)
         else:
             has_plain = True
-            union.extend(found)
-    chosen = set(union) if has_plain else set(hosts)
+            union.update(found)
+    chosen = union if has_plain else set(hosts)
     if keep is not None:
         chosen &= keep
     chosen -= drop
