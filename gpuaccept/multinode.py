@@ -42,6 +42,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import shell
 from .errors import AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, NodeError
 from .nccl_table import RowNotFound, row_at
 from .node import Node
@@ -157,8 +158,8 @@ def master_address(first: Node) -> str:
 
 def pick_port(node: Node) -> int:
     """A TCP port free on ``node`` now (it binds port 0 on every address and reports the number)."""
-    cmd = (f"{shlex.quote(node.python)} -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); "
-           "print(s.getsockname()[1])'")
+    cmd = shell.command([node.python, "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); '
+                                            "print(s.getsockname()[1])"])
     res = node.run(cmd, timeout=30)
     out = res.stdout.decode(errors="replace").split()
     if res.rc != 0 or not out or not out[-1].isdigit():

@@ -33,13 +33,14 @@ inventory would expand it (Ansible would warn and match nothing).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import ipaddress
 import re
 
 from .errors import ConfigError, PatternError
 from .hostranges import expand_hostname
 
-__all__ = ["select", "split_pattern"]
+__all__ = ["parse_shard", "select", "shard", "shard_of", "split_pattern"]
 
 _SUBSCRIPT = re.compile(r"^(?P<expr>.+)\[(?P<sub>[^\[\]]*)\]$")
 _INDEX = re.compile(r"^-?\d+$")
@@ -209,3 +210,34 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     if not result:
         raise PatternError(f"--limit {pattern!r} matches no host{where}")
     return result
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard i/k`` as (i, k), 1 <= i <= k <= 100,000. Raises PatternError on anything else."""
+    num, slash, den = (text or "").strip().partition("/")
+    if not (slash and num.isdigit() and den.isdigit() and len(num) <= 6 and len(den) <= 6):
+        raise PatternError(f"--shard {text!r}: expected i/k, e.g. 1/4 (shard 1 of 4)")
+    i, k = int(num), int(den)
+    if not 1 <= i <= k:
+        raise PatternError(f"--shard {text!r}: i must be between 1 and k")
+    return i, k
+
+
+def shard_of(name: str, k: int) -> int:
+    """The shard (1..k) that host ``name`` belongs to: a stable hash of the name (the first 8 bytes of its
+    SHA-256, big-endian, modulo k, plus 1), the same on every controller, Python version and run."""
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).digest()
+    return int.from_bytes(digest[:8], "big") % k + 1
+
+
+def shard(names: list[str], spec: str | None) -> list[str]:
+    """The hosts of ``names`` in shard ``spec`` (``"i/k"``), in their order; all of them when spec is None.
+
+    Every host is in exactly one of the k shards, whatever the other hosts are (a host's shard depends on
+    its name alone), so k controllers given the same inventory and ``--limit`` with ``--shard 1/k`` ..
+    ``k/k`` cover the selection once. A shard may be empty. Raises PatternError for a malformed spec.
+    """
+    if spec is None:
+        return list(names)
+    i, k = parse_shard(spec)
+    return [n for n in names if shard_of(n, k) == i]

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from .errors import ConfigError, GpuacceptError, ThresholdError
+from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import Node
+from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
 from .thresholds import load_all
@@ -50,6 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--xid-window", type=float, default=None,
                 help="read XID events from this many seconds before the run began (default: since the run began)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+    g.addoption("--shard", default=None, metavar="I/K",
+                help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -100,6 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
         inv: Inventory = load_inventory(inv_path)
         hosts = inv.select(config.getoption("limit"))
+        hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
+        hostvars = check_hosts(hosts, inv_path, specs)
         for h in hosts:
             if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
                 why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
@@ -108,6 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
                              "started": time.time()}
+    state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.hostvars), checked above
     if _is_worker(config):
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
         state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")

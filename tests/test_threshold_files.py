@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ThresholdError
-from gpuaccept.thresholds import (  # _StrictLoader: the product's loader, which refuses duplicate keys
-    CHECKS, EXPECT_KEYS, SkuSpec, _StrictLoader, detect_sku, load_all, load_sku_file)
+from gpuaccept.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, detect_sku, load_all, load_sku_file
+from gpuaccept.yamlload import load_file  # the product's loader, which refuses duplicate keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THRESHOLD_DIR = os.path.join(ROOT, "thresholds")
@@ -138,8 +138,7 @@ def test_file_loads_and_sku_is_stem(path):
 
 @pytest.mark.parametrize("path", FILES, ids=FILE_IDS)
 def test_no_duplicate_keys(path):
-    with open(path, encoding="utf-8") as f:
-        yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    load_file(path, ThresholdError)
 
 
 @pytest.mark.parametrize("path", FILES, ids=FILE_IDS)
