@@ -21,9 +21,6 @@ warns and ignores it), and so is the removed ``[x-y]`` subscript form.
 Subscripts index the term's hosts in the order of ``groups`` (for a group:
 its own hosts, then its child groups' level by level); Ansible's order is
 the same for flat groups but not stable across runs for nested ones.
-A plain term that is exactly a host's name picks that host, even when a group has the same name (as
-Ansible does: it warns about the clash); with ``&`` or ``!`` such a term means the group, also as in Ansible.
-
 Note that, as in Ansible, ``gpu[01:04]`` is a *subscript* of whatever
 ``gpu`` matches when ``gpu`` names a group or host. When it names nothing,
 ``gpu[01:04]`` is read as a range of host names (gpu01..gpu04), as an
@@ -189,10 +186,7 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             raise PatternError(f"--limit {pattern!r}: empty term after {op!r}")
         if body.startswith("@"):
             raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
-        if op == "" and body in host_index:  # a plain term naming a host is that host (Ansible's rule)
-            named, found = True, [body]
-        else:
-            named, found = _match_term(body, host_index, groups)
+        named, found = _match_term(body, host_index, groups)
         if not named:
             raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}")
         if op == "&":

@@ -227,9 +227,10 @@ def load(path: str, text: str, error: type[ConfigError]) -> Any:
     """
     if text.startswith("$ANSIBLE_VAULT"):
         raise error(f"{path}:1: vault-encrypted file; gpuaccept does not decrypt")
-    loader = _Loader(text)
-    loader.name = path
+    loader = None
     try:
+        loader = _Loader(text)
+        loader.name = path
         node = loader.get_single_node()
         if node is None:
             return None
@@ -253,7 +254,8 @@ def load(path: str, text: str, error: type[ConfigError]) -> Any:
     except (ValueError, TypeError, AttributeError, OverflowError) as err:  # a tagged value PyYAML cannot build
         raise error(f"{path}: YAML error: a value cannot be read ({type(err).__name__}: {_one_line(err)[:200]})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_file(path: str, error: type[ConfigError], what: str = "file") -> Any:

@@ -13,7 +13,7 @@ import pytest
 
 from gpuaccept.errors import PatternError
 from gpuaccept.inventory import load_inventory
-from gpuaccept.patterns import select, split_pattern
+from gpuaccept.patterns import parse_shard, select, shard, shard_of, split_pattern
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -156,6 +156,7 @@ ORACLE = [
     ("tests/inventories/cluster.yml", ["all", "gpu:!drained", "rack1:rack2", "gpu-special", "*-*,login01"]),
     ("tests/inventories/ranges.ini", ["all", "grid[1:4]", "cpu[5:]", "odd*:&odd[0:2]"]),
     ("tests/inventories/gv/hosts.ini", ["all", "gpu:!rack1", "rack2[0]"]),
+    ("tests/inventories/ipv6.ini", ["gpu", "all:!gpu", "gpu:&other", "other:!n1", "2001:db8::12", "gpu[1:2]"]),
 ]
 # Subscripts only on groups whose order Ansible keeps stable: for a group with
 # nested child groups, Ansible's own host order changes from run to run.
@@ -168,3 +169,39 @@ def test_select_matches_ansible_limit(path, pattern):
     expected = ansible_hosts(full, pattern)
     assert expected, "oracle case must select something"
     assert [h.name for h in load_inventory(full).select(pattern)] == expected
+
+
+# ------------------------------------------------------------ --shard
+
+
+NAMES = [f"gpu{i:05d}" for i in range(4000)]
+
+
+def test_shards_partition_the_selection():
+    k = 7
+    shards = [shard(NAMES, f"{i}/{k}") for i in range(1, k + 1)]
+    assert sorted(h for s in shards for h in s) == sorted(NAMES)  # every host exactly once
+    assert all(s == [h for h in NAMES if h in set(s)] for s in shards)  # inventory order kept
+    sizes = [len(s) for s in shards]
+    assert max(sizes) - min(sizes) < 0.2 * len(NAMES) / k, sizes  # about 1/k each
+
+
+def test_a_hosts_shard_depends_on_its_name_alone():
+    whole = shard(NAMES, "2/5")
+    part = shard(NAMES[::3] + ["other"], "2/5")
+    assert [h for h in part if h in set(NAMES)] == [h for h in whole if h in set(NAMES[::3])]
+    assert shard_of("gpu00042", 5) == shard_of("gpu00042", 5)
+    # the hash is SHA-256, so the assignment is the same on every controller and Python version
+    assert [shard_of(f"n{i}", 4) for i in range(8)] == [_sha_shard(f"n{i}", 4) for i in range(8)]
+    assert shard(NAMES, None) == NAMES and shard(NAMES, "1/1") == NAMES
+
+
+def _sha_shard(name: str, k: int) -> int:
+    import hashlib
+    return int(hashlib.sha256(name.encode()).hexdigest()[:16], 16) % k + 1
+
+
+@pytest.mark.parametrize("spec", ["", "1", "0/4", "5/4", "a/b", "1/0", "-1/4", "1/4/2", " /4", "1/9999999"])
+def test_bad_shard_spec(spec):
+    with pytest.raises(PatternError, match="--shard"):
+        parse_shard(spec)

@@ -9,14 +9,13 @@ What is supported, checked against ``ansible-inventory --list`` by the tests:
 * host ranges in both: ``gpu[001:128]`` (zero-padded), ``node[a:f]``, ``n[1:10:2]``
   (:mod:`gpuaccept.hostranges`);
 * ``group_vars/`` and ``host_vars/`` beside the inventory file (:mod:`.varsfiles`);
-* Ansible's variable precedence (:mod:`.resolve`);
-* a host with the same name as a group: both exist, as in Ansible (``--limit NAME`` then picks the host,
-  as Ansible's does).
+* Ansible's variable precedence (:mod:`.resolve`).
 
 Stricter than Ansible (it warns or silently does something odd; we refuse): unknown keys in a YAML group,
 a key written twice (YAML mapping, INI host line or ``[g:vars]`` section), ranges whose begin is past their
 end, Jinja templates in the connection variables, a host range inside an address variable
-(``ansible_host=10.0.0.[1:3]``), two hosts at one address:port, host and group names with ``/``, ``..`` or
+(``ansible_host=10.0.0.[1:3]``), a host with the name of a group (Ansible warns, then sets that host's
+inline vars on the group, so every host of the group gets them), two hosts at one address:port, host and group names with ``/``, ``..`` or
 control characters (they become folder names), more than 100,000 hosts.
 """
 from __future__ import annotations

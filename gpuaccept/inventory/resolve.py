@@ -97,6 +97,7 @@ class Builder:
         self.groups: dict[str, _Group] = {}
         self.hosts: dict[str, dict[str, Any]] = {}
         self.host_origins: dict[str, dict[str, str]] = {}
+        self.host_where: dict[str, str] = {}
         self.group("all")
         self.group("ungrouped")
         self.add_child("all", "ungrouped", self.path)
@@ -140,6 +141,7 @@ class Builder:
                 raise InventoryError(f"{where}: more than {MAX_HOSTS:,} hosts (gpuaccept's limit per inventory)")
             self.hosts[name] = dict(hvars)
             self.host_origins[name] = dict(origins)
+            self.host_where[name] = where
         elif hvars:
             known.update(hvars)
             self.host_origins[name].update(origins)
@@ -152,6 +154,9 @@ class Builder:
 
     def finish(self) -> Inventory:
         """Resolve groups and vars into an :class:`Inventory`. Raises InventoryError (cycle, bad var)."""
+        for name in self.groups.keys() & self.hosts.keys():
+            raise InventoryError(f"{self.host_where[name]}: host {name} has the name of a group; rename one (Ansible "
+                                 f"warns here, then applies the host's vars to every host of group {name})")
         self._reconcile_ungrouped()
         for name, g in self.groups.items():
             if name != "all" and not g.parents:
