@@ -105,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
         inv: Inventory = load_inventory(inv_path)
         hosts = inv.select(config.getoption("limit"))
         hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
-        hostvars = check_hosts(hosts, inv_path, specs)
+        hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
         for h in hosts:
             if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
                 why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
