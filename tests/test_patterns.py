@@ -205,3 +205,29 @@ def _sha_shard(name: str, k: int) -> int:
 def test_bad_shard_spec(spec):
     with pytest.raises(PatternError, match="--shard"):
         parse_shard(spec)
+
+
+def test_shard_option_splits_the_collected_tests(tmp_path):
+    """Through the plugin (``--collect-only``, no node touched): shards 1/3..3/3 are disjoint and cover every
+    selected host; a malformed --shard is exit 4."""
+    inv = tmp_path / "inventory.ini"
+    inv.write_text("[gpu]\n" + "".join(f"h{i:02d} ansible_connection=local\n" for i in range(12)) + "[drained]\nh03\n")
+    for name in ("pytest.ini", "conftest.py"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "test_x.py").write_text("def test_x(node):\n    pass\n")
+
+    def collect(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--inventory", str(inv),
+                               "--thresholds", str(REPO / "thresholds"), "--reports", str(tmp_path / "rep"),
+                               "--limit", "gpu:!drained", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    seen: list[str] = []
+    for i in (1, 2, 3):
+        res = collect("--shard", f"{i}/3")
+        assert res.returncode in (0, 5), res.stdout + res.stderr  # 5: an empty shard collects nothing
+        seen += [ln.split("[")[1].rstrip("]") for ln in res.stdout.splitlines() if "::test_x[" in ln]
+    assert sorted(seen) == [f"h{i:02d}" for i in range(12) if i != 3]
+    bad = collect("--shard", "4/3")
+    assert bad.returncode == 4 and "--shard '4/3'" in bad.stderr and "Traceback" not in bad.stderr
