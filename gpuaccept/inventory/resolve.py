@@ -58,8 +58,7 @@ def split_port(pattern: str, where: str) -> tuple[str, int | None]:
     no port. Raises InventoryError for anything else with a colon."""
     m = _BRACKET_PORT.match(pattern)
     if m:
-        port = int(m.group(2)) if len(m.group(2)) <= 5 else 0
-        return m.group(1), port
+        return m.group(1), _port(m.group(2), pattern, where)
     outside = RANGE.sub("", pattern)
     if ":" not in outside:
         return pattern, None
@@ -70,9 +69,15 @@ def split_port(pattern: str, where: str) -> tuple[str, int | None]:
         pass
     m = _NAME_PORT.match(pattern)
     if m and ":" not in RANGE.sub("", m.group(1)):
-        port = int(m.group(2)) if len(m.group(2)) <= 5 else 0
-        return m.group(1), port
+        return m.group(1), _port(m.group(2), pattern, where)
     raise InventoryError(f"{where}: bad host {pattern!r}: expected NAME, NAME:PORT, an IPv6 address or [IPV6]:PORT")
+
+
+def _port(digits: str, pattern: str, where: str) -> int:
+    port = int(digits) if len(digits) <= 5 else 0
+    if not 0 < port < 65536:
+        raise InventoryError(f"{where}: bad host {pattern!r}: port {digits} is not a TCP port")
+    return port
 
 
 def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
@@ -81,8 +86,6 @@ def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
     if not pattern:
         raise InventoryError(f"{where}: empty host name")
     name, port = split_port(pattern, where)
-    if port is not None and not 0 < port < 65536:
-        raise InventoryError(f"{where}: bad host {pattern!r}: port {port} is not a TCP port")
     why = bad_name_reason(RANGE.sub("0", name))
     if why:
         raise InventoryError(f"{where}: bad host {pattern!r}: {why}")
