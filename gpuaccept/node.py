@@ -9,12 +9,12 @@ import hashlib
 import io
 import json
 import os
-import shlex
 import tarfile
 import sys
 import threading
 from typing import Any, Callable
 
+from . import shell
 from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError
 from .inventory import Host
 from .profiles import probe_args
@@ -159,7 +159,7 @@ class Node:
 
     def _ensure_shipped(self) -> str:
         if self._dir is None:
-            py = shlex.quote(self.python)
+            py = shell.quote(self.python)
             cmd = ('d=$(mktemp -d "${TMPDIR:-/tmp}/gpuaccept.XXXXXX") && cd "$d" && '
                    f'{py} -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode=\'r|\')'
                    '.extractall()" && echo "$d"')
@@ -186,9 +186,8 @@ class Node:
             return replay_probe(self.name, self.replay_dir, name, args)
         with self._lock:
             d = self._ensure_shipped()
-            envs = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**PROBE_ENV, **(env or {})}.items())
-            cmd = (f"cd {shlex.quote(d)} && env {envs} {shlex.quote(self.python)} {name}.py "
-                   f"{shlex.quote(json.dumps(args or {}))}")
+            cmd = shell.env_command({**PROBE_ENV, **(env or {})},
+                                    [self.python, f"{name}.py", json.dumps(args or {})], cwd=d)
             res = self.run(cmd, timeout=timeout)
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
@@ -226,7 +225,7 @@ class Node:
             if self._transport is not None:
                 if self._dir and self._dead is None:
                     try:
-                        self._transport.run(f"rm -rf {shlex.quote(self._dir)}", timeout=30)
+                        self._transport.run(shell.command(["rm", "-rf", self._dir]), timeout=30)
                     except Exception:
                         pass
                 try:

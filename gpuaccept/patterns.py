@@ -30,16 +30,19 @@ inventory would expand it (Ansible would warn and match nothing).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import ipaddress
 import re
 
-from .errors import PatternError
+from .errors import ConfigError, PatternError
+from .hostranges import expand_hostname
 
-__all__ = ["select", "split_pattern"]
+__all__ = ["parse_shard", "select", "shard", "shard_of", "split_pattern"]
 
 _SUBSCRIPT = re.compile(r"^(?P<expr>.+)\[(?P<sub>[^\[\]]*)\]$")
 _INDEX = re.compile(r"^-?\d+$")
 _SLICE = re.compile(r"^(?P<start>\d*):(?P<end>\d*)$")
+_WILD = re.compile(r"[*?\[]")
 _HOST_PORT = re.compile(r"^[^:\[\]]+(?:\[[^\]]*\][^:\[\]]*)*:\d+$")
 
 
@@ -78,8 +81,11 @@ def _is_single_address(pattern: str) -> bool:
         return bool(_HOST_PORT.match(pattern.strip()))
 
 
-def _names_matching(expr: str, names: list[str]) -> list[str]:
-    """Names matched by a wildcard, or by a regex when expr starts with ``~``."""
+def _names_matching(expr: str, names) -> list[str]:
+    """Names matched by a wildcard, or by a regex when expr starts with ``~``. ``names``: a list or a dict
+    (keys); a name without wildcard characters is looked up, not scanned."""
+    if not expr.startswith("~") and not _WILD.search(expr):
+        return [expr] if expr in names else []
     if expr.startswith("~"):
         try:
             rx = re.compile(expr[1:])
@@ -108,27 +114,33 @@ def _split_subscript(term: str) -> tuple[str, tuple[int, int | None] | int | Non
     return term, None  # a wildcard character class such as gpu0[12]
 
 
-def _match_term(term: str, hosts: list[str], groups: dict[str, list[str]]) -> tuple[bool, list[str]]:
+def _match_term(term: str, hosts: dict[str, None], groups: dict[str, list[str]]) -> tuple[bool, list[str]]:
     """Evaluate one term (without &/!). Returns (named_something, hosts in match order)."""
     expr, sub = _split_subscript(term)
-    matched_groups = _names_matching(expr, list(groups))
+    matched_groups = _names_matching(expr, groups)
     found: list[str] = []
+    seen: set[str] = set()
     for g in matched_groups:
-        found.extend(h for h in groups[g] if h not in found)
+        for h in groups[g]:
+            if h not in seen:
+                seen.add(h)
+                found.append(h)
     named = bool(matched_groups)
     if not matched_groups or expr.startswith("~") or any(c in expr for c in ".?*["):
         matched_hosts = _names_matching(expr, hosts)
         named = named or bool(matched_hosts)
-        found.extend(h for h in matched_hosts if h not in found)
+        for h in matched_hosts:
+            if h not in seen:
+                seen.add(h)
+                found.append(h)
     if sub is not None and not named:
         # Not Ansible: no group or host is called ``expr``, so read ``gpu[01:04]`` as the name range an
         # operator means (gpu01..gpu04), expanded like an inventory range.
-        from .inventory import expand_hostname
         try:
-            wanted = expand_hostname(term, "--limit")
-        except Exception:
-            wanted = []
-        in_range = [h for h in hosts if h in set(wanted)]
+            wanted = set(expand_hostname(term, "--limit"))
+        except ConfigError:
+            wanted = set()
+        in_range = [h for h in hosts if h in wanted]
         return bool(in_range), in_range
     if sub is None:
         return named, found
@@ -160,7 +172,8 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
         if not hosts:
             raise PatternError(f"--limit {pattern or 'all'!r} matches no host{where}")
         return list(hosts)
-    union: list[str] = []
+    host_index = dict.fromkeys(hosts)
+    union: set[str] = set()
     has_plain = False
     keep: set[str] | None = None
     drop: set[str] = set()
@@ -173,7 +186,7 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             raise PatternError(f"--limit {pattern!r}: empty term after {op!r}")
         if body.startswith("@"):
             raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
-        named, found = _match_term(body, hosts, groups)
+        named, found = _match_term(body, host_index, groups)
         if not named:
             raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}")
         if op == "&":
@@ -182,8 +195,8 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             drop.update(found)
         else:
             has_plain = True
-            union.extend(found)
-    chosen = set(union) if has_plain else set(hosts)
+            union.update(found)
+    chosen = union if has_plain else set(hosts)
     if keep is not None:
         chosen &= keep
     chosen -= drop
@@ -191,3 +204,34 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     if not result:
         raise PatternError(f"--limit {pattern!r} matches no host{where}")
     return result
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard i/k`` as (i, k), 1 <= i <= k <= 100,000. Raises PatternError on anything else."""
+    num, slash, den = (text or "").strip().partition("/")
+    if not (slash and num.isdigit() and den.isdigit() and len(num) <= 6 and len(den) <= 6):
+        raise PatternError(f"--shard {text!r}: expected i/k, e.g. 1/4 (shard 1 of 4)")
+    i, k = int(num), int(den)
+    if not 1 <= i <= k:
+        raise PatternError(f"--shard {text!r}: i must be between 1 and k")
+    return i, k
+
+
+def shard_of(name: str, k: int) -> int:
+    """The shard (1..k) that host ``name`` belongs to: a stable hash of the name (the first 8 bytes of its
+    SHA-256, big-endian, modulo k, plus 1), the same on every controller, Python version and run."""
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).digest()
+    return int.from_bytes(digest[:8], "big") % k + 1
+
+
+def shard(names: list[str], spec: str | None) -> list[str]:
+    """The hosts of ``names`` in shard ``spec`` (``"i/k"``), in their order; all of them when spec is None.
+
+    Every host is in exactly one of the k shards, whatever the other hosts are (a host's shard depends on
+    its name alone), so k controllers given the same inventory and ``--limit`` with ``--shard 1/k`` ..
+    ``k/k`` cover the selection once. A shard may be empty. Raises PatternError for a malformed spec.
+    """
+    if spec is None:
+        return list(names)
+    i, k = parse_shard(spec)
+    return [n for n in names if shard_of(n, k) == i]

@@ -19,8 +19,10 @@ import pytest
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from .drift import check_vars as check_drift_vars
 from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
+from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import Node
+from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
 from .thresholds import load_all
@@ -57,6 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--burnin-minutes", type=float, default=None,
                 help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+    g.addoption("--shard", default=None, metavar="I/K",
+                help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -107,6 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
         inv: Inventory = load_inventory(inv_path)
         hosts = inv.select(config.getoption("limit"))
+        hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
+        hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
         for h in hosts:
             if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
                 why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
@@ -116,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
                              "started": time.time()}
+    state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.hostvars), checked above
     if _is_worker(config):
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
         state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")

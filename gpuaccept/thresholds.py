@@ -25,9 +25,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from .errors import ThresholdError
+from .yamlload import load_file
 
 
 @dataclass(frozen=True)
@@ -176,40 +175,18 @@ def judge(limit: Limit, value: float | None, figure: str | None = None, context:
                    "fail")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping (YAML keeps the last silently)."""
-
-
-def _no_duplicates(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"key '{key}' written twice", key_node.start_mark)
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
 def _err(path: str, msg: str) -> ThresholdError:
     return ThresholdError(f"{path}: {msg}")
 
 
 def load_sku_file(path: str) -> SkuSpec:
     """Load and validate one threshold file. Raises ThresholdError naming the file and the bad key."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except OSError as e:
-        raise _err(path, f"cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ThresholdError(f"{where}: YAML error: {getattr(e, 'problem', e)}") from None
+    doc = load_file(path, ThresholdError, "threshold file")  # gpuaccept.yamlload: one loader, file:line errors
     if not isinstance(doc, dict):
         raise _err(path, "expected a mapping at the top level")
+    for section in ("detect", "expect", "datasheet", "checks"):  # the shapes the validation below relies on
+        if not isinstance(doc.get(section) or {}, dict):
+            raise _err(path, f"{section}: expected a mapping, got {type(doc[section]).__name__}")
     stem = os.path.splitext(os.path.basename(path))[0]
     for key in doc:
         if key not in TOP_KEYS:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,9 @@ from gpuaccept.inventory import Host, load_inventory
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "inventories"
 REPO = HERE.parent
-ANSIBLE_INVENTORY = Path("/work/venv/bin/ansible-inventory")
-if not ANSIBLE_INVENTORY.exists():  # another venv: take the one beside pytest's python
-    ANSIBLE_INVENTORY = Path(os.environ.get("VIRTUAL_ENV", "/nonexistent")) / "bin" / "ansible-inventory"
+# ansible-core is a test dependency (pyproject.toml [test]): on PATH, or beside this interpreter in its venv
+ANSIBLE_INVENTORY = (shutil.which("ansible-inventory")
+                     or shutil.which("ansible-inventory", path=os.path.dirname(sys.executable)))
 
 # Keys ansible-inventory may add on its own; none of them comes from the file.
 ANSIBLE_ADDED = {"inventory_file", "inventory_dir", "inventory_hostname", "inventory_hostname_short",
@@ -42,7 +44,8 @@ IDS = [str(p.relative_to(REPO)) for p in FILES]
 @functools.lru_cache(maxsize=None)
 def oracle(path: str) -> tuple[dict, dict[str, set[str]]]:
     """(hostvars, group -> transitive host set) as ansible-inventory prints them."""
-    proc = subprocess.run([str(ANSIBLE_INVENTORY), "-i", path, "--list"], capture_output=True, text=True,
+    assert ANSIBLE_INVENTORY, "ansible-inventory not found (pip install -e '.[test]' installs ansible-core)"
+    proc = subprocess.run([ANSIBLE_INVENTORY, "-i", path, "--list"], capture_output=True, text=True,
                           env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"})
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -230,6 +233,25 @@ INI_ERRORS = [
     ("[g]\nh ansible_host='{{ lookup(\"env\", \"X\") }}'\n", 2, "var ansible_host holds a Jinja template"),
     ("[g]\nh\n[g:vars]\ngpu_sku={% if x %}a{% endif %}\n", 4, "var gpu_sku holds a Jinja template"),
     ("[g]\nh\n[g:vars]\nansible_user={{ who }}\n", 4, "gpuaccept does not render templates"),
+    # Ansible keeps a range in a var as text and then fails to connect; refused, naming the host
+    ("[g]\nn1 ansible_host=10.0.0.[1:3]\n", 2, "host n1 var ansible_host holds a host range"),
+    ("[g]\nh\n[g:vars]\nnccl_master_addr=10.1.0.[01:04]\n", 4, "host h var nccl_master_addr holds a host range"),
+    # host and group names become folder names in the reports and in group_vars/host_vars
+    ("../../../x\n", 1, "slash"),
+    ("[g]\na..b ansible_host=10.0.0.1\n", 2, "'..'"),
+    ("[../x]\nh\n", 1, "bad group name"),
+    ("[g]\nh\x01 x=1\n", 2, "control character U+0001"),
+    ("[g]\nh x=\x1b[31m\n", 2, "control character U+001B"),
+    # expansion is counted before anything is built
+    ("node[0:99999999]\n", 1, "more than 100,000 hosts"),
+    ("\nn[0:999]x[0:999]\n", 2, "more than 100,000 hosts"),
+    ("n[00000000000000000000:99999999999999999999]\n", 1, "more than 100,000 hosts"),
+    # a key written twice
+    ("h a=1 a=2\n", 1, "written twice"),
+    ("[g]\nh\n[g:vars]\nx=1\ny=2\nx=3\n", 6, "sets x twice (first on line 4)"),
+    # Ansible refuses these too
+    ("[g:vars]\nx=1\n", 1, "defined nowhere"),
+    ("h:99999999\n", 1, "not a TCP port"),
 ]
 
 
@@ -242,8 +264,8 @@ def test_ini_errors_name_file_and_line(tmp_path, text, line, needle):
 
 
 YAML_ERRORS = [
-    ("all:\n  hosts:\n    a: [1\n", 4, "YAML syntax error"),
-    ("all:\n  hosts:\n\tb:\n", 3, "YAML syntax error"),
+    ("all:\n  hosts:\n    a: [1\n", 4, "YAML error"),
+    ("all:\n  hosts:\n\tb:\n", 3, "YAML error"),
     ("- a\n- b\n", 1, "must be a mapping of group names"),
     ("gpu:\n  - h1\n", 1, "group gpu must be a mapping"),
     ("gpu:\n  host:\n    h1:\n", 2, "unknown key 'host'"),
@@ -254,6 +276,21 @@ YAML_ERRORS = [
     ("gpu:\n  hosts:\n    h1:\n      ansible_host: \"{{ ip }}\"\n", 4, "var ansible_host holds a Jinja template"),
     ("gpu:\n  hosts:\n    h1:\n      secret: !vault |\n        $ANSIBLE_VAULT;1.1;AES256\n", 4, "!vault"),
     ("gpu:\n  children:\n    sub:\n      children:\n        gpu:\n", 0, "cycle"),
+    ("all:\n  hosts:\n    h1:\n      a: 1\n      b: 2\n      a: 3\n", 6, "key 'a' written twice"),
+    ("all:\n  children:\n    g:\n  children:\n    h:\n", 4, "key 'children' written twice"),
+    ("all:\n  vars:\n    nccl_internode_busbw_gbps: .inf\n", 3, "not a finite number"),
+    ("all:\n  vars:\n    x: [1, .nan]\n", 3, "not a finite number"),
+    ("all:\n  hosts:\n    ../x:\n", 3, "slash"),
+    ("all:\n  hosts:\n    \"n\\x07\":\n", 3, "control character U+0007"),
+    ("all:\n  hosts:\n    h[1:99999999]:\n", 3, "more than 100,000 hosts"),
+    ("all:\n  hosts:\n    h1: {ansible_host: '10.0.0.[1:4]'}\n", 3, "holds a host range"),
+    ("all: &a\n  children:\n    g: *a\n", 1, "alias refers to the mapping or list that contains it"),
+    ("all:\n  vars:\n    x: " + "[" * 200 + "]" * 200 + "\n", 3, "nested deeper than"),
+    ("all:\n  vars:\n    x: \x01\n", 3, "control character U+0001"),
+    ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+     "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+     "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n"
+     "h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]\ni: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]\n", 1, "alias bomb"),
 ]
 
 
@@ -276,7 +313,7 @@ def test_directory_is_refused(tmp_path):
 
 def test_undecodable_file(tmp_path):
     path = write(tmp_path, "hosts.ini", b"[gpu]\n\xff\xfe\n")
-    assert load_error(path).startswith(f"{path}: not UTF-8")
+    assert load_error(path).startswith(f"{path}:2: not UTF-8")
 
 
 def test_unreadable_path(tmp_path):
@@ -289,7 +326,7 @@ def test_bad_group_vars_file_names_its_own_path_and_line(tmp_path):
     inv = write(tmp_path, "hosts.ini", "[gpu]\nh1\n")
     gv = write(tmp_path, "group_vars/gpu.yml", "a: 1\nb: [\n")
     msg = load_error(inv)
-    assert msg.startswith(f"{gv}:") and "YAML syntax error" in msg
+    assert msg.startswith(f"{gv}:") and "YAML error" in msg
     gv.write_text("- just\n- a list\n")
     assert load_error(inv) == f"{gv}:1: a vars file must be a mapping, got list"
 
@@ -323,3 +360,57 @@ def test_same_address_on_other_ports_or_local_is_allowed(tmp_path):
 def test_empty_inventory_has_no_hosts(tmp_path):
     inv = load_inventory(str(write(tmp_path, "hosts.ini", "# nothing yet\n")))
     assert inv.hosts == {} and inv.groups == {"all": [], "ungrouped": []}
+
+
+# ------------------------------------------------------------ Ansible semantics
+
+
+def test_bracket_ipv6_host_with_port():
+    inv = load_inventory(str(FIXTURES / "ipv6.ini"))
+    h = inv.hosts["2001:db8::12"]
+    assert (h.address, h.port, h.vars["gpu_sku"]) == ("2001:db8::12", 2200, "h200-sxm-141gb")
+    assert inv.hosts["2001:db8::13"].port == 22
+
+
+def test_merge_keys_may_be_overridden():
+    r1 = load_inventory(str(FIXTURES / "merge.yml")).hosts["r1"]
+    assert (r1.vars["a"], r1.vars["b"]) == (1, 3)
+
+
+@pytest.mark.parametrize("name,text,line", [
+    ("hosts.ini", "[gpu]\nn1\ngpu ansible_host=192.0.2.20\n[other]\ngpu\n", 3),
+    ("hosts.ini", "gpu\n[gpu]\nn1\n", 1),
+    ("hosts.yml", "all:\n  children:\n    rack:\n      hosts:\n        rack: {ansible_host: 192.0.2.30}\n", 5),
+])
+def test_host_with_the_name_of_a_group_is_refused(tmp_path, name, text, line):
+    """Ansible warns, then puts the host's inline vars on the group (checked: every host of group gpu gets
+    ansible_host=192.0.2.20); gpuaccept refuses the clash, naming the host's line."""
+    path = write(tmp_path, name, text)
+    msg = load_error(path)
+    assert msg.startswith(f"{path}:{line}: host ") and "has the name of a group" in msg, msg
+
+
+def test_vars_keep_their_origin(tmp_path):
+    inv = write(tmp_path, "hosts.ini", "[gpu]\nh1 a=1\n[gpu:vars]\nb=2\n")
+    write(tmp_path, "host_vars/h1.yml", "c: 3\n")
+    h = load_inventory(str(inv)).hosts["h1"]
+    assert (h.where("a"), h.where("b")) == (f"{inv}:2", f"{inv}:4")
+    assert h.where("c") == f"{tmp_path / 'host_vars' / 'h1.yml'}:1" and h.where("zz", "?") == "?"
+
+
+def test_limit_is_100000_hosts(tmp_path):
+    ok = load_inventory(str(write(tmp_path, "a.ini", "n[1:100000]\n")))
+    assert len(ok.hosts) == 100_000
+    msg = load_error(write(tmp_path, "b.ini", "n[1:60000]\n\nm[1:60000]\n"))
+    assert msg.startswith(f"{tmp_path / 'b.ini'}:3: more than 100,000 hosts"), msg
+
+
+def test_same_range_listed_twice_counts_once(tmp_path):
+    inv = load_inventory(str(write(tmp_path, "a.ini", "[a]\nn[1:60000]\n[b]\nn[1:60000]\n")))
+    assert len(inv.hosts) == 60_000 and len(inv.groups["b"]) == 60_000
+
+
+def test_deep_children_chain_is_no_recursion(tmp_path):
+    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(3000)]
+    inv = load_inventory(str(write(tmp_path, "deep.ini", "\n".join(lines) + "\n")))
+    assert inv.hosts["h"].groups[:3] == ("all", "g0", "g1") and len(inv.hosts["h"].groups) == 3002

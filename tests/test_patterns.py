@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gpuaccept.errors import PatternError
 from gpuaccept.inventory import load_inventory
-from gpuaccept.patterns import select, split_pattern
+from gpuaccept.patterns import parse_shard, select, shard, shard_of, split_pattern
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-ANSIBLE = Path("/work/venv/bin/ansible")
-if not ANSIBLE.exists():
-    ANSIBLE = Path(os.environ.get("VIRTUAL_ENV", "/nonexistent")) / "bin" / "ansible"
+# ansible-core is a test dependency (pyproject.toml [test]): on PATH, or beside this interpreter in its venv
+ANSIBLE = shutil.which("ansible") or shutil.which("ansible", path=os.path.dirname(sys.executable))
 
 HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04", "cpu01", "login.rack1", "db.rack2"]
 GROUPS = {
@@ -135,7 +136,8 @@ def test_select_on_empty_inventory_fails(tmp_path):
 
 @functools.lru_cache(maxsize=None)
 def ansible_hosts(path: str, pattern: str) -> list[str]:
-    proc = subprocess.run([str(ANSIBLE), "all", "-i", path, "--list-hosts", "--limit", pattern],
+    assert ANSIBLE, "ansible not found (pip install -e '.[test]' installs ansible-core)"
+    proc = subprocess.run([ANSIBLE, "all", "-i", path, "--list-hosts", "--limit", pattern],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -154,6 +156,7 @@ ORACLE = [
     ("tests/inventories/cluster.yml", ["all", "gpu:!drained", "rack1:rack2", "gpu-special", "*-*,login01"]),
     ("tests/inventories/ranges.ini", ["all", "grid[1:4]", "cpu[5:]", "odd*:&odd[0:2]"]),
     ("tests/inventories/gv/hosts.ini", ["all", "gpu:!rack1", "rack2[0]"]),
+    ("tests/inventories/ipv6.ini", ["gpu", "all:!gpu", "gpu:&other", "other:!n1", "2001:db8::12", "gpu[1:2]"]),
 ]
 # Subscripts only on groups whose order Ansible keeps stable: for a group with
 # nested child groups, Ansible's own host order changes from run to run.
@@ -166,3 +169,65 @@ def test_select_matches_ansible_limit(path, pattern):
     expected = ansible_hosts(full, pattern)
     assert expected, "oracle case must select something"
     assert [h.name for h in load_inventory(full).select(pattern)] == expected
+
+
+# ------------------------------------------------------------ --shard
+
+
+NAMES = [f"gpu{i:05d}" for i in range(4000)]
+
+
+def test_shards_partition_the_selection():
+    k = 7
+    shards = [shard(NAMES, f"{i}/{k}") for i in range(1, k + 1)]
+    assert sorted(h for s in shards for h in s) == sorted(NAMES)  # every host exactly once
+    assert all(s == [h for h in NAMES if h in set(s)] for s in shards)  # inventory order kept
+    sizes = [len(s) for s in shards]
+    assert max(sizes) - min(sizes) < 0.2 * len(NAMES) / k, sizes  # about 1/k each
+
+
+def test_a_hosts_shard_depends_on_its_name_alone():
+    whole = shard(NAMES, "2/5")
+    part = shard(NAMES[::3] + ["other"], "2/5")
+    assert [h for h in part if h in set(NAMES)] == [h for h in whole if h in set(NAMES[::3])]
+    assert shard_of("gpu00042", 5) == shard_of("gpu00042", 5)
+    # the hash is SHA-256, so the assignment is the same on every controller and Python version
+    assert [shard_of(f"n{i}", 4) for i in range(8)] == [_sha_shard(f"n{i}", 4) for i in range(8)]
+    assert shard(NAMES, None) == NAMES and shard(NAMES, "1/1") == NAMES
+
+
+def _sha_shard(name: str, k: int) -> int:
+    import hashlib
+    return int(hashlib.sha256(name.encode()).hexdigest()[:16], 16) % k + 1
+
+
+@pytest.mark.parametrize("spec", ["", "1", "0/4", "5/4", "a/b", "1/0", "-1/4", "1/4/2", " /4", "1/9999999"])
+def test_bad_shard_spec(spec):
+    with pytest.raises(PatternError, match="--shard"):
+        parse_shard(spec)
+
+
+def test_shard_option_splits_the_collected_tests(tmp_path):
+    """Through the plugin (``--collect-only``, no node touched): shards 1/3..3/3 are disjoint and cover every
+    selected host; a malformed --shard is exit 4."""
+    inv = tmp_path / "inventory.ini"
+    inv.write_text("[gpu]\n" + "".join(f"h{i:02d} ansible_connection=local\n" for i in range(12)) + "[drained]\nh03\n")
+    for name in ("pytest.ini", "conftest.py"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "test_x.py").write_text("def test_x(node):\n    pass\n")
+
+    def collect(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--inventory", str(inv),
+                               "--thresholds", str(REPO / "thresholds"), "--reports", str(tmp_path / "rep"),
+                               "--limit", "gpu:!drained", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    seen: list[str] = []
+    for i in (1, 2, 3):
+        res = collect("--shard", f"{i}/3")
+        assert res.returncode in (0, 5), res.stdout + res.stderr  # 5: an empty shard collects nothing
+        seen += [ln.split("[")[1].rstrip("]") for ln in res.stdout.splitlines() if "::test_x[" in ln]
+    assert sorted(seen) == [f"h{i:02d}" for i in range(12) if i != 3]
+    bad = collect("--shard", "4/3")
+    assert bad.returncode == 4 and "--shard '4/3'" in bad.stderr and "Traceback" not in bad.stderr

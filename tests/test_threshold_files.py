@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ThresholdError
-from gpuaccept.thresholds import (  # _StrictLoader: the product's loader, which refuses duplicate keys
-    CHECKS, EXPECT_KEYS, SkuSpec, _StrictLoader, detect_sku, load_all, load_sku_file)
+from gpuaccept.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, detect_sku, load_all, load_sku_file
+from gpuaccept.yamlload import load_file  # the product's loader, which refuses duplicate keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THRESHOLD_DIR = os.path.join(ROOT, "thresholds")
@@ -138,8 +138,7 @@ def test_file_loads_and_sku_is_stem(path):
 
 @pytest.mark.parametrize("path", FILES, ids=FILE_IDS)
 def test_no_duplicate_keys(path):
-    with open(path, encoding="utf-8") as f:
-        yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    load_file(path, ThresholdError)
 
 
 @pytest.mark.parametrize("path", FILES, ids=FILE_IDS)
@@ -515,3 +514,57 @@ def test_detect_sku_ambiguous(tmp_path):
         detect_sku({a.sku: a, b.sku: b}, "NVIDIA Test", 11 * GIB)
     msg = str(info.value)
     assert "several" in msg and "test-sku" in msg and "test-sku-b" in msg
+
+
+# ---------------------------------------------------------------------------------------------- loader (gpuaccept.yamlload)
+
+def _base_text() -> str:
+    return yaml.safe_dump(BASE_DOC, sort_keys=False)
+
+
+LOADER_ERRORS = [
+    # (label, how the base file's text is altered, line the message names, fragment)
+    ("inf bound", lambda t: t.replace("min: 850", "min: .inf"), "not a finite number"),
+    ("minus inf bound", lambda t: t.replace("max: 85", "max: -.inf"), "not a finite number"),
+    ("nan bound", lambda t: t.replace("min: 850", "min: .nan"), "not a finite number"),
+    ("overflowing bound", lambda t: t.replace("min: 850", "min: 1.0e+999"), "not a finite number"),
+    ("duplicate check", lambda t: t + "  temp_c:\n    max: 95\n    unit: C\n    source: again\n", "written twice"),
+    ("duplicate field", lambda t: t.replace("    max: 85\n", "    max: 85\n    max: 99\n"), "written twice"),
+    ("control character", lambda t: t.replace("Test SKU", "Test\x07SKU"), "control character U+0007"),
+    ("deep nesting", lambda t: t + "notes: " + "[" * 300 + "]" * 300 + "\n", "nested deeper than"),
+    ("alias bomb", lambda t: t + "notes:\n" + "".join(
+        f"  {c}: &{c} [" + ", ".join([f"*{p}"] * 12 if p else ["x"] * 12) + "]\n"
+        for p, c in zip([None, "a", "b", "c", "d", "e", "f"], "abcdefg")), "alias bomb"),
+    ("huge integer", lambda t: t.replace("min: 850", "min: " + "9" * 5000), "too many digits"),
+]
+
+
+@pytest.mark.parametrize("label,alter,fragment", LOADER_ERRORS, ids=[e[0] for e in LOADER_ERRORS])
+def test_loader_refuses_with_file_and_line(tmp_path, label, alter, fragment):
+    text = alter(_base_text())
+    path = tmp_path / "test-sku.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ThresholdError) as info:
+        load_sku_file(str(path))
+    msg = str(info.value)
+    assert "\n" not in msg and fragment in msg, msg
+    m = re.match(re.escape(str(path)) + r":(\d+): ", msg)
+    assert m and 1 <= int(m.group(1)) <= text.count("\n") + 1, msg
+
+
+def test_non_utf8_byte_names_its_line(tmp_path):
+    path = tmp_path / "test-sku.yaml"
+    data = _base_text().encode().replace(b"Test SKU", b"Test \xff SKU")
+    path.write_bytes(data)
+    line = data[: data.index(b"\xff")].count(b"\n") + 1
+    with pytest.raises(ThresholdError, match=re.escape(f"{path}:{line}: not UTF-8")):
+        load_sku_file(str(path))
+
+
+def test_section_of_the_wrong_shape(tmp_path):
+    path = tmp_path / "test-sku.yaml"
+    for section, value in (("checks", "[1, 2]"), ("detect", "5"), ("expect", "text")):
+        doc = {**BASE_DOC, section: yaml.safe_load(value)}
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        with pytest.raises(ThresholdError, match=f"{section}: expected a mapping"):
+            load_sku_file(str(path))

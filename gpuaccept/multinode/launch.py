@@ -35,12 +35,12 @@ Figures follow nccl-tests (``doc/PERFORMANCE.md``): algbw = bytes / time, busbw 
 from __future__ import annotations
 
 import random
-import shlex
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
+from .. import shell
 from ..errors import AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, NodeError
 from ..node import Node
 from .plan import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
@@ -60,8 +60,8 @@ _UNREACHABLE = (HostUnreachable, HostKeyError, AuthError)
 
 def pick_port(node: Node) -> int:
     """A TCP port free on ``node`` now (it binds port 0 on every address and reports the number)."""
-    cmd = (f"{shlex.quote(node.python)} -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); "
-           "print(s.getsockname()[1])'")
+    cmd = shell.command([node.python, "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); '
+                                            "print(s.getsockname()[1])"])
     res = node.run(cmd, timeout=30)
     out = res.stdout.decode(errors="replace").split()
     if res.rc != 0 or not out or not out[-1].isdigit():

@@ -1,0 +1,111 @@
+"""Inventory scale: parse an INI inventory and select ``gpu:!rack050``, ours beside Ansible's tools.
+
+    python benchmarks/inventory_scale.py                 # 1,000 and 10,000 hosts, 5 rounds each
+    python benchmarks/inventory_scale.py --hosts 1000 10000 30000 --rounds 3
+
+The inventory is generated (one host per line with its ``ansible_host``, 100 racks ``[rack000]``..``[rack099]``,
+every rack a child of ``[gpu]``, ``[gpu:vars]`` and ``[all:vars]``), written to a temporary folder, then:
+
+* ``ours (in process)``: ``load_inventory(path).select("gpu:!rack050")``, import excluded (best of rounds);
+* ``ours (process)``: a fresh ``python -c`` doing the same, interpreter start and import included;
+* ``ansible-inventory --list`` and ``ansible -i FILE 'gpu:!rack050' --list-hosts``, found on PATH or beside
+  this interpreter (skipped with a note when absent).
+
+Prints one table of seconds (best and median over the rounds) and the ratio of each to ours in process.
+Issue 13 asks ``ours (in process)`` <= 0.3 s at 10,000 hosts, linear in the inventory's size.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from gpuaccept.inventory import load_inventory  # noqa: E402
+
+PATTERN = "gpu:!rack050"
+
+
+def write_inventory(path: Path, n_hosts: int) -> None:
+    """An INI inventory of ``n_hosts`` hosts (a multiple of 100) in 100 racks (rack000..rack099), all under
+    ``gpu``."""
+    lines = ["[all:vars]", "ansible_user=root", "ansible_python_interpreter=/usr/bin/python3", ""]
+    racks, per_rack = 100, n_hosts // 100
+    for r in range(racks):
+        lines.append(f"[rack{r:03d}]")
+        for i in range(r * per_rack, (r + 1) * per_rack):
+            lines.append(f"gpu{i:05d} ansible_host=10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255} rack_slot={i % 100}")
+        lines.append("")
+    lines.append("[gpu:children]")
+    lines += [f"rack{r:03d}" for r in range(racks)]
+    lines += ["", "[gpu:vars]", "gpu_sku=h200-sxm-141gb", "gpus_per_node=8", "nccl_env={'NCCL_NVLS_ENABLE': '0'}", ""]
+    path.write_text("\n".join(lines))
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name, path=os.path.dirname(sys.executable))
+
+
+def _timed(fn, rounds: int) -> list[float]:
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _run(cmd: list[str]) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True,
+                         env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true", "PYTHONPATH": str(ROOT)})
+    if res.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {res.stderr.strip()[-300:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-ansible", action="store_true", help="time ours only")
+    a = ap.parse_args()
+    if any(n % 100 for n in a.hosts):
+        ap.error("--hosts: give multiples of 100 (100 racks)")
+    inv_tool, ans_tool = (None, None) if a.no_ansible else (_tool("ansible-inventory"), _tool("ansible"))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in a.hosts:
+            path = Path(tmp) / f"hosts{n}.ini"
+            write_inventory(path, n)
+            picked = load_inventory(str(path)).select(PATTERN)
+            expect = n - n // 100
+            assert len(picked) == expect, (len(picked), expect)
+            runs = {"ours (in process)": _timed(lambda: load_inventory(str(path)).select(PATTERN), a.rounds),
+                    "ours (process)": _timed(lambda: _run([sys.executable, "-c",
+                                                           "import sys; from gpuaccept.inventory import load_inventory;"
+                                                           f"load_inventory(sys.argv[1]).select({PATTERN!r})",
+                                                           str(path)]), a.rounds)}
+            if inv_tool:
+                runs["ansible-inventory --list"] = _timed(lambda: _run([inv_tool, "-i", str(path), "--list"]),
+                                                          a.rounds)
+            if ans_tool:
+                runs["ansible --list-hosts"] = _timed(lambda: _run([ans_tool, "-i", str(path), PATTERN,
+                                                                    "--list-hosts"]), a.rounds)
+            base = min(runs["ours (in process)"])
+            for label, ts in runs.items():
+                rows.append((n, label, min(ts), statistics.median(ts), min(ts) / base))
+    print(f"| hosts | what | best s | median s | x ours (in process) |\n|---|---|---|---|---|")
+    for n, label, best, med, ratio in rows:
+        print(f"| {n:,} | {label} | {best:.3f} | {med:.3f} | {ratio:.1f} |")
+    if not inv_tool and not a.no_ansible:
+        print("ansible-inventory not found on PATH: Ansible's columns left out")
+
+
+if __name__ == "__main__":
+    main()

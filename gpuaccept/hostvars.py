@@ -1,0 +1,245 @@
+"""Inventory variables gpuaccept understands, parsed and validated once, before any node is touched.
+
+:func:`check_hosts` is called from the plugin's ``pytest_configure`` for every selected host; the first bad
+variable stops the run with exit code 4 and one line naming the file and line that set it, the host, the
+variable and what is wrong (``inventory.ini:12: host gpu07 var storage_limits: unknown key 'seq_raed_gbps'
+(known: ...)``). A variable gpuaccept does not know is left alone: inventories carry Ansible's own.
+
+The storage variables are checked by :mod:`gpuaccept.storage_limits` (its validators, called here, are the
+ones the suites use); the connection variables by the inventory reader. Numbers must be finite (a limit of
+infinity or NaN would switch its check off). Environment variable names in ``nccl_env`` must be portable
+names (:data:`gpuaccept.shell.ENV_NAME`): a name is the one part of ``NAME=value`` the shell cannot be told
+to take literally.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, Iterable, Mapping
+
+from . import storage_limits as sl
+from .errors import ConfigError
+from .shell import bad_env_name
+
+__all__ = ["VARS", "HostVarError", "check_host", "check_hosts"]
+
+
+class HostVarError(ConfigError):
+    """An inventory variable gpuaccept reads is malformed; the message names file:line, host and variable."""
+
+
+class _Bad(Exception):
+    """A validator's complaint, without the host and file (added by :func:`check_host`). ``attached``: the
+    text goes right after the variable's name (it starts with ``.key:`` or ``:``)."""
+
+    def __init__(self, msg: str, attached: bool = False):
+        super().__init__(msg)
+        self.attached = attached
+
+
+# ---------------------------------------------------------------------------------------------- validators
+
+def _finite(value: Any) -> None:
+    """Refuse a non-finite float anywhere inside ``value`` (lists and mappings walked)."""
+    stack = [value]
+    seen = 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _Bad(f"{v!r} is not a finite number")
+        if isinstance(v, Mapping):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        if seen > 100_000:
+            raise _Bad("holds more than 100,000 values")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad(f"expected text, got {type(value).__name__} {value!r}")
+    if "\x00" in value or "\n" in value:
+        raise _Bad(f"expected one line of text, got {value!r}")
+    return value
+
+
+def _word(value: Any) -> str:
+    """Text without whitespace (an interface or device name)."""
+    text = _text(value)
+    if any(c.isspace() for c in text):
+        raise _Bad(f"expected one word, got {value!r}")
+    return text
+
+
+def _number(lo: float | None = None, hi: float | None = None, integer: bool = False) -> Callable[[Any], Any]:
+    """A number (or text that reads as one, as the suites' ``int()``/``float()`` do), finite, in [lo, hi]."""
+    kind = "an integer" if integer else "a number"
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise _Bad(f"expected {kind}, got {type(value).__name__} {value!r}")
+        try:
+            n = int(value) if integer and not isinstance(value, float) else float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise _Bad(f"expected {kind}, got {value!r}") from None
+        if isinstance(n, float) and not math.isfinite(n):
+            raise _Bad(f"expected a finite number, got {value!r}")
+        if integer and isinstance(value, float) and not n.is_integer():
+            raise _Bad(f"expected {kind}, got {value!r}")
+        if lo is not None and n < lo or hi is not None and n > hi:
+            span = f">= {lo:g}" if hi is None else f"between {lo:g} and {hi:g}" if lo is not None else f"<= {hi:g}"
+            raise _Bad(f"expected {kind} {span}, got {value!r}")
+        return int(n) if integer else n
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise _Bad(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+    return check
+
+
+def _words(value: Any) -> list[str]:
+    if not isinstance(value, (list, tuple)):
+        raise _Bad(f"expected a list of names, got {type(value).__name__} {value!r}")
+    return [_word(v) for v in value]
+
+
+def _nccl_env(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise _Bad(f"expected a mapping of environment variables (e.g. {{NCCL_NVLS_ENABLE: '0'}}), got "
+                   f"{type(value).__name__} {value!r}" + (" (in an INI [group:vars] section write it as a "
+                                                          "Python dict: {'NAME': 'value'})" if isinstance(value, str) else ""))
+    out = {}
+    for name, v in value.items():
+        why = bad_env_name(name)
+        if why:
+            raise _Bad(f"environment variable {why}")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise _Bad(f"{name}: expected text or a number, got {type(v).__name__} {v!r}"
+                       + (" (write 1 or 0)" if isinstance(v, bool) else ""))
+        if isinstance(v, str) and "\x00" in v:
+            raise _Bad(f"{name}: a NUL byte cannot be in an environment variable")
+        _finite(v)
+        out[name] = str(v)
+    return out
+
+
+def _mapping(value: Any) -> dict:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise _Bad(f"expected a mapping of names to values, got {type(value).__name__} {value!r}")
+    _finite(value)
+    return dict(value)
+
+
+def _replay_dir(value: Any) -> str:
+    path = _text(value)
+    if not os.path.isdir(path):
+        raise _Bad(f"{path!r} is not a folder of saved probe documents")
+    return path
+
+
+def _with_host(var: str, fn: Callable[[Any, str | None], Any]) -> Callable[[Any, str], Any]:
+    """A gpuaccept.storage_limits validator (value, host) -> parsed, its StorageConfigError made a complaint."""
+    def check(value: Any, host: str) -> Any:
+        _finite(value)
+        try:
+            return fn(value, host)
+        except sl.StorageConfigError as err:
+            text, prefix = str(err), f"{host}: inventory var {var}"
+            if text.startswith(prefix):
+                raise _Bad(text[len(prefix):], attached=True) from None
+            raise _Bad(text) from None
+    return check
+
+
+def _kept(check: Callable[[Any, str | None], Any]) -> Callable[[Any, str | None], Any]:
+    """A validator that may only check (returning None) made to return the value it accepted."""
+    def run(value: Any, host: str | None) -> Any:
+        out = check(value, host)
+        return value if out is None else out
+    return run
+
+
+def _plain(fn: Callable[[Any], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, host: fn(value)
+
+
+#: var -> validator(value, host) returning the parsed value; raises _Bad. Where each var is used is in README.md
+VARS: dict[str, Callable[[Any, str], Any]] = {
+    # GPU identity
+    "gpu_sku": _plain(_word),
+    "gpus_per_node": _plain(_number(1, 1024, integer=True)),
+    # connection (types checked by the inventory reader; here what reaches a command line)
+    "ansible_python_interpreter": _plain(_text),
+    "gpuaccept_known_hosts": _plain(_text),
+    "ansible_ssh_known_hosts_file": _plain(_text),
+    "gpuaccept_replay": _plain(_replay_dir),
+    # NCCL, single and multi-node (suites/test_nccl.py, suites/test_nccl_multinode.py)
+    "nccl_socket_ifname": _plain(_word),
+    "nccl_ib_hca": _plain(_word),
+    "nccl_env": _plain(_nccl_env),
+    "nccl_backend": _plain(_one_of("nccl", "gloo")),
+    "nccl_expect_transport": _plain(_text),
+    "nccl_master_addr": _plain(_word),
+    "nccl_internode_busbw_gbps": _plain(_number(0)),
+    "nccl_internode_at_bytes": _plain(_number(1, integer=True)),
+    "nccl_internode_probe_args": _plain(_mapping),
+    "nccl_pairwise_slow_pct": _plain(_number(0, 100)),
+    "nccl_pairwise_seed": _plain(_number(integer=True)),
+    "nccl_pairwise_rounds": _plain(_number(1, 1000, integer=True)),
+    "nccl_ranks_per_node": _plain(_number(1, 1024, integer=True)),
+    "nccl_round_timeout_s": _plain(_number(1, integer=True)),
+    "nccl_stall_s": _plain(_number(1, integer=True)),
+    # storage and GPUDirect: the validators of gpuaccept/storage_limits.py, one per variable
+    **{name: _with_host(name, _kept(check)) for name, check in sl.VALIDATORS.items()},
+    "storage_limits": _with_host("storage_limits", sl.storage_limits),  # parsed into Limits
+    "ib_hcas": _plain(_words),
+    "ib_rate_gbps": _plain(_number(0)),
+}
+
+
+def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None = None,
+               _memo: dict | None = None) -> dict[str, Any]:
+    """Validate one host's vars; return var -> parsed value for every var of :data:`VARS` it sets.
+
+    ``host``: a :class:`gpuaccept.inventory.Host` (``vars``, ``name``, ``where(var)``); ``default_where``: the
+    inventory file, named when a var's line is unknown; ``known_skus``: threshold files' SKU names (a
+    ``gpu_sku`` outside them is refused). ``_memo``: shared between hosts so a group's value is checked once.
+
+    Raises:
+        HostVarError: one line, ``<file>:<line>: host <name> var <var>: <what is wrong>``.
+    """
+    memo = {} if _memo is None else _memo
+    out: dict[str, Any] = {}
+    for var, value in host.vars.items():
+        check = VARS.get(var)
+        if check is None or value is None:
+            continue
+        key = (var, id(value))
+        hit = memo.get(key)
+        if hit is not None and hit[0] is value:
+            out[var] = hit[1]
+            continue
+        try:
+            parsed = check(value, host.name)
+            if var == "gpu_sku" and known_skus is not None and parsed not in known_skus:
+                raise _Bad(f"unknown SKU {parsed!r}; known: {', '.join(sorted(known_skus))}")
+        except _Bad as err:
+            where = host.where(var, default_where) if hasattr(host, "where") else default_where
+            raise HostVarError(f"{where}: host {host.name} var {var}{'' if err.attached else ': '}{err}") from None
+        memo[key] = (value, parsed)
+        out[var] = parsed
+    return out
+
+
+def check_hosts(hosts: Iterable[Any], default_where: str,
+                known_skus: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`check_host` for every host: host name -> {var: parsed value}. Raises HostVarError (the first)."""
+    memo: dict = {}
+    skus = set(known_skus) if known_skus is not None else None
+    return {h.name: check_host(h, default_where, skus, memo) for h in hosts}

@@ -1,0 +1,62 @@
+"""The one place where gpuaccept turns words into a POSIX shell command line.
+
+Every value that reaches a node's shell (an inventory var, a probe's JSON arguments, a folder name) is
+quoted here with :func:`shlex.quote`, so the shell sees it as one word and runs nothing it holds: ``;``,
+``|``, ``&``, ``$( )``, backquotes, redirections, globs, newlines and quotes stay text. Environment variable
+*names* cannot be quoted (``env`` takes ``NAME=value`` as one word and a name is never expanded), so they
+are checked instead: :data:`ENV_NAME` (POSIX's portable names, IEEE Std 1003.1 "Environment Variables":
+letters, digits and underscore, not starting with a digit).
+
+The transport wraps the finished command once more for its own process-group handling
+(``gpuaccept.transport.ssh.wrap_command``); that wrapper passes the command as one quoted argument.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Iterable, Mapping
+
+__all__ = ["ENV_NAME", "bad_env_name", "command", "env_command", "quote"]
+
+#: a portable environment variable name
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def quote(word: Any) -> str:
+    """``word`` (made text with ``str``) as one shell word: ``"a b;c"`` -> ``'a b;c'``."""
+    return shlex.quote(str(word))
+
+
+def command(argv: Iterable[Any]) -> str:
+    """A command line running ``argv`` (program, then arguments), every word quoted."""
+    return " ".join(quote(w) for w in argv)
+
+
+def bad_env_name(name: Any) -> str | None:
+    """Why ``name`` cannot be an environment variable name, or None when it can."""
+    if not isinstance(name, str):
+        return f"{name!r} is not text"
+    if not ENV_NAME.match(name):
+        return f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)"
+    return None
+
+
+def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = None) -> str:
+    """``cd CWD && env -- NAME=value ... PROGRAM ARGS...``, every value and word quoted.
+
+    ``env``: variable name -> value (made text with ``str``); ``argv``: the program and its arguments;
+    ``cwd``: a folder to change to first (optional).
+
+    Raises:
+        ValueError: a name is not a portable variable name (:data:`ENV_NAME`). The inventory's names are
+            checked at load (gpuaccept.hostvars), so this is the last line of defence, never an operator's
+            first message.
+    """
+    words = ["env", "--"]
+    for name, value in env.items():
+        why = bad_env_name(name)
+        if why:
+            raise ValueError(f"environment variable {why}")
+        words.append(f"{name}={quote(value)}")
+    line = " ".join(words) + " " + command(argv)
+    return f"cd {quote(cwd)} && {line}" if cwd is not None else line
