@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from .errors import ConfigError, GpuacceptError, ThresholdError
+from . import interrupt
 from .inventory import Inventory, load_inventory
 from .node import Node
 from .profiles import PROBE_TIMEOUT_S, PROFILES
@@ -141,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                                     "profile": config.getoption("profile")},
                                      previous=load_previous_figures(previous))
     config.stash[STATE] = state
+    interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
 
 
 def _point_latest(rdir: str) -> None:

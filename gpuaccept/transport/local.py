@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Any
 
-from gpuaccept.errors import CommandTimeout, TransportError
-from gpuaccept.transport import CommandResult, short_command
+from gpuaccept.errors import CommandTimeout, Interrupted, TransportError
+from gpuaccept.transport import CommandResult, Running, short_command, tracked
 
 #: seconds between SIGTERM and SIGKILL when a command times out
 KILL_GRACE_S = 2.0
@@ -65,42 +65,74 @@ class LocalTransport:
         self.host = host
         self._lock = threading.Lock()
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
         """Run ``command`` (POSIX shell command line) locally.
 
-        ``stdin``: bytes fed to the command, then its stdin is closed. ``timeout``: seconds of wall
-        clock; past it the process group is killed and CommandTimeout is raised (with the output read
-        so far in its ``stdout``/``stderr`` attributes). Returns a CommandResult whose ``rc`` is
-        negative when the shell was killed by a signal. Raises TransportError if /bin/sh cannot start.
+        ``stdin``: bytes fed to the command, then its stdin is closed (``hold_stdin``: kept open, no EOF,
+        until the command ends; ``stdin`` must then be empty). ``timeout``: seconds of wall clock; past it
+        the process group is killed and CommandTimeout is raised (with the output read so far in its
+        ``stdout``/``stderr`` attributes). Cancelled (gpuaccept.transport.cancel_all): the group is killed
+        and Interrupted is raised. Returns a CommandResult whose ``rc`` is negative when the shell was
+        killed by a signal. Raises TransportError if /bin/sh cannot start, ValueError for stdin with
+        ``hold_stdin``.
         """
+        if hold_stdin and stdin:
+            raise ValueError("hold_stdin takes no stdin data")
         with self._lock:
-            return self._run(command, stdin, timeout)
+            return tracked(self.host.name, command, lambda r: self._run(command, stdin, timeout, hold_stdin, r))
 
-    def _run(self, command: str, stdin: bytes, timeout: float) -> CommandResult:
+    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running) -> CommandResult:
         name = self.host.name
         start = time.monotonic()
+        held = None
+        if hold_stdin:  # our end of the pipe stays open: the command reads EOF only when we (or this process) go
+            rfd, held = os.pipe()
         try:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", command],
-                stdin=subprocess.PIPE,
+                stdin=rfd if hold_stdin else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
             )
         except OSError as e:
+            if held is not None:
+                os.close(held)
             raise TransportError(name, f"cannot start /bin/sh: {e}") from None
+        finally:
+            if hold_stdin:
+                os.close(rfd)
         pgid = proc.pid  # start_new_session: the shell leads its own session and process group
+        deadline = start + timeout
+        first = True
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            out, err = self._kill(proc, pgid)
-            exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {short_command(command)}")
-            exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]
-            raise exc from None
+            while True:
+                try:
+                    out, err = proc.communicate(stdin if first and not hold_stdin else None,
+                                                timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    first = False
+                    if running.cancelled.is_set():
+                        out, err = self._kill(proc, pgid)
+                        raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: "
+                                                f"{short_command(command)} (process group killed)") from None
+                    if time.monotonic() >= deadline:
+                        out, err = self._kill(proc, pgid)
+                        exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {short_command(command)}")
+                        exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]
+                        raise exc from None
+        except (CommandTimeout, Interrupted):
+            raise
         except BaseException:
             self._kill(proc, pgid)
             raise
+        finally:
+            if held is not None:
+                os.close(held)
+        if running.cancelled.is_set() and proc.returncode != 0:
+            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: {short_command(command)}")
         return CommandResult(rc=proc.returncode, stdout=out, stderr=err, duration_s=time.monotonic() - start)
 
     @staticmethod
