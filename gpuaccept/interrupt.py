@@ -71,7 +71,13 @@ class InterruptPlugin:
         self.loop_done = False
         self.hits: dict[str, set[str]] = {}  # nodeid -> hosts whose commands were cancelled
         self.previous: dict[int, Any] = {}
-        self.is_controller = config.pluginmanager.hasplugin("dsession")
+        self.aborted: pytest.Item | None = None  # the test a second signal cut short
+
+    @property
+    def is_controller(self) -> bool:
+        """True in pytest-xdist's controller (it runs no test: its workers do). Asked late: xdist registers
+        its ``dsession`` plugin after gpuaccept's pytest_configure."""
+        return self.config.pluginmanager.hasplugin("dsession")
 
     # -- signals -------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -119,6 +125,7 @@ class InterruptPlugin:
         if now - self.first_at < SAME_SIGNAL_S:
             return
         # a second signal: abort at once
+        self.aborted = self.current
         cancel_all(name, abort=True)
         self._forward(signum)
         self.restore()
@@ -178,10 +185,9 @@ class InterruptPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """A test cut off by an abort (second signal) never reported its call: report it as interrupted."""
-        item = self.current
+        item, self.aborted = self.aborted, None
         if item is None or not self.reason:
             return
-        self.current = None
         msg = str(self._error(item))
         rep = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="failed",
                                 longrepr=msg, when="call", user_properties=[(ERROR_KEY, msg)])
