@@ -236,7 +236,11 @@ class Node:
               env: dict[str, str] | None = None) -> dict:
         """Run probe ``name`` (a file ``gpuaccept/probes/<name>.py``) with ``args``; return its JSON dict.
 
-        Raises ProbeError (crash, no JSON, ``failed``), CommandTimeout, or another TransportError.
+        ``timeout``: seconds of wall clock (default the node's ``probe_timeout``): the controller kills the
+        probe's process groups then, and the node-side watchdog WATCHDOG_GRACE_S later on its own. ``env``:
+        extra environment variables for the probe, laid over PROBE_ENV (values are quoted here).
+        Raises ProbeError (crash, no JSON, ``failed``, killed by the watchdog), CommandTimeout, Interrupted,
+        or another TransportError.
         """
         if not os.path.exists(os.path.join(PROBE_DIR, f"{name}.py")):
             raise ValueError(f"no probe named {name}")

@@ -347,10 +347,10 @@ FAULT_ROWS: list[str] = []
 
 
 @pytest.mark.parametrize("sig,xdist,addresses", [
-    ("SIGINT", False, ("127.0.0.20", "127.0.0.21")),
-    ("SIGTERM", False, ("127.0.0.22", "127.0.0.23")),
-    ("SIGINT", True, ("127.0.0.24", "127.0.0.25")),
-    ("SIGTERM", True, ("127.0.0.26", "127.0.0.27")),
+    ("SIGINT", False, ("127.0.0.40", "127.0.0.41")),
+    ("SIGTERM", False, ("127.0.0.42", "127.0.0.43")),
+    ("SIGINT", True, ("127.0.0.44", "127.0.0.45")),
+    ("SIGTERM", True, ("127.0.0.46", "127.0.0.47")),
 ], ids=["SIGINT", "SIGTERM", "SIGINT-n2", "SIGTERM-n2"])
 def test_signal_mid_probe(tmp_path, tmp_path_factory, sig, xdist, addresses):
     """SIGINT or SIGTERM to the controller while a probe runs on two real sshd nodes, with and without -n 2:
@@ -407,7 +407,7 @@ def test_second_signal_aborts_at_once(tmp_path, tmp_path_factory):
     """A test busy on the controller ignores nothing, but finishes its work after a first SIGTERM; a second
     SIGTERM a few seconds later aborts at once, and the test is still recorded as interrupted."""
     base = tmp_path_factory.mktemp("abort")
-    nodes = fault_nodes(base, ("127.0.0.28",))
+    nodes = fault_nodes(base, ("127.0.0.48",))
     try:
         kh = write_known_hosts(base / "known_hosts", nodes)
         inv = make_project(tmp_path, nodes, kh, SLOW_PYTHON_SUITE, "test_nccl_busy.py")
@@ -437,11 +437,45 @@ def test_second_signal_aborts_at_once(tmp_path, tmp_path_factory):
             n.stop()
 
 
+def test_sigterm_stops_a_multinode_collective(tmp_path, tmp_path_factory):
+    """SIGTERM while an inter-node all-reduce runs over two hosts (a probe and two ranks on each): the ranks on
+    every host are killed, the fleet test is an error naming both hosts, the run exits 2 within seconds."""
+    base = tmp_path_factory.mktemp("mnsig")
+    nodes = fault_nodes(base, ("127.0.0.50", "127.0.0.51"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        long_args = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 4096, "iters": 10 ** 9, "warmup": 1}
+        vars_ = f"[gpu:vars]\nnccl_ranks_per_node=2\nnccl_internode_probe_args={json.dumps(long_args)}\n"
+        inv = make_project(tmp_path, nodes, kh, "", "test_zz_none.py", inventory_extra=vars_)
+        rep = tmp_path / "rep"
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
+                                 "--reports", str(rep), "-k", "multinode", "--probe-timeout", "600"],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for_ranks(nodes, proc)
+        time.sleep(1.0)
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        seconds = time.time() - t0
+        left = left_on(nodes)
+        FAULT_ROWS.append(f"| SIGTERM during a 2-host all-reduce | {proc.returncode} | {seconds:.1f} | {left} |")
+        print(FAULT_ROWS[-1])
+        assert proc.returncode == 2, out[-3000:]
+        assert left == 0, [procs_with(str(n.tmp)) for n in nodes]
+        assert seconds < 20
+        t = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
+                 if t["name"] == "test_allreduce_multinode")
+        assert t["outcome"] == "error" and t["message"] == "interrupted (SIGTERM) while running on f1, f2", t
+    finally:
+        for n in nodes:
+            n.stop()
+
+
 def test_controller_sigkilled_node_cleans_itself(tmp_path, tmp_path_factory):
     """SIGKILL of the controller (nothing of it can clean up): the node-side watchdog sees its connection go
     and kills the probe and its ranks within seconds."""
     base = tmp_path_factory.mktemp("sigkill")
-    nodes = fault_nodes(base, ("127.0.0.29",))
+    nodes = fault_nodes(base, ("127.0.0.49",))
     try:
         kh = write_known_hosts(base / "known_hosts", nodes)
         inv = make_project(tmp_path, nodes, kh, LONG_SUITE, "test_nccl_long.py")
