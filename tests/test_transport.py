@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import os
 import random
 import subprocess
@@ -595,6 +596,28 @@ def test_proxyjump_through_a_bastion(tmp_path, isolated_home):
         t = get_transport(host, known_hosts=kh, connect_timeout=3)
         with pytest.raises(HostUnreachable, match=r"jump host .*|cannot connect to \[127.0.0.16\]"):
             t.run("true")
+    finally:
+        bastion.stop()
+        target.stop()
+
+
+def test_proxycommand_from_ansible_args(tmp_path):
+    """``ansible_ssh_common_args: -o ProxyCommand="ssh -W %h:%p bastion"``, Ansible's older bastion idiom,
+    through the real OpenSSH client; %h and %p are expanded to the node's address and port."""
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("OpenSSH client (ssh) not installed: ProxyCommand through ssh -W cannot be tried")
+    bastion = start_sshd(tmp_path / "b", address="127.0.0.18", log_level="DEBUG1")
+    target = start_sshd(tmp_path / "t", address="127.0.0.19")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [bastion, target])
+        proxy = (f"{ssh} -q -i {target.key_file} -o BatchMode=yes -o UserKnownHostsFile={kh} "
+                 f"-o StrictHostKeyChecking=yes -p {bastion.port} -W %h:%p root@{bastion.address}")
+        host = host_for(target, vars={"ansible_ssh_common_args": f"-o ProxyCommand=\"{proxy}\""})
+        t = get_transport(host, known_hosts=kh)
+        assert t.run("echo proxied").stdout == b"proxied\n"
+        assert f"target {target.address} port {target.port}" in bastion.log()
+        t.close()
     finally:
         bastion.stop()
         target.stop()

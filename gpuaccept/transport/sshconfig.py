@@ -111,19 +111,23 @@ def resolve(host: Any, config_path: str | None = None) -> Target:
     ``ansible_ssh_extra_args``; ``~/.ssh/config`` (or ``config_path``) for the host's address; defaults
     (port 22, the local user). Raises ConfigError (unreadable config, unsplittable args)."""
     hvars = getattr(host, "vars", None) or {}
+    address = str(host.address)
+    explicit = lambda *names: any(n in hvars for n in names)  # noqa: E731
+    # the inventory's own values first (they win, and ProxyCommand's %h %p %r expand to them), then ssh args
     first: list[tuple[str, str]] = []
+    if explicit("ansible_host", "ansible_ssh_host"):
+        first.append(("hostname", address))
+    if explicit("ansible_port", "ansible_ssh_port") or int(host.port or 22) != 22:  # a var, or ``host:port``
+        first.append(("port", str(int(host.port or 22))))
+    if host.user:
+        first.append(("user", str(host.user)))
     for var in ARGS_VARS:
         if hvars.get(var):
             first += ssh_args_options(str(hvars[var]), var)
-    address = str(host.address)
     cfg = lookup(address, config_path, first)
-    explicit = lambda *names: any(n in hvars for n in names)  # noqa: E731
-    hostname = address if explicit("ansible_host", "ansible_ssh_host") else str(cfg.get("hostname") or address)
-    if explicit("ansible_port", "ansible_ssh_port") or "port" not in cfg:
-        port = int(host.port or 22)
-    else:
-        port = int(cfg["port"])
-    user = host.user if (host.user or "user" not in cfg) else cfg["user"]
+    hostname = str(cfg.get("hostname") or address)
+    port = int(cfg["port"]) if "port" in cfg else int(host.port or 22)
+    user = cfg.get("user") or None
     keys = [host.key_file] if host.key_file else [os.path.expanduser(k) for k in cfg.get("identityfile") or []]
     jump = cfg.get("proxyjump")
     command = cfg.get("proxycommand")
