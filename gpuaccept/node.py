@@ -309,7 +309,8 @@ class Node:
             if self._transport is not None:
                 if self._dir and self._dead is None and not aborting():
                     try:
-                        self._transport.run(f"rm -rf {shlex.quote(self._dir)}", timeout=CLEANUP_TIMEOUT_S)
+                        self._transport.run(f"rm -rf {shlex.quote(self._dir)}",
+                                            timeout=CLEANUP_TIMEOUT_S if not interruption() else 5.0)
                     except Exception:
                         pass
                 try:

@@ -314,6 +314,15 @@ def test_1_busy(node):
 """
 
 
+def _ppid(pid: int) -> int | None:
+    """The parent of live (non-zombie) process ``pid``, else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[1])
+
+
 def fault_nodes(base: Path, addresses: tuple[str, ...]):
     """sshd nodes whose sessions get their own TMPDIR (``node.tmp``): every shipped probe folder, and so every
     probe process's working directory, is below it, which is how what is left on a node is counted."""
@@ -371,11 +380,14 @@ def test_signal_mid_probe(tmp_path, tmp_path_factory, sig, xdist, addresses):
         else:
             nodes_running = nodes
         wait_for_ranks(nodes_running, proc)
+        workers = [int(e) for e in os.listdir("/proc") if e.isdigit() and _ppid(int(e)) == proc.pid]
+        assert len(workers) == (2 if xdist else 0)
         t0 = time.time()
         proc.send_signal(getattr(signal, sig))
         out, _ = proc.communicate(timeout=120)
         seconds = time.time() - t0
         left = left_on(nodes)
+        assert [w for w in workers if _ppid(w) is not None] == []  # xdist workers are gone too
         FAULT_ROWS.append(f"| {sig}{' -n 2' if xdist else ''} | {proc.returncode} | {seconds:.1f} | {left} |")
         print(FAULT_ROWS[-1])
         assert proc.returncode == 2, out[-3000:]
