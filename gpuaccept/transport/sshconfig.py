@@ -28,7 +28,7 @@ _OPTIONS = ("proxyjump", "proxycommand", "hostname", "port", "user", "identityfi
 class Target:
     """Where to connect: ``hostname``, ``port``, ``user`` (None: the local user), ``key_files`` (tried in
     order; empty: agent and default keys), ``proxy_jump`` (OpenSSH ``[user@]host[:port][,...]``) or
-    ``proxy_command`` (a shell command line, tokens expanded); ``sources``: where each came from."""
+    ``proxy_command`` (a shell command line, tokens expanded)."""
 
     hostname: str
     port: int
