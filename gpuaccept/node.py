@@ -153,11 +153,13 @@ class Node:
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
-            cleanup: str | None = None) -> CommandResult:
+            cleanup: str | None = None, rerun: bool = True) -> CommandResult:
         """Run a shell command on the host (``timeout`` s, default the probe timeout; ``hold_stdin``: see
         gpuaccept.transport). A connection lost mid-command is retried once on a fresh connection, after
         killing the groups it left and running ``cleanup`` (a shell command, e.g. removing a half-written
-        folder). Raises the TransportError subclasses (sticky for this run once the host proved
+        folder); the command is then run again, unless ``rerun`` is False (one rank of a multi-host
+        collective: its peers are gone), when the loss is raised as HostUnreachable and the host stays in
+        the run. Raises the TransportError subclasses (sticky for this run once the host proved
         unreachable, its key refused or auth failed), Interrupted once the run is interrupted."""
         if self.replay_dir:
             raise ProbeError(self.name, f"replayed host (gpuaccept_replay: {self.replay_dir}) runs no commands")
@@ -178,7 +180,12 @@ class Node:
                     if getattr(lost, "pgids", None) is None or interruption():
                         raise
                     self._recover(lost, cleanup)
+                    if not rerun:
+                        raise _Reported(HostUnreachable(self.name, f"{lost.msg} (reconnected; the lost command's "
+                                                                   "processes were killed; not run again)")) from None
                     return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin)
+            except _Reported as r:
+                raise r.error from None
             except _STICKY as e:
                 self._dead = e
                 raise
@@ -254,7 +261,8 @@ class Node:
             # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
             cmd = (f"cd {shlex.quote(d)} && exec env {envs} {shlex.quote(self.python)} _watchdog.py --watch-stdin "
                    f"{limit:g} {WATCHDOG_GRACE_S:g} {name}.py {shlex.quote(json.dumps(args or {}))}")
-            res = self.run(cmd, timeout=limit, hold_stdin=True)
+            # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
+            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=int((args or {}).get("nnodes") or 1) <= 1)
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
@@ -319,6 +327,14 @@ class Node:
                     pass
             self._transport = None
             self._dir = None
+
+
+class _Reported(Exception):
+    """Carries an error past Node.run's sticky-host rule (a lost connection whose host answered again)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _num(v):

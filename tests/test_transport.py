@@ -621,3 +621,27 @@ def test_proxycommand_from_ansible_args(tmp_path):
     finally:
         bastion.stop()
         target.stop()
+
+
+def test_dropped_connection_of_a_collective_rank_is_not_rerun(tmp_path):
+    """A probe that is one rank of a multi-host collective (nnodes > 1) is not run again alone after its
+    connection dropped (its peers are gone): the loss is an error naming the host, which stays in the run."""
+    node = start_sshd(tmp_path, address="127.0.0.12")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        h = Host("rank1", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
+        n = Node(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=120)
+        args = {"backend": "gloo", "nnodes": 2, "node_rank": 1, "ranks_per_node": 1, "master_addr": "127.0.0.1",
+                "master_port": free_port("127.0.0.1"), "hosts": ["rank0", "rank1"], "host": "rank1",
+                "deadline_s": 100, "timeout_s": 100, "marker": "gpuaccept-ar-0123456789ab"}
+        threading.Thread(target=lambda: (wait_started("gpuaccept-ar-0123456789ab", within=30), time.sleep(1),
+                                         [os.kill(p, 9) for p in node.session_processes()]), daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(HostUnreachable, match="rank1: connection lost during command.*not run again"):
+            n.probe("nccl_allreduce", args)
+        assert time.monotonic() - t0 < 30
+        assert_gone("gpuaccept-ar-0123456789ab", within=5)
+        assert n.run("echo still-in").stdout == b"still-in\n"
+        n.close()
+    finally:
+        node.stop()
