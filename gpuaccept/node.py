@@ -26,12 +26,13 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .errors import (AuthError, CommandTimeout, HostKeyError, HostUnreachable, Interrupted, ProbeError,
-                     ThresholdError)
+from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError, ThresholdError
+from .errors import Interrupted
 from .inventory import Host
 from .profiles import probe_args
 from .thresholds import SkuSpec, detect_sku
-from .transport import CommandResult, aborting, interruption, short_command
+from .transport import CommandResult
+from .transport import aborting, interruption, short_command
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,14 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dic
     if doc.get("failed"):
         raise ProbeError(host, f"{name}: {doc.get('msg')} (replayed)")
     return doc
+
+
+class _Reported(Exception):
+    """Carries an error past Node.run's sticky-host rule (a lost connection whose host answered again)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
 
 
 class Node:
@@ -327,14 +336,6 @@ class Node:
                     pass
             self._transport = None
             self._dir = None
-
-
-class _Reported(Exception):
-    """Carries an error past Node.run's sticky-host rule (a lost connection whose host answered again)."""
-
-    def __init__(self, error: Exception):
-        super().__init__(str(error))
-        self.error = error
 
 
 def _num(v):

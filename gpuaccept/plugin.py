@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from .errors import ConfigError, GpuacceptError, ThresholdError
-from . import interrupt
 from .inventory import Inventory, load_inventory
 from .node import Node
+from . import interrupt
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
 from .thresholds import load_all
