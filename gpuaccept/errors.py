@@ -12,7 +12,8 @@ The tree::
         │   ├── HostUnreachable    TCP connect failed, DNS failed, connection dropped
         │   ├── HostKeyError       the host key is unknown (and not accepted) or changed
         │   ├── AuthError          authentication failed, key file unreadable
-        │   └── CommandTimeout     the command outlived its wall-clock timeout; it was killed
+        │   ├── CommandTimeout     the command outlived its wall-clock timeout; it was killed
+        │   └── Interrupted        the run was interrupted (SIGINT, SIGTERM) while the command ran; it was killed
         └── ProbeError             the probe ran but crashed, printed no JSON, or reported failed
 """
 
@@ -68,3 +69,15 @@ class CommandTimeout(TransportError):
 
 class ProbeError(NodeError):
     """The probe crashed, printed no JSON document, or reported ``{"failed": true}``."""
+
+
+class Interrupted(TransportError):
+    """The run was interrupted (SIGINT/SIGTERM) while a command ran on the host, or before it could start;
+    its remote process group was killed. ``str()`` is ``interrupted (SIGINT) while running on <host>...``."""
+
+    def __init__(self, host: str, msg: str):
+        super().__init__(host, msg)
+        self.args = (msg,)
+
+    def __str__(self) -> str:
+        return self.msg

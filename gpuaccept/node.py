@@ -1,25 +1,39 @@
 """One host of the run: ship the probes there once, run them, parse their JSON, keep the answers.
 
 A :class:`Node` wraps a :class:`~gpuaccept.inventory.Host` and its transport. Probes are shipped as a tar
-stream on stdin into a fresh ``mktemp -d`` folder on first use and removed by :meth:`Node.close`.
+stream on stdin into a fresh folder (``$TMPDIR/gpuaccept.<random>``, created with ``mkdir -m 700``) on first
+use and removed by :meth:`Node.close`.
+
+Every probe runs under the node-side watchdog (``probes/_watchdog.py``): in a process group of its own,
+killed at its deadline plus :data:`WATCHDOG_GRACE_S`, or as soon as the controller's connection goes away
+(the probe's stdin is held open by the controller; EOF there means the controller is gone).
+
+A connection lost in the middle of a command is retried once on a fresh connection: the groups the lost
+command left are killed by their known pgid (and a half-shipped folder removed) first; the host is written
+off only when that reconnect fails. Once the run is interrupted (gpuaccept.interrupt) no new command starts.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import logging
 import os
+import secrets
 import tarfile
 import sys
 import threading
 from typing import Any, Callable
 
 from . import shell
-from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, ProbeError
+from .errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, Interrupted, ProbeError
 from .inventory import Host
 from .profiles import probe_args
 from .thresholds import SkuSpec
 from .transport import CommandResult
+from .transport import aborting, interruption, short_command
+
+log = logging.getLogger(__name__)
 
 PROBE_DIR = os.path.join(os.path.dirname(__file__), "probes")
 # Variables a probe run gets on every node: unbuffered logs, no .pyc litter in the shipped folder.
@@ -29,6 +43,11 @@ PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 _STICKY = (HostUnreachable, HostKeyError, AuthError)
 # After a timeout, how long a trivial command may take before the host is declared hung, seconds.
 LIVENESS_TIMEOUT_S = 15.0
+#: seconds the node-side watchdog waits past a probe's own timeout before it kills the probe's group itself:
+#: the controller's kill (gpuaccept.transport.ssh.KILL_BUDGET_S, 6 s) plus margin comes first
+WATCHDOG_GRACE_S = 15.0
+#: seconds for removing the shipped folder at the end of the run (per host)
+CLEANUP_TIMEOUT_S = 30.0
 
 
 def probe_archive() -> bytes:
@@ -99,6 +118,14 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dic
     return doc
 
 
+class _Reported(Exception):
+    """Carries an error past Node.run's sticky-host rule (a lost connection whose host answered again)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
 class Node:
     """A host plus its transport, with probe results cached for the run.
 
@@ -133,18 +160,40 @@ class Node:
         self.replay_dir = host.vars.get("gpuaccept_replay")
 
     # -- transport ---------------------------------------------------------------------------
-    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None) -> CommandResult:
-        """Run a shell command on the host. Raises the TransportError subclasses (sticky for this run
-        once the host proved unreachable, its key refused or auth failed)."""
+    def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
+            cleanup: str | None = None, rerun: bool = True) -> CommandResult:
+        """Run a shell command on the host (``timeout`` s, default the probe timeout; ``hold_stdin``: see
+        gpuaccept.transport). A connection lost mid-command is retried once on a fresh connection, after
+        killing the groups it left and running ``cleanup`` (a shell command, e.g. removing a half-written
+        folder); the command is then run again, unless ``rerun`` is False (one rank of a multi-host
+        collective: its peers are gone), when the loss is raised as HostUnreachable and the host stays in
+        the run. Raises the TransportError subclasses (sticky for this run once the host proved
+        unreachable, its key refused or auth failed), Interrupted once the run is interrupted."""
         if self.replay_dir:
             raise ProbeError(self.name, f"replayed host (gpuaccept_replay: {self.replay_dir}) runs no commands")
         with self._lock:
             if self._dead is not None:
                 raise self._dead
+            reason = interruption()
+            if reason:
+                raise Interrupted(self.name, f"interrupted ({reason}) while running on {self.name}: "
+                                             f"{short_command(command)} not started")
             if self._transport is None:
                 self._transport = self._factory(self.host)
+            timeout = timeout or self.probe_timeout
             try:
-                return self._transport.run(command, stdin=stdin, timeout=timeout or self.probe_timeout)
+                try:
+                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin)
+                except HostUnreachable as lost:
+                    if getattr(lost, "pgids", None) is None or interruption():
+                        raise
+                    self._recover(lost, cleanup)
+                    if not rerun:
+                        raise _Reported(HostUnreachable(self.name, f"{lost.msg} (reconnected; the lost command's "
+                                                                   "processes were killed; not run again)")) from None
+                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin)
+            except _Reported as r:
+                raise r.error from None
             except _STICKY as e:
                 self._dead = e
                 raise
@@ -157,13 +206,38 @@ class Node:
                     self._dead = HostUnreachable(self.name, f"stopped answering ({e.msg}; then {again})")
                 raise
 
+    def _recover(self, lost: HostUnreachable, cleanup: str | None) -> None:
+        """After ``lost`` (a connection lost mid-command): reconnect once, kill the process groups the lost
+        command left (``lost.pgids``), run ``cleanup``. Raises HostUnreachable (the host is written off)
+        when the fresh connection fails too."""
+        pgids = list(getattr(lost, "pgids", None) or [])
+        log.warning("%s: %s; retrying once on a fresh connection (killing process groups %s first)",
+                    self.name, lost.msg, pgids or "none known")
+        t = self._transport
+        steps = []
+        if pgids and hasattr(t, "kill_groups"):
+            from .transport.ssh import kill_group_command  # only SSH connections get lost
+            steps.append(kill_group_command(pgids))
+        if cleanup:
+            steps.append(cleanup)
+        try:
+            t.close()
+            t.run("; ".join(steps) if steps else "true", timeout=LIVENESS_TIMEOUT_S)
+        except Exception as again:  # noqa: BLE001 - any failure of the fresh connection writes the host off
+            raise HostUnreachable(self.name, f"{lost.msg}; a fresh connection failed too: "
+                                             f"{getattr(again, 'msg', again)}") from None
+
     def _ensure_shipped(self) -> str:
         if self._dir is None:
             py = shell.quote(self.python)
-            cmd = ('d=$(mktemp -d "${TMPDIR:-/tmp}/gpuaccept.XXXXXX") && cd "$d" && '
+            # a folder name chosen here (mkdir fails on anything existing, symlinks included), so a
+            # half-shipped folder can be removed when the connection drops during the copy
+            d = f"gpuaccept.{secrets.token_hex(6)}"
+            cmd = (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && '
                    f'{py} -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode=\'r|\')'
                    '.extractall()" && echo "$d"')
-            res = self.run(cmd, stdin=probe_archive(), timeout=60)
+            res = self.run(cmd, stdin=probe_archive(), timeout=self.probe_timeout,
+                           cleanup=f'rm -rf "${{TMPDIR:-/tmp}}/{d}"')
             out = res.stdout.decode(errors="replace").strip().splitlines()
             if res.rc != 0 or not out:
                 err = res.stderr.decode(errors="replace").strip().splitlines()
@@ -177,7 +251,11 @@ class Node:
               env: dict[str, str] | None = None) -> dict:
         """Run probe ``name`` (a file ``gpuaccept/probes/<name>.py``) with ``args``; return its JSON dict.
 
-        Raises ProbeError (crash, no JSON, ``failed``), CommandTimeout, or another TransportError.
+        ``timeout``: seconds of wall clock (default the node's ``probe_timeout``): the controller kills the
+        probe's process groups then, and the node-side watchdog WATCHDOG_GRACE_S later on its own. ``env``:
+        extra environment variables for the probe, laid over PROBE_ENV (values are quoted here).
+        Raises ProbeError (crash, no JSON, ``failed``, killed by the watchdog), CommandTimeout, Interrupted,
+        or another TransportError.
         """
         if not os.path.exists(os.path.join(PROBE_DIR, f"{name}.py")):
             raise ValueError(f"no probe named {name}")
@@ -186,9 +264,13 @@ class Node:
             return replay_probe(self.name, self.replay_dir, name, args)
         with self._lock:
             d = self._ensure_shipped()
+            limit = timeout or self.probe_timeout
+            # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
             cmd = shell.env_command({**PROBE_ENV, **(env or {})},
-                                    [self.python, f"{name}.py", json.dumps(args or {})], cwd=d)
-            res = self.run(cmd, timeout=timeout)
+                                    [self.python, "_watchdog.py", "--watch-stdin", f"{limit:g}", f"{WATCHDOG_GRACE_S:g}",
+                                     f"{name}.py", json.dumps(args or {})], cwd=d, exec_=True)
+            # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
+            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=int((args or {}).get("nnodes") or 1) <= 1)
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
@@ -220,12 +302,13 @@ class Node:
         return bool(self.sku_override or v.get("gpu_sku") or v.get("gpus_per_node"))
 
     def close(self) -> None:
-        """Remove the shipped probes (best effort) and close the transport."""
+        """Remove the shipped probes (best effort; not after a second interrupt) and close the transport."""
         with self._lock:
             if self._transport is not None:
-                if self._dir and self._dead is None:
+                if self._dir and self._dead is None and not aborting():
                     try:
-                        self._transport.run(shell.command(["rm", "-rf", self._dir]), timeout=30)
+                        self._transport.run(shell.command(["rm", "-rf", self._dir]),
+                                            timeout=CLEANUP_TIMEOUT_S if not interruption() else 5.0)
                     except Exception:
                         pass
                 try:

@@ -22,6 +22,7 @@ from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import Node
+from . import interrupt
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
@@ -156,6 +157,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                                     "profile": config.getoption("profile")},
                                      previous=load_previous_figures(previous))
     config.stash[STATE] = state
+    interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
 
 
 def _point_latest(rdir: str) -> None:

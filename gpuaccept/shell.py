@@ -41,11 +41,12 @@ def bad_env_name(name: Any) -> str | None:
     return None
 
 
-def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = None) -> str:
-    """``cd CWD && env -- NAME=value ... PROGRAM ARGS...``, every value and word quoted.
+def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = None, exec_: bool = False) -> str:
+    """``cd CWD && [exec] env -- NAME=value ... PROGRAM ARGS...``, every value and word quoted.
 
     ``env``: variable name -> value (made text with ``str``); ``argv``: the program and its arguments;
-    ``cwd``: a folder to change to first (optional).
+    ``cwd``: a folder to change to first (optional); ``exec_``: replace the shell (the program then leads
+    the command's process group, as the node-side watchdog needs).
 
     Raises:
         ValueError: a name is not a portable variable name (:data:`ENV_NAME`). The inventory's names are
@@ -58,5 +59,5 @@ def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = N
         if why:
             raise ValueError(f"environment variable {why}")
         words.append(f"{name}={quote(value)}")
-    line = " ".join(words) + " " + command(argv)
+    line = ("exec " if exec_ else "") + " ".join(words) + " " + command(argv)
     return f"cd {quote(cwd)} && {line}" if cwd is not None else line

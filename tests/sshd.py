@@ -5,6 +5,8 @@
     write_known_hosts(path, [node, ...])                 # known_hosts trusting those nodes
     node.freeze() / node.thaw()                          # SIGSTOP / SIGCONT the sshd and its sessions
     node.stop()                                          # SIGKILL the sshd and everything below it
+    start_sshd(tmp, address="127.0.0.2", extra_config=["MaxSessions 1"])   # a hardened server
+    node.command_processes()                             # what runs below the sshd (not sshd itself)
 
 Each sshd gets its own ed25519 host key; all share one client key pair (``client_key()``), created
 once per process. Sessions get ``SHLVL=1`` so root's bash does not source ~/.bashrc. Requires /usr/sbin/sshd and ssh-keygen, and root (sshd privilege separation).
@@ -136,6 +138,21 @@ class SshNode:
                 out.append(p)
         return out
 
+    def command_processes(self, needle: str = "") -> list[int]:
+        """Live (non-zombie) processes below the sshd that are not sshd itself (the commands sessions
+        run and whatever they left), optionally only those whose command line contains ``needle``."""
+        out = []
+        for p in _descendants(self.pid):
+            try:
+                comm = Path(f"/proc/{p}/comm").read_text().strip()
+                state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if not comm.startswith("sshd") and state not in ("Z", "X") and needle in cmd:
+                out.append(p)
+        return out
+
     def freeze(self) -> None:
         """SIGSTOP the listener and its sshd session processes: the TCP peer stays up but never answers."""
         for p in [self.pid] + self.session_processes():
@@ -195,11 +212,14 @@ def start_sshd(
     port: int | None = None,
     name: str | None = None,
     log_level: str = "ERROR",
+    extra_config: list[str] | tuple[str, ...] = (),
 ) -> SshNode:
     """Start an sshd on ``address``:``port`` (a free port if None) with its state in ``tmp_dir``.
 
     Returns an SshNode once the port accepts connections. Raises RuntimeError (with the sshd log) if
     it does not come up within 10 s. ``name``: inventory name (default ``node-<address>-<port>``).
+    ``extra_config``: sshd_config lines placed before the rig's own (sshd keeps the first value of a
+    keyword), e.g. ``["MaxSessions 1"]``.
     """
     why = sshd_missing_reason()
     if why:
@@ -219,7 +239,7 @@ def start_sshd(
         auth.chmod(0o600)
         log_file = d / "sshd.log"
         cfg = d / "sshd_config"
-        lines = [
+        lines = [*extra_config,
             f"ListenAddress {address}",
             f"Port {p}",
             f"HostKey {host_key}",

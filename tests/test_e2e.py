@@ -227,8 +227,28 @@ def test_unknown_host_key_refused_with_hint(tmp_path, sshd_nodes):
     assert case["outcome"] == "error" and "--accept-new-host-keys" in case["message"]
 
 
+def procs_with(needle: str) -> list[str]:
+    """Command lines of live processes on this machine (where the loopback "nodes" run) whose command line
+    or working directory contains ``needle``; this test process excluded."""
+    out = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit() or int(e) == os.getpid():
+            continue
+        try:
+            state = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{e}/cwd")
+        except OSError:
+            continue
+        if state not in ("Z", "X") and (needle in cmd or cwd.startswith(needle)):
+            out.append(cmd)
+    return out
+
+
 def test_interrupt_keeps_results(tmp_path, sshd_nodes, known_hosts):
-    """Ctrl-C mid-run: what was measured is in results.json and the JUnit files; the rest is marked as errors."""
+    """Ctrl-C mid-run: what was measured is kept, the running test is an error "interrupted (SIGINT) while
+    running on node1" (not a pass), the rest "not run", the same in results.json, JUnit and summary.md, and the
+    remote wait loop the test was running is gone from the node."""
     inv = make_project(tmp_path, sshd_nodes[:1], known_hosts)
     rep = tmp_path / "rep"
     go = tmp_path / "GO-never"
@@ -238,20 +258,260 @@ def test_interrupt_keeps_results(tmp_path, sshd_nodes, known_hosts):
                             stderr=subprocess.STDOUT, text=True)
     jsonl = rep / "results.jsonl"
     deadline = time.time() + 90
-    while time.time() < deadline and not (jsonl.exists() and "test_gloo_allreduce" in jsonl.read_text()):
+    while time.time() < deadline and not procs_with(str(go)):  # test_wait_for_go's loop runs on the node
         time.sleep(0.2)
-    time.sleep(1.0)  # now inside test_wait_for_go
+    assert procs_with(str(go)), "the wait loop never started"
+    assert "test_gloo_allreduce" in jsonl.read_text()
+    t0 = time.time()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
+    assert time.time() - t0 < 15
     assert proc.returncode == 2, out[-2000:]
+    assert procs_with(str(go)) == []  # the remote loop was killed, not left spinning
     doc = json.loads((rep / "results.json").read_text())
     by_name = {t["name"].split("[")[0]: t for t in doc["tests"]}
     assert by_name["test_gloo_allreduce"]["outcome"] == "passed"
     assert any(f["check"] == "busbw_gbps" for f in by_name["test_gloo_allreduce"]["figures"])
+    waited = by_name["test_wait_for_go"]
+    assert waited["outcome"] == "error", waited
+    assert waited["message"].startswith("interrupted (SIGINT) while running on node1"), waited["message"]
     assert by_name["test_whoami"]["outcome"] == "error"
-    assert "interrupted" in by_name["test_whoami"]["message"]
-    names = {c["name"].split("[")[0] for c in junit(rep / "junit-nccl.xml")}
-    assert {"test_gloo_allreduce", "test_whoami"} <= names
+    assert by_name["test_whoami"]["message"] == "not run: run interrupted"
+    cases = {c["name"].split("[")[0]: c for c in junit(rep / "junit-nccl.xml")}
+    assert {k: c["outcome"] for k, c in cases.items()} == {
+        "test_gloo_allreduce": "passed", "test_wait_for_go": "error", "test_whoami": "error"}
+    assert cases["test_wait_for_go"]["message"].startswith("interrupted (SIGINT) while running on node1")
+    assert "interrupted (SIGINT) while running on node1" in (rep / "summary.md").read_text()
+
+
+LONG_SUITE = """
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+# a gloo all-reduce (two rank processes under the probe, under the node-side watchdog) that runs for hours
+LONG = {"backend": "gloo", "world_size": 2, "min_bytes": 4096, "max_bytes": 4096, "iters": 10 ** 9, "reps": 1,
+        "warmup": 1}
+
+
+def test_1_long(node, verdicts):
+    doc = node.probe("nccl_allreduce", LONG)
+    verdicts.record("wrong_total", doc["wrong_total"], "elements")
+
+
+def test_2_after(node, verdicts):
+    verdicts.record("ran", node.run("echo ran").stdout.decode().strip())
+"""
+
+SLOW_PYTHON_SUITE = """
+import os, time
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_1_busy(node):
+    node.run("true")
+    open(os.environ["E2E_BUSY"], "w").close()
+    time.sleep(60)   # busy on the controller: only a second signal stops this at once
+"""
+
+
+def _ppid(pid: int) -> int | None:
+    """The parent of live (non-zombie) process ``pid``, else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[1])
+
+
+def fault_nodes(base: Path, addresses: tuple[str, ...]):
+    """sshd nodes whose sessions get their own TMPDIR (``node.tmp``): every shipped probe folder, and so every
+    probe process's working directory, is below it, which is how what is left on a node is counted."""
+    nodes = []
+    for i, a in enumerate(addresses, 1):
+        tmp = base / f"node{i}-tmp"
+        tmp.mkdir(parents=True)
+        n = start_sshd(base, address=a, name=f"f{i}", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"])
+        n.tmp = tmp  # type: ignore[attr-defined]
+        nodes.append(n)
+    return nodes
+
+
+def left_on(nodes) -> int:
+    """Processes of the run still alive on the nodes (counted, by working directory and command line)."""
+    return sum(len(procs_with(str(n.tmp))) for n in nodes)
+
+
+def wait_for_ranks(nodes, proc, within: float = 120) -> None:
+    """Until every node runs its probe's two gloo ranks."""
+    end = time.time() + within
+    while time.time() < end:
+        if all(len([c for c in procs_with(str(n.tmp)) if "--worker" in c]) >= 2 for n in nodes):
+            return
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.2)
+    raise AssertionError("the probes' ranks never started")
+
+
+FAULT_ROWS: list[str] = []
+
+
+@pytest.mark.parametrize("sig,xdist,addresses", [
+    ("SIGINT", False, ("127.0.0.40", "127.0.0.41")),
+    ("SIGTERM", False, ("127.0.0.42", "127.0.0.43")),
+    ("SIGINT", True, ("127.0.0.44", "127.0.0.45")),
+    ("SIGTERM", True, ("127.0.0.46", "127.0.0.47")),
+], ids=["SIGINT", "SIGTERM", "SIGINT-n2", "SIGTERM-n2"])
+def test_signal_mid_probe(tmp_path, tmp_path_factory, sig, xdist, addresses):
+    """SIGINT or SIGTERM to the controller while a probe runs on two real sshd nodes, with and without -n 2:
+    exit 2 within seconds; each host's running probe is an error "interrupted (<SIG>) while running on <host>"
+    in results.json, JUnit and summary.md alike; its next test "not run"; no process of the run is left on
+    either node (the probe, its two ranks, the watchdog)."""
+    base = tmp_path_factory.mktemp("sig")
+    nodes = fault_nodes(base, addresses)
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh, LONG_SUITE, "test_nccl_long.py")
+        rep = tmp_path / "rep"
+        args = [sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                "-k", "long or after", "-p", "no:randomly", "--probe-timeout", "600"] + (["-n", "2"] if xdist else [])
+        proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not xdist:  # one host at a time: the first host's probe runs, the second host's waits
+            nodes_running = nodes[:1]
+        else:
+            nodes_running = nodes
+        wait_for_ranks(nodes_running, proc)
+        workers = [int(e) for e in os.listdir("/proc") if e.isdigit() and _ppid(int(e)) == proc.pid]
+        assert len(workers) == (2 if xdist else 0)
+        t0 = time.time()
+        proc.send_signal(getattr(signal, sig))
+        out, _ = proc.communicate(timeout=120)
+        seconds = time.time() - t0
+        left = left_on(nodes)
+        assert [w for w in workers if _ppid(w) is not None] == []  # xdist workers are gone too
+        FAULT_ROWS.append(f"| {sig}{' -n 2' if xdist else ''} | {proc.returncode} | {seconds:.1f} | {left} |")
+        print(FAULT_ROWS[-1])
+        assert proc.returncode == 2, out[-3000:]
+        assert "passed" not in json.dumps([t["outcome"] for t in json.loads((rep / "results.json").read_text())["tests"]]), out[-5000:]
+        assert seconds < 20, seconds
+        assert left == 0, [procs_with(str(n.tmp)) for n in nodes]
+        doc = json.loads((rep / "results.json").read_text())
+        tests = {(t["host"], t["name"].split("[")[0]): t for t in doc["tests"]}
+        assert len(tests) == 4, tests
+        cases = {(c["classname"].split(".")[1], c["name"].split("[")[0]): c for c in junit(rep / "junit-nccl.xml")}
+        summary = (rep / "summary.md").read_text()
+        for n in nodes_running:
+            t = tests[(n.name, "test_1_long")]
+            want = f"interrupted ({sig}) while running on {n.name}"
+            assert t["outcome"] == "error" and t["message"].startswith(want), t
+            assert cases[(n.name, "test_1_long")]["outcome"] == "error"
+            assert cases[(n.name, "test_1_long")]["message"].startswith(want)
+            assert want in summary
+        for key, t in tests.items():  # nothing passed, nothing missing; JUnit says the same as results.json
+            assert t["outcome"] == "error", t
+            assert cases[key]["outcome"] == "error"
+        assert tests[(nodes[0].name, "test_2_after")]["message"] == "not run: run interrupted"
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_second_signal_aborts_at_once(tmp_path, tmp_path_factory):
+    """A test busy on the controller ignores nothing, but finishes its work after a first SIGTERM; a second
+    SIGTERM a few seconds later aborts at once, and the test is still recorded as interrupted."""
+    base = tmp_path_factory.mktemp("abort")
+    nodes = fault_nodes(base, ("127.0.0.48",))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh, SLOW_PYTHON_SUITE, "test_nccl_busy.py")
+        rep = tmp_path / "rep"
+        busy = tmp_path / "busy"
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
+                                 "--reports", str(rep), "-k", "busy"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env={**os.environ, "E2E_BUSY": str(busy)})
+        end = time.time() + 60
+        while time.time() < end and not busy.exists() and proc.poll() is None:
+            time.sleep(0.1)
+        assert busy.exists(), proc.communicate()[0][-2000:]
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert proc.poll() is None  # still busy: a first signal does not cut a test short on the controller
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        FAULT_ROWS.append(f"| SIGTERM twice | {proc.returncode} | {time.time() - t0:.1f} | {left_on(nodes)} |")
+        print(FAULT_ROWS[-1])
+        assert time.time() - t0 < 5
+        assert proc.returncode == 2, out[-2000:]
+        t = json.loads((rep / "results.json").read_text())["tests"][0]
+        assert t["outcome"] == "error" and t["message"] == "interrupted (SIGTERM) while running on f1", t
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_sigterm_stops_a_multinode_collective(tmp_path, tmp_path_factory):
+    """SIGTERM while an inter-node all-reduce runs over two hosts (a probe and two ranks on each): the ranks on
+    every host are killed, the fleet test is an error naming both hosts, the run exits 2 within seconds."""
+    base = tmp_path_factory.mktemp("mnsig")
+    nodes = fault_nodes(base, ("127.0.0.50", "127.0.0.51"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        long_args = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 4096, "iters": 10 ** 9, "warmup": 1}
+        vars_ = f"[gpu:vars]\nnccl_ranks_per_node=2\nnccl_internode_probe_args={json.dumps(long_args)}\n"
+        inv = make_project(tmp_path, nodes, kh, "", "test_zz_none.py", inventory_extra=vars_)
+        rep = tmp_path / "rep"
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
+                                 "--reports", str(rep), "-k", "multinode", "--probe-timeout", "600"],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for_ranks(nodes, proc)
+        time.sleep(1.0)
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        seconds = time.time() - t0
+        left = left_on(nodes)
+        FAULT_ROWS.append(f"| SIGTERM during a 2-host all-reduce | {proc.returncode} | {seconds:.1f} | {left} |")
+        print(FAULT_ROWS[-1])
+        assert proc.returncode == 2, out[-3000:]
+        assert left == 0, [procs_with(str(n.tmp)) for n in nodes]
+        assert seconds < 20
+        t = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
+                 if t["name"] == "test_allreduce_multinode")
+        assert t["outcome"] == "error" and t["message"] == "interrupted (SIGTERM) while running on f1, f2", t
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_controller_sigkilled_node_cleans_itself(tmp_path, tmp_path_factory):
+    """SIGKILL of the controller (nothing of it can clean up): the node-side watchdog sees its connection go
+    and kills the probe and its ranks within seconds."""
+    base = tmp_path_factory.mktemp("sigkill")
+    nodes = fault_nodes(base, ("127.0.0.49",))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh, LONG_SUITE, "test_nccl_long.py")
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
+                                 "--reports", str(tmp_path / "rep"), "-k", "long", "--probe-timeout", "600"],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for_ranks(nodes, proc)
+        assert left_on(nodes) >= 4  # watchdog, probe, two ranks
+        t0 = time.time()
+        proc.kill()
+        proc.communicate(timeout=30)
+        while left_on(nodes) and time.time() - t0 < 15:
+            time.sleep(0.1)
+        seconds = time.time() - t0
+        FAULT_ROWS.append(f"| SIGKILL of the controller | -9 | {seconds:.1f} (node clean) | {left_on(nodes)} |")
+        print(FAULT_ROWS[-1])
+        assert left_on(nodes) == 0, [procs_with(str(n.tmp)) for n in nodes]
+        assert seconds < 10
+    finally:
+        for n in nodes:
+            n.stop()
 
 
 # -- operators' mistakes: one clear line, non-zero exit, no traceback, no node touched ------------------------

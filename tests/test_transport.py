@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import os
 import random
 import subprocess
@@ -374,3 +375,273 @@ def test_fingerprint_matches_ssh_keygen(sshd_nodes):
     key = paramiko.PKey.from_path(node.host_key)
     want = subprocess.run([SSH_KEYGEN, "-lf", node.host_key + ".pub"], capture_output=True, text=True).stdout.split()[1]
     assert fingerprint(key) == want
+
+
+# ---------------------------------------------------------------- interruption, watchdog, hardened servers
+
+import json  # noqa: E402
+import logging  # noqa: E402
+
+from gpuaccept.errors import Interrupted  # noqa: E402
+from gpuaccept.inventory import Host  # noqa: E402
+from gpuaccept.node import Node  # noqa: E402
+from gpuaccept.transport import cancel_all, reset_interruption, running  # noqa: E402
+from gpuaccept.transport.sshconfig import parse_jump, resolve, ssh_args_options  # noqa: E402
+
+WATCHDOG = Path(__file__).resolve().parent.parent / "gpuaccept" / "probes" / "_watchdog.py"
+
+
+def sleeper(tmp_path: Path, m1: str, m2: str) -> Path:
+    """A stand-in probe: starts a child ``sleep m2`` in its group, then sleeps ``m1`` itself."""
+    p = tmp_path / "sleeper.py"
+    p.write_text(f"import subprocess, time\nsubprocess.Popen(['sleep', '{m2}'])\ntime.sleep({m1})\n")
+    return p
+
+
+def test_cancel_all_kills_and_raises_interrupted(transport):
+    """The interrupt handler's kill-all reaches a command in flight on either backend: its group dies and the
+    waiting caller gets Interrupted naming the signal and the host; nothing new is refused by the transport."""
+    m = marker()
+    threading.Thread(target=lambda: (wait_started(m), cancel_all("SIGTERM")), daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(Interrupted) as ei:
+            transport.run(f"sleep {m}", timeout=60)
+    finally:
+        reset_interruption()
+    assert time.monotonic() - t0 < 8
+    assert str(ei.value).startswith(f"interrupted (SIGTERM) while running on {transport.host.name}: sleep")
+    assert_gone(m)
+    assert running() == []
+    assert transport.run("echo again").stdout == b"again\n"
+
+
+def test_every_command_is_logged(transport, caplog):
+    caplog.set_level(logging.DEBUG, logger="gpuaccept.run")
+    transport.run("echo logged; exit 3")
+    rec = [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
+    assert len(rec) == 1 and rec[0].startswith(f"RUN {transport.host.name} echo logged; exit 3 rc=3 ")
+    assert rec[0].endswith("s")
+
+
+def test_watchdog_kills_its_group_at_deadline(transport, tmp_path):
+    """The node-side watchdog alone (the controller's timeout far away): at deadline + grace the probe and the
+    child it started are killed, and the watchdog answers with a failure document."""
+    m1, m2 = marker(), marker()
+    probe = sleeper(tmp_path, m1, m2)
+    t0 = time.monotonic()
+    r = transport.run(f"exec {sys.executable} {WATCHDOG} --watch-stdin 1 0.5 {probe}", timeout=60, hold_stdin=True)
+    assert time.monotonic() - t0 < 1.5 + 1.5 + 3
+    doc = json.loads(r.stdout.decode().splitlines()[-1])
+    assert r.rc == 1 and doc["failed"] and "past its deadline (1 s + 0.5 s grace)" in doc["msg"]
+    assert b"__GPUACCEPT_PGID__" not in r.stderr  # the announced group was taken out of stderr
+    assert_gone(m1, within=1)
+    assert_gone(m2, within=1)
+
+
+def test_watchdog_passes_the_probe_through(transport, tmp_path):
+    p = tmp_path / "ok.py"
+    p.write_text("import sys, json; print('log', file=sys.stderr); print(json.dumps({'ok': sys.stdin.read()}))\n")
+    r = transport.run(f"exec {sys.executable} {WATCHDOG} --watch-stdin 30 5 {p}", timeout=60, hold_stdin=True)
+    assert (r.rc, r.stdout, r.stderr) == (0, b'{"ok": ""}\n', b"log\n")  # the probe's stdin is /dev/null
+    p.write_text("import sys; sys.exit(7)\n")
+    assert transport.run(f"{sys.executable} {WATCHDOG} 30 5 {p}").rc == 7
+
+
+def test_watchdog_kills_on_connection_loss(tmp_path, known_hosts):
+    """The SSH connection drops (its sshd session process dies) while a watched probe runs: the watchdog reads
+    EOF on the stdin the controller held and kills the probe's group; nothing is left."""
+    node = start_sshd(tmp_path, address="127.0.0.13")
+    m1, m2 = marker(), marker()
+    probe = sleeper(tmp_path, m1, m2)
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        t = get_transport(host_for(node), known_hosts=kh)
+        threading.Thread(target=lambda: (wait_started(m2), [os.kill(p, 9) for p in node.session_processes()]),
+                         daemon=True).start()
+        with pytest.raises(HostUnreachable, match="connection lost during command") as ei:
+            t.run(f"exec {sys.executable} {WATCHDOG} --watch-stdin 600 15 {probe}", timeout=60, hold_stdin=True)
+        assert len(ei.value.pgids) == 2  # the wrapper's group and the probe's own, both announced
+        assert_gone(m1, within=4)
+        assert_gone(m2, within=4)
+    finally:
+        node.stop()
+
+
+def test_maxsessions_1_timeout_still_kills(tmp_path):
+    """A server allowing one session per connection refuses the kill channel: the kill goes through a fresh
+    connection, the host is not reported as hung, and the next command runs."""
+    node = start_sshd(tmp_path, address="127.0.0.14", extra_config=["MaxSessions 1"])
+    m = marker()
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        t = get_transport(host_for(node), known_hosts=kh)
+        with pytest.raises(CommandTimeout) as ei:
+            t.run(f"sleep {m}", timeout=1)
+        assert "refused a second session" in str(ei.value) and "killed through a fresh connection" in str(ei.value)
+        assert_gone(m)
+        assert t.run("echo next").stdout == b"next\n"
+        # the same through a Node: a timeout, then the host answers (not "stopped answering")
+        h = Host("hardened", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
+        n = Node(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=1)
+        with pytest.raises(CommandTimeout):
+            n.run(f"sleep {m}")
+        assert_gone(m)
+        assert n.run("echo alive").stdout == b"alive\n"
+        n.close()
+    finally:
+        node.stop()
+
+
+def test_dropped_connection_retried_once(tmp_path):
+    """The connection drops mid-command, the host still answers: the lost command's process group is killed
+    by its pgid, and the command runs once more on a fresh connection."""
+    node = start_sshd(tmp_path, address="127.0.0.15")
+    m = marker()
+    flag = tmp_path / "ran-once"
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        h = Host("flaky", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
+        n = Node(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=60)
+        assert n.run("true").rc == 0
+        threading.Thread(target=lambda: (wait_started(m), [os.kill(p, 9) for p in node.session_processes()]),
+                         daemon=True).start()
+        res = n.run(f"if [ -e {flag} ]; then echo second; else touch {flag}; sleep {m}; fi")
+        assert res.stdout == b"second\n"
+        assert_gone(m)  # without the kill by pgid it would sleep on (its session is gone, not it)
+        n.close()
+        # and when the reconnect fails, the host is written off
+        n = Node(h, lambda host: get_transport(host, known_hosts=kh, connect_timeout=3), {}, probe_timeout=60)
+        assert n.run("true").rc == 0
+        threading.Thread(target=lambda: (wait_started(m), node.stop()), daemon=True).start()
+        with pytest.raises(HostUnreachable, match="a fresh connection failed too"):
+            n.run(f"sleep {m}")
+        with pytest.raises(HostUnreachable, match="a fresh connection failed too"):
+            n.run("true")  # sticky
+    finally:
+        node.stop()
+        assert_gone(m)
+
+
+def test_ship_obeys_probe_timeout(tmp_path):
+    """A hung interpreter costs --probe-timeout when the probes are shipped, not a fixed minute."""
+    hang = tmp_path / "python-hangs"
+    hang.write_text("#!/bin/sh\nsleep 1000.123457\n")
+    hang.chmod(0o755)
+    h = Host("ctl", "localhost", 22, None, None, "local", str(hang), {"ansible_python_interpreter": str(hang)}, ("all",))
+    n = Node(h, get_transport, {}, probe_timeout=2)
+    t0 = time.monotonic()
+    with pytest.raises(CommandTimeout, match="timed out after 2s"):
+        n.probe("gpu_inventory")
+    assert time.monotonic() - t0 < 2 + 3
+    assert_gone("1000.123457")
+
+
+# ---------------------------------------------------------------- ~/.ssh/config, ProxyJump
+
+
+def test_ssh_args_options():
+    assert ssh_args_options("-o ProxyJump=b1 -o ControlMaster=auto -J b2 -oUser=x") == [
+        ("proxyjump", "b1"), ("proxyjump", "b2"), ("user", "x")]
+    assert ssh_args_options('-o ProxyCommand="ssh -W %h:%p -q bastion"') == [("proxycommand", "ssh -W %h:%p -q bastion")]
+    assert ssh_args_options("-o 'Port 2222'") == [("port", "2222")]
+    assert parse_jump("u@b1:2200,[::1]:22,b3") == [("u", "b1", 2200), (None, "::1", 22), (None, "b3", None)]
+
+
+def test_ssh_config_resolution_inventory_wins(tmp_path):
+    cfg = tmp_path / "config"
+    cfg.write_text("Host gpu*\n  HostName 10.0.0.9\n  Port 2200\n  User ops\n  IdentityFile ~/k\n  ProxyJump bastion\n")
+    plain = FakeHost(name="gpu01", address="gpu01", port=22, vars={})
+    t = resolve(plain, str(cfg))
+    assert (t.hostname, t.port, t.user, t.proxy_jump) == ("10.0.0.9", 2200, "ops", "bastion")
+    assert t.key_files == [os.path.expanduser("~/k")]
+    pinned = FakeHost(name="gpu01", address="gpu01", port=2222, user="root", key_file="/inv/key",
+                      vars={"ansible_host": "gpu01", "ansible_port": 2222,
+                            "ansible_ssh_common_args": "-o ProxyJump=other"})
+    t = resolve(pinned, str(cfg))
+    assert (t.hostname, t.port, t.user, t.key_files, t.proxy_jump) == ("gpu01", 2222, "root", ["/inv/key"], "other")
+    cmd = FakeHost(name="n", address="n1", vars={"ansible_ssh_extra_args": "-o ProxyCommand='nc %h %p'"})
+    assert resolve(cmd, str(tmp_path / "absent")).proxy_command == "nc n1 22"
+
+
+def test_proxyjump_through_a_bastion(tmp_path, isolated_home):
+    """A node reached only through a bastion, as ~/.ssh/config says (ProxyJump), the way Ansible reaches it:
+    the bastion's sshd opens the tunnel (its log shows the direct-tcpip request), commands and the kill on
+    timeout work through it, and with the bastion down the node is unreachable naming the jump host."""
+    bastion = start_sshd(tmp_path / "b", address="127.0.0.16", log_level="DEBUG1")
+    target = start_sshd(tmp_path / "t", address="127.0.0.17")
+    m = marker()
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [bastion, target])
+        ssh = isolated_home / ".ssh"
+        ssh.mkdir()
+        (ssh / "config").write_text(
+            f"Host gpu-behind\n  HostName {target.address}\n  Port {target.port}\n  User root\n"
+            f"  IdentityFile {target.key_file}\n  ProxyJump root@{bastion.address}:{bastion.port}\n")
+        host = FakeHost(name="gpu-behind", address="gpu-behind", port=22, user=None, key_file=None, vars={})
+        t = get_transport(host, known_hosts=kh)
+        assert t.run("echo through").stdout == b"through\n"
+        assert f"target {target.address} port {target.port}" in bastion.log()
+        with pytest.raises(CommandTimeout):
+            t.run(f"sleep {m}", timeout=1)
+        assert_gone(m)
+        t.close()
+        # the same through the inventory's ssh args instead of ssh_config (no config at all)
+        (ssh / "config").unlink()
+        host = host_for(target, vars={"ansible_ssh_common_args": f"-o ProxyJump=root@{bastion.address}:{bastion.port}"})
+        t = get_transport(host, known_hosts=kh)
+        assert t.run("echo args").stdout == b"args\n"
+        t.close()
+        bastion.stop()
+        t = get_transport(host, known_hosts=kh, connect_timeout=3)
+        with pytest.raises(HostUnreachable, match=r"jump host .*|cannot connect to \[127.0.0.16\]"):
+            t.run("true")
+    finally:
+        bastion.stop()
+        target.stop()
+
+
+def test_proxycommand_from_ansible_args(tmp_path):
+    """``ansible_ssh_common_args: -o ProxyCommand="ssh -W %h:%p bastion"``, Ansible's older bastion idiom,
+    through the real OpenSSH client; %h and %p are expanded to the node's address and port."""
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("OpenSSH client (ssh) not installed: ProxyCommand through ssh -W cannot be tried")
+    bastion = start_sshd(tmp_path / "b", address="127.0.0.18", log_level="DEBUG1")
+    target = start_sshd(tmp_path / "t", address="127.0.0.19")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [bastion, target])
+        proxy = (f"{ssh} -q -i {target.key_file} -o BatchMode=yes -o UserKnownHostsFile={kh} "
+                 f"-o StrictHostKeyChecking=yes -p {bastion.port} -W %h:%p root@{bastion.address}")
+        host = host_for(target, vars={"ansible_ssh_common_args": f"-o ProxyCommand=\"{proxy}\""})
+        t = get_transport(host, known_hosts=kh)
+        assert t.run("echo proxied").stdout == b"proxied\n"
+        assert f"target {target.address} port {target.port}" in bastion.log()
+        t.close()
+    finally:
+        bastion.stop()
+        target.stop()
+
+
+def test_dropped_connection_of_a_collective_rank_is_not_rerun(tmp_path):
+    """A probe that is one rank of a multi-host collective (nnodes > 1) is not run again alone after its
+    connection dropped (its peers are gone): the loss is an error naming the host, which stays in the run."""
+    node = start_sshd(tmp_path, address="127.0.0.12")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        h = Host("rank1", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
+        n = Node(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=120)
+        args = {"backend": "gloo", "nnodes": 2, "node_rank": 1, "ranks_per_node": 1, "master_addr": "127.0.0.1",
+                "master_port": free_port("127.0.0.1"), "hosts": ["rank0", "rank1"], "host": "rank1",
+                "deadline_s": 100, "timeout_s": 100, "marker": "gpuaccept-ar-0123456789ab"}
+        threading.Thread(target=lambda: (wait_started("gpuaccept-ar-0123456789ab", within=30), time.sleep(1),
+                                         [os.kill(p, 9) for p in node.session_processes()]), daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(HostUnreachable, match="rank1: connection lost during command.*not run again"):
+            n.probe("nccl_allreduce", args)
+        assert time.monotonic() - t0 < 30
+        assert_gone("gpuaccept-ar-0123456789ab", within=5)
+        assert n.run("echo still-in").stdout == b"still-in\n"
+        n.close()
+    finally:
+        node.stop()

@@ -10,11 +10,25 @@ Contract (every backend)::
 own process group; on timeout the whole group is killed (TERM, then KILL) and CommandTimeout is raised.
 stdout and stderr are drained together, so a command writing megabytes to both never deadlocks.
 Errors raise the subclasses of gpuaccept.errors.TransportError, each naming the host.
+
+``hold_stdin=True`` keeps the command's stdin open (no EOF) until it ends: a command run under the node-side
+watchdog (``probes/_watchdog.py``) reads EOF there as "the controller is gone" and kills its process group.
+
+Every command in flight is in one registry (:func:`running`); :func:`cancel_all` (the interrupt handler's
+kill-all, see gpuaccept.interrupt) makes each backend kill its remote process group and raise Interrupted,
+whichever thread waits on it (multi-node ranks included). Every command is logged at DEBUG on the
+``gpuaccept.run`` logger, in one place (:func:`tracked`): ``RUN <host> <command> rc=<rc> <seconds>s``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+#: logger of every remote command (``-o log_cli=true --log-cli-level=DEBUG`` shows them)
+RUN_LOG = logging.getLogger("gpuaccept.run")
 
 
 @dataclass(frozen=True)
@@ -31,9 +45,10 @@ class CommandResult:
 class Transport(Protocol):
     """What every backend offers: run one command on its host, and close."""
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
         """Run ``command`` (a POSIX shell command line) with ``stdin`` fed to it, at most ``timeout``
-        seconds of wall clock. Raises TransportError subclasses (CommandTimeout on timeout)."""
+        seconds of wall clock; ``hold_stdin``: no EOF on stdin until the command ends. Raises
+        TransportError subclasses (CommandTimeout on timeout, Interrupted when cancelled)."""
         ...
 
     def close(self) -> None:
@@ -47,12 +62,90 @@ def short_command(command: str, limit: int = 60) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+@dataclass(eq=False)
+class Running:
+    """One command in flight: ``host`` (inventory name), ``command``, ``started`` (monotonic s).
+    ``cancelled`` is set by :func:`cancel_all`; ``reason`` then names the signal (``SIGINT``)."""
+
+    host: str
+    command: str
+    started: float = field(default_factory=time.monotonic)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    reason: str = ""
+
+
+_RUNNING: set[Running] = set()
+_REG_LOCK = threading.Lock()
+#: the run's interruption: ``reason`` (e.g. "SIGINT") once cancel_all ran; ``abort`` after a second signal
+_STATE: dict[str, Any] = {"reason": None, "abort": False}
+
+
+def interruption() -> str | None:
+    """The signal name the run was interrupted by (:func:`cancel_all`), else None."""
+    return _STATE["reason"]
+
+
+def aborting() -> bool:
+    """True after ``cancel_all(..., abort=True)`` (a second signal): run no clean-up commands either."""
+    return bool(_STATE["abort"])
+
+
+def reset_interruption() -> None:
+    """Forget an interruption (a new run in the same process, e.g. under pytester in-process)."""
+    _STATE.update(reason=None, abort=False)
+
+
+def running() -> list[Running]:
+    """The commands in flight now, on every host and thread."""
+    with _REG_LOCK:
+        return list(_RUNNING)
+
+
+def cancel_all(reason: str, abort: bool = False) -> list[str]:
+    """Cancel every command in flight (``reason``: e.g. ``SIGTERM``): each backend's wait loop notices
+    within 0.1 s, kills the command's remote process group and raises Interrupted; remember the reason
+    (:func:`interruption`: gpuaccept.node then starts no new command). ``abort``: a second signal (no
+    clean-up commands either, :func:`aborting`). Returns the hosts whose commands were cancelled. Safe to
+    call from a signal handler (sets events only)."""
+    _STATE["reason"] = _STATE["reason"] or reason
+    _STATE["abort"] = _STATE["abort"] or abort
+    with _REG_LOCK:
+        todo = list(_RUNNING)
+    for r in todo:
+        r.reason = reason
+        r.cancelled.set()
+    return sorted({r.host for r in todo})
+
+
+def tracked(host: str, command: str, fn: Callable[[Running], CommandResult]) -> CommandResult:
+    """Run ``fn(running)`` registered as a command in flight on ``host``, and log it at DEBUG as
+    ``RUN <host> <command> rc=<rc> <seconds>s`` (rc is the exception's name when it raised). Every
+    backend's run() goes through here: the one place commands are tracked and logged."""
+    r = Running(host, command)
+    with _REG_LOCK:
+        _RUNNING.add(r)
+    rc: Any = "?"
+    try:
+        res = fn(r)
+        rc = res.rc
+        return res
+    except BaseException as e:
+        rc = type(e).__name__
+        raise
+    finally:
+        with _REG_LOCK:
+            _RUNNING.discard(r)
+        if RUN_LOG.isEnabledFor(logging.DEBUG):
+            RUN_LOG.debug("RUN %s %s rc=%s %.3fs", host, command, rc, time.monotonic() - r.started)
+
+
 def get_transport(
     host: Any,
     *,
     known_hosts: str | None = None,
     accept_new_host_keys: bool = False,
     connect_timeout: float = 10.0,
+    ssh_config: str | None = None,
 ) -> Transport:
     """Return the transport for ``host`` (an inventory ``Host``).
 
@@ -60,7 +153,9 @@ def get_transport(
     else gives an SSHTransport. ``known_hosts``: extra known_hosts file (path) read besides
     ~/.ssh/known_hosts, and where newly accepted keys are appended; ``accept_new_host_keys``: trust
     unknown host keys on first use (changed keys are always refused); ``connect_timeout``: seconds for
-    TCP connect, SSH banner and authentication each. Nothing is connected until the first run().
+    TCP connect, SSH banner and authentication each; ``ssh_config``: OpenSSH client config file read for
+    HostName, Port, User, IdentityFile, ProxyJump, ProxyCommand (default ``~/.ssh/config``; inventory vars win).
+    Nothing is connected until the first run().
     """
     if getattr(host, "connection", "ssh") == "local":
         from gpuaccept.transport.local import LocalTransport
@@ -73,4 +168,5 @@ def get_transport(
         known_hosts=known_hosts,
         accept_new_host_keys=accept_new_host_keys,
         connect_timeout=connect_timeout,
+        ssh_config=ssh_config,
     )

@@ -2,17 +2,41 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
 from typing import Any
 
-from gpuaccept.errors import CommandTimeout, TransportError
-from gpuaccept.transport import CommandResult, short_command
+from gpuaccept.errors import CommandTimeout, Interrupted, TransportError
+from gpuaccept.transport import CommandResult, Running, short_command, tracked
 
 #: seconds between SIGTERM and SIGKILL when a command times out
 KILL_GRACE_S = 2.0
+# the node-side watchdog announces its probe's process group on stderr (see gpuaccept.transport.ssh)
+_MARKER_RE = re.compile(rb"^__GPUACCEPT_PGID__=\d+\n", re.M)
+
+
+def _session_groups(sid: int) -> set[int]:
+    """Process groups with a live member in session ``sid`` (from /proc; ``{sid}`` where there is none):
+    the command's own group and those it made with setpgid, e.g. the watchdog's probe group."""
+    groups = {sid}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return groups
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            groups.add(int(fields[2]))
+    return groups
 
 
 def _group_alive(pgid: int) -> bool:
@@ -65,55 +89,86 @@ class LocalTransport:
         self.host = host
         self._lock = threading.Lock()
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
         """Run ``command`` (POSIX shell command line) locally.
 
-        ``stdin``: bytes fed to the command, then its stdin is closed. ``timeout``: seconds of wall
-        clock; past it the process group is killed and CommandTimeout is raised (with the output read
-        so far in its ``stdout``/``stderr`` attributes). Returns a CommandResult whose ``rc`` is
-        negative when the shell was killed by a signal. Raises TransportError if /bin/sh cannot start.
+        ``stdin``: bytes fed to the command, then its stdin is closed (``hold_stdin``: kept open, no EOF,
+        until the command ends; ``stdin`` must then be empty). ``timeout``: seconds of wall clock; past it
+        the process group is killed and CommandTimeout is raised (with the output read so far in its
+        ``stdout``/``stderr`` attributes). Cancelled (gpuaccept.transport.cancel_all): the group is killed
+        and Interrupted is raised. Returns a CommandResult whose ``rc`` is negative when the shell was
+        killed by a signal. Raises TransportError if /bin/sh cannot start, ValueError for stdin with
+        ``hold_stdin``.
         """
+        if hold_stdin and stdin:
+            raise ValueError("hold_stdin takes no stdin data")
         with self._lock:
-            return self._run(command, stdin, timeout)
+            return tracked(self.host.name, command, lambda r: self._run(command, stdin, timeout, hold_stdin, r))
 
-    def _run(self, command: str, stdin: bytes, timeout: float) -> CommandResult:
+    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running) -> CommandResult:
         name = self.host.name
         start = time.monotonic()
+        held = None
+        if hold_stdin:  # our end of the pipe stays open: the command reads EOF only when we (or this process) go
+            rfd, held = os.pipe()
         try:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", command],
-                stdin=subprocess.PIPE,
+                stdin=rfd if hold_stdin else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
             )
         except OSError as e:
+            if held is not None:
+                os.close(held)
             raise TransportError(name, f"cannot start /bin/sh: {e}") from None
+        finally:
+            if hold_stdin:
+                os.close(rfd)
         pgid = proc.pid  # start_new_session: the shell leads its own session and process group
+        done = threading.Event()
+        cancelled: list[bool] = []
+
+        def watch() -> None:  # the interrupt handler's kill-all: kill the groups, communicate() then returns
+            while not done.wait(0.1):
+                if running.cancelled.is_set():
+                    cancelled.append(True)
+                    self._signal_groups(proc, pgid)
+                    return
+
+        threading.Thread(target=watch, daemon=True, name=f"cancel-{name}").start()
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
+            out, err = proc.communicate(None if hold_stdin else stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
+            done.set()
             out, err = self._kill(proc, pgid)
             exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {short_command(command)}")
             exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]
             raise exc from None
         except BaseException:
+            done.set()
             self._kill(proc, pgid)
             raise
+        finally:
+            done.set()
+            if held is not None:
+                os.close(held)
+        if cancelled:
+            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: "
+                                    f"{short_command(command)} (process group killed)")
+        if running.cancelled.is_set() and proc.returncode != 0:
+            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: {short_command(command)}")
+        head, tail = err[: 64 * 1024], err[64 * 1024:]
+        err = _MARKER_RE.sub(b"", head, count=2) + tail
         return CommandResult(rc=proc.returncode, stdout=out, stderr=err, duration_s=time.monotonic() - start)
 
     @staticmethod
     def _kill(proc: subprocess.Popen, pgid: int) -> tuple[bytes, bytes]:
-        """TERM the group, wait up to KILL_GRACE_S for it to vanish, KILL it, reap; return output."""
-        _signal_group(pgid, signal.SIGTERM)
-        end = time.monotonic() + KILL_GRACE_S
-        while time.monotonic() < end:
-            proc.poll()  # reap the leader so a zombie does not keep the group "alive"
-            if proc.returncode is not None and not _group_alive(pgid):
-                break
-            time.sleep(0.05)
-        _signal_group(pgid, signal.SIGKILL)
+        """TERM every group of the command's session, wait up to KILL_GRACE_S for them to vanish, KILL
+        them, reap; return output."""
+        LocalTransport._signal_groups(proc, pgid)
         try:
             out, err = proc.communicate(timeout=5.0)
         except subprocess.TimeoutExpired:
@@ -125,6 +180,21 @@ class LocalTransport:
             proc.wait()
             out, err = b"", b""
         return out or b"", err or b""
+
+    @staticmethod
+    def _signal_groups(proc: subprocess.Popen, pgid: int) -> None:
+        """TERM every group of the command's session, wait up to KILL_GRACE_S for them to vanish, KILL them."""
+        groups = _session_groups(pgid)
+        for g in groups:
+            _signal_group(g, signal.SIGTERM)
+        end = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < end:
+            proc.poll()  # reap the leader so a zombie does not keep the group "alive"
+            if proc.returncode is not None and not any(_group_alive(g) for g in groups):
+                break
+            time.sleep(0.05)
+        for g in groups | _session_groups(pgid):
+            _signal_group(g, signal.SIGKILL)
 
     def close(self) -> None:
         """Nothing to release; present for the Transport protocol."""

@@ -6,8 +6,16 @@ Remote side of one run (built by :func:`wrap_command`, the only place that quote
 
 INNER makes sure the shell leads its own process group (OpenSSH already starts sessions with
 setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
-first line it writes to stderr (stripped from the result), then ``eval``s the command. On timeout a
-second channel runs ``kill -TERM -<pgid>``, waits up to 2 s, then ``kill -KILL -<pgid>``.
+first line it writes to stderr (stripped from the result), then ``eval``s the command. A command run under
+the node-side watchdog (``probes/_watchdog.py``) announces its probe's own process group the same way, on the
+next line. On timeout or interruption (gpuaccept.transport.cancel_all) every announced group gets
+``kill -TERM``, up to 2 s of grace, then ``kill -KILL``: through a second channel; where the server refuses one
+(``MaxSessions 1``) through a fresh connection; and for a command holding its stdin (``hold_stdin``) also by
+EOF on the running channel, which the watchdog takes as "kill my group".
+
+Where to connect comes from the inventory and ``~/.ssh/config`` (gpuaccept.transport.sshconfig): HostName,
+Port, User, IdentityFile, and ProxyJump (each hop a connection of its own, the next one tunnelled through its
+``direct-tcpip`` channel) or ProxyCommand (paramiko.ProxyCommand).
 """
 from __future__ import annotations
 
@@ -19,10 +27,11 @@ import logging
 import os
 import re
 import select
-import shlex
+from ..shell import quote as _quote
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import paramiko
@@ -41,8 +50,10 @@ from gpuaccept.errors import (
     GpuacceptError,
     HostKeyError,
     HostUnreachable,
+    Interrupted,
 )
-from gpuaccept.transport import CommandResult, short_command
+from gpuaccept.transport import CommandResult, Running, short_command, tracked
+from gpuaccept.transport.sshconfig import parse_jump, resolve
 
 log = logging.getLogger(__name__)
 #: paramiko's transport logs go here (not to "paramiko.transport"): with no logging configured they
@@ -75,30 +86,31 @@ _INNER = (
 
 def wrap_command(command: str) -> str:
     """The remote command line for ``command``: see the module docstring."""
-    q = shlex.quote
+    q = _quote
     return f"exec /bin/sh -c {q(_INNER)} sh {q(command)} {q(_INNER)}"
 
 
-def kill_group_command(pgid: int, grace_s: float = KILL_GRACE_S) -> str:
-    """Remote command line that TERMs process group ``pgid``, waits up to ``grace_s`` seconds for its
-    live (non-zombie) members to exit, then KILLs it. Uses the ``kill -TERM -PGID`` form (dash's kill
-    takes no ``--``); liveness from /proc with awk, else ``kill -0``."""
-    pgid = int(pgid)
-    if pgid <= 1:
-        raise ValueError(f"refusing to kill process group {pgid}")
+def kill_group_command(pgid: int | list[int], grace_s: float = KILL_GRACE_S) -> str:
+    """Remote command line that TERMs process group(s) ``pgid``, waits up to ``grace_s`` seconds for their
+    live (non-zombie) members to exit, then KILLs them. Uses the ``kill -TERM -PGID`` form (dash's kill
+    takes no ``--``); liveness from /proc with awk, else ``kill -0``. Raises ValueError for a pgid <= 1."""
+    pgids = [int(p) for p in (pgid if isinstance(pgid, (list, tuple)) else [pgid])]
+    if not pgids or any(p <= 1 for p in pgids):
+        raise ValueError(f"refusing to kill process group(s) {pgids}")
     steps = max(1, int(grace_s * 10))
+    plist = " ".join(str(p) for p in pgids)
     script = (
-        f"p={pgid}; "
+        f"ps_=' {plist} '; "
         "alive() { "
         "if [ -r /proc/self/stat ] && command -v awk >/dev/null 2>&1; then "
         "cat /proc/[0-9]*/stat 2>/dev/null | "
-        "awk -v p=$p '{ sub(/.*\\) /, \"\"); if ($3 == p && $1 != \"Z\" && $1 != \"X\") f = 1 } END { exit !f }'; "
-        "else kill -0 -$p 2>/dev/null; fi; }; "
-        "kill -TERM -$p 2>/dev/null; i=0; "
+        "awk -v p=\"$ps_\" '{ sub(/.*\\) /, \"\"); if (index(p, \" \" $3 \" \") && $1 != \"Z\" && $1 != \"X\") f = 1 } END { exit !f }'; "
+        "else for p in $ps_; do kill -0 -$p 2>/dev/null && return 0; done; return 1; fi; }; "
+        "for p in $ps_; do kill -TERM -$p 2>/dev/null; done; i=0; "
         f"while [ $i -lt {steps} ] && alive; do sleep 0.1; i=$((i+1)); done; "
-        "kill -KILL -$p 2>/dev/null; true"
+        "for p in $ps_; do kill -KILL -$p 2>/dev/null; done; true"
     )
-    return f"exec /bin/sh -c {shlex.quote(script)}"
+    return f"exec /bin/sh -c {_quote(script)}"
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -108,24 +120,31 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 class _StderrSplitter:
-    """Collects stderr, pulling out the first ``__GPUACCEPT_PGID__=<n>`` line (the remote pgid)."""
+    """Collects stderr, pulling out ``__GPUACCEPT_PGID__=<n>`` lines (the wrapper's pgid, then the watched
+    probe's own group) from the first 64 KiB."""
 
     def __init__(self) -> None:
-        self.pgid: int | None = None
+        self.pgids: list[int] = []
         self._head = bytearray()
         self._chunks: list[bytes] = []
         self._scanning = True
+
+    @property
+    def pgid(self) -> int | None:
+        return self.pgids[0] if self.pgids else None
 
     def feed(self, data: bytes) -> None:
         if not self._scanning:
             self._chunks.append(data)
             return
         self._head += data
-        m = _MARKER_RE.search(self._head)
-        if m:
-            self.pgid = int(m.group(1))
+        while True:
+            m = _MARKER_RE.search(self._head)
+            if not m:
+                break
+            self.pgids.append(int(m.group(1)))
             del self._head[m.start() : m.end()]
-        if m or len(self._head) > _MARKER_SCAN_LIMIT:
+        if len(self.pgids) >= 2 or len(self._head) > _MARKER_SCAN_LIMIT:
             self._chunks.append(bytes(self._head))
             self._head = bytearray()
             self._scanning = False
@@ -187,9 +206,12 @@ class SSHTransport:
     keys are appended to it (else to the var's file, else to ~/.ssh/known_hosts).
     ``accept_new_host_keys``: trust an unknown host key on first use; a changed key is always refused.
     ``connect_timeout``: seconds, each for TCP connect, SSH handshake and authentication.
+    ``ssh_config``: OpenSSH client config (default ``~/.ssh/config``), see gpuaccept.transport.sshconfig;
+    inventory vars win over it. ``_jump_spec``: ProxyJump hops in front of this host (for hops themselves).
 
     The connection opens on the first run(), is kept (keepalive every KEEPALIVE_S s) and closed by
     close(). A run that finds the connection dead reconnects once. Runs are serialised by a lock.
+    Raises ConfigError (from the constructor) for an unreadable ssh config.
     """
 
     def __init__(
@@ -198,13 +220,24 @@ class SSHTransport:
         known_hosts: str | None = None,
         accept_new_host_keys: bool = False,
         connect_timeout: float = 10.0,
+        ssh_config: str | None = None,
+        _jump_spec: str | None = None,
+        _depth: int = 0,
     ):
         self.host = host
         self.accept_new_host_keys = accept_new_host_keys
         self.connect_timeout = float(connect_timeout)
-        self.address = str(host.address)
-        self.port = int(host.port or 22)
-        self.user = host.user or getpass.getuser()
+        self.ssh_config = ssh_config
+        self.known_hosts_arg = known_hosts
+        self._depth = _depth
+        target = resolve(host, ssh_config)
+        self.address = target.hostname
+        self.port = target.port
+        self.user = target.user or getpass.getuser()
+        self.key_file = target.key_files[0] if target.key_files else None
+        self.proxy_jump = _jump_spec if _jump_spec is not None else target.proxy_jump
+        self.proxy_command = None if self.proxy_jump else target.proxy_command
+        self._jump: SSHTransport | None = None
         self.display = f"[{self.address}]:{self.port}"
         self.hostkey_name = self.address if self.port == 22 else self.display
         hvars = getattr(host, "vars", None) or {}
@@ -220,17 +253,25 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ public API
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
         """Run ``command`` (POSIX shell command line, run by /bin/sh) on the host.
 
-        ``stdin``: bytes fed to the command, then EOF. ``timeout``: seconds of wall clock, counted from
+        ``stdin``: bytes fed to the command, then EOF (``hold_stdin``: no EOF until the command ends, or
+        until it must be killed). ``timeout``: seconds of wall clock, counted from
         the moment the command is started (connecting is bounded by connect_timeout). Returns a
         CommandResult (``rc`` -1 when the server reported no exit status, i.e. the remote shell died of
-        a signal). Raises HostUnreachable (connect failed, connection lost), HostKeyError, AuthError,
-        CommandTimeout (the remote process group was killed, TERM then KILL), TransportError.
+        a signal). Raises HostUnreachable (connect failed, connection lost: then its ``pgids`` attribute
+        lists the remote process groups left behind, if known), HostKeyError, AuthError,
+        CommandTimeout (the remote process group was killed, TERM then KILL), Interrupted (cancelled by
+        gpuaccept.transport.cancel_all; killed the same way), TransportError.
         """
         with self._lock:
-            return self._run(command, stdin, timeout)
+            return tracked(self.host.name, command, lambda r: self._run(command, stdin, timeout, hold_stdin, r))
+
+    def kill_groups(self, pgids: list[int], timeout: float = KILL_BUDGET_S + 4) -> CommandResult:
+        """Kill remote process groups ``pgids`` (TERM, grace, KILL) with a command on this transport
+        (e.g. after a reconnect, for the groups a lost connection left behind)."""
+        return self.run(kill_group_command(pgids), timeout=timeout)
 
     def close(self) -> None:
         """Close the SSH connection (if any). A later run() reconnects."""
@@ -249,14 +290,18 @@ class SSHTransport:
                 client.close()
             except Exception:  # pragma: no cover - best effort
                 pass
+        jump, self._jump = self._jump, None
+        if jump is not None:
+            jump.close()
 
     def _alive(self) -> bool:
         t = self._client.get_transport() if self._client is not None else None
         return t is not None and t.is_active()
 
     def _load_key(self) -> paramiko.PKey | None:
-        """The key from host.key_file; None when there is none or it needs a passphrase (agent)."""
-        path = self.host.key_file
+        """The key from the inventory's key file (else ssh_config's IdentityFile); None when there is none
+        or it needs a passphrase (agent)."""
+        path = self.key_file
         if not path:
             return None
         path = os.path.expanduser(str(path))
@@ -271,10 +316,46 @@ class SSHTransport:
                 return None  # passphrase-protected (OpenSSH format says so this way)
             raise AuthError(self.host.name, f"cannot load key file {path}: {e}") from None
 
+    def _proxy_sock(self) -> Any:
+        """The socket-like object to reach the host through: a ProxyJump hop's direct-tcpip channel, a
+        ProxyCommand, or None (connect directly). Raises HostUnreachable naming the hop."""
+        name = self.host.name
+        if self.proxy_jump:
+            if self._depth >= 8:
+                raise HostUnreachable(name, f"ProxyJump chain longer than 8 hops: {self.proxy_jump}")
+            hops = parse_jump(self.proxy_jump)
+            user, hop, port = hops[-1]
+            before = ",".join(f"{u + '@' if u else ''}[{h}]:{p or 22}" for u, h, p in hops[:-1]) or None
+            hvars = {"ansible_port": port} if port else {}
+            hop_host = _HopHost(f"{name} (jump host {hop})", hop, port or 22, user, None, hvars)
+            jump = SSHTransport(hop_host, known_hosts=self.known_hosts_arg, accept_new_host_keys=self.accept_new_host_keys,
+                                connect_timeout=self.connect_timeout, ssh_config=self.ssh_config,
+                                _jump_spec=before, _depth=self._depth + 1)
+            if jump.key_file is None:
+                jump.key_file = self.key_file  # no IdentityFile for the hop: try the host's own key
+            self._jump = jump
+            client = jump._connect()
+            jump._client = client
+            try:
+                transport = client.get_transport()
+                assert transport is not None
+                return transport.open_channel("direct-tcpip", (self.address, self.port), ("127.0.0.1", 0),
+                                              timeout=self.connect_timeout)
+            except (SSHException, EOFError, OSError) as e:
+                raise HostUnreachable(name, f"jump host {jump.display} could not open a tunnel to {self.display}: "
+                                            f"{e or type(e).__name__}") from None
+        if self.proxy_command:
+            try:
+                return paramiko.ProxyCommand(self.proxy_command)
+            except Exception as e:  # noqa: BLE001 - paramiko raises ProxyCommandFailure or OSError
+                raise HostUnreachable(name, f"ProxyCommand {self.proxy_command!r} failed: {e}") from None
+        return None
+
     def _connect(self) -> paramiko.SSHClient:
         name = self.host.name
         pkey = self._load_key()
-        key_file = self.host.key_file
+        key_file = self.key_file
+        sock = self._proxy_sock()
         client = paramiko.SSHClient()
         client.set_log_channel(PARAMIKO_LOG)
         revoked: dict[str, str] = {}
@@ -300,6 +381,7 @@ class SSHTransport:
                 banner_timeout=t,
                 auth_timeout=t,
                 channel_timeout=t,
+                sock=sock,
                 **kwargs,
             )
         except GpuacceptError:
@@ -402,12 +484,12 @@ class SSHTransport:
             except HostKeyError:
                 continue
             if hk.lookup(self.hostkey_name):
-                where = f" -f {shlex.quote(path)}"
+                where = f" -f {_quote(path)}"
                 break
         return (
             f"host key for {self.display} CHANGED (server offers {got.get_name()} {fingerprint(got)}, "
             f"known_hosts has {fingerprint(expected)}); possible man-in-the-middle; remove the old key "
-            f"with ssh-keygen -R {shlex.quote(self.hostkey_name)}{where} if the change is expected"
+            f"with ssh-keygen -R {_quote(self.hostkey_name)}{where} if the change is expected"
         )
 
     def _record_host_key(self, hostname: str, key: paramiko.PKey) -> None:
@@ -455,7 +537,7 @@ class SSHTransport:
                 self._close_client()
                 if reused and attempt == 0 and not watchdog.fired:
                     continue  # stale connection: reconnect once
-                if watchdog.fired:
+                if watchdog.fired or "Timeout opening channel" in str(e):  # paramiko's own channel-open timeout
                     raise HostUnreachable(
                         self.host.name, f"{self.display} stopped answering (no reply to a session request)"
                     ) from None
@@ -466,7 +548,7 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ one run
 
-    def _run(self, command: str, stdin: bytes, timeout: float) -> CommandResult:
+    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running) -> CommandResult:
         name = self.host.name
         watchdog = _Watchdog()
         chan = self._start(command, watchdog)
@@ -476,7 +558,7 @@ class SSHTransport:
         assert transport is not None
         start = time.monotonic()
         deadline = start + timeout
-        watchdog.arm(timeout + KILL_BUDGET_S + 2.0, client)
+        watchdog.arm(timeout + 2 * KILL_BUDGET_S + 2.0, client)
         out: list[bytes] = []
         err = _StderrSplitter()
         try:
@@ -503,7 +585,7 @@ class SSHTransport:
                             progressed = True
                         except (OSError, SSHException):
                             stdin_off = len(stdin)  # the remote stopped reading its stdin
-                    if stdin_off >= len(stdin):
+                    if stdin_off >= len(stdin) and not hold_stdin:
                         try:
                             chan.shutdown_write()
                         except (OSError, SSHException, EOFError):
@@ -515,6 +597,8 @@ class SSHTransport:
                     continue
                 if not transport.is_active():
                     break
+                if running.cancelled.is_set():
+                    raise _Cancelled()
                 now = time.monotonic()
                 if now >= deadline:
                     raise _Timeout()
@@ -524,25 +608,29 @@ class SSHTransport:
                         chan.status_event.wait(wait)  # no more data: only the exit status is awaited
                     else:
                         select.select([fd], [], [], wait)
-        except _Timeout:
-            killed = self._kill_remote(err.pgid, client, time.monotonic() + KILL_BUDGET_S, watchdog)
+        except (_Timeout, _Cancelled) as stop:
+            killed, how = self._kill_remote(err.pgids, client, time.monotonic() + KILL_BUDGET_S, watchdog,
+                                            chan if hold_stdin else None)
             try:
                 chan.close()
             except Exception:
                 pass
             if not killed:
                 self._close_client()
-            msg = f"command timed out after {timeout:g}s: {short_command(command)}"
-            if not killed and err.pgid is None:
-                msg += "; remote process group unknown (no pgid marker received): processes may be left running"
-            elif not killed:
-                msg += "; could not confirm the remote processes were killed (host not answering)"
+            if isinstance(stop, _Cancelled):
+                msg = f"interrupted ({running.reason}) while running on {name}: {short_command(command)}"
+            else:
+                msg = f"command timed out after {timeout:g}s: {short_command(command)}"
+            if how:
+                msg += f"; {how}"
+            if isinstance(stop, _Cancelled):
+                raise Interrupted(name, msg) from None
             exc = CommandTimeout(name, msg)
             exc.stdout, exc.stderr = b"".join(out), err.value()  # type: ignore[attr-defined]
             raise exc from None
         except (SSHException, EOFError, OSError) as e:
             self._close_client()
-            raise HostUnreachable(name, f"connection lost during command ({e}): {short_command(command)}") from None
+            raise _lost(name, f"connection lost during command ({e}): {short_command(command)}", err.pgids) from None
         finally:
             watchdog.cancel()
         duration = time.monotonic() - start
@@ -557,37 +645,86 @@ class SSHTransport:
         if not got_status:
             if watchdog.fired or not transport.is_active() or not chan.eof_received:
                 self._close_client()
-                raise HostUnreachable(name, f"connection lost during command: {short_command(command)}")
+                raise _lost(name, f"connection lost during command: {short_command(command)}", err.pgids)
             rc = -1  # channel closed without exit-status: the remote shell died of a signal
         else:
             rc = chan.recv_exit_status()
         chan.close()
         return CommandResult(rc=rc, stdout=b"".join(out), stderr=err.value(), duration_s=duration)
 
-    def _kill_remote(self, pgid: int | None, client: paramiko.SSHClient, kill_deadline: float, watchdog: _Watchdog) -> bool:
-        """Kill remote process group ``pgid`` on a new channel, by ``kill_deadline`` (monotonic s).
-        True when the kill command completed; False when the host did not answer in time."""
-        if pgid is None or pgid <= 1:
-            return False
+    def _kill_remote(self, pgids: list[int], client: paramiko.SSHClient, kill_deadline: float, watchdog: _Watchdog,
+                     held: paramiko.Channel | None = None) -> tuple[bool, str]:
+        """Kill remote process groups ``pgids`` by ``kill_deadline`` (monotonic s): EOF on ``held`` (the
+        running channel of a watched command: its watchdog kills its group), then the kill command on a
+        new channel, else (the server refuses a second session, e.g. ``MaxSessions 1``) on a fresh
+        connection. Returns (killed, how): killed is True when a kill command completed; how is "" for
+        the plain path, else one clause for the operator's message."""
+        if held is not None:
+            try:
+                held.shutdown_write()  # the watchdog reads EOF: it kills its probe's group itself
+            except (OSError, SSHException, EOFError):
+                pass
+        if not pgids or any(p <= 1 for p in pgids):
+            return False, "remote process group unknown (no pgid marker received): processes may be left running"
         watchdog.arm(kill_deadline - time.monotonic() + 0.5, client)
+        refused = ""
         try:
             transport = client.get_transport()
             if transport is None or not transport.is_active():
-                return False
-            kchan = transport.open_session(timeout=max(0.1, kill_deadline - time.monotonic()))
+                return False, "could not confirm the remote processes were killed (host not answering)"
             try:
-                kchan.exec_command(kill_group_command(pgid))
-                while not kchan.exit_status_ready():
-                    if time.monotonic() >= kill_deadline or not transport.is_active():
-                        return False
-                    kchan.status_event.wait(0.1)
-                return True
-            finally:
-                kchan.close()
+                kchan = transport.open_session(timeout=max(0.1, kill_deadline - time.monotonic()))
+            except paramiko.ChannelException as e:
+                refused = f"the server refused a second session ({e.text or e}; MaxSessions?)"
+            else:
+                try:
+                    kchan.exec_command(kill_group_command(pgids))
+                    while not kchan.exit_status_ready():
+                        if time.monotonic() >= kill_deadline or not transport.is_active():
+                            return False, "could not confirm the remote processes were killed (host not answering)"
+                        kchan.status_event.wait(0.1)
+                    return True, ""
+                finally:
+                    kchan.close()
         except (SSHException, EOFError, OSError):
-            return False
+            return False, "could not confirm the remote processes were killed (host not answering)"
         finally:
             watchdog.cancel()
+        # the server answered but refused the channel: a fresh connection of its own (MaxSessions counts
+        # sessions per connection)
+        fresh = SSHTransport(self.host, known_hosts=self.known_hosts_arg, accept_new_host_keys=self.accept_new_host_keys,
+                             connect_timeout=min(self.connect_timeout, KILL_BUDGET_S / 2), ssh_config=self.ssh_config)
+        try:
+            fresh.run(kill_group_command(pgids), timeout=KILL_BUDGET_S)
+            return True, f"{refused}: killed through a fresh connection"
+        except GpuacceptError as e:
+            return False, (f"{refused}, and a fresh connection failed too ({e.msg if hasattr(e, 'msg') else e}): "
+                           f"process group(s) {', '.join(map(str, pgids))} could not be killed and may still run")
+        finally:
+            fresh.close()
+
+
+@dataclass
+class _HopHost:
+    """A ProxyJump hop, shaped like an inventory Host for SSHTransport."""
+
+    name: str
+    address: str
+    port: int
+    user: str | None
+    key_file: str | None
+    vars: dict
+
+
+def _lost(name: str, msg: str, pgids: list[int]) -> HostUnreachable:
+    """HostUnreachable for a connection lost mid-command; ``pgids``: the remote groups it left behind."""
+    e = HostUnreachable(name, msg)
+    e.pgids = list(pgids)  # type: ignore[attr-defined]
+    return e
+
+
+class _Cancelled(Exception):
+    pass
 
 
 class _Timeout(Exception):

@@ -1,0 +1,201 @@
+"""Node-side watchdog: run one probe in its own process group and make sure nothing of it outlives its run.
+
+    python3 _watchdog.py [--watch-stdin] DEADLINE_S GRACE_S PROBE.py [ARGS...]
+
+The controller starts every shipped probe this way (gpuaccept/node.py), as the process group leader of its
+command. The watchdog forks the probe into a process group of its own, announces that group on stderr as
+``__GPUACCEPT_PGID__=<pgid>`` (before the probe runs; the controller strips the line and kills that group
+too when it times out or is interrupted), then waits. It kills the probe's group (SIGTERM, up to
+:data:`KILL_GRACE_S` seconds, SIGKILL) when:
+
+* the probe outlives ``DEADLINE_S + GRACE_S`` seconds (the controller's own limit plus a grace: this is the
+  guarantee for when the controller cannot kill it);
+* ``--watch-stdin`` and its stdin reaches EOF: the controller holds stdin open for the whole run, so EOF
+  means the SSH connection (or the controller process) is gone;
+* its parent process changes (the sshd session that started it died);
+* it receives SIGHUP, SIGTERM or SIGINT.
+
+A probe that exits by itself leaves nothing behind either: whatever it left running in its group is killed.
+Exit status: the probe's (128 + N when it died of signal N); after a kill, 1 with one JSON line
+``{"failed": true, "msg": "node watchdog: ..."}`` on stdout (the probe contract of ``_probe.py``).
+Standard library only; Linux (``/proc``) for the group scan, ``kill -0`` semantics elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+#: seconds between SIGTERM and SIGKILL of the probe's group (below the controller's 2 s, so the watchdog,
+#: a member of the controller's kill target, reports before it is killed itself)
+KILL_GRACE_S = 1.5
+#: seconds between checks of the probe, stdin and parent
+POLL_S = 0.2
+PGID_MARKER = "__GPUACCEPT_PGID__="
+
+_signalled: list[int] = []
+
+
+def _on_signal(signum, _frame) -> None:
+    _signalled.append(signum)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in process group ``pgid`` (from /proc; else killpg 0)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = None
+    if not entries or not os.path.exists("/proc/self/stat"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM group ``pgid``, wait up to ``grace_s`` s for it to empty (reaping ``child``), SIGKILL it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if sig == signal.SIGKILL:
+            break
+        end = time.monotonic() + grace_s
+        while time.monotonic() < end:
+            _reap(child)
+            if not group_alive(pgid):
+                break
+            time.sleep(0.05)
+    _reap(child)
+
+
+def _reap(child: int):
+    try:
+        pid, status = os.waitpid(child, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return status if pid == child else None
+
+
+def _pdeathsig() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the watchdog) dies; best effort."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # noqa: BLE001 - not Linux, or no libc: the other checks still hold
+        pass
+
+
+def _fail(msg: str) -> None:
+    sys.stdout.write(json.dumps({"failed": True, "msg": f"node watchdog: {msg}"}) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    watch_stdin = bool(argv) and argv[0] == "--watch-stdin"
+    if watch_stdin:
+        argv = argv[1:]
+    if len(argv) < 3:
+        sys.stderr.write("usage: _watchdog.py [--watch-stdin] DEADLINE_S GRACE_S PROBE.py [ARGS...]\n")
+        return 2
+    deadline_s, grace_s = float(argv[0]), float(argv[1])
+    cmd = [sys.executable, *argv[2:]]
+    if os.getpgrp() != os.getpid():
+        try:
+            os.setpgid(0, 0)  # never treat a caller's group as ours
+        except OSError:
+            pass
+    for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, _on_signal)
+    parent = os.getppid()
+    gate_r, gate_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # the probe: own group, dies with us, no stdin, starts once announced
+        try:
+            os.setpgid(0, 0)
+            os.close(gate_w)
+            os.read(gate_r, 1)
+            os.close(gate_r)
+            for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+                signal.signal(s, signal.SIG_DFL)
+            _pdeathsig()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            os.execv(cmd[0], cmd)
+        except BaseException as e:  # noqa: BLE001
+            os.write(2, f"watchdog: cannot start {cmd}: {e}\n".encode())
+        os._exit(127)
+    os.close(gate_r)
+    try:
+        os.setpgid(child, child)
+    except OSError:
+        pass  # the child did it first
+    os.write(2, f"{PGID_MARKER}{child}\n".encode())
+    os.write(gate_w, b"x")
+    os.close(gate_w)
+    end = time.monotonic() + deadline_s + grace_s
+    stdin_open = watch_stdin
+    why = ""
+    while True:
+        status = _reap(child)
+        if status is not None:
+            if group_alive(child):  # the probe left something running in its group
+                kill_group(child, child)
+            if os.WIFSIGNALED(status):
+                return 128 + os.WTERMSIG(status)
+            return os.WEXITSTATUS(status)
+        if _signalled:
+            why = f"received {signal.Signals(_signalled[0]).name}"
+        elif time.monotonic() >= end:
+            why = (f"the probe ran past its deadline ({deadline_s:g} s + {grace_s:g} s grace); "
+                   "its process group was killed")
+        elif os.getppid() != parent:
+            why = "its parent (the SSH session) is gone; the probe's process group was killed"
+        elif stdin_open:
+            try:
+                ready = select.select([0], [], [], POLL_S)[0]
+            except (OSError, ValueError):
+                ready = []
+            if ready:
+                try:
+                    data = os.read(0, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    why = "the controller's connection is gone (stdin closed); the probe's process group was killed"
+            if not why:
+                continue
+        else:
+            time.sleep(POLL_S)
+            continue
+        kill_group(child, child)
+        try:
+            _fail(why)
+        except OSError:
+            pass  # nobody is reading any more
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
