@@ -24,8 +24,8 @@ while True:
         a @ a
     torch.cuda.synchronize()
 PY
-( sleep 90; CUDA_VISIBLE_DEVICES=$last python3 /tmp/noisy.py & echo $! > /tmp/noisy.pid; sleep 70; kill "$(cat /tmp/noisy.pid)"; echo "foreign load pid $(cat /tmp/noisy.pid) on GPU $last: 90 s .. 160 s, stopped" ) &
-t0=$(date +%s); python3 -m pytest -p no:cacheprovider --reports /tmp/rep-burnin-sick -m burnin --burnin-minutes 3 -q 2>&1 | tail -n 25
-echo "== burn-in 3 min with a foreign load: wall $(( $(date +%s) - t0 )) s"
+( sleep 70; CUDA_VISIBLE_DEVICES=$last python3 /tmp/noisy.py & echo $! > /tmp/noisy.pid; sleep 60; kill "$(cat /tmp/noisy.pid)"; echo "foreign load pid $(cat /tmp/noisy.pid) on GPU $last: 70 s .. 130 s, stopped" ) &
+t0=$(date +%s); python3 -m pytest -p no:cacheprovider --reports /tmp/rep-burnin-sick -m burnin --burnin-minutes 2.5 -q 2>&1 | tail -n 25
+echo "== burn-in 2.5 min with a foreign load: wall $(( $(date +%s) - t0 )) s"
 wait
 tar czf "$OUT/reports-burnin.tgz" -C /tmp rep-burnin rep-burnin-sick
