@@ -31,6 +31,10 @@ _STICKY = (HostUnreachable, HostKeyError, AuthError)
 LIVENESS_TIMEOUT_S = 15.0
 
 
+# Called as fn(host, probe, timeout_s) when a probe starts on a node (the progress display listens).
+PROBE_STARTED: list[Callable[[str, str, float], None]] = []
+
+
 def probe_archive() -> bytes:
     """The probes folder as an uncompressed tar stream (``*.py`` files only)."""
     buf = io.BytesIO()
@@ -186,6 +190,7 @@ class Node:
             return replay_probe(self.name, self.replay_dir, name, args)
         with self._lock:
             d = self._ensure_shipped()
+            for cb in PROBE_STARTED: cb(self.name, name, timeout or self.probe_timeout)  # noqa: E701
             envs = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**PROBE_ENV, **(env or {})}.items())
             cmd = (f"cd {shlex.quote(d)} && env {envs} {shlex.quote(self.python)} {name}.py "
                    f"{shlex.quote(json.dumps(args or {}))}")
