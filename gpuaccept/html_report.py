@@ -120,7 +120,9 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     host_rows = [{"name": h, **hv[h]} for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
     tally: dict[str, int] = {}
-    for v in hv.values():
+    for h, v in hv.items():
+        if h == "fleet":
+            continue
         tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
     checks, rows = gpu_table(figures)
     sparks: dict[tuple, str] = {}
@@ -140,10 +142,10 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
         standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
 
 
-def spark_keys(figures: list[dict]) -> list[tuple[str, str, Any, str]]:
-    """``(serial, host, gpu, check)`` of the per-GPU cells that get a sparkline (first few checks)."""
+def spark_keys(figures: list[dict]) -> list[tuple[tuple[str, str, Any, str], dict]]:
+    """``((serial, host, gpu, check), figure)`` of the per-GPU cells that get a sparkline (first few checks)."""
     checks, rows = gpu_table(figures)
     if len(rows) > MAX_SPARK_GPUS:
         return []
-    return [(row["serial"] or "", row["host"], row["gpu"], c) for row in rows for c in checks[:SPARK_CHECKS]
-            if c in row["cells"]]
+    return [((row["serial"] or "", row["host"], row["gpu"], c), row["cells"][c]) for row in rows
+            for c in checks[:SPARK_CHECKS] if c in row["cells"]]

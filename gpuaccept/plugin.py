@@ -114,6 +114,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
         inv: Inventory = load_inventory(inv_path)
         limit = config.getoption("limit")
+        raw = list(config.invocation_params.args)
+        if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
+            raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
         if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
             wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
             hosts = [h for h in inv.select(None) if h.name in wanted]

@@ -119,6 +119,20 @@ class Reporter:
         if time.monotonic() >= self._next_flush:
             self.flush()
 
+    def add_many(self, recs: list[CaseRecord]) -> None:
+        """Store many finished tests at once (a merge): one append and one fsync for all of them."""
+        def append():
+            os.makedirs(self.dir, exist_ok=True)
+            if self._jsonl is None:
+                self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "a", encoding="utf-8")
+            self._jsonl.write("".join(json.dumps(asdict(r), default=str) + "\n" for r in recs))
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())
+        for r in recs:
+            r.run_id = r.run_id or self.run_id
+            self.records[r.nodeid] = r
+        self._guard("results.jsonl", append)
+
     def close(self, missing_reason: str) -> None:
         """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
         for nodeid, (host, layer) in self.expected.items():
@@ -371,7 +385,11 @@ def load_previous_figures(directory: str | None) -> list[dict]:
 
 def gpu_table(figures: list[dict]) -> tuple[list[str], list[dict]]:
     """Per-GPU rows of judged per-GPU figures (pure): ``(checks, rows)``; each row ``{host, gpu, pci_bus_id,
-    serial, cells: {check: figure}}``, ordered by host then GPU index; checks in first-seen order."""
+    serial, cells: {check: figure}}``, ordered by host then GPU index; checks in first-seen order. Key figures
+    only: the throughputs (``min`` limits) and any check that failed somewhere (error counts and
+    below-median percentages that passed everywhere are in results.json)."""
+    failing = {f["check"] for f in figures if f.get("gpu") is not None and f.get("verdict") == "fail"}
+    figures = [f for f in figures if f["check"] in failing or "min" in (f.get("limit") or {})]
     checks: list[str] = []
     rows: dict[tuple, dict] = {}
     for f in figures:
@@ -399,9 +417,10 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
            f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
            ""]
     tally: dict[str, int] = {}
-    for v in hv.values():
-        tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally))
+    for h, v in hv.items():
+        if h != "fleet":
+            tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts")
     out.append("")
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):

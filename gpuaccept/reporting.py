@@ -334,9 +334,9 @@ class ReportPlugin:
                                              "verdict": run_verdict},
                                        [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                                          "message": r.message} for r in recs], figures, verdicts)
-                    for serial, host, gpu, check in html_report.spark_keys(figures):
-                        subj = serial or f"host:{host}:gpu{gpu}"
-                        sparks[(serial, host, gpu, check)] = [v for _, v, _ in history.series(con, subj, check)]
+                    for key, f in html_report.spark_keys(figures):
+                        sparks[key] = [v for _, v, _ in history.series(con, history.subject_of(f),
+                                                                          history.check_of(f))]
                 finally:
                     con.close()
             except (history.HistoryError, OSError) as e:
