@@ -22,6 +22,9 @@ from .report import CaseRecord, _fmt, _limit_s, gpu_table, host_verdicts
 # is not read; the tables still list everything). Chosen.
 MAX_SPARK_GPUS = 256
 MAX_BUSBW_HOSTS = 64
+# Above this many hosts (heatmap rows) or GPUs (GPU table rows) the page lists only hosts that did not pass
+# and says how many passing ones it left out (the page stays a few MB at 10,000 hosts). Chosen.
+MAX_ROWS = 1024
 SPARK_CHECKS = 4  # sparklines for the first few judged per-GPU checks of the table
 
 _STYLE = Style(background="white", plot_background="white", font_family="sans-serif",
@@ -125,6 +128,14 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
             continue
         tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
     checks, rows = gpu_table(figures)
+    heat = heatmap(figures)
+    left_out = 0
+    bad = {h for h, v in hv.items() if v["verdict"] != "PASS"}
+    if len(rows) > MAX_ROWS:
+        keep = [r for r in rows if r["host"] in bad or any(f.get("verdict") == "fail" for f in r["cells"].values())]
+        left_out, rows = len(rows) - len(keep), keep
+    if len(heat["rows"]) > MAX_ROWS:
+        heat["rows"] = [r for r in heat["rows"] if r["host"] in bad]
     sparks: dict[tuple, str] = {}
     if history and len(rows) <= MAX_SPARK_GPUS:
         for key, vals in history.items():
@@ -138,7 +149,7 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     return env.get_template("report.html.j2").render(
         run_id=run_id, meta=meta, hosts=host_rows, n_tests=len(recs),
         tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
-        heat=heatmap(figures), busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
+        heat=heat, left_out=left_out, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
         standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
 
 

@@ -347,8 +347,7 @@ class ReportPlugin:
             stand = outliers(figures, rep.previous)
         rep.final_standouts = stand
         rep.flush(final=True)
-        if rep._jsonl is not None:
-            rep._guard("results.jsonl", rep._jsonl.close)
+        rep.close_jsonl()
         from . import html_report
         rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
             rep.run_id, rep.meta, recs, figures, stand, sparks)))
