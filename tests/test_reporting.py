@@ -344,3 +344,22 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert bad.returncode == 4 and "missing.txt: cannot read" in bad.stderr
     spaced = run_pytest(tmp_path, *base, "--limit", f"@{latest}/failed-hosts.txt")
     assert spaced.returncode == 4 and "write --limit=@FILE" in spaced.stderr
+
+
+def test_progress_plain_lines_and_tty_line():
+    import io
+
+    from gpuaccept.reporting import Progress
+    buf = io.StringIO()
+    p = Progress(buf, tty=False, timeout_s=300)
+    p.begin("gpu-07", "probe nccl_allreduce", 180)
+    p.begin("gpu-08", "test_hbm_bandwidth")
+    assert p.line().startswith("[gpuaccept] 2 running: gpu-07 probe nccl_allreduce 0s/180s | gpu-08 test_hbm_bandwidth 0s/300s")
+    p.end("gpu-07", "passed")
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "[gpuaccept] gpu-07: probe nccl_allreduce started (timeout 180 s)"
+    assert lines[2].startswith("[gpuaccept] gpu-07: probe nccl_allreduce passed after ")
+    tty = io.StringIO()
+    t = Progress(tty, tty=True, timeout_s=300)
+    t.begin("gpu-07", "probe hbm_bandwidth")
+    assert tty.getvalue() == ""  # in place on a terminal: no line per event, the status line is rewritten
