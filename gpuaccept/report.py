@@ -30,6 +30,9 @@ FLUSH_COST_RATIO = 10.0
 # results.jsonl is flushed to the OS per test (a killed controller loses nothing) and fsynced at most this
 # often, seconds (a machine crash loses at most this much; an fsync per test costs ms each: chosen).
 FSYNC_EVERY_S = 1.0
+# summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
+# (a page a person reads; results.json and report.html keep the rest). Chosen.
+SUMMARY_MAX_GPU_ROWS = 1024
 # Files a run writes into its folder (a folder holding one of these already holds a run).
 RUN_FILES = ("results.jsonl", "results.json", "summary.md", "failed-hosts.txt", "report.html")
 
@@ -182,10 +185,12 @@ class Reporter:
         os.makedirs(self.dir, exist_ok=True)
         recs = list(self.records.values())
         figures = self.figures()
-        slow = self.final_standouts if final and self.final_standouts is not None else outliers(figures, self.previous)
+        # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
+        slow = (self.final_standouts if self.final_standouts is not None else outliers(figures, self.previous)) \
+            if final else []
         atomic_write(os.path.join(self.dir, "results.json"), json.dumps(
             {"run_id": self.run_id, **self.meta, "complete": final, "tests": [record_dict(r) for r in recs],
-             "figures": figures, "outliers": slow}, default=str, separators=(",", ":")))
+             "figures": figures, "outliers": slow}, default=str, separators=(",", ":"), check_circular=False))
         by_layer: dict[str, list[CaseRecord]] = {}
         for r in recs:
             by_layer.setdefault(r.layer, []).append(r)
@@ -303,13 +308,21 @@ def figure_properties(fleet_wide: bool, figures: list[dict]) -> list[tuple[str, 
     return out
 
 
+_XML_SPECIAL = re.compile(r'[\x00-\x1f&<>"]')
+_XML_BAD = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _xml_text(v: str) -> str:
+    if not _XML_SPECIAL.search(v):
+        return v
     # characters XML 1.0 cannot carry (control bytes from a tool's output) become U+FFFD
-    v = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "\ufffd", v)
+    v = _XML_BAD.sub("\ufffd", v)
     return v.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _xml_attr(v: str) -> str:
+    if not _XML_SPECIAL.search(v):
+        return '"' + v + '"'
     return '"' + _xml_text(v).replace('"', "&quot;").replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;") + '"'
 
 
@@ -458,8 +471,14 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
     figures = [f for r in recs for f in r.figures]
     checks, rows = gpu_table(figures)
-    if rows:
-        out += ["", "## GPUs", "", "| host | GPU | PCI bus id | serial | " + " | ".join(checks) + " |",
+    left_out = 0
+    if len(rows) > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
+        keep = [r for r in rows if hv.get(r["host"], {}).get("verdict") != "PASS"]
+        left_out, rows = len(rows) - len(keep), keep
+    if rows or left_out:
+        out += ["", "## GPUs", ""] + ([f"{left_out} GPUs of passing hosts not listed (results.json has them).", ""]
+                                      if left_out else []) + [
+                "| host | GPU | PCI bus id | serial | " + " | ".join(checks) + " |",
                 "|---|---|---|---|" + "---|" * len(checks)]
         for row in rows:
             cells = []
