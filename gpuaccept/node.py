@@ -50,6 +50,10 @@ WATCHDOG_GRACE_S = 15.0
 CLEANUP_TIMEOUT_S = 30.0
 
 
+# Called as fn(host, probe, timeout_s) when a probe starts on a node (the progress display listens).
+PROBE_STARTED: list[Callable[[str, str, float], None]] = []
+
+
 def probe_archive() -> bytes:
     """The probes folder as an uncompressed tar stream (``*.py`` files only)."""
     buf = io.BytesIO()
@@ -264,6 +268,7 @@ class Node:
             return replay_probe(self.name, self.replay_dir, name, args)
         with self._lock:
             d = self._ensure_shipped()
+            for cb in PROBE_STARTED: cb(self.name, name, timeout or self.probe_timeout)  # noqa: E701
             limit = timeout or self.probe_timeout
             # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
             cmd = shell.env_command({**PROBE_ENV, **(env or {})},

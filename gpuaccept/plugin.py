@@ -25,7 +25,9 @@ from .node import Node
 from . import interrupt
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
-from .report import LAYERS, Reporter, CaseRecord, load_previous_figures
+from .report import LAYERS
+from .reporting import ReportPlugin, list_hosts_text
+from .limitfile import hosts_from_file
 from .thresholds import load_all
 from .transport import get_transport
 from .readings import typed
@@ -62,6 +64,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
     g.addoption("--shard", default=None, metavar="I/K",
                 help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
+    g.addoption("--list-hosts", action="store_true", default=False,
+                help="print the selected hosts (ansible_host, SKU, GPUs declared) and exit: touches no node, writes nothing")
+    g.addoption("--history", default=None,
+                help="history database (SQLite), default reports/history.sqlite; 'none' keeps no history")
+    g.addoption("--baseline", default=None, metavar="RUN_ID|latest-pass",
+                help="stand-outs: compare with this run (or each GPU's last passing figure) when a GPU has no burn-in run")
+    g.addoption("--standout-pct", type=float, default=None,
+                help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
+    g.addoption("--prometheus-textfile", default=None, metavar="PATH",
+                help="also write the run's figures for node_exporter's textfile collector (atomic)")
+    g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
+                help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -111,7 +125,15 @@ def pytest_configure(config: pytest.Config) -> None:
         if sku and sku not in specs:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
         inv: Inventory = load_inventory(inv_path)
-        hosts = inv.select(config.getoption("limit"))
+        limit = config.getoption("limit")
+        raw = list(config.invocation_params.args)
+        if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
+            raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
+        if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
+            wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
+            hosts = [h for h in inv.select(None) if h.name in wanted]
+        else:
+            hosts = inv.select(limit)
         hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
         hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
         for h in hosts:
@@ -127,49 +149,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
         state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
-    else:
-        rdir = config.getoption("reports")
-        latest = config.rootpath / "reports" / "latest"
-        previous = os.path.realpath(latest) if os.path.isdir(latest) else None
-        if rdir is None:
-            base = str(config.rootpath / "reports")
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            for n in range(1000):  # mkdir is atomic: two runs started in the same second get two folders
-                rdir = os.path.join(base, stamp + (f"-{n}" if n else ""))
-                try:
-                    os.makedirs(rdir)
-                    break
-                except FileExistsError:
-                    continue
-                except OSError as e:
-                    raise pytest.UsageError(f"reports folder {rdir}: cannot create: {e.strerror}") from None
-            _point_latest(rdir)
-        else:
-            try:
-                os.makedirs(rdir, exist_ok=True)
-            except OSError as e:
-                raise pytest.UsageError(f"--reports {rdir}: cannot create: {e.strerror}") from None
-        run_id = os.path.basename(os.path.normpath(rdir))
-        state["probe_dir"] = os.path.join(rdir, "probes")  # every probe's raw document, per host
-        state["reporter"] = Reporter(rdir, run_id, {"inventory": inv_path, "limit": config.getoption("limit"),
-                                                    "hosts": [h.name for h in hosts], "started": state["started"],
-                                                    "previous_run": previous,
-                                                    "profile": config.getoption("profile")},
-                                     previous=load_previous_figures(previous))
     config.stash[STATE] = state
+    if not _is_worker(config) and not config.getoption("list_hosts"):
+        try:  # the report hooks, as an object holding this run's report config
+            config.pluginmanager.register(ReportPlugin(config, state, inv_path), "gpuaccept-reporting")
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
     interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
-
-
-def _point_latest(rdir: str) -> None:
-    parent = os.path.dirname(os.path.abspath(rdir))
-    link = os.path.join(parent, "latest")
-    if os.path.islink(link) or not os.path.exists(link):
-        tmp = f"{link}.tmp{os.getpid()}"
-        try:
-            os.symlink(os.path.basename(os.path.abspath(rdir)), tmp)
-            os.replace(tmp, link)
-        except OSError:
-            pass
 
 
 def _state(config: pytest.Config) -> dict | None:
@@ -301,19 +287,6 @@ def host_of(nodeid: str) -> str | None:
 
 
 # -- outcomes and reports ------------------------------------------------------------------------
-def pytest_collection_finish(session) -> None:
-    rep = (_state(session.config) or {}).get("reporter")
-    if rep is not None:  # after -k/-m deselection: only what will run is expected
-        for it in session.items:
-            rep.expect(it.nodeid, host_of(it.nodeid), layer_of(it.nodeid))
-
-
-def pytest_xdist_node_collection_finished(node, ids) -> None:
-    rep = (_state(node.config) or {}).get("reporter")
-    for nid in ids if rep is not None else ():
-        rep.expect(nid, host_of(nid), layer_of(nid))
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Our own errors (unreachable host, crashed probe, timeout, bad SKU) become one clean line and are
@@ -366,75 +339,19 @@ def _missing_package(item, message: str) -> str | None:
     return f"{node.name}: {line}" if line else None
 
 
-def _message(report) -> str:
-    if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2]).removeprefix("Skipped: ")
-    ours = [v for k, v in report.user_properties if k == ERROR_KEY]
-    if ours:
-        return ours[-1]
-    # xdist prefixes a worker's failure text with "[gw0] linux -- Python ..."; drop that line
-    lines = [ln for ln in (report.longreprtext or "").splitlines() if not re.match(r"\[gw\d+\] ", ln)]
-    text = "\n".join(lines).strip()
-    return text if len(text) < 4000 else text[-4000:]
-
-
-def pytest_runtest_logreport(report) -> None:
-    cfg = _CONFIG.get("config")
-    if cfg is None or _is_worker(cfg) or _state(cfg) is None:
-        return
-    st = cfg.stash[STATE]
-    part = st["partial"].setdefault(report.nodeid, {"outcome": "passed", "message": "", "duration": 0.0,
-                                                    "props": []})
-    part["duration"] += getattr(report, "duration", 0.0) or 0.0
-    part["props"] = list(report.user_properties) or part["props"]
-    if report.skipped and part["outcome"] == "passed":
-        part["outcome"], part["message"] = "skipped", _message(report)
-    elif report.failed:
-        is_ours = any(k == ERROR_KEY for k, _ in report.user_properties)
-        kind = "failed" if report.when == "call" and not is_ours else "error"
-        if part["outcome"] not in ("failed", "error"):
-            part["outcome"], part["message"] = kind, _message(report)
-    if report.when == "teardown":
-        _finalize(st, report.nodeid)
-
-
-def _finalize(st: dict, nodeid: str) -> None:
-    part = st["partial"].pop(nodeid)
-    figs = [v for k, v in part["props"] if k == FIGURE_KEY]
-    st["reporter"].add(CaseRecord(nodeid, nodeid.split("::")[-1], host_of(nodeid), layer_of(nodeid),
-                                  part["outcome"], part["message"], round(part["duration"], 3), figs))
-
-
-_CONFIG: dict[str, pytest.Config] = {}
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session) -> None:
-    _CONFIG["config"] = session.config
-
-
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
     for n in list(st["nodes"].values()):
         n.close()
-    rep = st.get("reporter")
-    if rep is not None:
-        for nodeid in list(st["partial"]):
-            _finalize(st, nodeid)
-        reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
-        rep.close(reason)
-        if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
-            tr = session.config.pluginmanager.get_plugin("terminalreporter")
-            if tr is not None:
-                tr.ensure_newline()
-                tr.write_line(f"ERROR: gpuaccept reports: {rep.write_error}", red=True)
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    st = config.stash.get(STATE, None)
-    if st and st.get("reporter"):
-        terminalreporter.write_line(f"gpuaccept reports: {st['reporter'].dir}")
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder."""
+    if not config.getoption("list_hosts", False) or not config.getini("gpuaccept_suites"):
+        return None
+    config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
+    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE]["hosts"]))
+    return 0

@@ -1,24 +1,40 @@
-"""Reports of one run, written by the controller as results arrive.
+"""Reports of one run, written by the controller as results arrive (pure writers plus one file-keeping class).
 
-``<dir>/results.jsonl``: one line per finished test, appended and flushed as it arrives (survives a kill).
-``<dir>/results.json``: every figure and every test outcome (rewritten atomically, at most once a second
-and at the end). ``<dir>/junit-<layer>.xml``: one testsuite per layer, one testcase per host x check,
-figures as testcase properties (built with the junit-xml package). ``<dir>/summary.md``: the table a
-person reads first. Records are self-describing (run id, host, layer, check) so that runs sharded over
-Slurm or Kubernetes can be merged.
+``<dir>/results.jsonl``: one line per finished test, appended and flushed as it arrives (survives a kill;
+O(new result) per test). The whole-run files are rewritten from the records in memory at the end, on
+interrupt, and in between at most every :data:`FLUSH_MIN_S` seconds and never more often than keeps their
+cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see :meth:`Reporter.add`):
+``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (one testsuite per
+layer, one testcase per host x check, figures as testcase properties), ``<dir>/summary.md`` (the page a person
+reads first: one verdict line per host, then a per-GPU table) and ``<dir>/failed-hosts.txt`` (hosts with a
+failure or an error, one per line, for ``--limit @failed-hosts.txt``). Records are self-describing (run id,
+host, layer, check) so that runs sharded over Slurm or Kubernetes can be merged (gpuaccept.merge).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
-from junit_xml import TestCase, TestSuite
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
+
+# Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
+# summary.md sees news within this; chosen, not measured).
+FLUSH_MIN_S = 5.0
+# ...and never more often than every FLUSH_COST_RATIO x the last rewrite's duration, so rewriting costs at
+# most 1/FLUSH_COST_RATIO of the run however many records there are (10 -> under 10 %; chosen).
+FLUSH_COST_RATIO = 10.0
+# results.jsonl is flushed to the OS per test (a killed controller loses nothing) and fsynced at most this
+# often, seconds (a machine crash loses at most this much; an fsync per test costs ms each: chosen).
+FSYNC_EVERY_S = 1.0
+# summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
+# (a page a person reads; results.json and report.html keep the rest). Chosen.
+SUMMARY_MAX_GPU_ROWS = 1024
+# Files a run writes into its folder (a folder holding one of these already holds a run).
+RUN_FILES = ("results.jsonl", "results.json", "summary.md", "failed-hosts.txt", "report.html")
 
 
 @dataclass
@@ -36,16 +52,40 @@ class CaseRecord:
     run_id: str = ""
 
 
-def _atomic_write(path: str, text: str) -> None:
+def record_dict(r: CaseRecord) -> dict:
+    """A record as a plain dict for JSON (shallow: figures are already JSON-like; ``dataclasses.asdict`` deep-copies
+    every figure and cost 10x the JSON encoding at 10,000 hosts)."""
+    return {"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+            "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id}
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: readers see the old or the new file."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
 
 
+_atomic_write = atomic_write  # older name
+
+
+def holds_run(directory: str) -> str | None:
+    """The first run file found in ``directory`` (it already holds a run), else None."""
+    for name in RUN_FILES:
+        if os.path.exists(os.path.join(directory, name)):
+            return name
+    return None
+
+
 class Reporter:
     """Writes the reports of one run into ``directory``. Call :meth:`add` per finished test,
-    :meth:`expect` with the test ids that should run, :meth:`close` at the end (marks the missing)."""
+    :meth:`expect` with the test ids that should run, :meth:`close` at the end (marks the missing).
+
+    ``extra_writers``: ``fn(reporter)`` called by :meth:`close` after the whole-run files (history, HTML,
+    Prometheus); each guarded like the others. ``standouts``: ``fn(records) -> list`` of stand-out and outlier
+    records for summary.md at close (default: :func:`outliers` against ``previous``).
+    """
 
     def __init__(self, directory: str, run_id: str, meta: dict[str, Any], previous: list[dict] | None = None):
         self.previous = previous or []
@@ -54,12 +94,15 @@ class Reporter:
         self.meta = meta
         self.records: dict[str, CaseRecord] = {}
         self.expected: dict[str, tuple[str | None, str]] = {}
-        self._last_flush = 0.0
+        self._next_flush = time.monotonic() + FLUSH_MIN_S
+        self.last_flush_s = 0.0
         self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
-        os.makedirs(directory, exist_ok=True)
-        self._jsonl = open(os.path.join(directory, "results.jsonl"), "a", encoding="utf-8")
+        self.final_standouts: list[dict] | None = None  # set by the caller before close (history comparison)
+        self.host_sku: dict[str, str] = dict(meta.get("host_sku") or {})
+        self._jsonl = None
+        self._next_fsync = 0.0
 
-    def _guard(self, what: str, fn) -> None:
+    def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
         stay in memory and every later flush tries again."""
         try:
@@ -73,17 +116,37 @@ class Reporter:
         self.expected.setdefault(nodeid, (host, layer))
 
     def add(self, rec: CaseRecord) -> None:
-        """Store a finished test; append it to results.jsonl now; refresh the other files (throttled)."""
+        """Store a finished test; append it to results.jsonl now (O(1)); rewrite the whole-run files when
+        :data:`FLUSH_MIN_S` and :data:`FLUSH_COST_RATIO` x the last rewrite have passed."""
         rec.run_id = self.run_id
         self.records[rec.nodeid] = rec
 
         def append():
-            self._jsonl.write(json.dumps(asdict(rec), default=str) + "\n")
+            if self._jsonl is None:
+                os.makedirs(self.dir, exist_ok=True)
+                self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "a", encoding="utf-8")
+            self._jsonl.write(json.dumps(record_dict(rec), default=str) + "\n")
+            self._jsonl.flush()  # in the OS now: survives a kill of this process
+            if time.monotonic() >= self._next_fsync:  # on disk at most FSYNC_EVERY_S later: survives a crash
+                os.fsync(self._jsonl.fileno())
+                self._next_fsync = time.monotonic() + FSYNC_EVERY_S
+        self._guard("results.jsonl", append)
+        if time.monotonic() >= self._next_flush:
+            self.flush()
+
+    def add_many(self, recs: list[CaseRecord]) -> None:
+        """Store many finished tests at once (a merge): one append and one fsync for all of them."""
+        def append():
+            os.makedirs(self.dir, exist_ok=True)
+            if self._jsonl is None:
+                self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "a", encoding="utf-8")
+            self._jsonl.write("".join(json.dumps(record_dict(r), default=str) + "\n" for r in recs))
             self._jsonl.flush()
             os.fsync(self._jsonl.fileno())
+        for r in recs:
+            r.run_id = r.run_id or self.run_id
+            self.records[r.nodeid] = r
         self._guard("results.jsonl", append)
-        if time.monotonic() - self._last_flush > 1.0:
-            self.flush()
 
     def close(self, missing_reason: str) -> None:
         """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
@@ -91,98 +154,263 @@ class Reporter:
             if nodeid not in self.records:
                 name = nodeid.split("::")[-1]
                 self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
-        self.flush()
-        self._guard("results.jsonl", self._jsonl.close)
+        self.flush(final=True)
+        self.close_jsonl()
+
+    def close_jsonl(self) -> None:
+        """fsync and close results.jsonl (the end of the run)."""
+        if self._jsonl is not None and not self._jsonl.closed:
+            jl = self._jsonl
+            self._guard("results.jsonl", lambda: (jl.flush(), os.fsync(jl.fileno()), jl.close()))
 
     # -- writers -----------------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Rewrite results.json, junit-<layer>.xml and summary.md from the records so far."""
-        self._guard("reports", self._write_all)
+    def flush(self, final: bool = False) -> None:
+        """Rewrite results.json, junit-<layer>.xml, summary.md and failed-hosts.txt from the records so far."""
+        t0 = time.monotonic()
+        self._guard("reports", lambda: self._write_all(final))
+        self.last_flush_s = time.monotonic() - t0
+        self._next_flush = time.monotonic() + max(FLUSH_MIN_S, FLUSH_COST_RATIO * self.last_flush_s)
 
-    def _write_all(self) -> None:
-        self._last_flush = time.monotonic()
+    def figures(self) -> list[dict]:
+        """Every figure of the run so far, each with the host's SKU where known."""
+        out = []
+        for r in self.records.values():
+            for f in r.figures:
+                if "sku" not in f and self.host_sku.get(f.get("host")):
+                    f = {**f, "sku": self.host_sku[f["host"]]}
+                out.append(f)
+        return out
+
+    def _write_all(self, final: bool) -> None:
+        os.makedirs(self.dir, exist_ok=True)
         recs = list(self.records.values())
-        figures = [f for r in recs for f in r.figures]
-        slow = outliers(figures, self.previous)
-        _atomic_write(os.path.join(self.dir, "results.json"), json.dumps(
-            {"run_id": self.run_id, **self.meta, "tests": [asdict(r) for r in recs], "figures": figures,
-             "outliers": slow}, indent=1, default=str))
-        for layer in sorted({r.layer for r in recs}):
-            _atomic_write(os.path.join(self.dir, f"junit-{layer}.xml"),
-                          junit_xml_text(layer, [r for r in recs if r.layer == layer]))
-        _atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(self.run_id, self.meta, recs, slow))
+        figures = self.figures()
+        # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
+        slow = (self.final_standouts if self.final_standouts is not None else outliers(figures, self.previous)) \
+            if final else []
+        atomic_write(os.path.join(self.dir, "results.json"), json.dumps(
+            {"run_id": self.run_id, **self.meta, "complete": final, "tests": [record_dict(r) for r in recs],
+             "figures": figures, "outliers": slow}, default=str, separators=(",", ":"), check_circular=False))
+        by_layer: dict[str, list[CaseRecord]] = {}
+        for r in recs:
+            by_layer.setdefault(r.layer, []).append(r)
+        for layer, lrecs in sorted(by_layer.items()):
+            atomic_write(os.path.join(self.dir, f"junit-{layer}.xml"), junit_xml_text(layer, lrecs))
+        hosts = self.meta.get("hosts") or []
+        atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(self.run_id, self.meta, recs, slow))
+        atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
+                     "".join(h + "\n" for h in failed_hosts(recs, hosts)))
+
+
+# -- host verdicts ---------------------------------------------------------------------------------
+def _fleet_hosts_named(message: str, hosts: list[str]) -> list[str]:
+    """Hosts of the run named at the start of a line of a fleet-wide test's message (``"gpu-07: ..."``,
+    the form every verdict message takes)."""
+    known = set(hosts)
+    out = []
+    for ln in message.splitlines():
+        m = re.match(r"\s*-?\s*([^\s:]+)[\s:]", ln)
+        if m and m.group(1) in known and m.group(1) not in out:
+            out.append(m.group(1))
+    return out
+
+
+def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
+    """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}}`` (pure).
+
+    ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
+    else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
+    failure lines name, and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
+    test's message, failing figures first (check, GPU, value vs limit).
+    """
+    names = list(hosts or [])
+    out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in names}
+    for r in recs:
+        targets = [r.host] if r.host else ["fleet"]
+        if not r.host and r.outcome in ("failed", "error"):
+            targets += _fleet_hosts_named(r.message or "", names)
+        for h in targets:
+            v = out.setdefault(h, {"verdict": "SKIP", "reasons": [], "counts": {}})
+            v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
+            if r.outcome in ("failed", "error"):
+                figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
+                for f in figs[:3]:
+                    v["reasons"].append(f"{r.layer}/{f['check']}{_gpu_s(f)}: {_fmt(f['value'])} {f.get('unit') or ''} "
+                                        f"vs {_limit_s(f.get('limit'))}".replace("  ", " "))
+                first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
+                if not figs:
+                    v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
+    for v in out.values():
+        c = v["counts"]
+        v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
+                        "PASS" if c.get("passed") else "SKIP")
+    return out
+
+
+def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None) -> list[str]:
+    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure)."""
+    hv = host_verdicts(recs, hosts)
+    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in ("FAIL", "ERROR")]
+
+
+# -- JUnit ---------------------------------------------------------------------------------------
+def _prop_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float, str)) or v is None:
+        return "" if v is None else str(v)
+    return json.dumps(v, default=str, separators=(",", ":"))
+
+
+def _distinguisher(f: dict) -> str:
+    extra = f.get("extra") or {}
+    parts = [f"{k}={_prop_value(v)}" for k, v in sorted(extra.items())
+             if isinstance(v, (int, float, str, bool)) and len(str(v)) <= 40]
+    return f"[{','.join(parts)}]" if parts else ""
+
+
+def figure_properties(fleet_wide: bool, figures: list[dict]) -> list[tuple[str, str]]:
+    """JUnit properties of one testcase's figures (pure): per figure ``<name>`` = value (a bare number where
+    it is one), ``<name>.unit``, ``<name>.min`` / ``<name>.max`` (the limit) and ``<name>.verdict``.
+
+    ``<name>`` is ``[<host>.][gpu<i>.]<check>``: the host in fleet-wide testcases, the GPU index for per-GPU
+    figures; a figure whose name repeats within the testcase gets its scalar ``extra`` fields appended
+    (``busbw_gbps[bytes=4096]``), and ``#2``, ``#3``... if it still repeats, so names are unique.
+    """
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    base_count: dict[str, int] = {}
+    bases = []
+    for f in figures:
+        host = f.get("host") or ""
+        if fleet_wide and (f.get("extra") or {}).get("host"):
+            host = f["extra"]["host"]
+        prefix = (f"{host}." if fleet_wide and host and host != "fleet" else "") + \
+                 (f"gpu{f['gpu']}." if f.get("gpu") is not None else "")
+        base = f"{prefix}{f['check']}"
+        bases.append(base)
+        base_count[base] = base_count.get(base, 0) + 1
+    for f, base in zip(figures, bases):
+        name = base + (_distinguisher(f) if base_count[base] > 1 else "")
+        n, unique = 2, name
+        while unique in seen:
+            unique, n = f"{name}#{n}", n + 1
+        seen.add(unique)
+        out.append((unique, _prop_value(f.get("value"))))
+        if f.get("unit"):
+            out.append((f"{unique}.unit", str(f["unit"])))
+        for k in ("min", "max"):
+            if isinstance(f.get("limit"), dict) and k in f["limit"]:
+                out.append((f"{unique}.{k}", _prop_value(f["limit"][k])))
+        if f.get("verdict"):
+            out.append((f"{unique}.verdict", str(f["verdict"])))
+    return out
+
+
+_XML_SPECIAL = re.compile(r'[\x00-\x1f&<>"]')
+_XML_BAD = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _xml_text(v: str) -> str:
+    if not _XML_SPECIAL.search(v):
+        return v
+    # characters XML 1.0 cannot carry (control bytes from a tool's output) become U+FFFD
+    v = _XML_BAD.sub("\ufffd", v)
+    return v.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _xml_attr(v: str) -> str:
+    if not _XML_SPECIAL.search(v):
+        return '"' + v + '"'
+    return '"' + _xml_text(v).replace('"', "&quot;").replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;") + '"'
 
 
 def junit_xml_text(layer: str, recs: list[CaseRecord]) -> str:
-    """One testsuite named ``layer``; a testcase per record; figures as ``<properties>`` per testcase."""
-    cases = []
+    """One testsuite named ``layer``; a testcase per record (classname ``<layer>.<host|fleet>``); figures as
+    ``<properties>`` (see :func:`figure_properties`). Written as text in one pass (linear in the records;
+    ElementTree's indent and serialiser took seconds at 10,000 hosts)."""
+    counts = {k: sum(1 for r in recs if r.outcome == k) for k in ("failed", "error", "skipped")}
+    out = ["<?xml version='1.0' encoding='utf-8'?>", "<testsuites>",
+           f'  <testsuite name={_xml_attr(layer)} tests="{len(recs)}" failures="{counts["failed"]}" '
+           f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(r.duration_s for r in recs):.3f}" '
+           f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">']
     for r in recs:
-        tc = TestCase(r.name, classname=f"{layer}.{r.host or 'fleet'}", elapsed_sec=r.duration_s,
-                      file=r.nodeid.split("::")[0])
-        if r.outcome == "failed":
-            tc.add_failure_info(message=r.message.splitlines()[0] if r.message else "failed", output=r.message)
-        elif r.outcome == "error":
-            tc.add_error_info(message=r.message.splitlines()[0] if r.message else "error", output=r.message)
-        elif r.outcome == "skipped":
-            tc.add_skipped_info(message=r.message)
-        cases.append(tc)
-    suite = TestSuite(layer, cases, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
-    root = ET.Element("testsuites")
-    doc = suite.build_xml_doc()
-    for el, r in zip(doc.findall("testcase"), recs):
+        classname = f"{layer}.{r.host or 'fleet'}"
+        out.append(f'    <testcase name={_xml_attr(r.name)} classname={_xml_attr(classname)} '
+                   f'file={_xml_attr(r.nodeid.split("::")[0])} time="{r.duration_s:.3f}">')
         if r.figures:
-            props = ET.Element("properties")
-            for i, f in enumerate(r.figures):
-                gpu = f"gpu{f['gpu']}." if f.get("gpu") is not None else ""
-                ET.SubElement(props, "property", {"name": f"{gpu}{f['check']}",
-                                                  "value": f"{f['value']} {f.get('unit') or ''}".strip()})
-            el.insert(0, props)
-    root.append(doc)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+            out.append("      <properties>")
+            out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />"
+                    for n, v in figure_properties(r.host is None, r.figures)]
+            out.append("      </properties>")
+        first = r.message.splitlines()[0] if r.message.strip() else r.outcome
+        if r.outcome in ("failed", "error"):
+            tag = "failure" if r.outcome == "failed" else "error"
+            out.append(f'      <{tag} type="{tag}" message={_xml_attr(first)}>{_xml_text(r.message)}</{tag}>')
+        elif r.outcome == "skipped":
+            out.append(f'      <skipped type="skipped" message={_xml_attr(r.message)} />')
+        out.append("    </testcase>")
+    out += ["  </testsuite>", "</testsuites>", ""]
+    return "\n".join(out)
 
 
+# -- summary ---------------------------------------------------------------------------------------
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
 
 
+def _gpu_s(f: dict) -> str:
+    return f" GPU {f['gpu']}" if f.get("gpu") is not None else ""
+
+
+def _limit_s(lim: dict | None) -> str:
+    lim = lim or {}
+    return " ".join(f"{'>=' if k == 'min' else '<='} {_fmt(v)}" for k, v in lim.items() if k in ("min", "max")) or "-"
+
+
 def _key(f: dict) -> tuple:
     return (f.get("host"), f.get("check"), f.get("gpu"), json.dumps((f.get("extra") or {}).get("pair")))
+
+
+def is_throughput(f: dict) -> bool:
+    """A numeric figure judged against a ``min`` limit (bandwidths, TFLOP/s: higher is better). Only these
+    are compared with peers and history: error counts against a ``max`` limit are small integers whose
+    relative change means nothing (1 CRC error/s is "100% above" 0.5)."""
+    return (isinstance(f.get("limit"), dict) and "min" in f["limit"]
+            and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool))
 
 
 def outliers(figures: list[dict], previous: list[dict], peer_pct: float = 10.0, history_pct: float = 10.0,
              min_peers: int = 3) -> list[dict]:
     """Judged figures that stand out, even when they pass their limit (pure).
 
-    ``peers``: worse than the median of the same check over every host and GPU of this run by more than
-    ``peer_pct`` percent (only with at least ``min_peers`` figures). ``history``: worse than the same host,
-    check and GPU in ``previous`` (the last run's figures) by more than ``history_pct`` percent. Only figures
-    judged against a ``min`` limit (bandwidths, TFLOP/s: higher is better) are compared. Returns records
+    ``peers``: worse than the median of the same SKU and check over every host and GPU of this run by more
+    than ``peer_pct`` percent (only with at least ``min_peers`` figures). ``history``: worse than the same host,
+    check and GPU in ``previous`` (the last run's figures) by more than ``history_pct`` percent. Only passing
+    :func:`is_throughput` figures are compared (a failed one is listed under failures). Returns records
     ``{host, check, gpu, value, unit, against, reference, pct}``.
     """
-    # throughput-like figures only (a "min" limit): error counts and percentages against a "max" limit are
-    # small integers whose relative change means nothing (1 CRC error/s is "100% above" 0.5)
-    judged = [f for f in figures if isinstance(f.get("limit"), dict) and "min" in f["limit"]
-              and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
+    judged = [f for f in figures if is_throughput(f) and f.get("verdict") != "fail"]
     out: list[dict] = []
-    by_check: dict[str, list[float]] = {}
+    by_check: dict[tuple, list[float]] = {}
     for f in judged:
-        by_check.setdefault(f["check"], []).append(float(f["value"]))
+        by_check.setdefault((f.get("sku"), f["check"]), []).append(float(f["value"]))
     prev = {_key(f): f["value"] for f in previous if isinstance(f.get("value"), (int, float))}
+    medians = {k: sorted(v)[len(v) // 2] for k, v in by_check.items() if len(v) >= min_peers}
     for f in judged:
-        vals = by_check[f["check"]]
         refs = []
-        if len(vals) >= min_peers:
-            refs.append(("peers", sorted(vals)[len(vals) // 2], peer_pct))
+        if (f.get("sku"), f["check"]) in medians:
+            refs.append(("peers", medians[(f.get("sku"), f["check"])], peer_pct))
         if _key(f) in prev:
             refs.append(("history", float(prev[_key(f)]), history_pct))
         for against, ref, pct in refs:
             if ref and (ref - f["value"]) / abs(ref) * 100.0 > pct:
                 out.append({"host": f["host"], "check": f["check"], "gpu": f.get("gpu"), "value": f["value"],
-                            "unit": f.get("unit"), "against": against, "reference": ref,
-                            "pct": round(abs(ref - f["value"]) / abs(ref) * 100.0, 1)})
+                            "unit": f.get("unit"), "serial": f.get("serial"), "against": against,
+                            "reference": ref, "pct": round(abs(ref - f["value"]) / abs(ref) * 100.0, 1)})
     return out
 
 
@@ -197,19 +425,70 @@ def load_previous_figures(directory: str | None) -> list[dict]:
         return []
 
 
+def gpu_table(figures: list[dict]) -> tuple[list[str], list[dict]]:
+    """Per-GPU rows of judged per-GPU figures (pure): ``(checks, rows)``; each row ``{host, gpu, pci_bus_id,
+    serial, cells: {check: figure}}``, ordered by host then GPU index; checks in first-seen order. Key figures
+    only: the throughputs (``min`` limits) and any check that failed somewhere (error counts and
+    below-median percentages that passed everywhere are in results.json)."""
+    failing = {f["check"] for f in figures if f.get("gpu") is not None and f.get("verdict") == "fail"}
+    figures = [f for f in figures if f["check"] in failing or "min" in (f.get("limit") or {})]
+    checks: list[str] = []
+    rows: dict[tuple, dict] = {}
+    for f in figures:
+        if f.get("gpu") is None or f.get("verdict") not in ("pass", "fail"):
+            continue
+        if f["check"] not in checks:
+            checks.append(f["check"])
+        row = rows.setdefault((f["host"], f["gpu"]), {"host": f["host"], "gpu": f["gpu"], "pci_bus_id": None,
+                                                      "serial": None, "cells": {}})
+        row["pci_bus_id"] = row["pci_bus_id"] or f.get("pci_bus_id")
+        row["serial"] = row["serial"] or f.get("serial")
+        old = row["cells"].get(f["check"])
+        if old is None or (f.get("verdict") == "fail" and old.get("verdict") != "fail"):
+            row["cells"][f["check"]] = f  # one cell per check: the failing figure wins
+    return checks, [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), k[1]))]
+
+
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None) -> str:
-    """The human summary: counts per layer and host, failures first, then every judged figure per GPU."""
+    """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
+    against limits), failures, stand-outs and fleet outliers, then counts per host and layer."""
+    hosts = list(meta.get("hosts") or [])
+    hv = host_verdicts(recs, hosts)
     out = [f"# gpuaccept run {run_id}", "",
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
-           f"{len({r.host for r in recs if r.host})} hosts, {len(recs)} tests", ""]
-    counts: dict[tuple[str, str], dict[str, int]] = {}
-    for r in recs:
-        c = counts.setdefault((r.host or "fleet", r.layer), {})
-        c[r.outcome] = c.get(r.outcome, 0) + 1
-    out += ["| host | layer | passed | failed | error | skipped |", "|---|---|---|---|---|---|"]
-    for (host, layer), c in sorted(counts.items()):
-        out.append(f"| {host} | {layer} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} "
-                   f"| {c.get('skipped', 0)} |")
+           f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
+           ""]
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h != "fleet":
+            tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts")
+    out.append("")
+    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
+    for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
+        v = hv[h]
+        reasons = "; ".join(v["reasons"][:3]) + (f"; +{len(v['reasons']) - 3} more" if len(v["reasons"]) > 3 else "")
+        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
+    figures = [f for r in recs for f in r.figures]
+    checks, rows = gpu_table(figures)
+    left_out = 0
+    if len(rows) > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
+        keep = [r for r in rows if hv.get(r["host"], {}).get("verdict") != "PASS"]
+        left_out, rows = len(rows) - len(keep), keep
+    if rows or left_out:
+        out += ["", "## GPUs", ""] + ([f"{left_out} GPUs of passing hosts not listed (results.json has them).", ""]
+                                      if left_out else []) + [
+                "| host | GPU | PCI bus id | serial | " + " | ".join(checks) + " |",
+                "|---|---|---|---|" + "---|" * len(checks)]
+        for row in rows:
+            cells = []
+            for c in checks:
+                f = row["cells"].get(c)
+                cells.append("" if f is None else (f"**{_fmt(f['value'])} ✗** ({_limit_s(f.get('limit'))})"
+                                                   if f["verdict"] == "fail" else
+                                                   f"{_fmt(f['value'])} ({_limit_s(f.get('limit'))})"))
+            out.append(f"| {row['host']} | {row['gpu']} | {row['pci_bus_id'] or ''} | {row['serial'] or ''} | "
+                       + " | ".join(cells) + " |")
     bad = [r for r in recs if r.outcome in ("failed", "error")]
     if bad:
         out += ["", "## Failures and errors", ""]
@@ -217,23 +496,39 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
             first, *rest = (r.message or r.outcome).splitlines() or [r.outcome]
             out.append(f"- **{r.outcome.upper()}** `{r.nodeid}`: {first}")
             out += [f"  - {ln}" for ln in rest[:20]]
-    if slow:
-        out += ["", "## Stand-outs (within limits, but slower than peers or than the last run)", "",
-                "| host | check | GPU | value | against | reference | worse by |", "|---|---|---|---|---|---|---|"]
-        for o in slow:
-            out.append(f"| {o['host']} | {o['check']} | {'' if o['gpu'] is None else o['gpu']} | {_fmt(o['value'])} "
-                       f"{o.get('unit') or ''} | {o['against']} | {_fmt(o['reference'])} | {o['pct']}% |")
-    skipped = [r for r in recs if r.outcome == "skipped"]
+    stand = [o for o in (slow or []) if o.get("against") != "fleet"]
+    fleet = [o for o in (slow or []) if o.get("against") == "fleet"]
+    if stand:
+        out += ["", "## Stand-outs (within limits, but slower than before or than peers)", "",
+                "| host | check | GPU | serial | value | against | reference | worse by |",
+                "|---|---|---|---|---|---|---|---|"]
+        for o in sorted(stand, key=lambda o: (str(o["host"]), o["check"], str(o.get("gpu")))):
+            out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
+                       f"{o.get('serial') or ''} | {_fmt(o['value'])} {o.get('unit') or ''} | {o['against']} | "
+                       f"{_fmt(o['reference'])} | {o['pct']}% |")
+    if fleet:
+        out += ["", "## Fleet outliers (below the median of the same SKU and check)", "",
+                "| host | check | GPU | SKU | value | fleet median | below by | MADs |", "|---|---|---|---|---|---|---|---|"]
+        for o in fleet:
+            out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
+                       f"{o.get('sku') or ''} | {_fmt(o['value'])} {o.get('unit') or ''} | {_fmt(o['reference'])} | "
+                       f"{o['pct']}% | {o.get('mads', '')} |")
+    skipped: dict[str, list[str]] = {}
+    for r in recs:
+        if r.outcome == "skipped":
+            skipped.setdefault(f"{r.name.split('[')[0]}: {r.message}", []).append(r.host or "fleet")
     if skipped:
-        out += ["", "## Skipped", ""] + [f"- `{r.nodeid}`: {r.message}" for r in skipped]
-    figs = [f for r in recs for f in r.figures if f.get("verdict") in ("pass", "fail") or f.get("gpu") is not None]
-    if figs:
-        out += ["", "## Figures", "", "| host | layer | check | GPU | PCI bus id | value | unit | limit | verdict |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for f in figs:
-            lim = f.get("limit") or {}
-            lim_s = " ".join(f"{'>=' if k == 'min' else '<='} {_fmt(v)}" for k, v in lim.items() if k in ("min", "max"))
-            out.append(f"| {f['host']} | {f['layer']} | {f['check']} | {'' if f.get('gpu') is None else f['gpu']} "
-                       f"| {f.get('pci_bus_id') or ''} | {_fmt(f['value'])} | {f.get('unit') or ''} | {lim_s} "
-                       f"| {f['verdict']} |")
+        out += ["", "## Skipped", ""]
+        for why, hs in skipped.items():
+            out.append(f"- {why} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
+                       f"{', ...' if len(hs) > 8 else ''})")
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in recs:
+        c = counts.setdefault((r.host or "fleet", r.layer), {})
+        c[r.outcome] = c.get(r.outcome, 0) + 1
+    out += ["", "## Counts", "", "| host | layer | passed | failed | error | skipped |", "|---|---|---|---|---|---|"]
+    for (host, layer), c in sorted(counts.items()):
+        out.append(f"| {host} | {layer} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} "
+                   f"| {c.get('skipped', 0)} |")
+    out += ["", "Every figure: `results.json`; plots: `report.html`."]
     return "\n".join(out) + "\n"

@@ -1,0 +1,311 @@
+"""Run history in an embedded SQLite database, keyed by GPU serial (so a GPU moved to another host keeps its
+history), with the comparisons a nightly job needs: stand-outs against the GPU's baseline and previous run,
+and fleet outliers per SKU and check.
+
+``python -m gpuaccept.history [--db reports/history.sqlite] (--serial S | --host H) [--check C]`` prints one
+GPU's or one host's figures over time.
+
+Database (standard library ``sqlite3``; WAL journal so readers never block the writer; one transaction per
+run; schema version in ``PRAGMA user_version``, migrated forward on open by :data:`MIGRATIONS`):
+
+- ``runs``: run_id, started (Unix s), inventory, profile, limit_, report_dir, verdict (PASS|FAIL|ERROR).
+- ``figures``: one row per numeric-or-short figure: run_id, started, host, layer, test, gpu (index),
+  pci_bus_id, serial, subject (the serial, else ``host:<host>[:gpu<i>]``), sku, check_ (check name plus its
+  distinguishing extras, e.g. ``busbw_gbps[bytes=4096]``), value (REAL, NULL when not numeric), value_text,
+  unit, limit_kind (min|max), limit_value, verdict (pass|fail|recorded).
+- ``tests``: run_id, nodeid, host, layer, outcome, message (first line).
+- ``host_verdicts``: run_id, host, verdict.
+- ``latest``: per (subject, check_, kind) the last value of kind ``previous`` (any run), ``pass`` (the last
+  run where it passed) and ``burnin`` (the last passing ``--profile burnin`` run), upserted per run so that a
+  comparison costs O(this run), not O(history).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sqlite3
+import sys
+import time
+from typing import Any, Iterable
+
+from .report import _distinguisher, is_throughput
+
+# Stand-out and outlier defaults (percent below the reference); chosen for fleet sweeps, overridable.
+STANDOUT_PCT = 10.0
+OUTLIER_PCT = 10.0
+# Robust z: distance from the median in units of 1.4826 x MAD (the MAD's scale for normal data), above
+# which a figure is an outlier (3: the usual cut for a robust z-score, Iglewicz & Hoaglin 1993).
+OUTLIER_MADS = 3.0
+MAD_SCALE = 1.4826
+MIN_FLEET = 3  # figures of one SKU and check needed for a fleet median
+
+MIGRATIONS: list[str] = [
+    # v1: runs, figures, tests
+    """
+    CREATE TABLE runs (run_id TEXT PRIMARY KEY, started REAL, inventory TEXT, profile TEXT, limit_ TEXT,
+                       report_dir TEXT, verdict TEXT);
+    CREATE TABLE figures (run_id TEXT NOT NULL, started REAL, host TEXT, layer TEXT, test TEXT, gpu INTEGER,
+                          pci_bus_id TEXT, serial TEXT, subject TEXT NOT NULL, sku TEXT, check_ TEXT NOT NULL,
+                          value REAL, value_text TEXT, unit TEXT, limit_kind TEXT, limit_value REAL, verdict TEXT);
+    CREATE INDEX figures_subject ON figures (subject, check_, started);
+    CREATE INDEX figures_host ON figures (host, started);
+    CREATE INDEX figures_run ON figures (run_id);
+    CREATE TABLE tests (run_id TEXT NOT NULL, nodeid TEXT, host TEXT, layer TEXT, outcome TEXT, message TEXT);
+    """,
+    # v2: per-host verdicts and the running "latest" table (O(run) comparisons)
+    """
+    CREATE TABLE host_verdicts (run_id TEXT NOT NULL, host TEXT NOT NULL, verdict TEXT,
+                                PRIMARY KEY (run_id, host)) WITHOUT ROWID;
+    CREATE TABLE latest (subject TEXT NOT NULL, check_ TEXT NOT NULL, kind TEXT NOT NULL, sku TEXT,
+                         value REAL, run_id TEXT, PRIMARY KEY (subject, check_, kind)) WITHOUT ROWID;
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class HistoryError(Exception):
+    """The history database cannot be opened, is newer than this gpuaccept, or is not ours."""
+
+
+def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
+    """Open (creating) the database at ``path``, in WAL mode, migrated to schema ``upto``.
+
+    Raises HistoryError when the file is not an SQLite database or has a newer schema than this code.
+    """
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    try:
+        con = sqlite3.connect(path, timeout=30)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        ver = con.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
+    if ver > SCHEMA_VERSION:
+        con.close()
+        raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
+    for v in range(ver, upto):
+        with con:
+            con.executescript("BEGIN;" + MIGRATIONS[v] + f"PRAGMA user_version={v + 1};COMMIT;")
+    return con
+
+
+def subject_of(f: dict) -> str:
+    """The history key of a figure: the GPU serial, else ``host:<host>`` plus ``:gpu<i>`` for a GPU."""
+    if f.get("serial"):
+        return str(f["serial"])
+    return f"host:{f.get('host')}" + (f":gpu{f['gpu']}" if f.get("gpu") is not None else "")
+
+
+def check_of(f: dict) -> str:
+    """A figure's check name with its distinguishing extras (``busbw_gbps[bytes=4096]``)."""
+    return f["check"] + _distinguisher(f)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    return float(v)
+
+
+def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figures: Iterable[dict],
+               host_verdicts: dict[str, str]) -> None:
+    """Append one run in one transaction. ``run``: run_id, started, inventory, profile, limit, report_dir,
+    verdict; ``tests``: dicts with nodeid, host, layer, outcome, message; ``figures``: report figure dicts
+    (with sku where known). A run id already present is replaced (re-recording a merged folder)."""
+    rid = run["run_id"]
+    started = run.get("started") or time.time()
+    burnin = run.get("profile") == "burnin"
+    with con:
+        for table in ("figures", "tests", "host_verdicts", "runs"):
+            con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
+        con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (rid, started, run.get("inventory"),
+                    run.get("profile"), run.get("limit"), run.get("report_dir"), run.get("verdict")))
+        rows, latest = [], []
+        for f in figures:
+            v = f.get("value")
+            num = _num(v)
+            text = None if num is not None or isinstance(v, (list, dict)) else (None if v is None else str(v)[:200])
+            lim = f.get("limit") or {}
+            kind = "min" if "min" in lim else "max" if "max" in lim else None
+            subj, chk = subject_of(f), check_of(f)
+            rows.append((rid, started, f.get("host"), f.get("layer"), f.get("test"), f.get("gpu"),
+                         f.get("pci_bus_id"), f.get("serial"), subj, f.get("sku"), chk, num, text, f.get("unit"),
+                         kind, _num(lim.get(kind)) if kind else None, f.get("verdict")))
+            if num is not None:
+                latest.append((subj, chk, "previous", f.get("sku"), num, rid))
+                if f.get("verdict") == "pass":
+                    latest.append((subj, chk, "pass", f.get("sku"), num, rid))
+                    if burnin:
+                        latest.append((subj, chk, "burnin", f.get("sku"), num, rid))
+        con.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)",
+                        [(rid, t.get("nodeid"), t.get("host"), t.get("layer"), t.get("outcome"),
+                          (t.get("message") or "").split("\n", 1)[0][:500]) for t in tests])
+        con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)", [(rid, h, v) for h, v in host_verdicts.items()])
+        con.executemany("INSERT OR REPLACE INTO latest VALUES (?,?,?,?,?,?)", latest)
+
+
+def references(con: sqlite3.Connection, figures: list[dict], baseline: str | None = None) -> dict[tuple, dict]:
+    """For each throughput figure of this run, its references from earlier runs (before this run is
+    recorded): ``{(subject, check_): {"previous": (value, run_id, sku), "baseline": (value, run_id, sku, how)}}``.
+
+    Baseline: the subject's last passing burn-in run; else ``baseline`` = a run id (that run's figure) or
+    ``"latest-pass"`` (the last run where this subject's check passed). Cost: one indexed look-up per figure.
+    """
+    out: dict[tuple, dict] = {}
+    for f in figures:
+        if not is_throughput(f):
+            continue
+        key = (subject_of(f), check_of(f))
+        if key in out:
+            continue
+        refs: dict[str, tuple] = {}
+        got = dict(((k, (v, r, s)) for k, s, v, r in con.execute(
+            "SELECT kind, sku, value, run_id FROM latest WHERE subject=? AND check_=?", key)))
+        if "previous" in got:
+            refs["previous"] = got["previous"]
+        if "burnin" in got:
+            refs["baseline"] = (*got["burnin"], "burn-in")
+        elif baseline == "latest-pass" and "pass" in got:
+            refs["baseline"] = (*got["pass"], "latest pass")
+        elif baseline and baseline != "latest-pass":
+            row = con.execute("SELECT value, run_id, sku FROM figures WHERE run_id=? AND subject=? AND check_=?",
+                              (baseline, *key)).fetchone()
+            if row and row[0] is not None:
+                refs["baseline"] = (*row, f"run {baseline}")
+        if refs:
+            out[key] = refs
+    return out
+
+
+def standouts(figures: list[dict], refs: dict[tuple, dict], pct: float = STANDOUT_PCT) -> list[dict]:
+    """Passing throughput figures more than ``pct`` percent below their baseline or previous value (pure).
+
+    Like with like: a reference of another SKU is ignored. A failed figure is not a stand-out (it is listed
+    under failures). Returns ``{host, check, gpu, serial, sku, value, unit, against, reference, ref_run, pct}``.
+    """
+    out = []
+    for f in figures:
+        if not is_throughput(f) or f.get("verdict") == "fail":
+            continue
+        r = refs.get((subject_of(f), check_of(f))) or {}
+        for against in ("baseline", "previous"):
+            if against not in r:
+                continue
+            ref, run_id, sku = r[against][:3]
+            if ref is None or not ref or (sku and f.get("sku") and sku != f.get("sku")):
+                continue
+            below = (ref - f["value"]) / abs(ref) * 100.0
+            if below > pct:
+                out.append({"host": f.get("host"), "check": check_of(f), "gpu": f.get("gpu"),
+                            "serial": f.get("serial"), "sku": f.get("sku"), "value": f["value"],
+                            "unit": f.get("unit"), "reference": ref, "ref_run": run_id,
+                            "against": against + (f" ({r[against][3]})" if against == "baseline" else ""),
+                            "pct": round(below, 1)})
+    return out
+
+
+def fleet_outliers(figures: list[dict], pct: float = OUTLIER_PCT, mads: float = OUTLIER_MADS,
+                   min_fleet: int = MIN_FLEET) -> list[dict]:
+    """Per SKU and check, passing throughput figures below the fleet median by more than ``pct`` percent and
+    by more than ``mads`` x 1.4826 x MAD (pure). A fleet of fewer than ``min_fleet`` figures is not judged.
+    Returns ``{host, check, gpu, serial, sku, value, unit, against: "fleet", reference: median, pct, mads}``."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in figures:
+        if is_throughput(f) and f.get("verdict") != "fail":
+            groups.setdefault((f.get("sku"), check_of(f)), []).append(f)
+    out = []
+    for (sku, chk), fs in groups.items():
+        if len(fs) < min_fleet:
+            continue
+        vals = sorted(float(f["value"]) for f in fs)
+        med = _median(vals)
+        mad = _median(sorted(abs(v - med) for v in vals)) * MAD_SCALE
+        for f in fs:
+            dist = med - float(f["value"])
+            if med and dist / abs(med) * 100.0 > pct and dist > mads * mad:
+                out.append({"host": f.get("host"), "check": chk, "gpu": f.get("gpu"), "serial": f.get("serial"),
+                            "sku": sku, "value": f["value"], "unit": f.get("unit"), "against": "fleet",
+                            "reference": med, "pct": round(dist / abs(med) * 100.0, 1),
+                            "mads": round(dist / mad, 1) if mad else "inf"})
+    return out
+
+
+def _median(vals: list[float]) -> float:
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2.0
+
+
+def series(con: sqlite3.Connection, subject: str, check: str, last: int = 30) -> list[tuple[float, float, str]]:
+    """The last ``last`` values of one subject's check, oldest first: ``[(started, value, run_id)]``."""
+    rows = con.execute("SELECT started, value, run_id FROM figures WHERE subject=? AND check_=? AND value IS NOT NULL"
+                       " ORDER BY started DESC LIMIT ?", (subject, check, last)).fetchall()
+    return rows[::-1]
+
+
+def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: str | None = None,
+                      check: str | None = None) -> list[tuple]:
+    """Rows ``(time, run_id, profile, host, gpu, serial, check, value, unit, limit, verdict)`` of one GPU
+    (by serial, wherever it was) or one host, oldest first."""
+    where, args = [], []
+    if serial:
+        where.append("f.serial=?")
+        args.append(serial)
+    if host:
+        where.append("f.host=?")
+        args.append(host)
+    if check:
+        where.append("(f.check_=? OR f.check_ LIKE ?)")
+        args += [check, check + "[%"]
+    q = ("SELECT f.started, f.run_id, r.profile, f.host, f.gpu, f.serial, f.check_, "
+         "coalesce(f.value, f.value_text), f.unit, f.limit_kind, f.limit_value, f.verdict "
+         "FROM figures f LEFT JOIN runs r USING (run_id) WHERE " + " AND ".join(where) +
+         " ORDER BY f.started, f.host, f.gpu, f.check_")
+    out = []
+    for row in con.execute(q, args):
+        lim = f"{'>=' if row[9] == 'min' else '<='} {row[10]:g}" if row[9] else ""
+        out.append((time.strftime("%Y-%m-%d %H:%M", time.gmtime(row[0] or 0)), *row[1:9], lim, row[11]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuaccept.history``: print one GPU's (``--serial``) or host's (``--host``) figures over time."""
+    ap = argparse.ArgumentParser(prog="python -m gpuaccept.history",
+                                 description="A GPU's (by serial) or a host's figures over time, from the history database.")
+    ap.add_argument("--db", default=os.path.join("reports", "history.sqlite"), help="default reports/history.sqlite")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--serial", help="GPU serial number (follows the GPU across hosts)")
+    g.add_argument("--host", help="host name")
+    ap.add_argument("--check", help="only this check (e.g. bf16_tflops)")
+    ap.add_argument("--json", action="store_true", help="JSON rows instead of a table")
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.db):
+        print(f"{a.db}: no history database", file=sys.stderr)
+        return 4
+    try:
+        con = connect(a.db)
+    except HistoryError as e:
+        print(str(e), file=sys.stderr)
+        return 4
+    rows = figures_over_time(con, a.serial, a.host, a.check)
+    head = ("time", "run", "profile", "host", "gpu", "serial", "check", "value", "unit", "limit", "verdict")
+    if a.json:
+        print(json.dumps([dict(zip(head, r)) for r in rows], default=str))
+        return 0
+    if not rows:
+        print(f"no figures for {'serial ' + a.serial if a.serial else 'host ' + a.host}"
+              f"{' check ' + a.check if a.check else ''} in {a.db}", file=sys.stderr)
+        return 1
+    cells = [head] + [tuple("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r)
+                      for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for c in cells:
+        print("  ".join(s.ljust(w) for s, w in zip(c, widths)).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

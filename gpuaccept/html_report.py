@@ -1,0 +1,162 @@
+"""``report.html``: one self-contained page per run that opens from disk with no network.
+
+Rendered with Jinja2 (``gpuaccept/templates/report.html.j2``, autoescaped); plots are pygal charts rendered to
+inline SVG with pygal's tooltip script left out (``js=[]``), so nothing is fetched at view time. Content: a
+per-host verdict table, a host x check heatmap coloured by value/limit, for all-reduce busbw against message
+size per host (x: log2 of the message size, labelled in bytes) with the floor drawn, and a per-GPU table with
+sparklines of the same serial's earlier runs from the history database.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jinja2
+import pygal
+from pygal.style import Style
+
+from .report import CaseRecord, _fmt, _limit_s, gpu_table, host_verdicts
+
+# Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
+# is not read; the tables still list everything). Chosen.
+MAX_SPARK_GPUS = 256
+MAX_BUSBW_HOSTS = 64
+# Above this many hosts (heatmap rows) or GPUs (GPU table rows) the page lists only hosts that did not pass
+# and says how many passing ones it left out (the page stays a few MB at 10,000 hosts). Chosen.
+MAX_ROWS = 1024
+SPARK_CHECKS = 4  # sparklines for the first few judged per-GPU checks of the table
+
+_STYLE = Style(background="white", plot_background="white", font_family="sans-serif",
+               colors=("#1f6feb", "#b3261e", "#137333", "#8a1c7c", "#d97706"))
+
+
+def _ratio_color(ratio: float, kind: str) -> str:
+    """Heatmap colour: red outside the limit, amber within 10 % of it, green with margin."""
+    margin = (ratio - 1.0) if kind == "min" else (1.0 - ratio)
+    if margin < 0:
+        return "#f4b4ae"
+    if margin < 0.10:
+        return "#fde68a"
+    return "#bbf7d0"
+
+
+def heatmap(figures: list[dict]) -> dict:
+    """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure)."""
+    checks: list[str] = []
+    cells: dict[tuple[str, str], dict] = {}
+    for f in figures:
+        lim = f.get("limit") or {}
+        kind = "min" if "min" in lim else "max" if "max" in lim else None
+        v = f.get("value")
+        if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not lim[kind]:
+            continue
+        ratio = float(v) / float(lim[kind])
+        if f["check"] not in checks:
+            checks.append(f["check"])
+        key = (str(f.get("host")), f["check"])
+        old = cells.get(key)
+        worse = old is None or (ratio < old["ratio"] if kind == "min" else ratio > old["ratio"])
+        if worse:
+            cells[key] = {"check": f["check"], "ratio": ratio, "kind": kind,
+                          "verdict": "fail" if f.get("verdict") == "fail" or (old and old["verdict"] == "fail") else "pass",
+                          "color": _ratio_color(ratio, kind),
+                          "title": f"{f.get('host')} {f['check']}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
+                                   f"{_fmt(v)} {f.get('unit') or ''} vs {_limit_s(lim)}"}
+        elif f.get("verdict") == "fail":
+            old["verdict"] = "fail"
+    hosts = sorted({h for h, _ in cells})
+    return {"checks": checks, "rows": [{"host": h, "cells": [cells.get((h, c)) for c in checks]} for h in hosts]}
+
+
+def _size_label(log2b: float) -> str:
+    b = 2 ** round(log2b)
+    for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= n:
+            return f"{b // n} {unit}"
+    return f"{b} B"
+
+
+def busbw_plots(figures: list[dict]) -> list[dict]:
+    """Per host an XY chart of in-place busbw (GB/s) against log2(message bytes), with the busbw floor
+    (``allreduce_busbw_gbps``' min limit) as a second series. Inline SVG strings."""
+    tables: dict[str, list] = {}
+    floors: dict[str, float] = {}
+    for f in figures:
+        if f["check"] == "allreduce_table" and isinstance(f.get("value"), list):
+            tables.setdefault(str(f.get("host")), f["value"])
+        if f["check"] == "allreduce_busbw_gbps" and "min" in (f.get("limit") or {}):
+            floors[str(f.get("host"))] = float(f["limit"]["min"])
+    out = []
+    for host in sorted(tables)[:MAX_BUSBW_HOSTS]:
+        pts = [(math.log2(r["bytes"]), float(r["ip_busbw_gbps"])) for r in tables[host]
+               if isinstance(r, dict) and r.get("bytes") and isinstance(r.get("ip_busbw_gbps"), (int, float))]
+        if not pts:
+            continue
+        chart = pygal.XY(js=[], style=_STYLE, width=560, height=300, show_legend=True, legend_at_bottom=True,
+                         title=f"{host}: all-reduce busbw (in place)", x_title="message size (log scale)",
+                         y_title="busbw GB/s", x_value_formatter=_size_label, explicit_size=True,
+                         x_labels=sorted({round(x) for x, _ in pts})[::2], disable_xml_declaration=True,
+                         include_x_axis=True)
+        chart.add("busbw", pts)
+        if host in floors:
+            xs = [p[0] for p in pts]
+            chart.add(f"floor {floors[host]:g} GB/s", [(min(xs), floors[host]), (max(xs), floors[host])],
+                      show_dots=False, stroke_style={"dasharray": "6,4", "width": 2})
+        out.append({"host": host, "svg": chart.render(is_unicode=True)})
+    return out
+
+
+def sparkline(values: list[float]) -> str:
+    """A small inline SVG line of ``values`` (oldest first)."""
+    chart = pygal.Line(js=[], style=_STYLE, width=120, height=24, explicit_size=True, show_dots=True,
+                       dots_size=1.5, disable_xml_declaration=True)
+    chart.add("", values)
+    return chart.render_sparkline(is_unicode=True, js=[])
+
+
+def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
+           history: dict[tuple, list[float]] | None = None) -> str:
+    """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``."""
+    hosts = list(meta.get("hosts") or [])
+    hv = host_verdicts(recs, hosts)
+    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
+    host_rows = [{"name": h, **hv[h]} for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h == "fleet":
+            continue
+        tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    checks, rows = gpu_table(figures)
+    heat = heatmap(figures)
+    left_out = 0
+    bad = {h for h, v in hv.items() if v["verdict"] != "PASS"}
+    if len(rows) > MAX_ROWS:
+        keep = [r for r in rows if r["host"] in bad or any(f.get("verdict") == "fail" for f in r["cells"].values())]
+        left_out, rows = len(rows) - len(keep), keep
+    if len(heat["rows"]) > MAX_ROWS:
+        heat["rows"] = [r for r in heat["rows"] if r["host"] in bad]
+    sparks: dict[tuple, str] = {}
+    if history and len(rows) <= MAX_SPARK_GPUS:
+        for key, vals in history.items():
+            if len(vals) >= 2:
+                sparks[key] = sparkline(vals)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    failures = [{"outcome": r.outcome, "nodeid": r.nodeid,
+                 "first": (r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome}
+                for r in recs if r.outcome in ("failed", "error")]
+    return env.get_template("report.html.j2").render(
+        run_id=run_id, meta=meta, hosts=host_rows, n_tests=len(recs),
+        tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
+        heat=heat, left_out=left_out, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
+        standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
+
+
+def spark_keys(figures: list[dict]) -> list[tuple[tuple[str, str, Any, str], dict]]:
+    """``((serial, host, gpu, check), figure)`` of the per-GPU cells that get a sparkline (first few checks)."""
+    checks, rows = gpu_table(figures)
+    if len(rows) > MAX_SPARK_GPUS:
+        return []
+    return [((row["serial"] or "", row["host"], row["gpu"], c), row["cells"][c]) for row in rows
+            for c in checks[:SPARK_CHECKS] if c in row["cells"]]

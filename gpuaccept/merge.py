@@ -1,0 +1,130 @@
+"""Join report folders into one set: ``python -m gpuaccept.merge DIR... --into OUT [--history PATH]``.
+
+For runs sharded over controllers or started per node (Slurm ``srun``, Kubernetes), each writing its own
+report folder. Reads each folder's ``results.jsonl`` (or ``results.json`` when there is no jsonl) and writes
+into OUT, as one run would: ``junit-<layer>.xml``, ``results.json``, ``summary.md``, ``failed-hosts.txt``,
+``report.html`` and ``results.jsonl``; with ``--history`` (default: none) the merged run is appended to that
+database as one run. A test id present in two folders keeps the later folder's record (a rerun wins).
+Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from .report import CaseRecord, Reporter, holds_run, host_verdicts
+
+
+def read_folder(path: str) -> tuple[dict, list[CaseRecord]]:
+    """``(meta, records)`` of one report folder. Raises ValueError naming the folder when it has no results."""
+    meta: dict = {}
+    recs: dict[str, CaseRecord] = {}
+    jpath, jl = os.path.join(path, "results.json"), os.path.join(path, "results.jsonl")
+    if os.path.exists(jpath):
+        try:
+            with open(jpath, encoding="utf-8") as f:
+                doc = json.load(f)
+            meta = {k: v for k, v in doc.items() if k not in ("tests", "figures", "outliers")}
+            if not os.path.exists(jl):
+                for t in doc.get("tests") or []:
+                    recs[t["nodeid"]] = CaseRecord(**t)
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"{jpath}: unreadable ({e})") from None
+    if os.path.exists(jl):
+        with open(jl, encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    t = json.loads(line)
+                    recs[t["nodeid"]] = CaseRecord(**t)
+                except (ValueError, TypeError, KeyError):
+                    if n > 1 and not line.endswith("\n"):
+                        continue  # a last line cut by a kill: the tests before it stand
+                    raise ValueError(f"{jl}:{n}: not a gpuaccept result line") from None
+    if not recs and not meta:
+        raise ValueError(f"{path}: no results.jsonl or results.json (not a gpuaccept report folder)")
+    return meta, list(recs.values())
+
+
+def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None) -> Reporter:
+    """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run)."""
+    if os.path.isdir(into) and holds_run(into):
+        raise ValueError(f"--into {into}: already holds a run ({holds_run(into)})")
+    metas, all_recs = [], {}
+    for d in dirs:
+        meta, recs = read_folder(d)
+        metas.append(meta)
+        for r in recs:
+            all_recs[r.nodeid] = r
+    hosts: list[str] = []
+    for m in metas:
+        hosts += [h for h in m.get("hosts") or [] if h not in hosts]
+    for r in all_recs.values():
+        if r.host and r.host not in hosts:
+            hosts.append(r.host)
+    host_sku: dict[str, str] = {}
+    for m in metas:
+        host_sku.update(m.get("host_sku") or {})
+    started = min((m.get("started") for m in metas if m.get("started")), default=time.time())
+    profiles = sorted({str(m.get("profile")) for m in metas if m.get("profile")})
+    rid = run_id or "merged-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    meta = {"inventory": ", ".join(sorted({str(m.get("inventory")) for m in metas if m.get("inventory")})),
+            "limit": None, "hosts": hosts, "started": started, "profile": ",".join(profiles) or None,
+            "host_sku": host_sku, "merged_from": [os.path.abspath(d) for d in dirs],
+            "merged_runs": [m.get("run_id") for m in metas]}
+    rep = Reporter(into, rid, meta)
+    rep.add_many(list(all_recs.values()))
+    recs = list(rep.records.values())
+    figures = rep.figures()
+    from . import history, html_report
+    stand = history.fleet_outliers(figures)
+    if history_path:
+        con = history.connect(history_path)
+        try:
+            refs = history.references(con, figures)
+            stand = history.standouts(figures, refs) + stand
+            hv = {h: v["verdict"] for h, v in host_verdicts(recs, hosts).items()}
+            history.record_run(con, {"run_id": rid, "started": started, "inventory": meta["inventory"],
+                                     "profile": meta["profile"], "report_dir": os.path.abspath(into),
+                                     "verdict": "ERROR" if "ERROR" in hv.values() else "FAIL" if "FAIL" in hv.values()
+                                     else "PASS"},
+                               [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                                 "message": r.message} for r in recs], figures, hv)
+        finally:
+            con.close()
+    rep.final_standouts = stand
+    rep.close("not in any merged folder")
+    with open(os.path.join(into, "report.html"), "w", encoding="utf-8") as f:
+        f.write(html_report.render(rid, meta, recs, figures, stand))
+    return rep
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpuaccept.merge",
+                                 description="Join gpuaccept report folders (shards, per-node runs) into one set.")
+    ap.add_argument("dirs", nargs="+", metavar="DIR", help="report folders (each with results.jsonl or results.json)")
+    ap.add_argument("--into", required=True, metavar="OUT", help="folder for the merged reports (new or empty)")
+    ap.add_argument("--history", default=None, metavar="PATH", help="also append the merged run to this database")
+    ap.add_argument("--run-id", default=None, help="run id of the merged run (default merged-<UTC timestamp>)")
+    a = ap.parse_args(argv)
+    try:
+        rep = merge(a.dirs, a.into, a.history, a.run_id)
+    except (ValueError, OSError) as e:
+        print(f"gpuaccept merge: {e}", file=sys.stderr)
+        return 4
+    if rep.write_error:
+        print(f"gpuaccept merge: {rep.write_error}", file=sys.stderr)
+        return 1
+    n_bad = len([h for h, v in host_verdicts(list(rep.records.values()), rep.meta["hosts"]).items()
+                 if v["verdict"] in ("FAIL", "ERROR") and h != "fleet"])
+    print(f"merged {len(a.dirs)} folders, {len(rep.records)} tests, {len(rep.meta['hosts'])} hosts "
+          f"({n_bad} failed or errored) into {a.into}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""The report side of the pytest plugin: one :class:`ReportPlugin` object per run, holding its configuration
+(as pytest's own ``junitxml.LogXML`` does), registered by ``gpuaccept.plugin.pytest_configure`` on the
+controller only (never in an xdist worker: workers' reports reach the controller's hooks).
+
+What it owns: the report folder's life (a folder is made only for a run that runs tests: ``--collect-only``,
+``--list-hosts`` and a selection that deselects everything leave none and do not move ``reports/latest``;
+a ``--reports`` folder that already holds a run is refused), the records of finished tests
+(gpuaccept.report.Reporter), and at the end the history database (gpuaccept.history), ``report.html``
+(gpuaccept.html_report) and the Prometheus textfile (gpuaccept.prometheus). Also the progress display: per
+host the probe or test running and its elapsed time against its timeout, in place on a terminal, plain lines
+otherwise.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from . import node as node_mod
+from .errors import ConfigError
+from .report import CaseRecord, Reporter, atomic_write, holds_run, host_verdicts, load_previous_figures, outliers
+
+# Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
+PLAIN_EVERY_S = 30.0
+TTY_EVERY_S = 1.0
+
+
+def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
+    """The run's report folder, created now: ``--reports DIR`` (refused with ConfigError when it already
+    holds a run) or ``reports/<UTC timestamp>[-n]`` (mkdir is atomic: two runs started in the same second get
+    two folders). Returns ``(path, created)``; ``created`` says the folder is new (removed again if no test
+    runs)."""
+    rdir = config.getoption("reports")
+    if rdir is None:
+        base = str(config.rootpath / "reports")
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for n in range(1000):
+            path = os.path.join(base, stamp + (f"-{n}" if n else ""))
+            try:
+                os.makedirs(path)
+                return path, True
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise ConfigError(f"reports folder {path}: cannot create: {e.strerror}") from None
+        raise ConfigError(f"reports folder {base}: 1000 runs started in the same second")
+    rdir = os.path.abspath(rdir)
+    existed = os.path.isdir(rdir)
+    if existed:
+        found = holds_run(rdir)
+        if found:
+            raise ConfigError(f"--reports {rdir}: already holds a run ({found}); give a new or empty folder")
+    try:
+        os.makedirs(rdir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--reports {rdir}: cannot create: {e.strerror}") from None
+    return rdir, not existed
+
+
+def point_latest(rdir: str) -> None:
+    """Point ``<parent>/latest`` at ``rdir`` (atomically: symlink + rename); leaves a real folder alone."""
+    parent = os.path.dirname(os.path.abspath(rdir))
+    link = os.path.join(parent, "latest")
+    if os.path.islink(link) or not os.path.exists(link):
+        tmp = f"{link}.tmp{os.getpid()}"
+        try:
+            os.symlink(os.path.basename(os.path.abspath(rdir)), tmp)
+            os.replace(tmp, link)
+        except OSError:
+            pass
+
+
+class Progress:
+    """Per host what runs and for how long. ``stream``: where to write; ``tty``: rewrite one line in place
+    (every :data:`TTY_EVERY_S`) instead of plain start/still-running/end lines."""
+
+    def __init__(self, stream, tty: bool, timeout_s: float):
+        self.stream = stream
+        self.tty = tty
+        self.timeout_s = timeout_s
+        self.running: dict[str, list] = {}  # host -> [what, started, last plain line]
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._width = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="gpuaccept-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+        if self.tty and self._width:
+            self._write("\r" + " " * self._width + "\r")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def begin(self, host: str, what: str, timeout_s: float | None = None) -> None:
+        """``host`` starts ``what`` (a test, or a probe within it)."""
+        now = time.monotonic()
+        with self._lock:
+            self.running[host] = [what, now, now, timeout_s or self.timeout_s]
+        if not self.tty:
+            self._write(f"[gpuaccept] {host}: {what} started (timeout {self.running[host][3]:.0f} s)\n")
+
+    def end(self, host: str, outcome: str) -> None:
+        with self._lock:
+            cur = self.running.pop(host, None)
+        if cur and not self.tty:
+            self._write(f"[gpuaccept] {host}: {cur[0]} {outcome} after {time.monotonic() - cur[1]:.1f} s\n")
+
+    def line(self) -> str:
+        """The in-place status line: ``host what 12s/300s | ...``."""
+        now = time.monotonic()
+        with self._lock:
+            items = sorted(self.running.items())
+        parts = [f"{h} {w} {now - t0:.0f}s/{to:.0f}s" for h, (w, t0, _, to) in items]
+        return f"[gpuaccept] {len(items)} running: " + " | ".join(parts) if parts else ""
+
+    def _loop(self) -> None:
+        while not self._stop.wait(TTY_EVERY_S):
+            if self.tty:
+                text = self.line()
+                cols = 120
+                try:
+                    cols = os.get_terminal_size(self.stream.fileno()).columns
+                except (OSError, ValueError, AttributeError):
+                    pass
+                text = text[:max(20, cols - 1)]
+                self._write("\r" + text.ljust(self._width) + "\r" if text or self._width else "")
+                self._width = len(text)
+            else:
+                now = time.monotonic()
+                with self._lock:
+                    late = [(h, c) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
+                    for _, c in late:
+                        c[2] = now
+                for h, (w, t0, _, to) in late:
+                    self._write(f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
+
+
+class ReportPlugin:
+    """The report hooks of one run, with their configuration. Made by ``gpuaccept.plugin.pytest_configure``:
+
+    ``state``: the plugin's run state (inventory, hosts, started); ``inv_path``: the inventory file. Reads the
+    options --reports, --history, --baseline, --standout-pct, --prometheus-textfile, --progress, --profile.
+    Raises ConfigError (exit 4 before any node is touched) for a --reports folder that holds a run.
+    """
+
+    def __init__(self, config: pytest.Config, state: dict, inv_path: str):
+        from .plugin import ERROR_KEY, host_of, layer_of  # loaded: plugin.py registers this object
+        self._error_key, self._host_of, self._layer_of = ERROR_KEY, host_of, layer_of
+        self.config = config
+        self.state = state
+        self.partial: dict[str, dict] = {}
+        self.collect_only = bool(config.getoption("collectonly", False))
+        self.began = False
+        self.created = False
+        self.progress: Progress | None = None
+        self.reporter: Reporter | None = None
+        self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
+        if self.collect_only:
+            return
+        latest = config.rootpath / "reports" / "latest"
+        previous = os.path.realpath(latest) if os.path.isdir(latest) else None
+        rdir, self.created = reserve_folder(config)
+        self.run_id = os.path.basename(os.path.normpath(rdir))
+        state["probe_dir"] = os.path.join(rdir, "probes")  # every probe's raw document, per host
+        hosts = state["hosts"]
+        host_sku = {h.name: h.vars.get("gpu_sku") for h in hosts if h.vars.get("gpu_sku")}
+        if config.getoption("sku"):
+            host_sku = {h.name: config.getoption("sku") for h in hosts}
+        self.reporter = Reporter(rdir, self.run_id, {
+            "inventory": inv_path, "limit": config.getoption("limit"), "hosts": [h.name for h in hosts],
+            "started": state["started"], "previous_run": previous, "profile": config.getoption("profile"),
+            "host_sku": host_sku}, previous=load_previous_figures(previous))
+
+    def _opt(self, name: str, default: Any = None) -> Any:
+        try:
+            return self.config.getoption(name)
+        except ValueError:
+            return default
+
+    # -- the run's life ----------------------------------------------------------------------------
+    def _begin(self) -> None:
+        """First sign that tests will run: move reports/latest here, start the progress display."""
+        if self.began or self.reporter is None:
+            return
+        self.began = True
+        if self.config.getoption("reports") is None:
+            point_latest(self.reporter.dir)
+        mode = self._opt("progress", "auto")
+        stream = sys.__stderr__
+        if mode != "off" and stream is not None:
+            tty = mode == "tty" or (mode == "auto" and stream.isatty())
+            from .plugin import probe_timeout
+            self.progress = Progress(stream, tty, probe_timeout(self.config))
+            self.progress.start()
+            node_mod.PROBE_STARTED.append(self._probe_started)
+
+    def _probe_started(self, host: str, probe: str, timeout_s: float) -> None:
+        if self.progress is not None:
+            self.progress.begin(host, f"probe {probe}", timeout_s)
+
+    def pytest_collection_finish(self, session) -> None:
+        if self.reporter is None:
+            return
+        for it in session.items:  # after -k/-m deselection: only what will run is expected
+            self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
+        if session.items:
+            self._begin()
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        if self.reporter is None:
+            return
+        for nid in ids:
+            self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
+        if ids:
+            self._begin()
+
+    def pytest_runtest_logstart(self, nodeid, location) -> None:
+        if self.progress is not None:
+            self.progress.begin(self._host_of(nodeid) or "fleet", nodeid.split("::")[-1].split("[")[0])
+
+    def _message(self, report) -> str:
+        if report.skipped and isinstance(report.longrepr, tuple):
+            return str(report.longrepr[2]).removeprefix("Skipped: ")
+        ours = [v for k, v in report.user_properties if k == self._error_key]
+        if ours:
+            return ours[-1]
+        # xdist prefixes a worker's failure text with "[gw0] linux -- Python ..."; drop that line
+        lines = [ln for ln in (report.longreprtext or "").splitlines() if not re.match(r"\[gw\d+\] ", ln)]
+        text = "\n".join(lines).strip()
+        return text if len(text) < 4000 else text[-4000:]
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if self.reporter is None:
+            return
+        self._begin()
+        part = self.partial.setdefault(report.nodeid, {"outcome": "passed", "message": "", "duration": 0.0,
+                                                       "props": []})
+        part["duration"] += getattr(report, "duration", 0.0) or 0.0
+        part["props"] = list(report.user_properties) or part["props"]
+        if report.skipped and part["outcome"] == "passed":
+            part["outcome"], part["message"] = "skipped", self._message(report)
+        elif report.failed:
+            is_ours = any(k == self._error_key for k, _ in report.user_properties)
+            kind = "failed" if report.when == "call" and not is_ours else "error"
+            if part["outcome"] not in ("failed", "error"):
+                part["outcome"], part["message"] = kind, self._message(report)
+        if report.when == "teardown":
+            self._finalize(report.nodeid, complete=True)
+            if self.progress is not None:
+                self.progress.end(self._host_of(report.nodeid) or "fleet", self.reporter.records[report.nodeid].outcome)
+
+    def _finalize(self, nodeid: str, complete: bool, reason: str = "") -> None:
+        part = self.partial.pop(nodeid)
+        if not complete and part["outcome"] == "passed":
+            # started, never torn down: interrupted, or its worker died. Never a pass.
+            part["outcome"], part["message"] = "error", f"not finished: {reason}"
+        figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
+        self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
+                                     part["outcome"], part["message"], round(part["duration"], 3), figs))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            if self._probe_started in node_mod.PROBE_STARTED:
+                node_mod.PROBE_STARTED.remove(self._probe_started)
+        rep = self.reporter
+        if rep is None:
+            return
+        if not self.began and not rep.records:
+            self._discard()  # nothing ran (deselected everything, or collection failed): leave no folder
+            return
+        reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
+        for nodeid in list(self.partial):
+            self._finalize(nodeid, complete=False, reason=reason)
+        for nodeid, (host, layer) in rep.expected.items():
+            if nodeid not in rep.records:
+                rep.add(CaseRecord(nodeid, nodeid.split("::")[-1], host, layer, "error", f"not run: {reason}"))
+        self._finish(rep)
+        if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.ensure_newline()
+                tr.write_line(f"ERROR: gpuaccept reports: {rep.write_error}", red=True)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _discard(self) -> None:
+        d = self.reporter.dir
+        if self.created:
+            try:
+                os.rmdir(d)  # only when empty: never removes what someone else put there
+            except OSError:
+                pass
+
+    def _finish(self, rep: Reporter) -> None:
+        """History comparison and recording, then the whole-run files, report.html and the textfile."""
+        finished = time.time()
+        recs = list(rep.records.values())
+        figures = rep.figures()
+        hv = host_verdicts(recs, rep.meta.get("hosts"))
+        verdicts = {h: v["verdict"] for h, v in hv.items()}
+        run_verdict = ("ERROR" if "ERROR" in verdicts.values() else "FAIL" if "FAIL" in verdicts.values() else "PASS")
+        stand: list[dict] = []
+        sparks: dict[tuple, list[float]] = {}
+        history_ok = self._opt("history") != "none"
+        if history_ok:
+            from . import history, html_report
+            try:
+                con = history.connect(self.history_path)
+                try:
+                    refs = history.references(con, figures, self._opt("baseline"))
+                    pct = self._opt("standout_pct") or history.STANDOUT_PCT
+                    stand = history.standouts(figures, refs, pct) + history.fleet_outliers(figures)
+                    history.record_run(con, {"run_id": rep.run_id, "started": rep.meta.get("started"),
+                                             "inventory": rep.meta.get("inventory"), "profile": rep.meta.get("profile"),
+                                             "limit": rep.meta.get("limit"), "report_dir": rep.dir,
+                                             "verdict": run_verdict},
+                                       [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                                         "message": r.message} for r in recs], figures, verdicts)
+                    for key, f in html_report.spark_keys(figures):
+                        sparks[key] = [v for _, v, _ in history.series(con, history.subject_of(f),
+                                                                          history.check_of(f))]
+                finally:
+                    con.close()
+            except (history.HistoryError, OSError) as e:
+                rep.write_error = rep.write_error or f"history {self.history_path}: {e}"
+            except Exception as e:  # sqlite3.Error: the run's verdicts stand; the history is reported as lost
+                rep.write_error = rep.write_error or f"history {self.history_path}: {type(e).__name__}: {e}"
+        else:
+            stand = outliers(figures, rep.previous)
+        rep.final_standouts = stand
+        rep.flush(final=True)
+        rep.close_jsonl()
+        from . import html_report
+        rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
+            rep.run_id, rep.meta, recs, figures, stand, sparks)))
+        prom = self._opt("prometheus_textfile")
+        if prom:
+            from . import prometheus
+            try:
+                prometheus.write_textfile(prom, rep.run_id, rep.meta.get("started") or finished, finished,
+                                          figures, verdicts)
+            except OSError as e:
+                rep.write_error = rep.write_error or f"{prom}: cannot write: {e.strerror or e}"
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
+        rep = self.reporter
+        if rep is None or not self.began:
+            return
+        hv = host_verdicts(list(rep.records.values()), rep.meta.get("hosts"))
+        bad = [h for h, v in hv.items() if v["verdict"] in ("FAIL", "ERROR")]
+        terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
+        if bad:
+            terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
+                                        f"--limit @{os.path.join(rep.dir, 'failed-hosts.txt')}")
+
+
+def list_hosts_text(hosts) -> str:
+    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
+    lines = [f"  hosts ({len(hosts)}):"]
+    for h in hosts:
+        lines.append(f"    {h.name}  ansible_host={h.address}:{h.port}  connection={h.connection}  "
+                     f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
+    return "\n".join(lines)

@@ -1,0 +1,365 @@
+"""Reports of a run as an operator uses them after a night: host verdicts, failed-hosts.txt and
+``--limit @FILE``, ``--list-hosts``, the SQLite history and its stand-outs, report.html in a real headless
+Chromium, the Prometheus textfile parsed by prometheus_client, merging report folders, JUnit properties.
+
+Runs are real: the replayed 2xH200 captures (tests/data/replay-h200x2) through ``gpuaccept_replay`` and the
+sshd test nodes on loopback; the database is a real SQLite file."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from test_e2e import CPU_SUITE, junit, make_project, run_pytest
+from test_replay import DATA, GPU_LAYERS, replay_project
+
+from gpuaccept import history
+from gpuaccept.errors import ConfigError
+from gpuaccept.limitfile import hosts_from_file
+from gpuaccept.merge import main as merge_main
+from gpuaccept.report import CaseRecord, Reporter, failed_hosts, figure_properties, host_verdicts
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fig(host, check, value, gpu=None, serial=None, lim=None, verdict=None, sku="h200-sxm-141gb", **extra):
+    f = {"host": host, "layer": "memory", "test": "t", "check": check, "gpu": gpu, "pci_bus_id": None,
+         "serial": serial, "value": value, "unit": "GB/s", "limit": {"min": lim} if lim else None,
+         "verdict": verdict or ("recorded" if lim is None else "pass" if value >= lim else "fail"), "sku": sku}
+    if extra:
+        f["extra"] = extra
+    return f
+
+
+# -- pure parts ----------------------------------------------------------------------------------
+def test_junit_properties_unique_with_unit_limit_verdict_and_host():
+    figs = [fig("fleet", "busbw_gbps", 10.0, bytes=4096), fig("fleet", "busbw_gbps", 20.0, bytes=65536),
+            fig("fleet", "busbw_gbps", 20.0, bytes=65536), fig("fleet", "driver_version", "580", host_extra=1)]
+    figs[3]["extra"] = {"host": "gpu-07"}
+    props = figure_properties(True, figs)
+    names = [n for n, _ in props]
+    assert len(names) == len(set(names)), names
+    d = dict(props)
+    assert d["busbw_gbps[bytes=4096]"] == "10.0" and d["busbw_gbps[bytes=4096].unit"] == "GB/s"
+    assert "busbw_gbps[bytes=65536]#2" in d
+    assert d["gpu-07.driver_version"] == "580"  # a fleet-wide testcase names the host a figure belongs to
+    judged = dict(figure_properties(False, [fig("a", "hbm_read_bw_gbps", 4100.0, gpu=1, lim=4300)]))
+    assert judged == {"gpu1.hbm_read_bw_gbps": "4100.0", "gpu1.hbm_read_bw_gbps.unit": "GB/s",
+                      "gpu1.hbm_read_bw_gbps.min": "4300", "gpu1.hbm_read_bw_gbps.verdict": "fail"}
+
+
+def test_host_verdicts_and_failed_hosts():
+    recs = [CaseRecord("s/test_memory.py::t[a]", "t[a]", "a", "memory", "passed"),
+            CaseRecord("s/test_memory.py::t[b]", "t[b]", "b", "memory", "failed", "b GPU 1: hbm 4100 < 4300",
+                       figures=[fig("b", "hbm_read_bw_gbps", 4100.0, gpu=1, lim=4300)]),
+            CaseRecord("s/test_memory.py::t[c]", "t[c]", "c", "memory", "error", "c: cannot connect"),
+            CaseRecord("s/test_health.py::test_fleet", "test_fleet", None, "health", "failed", "d: driver 570 != 580")]
+    hv = host_verdicts(recs, ["a", "b", "c", "d"])
+    assert {h: v["verdict"] for h, v in hv.items()} == {"a": "PASS", "b": "FAIL", "c": "ERROR", "d": "FAIL",
+                                                        "fleet": "FAIL"}
+    assert "hbm_read_bw_gbps GPU 1: 4100 GB/s vs >= 4300" in hv["b"]["reasons"][0]
+    assert failed_hosts(recs, ["a", "b", "c", "d"]) == ["b", "c", "d"]
+
+
+def test_limit_file(tmp_path):
+    f = tmp_path / "failed-hosts.txt"
+    f.write_text("# rerun\nc\n\na\n")
+    assert hosts_from_file(str(f), ["a", "b", "c"]) == ["a", "c"]
+    f.write_text("a\nzz\n")
+    with pytest.raises(ConfigError, match=r"failed-hosts.txt:2: host 'zz' is not in the inventory"):
+        hosts_from_file(str(f), ["a"])
+    f.write_text("")
+    with pytest.raises(ConfigError, match="lists no host"):
+        hosts_from_file(str(f), ["a"])
+
+
+def test_reporter_appends_and_bounds_rewrites(tmp_path):
+    rep = Reporter(str(tmp_path / "r"), "run1", {"hosts": ["a"]})
+    for i in range(50):
+        rep.add(CaseRecord(f"s/test_memory.py::t{i}[a]", f"t{i}[a]", "a", "memory", "passed"))
+    # appended per test; the whole-run files not rewritten 50 times (none yet: under FLUSH_MIN_S)
+    assert len((tmp_path / "r" / "results.jsonl").read_text().splitlines()) == 50
+    assert not (tmp_path / "r" / "results.json").exists()
+    rep.close("interrupted")
+    assert len(json.loads((tmp_path / "r" / "results.json").read_text())["tests"]) == 50
+
+
+# -- history -------------------------------------------------------------------------------------
+def _run(con, rid, started, figures, profile="standard"):
+    history.record_run(con, {"run_id": rid, "started": started, "profile": profile}, [], figures, {})
+
+
+def test_history_standouts_baseline_previous_like_with_like(tmp_path):
+    con = history.connect(str(tmp_path / "h.sqlite"))
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    _run(con, "burn", 1, [fig("a", "hbm", 4600.0, gpu=0, serial="S0", lim=4300)], profile="burnin")
+    _run(con, "n1", 2, [fig("a", "hbm", 4550.0, gpu=0, serial="S0", lim=4300),
+                        fig("b", "hbm", 3000.0, gpu=0, serial="H1", lim=2000, sku="h100-sxm5-80gb")])
+    # tonight: S0 moved to host z, 8% under its burn-in; H1 (an H100) is compared with itself only
+    now = [fig("z", "hbm", 4300.0, gpu=3, serial="S0", lim=4300),
+           fig("b", "hbm", 2990.0, gpu=0, serial="H1", lim=2000, sku="h100-sxm5-80gb")]
+    refs = history.references(con, now)
+    got = history.standouts(now, refs, pct=5.0)
+    assert [(o["host"], o["serial"], o["against"]) for o in got] == [("z", "S0", "baseline (burn-in)"),
+                                                                      ("z", "S0", "previous")]
+    assert got[0]["reference"] == 4600.0 and got[0]["pct"] == pytest.approx(6.5, abs=0.1)
+    # a figure that failed is a failure, not a stand-out
+    assert history.standouts([fig("z", "hbm", 4000.0, gpu=3, serial="S0", lim=4300)], refs, pct=5.0) == []
+    # another SKU's reference is not compared (like with like)
+    refs2 = {("S0", "hbm"): {"previous": (9000.0, "x", "b200")}}
+    assert history.standouts(now[:1], refs2, pct=5.0) == []
+
+
+def test_history_explicit_and_latest_pass_baseline(tmp_path):
+    con = history.connect(str(tmp_path / "h.sqlite"))
+    _run(con, "r1", 1, [fig("a", "bw", 100.0, gpu=0, serial="S", lim=50)])
+    _run(con, "r2", 2, [fig("a", "bw", 40.0, gpu=0, serial="S", lim=50)])  # failed
+    now = [fig("a", "bw", 85.0, gpu=0, serial="S", lim=50)]
+    lp = history.standouts(now, history.references(con, now, "latest-pass"))
+    assert [(o["against"], o["reference"]) for o in lp] == [("baseline (latest pass)", 100.0)]
+    byid = history.standouts(now, history.references(con, now, "r1"))
+    assert [o["against"] for o in byid] == ["baseline (run r1)"]
+
+
+def test_fleet_outliers_mad_per_sku():
+    figs = [fig(f"h{i}", "bf16", v, gpu=0, serial=f"s{i}", lim=500) for i, v in
+            enumerate([665, 667, 670, 662, 668, 590])]
+    figs.append(fig("x", "bf16", 300.0, gpu=0, serial="x0", lim=200, sku="a100-sxm4-80gb"))
+    got = history.fleet_outliers(figs)
+    assert [(o["host"], o["sku"]) for o in got] == [("h5", "h200-sxm-141gb")]
+    assert got[0]["pct"] > 8 and got[0]["mads"] != ""
+
+
+def test_history_migrates_v1_and_cli(tmp_path, capsys):
+    path = str(tmp_path / "h.sqlite")
+    history.connect(path, upto=1).close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    con = history.connect(path)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
+    _run(con, "r1", 1700000000, [fig("a", "bw", 100.0, gpu=0, serial="S", lim=50)])
+    _run(con, "r2", 1700086400, [fig("b", "bw", 90.0, gpu=2, serial="S", lim=50)])
+    con.close()
+    assert history.main(["--db", path, "--serial", "S"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["time", "run", "profile", "host"] and len(out) == 3
+    assert " a " in out[1] and " b " in out[2] and "100" in out[1] and "90" in out[2]
+
+
+# -- Prometheus ----------------------------------------------------------------------------------
+def test_prometheus_textfile_parses(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuaccept.prometheus import write_textfile
+    path = tmp_path / "gpuaccept.prom"
+    figs = [fig("a", "hbm_read_bw_gbps", 4606.3, gpu=0, serial="1650", lim=4300),
+            fig("a", "busbw_gbps", 12.5, bytes=4096), fig("a", "name", "NVIDIA H200")]
+    figs[0]["pci_bus_id"] = "00000000:00:06.0"
+    write_textfile(str(path), "run1", 1000.0, 1060.0, figs, {"a": "PASS", "b": "ERROR"})
+    fams = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    hbm = fams["gpuaccept_hbm_read_bw_gbps"].samples[0]
+    assert hbm.value == 4606.3 and hbm.labels["serial"] == "1650" and hbm.labels["pci_bus_id"] == "00000000:00:06.0"
+    assert hbm.labels["unit"] == "GB/s" and hbm.labels["gpu"] == "0" and hbm.labels["sku"] == "h200-sxm-141gb"
+    assert fams["gpuaccept_busbw_gbps"].samples[0].labels["extra"] == "bytes=4096"
+    verdicts = {s.labels["host"]: s.value for s in fams["gpuaccept_host_verdict"].samples}
+    assert verdicts == {"a": 0, "b": 2}
+    assert fams["gpuaccept_run_duration_seconds"].samples[0].value == 60
+    assert not list(tmp_path.glob("*.tmp*"))  # written through a temporary file and renamed
+
+
+# -- merge ---------------------------------------------------------------------------------------
+def test_merge_folders(tmp_path, capsys):
+    for host, outcome in (("n1", "passed"), ("n2", "failed")):
+        rep = Reporter(str(tmp_path / host), f"run-{host}", {"hosts": [host], "inventory": f"{host}.ini"})
+        rep.add(CaseRecord(f"suites/test_memory.py::test_hbm[{host}]", f"test_hbm[{host}]", host, "memory", outcome,
+                           "" if outcome == "passed" else f"{host} GPU 0: hbm 4100 < 4300",
+                           figures=[fig(host, "hbm", 4100.0 if outcome == "failed" else 4600.0, gpu=0,
+                                        serial=f"S{host}", lim=4300)]))
+        rep.add(CaseRecord(f"suites/test_health.py::test_ecc[{host}]", f"test_ecc[{host}]", host, "health", "passed"))
+        rep.close("x")
+    out = tmp_path / "merged"
+    assert merge_main([str(tmp_path / "n1"), str(tmp_path / "n2"), "--into", str(out),
+                       "--history", str(tmp_path / "h.sqlite")]) == 0
+    assert {c["classname"] for c in junit(out / "junit-memory.xml")} == {"memory.n1", "memory.n2"}
+    assert len(junit(out / "junit-health.xml")) == 2
+    doc = json.loads((out / "results.json").read_text())
+    assert len(doc["tests"]) == 4 and doc["hosts"] == ["n1", "n2"]
+    assert (out / "failed-hosts.txt").read_text() == "n2\n"
+    assert "- **FAIL** `n2`" in (out / "summary.md").read_text()
+    assert "n2" in (out / "report.html").read_text()
+    rows = sqlite3.connect(tmp_path / "h.sqlite").execute("SELECT host, serial, value FROM figures ORDER BY host").fetchall()
+    assert rows == [("n1", "Sn1", 4600.0), ("n2", "Sn2", 4100.0)]
+    # merging again into the same folder is refused, with one line and exit 4
+    assert merge_main([str(tmp_path / "n1"), "--into", str(out)]) == 4
+    assert "already holds a run" in capsys.readouterr().err
+
+
+# -- end to end: replayed H200 captures ----------------------------------------------------------
+def _slow_write(pct):
+    def change(doc):
+        doc["gpus"][1]["write_gbps"] = round(doc["gpus"][1]["write_gbps"] * (1 - pct / 100), 1)
+    return change
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("chromium not on PATH (README: apt-get install chromium; .ci/run installs it)", pytrace=False)
+    return path
+
+
+def render_in_browser(html: Path, shot: Path) -> str:
+    """The DOM after Chromium rendered ``html`` from disk (no network), and a screenshot beside it."""
+    base = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            f"--user-data-dir={shot.parent / 'chromium-profile'}", "--window-size=1400,2200"]
+    res = subprocess.run(base + [f"--screenshot={shot}", html.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10000, res.stderr[-2000:]
+    dom = subprocess.run(base + ["--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
+
+
+def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
+    """Healthy, then GPU 1's HBM write 7 % slower (within its limit): a stand-out against the previous run
+    in summary.md, history rows per serial, report.html rendered by Chromium, the Prometheus file."""
+    db = tmp_path / "history.sqlite"
+    prom = tmp_path / "node_exporter" / "gpuaccept.prom"
+    prom.parent.mkdir()
+    inv = replay_project(tmp_path, DATA)
+    common = ["--inventory", str(inv), "-k", GPU_LAYERS, "--history", str(db), "--standout-pct", "5",
+              "--prometheus-textfile", str(prom)]
+    r1 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r1"))
+    assert r1.returncode == 0, r1.stdout[-3000:]
+    slow = tmp_path / "slow"
+    shutil.copytree(DATA, slow)
+    for f in slow.glob("hbm_bandwidth-*.json"):
+        saved = json.loads(f.read_text())
+        _slow_write(7)(saved["doc"])
+        f.write_text(json.dumps(saved))
+    inv.write_text(inv.read_text().replace(str(DATA), str(slow)))
+    r2 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r2"))
+    assert r2.returncode == 0, r2.stdout[-3000:]
+    md = (tmp_path / "r2" / "summary.md").read_text()
+    assert md.splitlines()[4].startswith("**PASS** 1 hosts") and "- **PASS** `h200-a`" in md
+    assert "## Stand-outs" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |"))
+    assert "| previous |" in line and "| 7.0% |" in line
+    assert "| h200-a | 0 | 00000000:00:06.0 |" in md  # per-GPU table: bus id first
+    assert (tmp_path / "r2" / "failed-hosts.txt").read_text() == ""
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT run_id, gpu, value FROM figures WHERE check_ LIKE 'hbm_write_bw_gbps%' ORDER BY run_id, gpu").fetchall()
+    assert [r[:2] for r in rows] == [("r1", 0), ("r1", 1), ("r2", 0), ("r2", 1)]
+    assert rows[3][2] == pytest.approx(rows[1][2] * 0.93, rel=1e-3)
+    serials = {r[0] for r in con.execute("SELECT serial FROM figures WHERE check_ LIKE 'hbm_write_bw_gbps%'")}
+    assert len(serials) == 2 and None not in serials
+    from prometheus_client.parser import text_string_to_metric_families
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert {s.labels["gpu"] for s in fams["gpuaccept_hbm_write_bw_gbps"].samples} == {"0", "1"}
+    # run 3: the same slow GPU again: the previous run is now the slow one, no stand-out against it
+    r3 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r3"))
+    assert r3.returncode == 0
+    assert "| previous |" not in (tmp_path / "r3" / "summary.md").read_text()
+    html = tmp_path / "r3" / "report.html"
+    text = html.read_text()
+    assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', text)  # nothing fetched at view time
+    dom = render_in_browser(html, tmp_path / "report-replay.png")
+    assert 'class="host-row" data-host="h200-a" data-verdict="PASS"' in dom
+    assert dom.count('<td class="cell pass"') >= 10 and 'class="cell fail"' not in dom
+    busbw = dom[dom.index('id="busbw"'):]
+    assert busbw.count('class="dot') >= 8  # one point per message size of the all-reduce table
+    assert "floor" in busbw
+    assert dom.count('class="spark"') >= 4  # history sparklines of the two serials
+    # reusing a report folder that holds a run is refused before any node is touched
+    again = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r3"))
+    assert again.returncode == 4 and "already holds a run" in again.stderr
+
+
+def test_sick_replay_fails_cells_in_browser(tmp_path):
+    """A GPU under its HBM floor: FAIL line first in summary.md, failed-hosts.txt, red cell in the DOM."""
+    sick = tmp_path / "sick"
+    shutil.copytree(DATA, sick)
+    for f in sick.glob("hbm_bandwidth-*.json"):
+        saved = json.loads(f.read_text())
+        saved["doc"]["gpus"][1]["read_gbps"] = 3800.0
+        f.write_text(json.dumps(saved))
+    inv = replay_project(tmp_path, sick)
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-k", "hbm or gpu_inventory", "--reports",
+                     str(tmp_path / "rep"), "--history", str(tmp_path / "h.sqlite"))
+    assert res.returncode == 1, res.stdout[-3000:]
+    md = (tmp_path / "rep" / "summary.md").read_text().splitlines()
+    assert md[6].startswith("- **FAIL** `h200-a`: memory/hbm_read_bw_gbps GPU 1: 3800 GB/s vs >= 4300"), md[:8]
+    assert (tmp_path / "rep" / "failed-hosts.txt").read_text() == "h200-a\n"
+    dom = render_in_browser(tmp_path / "rep" / "report.html", tmp_path / "report-sick.png")
+    assert 'data-verdict="FAIL"' in dom and 'class="cell fail" data-check="hbm_read_bw_gbps"' in dom
+
+
+# -- end to end: sshd nodes ----------------------------------------------------------------------
+FAIL_SUITE = CPU_SUITE + '''
+
+def test_node2_breaks(node, verdicts):
+    verdicts.record("marker", 1.0 if node.name == "node2" else 5.0, "GB/s", limit=None)
+    assert node.name != "node2", "node2: broken on purpose"
+'''
+
+
+def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, known_hosts):
+    inv = make_project(tmp_path, sshd_nodes, known_hosts, extra_suite=FAIL_SUITE)
+    base = ["--inventory", str(inv), "--known-hosts", known_hosts, "--history", str(tmp_path / "h.sqlite")]
+    # --list-hosts: prints, exits 0, writes nothing, touches no node
+    lh = run_pytest(tmp_path, *base, "--list-hosts")
+    assert lh.returncode == 0, lh.stderr
+    assert "hosts (3):" in lh.stdout and "node2  ansible_host=127.0.0.3:" in lh.stdout
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "h.sqlite").exists()
+    # --collect-only and a selection that deselects everything: no folder, reports/latest not moved
+    assert run_pytest(tmp_path, *base, "--collect-only", "-q").returncode == 0
+    assert run_pytest(tmp_path, *base, "-k", "no_such_test").returncode == 5
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+    res = run_pytest(tmp_path, *base, "-k", "whoami or node2_breaks", "--progress", "plain")
+    assert res.returncode == 1, res.stdout[-3000:]
+    assert "[gpuaccept] node2: test_node2_breaks started (timeout" in res.stderr
+    latest = tmp_path / "reports" / "latest"
+    assert (latest / "failed-hosts.txt").read_text() == "node2\n"
+    md = (latest / "summary.md").read_text().splitlines()
+    assert md[6].startswith("- **FAIL** `node2`: test_node2_breaks:") and md[7] == "- **PASS** `node1`"
+    first = os.path.realpath(latest)
+    rerun = run_pytest(tmp_path, *base, "-k", "whoami or node2_breaks", f"--limit=@{latest}/failed-hosts.txt")
+    assert rerun.returncode == 1
+    second = tmp_path / "reports" / "latest"
+    assert os.path.realpath(second) != first
+    assert {c["classname"] for c in junit(second / "junit-nccl.xml")} == {"nccl.node2"}
+    dom = render_in_browser(second / "report.html", tmp_path / "report-sshd.png")
+    assert dom.count('class="host-row"') == 1 and 'data-host="node2" data-verdict="FAIL"' in dom
+    # sqlite rows of both runs, the host verdicts
+    con = sqlite3.connect(tmp_path / "h.sqlite")
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+    assert con.execute("SELECT verdict FROM host_verdicts WHERE host='node2'").fetchall() == [("FAIL",), ("FAIL",)]
+    bad = run_pytest(tmp_path, *base, "--limit=@" + str(tmp_path / "missing.txt"))
+    assert bad.returncode == 4 and "missing.txt: cannot read" in bad.stderr
+    spaced = run_pytest(tmp_path, *base, "--limit", f"@{latest}/failed-hosts.txt")
+    assert spaced.returncode == 4 and "write --limit=@FILE" in spaced.stderr
+
+
+def test_progress_plain_lines_and_tty_line():
+    import io
+
+    from gpuaccept.reporting import Progress
+    buf = io.StringIO()
+    p = Progress(buf, tty=False, timeout_s=300)
+    p.begin("gpu-07", "probe nccl_allreduce", 180)
+    p.begin("gpu-08", "test_hbm_bandwidth")
+    assert p.line().startswith("[gpuaccept] 2 running: gpu-07 probe nccl_allreduce 0s/180s | gpu-08 test_hbm_bandwidth 0s/300s")
+    p.end("gpu-07", "passed")
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "[gpuaccept] gpu-07: probe nccl_allreduce started (timeout 180 s)"
+    assert lines[2].startswith("[gpuaccept] gpu-07: probe nccl_allreduce passed after ")
+    tty = io.StringIO()
+    t = Progress(tty, tty=True, timeout_s=300)
+    t.begin("gpu-07", "probe hbm_bandwidth")
+    assert tty.getvalue() == ""  # in place on a terminal: no line per event, the status line is rewritten
