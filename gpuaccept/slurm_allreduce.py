@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from .multinode import (CALL_MARGIN_S, PORT_ATTEMPTS, Collective, HostResult, blame, busbw_at, describe_failure,
+from .multinode import (ABORT_GRACE_S, CALL_MARGIN_S, PORT_ATTEMPTS, Collective, HostResult, blame, busbw_at, describe_failure,
                         judge_figures, new_marker, two_node_env)
 from .slurm import EXIT_BAD_INPUT, SlurmEnvError, folder_name, scontrol_hostnames, slurm_world
 
@@ -58,6 +58,29 @@ def node_addr(scontrol_node_text: str) -> str | None:
     """``NodeAddr`` from ``scontrol show node -o NAME`` output (pure), or None when absent."""
     m = re.search(r"(?:^|\s)NodeAddr=(\S+)", scontrol_node_text)
     return m.group(1) if m else None
+
+
+def node_addrs(scontrol_nodes_text: str) -> dict[str, str]:
+    """``{NodeName: NodeAddr}`` from ``scontrol show node -o`` output, one node a line (pure)."""
+    out = {}
+    for line in scontrol_nodes_text.splitlines():
+        name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
+        addr = node_addr(line)
+        if name and addr:
+            out[name.group(1)] = addr
+    return out
+
+
+def scontrol_node_addrs(nodes: list[str]) -> dict[str, str]:
+    """Every node's ``NodeAddr`` from ``scontrol show node -o`` (a node it does not list: its own name)."""
+    exe = shutil.which("scontrol")
+    found = {}
+    if exe:
+        res = subprocess.run([exe, "show", "node", "-o", ",".join(nodes)], capture_output=True, text=True,
+                             timeout=60)
+        if res.returncode == 0:
+            found = node_addrs(res.stdout)
+    return {n: found.get(n, n) for n in nodes}
 
 
 def probe_args(base: dict, world) -> dict:
@@ -109,23 +132,7 @@ def _task(base_json: str) -> int:
     return 0  # not reached
 
 
-def _run_srun(nodes: list[str], base: dict, outdir: str, limit_s: float) -> tuple[dict, bool, int]:
-    k = str(len(nodes))
-    cmd = [shutil.which("srun") or "srun", f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1",
-           "--kill-on-bad-exit=0", f"--output={outdir}/out-%n", f"--error={outdir}/err-%n",
-           sys.executable, "-m", "gpuaccept.slurm_allreduce", "--task", json.dumps(base)]
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    timed_out = False
-    try:
-        proc.wait(timeout=limit_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        proc.send_signal(signal.SIGTERM)  # srun forwards it to the tasks: the probes report and kill ranks
-        try:
-            proc.wait(timeout=TERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def _read_outputs(nodes: list[str], outdir: str) -> dict[str, tuple[str, str]]:
     outputs = {}
     for i, h in enumerate(nodes):
         texts = []
@@ -136,13 +143,52 @@ def _run_srun(nodes: list[str], base: dict, outdir: str, limit_s: float) -> tupl
             except OSError:
                 texts.append("")
         outputs[h] = (texts[0], texts[1])
-    return outputs, timed_out, proc.returncode
+    return outputs
+
+
+def _run_srun(nodes: list[str], base: dict, outdir: str, limit_s: float) -> tuple[dict, list[str], list[str]]:
+    """srun the probe on every node; returns (outputs, late nodes: no document by ``limit_s``, aborted
+    nodes). As on the SSH path, the first node to answer with a failure starts a grace of
+    :data:`ABORT_GRACE_S` seconds for the others to report their own evidence; then srun gets SIGTERM, which it forwards to the probes still running (each
+    kills its ranks and reports ``outcome: aborted``), and SIGKILL :data:`TERM_GRACE_S` seconds later."""
+    k = str(len(nodes))
+    cmd = [shutil.which("srun") or "srun", f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1",
+           "--kill-on-bad-exit=0", f"--output={outdir}/out-%n", f"--error={outdir}/err-%n",
+           sys.executable, "-m", "gpuaccept.slurm_allreduce", "--task", json.dumps(base)]
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    end = time.monotonic() + limit_s
+    abort_at, aborted, term_at, late = None, [], None, []
+    while proc.poll() is None:
+        now = time.monotonic()
+        if term_at is None and now >= end:
+            term_at = now
+            late = [h for h, r in results_from_outputs(nodes, _read_outputs(nodes, outdir), False).items()
+                    if r.doc is None and r.kind == "crashed"]
+            proc.send_signal(signal.SIGTERM)
+        elif term_at is None:
+            res = results_from_outputs(nodes, _read_outputs(nodes, outdir), False)
+            answered = {h: r for h, r in res.items() if r.doc is not None or r.kind == "crashed" and
+                        r.error.startswith("probe failed")}
+            if abort_at is None and any(r.kind != "ok" for r in answered.values()):
+                abort_at = now + ABORT_GRACE_S
+            if abort_at is not None and now >= abort_at:
+                aborted = [h for h in nodes if h not in answered]
+                term_at = now
+                proc.send_signal(signal.SIGTERM)  # forwarded by srun to the tasks
+        elif now >= term_at + TERM_GRACE_S:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+        time.sleep(0.2)
+    return _read_outputs(nodes, outdir), late, aborted
 
 
 def run(nodes: list[str], master: str, base_args: dict, deadline_s: int, port: int | None, job: str,
-        workdir: str) -> Collective:
+        workdir: str, addresses: dict[str, str] | None = None) -> Collective:
     """One ring all-reduce over the allocation's ``nodes`` (node 0 first) through srun: see the module
-    docstring. Never raises for a node's failure: the Collective says who failed and why."""
+    docstring. ``addresses``: each node's address (``NodeAddr``), so that :func:`blame` can map the
+    addresses in the others' network errors to a node. Never raises for a node's failure: the Collective says
+    who failed and why."""
     t0 = time.monotonic()
     results: dict = {}
     marker, p, attempt = "", None, 0
@@ -152,8 +198,16 @@ def run(nodes: list[str], master: str, base_args: dict, deadline_s: int, port: i
         base = {**base_args, "master_addr": master, "master_port": p, "marker": marker, "deadline_s": deadline_s}
         base.setdefault("timeout_s", deadline_s)
         outdir = tempfile.mkdtemp(prefix=f"attempt{attempt}-", dir=workdir)
-        outputs, timed_out, _ = _run_srun(nodes, base, outdir, deadline_s + CALL_MARGIN_S)
-        results = results_from_outputs(nodes, outputs, timed_out)
+        limit = deadline_s + CALL_MARGIN_S
+        outputs, late, aborted = _run_srun(nodes, base, outdir, limit)
+        results = results_from_outputs(nodes, outputs, bool(late))
+        for h in late:  # the probe's own deadline did not stop it: the node stopped answering
+            results[h] = HostResult(h, "timeout", results[h].doc, f"stopped answering: no probe document "
+                                    f"within {limit:.0f}s (the probe's deadline is {deadline_s}s)")
+        for h in aborted:  # what our abort caused is no evidence against the node (as on the SSH path)
+            r = results[h]
+            if (r.kind == "failed" and (r.doc or {}).get("outcome") == "aborted") or r.kind == "crashed":
+                r.kind = "aborted"
         r0 = results[nodes[0]]
         if all(r.kind == "ok" for r in results.values()):
             break
@@ -165,22 +219,9 @@ def run(nodes: list[str], master: str, base_args: dict, deadline_s: int, port: i
     if ok:
         col.doc = results[nodes[0]].doc
         return col
-    col.culprits, col.singled_out = blame(results, list(nodes), {n: n for n in nodes})
+    col.culprits, col.singled_out = blame(results, list(nodes), addresses or {n: n for n in nodes})
     col.message = describe_failure(col)
     return col
-
-
-def master_address(first: str, override: str | None) -> str:
-    """``override``, else ``NodeAddr`` of ``first`` in ``scontrol show node -o``, else ``first`` itself."""
-    if override:
-        return override
-    exe = shutil.which("scontrol")
-    if exe:
-        res = subprocess.run([exe, "show", "node", "-o", first], capture_output=True, text=True, timeout=60)
-        addr = node_addr(res.stdout) if res.returncode == 0 else None
-        if addr:
-            return addr
-    return first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     env = two_node_env(len(nodes))
     if env:
         base["env"] = {**env, **(base.get("env") or {})}
-    master = master_address(nodes[0], a.master_addr)
+    addresses = scontrol_node_addrs(nodes)
+    master = a.master_addr or addresses[nodes[0]]
     with tempfile.TemporaryDirectory(prefix=f"gpuaccept-slurm-ar-{folder_name(job)}-", dir=os.getcwd()) as wd:
-        col = run(nodes, master, base, a.deadline_s, a.port, job, wd)
+        col = run(nodes, master, base, a.deadline_s, a.port, job, wd, addresses)
     out = {"hosts": col.hosts, "ok": col.ok, "master_addr": col.master_addr, "master_port": col.master_port,
            "attempts": col.attempts, "wall_s": col.wall_s, "culprits": col.culprits,
            "singled_out": col.singled_out, "message": col.message,

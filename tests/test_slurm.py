@@ -12,7 +12,7 @@ from gpuaccept.inventory import load_inventory
 from gpuaccept.multinode import HostResult
 from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, node_inventory,
                              slurm_world, worst_exit)
-from gpuaccept.slurm_allreduce import job_port, node_addr, probe_args, results_from_outputs
+from gpuaccept.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
 from slurm_cluster import slurm_missing_reason, start_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +109,8 @@ def test_worst_exit():
 def test_allreduce_pure_parts():
     assert node_addr("NodeName=n1 Arch=x86_64 NodeAddr=127.0.0.2 NodeHostName=localhost") == "127.0.0.2"
     assert node_addr("NodeName=n1 State=IDLE") is None
+    assert node_addrs("NodeName=n1 NodeAddr=10.0.0.1 State=IDLE\nNodeName=n2 Arch=x NodeAddr=10.0.0.2\n"
+                      "NodeName=n3 State=DOWN\n") == {"n1": "10.0.0.1", "n2": "10.0.0.2"}
     assert job_port("1234", 1) != job_port("1234", 2) and 20000 <= job_port("99999", 3) < 30000
     w = slurm_world(_env())
     a = probe_args({"backend": "gloo", "master_addr": "10.0.0.1", "master_port": 23456}, w)
