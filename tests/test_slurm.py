@@ -245,3 +245,61 @@ def test_allreduce_names_the_node_that_failed(cluster, tmp_path):
     assert [h for h, _ in doc["culprits"]] == ["n1", "n2", "n3"]
     assert all("dtype must be one of" in why for _, why in doc["culprits"])
     assert "FAIL: n1: probe failed: dtype must be one of" in res.stdout
+
+
+def _workers_of(node: str, marker_hint: str = "--worker") -> list[int]:
+    """pids of nccl_allreduce workers started by srun for Slurm node ``node`` (read from /proc)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"nccl_allreduce.py") for a in cmd) and marker_hint.encode() in cmd \
+                and f"SLURMD_NODENAME={node}".encode() in env:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_allreduce_names_a_stalled_node(cluster, tmp_path):
+    """n2's rank is stopped (SIGSTOP) mid-collective: n2's probe sees its own rank stall and is named; the
+    other nodes are aborted, not blamed."""
+    import signal
+    import subprocess
+    import time
+    out = tmp_path / "ar.json"
+    env = {**cluster.env, "PYTHONPATH": str(REPO)}
+    cmd = ["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend",
+           "gloo", "--deadline-s", "120", "--stall-s", "3", "--json", str(out), "--args",
+           json.dumps({"min_bytes": 1 << 20, "max_bytes": 1 << 26, "iters": 50, "warmup": 1, "reps": 5})]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    stopped = []
+    try:
+        end = time.monotonic() + 60
+        while not stopped and time.monotonic() < end and proc.poll() is None:
+            pids = _workers_of("n2")
+            if pids:
+                time.sleep(2)  # let the ranks meet and start the collectives
+                for pid in _workers_of("n2"):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            time.sleep(0.2)
+        text, _ = proc.communicate(timeout=300)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+    assert stopped, f"no worker of n2 found to stop\n{text if proc.returncode is not None else ''}"
+    assert proc.returncode == 1, text
+    doc = json.loads(out.read_text())
+    assert [h for h, _ in doc["culprits"]] == ["n2"] and doc["singled_out"], doc["culprits"]
+    assert "stall" in doc["culprits"][0][1] or "stopped" in doc["culprits"][0][1], doc["culprits"]
+    assert doc["results"]["n1"]["kind"] in ("aborted", "failed") and doc["results"]["n3"]["kind"] != "ok"
