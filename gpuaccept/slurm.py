@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -180,6 +181,7 @@ def node_inventory(name: str, host=None) -> dict:
     local``, plus, when ``host`` (an operator inventory's Host) is given, every variable of it except
     :data:`CONNECTION_VARS`, and its groups (so ``--limit group`` still selects it)."""
     hvars = {k: v for k, v in ((host.vars if host else {}) or {}).items() if k not in CONNECTION_VARS}
+    hvars = json.loads(json.dumps(hvars, default=str))  # plain types only (str subclasses, tuples) for YAML
     hvars["ansible_connection"] = "local"
     doc: dict = {"all": {"hosts": {name: hvars}}}
     groups = [g for g in (host.groups if host else ()) if g not in ("all", "ungrouped")]
