@@ -34,8 +34,14 @@ import sys
 import tempfile
 import time
 
-from .multinode import (ABORT_GRACE_S, CALL_MARGIN_S, PORT_ATTEMPTS, Collective, HostResult, blame, busbw_at, describe_failure,
-                        judge_figures, new_marker, two_node_env)
+from .multinode import (ABORT_GRACE_S, CALL_MARGIN_S, PORT_ATTEMPTS, Collective, HostResult, blame, busbw_at,
+                        describe_failure, judge_figures, new_marker)
+
+try:  # gpuaccept.multinode as a package (after the nccl/multinode split): Ring pinned, world checked here too
+    from .multinode import pinned_env, world_failure
+except ImportError:  # gpuaccept.multinode as one module: Ring for 2 hosts, the probes check the world
+    from .multinode import two_node_env
+    pinned_env = world_failure = None
 from .slurm import EXIT_BAD_INPUT, SlurmEnvError, folder_name, scontrol_hostnames, slurm_world
 
 PROBE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes", "nccl_allreduce.py")
@@ -217,7 +223,15 @@ def run(nodes: list[str], master: str, base_args: dict, deadline_s: int, port: i
     col = Collective(list(nodes), ok, results, marker=marker, master_addr=master, master_port=p,
                      attempts=attempt, wall_s=round(time.monotonic() - t0, 3))
     if ok:
-        col.doc = results[nodes[0]].doc
+        rpn = int(base_args.get("ranks_per_node") or (results[nodes[0]].doc or {}).get("ranks_per_node") or 1)
+        problems = world_failure(col, rpn) if world_failure else []
+        if not problems:
+            col.doc = results[nodes[0]].doc
+            return col
+        col.ok, col.singled_out = False, False
+        col.culprits = [(q.split(":", 1)[0], q.split(":", 1)[1].strip()) for q in problems]
+        col.message = (f"all-reduce over {', '.join(nodes)}: the nodes' documents disagree with the world "
+                       f"launched; no figure taken:\n" + "\n".join(problems))
         return col
     col.culprits, col.singled_out = blame(results, list(nodes), addresses or {n: n for n in nodes})
     col.message = describe_failure(col)
@@ -263,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         base["ranks_per_node"] = a.ranks_per_node
     if a.stall_s:
         base["stall_s"] = a.stall_s
-    env = two_node_env(len(nodes))
+    if pinned_env:
+        env = pinned_env({k: v for k, v in os.environ.items() if k.startswith("NCCL_")})
+    else:
+        env = two_node_env(len(nodes))
     if env:
         base["env"] = {**env, **(base.get("env") or {})}
     addresses = scontrol_node_addrs(nodes)

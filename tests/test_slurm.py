@@ -247,8 +247,9 @@ def test_allreduce_names_the_node_that_failed(cluster, tmp_path):
     assert "FAIL: n1: probe failed: dtype must be one of" in res.stdout
 
 
-def _workers_of(node: str, marker_hint: str = "--worker") -> list[int]:
-    """pids of nccl_allreduce workers started by srun for Slurm node ``node`` (read from /proc)."""
+def _workers_of(cluster, node: str, marker_hint: str = "--worker") -> list[int]:
+    """pids of nccl_allreduce workers started by srun for Slurm node ``node`` of ``cluster`` (from /proc:
+    another test cluster, under another xdist worker, has its own SLURM_CONF)."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -259,7 +260,8 @@ def _workers_of(node: str, marker_hint: str = "--worker") -> list[int]:
         except OSError:
             continue
         if any(a.endswith(b"nccl_allreduce.py") for a in cmd) and marker_hint.encode() in cmd \
-                and f"SLURMD_NODENAME={node}".encode() in env:
+                and f"SLURMD_NODENAME={node}".encode() in env \
+                and f"SLURM_CONF={cluster.env['SLURM_CONF']}".encode() in env:
             pids.append(int(d.name))
     return pids
 
@@ -281,10 +283,10 @@ def test_allreduce_names_a_stalled_node(cluster, tmp_path):
     try:
         end = time.monotonic() + 60
         while not stopped and time.monotonic() < end and proc.poll() is None:
-            pids = _workers_of("n2")
+            pids = _workers_of(cluster, "n2")
             if pids:
                 time.sleep(2)  # let the ranks meet and start the collectives
-                for pid in _workers_of("n2"):
+                for pid in _workers_of(cluster, "n2"):
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)
             time.sleep(0.2)
