@@ -1,0 +1,338 @@
+"""Run the suite on every node of a Slurm allocation, each node testing itself, then join the reports.
+
+Inside an allocation (``salloc -N K`` or an ``sbatch`` script)::
+
+    python -m gpuaccept.slurm [--reports DIR] [--inventory OPERATOR.ini] -- <pytest arguments>
+
+1. The allocation's nodes are ``scontrol show hostnames $SLURM_JOB_NODELIST`` (:func:`expand_hostlist`
+   where ``scontrol`` is missing). With ``--inventory``, every node must be a host of that inventory (by
+   name, short name or ``ansible_host``), else the run stops before any node is touched (exit 4).
+2. For each node a one-host inventory ``DIR/inventories/<node>.yml`` is written: the node under its Slurm
+   name with ``ansible_connection: local`` and, when the operator inventory lists it, every variable the
+   operator gave it (groups kept, connection variables dropped).
+3. ``srun --nodes=K --ntasks=K --ntasks-per-node=1`` starts one task per node; each runs
+   ``python -m pytest --inventory DIR/inventories/<node>.yml --reports DIR/nodes/<node> <pytest arguments>``
+   in the suite folder and records pytest's exit code in ``DIR/nodes/<node>/exitcode``.
+4. The node folders are joined with ``python -m gpuaccept.merge DIR/nodes/<node>... --into DIR/merged``
+   when that module is installed; otherwise the per-node folders are the result, and the launcher says so.
+
+``<node>`` in a path is :func:`folder_name` of the Slurm node name: names never become paths unescaped.
+``DIR`` (default ``reports/slurm-<SLURM_JOB_ID>``) must be on a filesystem every node sees. Every node
+runs the same ``python`` (``sys.executable``) and suite folder, so both must be on a shared path or
+identical on every node.
+
+Exit code: the worst of the nodes' pytest exit codes (0 only when every node ran and passed); a node that
+left no exit code counts as 3 (it did not run to the end: its error is printed); 4 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import yaml
+
+#: inventory variables that say how to reach a host: dropped from a node's own inventory (it tests itself)
+CONNECTION_VARS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
+                   "ansible_ssh_known_hosts_file", "ansible_connection", "ansible_ssh_host", "ansible_ssh_port",
+                   "ansible_ssh_user")
+#: exit code of a bad input (pytest's usage error, as the suite uses it)
+EXIT_BAD_INPUT = 4
+#: exit code counted for a node that left no exit code (pytest's "internal error")
+EXIT_NODE_MISSING = 3
+
+
+class SlurmEnvError(ValueError):
+    """The Slurm environment is missing or inconsistent (one line, naming the variable)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pure helpers
+# ---------------------------------------------------------------------------------------------------------
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise SlurmEnvError(f"hostlist {text!r}: ']' without '['")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if depth:
+        raise SlurmEnvError(f"hostlist {text!r}: '[' without ']'")
+    parts.append(cur)
+    return [p for p in parts if p]
+
+
+def _expand_one(name: str, whole: str) -> list[str]:
+    m = re.search(r"\[([^\[\]]*)\]", name)
+    if not m:
+        return [name]
+    head, tail = name[:m.start()], name[m.end():]
+    values = []
+    for item in m.group(1).split(","):
+        lo, sep, hi = item.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise SlurmEnvError(f"hostlist {whole!r}: bad range {item!r}")
+        if not sep:
+            values.append(lo)
+            continue
+        if int(hi) < int(lo):
+            raise SlurmEnvError(f"hostlist {whole!r}: range {item!r} runs backwards")
+        width = len(lo) if lo.startswith("0") else 0
+        values += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+    return [h for v in values for h in _expand_one(head + v + tail, whole)]
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's hostlist expression as names, in order (pure): ``n[1-3],gpu-[01-02,07]`` -> ``[n1, n2, n3,
+    gpu-01, gpu-02, gpu-07]``. Zero-padded bounds keep their width; several bracket groups in one name
+    expand as their product (``r[1-2]n[1-2]`` -> ``r1n1 r1n2 r2n1 r2n2``), as ``scontrol show hostnames``
+    does (the tests compare the two on a real slurmctld). Raises SlurmEnvError on malformed input."""
+    return [h for part in _split_top(text.strip()) for h in _expand_one(part, text)]
+
+
+def folder_name(host: str) -> str:
+    """``host`` as one safe path component (pure): letters, digits, ``.``, ``_`` and ``-`` kept, any other
+    byte written ``%XX``; ``""``, ``.`` and ``..`` (and names starting with ``.``) get a leading ``%2E``
+    instead of their dot, so a name can never climb out of its folder or hide."""
+    out = "".join(ch if re.fullmatch(r"[A-Za-z0-9._-]", ch) else "".join(f"%{b:02X}" for b in ch.encode())
+                  for ch in host)
+    if out.startswith("."):
+        out = "%2E" + out[1:]
+    return out or "%00"
+
+
+@dataclass(frozen=True)
+class SlurmWorld:
+    """Where this task stands in its Slurm step: ``master`` (the first node's name: node 0 hosts the
+    rendezvous), ``node_rank`` (SLURM_NODEID), ``nnodes``, ``hosts`` (node names in node-rank order) and
+    ``host`` (this node's name)."""
+
+    master: str
+    node_rank: int
+    nnodes: int
+    hosts: tuple[str, ...]
+    host: str
+
+
+def _int_env(env: Mapping[str, str], name: str) -> int:
+    v = env.get(name)
+    if v is None or not str(v).strip().isdigit():
+        raise SlurmEnvError(f"{name}={v!r}: not set or not a non-negative integer (run inside srun)")
+    return int(v)
+
+
+def slurm_world(env: Mapping[str, str], expand: Callable[[str], list[str]] = expand_hostlist) -> SlurmWorld:
+    """The rendezvous of an ``srun`` task from its ``SLURM_*`` variables (pure).
+
+    Node list: ``SLURM_STEP_NODELIST`` (the step's nodes) else ``SLURM_JOB_NODELIST``, expanded by ``expand``
+    (default :func:`expand_hostlist`; the launchers pass ``scontrol show hostnames``); node count:
+    ``SLURM_STEP_NUM_NODES`` else ``SLURM_NNODES``; node rank: ``SLURM_NODEID``; this node: ``SLURMD_NODENAME``
+    (else the list's entry at the node rank). Master: the list's first node.
+
+    Raises SlurmEnvError when a variable is missing, the list's length is not the node count, the node rank
+    is out of range, or SLURMD_NODENAME is not the list's entry at SLURM_NODEID (a world that would split)."""
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        raise SlurmEnvError("SLURM_JOB_NODELIST is not set: not inside a Slurm allocation (use salloc, sbatch)")
+    hosts = tuple(expand(nodelist))
+    nnodes = _int_env(env, "SLURM_STEP_NUM_NODES" if env.get("SLURM_STEP_NUM_NODES") else "SLURM_NNODES")
+    rank = _int_env(env, "SLURM_NODEID")
+    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
+        raise SlurmEnvError(f"node list {nodelist!r} names {len(set(hosts))} distinct node(s), "
+                            f"the node count says {nnodes}")
+    if rank >= nnodes:
+        raise SlurmEnvError(f"SLURM_NODEID={rank} is not below the node count {nnodes}")
+    host = env.get("SLURMD_NODENAME") or hosts[rank]
+    if host != hosts[rank]:
+        raise SlurmEnvError(f"SLURMD_NODENAME={host!r} but node {rank} of {nodelist!r} is {hosts[rank]!r}")
+    return SlurmWorld(hosts[0], rank, nnodes, hosts, host)
+
+
+def find_host(inv, name: str):
+    """The operator inventory's host for Slurm node ``name`` (pure): the host of that inventory name, else the
+    one whose short name (before the first dot) or ``ansible_host`` is ``name`` or its short name; None when
+    none or several match."""
+    if name in inv.hosts:
+        return inv.hosts[name]
+    short = name.split(".")[0]
+    hits = [h for h in inv.hosts.values()
+            if h.name.split(".")[0] == short or str(h.vars.get("ansible_host", "")) in (name, short)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def node_inventory(name: str, host=None) -> dict:
+    """A one-host YAML inventory (as a dict) for node ``name`` testing itself (pure): ``ansible_connection:
+    local``, plus, when ``host`` (an operator inventory's Host) is given, every variable of it except
+    :data:`CONNECTION_VARS`, and its groups (so ``--limit group`` still selects it)."""
+    hvars = {k: v for k, v in ((host.vars if host else {}) or {}).items() if k not in CONNECTION_VARS}
+    hvars = json.loads(json.dumps(hvars, default=str))  # plain types only (str subclasses, tuples) for YAML
+    hvars["ansible_connection"] = "local"
+    doc: dict = {"all": {"hosts": {name: hvars}}}
+    groups = [g for g in (host.groups if host else ()) if g not in ("all", "ungrouped")]
+    if groups:
+        doc["all"]["children"] = {g: {"hosts": {name: None}} for g in groups}
+    return doc
+
+
+def worst_exit(codes: Mapping[str, int | None]) -> int:
+    """The launcher's exit code from the nodes' pytest exit codes (pure): a missing code (None) counts as
+    :data:`EXIT_NODE_MISSING`; pytest's 5 (no tests collected) counts as 0 when another node ran tests,
+    since a ``-k``/``--limit`` may leave some hosts out; else the largest."""
+    vals = [EXIT_NODE_MISSING if c is None else int(c) for c in codes.values()]
+    if not vals:
+        return EXIT_NODE_MISSING
+    if any(v != 5 for v in vals):
+        vals = [0 if v == 5 else v for v in vals]
+    return max(vals)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Slurm commands
+# ---------------------------------------------------------------------------------------------------------
+
+def scontrol_hostnames(nodelist: str) -> list[str]:
+    """``scontrol show hostnames NODELIST``; :func:`expand_hostlist` when scontrol is not on PATH."""
+    exe = shutil.which("scontrol")
+    if not exe:
+        return expand_hostlist(nodelist)
+    res = subprocess.run([exe, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise SlurmEnvError(f"scontrol show hostnames {nodelist!r}: {(res.stderr.strip() or 'failed')}")
+    return res.stdout.split()
+
+
+def suite_root() -> str:
+    """The folder holding ``suites/`` and its ``pytest.ini``: the package's parent when it has them (an
+    editable install or a checkout), else the current directory."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return here if os.path.isdir(os.path.join(here, "suites")) else os.getcwd()
+
+
+def _bad_input(msg: str) -> int:
+    print(f"gpuaccept.slurm: {msg}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        own, rest = argv[:i], argv[i + 1:]
+    else:
+        own, rest = argv, []
+    p = argparse.ArgumentParser(prog="python -m gpuaccept.slurm",
+                                description="Run the gpuaccept suite on every node of this Slurm allocation.")
+    p.add_argument("--reports", help="shared folder for the run (default reports/slurm-<SLURM_JOB_ID>)")
+    p.add_argument("--inventory", help="operator inventory: each node's variables are copied from it")
+    p.add_argument("--srun-arg", action="append", default=[], help="extra srun argument (repeatable)")
+    p.add_argument("--task", action="store_true", help=argparse.SUPPRESS)  # one node's share, run by srun
+    return p.parse_args(own), rest
+
+
+def _task(run_dir: str, pytest_args: list[str]) -> int:
+    """One node's share (inside srun): run pytest on this node's one-host inventory, record its exit code."""
+    try:
+        world = slurm_world(os.environ, scontrol_hostnames)
+    except SlurmEnvError as e:
+        return _bad_input(str(e))
+    name = folder_name(world.host)
+    out = os.path.join(run_dir, "nodes", name)
+    os.makedirs(out, exist_ok=True)
+    inv = os.path.join(run_dir, "inventories", name + ".yml")
+    cmd = [sys.executable, "-m", "pytest", "--inventory", inv, "--reports", out, *pytest_args]
+    print(f"{world.host}: {' '.join(cmd)}", flush=True)
+    rc = subprocess.run(cmd, cwd=suite_root()).returncode
+    with open(os.path.join(out, "exitcode"), "w") as f:
+        f.write(f"{rc}\n")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m gpuaccept.slurm``; see the module docstring. Returns the exit code."""
+    args, pytest_args = _parse(list(sys.argv[1:] if argv is None else argv))
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or not os.environ.get("SLURM_JOB_NODELIST"):
+        return _bad_input("not inside a Slurm allocation (SLURM_JOB_ID/SLURM_JOB_NODELIST unset): "
+                          "run it under salloc -N K or in an sbatch script")
+    run_dir = os.path.abspath(args.reports or os.path.join("reports", f"slurm-{folder_name(job)}"))
+    if args.task:
+        return _task(run_dir, pytest_args)
+    try:
+        nodes = scontrol_hostnames(os.environ["SLURM_JOB_NODELIST"])
+    except SlurmEnvError as e:
+        return _bad_input(str(e))
+    operator = None
+    if args.inventory:
+        from .errors import InventoryError
+        from .inventory import load_inventory
+        try:
+            operator = load_inventory(args.inventory)
+        except InventoryError as e:
+            return _bad_input(str(e))
+        missing = [n for n in nodes if find_host(operator, n) is None]
+        if missing:
+            return _bad_input(f"{args.inventory}: node(s) {', '.join(missing)} of the allocation are not "
+                              "hosts of this inventory (by name, short name or ansible_host)")
+    for sub in ("inventories", "nodes"):
+        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+    for n in nodes:
+        with open(os.path.join(run_dir, "inventories", folder_name(n) + ".yml"), "w") as f:
+            yaml.safe_dump(node_inventory(n, find_host(operator, n) if operator else None), f, sort_keys=False)
+    srun = shutil.which("srun")
+    if not srun:
+        return _bad_input("srun not found on PATH")
+    k = str(len(nodes))
+    cmd = [srun, f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--label",
+           *args.srun_arg, sys.executable, "-m", "gpuaccept.slurm", "--task", "--reports", run_dir, "--",
+           *pytest_args]
+    print(f"gpuaccept.slurm: {len(nodes)} node(s): {' '.join(nodes)}; reports in {run_dir}", flush=True)
+    srun_rc = subprocess.run(cmd).returncode
+    codes: dict[str, int | None] = {}
+    folders = []
+    for n in nodes:
+        folder = os.path.join(run_dir, "nodes", folder_name(n))
+        try:
+            with open(os.path.join(folder, "exitcode")) as f:
+                codes[n] = int(f.read().strip())
+            folders.append(folder)
+        except (OSError, ValueError):
+            codes[n] = None
+            print(f"ERROR: {n}: no exit code in {folder} (the node's task did not run to the end; srun rc "
+                  f"{srun_rc})", file=sys.stderr)
+    for n in nodes:
+        print(f"{n}: pytest exit code {codes[n] if codes[n] is not None else 'missing'}")
+    rc = worst_exit(codes)
+    merged = os.path.join(run_dir, "merged")
+    if not folders:
+        print("gpuaccept.slurm: no node folder to join", file=sys.stderr)
+    elif importlib.util.find_spec("gpuaccept.merge") is None:
+        print(f"gpuaccept.slurm: gpuaccept.merge is not installed: the per-node reports are in "
+              f"{os.path.join(run_dir, 'nodes')}", file=sys.stderr)
+    else:
+        mrc = subprocess.run([sys.executable, "-m", "gpuaccept.merge", *folders, "--into", merged]).returncode
+        if mrc != 0:
+            print(f"ERROR: gpuaccept.merge exited {mrc}; the per-node reports are in "
+                  f"{os.path.join(run_dir, 'nodes')}", file=sys.stderr)
+            rc = max(rc, EXIT_NODE_MISSING)
+        else:
+            print(f"gpuaccept.slurm: joined report in {merged}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The Slurm launchers: pure parts, then against a real slurmctld with three slurmd on this machine."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.inventory import load_inventory
+from gpuaccept.multinode import HostResult
+from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, node_inventory,
+                             slurm_world, worst_exit)
+from gpuaccept.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
+from slurm_cluster import slurm_missing_reason, start_cluster
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------------ pure
+
+@pytest.mark.parametrize("text, names", [
+    ("n1", ["n1"]),
+    ("n[1-3]", ["n1", "n2", "n3"]),
+    ("gpu-[01-02,07],login", ["gpu-01", "gpu-02", "gpu-07", "login"]),
+    ("r[1-2]n[08-09]", ["r1n08", "r1n09", "r2n08", "r2n09"]),
+    ("a[9-11]", ["a9", "a10", "a11"]),
+    ("n[01-3],n[1,3-4]", ["n01", "n02", "n03", "n1", "n3", "n4"]),
+])
+def test_expand_hostlist(text, names):
+    assert expand_hostlist(text) == names
+
+
+@pytest.mark.parametrize("bad", ["n[1-3", "n]1[", "n[3-1]", "n[a-b]"])
+def test_expand_hostlist_refuses_malformed(bad):
+    with pytest.raises(SlurmEnvError, match="hostlist"):
+        expand_hostlist(bad)
+
+
+def test_folder_name_never_climbs_out():
+    assert folder_name("gpu-07.example.org") == "gpu-07.example.org"
+    assert folder_name("../etc") == "%2E.%2Fetc"
+    assert folder_name("..") == "%2E."
+    assert folder_name("a b/c") == "a%20b%2Fc"
+    assert folder_name("") == "%00"
+    for name in ("..", "../x", "a/b", ".hidden", "x\ny"):
+        assert "/" not in folder_name(name) and not folder_name(name).startswith(".")
+
+
+def _env(**kw):
+    return {"SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_NNODES": "4", "SLURM_NODEID": "2",
+            "SLURMD_NODENAME": "gpu03", **kw}
+
+
+def test_slurm_world_from_env():
+    w = slurm_world(_env())
+    assert (w.master, w.node_rank, w.nnodes, w.host) == ("gpu01", 2, 4, "gpu03")
+    assert w.hosts == ("gpu01", "gpu02", "gpu03", "gpu04")
+    # a step over part of the job: the step's variables win
+    w = slurm_world(_env(SLURM_STEP_NODELIST="gpu[03-04]", SLURM_STEP_NUM_NODES="2", SLURM_NODEID="0"))
+    assert (w.master, w.node_rank, w.nnodes, w.hosts) == ("gpu03", 0, 2, ("gpu03", "gpu04"))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"SLURM_JOB_NODELIST": None}, "SLURM_JOB_NODELIST is not set"),
+    ({"SLURM_NODEID": None}, "SLURM_NODEID"),
+    ({"SLURM_NODEID": "4"}, "not below the node count 4"),
+    ({"SLURM_NNODES": "3"}, "node count says 3"),
+    ({"SLURMD_NODENAME": "gpu04"}, "SLURMD_NODENAME='gpu04' but node 2"),
+])
+def test_slurm_world_refuses_a_world_that_would_split(change, match):
+    env = {k: v for k, v in {**_env(), **change}.items() if v is not None}
+    with pytest.raises(SlurmEnvError, match=match):
+        slurm_world(env)
+
+
+def test_node_inventory_copies_the_operators_vars(tmp_path):
+    inv_file = tmp_path / "prod.ini"
+    inv_file.write_text("[gpu]\ngpu-07 ansible_host=10.0.0.7 ansible_user=ops gpus_per_node=8\n"
+                        "[gpu:vars]\ngpu_sku=h200-sxm-141gb\nnccl_env={'NCCL_NVLS_ENABLE': '0'}\n")
+    inv = load_inventory(str(inv_file))
+    assert find_host(inv, "gpu-07").name == "gpu-07"
+    assert find_host(inv, "gpu-07.cluster.local").name == "gpu-07"   # short name
+    assert find_host(inv, "10.0.0.7").name == "gpu-07"               # ansible_host
+    assert find_host(inv, "gpu-08") is None
+    doc = node_inventory("gpu-07", find_host(inv, "gpu-07"))
+    out = tmp_path / "node.yml"
+    import yaml
+    out.write_text(yaml.safe_dump(doc))
+    h = load_inventory(str(out)).hosts["gpu-07"]
+    assert h.connection == "local"
+    assert h.vars["gpu_sku"] == "h200-sxm-141gb" and h.vars["gpus_per_node"] == 8
+    assert h.vars["nccl_env"] == {"NCCL_NVLS_ENABLE": "0"}
+    assert "ansible_host" not in h.vars and "ansible_user" not in h.vars
+    assert "gpu" in h.groups
+    assert node_inventory("n1") == {"all": {"hosts": {"n1": {"ansible_connection": "local"}}}}
+
+
+def test_worst_exit():
+    assert worst_exit({"a": 0, "b": 0}) == 0
+    assert worst_exit({"a": 0, "b": 1}) == 1
+    assert worst_exit({"a": 0, "b": None}) == 3
+    assert worst_exit({"a": 5, "b": 0}) == 0    # -k left a node without tests
+    assert worst_exit({"a": 5, "b": 5}) == 5    # nothing ran anywhere
+    assert worst_exit({}) == 3
+
+
+def test_allreduce_pure_parts():
+    assert node_addr("NodeName=n1 Arch=x86_64 NodeAddr=127.0.0.2 NodeHostName=localhost") == "127.0.0.2"
+    assert node_addr("NodeName=n1 State=IDLE") is None
+    assert node_addrs("NodeName=n1 NodeAddr=10.0.0.1 State=IDLE\nNodeName=n2 Arch=x NodeAddr=10.0.0.2\n"
+                      "NodeName=n3 State=DOWN\n") == {"n1": "10.0.0.1", "n2": "10.0.0.2"}
+    assert job_port("1234", 1) != job_port("1234", 2) and 20000 <= job_port("99999", 3) < 30000
+    w = slurm_world(_env())
+    a = probe_args({"backend": "gloo", "master_addr": "10.0.0.1", "master_port": 23456}, w)
+    assert a == {"backend": "gloo", "master_addr": "10.0.0.1", "master_port": 23456, "nnodes": 4,
+                 "node_rank": 2, "host": "gpu03", "hosts": ["gpu01", "gpu02", "gpu03", "gpu04"]}
+    ok = json.dumps({"ok": True, "rows": []})
+    res = results_from_outputs(["a", "b", "c", "d"], {
+        "a": ("log line\n" + ok + "\n", ""),
+        "b": (json.dumps({"failed": True, "msg": "unknown argument(s) ['x']"}) + "\n", ""),
+        "c": ("", "srun: error: c: task 2: Exited with exit code 127\npython3: not found\n"),
+        "d": (json.dumps({"ok": False, "outcome": "hung", "error": "rank 3 hung"}) + "\n", ""),
+    }, timed_out=False)
+    assert [res[h].kind for h in "abcd"] == ["ok", "crashed", "crashed", "failed"]
+    assert res["b"].error == "probe failed: unknown argument(s) ['x']"
+    assert res["c"].error == "no probe document: python3: not found"
+    assert res["d"].error == "rank 3 hung"
+    assert results_from_outputs(["a"], {}, timed_out=True)["a"].kind == "timeout"
+    assert isinstance(res["a"], HostResult)
+
+
+# ------------------------------------------------------------------------------------------------ real Slurm
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """munged + slurmctld + slurmd n1, n2, n3 (NodeAddr 127.0.0.2..4, one port each), torn down after."""
+    why = slurm_missing_reason()
+    if why:
+        pytest.fail(why, pytrace=False)
+    try:
+        cl = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except RuntimeError as e:
+        pytest.fail(f"the Slurm test cluster did not start: {e}", pytrace=False)
+    try:
+        yield cl
+    finally:
+        cl.stop()
+
+
+def _salloc(cluster, args: list[str], cwd: Path, timeout: float = 300):
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return cluster.run(["salloc", "-N", "3", "--time=10", *args], timeout=timeout, cwd=str(cwd), env=env)
+
+
+def test_hostlist_matches_scontrol(cluster):
+    for text in ("n[1-3]", "gpu-[01-02,07],login", "r[1-2]n[08-09]", "a[9-11]", "n[01-3],m[1,3-4]"):
+        res = cluster.run(["scontrol", "show", "hostnames", text])
+        assert res.returncode == 0, res.stderr
+        assert expand_hostlist(text) == res.stdout.split(), text
+
+
+def test_suite_on_every_node_of_the_allocation(cluster, tmp_path):
+    """salloc -N 3 + the launcher: three per-node report folders, each node testing itself under its Slurm
+    name; n2's operator inventory declares a GPU SKU, so n2 (no GPU here) fails and the others pass."""
+    inv = tmp_path / "prod.ini"
+    inv.write_text("[gpu]\nn1\nn2 gpu_sku=h200-sxm-141gb\nn3\n")
+    run_dir = tmp_path / "run"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+                            "--inventory", str(inv), "--", "-m", "health", "-k", "test_gpu_inventory"],
+                  cwd=REPO)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    for n in ("n1", "n2", "n3"):
+        folder = run_dir / "nodes" / n
+        assert (folder / "results.json").is_file(), out
+        assert list(folder.glob("junit-*.xml")), out
+        results = json.loads((folder / "results.json").read_text())
+        assert results["hosts"] == [n] and {t["host"] for t in results["tests"]} == {n}, results
+        assert (folder / "exitcode").read_text().strip() == ("1" if n == "n2" else "0"), out
+    assert "n2: pytest exit code 1" in out and "n1: pytest exit code 0" in out
+    n2 = (run_dir / "nodes" / "n2" / "junit-health.xml").read_text()
+    assert "n2: no NVIDIA GPU found" in n2 and "declares gpu_sku=h200-sxm-141gb" in n2, n2[:2000]
+    # the join: gpuaccept.merge where it is installed, else the launcher says where the node folders are
+    import importlib.util
+    if importlib.util.find_spec("gpuaccept.merge"):
+        assert (run_dir / "merged" / "results.json").is_file(), out
+    else:
+        assert "gpuaccept.merge is not installed" in out
+
+
+def test_node_missing_from_inventory_stops_before_srun(cluster, tmp_path):
+    inv = tmp_path / "prod.ini"
+    inv.write_text("n1\nn2\n")
+    run_dir = tmp_path / "run"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+                            "--inventory", str(inv), "--", "-m", "health"], cwd=REPO, timeout=120)
+    assert res.returncode == 4, res.stdout + res.stderr
+    err = [line for line in res.stderr.splitlines() if line.startswith("gpuaccept.slurm")]
+    assert len(err) == 1 and "n3" in err[0] and str(inv) in err[0] and "Traceback" not in res.stderr
+    assert not (run_dir / "nodes").exists()
+
+
+def test_launcher_outside_an_allocation_is_bad_input(cluster, tmp_path):
+    res = cluster.run([sys.executable, "-m", "gpuaccept.slurm", "--", "-m", "health"], cwd=str(REPO),
+                      env={"PYTHONPATH": str(REPO)})
+    assert res.returncode == 4 and "not inside a Slurm allocation" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_allreduce_through_srun(cluster, tmp_path):
+    """The probe's gloo path over 3 nodes, ranks launched by srun, world from SLURM_*; the first port is
+    taken on node 0's address, so the collective is retried on the next one."""
+    import socket
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.2", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    out = tmp_path / "ar.json"
+    try:
+        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend", "gloo",
+                                "--port", str(taken), "--deadline-s", "120", "--json", str(out), "--args",
+                                json.dumps({"min_bytes": 4096, "max_bytes": 65536, "iters": 2, "warmup": 1,
+                                            "reps": 1})], cwd=tmp_path, timeout=400)
+    finally:
+        blocker.close()
+    text = res.stdout + res.stderr
+    assert res.returncode == 0, text
+    doc = json.loads(out.read_text())
+    assert doc["ok"] and doc["passed"] and doc["master_addr"] == "127.0.0.2", text
+    assert doc["attempts"] == 2 and doc["master_port"] == taken + 1, doc
+    n0 = doc["results"]["n1"]["doc"]
+    assert n0["world_size"] == 3 and n0["nnodes"] == 3
+    assert sorted((w["node_rank"], w["host"]) for w in n0["world"]) == [(0, "n1"), (1, "n2"), (2, "n3")]
+    assert doc["busbw_gbps"] is not None and doc["at_bytes"] == 65536
+
+
+def test_allreduce_names_the_node_that_failed(cluster, tmp_path):
+    """A bad probe argument on every node is a crash named per node, with the probe's message, exit 1."""
+    out = tmp_path / "ar.json"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend", "gloo",
+                            "--json", str(out), "--args", json.dumps({"dtype": "int7"})], cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    doc = json.loads(out.read_text())
+    assert [h for h, _ in doc["culprits"]] == ["n1", "n2", "n3"]
+    assert all("dtype must be one of" in why for _, why in doc["culprits"])
+    assert "FAIL: n1: probe failed: dtype must be one of" in res.stdout
+
+
+def _workers_of(cluster, node: str, marker_hint: str = "--worker") -> list[int]:
+    """pids of nccl_allreduce workers started by srun for Slurm node ``node`` of ``cluster`` (from /proc:
+    another test cluster, under another xdist worker, has its own SLURM_CONF)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"nccl_allreduce.py") for a in cmd) and marker_hint.encode() in cmd \
+                and f"SLURMD_NODENAME={node}".encode() in env \
+                and f"SLURM_CONF={cluster.env['SLURM_CONF']}".encode() in env:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_allreduce_names_a_stalled_node(cluster, tmp_path):
+    """n2's rank is stopped (SIGSTOP) mid-collective: n2's probe sees its own rank stall and is named; the
+    other nodes are aborted, not blamed."""
+    import signal
+    import subprocess
+    import time
+    out = tmp_path / "ar.json"
+    env = {**cluster.env, "PYTHONPATH": str(REPO)}
+    cmd = ["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend",
+           "gloo", "--deadline-s", "120", "--stall-s", "3", "--json", str(out), "--args",
+           json.dumps({"min_bytes": 1 << 20, "max_bytes": 1 << 26, "iters": 50, "warmup": 1, "reps": 5})]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    stopped = []
+    try:
+        end = time.monotonic() + 60
+        while not stopped and time.monotonic() < end and proc.poll() is None:
+            pids = _workers_of(cluster, "n2")
+            if pids:
+                time.sleep(2)  # let the ranks meet and start the collectives
+                for pid in _workers_of(cluster, "n2"):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            time.sleep(0.2)
+        text, _ = proc.communicate(timeout=300)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+    assert stopped, f"no worker of n2 found to stop\n{text if proc.returncode is not None else ''}"
+    assert proc.returncode == 1, text
+    doc = json.loads(out.read_text())
+    assert [h for h, _ in doc["culprits"]] == ["n2"] and doc["singled_out"], doc["culprits"]
+    assert "stall" in doc["culprits"][0][1] or "stopped" in doc["culprits"][0][1], doc["culprits"]
+    assert doc["results"]["n1"]["kind"] in ("aborted", "failed") and doc["results"]["n3"]["kind"] != "ok"
