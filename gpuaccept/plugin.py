@@ -22,7 +22,7 @@ from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import Node
-from . import interrupt
+from . import fanout, interrupt
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS
@@ -62,6 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--burnin-minutes", type=float, default=None,
                 help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+    g.addoption("--forks", type=int, default=None, metavar="N",
+                help="hosts connected and probed at once before the tests reach them (default 32; 0: one host "
+                     "at a time, as the tests reach it); without -n only")
     g.addoption("--shard", default=None, metavar="I/K",
                 help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
     g.addoption("--list-hosts", action="store_true", default=False,
@@ -339,12 +342,33 @@ def _missing_package(item, message: str) -> str | None:
     return f"{node.name}: {line}" if line else None
 
 
+def _forks(config: pytest.Config) -> int:
+    forks = config.getoption("forks")
+    return fanout.DEFAULT_FORKS if forks is None else max(0, forks)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    """Fan-out (gpuaccept.fanout): connect, ship and run gpu_inventory on every host the selected GPU tests
+    need, ``--forks`` at a time, while the tests start; the tests then find the document waiting. Only in a
+    run without xdist workers (each worker would connect to every host)."""
+    config = session.config
+    if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
+            or not _forks(config):
+        return
+    names = []
+    for it in session.items:
+        name = getattr(getattr(it, "callspec", None), "params", {}).get("node")
+        if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
+            names.append(name)
+    fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
-    for n in list(st["nodes"].values()):
-        n.close()
+    fanout.close_all(list(st["nodes"].values()), _forks(session.config) or 1)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -437,3 +437,26 @@ def test_gpu_inventory_falls_back_to_the_deprecated_clock_calls(monkeypatch):
     assert (c["app_sm_mhz"], c["app_mem_mhz"], c["app_default_sm_mhz"], c["app_default_mem_mhz"]) == \
         (1980, 3201, 1980, 3201)
     assert c["boost_max_sm_mhz"] == {"nvml_error": "Function Not Found"}
+
+
+def test_real_h200_node_environment_is_judged_against_the_inventory():
+    """The nccl_env probe as it read the device machine (2xH200, 2026-11-30): NCCL_NVLS_ENABLE=0 is set in its
+    environment (the machine keeps NVLink multicast off). Without nccl_env asking for it, that is drift; with
+    the inventory asking for it, the node passes."""
+    doc = json.loads((Path(__file__).parent / "data" / "h200x2-nccl_env.json").read_text())
+    fails = [f.failure for f in drift.nccl_env(doc, {}) if f.failure]
+    assert any(m.startswith("NCCL_NVLS_ENABLE=0 from environment") for m in fails), fails
+    assert [f.failure for f in drift.nccl_env(doc, {"NCCL_NVLS_ENABLE": "0"}) if f.failure] == []
+
+
+def test_real_h200_power_clocks_and_pending_modes_pass():
+    """gpu_inventory as it read the device machine (2xH200, 2026-11-30): power limit 700 W = NVML default,
+    application clocks 1980/3201 MHz = defaults, ECC and MIG with no pending change."""
+    from gpuaccept.readings import typed
+    from gpuaccept.thresholds import load_sku_file
+    doc = typed(json.loads((Path(__file__).parent / "data" / "h200x2-gpu_inventory-20261130.json").read_text()))
+    sku = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
+    for g in doc["gpus"]:
+        found = drift.pending_modes(g, sku) + drift.power_limit(g, sku) + drift.clocks(g, sku)
+        assert [f.failure for f in found if f.failure] == [], g["index"]
+        assert any(f.value == 700.0 for f in found)

@@ -56,6 +56,18 @@ def sick(path: str, value, gpu: int = 1) -> dict:
     return g
 
 
+def test_lifetime_uncorrectable_count_is_recorded_on_row_remapping_parts():
+    """The healthy H200 on the device machine reads an aggregate (lifetime) uncorrectable count of 1 with no
+    remapped row: recorded with its note, judged only on parts without row remapping."""
+    import dataclasses
+    g = typed(sick("ecc.uncorrected_aggregate", 1))
+    found = {f.check: f for f in health.ecc(g, H200)}
+    assert found["ecc_uncorrected_aggregate"].limit is None and found["ecc_uncorrected_aggregate"].value == 1
+    old = dataclasses.replace(H200, expect={**H200.expect, "row_remapping": False})
+    found = {f.check: f for f in health.ecc(g, old)}
+    assert found["ecc_uncorrected_aggregate"].limit is not None
+
+
 @pytest.mark.parametrize("judge,path,value,needle", [
     (health.row_remapping, "remapped_rows.pending", True, "row remap pending: reset needed"),
     (health.row_remapping, "remapped_rows.failure", True, "row remap failure: replace the GPU"),
@@ -63,7 +75,6 @@ def sick(path: str, value, gpu: int = 1) -> dict:
     (health.row_remapping, "remapped_rows.pending", {"nvml_error": "Not Supported"},
      "remapped_rows unreadable (NVML: Not Supported); the SKU file requires remapped_rows"),
     (health.ecc, "ecc.uncorrected_volatile", 1, "ecc_uncorrected_volatile out of limit"),
-    (health.ecc, "ecc.uncorrected_aggregate", 3, "ecc_uncorrected_aggregate out of limit"),
     (health.ecc, "ecc.mode_current", False, "ECC is disabled"),
     (health.ecc, "ecc.uncorrected_volatile", {"nvml_error": "Not Supported"},
      "ecc_uncorrected_volatile unreadable (NVML: Not Supported); the SKU file requires ecc"),

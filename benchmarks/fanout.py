@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Fan-out over real sshd nodes on loopback: gpuaccept against a bare paramiko pool, in the same run.
+
+    python benchmarks/fanout.py [NODES] [ROUNDS]          # default 16 nodes, 3 rounds
+
+Starts NODES real OpenSSH servers (127.0.0.101 ...; tests/sshd.py), then per round, in this order:
+  - bare paramiko: a thread pool of NODES, per host connect (known_hosts checked, RejectPolicy), run `true`,
+    close -- the floor for "touch every host once";
+  - gpuaccept `-m health --forks 0`: hosts one at a time as pytest reaches their tests (the old behaviour);
+  - gpuaccept `-m health` (default --forks 32): every host connected, shipped and probed (gpu_inventory)
+    at once before the tests reach it.
+The nodes have no GPU, so this measures connect + ship + probe + verdict plumbing, as shared/notes/
+scale-profile.md did. Prints min/median seconds and the ratio to the bare pool of the same round.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import paramiko
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from sshd import start_sshd, write_known_hosts  # noqa: E402
+
+
+def bare_pool(nodes, known_hosts: str) -> float:
+    def one(n):
+        c = paramiko.SSHClient()
+        c.load_host_keys(known_hosts)
+        c.set_missing_host_key_policy(paramiko.RejectPolicy())
+        c.connect(n.address, n.port, username="root", key_filename=n.key_file, look_for_keys=False,
+                  allow_agent=False, timeout=30)
+        _, out, _ = c.exec_command("true")
+        out.channel.recv_exit_status()
+        c.close()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(nodes)) as ex:
+        list(ex.map(one, nodes))
+    return time.perf_counter() - t0
+
+
+def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str) -> float:
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
+                          "-m", "health", "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{t0}"),
+                          *extra], cwd=REPO, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if res.returncode not in (0, 1):
+        raise SystemExit(f"gpuaccept run failed ({res.returncode}): {res.stdout[-2000:]}{res.stderr[-2000:]}")
+    return dt
+
+
+def main() -> None:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    tmp = Path(tempfile.mkdtemp(prefix="fanout-"))
+    nodes = []
+    try:
+        for i in range(count):
+            nodes.append(start_sshd(tmp, address=f"127.0.0.{101 + i}", name=f"n{i:02d}"))
+        kh = write_known_hosts(tmp / "known_hosts", nodes)
+        inv = tmp / "inventory.ini"
+        inv.write_text("[cluster]\n" + "".join(n.inventory_line() + "\n" for n in nodes))
+        rows: dict[str, list[float]] = {"bare paramiko pool, `true`": [], "gpuaccept -m health --forks 0": [],
+                                        "gpuaccept -m health (--forks 32)": []}
+        ratios: dict[str, list[float]] = {k: [] for k in rows}
+        for _ in range(rounds):
+            b = bare_pool(nodes, kh)
+            s = gpuaccept(tmp, inv, kh, "--forks", "0")
+            f = gpuaccept(tmp, inv, kh)
+            for k, v in zip(rows, (b, s, f)):
+                rows[k].append(v)
+                ratios[k].append(v / b)
+        print(f"fan-out over {count} real sshd nodes on loopback, {rounds} rounds, {os.cpu_count()} cores")
+        print(f"| run | min s | median s | / bare pool (median of rounds) |\n|---|---|---|---|")
+        for k, v in rows.items():
+            print(f"| {k} | {min(v):.2f} | {statistics.median(v):.2f} | {statistics.median(ratios[k]):.1f}x |")
+    finally:
+        for n in nodes:
+            n.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
