@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from .errors import Interrupted
+from .probes._proc import processes
 from .transport import cancel_all, reset_interruption
 
 #: seconds after a first signal in which another one counts as the same interruption, not as "abort now"
@@ -37,22 +38,8 @@ ERROR_KEY = "gpuaccept.error"
 
 def worker_pids() -> list[int]:
     """PIDs of this process's children (under pytest-xdist's controller: its workers), from /proc."""
-    me, out = os.getpid(), []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for e in entries:
-        if not e.isdigit():
-            continue
-        try:
-            with open(f"/proc/{e}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == me and fields[0] not in (b"Z", b"X"):
-            out.append(int(e))
-    return out
+    me = os.getpid()
+    return [p.pid for p in processes() if p.ppid == me]
 
 
 class InterruptPlugin:

@@ -29,6 +29,8 @@ import signal
 import sys
 import time
 
+import _proc
+
 #: seconds between SIGTERM and SIGKILL of the probe's group (below the controller's 2 s, so the watchdog,
 #: a member of the controller's kill target, reports before it is killed itself)
 KILL_GRACE_S = 1.5
@@ -44,30 +46,8 @@ def _on_signal(signum, _frame) -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in process group ``pgid`` (from /proc; else killpg 0)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        entries = None
-    if not entries or not os.path.exists("/proc/self/stat"):
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    for e in entries:
-        if not e.isdigit():
-            continue
-        try:
-            with open(f"/proc/{e}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    """True while a live (non-zombie) process is in process group ``pgid`` (_proc.group_alive)."""
+    return _proc.group_alive(pgid)
 
 
 def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S) -> None:

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+from gpuaccept.probes._proc import group_alive, processes
 from gpuaccept.errors import CommandTimeout, Interrupted, TransportError
 from gpuaccept.transport import CommandResult, Running, short_command, tracked
 
@@ -21,53 +22,12 @@ _MARKER_RE = re.compile(rb"^__GPUACCEPT_PGID__=\d+\n", re.M)
 def _session_groups(sid: int) -> set[int]:
     """Process groups with a live member in session ``sid`` (from /proc; ``{sid}`` where there is none):
     the command's own group and those it made with setpgid, e.g. the watchdog's probe group."""
-    groups = {sid}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return groups
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
-            groups.add(int(fields[2]))
-    return groups
+    return {sid} | {p.pgid for p in processes() if p.sid == sid}
 
 
 def _group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in process group ``pgid``.
-
-    Zombies are ignored: orphans are reaped by init, which in some containers takes a while, and a
-    zombie needs no killing. Falls back to ``killpg(pgid, 0)`` where /proc is not available.
-    """
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        entries = None
-    if entries is None or not os.path.exists("/proc/self/stat"):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    """True while a live (non-zombie) process is in process group ``pgid`` (gpuaccept.probes._proc)."""
+    return group_alive(pgid)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

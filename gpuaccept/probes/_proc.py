@@ -1,0 +1,58 @@
+"""Processes from /proc (standard library only): one scanner for the node-side watchdog and the controller.
+
+Shipped with the probes; the controller imports it as ``gpuaccept.probes._proc``. Linux only: where /proc
+cannot be read, :func:`processes` yields nothing and callers fall back on ``os.killpg(pgid, 0)``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator, NamedTuple
+
+
+class Proc(NamedTuple):
+    """One live process: ``state`` is /proc/<pid>/stat's state letter (R, S, D, T, Z, ...)."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+
+
+def processes(live_only: bool = True) -> Iterator[Proc]:
+    """Every process /proc shows (fields 3-6 of /proc/<pid>/stat, proc(5)); zombies and dead ones left out
+    when ``live_only`` (a zombie needs no killing, and init may take a while to reap orphans)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            p = Proc(int(entry), fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
+        except (OSError, IndexError, ValueError):
+            continue
+        if not live_only or p.state not in ("Z", "X"):
+            yield p
+
+
+def proc_readable() -> bool:
+    """True where /proc describes processes (then an empty scan means "none")."""
+    return os.path.exists("/proc/self/stat")
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in process group ``pgid``; ``killpg(pgid, 0)`` where /proc
+    is not readable (a permission error there means the group exists)."""
+    if not proc_readable():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return any(p.pgid == pgid for p in processes())
