@@ -57,6 +57,7 @@ import tempfile
 import threading
 import time
 
+from _pci import from_parts
 from _probe import ProbeFailed, log, reject_unknown, run
 
 ARG_KEYS = {"device", "seconds", "window_s", "sample_s", "sdc_interval_s", "dtypes", "m", "n", "k",
@@ -121,7 +122,7 @@ def _worker(cfg: dict) -> None:
     if cuda:
         p = torch.cuda.get_device_properties(dev)
         try:
-            bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+            bus = from_parts(p.pci_domain_id, p.pci_bus_id, p.pci_device_id)
         except AttributeError:
             bus = None
         say({"hello": rank, "pci_bus_id": bus, "name": p.name})
