@@ -13,8 +13,6 @@ import os
 from typing import Any
 
 import jinja2
-import pygal
-from pygal.style import Style
 
 from .report import CaseRecord, _fmt, _limit_s, gpu_table, host_verdicts
 
@@ -27,8 +25,12 @@ MAX_BUSBW_HOSTS = 64
 MAX_ROWS = 1024
 SPARK_CHECKS = 4  # sparklines for the first few judged per-GPU checks of the table
 
-_STYLE = Style(background="white", plot_background="white", font_family="sans-serif",
-               colors=("#1f6feb", "#b3261e", "#137333", "#8a1c7c", "#d97706"))
+def _style():
+    """pygal's chart style (pygal is imported here, not at module load, so that a missing plotting
+    library costs report.html alone, never the run's other reports)."""
+    from pygal.style import Style
+    return Style(background="white", plot_background="white", font_family="sans-serif",
+                 colors=("#1f6feb", "#b3261e", "#137333", "#8a1c7c", "#d97706"))
 
 
 def _ratio_color(ratio: float, kind: str) -> str:
@@ -93,7 +95,8 @@ def busbw_plots(figures: list[dict]) -> list[dict]:
                if isinstance(r, dict) and r.get("bytes") and isinstance(r.get("ip_busbw_gbps"), (int, float))]
         if not pts:
             continue
-        chart = pygal.XY(js=[], style=_STYLE, width=560, height=300, show_legend=True, legend_at_bottom=True,
+        import pygal
+        chart = pygal.XY(js=[], style=_style(), width=560, height=300, show_legend=True, legend_at_bottom=True,
                          title=f"{host}: all-reduce busbw (in place)", x_title="message size (log scale)",
                          y_title="busbw GB/s", x_value_formatter=_size_label, explicit_size=True,
                          x_labels=sorted({round(x) for x, _ in pts})[::2], disable_xml_declaration=True,
@@ -109,7 +112,8 @@ def busbw_plots(figures: list[dict]) -> list[dict]:
 
 def sparkline(values: list[float]) -> str:
     """A small inline SVG line of ``values`` (oldest first)."""
-    chart = pygal.Line(js=[], style=_STYLE, width=120, height=24, explicit_size=True, show_dots=True,
+    import pygal
+    chart = pygal.Line(js=[], style=_style(), width=120, height=24, explicit_size=True, show_dots=True,
                        dots_size=1.5, disable_xml_declaration=True)
     chart.add("", values)
     return chart.render_sparkline(is_unicode=True, js=[])

@@ -349,8 +349,11 @@ class ReportPlugin:
         rep.flush(final=True)
         rep.close_jsonl()
         from . import html_report
-        rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
-            rep.run_id, rep.meta, recs, figures, stand, sparks)))
+        try:
+            rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
+                rep.run_id, rep.meta, recs, figures, stand, sparks)))
+        except ImportError as e:  # a plotting library missing on the controller: every other report stands
+            rep.write_error = rep.write_error or f"report.html not written: {e} (pip install -e . installs it)"
         prom = self._opt("prometheus_textfile")
         if prom:
             from . import prometheus
