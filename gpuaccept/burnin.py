@@ -28,6 +28,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from .compute import CLOCK_REASONS_FAIL, CLOCK_REASONS_RECORD
+from .drift import APPLICATIONS_CLOCKS_SETTING
 from .health import Finding
 from .thresholds import Limit, SkuSpec
 
@@ -50,9 +52,10 @@ POLICY: dict[str, tuple[float, str, str, str]] = {
                              "policy: replays retry corrupted TLPs; thousands per hour is a bad riser/slot"),
 }
 
-# nvmlClocksEventReasons bits (nvml.h, NVML API reference "ClocksEventReasons").
-HW_EVENTS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
-SW_EVENTS = {0x4: "SW power cap", 0x20: "SW thermal slowdown", 0x2: "applications clocks setting"}
+# nvmlClocksEventReasons bits: the compute layer's tables (gpuaccept/compute.py, held to the node's copy in
+# probes/gpu_inventory.py by tests/test_health_judging.py), plus the applications-clocks setting (drift).
+HW_EVENTS = dict(CLOCK_REASONS_FAIL)
+SW_EVENTS = {**CLOCK_REASONS_RECORD, APPLICATIONS_CLOCKS_SETTING: "applications clocks setting"}
 FIGURES = ("bf16_tflops", "fp8_tflops", "hbm_copy_gbps", "allreduce_busbw_gbps")
 UNITS = {"bf16_tflops": "TFLOP/s", "fp8_tflops": "TFLOP/s", "hbm_copy_gbps": "GB/s", "allreduce_busbw_gbps": "GB/s"}
 

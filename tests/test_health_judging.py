@@ -276,3 +276,24 @@ def test_a_whole_group_unreadable_keeps_nvmls_words():
     g = typed(sick("remapped_rows", {"nvml_error": "Not Supported"}))
     assert failures(health.row_remapping(g, H200)) == [
         "remapped_rows unreadable (NVML: Not Supported); the SKU file requires remapped_rows"]
+
+
+def test_clock_event_bits_on_the_controller_match_the_probes_copy():
+    """The node's table (probes/gpu_inventory.py CLOCK_EVENT_REASONS, from nvml.h) is the source; the
+    controller's judging tables (gpuaccept/compute.py) must name the same bits."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from gpuaccept import compute
+    probes = Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"
+    sys.path.insert(0, str(probes))
+    try:
+        spec = importlib.util.spec_from_file_location("probe_gpu_inventory_bits", probes / "gpu_inventory.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(probes))
+    node = dict(mod.CLOCK_EVENT_REASONS)
+    for bit, name in {**compute.CLOCK_REASONS_FAIL, **compute.CLOCK_REASONS_RECORD}.items():
+        assert node[name.lower().replace(" ", "_")] == bit, name
