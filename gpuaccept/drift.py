@@ -24,6 +24,7 @@ with NVML's words otherwise.
 """
 from __future__ import annotations
 
+from .health import _unreadable as health_unreadable
 from .probes._pci import normalize_bus_id
 
 import re
@@ -46,10 +47,9 @@ def _required(sku: SkuSpec, field: str) -> bool:
 
 
 def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
-    why = nvml_error(v) or "not in the probe document (older gpu_inventory probe?)"
-    if _required(sku, field):
-        return Finding(check, v, failure=f"{check} unreadable ({why}); the SKU file requires {field}")
-    return Finding(check, v, extra={"note": f"NVML: {why}; {field} not required for {sku.sku}"})
+    """A reading NVML refused: the health layer's one rule (gpuaccept.health, required fields fail in NVML's
+    words, "GPU is lost" always fails, others are recorded)."""
+    return health_unreadable(sku, field, check, v)
 
 
 def _num(v) -> float | None:

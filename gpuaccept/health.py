@@ -47,6 +47,8 @@ def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
     """A reading NVML refused: a failure in NVML's words when the SKU file requires ``field``
     (``expect.required_nvml``), else recorded as unreadable."""
     why = error_text(v) or "not in the probe document"
+    if "GPU is lost" in why:  # NVML_ERROR_GPU_IS_LOST on any field: the GPU fell off the bus mid-reading
+        return Finding(check, v, failure=f"{check} unreadable: NVML says the GPU is lost ({why})")
     if _required(sku, field):
         return Finding(check, v, failure=f"{check} unreadable (NVML: {why}); the SKU file requires {field}")
     return Finding(check, v, extra={"note": f"unreadable (NVML: {why}); {field} not required for {sku.sku}"})

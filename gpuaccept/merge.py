@@ -50,16 +50,28 @@ def read_folder(path: str) -> tuple[dict, list[CaseRecord]]:
     return meta, list(recs.values())
 
 
+# outcome -> how bad it is, for fleet-wide tests found in several folders
+_SEVERITY = {"passed": 0, "skipped": 1, "failed": 3, "error": 2}
+
+
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run)."""
     if os.path.isdir(into) and holds_run(into):
         raise ValueError(f"--into {into}: already holds a run ({holds_run(into)})")
+    if len({os.path.realpath(d) for d in dirs}) != len(dirs):
+        raise ValueError("a report folder is named twice")
+    if any(os.path.realpath(into).startswith(os.path.realpath(d) + os.sep) for d in dirs):
+        raise ValueError(f"--into {into}: inside one of the folders being merged")
     metas, all_recs = [], {}
     for d in dirs:
         meta, recs = read_folder(d)
         metas.append(meta)
         for r in recs:
-            all_recs[r.nodeid] = r
+            # a test of one host appears in one folder; a fleet-wide test (no host in its id) appears in every
+            # shard's folder: keep the worst outcome, so a fleet failure in any shard is never lost
+            old = all_recs.get(r.nodeid)
+            if old is None or _SEVERITY.get(r.outcome, 0) > _SEVERITY.get(old.outcome, 0):
+                all_recs[r.nodeid] = r
     hosts: list[str] = []
     for m in metas:
         hosts += [h for h in m.get("hosts") or [] if h not in hosts]

@@ -113,10 +113,18 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dic
     if not os.path.exists(path):
         saved = sorted(f for f in os.listdir(directory) if f.startswith(name + "-")) if os.path.isdir(directory) else []
         if len(saved) != 1:
-            raise ProbeError(host, f"{name}: no saved document for these arguments in {directory} (replay)")
+            raise ProbeError(host, f"{name}: no saved document for arguments {json.dumps(args or {}, sort_keys=True)} "
+                                   f"in {directory} (replay)")
         path = os.path.join(directory, saved[0])
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)["doc"]
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved_doc = json.load(f)
+        doc = saved_doc["doc"] if isinstance(saved_doc, dict) else None
+    except (OSError, ValueError, KeyError) as e:
+        raise ProbeError(host, f"{name}: saved document {path} unreadable: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:200]} (replay)") from None
+    if not isinstance(doc, dict):
+        raise ProbeError(host, f"{name}: saved document {path} holds no probe document (replay)")
     if doc.get("failed"):
         raise ProbeError(host, f"{name}: {doc.get('msg')} (replayed)")
     return doc

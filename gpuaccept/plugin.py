@@ -105,6 +105,31 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "pytest", "-c", str(ini), *args])
 
 
+# numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
+_NUMERIC_OPTIONS = {"probe_timeout": (0.0, False, None), "xid_window": (0.0, True, None),
+                    "standout_pct": (0.0, False, 100.0), "burnin_minutes": (0.0, False, None),
+                    "forks": (0.0, True, None)}
+
+
+def check_options(config: pytest.Config) -> None:
+    """Refuse a numeric option that is not a finite number in its range, and a --prometheus-textfile whose
+    folder cannot be written, before any node is touched. Raises ConfigError (one line, exit 4)."""
+    import math
+    for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
+        v = config.getoption(name, None)
+        if v is None:
+            continue
+        ok = math.isfinite(v) and (v >= low if low_ok else v > low) and (high is None or v < high)
+        if not ok:
+            rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
+    prom = config.getoption("prometheus_textfile", None)
+    if prom:
+        folder = os.path.dirname(os.path.abspath(prom))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
+
+
 def _root(config: pytest.Config, path: str | None, default: str) -> str:
     if path:
         return os.path.abspath(path)
@@ -123,6 +148,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{layer}: the {layer} layer")
     inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
     try:
+        check_options(config)
         specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
         sku = config.getoption("sku")
         if sku and sku not in specs:
@@ -313,13 +339,23 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
         return
+    if call.excinfo is not None and not call.excinfo.errisinstance(
+            (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt)):
+        # A Python error in gpuaccept's own code while judging this host: an ERROR with one line saying so and
+        # where, never a FAILURE of the node (the traceback stays in pytest's own terminal report).
+        e = call.excinfo.value
+        tb = call.excinfo.traceback[-1] if call.excinfo.traceback else None
+        where = f" at {os.path.basename(str(tb.path))}:{tb.lineno + 1}" if tb is not None else ""
+        line = f"internal error in gpuaccept{where}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        head = [b.message() for b in rec.outcome().blocked] if rec is not None else []
+        rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
+        rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        return
     if rec is None or call.when != "call":
         return
     out = rec.outcome()
     finished = call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
     skipped = call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)
-    if call.excinfo is not None and not (finished or skipped):
-        return  # a Python error in a suite: pytest's own report
     if out.kind == "passed" or (skipped and not (rec.failures or rec.errors)):
         return  # the suite's own pass or skip (a skip with blockers only is still inapplicable)
     rep.outcome = "failed"

@@ -23,7 +23,7 @@ import pytest
 
 from . import node as node_mod
 from .errors import ConfigError
-from .report import CaseRecord, Reporter, atomic_write, holds_run, host_verdicts, load_previous_figures, outliers
+from .report import failed_hosts, CaseRecord, Reporter, atomic_write, holds_run, host_verdicts, load_previous_figures, outliers
 
 # Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
 PLAIN_EVERY_S = 30.0
@@ -367,12 +367,15 @@ class ReportPlugin:
         rep = self.reporter
         if rep is None or not self.began:
             return
-        hv = host_verdicts(list(rep.records.values()), rep.meta.get("hosts"))
-        bad = [h for h, v in hv.items() if v["verdict"] in ("FAIL", "ERROR")]
+        recs = list(rep.records.values())
+        bad = failed_hosts(recs, rep.meta.get("hosts"))  # the hosts failed-hosts.txt lists
+        fleet = host_verdicts(recs, rep.meta.get("hosts")).get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
-                                        f"--limit @{os.path.join(rep.dir, 'failed-hosts.txt')}")
+                                        f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
+        if fleet:
+            terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
 
 
 def list_hosts_text(hosts) -> str:

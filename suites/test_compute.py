@@ -15,11 +15,12 @@ pytestmark = pytest.mark.compute
 
 
 def dtypes_for(sku) -> list[str]:
-    """The dtypes a SKU is judged on: those its file sets a ``<dtype>_tflops`` limit for, plus fp8 and fp64
-    where its ``expect`` says it has them (their limit must then be in the file: a missing one is an error)."""
-    out = [d for d in ("bf16", "fp16", "tf32", "fp8", "fp64") if f"{d}_tflops" in sku.checks]
+    """The dtypes a SKU is judged on: bf16, fp16 and tf32 always (every tensor-core SKU has them: a file
+    without their limit is an error, never a dtype left unjudged), plus fp8 and fp64 where its ``expect``
+    says it has them or its file sets their limit (a missing limit is then an error)."""
+    out = ["bf16", "fp16", "tf32"]
     for d, key in (("fp8", "fp8"), ("fp64", "fp64_tensor")):
-        if sku.expect.get(key) and d not in out:
+        if sku.expect.get(key) or f"{d}_tflops" in sku.checks:
             out.append(d)
     return out
 

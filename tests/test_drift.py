@@ -126,7 +126,7 @@ def test_unreadable_default_limit_is_recorded_or_fails_when_required():
     strict = copy.deepcopy(H200)
     strict.expect["required_nvml"] = [*strict.expect["required_nvml"], "power_limits"]
     assert failures(drift.power_limit(g, strict)) == [
-        "power_limit_w unreadable (Not Supported); the SKU file requires power_limits"]
+        "power_limit_w unreadable (NVML: Not Supported); the SKU file requires power_limits"]
 
 
 def test_ecc_pending_off():

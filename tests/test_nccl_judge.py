@@ -241,8 +241,19 @@ def test_missing_wrong_count_is_an_error(tmp_path):
         del doc["rows"][3]["oop_wrong"]
     _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", unchecked))
     assert got["outcome"] == "error", got
-    assert "all-reduce at 16777216 B in-place: #wrong missing: correctness was not checked" in got["message"]
-    assert "67108864 B out-of-place: #wrong missing" in got["message"]
+    assert "all-reduce at 16777216 B in-place: #wrong missing: correctness was not checked" in got["text"]
+    assert "67108864 B out-of-place: #wrong missing" in got["text"]
+
+
+def test_missing_wrong_count_is_kept_beside_a_failure(tmp_path):
+    """A failure (wrong elements) in the same document must not hide the unchecked rows."""
+    def both(doc):
+        doc["rows"][2]["oop_wrong"] = None
+        doc["rows"][-1]["ip_wrong"] = 5
+    _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", both))
+    assert got["outcome"] == "failure", got
+    assert "all-reduce produced 5 wrong elements" in got["text"]
+    assert "#wrong missing: correctness was not checked" in got["text"]
 
 
 def test_interface_outside_the_inventory_list_fails(tmp_path):

@@ -1,0 +1,96 @@
+"""Faults a new user met on 2026-11-30, each as a test: bad numeric options, a damaged saved run, a lost GPU
+in one field, a SKU file without a dtype's limit, merging shards with a fleet-wide failure."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpuaccept import health
+from gpuaccept.merge import merge
+from gpuaccept.readings import typed
+from gpuaccept.thresholds import load_sku_file
+from test_e2e import junit, make_project, run_pytest
+from test_replay import DATA, outcomes, replay_project
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--probe-timeout", "nan"), "--probe-timeout nan: expected a number > 0"),
+    (("--probe-timeout", "-5"), "--probe-timeout -5.0: expected a number > 0"),
+    (("--xid-window", "-5"), "--xid-window -5.0: expected a number >= 0"),
+    (("--standout-pct", "-10"), "--standout-pct -10.0: expected a number > 0 and < 100"),
+    (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
+])
+def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), *args, "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert needle in res.stderr and "Traceback" not in res.stderr + res.stdout
+    assert not (tmp_path / "rep").exists()
+
+
+def test_damaged_saved_document_is_an_error_in_one_line(tmp_path):
+    captures = tmp_path / "captures"
+    shutil.copytree(DATA, captures)
+    f = next(captures.glob("pcie_link-*.json"))
+    f.write_text(f.read_text()[:200])  # cut short
+    for g in captures.glob("nvlink-*.json"):
+        saved = json.loads(g.read_text())
+        saved["doc"] = None
+        g.write_text(json.dumps(saved))
+    inv = replay_project(tmp_path, captures)
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "pcie_link or nvlink_links")
+    got = outcomes(rep)
+    for name in ("test_pcie_link", "test_nvlink_links"):
+        assert got[name]["outcome"] == "error", got[name]
+        text = got[name]["text"]
+        assert "(replay)" in text and "Traceback" not in text and "object at 0x" not in text, text
+    assert "unreadable: JSONDecodeError" in got["test_pcie_link"]["text"]
+    assert "holds no probe document" in got["test_nvlink_links"]["text"]
+
+
+def test_a_field_reading_gpu_is_lost_fails_even_when_not_required():
+    doc = typed(json.loads((DATA / "gpu_inventory-bf21a9e8fb.json").read_text())["doc"])
+    sku = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml"))
+    g = dict(doc["gpus"][1])
+    g["temp_c"] = typed({"nvml_error": "GPU is lost"})
+    found = health.temperature(g, sku)
+    assert found[0].failure and "the GPU is lost" in found[0].failure
+
+
+def test_sku_file_without_a_dtype_limit_is_an_error_not_an_unjudged_dtype(tmp_path):
+    th = tmp_path / "th"
+    shutil.copytree(REPO / "thresholds", th)
+    p = th / "h200-sxm-141gb.yaml"
+    p.write_text("\n".join(ln for ln in p.read_text().splitlines() if not ln.startswith("  bf16_tflops:")) + "\n")
+    inv = replay_project(tmp_path, DATA)
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--thresholds", str(th), "-k", "tensor_tflops")
+    got = outcomes(rep)["test_tensor_tflops"]
+    assert got["outcome"] == "error" and "no limit for check 'bf16_tflops'" in got["text"], got
+
+
+def test_merge_keeps_the_worst_outcome_of_a_fleet_wide_test(tmp_path):
+    def folder(name: str, outcome: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        rec = {"nodeid": "suites/test_health.py::test_fleet_consistency", "name": "test_fleet_consistency",
+               "host": None, "layer": "health", "outcome": outcome, "message": "drivers differ" if outcome ==
+               "failed" else "", "duration_s": 0.1, "figures": []}
+        (d / "results.json").write_text(json.dumps({"run_id": name, "meta": {"hosts": []}, "tests": [rec],
+                                                    "figures": []}))
+        return d
+    failed, skipped = folder("a", "failed"), folder("b", "skipped")
+    for order in ((failed, skipped), (skipped, failed)):
+        out = tmp_path / f"m-{order[0].name}"
+        merge([str(d) for d in order], str(out))
+        tests = json.loads((out / "results.json").read_text())["tests"]
+        assert [t["outcome"] for t in tests] == ["failed"], tests
+    with pytest.raises(ValueError, match="named twice"):
+        merge([str(failed), str(failed)], str(tmp_path / "m2"))
