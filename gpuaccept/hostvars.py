@@ -203,6 +203,16 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
+def _near_miss(var: str) -> str | None:
+    """The gpuaccept variable ``var`` is one or two letters away from, when it looks like a typo of one
+    (same prefix family, difflib ratio >= 0.9), else None. Other variables are the operator's own."""
+    import difflib
+    if not isinstance(var, str) or not var.startswith(("gpu", "nccl", "storage", "fs_", "gds", "ib_", "nvme")):
+        return None
+    hit = difflib.get_close_matches(var, list(VARS), n=1, cutoff=0.9)
+    return hit[0] if hit else None
+
+
 def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None = None,
                _memo: dict | None = None) -> dict[str, Any]:
     """Validate one host's vars; return var -> parsed value for every var of :data:`VARS` it sets.
@@ -218,7 +228,15 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
     out: dict[str, Any] = {}
     for var, value in host.vars.items():
         check = VARS.get(var)
-        if check is None or value is None:
+        if check is None:
+            near = _near_miss(var)
+            if near:
+                where = host.where(var, default_where) if hasattr(host, "where") else default_where
+                raise HostVarError(f"{where}: host {host.name} var {var}: not a gpuaccept variable; did you mean "
+                                   f"{near}? (a mistyped gpus_per_node or gpu_sku silently drops the declared-GPU "
+                                   f"check)")
+            continue
+        if value is None:
             continue
         key = (var, id(value))
         hit = memo.get(key)

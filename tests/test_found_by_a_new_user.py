@@ -94,3 +94,21 @@ def test_merge_keeps_the_worst_outcome_of_a_fleet_wide_test(tmp_path):
         assert [t["outcome"] for t in tests] == ["failed"], tests
     with pytest.raises(ValueError, match="named twice"):
         merge([str(failed), str(failed)], str(tmp_path / "m2"))
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("gpu1 ansible_connection=local gpus_per_nod=8", "var gpus_per_nod: not a gpuaccept variable; did you mean gpus_per_node?"),
+    ("gpu1 ansible_connection=local gpu_skus=h200-sxm-141gb", "did you mean gpu_sku?"),
+])
+def test_typo_of_a_declaring_var_exits_4(tmp_path, line, needle):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(line + "\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
+    assert res.returncode == 4 and needle in res.stderr, res.stderr[-1000:]
+
+
+def test_operators_own_vars_are_left_alone(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("gpu1 ansible_connection=local rack=r07 gpu_vendor_note=spare owner=ml-infra\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
