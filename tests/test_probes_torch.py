@@ -5,7 +5,6 @@ The cuda path needs a GPU; on a machine without one each probe must fail cleanly
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,18 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from probe_helpers import load_probe as load  # noqa: E402 - after the torch check
+
 PROBES = Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"
 TORCH_PROBES = ("hbm_bandwidth", "matmul_tflops", "pcie_bandwidth", "launch_overhead")
-
-
-def load(name: str):
-    """Import a probe file by path (its directory on sys.path, as on the node, for ``_probe``)."""
-    if str(PROBES) not in sys.path:
-        sys.path.insert(0, str(PROBES))
-    spec = importlib.util.spec_from_file_location(f"probe_{name}", PROBES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_probe(name: str, args: dict, timeout: float = 240, env: dict | None = None):
