@@ -340,9 +340,10 @@ def pytest_runtest_makereport(item, call):
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
         return
     if call.excinfo is not None and not call.excinfo.errisinstance(
-            (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt)):
+            (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
         # A Python error in gpuaccept's own code while judging this host: an ERROR with one line saying so and
-        # where, never a FAILURE of the node (the traceback stays in pytest's own terminal report).
+        # where, never a FAILURE of the node (the traceback stays in pytest's own terminal report). A plain
+        # ``assert`` in a suite (an operator's own check, testinfra-style) stays pytest's failure.
         e = call.excinfo.value
         tb = call.excinfo.traceback[-1] if call.excinfo.traceback else None
         where = f" at {os.path.basename(str(tb.path))}:{tb.lineno + 1}" if tb is not None else ""
