@@ -391,8 +391,8 @@ def pytest_collection_finish(session) -> None:
     run without xdist workers (each worker would connect to every host)."""
     config = session.config
     if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
-            or not _forks(config):
-        return
+            or not _forks(config) or config.option.collectonly or not session.items:
+        return  # --collect-only and an empty selection touch no node
     names = []
     for it in session.items:
         name = getattr(getattr(it, "callspec", None), "params", {}).get("node")

@@ -112,3 +112,17 @@ def test_operators_own_vars_are_left_alone(tmp_path):
     inv.write_text("gpu1 ansible_connection=local rack=r07 gpu_vendor_note=spare owner=ml-infra\n")
     res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
     assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+
+
+def test_collect_only_touches_no_node(tmp_path):
+    """The fan-out starts when the tests are known; --collect-only must not connect anywhere (an address
+    that would take the connect timeout to fail shows it)."""
+    import time
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    key = tmp_path / "key"
+    key.write_text("not a key\n")
+    inv.write_text(f"far ansible_host=192.0.2.1 ansible_ssh_private_key_file={key}\n")
+    t0 = time.monotonic()
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
+    assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-1500:]
+    assert time.monotonic() - t0 < 8 and "far" in res.stdout
