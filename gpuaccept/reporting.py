@@ -173,6 +173,7 @@ class ReportPlugin:
         self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
         if self.collect_only:
             return
+        self._check_baseline()
         latest = config.rootpath / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
         rdir, self.created = reserve_folder(config)
@@ -186,6 +187,27 @@ class ReportPlugin:
             "inventory": inv_path, "limit": config.getoption("limit"), "hosts": [h.name for h in hosts],
             "started": state["started"], "previous_run": previous, "profile": config.getoption("profile"),
             "host_sku": host_sku}, previous=load_previous_figures(previous))
+
+    def _check_baseline(self) -> None:
+        """``--baseline RUN_ID`` must name a run of the history database; ConfigError (exit 4) otherwise,
+        before any node is touched (a stand-out list against nothing would read as "no stand-outs")."""
+        import sqlite3
+        baseline = self._opt("baseline")
+        if not baseline or baseline == "latest-pass":
+            return
+        if self._opt("history") == "none" or not os.path.exists(self.history_path):
+            raise ConfigError(f"--baseline {baseline}: no history database at {self.history_path}")
+        try:
+            con = sqlite3.connect(f"file:{self.history_path}?mode=ro", uri=True)
+            try:
+                found = con.execute("SELECT 1 FROM runs WHERE run_id = ?", (baseline,)).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error as e:
+            raise ConfigError(f"--baseline {baseline}: history {self.history_path} unreadable: {e}") from None
+        if not found:
+            raise ConfigError(f"--baseline {baseline}: no such run in {self.history_path} "
+                              f"(python -m gpuaccept.history --host HOST lists runs)")
 
     def _opt(self, name: str, default: Any = None) -> Any:
         try:
@@ -287,6 +309,7 @@ class ReportPlugin:
             self._discard()  # nothing ran (deselected everything, or collection failed): leave no folder
             return
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
+        rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
         for nodeid in list(self.partial):
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
@@ -382,6 +405,8 @@ def list_hosts_text(hosts) -> str:
     """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
     lines = [f"  hosts ({len(hosts)}):"]
     for h in hosts:
-        lines.append(f"    {h.name}  ansible_host={h.address}:{h.port}  connection={h.connection}  "
+        addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
+        where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
+        lines.append(f"    {h.name}  {where}  connection={h.connection}  "
                      f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
     return "\n".join(lines)

@@ -126,3 +126,28 @@ def test_collect_only_touches_no_node(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
     assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-1500:]
     assert time.monotonic() - t0 < 8 and "far" in res.stdout
+
+
+def test_baseline_that_names_no_run_exits_4(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--baseline", "nosuchrun", "--reports", str(tmp_path / "r"))
+    assert res.returncode == 4 and "--baseline nosuchrun: no history database" in res.stderr, res.stderr[-800:]
+    ok = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r1"),
+                    "--history", str(tmp_path / "h.sqlite"))
+    assert ok.returncode == 0, ok.stdout[-1500:]
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r2"),
+                     "--history", str(tmp_path / "h.sqlite"), "--baseline", "nosuchrun")
+    assert res.returncode == 4 and "no such run in" in res.stderr, res.stderr[-800:]
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r3"),
+                     "--history", str(tmp_path / "h.sqlite"), "--baseline", "r1")
+    assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-800:]
+    assert json.loads((tmp_path / "r3" / "results.json").read_text())["interrupted"] is False
+
+
+def test_list_hosts_writes_ipv6_with_brackets(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("[gpu]\n[2001:db8::12]:2200\nlocalbox ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--list-hosts")
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+    assert "ansible_host=[2001:db8::12]:2200" in res.stdout and "localbox  ansible_host=-" in res.stdout
