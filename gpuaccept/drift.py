@@ -25,12 +25,13 @@ with NVML's words otherwise.
 from __future__ import annotations
 
 from .health import _unreadable as health_unreadable
-from .probes._pci import normalize_bus_id
+from .readings import bus_key
 
 import re
 from typing import Any, Mapping
 
 from .errors import ConfigError
+from .shell import bad_env_name
 from .health import Finding, nvml_error
 from .thresholds import SkuSpec
 
@@ -325,12 +326,6 @@ def nccl_env(doc: dict, requested: Mapping[str, str]) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------------
 # GPU attribution by PCI bus id
 
-def bus_key(bus_id) -> str | None:
-    """A PCI bus id as a comparison key: the one normaliser, gpuaccept/probes/_pci.py (NVML's form; torch's
-    and the 4-digit-domain form compare equal). None for anything else."""
-    return normalize_bus_id(bus_id)
-
-
 def nvml_gpu_for(figure_gpu: dict, nvml_gpus: list[dict]) -> dict | None:
     """The NVML (``gpu_inventory``) GPU a torch probe's per-GPU figure belongs to, matched by PCI bus id.
 
@@ -358,6 +353,6 @@ def check_vars(where: str, host_vars: Mapping[str, Any]) -> None:
         raise ConfigError(f"{where}: gpu_power_limit_w must be a positive number of watts, got {v!r}")
     env = host_vars.get("nccl_env")
     if env is not None and not (isinstance(env, Mapping) and all(
-            isinstance(k, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k) and isinstance(val, (str, int, float))
+            bad_env_name(k) is None and isinstance(val, (str, int, float))
             and not isinstance(val, bool) for k, val in env.items())):
         raise ConfigError(f"{where}: nccl_env must map variable names to strings or numbers, got {env!r}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from .probes._pci import normalize_bus_id
 
-import re
 from dataclasses import dataclass
 from typing import Any
 

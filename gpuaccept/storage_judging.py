@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .readings import bus_key, describe_gpu
 from .storage_limits import LOCAL_DISK_FSTYPES, PathExpectation, StorageConfigError
 from .thresholds import Limit
 
@@ -185,17 +186,17 @@ def unmeasured_gpus(nvml_gpus: list[Mapping], measured: list[Mapping]) -> list[M
     """The GPUs of ``nvml_gpus`` (the gpu_inventory probe's ``gpus``: ``{"index", "pci_bus_id", ...}``) with no
     entry in ``measured`` (a probe's per-GPU list; an entry with an ``error`` counts as measured: its failure is
 reported on its own). A GPU is matched by PCI bus id when both sides give one
-    (compared upper-case: NVML's ``00000000:19:00.0`` form), else by index. Pure."""
+    (through the one normaliser, gpuaccept.readings.bus_key), else by index. Pure."""
     def same(g: Mapping, m: Mapping) -> bool:
-        a, b = g.get("pci_bus_id"), m.get("pci_bus_id")
-        return str(a).upper() == str(b).upper() if a and b else g.get("index") == m.get("index")
+        a, b = bus_key(g.get("pci_bus_id")), bus_key(m.get("pci_bus_id"))
+        return a == b if a and b else g.get("index") == m.get("index")
 
     return [g for g in nvml_gpus if not any(same(g, m) for m in measured)]
 
 
 def describe_gpus(gpus: list[Mapping]) -> str:
     """``"GPU 1 (00000000:1A:00.0), GPU 3 (...)"``."""
-    return ", ".join(f"GPU {g.get('index')}" + (f" ({g['pci_bus_id']})" if g.get("pci_bus_id") else "") for g in gpus)
+    return ", ".join(describe_gpu(dict(g)) for g in gpus)
 
 
 # -- GPUDirect RDMA ----------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuaccept import burnin
+from gpuaccept import burnin, drift
 from gpuaccept.node import Node
 from gpuaccept.profiles import BURNIN_MINUTES
 from gpuaccept.xid import classify
@@ -62,25 +62,18 @@ def test_burnin(node: Node, gpus, sku, verdicts, request, run_started):
                             extra={"bytes": os.path.getsize(path)})
         except OSError as e:
             verdicts.record("burnin_series_file", f"not written: {e.strerror}")
-    by_bus = {str(g.get("pci_bus_id")).lower(): g for g in gpus}
+    ranks = {g.get("rank"): g for g in doc.get("gpus") or []}  # torch index + PCI bus id per rank
     for rank, cause in burnin.foreign_processes(doc).items():
-        g_doc = next((g for g in doc.get("gpus") or [] if g.get("rank") == rank), {})
-        g = by_bus.get(str(g_doc.get("pci_bus_id")).lower()) or {}
-        verdicts.block("burnin", cause, gpu=g.get("index"))
-    measured = set()
+        nv = drift.nvml_gpu_for(ranks.get(rank, {}), gpus)
+        verdicts.block("burnin", cause, gpu=nv.get("index") if nv else None)
     for rank, findings in sorted(burnin.judge(doc, sku).items()):
-        g_doc = next((g for g in doc.get("gpus") or [] if g.get("rank") == rank), {})
-        g = by_bus.get(str(g_doc.get("pci_bus_id")).lower()) or {"index": g_doc.get("index")}
-        measured.add(str(g_doc.get("pci_bus_id")).lower())
-        verdicts.apply(findings, gpu=g)
-    missing = [b for b in by_bus if b not in measured]
-    if missing:
-        verdicts.fail("burn-in did not load every GPU NVML lists: missing " + ", ".join(missing))
+        verdicts.apply(findings, gpu=ranks.get(rank) or {"index": rank})  # attributed by bus id (Recorder)
+    verdicts.expect_gpus(gpus, list(ranks.values()), "burnin")
     xid = node.probe("xid_events", {"since_epoch": t_before})
     events = classify(xid.get("events") or [])
     verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev.get("fails"):
             verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
-                          gpu=by_bus.get(str(ev.get("pci_bus_id")).lower()))
+                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus))
     verdicts.finish()
