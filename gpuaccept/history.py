@@ -92,6 +92,21 @@ def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
     return con
 
 
+def run_exists(path: str, run_id: str) -> bool:
+    """True when the database at ``path`` (opened read-only; never created or migrated here) holds run
+    ``run_id``. Raises HistoryError when there is no database there or it cannot be read."""
+    if not os.path.exists(path):
+        raise HistoryError(f"no history database at {path}")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise HistoryError(f"history {path} unreadable: {e}") from None
+
+
 def subject_of(f: dict) -> str:
     """The history key of a figure: the GPU serial, else ``host:<host>`` plus ``:gpu<i>`` for a GPU."""
     if f.get("serial"):

@@ -191,20 +191,16 @@ class ReportPlugin:
     def _check_baseline(self) -> None:
         """``--baseline RUN_ID`` must name a run of the history database; ConfigError (exit 4) otherwise,
         before any node is touched (a stand-out list against nothing would read as "no stand-outs")."""
-        import sqlite3
+        from . import history
         baseline = self._opt("baseline")
         if not baseline or baseline == "latest-pass":
             return
-        if self._opt("history") == "none" or not os.path.exists(self.history_path):
+        if self._opt("history") == "none":
             raise ConfigError(f"--baseline {baseline}: no history database at {self.history_path}")
         try:
-            con = sqlite3.connect(f"file:{self.history_path}?mode=ro", uri=True)
-            try:
-                found = con.execute("SELECT 1 FROM runs WHERE run_id = ?", (baseline,)).fetchone()
-            finally:
-                con.close()
-        except sqlite3.Error as e:
-            raise ConfigError(f"--baseline {baseline}: history {self.history_path} unreadable: {e}") from None
+            found = history.run_exists(self.history_path, baseline)
+        except history.HistoryError as e:
+            raise ConfigError(f"--baseline {baseline}: {e}") from None
         if not found:
             raise ConfigError(f"--baseline {baseline}: no such run in {self.history_path} "
                               f"(python -m gpuaccept.history --host HOST lists runs)")

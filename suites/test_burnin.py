@@ -26,8 +26,9 @@ def _series_path(config, host: str) -> str | None:
     probe_dir = (config.stash.get(STATE, None) or {}).get("probe_dir")
     if not probe_dir:
         return None
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host).lstrip(".") or "_"
-    return os.path.join(os.path.dirname(probe_dir), "burnin", f"{safe}.csv")
+    # named like the host's probe folder (<reports>/probes/<host>): host names are checked at load
+    # (gpuaccept.hostranges refuses "/", "..", control characters), so the name is a safe file name
+    return os.path.join(os.path.dirname(probe_dir), "burnin", f"{host}.csv")
 
 
 def test_burnin(node: Node, gpus, sku, verdicts, request, run_started):
