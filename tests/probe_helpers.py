@@ -199,3 +199,23 @@ def install_fake(monkeypatch, fake: FakeNvml) -> FakeNvml:
     """Put ``fake`` in place of pynvml for the probes imported in this test."""
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
     return fake
+
+
+# -- sysfs-shaped trees (real files laid out like the kernel's) -------------------------------------------
+def write_line(p: Path, text: str) -> None:
+    """Write ``text`` and a newline to ``p``, creating its folders (a sysfs attribute file)."""
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text + "\n")
+
+
+def sysfs_pci(root: Path, chain: list[str], bus: str = "pci0000:00") -> Path:
+    """Create ``<root>/devices/<bus>/<chain...>`` and ``<root>/bus/pci/devices/<last> -> it``; the last folder."""
+    d = root / "devices" / bus
+    for bdf in chain:
+        d = d / bdf
+        d.mkdir(parents=True, exist_ok=True)
+        link = root / "bus" / "pci" / "devices" / bdf
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(d)
+    return d

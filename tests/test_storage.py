@@ -22,6 +22,7 @@ import pytest
 from gpuaccept import storage_judging as sj
 from gpuaccept import storage_limits as sl
 from gpuaccept.errors import ConfigError
+from probe_helpers import sysfs_pci as _pci, write_line as _w
 from test_e2e import junit, make_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -336,24 +337,6 @@ def test_probes_import_no_other_probe():
 
 
 # -- sysfs-shaped trees (real files laid out like the kernel's) -------------------------------------------
-def _w(p: Path, text: str) -> None:
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text + "\n")
-
-
-def _pci(root: Path, chain: list[str], bus: str = "pci0000:00") -> Path:
-    """Create /sys/devices/<bus>/<chain...> and /sys/bus/pci/devices/<last> -> it."""
-    d = root / "devices" / bus
-    for bdf in chain:
-        d = d / bdf
-        d.mkdir(parents=True, exist_ok=True)
-        link = root / "bus" / "pci" / "devices" / bdf
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
-            link.symlink_to(d)
-    return d
-
-
 def test_nvme_inventory_sysfs_tree(tmp_path):
     sysfs = tmp_path / "sys"
     for i, (cur, width) in enumerate((("16.0 GT/s PCIe", "4"), ("8.0 GT/s PCIe", "4"))):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from gpuaccept.node import save_probe
+from probe_helpers import sysfs_pci as _pci, write_line as _w
 from test_e2e import junit, make_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,23 +32,6 @@ def run_probe(name: str, args: dict) -> dict:
 def saved(name: str) -> dict:
     """The capture's saved document of ``name`` (one per probe)."""
     return json.loads(next(DATA.glob(f"{name}-*.json")).read_text())
-
-
-def _w(p: Path, text: str) -> None:
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text + "\n")
-
-
-def _pci(sysfs: Path, chain: list[str]) -> Path:
-    d = sysfs / "devices" / "pci0000:00"
-    for bdf in chain:
-        d = d / bdf
-        d.mkdir(parents=True, exist_ok=True)
-        link = sysfs / "bus" / "pci" / "devices" / bdf
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
-            link.symlink_to(d)
-    return d
 
 
 def rdma_doc(root: Path, registered: bool) -> dict:
