@@ -16,15 +16,7 @@ for f in d["figures"]:
     if f["check"].startswith(("burnin_", "sdc_")) and f["gpu"] is not None:
         print(f"  GPU {f['gpu']} {f['check']} = {f['value']} {f.get('unit','')} {f.get('verdict')}")
 PY
-cat > /tmp/noisy.py <<'PY'
-import torch, time
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-while True:
-    for _ in range(50):
-        a @ a
-    torch.cuda.synchronize()
-PY
-( sleep 70; CUDA_VISIBLE_DEVICES=$last python3 /tmp/noisy.py & echo $! > /tmp/noisy.pid; sleep 60; kill "$(cat /tmp/noisy.pid)"; echo "foreign load pid $(cat /tmp/noisy.pid) on GPU $last: 70 s .. 130 s, stopped" ) &
+( sleep 70; CUDA_VISIBLE_DEVICES=$last python3 benchmarks/foreign_load.py & echo $! > /tmp/noisy.pid; sleep 60; kill "$(cat /tmp/noisy.pid)"; echo "foreign load pid $(cat /tmp/noisy.pid) on GPU $last: 70 s .. 130 s, stopped" ) &
 t0=$(date +%s); python3 -m pytest -p no:cacheprovider --reports /tmp/rep-burnin-sick -m burnin --burnin-minutes 2.5 -q 2>&1 | tail -n 25
 echo "== burn-in 2.5 min with a foreign load: wall $(( $(date +%s) - t0 )) s"
 wait

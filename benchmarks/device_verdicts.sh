@@ -30,15 +30,7 @@ t0=$(date +%s); python3 -m pytest -p no:cacheprovider --reports /tmp/rep-local -
 echo "== local main job: $(( $(date +%s) - t0 )) s"; outcomes /tmp/rep-local
 python3 -c "import json;[print('  ',f['check'],f.get('gpu'),f['value'],f['verdict']) for f in json.load(open('/tmp/rep-local/results.json'))['figures'] if f['check'] in ('bf16_tflops','fp8_tflops','hbm_read_bw_gbps','allreduce_busbw_gbps','allreduce_default_busbw_gbps','p2p_unidir_bw_gbps_worst_pair','power_limit_w')]"
 
-cat > /tmp/noisy.py <<'PY'
-import torch
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-while True:
-    for _ in range(50):
-        a @ a
-    torch.cuda.synchronize()
-PY
-CUDA_VISIBLE_DEVICES=$last python3 /tmp/noisy.py & NOISY=$!
+CUDA_VISIBLE_DEVICES=$last python3 benchmarks/foreign_load.py & NOISY=$!
 sleep 10
 t0=$(date +%s); python3 -m pytest -p no:cacheprovider --profile quick --reports /tmp/rep-noisy -m "health or memory or compute" -q 2>&1 | tail -n 6
 echo "== noisy neighbour (foreign pid $NOISY on GPU $last): $(( $(date +%s) - t0 )) s"; outcomes /tmp/rep-noisy
