@@ -322,7 +322,9 @@ def test_hung_rank_is_blamed(tmp_path, rig):
         end = time.monotonic() + 40
         phase = ""
         while time.monotonic() < end and " B " not in phase:  # mid-collective: "65536 B in-place" or the like
-            found = _procs("--worker", mn.MARKER_PREFIX, '"host": "mn3"')
+            # this rig's mn3 only: another test's world may run ranks on a host of the same name beside it
+            mine = {p for sd in sshds for p in sd.processes()}
+            found = [p for p in _procs("--worker", mn.MARKER_PREFIX, '"host": "mn3"') if p in mine]
             if found:
                 spec = json.loads(Path(f"/proc/{found[0]}/cmdline").read_bytes().split(b"\0")[3])
                 try:
