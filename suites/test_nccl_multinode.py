@@ -33,19 +33,26 @@ UNJUDGED = "no limit configured (group var nccl_internode_busbw_gbps): recorded,
 
 
 class _Hosts:
-    """One recorder per host (``Recorder.for_host``: filed under that host, its failures and errors this test's,
-    so the plugin's outcome sees them even if the test ends early); :meth:`finish` ends the test."""
+    """One recorder per host (the public ``Verdicts`` constructor on this test's item), so that a figure or a
+    failure about a host is filed under that host; :meth:`finish` finishes them all and the fleet's."""
 
     def __init__(self, fleet: Verdicts, item, layer: str = "nccl"):
-        self.fleet, self.by_host = fleet, {}
+        self.fleet, self.item, self.layer, self.by_host = fleet, item, layer, {}
 
     def __getitem__(self, host: str) -> Verdicts:
         if host not in self.by_host:
-            self.by_host[host] = self.fleet.for_host(host)
+            self.by_host[host] = Verdicts(self.item, host, self.layer)
         return self.by_host[host]
 
     def finish(self, errors: list[str] = ()) -> None:
-        self.fleet.finish()
+        lines = []
+        for rec in [self.fleet, *self.by_host.values()]:
+            try:
+                rec.finish()
+            except pytest.fail.Exception as e:
+                lines.append(str(e.msg if hasattr(e, "msg") else e))
+        if lines:
+            pytest.fail("\n".join(lines), pytrace=False)
         if errors:
             raise ProbeError(self.fleet.host, "; ".join(errors))
 
