@@ -13,6 +13,7 @@ import pytest
 from gpuaccept import burnin, drift
 from gpuaccept.node import Node
 from gpuaccept.profiles import BURNIN_MINUTES
+from gpuaccept.readings import describe_gpu, unmeasured
 from gpuaccept.xid import classify
 
 pytestmark = pytest.mark.burnin
@@ -69,7 +70,10 @@ def test_burnin(node: Node, gpus, sku, verdicts, request, run_started):
         verdicts.block("burnin", cause, gpu=nv.get("index") if nv else None)
     for rank, findings in sorted(burnin.judge(doc, sku).items()):
         verdicts.apply(findings, gpu=ranks.get(rank) or {"index": rank})  # attributed by bus id (Recorder)
-    verdicts.expect_gpus(gpus, list(ranks.values()), "burnin")
+    missing = unmeasured(gpus, list(ranks.values()))
+    if missing:
+        verdicts.fail("burn-in did not load every GPU NVML lists: missing "
+                      + ", ".join(describe_gpu(g) for g in missing))
     xid = node.probe("xid_events", {"since_epoch": t_before})
     events = classify(xid.get("events") or [])
     verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
