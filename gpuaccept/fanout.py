@@ -4,7 +4,7 @@ Without it the hosts are visited one after another as pytest reaches their tests
 run ``gpu_inventory`` (which every GPU test's ``gpus`` fixture needs), then the next host — about 0.6 s per
 host of waiting on the network and the node's Python start-up (shared/notes/scale-profile.md, 32 sshd nodes:
 18.2 of 22.7 s). :func:`warm_up` starts that first step on every host in a bounded pool of daemon threads and
-returns at once; tests then find the document cached (``Node.cached_probe``) or wait on the host's lock for
+returns at once; tests then find the document cached (``HostRunner.cached_probe``) or wait on the host's lock for
 the one run in flight, so no host is ever probed twice and one host's probes never overlap. :func:`close_all`
 removes the shipped folders and closes the connections in the same pool at the end.
 
@@ -39,13 +39,13 @@ def _pool(items: list, fn: Callable, forks: int) -> list[threading.Thread]:
 def warm_up(nodes: Iterable, forks: int = DEFAULT_FORKS) -> list[threading.Thread]:
     """Start ``gpu_inventory`` (connect, ship, probe; cached with its error) on every node at once.
 
-    ``nodes``: :class:`gpuaccept.node.Node` objects. Returns the threads (daemons: an interrupted run does not
+    ``nodes``: :class:`gpuaccept.node.HostRunner` objects. Returns the threads (daemons: an interrupted run does not
     wait for them; the transports' own timeouts and the node-side watchdog bound what they leave running)."""
     return _pool([n for n in nodes if not getattr(n, "replay_dir", None)], lambda n: n.gpu_inventory(), forks)
 
 
 def close_all(nodes: Iterable, forks: int = DEFAULT_FORKS, timeout: float = 60.0) -> None:
-    """``Node.close()`` on every node, ``forks`` at a time; waits at most ``timeout`` seconds in all."""
+    """``HostRunner.close()`` on every node, ``forks`` at a time; waits at most ``timeout`` seconds in all."""
     threads = _pool(list(nodes), lambda n: n.close(), forks)
     for t in threads:
         t.join(timeout=max(0.1, timeout / max(1, len(threads))))

@@ -2,7 +2,7 @@
 
 First signal:
   * every command in flight is cancelled (gpuaccept.transport.cancel_all): each one's remote process group is
-    killed on its host (every host of a multi-node collective: their ranks run through Node.probe too) and
+    killed on its host (every host of a multi-node collective: their ranks run through HostRunner.probe too) and
     the waiting test gets :class:`~gpuaccept.errors.Interrupted`; no new command starts on any host;
   * the test that was running becomes an error ``interrupted (SIGINT) while running on <host>`` (also when it
     caught the error itself, as the multi-node code does), no new test starts (``session.shouldstop``), the

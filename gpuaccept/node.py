@@ -1,8 +1,8 @@
 """One host of the run: ship the probes there once, run them, parse their JSON, keep the answers.
 
-A :class:`Node` wraps a :class:`~gpuaccept.inventory.Host` and its transport. Probes are shipped as a tar
+A :class:`HostRunner` wraps a :class:`~gpuaccept.inventory.Host` and its transport. Probes are shipped as a tar
 stream on stdin into a fresh folder (``$TMPDIR/gpuaccept.<random>``, created with ``mkdir -m 700``) on first
-use and removed by :meth:`Node.close`.
+use and removed by :meth:`HostRunner.close`.
 
 Every probe runs under the node-side watchdog (``probes/_watchdog.py``): in a process group of its own,
 killed at its deadline plus :data:`WATCHDOG_GRACE_S`, or as soon as the controller's connection goes away
@@ -131,14 +131,14 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dic
 
 
 class _Reported(Exception):
-    """Carries an error past Node.run's sticky-host rule (a lost connection whose host answered again)."""
+    """Carries an error past HostRunner.run's sticky-host rule (a lost connection whose host answered again)."""
 
     def __init__(self, error: Exception):
         super().__init__(str(error))
         self.error = error
 
 
-class Node:
+class HostRunner:
     """A host plus its transport, with probe results cached for the run.
 
     ``transport_factory(host)`` returns a transport (see gpuaccept.transport). ``probe_timeout`` is the

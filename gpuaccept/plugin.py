@@ -21,7 +21,7 @@ from .drift import check_vars as check_drift_vars
 from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
-from .node import Node
+from .node import HostRunner
 from . import fanout, interrupt
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
@@ -193,10 +193,11 @@ def _state(config: pytest.Config) -> dict | None:
 
 
 def pytest_configure_node(node) -> None:  # xdist hook (controller side): share the run's start time
-    st = _state(node.config)
+    worker = node  # xdist calls its worker controller "node"; the hook's argument name is fixed by xdist
+    st = _state(worker.config)
     if st is not None:
-        node.workerinput["gpuaccept_started"] = st["started"]
-        node.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
+        worker.workerinput["gpuaccept_started"] = st["started"]
+        worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -220,26 +221,26 @@ def probe_timeout(config: pytest.Config) -> float:
     return config.getoption("probe_timeout") or PROBE_TIMEOUT_S[config.getoption("profile")]
 
 
-def _get_node(config: pytest.Config, name: str) -> Node:
+def _get_node(config: pytest.Config, name: str) -> HostRunner:
     st = config.stash[STATE]
     if name not in st["nodes"]:
         host = st["inventory"].hosts[name]
         kh = config.getoption("known_hosts")
         accept = config.getoption("accept_new_host_keys")
-        st["nodes"][name] = Node(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
+        st["nodes"][name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
                                  st["specs"], probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
                                  st.get("probe_dir"))
     return st["nodes"][name]
 
 
 @pytest.fixture
-def node(request) -> Node:
+def node(request) -> HostRunner:
     """The host under test (one test per selected host), with its transport and cached probes."""
     return _get_node(request.config, request.param)
 
 
 @pytest.fixture
-def nodes(request) -> list[Node]:
+def nodes(request) -> list[HostRunner]:
     """Every selected host, for fleet-wide and multi-node tests."""
     return [_get_node(request.config, h.name) for h in request.config.stash[STATE]["hosts"]]
 
@@ -251,7 +252,7 @@ def run_started(request) -> float:
 
 
 @pytest.fixture
-def gpus(request, node: Node) -> list[dict]:
+def gpus(request, node: HostRunner) -> list[dict]:
     """The host's GPUs from NVML (gpu_inventory probe), readings typed (gpuaccept.readings), lost GPUs
     included (``lost: true``). Skips "no NVIDIA GPU on <host>" when the host has none (no driver, no GPU)
     and the inventory declares none; an error when NVML is broken there (version mismatch, no permission)
@@ -271,12 +272,12 @@ def gpus(request, node: Node) -> list[dict]:
     return found
 
 
-def _node_sku(node: Node, gpus: list[dict]):
+def _node_sku(node: HostRunner, gpus: list[dict]):
     return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
 
 
 @pytest.fixture
-def sku(node: Node, gpus):
+def sku(node: HostRunner, gpus):
     """The host's SkuSpec (thresholds file): --sku, inventory gpu_sku, or detected from NVML (gpuaccept.sku)."""
     return _node_sku(node, gpus)
 
@@ -285,8 +286,9 @@ def sku(node: Node, gpus):
 def verdicts(request) -> Recorder:
     """Figure recorder and judge for this test (see gpuaccept.verdicts). In a dependent layer it carries
     the host's blockers (gpuaccept.blockers), which turn the test into "blocked by <check>" errors."""
-    host = request.node.callspec.params.get("node") if hasattr(request.node, "callspec") else None
-    layer = layer_of(request.node.nodeid)
+    item = request.node  # pytest's test item (pytest calls it "node"; our host runner is the fixture "node")
+    host = item.callspec.params.get("node") if hasattr(item, "callspec") else None
+    layer = layer_of(item.nodeid)
     gpu_ids, found = {}, []
     if host is not None and "gpus" in request.fixturenames:
         found = request.getfixturevalue("gpus")
@@ -299,8 +301,8 @@ def verdicts(request) -> Recorder:
         except ThresholdError:
             spec = None  # the test itself reports the SKU problem; the fabric is then not judged here
         blocks = blockers(node.gpu_inventory(), spec)
-    rec = Recorder(request.node, host or "fleet", layer, gpu_ids, blocks)
-    request.node.stash[RECORDER] = rec
+    rec = Recorder(item, host or "fleet", layer, gpu_ids, blocks)
+    item.stash[RECORDER] = rec
     return rec
 
 
@@ -369,7 +371,7 @@ def _missing_package(item, message: str) -> str | None:
     """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
     package (gpuaccept.blockers.missing_package), else None."""
     node = item.funcargs.get("node") if hasattr(item, "funcargs") else None
-    if not isinstance(node, Node) or "No module named" not in message:
+    if not isinstance(node, HostRunner) or "No module named" not in message:
         return None
     try:
         doc = node.gpu_inventory()

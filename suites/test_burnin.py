@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpuaccept import burnin, drift
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 from gpuaccept.profiles import BURNIN_MINUTES
 from gpuaccept.readings import describe_gpu, unmeasured
 from gpuaccept.xid import classify
@@ -32,7 +32,7 @@ def _series_path(config, host: str) -> str | None:
     return os.path.join(os.path.dirname(probe_dir), "burnin", f"{host}.csv")
 
 
-def test_burnin(node: Node, gpus, sku, verdicts, request, run_started):
+def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     """Every GPU at once for --burnin-minutes: windowed throughput against its start and its peers,
     temperatures, clock events, ECC/remap/PCIe replay/NVLink counter growth, XIDs, and a bit-for-bit
     comparison of a deterministic matmul across the GPUs (silent data corruption)."""

@@ -8,7 +8,7 @@ import pytest
 
 from gpuaccept import drift
 from gpuaccept.compute import below_median_pct, clock_reasons, matmul_label, node_median
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 from gpuaccept.readings import number, typed
 
 pytestmark = pytest.mark.compute
@@ -25,7 +25,7 @@ def dtypes_for(sku) -> list[str]:
     return out
 
 
-def test_tensor_tflops(node: Node, gpus, sku, verdicts):
+def test_tensor_tflops(node: HostRunner, gpus, sku, verdicts):
     """Dense matmul TFLOP/s per dtype per GPU, all GPUs at once, with SM clock, power and temperature (the
     maximum under load judged against temp_c); a GPU more than the SKU's below_node_median_pct under its
     node's median for that dtype fails even above the floor. Every NVML GPU must be measured."""
@@ -82,7 +82,7 @@ def test_tensor_tflops(node: Node, gpus, sku, verdicts):
                                         f"lower is slower")
 
 
-def test_launch_overhead(node: Node, gpus, sku, verdicts):
+def test_launch_overhead(node: HostRunner, gpus, sku, verdicts):
     """Empty-kernel launch overhead in microseconds per GPU (wall clock and CUDA events)."""
     doc = typed(node.probe("launch_overhead", {"device": "cuda"}))
     measured = doc.get("gpus") or []

@@ -18,7 +18,7 @@ from gpuaccept import storage_judging as sj
 from gpuaccept import storage_limits as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.multinode import nccl_environment
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 
 pytestmark = pytest.mark.gpudirect
 
@@ -31,7 +31,7 @@ NCCL_NET_LOOPBACK = {"world_size": 2, "min_bytes": 1 << 20, "max_bytes": 1 << 20
                                                 "NCCL_NET_GDR_LEVEL": "SYS"}}
 
 
-def test_gds(node: Node, gpus, verdicts):
+def test_gds(node: HostRunner, gpus, verdicts):
     """cuFile and nvidia-fs/P2PDMA present; GPU -> file and file -> GPU GB/s through GdsFile beside the
     bounce-buffer path, on every GPU; data read back verified. compat mode fails unless
     ``gds_allow_compat: true``. The directory is placed first (not the OS disk unless allowed); a GDS limit
@@ -98,11 +98,11 @@ def test_gds(node: Node, gpus, verdicts):
     verdicts.finish()
 
 
-def _rdma_doc(node: Node) -> dict:
+def _rdma_doc(node: HostRunner) -> dict:
     return node.cached_probe("rdma", {})
 
 
-def _no_nic(node: Node, doc: dict) -> None:
+def _no_nic(node: HostRunner, doc: dict) -> None:
     if not doc.get("devices"):
         if node.host.vars.get("ib_hcas"):
             pytest.fail(f"{node.name}: no InfiniBand/RoCE device found but the inventory declares "
@@ -110,7 +110,7 @@ def _no_nic(node: Node, doc: dict) -> None:
         pytest.skip(f"no InfiniBand/RoCE device on {node.name}")
 
 
-def test_rdma_ports(node: Node, verdicts):
+def test_rdma_ports(node: HostRunner, verdicts):
     """Every expected HCA (``ib_hcas``) present; every port ACTIVE and LinkUp at ``ib_rate_gbps``."""
     doc = _rdma_doc(node)
     _no_nic(node, doc)
@@ -138,7 +138,7 @@ def test_rdma_ports(node: Node, verdicts):
     verdicts.finish()
 
 
-def test_gpudirect_rdma(node: Node, gpus, verdicts):
+def test_gpudirect_rdma(node: HostRunner, gpus, verdicts):
     """GPUDirect RDMA usable: a peer-memory client of nvidia-peermem registered with ib_core, or the dma-buf
     path (kernel dma-buf, RDMA core dma-buf import, NVIDIA open kernel module), or -- when the kernel shows
     neither and the host has 2 GPUs or more -- NCCL's own statement from a run forced onto the network

@@ -6,7 +6,7 @@ import pytest
 
 from gpuaccept import health
 from gpuaccept.errors import ThresholdError
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 from gpuaccept.probes._pci import normalize_bus_id
 from gpuaccept.readings import is_lost, number, present, typed
 from gpuaccept.sku import detect_gpu
@@ -15,7 +15,7 @@ from gpuaccept.xid import classify, classify_sxids
 pytestmark = pytest.mark.health
 
 
-def test_gpu_inventory(node: Node, gpus, request, verdicts):
+def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
     """Count against gpus_per_node (a GPU NVML has no handle for fails as lost and does not count); name,
     memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions."""
     doc = node.gpu_inventory()
@@ -43,7 +43,7 @@ def test_gpu_inventory(node: Node, gpus, request, verdicts):
         verdicts.fail("NVML sees " + ", ".join(str(g.get("pci_bus_id")) for g in present(gpus)))
 
 
-def test_gpu_sku(node: Node, gpus, sku, verdicts):
+def test_gpu_sku(node: HostRunner, gpus, sku, verdicts):
     """The SKU detected from NVML name, memory size and PCI device id (the readable ones) matches the one the
     run expects."""
     for g in gpus:
@@ -60,20 +60,20 @@ def test_gpu_sku(node: Node, gpus, sku, verdicts):
             verdicts.fail(f"detected SKU {seen.sku} ('{g.get('name')}') but the run expects {sku.sku}", gpu=g)
 
 
-def test_driver_versions(node: Node, gpus, verdicts):
+def test_driver_versions(node: HostRunner, gpus, verdicts):
     """The NVML library and the loaded kernel module agree (a mismatch breaks every CUDA program)."""
     verdicts.apply(health.driver_versions(node.gpu_inventory()))
     verdicts.finish()
 
 
-def test_ecc(node: Node, gpus, sku, verdicts):
+def test_ecc(node: HostRunner, gpus, sku, verdicts):
     """ECC enabled (where the SKU has it); no uncorrectable ECC errors, volatile or aggregate."""
     for g in gpus:
         verdicts.apply(health.ecc(g, sku), gpu=g)
     verdicts.finish()
 
 
-def test_row_remapping(node: Node, gpus, sku, verdicts):
+def test_row_remapping(node: HostRunner, gpus, sku, verdicts):
     """Row remapping (Ampere and later): pending = reset needed, failure = replace the GPU, uncorrectable
     remaps over the SKU's limit fail; correctable remaps are recorded. Retired pages on older SKUs."""
     for g in gpus:
@@ -81,7 +81,7 @@ def test_row_remapping(node: Node, gpus, sku, verdicts):
     verdicts.finish()
 
 
-def test_pcie_link(node: Node, gpus, sku, verdicts):
+def test_pcie_link(node: HostRunner, gpus, sku, verdicts):
     """PCIe gen and width read while host-to-device copies load the link (idle GPUs downshift), against
     the SKU's expected link, not only NVML's maximum: a Gen4 or x8 slot hides behind a Gen5 x16 maximum."""
     links = typed(node.probe("pcie_link", {"seconds": 1.5}).get("gpus") or [])
@@ -90,14 +90,14 @@ def test_pcie_link(node: Node, gpus, sku, verdicts):
         verdicts.apply(health.pcie_link(link, sku), gpu=link)
 
 
-def test_preflight(node: Node, gpus, sku, verdicts):
+def test_preflight(node: HostRunner, gpus, sku, verdicts):
     """No foreign processes on the GPUs, persistence mode on, MIG mode as the SKU expects."""
     for g in gpus:
         verdicts.apply(health.preflight(g, sku), gpu=g)
     verdicts.finish()
 
 
-def test_fabric(node: Node, gpus, sku, verdicts):
+def test_fabric(node: HostRunner, gpus, sku, verdicts):
     """On NVSwitch SKUs the GPU fabric (NVML GPU fabric info) is registered and healthy."""
     if not sku.expect.get("nvswitch"):
         pytest.skip(f"{sku.sku}: no NVSwitch fabric")
@@ -106,7 +106,7 @@ def test_fabric(node: Node, gpus, sku, verdicts):
     verdicts.finish()
 
 
-def test_xid_events(node: Node, gpus, run_started, request, verdicts):
+def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     """Xid and NVSwitch SXid events in the kernel log since the run began (or --xid-window seconds), judged
     by NVIDIA's Xid Catalog (immediate action IGNORE/RESTART_APP recorded, the rest fail; gpuaccept/xid.py)
     and the Fabric Manager guide (fatal SXids fail naming switch and link). An unreadable log is an error,

@@ -5,7 +5,7 @@ the SKU file sets a limit for and the probe did not measure is an error.
 """
 import pytest
 
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 from gpuaccept.readings import number, typed
 
 pytestmark = pytest.mark.memory
@@ -14,7 +14,7 @@ HBM_DIRECTION = {"read": "device memory read", "write": "device memory write",
                  "copy": "device memory copy, read + write bytes"}
 
 
-def test_hbm_bandwidth(node: Node, gpus, sku, verdicts):
+def test_hbm_bandwidth(node: HostRunner, gpus, sku, verdicts):
     """HBM read, write and copy GB/s per GPU, all GPUs loaded at once; each judged on the SKU's floor."""
     doc = typed(node.probe("hbm_bandwidth", {"device": "cuda"}))
     measured = doc.get("gpus") or []
@@ -32,7 +32,7 @@ def test_hbm_bandwidth(node: Node, gpus, sku, verdicts):
                             extra={"method": method})
 
 
-def test_pcie_bandwidth(node: Node, gpus, sku, verdicts):
+def test_pcie_bandwidth(node: HostRunner, gpus, sku, verdicts):
     """Pinned H2D and D2H GB/s per GPU, bound to the GPU's NUMA node; one GPU at a time and all at once."""
     doc = typed(node.probe("pcie_bandwidth", {"device": "cuda", "mode": "both"}))
     measured = doc.get("gpus") or []

@@ -12,12 +12,12 @@ from gpuaccept import nccl_judge
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.multinode import nccl_environment, pinned_env
 from gpuaccept.nccl_table import format_table, row_at
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 
 pytestmark = pytest.mark.nccl
 
 
-def test_allreduce(node: Node, gpus, sku, verdicts, request):
+def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
     """Intra-node all-reduce sweep (1 MiB..4 GiB by x4), correctness checked, transport checked."""
     n = len(gpus)
     limit = sku.checks.get("allreduce_busbw_gbps")
@@ -72,7 +72,7 @@ def test_allreduce(node: Node, gpus, sku, verdicts, request):
     verdicts.finish()
 
 
-def _record_nccl_default(node: Node, verdicts, args: dict, at: int, host_env: dict) -> None:
+def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_env: dict) -> None:
     """NCCL's own algorithm choice (no NCCL_ALGO from us) at the judged size: recorded, not judged against the
     Ring floor; its correctness is judged (wrong elements fail, a crash or hang fails)."""
     try:

@@ -7,12 +7,12 @@ asking for it (``nccl_env``), fails naming the variable and where it came from. 
 import pytest
 
 from gpuaccept import drift
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 
 pytestmark = pytest.mark.nccl
 
 
-def test_nccl_environment(node: Node, verdicts):
+def test_nccl_environment(node: HostRunner, verdicts):
     """NCCL variables the ranks would see on this node, against the inventory's nccl_env."""
     doc = node.probe("nccl_env", {})
     verdicts.apply(drift.nccl_env(doc, drift.requested_nccl_env(node.host.vars)))

@@ -23,7 +23,7 @@ from gpuaccept import multinode as mn
 from gpuaccept import nccl_judge
 from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
 from gpuaccept.nccl_table import format_table
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 from gpuaccept.thresholds import Limit
 from gpuaccept.verdicts import Verdicts
 
@@ -57,7 +57,7 @@ class _Hosts:
             raise ProbeError(self.fleet.host, "; ".join(errors))
 
 
-def _gpu_count(node: Node):
+def _gpu_count(node: HostRunner):
     try:
         doc = node.gpu_inventory()
     except GpuacceptError:
@@ -65,7 +65,7 @@ def _gpu_count(node: Node):
     return len(doc.get("gpus") or []) if doc.get("nvml_available") else 0
 
 
-def _settings(nodes: list[Node]) -> tuple[mn.Settings, mn.GroupSettings, list[str]]:
+def _settings(nodes: list[HostRunner]) -> tuple[mn.Settings, mn.GroupSettings, list[str]]:
     group = mn.multinode_settings(nodes[0].host.vars)
     counts = {}
     if group.needs_gpu_counts():
@@ -85,7 +85,7 @@ def _limit(group: mn.GroupSettings, at: int) -> Limit | None:
                  "group var nccl_internode_busbw_gbps", at)
 
 
-def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[Node], group: mn.GroupSettings,
+def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[HostRunner], group: mn.GroupSettings,
                  backend: str) -> None:
     """Per host: the transports and network devices NCCL used (recorded; judged against
     nccl_expect_transport and the host's nccl_ib_hca / nccl_socket_ifname), and the interface toward the
@@ -216,7 +216,7 @@ def _rails(nodes, verdicts, hosts, st, group, notes):
     return errors
 
 
-def test_allreduce_multinode(nodes: list[Node], verdicts, request):
+def test_allreduce_multinode(nodes: list[HostRunner], verdicts, request):
     """All-reduce across the selected hosts (pattern from ``--nccl-pattern``), correctness, transport and
     limit checked; a host that fails, hangs or stops answering is named."""
     if len(nodes) < 2:

@@ -7,7 +7,7 @@ import pytest
 from gpuaccept import drift
 
 from gpuaccept import nvlink_judge
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 
 pytestmark = pytest.mark.nvlink
 
@@ -17,7 +17,7 @@ def _need_links(sku):
         pytest.skip(f"{sku.sku}: no NVLink on this SKU")
 
 
-def test_nvlink_links(node: Node, gpus, sku, verdicts):
+def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
     """Active NVLink links per GPU against the SKU's count (link ids only where the SKU file lists them);
     unreadable links fail with NVML's words; error counters (CRC, replay, recovery) that grow while we watch
     fail."""
@@ -33,7 +33,7 @@ def test_nvlink_links(node: Node, gpus, sku, verdicts):
     verdicts.finish()
 
 
-def test_nvlink_topology(node: Node, gpus, sku, verdicts):
+def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
     """On SXM SKUs every GPU pair is NVLink-connected and P2P-capable (what nvidia-smi topo -m shows)."""
     _need_links(sku)
     if len(gpus) < 2:
@@ -43,7 +43,7 @@ def test_nvlink_topology(node: Node, gpus, sku, verdicts):
     verdicts.finish()
 
 
-def test_p2p_bandwidth(node: Node, gpus, sku, verdicts):
+def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
     """Unidirectional and bidirectional P2P GB/s for every GPU pair against the SKU; the worst pair named."""
     _need_links(sku)
     if len(gpus) < 2:

@@ -20,7 +20,7 @@ import pytest
 from gpuaccept import storage_judging as sj
 from gpuaccept import storage_limits as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 
 pytestmark = pytest.mark.storage
 
@@ -50,7 +50,7 @@ def _nothing_to_measure(host: str, var: str, limits: dict, keys) -> None:
     pytest.skip(f"no {var} configured for {host}")
 
 
-def _placed(node: Node, verdicts, paths: list[str], expect: sl.PathExpectation) -> list[str]:
+def _placed(node: HostRunner, verdicts, paths: list[str], expect: sl.PathExpectation) -> list[str]:
     """The ``paths`` that are where the inventory says (storage_mounts probe, judged by
     storage_judging.placement_problems); one failure line per problem of the others, which are not measured."""
     doc = node.probe("storage_mounts", {"paths": paths})
@@ -65,7 +65,7 @@ def _placed(node: Node, verdicts, paths: list[str], expect: sl.PathExpectation) 
     return good
 
 
-def test_nvme_inventory(node: Node, verdicts):
+def test_nvme_inventory(node: HostRunner, verdicts):
     """NVMe namespaces counted against ``nvme_count``; every controller's PCIe link at its maximum speed and
     width; SMART critical_warning 0 and media_errors 0 (nvme-cli smart-log)."""
     v = node.host.vars
@@ -101,7 +101,7 @@ def test_nvme_inventory(node: Node, verdicts):
     verdicts.finish()
 
 
-def _fio_args(node: Node) -> dict:
+def _fio_args(node: HostRunner) -> dict:
     v = node.host.vars
     args = sl.fio_args(v.get("storage_fio"), node.name)
     devices = sl.path_list(v.get("storage_devices"), "storage_devices", node.name)
@@ -110,7 +110,7 @@ def _fio_args(node: Node) -> dict:
     return args
 
 
-def test_local_storage_throughput(node: Node, verdicts):
+def test_local_storage_throughput(node: HostRunner, verdicts):
     """Per ``storage_paths`` directory: sequential read and write GB/s (1 MiB blocks, O_DIRECT) and 4 KiB
     random-read IOPS with fio, each judged on ``storage_limits`` when given. A directory on the root
     filesystem (unless ``storage_allow_root_fs``) or off ``storage_expect_mount``/``storage_expect_fstype``
@@ -168,7 +168,7 @@ def _on_each(pairs, fn) -> dict:
         return dict(ex.map(one, pairs))
 
 
-def test_shared_fs_aggregate(nodes: list[Node], verdicts):
+def test_shared_fs_aggregate(nodes: list[HostRunner], verdicts):
     """Per distinct ``fs_paths`` entry, every host that lists it: first where the directory is on each host
     (storage_mounts), then fio on all of them at the same time; the GB/s of the hosts that see the same
     filesystem are summed (storage_judging.aggregate) and judged on ``fs_aggregate_read_gbps`` and
@@ -231,7 +231,7 @@ def test_shared_fs_aggregate(nodes: list[Node], verdicts):
     verdicts.finish()
 
 
-def test_storage_to_gpu(node: Node, gpus, verdicts):
+def test_storage_to_gpu(node: HostRunner, gpus, verdicts):
     """Files on the first ``storage_paths`` directory -> host memory -> each GPU: end-to-end GB/s per GPU
     and the bounding stage (storage read, host copy, H2D, each measured alone); judged on
     ``storage_to_gpu_gbps`` when given. The directory is placed first, as for fio; every GPU NVML lists

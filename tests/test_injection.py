@@ -5,7 +5,7 @@ Each payload would create its own marker file if a shell ran any part of it. Var
 inventory file (YAML, so every byte of the payload is the operator's), checked by gpuaccept.hostvars as the
 plugin checks them, then sent the way gpuaccept sends them:
 
-* ``nccl_env`` values, ``nccl_socket_ifname``, ``nccl_ib_hca`` -> environment of a probe (``Node.probe`` with
+* ``nccl_env`` values, ``nccl_socket_ifname``, ``nccl_ib_hca`` -> environment of a probe (``HostRunner.probe`` with
   ``multinode.nccl_environment``), and read back verbatim with ``printenv``;
 * ``ansible_python_interpreter`` -> the program of every probe command and of the rendezvous port picker;
 * every var that travels inside a probe's JSON arguments (storage paths, fio settings, HCA names, the
@@ -32,7 +32,7 @@ from gpuaccept.hostvars import check_hosts
 from gpuaccept.inventory import load_inventory
 from gpuaccept.multinode import nccl_environment, pick_port
 from gpuaccept.nccl_judge import exact_list
-from gpuaccept.node import PROBE_ENV, Node
+from gpuaccept.node import PROBE_ENV, HostRunner
 from gpuaccept.transport import get_transport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ def test_env_values_reach_the_probe_as_text(tmp_path, target):
     env_vars = {f"P{i}": p for i, (p, _) in enumerate(payloads)}
     hosts, err = _load(_inventory(tmp_path, {"h": {**base, "nccl_env": env_vars}}))
     assert err is None, err
-    node = Node(hosts[0], factory, {}, probe_timeout=60)
+    node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
     try:
         env = nccl_environment(hosts[0].vars)
         assert env == env_vars
@@ -150,7 +150,7 @@ def test_env_vars_are_refused_or_reach_the_probe_as_text(tmp_path, target, var):
             assert f"var {var}" in str(err) and "\n" not in str(err)
             refused += 1
             continue
-        node = Node(hosts[0], factory, {}, probe_timeout=60)
+        node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
         try:
             env = nccl_environment(hosts[0].vars)
             res = node.run(shell.env_command({**PROBE_ENV, **env}, ["printenv", ENV_VARS[var]]))
@@ -171,7 +171,7 @@ def test_python_interpreter_is_one_word(tmp_path, target):
         if err is not None:
             assert "ansible_python_interpreter" in str(err)
             continue
-        node = Node(hosts[0], factory, {}, probe_timeout=60)
+        node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
         try:
             assert node.python == p
             with pytest.raises(NodeError):
@@ -198,9 +198,9 @@ def test_json_argument_vars_arrive_as_text(tmp_path, target):
             sent.append({var: hosts[0].vars[var]})
     assert sent, "every payload was refused: nothing tested the command line"
     hosts, err = _load(_inventory(tmp_path, {"h": base}))
-    node = Node(hosts[0], factory, {}, probe_timeout=60)
+    node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
     try:
-        # the probe command line of gpuaccept.node.Node.probe: env, program, one JSON argument
+        # the probe command line of gpuaccept.node.HostRunner.probe: env, program, one JSON argument
         args = json.dumps(sent)
         res = node.run(shell.env_command(PROBE_ENV, [node.python, "-c", ECHO_ARGV, args], cwd="/"))
         assert res.rc == 0, res

@@ -24,7 +24,7 @@ import pytest
 from gpuaccept import multinode as mn
 from gpuaccept.inventory import load_inventory
 from gpuaccept.nccl_table import parse_table
-from gpuaccept.node import Node
+from gpuaccept.node import HostRunner
 from gpuaccept.probes._nccl_world import world_problems
 from gpuaccept.probes._supervisor import EXIT_SPLIT_WORLD, rank_evidence
 from gpuaccept.transport import get_transport
@@ -36,11 +36,11 @@ GLOO = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 65536, "factor": 4, "
 
 # ----------------------------------------------------------------------------------------- helpers: the rig
 
-def _nodes(base: Path, sshds: list[SshNode], kh: str, extra: str = "") -> list[Node]:
+def _nodes(base: Path, sshds: list[SshNode], kh: str, extra: str = "") -> list[HostRunner]:
     inv = base / "inventory.ini"
     inv.write_text("[gpu]\n" + "\n".join(s.inventory_line() for s in sshds) + "\n" + extra)
     hosts = load_inventory(str(inv)).hosts.values()
-    return [Node(h, lambda h: get_transport(h, known_hosts=kh), {}, 120) for h in hosts]
+    return [HostRunner(h, lambda h: get_transport(h, known_hosts=kh), {}, 120) for h in hosts]
 
 
 def _cmdline(pid: int) -> str:

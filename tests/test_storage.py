@@ -32,7 +32,7 @@ SMALL = {"size": 8 * MIB, "runtime": 1, "numjobs": 1, "iodepth": 4, "min_free_by
 
 
 def probe(name: str, args: dict, timeout: float = 120) -> tuple[dict, subprocess.CompletedProcess]:
-    """Run a probe the way Node.probe does (cwd = probes folder, JSON on the last stdout line)."""
+    """Run a probe the way HostRunner.probe does (cwd = probes folder, JSON on the last stdout line)."""
     p = subprocess.run([sys.executable, f"{name}.py", json.dumps(args)], cwd=PROBES, capture_output=True,
                        text=True, timeout=timeout, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     return json.loads(p.stdout.strip().splitlines()[-1]), p

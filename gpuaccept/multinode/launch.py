@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from .. import shell
 from ..errors import AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, NodeError
-from ..node import Node
+from ..node import HostRunner
 from .plan import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
                    kill_command, master_address, new_marker, next_pairs, nccl_environment, pairwise_status,
@@ -58,7 +58,7 @@ PORT_ATTEMPTS = 3
 _UNREACHABLE = (HostUnreachable, HostKeyError, AuthError)
 
 
-def pick_port(node: Node) -> int:
+def pick_port(node: HostRunner) -> int:
     """A TCP port free on ``node`` now (it binds port 0 on every address and reports the number)."""
     cmd = shell.command([node.python, "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); '
                                             "print(s.getsockname()[1])"])
@@ -70,7 +70,7 @@ def pick_port(node: Node) -> int:
     return int(out[-1])
 
 
-def _launch(node: Node, args: dict, env: dict, timeout: float) -> HostResult:
+def _launch(node: HostRunner, args: dict, env: dict, timeout: float) -> HostResult:
     """Run one host's probe; never raises: the outcome is in the HostResult."""
     t0 = time.monotonic()
     try:
@@ -89,7 +89,7 @@ def _launch(node: Node, args: dict, env: dict, timeout: float) -> HostResult:
         return HostResult(node.name, "crashed", None, f"{type(e).__name__}: {e}", time.monotonic() - t0)
 
 
-def _side_run(node: Node, command: str, timeout: float) -> None:
+def _side_run(node: HostRunner, command: str, timeout: float) -> None:
     """Run ``command`` on ``node`` over a second, fresh connection (the node's own is busy with the probe
     call). Uses the node's transport factory, so the same host keys and credentials apply. Best effort."""
     transport = None
@@ -106,7 +106,7 @@ def _side_run(node: Node, command: str, timeout: float) -> None:
                 pass
 
 
-def _in_threads(fn: Callable[[Node], Any], nodes: list[Node], limit_s: float) -> None:
+def _in_threads(fn: Callable[[HostRunner], Any], nodes: list[HostRunner], limit_s: float) -> None:
     """``fn(node)`` for every node in daemon threads; wait at most ``limit_s`` seconds in all."""
     threads = [threading.Thread(target=fn, args=(n,), daemon=True, name=f"mn-{n.name}") for n in nodes]
     for t in threads:
@@ -116,19 +116,19 @@ def _in_threads(fn: Callable[[Node], Any], nodes: list[Node], limit_s: float) ->
         t.join(max(0.0, end - time.monotonic()))
 
 
-def abort(nodes: list[Node], marker: str) -> None:
+def abort(nodes: list[HostRunner], marker: str) -> None:
     """Abort a collective on ``nodes`` while their probe calls are running: SIGTERM to the probes (each kills
     its ranks and reports), then, a few seconds later, SIGKILL to whatever still carries the marker."""
     term, kill = kill_command(marker, "TERM", probes_only=True), kill_command(marker, "KILL")
     _in_threads(lambda n: _side_run(n, f"{term}; sleep 5; {kill}", KILL_TIMEOUT_S), nodes, KILL_TIMEOUT_S + 5)
 
 
-def sweep(nodes: list[Node], marker: str) -> None:
+def sweep(nodes: list[HostRunner], marker: str) -> None:
     """After a failed collective: SIGKILL every probe and worker carrying ``marker`` on every host that
     answers (hosts found unreachable are skipped by their transport at once)."""
     cmd = kill_command(marker, "KILL")
 
-    def one(n: Node) -> None:
+    def one(n: HostRunner) -> None:
         try:
             n.run(cmd, timeout=KILL_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - best effort: the host is blamed by its own result
@@ -137,7 +137,7 @@ def sweep(nodes: list[Node], marker: str) -> None:
     _in_threads(one, nodes, KILL_TIMEOUT_S + 10)
 
 
-def _run_once(nodes: list[Node], st: Settings, master: str, port: int, marker: str) -> dict[str, HostResult]:
+def _run_once(nodes: list[HostRunner], st: Settings, master: str, port: int, marker: str) -> dict[str, HostResult]:
     hosts = [n.name for n in nodes]
     base = {**st.args, "nnodes": len(nodes), "ranks_per_node": st.ranks_per_node, "master_addr": master,
             "master_port": port, "marker": marker, "hosts": hosts, "deadline_s": st.deadline_s}
@@ -167,7 +167,7 @@ def _run_once(nodes: list[Node], st: Settings, master: str, port: int, marker: s
     return results
 
 
-def run_collective(nodes: list[Node], st: Settings) -> Collective:
+def run_collective(nodes: list[HostRunner], st: Settings) -> Collective:
     """One all-reduce over ``nodes`` (node 0 = ``nodes[0]``): see the module docstring. Never raises for a
     host's failure: the Collective says who failed and why. A collective whose documents disagree with what
     was launched (:func:`gpuaccept.multinode.plan.world_failure`) is not ok and carries ``world_problems``."""
@@ -211,7 +211,7 @@ def run_collective(nodes: list[Node], st: Settings) -> Collective:
     return col
 
 
-def _launch_error(node: Node, e: Exception) -> HostResult:
+def _launch_error(node: HostRunner, e: Exception) -> HostResult:
     if isinstance(e, CommandTimeout):
         return HostResult(node.name, "timeout", None, f"stopped answering: {e.msg}")
     if isinstance(e, _UNREACHABLE):
@@ -220,15 +220,15 @@ def _launch_error(node: Node, e: Exception) -> HostResult:
 
 
 
-def ring(nodes: list[Node], st: Settings) -> Collective:
+def ring(nodes: list[HostRunner], st: Settings) -> Collective:
     """Every selected host in one collective."""
     return run_collective(nodes, Settings(st.args, st.ranks_per_node, st.deadline_s, st.stall_s,
                                           {**pinned_env(nccl_environment(nodes[0].host.vars)), **st.env}))
 
 
-def run_concurrently(groups: list[list[Node]], st: Settings) -> list[Collective]:
+def run_concurrently(groups: list[list[HostRunner]], st: Settings) -> list[Collective]:
     """Several collectives at once (disjoint groups), one thread each."""
-    def one(g: list[Node]) -> Collective:
+    def one(g: list[HostRunner]) -> Collective:
         env = {**pinned_env(nccl_environment(g[0].host.vars)), **st.env}
         return run_collective(g, Settings(st.args, st.ranks_per_node, st.deadline_s, st.stall_s, env))
 
@@ -237,7 +237,7 @@ def run_concurrently(groups: list[list[Node]], st: Settings) -> list[Collective]
 
 
 
-def pairwise(nodes: list[Node], st: Settings, at_bytes: int | None, limit: float | None,
+def pairwise(nodes: list[HostRunner], st: Settings, at_bytes: int | None, limit: float | None,
              slow_pct: float = DEFAULT_SLOW_PCT, seed: int | None = None,
              max_rounds: int = DEFAULT_PAIRWISE_ROUNDS) -> PairwiseReport:
     """Rounds of disjoint pairs (see the module docstring). Round 1 pairs every host at random (``seed``,
@@ -291,7 +291,7 @@ def pairwise(nodes: list[Node], st: Settings, at_bytes: int | None, limit: float
 
 
 
-def rails(nodes: list[Node], st: Settings, n_rails: int, at_bytes: int | None, limit: float | None,
+def rails(nodes: list[HostRunner], st: Settings, n_rails: int, at_bytes: int | None, limit: float | None,
           slow_pct: float = DEFAULT_SLOW_PCT) -> list[RailResult]:
     """One collective per local GPU index ``i`` < ``n_rails``, one after another, each with
     ``CUDA_VISIBLE_DEVICES=i`` and one rank per host; judged against ``limit``, else against the median of
