@@ -12,18 +12,19 @@ from gpuaccept.node import HostRunner
 pytestmark = pytest.mark.nvlink
 
 
-def _need_links(sku):
+def _need_links(node: HostRunner, gpus, sku, what: str) -> None:
+    """Skip (with the reason) where the SKU has no NVLink or the host has one GPU: ``what`` needs a pair."""
     if not sku.expect.get("nvlink_links"):
         pytest.skip(f"{sku.sku}: no NVLink on this SKU")
+    if len(gpus) < 2:
+        pytest.skip(f"1 GPU on {node.name}: {what}")
 
 
 def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
     """Active NVLink links per GPU against the SKU's count (link ids only where the SKU file lists them);
     unreadable links fail with NVML's words; error counters (CRC, replay, recovery) that grow while we watch
     fail."""
-    _need_links(sku)
-    if len(gpus) < 2:
-        pytest.skip(f"1 GPU on {node.name}: NVLink needs a peer")
+    _need_links(node, gpus, sku, "NVLink needs a peer")
     doc = node.probe("nvlink", {"sample_seconds": 2.0})
     verdicts.apply(nvlink_judge.missing_gpus([g.get("index") for g in gpus],
                                              [g.get("index") for g in doc.get("gpus") or []], "nvlink"))
@@ -35,9 +36,7 @@ def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
 
 def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
     """On SXM SKUs every GPU pair is NVLink-connected and P2P-capable (what nvidia-smi topo -m shows)."""
-    _need_links(sku)
-    if len(gpus) < 2:
-        pytest.skip(f"1 GPU on {node.name}: no pair to check")
+    _need_links(node, gpus, sku, "no pair to check")
     doc = node.probe("nvlink")
     verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku))
     verdicts.finish()
@@ -45,9 +44,7 @@ def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
 
 def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
     """Unidirectional and bidirectional P2P GB/s for every GPU pair against the SKU; the worst pair named."""
-    _need_links(sku)
-    if len(gpus) < 2:
-        pytest.skip(f"1 GPU on {node.name}: no pair to measure")
+    _need_links(node, gpus, sku, "no pair to measure")
     doc = node.probe("p2p_bandwidth")
     # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
     to_nvml = {}

@@ -49,17 +49,10 @@ import re
 import time
 
 from _probe import log, reject_unknown, run
+from _sysfs import read_text
 from _storage import MIB, scratch
 
 ARG_KEYS = {"path", "bytes", "gpus", "device", "min_free_bytes"}
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def find_cufile() -> list[str]:
@@ -81,12 +74,12 @@ def find_cufile() -> list[str]:
 
 def loaded_modules() -> set[str]:
     """Module names from /proc/modules (what lsmod lists)."""
-    return {ln.split()[0] for ln in (_read("/proc/modules") or "").splitlines() if ln.strip()}
+    return {ln.split()[0] for ln in (read_text("/proc/modules") or "").splitlines() if ln.strip()}
 
 
 def nvidia_fs_ops() -> dict | None:
     """{"reads", "writes"} op counts from /proc/driver/nvidia-fs/stats, or None."""
-    text = _read("/proc/driver/nvidia-fs/stats")
+    text = read_text("/proc/driver/nvidia-fs/stats")
     if text is None:
         return None
     out = {}
@@ -97,7 +90,7 @@ def nvidia_fs_ops() -> dict | None:
 
 
 def kernel_p2pdma() -> bool:
-    conf = _read(f"/boot/config-{platform.release()}")
+    conf = read_text(f"/boot/config-{platform.release()}")
     if conf is None:
         try:
             with gzip.open("/proc/config.gz", "rt") as f:
@@ -117,7 +110,7 @@ def cufile_json() -> tuple[str | None, dict]:
     """(path, parsed) of cufile.json; cuFile's JSON allows // comments, which are stripped first."""
     for p in (os.environ.get("CUFILE_ENV_PATH_JSON"), "/etc/cufile.json"):
         if p and os.path.exists(p):
-            text = re.sub(r"^\s*//.*$", "", _read(p) or "", flags=re.M)
+            text = re.sub(r"^\s*//.*$", "", read_text(p) or "", flags=re.M)
             try:
                 return p, json.loads(text)
             except ValueError:
@@ -128,7 +121,7 @@ def cufile_json() -> tuple[str | None, dict]:
 def detect() -> dict:
     mods = loaded_modules()
     nvfs_proc = os.path.exists("/proc/driver/nvidia-fs")
-    version = (_read("/proc/driver/nvidia-fs/version") or "").strip() or None
+    version = (read_text("/proc/driver/nvidia-fs/version") or "").strip() or None
     cj_path, cj = cufile_json()
     props = cj.get("properties") or {}
     p2p = {"kernel": kernel_p2pdma(), "cufile_json_use_pci_p2pdma": bool(props.get("use_pci_p2pdma"))}

@@ -36,17 +36,10 @@ import shutil
 import subprocess
 
 from _probe import reject_unknown, run
+from _sysfs import read_text
 
 ARG_KEYS = {"sysfs", "nvme_cli", "dev"}
 NS_RE = re.compile(r"^nvme(\d+)n(\d+)$")
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def parse_speed(text: str | None) -> float | None:
@@ -64,8 +57,8 @@ def parse_int(text: str | None) -> int | None:
 
 def pci_link(pci_dir: str) -> dict | None:
     """Link state of one PCI function directory; None when it has no link files (not PCIe)."""
-    cur_s, max_s = _read(f"{pci_dir}/current_link_speed"), _read(f"{pci_dir}/max_link_speed")
-    cur_w, max_w = _read(f"{pci_dir}/current_link_width"), _read(f"{pci_dir}/max_link_width")
+    cur_s, max_s = read_text(f"{pci_dir}/current_link_speed"), read_text(f"{pci_dir}/max_link_speed")
+    cur_w, max_w = read_text(f"{pci_dir}/current_link_width"), read_text(f"{pci_dir}/max_link_width")
     if cur_s is None and cur_w is None:
         return None
     link = {"current_speed": cur_s, "max_speed": max_s, "current_speed_gts": parse_speed(cur_s),
@@ -123,20 +116,20 @@ def inventory(sysfs: str = "/sys", nvme: str | None = None, dev: str = "/dev") -
         m = NS_RE.match(name)
         if not m:
             continue
-        sectors = parse_int(_read(f"{block}/{name}/size"))
+        sectors = parse_int(read_text(f"{block}/{name}/size"))
         namespaces.append({"name": name, "controller": f"nvme{m.group(1)}",
                            "size_bytes": sectors * 512 if sectors is not None else None,
-                           "logical_block_size": parse_int(_read(f"{block}/{name}/queue/logical_block_size"))})
+                           "logical_block_size": parse_int(read_text(f"{block}/{name}/queue/logical_block_size"))})
     controllers = []
     cls = f"{sysfs}/class/nvme"
     for name in sorted(os.listdir(cls), key=lambda n: (len(n), n)) if os.path.isdir(cls) else []:
         d = f"{cls}/{name}"
-        c = {"name": name, "model": _read(f"{d}/model"), "serial": _read(f"{d}/serial"),
-             "firmware_rev": _read(f"{d}/firmware_rev"), "transport": _read(f"{d}/transport"),
+        c = {"name": name, "model": read_text(f"{d}/model"), "serial": read_text(f"{d}/serial"),
+             "firmware_rev": read_text(f"{d}/firmware_rev"), "transport": read_text(f"{d}/transport"),
              "pci_address": None, "link": None, "smart": None, "smart_error": None}
         pci = os.path.realpath(f"{d}/device") if os.path.exists(f"{d}/device") else None
         if c["transport"] in (None, "pcie") and pci:
-            c["pci_address"] = _read(f"{d}/address") or os.path.basename(pci)
+            c["pci_address"] = read_text(f"{d}/address") or os.path.basename(pci)
             c["link"] = pci_link(f"{sysfs}/bus/pci/devices/{c['pci_address']}") or pci_link(pci)
         if nvme:
             c["smart"], c["smart_error"] = smart_log(nvme, f"{dev}/{name}")

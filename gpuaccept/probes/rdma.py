@@ -52,18 +52,11 @@ import subprocess
 import time
 
 from _probe import log, reject_unknown, run
+from _sysfs import read_text
 
 ARG_KEYS = {"sysfs", "proc", "gpu_bus_ids", "perftest", "perftest_seconds", "perftest_size", "hcas"}
 RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
 BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def sysfs_bdf(bus_id: str) -> str:
@@ -114,11 +107,11 @@ def ib_devices(sysfs: str) -> list[dict]:
         for port in sorted(os.listdir(f"{d}/ports"), key=lambda s: int(s) if s.isdigit() else 0) \
                 if os.path.isdir(f"{d}/ports") else []:
             pd = f"{d}/ports/{port}"
-            rate = _read(f"{pd}/rate")
-            ports.append({"port": int(port) if port.isdigit() else port, "state": _read(f"{pd}/state"),
-                          "phys_state": _read(f"{pd}/phys_state"), "link_layer": _read(f"{pd}/link_layer"),
+            rate = read_text(f"{pd}/rate")
+            ports.append({"port": int(port) if port.isdigit() else port, "state": read_text(f"{pd}/state"),
+                          "phys_state": read_text(f"{pd}/phys_state"), "link_layer": read_text(f"{pd}/link_layer"),
                           "rate": rate, "rate_gbps": parse_rate(rate)})
-        numa = _read(f"{sysfs}/bus/pci/devices/{pci}/numa_node") if pci else None
+        numa = read_text(f"{sysfs}/bus/pci/devices/{pci}/numa_node") if pci else None
         out.append({"name": name, "pci_address": pci, "numa_node": int(numa) if numa not in (None, "") else None,
                     "ports": ports})
     return out
@@ -166,7 +159,7 @@ def peermem(sysfs: str = "/sys", proc: str = "/proc") -> dict:
     ``<proc>/kallsyms`` for :data:`KALLSYMS`; ``<proc>/driver/nvidia/version`` containing "Open Kernel Module".
     """
     state = None
-    for ln in (_read(f"{proc}/modules") or "").splitlines():
+    for ln in (read_text(f"{proc}/modules") or "").splitlines():
         f = ln.split()
         if f and f[0] == "nvidia_peermem":
             state = f[4] if len(f) > 4 else "Live"
@@ -174,14 +167,14 @@ def peermem(sysfs: str = "/sys", proc: str = "/proc") -> dict:
     base = f"{sysfs}/kernel/mm/memory_peers"
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         if os.path.exists(f"{base}/{name}/version"):
-            peers[name] = _read(f"{base}/{name}/version")
+            peers[name] = read_text(f"{base}/{name}/version")
     syms = kernel_symbols(proc)
     return {"nvidia_peermem_loaded": state is not None, "nvidia_peermem_state": state,
-            "nvidia_peermem_version": _read(f"{sysfs}/module/nvidia_peermem/version"),
+            "nvidia_peermem_version": read_text(f"{sysfs}/module/nvidia_peermem/version"),
             "memory_peers": peers, "nv_peermem_registered": any(c in peers for c in NV_PEER_CLIENTS),
             "peer_memory_api": syms["ib_register_peer_memory_client"], "dma_buf_kernel": syms["dma_buf_export"],
             "ib_umem_dmabuf": syms["ib_umem_dmabuf_get"],
-            "nvidia_open_kernel_module": "Open Kernel Module" in (_read(f"{proc}/driver/nvidia/version") or ""),
+            "nvidia_open_kernel_module": "Open Kernel Module" in (read_text(f"{proc}/driver/nvidia/version") or ""),
             "kernel_symbols_readable": os.access(f"{proc}/kallsyms", os.R_OK)}
 
 
@@ -209,7 +202,7 @@ def topology(sysfs: str, gpu_bus_ids: list[str], devices: list[dict]) -> list[di
     for gi, bid in enumerate(gpu_bus_ids):
         g = sysfs_bdf(bid)
         gc = pci_chain(sysfs, g)
-        gnuma = _read(f"{sysfs}/bus/pci/devices/{g}/numa_node")
+        gnuma = read_text(f"{sysfs}/bus/pci/devices/{g}/numa_node")
         best = None
         for dev in devices:
             nc = pci_chain(sysfs, dev["pci_address"]) if dev["pci_address"] else None
