@@ -22,7 +22,7 @@ Judging (:func:`judge`) is a pure function of a :class:`Limit` and a value.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ThresholdError
@@ -32,16 +32,20 @@ from .yamlload import load_file
 @dataclass(frozen=True)
 class Check:
     """One check of the registry: ``unit`` of its figure, ``direction`` ("min": the figure must be >= the
-    limit; "max": <=), the ``layer`` that measures it, and a one-line ``description`` of the figure."""
+    limit; "max": <=), the ``layer`` that measures it, and a one-line ``description`` of the figure.
+    ``var``: the inventory variable that sets the limit (site-bought storage and fabric); None for a check a
+    threshold file's ``checks:`` sets."""
 
     unit: str
     direction: str
     layer: str
     description: str
+    var: str | None = None
 
 
-# The single registry of checks a threshold file may set a limit for: check key -> Check. Threshold-file
-# validation, the judge's messages and "which checks does this SKU require in this layer" all read it.
+# The single registry of checks: check key -> Check. Threshold-file validation (the keys without ``var``),
+# the inventory-var limits (:func:`inventory_limit`), the judge's messages and "which checks does this SKU
+# require in this layer" all read it.
 REGISTRY: dict[str, Check] = {
     # health (NVML, gpu_inventory / pcie_link probes)
     "ecc_uncorrected_volatile": Check("errors", "max", "health", "uncorrectable ECC errors since the driver loaded"),
@@ -75,9 +79,32 @@ REGISTRY: dict[str, Check] = {
     "p2p_bidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, both directions at once"),
     # nccl
     "allreduce_busbw_gbps": Check("GB/s", "min", "nccl", "all-reduce bus bandwidth (nccl-tests busbw)"),
+    # limits set by inventory variables (gpuaccept/storage_limits.py, gpuaccept/multinode/settings.py)
+    "seq_read_gbps": Check("GB/s", "min", "storage", "per local path, sequential read, 1 MiB blocks",
+                           "storage_limits"),
+    "seq_write_gbps": Check("GB/s", "min", "storage", "per local path, sequential write, 1 MiB blocks",
+                            "storage_limits"),
+    "rand_read_iops": Check("IOPS", "min", "storage", "per local path, 4 KiB random read", "storage_limits"),
+    "fs_aggregate_read_gbps": Check("GB/s", "min", "storage", "shared filesystem, every host reading at once, "
+                                                               "sum", "storage_limits"),
+    "fs_aggregate_write_gbps": Check("GB/s", "min", "storage", "shared filesystem, every host writing at once, "
+                                                                "sum", "storage_limits"),
+    "storage_to_gpu_gbps": Check("GB/s", "min", "storage", "per GPU, file -> pinned host memory -> GPU, end to "
+                                                            "end", "storage_limits"),
+    "gds_read_gbps": Check("GB/s", "min", "gpudirect", "per GPU, GPUDirect Storage file -> GPU",
+                           "storage_limits"),
+    "gds_write_gbps": Check("GB/s", "min", "gpudirect", "per GPU, GPUDirect Storage GPU -> file",
+                            "storage_limits"),
+    "ib_rate_gbps": Check("Gb/s", "min", "gpudirect", "InfiniBand/RoCE port rate, as the kernel writes it in "
+                                                      "/sys/class/infiniband/<hca>/ports/<n>/rate", "ib_rate_gbps"),
+    "internode_busbw_gbps": Check("GB/s", "min", "nccl", "inter-node all-reduce bus bandwidth (Ring)",
+                                  "nccl_internode_busbw_gbps"),
+    "below_round_median_pct": Check("%", "max", "nccl", "percent a pair's or rail's busbw is under its round's "
+                                                        "median (100 - the var's percentage)",
+                                    "nccl_pairwise_slow_pct"),
 }
-# check key -> (unit, direction), the registry's view the threshold-file loader reads.
-CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction) for k, c in REGISTRY.items()}
+# check key -> (unit, direction) of the checks a threshold file may set, the view the loader reads.
+CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction) for k, c in REGISTRY.items() if c.var is None}
 
 CHECK_FIELDS = {"min", "max", "unit", "source", "fraction_of_datasheet", "at_bytes", "min_by_world_size", "note"}
 EXPECT_KEYS = {
@@ -111,8 +138,7 @@ class Limit:
     def for_world_size(self, n: int) -> "Limit":
         """This limit with the bound for world size ``n`` when the file gives ``min_by_world_size``."""
         if self.min_by_world_size and n in self.min_by_world_size:
-            return Limit(self.origin, self.check, "min", float(self.min_by_world_size[n]), self.unit,
-                         self.source, self.at_bytes, None)
+            return replace(self, direction="min", bound=float(self.min_by_world_size[n]), min_by_world_size=None)
         return self
 
     def describe(self) -> str:
@@ -173,6 +199,22 @@ def judge(limit: Limit, value: float | None, figure: str | None = None, context:
         return Verdict(True, f"{name} {value:g} {limit.unit} (limit {limit.describe()}){ctx}", "pass")
     return Verdict(False, f"{name} {value:g} {limit.unit} {rel} {limit.direction} {limit.bound:g} {limit.unit}{ctx}",
                    "fail")
+
+
+def inventory_limit(check: str, bound: float, source: str | None = None, at_bytes: int | None = None) -> Limit:
+    """The Limit an inventory variable sets for ``check`` (a :data:`REGISTRY` key with ``var``): origin
+    "inventory", unit and direction from the registry, ``source`` default ``"inventory var <var>"``; ``bound``
+    in the registry's unit. Raises KeyError for a check no inventory variable sets (a programming error)."""
+    c = REGISTRY[check]
+    if c.var is None:
+        raise KeyError(f"{check} is set by threshold files, not by an inventory variable")
+    return Limit("inventory", check, c.direction, float(bound), c.unit, source or f"inventory var {c.var}",
+                 at_bytes)
+
+
+def inventory_checks(var: str) -> dict[str, Check]:
+    """The :data:`REGISTRY` checks whose limit the inventory variable ``var`` sets (e.g. "storage_limits")."""
+    return {k: c for k, c in REGISTRY.items() if c.var == var}
 
 
 def _err(path: str, msg: str) -> ThresholdError:

@@ -24,7 +24,7 @@ from gpuaccept import nccl_judge
 from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
 from gpuaccept.nccl_table import format_table
 from gpuaccept.node import HostRunner
-from gpuaccept.thresholds import Limit
+from gpuaccept.thresholds import Limit, inventory_limit
 from gpuaccept.verdicts import Verdicts
 
 pytestmark = pytest.mark.nccl
@@ -81,8 +81,7 @@ def _settings(nodes: list[HostRunner]) -> tuple[mn.Settings, mn.GroupSettings, l
 def _limit(group: mn.GroupSettings, at: int) -> Limit | None:
     if group.limit_gbps is None:
         return None
-    return Limit("inventory", "internode_busbw_gbps", "min", group.limit_gbps, "GB/s",
-                 "group var nccl_internode_busbw_gbps", at)
+    return inventory_limit("internode_busbw_gbps", group.limit_gbps, "group var nccl_internode_busbw_gbps", at)
 
 
 def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[HostRunner], group: mn.GroupSettings,
