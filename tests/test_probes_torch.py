@@ -77,8 +77,9 @@ def test_pci_bus_id_and_sysfs_numa(tmp_path):
     class Props:
         pci_domain_id, pci_bus_id, pci_device_id = 0, 0x1B, 0
 
-    assert pcie.pci_bus_id(Props()) == "00000000:1B:00.0"
-    assert pcie.pci_bus_id(object()) is None
+    gpu = load("_gpu")  # the torch probes' shared helpers
+    assert gpu.pci_bus_id(Props()) == "00000000:1B:00.0"
+    assert gpu.pci_bus_id(object()) is None
     assert pcie.sysfs_pci_name("00000000:1B:00.0") == "0000:1b:00.0"
     assert pcie.sysfs_pci_name("0000:9a:00.0") == "0000:9a:00.0"
     assert pcie.parse_cpulist("0-3,8-9,12\n") == [0, 1, 2, 3, 8, 9, 12]
@@ -240,6 +241,16 @@ def test_bad_args_fail_cleanly(name, args, needle):
     rc, doc, _ = run_probe(name, args)
     assert rc == 1 and doc["failed"] is True and "\n" not in doc["msg"]
     assert needle in doc["msg"], doc["msg"]
+
+
+@pytest.mark.parametrize("name", TORCH_PROBES)
+def test_one_argument_prologue(name):
+    """Every torch probe refuses an unknown argument and a device other than cuda/cpu with the same words
+    (the prologue in probes/_gpu.py: probe_device)."""
+    rc, doc, _ = run_probe(name, {"device": "cpu", "bogus": 1})
+    assert (rc, doc) == (1, {"failed": True, "msg": "unknown argument(s): bogus"})
+    rc, doc, _ = run_probe(name, {"device": "tpu"})
+    assert (rc, doc) == (1, {"failed": True, "msg": "device must be \"cuda\" or \"cpu\", got 'tpu'"})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
