@@ -23,8 +23,7 @@ from gpuaccept import drift
 from gpuaccept.errors import ConfigError
 from gpuaccept.thresholds import load_all
 from gpuaccept.verdicts import Verdicts
-from test_e2e import run_pytest
-from test_replay import DATA, alter, outcomes, replay_project
+from project_helpers import DATA, alter, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"
@@ -197,7 +196,9 @@ def test_inventory_vars_are_checked():
 
 
 def test_gpu_inventory_reads_power_clocks_and_pending_modes(monkeypatch):
-    from test_probes_nvml import H200X2, NV18, FakeNvml, inv, real_nvml
+    import pynvml as real_nvml
+    from probe_helpers import H200X2, NV18, FakeNvml, load_probe
+    inv = load_probe("gpu_inventory")
 
     class H200Drift(FakeNvml):
         def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
@@ -413,7 +414,7 @@ def test_p2p_pairs_are_named_by_nvml_index(tmp_path):
 
 def test_nccl_conf_is_parsed_as_nccl_parses_it():
     """NCCL's setEnvFile: '#' only at the start of a line, name up to the first '=', value kept as written."""
-    from test_probes_nvml import load_probe
+    from probe_helpers import load_probe
     env = load_probe("nccl_env")
     assert env.parse_nccl_conf("# c\nNCCL_A=1\nNCCL_B==eth0\nNCCL_C=x # y\nnoequals\n") == [
         (2, "NCCL_A", "1"), (3, "NCCL_B", "=eth0"), (4, "NCCL_C", "x # y")]
@@ -424,7 +425,9 @@ def test_nccl_conf_is_parsed_as_nccl_parses_it():
 
 def test_gpu_inventory_falls_back_to_the_deprecated_clock_calls(monkeypatch):
     """A driver without nvmlDeviceGetClock: the per-purpose calls (deprecated in NVML 13) answer instead."""
-    from test_probes_nvml import H200X2, FakeNvml, inv, real_nvml
+    import pynvml as real_nvml
+    from probe_helpers import H200X2, FakeNvml, load_probe
+    inv = load_probe("gpu_inventory")
 
     class OldDriver(FakeNvml):
         def nvmlDeviceGetClock(self, h, kind, clock_id): raise self.err(real_nvml.NVML_ERROR_FUNCTION_NOT_FOUND)

@@ -5,30 +5,15 @@ The cuda path needs a GPU; on a machine without one each probe must fail cleanly
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from probe_helpers import load_probe as load  # noqa: E402 - after the torch check
+from probe_helpers import load_probe as load, run_probe  # noqa: E402 - after the torch check
 
-PROBES = Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"
 TORCH_PROBES = ("hbm_bandwidth", "matmul_tflops", "pcie_bandwidth", "launch_overhead")
-
-
-def run_probe(name: str, args: dict, timeout: float = 240, env: dict | None = None):
-    """(rc, the JSON document, stderr). Asserts stdout is exactly one JSON line."""
-    proc = subprocess.run([sys.executable, str(PROBES / f"{name}.py"), json.dumps(args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=PROBES.parent,
-                          env={**os.environ, **(env or {})})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"stdout must be one JSON line, got {proc.stdout!r}; stderr: {proc.stderr[-2000:]}"
-    return proc.returncode, json.loads(lines[-1]), proc.stderr
 
 
 # ---------------------------------------------------------------- pure arithmetic

@@ -10,37 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import junit, make_project, run_pytest
-
-DATA = Path(__file__).resolve().parent / "data" / "replay-h200x2"
-GPU_LAYERS = "health or memory or compute or nvlink or (nccl and not multinode)"
-
-
-def replay_project(tmp_path: Path, captures: Path, extra_vars: str = "") -> Path:
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} gpu_sku=h200-sxm-141gb "
-                   f"gpus_per_node=2 {extra_vars}\n")
-    return inv
-
-
-def outcomes(rep: Path) -> dict[str, dict]:
-    out = {}
-    for layer in ("health", "memory", "compute", "nvlink", "nccl"):
-        path = rep / f"junit-{layer}.xml"
-        for c in junit(path) if path.exists() else []:
-            out[c["name"].split("[")[0]] = c
-    return out
-
-
-def alter(tmp_path: Path, probe: str, change) -> Path:
-    """A copy of the captures with ``change(doc)`` applied to the saved document(s) of ``probe``."""
-    dst = tmp_path / "captures"
-    shutil.copytree(DATA, dst)
-    for f in dst.glob(f"{probe}-*.json"):
-        saved = json.loads(f.read_text())
-        change(saved["doc"])
-        f.write_text(json.dumps(saved))
-    return dst
+from project_helpers import (DATA, GPU_LAYERS, alter, junit, make_project, outcomes, replay_project,
+                             run_pytest)
 
 
 def test_healthy_h200_capture_passes(tmp_path):

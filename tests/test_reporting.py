@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import CPU_SUITE, junit, make_project, run_pytest
-from test_replay import DATA, GPU_LAYERS, replay_project
+from project_helpers import CPU_SUITE, DATA, GPU_LAYERS, junit, make_project, replay_project, run_pytest
 
 from gpuaccept import history
 from gpuaccept.errors import ConfigError

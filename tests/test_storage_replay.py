@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuaccept.node import save_probe
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from test_e2e import junit, make_project, run_pytest
+from project_helpers import junit, make_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"
