@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from .drift import check_vars as check_drift_vars
 from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
@@ -169,7 +168,6 @@ def pytest_configure(config: pytest.Config) -> None:
             if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
                 why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
                 raise ConfigError(f"{inv_path}: host {h.name}: ansible_ssh_private_key_file {h.key_file} {why}")
-            check_drift_vars(f"{inv_path}: host {h.name}", h.vars)
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
