@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
+from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
@@ -335,7 +335,8 @@ def pytest_runtest_makereport(item, call):
         lines = [_missing_package(item, str(call.excinfo.value)) or str(call.excinfo.value)]
         if rec is not None and call.when == "call":
             out = rec.outcome()
-            lines = [b.message() for b in out.blocked] + lines + rec.lines() + rec.errors
+            lines = [b.message() for b in out.blocked] + lines + rec.findings(
+                before_interruption=call.excinfo.errisinstance(Interrupted))
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
         return

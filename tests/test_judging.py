@@ -185,3 +185,26 @@ def test_a_threshold_file_cannot_set_an_inventory_limit(tmp_path):
 def test_limit_origin():
     inv = Limit("inventory", "seq_read_gbps", "min", 2.0, "GB/s", "inventory var storage_limits")
     assert inv.origin == "inventory" and inv.sku == "inventory"  # sku: the former name, still readable
+
+
+def test_an_interrupted_test_reports_what_it_found_before_the_interruption():
+    """A multi-host test's per-host recorders (Recorder.for_host) share its lines; those recorded once the run
+    was interrupted (the failures of the ranks SIGTERM killed) stay out of the interrupted test's message,
+    which the plugin builds from findings(before_interruption=True); the outcome still counts every line."""
+    import types
+    from gpuaccept.transport import cancel_all, reset_interruption
+    from gpuaccept.verdicts import Recorder
+    item = types.SimpleNamespace(user_properties=[], originalname="test_allreduce_multinode")
+    rec = Recorder(item, "fleet", "nccl")
+    rec.for_host("f1").fail("transport SHM, expected IB")  # found before the signal
+    assert rec.findings(before_interruption=True) == rec.findings() == ["f1: transport SHM, expected IB"]
+    try:
+        cancel_all("SIGTERM")  # no command in flight: only marks the run interrupted
+        rec.for_host("f1").fail("interrupted (SIGTERM) while running on f1: probe (all-reduce over f1, f2)")
+        rec.for_host("f2").fail("interrupted (SIGTERM) while running on f2: probe (all-reduce over f1, f2)")
+        rec.error("internode_busbw_gbps: no value measured")
+    finally:
+        reset_interruption()
+    assert rec.findings(before_interruption=True) == ["f1: transport SHM, expected IB"]
+    assert len(rec.findings()) == 4 and rec.outcome().kind == "failed"
+    assert [ln.split(":")[0] for ln in rec.lines()] == ["f1", "f1", "f2"]
