@@ -366,6 +366,16 @@ def pytest_runtest_makereport(item, call):
         rep.user_properties.append((ERROR_KEY, out.message))
 
 
+def pytest_report_teststatus(report, config):
+    """pytest's own terminal counts and letters: a report marked as one of our errors (ERROR_KEY: unreachable
+    host, crashed probe, timeout, blocked by a precondition, a measurement gap, interrupted) is counted under
+    "errors" and listed as ERROR, as JUnit and summary.md count it, not under "failed". The report itself is
+    left as it is (a failed call), so the exit code, ``--lf`` and the report files are unchanged."""
+    if report.failed and any(k == ERROR_KEY for k, _ in getattr(report, "user_properties", ()) or ()):
+        return "error", "E", "ERROR"
+    return None
+
+
 def _missing_package(item, message: str) -> str | None:
     """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
     package (gpuaccept.blockers.missing_package), else None."""

@@ -219,6 +219,26 @@ def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
     assert bf16[1]["value"] == 301.0 and bf16[1]["verdict"] == "fail"
 
 
+def test_pytest_counts_our_errors_as_errors(tmp_path):
+    """pytest's own terminal line counts a blocked test (and every other ERROR of ours) under "errors", as
+    JUnit and summary.md do. A failed preflight and a compute test blocked by it: before "2 failed", after
+    "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before."""
+    def foreign(doc):
+        doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
+    inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": foreign}))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k",
+                     "test_preflight or test_launch_overhead", "--junitxml", str(tmp_path / "pytest.xml"))
+    assert res.returncode == 1, res.stdout[-3000:]
+    tail = res.stdout.strip().splitlines()[-1]
+    assert "1 failed" in tail and "1 error" in tail and "passed" not in tail, tail
+    assert "ERROR suites/test_compute.py::test_launch_overhead[h200-a]" in res.stdout
+    got = outcomes(rep)
+    assert (got["test_preflight"]["outcome"], got["test_launch_overhead"]["outcome"]) == ("failure", "error")
+    own = {c["name"].split("[")[0]: c["outcome"] for c in junit(tmp_path / "pytest.xml")}
+    assert own["test_launch_overhead"] in ("failure", "error")  # pytest's own --junitxml: a failed call
+
+
 def test_fabric_not_ready_blocks_nvlink_and_nccl(tmp_path):
     """NVSwitch fabric registration still IN_PROGRESS on GPU 0 (fabric manager not done): test_fabric fails;
     NVLink and all-reduce figures are errors "blocked by fabric", not link or bandwidth failures."""
