@@ -12,6 +12,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from gpuaccept.node import save_probe
+from gpuaccept.thresholds import load_sku_file
+
 REPO = Path(__file__).resolve().parent.parent
 
 CPU_SUITE = '''
@@ -88,10 +91,40 @@ DATA = Path(__file__).resolve().parent / "data" / "replay-h200x2"
 GPU_LAYERS = "health or memory or compute or nvlink or (nccl and not multinode)"
 
 
+#: The capture's all-reduce: one sweep, 1 MiB..4 GiB, with NCCL's own algorithm choice (saved 2026-11-29).
+CAPTURE_NCCL = "nccl_allreduce-e75eb842e3.json"
+
+
+def replay_folder(tmp_path: Path, captures: Path) -> Path:
+    """A copy of ``captures`` (a folder of saved probe documents) in ``tmp_path``, with the stand-ins below.
+
+    A replay reads only the document saved with the arguments a suite asks for (gpuaccept.node.replay_probe).
+    suites/test_nccl.py now asks nccl_allreduce twice: the sweep pinned to NCCL_ALGO=Ring (the judged figures)
+    and NCCL's own choice at the judged size (thresholds/h200-sxm-141gb.yaml at_bytes). The capture predates
+    both; ALTERED here: its sweep document is saved under both calls' arguments. On this 2-GPU node NCCL's own
+    choice was Ring/Simple at every size from 4 MiB (the document's algos and ip_algo columns), so the pinned
+    sweep would read alike; the at-size call reads the sweep's 4 GiB row.
+    """
+    dst, n = tmp_path / "replay", 1
+    while dst.exists():
+        n += 1
+        dst = tmp_path / f"replay{n}"
+    shutil.copytree(captures, dst)
+    src = dst / CAPTURE_NCCL
+    if src.exists():
+        saved = json.loads(src.read_text())
+        at = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml")).limit("allreduce_busbw_gbps").at_bytes
+        args = {k: v for k, v in saved["args"].items() if k != "deadline_s"}  # a time argument: not matched
+        for call in ({"env": {"NCCL_ALGO": "Ring"}}, {"min_bytes": at, "max_bytes": at}):
+            save_probe(str(dst), "nccl_allreduce", {**args, **call}, saved["doc"])
+    return dst
+
+
 def replay_project(tmp_path: Path, captures: Path, extra_vars: str = "") -> Path:
+    """A project whose one host, h200-a, replays ``captures`` (through :func:`replay_folder`)."""
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} gpu_sku=h200-sxm-141gb "
-                   f"gpus_per_node=2 {extra_vars}\n")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, captures)} "
+                   f"gpu_sku=h200-sxm-141gb gpus_per_node=2 {extra_vars}\n")
     return inv
 
 

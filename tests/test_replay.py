@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from project_helpers import (DATA, GPU_LAYERS, alter, junit, make_project, outcomes, replay_project,
+from project_helpers import (DATA, GPU_LAYERS, alter, junit, make_project, outcomes, replay_folder, replay_project,
                              run_pytest)
 
 
@@ -116,7 +116,8 @@ def run_replay(tmp_path: Path, captures: Path, k: str, inventory_vars: str = "gp
     """Run the suites on ``captures`` with ``-k k``; returns (returncode, {test: case}, results.json figures).
     Asserts that no report (JUnit message/text, summary, output) carries Python exception text."""
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} {inventory_vars}\n")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, captures)} "
+                   f"{inventory_vars}\n")
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", k)
     got = outcomes(rep)
@@ -400,3 +401,26 @@ def test_recorded_failure_is_never_lost(tmp_path):
     assert got["test_error_then_return"]["outcome"] == "error"
     assert "h200-a: figure not measured" in got["test_error_then_return"]["message"]
     assert got["test_skip_clean"]["outcome"] == "skipped"
+
+
+def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
+    """Before: a probe with one saved document got it whatever it asked for (pcie_link {"seconds": 3} read the
+    1.5 s document). Now only the time arguments may differ: xid_events' since_epoch, nccl_allreduce's
+    deadline_s, burnin's seconds."""
+    from gpuaccept.errors import ProbeError
+    from gpuaccept.node import replay_probe, save_probe
+    d = str(tmp_path)
+    save_probe(d, "xid_events", {"since_epoch": 1795989274.3}, {"events": [], "source": "kmsg"})
+    save_probe(d, "pcie_link", {"seconds": 1.5}, {"gpus": [], "seconds": 1.5})
+    save_probe(d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 290}, {"rows": [1]})
+    assert replay_probe("h", d, "xid_events", {"since_epoch": 1800000000.0})["source"] == "kmsg"
+    assert replay_probe("h", d, "pcie_link", {"seconds": 1.5})["seconds"] == 1.5
+    with pytest.raises(ProbeError, match=r'pcie_link: no saved document for arguments \{"seconds": 3\}'):
+        replay_probe("h", d, "pcie_link", {"seconds": 3})
+    assert replay_probe("h", d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 590}) == {
+        "rows": [1]}
+    with pytest.raises(ProbeError, match="nccl_allreduce: no saved document"):
+        replay_probe("h", d, "nccl_allreduce", {"backend": "nccl", "world_size": 8, "deadline_s": 290})
+    save_probe(d, "xid_events", {"since_epoch": 5.0}, {"events": [1]})  # two windows saved: which one is meant?
+    with pytest.raises(ProbeError, match="xid_events: no saved document"):
+        replay_probe("h", d, "xid_events", {"since_epoch": 6.0})
