@@ -30,8 +30,6 @@ from .readings import bus_key
 import re
 from typing import Any, Mapping
 
-from .errors import ConfigError
-from .shell import bad_env_name
 from .health import Finding, nvml_error
 from .thresholds import SkuSpec
 
@@ -337,22 +335,3 @@ def nvml_gpu_for(figure_gpu: dict, nvml_gpus: list[dict]) -> dict | None:
         return None
     return next((g for g in nvml_gpus if bus_key(g.get("pci_bus_id")) == key), None)
 
-
-# ---------------------------------------------------------------------------------------------------------
-# inventory variables
-
-
-def check_vars(where: str, host_vars: Mapping[str, Any]) -> None:
-    """Validate the inventory variables this module reads; ConfigError naming the file, host and variable.
-
-    ``gpu_power_limit_w``: a positive number, W (the power limit the site sets on purpose).
-    ``nccl_env``: a mapping of variable names to scalar values.
-    """
-    v = host_vars.get("gpu_power_limit_w")
-    if v is not None and (_num(v) is None or v <= 0):
-        raise ConfigError(f"{where}: gpu_power_limit_w must be a positive number of watts, got {v!r}")
-    env = host_vars.get("nccl_env")
-    if env is not None and not (isinstance(env, Mapping) and all(
-            bad_env_name(k) is None and isinstance(val, (str, int, float))
-            and not isinstance(val, bool) for k, val in env.items())):
-        raise ConfigError(f"{where}: nccl_env must map variable names to strings or numbers, got {env!r}")

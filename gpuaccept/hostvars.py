@@ -95,6 +95,14 @@ def _number(lo: float | None = None, hi: float | None = None, integer: bool = Fa
     return check
 
 
+def _watts(value: Any) -> float:
+    """A power limit in W (``gpu_power_limit_w``): a number > 0, written as one (the suites compare it with
+    NVML's enforced limit as a number; text such as "600" or "600W" would be ignored there, so it is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise _Bad(f"expected a positive number of watts, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 def _one_of(*choices: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in choices:
@@ -174,6 +182,7 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     # GPU identity
     "gpu_sku": _plain(_word),
     "gpus_per_node": _plain(_number(1, 1024, integer=True)),
+    "gpu_power_limit_w": _plain(_watts),  # the power limit the site sets on purpose (gpuaccept/drift.py)
     # connection (types checked by the inventory reader; here what reaches a command line)
     "ansible_python_interpreter": _plain(_text),
     "gpuaccept_known_hosts": _plain(_text),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .probes._supervisor import normalize_address
 from .compute import below_median_pct
-from .thresholds import Limit, judge
+from .thresholds import inventory_limit, judge
 
 #: the algorithm the SKU files' all-reduce floors were measured with, and the environment that pins it
 #: (NCCL_ALGO accepts Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT: NCCL user guide, NCCL_ALGO)
@@ -242,7 +242,7 @@ def judge_round(figures: dict, limit: float | None, slow_pct: float, pool: list[
     rounds' figures)."""
     out = {}
     if limit is not None:
-        lim = Limit("inventory", "internode_busbw_gbps", "min", float(limit), "GB/s", source)
+        lim = inventory_limit("internode_busbw_gbps", limit, source)
         for key, v in figures.items():
             verdict = judge(lim, v) if v is not None else None
             out[key] = (False, "the collective failed") if verdict is None else (verdict.passed, verdict.message)
@@ -256,8 +256,8 @@ def judge_round(figures: dict, limit: float | None, slow_pct: float, pool: list[
     mid = len(ordered) // 2
     median = (ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2) if ordered else None
     max_below = 100.0 - float(slow_pct)
-    lim = Limit("inventory", "below_round_median_pct", "max", max_below, "%",
-                f"group var nccl_pairwise_slow_pct ({slow_pct:g} % of the median)")
+    lim = inventory_limit("below_round_median_pct", max_below,
+                          f"group var nccl_pairwise_slow_pct ({slow_pct:g} % of the median)")
     for key, v in figures.items():
         if v is None:
             out[key] = (False, "the collective failed")

@@ -92,6 +92,35 @@ def _probe_key(name: str, args: dict | None) -> str:
     return f"{name}-{digest}"
 
 
+#: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
+#: document without them. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's
+#: deadline_s is derived from --probe-timeout (suites/test_nccl.py); burnin's seconds from --burnin-minutes (its
+#: document carries seconds_requested and its windows, which the judging reads). Every other argument must match.
+REPLAY_TIME_ARGS = {"xid_events": ("since_epoch",), "nccl_allreduce": ("deadline_s",), "burnin": ("seconds",)}
+
+
+def _replay_match(directory: str, name: str, args: dict | None) -> list[str]:
+    """The saved documents of ``name`` in ``directory`` whose arguments equal ``args`` but for the probe's
+    :data:`REPLAY_TIME_ARGS` (file names, sorted); a file that cannot be read is no match."""
+    ignored = REPLAY_TIME_ARGS.get(name)
+    if not ignored or not os.path.isdir(directory):
+        return []
+    want = {k: v for k, v in (args or {}).items() if k not in ignored}
+    out = []
+    for f in sorted(os.listdir(directory)):
+        if not (f.startswith(name + "-") and f.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(directory, f), encoding="utf-8") as fh:
+                saved = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        got = saved.get("args") if isinstance(saved, dict) else None
+        if isinstance(got, dict) and {k: v for k, v in got.items() if k not in ignored} == want:
+            out.append(f)
+    return out
+
+
 def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
     """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args), best effort."""
     try:
@@ -105,13 +134,16 @@ def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
 
 
 def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dict:
-    """A saved probe document for ``name`` with ``args`` (else the only one saved for ``name``).
+    """The probe document saved for ``name`` with ``args``; for a probe of :data:`REPLAY_TIME_ARGS`, the one
+    whose arguments match but for those (a saved xid_events window began at another time). A document saved
+    with other arguments is another measurement and is never read in its place.
 
-    Raises ProbeError naming the folder when there is none, and as a live probe would for a saved failure.
+    Raises ProbeError naming the folder when there is none (or several match), and as a live probe would for a
+    saved failure.
     """
     path = os.path.join(directory, _probe_key(name, args) + ".json")
     if not os.path.exists(path):
-        saved = sorted(f for f in os.listdir(directory) if f.startswith(name + "-")) if os.path.isdir(directory) else []
+        saved = _replay_match(directory, name, args)
         if len(saved) != 1:
             raise ProbeError(host, f"{name}: no saved document for arguments {json.dumps(args or {}, sort_keys=True)} "
                                    f"in {directory} (replay)")

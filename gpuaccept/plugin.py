@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from .drift import check_vars as check_drift_vars
-from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
+from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
@@ -169,7 +168,6 @@ def pytest_configure(config: pytest.Config) -> None:
             if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
                 why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
                 raise ConfigError(f"{inv_path}: host {h.name}: ansible_ssh_private_key_file {h.key_file} {why}")
-            check_drift_vars(f"{inv_path}: host {h.name}", h.vars)
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
@@ -337,7 +335,8 @@ def pytest_runtest_makereport(item, call):
         lines = [_missing_package(item, str(call.excinfo.value)) or str(call.excinfo.value)]
         if rec is not None and call.when == "call":
             out = rec.outcome()
-            lines = [b.message() for b in out.blocked] + lines + rec.lines() + rec.errors
+            lines = [b.message() for b in out.blocked] + lines + rec.findings(
+                before_interruption=call.excinfo.errisinstance(Interrupted))
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
         return
@@ -365,6 +364,16 @@ def pytest_runtest_makereport(item, call):
     rep.longrepr = out.message
     if out.kind == "error":
         rep.user_properties.append((ERROR_KEY, out.message))
+
+
+def pytest_report_teststatus(report, config):
+    """pytest's own terminal counts and letters: a report marked as one of our errors (ERROR_KEY: unreachable
+    host, crashed probe, timeout, blocked by a precondition, a measurement gap, interrupted) is counted under
+    "errors" and listed as ERROR, as JUnit and summary.md count it, not under "failed". The report itself is
+    left as it is (a failed call), so the exit code, ``--lf`` and the report files are unchanged."""
+    if report.failed and any(k == ERROR_KEY for k, _ in getattr(report, "user_properties", ()) or ()):
+        return "error", "E", "ERROR"
+    return None
 
 
 def _missing_package(item, message: str) -> str | None:

@@ -15,8 +15,10 @@ live in the inventory (group vars, typically) rather than in ``thresholds/<sku>.
 
     storage_fio: {size: 4294967296, runtime: 20, numjobs: 4, iodepth: 32}   # fio_throughput probe args
 
-Every limit is a floor (direction "min"). :func:`storage_limits` builds :class:`~gpuaccept.thresholds.Limit`
-objects whose ``source`` is "inventory var storage_limits"; an unknown key raises :class:`StorageConfigError`
+Every limit is a floor (direction "min"); the keys, units and directions are the entries of
+:data:`gpuaccept.thresholds.REGISTRY` whose ``var`` is ``storage_limits`` (the one registry of checks).
+:func:`storage_limits` builds :class:`~gpuaccept.thresholds.Limit` objects whose ``source`` is "inventory var
+storage_limits"; an unknown key raises :class:`StorageConfigError`
 (a ConfigError) naming the key, so a typo never silently leaves a figure unjudged. A limit set for a figure
 that cannot be measured (``seq_read_gbps`` with no ``storage_paths``) is an error in the suite, not a skip.
 
@@ -39,21 +41,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
-from .thresholds import Limit
+from .thresholds import Limit, inventory_checks, inventory_limit
 
 SOURCE = "inventory var storage_limits"
 
-# key -> (unit, direction)
-STORAGE_CHECKS: dict[str, tuple[str, str]] = {
-    "seq_read_gbps": ("GB/s", "min"),
-    "seq_write_gbps": ("GB/s", "min"),
-    "rand_read_iops": ("IOPS", "min"),
-    "fs_aggregate_read_gbps": ("GB/s", "min"),
-    "fs_aggregate_write_gbps": ("GB/s", "min"),
-    "storage_to_gpu_gbps": ("GB/s", "min"),
-    "gds_read_gbps": ("GB/s", "min"),
-    "gds_write_gbps": ("GB/s", "min"),
-}
+# key -> (unit, direction): the checks gpuaccept.thresholds.REGISTRY says storage_limits sets
+STORAGE_CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction)
+                                              for k, c in inventory_checks("storage_limits").items()}
 
 # storage_fio keys (fio_throughput probe arguments an operator may set) -> accepted Python types
 FIO_ARG_TYPES: dict[str, tuple[type, ...]] = {
@@ -94,8 +88,7 @@ def storage_limits(value: Any, host: str | None = None) -> dict[str, Limit]:
         if not _is_number(bound) or bound < 0:
             raise StorageConfigError(f"{_where(host, 'storage_limits')}.{key}: expected a number >= 0, "
                                      f"got {bound!r}")
-        unit, direction = STORAGE_CHECKS[key]
-        out[key] = Limit("inventory", key, direction, float(bound), unit, SOURCE)
+        out[key] = inventory_limit(key, bound, SOURCE)
     return out
 
 
@@ -222,7 +215,7 @@ def ib_rate_limit(value: Any, host: str | None = None) -> Limit | None:
         return None
     if not _is_number(value) or value < 0:
         raise StorageConfigError(f"{_where(host, 'ib_rate_gbps')}: expected a number >= 0 (Gb/s), got {value!r}")
-    return Limit("inventory", "ib_rate_gbps", "min", float(value), "Gb/s", "inventory var ib_rate_gbps")
+    return inventory_limit("ib_rate_gbps", value)
 
 
 # -- every variable at once ---------------------------------------------------------------------------

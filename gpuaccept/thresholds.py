@@ -22,26 +22,30 @@ Judging (:func:`judge`) is a pure function of a :class:`Limit` and a value.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ThresholdError
-from .yamlload import load_file
+from .yamlload import YamlMap, load_file
 
 
 @dataclass(frozen=True)
 class Check:
     """One check of the registry: ``unit`` of its figure, ``direction`` ("min": the figure must be >= the
-    limit; "max": <=), the ``layer`` that measures it, and a one-line ``description`` of the figure."""
+    limit; "max": <=), the ``layer`` that measures it, and a one-line ``description`` of the figure.
+    ``var``: the inventory variable that sets the limit (site-bought storage and fabric); None for a check a
+    threshold file's ``checks:`` sets."""
 
     unit: str
     direction: str
     layer: str
     description: str
+    var: str | None = None
 
 
-# The single registry of checks a threshold file may set a limit for: check key -> Check. Threshold-file
-# validation, the judge's messages and "which checks does this SKU require in this layer" all read it.
+# The single registry of checks: check key -> Check. Threshold-file validation (the keys without ``var``),
+# the inventory-var limits (:func:`inventory_limit`), the judge's messages and "which checks does this SKU
+# require in this layer" all read it.
 REGISTRY: dict[str, Check] = {
     # health (NVML, gpu_inventory / pcie_link probes)
     "ecc_uncorrected_volatile": Check("errors", "max", "health", "uncorrectable ECC errors since the driver loaded"),
@@ -75,9 +79,32 @@ REGISTRY: dict[str, Check] = {
     "p2p_bidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, both directions at once"),
     # nccl
     "allreduce_busbw_gbps": Check("GB/s", "min", "nccl", "all-reduce bus bandwidth (nccl-tests busbw)"),
+    # limits set by inventory variables (gpuaccept/storage_limits.py, gpuaccept/multinode/settings.py)
+    "seq_read_gbps": Check("GB/s", "min", "storage", "per local path, sequential read, 1 MiB blocks",
+                           "storage_limits"),
+    "seq_write_gbps": Check("GB/s", "min", "storage", "per local path, sequential write, 1 MiB blocks",
+                            "storage_limits"),
+    "rand_read_iops": Check("IOPS", "min", "storage", "per local path, 4 KiB random read", "storage_limits"),
+    "fs_aggregate_read_gbps": Check("GB/s", "min", "storage", "shared filesystem, every host reading at once, "
+                                                               "sum", "storage_limits"),
+    "fs_aggregate_write_gbps": Check("GB/s", "min", "storage", "shared filesystem, every host writing at once, "
+                                                                "sum", "storage_limits"),
+    "storage_to_gpu_gbps": Check("GB/s", "min", "storage", "per GPU, file -> pinned host memory -> GPU, end to "
+                                                            "end", "storage_limits"),
+    "gds_read_gbps": Check("GB/s", "min", "gpudirect", "per GPU, GPUDirect Storage file -> GPU",
+                           "storage_limits"),
+    "gds_write_gbps": Check("GB/s", "min", "gpudirect", "per GPU, GPUDirect Storage GPU -> file",
+                            "storage_limits"),
+    "ib_rate_gbps": Check("Gb/s", "min", "gpudirect", "InfiniBand/RoCE port rate, as the kernel writes it in "
+                                                      "/sys/class/infiniband/<hca>/ports/<n>/rate", "ib_rate_gbps"),
+    "internode_busbw_gbps": Check("GB/s", "min", "nccl", "inter-node all-reduce bus bandwidth (Ring)",
+                                  "nccl_internode_busbw_gbps"),
+    "below_round_median_pct": Check("%", "max", "nccl", "percent a pair's or rail's busbw is under its round's "
+                                                        "median (100 - the var's percentage)",
+                                    "nccl_pairwise_slow_pct"),
 }
-# check key -> (unit, direction), the registry's view the threshold-file loader reads.
-CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction) for k, c in REGISTRY.items()}
+# check key -> (unit, direction) of the checks a threshold file may set, the view the loader reads.
+CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction) for k, c in REGISTRY.items() if c.var is None}
 
 CHECK_FIELDS = {"min", "max", "unit", "source", "fraction_of_datasheet", "at_bytes", "min_by_world_size", "note"}
 EXPECT_KEYS = {
@@ -111,8 +138,7 @@ class Limit:
     def for_world_size(self, n: int) -> "Limit":
         """This limit with the bound for world size ``n`` when the file gives ``min_by_world_size``."""
         if self.min_by_world_size and n in self.min_by_world_size:
-            return Limit(self.origin, self.check, "min", float(self.min_by_world_size[n]), self.unit,
-                         self.source, self.at_bytes, None)
+            return replace(self, direction="min", bound=float(self.min_by_world_size[n]), min_by_world_size=None)
         return self
 
     def describe(self) -> str:
@@ -175,72 +201,102 @@ def judge(limit: Limit, value: float | None, figure: str | None = None, context:
                    "fail")
 
 
-def _err(path: str, msg: str) -> ThresholdError:
-    return ThresholdError(f"{path}: {msg}")
+def inventory_limit(check: str, bound: float, source: str | None = None, at_bytes: int | None = None) -> Limit:
+    """The Limit an inventory variable sets for ``check`` (a :data:`REGISTRY` key with ``var``): origin
+    "inventory", unit and direction from the registry, ``source`` default ``"inventory var <var>"``; ``bound``
+    in the registry's unit. Raises KeyError for a check no inventory variable sets (a programming error)."""
+    c = REGISTRY[check]
+    if c.var is None:
+        raise KeyError(f"{check} is set by threshold files, not by an inventory variable")
+    return Limit("inventory", check, c.direction, float(bound), c.unit, source or f"inventory var {c.var}",
+                 at_bytes)
+
+
+def inventory_checks(var: str) -> dict[str, Check]:
+    """The :data:`REGISTRY` checks whose limit the inventory variable ``var`` sets (e.g. "storage_limits")."""
+    return {k: c for k, c in REGISTRY.items() if c.var == var}
+
+
+def _err(path: str, msg: str, where: Any = None, key: Any = None) -> ThresholdError:
+    """``ThresholdError("<path>:<line>: <msg>")``: the line of ``key`` in the loaded mapping ``where``, or of
+    ``where`` itself when ``key`` is absent from it (a missing key is named at its enclosing mapping);
+    ``"<path>: <msg>"`` when no line is known (``where`` not a :class:`~gpuaccept.yamlload.YamlMap`)."""
+    line = 0
+    if isinstance(where, YamlMap):
+        line = where.lines.get(key, 0) if key is not None else 0
+        line = line or where.line
+    return ThresholdError(f"{path}:{line}: {msg}" if line else f"{path}: {msg}")
 
 
 def load_sku_file(path: str) -> SkuSpec:
-    """Load and validate one threshold file. Raises ThresholdError naming the file and the bad key."""
+    """Load and validate one threshold file. Raises ThresholdError naming the file, the line and the bad key
+    (``thresholds/x.yaml:12: unknown key 'checks.hbm_raed_bw_gbps.min'``)."""
     doc = load_file(path, ThresholdError, "threshold file")  # gpuaccept.yamlload: one loader, file:line errors
     if not isinstance(doc, dict):
         raise _err(path, "expected a mapping at the top level")
     for section in ("detect", "expect", "datasheet", "checks"):  # the shapes the validation below relies on
         if not isinstance(doc.get(section) or {}, dict):
-            raise _err(path, f"{section}: expected a mapping, got {type(doc[section]).__name__}")
+            raise _err(path, f"{section}: expected a mapping, got {type(doc[section]).__name__}", doc, section)
     stem = os.path.splitext(os.path.basename(path))[0]
     for key in doc:
         if key not in TOP_KEYS:
-            raise _err(path, f"unknown key '{key}' (known: {', '.join(sorted(TOP_KEYS))})")
+            raise _err(path, f"unknown key '{key}' (known: {', '.join(sorted(TOP_KEYS))})", doc, key)
     if doc.get("sku") != stem:
-        raise _err(path, f"sku '{doc.get('sku')}' must equal the file name '{stem}'")
+        raise _err(path, f"sku '{doc.get('sku')}' must equal the file name '{stem}'", doc, "sku")
     detect = doc.get("detect") or {}
     for key in detect:
         if key not in DETECT_KEYS:
-            raise _err(path, f"unknown key 'detect.{key}' (known: {', '.join(sorted(DETECT_KEYS))})")
+            raise _err(path, f"unknown key 'detect.{key}' (known: {', '.join(sorted(DETECT_KEYS))})", detect, key)
     for key in ("nvml_names", "pci_device_ids"):
         val = detect.get(key)
         if val is not None and not (isinstance(val, list) and all(isinstance(x, str) for x in val)):
-            raise _err(path, f"detect.{key}: expected a list of strings, got {val!r}")
+            raise _err(path, f"detect.{key}: expected a list of strings, got {val!r}", detect, key)
     mem = detect.get("memory_gib")
     if mem is not None and not (isinstance(mem, list) and len(mem) == 2 and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in mem) and mem[0] <= mem[1]):
-        raise _err(path, f"detect.memory_gib: expected [low, high] in GiB, got {mem!r}")
+        raise _err(path, f"detect.memory_gib: expected [low, high] in GiB, got {mem!r}", detect, "memory_gib")
     expect = doc.get("expect") or {}
     for key in expect:
         if key not in EXPECT_KEYS:
-            raise _err(path, f"unknown key 'expect.{key}' (known: {', '.join(sorted(EXPECT_KEYS))})")
+            raise _err(path, f"unknown key 'expect.{key}' (known: {', '.join(sorted(EXPECT_KEYS))})", expect, key)
     spec = SkuSpec(stem, str(doc.get("name", stem)), path, detect, expect, doc.get("datasheet") or {})
-    for check, entry in (doc.get("checks") or {}).items():
-        spec.checks[check] = _load_check(path, stem, check, entry)
+    checks = doc.get("checks") or {}
+    for check, entry in checks.items():
+        spec.checks[check] = _load_check(path, stem, check, entry, checks)
     return spec
 
 
-def _load_check(path: str, sku: str, check: str, entry: Any) -> Limit:
+def _load_check(path: str, sku: str, check: str, entry: Any, checks: Any = None) -> Limit:
+    """One ``checks:`` entry as a Limit; ``checks``: the loaded mapping holding it (for the line numbers)."""
     if check not in CHECKS:
-        raise _err(path, f"unknown check 'checks.{check}' (known: {', '.join(sorted(CHECKS))})")
+        raise _err(path, f"unknown check 'checks.{check}' (known: {', '.join(sorted(CHECKS))})", checks, check)
     if not isinstance(entry, dict):
-        raise _err(path, f"checks.{check}: expected a mapping with min|max, unit, source")
+        raise _err(path, f"checks.{check}: expected a mapping with min|max, unit, source", checks, check)
     for key in entry:
         if key not in CHECK_FIELDS:
-            raise _err(path, f"unknown key 'checks.{check}.{key}' (known: {', '.join(sorted(CHECK_FIELDS))})")
+            raise _err(path, f"unknown key 'checks.{check}.{key}' (known: {', '.join(sorted(CHECK_FIELDS))})",
+                       entry, key)
     unit, direction = CHECKS[check]
     if direction not in entry or ({"min", "max"} - {direction}) & set(entry):
-        raise _err(path, f"checks.{check}: needs '{direction}' (and not the other bound)")
+        raise _err(path, f"checks.{check}: needs '{direction}' (and not the other bound)", checks, check)
     bound = entry[direction]
     if isinstance(bound, bool) or not isinstance(bound, (int, float)):
-        raise _err(path, f"checks.{check}.{direction}: expected a number, got {bound!r}")
+        raise _err(path, f"checks.{check}.{direction}: expected a number, got {bound!r}", entry, direction)
     if entry.get("unit") != unit:
-        raise _err(path, f"checks.{check}.unit: expected '{unit}', got {entry.get('unit')!r}")
+        raise _err(path, f"checks.{check}.unit: expected '{unit}', got {entry.get('unit')!r}",
+                   *((entry, "unit") if "unit" in entry else (checks, check)))
     if not entry.get("source"):
-        raise _err(path, f"checks.{check}: 'source' is required (datasheet edition or the card measured)")
+        raise _err(path, f"checks.{check}: 'source' is required (datasheet edition or the card measured)",
+                   *((entry, "source") if "source" in entry else (checks, check)))
     mbw = entry.get("min_by_world_size")
     if mbw is not None and not (isinstance(mbw, dict) and all(
             type(k) is int and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in mbw.items())):
-        raise _err(path, f"checks.{check}.min_by_world_size: expected a mapping of world size to number")
+        raise _err(path, f"checks.{check}.min_by_world_size: expected a mapping of world size to number",
+                   entry, "min_by_world_size")
     for key in ("at_bytes", "fraction_of_datasheet"):
         val = entry.get(key)
         if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))):
-            raise _err(path, f"checks.{check}.{key}: expected a number, got {val!r}")
+            raise _err(path, f"checks.{check}.{key}: expected a number, got {val!r}", entry, key)
     return Limit(sku, check, direction, float(bound), unit, str(entry["source"]), entry.get("at_bytes"), mbw)
 
 

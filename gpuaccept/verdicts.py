@@ -29,6 +29,7 @@ from .blockers import DEPENDENT_LAYERS, Blocker
 from .drift import bus_key, nvml_gpu_for
 from .readings import describe_gpu, to_json, unmeasured
 from .thresholds import Limit, judge
+from .transport import interruption
 
 FIGURE_KEY = "gpuaccept.figure"
 
@@ -103,6 +104,9 @@ class Recorder:
         self.failures: list[str] = []  # lines; read through failed()/lines(), written through fail()
         self._failure_gpu: list[int | None] = []
         self.errors: list[str] = []
+        # (failures, errors) counted when the first of them was recorded after the run was interrupted
+        # (SIGINT/SIGTERM, gpuaccept.interrupt): those later lines are what the killed commands caused
+        self._cut: dict[str, tuple[int, int] | None] = {"at": None}
 
     # -- identity -----------------------------------------------------------------------------
     def _gpu(self, gpu: dict | int | None) -> dict | None:
@@ -123,10 +127,14 @@ class Recorder:
         return f"{host or self.host}{' ' + gpu_label(g) if g else ''}"
 
     def for_host(self, host: str) -> "Recorder":
-        """A recorder for another host's figures in the same test (multi-host tests); its failures and
-        errors are this test's."""
+        """A recorder for another host's figures in the same test (multi-host tests): filed under ``host``;
+        its failures and errors are this test's (the plugin's outcome sees them even if the test ends early),
+        and, like the test's own, those recorded once the run was interrupted are left out of an interrupted
+        test's message (:meth:`findings`): a collective cut by SIGTERM is reported once, as interrupted, not
+        once more per host whose ranks were killed."""
         other = Recorder(self.item, host, self.layer)
         other.failures, other._failure_gpu, other.errors = self.failures, self._failure_gpu, self.errors
+        other._cut = self._cut
         return other
 
     # -- recording -----------------------------------------------------------------------------
@@ -169,7 +177,12 @@ class Recorder:
             if f.failure:
                 self.fail(f.failure, gpu=gpu)
 
+    def _note_interruption(self) -> None:
+        if self._cut["at"] is None and interruption() is not None:
+            self._cut["at"] = (len(self.failures), len(self.errors))
+
     def _add_failure(self, line: str, g: dict | None) -> None:
+        self._note_interruption()
         self.failures.append(line)
         self._failure_gpu.append(g.get("index") if g else None)
 
@@ -182,6 +195,7 @@ class Recorder:
     def error(self, message: str, gpu: dict | int | None = None) -> None:
         """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is
         an ERROR unless it also has a hardware failure."""
+        self._note_interruption()
         self.errors.append(f"{self._where(self._gpu(gpu))}: {message}")
 
     def expect_gpus(self, nvml_gpus: list[dict], measured: list | None, probe: str) -> None:
@@ -205,6 +219,15 @@ class Recorder:
     def lines(self) -> list[str]:
         """The failure lines so far."""
         return list(self.failures)
+
+    def findings(self, before_interruption: bool = False) -> list[str]:
+        """The failure lines, then the measurement-gap lines. ``before_interruption``: only those recorded
+        before the run was interrupted (what an interrupted test had found; the failures of the commands the
+        interruption killed are its consequence, and the test is already an error saying so)."""
+        cut = self._cut["at"] if before_interruption else None
+        if cut is None:
+            return self.failures + self.errors
+        return self.failures[:cut[0]] + self.errors[:cut[1]]
 
     def outcome(self) -> Outcome:
         """What this test's records add up to (see :func:`outcome`)."""

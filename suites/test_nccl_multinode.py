@@ -24,37 +24,12 @@ from gpuaccept import nccl_judge
 from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
 from gpuaccept.nccl_table import format_table
 from gpuaccept.node import HostRunner
-from gpuaccept.thresholds import Limit
+from gpuaccept.thresholds import Limit, inventory_limit
 from gpuaccept.verdicts import Verdicts
 
 pytestmark = pytest.mark.nccl
 
 UNJUDGED = "no limit configured (group var nccl_internode_busbw_gbps): recorded, not judged"
-
-
-class _Hosts:
-    """One recorder per host (the public ``Verdicts`` constructor on this test's item), so that a figure or a
-    failure about a host is filed under that host; :meth:`finish` finishes them all and the fleet's."""
-
-    def __init__(self, fleet: Verdicts, item, layer: str = "nccl"):
-        self.fleet, self.item, self.layer, self.by_host = fleet, item, layer, {}
-
-    def __getitem__(self, host: str) -> Verdicts:
-        if host not in self.by_host:
-            self.by_host[host] = Verdicts(self.item, host, self.layer)
-        return self.by_host[host]
-
-    def finish(self, errors: list[str] = ()) -> None:
-        lines = []
-        for rec in [self.fleet, *self.by_host.values()]:
-            try:
-                rec.finish()
-            except pytest.fail.Exception as e:
-                lines.append(str(e.msg if hasattr(e, "msg") else e))
-        if lines:
-            pytest.fail("\n".join(lines), pytrace=False)
-        if errors:
-            raise ProbeError(self.fleet.host, "; ".join(errors))
 
 
 def _gpu_count(node: HostRunner):
@@ -81,11 +56,10 @@ def _settings(nodes: list[HostRunner]) -> tuple[mn.Settings, mn.GroupSettings, l
 def _limit(group: mn.GroupSettings, at: int) -> Limit | None:
     if group.limit_gbps is None:
         return None
-    return Limit("inventory", "internode_busbw_gbps", "min", group.limit_gbps, "GB/s",
-                 "group var nccl_internode_busbw_gbps", at)
+    return inventory_limit("internode_busbw_gbps", group.limit_gbps, "group var nccl_internode_busbw_gbps", at)
 
 
-def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[HostRunner], group: mn.GroupSettings,
+def _check_hosts(verdicts: Verdicts, col: mn.Collective, nodes: list[HostRunner], group: mn.GroupSettings,
                  backend: str) -> None:
     """Per host: the transports and network devices NCCL used (recorded; judged against
     nccl_expect_transport and the host's nccl_ib_hca / nccl_socket_ifname), and the interface toward the
@@ -94,7 +68,7 @@ def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[HostRunner], gro
     for h, r in col.results.items():
         doc = r.doc or {}
         nd = doc.get("net_devices") or {}
-        hosts[h].record("internode_transports", doc.get("transports") or {}, extra={
+        verdicts.for_host(h).record("internode_transports", doc.get("transports") or {}, extra={
             "expected": group.expect_transport, "backend": backend, "net_devices": nd,
             "local_interface": doc.get("local_interface"), "local_address": doc.get("local_address"),
             "gloo_ifname": doc.get("gloo_ifname")})
@@ -102,13 +76,13 @@ def _check_hosts(hosts: _Hosts, col: mn.Collective, nodes: list[HostRunner], gro
             continue
         problem = mn.transport_problem(doc.get("transports") or {}, group.expect_transport)
         if problem:
-            hosts[h].fail(problem)
+            verdicts.for_host(h).fail(problem)
         v = by_name[h].host.vars if h in by_name else {}
         for p in nccl_judge.net_device_problems(nd, v.get("nccl_ib_hca"), v.get("nccl_socket_ifname")):
-            hosts[h].fail(p)
+            verdicts.for_host(h).fail(p)
 
 
-def _record_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, st: mn.Settings,
+def _record_collective(verdicts: Verdicts, col: mn.Collective, st: mn.Settings,
                        group: mn.GroupSettings, notes: list[str], label: str) -> list[str]:
     """Table, figures per host, correctness and limit of one successful collective; returns the errors
     (figures that cannot be judged)."""
@@ -125,10 +99,10 @@ def _record_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, st
     for i, h in enumerate(col.hosts):
         hd = col.results[h].doc or {}
         local = slice(i * st.ranks_per_node, (i + 1) * st.ranks_per_node)
-        hosts[h].record("internode_rank_time_us", list((row.get("ip_rank_time_us") or [])[local]), "us",
-                        extra={"bytes": at, "label": label, "ranks": hd.get("local_ranks"),
-                               "hostname": hd.get("hostname"), "local_address": hd.get("local_address"),
-                               "local_interface": hd.get("local_interface")})
+        verdicts.for_host(h).record(
+            "internode_rank_time_us", list((row.get("ip_rank_time_us") or [])[local]), "us",
+            extra={"bytes": at, "label": label, "ranks": hd.get("local_ranks"), "hostname": hd.get("hostname"),
+                   "local_address": hd.get("local_address"), "local_interface": hd.get("local_interface")})
     wrong, errors = nccl_judge.wrong_count(doc.get("rows") or [], doc.get("wrong_total"))
     verdicts.record("internode_wrong_elements", None if errors else wrong, "elements", extra={"label": label})
     if wrong:
@@ -147,7 +121,7 @@ def _record_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, st
     return errors
 
 
-def _failed_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, errors: list[str]) -> None:
+def _failed_collective(verdicts: Verdicts, col: mn.Collective, errors: list[str]) -> None:
     verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits, "world_problems":
                     col.world_problems, "singled_out": col.singled_out, "marker": col.marker})
     if col.world_problems:  # not the world launched: an error, no figure
@@ -157,23 +131,23 @@ def _failed_collective(verdicts: Verdicts, hosts: _Hosts, col: mn.Collective, er
     for line in col.message.splitlines():
         host = line.split(":", 1)[0]
         if host in named:
-            hosts[host].fail(line.split(":", 1)[1].strip())
+            verdicts.for_host(host).fail(line.split(":", 1)[1].strip())
         else:
             verdicts.fail(line)
 
 
-def _ring(nodes, verdicts, hosts, st, group, notes):
+def _ring(nodes, verdicts, st, group, notes):
     col = mn.ring(nodes, st)
     errors: list[str] = []
     if not col.ok:
-        _failed_collective(verdicts, hosts, col, errors)
+        _failed_collective(verdicts, col, errors)
         return errors
-    errors += _record_collective(verdicts, hosts, col, st, group, notes, "ring")
-    _check_hosts(hosts, col, nodes, group, st.args["backend"])
+    errors += _record_collective(verdicts, col, st, group, notes, "ring")
+    _check_hosts(verdicts, col, nodes, group, st.args["backend"])
     return errors
 
 
-def _pairwise(nodes, verdicts, hosts, st, group, notes):
+def _pairwise(nodes, verdicts, st, group, notes):
     rep = mn.pairwise(nodes, st, group.at_bytes, group.limit_gbps, group.slow_pct, group.seed, group.rounds)
     verdicts.record("pairwise_seed", rep.seed, extra={"round_wall_s": rep.round_wall_s})
     for p in rep.pairs:
@@ -185,10 +159,10 @@ def _pairwise(nodes, verdicts, hosts, st, group, notes):
         print(f"#   round {p.round}  {p.pair[0]:>12} + {p.pair[1]:<12} {fig:>14}  {'pass' if p.passed else 'FAIL'}  "
               f"{'' if p.passed else p.why}")
     for h, (passed, total) in rep.status["ratio"].items():
-        hosts[h].record("pairwise_pass_ratio", round(passed / total, 3) if total else None, "",
-                        extra={"passed": passed, "pairs": total, "seed": rep.seed})
+        verdicts.for_host(h).record("pairwise_pass_ratio", round(passed / total, 3) if total else None, "",
+                                    extra={"passed": passed, "pairs": total, "seed": rep.seed})
     for h, why in rep.named:
-        hosts[h].fail(f"pairwise all-reduce: {why} (seed {rep.seed})")
+        verdicts.for_host(h).fail(f"pairwise all-reduce: {why} (seed {rep.seed})")
     if not rep.named and rep.status["unresolved"]:
         bad = [p for p in rep.pairs if not p.passed]
         verdicts.fail(f"pairwise all-reduce: no pair passed to single out a host (seed {rep.seed}); unresolved: "
@@ -199,7 +173,7 @@ def _pairwise(nodes, verdicts, hosts, st, group, notes):
             for p in rep.pairs if p.world_problems for a, b in [p.pair]]
 
 
-def _rails(nodes, verdicts, hosts, st, group, notes):
+def _rails(nodes, verdicts, st, group, notes):
     res = mn.rails(nodes, st, st.ranks_per_node, group.at_bytes, group.limit_gbps, group.slow_pct)
     errors: list[str] = []
     for r in res:
@@ -209,7 +183,7 @@ def _rails(nodes, verdicts, hosts, st, group, notes):
             errors.append(f"rail {r.rail}: " + r.collective.message.replace("\n", "; "))
             continue
         if r.collective.ok:
-            _check_hosts(hosts, r.collective, nodes, group, st.args["backend"])
+            _check_hosts(verdicts, r.collective, nodes, group, st.args["backend"])
             print(f"\n# rail {r.rail} (CUDA_VISIBLE_DEVICES={r.rail} on every host)\n{format_table(r.collective.doc)}")
         if not r.passed:
             verdicts.fail(f"rail {r.rail} (GPU {r.rail} of every host) is slow or broken: {r.why}")
@@ -222,8 +196,8 @@ def test_allreduce_multinode(nodes: list[HostRunner], verdicts, request):
     if len(nodes) < 2:
         pytest.skip(f"inter-node all-reduce needs at least 2 hosts; {len(nodes)} selected")
     st, group, notes = _settings(nodes)  # a malformed group var: ConfigError, reported as an error
-    hosts = _Hosts(verdicts, request.node)
     pattern = request.config.getoption("nccl_pattern")
-    errors = {"ring": _ring, "pairwise": _pairwise, "rails": _rails}[pattern](nodes, verdicts, hosts, st, group,
-                                                                             notes)
-    hosts.finish(errors)
+    errors = {"ring": _ring, "pairwise": _pairwise, "rails": _rails}[pattern](nodes, verdicts, st, group, notes)
+    verdicts.finish()
+    if errors:
+        raise ProbeError(verdicts.host, "; ".join(errors))

@@ -32,14 +32,16 @@ def load_probe(name: str):
     return mod
 
 
-def run_probe(name: str, args: dict | None = None, env: dict | None = None, timeout: float = 60):
-    """Run a probe as the runner does: ``python3 probe.py '<json>'``; returns (rc, last JSON line, stderr)."""
+def run_probe(name: str, args: dict | None = None, env: dict | None = None, timeout: float = 240):
+    """Run a probe as the runner does: ``python3 probe.py '<json>'`` (``env`` added to this process's
+    environment); returns (rc, the JSON document, stderr). Asserts stdout is exactly one JSON line."""
     cmd = [sys.executable, str(PROBES / f"{name}.py")]
     if args is not None:
         cmd.append(json.dumps(args))
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    lines = p.stdout.strip().splitlines()
-    assert len(lines) == 1, f"expected one JSON line on stdout, got {p.stdout!r} (stderr {p.stderr!r})"
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=PROBES.parent,
+                       env={**os.environ, **(env or {})})
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"stdout must be one JSON line, got {p.stdout!r}; stderr: {p.stderr[-2000:]}"
     return p.returncode, json.loads(lines[0]), p.stderr
 
 

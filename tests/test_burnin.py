@@ -11,7 +11,7 @@ import pytest
 
 from gpuaccept import burnin
 from gpuaccept.thresholds import judge, load_sku_file
-from test_probes_torch import run_probe
+from probe_helpers import run_probe
 
 DATA = Path(__file__).parent / "data"
 SKU = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
@@ -181,12 +181,13 @@ def _replay_dir(tmp_path: Path, change=None) -> Path:
     doc = capture()
     if change:
         change(doc)
-    (dst / "burnin-0000000000.json").write_text(json.dumps({"probe": "burnin", "args": {}, "doc": doc}))
+    args = {"device": "cuda", "dtypes": ["bf16", "fp8"]}  # the suite's on an H200; its "seconds" is not matched
+    (dst / "burnin-0000000000.json").write_text(json.dumps({"probe": "burnin", "args": args, "doc": doc}))
     return dst
 
 
 def test_suite_end_to_end_on_the_replayed_capture(tmp_path):
-    from test_e2e import junit, make_project, run_pytest
+    from project_helpers import junit, make_project, run_pytest
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
     inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={_replay_dir(tmp_path)} "
                    "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
@@ -219,7 +220,7 @@ def test_suite_end_to_end_on_the_replayed_capture(tmp_path):
 def test_foreign_load_during_burnin_blocks_instead_of_failing_the_card(tmp_path):
     """A matmul loop from another process on GPU 1 halfway through: GPU 1's windows sag under its peer, but the
     probe saw a second compute process there, so the test is an ERROR "blocked by burnin", figures kept."""
-    from test_e2e import junit, make_project, run_pytest
+    from project_helpers import junit, make_project, run_pytest
 
     def foreign(doc):
         t_half = max(w["t0"] for w in doc["windows"]) / 2

@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 
 from gpuaccept import drift
-from gpuaccept.errors import ConfigError
 from gpuaccept.thresholds import load_all
 from gpuaccept.verdicts import Verdicts
-from test_e2e import run_pytest
-from test_replay import DATA, alter, outcomes, replay_project
+from project_helpers import DATA, alter, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"
@@ -184,20 +182,14 @@ def test_power_limit_during_compute():
         "power limit 500 W enforced during bf16 matmul, below 700 W (NVML default limit; requested 700 W)"]
 
 
-def test_inventory_vars_are_checked():
-    drift.check_vars("inv.ini: host a", {"gpu_power_limit_w": 600, "nccl_env": {"NCCL_NVLS_ENABLE": "0"}})
-    for bad in ({"gpu_power_limit_w": "600W"}, {"gpu_power_limit_w": 0}, {"nccl_env": ["NCCL_ALGO=Ring"]},
-                {"nccl_env": {"NCCL_X": True}}):
-        with pytest.raises(ConfigError, match="inv.ini: host a: "):
-            drift.check_vars("inv.ini: host a", bad)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # the probe reads the new fields through pynvml's real signatures (the fake mirrors the nvidia-smi -q values)
 
 
 def test_gpu_inventory_reads_power_clocks_and_pending_modes(monkeypatch):
-    from test_probes_nvml import H200X2, NV18, FakeNvml, inv, real_nvml
+    import pynvml as real_nvml
+    from probe_helpers import H200X2, NV18, FakeNvml, load_probe
+    inv = load_probe("gpu_inventory")
 
     class H200Drift(FakeNvml):
         def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
@@ -301,7 +293,8 @@ def test_bad_power_limit_var_stops_the_run(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "rep"), "-k", "power_limit")
     out = res.stdout + res.stderr
     assert res.returncode == 4 and "Traceback" not in out
-    assert "host h200-a: gpu_power_limit_w must be a positive number of watts, got 'lots'" in out
+    assert "inventory.ini:1: host h200-a var gpu_power_limit_w: expected a positive number of watts, got str 'lots'" \
+        in out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -413,7 +406,7 @@ def test_p2p_pairs_are_named_by_nvml_index(tmp_path):
 
 def test_nccl_conf_is_parsed_as_nccl_parses_it():
     """NCCL's setEnvFile: '#' only at the start of a line, name up to the first '=', value kept as written."""
-    from test_probes_nvml import load_probe
+    from probe_helpers import load_probe
     env = load_probe("nccl_env")
     assert env.parse_nccl_conf("# c\nNCCL_A=1\nNCCL_B==eth0\nNCCL_C=x # y\nnoequals\n") == [
         (2, "NCCL_A", "1"), (3, "NCCL_B", "=eth0"), (4, "NCCL_C", "x # y")]
@@ -424,7 +417,9 @@ def test_nccl_conf_is_parsed_as_nccl_parses_it():
 
 def test_gpu_inventory_falls_back_to_the_deprecated_clock_calls(monkeypatch):
     """A driver without nvmlDeviceGetClock: the per-purpose calls (deprecated in NVML 13) answer instead."""
-    from test_probes_nvml import H200X2, FakeNvml, inv, real_nvml
+    import pynvml as real_nvml
+    from probe_helpers import H200X2, FakeNvml, load_probe
+    inv = load_probe("gpu_inventory")
 
     class OldDriver(FakeNvml):
         def nvmlDeviceGetClock(self, h, kind, clock_id): raise self.err(real_nvml.NVML_ERROR_FUNCTION_NOT_FOUND)

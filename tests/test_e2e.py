@@ -8,53 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from project_helpers import junit, make_project, run_pytest
 from sshd import start_sshd, write_known_hosts
-
-REPO = Path(__file__).resolve().parent.parent
-
-CPU_SUITE = '''
-import os, time
-import pytest
-
-pytestmark = pytest.mark.nccl
-
-
-def test_gloo_allreduce(node, verdicts):
-    doc = node.probe("nccl_allreduce", {"backend": "gloo", "world_size": 2, "min_bytes": 4096,
-                                        "max_bytes": 65536, "iters": 3, "warmup": 1})
-    for r in doc["rows"]:
-        verdicts.record("busbw_gbps", r["ip_busbw_gbps"], "GB/s", extra={"bytes": r["bytes"]})
-    verdicts.record("wrong_total", doc["wrong_total"], "elements")
-    if doc["wrong_total"]:
-        verdicts.fail(f"{doc['wrong_total']} wrong elements")
-    verdicts.finish()
-
-
-def test_wait_for_go(node, verdicts):
-    go = os.environ.get("E2E_GO")
-    if go:
-        res = node.run(f"while [ ! -e {go} ]; do sleep 0.1; done; echo went", timeout=60)
-        assert res.stdout.strip() == b"went"
-    verdicts.record("waited", True)
-
-
-def test_whoami(node, verdicts):
-    res = node.run("echo $SSH_CONNECTION")
-    verdicts.record("ssh_connection", res.stdout.decode().strip())
-    assert res.rc == 0
-    verdicts.record("probe_dir", node._ensure_shipped())  # where the probes went, to check their removal
-'''
 
 HANG_SUITE = '''
 import pytest
@@ -65,42 +29,6 @@ pytestmark = pytest.mark.health
 def test_hangs(node):
     node.run("sleep 1000 # {marker}")
 '''
-
-
-def make_project(root: Path, nodes, known_hosts: str | None, extra_suite: str = CPU_SUITE,
-                 name: str = "test_nccl_gloo.py", inventory_extra: str = "") -> Path:
-    """Lay out a gpuaccept checkout in ``root`` with an inventory of ``nodes``; returns the inventory."""
-    shutil.copytree(REPO / "suites", root / "suites")
-    shutil.copytree(REPO / "thresholds", root / "thresholds")
-    shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
-    shutil.copy(REPO / "conftest.py", root / "conftest.py")
-    (root / "suites" / name).write_text(extra_suite)
-    inv = root / "inventory.ini"
-    lines = ["[gpu]"] + [n.inventory_line() for n in nodes]
-    inv.write_text("\n".join(lines) + "\n" + inventory_extra)
-    return inv
-
-
-def run_pytest(root: Path, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run the suites in ``root`` as an operator would: a fresh ``python -m pytest`` process."""
-    e = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def junit(path: Path) -> list[dict]:
-    """Testcases of a junit file: name, classname, outcome, properties."""
-    out = []
-    for tc in ET.parse(path).getroot().iter("testcase"):
-        outcome = "passed"
-        for tag in ("failure", "error", "skipped"):
-            if tc.find(tag) is not None:
-                outcome = tag
-        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
-        out.append({"name": tc.get("name"), "classname": tc.get("classname"), "outcome": outcome,
-                    "props": props, "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None),
-                    "text": next((c.text or "" for c in tc if c.tag in ("failure", "error")), "")})
-    return out
 
 
 def test_three_nodes_in_parallel(tmp_path, sshd_nodes, known_hosts):

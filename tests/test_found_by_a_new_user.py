@@ -12,8 +12,7 @@ from gpuaccept import health
 from gpuaccept.merge import merge
 from gpuaccept.readings import typed
 from gpuaccept.thresholds import load_sku_file
-from test_e2e import junit, make_project, run_pytest
-from test_replay import DATA, outcomes, replay_project
+from project_helpers import DATA, junit, make_project, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,6 +27,7 @@ nccl_pairwise_slow_pct=20
 nccl_backend=nccl
 nccl_round_timeout_s=600
 nccl_internode_probe_args={'iters': 5}
+gpu_power_limit_w=600
 unrelated_var={{ anything goes }}
 """
 
@@ -48,6 +49,7 @@ def test_good_vars_parse(tmp_path):
     lim = g2["storage_limits"]["seq_read_gbps"]
     assert isinstance(lim, Limit) and (lim.bound, lim.unit, lim.direction) == (12.0, "GB/s", "min")
     assert g2["nccl_internode_busbw_gbps"] == 40.5
+    assert g1["gpu_power_limit_w"] == 600.0
 
 
 BAD = [
@@ -65,6 +67,10 @@ BAD = [
     ("h nccl_env=\"{'NCCL X': 1}\"\n", 1, "nccl_env", "is not a variable name"),
     ("h nccl_env=\"{'A': [1, 2]}\"\n", 1, "nccl_env", "expected text or a number"),
     ("h nccl_env=\"{'A': True}\"\n", 1, "nccl_env", "write 1 or 0"),
+    ("h nccl_env=\"['NCCL_ALGO=Ring']\"\n", 1, "nccl_env", "expected a mapping of environment variables"),
+    ("h gpu_power_limit_w=600W\n", 1, "gpu_power_limit_w", "expected a positive number of watts, got str '600W'"),
+    ("h gpu_power_limit_w=0\n", 1, "gpu_power_limit_w", "expected a positive number of watts, got int 0"),
+    ("h gpu_power_limit_w=-5\n", 1, "gpu_power_limit_w", "expected a positive number of watts, got int -5"),
     ("h nccl_socket_ifname='ib0 ib1'\n", 1, "nccl_socket_ifname", "expected one word"),
     ("h gpus_per_node=eight\n", 1, "gpus_per_node", "expected an integer"),
     ("h gpus_per_node=0\n", 1, "gpus_per_node", "between 1 and 1024"),

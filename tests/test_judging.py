@@ -144,14 +144,67 @@ def test_judge_never_passes_a_non_number(value):
 
 def test_one_registry_serves_the_loader():
     from gpuaccept.thresholds import CHECKS, REGISTRY
-    assert CHECKS == {k: (c.unit, c.direction) for k, c in REGISTRY.items()}
-    assert {c.layer for c in REGISTRY.values()} == {"health", "memory", "compute", "nvlink", "nccl"}
+    assert CHECKS == {k: (c.unit, c.direction) for k, c in REGISTRY.items() if c.var is None}
+    assert {c.layer for c in REGISTRY.values() if c.var is None} == {"health", "memory", "compute", "nvlink", "nccl"}
     assert all(c.description for c in REGISTRY.values())
     h200 = load_all(str(REPO / "thresholds"))["h200-sxm-141gb"]
     assert set(h200.required("memory")) == {"hbm_read_bw_gbps", "hbm_write_bw_gbps", "hbm_copy_bw_gbps",
                                             "h2d_bw_gbps", "d2h_bw_gbps"}
 
 
+def test_inventory_limits_come_from_the_registry():
+    """Storage floors, GDS, the IB port rate, inter-node busbw and the pairwise slow percentage: unit and
+    direction are the registry's, the var that sets each is one the configure-time check validates."""
+    from gpuaccept import storage_limits as sl
+    from gpuaccept.hostvars import VARS
+    from gpuaccept.nccl_judge import judge_round
+    from gpuaccept.thresholds import REGISTRY, inventory_limit
+    inv = {k: c for k, c in REGISTRY.items() if c.var}
+    assert set(inv) >= set(sl.STORAGE_CHECKS) | {"ib_rate_gbps", "internode_busbw_gbps", "below_round_median_pct"}
+    assert {c.var for c in inv.values()} <= set(VARS)
+    for key, lim in sl.storage_limits({k: 1.5 for k in sl.STORAGE_CHECKS}).items():
+        assert (lim.unit, lim.direction, lim.origin) == (REGISTRY[key].unit, REGISTRY[key].direction, "inventory")
+    rate = sl.ib_rate_limit(400)
+    assert (rate.unit, rate.direction, rate.bound, rate.source) == ("Gb/s", "min", 400.0, "inventory var ib_rate_gbps")
+    assert judge_round({"a": 30.0, "b": 50.0}, 40, 20) == {
+        "a": (False, "internode_busbw_gbps 30 GB/s < min 40 GB/s"),
+        "b": (True, "internode_busbw_gbps 50 GB/s (limit >= 40 GB/s)")}
+    with pytest.raises(KeyError):
+        inventory_limit("hbm_read_bw_gbps", 1.0)  # a threshold file's check, never an inventory var's
+
+
+def test_a_threshold_file_cannot_set_an_inventory_limit(tmp_path):
+    from gpuaccept.errors import ThresholdError
+    from gpuaccept.thresholds import load_sku_file
+    f = tmp_path / "x.yaml"
+    f.write_text("sku: x\nchecks:\n  seq_read_gbps: {min: 1, unit: GB/s, source: s}\n")
+    with pytest.raises(ThresholdError, match="unknown check 'checks.seq_read_gbps'"):
+        load_sku_file(str(f))
+
+
 def test_limit_origin():
     inv = Limit("inventory", "seq_read_gbps", "min", 2.0, "GB/s", "inventory var storage_limits")
     assert inv.origin == "inventory" and inv.sku == "inventory"  # sku: the former name, still readable
+
+
+def test_an_interrupted_test_reports_what_it_found_before_the_interruption():
+    """A multi-host test's per-host recorders (Recorder.for_host) share its lines; those recorded once the run
+    was interrupted (the failures of the ranks SIGTERM killed) stay out of the interrupted test's message,
+    which the plugin builds from findings(before_interruption=True); the outcome still counts every line."""
+    import types
+    from gpuaccept.transport import cancel_all, reset_interruption
+    from gpuaccept.verdicts import Recorder
+    item = types.SimpleNamespace(user_properties=[], originalname="test_allreduce_multinode")
+    rec = Recorder(item, "fleet", "nccl")
+    rec.for_host("f1").fail("transport SHM, expected IB")  # found before the signal
+    assert rec.findings(before_interruption=True) == rec.findings() == ["f1: transport SHM, expected IB"]
+    try:
+        cancel_all("SIGTERM")  # no command in flight: only marks the run interrupted
+        rec.for_host("f1").fail("interrupted (SIGTERM) while running on f1: probe (all-reduce over f1, f2)")
+        rec.for_host("f2").fail("interrupted (SIGTERM) while running on f2: probe (all-reduce over f1, f2)")
+        rec.error("internode_busbw_gbps: no value measured")
+    finally:
+        reset_interruption()
+    assert rec.findings(before_interruption=True) == ["f1: transport SHM, expected IB"]
+    assert len(rec.findings()) == 4 and rec.outcome().kind == "failed"
+    assert [ln.split(":")[0] for ln in rec.lines()] == ["f1", "f1", "f2"]

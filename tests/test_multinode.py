@@ -29,7 +29,7 @@ from gpuaccept.probes._nccl_world import world_problems
 from gpuaccept.probes._supervisor import EXIT_SPLIT_WORLD, rank_evidence
 from gpuaccept.transport import get_transport
 from sshd import SSHD, SshNode, _keygen, _wait_port, client_key, start_sshd, write_known_hosts
-from test_e2e import junit, make_project, run_pytest
+from project_helpers import junit, make_project, run_pytest
 
 GLOO = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 65536, "factor": 4, "iters": 3, "warmup": 1}
 

@@ -14,8 +14,7 @@ from gpuaccept.errors import ConfigError
 from gpuaccept.multinode import GroupSettings, multinode_settings, nccl_environment
 from gpuaccept.probes._nccl_log import parse_nccl_log, parse_net_devices
 from gpuaccept.probes._supervisor import addresses_in, normalize_address, rank_evidence
-from test_e2e import run_pytest
-from test_replay import GPU_LAYERS, alter, outcomes, replay_project
+from project_helpers import GPU_LAYERS, alter, outcomes, replay_project, run_pytest
 
 DATA = Path(__file__).resolve().parent / "data"
 REAL = (DATA / "nccl-info-h200x2.log").read_text().splitlines()

@@ -5,30 +5,15 @@ The cuda path needs a GPU; on a machine without one each probe must fail cleanly
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from probe_helpers import load_probe as load  # noqa: E402 - after the torch check
+from probe_helpers import load_probe as load, run_probe  # noqa: E402 - after the torch check
 
-PROBES = Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"
 TORCH_PROBES = ("hbm_bandwidth", "matmul_tflops", "pcie_bandwidth", "launch_overhead")
-
-
-def run_probe(name: str, args: dict, timeout: float = 240, env: dict | None = None):
-    """(rc, the JSON document, stderr). Asserts stdout is exactly one JSON line."""
-    proc = subprocess.run([sys.executable, str(PROBES / f"{name}.py"), json.dumps(args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=PROBES.parent,
-                          env={**os.environ, **(env or {})})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"stdout must be one JSON line, got {proc.stdout!r}; stderr: {proc.stderr[-2000:]}"
-    return proc.returncode, json.loads(lines[-1]), proc.stderr
 
 
 # ---------------------------------------------------------------- pure arithmetic
@@ -77,8 +62,9 @@ def test_pci_bus_id_and_sysfs_numa(tmp_path):
     class Props:
         pci_domain_id, pci_bus_id, pci_device_id = 0, 0x1B, 0
 
-    assert pcie.pci_bus_id(Props()) == "00000000:1B:00.0"
-    assert pcie.pci_bus_id(object()) is None
+    gpu = load("_gpu")  # the torch probes' shared helpers
+    assert gpu.pci_bus_id(Props()) == "00000000:1B:00.0"
+    assert gpu.pci_bus_id(object()) is None
     assert pcie.sysfs_pci_name("00000000:1B:00.0") == "0000:1b:00.0"
     assert pcie.sysfs_pci_name("0000:9a:00.0") == "0000:9a:00.0"
     assert pcie.parse_cpulist("0-3,8-9,12\n") == [0, 1, 2, 3, 8, 9, 12]
@@ -240,6 +226,16 @@ def test_bad_args_fail_cleanly(name, args, needle):
     rc, doc, _ = run_probe(name, args)
     assert rc == 1 and doc["failed"] is True and "\n" not in doc["msg"]
     assert needle in doc["msg"], doc["msg"]
+
+
+@pytest.mark.parametrize("name", TORCH_PROBES)
+def test_one_argument_prologue(name):
+    """Every torch probe refuses an unknown argument and a device other than cuda/cpu with the same words
+    (the prologue in probes/_gpu.py: probe_device)."""
+    rc, doc, _ = run_probe(name, {"device": "cpu", "bogus": 1})
+    assert (rc, doc) == (1, {"failed": True, "msg": "unknown argument(s): bogus"})
+    rc, doc, _ = run_probe(name, {"device": "tpu"})
+    assert (rc, doc) == (1, {"failed": True, "msg": "device must be \"cuda\" or \"cpu\", got 'tpu'"})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")

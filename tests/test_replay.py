@@ -10,37 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import junit, make_project, run_pytest
-
-DATA = Path(__file__).resolve().parent / "data" / "replay-h200x2"
-GPU_LAYERS = "health or memory or compute or nvlink or (nccl and not multinode)"
-
-
-def replay_project(tmp_path: Path, captures: Path, extra_vars: str = "") -> Path:
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} gpu_sku=h200-sxm-141gb "
-                   f"gpus_per_node=2 {extra_vars}\n")
-    return inv
-
-
-def outcomes(rep: Path) -> dict[str, dict]:
-    out = {}
-    for layer in ("health", "memory", "compute", "nvlink", "nccl"):
-        path = rep / f"junit-{layer}.xml"
-        for c in junit(path) if path.exists() else []:
-            out[c["name"].split("[")[0]] = c
-    return out
-
-
-def alter(tmp_path: Path, probe: str, change) -> Path:
-    """A copy of the captures with ``change(doc)`` applied to the saved document(s) of ``probe``."""
-    dst = tmp_path / "captures"
-    shutil.copytree(DATA, dst)
-    for f in dst.glob(f"{probe}-*.json"):
-        saved = json.loads(f.read_text())
-        change(saved["doc"])
-        f.write_text(json.dumps(saved))
-    return dst
+from project_helpers import (DATA, GPU_LAYERS, alter, junit, make_project, outcomes, replay_folder, replay_project,
+                             run_pytest)
 
 
 def test_healthy_h200_capture_passes(tmp_path):
@@ -145,7 +116,8 @@ def run_replay(tmp_path: Path, captures: Path, k: str, inventory_vars: str = "gp
     """Run the suites on ``captures`` with ``-k k``; returns (returncode, {test: case}, results.json figures).
     Asserts that no report (JUnit message/text, summary, output) carries Python exception text."""
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} {inventory_vars}\n")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, captures)} "
+                   f"{inventory_vars}\n")
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", k)
     got = outcomes(rep)
@@ -246,6 +218,26 @@ def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
     assert got["test_ecc"]["outcome"] == "passed"  # health tests are not blocked
     bf16 = {f["gpu"]: f for f in figs if f["check"] == "bf16_tflops"}
     assert bf16[1]["value"] == 301.0 and bf16[1]["verdict"] == "fail"
+
+
+def test_pytest_counts_our_errors_as_errors(tmp_path):
+    """pytest's own terminal line counts a blocked test (and every other ERROR of ours) under "errors", as
+    JUnit and summary.md do. A failed preflight and a compute test blocked by it: before "2 failed", after
+    "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before."""
+    def foreign(doc):
+        doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
+    inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": foreign}))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k",
+                     "test_preflight or test_launch_overhead", "--junitxml", str(tmp_path / "pytest.xml"))
+    assert res.returncode == 1, res.stdout[-3000:]
+    tail = res.stdout.strip().splitlines()[-1]
+    assert "1 failed" in tail and "1 error" in tail and "passed" not in tail, tail
+    assert "ERROR suites/test_compute.py::test_launch_overhead[h200-a]" in res.stdout
+    got = outcomes(rep)
+    assert (got["test_preflight"]["outcome"], got["test_launch_overhead"]["outcome"]) == ("failure", "error")
+    own = {c["name"].split("[")[0]: c["outcome"] for c in junit(tmp_path / "pytest.xml")}
+    assert own["test_launch_overhead"] in ("failure", "error")  # pytest's own --junitxml: a failed call
 
 
 def test_fabric_not_ready_blocks_nvlink_and_nccl(tmp_path):
@@ -409,3 +401,26 @@ def test_recorded_failure_is_never_lost(tmp_path):
     assert got["test_error_then_return"]["outcome"] == "error"
     assert "h200-a: figure not measured" in got["test_error_then_return"]["message"]
     assert got["test_skip_clean"]["outcome"] == "skipped"
+
+
+def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
+    """Before: a probe with one saved document got it whatever it asked for (pcie_link {"seconds": 3} read the
+    1.5 s document). Now only the time arguments may differ: xid_events' since_epoch, nccl_allreduce's
+    deadline_s, burnin's seconds."""
+    from gpuaccept.errors import ProbeError
+    from gpuaccept.node import replay_probe, save_probe
+    d = str(tmp_path)
+    save_probe(d, "xid_events", {"since_epoch": 1795989274.3}, {"events": [], "source": "kmsg"})
+    save_probe(d, "pcie_link", {"seconds": 1.5}, {"gpus": [], "seconds": 1.5})
+    save_probe(d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 290}, {"rows": [1]})
+    assert replay_probe("h", d, "xid_events", {"since_epoch": 1800000000.0})["source"] == "kmsg"
+    assert replay_probe("h", d, "pcie_link", {"seconds": 1.5})["seconds"] == 1.5
+    with pytest.raises(ProbeError, match=r'pcie_link: no saved document for arguments \{"seconds": 3\}'):
+        replay_probe("h", d, "pcie_link", {"seconds": 3})
+    assert replay_probe("h", d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 590}) == {
+        "rows": [1]}
+    with pytest.raises(ProbeError, match="nccl_allreduce: no saved document"):
+        replay_probe("h", d, "nccl_allreduce", {"backend": "nccl", "world_size": 8, "deadline_s": 290})
+    save_probe(d, "xid_events", {"since_epoch": 5.0}, {"events": [1]})  # two windows saved: which one is meant?
+    with pytest.raises(ProbeError, match="xid_events: no saved document"):
+        replay_probe("h", d, "xid_events", {"since_epoch": 6.0})

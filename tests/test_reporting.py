@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import CPU_SUITE, junit, make_project, run_pytest
-from test_replay import DATA, GPU_LAYERS, replay_project
+from project_helpers import CPU_SUITE, DATA, GPU_LAYERS, junit, make_project, replay_folder, replay_project, run_pytest
 
 from gpuaccept import history
 from gpuaccept.errors import ConfigError
@@ -243,7 +242,8 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
         saved = json.loads(f.read_text())
         _slow_write(7)(saved["doc"])
         f.write_text(json.dumps(saved))
-    inv.write_text(inv.read_text().replace(str(DATA), str(slow)))
+    first = re.search(r"gpuaccept_replay=(\S+)", inv.read_text()).group(1)
+    inv.write_text(inv.read_text().replace(first, str(replay_folder(tmp_path, slow))))
     r2 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r2"))
     assert r2.returncode == 0, r2.stdout[-3000:]
     md = (tmp_path / "r2" / "summary.md").read_text()

@@ -23,7 +23,7 @@ from gpuaccept import storage_judging as sj
 from gpuaccept import storage_limits as sl
 from gpuaccept.errors import ConfigError
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from test_e2e import junit, make_project, run_pytest
+from project_helpers import junit, make_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"

@@ -5,6 +5,7 @@ every alteration of a document is written in the test that makes it.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -14,12 +15,23 @@ from pathlib import Path
 
 from gpuaccept.node import save_probe
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from test_e2e import junit, make_project, run_pytest
+from project_helpers import junit, make_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"
 DATA = REPO / "tests" / "data" / "replay-h200x2"
 NVML_IDS = ["00000000:00:06.0", "00000000:00:07.0"]     # the capture's two H200s
+
+
+def _suite_constant(suite: str, name: str):
+    """A module-level constant of ``suites/<suite>`` (the arguments it gives a probe), read from its source."""
+    tree = ast.parse((REPO / "suites" / suite).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name)
+    return eval(compile(ast.Expression(node.value), suite, "eval"), {"__builtins__": {}})  # literals and 1 << 20
+
+
+#: the all-reduce forced onto the network that suites/test_gpudirect.py runs when the kernel shows no GDR path
+NCCL_NET_LOOPBACK = _suite_constant("test_gpudirect.py", "NCCL_NET_LOOPBACK")
 
 
 def run_probe(name: str, args: dict) -> dict:
@@ -91,7 +103,7 @@ def test_peermem_listed_not_registered_fails(tmp_path):
     """Before: "ready" because nvidia_peermem is in the module list -> passed. Now: no ib_core registration and
     NCCL's own channels run without GDRDMA -> failed, every missing piece named."""
     caps = captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=False)),
-                               "nccl_allreduce": ({}, nccl_over_network({"NET/IB/0": 4}))})
+                               "nccl_allreduce": (NCCL_NET_LOOPBACK, nccl_over_network({"NET/IB/0": 4}))})
     got = replay(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
     case = got["test_gpudirect_rdma"]
     assert case["outcome"] == "failure", case
@@ -107,7 +119,7 @@ def test_peermem_listed_not_registered_fails(tmp_path):
 
 def test_nccl_gdrdma_statement_is_ready(tmp_path):
     caps = captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=False)),
-                               "nccl_allreduce": ({}, nccl_over_network({"NET/IB/0/GDRDMA": 4}))})
+                               "nccl_allreduce": (NCCL_NET_LOOPBACK, nccl_over_network({"NET/IB/0/GDRDMA": 4}))})
     got = replay(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
     assert got["test_gpudirect_rdma"]["outcome"] == "passed", got["test_gpudirect_rdma"]
     fig = [f for f in got["_figures"] if f["check"] == "gpudirect_rdma_ready"][0]
@@ -175,7 +187,8 @@ def test_storage_to_gpu_every_nvml_gpu_measured(tmp_path):
     # altered: the cuda run's per-GPU list, one GPU of the capture's two
     cpu["gpus"] = [{"index": 0, "name": "NVIDIA H200", "pci_bus_id": NVML_IDS[0], "h2d_gbps": 50.0,
                     "end_to_end_gbps": cpu["end_to_end_gbps"], "bounding_stage": cpu["bounding_stage"]}]
-    caps = captures(tmp_path, {"storage_mounts": ({"paths": ["/"]}, where), "storage_to_gpu": ({}, cpu)})
+    caps = captures(tmp_path, {"storage_mounts": ({"paths": ["/"]}, where), "storage_to_gpu": (
+        {"path": "/", "device": "cuda", "gpus": "all"}, cpu)})  # what suites/test_storage.py asks for storage_paths=/
     got = replay(tmp_path, caps, "test_storage.py", k="storage_to_gpu",
                  extra_vars="storage_paths=/ storage_allow_root_fs=true")
     case = got["test_storage_to_gpu"]

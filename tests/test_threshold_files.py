@@ -15,6 +15,7 @@ import functools
 import glob
 import os
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -427,6 +428,17 @@ BAD_DOCS = [
 ]
 
 
+# the text of the line each error must name: the bad key's own line, or the check's line for a missing key
+BAD_DOC_LINES = {
+    "mistyped check key": "hbm_raed_bw_gbps:", "wrong unit": "unit: MB/s", "missing unit": "hbm_read_bw_gbps:",
+    "missing source": "hbm_read_bw_gbps:", "empty source": "source: ''", "bool bound": "min: true",
+    "string bound": "min: '850'", "max on a min check": "hbm_read_bw_gbps:", "min on a max check": "temp_c:",
+    "unknown check field": "fraction:", "check not a mapping": "temp_c: 85",
+    "world sizes as strings": "min_by_world_size:", "unknown top-level key": "thresholds:",
+    "unknown expect key": "nvlinks:", "unknown detect key": "pci_ids:", "sku differs from stem": "sku: other-sku",
+}
+
+
 @pytest.mark.parametrize("label,mutate,fragments", BAD_DOCS, ids=[b[0] for b in BAD_DOCS])
 def test_bad_file_raises_one_line_error_naming_file_and_key(tmp_path, label, mutate, fragments):
     path = _write(tmp_path, _mutated(mutate))
@@ -434,7 +446,10 @@ def test_bad_file_raises_one_line_error_naming_file_and_key(tmp_path, label, mut
         load_sku_file(path)
     msg = str(info.value)
     assert "\n" not in msg, f"message is not one line: {msg!r}"
-    assert path in msg, f"message does not name the file: {msg!r}"
+    m = re.match(re.escape(path) + r":(\d+): ", msg)
+    assert m, f"message does not name file:line: {msg!r}"
+    line = Path(path).read_text().splitlines()[int(m.group(1)) - 1]
+    assert line.strip().startswith(BAD_DOC_LINES[label]), f"line {m.group(1)} is {line!r}: {msg}"
     for frag in fragments:
         assert frag in msg, f"message does not name {frag!r}: {msg!r}"
 

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from probe_helpers import DATA, load_probe
-from test_e2e import junit, make_project, run_pytest
+from project_helpers import junit, make_project, run_pytest
 
 xev = load_probe("xid_events")
 REPLAY = DATA / "replay-h200x2"

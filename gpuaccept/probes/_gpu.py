@@ -1,6 +1,10 @@
-"""Shared helpers of the torch probes (hbm_bandwidth, matmul_tflops, launch_overhead, pcie_bandwidth).
+"""Shared helpers of the torch probes (hbm_bandwidth, matmul_tflops, launch_overhead, pcie_bandwidth,
+p2p_bandwidth).
 
 Shipped with the probes (the runner ships this whole folder); depends on the standard library and torch.
+The argument prologue every torch probe runs is here, once: :func:`probe_device` (unknown arguments
+refused, ``device`` checked), :func:`gpu_indices` (CUDA required on cuda, ``gpus`` checked against what torch
+sees) and :func:`describe_gpu` (the ``{"index", "name", "pci_bus_id"}`` head of a per-GPU record).
 """
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ import time
 
 import torch
 
-from _probe import ProbeFailed
+from _probe import ProbeFailed, reject_unknown
+
+DEVICES = ("cuda", "cpu")  # cpu: the same code path on host memory, for CI
 
 
 def sig(x: float, digits: int = 5) -> float:
@@ -37,6 +43,34 @@ def select_gpus(device: str, gpus) -> list[int]:
     if bad:
         raise ProbeFailed(f"gpu index {bad[0]} out of range: torch sees {count} GPU(s)")
     return gpus
+
+
+def probe_device(args: dict, known) -> str:
+    """First step of a torch probe's ``main``: refuse arguments outside ``known`` ("unknown argument(s): a,
+    b") and return ``args["device"]`` (default "cuda"); ProbeFailed unless it is one of :data:`DEVICES`."""
+    reject_unknown(args, known)
+    device = args.get("device", "cuda")
+    if device not in DEVICES:
+        raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")
+    return device
+
+
+def gpu_indices(device: str, gpus) -> list[int]:
+    """The torch device indices to measure on ``device`` ("cuda" | "cpu": ``[0]``), from the ``gpus`` argument
+    (a list of indices, "all" or None: every GPU torch sees). ProbeFailed when torch sees no CUDA device on
+    cuda (:func:`require_cuda`) or an index is out of range (:func:`select_gpus`)."""
+    if device == "cuda":
+        require_cuda()
+    return select_gpus(device, gpus)
+
+
+def describe_gpu(device: str, index: int) -> dict:
+    """``{"index", "name", "pci_bus_id"}`` of torch device ``index``: its properties' name and NVML-style bus
+    id (:func:`pci_bus_id`) on cuda; ``{"index": 0, "name": "cpu", "pci_bus_id": None}`` on cpu."""
+    if device != "cuda":
+        return {"index": 0, "name": "cpu", "pci_bus_id": None}
+    props = torch.cuda.get_device_properties(index)
+    return {"index": index, "name": props.name, "pci_bus_id": pci_bus_id(props)}
 
 
 def pci_bus_id(props) -> str | None:

@@ -41,8 +41,8 @@ import threading
 
 import torch
 
-from _gpu import Clock, on_gpus, pci_bus_id, require_cuda, select_gpus, sig
-from _probe import ProbeFailed, log, reject_unknown, run
+from _gpu import Clock, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
+from _probe import ProbeFailed, log, run
 
 GIB = 1 << 30
 ALIGN = 64 << 10  # buffers are whole multiples of 64 KiB: every Triton tile is full, no masks
@@ -228,12 +228,7 @@ def summarize(results: dict) -> dict:
 
 
 def main(args: dict) -> dict:
-    reject_unknown(args, ARG_KEYS)
-    device = args.get("device", "cuda")
-    if device not in ("cuda", "cpu"):
-        raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")
-    if device == "cuda":
-        require_cuda()
+    device = probe_device(args, ARG_KEYS)
     nbytes = int(args.get("bytes", 4 * GIB if device == "cuda" else 4 << 20))
     nbytes -= nbytes % ALIGN
     if nbytes <= 0:
@@ -246,7 +241,7 @@ def main(args: dict) -> dict:
     bad = [m for m in read_methods if m not in known]
     if bad:
         raise ProbeFailed(f"unknown read method {bad[0]!r} (known: {', '.join(known)})")
-    indices = select_gpus(device, args.get("gpus"))
+    indices = gpu_indices(device, args.get("gpus"))
 
     triton_kernels = None
     triton_state = "unavailable: not requested"

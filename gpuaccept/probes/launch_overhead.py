@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from _gpu import pci_bus_id, require_cuda, select_gpus
-from _probe import ProbeFailed, log, reject_unknown, run
+from _gpu import describe_gpu, gpu_indices, probe_device
+from _probe import ProbeFailed, log, run
 
 ARG_KEYS = {"device", "iters", "gpus"}
 WARMUP = 1000
@@ -60,25 +60,16 @@ def measure(dev: torch.device, iters: int) -> dict:
 
 
 def main(args: dict) -> dict:
-    reject_unknown(args, ARG_KEYS)
-    device = args.get("device", "cuda")
-    if device not in ("cuda", "cpu"):
-        raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")
+    device = probe_device(args, ARG_KEYS)
     iters = int(args.get("iters", 10000))
     if not 1 <= iters <= 10_000_000:
         raise ProbeFailed(f"iters must be between 1 and 10000000, got {iters}")
-    if device == "cuda":
-        require_cuda()
     gpus = []
-    for i in select_gpus(device, args.get("gpus")):
+    for i in gpu_indices(device, args.get("gpus")):
         if device == "cuda":
             torch.cuda.set_device(i)
-            props = torch.cuda.get_device_properties(i)
-            info = {"index": i, "name": props.name, "pci_bus_id": pci_bus_id(props)}
-            info.update(measure(torch.device("cuda", i), iters))
-        else:
-            info = {"index": 0, "name": "cpu", "pci_bus_id": None}
-            info.update(measure(torch.device("cpu"), iters))
+        info = describe_gpu(device, i)
+        info.update(measure(torch.device("cuda", i) if device == "cuda" else torch.device("cpu"), iters))
         log(f"launch_overhead: {info['name']} {info['index']}: {info['launch_us_wall']} us/launch (wall)")
         gpus.append(info)
     return {"device": device, "iters": iters, "gpus": gpus}

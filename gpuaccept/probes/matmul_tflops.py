@@ -46,8 +46,8 @@ import time
 
 import torch
 
-from _gpu import Clock, on_gpus, pci_bus_id, require_cuda, select_gpus, sig
-from _probe import ProbeFailed, log, reject_unknown, run
+from _gpu import Clock, describe_gpu, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
+from _probe import ProbeFailed, log, run
 
 ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus"}
 KNOWN_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp64", "fp32")
@@ -261,10 +261,7 @@ def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -
 
 
 def main(args: dict) -> dict:
-    reject_unknown(args, ARG_KEYS)
-    device = args.get("device", "cuda")
-    if device not in ("cuda", "cpu"):
-        raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")
+    device = probe_device(args, ARG_KEYS)
     dtypes = args.get("dtypes")
     if dtypes is not None:
         if not isinstance(dtypes, list) or not dtypes:
@@ -272,9 +269,7 @@ def main(args: dict) -> dict:
         for d in dtypes:
             if d not in KNOWN_DTYPES:
                 raise ProbeFailed(f"unknown dtype {d!r} (known: {', '.join(KNOWN_DTYPES)})")
-    if device == "cuda":
-        require_cuda()
-    indices = select_gpus(device, args.get("gpus"))
+    indices = gpu_indices(device, args.get("gpus"))
     first_dev = torch.device("cuda", indices[0]) if device == "cuda" else torch.device("cpu")
     supported = supported_dtypes(first_dev)
     if dtypes is None:
@@ -313,11 +308,7 @@ def main(args: dict) -> dict:
 
     gpus = []
     for i in indices:
-        if device == "cuda":
-            props = torch.cuda.get_device_properties(i)
-            gpus.append({"index": i, "name": props.name, "pci_bus_id": pci_bus_id(props), "dtypes": per_gpu[i]})
-        else:
-            gpus.append({"index": 0, "name": "cpu", "pci_bus_id": None, "dtypes": per_gpu[i]})
+        gpus.append({**describe_gpu(device, i), "dtypes": per_gpu[i]})
     return {"device": device, "nvml": nvml_state, "fp8_fast_accum": bool(args.get("fp8_fast_accum", False)),
             "gpus": gpus}
 

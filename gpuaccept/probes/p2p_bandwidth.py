@@ -137,22 +137,17 @@ def measure(nbytes: int, iters: int = 5, reps: int = 5) -> list:
 
 def main(args: dict) -> dict:
     """Probe entry point: the document described in the module docstring."""
-    reject_unknown(args, ARG_KEYS)
+    reject_unknown(args, ARG_KEYS)  # no "device": GPU-to-GPU copies need CUDA
     try:
-        import torch
-    except ImportError:
-        raise ProbeFailed("torch not installed")
-    if not torch.cuda.is_available():
-        raise ProbeFailed(f"no CUDA device visible to torch (torch {torch.__version__}, "
-                          f"CUDA build: {torch.version.cuda})")
-    from _gpu import pci_bus_id
+        from _gpu import describe_gpu, gpu_indices  # the torch probes' prologue; _gpu imports torch
+    except ImportError as e:
+        if e.name != "torch":
+            raise
+        raise ProbeFailed("torch not installed") from None
 
     nbytes, iters, reps = int(args.get("bytes") or DEFAULT_BYTES), int(args.get("iters") or 5), int(args.get("reps") or 5)
-    n = torch.cuda.device_count()
-    gpus = []
-    for i in range(n):
-        props = torch.cuda.get_device_properties(i)
-        gpus.append({"index": i, "name": props.name, "pci_bus_id": pci_bus_id(props)})
+    gpus = [describe_gpu("cuda", i) for i in gpu_indices("cuda", "all")]
+    n = len(gpus)
     t0 = time.time()
     pairs = measure(nbytes, iters, reps) if n > 1 else []
     log(f"p2p bandwidth: {len(pairs)} ordered pairs in {time.time() - t0:.1f}s")

@@ -38,8 +38,8 @@ import time
 
 import torch
 
-from _gpu import pci_bus_id, require_cuda, select_gpus
-from _probe import ProbeFailed, log, reject_unknown, run
+from _gpu import describe_gpu, gpu_indices, probe_device
+from _probe import ProbeFailed, log, run
 
 GIB = 1 << 30
 ARG_KEYS = {"device", "bytes", "iters", "mode", "gpus"}
@@ -170,10 +170,7 @@ def summarize(times: list[float], nbytes: int) -> tuple[float, float]:
 
 
 def main(args: dict) -> dict:
-    reject_unknown(args, ARG_KEYS)
-    device = args.get("device", "cuda")
-    if device not in ("cuda", "cpu"):
-        raise ProbeFailed(f"device must be \"cuda\" or \"cpu\", got {device!r}")
+    device = probe_device(args, ARG_KEYS)
     mode = args.get("mode", "both")
     if mode not in MODES:
         raise ProbeFailed(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
@@ -181,17 +178,11 @@ def main(args: dict) -> dict:
     iters = int(args.get("iters", 10 if device == "cuda" else 3))
     if nbytes < 1 or iters < 1:
         raise ProbeFailed("bytes and iters must be >= 1")
-    if device == "cuda":
-        require_cuda()
-    indices = select_gpus(device, args.get("gpus"))
+    indices = gpu_indices(device, args.get("gpus"))
 
     gpus = []
     for i in indices:
-        if device == "cuda":
-            props = torch.cuda.get_device_properties(i)
-            info = {"index": i, "name": props.name, "pci_bus_id": pci_bus_id(props)}
-        else:
-            info = {"index": 0, "name": "cpu", "pci_bus_id": None}
+        info = describe_gpu(device, i)
         node, cpus = numa_of(info["pci_bus_id"])
         info.update(numa_node=node, cpus_bound=len(cpus) if cpus else None, _cpus=cpus)
         gpus.append(info)

@@ -1,0 +1,148 @@
+"""Helpers of the end-to-end tests: lay out a gpuaccept project, run pytest on it as an operator would, read
+its JUnit files, and replay the saved 2xH200 probe documents (tests/data/replay-h200x2) through the
+``gpuaccept_replay`` inventory var. Test files import these from here, never from one another.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from gpuaccept.node import save_probe
+from gpuaccept.thresholds import load_sku_file
+
+REPO = Path(__file__).resolve().parent.parent
+
+CPU_SUITE = '''
+import os, time
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_gloo_allreduce(node, verdicts):
+    doc = node.probe("nccl_allreduce", {"backend": "gloo", "world_size": 2, "min_bytes": 4096,
+                                        "max_bytes": 65536, "iters": 3, "warmup": 1})
+    for r in doc["rows"]:
+        verdicts.record("busbw_gbps", r["ip_busbw_gbps"], "GB/s", extra={"bytes": r["bytes"]})
+    verdicts.record("wrong_total", doc["wrong_total"], "elements")
+    if doc["wrong_total"]:
+        verdicts.fail(f"{doc['wrong_total']} wrong elements")
+    verdicts.finish()
+
+
+def test_wait_for_go(node, verdicts):
+    go = os.environ.get("E2E_GO")
+    if go:
+        res = node.run(f"while [ ! -e {go} ]; do sleep 0.1; done; echo went", timeout=60)
+        assert res.stdout.strip() == b"went"
+    verdicts.record("waited", True)
+
+
+def test_whoami(node, verdicts):
+    res = node.run("echo $SSH_CONNECTION")
+    verdicts.record("ssh_connection", res.stdout.decode().strip())
+    assert res.rc == 0
+    verdicts.record("probe_dir", node._ensure_shipped())  # where the probes went, to check their removal
+'''
+
+def make_project(root: Path, nodes, known_hosts: str | None, extra_suite: str = CPU_SUITE,
+                 name: str = "test_nccl_gloo.py", inventory_extra: str = "") -> Path:
+    """Lay out a gpuaccept checkout in ``root`` with an inventory of ``nodes``; returns the inventory."""
+    shutil.copytree(REPO / "suites", root / "suites")
+    shutil.copytree(REPO / "thresholds", root / "thresholds")
+    shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
+    shutil.copy(REPO / "conftest.py", root / "conftest.py")
+    (root / "suites" / name).write_text(extra_suite)
+    inv = root / "inventory.ini"
+    lines = ["[gpu]"] + [n.inventory_line() for n in nodes]
+    inv.write_text("\n".join(lines) + "\n" + inventory_extra)
+    return inv
+
+
+def run_pytest(root: Path, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run the suites in ``root`` as an operator would: a fresh ``python -m pytest`` process."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=root, env=e, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def junit(path: Path) -> list[dict]:
+    """Testcases of a junit file: name, classname, outcome, properties."""
+    out = []
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if tc.find(tag) is not None:
+                outcome = tag
+        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
+        out.append({"name": tc.get("name"), "classname": tc.get("classname"), "outcome": outcome,
+                    "props": props, "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None),
+                    "text": next((c.text or "" for c in tc if c.tag in ("failure", "error")), "")})
+    return out
+
+
+# -- replayed 2xH200 probe documents -----------------------------------------------------------------------
+DATA = Path(__file__).resolve().parent / "data" / "replay-h200x2"
+GPU_LAYERS = "health or memory or compute or nvlink or (nccl and not multinode)"
+
+
+#: The capture's all-reduce: one sweep, 1 MiB..4 GiB, with NCCL's own algorithm choice (saved 2026-11-29).
+CAPTURE_NCCL = "nccl_allreduce-e75eb842e3.json"
+
+
+def replay_folder(tmp_path: Path, captures: Path) -> Path:
+    """A copy of ``captures`` (a folder of saved probe documents) in ``tmp_path``, with the stand-ins below.
+
+    A replay reads only the document saved with the arguments a suite asks for (gpuaccept.node.replay_probe).
+    suites/test_nccl.py now asks nccl_allreduce twice: the sweep pinned to NCCL_ALGO=Ring (the judged figures)
+    and NCCL's own choice at the judged size (thresholds/h200-sxm-141gb.yaml at_bytes). The capture predates
+    both; ALTERED here: its sweep document is saved under both calls' arguments. On this 2-GPU node NCCL's own
+    choice was Ring/Simple at every size from 4 MiB (the document's algos and ip_algo columns), so the pinned
+    sweep would read alike; the at-size call reads the sweep's 4 GiB row.
+    """
+    dst, n = tmp_path / "replay", 1
+    while dst.exists():
+        n += 1
+        dst = tmp_path / f"replay{n}"
+    shutil.copytree(captures, dst)
+    src = dst / CAPTURE_NCCL
+    if src.exists():
+        saved = json.loads(src.read_text())
+        at = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml")).limit("allreduce_busbw_gbps").at_bytes
+        args = {k: v for k, v in saved["args"].items() if k != "deadline_s"}  # a time argument: not matched
+        for call in ({"env": {"NCCL_ALGO": "Ring"}}, {"min_bytes": at, "max_bytes": at}):
+            save_probe(str(dst), "nccl_allreduce", {**args, **call}, saved["doc"])
+    return dst
+
+
+def replay_project(tmp_path: Path, captures: Path, extra_vars: str = "") -> Path:
+    """A project whose one host, h200-a, replays ``captures`` (through :func:`replay_folder`)."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, captures)} "
+                   f"gpu_sku=h200-sxm-141gb gpus_per_node=2 {extra_vars}\n")
+    return inv
+
+
+def outcomes(rep: Path) -> dict[str, dict]:
+    out = {}
+    for layer in ("health", "memory", "compute", "nvlink", "nccl"):
+        path = rep / f"junit-{layer}.xml"
+        for c in junit(path) if path.exists() else []:
+            out[c["name"].split("[")[0]] = c
+    return out
+
+
+def alter(tmp_path: Path, probe: str, change) -> Path:
+    """A copy of the captures with ``change(doc)`` applied to the saved document(s) of ``probe``."""
+    dst = tmp_path / "captures"
+    shutil.copytree(DATA, dst)
+    for f in dst.glob(f"{probe}-*.json"):
+        saved = json.loads(f.read_text())
+        change(saved["doc"])
+        f.write_text(json.dumps(saved))
+    return dst
