@@ -79,6 +79,7 @@ def parse(line: bytes) -> dict | None:
             out["gpus"] = good
     text = doc.get("text")
     if isinstance(text, str) and text.strip():
+        text = text.encode("utf-8", errors="replace").decode("utf-8")  # lone surrogates from JSON escapes
         out["text"] = _CONTROL.sub(" ", text).strip()[:MAX_TEXT]
     return out or None
 

@@ -171,6 +171,21 @@ class Progress:
                                 f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
 
 
+def _real_stderr():
+    """A stream on a copy of file descriptor 2 taken now (pytest_configure: pytest's capture is suspended), so
+    that the progress display still reaches the operator while pytest's fd capture redirects fd 2 during a test
+    (``sys.__stderr__`` writes to fd 2 and was captured then: a one-host run without -n showed nothing while a
+    probe ran). None when there is no stderr."""
+    try:
+        err = sys.__stderr__
+        if err is None:
+            return None
+        fd = os.dup(err.fileno())
+        return os.fdopen(fd, "w", encoding=getattr(err, "encoding", None) or "utf-8", errors="replace", buffering=1)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 class ReportPlugin:
     """The report hooks of one run, with their configuration. Made by ``gpuaccept.plugin.pytest_configure``:
 
@@ -191,8 +206,10 @@ class ReportPlugin:
         self.progress: Progress | None = None
         self.reporter: Reporter | None = None
         self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
+        self._stderr = None
         if self.collect_only:
             return
+        self._stderr = _real_stderr()
         self._check_baseline()
         latest = config.rootpath / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
@@ -240,7 +257,7 @@ class ReportPlugin:
         if self.config.getoption("reports") is None:
             point_latest(self.reporter.dir)
         mode = self._opt("progress", "auto")
-        stream = sys.__stderr__
+        stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:
             tty = mode == "tty" or (mode == "auto" and stream.isatty())
             from .plugin import probe_timeout
@@ -323,6 +340,11 @@ class ReportPlugin:
         remove_dir(self.state.pop("progress_dir", None))
         if self.progress is not None:
             self.progress.stop()
+        if self._stderr is not None:
+            try:
+                self._stderr.close()
+            except OSError:
+                pass
             if self._probe_started in node_mod.PROBE_STARTED:
                 node_mod.PROBE_STARTED.remove(self._probe_started)
             if self._probe_progress in node_mod.PROBE_PROGRESS:

@@ -454,7 +454,8 @@ def main(args: dict) -> dict:
             g = gpus.get(str(row[1]))
             if g is not None and isinstance(row[temp_i], (int, float)):
                 g["temp_c"] = max(g.get("temp_c", row[temp_i]), row[temp_i])
-        progress({"done": round(max(0.0, window["t1"] - load0), 1), "total": float(cfg["seconds"]), "gpus": gpus})
+        total = float(cfg["seconds"])  # the last step may overrun the load's end: shown as done, not past it
+        progress({"done": round(min(total, max(0.0, window["t1"] - load0)), 1), "total": total, "gpus": gpus})
 
     def pump_out(rank, stream):
         for line in stream:
