@@ -241,7 +241,8 @@ def references(con: sqlite3.Connection, figures: list[dict], baseline: str | Non
             value, run_id, sku, started = got["burnin"]
             src = key[1]
             if baseline_mod.burnin_key(key[1]) and con.execute(
-                    "SELECT 1 FROM figures WHERE run_id=? AND subject=? AND check_=?", (run_id, *key)).fetchone() is None:
+                    "SELECT 1 FROM figures WHERE run_id=? AND subject=? AND check_=?",
+                    (run_id, *key)).fetchone() is None:
                 src = baseline_mod.burnin_key(key[1])  # the burn-in suite's figure stands for this check
             refs["baseline"] = (value, run_id, sku, f"burn-in on {_day(started)}"
                                 + (f", as {baseline_mod.split_key(src)[0]}" if src != key[1] else ""))

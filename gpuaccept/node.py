@@ -175,7 +175,8 @@ class HostRunner:
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
-            cleanup: str | None = None, rerun: bool = True, progress: Callable[[dict], None] | None = None) -> CommandResult:
+            cleanup: str | None = None, rerun: bool = True,
+            progress: Callable[[dict], None] | None = None) -> CommandResult:
         """Run a shell command on the host (``timeout`` s, default the probe timeout; ``hold_stdin``: see
         gpuaccept.transport). A connection lost mid-command is retried once on a fresh connection, after
         killing the groups it left and running ``cleanup`` (a shell command, e.g. removing a half-written
