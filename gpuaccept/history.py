@@ -236,7 +236,8 @@ def references(con: sqlite3.Connection, figures: list[dict], baseline: str | Non
                 row = con.execute("SELECT value, run_id, sku FROM figures WHERE run_id=? AND subject=? AND "
                                   "check_=?", (baseline, key[0], src)).fetchone()
             if row and row[0] is not None:
-                refs["baseline"] = (*row, f"run {baseline}" + (f", as {src}" if src != key[1] else ""))
+                refs["baseline"] = (*row, f"run {baseline}"
+                                    + (f", as {baseline_mod.split_key(src)[0]}" if src != key[1] else ""))
         elif "burnin" in got:
             value, run_id, sku, started = got["burnin"]
             src = key[1]

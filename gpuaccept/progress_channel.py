@@ -141,13 +141,14 @@ def _num(v: float) -> str:
 def render(what: str, doc: dict) -> str:
     """One short line for the progress display: ``burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C``.
 
-    ``what``: the probe's name. Time as minutes when ``total`` is 2 minutes or more, else seconds; per figure
-    name over the GPUs: throughput as slowest-fastest, temperatures and power as the highest (see UNITS); a
-    figure without a known unit suffix as a range with no unit; then ``text``."""
+    ``what``: the probe's name. Time as minutes when ``total`` is 2 minutes or more (tenths below 10), else
+    seconds; per figure name over the GPUs: throughput as slowest-fastest, temperatures and power as the
+    highest (see UNITS); a figure without a known unit suffix as a range with no unit; then ``text``."""
     parts = [what]
     done, total = doc.get("done"), doc.get("total")
     if done is not None and total:
-        parts[0] += (f" {done / 60:.0f}/{total / 60:.0f} min" if total >= 120 else f" {done:.0f}/{total:.0f} s")
+        parts[0] += (f" {done / 60:.0f}/{total / 60:.0f} min" if total >= 600 else
+                     f" {done / 60:.1f}/{total / 60:.1f} min" if total >= 120 else f" {done:.0f}/{total:.0f} s")
     elif done is not None:
         parts[0] += f" {done / 60:.0f} min" if done >= 120 else f" {done:.0f} s"
     names: list[str] = []
