@@ -262,6 +262,7 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
     out: dict[int, list[Finding]] = {r: [] for r in range(int(doc.get("world_size") or 0))}
     dlim = limit(sku, "burnin_drift_pct")
     mlim = limit(sku, "below_node_median_pct")
+    cfg = doc.get("config") or {}
     for r, ws in by_rank.items():
         found = out.setdefault(r, [])
         if not ws:
@@ -275,8 +276,10 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
             first, last, pct, t_last = d
             hw, sw = events_between(series_by_rank.get(r), t_last, float("inf"))
             why = ", ".join(hw + sw) or "no clock event"
-            found.append(Finding(f"burnin_{fig}_start", round(first, 3), UNITS[fig]))
-            found.append(Finding(f"burnin_{fig}_end", round(last, 3), UNITS[fig]))
+            shape = ({k: cfg[k] for k in ("m", "n", "k") if isinstance(cfg.get(k), int)}
+                     if fig.endswith("_tflops") else None)  # part of the history key (gpuaccept.baseline)
+            found.append(Finding(f"burnin_{fig}_start", round(first, 3), UNITS[fig], extra=shape or None))
+            found.append(Finding(f"burnin_{fig}_end", round(last, 3), UNITS[fig], extra=shape or None))
             ok = pct <= dlim.bound
             found.append(Finding(f"burnin_{fig}_drift_pct", round(pct, 2), "%",
                                  failure=None if ok else

@@ -16,8 +16,9 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
 - ``tests``: run_id, nodeid, host, layer, outcome, message (first line).
 - ``host_verdicts``: run_id, host, verdict.
 - ``latest``: per (subject, check_, kind) the last value of kind ``previous`` (any run), ``pass`` (the last
-  run where it passed) and ``burnin`` (the last passing ``--profile burnin`` run), upserted per run so that a
-  comparison costs O(this run), not O(history).
+  run where it passed) and ``burnin`` (the last passed burn-in: the burn-in suite's figures, also under the
+  nightly check each is a baseline for, gpuaccept.baseline; or a passing figure of a ``--profile burnin`` run),
+  upserted per run so that a comparison costs O(this run), not O(history).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import sys
 import time
 from typing import Any, Iterable
 
+from . import baseline as baseline_mod
 from .report import _distinguisher, is_throughput
 
 # Stand-out and outlier defaults (percent below the reference); chosen for fleet sweeps, overridable.
@@ -114,9 +116,30 @@ def subject_of(f: dict) -> str:
     return f"host:{f.get('host')}" + (f":gpu{f['gpu']}" if f.get("gpu") is not None else "")
 
 
+# A figure's extras that are readings taken with it (temperatures, clocks, power, other bandwidths, clock-event
+# masks, the algorithm NCCL picked) change from run to run: in the history key they made every run's key new, so
+# bf16_tflops and the all-reduce busbw were never compared with anything. Only extras saying what was measured
+# (sizes, shapes, methods, NUMA node) stay in the key: names ending in a reading's unit are dropped, and floats.
+_READING_SUFFIXES = ("_c", "_c_max", "_c_min", "_w", "_w_max", "_w_min", "_mhz", "_mhz_median", "_mhz_min",
+                     "_mhz_max", "_gbps", "_tflops", "_us", "_pct", "_s")
+_READING_EXTRAS = frozenset({"clocks_event_reasons", "algo", "algorithms", "note"})
+
+
+def key_extras(f: dict) -> dict:
+    """The extras of figure ``f`` that belong to its history key (see :data:`_READING_SUFFIXES`)."""
+    return {k: v for k, v in (f.get("extra") or {}).items()
+            if k not in _READING_EXTRAS and not k.endswith(_READING_SUFFIXES) and not isinstance(v, float)}
+
+
 def check_of(f: dict) -> str:
-    """A figure's check name with its distinguishing extras (``busbw_gbps[bytes=4096]``)."""
-    return f["check"] + _distinguisher(f)
+    """A figure's history key: its check name with the extras that say what was measured
+    (``busbw_gbps[bytes=4096]``, ``bf16_tflops[k=8192,m=8192,n=8192]``; readings taken with it left out)."""
+    return f["check"] + _distinguisher({"extra": key_extras(f)})
+
+
+def _compared(f: dict) -> bool:
+    """Compared with history: a throughput figure (a ``min`` limit), or a burn-in throughput figure."""
+    return is_throughput(f) or baseline_mod.is_burnin_figure(f)
 
 
 def _num(v: Any) -> float | None:
@@ -133,12 +156,14 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
     rid = run["run_id"]
     started = run.get("started") or time.time()
     burnin = run.get("profile") == "burnin"
+    tests = list(tests)
+    burned_in = baseline_mod.passed_burnin_hosts(tests)  # their burn-in figures become baselines
     with con:
         for table in ("figures", "tests", "host_verdicts", "runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
         con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (rid, started, run.get("inventory"),
                     run.get("profile"), run.get("limit"), run.get("report_dir"), run.get("verdict")))
-        rows, latest = [], []
+        rows, latest, from_burnin = [], [], []
         for f in figures:
             v = f.get("value")
             num = _num(v)
@@ -155,42 +180,73 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
                     latest.append((subj, chk, "pass", f.get("sku"), num, rid))
                     if burnin:
                         latest.append((subj, chk, "burnin", f.get("sku"), num, rid))
+                if f.get("host") in burned_in and baseline_mod.is_burnin_figure(f):
+                    from_burnin.append((subj, chk, "burnin", f.get("sku"), num, rid))
+                    nightly = baseline_mod.nightly_key(chk)
+                    if nightly:
+                        from_burnin.append((subj, nightly, "burnin", f.get("sku"), num, rid))
         con.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)",
                         [(rid, t.get("nodeid"), t.get("host"), t.get("layer"), t.get("outcome"),
                           (t.get("message") or "").split("\n", 1)[0][:500]) for t in tests])
         con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)", [(rid, h, v) for h, v in host_verdicts.items()])
-        con.executemany("INSERT OR REPLACE INTO latest VALUES (?,?,?,?,?,?)", latest)
+        # a --profile burnin run's own figure of a check (measured by the same probe, held longer) wins over
+        # the burn-in suite's figure mapped to that check: written after it
+        con.executemany("INSERT OR REPLACE INTO latest VALUES (?,?,?,?,?,?)", from_burnin + latest)
+
+
+def _day(started) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(started)) if isinstance(started, (int, float)) else "?"
 
 
 def references(con: sqlite3.Connection, figures: list[dict], baseline: str | None = None) -> dict[tuple, dict]:
-    """For each throughput figure of this run, its references from earlier runs (before this run is
-    recorded): ``{(subject, check_): {"previous": (value, run_id, sku), "baseline": (value, run_id, sku, how)}}``.
+    """For each throughput figure of this run (and each burn-in throughput figure), its references from earlier
+    runs (before this run is recorded): ``{(subject, check_): {"previous": (value, run_id, sku),
+    "baseline": (value, run_id, sku, how)}}``; ``how`` names the reference for the reader
+    (``"burn-in on 2026-11-02, as burnin_bf16_tflops_start"``).
 
-    Baseline: the subject's last passing burn-in run; else ``baseline`` = a run id (that run's figure) or
-    ``"latest-pass"`` (the last run where this subject's check passed). Cost: one indexed look-up per figure.
+    Baseline: ``baseline`` when given, a run id (that run's figure; for a burn-in run, the burn-in figure that
+    is the check's baseline, gpuaccept.baseline) or ``"latest-pass"`` (the last run where this subject's check
+    passed); else the subject's last passed burn-in: the burn-in suite's figures (the same figure of a later
+    burn-in; for a nightly check its comparable burn-in figure, gpuaccept.baseline) or a ``--profile burnin``
+    run's passing figure. Cost: a few indexed look-ups per figure.
     """
     out: dict[tuple, dict] = {}
     for f in figures:
-        if not is_throughput(f):
+        if not _compared(f):
             continue
         key = (subject_of(f), check_of(f))
         if key in out:
             continue
         refs: dict[str, tuple] = {}
-        got = dict(((k, (v, r, s)) for k, s, v, r in con.execute(
-            "SELECT kind, sku, value, run_id FROM latest WHERE subject=? AND check_=?", key)))
+        got = {k: (v, r, s, t) for k, s, v, r, t in con.execute(
+            "SELECT l.kind, l.sku, l.value, l.run_id, r.started FROM latest l LEFT JOIN runs r "
+            "ON r.run_id = l.run_id WHERE l.subject=? AND l.check_=?", key)}
         if "previous" in got:
-            refs["previous"] = got["previous"]
-        if "burnin" in got:
-            refs["baseline"] = (*got["burnin"], "burn-in")
-        elif baseline == "latest-pass" and "pass" in got:
-            refs["baseline"] = (*got["pass"], "latest pass")
-        elif baseline and baseline != "latest-pass":
+            refs["previous"] = got["previous"][:3]
+        if baseline == "latest-pass":
+            if "pass" in got:
+                refs["baseline"] = (*got["pass"][:3], "latest pass")
+        elif baseline:
+            src = key[1]
             row = con.execute("SELECT value, run_id, sku FROM figures WHERE run_id=? AND subject=? AND check_=?",
                               (baseline, *key)).fetchone()
+            if (row is None or row[0] is None) and baseline_mod.burnin_key(key[1]):
+                src = baseline_mod.burnin_key(key[1])
+                row = con.execute("SELECT value, run_id, sku FROM figures WHERE run_id=? AND subject=? AND "
+                                  "check_=?", (baseline, key[0], src)).fetchone()
             if row and row[0] is not None:
-                refs["baseline"] = (*row, f"run {baseline}")
+                refs["baseline"] = (*row, f"run {baseline}"
+                                    + (f", as {baseline_mod.split_key(src)[0]}" if src != key[1] else ""))
+        elif "burnin" in got:
+            value, run_id, sku, started = got["burnin"]
+            src = key[1]
+            if baseline_mod.burnin_key(key[1]) and con.execute(
+                    "SELECT 1 FROM figures WHERE run_id=? AND subject=? AND check_=?",
+                    (run_id, *key)).fetchone() is None:
+                src = baseline_mod.burnin_key(key[1])  # the burn-in suite's figure stands for this check
+            refs["baseline"] = (value, run_id, sku, f"burn-in on {_day(started)}"
+                                + (f", as {baseline_mod.split_key(src)[0]}" if src != key[1] else ""))
         if refs:
             out[key] = refs
     return out
@@ -204,7 +260,7 @@ def standouts(figures: list[dict], refs: dict[tuple, dict], pct: float = STANDOU
     """
     out = []
     for f in figures:
-        if not is_throughput(f) or f.get("verdict") == "fail":
+        if not _compared(f) or f.get("verdict") == "fail":
             continue
         r = refs.get((subject_of(f), check_of(f))) or {}
         for against in ("baseline", "previous"):

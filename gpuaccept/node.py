@@ -52,6 +52,8 @@ CLEANUP_TIMEOUT_S = 30.0
 
 # Called as fn(host, probe, timeout_s) when a probe starts on a node (the progress display listens).
 PROBE_STARTED: list[Callable[[str, str, float], None]] = []
+# Called as fn(host, probe, doc) with each live progress line of a running probe (gpuaccept.progress_channel).
+PROBE_PROGRESS: list[Callable[[str, str, dict], None]] = []
 
 
 def probe_archive() -> bytes:
@@ -205,13 +207,15 @@ class HostRunner:
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
-            cleanup: str | None = None, rerun: bool = True) -> CommandResult:
+            cleanup: str | None = None, rerun: bool = True,
+            progress: Callable[[dict], None] | None = None) -> CommandResult:
         """Run a shell command on the host (``timeout`` s, default the probe timeout; ``hold_stdin``: see
         gpuaccept.transport). A connection lost mid-command is retried once on a fresh connection, after
         killing the groups it left and running ``cleanup`` (a shell command, e.g. removing a half-written
         folder); the command is then run again, unless ``rerun`` is False (one rank of a multi-host
         collective: its peers are gone), when the loss is raised as HostUnreachable and the host stays in
-        the run. Raises the TransportError subclasses (sticky for this run once the host proved
+        the run (``progress``: the transport's live progress callback). Raises the TransportError
+        subclasses (sticky for this run once the host proved
         unreachable, its key refused or auth failed), Interrupted once the run is interrupted."""
         if self.replay_dir:
             raise ProbeError(self.name, f"replayed host (gpuaccept_replay: {self.replay_dir}) runs no commands")
@@ -227,7 +231,8 @@ class HostRunner:
             timeout = timeout or self.probe_timeout
             try:
                 try:
-                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin)
+                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
+                                               progress=progress)
                 except HostUnreachable as lost:
                     if getattr(lost, "pgids", None) is None or interruption():
                         raise
@@ -235,7 +240,8 @@ class HostRunner:
                     if not rerun:
                         raise _Reported(HostUnreachable(self.name, f"{lost.msg} (reconnected; the lost command's "
                                                                    "processes were killed; not run again)")) from None
-                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin)
+                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
+                                               progress=progress)
             except _Reported as r:
                 raise r.error from None
             except _STICKY as e:
@@ -315,7 +321,8 @@ class HostRunner:
                                     [self.python, "_watchdog.py", "--watch-stdin", f"{limit:g}", f"{WATCHDOG_GRACE_S:g}",
                                      f"{name}.py", json.dumps(args or {})], cwd=d, exec_=True)
             # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
-            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=int((args or {}).get("nnodes") or 1) <= 1)
+            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=int((args or {}).get("nnodes") or 1) <= 1,
+                           progress=lambda doc: [cb(self.name, name, doc) for cb in PROBE_PROGRESS])
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)

@@ -21,7 +21,7 @@ from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, Thresh
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
-from . import fanout, interrupt
+from . import fanout, interrupt, progress_relay
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS
@@ -176,6 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
         state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
+        progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
     if not _is_worker(config) and not config.getoption("list_hosts"):
         try:  # the report hooks, as an object holding this run's report config
@@ -196,6 +197,9 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
     if st is not None:
         worker.workerinput["gpuaccept_started"] = st["started"]
         worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
+        if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
+            st.setdefault("progress_dir", progress_relay.make_dir())
+            worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]
 
 
 def pytest_xdist_make_scheduler(config, log):

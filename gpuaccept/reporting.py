@@ -79,11 +79,14 @@ class Progress:
     """Per host what runs and for how long. ``stream``: where to write; ``tty``: rewrite one line in place
     (every :data:`TTY_EVERY_S`) instead of plain start/still-running/end lines."""
 
-    def __init__(self, stream, tty: bool, timeout_s: float):
+    def __init__(self, stream, tty: bool, timeout_s: float, relay_dir: str | None = None):
+        from .progress_relay import ControllerReader
+        self.relay = ControllerReader(relay_dir) if relay_dir else None  # xdist workers' probes (progress_relay)
         self.stream = stream
         self.tty = tty
         self.timeout_s = timeout_s
         self.running: dict[str, list] = {}  # host -> [what, started, last plain line]
+        self.detail: dict[str, str] = {}  # host -> the running probe's last live progress, rendered
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -112,12 +115,24 @@ class Progress:
         now = time.monotonic()
         with self._lock:
             self.running[host] = [what, now, now, timeout_s or self.timeout_s]
+            self.detail.pop(host, None)
         if not self.tty:
             self._write(f"[gpuaccept] {host}: {what} started (timeout {self.running[host][3]:.0f} s)\n")
+
+    def update(self, host: str, probe: str, doc: dict) -> None:
+        """A live progress line of ``probe`` running on ``host`` (gpuaccept.progress_channel): shown instead of
+        the elapsed time, ``gpu07: burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C``; in plain mode at
+        most every PLAIN_EVERY_S per host, as the host's "still running" line."""
+        from .progress_channel import render
+        text = render(probe, doc)
+        with self._lock:
+            if host in self.running:
+                self.detail[host] = text
 
     def end(self, host: str, outcome: str) -> None:
         with self._lock:
             cur = self.running.pop(host, None)
+            self.detail.pop(host, None)
         if cur and not self.tty:
             self._write(f"[gpuaccept] {host}: {cur[0]} {outcome} after {time.monotonic() - cur[1]:.1f} s\n")
 
@@ -126,11 +141,15 @@ class Progress:
         now = time.monotonic()
         with self._lock:
             items = sorted(self.running.items())
-        parts = [f"{h} {w} {now - t0:.0f}s/{to:.0f}s" for h, (w, t0, _, to) in items]
+            detail = dict(self.detail)
+        parts = [f"{h} {detail[h]}" if h in detail else f"{h} {w} {now - t0:.0f}s/{to:.0f}s"
+                 for h, (w, t0, _, to) in items]
         return f"[gpuaccept] {len(items)} running: " + " | ".join(parts) if parts else ""
 
     def _loop(self) -> None:
         while not self._stop.wait(TTY_EVERY_S):
+            if self.relay is not None:
+                self.relay.poll(self.begin, self.update)
             if self.tty:
                 text = self.line()
                 cols = 120
@@ -144,11 +163,27 @@ class Progress:
             else:
                 now = time.monotonic()
                 with self._lock:
-                    late = [(h, c) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
-                    for _, c in late:
+                    late = [(h, c, self.detail.get(h)) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
+                    for _, c, _ in late:
                         c[2] = now
-                for h, (w, t0, _, to) in late:
-                    self._write(f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
+                for h, (w, t0, _, to), detail in late:
+                    self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n" if detail else
+                                f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
+
+
+def _real_stderr():
+    """A stream on a copy of file descriptor 2 taken now (pytest_configure: pytest's capture is suspended), so
+    that the progress display still reaches the operator while pytest's fd capture redirects fd 2 during a test
+    (``sys.__stderr__`` writes to fd 2 and was captured then: a one-host run without -n showed nothing while a
+    probe ran). None when there is no stderr."""
+    try:
+        err = sys.__stderr__
+        if err is None:
+            return None
+        fd = os.dup(err.fileno())
+        return os.fdopen(fd, "w", encoding=getattr(err, "encoding", None) or "utf-8", errors="replace", buffering=1)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class ReportPlugin:
@@ -171,8 +206,10 @@ class ReportPlugin:
         self.progress: Progress | None = None
         self.reporter: Reporter | None = None
         self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
+        self._stderr = None
         if self.collect_only:
             return
+        self._stderr = _real_stderr()
         self._check_baseline()
         latest = config.rootpath / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
@@ -220,17 +257,22 @@ class ReportPlugin:
         if self.config.getoption("reports") is None:
             point_latest(self.reporter.dir)
         mode = self._opt("progress", "auto")
-        stream = sys.__stderr__
+        stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:
             tty = mode == "tty" or (mode == "auto" and stream.isatty())
             from .plugin import probe_timeout
-            self.progress = Progress(stream, tty, probe_timeout(self.config))
+            self.progress = Progress(stream, tty, probe_timeout(self.config), self.state.get("progress_dir"))
             self.progress.start()
             node_mod.PROBE_STARTED.append(self._probe_started)
+            node_mod.PROBE_PROGRESS.append(self._probe_progress)
 
     def _probe_started(self, host: str, probe: str, timeout_s: float) -> None:
         if self.progress is not None:
             self.progress.begin(host, f"probe {probe}", timeout_s)
+
+    def _probe_progress(self, host: str, probe: str, doc: dict) -> None:
+        if self.progress is not None:
+            self.progress.update(host, probe, doc)
 
     def pytest_collection_finish(self, session) -> None:
         if self.reporter is None:
@@ -294,10 +336,19 @@ class ReportPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
+        from .progress_relay import remove_dir
+        remove_dir(self.state.pop("progress_dir", None))
         if self.progress is not None:
             self.progress.stop()
+        if self._stderr is not None:
+            try:
+                self._stderr.close()
+            except OSError:
+                pass
             if self._probe_started in node_mod.PROBE_STARTED:
                 node_mod.PROBE_STARTED.remove(self._probe_started)
+            if self._probe_progress in node_mod.PROBE_PROGRESS:
+                node_mod.PROBE_PROGRESS.remove(self._probe_progress)
         rep = self.reporter
         if rep is None:
             return

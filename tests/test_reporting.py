@@ -107,8 +107,8 @@ def test_history_standouts_baseline_previous_like_with_like(tmp_path):
            fig("b", "hbm", 2990.0, gpu=0, serial="H1", lim=2000, sku="h100-sxm5-80gb")]
     refs = history.references(con, now)
     got = history.standouts(now, refs, pct=5.0)
-    assert [(o["host"], o["serial"], o["against"]) for o in got] == [("z", "S0", "baseline (burn-in)"),
-                                                                      ("z", "S0", "previous")]
+    assert [(o["host"], o["serial"], o["against"]) for o in got] == [
+        ("z", "S0", "baseline (burn-in on 1970-01-01)"), ("z", "S0", "previous")]
     assert got[0]["reference"] == 4600.0 and got[0]["pct"] == pytest.approx(6.5, abs=0.1)
     # a figure that failed is a failure, not a stand-out
     assert history.standouts([fig("z", "hbm", 4000.0, gpu=3, serial="S0", lim=4300)], refs, pct=5.0) == []

@@ -4,13 +4,31 @@ A probe's ``main(args: dict) -> dict`` is wrapped by :func:`run`: arguments come
 ``sys.argv[1]`` (or ``{}``), the result dict is printed as ONE JSON document on the last line of stdout,
 logs go to stderr. Any exception (or a raised :class:`ProbeFailed`) prints
 ``{"failed": true, "msg": "..."}`` and exits with rc 1.
+
+Live progress (optional, for probes that run minutes): :func:`progress` writes one line to stderr,
+
+    GPUACCEPT-PROGRESS {"done": 720.0, "total": 3600.0, "gpus": {"0": {"bf16_tflops": 612.3, "temp_c": 65}},
+                        "text": "..."}
+
+that is :data:`PROGRESS_PREFIX` at the start of the line, then one JSON object on the same line. Every key is
+optional: ``done``/``total`` seconds of the probe's own work, ``gpus`` per GPU (torch index or rank as a
+string) figures named with their unit suffix (``_tflops`` TFLOP/s, ``_gbps`` GB/s, ``_c`` degrees C, ``_w`` W,
+``_mhz`` MHz), ``text`` a short note. The controller (gpuaccept.progress_channel) shows the last such line of
+each host on its progress display as it arrives; other stderr lines are logs as before, and the whole stderr
+still reaches the controller at the end. One process per node writes them (the probe's parent, not its ranks).
 """
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import traceback
+
+#: start of a live progress line on stderr (the controller's gpuaccept.progress_channel.PREFIX is this)
+PROGRESS_PREFIX = "GPUACCEPT-PROGRESS "
+# one write per line under a lock: threads' logs and progress lines never interleave within a line
+_ERR_LOCK = threading.Lock()
 
 
 class ProbeFailed(Exception):
@@ -24,9 +42,27 @@ def reject_unknown(args: dict, known) -> None:
         raise ProbeFailed(f"unknown argument(s): {', '.join(sorted(unknown))}")
 
 
+def _err_line(text: str) -> None:
+    with _ERR_LOCK:
+        try:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # nobody reads stderr any more: the measurement goes on
+
+
 def log(*parts) -> None:
-    """Print a log line to stderr (never stdout, which carries the JSON document)."""
-    print(*parts, file=sys.stderr, flush=True)
+    """Print a log line to stderr (never stdout, which carries the JSON document); one write per line."""
+    _err_line(" ".join(str(p) for p in parts))
+
+
+def progress(doc: dict) -> None:
+    """Write ``doc`` as one live progress line on stderr (see the module docstring for its form)."""
+    try:
+        body = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:  # a NaN or infinity: not worth a progress line
+        return
+    _err_line(PROGRESS_PREFIX + body)
 
 
 def emit(doc: dict) -> None:

@@ -15,6 +15,9 @@ too when it times out or is interrupted), then waits. It kills the probe's group
 * its parent process changes (the sshd session that started it died);
 * it receives SIGHUP, SIGTERM or SIGINT.
 
+The probe writes to the watchdog's own stdout and stderr (inherited file descriptors, nothing piped through or
+buffered here), so its live progress lines (``_probe.progress``) reach the controller as it writes them.
+
 A probe that exits by itself leaves nothing behind either: whatever it left running in its group is killed.
 Exit status: the probe's (128 + N when it died of signal N); after a kill, 1 with one JSON line
 ``{"failed": true, "msg": "node watchdog: ..."}`` on stdout (the probe contract of ``_probe.py``).

@@ -35,6 +35,10 @@ Output::
      "sdc": [{"round", "t", "hashes": {rank: hex}}],
      "telemetry": {"fields": [...], "rows": [[t, rank, v1, v2, ...], ...], "errors": {field: text}}}
 
+While it runs, the parent (one process per node; the ranks report to it) writes one live progress line per
+window round to stderr (``_probe.progress``: seconds of load done and requested, per GPU its latest bf16/fp8
+TFLOP/s and highest GPU temperature since the previous line), which the controller's progress display shows.
+
 Times are seconds since the burn-in started (the parent's monotonic clock; workers share it through
 the start time they are given). Units: TFLOP/s = 2*m*n*k per product / s / 1e12 (cuBLAS convention);
 GB/s = 1e9 B/s; copy counts bytes read + written (BabelStream's Copy); busbw = algbw * 2(n-1)/n
@@ -58,7 +62,7 @@ import threading
 import time
 
 from _pci import from_parts
-from _probe import ProbeFailed, log, reject_unknown, run
+from _probe import ProbeFailed, log, progress, reject_unknown, run
 
 ARG_KEYS = {"device", "seconds", "window_s", "sample_s", "sdc_interval_s", "dtypes", "m", "n", "k",
             "matmuls_per_step", "hbm_bytes", "copies_per_step", "allreduce_bytes", "allreduces_per_step",
@@ -230,7 +234,15 @@ def _worker(cfg: dict) -> None:
             win = {"t0": t_now, "flop": {}, "mm_s": {}, "hbm_b": 0.0, "hbm_s": 0.0, "ar_b": 0.0, "ar_s": 0.0}
         if stop:
             break
-    dist.destroy_process_group()
+    # every rank past its last collective, then out without tearing the group down: gloo's teardown aborts
+    # ("terminate called without an active exception", about 1 run in 8 on a loaded 2-core machine), which
+    # failed a burn-in whose windows were all measured; the process's exit releases the group's resources
+    dist.barrier()
+    if cuda:
+        torch.cuda.synchronize()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---------------------------------------------------------------- telemetry (parent)
@@ -419,6 +431,31 @@ def main(args: dict) -> dict:
     lines: list[dict] = []
     errs: dict[int, list[str]] = {r: [] for r in range(world)}
     lock = threading.Lock()
+    live = {"telemetry": None, "row": 0, "windows": {}, "shown": 0}  # for the live progress lines
+
+    def live_progress(rank: int, window: dict) -> None:
+        """One progress line per window round, once every rank has reported it (only this parent process
+        writes them; the ranks talk to it): each GPU's latest bf16/fp8 TFLOP/s and its highest GPU
+        temperature sampled since the previous line."""
+        with lock:
+            live["windows"].setdefault(rank, []).append(window)
+            done = min(len(live["windows"].get(r, [])) for r in range(world))
+            if done <= live["shown"]:
+                return
+            live["shown"] = done
+            gpus = {str(r): {k: live["windows"][r][done - 1][k] for k in ("bf16_tflops", "fp8_tflops")
+                             if isinstance(live["windows"][r][done - 1].get(k), (int, float))} for r in range(world)}
+            tel = live["telemetry"]
+            rows = tel.rows[live["row"]:] if tel is not None else []
+            live["row"] += len(rows)
+            load0 = next((d["load_started"] for d in lines if "load_started" in d), 0.0)
+        temp_i = 2 + TELEMETRY_FIELDS.index("temp_c")
+        for row in rows:
+            g = gpus.get(str(row[1]))
+            if g is not None and isinstance(row[temp_i], (int, float)):
+                g["temp_c"] = max(g.get("temp_c", row[temp_i]), row[temp_i])
+        total = float(cfg["seconds"])  # the last step may overrun the load's end: shown as done, not past it
+        progress({"done": round(min(total, max(0.0, window["t1"] - load0)), 1), "total": total, "gpus": gpus})
 
     def pump_out(rank, stream):
         for line in stream:
@@ -432,6 +469,7 @@ def main(args: dict) -> dict:
                 if doc.get("window"):
                     vals = ", ".join(f"{k} {v}" for k, v in doc.items() if k.endswith(("tflops", "gbps")) and v)
                     log(f"burnin {doc['t1'] / 60:.1f}/{cfg['seconds'] / 60:.1f} min rank {rank}: {vals}")
+                    live_progress(rank, doc)
 
     def pump_err(rank, stream):
         for line in stream:
@@ -466,6 +504,7 @@ def main(args: dict) -> dict:
                     handles[rank] = nv.nvmlDeviceGetHandleByPciBusId(bus)
             telemetry = Telemetry(nv, handles, t_start, float(cfg["sample_s"]), {p.pid for p in procs})
             telemetry.start()
+            live["telemetry"] = telemetry
             nvml_state = "ok"
         except Exception as e:  # noqa: BLE001 - the load still runs; the verdict says telemetry is missing
             nvml_state = f"unavailable: {type(e).__name__}: {e}"

@@ -11,6 +11,9 @@ own process group; on timeout the whole group is killed (TERM, then KILL) and Co
 stdout and stderr are drained together, so a command writing megabytes to both never deadlocks.
 Errors raise the subclasses of gpuaccept.errors.TransportError, each naming the host.
 
+``progress=fn`` calls ``fn(doc)`` with each live progress line the command writes to stderr, as it arrives
+(``GPUACCEPT-PROGRESS {json}``, gpuaccept.progress_channel); stderr is still returned whole at the end.
+
 ``hold_stdin=True`` keeps the command's stdin open (no EOF) until it ends: a command run under the node-side
 watchdog (``probes/_watchdog.py``) reads EOF there as "the controller is gone" and kills its process group.
 
@@ -45,9 +48,11 @@ class CommandResult:
 class Transport(Protocol):
     """What every backend offers: run one command on its host, and close."""
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False,
+            progress: Callable[[dict], None] | None = None) -> CommandResult:
         """Run ``command`` (a POSIX shell command line) with ``stdin`` fed to it, at most ``timeout``
-        seconds of wall clock; ``hold_stdin``: no EOF on stdin until the command ends. Raises
+        seconds of wall clock; ``hold_stdin``: no EOF on stdin until the command ends; ``progress``: see
+        the module docstring. Raises
         TransportError subclasses (CommandTimeout on timeout, Interrupted when cancelled)."""
         ...
 

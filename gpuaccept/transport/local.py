@@ -7,10 +7,11 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from gpuaccept.probes._proc import group_alive, processes
 from gpuaccept.errors import CommandTimeout, Interrupted, TransportError
+from gpuaccept.progress_channel import ProgressLines
 from gpuaccept.transport import CommandResult, Running, short_command, tracked
 
 #: seconds between SIGTERM and SIGKILL when a command times out
@@ -37,6 +38,43 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+class _StderrDrain:
+    """Reads a command's stderr on a thread of its own, feeding each chunk to a ProgressLines as it arrives
+    (communicate() then reads stdout alone: ``proc.stderr`` is taken from it)."""
+
+    def __init__(self, proc: subprocess.Popen, progress: Callable[[dict], None]):
+        self.file, proc.stderr = proc.stderr, None
+        self.lines = ProgressLines(progress)
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._read, daemon=True, name="stderr-drain")
+        self.thread.start()
+
+    def _read(self) -> None:
+        fd = self.file.fileno()
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            self.chunks.append(data)
+            self.lines.feed(data)
+
+    def result(self, wait_s: float, give_up: bool = False) -> bytes:
+        """All of stderr once its writers are gone. Raises subprocess.TimeoutExpired when a writer still holds
+        it after ``wait_s`` (as communicate() would), unless ``give_up``: then what was read so far."""
+        self.thread.join(wait_s)
+        if self.thread.is_alive():
+            if not give_up:
+                raise subprocess.TimeoutExpired("stderr", wait_s)
+            try:
+                self.file.close()  # something outside the killed groups holds the pipe: stop waiting for it
+            except OSError:
+                pass
+        return b"".join(self.chunks)
+
+
 class LocalTransport:
     """Runs commands on the controller itself, for hosts with ``connection == "local"``.
 
@@ -49,7 +87,8 @@ class LocalTransport:
         self.host = host
         self._lock = threading.Lock()
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False,
+            progress: Callable[[dict], None] | None = None) -> CommandResult:
         """Run ``command`` (POSIX shell command line) locally.
 
         ``stdin``: bytes fed to the command, then its stdin is closed (``hold_stdin``: kept open, no EOF,
@@ -57,15 +96,18 @@ class LocalTransport:
         the process group is killed and CommandTimeout is raised (with the output read so far in its
         ``stdout``/``stderr`` attributes). Cancelled (gpuaccept.transport.cancel_all): the group is killed
         and Interrupted is raised. Returns a CommandResult whose ``rc`` is negative when the shell was
-        killed by a signal. Raises TransportError if /bin/sh cannot start, ValueError for stdin with
-        ``hold_stdin``.
+        killed by a signal. ``progress``: called with each live progress line of the command's stderr as it
+        arrives (gpuaccept.progress_channel; stderr is then drained by a thread of its own, and still returned
+        whole). Raises TransportError if /bin/sh cannot start, ValueError for stdin with ``hold_stdin``.
         """
         if hold_stdin and stdin:
             raise ValueError("hold_stdin takes no stdin data")
         with self._lock:
-            return tracked(self.host.name, command, lambda r: self._run(command, stdin, timeout, hold_stdin, r))
+            return tracked(self.host.name, command,
+                           lambda r: self._run(command, stdin, timeout, hold_stdin, r, progress))
 
-    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running) -> CommandResult:
+    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running,
+             progress: Callable[[dict], None] | None = None) -> CommandResult:
         name = self.host.name
         start = time.monotonic()
         held = None
@@ -99,17 +141,24 @@ class LocalTransport:
                     return
 
         threading.Thread(target=watch, daemon=True, name=f"cancel-{name}").start()
+        drain = _StderrDrain(proc, progress) if progress is not None else None
         try:
             out, err = proc.communicate(None if hold_stdin else stdin, timeout=timeout)
+            if drain is not None:
+                err = drain.result(max(0.0, start + timeout - time.monotonic()))
         except subprocess.TimeoutExpired:
             done.set()
             out, err = self._kill(proc, pgid)
+            if drain is not None:
+                err = drain.result(5.0, give_up=True)
             exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {short_command(command)}")
             exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]
             raise exc from None
         except BaseException:
             done.set()
             self._kill(proc, pgid)
+            if drain is not None:
+                drain.result(5.0, give_up=True)
             raise
         finally:
             done.set()

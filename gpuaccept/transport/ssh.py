@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
@@ -52,6 +52,7 @@ from gpuaccept.errors import (
     HostUnreachable,
     Interrupted,
 )
+from gpuaccept.progress_channel import ProgressLines
 from gpuaccept.transport import CommandResult, Running, short_command, tracked
 from gpuaccept.transport.sshconfig import parse_jump, resolve
 
@@ -253,7 +254,8 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ public API
 
-    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False) -> CommandResult:
+    def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False,
+            progress: Callable[[dict], None] | None = None) -> CommandResult:
         """Run ``command`` (POSIX shell command line, run by /bin/sh) on the host.
 
         ``stdin``: bytes fed to the command, then EOF (``hold_stdin``: no EOF until the command ends, or
@@ -263,10 +265,12 @@ class SSHTransport:
         a signal). Raises HostUnreachable (connect failed, connection lost: then its ``pgids`` attribute
         lists the remote process groups left behind, if known), HostKeyError, AuthError,
         CommandTimeout (the remote process group was killed, TERM then KILL), Interrupted (cancelled by
-        gpuaccept.transport.cancel_all; killed the same way), TransportError.
+        gpuaccept.transport.cancel_all; killed the same way), TransportError. ``progress``: called (in this
+        thread) with each live progress line of the command's stderr as it arrives (gpuaccept.progress_channel).
         """
         with self._lock:
-            return tracked(self.host.name, command, lambda r: self._run(command, stdin, timeout, hold_stdin, r))
+            return tracked(self.host.name, command,
+                           lambda r: self._run(command, stdin, timeout, hold_stdin, r, progress))
 
     def kill_groups(self, pgids: list[int], timeout: float = KILL_BUDGET_S + 4) -> CommandResult:
         """Kill remote process groups ``pgids`` (TERM, grace, KILL) with a command on this transport
@@ -548,7 +552,8 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ one run
 
-    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running) -> CommandResult:
+    def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running,
+             progress: Callable[[dict], None] | None = None) -> CommandResult:
         name = self.host.name
         watchdog = _Watchdog()
         chan = self._start(command, watchdog)
@@ -561,6 +566,7 @@ class SSHTransport:
         watchdog.arm(timeout + 2 * KILL_BUDGET_S + 2.0, client)
         out: list[bytes] = []
         err = _StderrSplitter()
+        lines = ProgressLines(progress) if progress is not None else None
         try:
             chan.settimeout(1.0)
             fd = chan.fileno()
@@ -577,6 +583,8 @@ class SSHTransport:
                     data = chan.recv_stderr(1 << 16)
                     if data:
                         err.feed(data)
+                        if lines is not None:
+                            lines.feed(data)
                         progressed = True
                 if stdin_open:
                     if stdin_off < len(stdin) and chan.send_ready():
