@@ -79,9 +79,22 @@ def assert_gone(mark: str, within: float = 3.0) -> None:
     assert not left, f"processes left behind: {left}"
 
 
-def wait_started(mark: str, within: float = 5.0) -> None:
+def wait_started(mark: str, within: float = 5.0, comm: str | None = None) -> None:
+    """Wait until a process with ``mark`` in its command line runs; with ``comm``, one whose own name is
+    ``comm`` (e.g. ``sleep``): the shell that will start it carries the mark in its command line first, and a
+    test acting on the shell alone races the fork (the command not yet run, or its child born after a kill)."""
     end = time.monotonic() + within
-    while not live_pids(mark):
+
+    def started() -> bool:
+        for p in live_pids(mark):
+            try:
+                if comm is None or Path(f"/proc/{p}/comm").read_text().strip() == comm:
+                    return True
+            except OSError:
+                continue
+        return False
+
+    while not started():
         assert time.monotonic() < end, f"{mark} never started"
         time.sleep(0.02)
 
@@ -331,7 +344,7 @@ def test_connection_lost_during_command(tmp_path):
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         t = get_transport(host_for(node), known_hosts=kh)
-        threading.Timer(0.5, lambda: (wait_started(m), node.stop())).start()
+        threading.Timer(0.5, lambda: (wait_started(m, comm="sleep"), node.stop())).start()
         t0 = time.monotonic()
         with pytest.raises(HostUnreachable, match="connection lost during command"):
             t.run(f"sleep {m}", timeout=30)
@@ -349,7 +362,7 @@ def test_hung_remote_still_bounded(tmp_path):
         t = get_transport(host_for(node), known_hosts=kh, connect_timeout=2)
         assert t.run("true").rc == 0
         # freeze once the command runs and its pgid marker has reached us
-        threading.Thread(target=lambda: (wait_started(m), time.sleep(0.5), node.freeze()), daemon=True).start()
+        threading.Thread(target=lambda: (wait_started(m, comm="sleep"), time.sleep(0.5), node.freeze()), daemon=True).start()
         t0 = time.monotonic()
         with pytest.raises((CommandTimeout, HostUnreachable)) as ei:
             t.run(f"sleep {m}", timeout=2)
@@ -402,7 +415,7 @@ def test_cancel_all_kills_and_raises_interrupted(transport):
     """The interrupt handler's kill-all reaches a command in flight on either backend: its group dies and the
     waiting caller gets Interrupted naming the signal and the host; nothing new is refused by the transport."""
     m = marker()
-    threading.Thread(target=lambda: (wait_started(m), cancel_all("SIGTERM")), daemon=True).start()
+    threading.Thread(target=lambda: (wait_started(m, comm="sleep"), cancel_all("SIGTERM")), daemon=True).start()
     t0 = time.monotonic()
     try:
         with pytest.raises(Interrupted) as ei:
@@ -504,7 +517,7 @@ def test_dropped_connection_retried_once(tmp_path):
         h = Host("flaky", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
         n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=60)
         assert n.run("true").rc == 0
-        threading.Thread(target=lambda: (wait_started(m), [os.kill(p, 9) for p in node.session_processes()]),
+        threading.Thread(target=lambda: (wait_started(m, comm="sleep"), [os.kill(p, 9) for p in node.session_processes()]),
                          daemon=True).start()
         res = n.run(f"if [ -e {flag} ]; then echo second; else touch {flag}; sleep {m}; fi")
         assert res.stdout == b"second\n"
@@ -513,7 +526,7 @@ def test_dropped_connection_retried_once(tmp_path):
         # and when the reconnect fails, the host is written off
         n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh, connect_timeout=3), {}, probe_timeout=60)
         assert n.run("true").rc == 0
-        threading.Thread(target=lambda: (wait_started(m), node.stop()), daemon=True).start()
+        threading.Thread(target=lambda: (wait_started(m, comm="sleep"), node.stop()), daemon=True).start()
         with pytest.raises(HostUnreachable, match="a fresh connection failed too"):
             n.run(f"sleep {m}")
         with pytest.raises(HostUnreachable, match="a fresh connection failed too"):
