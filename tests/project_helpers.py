@@ -146,3 +146,23 @@ def alter(tmp_path: Path, probe: str, change) -> Path:
         change(saved["doc"])
         f.write_text(json.dumps(saved))
     return dst
+
+
+def burnin_capture() -> dict:
+    """The 120 s burn-in document of the 2xH200 node (tests/data/h200x2-burnin.json)."""
+    doc = json.loads((DATA.parent / "h200x2-burnin.json").read_text())
+    for g in doc["gpus"]:  # taken before the probe recorded it; the nvlink probe of this card reads 18 active links
+        g.setdefault("nvlink_active_links", 18)
+    return doc
+
+
+def burnin_replay_folder(tmp_path: Path, change=None) -> Path:
+    """The 2xH200 replay captures plus the burn-in capture saved as a probe document."""
+    dst = tmp_path / "captures"
+    shutil.copytree(DATA, dst)
+    doc = burnin_capture()
+    if change:
+        change(doc)
+    args = {"device": "cuda", "dtypes": ["bf16", "fp8"]}  # the suite's on an H200; its "seconds" is not matched
+    (dst / "burnin-0000000000.json").write_text(json.dumps({"probe": "burnin", "args": args, "doc": doc}))
+    return dst

@@ -12,16 +12,9 @@ import pytest
 from gpuaccept import burnin
 from gpuaccept.thresholds import judge, load_sku_file
 from probe_helpers import run_probe
+from project_helpers import burnin_capture as capture, burnin_replay_folder
 
-DATA = Path(__file__).parent / "data"
 SKU = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
-
-
-def capture() -> dict:
-    doc = json.loads((DATA / "h200x2-burnin.json").read_text())
-    for g in doc["gpus"]:  # taken before the probe recorded it; the nvlink probe of this card reads 18 active links
-        g.setdefault("nvlink_active_links", 18)
-    return doc
 
 
 def failures(found: dict) -> dict[int, list[str]]:
@@ -173,23 +166,10 @@ def test_series_rows_cover_telemetry_and_windows():
     assert all(isinstance(r[3], (int, float)) for r in rows)
 
 
-def _replay_dir(tmp_path: Path, change=None) -> Path:
-    """The 2xH200 replay captures plus the burn-in capture saved as a probe document."""
-    import shutil
-    dst = tmp_path / "captures"
-    shutil.copytree(DATA / "replay-h200x2", dst)
-    doc = capture()
-    if change:
-        change(doc)
-    args = {"device": "cuda", "dtypes": ["bf16", "fp8"]}  # the suite's on an H200; its "seconds" is not matched
-    (dst / "burnin-0000000000.json").write_text(json.dumps({"probe": "burnin", "args": args, "doc": doc}))
-    return dst
-
-
 def test_suite_end_to_end_on_the_replayed_capture(tmp_path):
     from project_helpers import junit, make_project, run_pytest
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={_replay_dir(tmp_path)} "
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={burnin_replay_folder(tmp_path)} "
                    "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
     rep = tmp_path / "rep"
     plain = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
@@ -208,7 +188,7 @@ def test_suite_end_to_end_on_the_replayed_capture(tmp_path):
     def sick(doc):
         doc["sdc"][2]["hashes"]["0"] = "f" * 64
     rep2 = tmp_path / "rep2"
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={_replay_dir(tmp_path / 's', sick)} "
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={burnin_replay_folder(tmp_path / 's', sick)} "
                    "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep2), "-m", "burnin")
     assert res.returncode == 1
@@ -229,7 +209,7 @@ def test_foreign_load_during_burnin_blocks_instead_of_failing_the_card(tmp_path)
                 w["bf16_tflops"] *= 0.5
         doc["gpus"][1]["foreign_processes"] = {"t": round(t_half, 1), "processes": ["pid 4242 python3"]}
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={_replay_dir(tmp_path, foreign)} "
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={burnin_replay_folder(tmp_path, foreign)} "
                    "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "burnin")

@@ -24,7 +24,7 @@ from gpuaccept.node import HostRunner
 from gpuaccept.progress_channel import ProgressLines, parse, render
 from gpuaccept.reporting import Progress
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
-from test_transport import WATCHDOG, FakeHost, assert_gone, host_for, marker
+from process_helpers import WATCHDOG, FakeHost, assert_gone, host_for, marker
 
 DATA = Path(__file__).parent / "data"
 P = "GPUACCEPT-PROGRESS "
@@ -323,7 +323,7 @@ def test_operator_sees_the_burnin_progress_line(tmp_path, xdist):
     """End to end, as an operator runs it (a fresh pytest, --progress tty so that the status line is written
     although stderr is a pipe): the controller's status line shows the burn-in's progress, also when the probe
     runs in an xdist worker (relayed through files the controller removes at the end)."""
-    from test_e2e import make_project, run_pytest
+    from project_helpers import make_project, run_pytest
     inv = make_project(tmp_path, [], None, extra_suite=LIVE_SUITE, name="test_live.py")
     inv.write_text("h1 ansible_connection=local\n")
     args = ["--inventory", str(inv), "--reports", str(tmp_path / "rep"), "-k", "burnin_cpu", "--progress", "tty",
@@ -342,8 +342,8 @@ def test_operator_sees_the_burnin_progress_line(tmp_path, xdist):
 # ------------------------------------------------------------------------------ burn-in as baseline (SQLite)
 
 def _burnin_captures(tmp_path: Path, change=None) -> Path:
-    from test_burnin import _replay_dir
-    return _replay_dir(tmp_path, change)
+    from project_helpers import burnin_replay_folder
+    return burnin_replay_folder(tmp_path, change)
 
 
 def _nightly_captures(tmp_path: Path, bf16_factor: dict | None = None, temp: int | None = None) -> Path:
@@ -361,7 +361,7 @@ def _nightly_captures(tmp_path: Path, bf16_factor: dict | None = None, temp: int
 
 
 def _run(tmp_path: Path, name: str, captures: Path, *args: str):
-    from test_e2e import make_project, run_pytest
+    from project_helpers import make_project, run_pytest
     root = tmp_path / "proj"
     if not root.exists():
         make_project(root, [], None, extra_suite="", name="test_zz_empty.py")

@@ -1,0 +1,91 @@
+"""Helpers for tests that start real processes on loopback nodes and check what they leave behind: a stand-in
+for an inventory host that transports accept, greppable sleep markers, and waiting on /proc for a marked process
+to start or to be gone."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sshd import SshNode
+
+WATCHDOG = Path(__file__).resolve().parent.parent / "gpuaccept" / "probes" / "_watchdog.py"
+
+
+@dataclass
+class FakeHost:
+    """Duck-typed stand-in for gpuaccept.inventory.Host (the fields transports read)."""
+
+    name: str
+    address: str = "127.0.0.1"
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    connection: str = "ssh"
+    python: str = sys.executable
+    vars: dict = field(default_factory=dict)
+    groups: list = field(default_factory=list)
+
+
+def host_for(node: SshNode, **kw) -> FakeHost:
+    args = dict(name=node.name, address=node.address, port=node.port, user="root", key_file=node.key_file)
+    args.update(kw)
+    return FakeHost(**args)
+
+
+def marker() -> str:
+    """A unique sleep duration, e.g. ``1000.482913``: greppable in /proc/*/cmdline."""
+    return f"1000.{random.randrange(10**5, 10**6)}"
+
+
+def live_pids(mark: str) -> list[int]:
+    """Non-zombie processes whose command line contains ``mark``."""
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if mark.encode() in cmd and stat.rsplit(")", 1)[1].split()[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def assert_gone(mark: str, within: float = 3.0) -> None:
+    end = time.monotonic() + within
+    while live_pids(mark) and time.monotonic() < end:
+        time.sleep(0.05)
+    left = live_pids(mark)
+    for p in left:  # do not leak them into later tests
+        try:
+            os.kill(p, 9)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left behind: {left}"
+
+
+def wait_started(mark: str, within: float = 5.0, comm: str | None = None) -> None:
+    """Wait until a process with ``mark`` in its command line runs; with ``comm``, one whose own name is
+    ``comm`` (e.g. ``sleep``): the shell that will start it carries the mark in its command line first, and a
+    test acting on the shell alone races the fork (the command not yet run, or its child born after a kill)."""
+    end = time.monotonic() + within
+
+    def started() -> bool:
+        for p in live_pids(mark):
+            try:
+                if comm is None or Path(f"/proc/{p}/comm").read_text().strip() == comm:
+                    return True
+            except OSError:
+                continue
+        return False
+
+    while not started():
+        assert time.monotonic() < end, f"{mark} never started"
+        time.sleep(0.02)
