@@ -22,7 +22,8 @@ from .errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
-from . import fanout, interrupt
+from . import fanout, interrupt, prefetch
+from . import node as node_module
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS
@@ -401,12 +402,32 @@ def pytest_collection_finish(session) -> None:
         if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
             names.append(name)
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
+    # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.prefetch)
+    pf = _state(config)["prefetch"] = prefetch.Prefetcher(prefetch.describe(session.items),
+                                                          lambda n: _get_node(config, n), _forks(config))
+    node_module.PROBE_HOOK[:] = [pf.probe]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Tell the prefetcher (gpuaccept.prefetch) which test runs: its results are that test's to take."""
+    pf = (_state(item.config) or {}).get("prefetch")
+    if pf is None:
+        return (yield)
+    pf.begin(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        pf.end(item.nodeid)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
+    if st.get("prefetch") is not None:  # results fetched ahead that no test took: dropped, their probes killed
+        node_module.PROBE_HOOK[:] = []
+        st.pop("prefetch").close()
     fanout.close_all(list(st["nodes"].values()), _forks(session.config) or 1)
 
 
