@@ -26,9 +26,10 @@ is cheap and harmless to drop:
   or one written off as unreachable, never after an interrupt (gpuaccept.interrupt), never while the asking
   thread holds its host's lock (``cached_probe``), never from a thread other than pytest's.
 
-A probe B's test then asks with other arguments (they differed per host after all) runs then, as without
-prefetch; the unused result is dropped when B's test ends: a queued one is never started, a running one is
-killed on the node (its remote process groups, as an interrupt does). Results are saved under the report
+When B's test then asks with other arguments (they differed per host after all), its probe runs then, as
+without prefetch, and the guess is dropped at once; one no test asks for is dropped when B's test ends (or
+the run does): a queued one is never started, a running one is killed on the node (its remote process
+groups, as an interrupt does). Results are saved under the report
 folder as any probe's (``HostRunner.probe_now``), whether or not a test takes them. One host never runs two
 probes at once: a job holds the host's lock (``HostRunner.lock``) from start to end; the SSH connection is
 the host's one. Off with ``--forks 0`` (and under ``-n``), like the warm-up (gpuaccept.fanout).
@@ -250,6 +251,8 @@ class Prefetcher:
         for other in self._groups.get(cur.group, []):
             if other.index <= cur.index or other.host == cur.host or self._next_index(other.host, cur.index) != other.index:
                 continue
+            if self._slots.get(other.nodeid):
+                continue  # already fetched ahead for that test (asked by an earlier host): one guess per test
             target = self._runner_for(other.host)
             if target.replay_dir or target.written_off or self._host_facts(target) != facts:
                 continue
@@ -272,17 +275,23 @@ class Prefetcher:
             log.debug("prefetch: %s %s for %s (asked by %s)", job.host, name, other.nodeid, cur.nodeid)
 
     def _take(self, nodeid: str, key: str) -> _Job | None:
-        """The first result fetched for ``nodeid`` with ``key``, now the test's. One still queued is taken
-        over: the test runs the probe itself rather than wait for a free worker."""
+        """The result fetched for ``nodeid`` with ``key``, now the test's. One still queued is taken over: the
+        test runs the probe itself rather than wait for a free worker. A result fetched for ``nodeid`` with
+        another key was a wrong guess (the test's arguments differ on this host): dropped now, so that its
+        probe does not hold the host while the test's own one waits."""
+        found, misses = None, []
         with self._cv:
-            for job in self._slots.get(nodeid, []):
-                if job.key == key and not job.taken:
+            for job in self._slots.pop(nodeid, []):
+                if found is None and job.key == key:
+                    found = job
                     job.taken = True
-                    self._slots[nodeid].remove(job)
                     if job.state == "queued":
                         self._unqueue(job)
-                    return job
-        return None
+                else:
+                    misses.append(job)
+        for job in misses:
+            self._cancel(job)
+        return found
 
     # -- workers -------------------------------------------------------------------------------------
     def _unqueue(self, job: _Job) -> None:
