@@ -24,6 +24,7 @@ import secrets
 import tarfile
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from . import shell
@@ -185,6 +186,7 @@ class HostRunner:
         self._transport = None
         self._dir: str | None = None
         self._shipped: list[str] = []  # folder names (below the node's $TMPDIR) created for the probes, for close()
+        self._started: dict[str, float] = {}  # probe name -> Unix time its last run here started
         self._dead: Exception | None = None
         self._cache: dict[str, dict] = {}
         self._lock = threading.RLock()
@@ -360,6 +362,7 @@ class HostRunner:
         Saves the document under ``save_dir``. Raises as :meth:`probe`."""
         with self._lock:
             for cb in PROBE_STARTED: cb(self.name, name, timeout or self.probe_timeout)  # noqa: E701
+            self._started[name] = time.time()
             limit = timeout or self.probe_timeout
             # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
             rerun = int((args or {}).get("nnodes") or 1) <= 1
@@ -377,6 +380,12 @@ class HostRunner:
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
         return doc
+
+    def last_started(self, name: str) -> float | None:
+        """Unix time (the controller's clock) at which the last run of probe ``name`` on this host started, or
+        None. For a result fetched ahead (gpuaccept.prefetch) that is when it ran, not when the test took it:
+        a test that judges what happened on the node during its probe (kernel log events) asks from then."""
+        return self._started.get(name)
 
     def cached_probe(self, name: str, args: dict | None = None) -> dict:
         """:meth:`probe`, run once per run and remembered (errors are remembered too)."""

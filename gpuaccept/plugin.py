@@ -64,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
     g.addoption("--forks", type=int, default=None, metavar="N",
-                help="hosts connected and probed at once before the tests reach them (default 32; 0: one host "
+                help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
+                     "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
                      "at a time, as the tests reach it); without -n only")
     g.addoption("--shard", default=None, metavar="I/K",
                 help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
@@ -390,8 +391,9 @@ def _forks(config: pytest.Config) -> int:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session) -> None:
     """Fan-out (gpuaccept.fanout): connect, ship and run gpu_inventory on every host the selected GPU tests
-    need, ``--forks`` at a time, while the tests start; the tests then find the document waiting. Only in a
-    run without xdist workers (each worker would connect to every host)."""
+    need, ``--forks`` at a time, while the tests start; the tests then find the document waiting. Later probes
+    are fetched ahead across hosts (gpuaccept.prefetch). Only in a run without xdist workers (each worker
+    would connect to every host)."""
     config = session.config
     if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
             or not _forks(config) or config.option.collectonly or not session.items:
