@@ -13,7 +13,10 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
     ``pip install --target DIR pytest-testinfra`` folder (put on that run's PYTHONPATH only);
   - gpuaccept `-m health --forks 0`: hosts one at a time as pytest reaches their tests (the old behaviour);
   - gpuaccept `-m health` (default --forks 32): every host connected, shipped and probed (gpu_inventory)
-    at once before the tests reach it; later probes fetched ahead across hosts (gpuaccept.prefetch).
+    at once before the tests reach it;
+  - gpuaccept `-m storage`, `--forks 0` and default: gpu_inventory as above, then a second real probe on every
+    host (test_nvme_inventory's nvme_inventory), which host h1's test fetches ahead on all the others
+    (gpuaccept.prefetch); one host at a time, each waits for its test.
 The nodes have no GPU, so this measures connect + ship + probe + verdict plumbing, as shared/notes/
 scale-profile.md did. Prints min/median seconds and the ratio to the bare pool of the same round.
 """
@@ -94,10 +97,10 @@ def testinfra(root: Path, nodes, known_hosts: str, env: dict) -> float:
     return dt
 
 
-def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str) -> float:
+def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str = "health") -> float:
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
-                          "-m", "health", "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{t0}"),
+                          "-m", marker, "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{t0}"),
                           *extra], cwd=REPO, capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if res.returncode not in (0, 1):
@@ -118,7 +121,8 @@ def main() -> None:
         inv.write_text("[cluster]\n" + "".join(n.inventory_line() + "\n" for n in nodes))
         tenv = testinfra_env()
         names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
-                 "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)"]
+                 "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
+                 "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)"]
         if tenv is None:
             names.remove(names[1])
         rows: dict[str, list[float]] = {k: [] for k in names}
@@ -126,7 +130,8 @@ def main() -> None:
         for _ in range(rounds):
             b = bare_pool(nodes, kh)
             got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
-            got += [gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh)]
+            got += [gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
+                    gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage")]
             for k, v in zip(rows, got):
                 rows[k].append(v)
                 ratios[k].append(v / b)

@@ -45,6 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from .readings import is_lost
 from .transport import interruption, running
 
 log = logging.getLogger(__name__)
@@ -102,10 +103,10 @@ def host_facts(runner: Any) -> str:
 def gpu_fingerprint(doc: dict) -> str:
     """What a test can derive probe arguments from in a gpu_inventory document: per GPU its name, memory
     size, PCI device id and whether it is lost, in NVML order (JSON)."""
-    gpus = doc.get("gpus") or [] if isinstance(doc, dict) else []
+    gpus = [g for g in (doc.get("gpus") or []) if isinstance(g, dict)]
     return json.dumps([doc.get("nvml_available")] + [[g.get("name"), g.get("memory_total_bytes"),
-                                                      g.get("pci_device_id"), bool(g.get("lost"))]
-                                                     for g in gpus if isinstance(g, dict)], sort_keys=True, default=str)
+                                                      g.get("pci_device_id"), is_lost(g)] for g in gpus],
+                      sort_keys=True, default=str)
 
 
 @dataclass(eq=False)

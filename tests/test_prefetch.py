@@ -521,3 +521,45 @@ def test_prefetch_waits_for_a_running_guess_and_never_overlaps_a_host(runners):
         assert pf.stats == {"queued": 1, "run": 1, "taken": 1, "dropped": 0} and doc["iters"] == 20000
     finally:
         pf.close()
+
+
+def test_gpu_fingerprint_tells_other_gpus_apart():
+    """What a test derives probe arguments from (world size, dtypes by SKU): the real 2xH200 capture against
+    copies altered here: another GPU's temperature and serial do not matter; a lost GPU, one GPU fewer, another
+    name or memory size do."""
+    saved = json.loads((REPO / "tests" / "data" / "replay-h200x2" / "gpu_inventory-bf21a9e8fb.json").read_text())
+    doc = saved["doc"]
+    fp = prefetch.gpu_fingerprint(doc)
+
+    def altered(fn) -> dict:
+        d = json.loads(json.dumps(doc))
+        fn(d)
+        return d
+
+    def warmer(d):
+        d["gpus"][1]["temp_c"] = 71
+        d["gpus"][1]["serial"] = "1650924060000"
+
+    assert prefetch.gpu_fingerprint(altered(warmer)) == fp
+    for change in (lambda d: d["gpus"][1].update(lost=True), lambda d: d["gpus"].pop(),
+                   lambda d: d["gpus"][0].update(name="NVIDIA H100 80GB HBM3"),
+                   lambda d: d["gpus"][0].update(memory_total_bytes=85899345920)):
+        assert prefetch.gpu_fingerprint(altered(change)) != fp
+
+
+def test_a_gpu_test_gets_its_gpu_inventory_first_on_the_other_host(runners):
+    """A test taking the ``gpus`` fixture: the guess on node2 runs node2's gpu_inventory first (as node2's test
+    would, through its fixture), compares it with node1's (here: no GPU on either), then the probe."""
+    r = runners()
+    seq = [prefetch.ItemInfo(f"suites/test_r.py::g[{h}]", i, h, ("suites/test_r.py::g", ()), uses_gpus=True)
+           for i, h in enumerate(("node1", "node2"))]
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=2)
+    try:
+        r["node1"].gpu_inventory()  # what node1's gpus fixture did
+        ask(pf, r["node1"], seq[0].nodeid, end=True)
+        doc = ask(pf, r["node2"], seq[1].nodeid)
+        assert pf.stats["taken"] == 1 and doc["paths"][0]["path"] == "/"
+        assert r["node2"].last_started("gpu_inventory") < r["node2"].last_started("storage_mounts")
+    finally:
+        pf.close()
+
