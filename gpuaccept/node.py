@@ -255,7 +255,7 @@ class HostRunner:
         steps = []
         if pgids and hasattr(t, "kill_groups"):
             from .transport.ssh import kill_group_command  # only SSH connections get lost
-            steps.append(kill_group_command(pgids))
+            steps.append(f"({kill_group_command(pgids)})")  # a subshell: the kill command execs, the cleanup follows
         if cleanup:
             steps.append(cleanup)
         try:

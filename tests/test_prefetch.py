@@ -563,3 +563,73 @@ def test_a_gpu_test_gets_its_gpu_inventory_first_on_the_other_host(runners):
     finally:
         pf.close()
 
+
+
+# -- shipping the probes with the first probe ------------------------------------------------------------
+def runner_on(node, kh: str, python: str = sys.executable) -> HostRunner:
+    inv = node.dir / "inv.ini"
+    inv.write_text(f"[gpu]\n{node.inventory_line(python=python)}\n")
+    return HostRunner(load_inventory(str(inv)).hosts[node.name], lambda h: get_transport(h, known_hosts=kh), {},
+                      probe_timeout=60)
+
+
+def commands(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
+
+
+def test_first_probe_ships_the_probes_in_the_same_command(tmp_path, caplog):
+    """One remote command ships the probes and runs the first one (the folder it made is where the second one
+    runs); close() removes the folder. A missing interpreter says so, and its empty folder is removed too."""
+    caplog.set_level("DEBUG", logger="gpuaccept.run")
+    (node,) = nodes_with_tmp(tmp_path, ("127.0.0.96",))
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        r = runner_on(node, kh)
+        doc = r.probe("storage_mounts", {"paths": ["/"]})
+        assert doc["paths"][0]["path"] == "/"
+        ran = commands(caplog)
+        assert len(ran) == 1 and "mkdir -m 700" in ran[0] and "storage_mounts.py" in ran[0] and "rc=0" in ran[0]
+        (folder,) = node.tmp.iterdir()
+        assert (folder / "_watchdog.py").is_file() and (folder / "nccl_env.py").is_file()
+        assert r.probe("nccl_env", {"login_shell": False})["errors"] == []
+        assert len(commands(caplog)) == 2 and f"cd {folder}" in commands(caplog)[1]
+        r.close()
+        assert list(node.tmp.iterdir()) == []
+
+        missing = runner_on(node, kh, python=str(tmp_path / "no-such-python3"))
+        with pytest.raises(ProbeError, match=r"could not ship probes: python interpreter '.*no-such-python3' not "
+                                             r"found \(set ansible_python_interpreter\)"):
+            missing.probe("storage_mounts", {"paths": ["/"]})
+        missing.close()
+        assert list(node.tmp.iterdir()) == []
+    finally:
+        node.stop()
+
+
+def test_first_probe_whose_connection_drops_is_shipped_again(tmp_path, caplog):
+    """The connection drops while the first probe (shipped in the same command) runs: the lost command's
+    processes and half-used folder are removed, the command runs once more on a fresh connection, and at
+    close() nothing is left on the node."""
+    caplog.set_level("DEBUG", logger="gpuaccept.run")
+    (node,) = nodes_with_tmp(tmp_path, ("127.0.0.97",))
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        r = runner_on(node, kh)
+
+        def drop_once():
+            end = time.time() + 30
+            while time.time() < end and not any("launch_overhead.py" in c for c in procs_in(node.tmp)):
+                time.sleep(0.02)
+            for p in node.session_processes():
+                os.kill(p, signal.SIGKILL)
+
+        threading.Thread(target=drop_once, daemon=True).start()
+        doc = r.probe("launch_overhead", {"device": "cpu", "iters": 200000})
+        assert doc["iters"] == 200000
+        ran = [c for c in commands(caplog) if "launch_overhead.py" in c]
+        assert len(ran) == 2 and "rc=HostUnreachable" in ran[0] and "rc=0" in ran[1], ran
+        assert len(list(node.tmp.iterdir())) == 1  # the lost attempt's folder was removed, the rerun's is used
+        r.close()
+        assert list(node.tmp.iterdir()) == [] and procs_in(node.tmp) == []
+    finally:
+        node.stop()
