@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fan-out over real sshd nodes on loopback: gpuaccept against a bare paramiko pool, in the same run.
+"""Fan-out over real sshd nodes on loopback: gpuaccept against a bare paramiko pool and testinfra, in the same run.
 
     python benchmarks/fanout.py [NODES] [ROUNDS]          # default 16 nodes, 3 rounds
 
@@ -7,14 +7,22 @@ Starts NODES real OpenSSH servers (127.0.0.101 ...; tests/sshd.py), then per rou
 whole process, timed from outside, as shared/notes/scale-profile.md measured the peers):
   - bare paramiko: a thread pool of NODES, per host connect (known_hosts checked, RejectPolicy), run `true`,
     close -- the floor for "touch every host once";
+  - testinfra `-n 8`: ``def test_true(host): assert host.run("true").rc == 0`` over ``--hosts=ssh://...``
+    (OpenSSH client, ``StrictHostKeyChecking yes``, ``ControlMaster no``), as the scale profile ran it; only
+    where ``import testinfra`` works (``pip install pytest-testinfra``), or with ``TESTINFRA_SITE=DIR`` naming a
+    ``pip install --target DIR pytest-testinfra`` folder (put on that run's PYTHONPATH only);
   - gpuaccept `-m health --forks 0`: hosts one at a time as pytest reaches their tests (the old behaviour);
   - gpuaccept `-m health` (default --forks 32): every host connected, shipped and probed (gpu_inventory)
-    at once before the tests reach it.
+    at once before the tests reach it;
+  - gpuaccept `-m storage`, `--forks 0` and default: gpu_inventory as above, then a second real probe on every
+    host (test_nvme_inventory's nvme_inventory), which host h1's test fetches ahead on all the others
+    (gpuaccept.prefetch); one host at a time, each waits for its test.
 The nodes have no GPU, so this measures connect + ship + probe + verdict plumbing, as shared/notes/
 scale-profile.md did. Prints min/median seconds and the ratio to the bare pool of the same round.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -56,10 +64,43 @@ def bare_pool(nodes, known_hosts: str) -> float:
     return time.perf_counter() - t0
 
 
-def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str) -> float:
+TESTINFRA_TEST = 'def test_true(host):\n    assert host.run("true").rc == 0\n'
+
+
+def testinfra_env() -> dict | None:
+    """The environment testinfra runs in, or None where it is not installed."""
+    site = os.environ.get("TESTINFRA_SITE")
+    if site:
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)}
+    return dict(os.environ) if importlib.util.find_spec("testinfra") else None
+
+
+def testinfra(root: Path, nodes, known_hosts: str, env: dict) -> float:
+    """``pytest -n 8 --hosts=ssh://...`` running ``host.run("true")`` once per host, as a whole process."""
+    d = root / "testinfra"
+    if not d.exists():
+        d.mkdir()
+        (d / "test_true.py").write_text(TESTINFRA_TEST)
+        (d / "pytest.ini").write_text("[pytest]\n")  # its own rootdir: not the repository's pytest.ini
+        (d / "ssh_config").write_text(
+            f"Host *\n  User root\n  IdentityFile {nodes[0].key_file}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {known_hosts}\n  StrictHostKeyChecking yes\n  ControlMaster no\n"
+            "  PasswordAuthentication no\n")
+    hosts = ",".join(f"ssh://root@{n.address}:{n.port}" for n in nodes)
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "8",
+                          f"--hosts={hosts}", f"--ssh-config={d / 'ssh_config'}", "test_true.py"],
+                         cwd=d, env=env, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"testinfra run failed ({res.returncode}): {res.stdout[-2000:]}{res.stderr[-2000:]}")
+    return dt
+
+
+def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str = "health") -> float:
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
-                          "-m", "health", "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{t0}"),
+                          "-m", marker, "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{t0}"),
                           *extra], cwd=REPO, capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if res.returncode not in (0, 1):
@@ -78,20 +119,28 @@ def main() -> None:
         kh = write_known_hosts(tmp / "known_hosts", nodes)
         inv = tmp / "inventory.ini"
         inv.write_text("[cluster]\n" + "".join(n.inventory_line() + "\n" for n in nodes))
-        rows: dict[str, list[float]] = {"bare paramiko pool, `true` (process)": [], "gpuaccept -m health --forks 0": [],
-                                        "gpuaccept -m health (--forks 32)": []}
+        tenv = testinfra_env()
+        names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
+                 "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
+                 "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)"]
+        if tenv is None:
+            names.remove(names[1])
+        rows: dict[str, list[float]] = {k: [] for k in names}
         ratios: dict[str, list[float]] = {k: [] for k in rows}
         for _ in range(rounds):
             b = bare_pool(nodes, kh)
-            s = gpuaccept(tmp, inv, kh, "--forks", "0")
-            f = gpuaccept(tmp, inv, kh)
-            for k, v in zip(rows, (b, s, f)):
+            got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
+            got += [gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
+                    gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage")]
+            for k, v in zip(rows, got):
                 rows[k].append(v)
                 ratios[k].append(v / b)
         print(f"fan-out over {count} real sshd nodes on loopback, {rounds} rounds, {os.cpu_count()} cores")
         print(f"| run | min s | median s | / bare pool (median of rounds) |\n|---|---|---|---|")
         for k, v in rows.items():
             print(f"| {k} | {min(v):.2f} | {statistics.median(v):.2f} | {statistics.median(ratios[k]):.1f}x |")
+        if tenv is None:
+            print("(testinfra not installed: pip install pytest-testinfra, or TESTINFRA_SITE=DIR, to add its row)")
     finally:
         for n in nodes:
             n.stop()

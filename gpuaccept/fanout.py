@@ -8,6 +8,10 @@ returns at once; tests then find the document cached (``HostRunner.cached_probe`
 the one run in flight, so no host is ever probed twice and one host's probes never overlap. :func:`close_all`
 removes the shipped folders and closes the connections in the same pool at the end.
 
+On an SSH host the probes are shipped and ``gpu_inventory`` run in one remote command
+(``HostRunner.probe_now``). Every later probe is fetched ahead across hosts by gpuaccept.prefetch, in a pool of
+the same size.
+
 ``forks``: the pool's size (``--forks``, default :data:`DEFAULT_FORKS`), which bounds open connections too.
 """
 from __future__ import annotations

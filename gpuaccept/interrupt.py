@@ -162,9 +162,11 @@ class InterruptPlugin:
 
     def _error(self, item: pytest.Item) -> Interrupted:
         hosts = sorted(self.hits.get(item.nodeid) or ())
-        if not hosts:
-            params = getattr(getattr(item, "callspec", None), "params", {}) or {}
-            hosts = [str(params["node"])] if "node" in params else ["the controller"]
+        params = getattr(getattr(item, "callspec", None), "params", {}) or {}
+        if "node" in params:  # a test of one host; commands cut on others were fetched ahead (gpuaccept.prefetch)
+            hosts = [str(params["node"])]
+        elif not hosts:
+            hosts = ["the controller"]
         where = ", ".join(hosts)
         self.hits.pop(item.nodeid, None)
         return Interrupted(where, f"interrupted ({self.reason}) while running on {where}")

@@ -14,6 +14,7 @@ off only when that reconnect fails. Once the run is interrupted (gpuaccept.inter
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -23,6 +24,7 @@ import secrets
 import tarfile
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from . import shell
@@ -54,6 +56,28 @@ CLEANUP_TIMEOUT_S = 30.0
 PROBE_STARTED: list[Callable[[str, str, float], None]] = []
 # Called as fn(host, probe, doc) with each live progress line of a running probe (gpuaccept.progress_channel).
 PROBE_PROGRESS: list[Callable[[str, str, dict], None]] = []
+# The run's prefetcher (gpuaccept.fanout.Prefetcher.probe), set by the plugin with --forks > 0 and no -n: called as
+# fn(runner, name, args, timeout, env) in place of HostRunner.probe_now, it answers from a result fetched ahead
+# or runs the probe here and starts the same one on the other hosts whose test is next.
+PROBE_HOOK: list[Callable[..., dict]] = []
+#: first stdout line of the command that ships the probes and runs the first one: ``<marker><folder>``
+DIR_MARKER = b"__GPUACCEPT_DIR__="
+#: stderr line of that command when the probes could not be unpacked (then exit status 125)
+SHIP_FAILED_MARKER = "__GPUACCEPT_SHIP_FAILED__ "
+# Run in the shipped folder as ``python -c UNPACK_AND_WATCH --watch-stdin DEADLINE GRACE PROBE.py ARGS``: unpack
+# the probes' tar stream from stdin, then become the node-side watchdog (probes/_watchdog.py) in the same Python
+# (one interpreter start fewer); the watchdog reads the rest of stdin, held open by the controller, for EOF.
+UNPACK_AND_WATCH = (
+    "import sys, tarfile\n"
+    "try:\n"
+    "    tarfile.open(fileobj=sys.stdin.buffer, mode='r|').extractall()\n"
+    "except Exception as e:\n"
+    f"    sys.stderr.write('{SHIP_FAILED_MARKER}%s: %s\\n' % (type(e).__name__, e))\n"
+    "    sys.exit(125)\n"
+    "sys.path.insert(0, '')\n"
+    "import _watchdog\n"
+    "sys.exit(_watchdog.main(sys.argv[1:]))\n"
+)
 
 
 def probe_archive() -> bytes:
@@ -195,6 +219,8 @@ class HostRunner:
         self._factory = transport_factory
         self._transport = None
         self._dir: str | None = None
+        self._shipped: list[str] = []  # folder names (below the node's $TMPDIR) created for the probes, for close()
+        self._started: dict[str, float] = {}  # probe name -> Unix time its last run here started
         self._dead: Exception | None = None
         self._cache: dict[str, dict] = {}
         self._lock = threading.RLock()
@@ -267,7 +293,7 @@ class HostRunner:
         steps = []
         if pgids and hasattr(t, "kill_groups"):
             from .transport.ssh import kill_group_command  # only SSH connections get lost
-            steps.append(kill_group_command(pgids))
+            steps.append(f"({kill_group_command(pgids)})")  # a subshell: the kill command execs, the cleanup follows
         if cleanup:
             steps.append(cleanup)
         try:
@@ -277,12 +303,32 @@ class HostRunner:
             raise HostUnreachable(self.name, f"{lost.msg}; a fresh connection failed too: "
                                              f"{getattr(again, 'msg', again)}") from None
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The host's lock: whoever holds it is the only one running commands there (gpuaccept.fanout holds it
+        for a whole probe fetched ahead, so that nothing else runs on the host in between)."""
+        return self._lock
+
+    def lock_held(self) -> bool:
+        """True when this thread holds :attr:`lock` (e.g. inside :meth:`cached_probe`)."""
+        return self._lock._is_owned()  # type: ignore[attr-defined]  # both RLock implementations have it
+
+    @property
+    def written_off(self) -> bool:
+        """True once the host proved unreachable (or its key was refused, or auth failed) for this run."""
+        return self._dead is not None
+
+    def _new_folder(self) -> str:
+        # a folder name chosen here (mkdir fails on anything existing, symlinks included), so a half-shipped
+        # folder can be removed when the connection drops during the copy, and every one at close()
+        d = f"gpuaccept.{secrets.token_hex(6)}"
+        self._shipped.append(d)
+        return d
+
     def _ensure_shipped(self) -> str:
         if self._dir is None:
             py = shell.quote(self.python)
-            # a folder name chosen here (mkdir fails on anything existing, symlinks included), so a
-            # half-shipped folder can be removed when the connection drops during the copy
-            d = f"gpuaccept.{secrets.token_hex(6)}"
+            d = self._new_folder()
             cmd = (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && '
                    f'{py} -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode=\'r|\')'
                    '.extractall()" && echo "$d"')
@@ -297,6 +343,34 @@ class HostRunner:
             self._dir = out[-1]
         return self._dir
 
+    def _ship_and_run(self, name: str, args: dict, limit: float, env: dict[str, str], rerun: bool,
+                      progress: Callable[[dict], None] | None = None) -> CommandResult:
+        """Ship the probes and run probe ``name`` in one remote command (one round trip and one Python start
+        fewer than shipping first): ``mkdir``, print :data:`DIR_MARKER` and the folder, then
+        ``python -c UNPACK_AND_WATCH`` (unpack stdin, become the watchdog). A connection lost mid-command gets
+        the folder removed (``cleanup``) before the retry, as :meth:`_ensure_shipped`. Returns the probe's
+        CommandResult without the marker line (``progress``: the probe's live progress lines, see :meth:`run`); raises ProbeError "could not ship probes: ..." when the folder
+        could not be made or filled, or the interpreter is missing (the folder is then removed at close())."""
+        d = self._new_folder()
+        cmd = (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && echo "{DIR_MARKER.decode()}$d" && '
+               + shell.env_command({**PROBE_ENV, **env},
+                                   [self.python, "-c", UNPACK_AND_WATCH, "--watch-stdin", f"{limit:g}",
+                                    f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})], exec_=True))
+        res = self.run(cmd, stdin=probe_archive(), timeout=limit, hold_stdin=True,
+                       cleanup=f'rm -rf "${{TMPDIR:-/tmp}}/{d}"', rerun=rerun, progress=progress)
+        first, _, rest = res.stdout.partition(b"\n")
+        err = res.stderr.decode(errors="replace").strip().splitlines()
+        if not first.startswith(DIR_MARKER):
+            raise ProbeError(self.name, f"could not ship probes: {err[-1] if err else f'rc {res.rc}'}")
+        failed = [ln for ln in err if ln.startswith(SHIP_FAILED_MARKER)]
+        if failed:
+            raise ProbeError(self.name, f"could not ship probes: {failed[-1][len(SHIP_FAILED_MARKER):][:300]}")
+        if res.rc == 127 and not rest.strip():
+            raise ProbeError(self.name, f"could not ship probes: python interpreter '{self.python}' not found "
+                                        f"(set ansible_python_interpreter)")
+        self._dir = first[len(DIR_MARKER):].decode(errors="replace").strip()
+        return dataclasses.replace(res, stdout=rest)
+
     def probe(self, name: str, args: dict | None = None, timeout: float | None = None,
               env: dict[str, str] | None = None) -> dict:
         """Run probe ``name`` (a file ``gpuaccept/probes/<name>.py``) with ``args``; return its JSON dict.
@@ -304,6 +378,9 @@ class HostRunner:
         ``timeout``: seconds of wall clock (default the node's ``probe_timeout``): the controller kills the
         probe's process groups then, and the node-side watchdog WATCHDOG_GRACE_S later on its own. ``env``:
         extra environment variables for the probe, laid over PROBE_ENV (values are quoted here).
+        With the run's prefetcher (:data:`PROBE_HOOK`) the result may have been fetched ahead, while another
+        host's test ran the same probe: it is taken from there (waiting for it if still running; its error raised
+        here as if it had happened now), else the probe runs now (:meth:`probe_now`).
         Raises ProbeError (crash, no JSON, ``failed``, killed by the watchdog), CommandTimeout, Interrupted,
         or another TransportError.
         """
@@ -312,21 +389,43 @@ class HostRunner:
         args = probe_args(self.profile, name, args)
         if self.replay_dir:
             return replay_probe(self.name, self.replay_dir, name, args)
+        hook = PROBE_HOOK[-1] if PROBE_HOOK else None
+        if hook is not None:
+            return hook(self, name, args, timeout, env)
+        return self.probe_now(name, args, timeout, env)
+
+    def probe_now(self, name: str, args: dict, timeout: float | None = None,
+                  env: dict[str, str] | None = None) -> dict:
+        """:meth:`probe` run now on this host, never from a prefetched result: ``args`` as the profile made them
+        (gpuaccept.profiles.probe_args). The first probe on an SSH host ships the probes in the same command.
+        Saves the document under ``save_dir``. Raises as :meth:`probe`."""
         with self._lock:
-            d = self._ensure_shipped()
             for cb in PROBE_STARTED: cb(self.name, name, timeout or self.probe_timeout)  # noqa: E701
+            self._started[name] = time.time()
             limit = timeout or self.probe_timeout
-            # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
-            cmd = shell.env_command({**PROBE_ENV, **(env or {})},
-                                    [self.python, "_watchdog.py", "--watch-stdin", f"{limit:g}", f"{WATCHDOG_GRACE_S:g}",
-                                     f"{name}.py", json.dumps(args or {})], cwd=d, exec_=True)
             # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
-            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=int((args or {}).get("nnodes") or 1) <= 1,
-                           progress=lambda doc: [cb(self.name, name, doc) for cb in PROBE_PROGRESS])
+            rerun = int((args or {}).get("nnodes") or 1) <= 1
+            progress = lambda doc: [cb(self.name, name, doc) for cb in PROBE_PROGRESS]  # noqa: E731
+            if self._dir is None and self.host.connection != "local":  # local: a pipe cannot both feed and hold stdin
+                res = self._ship_and_run(name, args, limit, env or {}, rerun, progress)
+            else:
+                d = self._ensure_shipped()
+                # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
+                cmd = shell.env_command({**PROBE_ENV, **(env or {})},
+                                        [self.python, "_watchdog.py", "--watch-stdin", f"{limit:g}",
+                                         f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})],
+                                        cwd=d, exec_=True)
+                res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
         return doc
+
+    def last_started(self, name: str) -> float | None:
+        """Unix time (the controller's clock) at which the last run of probe ``name`` on this host started, or
+        None. For a result fetched ahead (gpuaccept.prefetch) that is when it ran, not when the test took it:
+        a test that judges what happened on the node during its probe (kernel log events) asks from then."""
+        return self._started.get(name)
 
     def cached_probe(self, name: str, args: dict | None = None) -> dict:
         """:meth:`probe`, run once per run and remembered (errors are remembered too)."""
@@ -357,9 +456,9 @@ class HostRunner:
         """Remove the shipped probes (best effort; not after a second interrupt) and close the transport."""
         with self._lock:
             if self._transport is not None:
-                if self._dir and self._dead is None and not aborting():
-                    try:
-                        self._transport.run(shell.command(["rm", "-rf", self._dir]),
+                if self._shipped and self._dead is None and not aborting():
+                    try:  # every folder made for the probes (one, unless a ship failed or timed out)
+                        self._transport.run('cd "${TMPDIR:-/tmp}" && ' + shell.command(["rm", "-rf", "--", *self._shipped]),
                                             timeout=CLEANUP_TIMEOUT_S if not interruption() else 5.0)
                     except Exception:
                         pass
@@ -369,4 +468,5 @@ class HostRunner:
                     pass
             self._transport = None
             self._dir = None
+            self._shipped = []
 

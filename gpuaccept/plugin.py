@@ -21,7 +21,8 @@ from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, Thresh
 from .hostvars import check_hosts
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
-from . import fanout, interrupt, progress_relay
+from . import fanout, interrupt, prefetch, progress_relay
+from . import node as node_module
 from .patterns import shard
 from .profiles import PROBE_TIMEOUT_S, PROFILES
 from .report import LAYERS
@@ -62,7 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
     g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
     g.addoption("--forks", type=int, default=None, metavar="N",
-                help="hosts connected and probed at once before the tests reach them (default 32; 0: one host "
+                help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
+                     "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
                      "at a time, as the tests reach it); without -n only")
     g.addoption("--shard", default=None, metavar="I/K",
                 help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
@@ -402,8 +404,9 @@ def _forks(config: pytest.Config) -> int:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session) -> None:
     """Fan-out (gpuaccept.fanout): connect, ship and run gpu_inventory on every host the selected GPU tests
-    need, ``--forks`` at a time, while the tests start; the tests then find the document waiting. Only in a
-    run without xdist workers (each worker would connect to every host)."""
+    need, ``--forks`` at a time, while the tests start; the tests then find the document waiting. Later probes
+    are fetched ahead across hosts (gpuaccept.prefetch). Only in a run without xdist workers (each worker
+    would connect to every host)."""
     config = session.config
     if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
             or not _forks(config) or config.option.collectonly or not session.items:
@@ -414,12 +417,32 @@ def pytest_collection_finish(session) -> None:
         if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
             names.append(name)
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
+    # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.prefetch)
+    pf = _state(config)["prefetch"] = prefetch.Prefetcher(prefetch.describe(session.items),
+                                                          lambda n: _get_node(config, n), _forks(config))
+    node_module.PROBE_HOOK[:] = [pf.probe]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Tell the prefetcher (gpuaccept.prefetch) which test runs: its results are that test's to take."""
+    pf = (_state(item.config) or {}).get("prefetch")
+    if pf is None:
+        return (yield)
+    pf.begin(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        pf.end(item.nodeid)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
+    if st.get("prefetch") is not None:  # results fetched ahead that no test took: dropped, their probes killed
+        node_module.PROBE_HOOK[:] = []
+        st.pop("prefetch").close()
     fanout.close_all(list(st["nodes"].values()), _forks(session.config) or 1)
 
 

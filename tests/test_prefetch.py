@@ -1,0 +1,635 @@
+"""Prefetch across hosts (gpuaccept.prefetch) against real sshd nodes on loopback, with real probes.
+
+End to end (a fresh ``python -m pytest`` per run, the operator's way): a probe one host's test runs starts at
+once on the hosts whose test of the same function is next; the documents, figures and outcomes are those of a
+run one host at a time (``--forks 0``); a host whose probe fails reports its own error in its own test; an
+item left out by ``-k`` gets nothing; a guess no test takes is killed on its node; SIGTERM leaves nothing
+running. In process: the rules for which hosts get a probe fetched ahead (tests/README: no mocks; the
+ItemInfo lists are the data the plugin builds from pytest's items).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuaccept import prefetch
+from gpuaccept.errors import ProbeError
+from gpuaccept.inventory import load_inventory
+from gpuaccept.node import HostRunner
+from gpuaccept.transport import cancel_all, get_transport, reset_interruption
+from sshd import start_sshd, write_known_hosts
+
+REPO = Path(__file__).resolve().parent.parent
+
+SUITE = '''
+import pytest
+
+pytestmark = pytest.mark.storage
+
+
+def test_a_mounts(node, verdicts):
+    doc = node.probe("storage_mounts", {"paths": ["/", "/proc"]})
+    for p in doc["paths"]:
+        verdicts.record(f"fstype {p['path']}", p["fstype"], extra={"mount_point": p["mount_point"]})
+
+
+def test_b_torch(node, verdicts):
+    doc = node.probe("launch_overhead", {"device": "cpu", "iters": 200})
+    verdicts.record("launch_us", doc["gpus"][0]["launch_us_wall"], "us")
+
+
+def test_c_env(node, verdicts):
+    doc = node.probe("nccl_env", {"login_shell": False})
+    verdicts.record("nccl_found", len(doc["found"]), extra={"effective": doc["effective"]})
+'''
+
+# a gloo all-reduce (two rank processes under the probe, under the node-side watchdog) that runs for hours
+LONG = {"backend": "gloo", "world_size": 2, "min_bytes": 4096, "max_bytes": 4096, "iters": 10 ** 9, "reps": 1,
+        "warmup": 1}
+
+LONG_SUITE = f'''
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_1_long(node, verdicts):
+    doc = node.probe("nccl_allreduce", {LONG!r})
+    verdicts.record("wrong_total", doc["wrong_total"], "elements")
+
+
+def test_2_after(node, verdicts):
+    verdicts.record("ran", node.run("echo ran").stdout.decode().strip())
+'''
+
+# p1 (no torch) fails at once; its probe, fetched ahead on p2, runs for hours until p2's test skips
+GUESS_SUITE = f'''
+import os, time
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_long(node, verdicts):
+    if node.name == "p2":
+        while not os.path.exists(os.environ["PF_GO"]):
+            time.sleep(0.1)
+        pytest.skip("p2: nothing to measure here")
+    node.probe("nccl_allreduce", {LONG!r})
+'''
+
+
+# -- rig -------------------------------------------------------------------------------------------------
+def nodes_with_tmp(base: Path, addresses: tuple[str, ...]):
+    """sshd nodes p1, p2, ... whose sessions get their own TMPDIR (``node.tmp``): every shipped probe folder,
+    and so every probe process's working directory, is below it; sshd logs each login (LogLevel INFO)."""
+    nodes = []
+    for i, a in enumerate(addresses, 1):
+        tmp = base / f"p{i}-tmp"
+        tmp.mkdir(parents=True)
+        n = start_sshd(base, address=a, name=f"p{i}", log_level="INFO", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"])
+        n.tmp = tmp  # type: ignore[attr-defined]
+        nodes.append(n)
+    return nodes
+
+
+def procs_in(tmp: Path) -> list[str]:
+    """Command lines of live processes whose command line or working directory is below ``tmp``."""
+    out = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit() or int(e) == os.getpid():
+            continue
+        try:
+            state = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{e}/cwd")
+        except OSError:
+            continue
+        if state not in ("Z", "X") and (str(tmp) in cmd or cwd.startswith(str(tmp))):
+            out.append(cmd)
+    return out
+
+
+def ranks_on(node) -> int:
+    return len([c for c in procs_in(node.tmp) if "--worker" in c])
+
+
+def project(root: Path, nodes, suite: str, host_vars: dict | None = None) -> Path:
+    """A gpuaccept project in ``root`` (the plugin, thresholds and one suite file); returns the inventory."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
+    shutil.copy(REPO / "conftest.py", root / "conftest.py")
+    shutil.copytree(REPO / "thresholds", root / "thresholds")
+    (root / "suites").mkdir()
+    (root / "suites" / "test_pf.py").write_text(suite)
+    inv = root / "inventory.ini"
+    lines = []
+    for n in nodes:
+        extra = (host_vars or {}).get(n.name)
+        lines.append(n.inventory_line(python=extra) if extra else n.inventory_line())
+    inv.write_text("[gpu]\n" + "\n".join(lines) + "\n")
+    return inv
+
+
+def pytest_args(inv: Path, kh: str, rep: Path, log: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+            "-p", "no:randomly", "--log-file", str(log), "--log-file-level", "DEBUG",
+            "--log-file-format", "%(created).3f %(name)s %(message)s", *extra]
+
+
+def run(root: Path, inv: Path, kh: str, tag: str, *extra: str, env: dict | None = None):
+    rep, log = root / f"rep-{tag}", root / f"log-{tag}"
+    res = subprocess.run(pytest_args(inv, kh, rep, log, *extra), cwd=root, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, **(env or {})})
+    return res, rep, log
+
+
+RUN_LINE = re.compile(r"^(\d+\.\d+) gpuaccept\.run RUN (\S+) (.*?) rc=(\S+) (\d+\.\d+)s$", re.M | re.S)
+PROBE_IN = re.compile(r"--watch-stdin \S+ \S+ (\w+)\.py")
+
+
+def probe_runs(log: Path) -> list[tuple[str, str, float, float]]:
+    """(host, probe, start, end) of every probe command in a run's DEBUG log (gpuaccept.run's RUN lines,
+    logged at the end of each command with its duration), in order of start."""
+    out = []
+    for m in RUN_LINE.finditer(log.read_text()):
+        p = PROBE_IN.search(m.group(3))
+        if p:
+            end = float(m.group(1))
+            out.append((m.group(2), p.group(1), end - float(m.group(5)), end))
+    return sorted(out, key=lambda r: r[2])
+
+
+def docs(rep: Path, host: str) -> dict[str, dict]:
+    """The probe documents a run saved for ``host``: probe name -> doc (``probe_seconds`` left out)."""
+    out = {}
+    for f in sorted((rep / "probes" / host).glob("*.json")):
+        saved = json.loads(f.read_text())
+        doc = {k: v for k, v in saved["doc"].items() if k != "probe_seconds"}
+        out[saved["probe"]] = doc
+    return out
+
+
+def outcomes(rep: Path) -> dict[tuple[str, str], dict]:
+    return {(t["host"], t["name"].split("[")[0]): t for t in json.loads((rep / "results.json").read_text())["tests"]}
+
+
+def logins(node) -> int:
+    return node.log().count("Accepted publickey")
+
+
+@pytest.fixture
+def bare_python(tmp_path_factory) -> str:
+    """An interpreter without torch (a fresh venv beside this one): the node whose Python lacks a package."""
+    d = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(d)], check=True, capture_output=True)
+    py = str(d / "bin" / "python")
+    assert subprocess.run([py, "-c", "import torch"], capture_output=True).returncode != 0
+    return py
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+def test_prefetched_at_once_and_same_as_one_host_at_a_time(tmp_path, tmp_path_factory):
+    """Four hosts, three tests: one host at a time (--forks 0) the probes never overlap; with prefetch, each
+    probe of host p1's test runs on p2..p4 at the same time. Outcomes, figures and the saved probe documents
+    are the same; each host sees its probes in test order, one SSH login and no folder left behind."""
+    base = tmp_path_factory.mktemp("pf")
+    nodes = nodes_with_tmp(base, ("127.0.0.80", "127.0.0.81", "127.0.0.82", "127.0.0.83"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = project(tmp_path, nodes, SUITE)
+        serial, rep_s, log_s = run(tmp_path, inv, kh, "serial", "--forks", "0")
+        assert serial.returncode == 0, serial.stdout[-3000:] + serial.stderr[-2000:]
+        before = {n.name: logins(n) for n in nodes}
+        fetched, rep_f, log_f = run(tmp_path, inv, kh, "prefetch")
+        assert fetched.returncode == 0, fetched.stdout[-3000:] + fetched.stderr[-2000:]
+        assert {n.name: logins(n) - before[n.name] for n in nodes} == {n.name: 1 for n in nodes}
+
+        a, b = outcomes(rep_s), outcomes(rep_f)
+        assert len(a) == 12 and a.keys() == b.keys()
+        for k in a:
+            assert a[k]["outcome"] == b[k]["outcome"] == "passed", (a[k], b[k])
+        for name in ("test_a_mounts", "test_c_env"):  # deterministic figures: the same values
+            for n in nodes:
+                fa = {f["check"]: (f["value"], f.get("extra")) for f in a[(n.name, name)]["figures"]}
+                fb = {f["check"]: (f["value"], f.get("extra")) for f in b[(n.name, name)]["figures"]}
+                assert fa == fb and fa, (fa, fb)
+        for n in nodes:
+            da, db = docs(rep_s, n.name), docs(rep_f, n.name)
+            assert sorted(da) == sorted(db) == ["launch_overhead", "nccl_env", "storage_mounts"]
+            assert da["storage_mounts"] == db["storage_mounts"]
+            assert da["nccl_env"] == db["nccl_env"]
+            assert da["launch_overhead"].keys() == db["launch_overhead"].keys()
+
+        for log in (log_s, log_f):  # per host, the probes in test order
+            runs = probe_runs(log)
+            for n in nodes:
+                assert [r[1] for r in runs if r[0] == n.name] == ["storage_mounts", "launch_overhead", "nccl_env"]
+        lo_s = [r for r in probe_runs(log_s) if r[1] == "launch_overhead"]
+        lo_f = {r[0]: r for r in probe_runs(log_f) if r[1] == "launch_overhead"}
+        # one host at a time: each probe starts after the previous one ended
+        assert all(nxt[2] >= prev[3] - 0.01 for prev, nxt in zip(lo_s, lo_s[1:])), lo_s
+        # prefetch: p2..p4 started before p1's own ended
+        assert all(lo_f[n.name][2] < lo_f["p1"][3] for n in nodes[1:]), lo_f
+        for n in nodes:
+            assert list(n.tmp.iterdir()) == [], list(n.tmp.iterdir())  # the shipped folders were removed
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_a_host_whose_fetched_probe_fails_reports_its_own_error(tmp_path, tmp_path_factory, bare_python):
+    """p2's Python lacks torch: its launch_overhead, fetched ahead while p1's test ran, fails there, and p2's
+    own test reports it (the same message as one host at a time); p1 and p3 pass."""
+    base = tmp_path_factory.mktemp("pffail")
+    nodes = nodes_with_tmp(base, ("127.0.0.84", "127.0.0.85", "127.0.0.86"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = project(tmp_path, nodes, SUITE, {"p2": bare_python})
+        msgs = {}
+        for tag, extra in (("serial", ("--forks", "0")), ("prefetch", ())):
+            res, rep, log = run(tmp_path, inv, kh, tag, "-k", "torch", *extra)
+            assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+            o = outcomes(rep)
+            assert o[("p1", "test_b_torch")]["outcome"] == o[("p3", "test_b_torch")]["outcome"] == "passed"
+            t = o[("p2", "test_b_torch")]
+            assert t["outcome"] == "error" and "torch" in t["message"] and t["message"].startswith("p2"), t
+            msgs[tag] = t["message"]
+            runs = {r[0]: r for r in probe_runs(log) if r[1] == "launch_overhead"}
+            if tag == "prefetch":
+                assert runs["p2"][2] < runs["p1"][3], runs  # p2's probe ran while p1's test did
+        assert msgs["serial"] == msgs["prefetch"]
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_item_left_out_by_k_gets_nothing(tmp_path, tmp_path_factory):
+    """``-k`` leaves out p2's test_a_mounts and every test of p3: p2 never runs storage_mounts (no document,
+    no command), p3 is never even logged into; p1 and p4 get it fetched ahead as usual."""
+    base = tmp_path_factory.mktemp("pfk")
+    nodes = nodes_with_tmp(base, ("127.0.0.87", "127.0.0.88", "127.0.0.89", "127.0.0.90"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = project(tmp_path, nodes, SUITE)
+        res, rep, log = run(tmp_path, inv, kh, "k", "-k", "(mounts or env) and not (mounts and p2) and not p3")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        runs = probe_runs(log)
+        assert sorted((r[0], r[1]) for r in runs) == sorted(
+            [("p1", "storage_mounts"), ("p4", "storage_mounts"), ("p1", "nccl_env"), ("p2", "nccl_env"),
+             ("p4", "nccl_env")]), runs
+        sm = {r[0]: r for r in runs if r[1] == "storage_mounts"}
+        assert sm["p4"][2] < sm["p1"][3], sm  # fetched ahead for p4 (p2 and p3 left out)
+        assert sorted(docs(rep, "p2")) == ["nccl_env"]
+        assert not (rep / "probes" / "p3").exists() and logins(nodes[2]) == 0
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_a_guess_no_test_takes_is_killed(tmp_path, tmp_path_factory, bare_python):
+    """p1 (no torch) fails its hours-long all-reduce at once; the same probe fetched ahead on p2 runs (its two
+    ranks seen) until p2's test skips without asking for it: then it is killed on p2 and the run ends."""
+    base = tmp_path_factory.mktemp("pfdrop")
+    nodes = nodes_with_tmp(base, ("127.0.0.91", "127.0.0.92"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = project(tmp_path, nodes, GUESS_SUITE, {"p1": bare_python})
+        go = tmp_path / "go"
+        rep, log = tmp_path / "rep", tmp_path / "log"
+        proc = subprocess.Popen(pytest_args(inv, kh, rep, log, "--probe-timeout", "600"), cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PF_GO": str(go)})
+        try:
+            end = time.time() + 120
+            while time.time() < end and ranks_on(nodes[1]) < 2:
+                assert proc.poll() is None, proc.communicate()[0][-3000:]
+                time.sleep(0.2)
+            assert ranks_on(nodes[1]) >= 2  # the guess runs on p2 while p2's test waits
+            go.write_text("")
+            t0 = time.time()
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert time.time() - t0 < 20
+        assert proc.returncode == 1, out[-3000:]
+        o = outcomes(rep)
+        assert o[("p1", "test_long")]["outcome"] == "error" and "torch" in o[("p1", "test_long")]["message"]
+        assert o[("p2", "test_long")]["outcome"] == "skipped"
+        assert procs_in(nodes[1].tmp) == [] and procs_in(nodes[0].tmp) == []
+        assert "nccl_allreduce" not in docs(rep, "p2")  # killed: nothing to save
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_sigterm_while_probes_are_fetched_ahead_leaves_nothing(tmp_path, tmp_path_factory):
+    """SIGTERM while p1's hours-long all-reduce runs and the same probe, fetched ahead, runs on p2 and p3: exit
+    2 within seconds, no process of the run left on any node, nothing passed, nothing fetched afterwards."""
+    base = tmp_path_factory.mktemp("pfsig")
+    nodes = nodes_with_tmp(base, ("127.0.0.93", "127.0.0.94", "127.0.0.95"))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = project(tmp_path, nodes, LONG_SUITE)
+        rep, log = tmp_path / "rep", tmp_path / "log"
+        proc = subprocess.Popen(pytest_args(inv, kh, rep, log, "--probe-timeout", "600"), cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            end = time.time() + 150
+            while time.time() < end and not all(ranks_on(n) >= 2 for n in nodes):
+                assert proc.poll() is None, proc.communicate()[0][-3000:]
+                time.sleep(0.2)
+            assert all(ranks_on(n) >= 2 for n in nodes), [ranks_on(n) for n in nodes]
+            t0 = time.time()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        seconds = time.time() - t0
+        assert proc.returncode == 2, out[-3000:]
+        assert seconds < 20, seconds
+        assert [procs_in(n.tmp) for n in nodes] == [[], [], []]
+        o = outcomes(rep)
+        assert len(o) == 6 and all(t["outcome"] == "error" for t in o.values()), o
+        # p1's test names its own host only (the commands cut on p2 and p3 were fetched ahead for their tests)
+        assert o[("p1", "test_1_long")]["message"].startswith("interrupted (SIGTERM) while running on p1: "), o
+        assert o[("p2", "test_1_long")]["message"] == "not run: run interrupted"
+        runs = probe_runs(log)  # one probe per host, all started before the signal; none after it
+        assert sorted(r[0] for r in runs) == ["p1", "p2", "p3"] and all(r[2] < t0 for r in runs), runs
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+# -- the rules, in process -------------------------------------------------------------------------------
+@pytest.fixture
+def runners(sshd_nodes, known_hosts, tmp_path):
+    """HostRunners for the three session sshd nodes (node1..3), keeping documents under tmp_path/probes;
+    node3 is told apart by an inventory variable when the test asks (``runners(node3_vars)``)."""
+    made: list[HostRunner] = []
+
+    def make(node3_vars: str = "") -> dict[str, HostRunner]:
+        inv = tmp_path / f"inv{len(made)}.ini"
+        lines = [n.inventory_line() + (f" {node3_vars}" if n.name == "node3" and node3_vars else "")
+                 for n in sshd_nodes]
+        inv.write_text("[gpu]\n" + "\n".join(lines) + "\n")
+        hosts = load_inventory(str(inv)).hosts
+        out = {}
+        for n in sshd_nodes:
+            r = HostRunner(hosts[n.name], lambda h: get_transport(h, known_hosts=known_hosts), {},
+                           probe_timeout=60, save_dir=str(tmp_path / f"probes{len(made)}"))
+            out[n.name] = r
+            made.append(r)
+        return out
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def items(*spec: tuple[str, str | None]) -> list[prefetch.ItemInfo]:
+    """ItemInfo in run order from (function, host) pairs; host None: a fleet test."""
+    return [prefetch.ItemInfo(f"suites/test_r.py::{fn}[{h}]" if h else f"suites/test_r.py::{fn}", i, h,
+                              (f"suites/test_r.py::{fn}", ()) if h else None) for i, (fn, h) in enumerate(spec)]
+
+
+MOUNTS = {"paths": ["/"]}
+
+
+def ask(pf: prefetch.Prefetcher, runner: HostRunner, nodeid: str, args: dict = MOUNTS, end: bool = True) -> dict:
+    pf.begin(nodeid)
+    try:
+        return pf.probe(runner, "storage_mounts", args, None, None)
+    finally:
+        if end:
+            pf.end(nodeid)
+
+
+def test_prefetch_rules(runners):
+    """Who gets a guess: the next tests of the same function, on hosts whose inventory variables match, the
+    test's first call only, never a multi-host rank, nothing after an interrupt; the taken result is the one
+    fetched (no second run on that host), an argument mismatch runs the host's own probe."""
+    r = runners()
+    seq = items(("t", "node1"), ("t", "node2"), ("t", "node3"))
+    ids = [i.nodeid for i in seq]
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=4)
+    try:
+        ask(pf, r["node1"], ids[0])
+        assert pf.stats["queued"] == 2
+        n2 = ask(pf, r["node2"], ids[1])  # taken: the same document, saved once, no new command
+        assert pf.stats["taken"] == 1 and n2["paths"][0]["path"] == "/"
+        pf.begin(ids[2])  # node3 asks with other arguments: its own probe runs, the guess is dropped
+        n3 = pf.probe(r["node3"], "storage_mounts", {"paths": ["/proc"]}, None, None)
+        pf.end(ids[2])
+        assert n3["paths"][0]["fstype"] == "proc" and pf.stats["taken"] == 1
+    finally:
+        pf.close()
+
+    # a second call of the test (its arguments may come from the first result), a multi-host rank, and any
+    # call after an interrupt fetch nothing ahead
+    r = runners()
+    pf = prefetch.Prefetcher(items(("t", "node1"), ("t", "node2"), ("t", "node3")), r.__getitem__, forks=4)
+    try:
+        pf.begin(ids[0])
+        pf.probe(r["node1"], "storage_mounts", MOUNTS, None, None)
+        pf.probe(r["node1"], "storage_mounts", {"paths": ["/proc"]}, None, None)
+        with pytest.raises(ProbeError):  # a rank's arguments (storage_mounts refuses them: no rendezvous waits)
+            pf.probe(r["node1"], "storage_mounts", {**MOUNTS, "nnodes": 2}, None, None)
+        pf.end(ids[0])
+        assert pf.stats["queued"] == 2  # the first call only
+        pf2 = prefetch.Prefetcher(items(("u", "node1"), ("u", "node2")), r.__getitem__, forks=4)
+        with pytest.raises(ProbeError):
+            ask(pf2, r["node1"], "suites/test_r.py::u[node1]", {**MOUNTS, "nnodes": 2})
+        assert pf2.stats["queued"] == 0
+        pf2.close()
+        cancel_all("SIGTERM")
+        try:
+            pf3 = prefetch.Prefetcher(items(("v", "node1"), ("v", "node2")), r.__getitem__, forks=4)
+            pf3.begin("suites/test_r.py::v[node1]")
+            pf3._spread(pf3.items["suites/test_r.py::v[node1]"], r["node1"], "storage_mounts", MOUNTS, None, None, "k")
+            assert pf3.stats["queued"] == 0
+            pf3.close()
+        finally:
+            reset_interruption()
+    finally:
+        pf.close()
+
+
+def test_prefetch_keeps_each_hosts_test_order(runners):
+    """No guess for a host whose next test is another one, or when a fleet test (no host) runs in between;
+    none for a host whose inventory variables differ, nor for a replayed one."""
+    r = runners()
+    seq = items(("t", "node1"), ("w", "node2"), ("t", "node2"), ("t", "node3"))
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=4)
+    ask(pf, r["node1"], seq[0].nodeid)
+    assert {j.host for js in pf._slots.values() for j in js} == {"node3"}  # node2 runs test w first
+    pf.close()
+
+    seq = items(("t", "node1"), ("fleet", None), ("t", "node2"))
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=4)
+    ask(pf, r["node1"], seq[0].nodeid)
+    assert pf.stats["queued"] == 0
+    pf.close()
+
+    r = runners("storage_paths=/srv/other")
+    seq = items(("t", "node1"), ("t", "node2"), ("t", "node3"))
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=4)
+    ask(pf, r["node1"], seq[0].nodeid)
+    assert {j.host for js in pf._slots.values() for j in js} == {"node2"}  # node3's variables differ
+    pf.close()
+
+
+def test_prefetch_waits_for_a_running_guess_and_never_overlaps_a_host(runners):
+    """A test that asks while its guess still runs waits for that very run (one command on the host, not
+    two), and a guess holds its host: a command of another thread there waits until it ends."""
+    r = runners()
+    seq = items(("t", "node1"), ("t", "node2"))
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=4)
+    try:
+        slow = {"device": "cpu", "iters": 20000}  # a second or two: torch's import alone
+        pf.begin(seq[0].nodeid)  # node1's test asks: the guess for node2 starts (node1's own run left out here)
+        pf._spread(pf.items[seq[0].nodeid], r["node1"], "launch_overhead", slow, None, None,
+                   prefetch.probe_key("launch_overhead", slow, None, None))
+        pf.end(seq[0].nodeid)
+        job = pf._slots[seq[1].nodeid][0]
+        end = time.time() + 30
+        while job.state == "queued" and time.time() < end:
+            time.sleep(0.01)
+        assert job.state == "running"
+        seen = []
+        t = threading.Thread(target=lambda: seen.append((r["node2"].run("echo x").stdout, job.state)))
+        t.start()
+        t_take = time.time()
+        pf.begin(seq[1].nodeid)
+        doc = pf.probe(r["node2"], "launch_overhead", slow, None, None)
+        pf.end(seq[1].nodeid)
+        assert r["node2"].last_started("launch_overhead") < t_take  # when it ran, for windows such as burn-in's XIDs
+        t.join(30)
+        assert seen == [(b"x\n", "finished")]  # the other thread's command ran after the guess ended
+        assert pf.stats == {"queued": 1, "run": 1, "taken": 1, "dropped": 0} and doc["iters"] == 20000
+    finally:
+        pf.close()
+
+
+def test_gpu_fingerprint_tells_other_gpus_apart():
+    """What a test derives probe arguments from (world size, dtypes by SKU): the real 2xH200 capture against
+    copies altered here: another GPU's temperature and serial do not matter; a lost GPU, one GPU fewer, another
+    name or memory size do."""
+    saved = json.loads((REPO / "tests" / "data" / "replay-h200x2" / "gpu_inventory-bf21a9e8fb.json").read_text())
+    doc = saved["doc"]
+    fp = prefetch.gpu_fingerprint(doc)
+
+    def altered(fn) -> dict:
+        d = json.loads(json.dumps(doc))
+        fn(d)
+        return d
+
+    def warmer(d):
+        d["gpus"][1]["temp_c"] = 71
+        d["gpus"][1]["serial"] = "1650924060000"
+
+    assert prefetch.gpu_fingerprint(altered(warmer)) == fp
+    for change in (lambda d: d["gpus"][1].update(lost=True), lambda d: d["gpus"].pop(),
+                   lambda d: d["gpus"][0].update(name="NVIDIA H100 80GB HBM3"),
+                   lambda d: d["gpus"][0].update(memory_total_bytes=85899345920)):
+        assert prefetch.gpu_fingerprint(altered(change)) != fp
+
+
+def test_a_gpu_test_gets_its_gpu_inventory_first_on_the_other_host(runners):
+    """A test taking the ``gpus`` fixture: the guess on node2 runs node2's gpu_inventory first (as node2's test
+    would, through its fixture), compares it with node1's (here: no GPU on either), then the probe."""
+    r = runners()
+    seq = [prefetch.ItemInfo(f"suites/test_r.py::g[{h}]", i, h, ("suites/test_r.py::g", ()), uses_gpus=True)
+           for i, h in enumerate(("node1", "node2"))]
+    pf = prefetch.Prefetcher(seq, r.__getitem__, forks=2)
+    try:
+        r["node1"].gpu_inventory()  # what node1's gpus fixture did
+        ask(pf, r["node1"], seq[0].nodeid, end=True)
+        doc = ask(pf, r["node2"], seq[1].nodeid)
+        assert pf.stats["taken"] == 1 and doc["paths"][0]["path"] == "/"
+        assert r["node2"].last_started("gpu_inventory") < r["node2"].last_started("storage_mounts")
+    finally:
+        pf.close()
+
+
+
+# -- shipping the probes with the first probe ------------------------------------------------------------
+def runner_on(node, kh: str, python: str = sys.executable) -> HostRunner:
+    inv = node.dir / "inv.ini"
+    inv.write_text(f"[gpu]\n{node.inventory_line(python=python)}\n")
+    return HostRunner(load_inventory(str(inv)).hosts[node.name], lambda h: get_transport(h, known_hosts=kh), {},
+                      probe_timeout=60)
+
+
+def commands(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
+
+
+def test_first_probe_ships_the_probes_in_the_same_command(tmp_path, caplog):
+    """One remote command ships the probes and runs the first one (the folder it made is where the second one
+    runs); close() removes the folder. A missing interpreter says so, and its empty folder is removed too."""
+    caplog.set_level("DEBUG", logger="gpuaccept.run")
+    (node,) = nodes_with_tmp(tmp_path, ("127.0.0.96",))
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        r = runner_on(node, kh)
+        doc = r.probe("storage_mounts", {"paths": ["/"]})
+        assert doc["paths"][0]["path"] == "/"
+        ran = commands(caplog)
+        assert len(ran) == 1 and "mkdir -m 700" in ran[0] and "storage_mounts.py" in ran[0] and "rc=0" in ran[0]
+        (folder,) = node.tmp.iterdir()
+        assert (folder / "_watchdog.py").is_file() and (folder / "nccl_env.py").is_file()
+        assert r.probe("nccl_env", {"login_shell": False})["errors"] == []
+        assert len(commands(caplog)) == 2 and f"cd {folder}" in commands(caplog)[1]
+        r.close()
+        assert list(node.tmp.iterdir()) == []
+
+        missing = runner_on(node, kh, python=str(tmp_path / "no-such-python3"))
+        with pytest.raises(ProbeError, match=r"could not ship probes: python interpreter '.*no-such-python3' not "
+                                             r"found \(set ansible_python_interpreter\)"):
+            missing.probe("storage_mounts", {"paths": ["/"]})
+        missing.close()
+        assert list(node.tmp.iterdir()) == []
+    finally:
+        node.stop()
+
+
+def test_first_probe_whose_connection_drops_is_shipped_again(tmp_path, caplog):
+    """The connection drops while the first probe (shipped in the same command) runs: the lost command's
+    processes and half-used folder are removed, the command runs once more on a fresh connection, and at
+    close() nothing is left on the node."""
+    caplog.set_level("DEBUG", logger="gpuaccept.run")
+    (node,) = nodes_with_tmp(tmp_path, ("127.0.0.97",))
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        r = runner_on(node, kh)
+
+        def drop_once():
+            end = time.time() + 30
+            while time.time() < end and not any("launch_overhead.py" in c for c in procs_in(node.tmp)):
+                time.sleep(0.02)
+            for p in node.session_processes():
+                os.kill(p, signal.SIGKILL)
+
+        threading.Thread(target=drop_once, daemon=True).start()
+        doc = r.probe("launch_overhead", {"device": "cpu", "iters": 200000})
+        assert doc["iters"] == 200000
+        ran = [c for c in commands(caplog) if "launch_overhead.py" in c]
+        assert len(ran) == 2 and "rc=HostUnreachable" in ran[0] and "rc=0" in ran[1], ran
+        assert len(list(node.tmp.iterdir())) == 1  # the lost attempt's folder was removed, the rerun's is used
+        r.close()
+        assert list(node.tmp.iterdir()) == [] and procs_in(node.tmp) == []
+    finally:
+        node.stop()
