@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On a GPU machine (repo root, gpuaccept importable): the checks of the prefetch, progress-channel and probe-
+# prologue work. Part A: the torch probes' shared argument prologue, the main job on a healthy node (prefetch
+# on; one host, so nothing is fetched ahead) and the suites over SSH (the gpu-node kit carried as .gpu-node:
+# the first probe ships the probes in the same command). Part B: a burn-in with its live progress line captured,
+# then a nightly compute/memory run judged against that burn-in in the history database. Reports under $OUT.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+n=$(nvidia-smi -L | grep -c '^GPU')
+printf 'all:\n  hosts:\n    h200-node:\n      ansible_connection: local\n      gpu_sku: h200-sxm-141gb\n      gpus_per_node: %s\n      nccl_env: {NCCL_NVLS_ENABLE: "0"}\n' "$n" > /tmp/inv.yml
+part=${1:-A}
+if [ "$part" = A ]; then
+  ( cd gpuaccept/probes && for p in 'matmul_tflops {"dtypes":["bf16"],"seconds_per_dtype":1}' 'hbm_bandwidth {"bytes":1073741824,"iters":5}' \
+      'launch_overhead {"iters":1000}' 'pcie_bandwidth {"bytes":268435456,"iters":3}' 'p2p_bandwidth {"bytes":268435456,"iters":2,"reps":2}' \
+      'matmul_tflops {"device":"tpu"}' 'p2p_bandwidth {"bogus":1}'; do set -- $p
+      python3 "$1.py" "$2" 2>/dev/null | tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); g=(d.get('gpus') or [{}]); print('  $1', d.get('msg') or [{k: x.get(k) for k in ('index','name','pci_bus_id')} for x in g])"
+  done )
+  t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider --inventory /tmp/inv.yml --reports /tmp/rep-main \
+     --log-file /tmp/main.log --log-file-level DEBUG -q 2>&1 | tail -n 4
+  echo "== main job, healthy node, prefetch on: $(( $(date +%s) - t0 )) s; prefetch log lines: $(grep -c 'gpuaccept.prefetch' /tmp/main.log)"
+  head -n 24 /tmp/rep-main/summary.md
+  python3 -c "import json;[print('  ',x['check'],'GPU',x['gpu'],x['value'],x.get('unit'),x.get('verdict')) for x in json.load(open('/tmp/rep-main/results.json'))['figures'] if x['check'] in ('bf16_tflops','fp8_tflops','hbm_read_bw_gbps','allreduce_busbw_gbps','p2p_unidir_gbps')]"
+  if [ -d .gpu-node ]; then
+    bash .gpu-node/start-sshd.sh 2222 127.0.0.1 > /tmp/sshd.txt || cat /tmp/sshd.txt
+    py=$(sed -n 's/.*ansible_python_interpreter=//p' /tmp/sshd.txt)
+    printf 'all:\n  hosts:\n    gpu-node:\n      ansible_host: 127.0.0.1\n      ansible_port: 2222\n      ansible_user: root\n      ansible_ssh_private_key_file: /tmp/gpu-node-ssh/client_ed25519\n      ansible_python_interpreter: %s\n      gpu_sku: h200-sxm-141gb\n      gpus_per_node: %s\n      nccl_env: {NCCL_NVLS_ENABLE: "0"}\n' "$py" "$n" > /tmp/ssh.yml
+    t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider --profile quick --inventory /tmp/ssh.yml --known-hosts /tmp/gpu-node-ssh/known_hosts \
+        --reports /tmp/rep-ssh -m "health or compute or nccl" --log-file /tmp/ssh.log --log-file-level DEBUG -q 2>&1 | tail -n 4
+    echo "== over SSH: $(( $(date +%s) - t0 )) s"; grep -m1 "RUN gpu-node" /tmp/ssh.log | cut -c1-400
+  fi
+  tar czf "$OUT/reports-A.tgz" -C /tmp rep-main $( [ -d /tmp/rep-ssh ] && echo rep-ssh ) main.log
+else
+  MIN=${2:-2}
+  t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider -m burnin --burnin-minutes "$MIN" --inventory /tmp/inv.yml \
+     --reports /tmp/rep-burn --history /tmp/h.sqlite --progress plain 2> /tmp/progress.log | tail -n 4
+  echo "== burn-in $MIN min: wall $(( $(date +%s) - t0 )) s"; grep -a 'burnin' /tmp/progress.log | grep -a "min" | tail -n 8
+  grep -a -c "ended with" /tmp/rep-burn/summary.md
+  python3 -c "import json;[print('  GPU',x['gpu'],x['check'],x['value'],x.get('unit'),x.get('verdict')) for x in json.load(open('/tmp/rep-burn/results.json'))['figures'] if x['check'].startswith(('burnin_bf16','burnin_hbm','burnin_temp','sdc'))]"
+  t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider -k "tensor_tflops or hbm_bandwidth" --inventory /tmp/inv.yml --reports /tmp/rep-night \
+     --history /tmp/h.sqlite --standout-pct 0.1 -q 2>&1 | tail -n 3
+  echo "== nightly against the burn-in: $(( $(date +%s) - t0 )) s"
+  python3 -c "import sqlite3; [print('  ', r) for r in sqlite3.connect('/tmp/h.sqlite').execute(\"select subject,check_,round(value,1) from latest where kind='burnin' and (check_ like 'bf16%' or check_ like 'hbm_copy%')\")]"
+  grep -A8 -i "stand" /tmp/rep-night/summary.md | head -n 14
+  tar czf "$OUT/reports-B.tgz" -C /tmp rep-burn rep-night progress.log h.sqlite
+fi
