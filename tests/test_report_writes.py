@@ -1,0 +1,193 @@
+"""Whole-run report files written from each record's text kept as it arrived (issue 13.3): results.json copied
+from results.jsonl, each layer's JUnit from its spooled <testcase> elements, the history rows inserted in the
+periodic rewrites. What is checked: the files equal what the pure writers make from the same records, after
+periodic rewrites, a record replaced, a merge's add_many, and a real run interrupted by SIGTERM."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from test_e2e import make_project
+from test_replay import DATA, GPU_LAYERS
+
+from gpuaccept import history, reporting
+from gpuaccept.report import CaseRecord, Reporter, junit_xml_text, record_dict
+
+
+def _recs(n_hosts: int, tag: str = "") -> list[CaseRecord]:
+    """Records as the plugin makes them: per-GPU figures, a failure with a multi-line message and XML/JSON
+    special characters, a non-ASCII message, a skipped test, a fleet-wide test whose figures name hosts."""
+    out = []
+    for i in range(n_hosts):
+        h = f"gpu-{i:02d}"
+        for c, layer in enumerate(("memory", "compute", "health")):
+            figs = [{"host": h, "layer": layer, "test": f"t{c}", "check": f"check_{c}", "gpu": g,
+                     "pci_bus_id": f"0000:{g:02x}:00.0", "serial": f"S{i}{g}", "value": 100.0 + g + i,
+                     "unit": "GB/s", "limit": {"min": 90.0}, "verdict": "pass"} for g in range(2)]
+            outcome, msg = "passed", ""
+            if i == 1 and c == 0:
+                figs[1].update(value=80.0, verdict="fail")
+                outcome, msg = "failed", f'{h} GPU 1: check_0 80 < 90 {tag}\n<&"quoted"> \x07 line two'
+            if i == 2 and c == 2:
+                outcome, msg, figs = "skipped", "no NVLink on this SKU — skipped", []
+            out.append(CaseRecord(f"suites/test_{layer}.py::t{c}[{h}]", f"t{c}[{h}]", h, layer, outcome, msg, 0.25, figs))
+    out.append(CaseRecord("suites/test_nccl.py::test_fleet", "test_fleet", None, "nccl", "failed",
+                          "gpu-00: busbw 10 < 300\nresults below", 1.5,
+                          [{"host": "fleet", "check": "busbw_gbps", "gpu": None, "value": 10.0, "unit": "GB/s",
+                            "limit": {"min": 300.0}, "verdict": "fail", "extra": {"host": "gpu-00", "bytes": 4096}}]))
+    return out
+
+
+def _strip_ts(xml: str) -> str:
+    return re.sub(r'timestamp="[^"]+"', 'timestamp=""', xml)
+
+
+def _check_files(rep: Reporter, folder: Path) -> None:
+    recs = list(rep.records.values())
+    doc = json.loads((folder / "results.json").read_text())
+    assert doc["tests"] == json.loads(json.dumps([record_dict(r) for r in recs]))
+    assert doc["figures"] == [f for r in recs for f in r.figures]
+    assert doc["run_id"] == "run1" and doc["hosts"] == rep.meta["hosts"]
+    layers = sorted({r.layer for r in recs})
+    for layer in layers:
+        text = (folder / f"junit-{layer}.xml").read_text()
+        assert _strip_ts(text) == _strip_ts(junit_xml_text(layer, [r for r in recs if r.layer == layer]))
+        ET.fromstring(text.encode())  # well-formed
+
+
+def test_periodic_rewrites_replacement_and_merge_equal_the_pure_writers(tmp_path):
+    folder = tmp_path / "r"
+    hosts = [f"gpu-{i:02d}" for i in range(6)]
+    rep = Reporter(str(folder), "run1", {"hosts": hosts, "host_sku": {h: "h200-sxm-141gb" for h in hosts[:5]}})
+    recs = _recs(6)
+    for r in recs[:7]:
+        rep.add(r)
+    rep.flush()  # a periodic rewrite in the middle of the run
+    _check_files(rep, folder)
+    assert json.loads((folder / "results.json").read_text())["complete"] is False
+    for r in recs[7:12]:
+        rep.add(r)
+    # the same test again (a record replaced): its new text is the one in every file
+    again = _recs(6, tag="(second)")[3]
+    rep.add(again)
+    rep.add_many(recs[12:])
+    rep.flush()
+    _check_files(rep, folder)
+    doc = json.loads((folder / "results.json").read_text())
+    assert [t["nodeid"] for t in doc["tests"]] == [r.nodeid for r in recs]  # the replaced one keeps its place
+    assert "(second)" in doc["tests"][3]["message"] and "(second)" in (folder / "junit-memory.xml").read_text()
+    # every figure of a host with a known SKU says it, in results.jsonl as in results.json; others none
+    assert {f.get("sku") for f in doc["figures"] if f["host"] == "gpu-05"} == {None}
+    assert {f.get("sku") for f in doc["figures"] if f["host"] == "gpu-00"} == {"h200-sxm-141gb"}
+    lines = [json.loads(ln) for ln in (folder / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == len(recs) + 1 and lines[-1]["figures"] == doc["tests"][-1]["figures"]
+    rep.close("interrupted")
+    _check_files(rep, folder)
+    assert json.loads((folder / "results.json").read_text())["complete"] is True
+    assert not (folder / ".spool").exists()  # the spools go once the whole-run files are final
+
+
+def test_history_rows_written_as_the_run_goes_equal_record_run(tmp_path):
+    """The RunRecorder (rows per record, inserted in periodic flushes, run row and stand-outs at the end)
+    leaves the database as record_run of the whole run does, and finds the same stand-outs as references()
+    + standouts() + fleet_outliers() over the figures."""
+    hosts = [f"gpu-{i:02d}" for i in range(6)]
+
+    def one_run(db: Path, rid: str, slow: float, incremental: bool) -> list[dict]:
+        recs = _recs(6)
+        for r in recs:
+            for f in r.figures:
+                if f["host"] == "gpu-03" and f.get("gpu") == 0:
+                    f["value"] *= slow
+        verdicts = {h: "PASS" for h in hosts}
+        if incremental:
+            rep = Reporter(str(db.parent / rid), rid, {"hosts": hosts})
+            sink = reporting.HistorySink(str(db), rid, 1000.0, "standard")
+            rep.sinks.append(sink)
+            for i, r in enumerate(recs):
+                rep.add(r)
+                if i == 5:
+                    rep.flush()
+            stand = sink.recorder.finish({"verdict": "PASS"}, verdicts, "latest-pass") + sink.recorder.fleet_outliers()
+            sink.recorder.close()
+            assert sink.error is None
+            return stand
+        figs = [f for r in recs for f in r.figures]
+        con = history.connect(str(db))
+        stand = history.standouts(figs, history.references(con, figs, "latest-pass")) + history.fleet_outliers(figs)
+        history.record_run(con, {"run_id": rid, "started": 1000.0, "profile": "standard", "verdict": "PASS"},
+                           [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                             "message": r.message} for r in recs], figs, verdicts)
+        con.close()
+        return stand
+
+    got = {}
+    for incremental in (False, True):
+        db = tmp_path / f"{incremental}" / "h.sqlite"
+        db.parent.mkdir()
+        one_run(db, "r1", 1.0, incremental)
+        got[incremental] = (one_run(db, "r2", 0.8, incremental), one_run(db, "r3", 0.8, incremental))
+        con = sqlite3.connect(db)
+        got[incremental] += tuple(con.execute(f"SELECT * FROM {t} ORDER BY 1,2,3").fetchall()
+                                  for t in ("figures", "tests", "host_verdicts", "latest", "runs"))
+    assert got[True][0] == got[False][0] and got[True][0], got[True][0]
+    assert [(o["host"], o["gpu"], o["against"]) for o in got[True][0]][:2] == [
+        ("gpu-03", 0, "baseline (latest pass)"), ("gpu-03", 0, "previous")]
+    assert got[True][1] == got[False][1]  # r3: slow again: no stand-out against the previous run
+    assert got[True][2:] == got[False][2:]
+
+
+def test_sigterm_mid_run_writes_complete_whole_run_files(tmp_path):
+    """SIGTERM to a real run of 40 replayed H200 hosts once a few dozen tests have finished: exit 2, and
+    results.json, every JUnit file and the history database hold every expected test (the finished ones as
+    results.jsonl has them, the rest "not run: run interrupted"), no spool left behind."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("".join(f"h{i:02d} ansible_connection=local gpuaccept_replay={DATA} gpu_sku=h200-sxm-141gb "
+                           f"gpus_per_node=2\n" for i in range(40)))
+    rep, db = tmp_path / "rep", tmp_path / "h.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--reports", str(rep),
+                             "--history", str(db), "-k", GPU_LAYERS, "-p", "no:randomly", "--forks", "0"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    jsonl = rep / "results.jsonl"
+    end = time.time() + 180
+    while time.time() < end and proc.poll() is None and (
+            not jsonl.exists() or len(jsonl.read_bytes().splitlines()) < 30):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[0][-3000:]
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out[-3000:]
+    doc = json.loads((rep / "results.json").read_text())
+    tests = {t["nodeid"]: t for t in doc["tests"]}
+    finished = [json.loads(ln) for ln in jsonl.read_text().splitlines()]
+    assert doc["interrupted"] is True and len(tests) == len(doc["tests"]) == len(finished)
+    ran = [t for t in finished if not t["message"].startswith("not run")]
+    assert 30 <= len(ran) < len(tests), (len(ran), len(tests))
+    assert all(tests[t["nodeid"]] == t for t in finished)
+    assert {t["message"] for t in finished[len(ran):]} <= {"not run: run interrupted"} | {
+        t["message"] for t in finished if t["message"].startswith("interrupted")}
+    by_layer: dict[str, list] = {}
+    for t in doc["tests"]:
+        by_layer.setdefault(t["layer"], []).append(t)
+    for layer, ts in by_layer.items():
+        suite = ET.parse(rep / f"junit-{layer}.xml").getroot().find("testsuite")
+        cases = suite.findall("testcase")
+        assert [c.get("name") for c in cases] == [t["name"] for t in ts]
+        assert int(suite.get("errors")) == sum(t["outcome"] == "error" for t in ts)
+        assert int(suite.get("failures")) == sum(t["outcome"] == "failed" for t in ts)
+    assert sum(t["outcome"] == "error" for t in doc["tests"]) >= len(tests) - len(ran)
+    assert doc["figures"] == [f for t in doc["tests"] for f in t["figures"]]
+    assert not (rep / ".spool").exists()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM tests").fetchone()[0] == len(tests)
+    n_figs = con.execute("SELECT count(*) FROM figures").fetchone()[0]
+    assert n_figs == len(doc["figures"]) > 0
+    assert con.execute("SELECT run_id FROM runs").fetchall() == [(doc["run_id"],)]
