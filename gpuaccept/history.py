@@ -40,9 +40,9 @@ OUTLIER_PCT = 10.0
 OUTLIER_MADS = 3.0
 MAD_SCALE = 1.4826
 MIN_FLEET = 3  # figures of one SKU and check needed for a fleet median
-# A periodic flush of a run's rows waits at most this long for another run's write (then the rows wait for the
-# next flush: the run is never held up by the database); the end of the run waits 30 s, as connect() does.
-BUSY_WAIT_S = 1.0
+# A flush of a run's rows during the run waits at most this long for another run's write (then the rows wait
+# for the next flush: the run is never held up by the database); the end of the run waits 30 s, as connect().
+BUSY_WAIT_S = 0.0
 
 MIGRATIONS: list[str] = [
     # v1: runs, figures, tests
@@ -183,8 +183,8 @@ def _update_latest(con: sqlite3.Connection, rid: str, burnin: bool) -> None:
 
 class RunRecorder:
     """One run's history, written while the run goes: :meth:`add` per finished test (O(its figures): rows made
-    now), :meth:`flush` in the report's periodic rewrite (the rows so far, one transaction, waiting at most
-    :data:`BUSY_WAIT_S` for another writer: when the database is busy the rows wait for the next flush), and
+    now), :meth:`flush` right after (gpuaccept.reporting.HistorySink: the rows so far in one short transaction,
+    not waiting for another writer: when the database is busy the rows wait for the next flush), and
     :meth:`finish` at the end (stand-outs against the references before this run, then the run row, host
     verdicts and ``latest``, one transaction). The end then costs O(stand-out look-up) instead of inserting
     every row of the run (1.84 million figures at 10,000 hosts x 23 checks).
@@ -201,6 +201,7 @@ class RunRecorder:
         self.figures: list[tuple] = []
         self.tests: list[tuple] = []
         self.groups: dict[tuple, list[dict]] = {}  # fleet_groups() of every figure so far
+        self._wait_s = -1.0
 
     def add(self, test: dict, figures: list[dict]) -> None:
         """A finished test (nodeid, host, layer, outcome, message) and its figures (with sku where known)."""
@@ -227,7 +228,9 @@ class RunRecorder:
         if not self.figures and not self.tests:
             return
         con = self._connect()
-        con.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+        if wait_s != self._wait_s:
+            con.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+            self._wait_s = wait_s
         try:
             with con:
                 con.executemany(INSERT_FIGURE, self.figures)
@@ -244,7 +247,6 @@ class RunRecorder:
         (:func:`standouts` of this run's figures against :func:`references` taken before this run counts)."""
         self.flush(wait_s=30.0, later_ok=False)
         con = self._connect()
-        con.execute("PRAGMA busy_timeout=30000")
         stand = run_standouts(con, self.run_id, baseline, pct)
         with con:
             con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))

@@ -10,7 +10,8 @@ Metrics (all gauges):
   ``[a-zA-Z0-9_]``;
 - ``gpuaccept_figure_pass`` 1/0 per judged figure (same labels plus check);
 - ``gpuaccept_host_verdict`` per host: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP (label ``verdict`` spells it);
-- ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``, label run_id.
+- ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``, label run_id;
+- ``gpuaccept_figures_not_exported``: figures left out above :data:`MAX_FIGURES` (passing hosts' first).
 """
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ from prometheus_client.core import GaugeMetricFamily
 from .history import _num, check_of
 
 VERDICT_CODE = {"PASS": 0, "FAIL": 1, "ERROR": 2, "SKIP": 3}
+# At most this many figures become series (two samples each: the value and figure_pass); above it, the
+# figures of hosts that did not pass come first and the rest are counted in gpuaccept_figures_not_exported.
+# prometheus_client's writer formats about 25,000 samples a second on the 2-core development machine
+# (1.84 million figures: 70 s and a 600 MB file, which node_exporter would read at every scrape); 100,000
+# figures: about 8 s and 30 MB. The history database keeps every figure. Chosen.
+MAX_FIGURES = 100_000
 LABELS = ("host", "gpu", "pci_bus_id", "serial", "sku", "unit", "extra")
 
 
@@ -36,8 +43,9 @@ class _RunCollector:
     that is the difference between seconds and minutes, and gigabytes of memory)."""
 
     def __init__(self, run_id: str, started: float, finished: float, figures: list[dict],
-                 host_verdicts: dict[str, str]):
+                 host_verdicts: dict[str, str], left_out: int):
         self.args = (run_id, started, finished, figures, host_verdicts)
+        self.left_out = left_out
 
     def describe(self):
         return []  # names are not checked for clashes: the registry holds this collector alone
@@ -75,6 +83,11 @@ class _RunCollector:
         for host, verdict in host_verdicts.items():
             hv.add_metric([host, verdict], VERDICT_CODE.get(verdict, 2))
         yield hv
+        fam = GaugeMetricFamily("gpuaccept_figures_not_exported", "figures of the run not written here (above the "
+                                "limit: passing hosts' first; the history database has them)",
+                                labels=("run_id",))
+        fam.add_metric([run_id], self.left_out)
+        yield fam
         for name, doc, value in (("gpuaccept_run_timestamp_seconds", "start of the run, Unix time", started),
                                  ("gpuaccept_run_duration_seconds", "duration of the run, seconds",
                                   max(0.0, finished - started))):
@@ -84,8 +97,16 @@ class _RunCollector:
 
 
 def write_textfile(path: str, run_id: str, started: float, finished: float, figures: list[dict],
-                   host_verdicts: dict[str, str]) -> None:
-    """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out."""
+                   host_verdicts: dict[str, str], max_figures: int = MAX_FIGURES) -> None:
+    """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out, and above
+    ``max_figures`` (default :data:`MAX_FIGURES`) figures those of passing hosts first (counted in
+    ``gpuaccept_figures_not_exported``)."""
+    left_out = 0
+    if len(figures) > max_figures:
+        bad = [f for f in figures if host_verdicts.get(str(f.get("host"))) != "PASS"]
+        good = [f for f in figures if host_verdicts.get(str(f.get("host"))) == "PASS"]
+        keep = (bad + good)[:max_figures]
+        left_out, figures = len(figures) - len(keep), keep
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts))
+    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts, left_out))
     write_to_textfile(path, reg)

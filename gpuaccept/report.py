@@ -1,9 +1,11 @@
 """Reports of one run, written by the controller as results arrive (pure writers plus one file-keeping class).
 
 ``<dir>/results.jsonl``: one line per finished test, appended and flushed as it arrives (survives a kill;
-O(new result) per test). The whole-run files are rewritten from the records in memory at the end, on
-interrupt, and in between at most every :data:`FLUSH_MIN_S` seconds and never more often than keeps their
-cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see :meth:`Reporter.add`):
+O(new result) per test); its <testcase> element is rendered then too, into ``<dir>/.spool/junit-<layer>.part``.
+The whole-run files are written at the end, on interrupt, and in between at most every :data:`FLUSH_MIN_S`
+seconds and never more often than keeps their cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see
+:meth:`Reporter.add`); each record's text is then copied from where it already lies (results.jsonl, the
+spools), not serialised again, so a rewrite is a copy of bytes plus the per-host pages:
 ``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (one testsuite per
 layer, one testcase per host x check, figures as testcase properties), ``<dir>/summary.md`` (the page a person
 reads first: one verdict line per host, then a per-GPU table) and ``<dir>/failed-hosts.txt`` (hosts with a
@@ -129,7 +131,9 @@ class Reporter:
         self.records: dict[str, CaseRecord] = {}
         self.expected: dict[str, tuple[str | None, str]] = {}
         self._next_flush = time.monotonic() + FLUSH_MIN_S
+        self._began = time.monotonic()
         self.last_flush_s = 0.0
+        self.flush_total_s = 0.0  # time spent in periodic rewrites so far
         self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
         self.final_standouts: list[dict] | None = None  # set by the caller before close (history comparison)
         self.host_sku: dict[str, str] = dict(meta.get("host_sku") or {})
@@ -167,8 +171,13 @@ class Reporter:
         rec.run_id = self.run_id
         self._store(rec)
         self._guard("results.jsonl", lambda: self._append([rec], sync=False))
-        if time.monotonic() >= self._next_flush:
+        now = time.monotonic()
+        # every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last rewrite apart, and only while the rewrites so far
+        # took at most 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run grows: the last one's cost
+        # alone would let the share creep above)
+        if now >= self._next_flush and self.flush_total_s * FLUSH_COST_RATIO <= now - self._began:
             self.flush()
+            self.flush_total_s += self.last_flush_s
 
     def add_many(self, recs: list[CaseRecord]) -> None:
         """Store many finished tests at once (a merge): one append and one fsync for all of them."""

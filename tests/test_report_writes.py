@@ -191,3 +191,23 @@ def test_sigterm_mid_run_writes_complete_whole_run_files(tmp_path):
     n_figs = con.execute("SELECT count(*) FROM figures").fetchone()[0]
     assert n_figs == len(doc["figures"]) > 0
     assert con.execute("SELECT run_id FROM runs").fetchall() == [(doc["run_id"],)]
+
+
+def test_prometheus_above_its_limit_keeps_hosts_that_did_not_pass_first(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuaccept.prometheus import write_textfile
+    figs = [f for r in _recs(6) for f in r.figures]
+    verdicts = {f"gpu-{i:02d}": "PASS" for i in range(6)} | {"gpu-01": "FAIL"}
+    path = tmp_path / "g.prom"
+    write_textfile(str(path), "run1", 1000.0, 1060.0, figs, verdicts, max_figures=8)
+    fams = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    hosts = sorted(s.labels["host"] for s in fams["gpuaccept_figure_pass"].samples)
+    # the failed host's 6 figures and the fleet-wide one first (no PASS verdict), then the first passing one
+    assert hosts == ["fleet"] + ["gpu-00"] + ["gpu-01"] * 6, hosts
+    assert fams["gpuaccept_figures_not_exported"].samples[0].value == len(figs) - 8
+    assert len(fams["gpuaccept_host_verdict"].samples) == 6  # every host's verdict, whatever the limit
+    write_textfile(str(path), "run1", 1000.0, 1060.0, figs, verdicts)
+    fams = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    assert fams["gpuaccept_figures_not_exported"].samples[0].value == 0
+    assert len(fams["gpuaccept_figure_pass"].samples) == len(figs)
