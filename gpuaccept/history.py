@@ -193,8 +193,12 @@ class RunRecorder:
     controller) are replaced. Errors (HistoryError, sqlite3.Error, OSError) propagate to the caller.
     """
 
-    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None):
+    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
+                 baseline: str | None = None, pct: float = STANDOUT_PCT):
         self.path, self.run_id = path, run_id
+        self.baseline, self.pct = baseline, pct
+        self.standouts: list[dict] = []  # found so far, in the order the figures arrived
+        self._seen = 0  # the highest rowid of this run's figures compared so far
         self.started = started or time.time()
         self.profile = profile
         self.con: sqlite3.Connection | None = None
@@ -240,14 +244,17 @@ class RunRecorder:
                 return  # another run is writing: these rows go with the next flush
             raise
         self.figures, self.tests = [], []
+        # compared now, while they are few: latest is updated only at the end, so every figure of the run is
+        # compared with the references from before the run, as when all were compared at the end
+        found, self._seen = run_standouts(con, self.run_id, self.baseline, self.pct, self._seen)
+        self.standouts += found
 
-    def finish(self, run: dict, host_verdicts: dict[str, str], baseline: str | None = None,
-               pct: float = STANDOUT_PCT) -> list[dict]:
+    def finish(self, run: dict, host_verdicts: dict[str, str]) -> list[dict]:
         """Record the run's end (``run``: inventory, limit, report_dir, verdict) and return its stand-outs
         (:func:`standouts` of this run's figures against :func:`references` taken before this run counts)."""
         self.flush(wait_s=30.0, later_ok=False)
         con = self._connect()
-        stand = run_standouts(con, self.run_id, baseline, pct)
+        stand = self.standouts
         with con:
             con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))
             con.execute("DELETE FROM runs WHERE run_id=?", (self.run_id,))
@@ -265,50 +272,56 @@ class RunRecorder:
 
 
 def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = None,
-                  pct: float = STANDOUT_PCT) -> list[dict]:
-    """:func:`standouts` of the figures run ``run_id`` has in the database, against ``latest`` (not yet
-    updated by this run) and, with ``baseline`` a run id, that run's figures: the same rules and records, in
-    two joins instead of one look-up per figure. Throughput figures only (a ``min`` limit, a numeric value)."""
-    mine = ("SELECT rowid AS n, subject, check_, value, host, gpu, serial, sku, unit FROM figures "
-            "WHERE run_id=? AND limit_kind='min' AND value IS NOT NULL AND verdict IS NOT 'fail'")
-    refs: dict[int, dict] = {}
-    figs: dict[int, tuple] = {}
-    for row in con.execute(f"SELECT m.*, l.kind, l.value, l.run_id, l.sku FROM ({mine}) m JOIN latest l "
-                           "ON l.subject=m.subject AND l.check_=m.check_", (run_id,)):
-        figs[row[0]] = row[:9]
-        refs.setdefault(row[0], {})[row[9]] = row[10:]
-    if baseline and baseline != "latest-pass":
-        for row in con.execute(f"SELECT m.*, b.value, b.sku FROM ({mine}) m JOIN figures b ON b.run_id=? AND "
-                               "b.subject=m.subject AND b.check_=m.check_ AND b.value IS NOT NULL", (run_id, baseline)):
-            figs[row[0]] = row[:9]
-            refs.setdefault(row[0], {}).setdefault("run", (row[9], baseline, row[10]))
+                  pct: float = STANDOUT_PCT, after: int = 0) -> tuple[list[dict], int]:
+    """:func:`standouts` of the figures run ``run_id`` has in the database with a rowid above ``after``,
+    against ``latest`` (not yet updated by this run) and, with ``baseline`` a run id, that run's first figure
+    of the subject and check: the same rules and records, in one query that returns only the figures below
+    some reference by more than ``pct`` (SQLite compares; Python applies the like-with-like SKU rule and builds
+    the records). Throughput figures only (a ``min`` limit, a numeric value). Returns ``(records, the highest
+    rowid of the run's figures seen)`` so that the next call looks at newer rows only."""
+    below = "({r}.value IS NOT NULL AND {r}.value != 0 AND ({r}.value - m.value) / abs({r}.value) * 100.0 > :pct)"
+    explicit = baseline and baseline != "latest-pass"
+    run_ref = ("(SELECT b.value FROM figures b WHERE b.run_id=:base AND b.subject=m.subject AND b.check_=m.check_ "
+               "ORDER BY b.rowid LIMIT 1)")
+    q = (f"SELECT m.rowid, m.host, m.check_, m.gpu, m.serial, m.sku, m.value, m.unit, "
+         f"p.value, p.run_id, p.sku, k.value, k.run_id, k.sku, s.value, s.run_id, s.sku, "
+         f"{run_ref if explicit else 'NULL'} AS rv, "
+         f"{run_ref.replace('b.value', 'b.sku') if explicit else 'NULL'} "
+         "FROM figures m "
+         "LEFT JOIN latest p ON p.subject=m.subject AND p.check_=m.check_ AND p.kind='previous' "
+         "LEFT JOIN latest k ON k.subject=m.subject AND k.check_=m.check_ AND k.kind='burnin' "
+         "LEFT JOIN latest s ON s.subject=m.subject AND s.check_=m.check_ AND s.kind='pass' AND :lp "
+         "WHERE m.run_id=:run AND m.rowid > :after AND m.limit_kind='min' AND m.value IS NOT NULL "
+         "AND m.verdict IS NOT 'fail' AND (" + " OR ".join(below.format(r=r) for r in ("p", "k", "s")) +
+         (f" OR (rv IS NOT NULL AND rv != 0 AND (rv - m.value) / abs(rv) * 100.0 > :pct)" if explicit else "") +
+         ") ORDER BY m.rowid")
+    args = {"run": run_id, "after": after, "pct": pct, "lp": baseline == "latest-pass", "base": baseline}
     out = []
-    for n in sorted(figs):
-        _, subj, chk, value, host, gpu, serial, sku, unit = figs[n]
-        got = refs[n]
+    for row in con.execute(q, args):
+        _, host, chk, gpu, serial, sku, value, unit = row[:8]
         r: dict[str, tuple] = {}
-        if "previous" in got:
-            r["previous"] = got["previous"]
-        if "burnin" in got:
-            r["baseline"] = (*got["burnin"], "burn-in")
-        elif baseline == "latest-pass" and "pass" in got:
-            r["baseline"] = (*got["pass"], "latest pass")
-        elif "run" in got:
-            r["baseline"] = (*got["run"], f"run {baseline}")
+        if row[8] is not None:
+            r["previous"] = row[8:11]
+        if row[11] is not None:
+            r["baseline"] = (*row[11:14], "burn-in")
+        elif row[14] is not None:
+            r["baseline"] = (*row[14:17], "latest pass")
+        elif row[17] is not None:
+            r["baseline"] = (row[17], baseline, row[18], f"run {baseline}")
         for against in ("baseline", "previous"):
             if against not in r:
                 continue
             ref, ref_run, ref_sku = r[against][:3]
             if ref is None or not ref or (ref_sku and sku and ref_sku != sku):
                 continue
-            below = (ref - value) / abs(ref) * 100.0
-            if below > pct:
+            pct_below = (ref - value) / abs(ref) * 100.0
+            if pct_below > pct:
                 out.append({"host": host, "check": chk, "gpu": gpu, "serial": serial, "sku": sku, "value": value,
                             "unit": unit, "reference": ref, "ref_run": ref_run,
                             "against": against + (f" ({r[against][3]})" if against == "baseline" else ""),
-                            "pct": round(below, 1)})
-    return out
-
+                            "pct": round(pct_below, 1)})
+    top = con.execute("SELECT max(rowid) FROM figures WHERE run_id=?", (run_id,)).fetchone()[0]
+    return out, max(after, top or 0)
 
 
 def references(con: sqlite3.Connection, figures: list[dict], baseline: str | None = None) -> dict[tuple, dict]:

@@ -134,6 +134,7 @@ class Reporter:
         self._began = time.monotonic()
         self.last_flush_s = 0.0
         self.flush_total_s = 0.0  # time spent in periodic rewrites so far
+        self._flushed_n = 0  # records at the last rewrite
         self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
         self.final_standouts: list[dict] | None = None  # set by the caller before close (history comparison)
         self.host_sku: dict[str, str] = dict(meta.get("host_sku") or {})
@@ -173,11 +174,13 @@ class Reporter:
         self._guard("results.jsonl", lambda: self._append([rec], sync=False))
         now = time.monotonic()
         # every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last rewrite apart, and only while the rewrites so far
-        # took at most 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run grows: the last one's cost
-        # alone would let the share creep above)
-        if now >= self._next_flush and self.flush_total_s * FLUSH_COST_RATIO <= now - self._began:
-            self.flush()
-            self.flush_total_s += self.last_flush_s
+        # and this one (its cost guessed from the last one's, in proportion to the records) stay within
+        # 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run grows)
+        if now >= self._next_flush:
+            guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
+            if (self.flush_total_s + guess) * FLUSH_COST_RATIO <= now - self._began:
+                self.flush()
+                self.flush_total_s += self.last_flush_s
 
     def add_many(self, recs: list[CaseRecord]) -> None:
         """Store many finished tests at once (a merge): one append and one fsync for all of them."""
@@ -270,6 +273,7 @@ class Reporter:
                 sink.flush()
             self._guard("reports", lambda: self._write_all(final))
         self.last_flush_s = time.monotonic() - t0
+        self._flushed_n = len(self.records)
         self._next_flush = time.monotonic() + max(FLUSH_MIN_S, FLUSH_COST_RATIO * self.last_flush_s)
 
     def figures(self) -> list[dict]:

@@ -189,7 +189,8 @@ class ReportPlugin:
             "started": state["started"], "previous_run": previous, "profile": config.getoption("profile"),
             "host_sku": host_sku}, previous=load_previous_figures(previous))
         if self._opt("history") != "none":  # the run's rows go into the database as they arrive
-            self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"))
+            self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"),
+                                       self._opt("baseline"), self._opt("standout_pct"))
             self.reporter.sinks.append(self.history)
 
     def _check_baseline(self) -> None:
@@ -334,8 +335,7 @@ class ReportPlugin:
 
     def _finish(self, rep: Reporter) -> None:
         """History comparison and recording, then the whole-run files, report.html and the textfile."""
-        finish_reports(rep, self.history, self._opt("baseline"), self._opt("standout_pct"),
-                       self._opt("prometheus_textfile"))
+        finish_reports(rep, self.history, self._opt("prometheus_textfile"))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter
@@ -367,10 +367,12 @@ class HistorySink:
     The first error stops it and is kept in :attr:`error` (reported at the end as the history's; the run's
     verdicts stand)."""
 
-    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None):
+    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
+                 baseline: str | None = None, standout_pct: float | None = None):
         from . import history
         self.path = path
-        self.recorder = history.RunRecorder(path, run_id, started, profile)
+        self.recorder = history.RunRecorder(path, run_id, started, profile, baseline,
+                                            standout_pct or history.STANDOUT_PCT)
         self.error: str | None = None
         self._next = 0.0
 
@@ -400,20 +402,19 @@ class HistorySink:
         return None
 
 
-def finish_reports(rep: Reporter, hist: HistorySink | None, baseline: str | None = None,
-                   standout_pct: float | None = None, prometheus_path: str | None = None,
+def finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None = None,
                    timings: dict[str, float] | None = None) -> None:
-    """The end of a run's reports (also on interrupt): stand-outs (against the history database through
-    ``hist``, else against the previous run's results.json) and the run's end in the history, then the
+    """The end of a run's reports (also on interrupt): stand-outs (found as the rows reached the history
+    database through ``hist``, else against the previous run's results.json) and the run's end in the history, then the
     whole-run files (:meth:`Reporter.flush`), report.html and, with ``prometheus_path``, the textfile.
     Failures to write are kept in ``rep.write_error`` (the first one), never raised. ``timings``: filled with
     the wall seconds of each part (history, files, html, prometheus), for benchmarks/report_scale.py."""
     with no_gc():
-        _finish_reports(rep, hist, baseline, standout_pct, prometheus_path, {} if timings is None else timings)
+        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings)
 
 
-def _finish_reports(rep: Reporter, hist: HistorySink | None, baseline: str | None, standout_pct: float | None,
-                    prometheus_path: str | None, timings: dict[str, float]) -> None:
+def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None,
+                    timings: dict[str, float]) -> None:
     finished = time.time()
     t0 = time.perf_counter()
     hv = rep.host_verdicts()
@@ -426,8 +427,7 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, baseline: str | Non
     if hist is not None:
         from . import history
         got = hist.guard(hist.recorder.finish, {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"),
-                                                "report_dir": rep.dir, "verdict": run_verdict}, verdicts, baseline,
-                         standout_pct or history.STANDOUT_PCT)
+                                                "report_dir": rep.dir, "verdict": run_verdict}, verdicts)
         stand = (got or []) + hist.recorder.fleet_outliers()
         con = hist.recorder.con
         if hist.error is None and con is not None:

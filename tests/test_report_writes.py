@@ -15,6 +15,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from test_e2e import make_project
 from test_replay import DATA, GPU_LAYERS
 
@@ -95,13 +97,16 @@ def test_periodic_rewrites_replacement_and_merge_equal_the_pure_writers(tmp_path
     assert not (folder / ".spool").exists()  # the spools go once the whole-run files are final
 
 
-def test_history_rows_written_as_the_run_goes_equal_record_run(tmp_path):
+@pytest.mark.parametrize("baseline,first_profile,how", [("latest-pass", "standard", "latest pass"),
+                                                         ("r1", "standard", "run r1"), (None, "burnin", "burn-in")])
+def test_history_rows_written_as_the_run_goes_equal_record_run(tmp_path, baseline, first_profile, how):
     """The RunRecorder (rows per record, inserted in periodic flushes, run row and stand-outs at the end)
     leaves the database as record_run of the whole run does, and finds the same stand-outs as references()
-    + standouts() + fleet_outliers() over the figures."""
+    + standouts() + fleet_outliers() over the figures: against the last pass, an explicit run, a burn-in."""
     hosts = [f"gpu-{i:02d}" for i in range(6)]
 
     def one_run(db: Path, rid: str, slow: float, incremental: bool) -> list[dict]:
+        profile = first_profile if rid == "r1" else "standard"
         recs = _recs(6)
         for r in recs:
             for f in r.figures:
@@ -110,20 +115,20 @@ def test_history_rows_written_as_the_run_goes_equal_record_run(tmp_path):
         verdicts = {h: "PASS" for h in hosts}
         if incremental:
             rep = Reporter(str(db.parent / rid), rid, {"hosts": hosts})
-            sink = reporting.HistorySink(str(db), rid, 1000.0, "standard")
+            sink = reporting.HistorySink(str(db), rid, 1000.0, profile, baseline)
             rep.sinks.append(sink)
             for i, r in enumerate(recs):
                 rep.add(r)
                 if i == 5:
                     rep.flush()
-            stand = sink.recorder.finish({"verdict": "PASS"}, verdicts, "latest-pass") + sink.recorder.fleet_outliers()
+            stand = sink.recorder.finish({"verdict": "PASS"}, verdicts) + sink.recorder.fleet_outliers()
             sink.recorder.close()
             assert sink.error is None
             return stand
         figs = [f for r in recs for f in r.figures]
         con = history.connect(str(db))
-        stand = history.standouts(figs, history.references(con, figs, "latest-pass")) + history.fleet_outliers(figs)
-        history.record_run(con, {"run_id": rid, "started": 1000.0, "profile": "standard", "verdict": "PASS"},
+        stand = history.standouts(figs, history.references(con, figs, baseline)) + history.fleet_outliers(figs)
+        history.record_run(con, {"run_id": rid, "started": 1000.0, "profile": profile, "verdict": "PASS"},
                            [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                              "message": r.message} for r in recs], figs, verdicts)
         con.close()
@@ -140,8 +145,10 @@ def test_history_rows_written_as_the_run_goes_equal_record_run(tmp_path):
                                   for t in ("figures", "tests", "host_verdicts", "latest", "runs"))
     assert got[True][0] == got[False][0] and got[True][0], got[True][0]
     assert [(o["host"], o["gpu"], o["against"]) for o in got[True][0]][:2] == [
-        ("gpu-03", 0, "baseline (latest pass)"), ("gpu-03", 0, "previous")]
-    assert got[True][1] == got[False][1]  # r3: slow again: no stand-out against the previous run
+        ("gpu-03", 0, f"baseline ({how})"), ("gpu-03", 0, "previous")]
+    assert got[True][1] == got[False][1]  # r3: slow again: no stand-out against the previous run (r2)
+    against = [o["against"] for o in got[True][1] if o["host"] == "gpu-03" and o["against"] != "fleet"]
+    assert against == ([] if how == "latest pass" else [f"baseline ({how})"] * 3), against
     assert got[True][2:] == got[False][2:]
 
 
