@@ -6,8 +6,9 @@ Runs the plugin's own report path (gpuaccept.reporting.finish_reports, the Repor
 synthetic records: 8 judged per-GPU figures per test, one host in ten failing one check. Per finished test:
 results.jsonl appended, the test's <testcase> spooled, its history rows made (O(new result)); the whole-run
 files and the history rows so far are written at most every FLUSH_MIN_S s and at most every FLUSH_COST_RATIO x
-the last rewrite's cost (counted here: rewrites, their share of the run); at the end finish_reports (stand-outs
-from the history, the run row, results.json, JUnit per layer, summary.md, failed-hosts.txt, report.html).
+the last rewrite's cost (counted here: rewrites, their share of the run); at the end finish_reports (the last
+history rows and their stand-outs, results.json, JUnit per layer, summary.md, failed-hosts.txt, report.html,
+optionally the Prometheus textfile, while a thread writes the run row and the latest values into the history).
 
 The "before" row was measured on this machine (2 shared cores) with the same records through the end of a run
 as commit 301c345 wrote it (all history rows inserted at the end, results.json and JUnit serialised from the
@@ -68,5 +69,6 @@ with tempfile.TemporaryDirectory() as d:
               "| 154.3 (38.8, 100.4, 15.1) | 75.3 | - | 5.13 |")
     print(f"| this | {a.hosts} | {n} | {n * 8} | {t_run / n * 1e6:.0f} | {rewrites}, {100 * rewrite_s / t_run:.1f} % "
           f"| {t_end:.1f} ({parts.get('history', 0):.1f}, {parts.get('files', 0):.1f}, {parts.get('html', 0):.1f}"
-          f"{', prometheus %.1f' % parts['prometheus'] if a.prometheus else ''}) | {c_end:.1f} | {size / 1e6:.0f} "
+          f"{', prometheus %.1f' % parts['prometheus'] if a.prometheus else ''}"
+          f", waited for the history's end {parts.get('history end', 0):.1f}) | {c_end:.1f} | {size / 1e6:.0f} "
           f"| {rss:.2f} |")

@@ -252,18 +252,31 @@ class RunRecorder:
     def finish(self, run: dict, host_verdicts: dict[str, str]) -> list[dict]:
         """Record the run's end (``run``: inventory, limit, report_dir, verdict) and return its stand-outs
         (:func:`standouts` of this run's figures against :func:`references` taken before this run counts)."""
-        self.flush(wait_s=30.0, later_ok=False)
-        con = self._connect()
-        stand = self.standouts
-        with con:
-            con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))
-            con.execute("DELETE FROM runs WHERE run_id=?", (self.run_id,))
-            con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (self.run_id, self.started, run.get("inventory"),
-                        self.profile, run.get("limit"), run.get("report_dir"), run.get("verdict")))
-            con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)",
-                            [(self.run_id, h, v) for h, v in host_verdicts.items()])
-            _update_latest(con, self.run_id, self.profile == "burnin")
+        stand = self.finish_rows()
+        self.record_end(run, host_verdicts)
         return stand
+
+    def finish_rows(self) -> list[dict]:
+        """Insert the rows still pending (waiting up to 30 s for another writer) and return the run's stand-outs."""
+        self.flush(wait_s=30.0, later_ok=False)
+        return self.standouts
+
+    def record_end(self, run: dict, host_verdicts: dict[str, str]) -> None:
+        """The run row, its host verdicts and ``latest`` (in SQL: 3.7 million rows at 10,000 hosts x 23 checks,
+        about 4 s of CPU here), in one transaction on a connection of its own, so that it may run in a thread
+        beside the report writing (sqlite3 releases the GIL while SQLite works). Call after :meth:`finish_rows`."""
+        con = connect(self.path)
+        try:
+            with con:
+                con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))
+                con.execute("DELETE FROM runs WHERE run_id=?", (self.run_id,))
+                con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (self.run_id, self.started, run.get("inventory"),
+                            self.profile, run.get("limit"), run.get("report_dir"), run.get("verdict")))
+                con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)",
+                                [(self.run_id, h, v) for h, v in host_verdicts.items()])
+                _update_latest(con, self.run_id, self.profile == "burnin")
+        finally:
+            con.close()
 
     def close(self) -> None:
         if self.con is not None:

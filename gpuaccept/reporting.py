@@ -424,20 +424,23 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
     figures = rep.figures()
     sparks: dict[tuple, list[float]] = {}
     stand: list[dict] = []
+    ending = None
     if hist is not None:
         from . import history
-        got = hist.guard(hist.recorder.finish, {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"),
-                                                "report_dir": rep.dir, "verdict": run_verdict}, verdicts)
+        got = hist.guard(hist.recorder.finish_rows)
         stand = (got or []) + hist.recorder.fleet_outliers()
+        if hist.error is None:  # the run row and latest: in a thread, beside the files (joined below)
+            end = {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"), "report_dir": rep.dir,
+                   "verdict": run_verdict}
+            ending = threading.Thread(target=hist.guard, args=(hist.recorder.record_end, end, verdicts),
+                                      name="gpuaccept-history-end")
+            ending.start()
         con = hist.recorder.con
         if hist.error is None and con is not None:
             def spark():
                 for key, f in html_report.spark_keys(figures, rep.gpu_table()):
                     sparks[key] = [v for _, v, _ in history.series(con, history.subject_of(f), history.check_of(f))]
             hist.guard(spark)
-        hist.recorder.close()
-        if hist.error:
-            rep.write_error = rep.write_error or hist.error
     else:
         stand = outliers(figures, rep.previous)
     rep.final_standouts = stand
@@ -462,6 +465,14 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]
+    if hist is not None:
+        t1 = time.perf_counter()
+        if ending is not None:
+            ending.join()
+        hist.recorder.close()
+        if hist.error:
+            rep.write_error = rep.write_error or hist.error
+        timings["history end"] = time.perf_counter() - t1  # waited for the thread after everything else
 
 
 def list_hosts_text(hosts) -> str:
