@@ -156,6 +156,9 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     bad = {h for h, v in hv.items() if v["verdict"] != "PASS"}
     if len(rows) > MAX_ROWS:
         keep = [r for r in rows if r["host"] in bad or any(f.get("verdict") == "fail" for f in r["cells"].values())]
+        if len(keep) > MAX_ROWS:  # many hosts failed: the GPUs with a failing figure first, MAX_ROWS in all
+            failing = [any(f.get("verdict") == "fail" for f in r["cells"].values()) for r in keep]
+            keep = ([r for r, x in zip(keep, failing) if x] + [r for r, x in zip(keep, failing) if not x])[:MAX_ROWS]
         left_out, rows = len(rows) - len(keep), keep
     heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None)
     sparks: dict[tuple, str] = {}
@@ -171,7 +174,7 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     return env.get_template("report.html.j2").render(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
-        heat=heat, left_out=left_out, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
+        heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
         standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
 
 

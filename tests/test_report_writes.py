@@ -218,3 +218,29 @@ def test_prometheus_above_its_limit_keeps_hosts_that_did_not_pass_first(tmp_path
     fams = {f.name: f for f in text_string_to_metric_families(path.read_text())}
     assert fams["gpuaccept_figures_not_exported"].samples[0].value == 0
     assert len(fams["gpuaccept_figure_pass"].samples) == len(figs)
+
+
+def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
+    """Above MAX_ROWS hosts the page has a row per host that did not pass and names the passing ones in one
+    folded list; the GPU table keeps GPUs with a failing figure first and at most MAX_ROWS rows."""
+    from gpuaccept import html_report
+    n = html_report.MAX_ROWS + 300
+    hosts = [f"gpu{i:05d}" for i in range(n)]
+    recs = []
+    for i, h in enumerate(hosts):
+        bad = i < 700  # 700 failing hosts, 2 GPUs each: 1,400 rows of failing hosts
+        figs = [{"host": h, "check": "hbm_read_bw_gbps", "gpu": g, "serial": f"{h}-{g}", "value": 4000.0 if bad and g else 4600.0,
+                 "unit": "GB/s", "limit": {"min": 4300.0}, "verdict": "fail" if bad and g else "pass"} for g in range(2)]
+        recs.append(CaseRecord(f"suites/test_memory.py::t[{h}]", f"t[{h}]", h, "memory", "failed" if bad else "passed",
+                               f"{h} GPU 1: 4000 < 4300" if bad else "", 1.0, figs))
+    figs = [f for r in recs for f in r.figures]
+    page = html_report.render("run1", {"hosts": hosts}, recs, figs, [])
+    assert page.count('class="host-row"') == 700 and 'data-host="gpu00701"' not in page.split('id="passing-hosts"')[0]
+    folded = page.split('id="passing-hosts"')[1].split("</details>")[0]
+    assert f"{n - 700} passing hosts" in folded and "gpu00700, gpu00701" in folded
+    gpus = page.split('id="gpus"')[1].split("</table>")[0]
+    assert gpus.count('class="gpu-row"') == html_report.MAX_ROWS
+    assert gpus.count('class="cell fail"') == 700  # every failing GPU kept, then others up to the cap
+    assert f"{2 * n - html_report.MAX_ROWS} GPUs not listed" in page
+    heat = page.split('id="heatmap"')[1].split("</table>")[0]
+    assert heat.count("<tr data-host=") == 700
