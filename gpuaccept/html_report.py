@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from .report import CaseRecord, _fmt, _limit_s, gpu_table, host_verdicts
+from .report import CaseRecord, GpuTable, _fmt, _limit_s, host_verdicts
 
 # Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
 # is not read; the tables still list everything). Chosen.
@@ -134,9 +134,9 @@ def sparkline(values: list[float]) -> str:
 
 def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
            history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
-           table: tuple[list[str], list[dict]] | None = None) -> str:
+           table: GpuTable | None = None) -> str:
     """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``; ``hv`` and
-    ``table``: :func:`host_verdicts` of ``recs`` and :func:`gpu_table` of ``figures`` when already computed."""
+    ``table``: :func:`host_verdicts` of ``recs`` and the :class:`GpuTable` of ``figures`` when kept."""
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
@@ -151,15 +151,16 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     if len(host_rows) > MAX_ROWS:  # a fleet: a row per host that did not pass, the passing ones by name only
         passing = [r["name"] for r in host_rows if r["verdict"] == "PASS"]
         host_rows = [r for r in host_rows if r["verdict"] != "PASS"]
-    checks, rows = table if table is not None else gpu_table(figures)
-    left_out = 0
+    table = table if table is not None else GpuTable().add(figures)
+    left_out, total = 0, table.count()
     bad = {h for h, v in hv.items() if v["verdict"] != "PASS"}
-    if len(rows) > MAX_ROWS:
-        keep = [r for r in rows if r["host"] in bad or any(f.get("verdict") == "fail" for f in r["cells"].values())]
+    checks, rows = table.table(bad if total > MAX_ROWS else None)
+    if total > MAX_ROWS:
+        keep = rows  # the GPUs of hosts that did not pass (a failing figure makes its host fail)
         if len(keep) > MAX_ROWS:  # many hosts failed: the GPUs with a failing figure first, MAX_ROWS in all
             failing = [any(f.get("verdict") == "fail" for f in r["cells"].values()) for r in keep]
             keep = ([r for r, x in zip(keep, failing) if x] + [r for r, x in zip(keep, failing) if not x])[:MAX_ROWS]
-        left_out, rows = len(rows) - len(keep), keep
+        left_out, rows = total - len(keep), keep
     heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None)
     sparks: dict[tuple, str] = {}
     if history and len(rows) <= MAX_SPARK_GPUS:
@@ -178,12 +179,12 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
         standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
 
 
-def spark_keys(figures: list[dict], table: tuple[list[str], list[dict]] | None = None
-               ) -> list[tuple[tuple[str, str, Any, str], dict]]:
+def spark_keys(figures: list[dict], table: GpuTable | None = None) -> list[tuple[tuple[str, str, Any, str], dict]]:
     """``((serial, host, gpu, check), figure)`` of the per-GPU cells that get a sparkline (first few checks);
-    ``table``: :func:`gpu_table` of ``figures`` when already computed."""
-    checks, rows = table if table is not None else gpu_table(figures)
-    if len(rows) > MAX_SPARK_GPUS:
+    ``table``: the :class:`GpuTable` of ``figures`` when kept."""
+    table = table if table is not None else GpuTable().add(figures)
+    if table.count() > MAX_SPARK_GPUS:
         return []
+    checks, rows = table.table()
     return [((row["serial"] or "", row["host"], row["gpu"], c), row["cells"][c]) for row in rows
             for c in checks[:SPARK_CHECKS] if c in row["cells"]]

@@ -91,6 +91,13 @@ def record_json(r: CaseRecord) -> tuple[str, str]:
     return head[:-1] + ', "figures": ', json.dumps(r.figures, default=str)
 
 
+def _write_fully(f, data: bytes) -> None:
+    """Write all of ``data`` to the unbuffered file ``f`` (a raw write may take part of it); OSError propagates."""
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view):]
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
@@ -149,6 +156,7 @@ class Reporter:
         # Objects with add(record) and flush(), told of every record and every whole-run rewrite (the history
         # database's RunRecorder, through gpuaccept.reporting); they keep their own errors.
         self.sinks: list[Any] = []
+        self._gpus: GpuTable | None = GpuTable()
         self._version = 0  # bumped per add: the cached host verdicts and GPU table below are of this version
         self._cache: dict[str, tuple[int, Any]] = {}
 
@@ -193,9 +201,10 @@ class Reporter:
         """Keep ``rec`` (replacing an earlier record of the same test) and give its figures the host's SKU
         (in place, before it is written anywhere: every copy of a figure says its SKU)."""
         old = self.records.get(rec.nodeid)
-        if old is not None:  # replaced: the old record's text is no longer the test's
+        if old is not None:  # replaced: the old record's text is no longer the test's, nor its cells
             self._spans.pop(rec.nodeid, None)
             self._uspans.pop(rec.nodeid, None)
+            self._gpus = None
         self.records[rec.nodeid] = rec
         if self.host_sku:
             for f in rec.figures:
@@ -203,6 +212,8 @@ class Reporter:
                     f["sku"] = self.host_sku[f["host"]]
         for sink in self.sinks:
             sink.add(rec)
+        if self._gpus is not None:
+            self._gpus.add(rec.figures)
         self._version += 1
 
     def _append(self, recs: list[CaseRecord], sync: bool) -> None:
@@ -221,9 +232,7 @@ class Reporter:
             spans.append((r.nodeid, (pos, fs, fs + len(figs) - 2, pos + len(line))))
             chunks.append(line)
             pos += len(line)
-        data = memoryview(b"".join(chunks))
-        while data:  # unbuffered: in the OS once written, survives a kill of this process
-            data = data[self._jsonl.write(data):]
+        _write_fully(self._jsonl, b"".join(chunks))  # unbuffered: in the OS once written, survives a kill
         if sync or time.monotonic() >= self._next_fsync:  # on disk at most FSYNC_EVERY_S later: survives a crash
             os.fsync(self._jsonl.fileno())
             self._next_fsync = time.monotonic() + FSYNC_EVERY_S
@@ -237,11 +246,11 @@ class Reporter:
             sp = self._spools.get(r.layer)
             if sp is None:
                 os.makedirs(os.path.join(self.dir, SPOOL_DIR), exist_ok=True)
-                sp = self._spools[r.layer] = open(os.path.join(self.dir, SPOOL_DIR, f"junit-{_safe(r.layer)}.part"), "ab")
-            text = junit_testcase(r.layer, r).encode()
-            at = sp.tell()
-            sp.write(text)
-            self._uspans[r.nodeid] = (at, at + len(text))
+                sp = self._spools[r.layer] = open(os.path.join(self.dir, SPOOL_DIR, f"junit-{_safe(r.layer)}.part"),
+                                                  "ab", buffering=0)
+            at = sp.seek(0, os.SEEK_END)
+            _write_fully(sp, junit_testcase(r.layer, r).encode())
+            self._uspans[r.nodeid] = (at, sp.tell())  # only once every byte is in the file
 
     def close(self, missing_reason: str) -> None:
         """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
@@ -259,7 +268,10 @@ class Reporter:
             jl = self._jsonl
             self._guard("results.jsonl", lambda: (jl.flush(), os.fsync(jl.fileno()), jl.close()))
         for sp in self._spools.values():
-            sp.close()
+            try:
+                sp.close()
+            except OSError:  # its unflushed tail (a full disk): the spools are thrown away now anyway
+                pass
         self._spools.clear()
         self._uspans.clear()
         shutil.rmtree(os.path.join(self.dir, SPOOL_DIR), ignore_errors=True)
@@ -284,9 +296,12 @@ class Reporter:
         """:func:`host_verdicts` of the records so far (computed once per new record, shared by every writer)."""
         return self._cached("hv", lambda: host_verdicts(list(self.records.values()), self.meta.get("hosts")))
 
-    def gpu_table(self) -> tuple[list[str], list[dict]]:
-        """:func:`gpu_table` of the figures so far (computed once per new record, shared by every writer)."""
-        return self._cached("gpus", lambda: gpu_table(self.figures()))
+    def gpu_table(self) -> GpuTable:
+        """The :class:`GpuTable` of the figures so far (kept up to date per record; made again from every
+        figure after a record was replaced)."""
+        if self._gpus is None:
+            self._gpus = GpuTable().add(self.figures())
+        return self._gpus
 
     def _cached(self, key: str, fn: Callable[[], Any]) -> Any:
         hit = self._cache.get(key)
@@ -309,7 +324,7 @@ class Reporter:
         hosts = self.meta.get("hosts") or []
         hv = self.host_verdicts()
         atomic_write(os.path.join(self.dir, "summary.md"),
-                     summary_markdown(self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table))
+                     summary_markdown(self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table()))
         atomic_write(os.path.join(self.dir, "failed-hosts.txt"), "".join(h + "\n" for h in failed_hosts(recs, hosts, hv)))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
@@ -344,10 +359,7 @@ class Reporter:
         """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
         rendered now where the spool lacks it), then the footer."""
         sp = self._spools.get(layer)
-        src = None
-        if sp is not None:
-            sp.flush()
-            src = open(sp.name, "rb")
+        src = open(sp.name, "rb") if sp is not None else None
         path = os.path.join(self.dir, f"junit-{layer}.xml")
         tmp = f"{path}.tmp{os.getpid()}"
         try:
@@ -656,31 +668,89 @@ def gpu_table(figures: list[dict]) -> tuple[list[str], list[dict]]:
     """Per-GPU rows of judged per-GPU figures (pure): ``(checks, rows)``; each row ``{host, gpu, pci_bus_id,
     serial, cells: {check: figure}}``, ordered by host then GPU index; checks in first-seen order. Key figures
     only: the throughputs (``min`` limits) and any check that failed somewhere (error counts and
-    below-median percentages that passed everywhere are in results.json)."""
-    failing = {f["check"] for f in figures if f.get("gpu") is not None and f.get("verdict") == "fail"}
-    figures = [f for f in figures if f["check"] in failing or "min" in (f.get("limit") or {})]
-    checks: list[str] = []
-    rows: dict[tuple, dict] = {}
-    for f in figures:
-        if f.get("gpu") is None or f.get("verdict") not in ("pass", "fail"):
-            continue
-        if f["check"] not in checks:
-            checks.append(f["check"])
-        row = rows.setdefault((f["host"], f["gpu"]), {"host": f["host"], "gpu": f["gpu"], "pci_bus_id": None,
-                                                      "serial": None, "cells": {}})
-        row["pci_bus_id"] = row["pci_bus_id"] or f.get("pci_bus_id")
-        row["serial"] = row["serial"] or f.get("serial")
-        old = row["cells"].get(f["check"])
-        if old is None or (f.get("verdict") == "fail" and old.get("verdict") != "fail"):
-            row["cells"][f["check"]] = f  # one cell per check: the failing figure wins
-    return checks, [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), k[1]))]
+    below-median percentages that passed everywhere are in results.json). See :class:`GpuTable`."""
+    return GpuTable().add(figures).table()
+
+
+class GpuTable:
+    """:func:`gpu_table` kept up to date figure by figure (:meth:`add`: O(its figures)), so that a whole-run
+    write makes only the rows it shows (:meth:`table` for some hosts; :meth:`count` of all rows).
+
+    Per (host, GPU) and check it keeps the first judged figure, the first with a ``min`` limit and the first
+    that failed; the cell shown is, for a check that failed somewhere, the first failing figure else the first,
+    and otherwise the first with a ``min`` limit (what one pass over the filtered figures picks). A row's bus id
+    and serial: the first any judged figure of that GPU gives (before 2026-11-30: of the figures shown only)."""
+
+    def __init__(self):
+        self.rows: dict[tuple, dict] = {}
+        self.by_host: dict[Any, list[dict]] = {}
+        self.failing: set[str] = set()
+        self.first_any: dict[str, int] = {}  # check -> sequence number of its first judged per-GPU figure
+        self.first_min: dict[str, int] = {}  # ... of its first with a min limit
+        self._n = 0
+
+    def add(self, figures: list[dict]) -> "GpuTable":
+        for f in figures:
+            if f.get("gpu") is None:
+                continue
+            v = f.get("verdict")
+            if v != "pass" and v != "fail":
+                continue
+            self._n += 1
+            c = f["check"]
+            if c not in self.first_any:
+                self.first_any[c] = self._n
+            has_min = "min" in (f.get("limit") or {})
+            if has_min and c not in self.first_min:
+                self.first_min[c] = self._n
+            key = (f["host"], f["gpu"])
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = {"host": f["host"], "gpu": f["gpu"], "pci_bus_id": None, "serial": None,
+                                        "any": {}, "min": {}, "fail": {}}
+                self.by_host.setdefault(f["host"], []).append(row)
+            row["pci_bus_id"] = row["pci_bus_id"] or f.get("pci_bus_id")
+            row["serial"] = row["serial"] or f.get("serial")
+            row["any"].setdefault(c, f)
+            if has_min:
+                row["min"].setdefault(c, f)
+            if v == "fail":
+                self.failing.add(c)
+                row["fail"].setdefault(c, f)
+        return self
+
+    def _cells(self, row: dict) -> dict[str, dict]:
+        cells = {c: f for c, f in row["min"].items() if c not in self.failing}
+        for c in self.failing:
+            f = row["fail"].get(c) or row["any"].get(c)
+            if f is not None:
+                cells[c] = f
+        return cells
+
+    def count(self) -> int:
+        """How many rows :meth:`table` of every host has."""
+        return sum(1 for r in self.rows.values() if r["min"] or (self.failing and not self.failing.isdisjoint(r["any"])))
+
+    def table(self, only: set | None = None) -> tuple[list[str], list[dict]]:
+        """``(checks, rows)`` as :func:`gpu_table`; with ``only``, the rows of those hosts alone (the checks
+        are still every check shown for any host)."""
+        checks = sorted((c for c in self.first_any if c in self.failing or c in self.first_min),
+                        key=lambda c: self.first_any[c] if c in self.failing else self.first_min[c])
+        rows = [r for h, rs in self.by_host.items() if only is None or h in only for r in rs]
+        out = []
+        for r in sorted(rows, key=lambda r: (str(r["host"]), r["gpu"])):
+            cells = self._cells(r)
+            if cells:
+                out.append({"host": r["host"], "gpu": r["gpu"], "pci_bus_id": r["pci_bus_id"], "serial": r["serial"],
+                            "cells": {c: cells[c] for c in checks if c in cells}})
+        return checks, out
 
 
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
-                     hv: dict | None = None, table: Callable[[], tuple[list[str], list[dict]]] | None = None) -> str:
+                     hv: dict | None = None, table: GpuTable | None = None) -> str:
     """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
-    against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``hv`` and
-    ``table`` (a function returning :func:`gpu_table` of the records' figures): already computed, when given."""
+    against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``hv``
+    (:func:`host_verdicts` of ``recs``) and ``table`` (the :class:`GpuTable` of their figures): kept, when given."""
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     out = [f"# gpuaccept run {run_id}", "",
@@ -698,11 +768,13 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         v = hv[h]
         reasons = "; ".join(v["reasons"][:3]) + (f"; +{len(v['reasons']) - 3} more" if len(v["reasons"]) > 3 else "")
         out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
-    checks, rows = table() if table is not None else gpu_table([f for r in recs for f in r.figures])
-    left_out = 0
-    if len(rows) > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
-        keep = [r for r in rows if hv.get(r["host"], {}).get("verdict") != "PASS"]
-        left_out, rows = len(rows) - len(keep), keep
+    table = table if table is not None else GpuTable().add([f for r in recs for f in r.figures])
+    left_out, total = 0, table.count()
+    if total > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
+        checks, rows = table.table({h for h, v in hv.items() if v["verdict"] != "PASS"})
+        left_out = total - len(rows)
+    else:
+        checks, rows = table.table()
     if rows or left_out:
         out += ["", "## GPUs", ""] + ([f"{left_out} GPUs of passing hosts not listed (results.json has them).", ""]
                                       if left_out else []) + [
