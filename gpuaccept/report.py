@@ -157,8 +157,7 @@ class Reporter:
         # database's RunRecorder, through gpuaccept.reporting); they keep their own errors.
         self.sinks: list[Any] = []
         self._gpus: GpuTable | None = GpuTable()
-        self._version = 0  # bumped per add: the cached host verdicts and GPU table below are of this version
-        self._cache: dict[str, tuple[int, Any]] = {}
+        self._hv: HostVerdicts | None = HostVerdicts(meta.get("hosts"))
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
@@ -204,7 +203,7 @@ class Reporter:
         if old is not None:  # replaced: the old record's text is no longer the test's, nor its cells
             self._spans.pop(rec.nodeid, None)
             self._uspans.pop(rec.nodeid, None)
-            self._gpus = None
+            self._gpus = self._hv = None
         self.records[rec.nodeid] = rec
         if self.host_sku:
             for f in rec.figures:
@@ -214,7 +213,8 @@ class Reporter:
             sink.add(rec)
         if self._gpus is not None:
             self._gpus.add(rec.figures)
-        self._version += 1
+        if self._hv is not None:
+            self._hv.add(rec)
 
     def _append(self, recs: list[CaseRecord], sync: bool) -> None:
         """Append ``recs`` to results.jsonl (flushed to the OS: survives a kill; fsynced at most every
@@ -293,8 +293,13 @@ class Reporter:
         return [f for r in self.records.values() for f in r.figures]
 
     def host_verdicts(self) -> dict[str, dict]:
-        """:func:`host_verdicts` of the records so far (computed once per new record, shared by every writer)."""
-        return self._cached("hv", lambda: host_verdicts(list(self.records.values()), self.meta.get("hosts")))
+        """:func:`host_verdicts` of the records so far (kept up to date per record; made again from every
+        record after a record was replaced)."""
+        if self._hv is None:
+            self._hv = HostVerdicts(self.meta.get("hosts"))
+            for r in self.records.values():
+                self._hv.add(r)
+        return self._hv.result()
 
     def gpu_table(self) -> GpuTable:
         """The :class:`GpuTable` of the figures so far (kept up to date per record; made again from every
@@ -302,12 +307,6 @@ class Reporter:
         if self._gpus is None:
             self._gpus = GpuTable().add(self.figures())
         return self._gpus
-
-    def _cached(self, key: str, fn: Callable[[], Any]) -> Any:
-        hit = self._cache.get(key)
-        if hit is None or hit[0] != self._version:
-            hit = self._cache[key] = (self._version, fn())
-        return hit[1]
 
     def _write_all(self, final: bool) -> None:
         os.makedirs(self.dir, exist_ok=True)
@@ -424,10 +423,10 @@ def _copy_pieces(out, src, pieces: list, lines: bool, sep: bytes = b",") -> None
 
 
 # -- host verdicts ---------------------------------------------------------------------------------
-def _fleet_hosts_named(message: str, hosts: list[str]) -> list[str]:
+def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None) -> list[str]:
     """Hosts of the run named at the start of a line of a fleet-wide test's message (``"gpu-07: ..."``,
-    the form every verdict message takes)."""
-    known = set(hosts)
+    the form every verdict message takes). ``known``: ``set(hosts)``, when kept."""
+    known = set(hosts) if known is None else known
     out = []
     for ln in message.splitlines():
         m = re.match(r"\s*-?\s*([^\s:]+)[\s:]", ln)
@@ -442,16 +441,31 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
     ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
     else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
     failure lines name, and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
-    test's message, failing figures first (check, GPU, value vs limit).
+    test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
     """
-    names = list(hosts or [])
-    out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in names}
+    hv = HostVerdicts(hosts)
     for r in recs:
+        hv.add(r)
+    return hv.result()
+
+
+class HostVerdicts:
+    """:func:`host_verdicts` kept up to date record by record (:meth:`add`: O(the record), :meth:`result`:
+    O(hosts)), so that a whole-run write does not walk every record again."""
+
+    def __init__(self, hosts: list[str] | None = None):
+        self.names = list(hosts or [])
+        self.known = set(self.names)
+        self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
+
+    def add(self, r: CaseRecord) -> None:
         targets = [r.host] if r.host else ["fleet"]
         if not r.host and r.outcome in ("failed", "error"):
-            targets += _fleet_hosts_named(r.message or "", names)
+            targets += _fleet_hosts_named(r.message or "", self.names, self.known)
         for h in targets:
-            v = out.setdefault(h, {"verdict": "SKIP", "reasons": [], "counts": {}})
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
@@ -461,11 +475,13 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
                 first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
                 if not figs:
                     v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
-    for v in out.values():
-        c = v["counts"]
-        v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
-                        "PASS" if c.get("passed") else "SKIP")
-    return out
+
+    def result(self) -> dict[str, dict]:
+        for v in self.out.values():
+            c = v["counts"]
+            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
+                            "PASS" if c.get("passed") else "SKIP")
+        return self.out
 
 
 def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:

@@ -21,7 +21,8 @@ from test_e2e import make_project
 from test_replay import DATA, GPU_LAYERS
 
 from gpuaccept import history, reporting
-from gpuaccept.report import CaseRecord, Reporter, junit_xml_text, record_dict
+from gpuaccept.report import (CaseRecord, Reporter, failed_hosts, junit_xml_text, outliers, record_dict,
+                              summary_markdown)
 
 
 def _recs(n_hosts: int, tag: str = "") -> list[CaseRecord]:
@@ -52,8 +53,11 @@ def _strip_ts(xml: str) -> str:
     return re.sub(r'timestamp="[^"]+"', 'timestamp=""', xml)
 
 
-def _check_files(rep: Reporter, folder: Path) -> None:
+def _check_files(rep: Reporter, folder: Path, final: bool = False) -> None:
     recs = list(rep.records.values())
+    slow = outliers([f for r in recs for f in r.figures], []) if final else []
+    assert (folder / "summary.md").read_text() == summary_markdown("run1", rep.meta, recs, slow)
+    assert (folder / "failed-hosts.txt").read_text() == "".join(h + "\n" for h in failed_hosts(recs, rep.meta["hosts"]))
     doc = json.loads((folder / "results.json").read_text())
     assert doc["tests"] == json.loads(json.dumps([record_dict(r) for r in recs]))
     assert doc["figures"] == [f for r in recs for f in r.figures]
@@ -92,7 +96,7 @@ def test_periodic_rewrites_replacement_and_merge_equal_the_pure_writers(tmp_path
     lines = [json.loads(ln) for ln in (folder / "results.jsonl").read_text().splitlines()]
     assert len(lines) == len(recs) + 1 and lines[-1]["figures"] == doc["tests"][-1]["figures"]
     rep.close("interrupted")
-    _check_files(rep, folder)
+    _check_files(rep, folder, final=True)
     assert json.loads((folder / "results.json").read_text())["complete"] is True
     assert not (folder / ".spool").exists()  # the spools go once the whole-run files are final
 
@@ -244,3 +248,7 @@ def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
     assert f"{2 * n - html_report.MAX_ROWS} GPUs not listed" in page
     heat = page.split('id="heatmap"')[1].split("</table>")[0]
     assert heat.count("<tr data-host=") == 700
+    md = summary_markdown("run1", {"hosts": hosts}, recs)  # summary.md: every GPU of the 700 failing hosts
+    assert f"{2 * (n - 700)} GPUs of passing hosts not listed" in md
+    gpu_rows = [ln for ln in md.splitlines() if re.match(r"\| gpu\d+ \| \d \|", ln)]
+    assert len(gpu_rows) == 1400 and not [ln for ln in gpu_rows if ln.startswith("| gpu00700 |")]
