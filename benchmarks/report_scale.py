@@ -20,7 +20,7 @@ import resource
 import tempfile
 import time
 
-from gpuaccept import report, reporting
+from gpuaccept import reporting
 from gpuaccept.report import LAYERS, CaseRecord, Reporter
 
 ap = argparse.ArgumentParser()

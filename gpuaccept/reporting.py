@@ -445,11 +445,28 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
         stand = outliers(figures, rep.previous)
     rep.final_standouts = stand
     timings["history"] = time.perf_counter() - t0
+    try:
+        _write_files(rep, figures, stand, sparks, hv, verdicts, finished, prometheus_path, t0, timings)
+    finally:
+        if hist is not None:
+            t1 = time.perf_counter()
+            if ending is not None:
+                ending.join()
+            hist.recorder.close()
+            if hist.error:
+                rep.write_error = rep.write_error or hist.error
+            timings["history end"] = time.perf_counter() - t1  # waited for the thread after everything else
+
+
+def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: dict, hv: dict,
+                 verdicts: dict[str, str], finished: float, prometheus_path: str | None, t0: float,
+                 timings: dict[str, float]) -> None:
     sinks, rep.sinks = rep.sinks, []  # the history is complete: the final rewrite writes files only
     rep.flush(final=True)
     rep.sinks = sinks
     rep.close_jsonl()
     timings["files"] = time.perf_counter() - t0 - timings["history"]
+    from . import html_report
     recs = list(rep.records.values())
     try:
         rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
@@ -465,14 +482,6 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]
-    if hist is not None:
-        t1 = time.perf_counter()
-        if ending is not None:
-            ending.join()
-        hist.recorder.close()
-        if hist.error:
-            rep.write_error = rep.write_error or hist.error
-        timings["history end"] = time.perf_counter() - t1  # waited for the thread after everything else
 
 
 def list_hosts_text(hosts) -> str:

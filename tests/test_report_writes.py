@@ -5,7 +5,6 @@ periodic rewrites, a record replaced, a merge's add_many, and a real run interru
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import sqlite3
