@@ -251,3 +251,26 @@ def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
     assert f"{2 * (n - 700)} GPUs of passing hosts not listed" in md
     gpu_rows = [ln for ln in md.splitlines() if re.match(r"\| gpu\d+ \| \d \|", ln)]
     assert len(gpu_rows) == 1400 and not [ln for ln in gpu_rows if ln.startswith("| gpu00700 |")]
+
+
+def test_without_history_stand_outs_against_the_previous_run_folder(tmp_path):
+    """--history none: the previous run's results.json (reports/latest) is read at the end, and a GPU whose
+    pinned H2D bandwidth is 12 % below its figure there (still above its 48 GB/s floor) is a stand-out
+    "history" in summary.md."""
+    from test_e2e import run_pytest
+    from test_replay import alter, replay_project
+    inv = replay_project(tmp_path, DATA)
+    args = ["--inventory", str(inv), "-k", "pcie_bandwidth", "--history", "none"]
+    first = run_pytest(tmp_path, *args)
+    assert first.returncode == 0, first.stdout[-3000:]
+
+    def slower(doc):
+        for k in ("h2d_gbps", "h2d_gbps_max", "h2d_gbps_all"):
+            doc["gpus"][1][k] = round(doc["gpus"][1][k] * 0.88, 2)
+    inv.write_text(inv.read_text().replace(str(DATA), str(alter(tmp_path, "pcie_bandwidth", slower))))
+    second = run_pytest(tmp_path, *args)
+    assert second.returncode == 0, second.stdout[-3000:]
+    md = (tmp_path / "reports" / "latest" / "summary.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| h200-a | h2d_bw_gbps |")]
+    assert len(rows) == 1 and "| 1 |" in rows[0] and "| history |" in rows[0] and "| 12.0% |" in rows[0], md
+    assert not (tmp_path / "reports" / "history.sqlite").exists()
