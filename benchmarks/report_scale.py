@@ -1,25 +1,40 @@
-"""Report write cost at fleet scale: 10,000 hosts x 23 checks (issue 13.3). Prints a table.
+"""Report write cost at fleet scale: 10,000 hosts x 23 checks x 8 GPUs (issue 13.3). Prints a table.
 
-    PYTHONPATH=. python benchmarks/report_scale.py [--hosts 10000] [--checks 23]
+    PYTHONPATH=. python benchmarks/report_scale.py [--hosts 10000] [--checks 23] [--prometheus]
 
-Per finished test only results.jsonl is appended (O(new result)); the whole-run files (results.json, JUnit per
-layer, summary.md, failed-hosts.txt) are rewritten at most every FLUSH_MIN_S s and at most FLUSH_COST_RATIO x
-their last cost, and once at the end. Measures: appending every record, one whole-run rewrite, report.html.
+Runs the plugin's own report path (gpuaccept.reporting.finish_reports, the Reporter and the history sink) on
+synthetic records: 8 judged per-GPU figures per test, one host in ten failing one check. Per finished test:
+results.jsonl appended, the test's <testcase> spooled, its history rows made (O(new result)); the whole-run
+files and the history rows so far are written at most every FLUSH_MIN_S s and at most every FLUSH_COST_RATIO x
+the last rewrite's cost (counted here: rewrites, their share of the run); at the end finish_reports (the last
+history rows and their stand-outs, results.json, JUnit per layer, summary.md, failed-hosts.txt, report.html,
+optionally the Prometheus textfile, while a thread writes the run row and the latest values into the history).
+
+The "before" row was measured on this machine (2 shared cores) with the same records through the end of a run
+as commit 301c345 wrote it (all history rows inserted at the end, results.json and JUnit serialised from the
+records), 2026-11-30; the numbers vary by a few tens of percent with the load of the machine.
 """
 import argparse
+import os
+import resource
 import tempfile
 import time
 
-from gpuaccept import html_report
+from gpuaccept import reporting
 from gpuaccept.report import LAYERS, CaseRecord, Reporter
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--hosts", type=int, default=10000)
 ap.add_argument("--checks", type=int, default=23)
+ap.add_argument("--prometheus", action="store_true", help="also write the Prometheus textfile")
 a = ap.parse_args()
 with tempfile.TemporaryDirectory() as d:
     hosts = [f"gpu{i:05d}" for i in range(a.hosts)]
-    rep = Reporter(d, "bench", {"hosts": hosts, "inventory": "bench.ini"})
+    rep = Reporter(os.path.join(d, "run"), "bench", {"hosts": hosts, "inventory": "bench.ini",
+                                                     "host_sku": {h: "h200-sxm-141gb" for h in hosts}})
+    hist = reporting.HistorySink(os.path.join(d, "history.sqlite"), "bench", time.time(), "standard")
+    rep.sinks.append(hist)
+    rewrites, rewrite_s = 0, 0.0
     t0 = time.perf_counter()
     for h in hosts:
         for c in range(a.checks):
@@ -27,19 +42,33 @@ with tempfile.TemporaryDirectory() as d:
             figs = [{"host": h, "layer": layer, "test": f"test_{c}", "check": f"check_{c}", "gpu": g,
                      "pci_bus_id": f"0000:{g:02x}:00.0", "serial": f"{h}-{g}", "value": 100.0 + g,
                      "unit": "GB/s", "limit": {"min": 90.0, "source": "bench"}, "verdict": "pass"} for g in range(8)]
+            bad = c == 0 and h.endswith("7")
+            if bad:
+                figs[3].update(value=80.0, verdict="fail")
+            before = rep.flush_total_s
             rep.add(CaseRecord(f"suites/test_{layer}.py::test_{c}[{h}]", f"test_{c}[{h}]", h, layer,
-                               "failed" if (c == 0 and h.endswith("7")) else "passed", "", 0.1, figs))
-    t_add = time.perf_counter() - t0
+                               "failed" if bad else "passed", "GPU 3: check_0 80 < 90" if bad else "", 0.1, figs))
+            if rep.flush_total_s != before:
+                rewrites += 1
+    t_run = time.perf_counter() - t0
+    rewrite_s = rep.flush_total_s
     n = len(rep.records)
+    parts: dict[str, float] = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    rep.flush(final=True)
-    t_flush, c_flush = time.perf_counter() - t0, time.process_time() - c0
-    recs = list(rep.records.values())
-    figs = rep.figures()
-    t0 = time.perf_counter()
-    html = html_report.render("bench", rep.meta, recs, figs, [])
-    t_html = time.perf_counter() - t0
-    print(f"| hosts | checks | tests | figures | append all (s) | per test (us) | whole-run rewrite (s wall, s CPU) | report.html (s, MB) |")
-    print(f"|---|---|---|---|---|---|---|---|")
-    print(f"| {a.hosts} | {a.checks} | {n} | {len(figs)} | {t_add:.1f} | {t_add / n * 1e6:.0f} | {t_flush:.1f}, {c_flush:.1f} | "
-          f"{t_html:.1f}, {len(html) / 1e6:.1f} |")
+    reporting.finish_reports(rep, hist, prometheus_path=os.path.join(d, "g.prom") if a.prometheus else None,
+                             timings=parts)
+    t_end, c_end = time.perf_counter() - t0, time.process_time() - c0
+    assert rep.write_error is None, rep.write_error
+    size = sum(os.path.getsize(os.path.join(rep.dir, f)) for f in os.listdir(rep.dir) if f != "results.jsonl")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print("| code | hosts | tests | figures | per test, incl. periodic rewrites (us) | periodic rewrites (n, % of run) "
+          "| end of run: wall s (history, files, html) | end CPU s | whole-run files (MB) | peak RSS (GiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    if a.hosts == 10000 and a.checks == 23:
+        print("| before (301c345) | 10000 | 230000 | 1840000 | 129 (incl. its periodic rewrites; no history rows) | not counted "
+              "| 154.3 (38.8, 100.4, 15.1) | 75.3 | - | 5.13 |")
+    print(f"| this | {a.hosts} | {n} | {n * 8} | {t_run / n * 1e6:.0f} | {rewrites}, {100 * rewrite_s / t_run:.1f} % "
+          f"| {t_end:.1f} ({parts.get('history', 0):.1f}, {parts.get('files', 0):.1f}, {parts.get('html', 0):.1f}"
+          f"{', prometheus %.1f' % parts['prometheus'] if a.prometheus else ''}"
+          f", waited for the history's end {parts.get('history end', 0):.1f}) | {c_end:.1f} | {size / 1e6:.0f} "
+          f"| {rss:.2f} |")

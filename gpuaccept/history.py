@@ -42,6 +42,9 @@ OUTLIER_PCT = 10.0
 OUTLIER_MADS = 3.0
 MAD_SCALE = 1.4826
 MIN_FLEET = 3  # figures of one SKU and check needed for a fleet median
+# A flush of a run's rows during the run waits at most this long for another run's write (then the rows wait
+# for the next flush: the run is never held up by the database); the end of the run waits 30 s, as connect().
+BUSY_WAIT_S = 0.0
 
 MIGRATIONS: list[str] = [
     # v1: runs, figures, tests
@@ -163,40 +166,292 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
             con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
         con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (rid, started, run.get("inventory"),
                     run.get("profile"), run.get("limit"), run.get("report_dir"), run.get("verdict")))
-        rows, latest, from_burnin = [], [], []
-        for f in figures:
-            v = f.get("value")
-            num = _num(v)
-            text = None if num is not None or isinstance(v, (list, dict)) else (None if v is None else str(v)[:200])
-            lim = f.get("limit") or {}
-            kind = "min" if "min" in lim else "max" if "max" in lim else None
-            subj, chk = subject_of(f), check_of(f)
-            rows.append((rid, started, f.get("host"), f.get("layer"), f.get("test"), f.get("gpu"),
-                         f.get("pci_bus_id"), f.get("serial"), subj, f.get("sku"), chk, num, text, f.get("unit"),
-                         kind, _num(lim.get(kind)) if kind else None, f.get("verdict")))
-            if num is not None:
-                latest.append((subj, chk, "previous", f.get("sku"), num, rid))
-                if f.get("verdict") == "pass":
-                    latest.append((subj, chk, "pass", f.get("sku"), num, rid))
-                    if burnin:
-                        latest.append((subj, chk, "burnin", f.get("sku"), num, rid))
-                if f.get("host") in burned_in and baseline_mod.is_burnin_figure(f):
-                    from_burnin.append((subj, chk, "burnin", f.get("sku"), num, rid))
-                    nightly = baseline_mod.nightly_key(chk)
-                    if nightly:
-                        from_burnin.append((subj, nightly, "burnin", f.get("sku"), num, rid))
-        con.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-        con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)",
-                        [(rid, t.get("nodeid"), t.get("host"), t.get("layer"), t.get("outcome"),
-                          (t.get("message") or "").split("\n", 1)[0][:500]) for t in tests])
+        con.executemany(INSERT_FIGURE, figure_rows(rid, started, figures))
+        con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", [test_row(rid, t) for t in tests])
         con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)", [(rid, h, v) for h, v in host_verdicts.items()])
-        # a --profile burnin run's own figure of a check (measured by the same probe, held longer) wins over
-        # the burn-in suite's figure mapped to that check: written after it
-        con.executemany("INSERT OR REPLACE INTO latest VALUES (?,?,?,?,?,?)", from_burnin + latest)
+        _update_latest(con, rid, burnin, burned_in)
 
 
 def _day(started) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(started)) if isinstance(started, (int, float)) else "?"
+
+
+# gpuaccept.baseline's rules as SQL expressions over a figures.check_ column (generated from its tables, so the
+# SQL and the Python functions cannot disagree; tests/test_report_writes.py checks them against each other):
+# they let run_standouts and _update_latest compare and record burn-in figures over a run's rows in SQLite.
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sql_name(col: str) -> str:
+    """SQL for :func:`gpuaccept.baseline.split_key`'s name of ``col``."""
+    return f"(CASE WHEN instr({col}, '[') > 0 THEN substr({col}, 1, instr({col}, '[') - 1) ELSE {col} END)"
+
+
+def _sql_dist(col: str) -> str:
+    """SQL for :func:`gpuaccept.baseline.split_key`'s distinguisher of ``col`` ('' when none)."""
+    return f"(CASE WHEN instr({col}, '[') > 0 THEN substr({col}, instr({col}, '[')) ELSE '' END)"
+
+
+def _sql_is_burnin(alias: str) -> str:
+    """SQL for :func:`gpuaccept.baseline.is_burnin_figure` of row ``alias`` of ``figures``."""
+    names = ", ".join(_lit(n) for n in sorted(baseline_mod.BURNIN_FIGURES))
+    return (f"({alias}.value IS NOT NULL AND {_sql_name(alias + '.check_')} IN ({names}) "
+            f"AND ({alias}.layer IS NULL OR {alias}.layer = {_lit(baseline_mod.BURNIN_LAYER)}))")
+
+
+def _sql_nightly_key(col: str) -> str:
+    """SQL for :func:`gpuaccept.baseline.nightly_key` of ``col`` (NULL for None)."""
+    whens = "".join(f" WHEN {_sql_name(col)} = {_lit(b)} THEN {_lit(check)}" + (f" || {_sql_dist(col)}" if same else "")
+                    for b, (check, same) in baseline_mod.NIGHTLY_FROM_BURNIN.items())
+    return f"(CASE{whens} END)"
+
+
+def _sql_burnin_key(col: str) -> str:
+    """SQL for :func:`gpuaccept.baseline.burnin_key` of ``col`` (NULL for None)."""
+    whens = "".join(f" WHEN {_sql_name(col)} = {_lit(check)} THEN {_lit(b)} || {_sql_dist(col)}" if same else
+                    f" WHEN {col} = {_lit(check)} THEN {_lit(b)}"
+                    for b, (check, same) in baseline_mod.NIGHTLY_FROM_BURNIN.items())
+    return f"(CASE{whens} END)"
+
+
+INSERT_FIGURE = "INSERT INTO figures VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+
+def figure_rows(rid: str, started: float, figures: Iterable[dict]) -> list[tuple]:
+    """Rows of the ``figures`` table for report figure dicts (see the module docstring for the columns)."""
+    rows = []
+    for f in figures:
+        v = f.get("value")
+        num = _num(v)
+        text = None if num is not None or isinstance(v, (list, dict)) or v is None else str(v)[:200]
+        lim = f.get("limit") or {}
+        kind = "min" if "min" in lim else "max" if "max" in lim else None
+        rows.append((rid, started, f.get("host"), f.get("layer"), f.get("test"), f.get("gpu"),
+                     f.get("pci_bus_id"), f.get("serial"), subject_of(f), f.get("sku"), check_of(f), num, text,
+                     f.get("unit"), kind, _num(lim.get(kind)) if kind else None, f.get("verdict")))
+    return rows
+
+
+def test_row(rid: str, t: dict) -> tuple:
+    """A row of the ``tests`` table (the message's first line, at most 500 characters)."""
+    return (rid, t.get("nodeid"), t.get("host"), t.get("layer"), t.get("outcome"),
+            (t.get("message") or "").split("\n", 1)[0][:500])
+
+
+def _update_latest(con: sqlite3.Connection, rid: str, burnin: bool, burned_in: Iterable[str] = ()) -> None:
+    """Upsert ``latest`` from run ``rid``'s numeric figures, in SQL (one statement per kind, in row order, so
+    the last figure of a subject and check wins): ``previous`` always, ``pass`` where it passed, ``burnin``
+    where it passed in a ``--profile burnin`` run; and first, ``burnin`` from the burn-in figures
+    (gpuaccept.baseline) of the hosts in ``burned_in`` (whose burn-in test passed in this run), under their own
+    key and under the nightly check each is a baseline for. A --profile burnin run's own figure of a check
+    (measured by the same probe, held longer) wins over the burn-in suite's figure mapped to it: written after.
+    Cost: a scan of the run's rows per statement (figures_run index); the burn-in ones only with such hosts."""
+    hosts = sorted({h for h in burned_in if h is not None})
+    if hosts:
+        con.execute("CREATE TEMP TABLE IF NOT EXISTS burned_in (host TEXT PRIMARY KEY)")
+        con.execute("DELETE FROM temp.burned_in")
+        con.executemany("INSERT OR IGNORE INTO temp.burned_in VALUES (?)", [(h,) for h in hosts])
+        where = f"run_id=? AND {_sql_is_burnin('figures')} AND host IN (SELECT host FROM temp.burned_in)"
+        con.execute("INSERT OR REPLACE INTO latest SELECT subject, check_, 'burnin', sku, value, run_id FROM figures "
+                    f"WHERE {where} ORDER BY rowid", (rid,))
+        nightly = _sql_nightly_key("check_")
+        con.execute(f"INSERT OR REPLACE INTO latest SELECT subject, {nightly}, 'burnin', sku, value, run_id "
+                    f"FROM figures WHERE {where} AND {nightly} IS NOT NULL ORDER BY rowid", (rid,))
+    for kind, where in (("previous", ""), ("pass", " AND verdict='pass'")) + \
+            ((("burnin", " AND verdict='pass'"),) if burnin else ()):
+        con.execute(f"INSERT OR REPLACE INTO latest SELECT subject, check_, '{kind}', sku, value, run_id FROM figures "
+                    f"WHERE run_id=? AND value IS NOT NULL{where} ORDER BY rowid", (rid,))
+
+
+class RunRecorder:
+    """One run's history, written while the run goes: :meth:`add` per finished test (O(its figures): rows made
+    now), :meth:`flush` right after (gpuaccept.reporting.HistorySink: the rows so far in one short transaction,
+    not waiting for another writer: when the database is busy the rows wait for the next flush), and
+    :meth:`finish` at the end (stand-outs against the references before this run, then the run row, host
+    verdicts and ``latest``, one transaction). The end then costs O(stand-out look-up) instead of inserting
+    every row of the run (1.84 million figures at 10,000 hosts x 23 checks).
+
+    The database is opened at the first flush; rows an earlier attempt of the same run id left (a killed
+    controller) are replaced. Errors (HistoryError, sqlite3.Error, OSError) propagate to the caller.
+    """
+
+    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
+                 baseline: str | None = None, pct: float = STANDOUT_PCT):
+        self.path, self.run_id = path, run_id
+        self.baseline, self.pct = baseline, pct
+        self.standouts: list[dict] = []  # found so far, in the order the figures arrived
+        self._seen = 0  # the highest rowid of this run's figures compared so far
+        self.started = started or time.time()
+        self.profile = profile
+        self.con: sqlite3.Connection | None = None
+        self.figures: list[tuple] = []
+        self.tests: list[tuple] = []
+        self.groups: dict[tuple, list[dict]] = {}  # fleet_groups() of every figure so far
+        self.burnin_tests: dict[str, tuple] = {}  # nodeid -> (host, outcome) of the burn-in tests (last wins)
+        self._wait_s = -1.0
+
+    def add(self, test: dict, figures: list[dict]) -> None:
+        """A finished test (nodeid, host, layer, outcome, message) and its figures (with sku where known)."""
+        self.tests.append(test_row(self.run_id, test))
+        self.figures += figure_rows(self.run_id, self.started, figures)
+        if test.get("layer") == baseline_mod.BURNIN_LAYER:  # a record replaced later: its last outcome counts
+            self.burnin_tests[test.get("nodeid")] = (test.get("host"), test.get("outcome"))
+        fleet_groups(figures, self.groups)
+
+    def fleet_outliers(self) -> list[dict]:
+        """:func:`fleet_outliers` of every figure added (grouped as they arrived)."""
+        return fleet_outliers([], groups=self.groups)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.con is None:
+            con = connect(self.path)
+            with con:
+                for table in ("figures", "tests", "host_verdicts", "runs"):
+                    con.execute(f"DELETE FROM {table} WHERE run_id=?", (self.run_id,))
+            self.con = con
+        return self.con
+
+    def flush(self, wait_s: float = BUSY_WAIT_S, later_ok: bool = True) -> None:
+        """Insert the rows added since the last flush in one transaction; wait at most ``wait_s`` for a lock,
+        then (``later_ok``) keep the rows for the next flush, else raise sqlite3.OperationalError."""
+        if not self.figures and not self.tests:
+            return
+        con = self._connect()
+        if wait_s != self._wait_s:
+            con.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+            self._wait_s = wait_s
+        try:
+            with con:
+                con.executemany(INSERT_FIGURE, self.figures)
+                con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", self.tests)
+        except sqlite3.OperationalError as e:
+            if later_ok and ("locked" in str(e) or "busy" in str(e)):
+                return  # another run is writing: these rows go with the next flush
+            raise
+        self.figures, self.tests = [], []
+        # compared now, while they are few: latest is updated only at the end, so every figure of the run is
+        # compared with the references from before the run, as when all were compared at the end
+        found, self._seen = run_standouts(con, self.run_id, self.baseline, self.pct, self._seen)
+        self.standouts += found
+
+    def finish(self, run: dict, host_verdicts: dict[str, str]) -> list[dict]:
+        """Record the run's end (``run``: inventory, limit, report_dir, verdict) and return its stand-outs
+        (:func:`standouts` of this run's figures against :func:`references` taken before this run counts)."""
+        stand = self.finish_rows()
+        self.record_end(run, host_verdicts)
+        return stand
+
+    def finish_rows(self) -> list[dict]:
+        """Insert the rows still pending (waiting up to 30 s for another writer) and return the run's stand-outs."""
+        self.flush(wait_s=30.0, later_ok=False)
+        return self.standouts
+
+    def record_end(self, run: dict, host_verdicts: dict[str, str]) -> None:
+        """The run row, its host verdicts and ``latest`` (in SQL: 3.7 million rows at 10,000 hosts x 23 checks,
+        about 4 s of CPU here), in one transaction on a connection of its own, so that it may run in a thread
+        beside the report writing (sqlite3 releases the GIL while SQLite works). Call after :meth:`finish_rows`."""
+        con = connect(self.path)
+        try:
+            with con:
+                con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))
+                con.execute("DELETE FROM runs WHERE run_id=?", (self.run_id,))
+                con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (self.run_id, self.started, run.get("inventory"),
+                            self.profile, run.get("limit"), run.get("report_dir"), run.get("verdict")))
+                con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)",
+                                [(self.run_id, h, v) for h, v in host_verdicts.items()])
+                _update_latest(con, self.run_id, self.profile == "burnin", self.burned_in())
+        finally:
+            con.close()
+
+    def burned_in(self) -> set[str]:
+        """:func:`gpuaccept.baseline.passed_burnin_hosts` of the tests added (their last record each)."""
+        return baseline_mod.passed_burnin_hosts({"host": h, "layer": baseline_mod.BURNIN_LAYER, "outcome": o}
+                                                for h, o in self.burnin_tests.values())
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+
+def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = None,
+                  pct: float = STANDOUT_PCT, after: int = 0) -> tuple[list[dict], int]:
+    """:func:`standouts` of :func:`references` for the figures run ``run_id`` has in the database with a rowid
+    above ``after``: the same rules and records, in one query against ``latest`` (not yet updated by this run)
+    that returns only the figures below some reference by more than ``pct`` (SQLite compares; Python applies
+    the like-with-like SKU rule, names the reference and builds the records, for those rows only).
+
+    Compared: throughput figures (a ``min`` limit, a numeric value) and burn-in throughput figures
+    (gpuaccept.baseline). Baseline: ``baseline`` when given, ``"latest-pass"`` (``latest`` kind ``pass``) or a
+    run id (that run's first figure of the subject and check, else of the burn-in figure that is the check's
+    baseline, "run R, as burnin_bf16_tflops_start"); else ``latest`` kind ``burnin`` ("burn-in on
+    2026-11-02", with ", as burnin_..._start" when that run's figure was the burn-in suite's, mapped to the
+    check). Returns ``(records, the highest rowid of the run's figures seen)`` so that the next call looks at
+    newer rows only."""
+    below = "({r}.value IS NOT NULL AND {r}.value != 0 AND ({r}.value - m.value) / abs({r}.value) * 100.0 > :pct)"
+    explicit = bool(baseline) and baseline != "latest-pass"
+
+    # A figure of a given run, subject and check: looked up by figures_subject (subject, check_, started) with the
+    # run's start (every row of a run carries its run's ``started``: record_run, RunRecorder), one index search;
+    # by figures_run the planner would walk the whole run (1.84 M rows at 10,000 hosts) per figure.
+    def of_run(run: str, check: str) -> str:
+        return (f"FROM figures b INDEXED BY figures_subject WHERE b.subject=m.subject AND b.check_={check} "
+                f"AND b.started=(SELECT r.started FROM runs r WHERE r.run_id={run}) AND b.run_id={run}")
+
+    def run_ref(col: str, check: str) -> str:  # the baseline run's first figure of the subject and ``check``
+        return f"(SELECT b.{col} {of_run(':base', check)} ORDER BY b.rowid LIMIT 1)"
+    mapped = _sql_burnin_key("m.check_")
+    refs = " OR ".join(below.format(r=r) for r in ("p", "k", "s"))
+    if explicit:  # x / 0 is NULL in SQLite: a zero reference compares false
+        rv = f"coalesce({run_ref('value', 'm.check_')}, {run_ref('value', mapped)})"
+        refs += f" OR (({rv}) - m.value) / abs({rv}) * 100.0 > :pct"
+    cols = ("m.rowid, m.host, m.check_, m.gpu, m.serial, m.sku, m.value, m.unit, p.value, p.run_id, p.sku, "
+            "k.value, k.run_id, k.sku, s.value, s.run_id, s.sku, "
+            # for the rows returned only: the burn-in run's day, whether its figure is this check's own
+            "(SELECT r.started FROM runs r WHERE r.run_id=k.run_id), "
+            f"EXISTS (SELECT 1 {of_run('k.run_id', 'm.check_')})")
+    if explicit:
+        cols += ", " + ", ".join(run_ref(c, chk) for chk in ("m.check_", mapped) for c in ("value", "sku"))
+    q = (f"SELECT {cols} FROM figures m "
+         "LEFT JOIN latest p ON p.subject=m.subject AND p.check_=m.check_ AND p.kind='previous' "
+         "LEFT JOIN latest k ON k.subject=m.subject AND k.check_=m.check_ AND k.kind='burnin' AND :nob "
+         "LEFT JOIN latest s ON s.subject=m.subject AND s.check_=m.check_ AND s.kind='pass' AND :lp "
+         "WHERE m.run_id=:run AND m.rowid > :after AND m.value IS NOT NULL "
+         f"AND (m.limit_kind='min' OR {_sql_is_burnin('m')}) "
+         f"AND m.verdict IS NOT 'fail' AND ({refs}) ORDER BY m.rowid")
+    args = {"run": run_id, "after": after, "pct": pct, "lp": baseline == "latest-pass", "nob": not baseline,
+            "base": baseline}
+    out = []
+    for row in con.execute(q, args):
+        _, host, chk, gpu, serial, sku, value, unit = row[:8]
+        r: dict[str, tuple] = {}
+        if row[8] is not None:
+            r["previous"] = row[8:11]
+        if row[11] is not None:
+            src = baseline_mod.burnin_key(chk) if not row[18] else None  # the burn-in suite's figure stood in
+            r["baseline"] = (*row[11:14], f"burn-in on {_day(row[17])}"
+                             + (f", as {baseline_mod.split_key(src)[0]}" if src else ""))
+        elif row[14] is not None:
+            r["baseline"] = (*row[14:17], "latest pass")
+        elif explicit and (row[19] is not None or row[21] is not None):
+            own = row[19] is not None
+            r["baseline"] = (row[19] if own else row[21], baseline, row[20] if own else row[22], f"run {baseline}"
+                             + ("" if own else f", as {baseline_mod.split_key(baseline_mod.burnin_key(chk))[0]}"))
+        for against in ("baseline", "previous"):
+            if against not in r:
+                continue
+            ref, ref_run, ref_sku = r[against][:3]
+            if ref is None or not ref or (ref_sku and sku and ref_sku != sku):
+                continue
+            pct_below = (ref - value) / abs(ref) * 100.0
+            if pct_below > pct:
+                out.append({"host": host, "check": chk, "gpu": gpu, "serial": serial, "sku": sku, "value": value,
+                            "unit": unit, "reference": ref, "ref_run": ref_run,
+                            "against": against + (f" ({r[against][3]})" if against == "baseline" else ""),
+                            "pct": round(pct_below, 1)})
+    top = con.execute("SELECT max(rowid) FROM figures WHERE run_id=?", (run_id,)).fetchone()[0]
+    return out, max(after, top or 0)
 
 
 def references(con: sqlite3.Connection, figures: list[dict], baseline: str | None = None) -> dict[tuple, dict]:
@@ -279,23 +534,37 @@ def standouts(figures: list[dict], refs: dict[tuple, dict], pct: float = STANDOU
     return out
 
 
-def fleet_outliers(figures: list[dict], pct: float = OUTLIER_PCT, mads: float = OUTLIER_MADS,
-                   min_fleet: int = MIN_FLEET) -> list[dict]:
-    """Per SKU and check, passing throughput figures below the fleet median by more than ``pct`` percent and
-    by more than ``mads`` x 1.4826 x MAD (pure). A fleet of fewer than ``min_fleet`` figures is not judged.
-    Returns ``{host, check, gpu, serial, sku, value, unit, against: "fleet", reference: median, pct, mads}``."""
-    groups: dict[tuple, list[dict]] = {}
+def fleet_groups(figures: Iterable[dict], groups: dict[tuple, list[dict]] | None = None) -> dict[tuple, list[dict]]:
+    """Passing throughput figures by ``(sku, check_of)``, in order, added to ``groups`` (new when None)."""
+    groups = {} if groups is None else groups
     for f in figures:
         if is_throughput(f) and f.get("verdict") != "fail":
-            groups.setdefault((f.get("sku"), check_of(f)), []).append(f)
+            key = (f.get("sku"), check_of(f))
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = []
+            g.append(f)
+    return groups
+
+
+def fleet_outliers(figures: list[dict], pct: float = OUTLIER_PCT, mads: float = OUTLIER_MADS,
+                   min_fleet: int = MIN_FLEET, groups: dict[tuple, list[dict]] | None = None) -> list[dict]:
+    """Per SKU and check, passing throughput figures below the fleet median by more than ``pct`` percent and
+    by more than ``mads`` x 1.4826 x MAD (pure). A fleet of fewer than ``min_fleet`` figures is not judged.
+    ``groups``: :func:`fleet_groups` of the figures, when kept as they arrived (``figures`` is then unused).
+    Returns ``{host, check, gpu, serial, sku, value, unit, against: "fleet", reference: median, pct, mads}``."""
+    if groups is None:
+        groups = fleet_groups(figures)
     out = []
     for (sku, chk), fs in groups.items():
         if len(fs) < min_fleet:
             continue
-        vals = sorted(float(f["value"]) for f in fs)
+        vals = sorted([float(f["value"]) for f in fs])
         med = _median(vals)
-        mad = _median(sorted(abs(v - med) for v in vals)) * MAD_SCALE
-        for f in fs:
+        mad = _median(sorted([abs(v - med) for v in vals])) * MAD_SCALE
+        # below the median by more than pct % and by more than mads x MAD: only values under both cut-offs
+        cut = med - 0.999999 * max(abs(med) * pct / 100.0, mads * mad)  # (slack for rounding: re-checked below)
+        for f in [f for f in fs if f["value"] <= cut]:
             dist = med - float(f["value"])
             if med and dist / abs(med) * 100.0 > pct and dist > mads * mad:
                 out.append({"host": f.get("host"), "check": chk, "gpu": f.get("gpu"), "serial": f.get("serial"),

@@ -14,14 +14,15 @@ from typing import Any
 
 import jinja2
 
-from .report import CaseRecord, _fmt, _limit_s, gpu_table, host_verdicts
+from .report import CaseRecord, GpuTable, _fmt, _limit_s, host_verdicts
 
 # Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
 # is not read; the tables still list everything). Chosen.
 MAX_SPARK_GPUS = 256
 MAX_BUSBW_HOSTS = 64
-# Above this many hosts (heatmap rows) or GPUs (GPU table rows) the page lists only hosts that did not pass
-# and says how many passing ones it left out (the page stays a few MB at 10,000 hosts). Chosen.
+# Above this many hosts (host and heatmap rows) or GPUs (GPU table rows) the page has rows only for hosts that
+# did not pass; the passing hosts are named in one folded list (<details>) and counted (the page stays a few MB
+# and opens at once at 10,000 hosts; results.json and summary.md have every host). Chosen.
 MAX_ROWS = 1024
 SPARK_CHECKS = 4  # sparklines for the first few judged per-GPU checks of the table
 
@@ -43,18 +44,30 @@ def _ratio_color(ratio: float, kind: str) -> str:
     return "#bbf7d0"
 
 
-def heatmap(figures: list[dict]) -> dict:
-    """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure)."""
+def heatmap(figures: list[dict], only: set | None = None) -> dict:
+    """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure).
+    ``only``: rows for these hosts alone (the columns are still every check judged anywhere)."""
     checks: list[str] = []
+    seen: set[str] = set()
     cells: dict[tuple[str, str], dict] = {}
     for f in figures:
+        if only is not None and str(f.get("host")) not in only:
+            if f["check"] not in seen:  # a column, if some figure of the check is judged numerically
+                lim = f.get("limit") or {}
+                kind = "min" if "min" in lim else "max" if "max" in lim else None
+                v = f.get("value")
+                if kind is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and lim[kind]:
+                    seen.add(f["check"])
+                    checks.append(f["check"])
+            continue
         lim = f.get("limit") or {}
         kind = "min" if "min" in lim else "max" if "max" in lim else None
         v = f.get("value")
         if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not lim[kind]:
             continue
         ratio = float(v) / float(lim[kind])
-        if f["check"] not in checks:
+        if f["check"] not in seen:
+            seen.add(f["check"])
             checks.append(f["check"])
         key = (str(f.get("host")), f["check"])
         old = cells.get(key)
@@ -120,10 +133,12 @@ def sparkline(values: list[float]) -> str:
 
 
 def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
-           history: dict[tuple, list[float]] | None = None) -> str:
-    """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``."""
+           history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
+           table: GpuTable | None = None) -> str:
+    """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``; ``hv`` and
+    ``table``: :func:`host_verdicts` of ``recs`` and the :class:`GpuTable` of ``figures`` when kept."""
     hosts = list(meta.get("hosts") or [])
-    hv = host_verdicts(recs, hosts)
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     host_rows = [{"name": h, **hv[h]} for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
     tally: dict[str, int] = {}
@@ -131,15 +146,22 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
         if h == "fleet":
             continue
         tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    checks, rows = gpu_table(figures)
-    heat = heatmap(figures)
-    left_out = 0
+    n_hosts = len([h for h in hv if h != "fleet"])
+    passing: list[str] = []
+    if len(host_rows) > MAX_ROWS:  # a fleet: a row per host that did not pass, the passing ones by name only
+        passing = [r["name"] for r in host_rows if r["verdict"] == "PASS"]
+        host_rows = [r for r in host_rows if r["verdict"] != "PASS"]
+    table = table if table is not None else GpuTable().add(figures)
+    left_out, total = 0, table.count()
     bad = {h for h, v in hv.items() if v["verdict"] != "PASS"}
-    if len(rows) > MAX_ROWS:
-        keep = [r for r in rows if r["host"] in bad or any(f.get("verdict") == "fail" for f in r["cells"].values())]
-        left_out, rows = len(rows) - len(keep), keep
-    if len(heat["rows"]) > MAX_ROWS:
-        heat["rows"] = [r for r in heat["rows"] if r["host"] in bad]
+    checks, rows = table.table(bad if total > MAX_ROWS else None)
+    if total > MAX_ROWS:
+        keep = rows  # the GPUs of hosts that did not pass (a failing figure makes its host fail)
+        if len(keep) > MAX_ROWS:  # many hosts failed: the GPUs with a failing figure first, MAX_ROWS in all
+            failing = [any(f.get("verdict") == "fail" for f in r["cells"].values()) for r in keep]
+            keep = ([r for r, x in zip(keep, failing) if x] + [r for r, x in zip(keep, failing) if not x])[:MAX_ROWS]
+        left_out, rows = total - len(keep), keep
+    heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None)
     sparks: dict[tuple, str] = {}
     if history and len(rows) <= MAX_SPARK_GPUS:
         for key, vals in history.items():
@@ -151,16 +173,18 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
                  "first": (r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome}
                 for r in recs if r.outcome in ("failed", "error")]
     return env.get_template("report.html.j2").render(
-        run_id=run_id, meta=meta, hosts=host_rows, n_tests=len(recs),
+        run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
-        heat=heat, left_out=left_out, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
+        heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
         standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
 
 
-def spark_keys(figures: list[dict]) -> list[tuple[tuple[str, str, Any, str], dict]]:
-    """``((serial, host, gpu, check), figure)`` of the per-GPU cells that get a sparkline (first few checks)."""
-    checks, rows = gpu_table(figures)
-    if len(rows) > MAX_SPARK_GPUS:
+def spark_keys(figures: list[dict], table: GpuTable | None = None) -> list[tuple[tuple[str, str, Any, str], dict]]:
+    """``((serial, host, gpu, check), figure)`` of the per-GPU cells that get a sparkline (first few checks);
+    ``table``: the :class:`GpuTable` of ``figures`` when kept."""
+    table = table if table is not None else GpuTable().add(figures)
+    if table.count() > MAX_SPARK_GPUS:
         return []
+    checks, rows = table.table()
     return [((row["serial"] or "", row["host"], row["gpu"], c), row["cells"][c]) for row in rows
             for c in checks[:SPARK_CHECKS] if c in row["cells"]]

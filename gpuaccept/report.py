@@ -1,9 +1,11 @@
 """Reports of one run, written by the controller as results arrive (pure writers plus one file-keeping class).
 
 ``<dir>/results.jsonl``: one line per finished test, appended and flushed as it arrives (survives a kill;
-O(new result) per test). The whole-run files are rewritten from the records in memory at the end, on
-interrupt, and in between at most every :data:`FLUSH_MIN_S` seconds and never more often than keeps their
-cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see :meth:`Reporter.add`):
+O(new result) per test); its <testcase> element is rendered then too, into ``<dir>/.spool/junit-<layer>.part``.
+The whole-run files are written at the end, on interrupt, and in between at most every :data:`FLUSH_MIN_S`
+seconds and never more often than keeps their cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see
+:meth:`Reporter.add`); each record's text is then copied from where it already lies (results.jsonl, the
+spools), not serialised again, so a rewrite is a copy of bytes plus the per-host pages:
 ``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (one testsuite per
 layer, one testcase per host x check, figures as testcase properties), ``<dir>/summary.md`` (the page a person
 reads first: one verdict line per host, then a per-GPU table) and ``<dir>/failed-hosts.txt`` (hosts with a
@@ -12,9 +14,12 @@ host, layer, check) so that runs sharded over Slurm or Kubernetes can be merged 
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -35,6 +40,10 @@ FSYNC_EVERY_S = 1.0
 SUMMARY_MAX_GPU_ROWS = 1024
 # Files a run writes into its folder (a folder holding one of these already holds a run).
 RUN_FILES = ("results.jsonl", "results.json", "summary.md", "failed-hosts.txt", "report.html")
+# Sub-folder of the report folder holding each layer's <testcase> elements as they arrive (removed at the end).
+SPOOL_DIR = ".spool"
+# Whole-run files are copied from the per-record text in pieces of at most this many bytes (memory bound).
+COPY_CHUNK = 8 << 20
 
 
 @dataclass
@@ -57,6 +66,40 @@ def record_dict(r: CaseRecord) -> dict:
     every figure and cost 10x the JSON encoding at 10,000 hosts)."""
     return {"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
             "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id}
+
+
+@contextlib.contextmanager
+def no_gc():
+    """Python's cyclic garbage collector paused for the block (a whole-run write allocates millions of small
+    objects; with the run's millions of figures alive every collection walks them all: at 2,000 hosts x 23
+    checks, a third of the write's time). The write makes no reference cycles; collection resumes after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def record_json(r: CaseRecord) -> tuple[str, str]:
+    """A record's results.jsonl line as ``(head, figures)``: the line is ``head + figures + "}"``, ``figures``
+    the JSON array of its figures (so a whole-run file can copy that array's inside from the line). ASCII only
+    (``ensure_ascii``): character offsets are byte offsets."""
+    head = json.dumps({"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                       "message": r.message, "duration_s": r.duration_s, "run_id": r.run_id}, default=str)
+    return head[:-1] + ', "figures": ', json.dumps(r.figures, default=str)
+
+
+def _write_fully(f, data: bytes) -> None:
+    """Write all of ``data`` to the unbuffered file ``f`` (a raw write may take part of it); OSError propagates."""
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view):]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -95,12 +138,26 @@ class Reporter:
         self.records: dict[str, CaseRecord] = {}
         self.expected: dict[str, tuple[str | None, str]] = {}
         self._next_flush = time.monotonic() + FLUSH_MIN_S
+        self._began = time.monotonic()
         self.last_flush_s = 0.0
+        self.flush_total_s = 0.0  # time spent in periodic rewrites so far
+        self._flushed_n = 0  # records at the last rewrite
         self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
         self.final_standouts: list[dict] | None = None  # set by the caller before close (history comparison)
         self.host_sku: dict[str, str] = dict(meta.get("host_sku") or {})
-        self._jsonl = None
+        self._jsonl = None  # results.jsonl, binary append
         self._next_fsync = 0.0
+        # Where each record's serialised text already lies, so that a whole-run rewrite copies bytes instead of
+        # serialising 230,000 records again: nodeid -> (line start, figures start, figures end, line end) in
+        # results.jsonl, and nodeid -> (start, end) of its <testcase> in its layer's JUnit spool file.
+        self._spans: dict[str, tuple[int, int, int, int]] = {}
+        self._uspans: dict[str, tuple[int, int]] = {}
+        self._spools: dict[str, Any] = {}  # layer -> open spool file (binary append) in SPOOL_DIR
+        # Objects with add(record) and flush(), told of every record and every whole-run rewrite (the history
+        # database's RunRecorder, through gpuaccept.reporting); they keep their own errors.
+        self.sinks: list[Any] = []
+        self._gpus: GpuTable | None = GpuTable()
+        self._hv: HostVerdicts | None = HostVerdicts(meta.get("hosts"))
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
@@ -116,37 +173,84 @@ class Reporter:
         self.expected.setdefault(nodeid, (host, layer))
 
     def add(self, rec: CaseRecord) -> None:
-        """Store a finished test; append it to results.jsonl now (O(1)); rewrite the whole-run files when
-        :data:`FLUSH_MIN_S` and :data:`FLUSH_COST_RATIO` x the last rewrite have passed."""
+        """Store a finished test; append it to results.jsonl and its <testcase> to its layer's spool now
+        (O(this record)); rewrite the whole-run files when :data:`FLUSH_MIN_S` and :data:`FLUSH_COST_RATIO` x
+        the last rewrite have passed."""
         rec.run_id = self.run_id
-        self.records[rec.nodeid] = rec
-
-        def append():
-            if self._jsonl is None:
-                os.makedirs(self.dir, exist_ok=True)
-                self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "a", encoding="utf-8")
-            self._jsonl.write(json.dumps(record_dict(rec), default=str) + "\n")
-            self._jsonl.flush()  # in the OS now: survives a kill of this process
-            if time.monotonic() >= self._next_fsync:  # on disk at most FSYNC_EVERY_S later: survives a crash
-                os.fsync(self._jsonl.fileno())
-                self._next_fsync = time.monotonic() + FSYNC_EVERY_S
-        self._guard("results.jsonl", append)
-        if time.monotonic() >= self._next_flush:
-            self.flush()
+        self._store(rec)
+        self._guard("results.jsonl", lambda: self._append([rec], sync=False))
+        now = time.monotonic()
+        # every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last rewrite apart, and only while the rewrites so far
+        # and this one (its cost guessed from the last one's, in proportion to the records) stay within
+        # 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run grows)
+        if now >= self._next_flush:
+            guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
+            if (self.flush_total_s + guess) * FLUSH_COST_RATIO <= now - self._began:
+                self.flush()
+                self.flush_total_s += self.last_flush_s
 
     def add_many(self, recs: list[CaseRecord]) -> None:
         """Store many finished tests at once (a merge): one append and one fsync for all of them."""
-        def append():
-            os.makedirs(self.dir, exist_ok=True)
-            if self._jsonl is None:
-                self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "a", encoding="utf-8")
-            self._jsonl.write("".join(json.dumps(record_dict(r), default=str) + "\n" for r in recs))
-            self._jsonl.flush()
-            os.fsync(self._jsonl.fileno())
         for r in recs:
             r.run_id = r.run_id or self.run_id
-            self.records[r.nodeid] = r
-        self._guard("results.jsonl", append)
+            self._store(r)
+        self._guard("results.jsonl", lambda: self._append(recs, sync=True))
+
+    def _store(self, rec: CaseRecord) -> None:
+        """Keep ``rec`` (replacing an earlier record of the same test) and give its figures the host's SKU
+        (in place, before it is written anywhere: every copy of a figure says its SKU)."""
+        old = self.records.get(rec.nodeid)
+        if old is not None:  # replaced: the old record's text is no longer the test's, nor its cells
+            self._spans.pop(rec.nodeid, None)
+            self._uspans.pop(rec.nodeid, None)
+            self._gpus = self._hv = None
+        self.records[rec.nodeid] = rec
+        if self.host_sku:
+            for f in rec.figures:
+                if "sku" not in f and self.host_sku.get(f.get("host")):
+                    f["sku"] = self.host_sku[f["host"]]
+        for sink in self.sinks:
+            sink.add(rec)
+        if self._gpus is not None:
+            self._gpus.add(rec.figures)
+        if self._hv is not None:
+            self._hv.add(rec)
+
+    def _append(self, recs: list[CaseRecord], sync: bool) -> None:
+        """Append ``recs`` to results.jsonl (flushed to the OS: survives a kill; fsynced at most every
+        :data:`FSYNC_EVERY_S`, or now with ``sync``) and their <testcase> elements to the layers' spools,
+        remembering where each lies."""
+        if self._jsonl is None:
+            os.makedirs(self.dir, exist_ok=True)
+            self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "ab", buffering=0)
+        pos = self._jsonl.seek(0, os.SEEK_END)
+        chunks, spans = [], []
+        for r in recs:
+            head, figs = record_json(r)
+            fs = pos + len(head) + 1
+            line = f"{head}{figs}}}\n".encode()
+            spans.append((r.nodeid, (pos, fs, fs + len(figs) - 2, pos + len(line))))
+            chunks.append(line)
+            pos += len(line)
+        _write_fully(self._jsonl, b"".join(chunks))  # unbuffered: in the OS once written, survives a kill
+        if sync or time.monotonic() >= self._next_fsync:  # on disk at most FSYNC_EVERY_S later: survives a crash
+            os.fsync(self._jsonl.fileno())
+            self._next_fsync = time.monotonic() + FSYNC_EVERY_S
+        for nodeid, span in spans:
+            if nodeid in self.records:
+                self._spans[nodeid] = span
+        self._guard("JUnit spool", lambda: self._spool_junit(recs))
+
+    def _spool_junit(self, recs: list[CaseRecord]) -> None:
+        for r in recs:
+            sp = self._spools.get(r.layer)
+            if sp is None:
+                os.makedirs(os.path.join(self.dir, SPOOL_DIR), exist_ok=True)
+                sp = self._spools[r.layer] = open(os.path.join(self.dir, SPOOL_DIR, f"junit-{_safe(r.layer)}.part"),
+                                                  "ab", buffering=0)
+            at = sp.seek(0, os.SEEK_END)
+            _write_fully(sp, junit_testcase(r.layer, r).encode())
+            self._uspans[r.nodeid] = (at, sp.tell())  # only once every byte is in the file
 
     def close(self, missing_reason: str) -> None:
         """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
@@ -158,55 +262,171 @@ class Reporter:
         self.close_jsonl()
 
     def close_jsonl(self) -> None:
-        """fsync and close results.jsonl (the end of the run)."""
+        """fsync and close results.jsonl and remove the JUnit spools (the end of the run: the whole-run files
+        have been written)."""
         if self._jsonl is not None and not self._jsonl.closed:
             jl = self._jsonl
             self._guard("results.jsonl", lambda: (jl.flush(), os.fsync(jl.fileno()), jl.close()))
+        for sp in self._spools.values():
+            try:
+                sp.close()
+            except OSError:  # its unflushed tail (a full disk): the spools are thrown away now anyway
+                pass
+        self._spools.clear()
+        self._uspans.clear()
+        shutil.rmtree(os.path.join(self.dir, SPOOL_DIR), ignore_errors=True)
 
     # -- writers -----------------------------------------------------------------------------------
     def flush(self, final: bool = False) -> None:
         """Rewrite results.json, junit-<layer>.xml, summary.md and failed-hosts.txt from the records so far."""
         t0 = time.monotonic()
-        self._guard("reports", lambda: self._write_all(final))
+        with no_gc():
+            for sink in self.sinks:
+                sink.flush()
+            self._guard("reports", lambda: self._write_all(final))
         self.last_flush_s = time.monotonic() - t0
+        self._flushed_n = len(self.records)
         self._next_flush = time.monotonic() + max(FLUSH_MIN_S, FLUSH_COST_RATIO * self.last_flush_s)
 
     def figures(self) -> list[dict]:
-        """Every figure of the run so far, each with the host's SKU where known."""
-        out = []
-        for r in self.records.values():
-            for f in r.figures:
-                if "sku" not in f and self.host_sku.get(f.get("host")):
-                    f = {**f, "sku": self.host_sku[f["host"]]}
-                out.append(f)
-        return out
+        """Every figure of the run so far, each with the host's SKU where known (given when it arrived)."""
+        return [f for r in self.records.values() for f in r.figures]
+
+    def host_verdicts(self) -> dict[str, dict]:
+        """:func:`host_verdicts` of the records so far (kept up to date per record; made again from every
+        record after a record was replaced)."""
+        if self._hv is None:
+            self._hv = HostVerdicts(self.meta.get("hosts"))
+            for r in self.records.values():
+                self._hv.add(r)
+        return self._hv.result()
+
+    def gpu_table(self) -> GpuTable:
+        """The :class:`GpuTable` of the figures so far (kept up to date per record; made again from every
+        figure after a record was replaced)."""
+        if self._gpus is None:
+            self._gpus = GpuTable().add(self.figures())
+        return self._gpus
 
     def _write_all(self, final: bool) -> None:
         os.makedirs(self.dir, exist_ok=True)
         recs = list(self.records.values())
-        figures = self.figures()
         # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
-        slow = (self.final_standouts if self.final_standouts is not None else outliers(figures, self.previous)) \
+        slow = (self.final_standouts if self.final_standouts is not None else outliers(self.figures(), self.previous)) \
             if final else []
-        atomic_write(os.path.join(self.dir, "results.json"), json.dumps(
-            {"run_id": self.run_id, **self.meta, "complete": final, "tests": [record_dict(r) for r in recs],
-             "figures": figures, "outliers": slow}, default=str, separators=(",", ":"), check_circular=False))
+        self._write_results_json(recs, final, slow)
         by_layer: dict[str, list[CaseRecord]] = {}
         for r in recs:
             by_layer.setdefault(r.layer, []).append(r)
         for layer, lrecs in sorted(by_layer.items()):
-            atomic_write(os.path.join(self.dir, f"junit-{layer}.xml"), junit_xml_text(layer, lrecs))
+            self._write_junit(layer, lrecs)
         hosts = self.meta.get("hosts") or []
-        atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(self.run_id, self.meta, recs, slow))
-        atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
-                     "".join(h + "\n" for h in failed_hosts(recs, hosts)))
+        hv = self.host_verdicts()
+        atomic_write(os.path.join(self.dir, "summary.md"),
+                     summary_markdown(self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table()))
+        atomic_write(os.path.join(self.dir, "failed-hosts.txt"), "".join(h + "\n" for h in failed_hosts(recs, hosts, hv)))
+
+    def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
+        """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],
+        "outliers"}``. Each record's text is copied from results.jsonl where it lies there (one serialisation
+        per record per run); a record that is not there (a failed append) is serialised now."""
+        head = json.dumps({"run_id": self.run_id, **self.meta, "complete": final}, default=str, separators=(",", ":"))
+        path = os.path.join(self.dir, "results.json")
+        tmp = f"{path}.tmp{os.getpid()}"
+        src = open(os.path.join(self.dir, "results.jsonl"), "rb") if self._spans else None
+        try:
+            with open(tmp, "wb") as out:
+                out.write(head[:-1].encode() + b',"tests":[')
+                _copy_pieces(out, src, [(self._spans.get(r.nodeid), r) for r in recs], lines=True)
+                out.write(b'],"figures":[')
+                pieces = []
+                for r in recs:
+                    span = self._spans.get(r.nodeid)
+                    if span is not None:
+                        if span[2] > span[1]:
+                            pieces.append(((span[1], span[2]), None))
+                    elif r.figures:
+                        pieces.append((None, json.dumps(r.figures, default=str)[1:-1]))
+                _copy_pieces(out, src, pieces, lines=False)
+                out.write(b'],"outliers":' + json.dumps(slow, default=str, separators=(",", ":")).encode() + b"}")
+        finally:
+            if src is not None:
+                src.close()
+        os.replace(tmp, path)
+
+    def _write_junit(self, layer: str, recs: list[CaseRecord]) -> None:
+        """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
+        rendered now where the spool lacks it), then the footer."""
+        sp = self._spools.get(layer)
+        src = open(sp.name, "rb") if sp is not None else None
+        path = os.path.join(self.dir, f"junit-{layer}.xml")
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "wb") as out:
+                out.write(junit_header(layer, recs).encode())
+                _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
+                                        (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
+                out.write(JUNIT_FOOTER.encode())
+        finally:
+            if src is not None:
+                src.close()
+        os.replace(tmp, path)
+
+
+def _copy_pieces(out, src, pieces: list, lines: bool, sep: bytes = b",") -> None:
+    """Write ``pieces`` to ``out`` separated by ``sep``. A piece is ``(span, x)``: ``span`` a byte range
+    ``(start, end, ...)`` of ``src`` (with ``lines``: a results.jsonl span (line start, .., .., line end),
+    copied without its newline), else ``x``, a CaseRecord (serialised now) or text. Adjacent spans are copied
+    as one range in chunks of :data:`COPY_CHUNK` (newlines between lines become ``sep``: JSON text has no raw
+    newline inside a line)."""
+    first = True
+    run: list[int] | None = None  # [start, end] of adjacent spans not yet copied
+
+    def copy(a: int, b: int) -> None:
+        src.seek(a)
+        left = b - a
+        while left > 0:
+            data = src.read(min(COPY_CHUNK, left))
+            if not data:
+                raise OSError(f"{src.name}: shorter than expected")
+            left -= len(data)
+            if lines:
+                data = data.replace(b"\n", sep)
+                if left == 0 and data.endswith(sep):
+                    data = data[:-len(sep)]
+            out.write(data)
+
+    for span, x in pieces:
+        if span is not None:
+            a, b = (span[0], span[3]) if lines else (span[0], span[1])
+            if run is not None and run[1] == a and (lines or not sep):
+                run[1] = b  # adjacent: one copy (a newline between lines becomes sep)
+                continue
+            if run is not None:
+                copy(*run)
+            if not first:
+                out.write(sep)
+            first, run = False, [a, b]
+            continue
+        if run is not None:
+            copy(*run)
+            run = None
+        if not first:
+            out.write(sep)
+        first = False
+        if isinstance(x, CaseRecord):
+            hd, figs = record_json(x)
+            x = hd + figs + "}"
+        out.write(x.encode())
+    if run is not None:
+        copy(*run)
 
 
 # -- host verdicts ---------------------------------------------------------------------------------
-def _fleet_hosts_named(message: str, hosts: list[str]) -> list[str]:
+def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None) -> list[str]:
     """Hosts of the run named at the start of a line of a fleet-wide test's message (``"gpu-07: ..."``,
-    the form every verdict message takes)."""
-    known = set(hosts)
+    the form every verdict message takes). ``known``: ``set(hosts)``, when kept."""
+    known = set(hosts) if known is None else known
     out = []
     for ln in message.splitlines():
         m = re.match(r"\s*-?\s*([^\s:]+)[\s:]", ln)
@@ -221,16 +441,31 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
     ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
     else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
     failure lines name, and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
-    test's message, failing figures first (check, GPU, value vs limit).
+    test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
     """
-    names = list(hosts or [])
-    out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in names}
+    hv = HostVerdicts(hosts)
     for r in recs:
+        hv.add(r)
+    return hv.result()
+
+
+class HostVerdicts:
+    """:func:`host_verdicts` kept up to date record by record (:meth:`add`: O(the record), :meth:`result`:
+    O(hosts)), so that a whole-run write does not walk every record again."""
+
+    def __init__(self, hosts: list[str] | None = None):
+        self.names = list(hosts or [])
+        self.known = set(self.names)
+        self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
+
+    def add(self, r: CaseRecord) -> None:
         targets = [r.host] if r.host else ["fleet"]
         if not r.host and r.outcome in ("failed", "error"):
-            targets += _fleet_hosts_named(r.message or "", names)
+            targets += _fleet_hosts_named(r.message or "", self.names, self.known)
         for h in targets:
-            v = out.setdefault(h, {"verdict": "SKIP", "reasons": [], "counts": {}})
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
@@ -240,16 +475,19 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
                 first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
                 if not figs:
                     v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
-    for v in out.values():
-        c = v["counts"]
-        v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
-                        "PASS" if c.get("passed") else "SKIP")
-    return out
+
+    def result(self) -> dict[str, dict]:
+        for v in self.out.values():
+            c = v["counts"]
+            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
+                            "PASS" if c.get("passed") else "SKIP")
+        return self.out
 
 
-def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None) -> list[str]:
-    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure)."""
-    hv = host_verdicts(recs, hosts)
+def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:
+    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
+    ``hv``: :func:`host_verdicts` of the same records when already computed."""
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
     return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in ("FAIL", "ERROR")]
 
@@ -264,7 +502,9 @@ def _prop_value(v: Any) -> str:
 
 
 def _distinguisher(f: dict) -> str:
-    extra = f.get("extra") or {}
+    extra = f.get("extra")
+    if not extra:
+        return ""
     parts = [f"{k}={_prop_value(v)}" for k, v in sorted(extra.items())
              if isinstance(v, (int, float, str, bool)) and len(str(v)) <= 40]
     return f"[{','.join(parts)}]" if parts else ""
@@ -326,33 +566,48 @@ def _xml_attr(v: str) -> str:
     return '"' + _xml_text(v).replace('"', "&quot;").replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;") + '"'
 
 
+JUNIT_FOOTER = "  </testsuite>\n</testsuites>\n"
+
+
+def junit_header(layer: str, recs: list[CaseRecord]) -> str:
+    """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline)."""
+    counts = {"failed": 0, "error": 0, "skipped": 0}
+    for r in recs:
+        if r.outcome in counts:
+            counts[r.outcome] += 1
+    return ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites>\n"
+            f'  <testsuite name={_xml_attr(layer)} tests="{len(recs)}" failures="{counts["failed"]}" '
+            f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(r.duration_s for r in recs):.3f}" '
+            f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n')
+
+
+def junit_testcase(layer: str, r: CaseRecord) -> str:
+    """One record's <testcase> element (classname ``<layer>.<host|fleet>``, figures as properties; see
+    :func:`figure_properties`), indented, ending in a newline."""
+    classname = f"{layer}.{r.host or 'fleet'}"
+    out = [f'    <testcase name={_xml_attr(r.name)} classname={_xml_attr(classname)} '
+           f'file={_xml_attr(r.nodeid.split("::")[0])} time="{r.duration_s:.3f}">']
+    if r.figures:
+        out.append("      <properties>")
+        out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />"
+                for n, v in figure_properties(r.host is None, r.figures)]
+        out.append("      </properties>")
+    first = r.message.splitlines()[0] if r.message.strip() else r.outcome
+    if r.outcome in ("failed", "error"):
+        tag = "failure" if r.outcome == "failed" else "error"
+        out.append(f'      <{tag} type="{tag}" message={_xml_attr(first)}>{_xml_text(r.message)}</{tag}>')
+    elif r.outcome == "skipped":
+        out.append(f'      <skipped type="skipped" message={_xml_attr(r.message)} />')
+    out.append("    </testcase>\n")
+    return "\n".join(out)
+
+
 def junit_xml_text(layer: str, recs: list[CaseRecord]) -> str:
     """One testsuite named ``layer``; a testcase per record (classname ``<layer>.<host|fleet>``); figures as
     ``<properties>`` (see :func:`figure_properties`). Written as text in one pass (linear in the records;
-    ElementTree's indent and serialiser took seconds at 10,000 hosts)."""
-    counts = {k: sum(1 for r in recs if r.outcome == k) for k in ("failed", "error", "skipped")}
-    out = ["<?xml version='1.0' encoding='utf-8'?>", "<testsuites>",
-           f'  <testsuite name={_xml_attr(layer)} tests="{len(recs)}" failures="{counts["failed"]}" '
-           f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(r.duration_s for r in recs):.3f}" '
-           f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">']
-    for r in recs:
-        classname = f"{layer}.{r.host or 'fleet'}"
-        out.append(f'    <testcase name={_xml_attr(r.name)} classname={_xml_attr(classname)} '
-                   f'file={_xml_attr(r.nodeid.split("::")[0])} time="{r.duration_s:.3f}">')
-        if r.figures:
-            out.append("      <properties>")
-            out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />"
-                    for n, v in figure_properties(r.host is None, r.figures)]
-            out.append("      </properties>")
-        first = r.message.splitlines()[0] if r.message.strip() else r.outcome
-        if r.outcome in ("failed", "error"):
-            tag = "failure" if r.outcome == "failed" else "error"
-            out.append(f'      <{tag} type="{tag}" message={_xml_attr(first)}>{_xml_text(r.message)}</{tag}>')
-        elif r.outcome == "skipped":
-            out.append(f'      <skipped type="skipped" message={_xml_attr(r.message)} />')
-        out.append("    </testcase>")
-    out += ["  </testsuite>", "</testsuites>", ""]
-    return "\n".join(out)
+    ElementTree's indent and serialiser took seconds at 10,000 hosts). :class:`Reporter` writes the same text
+    from each record's <testcase>, rendered once when the record arrives."""
+    return junit_header(layer, recs) + "".join(junit_testcase(layer, r) for r in recs) + JUNIT_FOOTER
 
 
 # -- summary ---------------------------------------------------------------------------------------
@@ -429,31 +684,91 @@ def gpu_table(figures: list[dict]) -> tuple[list[str], list[dict]]:
     """Per-GPU rows of judged per-GPU figures (pure): ``(checks, rows)``; each row ``{host, gpu, pci_bus_id,
     serial, cells: {check: figure}}``, ordered by host then GPU index; checks in first-seen order. Key figures
     only: the throughputs (``min`` limits) and any check that failed somewhere (error counts and
-    below-median percentages that passed everywhere are in results.json)."""
-    failing = {f["check"] for f in figures if f.get("gpu") is not None and f.get("verdict") == "fail"}
-    figures = [f for f in figures if f["check"] in failing or "min" in (f.get("limit") or {})]
-    checks: list[str] = []
-    rows: dict[tuple, dict] = {}
-    for f in figures:
-        if f.get("gpu") is None or f.get("verdict") not in ("pass", "fail"):
-            continue
-        if f["check"] not in checks:
-            checks.append(f["check"])
-        row = rows.setdefault((f["host"], f["gpu"]), {"host": f["host"], "gpu": f["gpu"], "pci_bus_id": None,
-                                                      "serial": None, "cells": {}})
-        row["pci_bus_id"] = row["pci_bus_id"] or f.get("pci_bus_id")
-        row["serial"] = row["serial"] or f.get("serial")
-        old = row["cells"].get(f["check"])
-        if old is None or (f.get("verdict") == "fail" and old.get("verdict") != "fail"):
-            row["cells"][f["check"]] = f  # one cell per check: the failing figure wins
-    return checks, [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), k[1]))]
+    below-median percentages that passed everywhere are in results.json). See :class:`GpuTable`."""
+    return GpuTable().add(figures).table()
 
 
-def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None) -> str:
+class GpuTable:
+    """:func:`gpu_table` kept up to date figure by figure (:meth:`add`: O(its figures)), so that a whole-run
+    write makes only the rows it shows (:meth:`table` for some hosts; :meth:`count` of all rows).
+
+    Per (host, GPU) and check it keeps the first judged figure, the first with a ``min`` limit and the first
+    that failed; the cell shown is, for a check that failed somewhere, the first failing figure else the first,
+    and otherwise the first with a ``min`` limit (what one pass over the filtered figures picks). A row's bus id
+    and serial: the first any judged figure of that GPU gives (before 2026-11-30: of the figures shown only)."""
+
+    def __init__(self):
+        self.rows: dict[tuple, dict] = {}
+        self.by_host: dict[Any, list[dict]] = {}
+        self.failing: set[str] = set()
+        self.first_any: dict[str, int] = {}  # check -> sequence number of its first judged per-GPU figure
+        self.first_min: dict[str, int] = {}  # ... of its first with a min limit
+        self._n = 0
+
+    def add(self, figures: list[dict]) -> "GpuTable":
+        for f in figures:
+            if f.get("gpu") is None:
+                continue
+            v = f.get("verdict")
+            if v != "pass" and v != "fail":
+                continue
+            self._n += 1
+            c = f["check"]
+            if c not in self.first_any:
+                self.first_any[c] = self._n
+            has_min = "min" in (f.get("limit") or {})
+            if has_min and c not in self.first_min:
+                self.first_min[c] = self._n
+            key = (f["host"], f["gpu"])
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = {"host": f["host"], "gpu": f["gpu"], "pci_bus_id": None, "serial": None,
+                                        "any": {}, "min": {}, "fail": {}}
+                self.by_host.setdefault(f["host"], []).append(row)
+            row["pci_bus_id"] = row["pci_bus_id"] or f.get("pci_bus_id")
+            row["serial"] = row["serial"] or f.get("serial")
+            row["any"].setdefault(c, f)
+            if has_min:
+                row["min"].setdefault(c, f)
+            if v == "fail":
+                self.failing.add(c)
+                row["fail"].setdefault(c, f)
+        return self
+
+    def _cells(self, row: dict) -> dict[str, dict]:
+        cells = {c: f for c, f in row["min"].items() if c not in self.failing}
+        for c in self.failing:
+            f = row["fail"].get(c) or row["any"].get(c)
+            if f is not None:
+                cells[c] = f
+        return cells
+
+    def count(self) -> int:
+        """How many rows :meth:`table` of every host has."""
+        return sum(1 for r in self.rows.values() if r["min"] or (self.failing and not self.failing.isdisjoint(r["any"])))
+
+    def table(self, only: set | None = None) -> tuple[list[str], list[dict]]:
+        """``(checks, rows)`` as :func:`gpu_table`; with ``only``, the rows of those hosts alone (the checks
+        are still every check shown for any host)."""
+        checks = sorted((c for c in self.first_any if c in self.failing or c in self.first_min),
+                        key=lambda c: self.first_any[c] if c in self.failing else self.first_min[c])
+        rows = [r for h, rs in self.by_host.items() if only is None or h in only for r in rs]
+        out = []
+        for r in sorted(rows, key=lambda r: (str(r["host"]), r["gpu"])):
+            cells = self._cells(r)
+            if cells:
+                out.append({"host": r["host"], "gpu": r["gpu"], "pci_bus_id": r["pci_bus_id"], "serial": r["serial"],
+                            "cells": {c: cells[c] for c in checks if c in cells}})
+        return checks, out
+
+
+def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
+                     hv: dict | None = None, table: GpuTable | None = None) -> str:
     """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
-    against limits), failures, stand-outs and fleet outliers, then counts per host and layer."""
+    against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``hv``
+    (:func:`host_verdicts` of ``recs``) and ``table`` (the :class:`GpuTable` of their figures): kept, when given."""
     hosts = list(meta.get("hosts") or [])
-    hv = host_verdicts(recs, hosts)
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
     out = [f"# gpuaccept run {run_id}", "",
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
            f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
@@ -469,12 +784,13 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         v = hv[h]
         reasons = "; ".join(v["reasons"][:3]) + (f"; +{len(v['reasons']) - 3} more" if len(v["reasons"]) > 3 else "")
         out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
-    figures = [f for r in recs for f in r.figures]
-    checks, rows = gpu_table(figures)
-    left_out = 0
-    if len(rows) > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
-        keep = [r for r in rows if hv.get(r["host"], {}).get("verdict") != "PASS"]
-        left_out, rows = len(rows) - len(keep), keep
+    table = table if table is not None else GpuTable().add([f for r in recs for f in r.figures])
+    left_out, total = 0, table.count()
+    if total > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
+        checks, rows = table.table({h for h, v in hv.items() if v["verdict"] != "PASS"})
+        left_out = total - len(rows)
+    else:
+        checks, rows = table.table()
     if rows or left_out:
         out += ["", "## GPUs", ""] + ([f"{left_out} GPUs of passing hosts not listed (results.json has them).", ""]
                                       if left_out else []) + [

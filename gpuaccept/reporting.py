@@ -23,7 +23,7 @@ import pytest
 
 from . import node as node_mod
 from .errors import ConfigError
-from .report import failed_hosts, CaseRecord, Reporter, atomic_write, holds_run, host_verdicts, load_previous_figures, outliers
+from .report import failed_hosts, CaseRecord, Reporter, atomic_write, holds_run, load_previous_figures, no_gc, outliers
 
 # Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
 PLAIN_EVERY_S = 30.0
@@ -207,6 +207,7 @@ class ReportPlugin:
         self.reporter: Reporter | None = None
         self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
         self._stderr = None
+        self.history: HistorySink | None = None
         if self.collect_only:
             return
         self._stderr = _real_stderr()
@@ -223,7 +224,11 @@ class ReportPlugin:
         self.reporter = Reporter(rdir, self.run_id, {
             "inventory": inv_path, "limit": config.getoption("limit"), "hosts": [h.name for h in hosts],
             "started": state["started"], "previous_run": previous, "profile": config.getoption("profile"),
-            "host_sku": host_sku}, previous=load_previous_figures(previous))
+            "host_sku": host_sku})  # the previous run's figures are read at the end, and only without history
+        if self._opt("history") != "none":  # the run's rows go into the database as they arrive
+            self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"),
+                                       self._opt("baseline"), self._opt("standout_pct"))
+            self.reporter.sinks.append(self.history)
 
     def _check_baseline(self) -> None:
         """``--baseline RUN_ID`` must name a run of the history database; ConfigError (exit 4) otherwise,
@@ -381,71 +386,156 @@ class ReportPlugin:
 
     def _finish(self, rep: Reporter) -> None:
         """History comparison and recording, then the whole-run files, report.html and the textfile."""
-        finished = time.time()
-        recs = list(rep.records.values())
-        figures = rep.figures()
-        hv = host_verdicts(recs, rep.meta.get("hosts"))
-        verdicts = {h: v["verdict"] for h, v in hv.items()}
-        run_verdict = ("ERROR" if "ERROR" in verdicts.values() else "FAIL" if "FAIL" in verdicts.values() else "PASS")
-        stand: list[dict] = []
-        sparks: dict[tuple, list[float]] = {}
-        history_ok = self._opt("history") != "none"
-        if history_ok:
-            from . import history, html_report
-            try:
-                con = history.connect(self.history_path)
-                try:
-                    refs = history.references(con, figures, self._opt("baseline"))
-                    pct = self._opt("standout_pct") or history.STANDOUT_PCT
-                    stand = history.standouts(figures, refs, pct) + history.fleet_outliers(figures)
-                    history.record_run(con, {"run_id": rep.run_id, "started": rep.meta.get("started"),
-                                             "inventory": rep.meta.get("inventory"), "profile": rep.meta.get("profile"),
-                                             "limit": rep.meta.get("limit"), "report_dir": rep.dir,
-                                             "verdict": run_verdict},
-                                       [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                                         "message": r.message} for r in recs], figures, verdicts)
-                    for key, f in html_report.spark_keys(figures):
-                        sparks[key] = [v for _, v, _ in history.series(con, history.subject_of(f),
-                                                                          history.check_of(f))]
-                finally:
-                    con.close()
-            except (history.HistoryError, OSError) as e:
-                rep.write_error = rep.write_error or f"history {self.history_path}: {e}"
-            except Exception as e:  # sqlite3.Error: the run's verdicts stand; the history is reported as lost
-                rep.write_error = rep.write_error or f"history {self.history_path}: {type(e).__name__}: {e}"
-        else:
-            stand = outliers(figures, rep.previous)
-        rep.final_standouts = stand
-        rep.flush(final=True)
-        rep.close_jsonl()
-        from . import html_report
-        try:
-            rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
-                rep.run_id, rep.meta, recs, figures, stand, sparks)))
-        except ImportError as e:  # a plotting library missing on the controller: every other report stands
-            rep.write_error = rep.write_error or f"report.html not written: {e} (pip install -e . installs it)"
-        prom = self._opt("prometheus_textfile")
-        if prom:
-            from . import prometheus
-            try:
-                prometheus.write_textfile(prom, rep.run_id, rep.meta.get("started") or finished, finished,
-                                          figures, verdicts)
-            except OSError as e:
-                rep.write_error = rep.write_error or f"{prom}: cannot write: {e.strerror or e}"
+        finish_reports(rep, self.history, self._opt("prometheus_textfile"))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter
         if rep is None or not self.began:
             return
         recs = list(rep.records.values())
-        bad = failed_hosts(recs, rep.meta.get("hosts"))  # the hosts failed-hosts.txt lists
-        fleet = host_verdicts(recs, rep.meta.get("hosts")).get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
+        hv = rep.host_verdicts()
+        bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
+        fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+
+
+# The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
+# commit per test cost 40 us CPU more per test at 10,000 hosts; the end of the run then has at most this much
+# of the run's rows left to insert). Chosen.
+HISTORY_EVERY_S = 1.0
+
+
+class HistorySink:
+    """The history database as a :attr:`Reporter.sinks` entry: each record's rows made when it arrives and
+    inserted within :data:`HISTORY_EVERY_S` (one transaction per batch; WAL, synchronous=NORMAL), without
+    waiting when another run holds the database (then they go with the next batch, the periodic rewrite or the
+    end), so the end of the run has only the run row and the stand-outs left (gpuaccept.history.RunRecorder).
+    The first error stops it and is kept in :attr:`error` (reported at the end as the history's; the run's
+    verdicts stand)."""
+
+    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
+                 baseline: str | None = None, standout_pct: float | None = None):
+        from . import history
+        self.path = path
+        self.recorder = history.RunRecorder(path, run_id, started, profile, baseline,
+                                            standout_pct or history.STANDOUT_PCT)
+        self.error: str | None = None
+        self._next = 0.0
+
+    def add(self, r) -> None:
+        if self.error is None:
+            self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                               "message": r.message}, r.figures)
+            if time.monotonic() >= self._next:
+                self.flush()
+
+    def flush(self) -> None:
+        self._next = time.monotonic() + HISTORY_EVERY_S
+        self.guard(self.recorder.flush)
+
+    def guard(self, fn, *args, **kw) -> Any:
+        """``fn(*args, **kw)``; on a database error remember it, drop the pending rows and return None."""
+        if self.error is not None:
+            return None
+        from . import history
+        try:
+            return fn(*args, **kw)
+        except (history.HistoryError, OSError) as e:
+            self.error = f"history {self.path}: {e}"
+        except Exception as e:  # sqlite3.Error: the run's verdicts stand; the history is reported as lost
+            self.error = f"history {self.path}: {type(e).__name__}: {e}"
+        self.recorder.figures, self.recorder.tests = [], []
+        return None
+
+
+def finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None = None,
+                   timings: dict[str, float] | None = None) -> None:
+    """The end of a run's reports (also on interrupt): stand-outs (found as the rows reached the history
+    database through ``hist``, else against the previous run's results.json) and the run's end in the history, then the
+    whole-run files (:meth:`Reporter.flush`), report.html and, with ``prometheus_path``, the textfile.
+    Failures to write are kept in ``rep.write_error`` (the first one), never raised. ``timings``: filled with
+    the wall seconds of each part (history, files, html, prometheus), for benchmarks/report_scale.py."""
+    with no_gc():
+        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings)
+
+
+def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None,
+                    timings: dict[str, float]) -> None:
+    finished = time.time()
+    t0 = time.perf_counter()
+    hv = rep.host_verdicts()
+    verdicts = {h: v["verdict"] for h, v in hv.items()}
+    run_verdict = ("ERROR" if "ERROR" in verdicts.values() else "FAIL" if "FAIL" in verdicts.values() else "PASS")
+    from . import html_report
+    figures = rep.figures()
+    sparks: dict[tuple, list[float]] = {}
+    stand: list[dict] = []
+    ending = None
+    if hist is not None:
+        from . import history
+        got = hist.guard(hist.recorder.finish_rows)
+        stand = (got or []) + hist.recorder.fleet_outliers()
+        if hist.error is None:  # the run row and latest: in a thread, beside the files (joined below)
+            end = {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"), "report_dir": rep.dir,
+                   "verdict": run_verdict}
+            ending = threading.Thread(target=hist.guard, args=(hist.recorder.record_end, end, verdicts),
+                                      name="gpuaccept-history-end")
+            ending.start()
+        con = hist.recorder.con
+        if hist.error is None and con is not None:
+            def spark():
+                for key, f in html_report.spark_keys(figures, rep.gpu_table()):
+                    sparks[key] = [v for _, v, _ in history.series(con, history.subject_of(f), history.check_of(f))]
+            hist.guard(spark)
+    else:
+        # against the previous run's results.json, read only now (at 10,000 hosts it holds 1.84 M figures: GBs
+        # of memory for the whole run, and for nothing when the history database is kept)
+        prev = rep.meta.get("previous_run")
+        stand = outliers(figures, rep.previous or (load_previous_figures(prev) if prev else []))
+    rep.final_standouts = stand
+    timings["history"] = time.perf_counter() - t0
+    try:
+        _write_files(rep, figures, stand, sparks, hv, verdicts, finished, prometheus_path, t0, timings)
+    finally:
+        if hist is not None:
+            t1 = time.perf_counter()
+            if ending is not None:
+                ending.join()
+            hist.recorder.close()
+            if hist.error:
+                rep.write_error = rep.write_error or hist.error
+            timings["history end"] = time.perf_counter() - t1  # waited for the thread after everything else
+
+
+def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: dict, hv: dict,
+                 verdicts: dict[str, str], finished: float, prometheus_path: str | None, t0: float,
+                 timings: dict[str, float]) -> None:
+    sinks, rep.sinks = rep.sinks, []  # the history is complete: the final rewrite writes files only
+    rep.flush(final=True)
+    rep.sinks = sinks
+    rep.close_jsonl()
+    timings["files"] = time.perf_counter() - t0 - timings["history"]
+    from . import html_report
+    recs = list(rep.records.values())
+    try:
+        rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
+            rep.run_id, rep.meta, recs, figures, stand, sparks, hv=hv, table=rep.gpu_table())))
+    except ImportError as e:  # a plotting library missing on the controller: every other report stands
+        rep.write_error = rep.write_error or f"report.html not written: {e} (pip install -e . installs it)"
+    timings["html"] = time.perf_counter() - t0 - timings["history"] - timings["files"]
+    if prometheus_path:
+        from . import prometheus
+        try:
+            prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
+                                      figures, verdicts)
+        except OSError as e:
+            rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
+    timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]
 
 
 def list_hosts_text(hosts) -> str:
