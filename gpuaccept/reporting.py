@@ -350,10 +350,11 @@ class ReportPlugin:
                 self._stderr.close()
             except OSError:
                 pass
-            if self._probe_started in node_mod.PROBE_STARTED:
-                node_mod.PROBE_STARTED.remove(self._probe_started)
-            if self._probe_progress in node_mod.PROBE_PROGRESS:
-                node_mod.PROBE_PROGRESS.remove(self._probe_progress)
+        # registered in _begin whenever the display started, whichever stream it writes to
+        if self._probe_started in node_mod.PROBE_STARTED:
+            node_mod.PROBE_STARTED.remove(self._probe_started)
+        if self._probe_progress in node_mod.PROBE_PROGRESS:
+            node_mod.PROBE_PROGRESS.remove(self._probe_progress)
         rep = self.reporter
         if rep is None:
             return
