@@ -89,3 +89,21 @@ def wait_started(mark: str, within: float = 5.0, comm: str | None = None) -> Non
     while not started():
         assert time.monotonic() < end, f"{mark} never started"
         time.sleep(0.02)
+
+
+def procs_with(needle: str) -> list[str]:
+    """Command lines of live processes on this machine (where the loopback "nodes" run) whose command line
+    or working directory contains ``needle``; this test process excluded."""
+    out = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit() or int(e) == os.getpid():
+            continue
+        try:
+            state = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{e}/cwd")
+        except OSError:
+            continue
+        if state not in ("Z", "X") and (needle in cmd or cwd.startswith(needle)):
+            out.append(cmd)
+    return out

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from project_helpers import junit, make_project, run_pytest
+from process_helpers import procs_with
 from sshd import start_sshd, write_known_hosts
 
 HANG_SUITE = '''
@@ -153,24 +154,6 @@ def test_unknown_host_key_refused_with_hint(tmp_path, sshd_nodes):
     assert res.returncode == 1
     case = junit(rep / "junit-nccl.xml")[0]
     assert case["outcome"] == "error" and "--accept-new-host-keys" in case["message"]
-
-
-def procs_with(needle: str) -> list[str]:
-    """Command lines of live processes on this machine (where the loopback "nodes" run) whose command line
-    or working directory contains ``needle``; this test process excluded."""
-    out = []
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == os.getpid():
-            continue
-        try:
-            state = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{e}/cwd")
-        except OSError:
-            continue
-        if state not in ("Z", "X") and (needle in cmd or cwd.startswith(needle)):
-            out.append(cmd)
-    return out
 
 
 def test_interrupt_keeps_results(tmp_path, sshd_nodes, known_hosts):

@@ -27,6 +27,7 @@ from gpuaccept.errors import ProbeError
 from gpuaccept.inventory import load_inventory
 from gpuaccept.node import HostRunner
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
+from process_helpers import procs_with
 from sshd import start_sshd, write_known_hosts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,19 +106,7 @@ def nodes_with_tmp(base: Path, addresses: tuple[str, ...]):
 
 def procs_in(tmp: Path) -> list[str]:
     """Command lines of live processes whose command line or working directory is below ``tmp``."""
-    out = []
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == os.getpid():
-            continue
-        try:
-            state = Path(f"/proc/{e}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = Path(f"/proc/{e}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{e}/cwd")
-        except OSError:
-            continue
-        if state not in ("Z", "X") and (str(tmp) in cmd or cwd.startswith(str(tmp))):
-            out.append(cmd)
-    return out
+    return procs_with(str(tmp))
 
 
 def ranks_on(node) -> int:
