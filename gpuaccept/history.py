@@ -83,18 +83,73 @@ def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
     os.makedirs(d, exist_ok=True)
     try:
         con = sqlite3.connect(path, timeout=30)
-        con.execute("PRAGMA journal_mode=WAL")
+        _wal(con)
         con.execute("PRAGMA synchronous=NORMAL")
         ver = con.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            raise HistoryError(f"{path}: held by another writer for more than 30 s ({e})") from None
+        raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
     except sqlite3.DatabaseError as e:
         raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
     if ver > SCHEMA_VERSION:
         con.close()
         raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
-    for v in range(ver, upto):
-        with con:
-            con.executescript("BEGIN;" + MIGRATIONS[v] + f"PRAGMA user_version={v + 1};COMMIT;")
+    if ver < upto:
+        _migrate(con, upto)
     return con
+
+
+def _wal(con: sqlite3.Connection, wait_s: float = 30.0) -> None:
+    """``PRAGMA journal_mode=WAL``, tried again for ``wait_s`` while another run holds the new database (SQLite
+    answers "database is locked" at once there, without its busy handler, when several runs open a new file)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _migrate(con: sqlite3.Connection, upto: int) -> None:
+    """Bring the schema to version ``upto``, one migration per transaction. Each takes the write lock first
+    (``BEGIN IMMEDIATE``, waiting up to the connection's 30 s) and reads the version again under it: runs that
+    open a new database at the same moment (every node of a Slurm allocation writing to one shared history)
+    migrate it once, instead of the second failing with "table runs already exists"."""
+    level = con.isolation_level
+    con.isolation_level = None  # transactions spelled out here
+    try:
+        while True:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                v = con.execute("PRAGMA user_version").fetchone()[0]
+                if v >= upto:
+                    con.execute("COMMIT")
+                    return
+                for stmt in _statements(MIGRATIONS[v]):
+                    con.execute(stmt)
+                con.execute(f"PRAGMA user_version={v + 1}")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+    finally:
+        con.isolation_level = level
+
+
+def _statements(script: str) -> list[str]:
+    """The SQL statements of ``script``, split where :func:`sqlite3.complete_statement` says one ends."""
+    out, part = [], ""
+    for piece in script.split(";"):
+        part += piece + ";"
+        if sqlite3.complete_statement(part):
+            if part.strip(" \n;"):
+                out.append(part.strip())
+            part = ""
+    return out
 
 
 def run_exists(path: str, run_id: str) -> bool:

@@ -242,5 +242,6 @@ class Recorder:
             pytest.fail(out.message, pytrace=False)
 
 
-# Former name, kept so suites written against it keep working.
+# Former name (deprecated: it differed from Verdict, one comparison, by a letter), kept so that suites written
+# outside this repository against it keep working; nothing here uses it.
 Verdicts = Recorder

@@ -25,7 +25,7 @@ from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
 from gpuaccept.nccl_table import format_table
 from gpuaccept.node import HostRunner
 from gpuaccept.thresholds import Limit, inventory_limit
-from gpuaccept.verdicts import Verdicts
+from gpuaccept.verdicts import Recorder
 
 pytestmark = pytest.mark.nccl
 
@@ -59,7 +59,7 @@ def _limit(group: mn.GroupSettings, at: int) -> Limit | None:
     return inventory_limit("internode_busbw_gbps", group.limit_gbps, "group var nccl_internode_busbw_gbps", at)
 
 
-def _check_hosts(verdicts: Verdicts, col: mn.Collective, nodes: list[HostRunner], group: mn.GroupSettings,
+def _check_hosts(verdicts: Recorder, col: mn.Collective, nodes: list[HostRunner], group: mn.GroupSettings,
                  backend: str) -> None:
     """Per host: the transports and network devices NCCL used (recorded; judged against
     nccl_expect_transport and the host's nccl_ib_hca / nccl_socket_ifname), and the interface toward the
@@ -82,7 +82,7 @@ def _check_hosts(verdicts: Verdicts, col: mn.Collective, nodes: list[HostRunner]
             verdicts.for_host(h).fail(p)
 
 
-def _record_collective(verdicts: Verdicts, col: mn.Collective, st: mn.Settings,
+def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
                        group: mn.GroupSettings, notes: list[str], label: str) -> list[str]:
     """Table, figures per host, correctness and limit of one successful collective; returns the errors
     (figures that cannot be judged)."""
@@ -121,7 +121,7 @@ def _record_collective(verdicts: Verdicts, col: mn.Collective, st: mn.Settings,
     return errors
 
 
-def _failed_collective(verdicts: Verdicts, col: mn.Collective, errors: list[str]) -> None:
+def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]) -> None:
     verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits, "world_problems":
                     col.world_problems, "singled_out": col.singled_out, "marker": col.marker})
     if col.world_problems:  # not the world launched: an error, no figure

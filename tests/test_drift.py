@@ -21,7 +21,7 @@ import pytest
 
 from gpuaccept import drift
 from gpuaccept.thresholds import load_all
-from gpuaccept.verdicts import Verdicts
+from gpuaccept.verdicts import Recorder
 from project_helpers import DATA, alter, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,7 +222,7 @@ def test_gpu_inventory_reads_power_clocks_and_pending_modes(monkeypatch):
 
 def test_figures_are_attributed_by_bus_id_not_torch_index():
     item = types.SimpleNamespace(user_properties=[], originalname="test_x")
-    v = Verdicts(item, "h200-a", "compute", {g["index"]: g for g in INV_DOC["gpus"]})
+    v = Recorder(item, "h200-a", "compute", {g["index"]: g for g in INV_DOC["gpus"]})
     # CUDA_DEVICE_ORDER/CUDA_VISIBLE_DEVICES put bus 07.0 (NVML GPU 1) at torch index 0
     v.record("bf16_tflops", 540.0, "TFLOP/s", gpu={"index": 0, "pci_bus_id": "00000000:00:07.0"},
              limit=H200.checks["bf16_tflops"])

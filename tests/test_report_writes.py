@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -416,3 +417,25 @@ def test_without_history_stand_outs_against_the_previous_run_folder(tmp_path):
     rows = [ln for ln in md.splitlines() if ln.startswith("| h200-a | h2d_bw_gbps |")]
     assert len(rows) == 1 and "| 1 |" in rows[0] and "| history |" in rows[0] and "| 12.0% |" in rows[0], md
     assert not (tmp_path / "reports" / "history.sqlite").exists()
+
+
+def test_runs_creating_one_history_at_once_all_open_it(tmp_path):
+    """Every node of a Slurm allocation may open the shared history database for the first time at the same
+    moment: each of eight processes, released together, opens it (no "table runs already exists"), and the
+    schema is made once."""
+    db, go = tmp_path / "shared" / "history.sqlite", tmp_path / "go"
+    code = ("import os, sys, time\n"
+            "from gpuaccept import history\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
+            f"history.connect({str(db)!r}).close()\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    time.sleep(1.0)  # all eight importing gpuaccept and waiting
+    go.write_text("")
+    errs = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+    assert [rc for rc, _ in errs] == [0] * 8, [e[-300:] for _, e in errs if e]
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
+    assert {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= \
+        {"runs", "figures", "tests", "host_verdicts", "latest"}

@@ -142,7 +142,21 @@ def time_reps(fn, reps: int, clock: Clock) -> list[float]:
 
 
 def measure_gpu(index: int, barrier: threading.Barrier, cfg: dict) -> dict:
-    """All kernels and methods on one GPU (or the cpu); returns its per-GPU result."""
+    """All kernels and methods on one GPU (or the cpu); returns its per-GPU result.
+
+    ``index``: torch's CUDA index (ignored on cpu). ``barrier``: shared by the GPUs measured together, passed
+    before each method so every GPU loads its HBM at the same time. ``cfg``: ``device`` ("cuda"|"cpu"), ``bytes``
+    (one buffer, a multiple of ALIGN; 4 GiB default on cuda, far above the 50 MiB L2 of an H100/H200),
+    ``iters`` (timed reps per method), ``read_methods``, ``triton_kernels`` (from :func:`load_triton`).
+    Buffers: ``bytes``/4 fp32 elements each (src, dst, out; src also read as bf16).
+
+    Returns ``{"index", "name", "pci_bus_id", "l2_bytes", "read_gbps", "write_gbps", "copy_gbps",
+    "triad_gbps", "<kernel>_gbps_max", "method": {kernel: method}, "results": {"kernel:method":
+    {"median_gbps", "max_gbps", "bytes_per_rep"}}, "samples": {"kernel:method": [GB/s per rep]}, "errors":
+    {"kernel:method": reason}}``. GB/s = 1e9 bytes/s, bytes counted as BabelStream does (:func:`bytes_per_rep`:
+    each array read or written once per rep), time from CUDA events around each rep (:class:`_gpu.Clock`).
+    A Triton reader whose sum differs from torch's (it skipped data) is dropped with its reason in ``errors``.
+    """
     device, nbytes, iters = cfg["device"], cfg["bytes"], cfg["iters"]
     if device == "cuda":
         torch.cuda.set_device(index)
