@@ -27,13 +27,12 @@ import pytest
 
 from .errors import Interrupted
 from .probes._proc import processes
+from .report import ERROR_KEY
 from .transport import cancel_all, reset_interruption
 
 #: seconds after a first signal in which another one counts as the same interruption, not as "abort now"
 SAME_SIGNAL_S = 1.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-#: the report plugin's marker of "our" errors (gpuaccept.plugin.ERROR_KEY): such a failure is an error
-ERROR_KEY = "gpuaccept.error"
 
 
 def worker_pids() -> list[int]:

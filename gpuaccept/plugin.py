@@ -9,7 +9,6 @@ so installing gpuaccept changes no other pytest project.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from typing import Any
@@ -24,15 +23,15 @@ from .node import HostRunner
 from . import fanout, interrupt, prefetch, progress_relay
 from . import node as node_module
 from .patterns import shard
-from .profiles import PROBE_TIMEOUT_S, PROFILES
-from .report import LAYERS
+from .profiles import PROFILES, probe_timeout
+from .report import ERROR_KEY, LAYERS, layer_of
 from .reporting import ReportPlugin, list_hosts_text
 from .limitfile import hosts_from_file
 from .thresholds import load_all
 from .transport import get_transport
 from .readings import typed
 from .sku import node_sku
-from .verdicts import FIGURE_KEY, Recorder
+from .verdicts import Recorder
 
 STATE = pytest.StashKey[dict]()
 RECORDER = pytest.StashKey[Recorder]()
@@ -40,7 +39,6 @@ RECORDER = pytest.StashKey[Recorder]()
 
 class DeclaredGpuMissing(Exception):
     """The inventory declares GPUs for a host that shows none: a failure of the host, not of the run."""
-ERROR_KEY = "gpuaccept.error"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -220,11 +218,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("node", names, ids=names, indirect=True)
 
 
-def probe_timeout(config: pytest.Config) -> float:
-    """``--probe-timeout``, else the profile's default (gpuaccept.profiles.PROBE_TIMEOUT_S)."""
-    return config.getoption("probe_timeout") or PROBE_TIMEOUT_S[config.getoption("profile")]
-
-
 def _get_node(config: pytest.Config, name: str) -> HostRunner:
     st = config.stash[STATE]
     if name not in st["nodes"]:
@@ -308,17 +301,6 @@ def verdicts(request) -> Recorder:
     rec = Recorder(item, host or "fleet", layer, gpu_ids, blocks)
     item.stash[RECORDER] = rec
     return rec
-
-
-def layer_of(nodeid: str) -> str:
-    """The layer of a test id: ``suites/test_<layer>[_more].py::...`` → layer (else "other")."""
-    m = re.search(r"test_([a-z]+)\w*\.py::", nodeid)
-    return m.group(1) if m and m.group(1) in LAYERS else "other"
-
-
-def host_of(nodeid: str) -> str | None:
-    """The host parameter of a test id (``...[host]``), or None."""
-    return nodeid[nodeid.index("[") + 1:-1] if nodeid.endswith("]") and "[" in nodeid else None
 
 
 # -- outcomes and reports ------------------------------------------------------------------------

@@ -38,6 +38,11 @@ BURNIN_MINUTES = {"quick": 2.0, "standard": 10.0, "burnin": 60.0}
 PROBE_TIMEOUT_S = {"quick": 180.0, "standard": 300.0, "burnin": 1800.0}
 
 
+def probe_timeout(config) -> float:
+    """``--probe-timeout`` of a pytest config, else its ``--profile``'s default (:data:`PROBE_TIMEOUT_S`), s."""
+    return config.getoption("probe_timeout") or PROBE_TIMEOUT_S[config.getoption("profile")]
+
+
 def probe_args(profile: str, probe: str, args: dict | None) -> dict:
     """``args`` with the profile's arguments for ``probe`` laid over them. KeyError for an unknown profile."""
     return {**(args or {}), **PROFILES[profile].get(probe, {})}

@@ -25,6 +25,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
+#: user_properties key marking a failed report as one of gpuaccept's errors (unreachable host, crashed probe,
+#: timeout, blocked, measurement gap, interrupted): counted as an error, not a failure, everywhere
+ERROR_KEY = "gpuaccept.error"
+
+
+def layer_of(nodeid: str) -> str:
+    """The layer of a test id: ``suites/test_<layer>[_more].py::...`` → layer (else "other")."""
+    m = re.search(r"test_([a-z]+)\w*\.py::", nodeid)
+    return m.group(1) if m and m.group(1) in LAYERS else "other"
+
+
+def host_of(nodeid: str) -> str | None:
+    """The host parameter of a test id (``...[host]``), or None."""
+    return nodeid[nodeid.index("[") + 1:-1] if nodeid.endswith("]") and "[" in nodeid else None
 
 # Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
 # summary.md sees news within this; chosen, not measured).

@@ -23,7 +23,9 @@ import pytest
 
 from . import node as node_mod
 from .errors import ConfigError
-from .report import failed_hosts, CaseRecord, Reporter, atomic_write, holds_run, load_previous_figures, no_gc, outliers
+from .profiles import probe_timeout
+from .report import (ERROR_KEY, CaseRecord, Reporter, atomic_write, failed_hosts, holds_run, host_of, layer_of,
+                     load_previous_figures, no_gc, outliers)
 
 # Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
 PLAIN_EVERY_S = 30.0
@@ -195,7 +197,6 @@ class ReportPlugin:
     """
 
     def __init__(self, config: pytest.Config, state: dict, inv_path: str):
-        from .plugin import ERROR_KEY, host_of, layer_of  # loaded: plugin.py registers this object
         self._error_key, self._host_of, self._layer_of = ERROR_KEY, host_of, layer_of
         self.config = config
         self.state = state
@@ -265,7 +266,6 @@ class ReportPlugin:
         stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:
             tty = mode == "tty" or (mode == "auto" and stream.isatty())
-            from .plugin import probe_timeout
             self.progress = Progress(stream, tty, probe_timeout(self.config), self.state.get("progress_dir"))
             self.progress.start()
             node_mod.PROBE_STARTED.append(self._probe_started)

@@ -310,9 +310,3 @@ def load_all(directory: str) -> dict[str, SkuSpec]:
             spec = load_sku_file(os.path.join(directory, fn))
             specs[spec.sku] = spec
     return specs
-
-
-def detect_sku(specs: dict[str, SkuSpec], name, memory_bytes, pci_device_id=None) -> SkuSpec:
-    """SKU detection now lives in :mod:`gpuaccept.sku` (judging side); this forwards to it."""
-    from .sku import detect_sku as _detect
-    return _detect(specs, name, memory_bytes, pci_device_id)

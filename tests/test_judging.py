@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.plugin import host_of, layer_of
+from gpuaccept.report import host_of, layer_of
 from gpuaccept.report import CaseRecord, junit_xml_text, outliers, summary_markdown
 from gpuaccept.scheduler import host_scope
 from gpuaccept.compute import below_median_pct, clock_reasons

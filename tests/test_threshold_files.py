@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ThresholdError
-from gpuaccept.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, detect_sku, load_all, load_sku_file
+from gpuaccept.sku import detect_sku
+from gpuaccept.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, load_all, load_sku_file
 from gpuaccept.yamlload import load_file  # the product's loader, which refuses duplicate keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
