@@ -355,8 +355,12 @@ def test_sigterm_while_probes_are_fetched_ahead_leaves_nothing(tmp_path, tmp_pat
         # p1's test names its own host only (the commands cut on p2 and p3 were fetched ahead for their tests)
         assert o[("p1", "test_1_long")]["message"].startswith("interrupted (SIGTERM) while running on p1: "), o
         assert o[("p2", "test_1_long")]["message"] == "not run: run interrupted"
-        runs = probe_runs(log)  # one probe per host, all started before the signal; none after it
-        assert sorted(r[0] for r in runs) == ["p1", "p2", "p3"] and all(r[2] < t0 for r in runs), runs
+        # one probe per host (all three ran ranks before the signal, checked above), none started after it. A RUN
+        # line is written when its command returns: one cut while pytest closes its log file may miss the file
+        runs = probe_runs(log)
+        hosts = [r[0] for r in runs]
+        assert "p1" in hosts and len(hosts) == len(set(hosts)) and set(hosts) <= {"p1", "p2", "p3"}, runs
+        assert all(r[2] < t0 for r in runs), runs
     finally:
         for n in nodes:
             n.stop()
