@@ -169,8 +169,9 @@ def run_exists(path: str, run_id: str) -> bool:
 
 def subject_of(f: dict) -> str:
     """The history key of a figure: the GPU serial, else ``host:<host>`` plus ``:gpu<i>`` for a GPU."""
-    if f.get("serial"):
-        return str(f["serial"])
+    serial = f.get("serial")
+    if isinstance(serial, str) and serial:
+        return serial
     return f"host:{f.get('host')}" + (f":gpu{f['gpu']}" if f.get("gpu") is not None else "")
 
 
@@ -273,6 +274,11 @@ def _sql_burnin_key(col: str) -> str:
 INSERT_FIGURE = "INSERT INTO figures VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
+def _str(v: Any) -> str | None:
+    """A text identity (bus id, serial) as stored; anything else (an unreadable NVML field) as NULL."""
+    return v if isinstance(v, str) and v else None
+
+
 def figure_rows(rid: str, started: float, figures: Iterable[dict]) -> list[tuple]:
     """Rows of the ``figures`` table for report figure dicts (see the module docstring for the columns)."""
     rows = []
@@ -283,7 +289,7 @@ def figure_rows(rid: str, started: float, figures: Iterable[dict]) -> list[tuple
         lim = f.get("limit") or {}
         kind = "min" if "min" in lim else "max" if "max" in lim else None
         rows.append((rid, started, f.get("host"), f.get("layer"), f.get("test"), f.get("gpu"),
-                     f.get("pci_bus_id"), f.get("serial"), subject_of(f), f.get("sku"), check_of(f), num, text,
+                     _str(f.get("pci_bus_id")), _str(f.get("serial")), subject_of(f), f.get("sku"), check_of(f), num, text,
                      f.get("unit"), kind, _num(lim.get(kind)) if kind else None, f.get("verdict")))
     return rows
 

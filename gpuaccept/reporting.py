@@ -173,6 +173,15 @@ class Progress:
                                 f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
 
 
+def _id_of(name: str) -> str:
+    """The id pytest gives a parameter value ``name`` (non-ASCII escaped, as in ``_pytest.compat``)."""
+    try:
+        from _pytest.compat import ascii_escaped
+    except ImportError:  # pragma: no cover - pytest moved it: ids of ASCII names are the names
+        return name
+    return ascii_escaped(name)
+
+
 def _real_stderr():
     """A stream on a copy of file descriptor 2 taken now (pytest_configure: pytest's capture is suspended), so
     that the progress display still reaches the operator while pytest's fd capture redirects fd 2 during a test
@@ -197,7 +206,9 @@ class ReportPlugin:
     """
 
     def __init__(self, config: pytest.Config, state: dict, inv_path: str):
-        self._error_key, self._host_of, self._layer_of = ERROR_KEY, host_of, layer_of
+        self._error_key, self._layer_of = ERROR_KEY, layer_of
+        # pytest writes a parameter id in ASCII ("gpu-\\xe91" for "gpu-é1"): map ids back to inventory names
+        self._host_names = {_id_of(h.name): h.name for h in state["hosts"]}
         self.config = config
         self.state = state
         self.partial: dict[str, dict] = {}
@@ -338,6 +349,11 @@ class ReportPlugin:
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs))
+
+    def _host_of(self, nodeid: str) -> str | None:
+        """The inventory name of a test id's host parameter (None for a fleet test)."""
+        raw = host_of(nodeid)
+        return self._host_names.get(raw, raw) if raw is not None else None
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:

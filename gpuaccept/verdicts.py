@@ -110,6 +110,14 @@ class Recorder:
 
     # -- identity -----------------------------------------------------------------------------
     def _gpu(self, gpu: dict | int | None) -> dict | None:
+        g = self._gpu_ids(gpu)
+        if g is None:
+            return None
+        # an identity NVML could not read ("Not Supported" serial: an NvmlError) is unknown, never a name: it
+        # would key every such GPU of the fleet to one history subject
+        return {k: (v if k == "index" or (isinstance(v, str) and v) else None) for k, v in g.items()}
+
+    def _gpu_ids(self, gpu: dict | int | None) -> dict | None:
         if gpu is None:
             return None
         if isinstance(gpu, int):

@@ -12,7 +12,7 @@ from gpuaccept import health
 from gpuaccept.merge import merge
 from gpuaccept.readings import typed
 from gpuaccept.thresholds import load_sku_file
-from project_helpers import DATA, junit, make_project, outcomes, replay_project, run_pytest
+from project_helpers import DATA, alter, junit, make_project, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,3 +150,40 @@ def test_list_hosts_writes_ipv6_with_brackets(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--list-hosts")
     assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
     assert "ansible_host=[2001:db8::12]:2200" in res.stdout and "localbox  ansible_host=-" in res.stdout
+
+
+def test_non_ascii_host_and_unreadable_serial_keep_one_host_and_a_history(tmp_path):
+    """Found on 2026-11-30 (second trial): a host named "gpu-é1" was two hosts in the reports (pytest's id
+    "gpu-\\xe91" for its tests, the inventory name for its figures) and failed-hosts.txt named one --limit
+    refused; a GPU whose NVML serial reads "Not Supported" stopped the history recording anything (the NvmlError
+    bound as the serial) and would have keyed every such GPU to one subject. Replayed 2xH200 captures, one GPU's
+    bf16 made slow (ALTERED: 450 TFLOP/s) and both serials unreadable (ALTERED: "Not Supported")."""
+    def change(doc):
+        for g in doc.get("gpus") or []:
+            g["serial"] = {"nvml_error": "Not Supported"}
+    caps = alter(tmp_path, "gpu_inventory", change)
+    slow = tmp_path / "slow"
+    shutil.copytree(caps, slow)
+    for f in slow.glob("matmul_tflops-*.json"):
+        saved = json.loads(f.read_text())
+        saved["doc"]["gpus"][1]["dtypes"]["bf16"]["tflops"] = 450.0
+        f.write_text(json.dumps(saved))
+    from project_helpers import replay_folder
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"gpu-é1 ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, slow)} "
+                   "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    rep, db = tmp_path / "rep", tmp_path / "h.sqlite"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", str(db), "-m", "compute")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    doc = json.loads((rep / "results.json").read_text())
+    assert {t["host"] for t in doc["tests"]} == {"gpu-é1"}, {t["host"] for t in doc["tests"]}
+    assert {f["host"] for f in doc["figures"]} == {"gpu-é1"}
+    assert all(f.get("serial") is None for f in doc["figures"] if f.get("gpu") is not None)
+    assert (rep / "failed-hosts.txt").read_text(encoding="utf-8").split() == ["gpu-é1"]
+    rerun = run_pytest(tmp_path, "--inventory", str(inv), f"--limit=@{rep / 'failed-hosts.txt'}", "--list-hosts")
+    assert rerun.returncode == 0 and "gpu-é1" in rerun.stdout, rerun.stdout[-1000:] + rerun.stderr[-1000:]
+    import sqlite3
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    subjects = {r[0] for r in con.execute("SELECT DISTINCT subject FROM figures WHERE gpu IS NOT NULL")}
+    assert subjects == {"host:gpu-é1:gpu0", "host:gpu-é1:gpu1"}, subjects
