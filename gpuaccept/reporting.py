@@ -223,7 +223,8 @@ class ReportPlugin:
         if self.collect_only:
             return
         self._stderr = _real_stderr()
-        self._check_baseline()
+        self._check_baseline()  # before the history is created: "no history database" must stay that
+        self._check_history()
         latest = config.rootpath / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
         rdir, self.created = reserve_folder(config)
@@ -241,6 +242,20 @@ class ReportPlugin:
             self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"),
                                        self._opt("baseline"), self._opt("standout_pct"))
             self.reporter.sinks.append(self.history)
+
+    def _check_history(self) -> None:
+        """The history database (``--history``, default ``reports/history.sqlite``) must open, created if new,
+        before any node is touched: a typo (a text file, a folder, an unwritable path) is exit 4 in one line,
+        not an error found after an hour of burn-in whose figures then never reach the history."""
+        if self._opt("history") == "none":
+            return
+        from . import history
+        try:
+            history.connect(self.history_path).close()
+        except history.HistoryError as e:
+            raise ConfigError(f"--history: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"--history {self.history_path}: cannot be created ({e.strerror or e})") from None
 
     def _check_baseline(self) -> None:
         """``--baseline RUN_ID`` must name a run of the history database; ConfigError (exit 4) otherwise,

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
     (("--xid-window", "-5"), "--xid-window -5.0: expected a number >= 0"),
     (("--standout-pct", "-10"), "--standout-pct -10.0: expected a number > 0 and < 100"),
     (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
+    (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: cannot be created"),
 ])
 def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
@@ -187,3 +188,22 @@ def test_non_ascii_host_and_unreadable_serial_keep_one_host_and_a_history(tmp_pa
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
     subjects = {r[0] for r in con.execute("SELECT DISTINCT subject FROM figures WHERE gpu IS NOT NULL")}
     assert subjects == {"host:gpu-é1:gpu0", "host:gpu-é1:gpu1"}, subjects
+
+
+@pytest.mark.parametrize("kind", ["text file", "folder"])
+def test_history_that_is_no_database_exits_4_before_any_node(tmp_path, kind):
+    """Found on 2026-11-30 (second trial): a --history path that is not a history database was found only after
+    the whole run (exit 3, or 1 hiding it when tests failed); the figures of that run never reached the history."""
+    bad = tmp_path / "h.db"
+    if kind == "folder":
+        bad.mkdir()
+    else:
+        bad.write_text("not a database\n")
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--history", str(bad), "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"--history: {bad}: not a gpuaccept history database" in res.stderr
+    assert "Traceback" not in res.stderr + res.stdout and not (tmp_path / "rep").exists()
+    if kind == "text file":
+        assert bad.read_text() == "not a database\n"  # left as it was
