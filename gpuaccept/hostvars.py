@@ -212,14 +212,41 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
+#: the Ansible connection variables gpuaccept reads (gpuaccept.inventory, gpuaccept.transport): a typo of one
+#: silently falls back to a default (another interpreter, port or key), so it is refused like a typo of ours
+ANSIBLE_VARS = ("ansible_connection", "ansible_group_priority", "ansible_host", "ansible_port",
+                "ansible_private_key_file", "ansible_python_interpreter", "ansible_ssh_common_args",
+                "ansible_ssh_extra_args", "ansible_ssh_host", "ansible_ssh_known_hosts_file", "ansible_ssh_port",
+                "ansible_ssh_private_key_file", "ansible_ssh_user", "ansible_user")
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of two neighbours."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
 def _near_miss(var: str) -> str | None:
-    """The gpuaccept variable ``var`` is one or two letters away from, when it looks like a typo of one
-    (same prefix family, difflib ratio >= 0.9), else None. Other variables are the operator's own."""
-    import difflib
-    if not isinstance(var, str) or not var.startswith(("gpu", "nccl", "storage", "fs_", "gds", "ib_", "nvme")):
+    """The gpuaccept or Ansible connection variable ``var`` looks like a typo of, else None (then it is the
+    operator's own). A typo: one edit away (a letter added, dropped, changed, or two neighbours swapped:
+    ``nccl_evn``, ``ncl_env``), two for names of 10 letters or more (``nvme_cnt``); names under 6 letters are
+    never taken for typos."""
+    if not isinstance(var, str) or len(var) < 6 or var in ANSIBLE_VARS:
         return None
-    hit = difflib.get_close_matches(var, list(VARS), n=1, cutoff=0.9)
-    return hit[0] if hit else None
+    best = None
+    for known in (*VARS, *ANSIBLE_VARS):
+        d = _edits(var, known)
+        allowed = 2 if len(known) >= 10 else 1
+        if 0 < d <= allowed and (best is None or d < best[0]):
+            best = (d, known)
+    return best[1] if best else None
 
 
 def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None = None,
@@ -241,9 +268,9 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
             near = _near_miss(var)
             if near:
                 where = host.where(var, default_where) if hasattr(host, "where") else default_where
-                raise HostVarError(f"{where}: host {host.name} var {var}: not a gpuaccept variable; did you mean "
-                                   f"{near}? (a mistyped gpus_per_node or gpu_sku silently drops the declared-GPU "
-                                   f"check)")
+                raise HostVarError(f"{where}: host {host.name} var {var}: not a variable gpuaccept knows; did you mean "
+                                   f"{near}? (a mistyped variable is silently ignored: e.g. gpus_per_node or gpu_sku "
+                                   f"drop the declared-GPU check)")
             continue
         if value is None:
             continue
