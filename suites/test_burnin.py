@@ -46,8 +46,10 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     verdicts.record("burnin_minutes_requested", minutes, "min")
     verdicts.record("burnin_wall_s", doc.get("wall_s"), "s", extra={"load_started_s": doc.get("load_started_s"),
                                                                      "interrupted": doc.get("interrupted")})
-    if doc.get("interrupted"):
-        verdicts.fail(f"burn-in interrupted ({doc['interrupted']}) after {doc.get('wall_s')} s")
+    if doc.get("interrupted"):  # stopped on the node before its time: not run to its end, so not judged whole
+        how = doc["interrupted"] if isinstance(doc["interrupted"], str) else "a signal"
+        verdicts.error(f"burn-in stopped by {how} after {doc.get('wall_s')} s of {seconds:g} s (figures measured "
+                       f"until then are kept)")
     if doc.get("nvml") != "ok":
         verdicts.fail(f"no NVML telemetry during burn-in: {doc.get('nvml')}")
     path = _series_path(request.config, node.name)

@@ -218,3 +218,22 @@ def test_foreign_load_during_burnin_blocks_instead_of_failing_the_card(tmp_path)
     assert case["outcome"] == "error", case
     assert "blocked by burnin: GPU 1: foreign compute process on the GPU during burn-in" in case["text"]
     assert "pid 4242 python3" in case["text"] and "figure kept" in case["text"]
+
+
+def test_burnin_stopped_on_the_node_is_an_error_not_a_sick_card(tmp_path):
+    """Found on 2026-11-30 (second trial): a burn-in the node stopped early (ALTERED: the capture's document marked
+    interrupted by SIGTERM) was a FAILURE "burn-in interrupted (True)"; it did not run its course, which says
+    nothing against the card: an ERROR naming the signal and how far it got."""
+    from project_helpers import junit, make_project, run_pytest
+
+    def stopped(doc):
+        doc["interrupted"] = "SIGTERM"
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={burnin_replay_folder(tmp_path, stopped)} "
+                   "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "burnin", "--burnin-minutes", "2")
+    assert res.returncode == 1, res.stdout[-2000:]
+    case = junit(rep / "junit-burnin.xml")[0]
+    assert case["outcome"] == "error", case
+    assert "burn-in stopped by SIGTERM after" in case["text"] and "of 120 s" in case["text"], case["text"]
