@@ -580,3 +580,27 @@ def test_dropped_connection_of_a_collective_rank_is_not_rerun(tmp_path):
         n.close()
     finally:
         node.stop()
+
+
+def test_paramiko_records_pass_only_when_debugging():
+    """A failed handshake made paramiko's transport thread log its traceback as ERROR records, printed by pytest
+    under gpuaccept's own one-line diagnosis (second trial, a frozen sshd); they pass at DEBUG only."""
+    from gpuaccept.transport.ssh import PARAMIKO_LOG
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    plog, run = logging.getLogger(PARAMIKO_LOG), logging.getLogger("gpuaccept.run")
+    h, old = Keep(), run.level
+    plog.addHandler(h)
+    try:
+        run.setLevel(logging.INFO)
+        plog.error("Exception (client): Error reading SSH protocol banner")
+        assert seen == []
+        run.setLevel(logging.DEBUG)
+        plog.error("Exception (client): Error reading SSH protocol banner")
+        assert seen == ["Exception (client): Error reading SSH protocol banner"]
+    finally:
+        plog.removeHandler(h)
+        run.setLevel(old)

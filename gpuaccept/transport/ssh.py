@@ -62,6 +62,16 @@ log = logging.getLogger(__name__)
 PARAMIKO_LOG = "gpuaccept.transport.paramiko"
 logging.getLogger(PARAMIKO_LOG).addHandler(logging.NullHandler())
 
+
+def _when_debugging(record: logging.LogRecord) -> bool:
+    """paramiko's own records pass only while ``gpuaccept.run`` logs at DEBUG (``--log-cli-level=DEBUG``): its
+    transport thread logs a failed handshake (a frozen or dying sshd) as ERROR records, one per traceback line,
+    which pytest then printed under the one-line diagnosis gpuaccept gives for the same failure."""
+    return logging.getLogger("gpuaccept.run").isEnabledFor(logging.DEBUG)
+
+
+logging.getLogger(PARAMIKO_LOG).addFilter(_when_debugging)
+
 #: seconds between the SSH keepalive packets sent on an idle connection
 KEEPALIVE_S = 5
 #: seconds between SIGTERM and SIGKILL of the remote process group on timeout
