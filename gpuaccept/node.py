@@ -318,22 +318,24 @@ class HostRunner:
         """True once the host proved unreachable (or its key was refused, or auth failed) for this run."""
         return self._dead is not None
 
-    def _new_folder(self) -> str:
-        # a folder name chosen here (mkdir fails on anything existing, symlinks included), so a half-shipped
-        # folder can be removed when the connection drops during the copy, and every one at close()
+    def _new_folder(self) -> tuple[str, str]:
+        """A fresh folder for the probes: ``(shell prefix that makes it, enters it and sets $d to its path, the
+        cleanup command that removes it)``. The name is chosen here (mkdir fails on anything existing, symlinks
+        included), so a half-shipped folder can be removed when the connection drops during the copy, and every
+        one at close()."""
         d = f"gpuaccept.{secrets.token_hex(6)}"
         self._shipped.append(d)
-        return d
+        return f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && ', f'rm -rf "${{TMPDIR:-/tmp}}/{d}"'
 
     def _ensure_shipped(self) -> str:
         if self._dir is None:
             py = shell.quote(self.python)
-            d = self._new_folder()
-            cmd = (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && '
+            make, cleanup = self._new_folder()
+            cmd = (make +
                    f'{py} -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode=\'r|\')'
                    '.extractall()" && echo "$d"')
             res = self.run(cmd, stdin=probe_archive(), timeout=self.probe_timeout,
-                           cleanup=f'rm -rf "${{TMPDIR:-/tmp}}/{d}"')
+                           cleanup=cleanup)
             out = res.stdout.decode(errors="replace").strip().splitlines()
             if res.rc != 0 or not out:
                 err = res.stderr.decode(errors="replace").strip().splitlines()
@@ -351,13 +353,13 @@ class HostRunner:
         the folder removed (``cleanup``) before the retry, as :meth:`_ensure_shipped`. Returns the probe's
         CommandResult without the marker line (``progress``: the probe's live progress lines, see :meth:`run`); raises ProbeError "could not ship probes: ..." when the folder
         could not be made or filled, or the interpreter is missing (the folder is then removed at close())."""
-        d = self._new_folder()
-        cmd = (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && echo "{DIR_MARKER.decode()}$d" && '
+        make, cleanup = self._new_folder()
+        cmd = (make + f'echo "{DIR_MARKER.decode()}$d" && '
                + shell.env_command({**PROBE_ENV, **env},
                                    [self.python, "-c", UNPACK_AND_WATCH, "--watch-stdin", f"{limit:g}",
                                     f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})], exec_=True))
         res = self.run(cmd, stdin=probe_archive(), timeout=limit, hold_stdin=True,
-                       cleanup=f'rm -rf "${{TMPDIR:-/tmp}}/{d}"', rerun=rerun, progress=progress)
+                       cleanup=cleanup, rerun=rerun, progress=progress)
         first, _, rest = res.stdout.partition(b"\n")
         err = res.stderr.decode(errors="replace").strip().splitlines()
         if not first.startswith(DIR_MARKER):
