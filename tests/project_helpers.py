@@ -137,10 +137,14 @@ def outcomes(rep: Path) -> dict[str, dict]:
     return out
 
 
-def alter(tmp_path: Path, probe: str, change) -> Path:
-    """A copy of the captures with ``change(doc)`` applied to the saved document(s) of ``probe``."""
-    dst = tmp_path / "captures"
-    shutil.copytree(DATA, dst)
+def alter(tmp_path: Path, probe: str, change, src: Path = DATA) -> Path:
+    """A copy of the captures ``src`` (default the 2xH200 ones) with ``change(doc)`` applied to the saved
+    document(s) of ``probe``; ``tmp_path/captures``, or ``captures2``... when that exists (alter an altered copy)."""
+    dst, n = tmp_path / "captures", 1
+    while dst.exists():
+        n += 1
+        dst = tmp_path / f"captures{n}"
+    shutil.copytree(src, dst)
     for f in dst.glob(f"{probe}-*.json"):
         saved = json.loads(f.read_text())
         change(saved["doc"])

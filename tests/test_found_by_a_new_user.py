@@ -169,13 +169,9 @@ def test_non_ascii_host_and_unreadable_serial_keep_one_host_and_a_history(tmp_pa
     def change(doc):
         for g in doc.get("gpus") or []:
             g["serial"] = {"nvml_error": "Not Supported"}
-    caps = alter(tmp_path, "gpu_inventory", change)
-    slow = tmp_path / "slow"
-    shutil.copytree(caps, slow)
-    for f in slow.glob("matmul_tflops-*.json"):
-        saved = json.loads(f.read_text())
-        saved["doc"]["gpus"][1]["dtypes"]["bf16"]["tflops"] = 450.0
-        f.write_text(json.dumps(saved))
+    def slow_gpu1(doc):
+        doc["gpus"][1]["dtypes"]["bf16"]["tflops"] = 450.0
+    slow = alter(tmp_path, "matmul_tflops", slow_gpu1, src=alter(tmp_path, "gpu_inventory", change))
     from project_helpers import replay_folder
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
     inv.write_text(f"gpu-é1 ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, slow)} "
