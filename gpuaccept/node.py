@@ -80,6 +80,14 @@ UNPACK_AND_WATCH = (
 )
 
 
+def watchdog_args(name: str, args: dict | None, limit: float) -> list[str]:
+    """The node-side watchdog's arguments for probe ``name`` with ``args`` under a ``limit`` s deadline
+    (probes/_watchdog.py): it watches stdin for EOF, and execs a probe whose args carry a ``marker`` (found on
+    the node by its command line, ``pkill -f``: gpuaccept.multinode.plan.kill_command) instead of forking it."""
+    return ["--watch-stdin", *(["--exec"] if "marker" in (args or {}) else []), f"{limit:g}",
+            f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})]
+
+
 def probe_archive() -> bytes:
     """The probes folder as an uncompressed tar stream (``*.py`` files only)."""
     buf = io.BytesIO()
@@ -356,8 +364,7 @@ class HostRunner:
         make, cleanup = self._new_folder()
         cmd = (make + f'echo "{DIR_MARKER.decode()}$d" && '
                + shell.env_command({**PROBE_ENV, **env},
-                                   [self.python, "-c", UNPACK_AND_WATCH, "--watch-stdin", f"{limit:g}",
-                                    f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})], exec_=True))
+                                   [self.python, "-c", UNPACK_AND_WATCH, *watchdog_args(name, args, limit)], exec_=True))
         res = self.run(cmd, stdin=probe_archive(), timeout=limit, hold_stdin=True,
                        cleanup=cleanup, rerun=rerun, progress=progress)
         first, _, rest = res.stdout.partition(b"\n")
@@ -414,8 +421,7 @@ class HostRunner:
                 d = self._ensure_shipped()
                 # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
                 cmd = shell.env_command({**PROBE_ENV, **(env or {})},
-                                        [self.python, "_watchdog.py", "--watch-stdin", f"{limit:g}",
-                                         f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})],
+                                        [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
                                         cwd=d, exec_=True)
                 res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
         doc = parse_probe_output(self.name, name, res, self.python)

@@ -383,6 +383,34 @@ def test_watchdog_passes_the_probe_through(transport, tmp_path):
     assert transport.run(f"{sys.executable} {WATCHDOG} 30 5 {p}").rc == 7
 
 
+def test_watchdog_runs_the_probe_as_its_own_python_would(transport, tmp_path):
+    """The probe runs in the watchdog's forked child (one interpreter start), seeing what ``python probe.py ARGS``
+    shows it: ``__main__``, an absolute ``__file__`` and ``sys.argv[0]``, its folder first on ``sys.path``, its
+    own process group; an uncaught exception exits 1 with the traceback, ``sys.exit("text")`` 1 with the text.
+    ``--exec`` runs a fresh interpreter whose command line is ``python probe.py ARGS`` (what ``pkill -f`` finds)."""
+    (tmp_path / "_helper.py").write_text("VALUE = 'from the probe folder'\n")
+    p = tmp_path / "shows.py"
+    p.write_text(
+        "import json, os, sys, _helper\n"
+        "cmd = open(f'/proc/{os.getpid()}/cmdline', 'rb').read().split(b'\\0')\n"
+        "print(json.dumps({'name': __name__, 'file': __file__, 'argv': sys.argv, 'path0': sys.path[0],\n"
+        "                  'helper': _helper.VALUE, 'own_group': os.getpgrp() == os.getpid(),\n"
+        "                  'cmd1': cmd[1].decode()}))\n")
+    for flags, cmd1 in (("", str(WATCHDOG)), ("--exec", str(p))):
+        r = transport.run(f"cd / && exec {sys.executable} {WATCHDOG} --watch-stdin {flags} 30 5 {p} '{{\"a\": 1}}'",
+                          timeout=60, hold_stdin=True)
+        doc = json.loads(r.stdout.decode().splitlines()[-1])
+        assert r.rc == 0 and doc == {"name": "__main__", "file": str(p), "argv": [str(p), '{"a": 1}'],
+                                     "path0": str(tmp_path), "helper": "from the probe folder", "own_group": True,
+                                     "cmd1": cmd1}, (flags, doc)
+    p.write_text("def f():\n    raise KeyError('boom')\nf()\n")
+    r = transport.run(f"{sys.executable} {WATCHDOG} 30 5 {p}")
+    assert r.rc == 1 and r.stderr.decode().strip().splitlines()[-1] == "KeyError: 'boom'"
+    p.write_text("import sys\nsys.exit('probe says no')\n")
+    r = transport.run(f"{sys.executable} {WATCHDOG} 30 5 {p}")
+    assert r.rc == 1 and r.stderr.decode().strip().splitlines()[-1] == "probe says no"
+
+
 def test_watchdog_kills_on_connection_loss(tmp_path, known_hosts):
     """The SSH connection drops (its sshd session process dies) while a watched probe runs: the watchdog reads
     EOF on the stdin the controller held and kills the probe's group; nothing is left."""

@@ -1,6 +1,6 @@
 """Node-side watchdog: run one probe in its own process group and make sure nothing of it outlives its run.
 
-    python3 _watchdog.py [--watch-stdin] DEADLINE_S GRACE_S PROBE.py [ARGS...]
+    python3 _watchdog.py [--watch-stdin] [--exec] DEADLINE_S GRACE_S PROBE.py [ARGS...]
 
 The controller starts every shipped probe this way (gpuaccept/node.py), as the process group leader of its
 command. The watchdog forks the probe into a process group of its own, announces that group on stderr as
@@ -14,6 +14,16 @@ too when it times out or is interrupted), then waits. It kills the probe's group
   means the SSH connection (or the controller process) is gone;
 * its parent process changes (the sshd session that started it died);
 * it receives SIGHUP, SIGTERM or SIGINT.
+
+The probe runs in the forked child itself (``runpy.run_path`` as ``__main__``, ``sys.argv`` and ``sys.path[0]`` as
+``python PROBE.py ARGS`` would set them), not in a fresh interpreter: one Python start per probe instead of two
+(on a node, each start reads the site-packages of the interpreter that brings torch: 20-40 ms of CPU, measured
+with benchmarks/fanout.py). The watchdog imports nothing a probe could mind (no torch, no CUDA, no threads), so
+the fork is clean. The watchdog waits on a pidfd (Linux 5.3+, Python 3.9+) beside stdin, so it returns as the
+probe exits rather than at the next poll; elsewhere it polls every :data:`POLL_S` s. With ``--exec`` the child
+execs ``python PROBE.py ARGS`` instead: for a probe that others find by its command line (the multi-node
+all-reduce, whose ranks are aborted with ``pkill -f`` on ``nccl_allreduce.py {...marker...}``; a forked probe
+shows the watchdog's command line).
 
 The probe writes to the watchdog's own stdout and stderr (inherited file descriptors, nothing piped through or
 buffered here), so its live progress lines (``_probe.progress``) reach the controller as it writes them.
@@ -37,7 +47,7 @@ import _proc
 #: seconds between SIGTERM and SIGKILL of the probe's group (below the controller's 2 s, so the watchdog,
 #: a member of the controller's kill target, reports before it is killed itself)
 KILL_GRACE_S = 1.5
-#: seconds between checks of the probe, stdin and parent
+#: seconds between checks of the deadline and parent (and of the probe, where no pidfd can be had)
 POLL_S = 0.2
 PGID_MARKER = "__GPUACCEPT_PGID__="
 
@@ -89,20 +99,58 @@ def _pdeathsig() -> None:
         pass
 
 
+def _run_probe(argv: list[str]):
+    """In the forked child: run ``argv[0]`` (a probe file) as ``__main__`` with ``sys.argv = argv``, as
+    ``python argv[0] argv[1:]`` would; returns its exit code (``sys.exit``'s argument, 0 when it returns).
+    An exception the probe does not catch propagates (Python prints it and exits 1, as before)."""
+    import runpy
+
+    path = os.path.abspath(argv[0])
+    sys.argv = [path, *argv[1:]]
+    sys.path.insert(0, os.path.dirname(path))
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - fd 0 is /dev/null already; drop what the parent buffered
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
+def _pidfd(pid: int):
+    """A pidfd for ``pid`` (readable when it exits), or None where Linux or Python lacks them."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait(fds: list[int], timeout: float) -> list[int]:
+    """The fds of ``fds`` ready to read within ``timeout`` s (sleep when there are none)."""
+    if not fds:
+        time.sleep(timeout)
+        return []
+    try:
+        return select.select(fds, [], [], timeout)[0]
+    except (OSError, ValueError):
+        time.sleep(timeout)
+        return []
+
+
 def _fail(msg: str) -> None:
     sys.stdout.write(json.dumps({"failed": True, "msg": f"node watchdog: {msg}"}) + "\n")
     sys.stdout.flush()
 
 
 def main(argv: list[str]) -> int:
-    watch_stdin = bool(argv) and argv[0] == "--watch-stdin"
-    if watch_stdin:
-        argv = argv[1:]
+    argv, flags = list(argv), set()
+    while argv and argv[0] in ("--watch-stdin", "--exec"):
+        flags.add(argv.pop(0))
+    watch_stdin, exec_probe = "--watch-stdin" in flags, "--exec" in flags
     if len(argv) < 3:
-        sys.stderr.write("usage: _watchdog.py [--watch-stdin] DEADLINE_S GRACE_S PROBE.py [ARGS...]\n")
+        sys.stderr.write("usage: _watchdog.py [--watch-stdin] [--exec] DEADLINE_S GRACE_S PROBE.py [ARGS...]\n")
         return 2
     deadline_s, grace_s = float(argv[0]), float(argv[1])
-    cmd = [sys.executable, *argv[2:]]
+    probe = argv[2:]
     if os.getpgrp() != os.getpid():
         try:
             os.setpgid(0, 0)  # never treat a caller's group as ours
@@ -119,16 +167,23 @@ def main(argv: list[str]) -> int:
             os.close(gate_w)
             os.read(gate_r, 1)
             os.close(gate_r)
-            for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            for s in (signal.SIGHUP, signal.SIGTERM):
                 signal.signal(s, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
             _pdeathsig()
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
-            os.execv(cmd[0], cmd)
         except BaseException as e:  # noqa: BLE001
-            os.write(2, f"watchdog: cannot start {cmd}: {e}\n".encode())
-        os._exit(127)
+            os.write(2, f"watchdog: cannot start {probe}: {e}\n".encode())
+            os._exit(127)
+        if exec_probe:
+            try:
+                os.execv(sys.executable, [sys.executable, *probe])
+            except OSError as e:
+                os.write(2, f"watchdog: cannot start {probe}: {e}\n".encode())
+                os._exit(127)
+        return _run_probe(probe)  # the child leaves through the caller's sys.exit, as the probe's own Python would
     os.close(gate_r)
     try:
         os.setpgid(child, child)
@@ -138,11 +193,14 @@ def main(argv: list[str]) -> int:
     os.write(gate_w, b"x")
     os.close(gate_w)
     end = time.monotonic() + deadline_s + grace_s
+    exited = _pidfd(child)
     stdin_open = watch_stdin
     why = ""
     while True:
         status = _reap(child)
         if status is not None:
+            if exited is not None:
+                os.close(exited)
             if group_alive(child):  # the probe left something running in its group
                 kill_group(child, child)
             if os.WIFSIGNALED(status):
@@ -155,12 +213,10 @@ def main(argv: list[str]) -> int:
                    "its process group was killed")
         elif os.getppid() != parent:
             why = "its parent (the SSH session) is gone; the probe's process group was killed"
-        elif stdin_open:
-            try:
-                ready = select.select([0], [], [], POLL_S)[0]
-            except (OSError, ValueError):
-                ready = []
-            if ready:
+        else:
+            ready = _wait(([exited] if exited is not None else []) + ([0] if stdin_open else []),
+                          min(POLL_S, max(0.0, end - time.monotonic())))
+            if 0 in ready:
                 try:
                     data = os.read(0, 4096)
                 except OSError:
@@ -169,9 +225,6 @@ def main(argv: list[str]) -> int:
                     why = "the controller's connection is gone (stdin closed); the probe's process group was killed"
             if not why:
                 continue
-        else:
-            time.sleep(POLL_S)
-            continue
         kill_group(child, child)
         try:
             _fail(why)
