@@ -17,14 +17,20 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
   - gpuaccept `-m storage`, `--forks 0` and default: gpu_inventory as above, then a second real probe on every
     host (test_nvme_inventory's nvme_inventory), which host h1's test fetches ahead on all the others
     (gpuaccept.prefetch); one host at a time, each waits for its test.
+  - gpuaccept `-m health --collect-only`: the controller's fixed cost (interpreter, pytest, plugin, inventory,
+    threshold files, collection; with an inventory outside the repository pytest is started twice, see
+    gpuaccept.plugin.pytest_load_initial_conftests) -- no host is touched.
 The nodes have no GPU, so this measures connect + ship + probe + verdict plumbing, as shared/notes/
-scale-profile.md did. Prints min/median seconds and the ratio to the bare pool of the same round.
+scale-profile.md did. Prints min/median seconds, the ratio to the bare pool of the same round, the controller's
+CPU seconds (the process and its children, getrusage) and the whole machine's busy CPU seconds (/proc/stat:
+controller, sshd and the "nodes'" processes, which here share the controller's cores).
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,12 +62,27 @@ with ThreadPoolExecutor(len(nodes)) as ex:
 """
 
 
-def bare_pool(nodes, known_hosts: str) -> float:
+def _busy_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, tuple[float, float, float]]:
+    """Run ``cmd``; returns (its result, (wall s, its CPU s with its children, the machine's busy CPU s))."""
+    r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _busy_s(), time.perf_counter()
+    res = subprocess.run(cmd, **kw)
+    t1, b1, r1 = time.perf_counter(), _busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return res, (t1 - t0, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, b1 - b0)
+
+
+def bare_pool(nodes, known_hosts: str) -> tuple[float, float, float]:
     """The whole process, as the scale profile measured it: interpreter start, paramiko import, the pool."""
     spec = json.dumps([[n.address, n.port, n.key_file] for n in nodes])
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", BARE, spec, known_hosts], check=True)
-    return time.perf_counter() - t0
+    res, t = timed([sys.executable, "-c", BARE, spec, known_hosts])
+    res.check_returncode()
+    return t
 
 
 TESTINFRA_TEST = 'def test_true(host):\n    assert host.run("true").rc == 0\n'
@@ -87,25 +108,21 @@ def testinfra(root: Path, nodes, known_hosts: str, env: dict) -> float:
             f"  UserKnownHostsFile {known_hosts}\n  StrictHostKeyChecking yes\n  ControlMaster no\n"
             "  PasswordAuthentication no\n")
     hosts = ",".join(f"ssh://root@{n.address}:{n.port}" for n in nodes)
-    t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "8",
+    res, t = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "8",
                           f"--hosts={hosts}", f"--ssh-config={d / 'ssh_config'}", "test_true.py"],
                          cwd=d, env=env, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"testinfra run failed ({res.returncode}): {res.stdout[-2000:]}{res.stderr[-2000:]}")
-    return dt
+    return t
 
 
-def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str = "health") -> float:
-    t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
-                          "-m", marker, "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{t0}"),
-                          *extra], cwd=REPO, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
+def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str = "health") -> tuple:
+    res, t = timed([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
+                    "-m", marker, "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{time.time()}"),
+                    *extra], cwd=REPO, capture_output=True, text=True)
     if res.returncode not in (0, 1):
         raise SystemExit(f"gpuaccept run failed ({res.returncode}): {res.stdout[-2000:]}{res.stderr[-2000:]}")
-    return dt
+    return t
 
 
 def main() -> None:
@@ -121,24 +138,29 @@ def main() -> None:
         inv.write_text("[cluster]\n" + "".join(n.inventory_line() + "\n" for n in nodes))
         tenv = testinfra_env()
         names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
+                 "gpuaccept -m health --collect-only (fixed cost, no host touched)",
                  "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
                  "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)"]
         if tenv is None:
             names.remove(names[1])
-        rows: dict[str, list[float]] = {k: [] for k in names}
+        rows: dict[str, list[tuple]] = {k: [] for k in names}
         ratios: dict[str, list[float]] = {k: [] for k in rows}
         for _ in range(rounds):
             b = bare_pool(nodes, kh)
             got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
-            got += [gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
+            got += [gpuaccept(tmp, inv, kh, "--collect-only"),
+                    gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
                     gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage")]
             for k, v in zip(rows, got):
                 rows[k].append(v)
-                ratios[k].append(v / b)
+                ratios[k].append(v[0] / b[0])
         print(f"fan-out over {count} real sshd nodes on loopback, {rounds} rounds, {os.cpu_count()} cores")
-        print(f"| run | min s | median s | / bare pool (median of rounds) |\n|---|---|---|---|")
+        print("| run | min s | median s | / bare pool (median of rounds) | controller CPU s | machine busy CPU s |\n"
+              "|---|---|---|---|---|---|")
         for k, v in rows.items():
-            print(f"| {k} | {min(v):.2f} | {statistics.median(v):.2f} | {statistics.median(ratios[k]):.1f}x |")
+            wall = [x[0] for x in v]
+            print(f"| {k} | {min(wall):.2f} | {statistics.median(wall):.2f} | {statistics.median(ratios[k]):.1f}x | "
+                  f"{statistics.median(x[1] for x in v):.2f} | {statistics.median(x[2] for x in v):.2f} |")
         if tenv is None:
             print("(testinfra not installed: pip install pytest-testinfra, or TESTINFRA_SITE=DIR, to add its row)")
     finally:
