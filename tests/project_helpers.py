@@ -100,8 +100,9 @@ def replay_folder(tmp_path: Path, captures: Path) -> Path:
 
     A replay reads only the document saved with the arguments a suite asks for (gpuaccept.node.replay_probe).
     suites/test_nccl.py now asks nccl_allreduce twice: the sweep pinned to NCCL_ALGO=Ring (the judged figures)
-    and NCCL's own choice at the judged size (thresholds/h200-sxm-141gb.yaml at_bytes). The capture predates
-    both; ALTERED here: its sweep document is saved under both calls' arguments. On this 2-GPU node NCCL's own
+    and NCCL's own choice at the judged size (thresholds/h200-sxm-141gb.yaml at_bytes). The folder holds real
+    documents of both calls (taken 2026-11-30), but the tests alter the 2026-11-29 sweep (CAPTURE_NCCL), so
+    ALTERED here: that sweep document is saved under both calls' arguments, in place of the newer ones. On this 2-GPU node NCCL's own
     choice was Ring/Simple at every size from 4 MiB (the document's algos and ip_algo columns), so the pinned
     sweep would read alike; the at-size call reads the sweep's 4 GiB row.
     """
@@ -112,6 +113,9 @@ def replay_folder(tmp_path: Path, captures: Path) -> Path:
     shutil.copytree(captures, dst)
     src = dst / CAPTURE_NCCL
     if src.exists():
+        for other in dst.glob("nccl_allreduce-*.json"):
+            if other.name != CAPTURE_NCCL:
+                other.unlink()
         saved = json.loads(src.read_text())
         at = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml")).limit("allreduce_busbw_gbps").at_bytes
         args = {k: v for k, v in saved["args"].items() if k != "deadline_s"}  # a time argument: not matched
@@ -139,13 +143,16 @@ def outcomes(rep: Path) -> dict[str, dict]:
 
 def alter(tmp_path: Path, probe: str, change, src: Path = DATA) -> Path:
     """A copy of the captures ``src`` (default the 2xH200 ones) with ``change(doc)`` applied to the saved
-    document(s) of ``probe``; ``tmp_path/captures``, or ``captures2``... when that exists (alter an altered copy)."""
+    document(s) of ``probe`` (of nccl_allreduce: the sweep CAPTURE_NCCL, see replay_folder); ``tmp_path/captures``, or ``captures2``... when that exists (alter an altered copy)."""
     dst, n = tmp_path / "captures", 1
     while dst.exists():
         n += 1
         dst = tmp_path / f"captures{n}"
     shutil.copytree(src, dst)
-    for f in dst.glob(f"{probe}-*.json"):
+    files = list(dst.glob(f"{probe}-*.json"))
+    if probe == "nccl_allreduce" and (dst / CAPTURE_NCCL).exists():
+        files = [dst / CAPTURE_NCCL]  # the sweep replay_folder saves under the suite's calls (the others it replaces)
+    for f in files:
         saved = json.loads(f.read_text())
         change(saved["doc"])
         f.write_text(json.dumps(saved))

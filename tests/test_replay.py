@@ -1,5 +1,6 @@
 """The GPU suites end to end on this GPU-less machine, judged from real probe documents that the main job
-saved on a 2xH200 SXM node (tests/data/replay-h200x2, driver 580.159.04, 2026-11-29), replayed through the
+saved on a 2xH200 SXM node (tests/data/replay-h200x2, driver 580.159.04, 2026-11-29; the all-reduce's Ring
+sweep and at-size documents 2026-11-30), replayed through the
 ``gpuaccept_replay`` inventory var. The healthy capture passes every GPU test; copies altered the way sick
 nodes read fail with messages naming host, GPU index, PCI bus id and serial."""
 from __future__ import annotations
@@ -31,6 +32,21 @@ def test_healthy_h200_capture_passes(tmp_path):
     assert len(busbw) == 1 and busbw[0]["value"] > 300 and busbw[0]["verdict"] == "pass"
     # -s prints the all-reduce table in nccl-tests' layout
     assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in res.stdout
+
+
+def test_capture_folder_replays_as_saved(tmp_path):
+    """The capture folder itself, with none of replay_folder's stand-ins, answers every probe call the GPU
+    suites make now (as an operator's ``reports/<run>/probes/<host>`` does): a suite that changes a probe's
+    arguments needs a capture taken with them. Before the 2026-11-30 all-reduce documents were added, every
+    replayed host read ERROR "no saved document for arguments {... NCCL_ALGO: Ring ...}"."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={DATA} gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", GPU_LAYERS)
+    assert res.returncode == 0, res.stdout[-4000:]
+    got = outcomes(rep)
+    assert got["test_allreduce"]["outcome"] == "passed", got["test_allreduce"]["message"]
+    assert not [n for n, c in got.items() if c["outcome"] not in ("passed", "skipped")]
 
 
 def test_slow_gpu_is_named(tmp_path):
