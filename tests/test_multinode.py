@@ -354,6 +354,42 @@ def test_hung_rank_is_blamed(tmp_path, rig):
                 os.kill(p, signal.SIGCONT)
 
 
+def test_host_frozen_after_joining_is_named_without_waiting_for_its_timeout(tmp_path, tmp_path_factory,
+                                                                           monkeypatch):
+    """A host whose sshd freezes (SIGSTOP) once its probe runs: its ranks finish the collective with the others,
+    but its answer never comes back. It is named "stopped answering" LAGGARD_MIN_S after the others finished,
+    not at the call's own timeout (deadline + 30 s; a frozen host took 108 s under --probe-timeout 60)."""
+    monkeypatch.setattr(mn.launch, "LAGGARD_MIN_S", 5.0)
+    base = tmp_path_factory.mktemp("mnfrz")
+    sshds = [start_sshd(base, address=f"127.0.0.{26 + i}", name=f"fz{i + 1}") for i in range(3)]
+    try:
+        nodes = _nodes(tmp_path, sshds, write_known_hosts(base / "kh", sshds))
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.setdefault("col", mn.ring(
+            nodes, mn.Settings({**GLOO, "iters": 50}, 1, deadline_s=60, stall_s=20))))
+        t0 = time.monotonic()
+        t.start()
+        end, found = time.monotonic() + 40, []
+        while time.monotonic() < end and not found:
+            mine = set(sshds[1].processes())
+            found = [p for p in _procs("nccl_allreduce.py", mn.MARKER_PREFIX, '"host": "fz2"') if p in mine]
+            time.sleep(0.02)
+        assert found, "fz2's probe never started"
+        sshds[1].freeze()
+        t.join(60)
+        col = out["col"]
+        assert not col.ok and [h for h, _ in col.culprits] == ["fz2"], col.message
+        r = col.results["fz2"]
+        assert r.kind == "timeout" and r.error.startswith("stopped answering: every other host finished the "
+                                                          "collective"), r
+        assert all(col.results[h].kind == "ok" for h in ("fz1", "fz3")), col.results
+        assert time.monotonic() - t0 < 5 + 40  # the call's own timeout is 60 + 30 s
+    finally:
+        sshds[1].thaw()
+        for sd in sshds:
+            sd.stop()
+
+
 # ----------------------------------------------------------------- pairwise: one node behind a slow link
 
 NS, VETH, NET = "gamn", "gamn0", "10.231.77"

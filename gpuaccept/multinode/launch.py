@@ -14,6 +14,10 @@ Failure handling, in order:
   (:data:`ABORT_GRACE_S`) in which the others may report their own evidence; then every host still running
   the collective is aborted through a second SSH connection: ``pkill -TERM`` on the probe's command line
   with the marker (the probe kills its ranks and reports what it saw);
+* a host that has not answered when every other host has finished the collective well (which its ranks
+  must have joined to the end) gets :data:`LAGGARD_MIN_S` s, or half the time the others took if longer;
+  then its call is cancelled and it is named "stopped answering" (its SSH session or host froze after the
+  collective) without waiting for the call's own timeout;
 * a port found taken on node 0 is retried with a fresh port (:data:`PORT_ATTEMPTS` in all);
 * after any failed collective every host that answers gets ``pkill -KILL`` of the marker (probes and workers),
   so nothing is left when the next collective starts;
@@ -43,6 +47,7 @@ from typing import Any, Callable
 from .. import shell
 from ..errors import AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, NodeError
 from ..node import HostRunner
+from ..transport import running
 from .plan import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
                    kill_command, master_address, new_marker, next_pairs, nccl_environment, pairwise_status,
@@ -50,6 +55,9 @@ from .plan import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective,
 
 #: seconds the other hosts get to report their own evidence after the first failure, before they are aborted
 ABORT_GRACE_S = 3.0
+#: seconds a host may still answer after every other host finished the collective ok (its ranks took part
+#: to the end, so only its teardown and the way back remain: NCCL's teardown of a 2xH200 world takes < 5 s)
+LAGGARD_MIN_S = 30.0
 #: seconds allowed for one kill/sweep command on one host
 KILL_TIMEOUT_S = 15.0
 #: rendezvous attempts of one collective when node 0 finds the port taken
@@ -137,6 +145,15 @@ def sweep(nodes: list[HostRunner], marker: str) -> None:
     _in_threads(one, nodes, KILL_TIMEOUT_S + 10)
 
 
+def _cancel_calls(hosts: set[str], marker: str) -> None:
+    """Cancel the collective's probe calls (the commands carrying ``marker``) in flight to ``hosts``: their
+    transports kill what they can reach and raise Interrupted in the waiting threads."""
+    for r in running():
+        if r.host in hosts and marker in r.command and not r.cancelled.is_set():
+            r.reason = "the other hosts finished the collective long ago"
+            r.cancelled.set()
+
+
 def _run_once(nodes: list[HostRunner], st: Settings, master: str, port: int, marker: str) -> dict[str, HostResult]:
     hosts = [n.name for n in nodes]
     base = {**st.args, "nnodes": len(nodes), "ranks_per_node": st.ranks_per_node, "master_addr": master,
@@ -150,16 +167,30 @@ def _run_once(nodes: list[HostRunner], st: Settings, master: str, port: int, mar
                           {**nccl_environment(n.host.vars), **st.env}, st.call_timeout()): n
                 for i, n in enumerate(nodes)}
         pending, abort_at, aborted = set(futs), None, []
+        t0, late_at, late = time.monotonic(), None, {}
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            now = time.monotonic()
             for f in done:
                 r = f.result()
                 results[r.host] = r
                 if r.kind != "ok" and abort_at is None:
-                    abort_at = time.monotonic() + ABORT_GRACE_S
-            if abort_at is not None and not aborted and pending and time.monotonic() >= abort_at:
+                    abort_at = now + ABORT_GRACE_S
+            if abort_at is not None and not aborted and pending and now >= abort_at:
                 aborted = [futs[f] for f in pending]
                 threading.Thread(target=abort, args=(aborted, marker), daemon=True).start()
+            if abort_at is None and pending and results and late_at is None:  # the others finished ok
+                late_at = now + max(LAGGARD_MIN_S, 0.5 * (now - t0))
+            if late_at is not None and not late and abort_at is None and pending and now >= late_at:
+                late = {futs[f].name: now - t0 for f in pending}
+                _cancel_calls(set(late), marker)
+        for h, waited in late.items():
+            r = results[h]
+            if r.kind != "ok":
+                r.kind = "timeout"
+                r.error = (f"stopped answering: every other host finished the collective, which its ranks joined "
+                           f"to the end, but its probe call had not returned {waited:.0f} s after the start "
+                           f"(its SSH session or the host froze?); call cancelled")
         for n in aborted:  # what our abort caused is no evidence against the host
             r = results[n.name]
             if (r.kind == "failed" and (r.doc or {}).get("outcome") == "aborted") or r.kind == "crashed":
