@@ -92,6 +92,10 @@ SXID_HEAD_RE = re.compile(r"^(?P<sev>Fatal|Non-fatal)\s*,\s*(?:Link\s+(?P<link>\
 SXID_LINK_RE = re.compile(r"\bLink\s+(?P<link>\d+)\b")
 PID_NAME_RE = re.compile(r"^pid=(?P<pid>'[^']*'|<[^>]*>|[^,\s]*)\s*,\s*(?:name=(?P<name>[^,]*?)\s*,\s*)?(?P<msg>.*)$")
 
+_PRIORITY_RE = re.compile(r"^<\d{1,3}>")  # /dev/kmsg and syslog-forwarded lines: "<12>[38889.018130] ..."
+_CTIME_RE = re.compile(r"^\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):"
+                       r"(?P<s>\d{2}) (?P<y>\d{4})\]\s*")  # dmesg -T / --ctime: "[Fri Aug 30 11:43:09 2024] "
+_MONOTONIC_RE = re.compile(r"^\[\s*\d+\.\d+\]\s*")  # plain dmesg: "[ 1843.308145] " (seconds since boot)
 _ISO_RE = re.compile(
     r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d+))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\s*"
@@ -114,9 +118,26 @@ def parse_timestamp(line: str, now: float | None = None) -> tuple[float | None, 
 
     Understands ISO 8601 (journalctl short-iso ``2026-11-29T20:17:21+0000``, dmesg --time-format iso
     ``2026-11-29T20:56:16,289025+00:00``, rsyslog RFC 3339 ``2026-11-29T20:17:21.123456+00:00``; no zone =
-    local time) and traditional syslog ``Nov 29 20:17:21`` (local time, year guessed: the latest one not
-    more than a day in the future of ``now``).
+    local time), traditional syslog ``Nov 29 20:17:21`` (local time, year guessed: the latest one not
+    more than a day in the future of ``now``), ``dmesg -T`` ``[Fri Aug 30 11:43:09 2024]`` (local time) and
+    plain dmesg ``[ 1843.308145]`` (seconds since boot: no epoch, the text is kept so that an event still
+    says when it happened). A kmsg priority ``<12>`` before any of them is skipped.
     """
+    pri = _PRIORITY_RE.match(line)
+    if pri:
+        line = line[pri.end():]
+    m = _CTIME_RE.match(line)
+    if m:
+        fields = (int(m.group("y")), _MONTHS.get(m.group("mon"), 1), int(m.group("d")), int(m.group("h")),
+                  int(m.group("mi")), int(m.group("s")))
+        try:
+            epoch = time.mktime(fields + (0, 0, -1))
+        except (ValueError, OverflowError):
+            epoch = None
+        return epoch, m.group(0).strip(), line[m.end():]
+    m = _MONOTONIC_RE.match(line)
+    if m:
+        return None, m.group(0).strip(), line[m.end():]
     m = _ISO_RE.match(line)
     if m:
         frac = float("0." + m.group("frac")) if m.group("frac") else 0.0
