@@ -196,6 +196,11 @@ def classify(events: list[dict]) -> list[dict]:
     return [classify_one(e) for e in events]
 
 
+# the NVSwitch driver's detail lines, printed after an SXid's first line: "Severity 1 Engine instance 37 ...",
+# "Data {0x10000000, ...}" (NVIDIA Fabric Manager User Guide, "Runtime NVSwitch and GPU Errors")
+_SXID_DETAIL_RE = re.compile(r"^(?:Severity\s+\d+\s+Engine instance|Data\s*\{)")
+
+
 def classify_sxid(event: dict) -> dict:
     """One SXid event (from the probe's ``sxid_events``) with ``fails``, ``severity_rule``, ``guidance`` (NVIDIA's
     text for that severity) and ``message`` added. ``severity`` "Fatal" fails, "Non-fatal" is recorded, none stated fails (module docstring).
@@ -211,8 +216,12 @@ def classify_sxid(event: dict) -> dict:
     known = guide["severities"].get(sev)
     if known is None:
         out.update(fails=True, severity_rule="no severity stated", guidance=f"see {SXID_GUIDE_URL}")
-        out["message"] = (f"SXid {event.get('sxid')} on {where}: the line states neither Fatal nor Non-fatal: "
-                          f"treated as a failure; log: {_raw(event)}")
+        if _SXID_DETAIL_RE.match(event.get("msg") or ""):
+            why = ("a detail line of an SXid report whose first line (the one stating Fatal or Non-fatal) is not in "
+                   "the log window")
+        else:
+            why = "the line states neither Fatal nor Non-fatal"
+        out["message"] = f"SXid {event.get('sxid')} on {where}: {why}: treated as a failure; log: {_raw(event)}"
         return out
     out.update(fails=bool(known["fails"]), severity_rule=sev, guidance=known["guidance"])
     verdict = "fails" if known["fails"] else "recorded"

@@ -226,13 +226,14 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
     An "NVRM: Xid (...)" line whose number cannot be read is an event with ``xid`` None and its raw line.
     SXid lines: a line stating Fatal/Non-fatal opens an event; a later line of the same switch and SXid
     within CONTINUATION_WINDOW_S that states no severity ("Severity 0 Engine instance ...", "Data {...}")
-    is its continuation; one with no such event before it is an event with ``severity`` None.
+    is its continuation (matched per switch and SXid: the driver interleaves the lines of several switches);
+    one with no such event before it is an event with ``severity`` None.
     """
     events: list = []
     sxids: list = []
     scanned = 0
     open_ev = None
-    open_sx = None
+    open_sx: dict = {}  # (switch, SXid) -> its latest event: the driver interleaves several switches' lines
     off_bus = None  # {"pci_raw", "epoch", "ts", "line", "parts"}: a "The NVIDIA GPU <bdf>" line waiting for its end
     uuids: dict = {}
 
@@ -260,20 +261,21 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
         if m:
             sxid, rest = int(m.group("sxid")), m.group("rest").strip()
             head = SXID_HEAD_RE.match(rest)
-            if head is None and _near(open_sx, epoch, CONTINUATION_WINDOW_S) \
-                    and open_sx["switch"] == m.group("switch") and open_sx["sxid"] == sxid:
-                open_sx["continuation"].append(rest)
+            key = (m.group("switch"), sxid)
+            if head is None and _near(open_sx.get(key), epoch, CONTINUATION_WINDOW_S):
+                open_sx[key]["continuation"].append(rest)
                 continue
             link = head.group("link") if head else (SXID_LINK_RE.search(rest).group("link")
                                                    if SXID_LINK_RE.search(rest) else None)
             sev = head.group("sev") if head else None
-            open_sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
+            sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
                        "switch": m.group("switch"), "pci_bus_id": normalize_pci(m.group("pci")),
                        "pci_raw": m.group("pci"), "sxid": sxid,
                        "severity": ("Fatal" if sev.lower() == "fatal" else "Non-fatal") if sev else None,
                        "link": int(link) if link is not None else None,
                        "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
-            sxids.append(open_sx)
+            sxids.append(sx)
+            open_sx[key] = sx
             continue
 
         nvrm = _nvrm_part(line)
