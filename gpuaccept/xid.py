@@ -12,6 +12,8 @@ buckets' texts in ``gpuaccept/data/xid_resolution_buckets.csv``. Nothing about a
 
 Rules, in the order they apply to one Xid event:
 
+0. **Driver could not initialise the GPU** (``fault`` "init_failed": the kernel log's ``RmInitAdapter failed!``,
+   no Xid number): fails, naming the GPU, the driver's code and how many times it tried.
 1. **No number** (an ``NVRM: Xid`` line whose number could not be read): fails; the raw line is the message.
    It cannot be looked up, and an unreadable fault report must not pass.
 2. **Policy override** (:data:`POLICY_OVERRIDES`, each with its reason): the override decides.
@@ -139,7 +141,7 @@ def classify_one(event: dict) -> dict:
 
     ``event``: a dict from the ``xid_events`` probe (``xid`` int or None, ``pci_bus_id``, ``msg``, ``line``,
     ``continuation``). Added keys: ``name`` (NVIDIA's description), ``mnemonic``, ``bucket`` (immediate),
-    ``investigatory``, ``rule`` ("no number" | "policy" | "unknown" | "no bucket" | "catalogue"), ``fails``
+    ``investigatory``, ``rule`` ("driver" | "no number" | "policy" | "unknown" | "no bucket" | "catalogue"), ``fails``
     (bool), ``action`` and an operator ``message``. Never raises on a malformed event.
     """
     out = dict(event)
@@ -148,6 +150,15 @@ def classify_one(event: dict) -> dict:
         xid = int(event.get("xid"))
     except (TypeError, ValueError):
         xid = None
+    if event.get("fault") == "init_failed":  # "RmInitAdapter failed!": no Xid, the GPU never came up
+        code = event.get("init_code") or ""
+        times = event.get("repeats") or 1
+        out.update(name="GPU initialisation failed (RmInitAdapter)", mnemonic=None, bucket=None, investigatory=None,
+                   rule="driver", fails=True, action="the driver could not initialise this GPU: it cannot be used")
+        out["message"] = (f"the NVIDIA driver failed to initialise the GPU at {where} (RmInitAdapter failed"
+                          f"{' ' + code if code else ''}{f', {times} times' if times > 1 else ''}): the GPU cannot "
+                          f"be used; log: {_raw(event)}")
+        return out
     if xid is None:
         out.update(name="Xid without a number", mnemonic=None, bucket=None, investigatory=None, rule="no number",
                    fails=True, action=f"read the raw line; NVIDIA's catalogue: {CATALOGUE_URL}")

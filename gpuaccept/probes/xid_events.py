@@ -33,7 +33,9 @@ Output::
                  "continuation": [str],              # following NVRM lines about the same event
                  "uuid": "GPU-..." | None,           # from a preceding "NVRM: GPU at PCI:...: GPU-..." line
                  "inferred": bool,                   # true: "fallen off the bus" without an Xid line (-> 79)
-                 "line": str}],                      # the raw first line
+                 "line": str,                        # the raw first line
+                 # only on "RmInitAdapter failed!" events (xid None, pci_bus_id None when the line names none):
+                 "fault": "init_failed", "init_code": "(0x24:0x72:1568)" | None, "repeats": int}],
      "sxid_events": [{"time", "epoch", "switch": "nvidia-nvswitch3",
                       "pci_bus_id": "00000000:C1:00.0", "pci_raw": "0000:c1:00.0",   # the NVSwitch's
                       "sxid": int, "severity": "Fatal" | "Non-fatal" | None,       # None: not stated
@@ -54,6 +56,9 @@ NVSwitch format from NVIDIA's Fabric Manager User Guide, "Runtime NVSwitch and G
     NVRM: (PCI ID: 10de:26b5) installed in this system has                         nv.c, no Xid number:
     NVRM: fallen off the bus and is not responding to commands.                    -> xid 79 on b3:00.0)
     NVRM: GPU at PCI:0000:19:00: GPU-6a1f...                                       (uuid of the next Xid)
+    NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)                (-> fault init_failed, one
+    NVRM: GPU 0000:0a:00.0: rm_init_adapter failed, device minor number 5           event per GPU, repeats
+    NVRM: RmInitAdapter failed! (0x26:0xffff:1123)  (old drivers, no bus id)         counted)
     nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore MCTO (First)
     nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 Sub-engine instance 00
     nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED                  (no severity stated)
@@ -91,6 +96,9 @@ SXID_RE = re.compile(r"(?P<switch>nvidia-nvswitch\d+): SXid \(" + _PCI + r"\):\s
 SXID_HEAD_RE = re.compile(r"^(?P<sev>Fatal|Non-fatal)\s*,\s*(?:Link\s+(?P<link>\d+)\b\s*)?(?P<msg>.*)$", re.I)
 SXID_LINK_RE = re.compile(r"\bLink\s+(?P<link>\d+)\b")
 PID_NAME_RE = re.compile(r"^pid=(?P<pid>'[^']*'|<[^>]*>|[^,\s]*)\s*,\s*(?:name=(?P<name>[^,]*?)\s*,\s*)?(?P<msg>.*)$")
+
+INIT_FAIL_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?RmInitAdapter failed!\s*(?P<code>\([^)]*\))?")
+INIT_MINOR_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?rm_init_adapter failed(?:,| for) device (?:bearing )?minor number")
 
 _PRIORITY_RE = re.compile(r"^<\d{1,3}>")  # /dev/kmsg and syslog-forwarded lines: "<12>[38889.018130] ..."
 _CTIME_RE = re.compile(r"^\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):"
@@ -324,6 +332,34 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
         m = XID_NO_NUMBER_RE.search(nvrm)
         if m:  # "NVRM: Xid (PCI:...)" without a readable number: kept with its raw text
             open_ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("rest").strip(), line, uuids)
+            events.append(open_ev)
+            continue
+
+        m = INIT_FAIL_RE.search(nvrm)
+        if m:  # "RmInitAdapter failed!": the driver could not bring the GPU up
+            pci_raw = m.group("pci") or ""
+            pci = normalize_pci(pci_raw) if pci_raw else None
+            seen = next((e for e in events if e.get("fault") == "init_failed" and e["pci_bus_id"] == pci), None)
+            if seen is not None:  # the driver retries at every open: one event per GPU, with a count
+                seen["repeats"] += 1
+                open_ev = seen
+                continue
+            open_ev = _new_event(epoch, ts_text, pci_raw, None, body, line, uuids)
+            open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=m.group("code"), repeats=1)
+            events.append(open_ev)
+            continue
+
+        m = INIT_MINOR_RE.search(nvrm)
+        if m:  # "rm_init_adapter failed, device minor number N": the second line of that report
+            pci = normalize_pci(m.group("pci")) if m.group("pci") else None
+            if near and open_ev.get("fault") == "init_failed" and pci in (None, open_ev["pci_bus_id"]):
+                if body not in open_ev["continuation"]:
+                    open_ev["continuation"].append(body)
+                continue
+            if any(e.get("fault") == "init_failed" and e["pci_bus_id"] == pci for e in events):
+                continue
+            open_ev = _new_event(epoch, ts_text, m.group("pci") or "", None, body, line, uuids)
+            open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=None, repeats=1)
             events.append(open_ev)
             continue
 

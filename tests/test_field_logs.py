@@ -1,0 +1,145 @@
+"""Real-world text from broken nodes, read by gpuaccept's own readers and judges (no fixture of our own).
+
+Samples live in tests/data/field/ (``kernel-logs.txt``: kernel log blocks; ``nccl-logs.txt``: NCCL output;
+``fio-output.txt``: fio failures), each with its source URL and date. Each block is fed as is to the real
+parser (the xid_events probe's ``parse_log``, ``_nccl_log``, the supervisor's rank evidence, the fio probe's
+output parser) and the verdict an operator should get is asserted: which GPU, switch or job, pass or fail,
+and a message that names the cause.
+"""
+from __future__ import annotations
+
+import calendar
+import re
+
+import pytest
+
+from gpuaccept import xid as xidmod
+from probe_helpers import DATA, load_probe
+
+FIELD = DATA / "field"
+xev = load_probe("xid_events")
+
+
+def blocks(name: str) -> dict[str, list[str]]:
+    """``### sample: NAME`` blocks of a field file: NAME -> its lines, the ``#`` comment lines left out."""
+    out: dict[str, list[str]] = {}
+    cur = None
+    for line in (FIELD / name).read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^### sample: (\S+)", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+        elif cur is not None and not line.startswith("#") and line.strip():
+            cur.append(line)
+    return out
+
+
+KERNEL = blocks("kernel-logs.txt")
+SINCE = calendar.timegm((2000, 1, 1, 0, 0, 0, 0, 0, 0))  # every sample's lines are after it
+
+
+def judged(name: str) -> tuple[list[dict], list[dict]]:
+    doc = xev.parse_log(KERNEL[name], SINCE)
+    return xidmod.classify(doc["events"]), xidmod.classify_sxids(doc["sxid_events"])
+
+
+def test_every_kernel_sample_has_a_source_and_lines():
+    text = (FIELD / "kernel-logs.txt").read_text(encoding="utf-8")
+    for name, lines in KERNEL.items():
+        head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
+        assert "source: https://" in head, name
+        assert lines, name
+
+
+def test_dmesg_three_line_off_bus_message_is_xid_79_with_its_dmesg_time():
+    events, _ = judged("dmesg-offbus-three-lines")
+    assert [(e["xid"], e["pci_bus_id"], e["fails"], e["inferred"]) for e in events] == [
+        (79, "00000000:B3:00.0", True, True)]
+    assert events[0]["time"] == "[ 1843.308145]"  # seconds since boot: kept so the operator can find the line
+    assert "fallen off the bus" in events[0]["message"] and "RESTART_BM" in events[0]["message"]
+
+
+def test_old_driver_off_bus_lines_are_one_xid_79():
+    events, _ = judged("dmesg-offbus-old-driver")
+    assert [(e["xid"], e["pci_bus_id"], e["fails"]) for e in events] == [(79, "00000000:01:00.0", True)]
+
+
+def test_interleaved_sxid_detail_lines_join_their_own_switch_report():
+    events, sxids = judged("dmesg-xid79-with-sxids")
+    assert [(e["xid"], e["pci_bus_id"], e["uuid"]) for e in events] == [
+        (79, "00000000:91:00.0", "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b")]
+    heads = [(s["switch"], s["link"], s["severity"]) for s in sxids]
+    assert heads == [("nvidia-nvswitch1", 48, "Fatal"), ("nvidia-nvswitch0", 63, "Fatal"),
+                     ("nvidia-nvswitch2", None, None), ("nvidia-nvswitch2", 37, "Fatal"),
+                     ("nvidia-nvswitch0", 62, "Fatal")]
+    by = {(s["switch"], s["link"]): s for s in sxids}
+    assert by[("nvidia-nvswitch0", 63)]["continuation"][0].startswith("Data {0x10000000")
+    assert by[("nvidia-nvswitch2", 37)]["continuation"] == ["Severity 1 Engine instance 37 Sub-engine instance 00"]
+    assert by[("nvidia-nvswitch0", 62)]["continuation"] == ["Severity 1 Engine instance 62 Sub-engine instance 00"]
+    assert all(s["fails"] for s in sxids)
+    orphan = by[("nvidia-nvswitch2", None)]  # its first line (Link 60) is before the excerpt
+    assert "detail line of an SXid report whose first line" in orphan["message"]
+    assert "link 37: LTSSM Fault Up" in by[("nvidia-nvswitch2", 37)]["message"]
+
+
+def test_dmesg_ctime_timestamps_are_read_and_xid_13_is_one_report():
+    events, _ = judged("dmesg-ctime-xid13-xid109")
+    assert [(e["xid"], e["fails"], len(e["continuation"])) for e in events] == [(13, False, 2), (109, True, 0)]
+    assert events[0]["epoch"] == pytest.approx(__import__("time").mktime((2024, 8, 30, 11, 43, 9, 0, 0, -1)))
+    assert events[1]["epoch"] - events[0]["epoch"] == 5
+    # a window that starts between the two reports keeps only the second
+    later = xev.parse_log(KERNEL["dmesg-ctime-xid13-xid109"], events[0]["epoch"] + 1)["events"]
+    assert [e["xid"] for e in later] == [109]
+
+
+def test_rminitadapter_failure_fails_the_gpu_once_with_its_code_and_count():
+    events, _ = judged("syslog-rminitadapter")
+    assert len(events) == 1
+    e = events[0]
+    assert (e["pci_bus_id"], e["fails"], e["repeats"], e["rule"]) == ("00000000:0A:00.0", True, 6, "driver")
+    assert "failed to initialise the GPU at 00000000:0A:00.0" in e["message"]
+    assert "(0x24:0x72:1568), 6 times" in e["message"]
+    assert e["continuation"] == ["GPU 0000:0a:00.0: rm_init_adapter failed, device minor number 5"]
+
+
+def test_rminitadapter_on_two_gpus_is_one_event_each():
+    events, _ = judged("dmesg-rminitadapter-two-gpus")
+    assert [(e["pci_bus_id"], e["repeats"], e["fails"]) for e in events] == [
+        ("00000000:04:01.0", 3, True), ("00000000:04:02.0", 2, True)]
+
+
+def test_xid_45_teardown_lines_are_recorded_not_failed():
+    events, _ = judged("journal-xid45-after-nvlink-xids")
+    assert [(e["xid"], e["pid"], e["process_name"], e["fails"]) for e in events] == [
+        (45, 1818990, "python3", False), (45, 1818992, "python3", False),
+        (45, 1818989, "python3", False), (45, 1818987, "python3", False)]
+    assert "caused by previous Xid 149" in events[0]["message"]
+
+
+def test_nvlink5_xids_without_pid_fields_fail_by_the_catalogue():
+    events, _ = judged("kmsg-nvlink5-xids")
+    assert [(e["xid"], e["pci_bus_id"], e["fails"], e["bucket"]) for e in events] == [
+        (149, "00000019:01:00.0", True, "WORKFLOW_NVLINK5_ERR"),
+        (145, "00000018:01:00.0", True, "WORKFLOW_NVLINK5_ERR"),
+        (144, "00000000:01:00.0", True, "WORKFLOW_NVLINK5_ERR")]
+    assert events[0]["msg"].startswith("NETIR Fatal XC0 i0 Link -1")
+
+
+@pytest.mark.parametrize("line, has_epoch, ts, rest", [
+    ("<12>[38889.018130] nvidia-nvswitch0: SXid x", False, "[38889.018130]", "nvidia-nvswitch0: SXid x"),
+    ("[Sat Aug 31 07:06:03 2024] NVRM: x", True, "[Sat Aug 31 07:06:03 2024]", "NVRM: x"),
+    ("[    8.766276] NVRM: x", False, "[    8.766276]", "NVRM: x"),
+])
+def test_every_kernel_timestamp_prefix_is_split_off(line, has_epoch, ts, rest):
+    epoch, text, tail = xev.parse_timestamp(line)
+    assert (epoch is not None, text, tail) == (has_epoch, ts, rest)
+
+
+def test_probe_reads_a_saved_dmesg_file_of_a_real_failure(tmp_path):
+    """The probe's file source on a saved plain-dmesg log: the same events as the parser gives."""
+    path = tmp_path / "dmesg.txt"
+    path.write_text("\n".join(KERNEL["dmesg-rminitadapter-two-gpus"] + KERNEL["dmesg-offbus-three-lines"]) + "\n")
+    doc = xev.main({"sources": [str(path)]})
+    assert doc["source"] == str(path)
+    assert [(e["xid"], e["pci_bus_id"]) for e in doc["events"]] == [
+        (None, "00000000:04:01.0"), (None, "00000000:04:02.0"), (79, "00000000:B3:00.0")]
+    assert all(e["fails"] for e in xidmod.classify(doc["events"]))
