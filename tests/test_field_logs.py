@@ -143,3 +143,28 @@ def test_probe_reads_a_saved_dmesg_file_of_a_real_failure(tmp_path):
     assert [(e["xid"], e["pci_bus_id"]) for e in doc["events"]] == [
         (None, "00000000:04:01.0"), (None, "00000000:04:02.0"), (79, "00000000:B3:00.0")]
     assert all(e["fails"] for e in xidmod.classify(doc["events"]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NCCL output
+
+from gpuaccept import nccl_judge, nccl_table, storage_judging  # noqa: E402
+from gpuaccept.probes import _nccl_log, _supervisor  # noqa: E402
+
+NCCL = blocks("nccl-logs.txt")
+
+
+def test_every_nccl_sample_has_a_source_and_lines():
+    text = (FIELD / "nccl-logs.txt").read_text(encoding="utf-8")
+    for name, lines in NCCL.items():
+        head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
+        assert "source: https://" in head, name
+        assert lines, name
+
+
+def test_channel_lines_ending_in_comm_and_nranks_keep_their_transport():
+    got = _nccl_log.parse_nccl_log(NCCL["rccl-ucx-plugin-failure"])
+    assert got["transports"] == {"NET/UCX/0/GDRDMA": 4}
+    assert storage_judging.nccl_gdr_channels(got["transports"]) == ["NET/UCX/0/GDRDMA"]
+    assert nccl_judge.transport_problem(got["transports"], "GDRDMA") is None
+    assert "NET/UCX/0/GDRDMA" in (nccl_judge.transport_problem(got["transports"], "IB") or "")
