@@ -168,3 +168,13 @@ def test_channel_lines_ending_in_comm_and_nranks_keep_their_transport():
     assert storage_judging.nccl_gdr_channels(got["transports"]) == ["NET/UCX/0/GDRDMA"]
     assert nccl_judge.transport_problem(got["transports"], "GDRDMA") is None
     assert "NET/UCX/0/GDRDMA" in (nccl_judge.transport_problem(got["transports"], "IB") or "")
+
+
+def test_ibext_plugin_channels_are_infiniband():
+    got = _nccl_log.parse_nccl_log(NCCL["ibext-plugin-channels"])
+    assert got["transports"] == {"NET/IBext_v8/2": 2, "NET/IBext_v8/1": 2}
+    assert nccl_judge.transport_problem(got["transports"], "IB") is None
+    assert nccl_judge.transport_problem(got["transports"], "NET/IB", network_only=True) is None
+    # no GPUDirect RDMA on these channels: still refused where GDRDMA is expected, and Socket is not IB
+    assert "NET/IBext_v8/1, NET/IBext_v8/2" in nccl_judge.transport_problem(got["transports"], "NET/IB/GDRDMA")
+    assert nccl_judge.transport_problem({"NET/Socket/0": 4}, "IB") is not None
