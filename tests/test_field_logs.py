@@ -178,3 +178,24 @@ def test_ibext_plugin_channels_are_infiniband():
     # no GPUDirect RDMA on these channels: still refused where GDRDMA is expected, and Socket is not IB
     assert "NET/IBext_v8/1, NET/IBext_v8/2" in nccl_judge.transport_problem(got["transports"], "NET/IB/GDRDMA")
     assert nccl_judge.transport_problem({"NET/Socket/0": 4}, "IB") is not None
+
+
+def test_empty_last_error_label_is_not_the_reason():
+    kind, why, _ = _supervisor.rank_evidence(1, "exited", 0.0, None, "\n".join(NCCL["torch-internal-error-last-error-empty"]))
+    assert why == "rc 1: [rank1]: ncclInternalError: Internal check failed."
+    assert kind == "local"
+
+
+def test_nccl_warn_messages_reach_the_reason():
+    text = "\n".join(NCCL["rccl-ucx-plugin-failure"])
+    assert _nccl_log.nccl_warnings(text.splitlines())[1] == "Failed: UCX error ucx_plugin.c:498 '-5' Invalid parameter"
+    kind, why, _ = _supervisor.rank_evidence(1, "exited", 0.0, None, text)
+    assert why.startswith("rc 1: .. node01 pid 5646: Test failure common.cu:1000 [NCCL WARN: ")
+    assert "UCX error ucx_plugin.c:498 '-5' Invalid parameter" in why
+
+
+def test_ib_completion_error_from_a_peer_is_peer_evidence_with_its_address():
+    kind, why, addrs = _supervisor.rank_evidence(1, "exited", 0.0, None, "\n".join(NCCL["ib-completion-error-from-peer"]))
+    assert kind == "peer" and addrs[0] == "10.216.210.236"
+    assert "status=12" in why
+
