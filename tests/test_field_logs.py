@@ -199,3 +199,9 @@ def test_ib_completion_error_from_a_peer_is_peer_evidence_with_its_address():
     assert kind == "peer" and addrs[0] == "10.216.210.236"
     assert "status=12" in why
 
+
+def test_a_local_cuda_failure_before_the_peer_socket_closed_is_local():
+    text = "\n".join(NCCL["cuda-oom-then-peer-socket-closed"])
+    kind, why, addrs = _supervisor.rank_evidence(1, "exited", 0.0, None, text)
+    assert kind == "local" and addrs == []
+    assert "Cuda failure 'out of memory'" in why and "Connection closed by remote peer" in why

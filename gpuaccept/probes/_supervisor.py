@@ -66,6 +66,13 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
+#: NCCL WARN messages that name a fault of this rank's own host (CUDA, memory registration with the NIC): when
+#: one comes before any network WARN, the rank failed locally even if its last words are a peer's socket closing
+#: (NVIDIA/nccl#1485: "Cuda failure 'out of memory'" ... "socketProgress: Connection closed by remote peer")
+_LOCAL_WARN = re.compile(r"cuda failure|cuda calloc|out of memory|unhandled cuda error|illegal memory access|"
+                         r"call to ibv_\w+ failed", re.I)
+
+
 def warn_note(line: str, warns: list[str], limit: int = 400) -> str:
     """``" [NCCL WARN: a; b]"``: NCCL's WARN messages (:func:`_nccl_log.nccl_warnings`) that ``line`` does not
     already hold, in order, cut to ``limit`` characters; ``""`` when there are none."""
@@ -125,7 +132,8 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
     """``(kind, reason, addresses)`` for one local rank at the moment its host's probe decides:
     ``kind`` "local" (this host's own fault: the rank died of a signal, is stopped (T) or in uninterruptible
     sleep (D) with a heartbeat older than 5 s, its heartbeat is older than ``stall_s`` while it is not running,
-    or it failed with an error that is not a network error), "peer" (it failed with a network error;
+    or it failed with an error that is not a network error, or NCCL WARNed of a local fault (CUDA failure,
+    out of memory, a failed ibv_* call) before any network WARN), "peer" (it failed with a network error;
     ``addresses`` are the IPv4/IPv6 addresses the error names, :func:`addresses_in`), "split_world",
     "addr_in_use", or None (running normally, or exited 0). The reason is ``"rc N: <last line>"`` followed by
     the rank's NCCL WARN messages that the last line does not hold (:func:`warn_note`)."""
@@ -152,6 +160,10 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
         return "addr_in_use", line, []
     warns = nccl_warnings(text.splitlines())
     why = f"rc {rc}: {line}{warn_note(line, warns)}"
+    first_local = next((i for i, w in enumerate(warns) if _LOCAL_WARN.search(w)), None)
+    first_net = next((i for i, w in enumerate(warns) if _NET_ERROR.search(w)), None)
+    if first_local is not None and (first_net is None or first_local < first_net):
+        return "local", why, []
     if _NET_ERROR.search(line):
         return "peer", why, addresses_in(line)
     return "local", why, []
