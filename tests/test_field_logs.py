@@ -205,3 +205,63 @@ def test_a_local_cuda_failure_before_the_peer_socket_closed_is_local():
     kind, why, addrs = _supervisor.rank_evidence(1, "exited", 0.0, None, text)
     assert kind == "local" and addrs == []
     assert "Cuda failure 'out of memory'" in why and "Connection closed by remote peer" in why
+
+
+def test_nccl_tests_rows_before_a_failure_are_read():
+    rows = nccl_table.parse_table("\n".join(NCCL["nccl-tests-table-then-failure"]))
+    assert [r["bytes"] for r in rows] == [1 << 30, 1 << 31, 1 << 32, 1 << 33, 1 << 34]
+    assert rows[-1]["ip_busbw_gbps"] == 367.44 and rows[-1]["oop_wrong"] == 0
+    assert nccl_judge.wrong_count(rows) == (0, [])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fio
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+
+fio_probe = load_probe("fio_throughput")
+FIO = blocks("fio-output.txt")
+
+
+def test_every_fio_sample_has_a_source_and_lines():
+    text = (FIELD / "fio-output.txt").read_text(encoding="utf-8")
+    for name, lines in FIO.items():
+        head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
+        assert "source: https://" in head, name
+        assert lines, name
+
+
+@pytest.mark.parametrize("name, first", [
+    ("eio-before-json", "fio: io_u error on file /dev/sdb: Input/output error: read offset=184912257024, buflen=4096"),
+    ("no-odirect", "fio: looks like your file system does not support direct=1/buffered=0"),
+    ("fsync-eio", "fio: pid=0, err=5/file:filesetup.c:239, func=fsync, error=Input/output error"),
+    ("eio-with-zoned-hint", "fio: first I/O failed. If /dev/nvme0n1 is a zoned block device, consider --zonemode=zbd"),
+])
+def test_fio_failure_text_gives_its_most_telling_line(name, first):
+    doc, msgs = fio_probe.parse_fio_output("\n".join(FIO[name]) + "\n")
+    assert doc is None and msgs == FIO[name]
+    detail = fio_probe.fio_error_detail(msgs)
+    assert detail[0] == first
+    assert all(d.startswith("fio:") for d in detail) and len(detail) <= 2
+
+
+def test_job_error_names_fios_own_explanation():
+    """fio's JSON says only errno 22 when the filesystem lacks O_DIRECT; the message must say so. The JSON is
+    fio's own document from a real run (/dev/full, below) with its job's error changed to 22 here."""
+    fio = shutil.which("fio")
+    if fio is None:
+        pytest.fail("fio is not installed (the storage tests need it)")
+    cmd = fio_probe.fio_command(fio, "seq_write", None, "/dev/full", bs="1M", size=4 << 20, runtime=1, numjobs=1,
+                                iodepth=1, ioengine="psync", direct=0)
+    doc, msgs, rc = fio_probe.run_fio(cmd, timeout=60)
+    assert rc != 0 and doc is not None
+    # real fio on /dev/full: ENOSPC, and fio's line naming the file, direction and offset comes with it
+    errs = fio_probe.job_errors(doc, msgs)
+    assert errs[0].startswith("fio job seq_write: errno 28 (No space left on device): fio: io_u error on file "
+                              "/dev/full: No space left on device: write offset=0"), errs
+    altered = json.loads(json.dumps(doc))
+    altered["jobs"][0]["error"] = 22
+    got = fio_probe.job_errors(altered, FIO["no-odirect"])
+    assert got == ["fio job seq_write: errno 22 (Invalid argument): fio: looks like your file system does not "
+                   "support direct=1/buffered=0; fio: destination does not support O_DIRECT"]
