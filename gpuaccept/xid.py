@@ -24,6 +24,9 @@ Rules, in the order they apply to one Xid event:
    (:data:`RECORDED_BUCKETS`); every other bucket (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS,
    UPDATE_SWFW, CHECK_UVM, CONTACT_SUPPORT, WORKFLOW_*) fails.
 
+Across events (:func:`classify`): an Xid 45 that names its cause ("caused by previous Xid 149") with no such
+Xid of that GPU in the window is judged as that cause.
+
 SXid source: NVIDIA Fabric Manager User Guide, "NVSwitch SXid Errors", kept in ``gpuaccept/data/sxid_guidance.yaml``:
 NVIDIA classifies an SXid by the severity word in the line: ``Fatal`` fails (naming switch and link), ``Non-fatal``
 is recorded. An SXid whose line states no severity (the driver's ``SOE HALTED`` or ``SOE Watchdog error`` lines, or
@@ -202,9 +205,31 @@ def classify_one(event: dict) -> dict:
     return out
 
 
+# "Ch 00000001 caused by previous Xid 149": the driver names the Xid whose teardown an Xid 45 is
+# (NVIDIA/open-gpu-kernel-modules#1150, driver 590)
+_CAUSED_BY_RE = re.compile(r"caused by previous Xid (\d+)")
+
+
 def classify(events: list[dict]) -> list[dict]:
-    """:func:`classify_one` for each ``xid_events`` probe event, in order."""
-    return [classify_one(e) for e in events]
+    """:func:`classify_one` for each ``xid_events`` probe event, in order; then one rule across events: an
+    Xid 45 (recorded by policy, the Xid that caused it being judged on its own) whose text names its cause
+    (``caused by previous Xid 149``) while no such Xid of that GPU is among ``events`` (it fell before the
+    window, or the driver rate-limited it) is judged as that cause: it fails when the named Xid would, with
+    ``rule`` "named cause" and a message saying so."""
+    out = [classify_one(e) for e in events]
+    seen = {(e.get("pci_bus_id"), e.get("xid")) for e in events}
+    for ev in out:
+        m = _CAUSED_BY_RE.search(ev.get("msg") or "") if ev.get("xid") == 45 else None
+        if not m or (ev.get("pci_bus_id"), int(m.group(1))) in seen:
+            continue
+        cause = classify_one({**ev, "xid": int(m.group(1)), "continuation": []})
+        if not cause["fails"]:
+            continue
+        ev.update(fails=True, rule="named cause", action=cause["action"])
+        ev["message"] = (f"Xid 45 on {ev.get('pci_bus_id') or '?'} names its cause, Xid {m.group(1)} "
+                         f"({cause['name']}), which is not in the log window: judged as that Xid, which fails "
+                         f"(action: {cause['action']}); log: {ev.get('msg', '')}")
+    return out
 
 
 # the NVSwitch driver's detail lines, printed after an SXid's first line: "Severity 1 Engine instance 37 ...",

@@ -107,12 +107,22 @@ def test_rminitadapter_on_two_gpus_is_one_event_each():
         ("00000000:04:01.0", 3, True), ("00000000:04:02.0", 2, True)]
 
 
-def test_xid_45_teardown_lines_are_recorded_not_failed():
+def test_xid_45_naming_a_failing_cause_outside_the_window_fails_as_that_cause():
     events, _ = judged("journal-xid45-after-nvlink-xids")
-    assert [(e["xid"], e["pid"], e["process_name"], e["fails"]) for e in events] == [
-        (45, 1818990, "python3", False), (45, 1818992, "python3", False),
-        (45, 1818989, "python3", False), (45, 1818987, "python3", False)]
-    assert "caused by previous Xid 149" in events[0]["message"]
+    assert [(e["xid"], e["pid"], e["process_name"], e["fails"], e["rule"]) for e in events] == [
+        (45, 1818990, "python3", True, "named cause"), (45, 1818992, "python3", True, "named cause"),
+        (45, 1818989, "python3", True, "named cause"), (45, 1818987, "python3", True, "named cause")]
+    assert events[0]["message"].startswith("Xid 45 on 00000000:DC:00.0 names its cause, Xid 149 (NVLINK: NETIR "
+                                           "Error), which is not in the log window")
+    assert "Xid 145" in events[1]["message"] and "WORKFLOW_NVLINK5_ERR" in events[1]["message"]
+
+
+def test_xid_45_whose_cause_is_in_the_window_stays_recorded():
+    """Altered copy: the real Xid 149 line of the kmsg-nvlink5-xids sample, moved onto GPU 0000:dc:00, put
+    before the real Xid 45 line of that GPU: the 149 fails on its own and the 45 is recorded."""
+    cause = KERNEL["kmsg-nvlink5-xids"][0].replace("PCI:0019:01:00", "PCI:0000:dc:00")
+    events = xidmod.classify(xev.parse_log([cause, KERNEL["journal-xid45-after-nvlink-xids"][0]], SINCE)["events"])
+    assert [(e["xid"], e["fails"], e["rule"]) for e in events] == [(149, True, "catalogue"), (45, False, "policy")]
 
 
 def test_nvlink5_xids_without_pid_fields_fail_by_the_catalogue():
