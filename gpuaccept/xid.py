@@ -13,7 +13,9 @@ buckets' texts in ``gpuaccept/data/xid_resolution_buckets.csv``. Nothing about a
 Rules, in the order they apply to one Xid event:
 
 0. **Driver could not initialise the GPU** (``fault`` "init_failed": the kernel log's ``RmInitAdapter failed!``,
-   no Xid number): fails, naming the GPU, the driver's code and how many times it tried.
+   no Xid number): fails, naming the GPU, the driver's code and how many times it tried. So does an
+   uncorrectable PCIe error that AER recovery could not hand to the nvidia driver (``fault`` "pcie_uncorrected":
+   ``nvidia 0000:03:00.0: AER: can't recover ...`` / ``device has no AER-aware driver``).
 1. **No number** (an ``NVRM: Xid`` line whose number could not be read): fails; the raw line is the message.
    It cannot be looked up, and an unreadable fault report must not pass.
 2. **Policy override** (:data:`POLICY_OVERRIDES`, each with its reason): the override decides.
@@ -161,6 +163,14 @@ def classify_one(event: dict) -> dict:
         out["message"] = (f"the NVIDIA driver failed to initialise the GPU at {where} (RmInitAdapter failed"
                           f"{' ' + code if code else ''}{f', {times} times' if times > 1 else ''}): the GPU cannot "
                           f"be used; log: {_raw(event)}")
+        return out
+    if event.get("fault") == "pcie_uncorrected":  # PCIe AER recovery of the GPU (drivers/pci/pcie/err.c)
+        times = event.get("repeats") or 1
+        out.update(name="uncorrectable PCIe error (AER)", mnemonic=None, bucket=None, investigatory=None,
+                   rule="driver", fails=True, action="check the GPU's PCIe link and slot (the kernel's AER recovery "
+                                                      "could not hand the error to the nvidia driver)")
+        out["message"] = (f"an uncorrectable PCIe error (AER) reached the GPU at {where} and the kernel could not "
+                          f"recover it ({event.get('msg')}{f', {times} times' if times > 1 else ''}); log: {_raw(event)}")
         return out
     if xid is None:
         out.update(name="Xid without a number", mnemonic=None, bucket=None, investigatory=None, rule="no number",

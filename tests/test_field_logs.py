@@ -275,3 +275,30 @@ def test_job_error_names_fios_own_explanation():
     got = fio_probe.job_errors(altered, FIO["no-odirect"])
     assert got == ["fio job seq_write: errno 22 (Invalid argument): fio: looks like your file system does not "
                    "support direct=1/buffered=0; fio: destination does not support O_DIRECT"]
+
+
+def test_aer_recovery_failure_of_a_gpu_fails_it_without_any_xid():
+    events, _ = judged("dmesg-reltime-aer-cant-recover")
+    assert [(e["xid"], e["pci_bus_id"], e["fault"], e["repeats"], e["fails"]) for e in events] == [
+        (None, "00000000:03:00.0", "pcie_uncorrected", 2, True)]
+    assert events[0]["time"] == "[  +0.000844]"
+    assert events[0]["message"].startswith("an uncorrectable PCIe error (AER) reached the GPU at 00000000:03:00.0 "
+                                           "and the kernel could not recover it (AER: can't recover")
+
+
+def test_aer_broadcast_to_a_gpu_before_its_xid_79():
+    events, _ = judged("dmesg-aer-fatal-then-xid79")
+    assert [(e["xid"], e["pci_bus_id"], e.get("fault"), e["fails"]) for e in events] == [
+        (None, "00000000:02:00.0", "pcie_uncorrected", True), (79, "00000000:02:00.0", None, True)]
+    assert events[1]["uuid"] == "GPU-660d987e-5b28-3bf6-2a2d-1d5ecae7f6df"
+
+
+def test_printk_caller_id_after_the_dmesg_time_is_split_off():
+    """A real line of a kernel built with CONFIG_PRINTK_CALLER (https://github.com/qualcomm-linux/kernel/pull/1118,
+    thread read 2026-11-30)."""
+    line = ("[   36.772366][  T291] pcieport 0000:00:00.0: AER: Multiple Correctable error message received from "
+            "0000:00:00.0")
+    assert xev.parse_timestamp(line)[1:] == (
+        "[   36.772366][  T291]", "pcieport 0000:00:00.0: AER: Multiple Correctable error message received from "
+                                  "0000:00:00.0")
+    assert xev.parse_log([line], SINCE)["events"] == []  # a corrected error on a port is no GPU event

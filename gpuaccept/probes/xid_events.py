@@ -35,7 +35,9 @@ Output::
                  "inferred": bool,                   # true: "fallen off the bus" without an Xid line (-> 79)
                  "line": str,                        # the raw first line
                  # only on "RmInitAdapter failed!" events (xid None, pci_bus_id None when the line names none):
-                 "fault": "init_failed", "init_code": "(0x24:0x72:1568)" | None, "repeats": int}],
+                 "fault": "init_failed", "init_code": "(0x24:0x72:1568)" | None, "repeats": int,
+                 # only on PCIe AER recovery lines of the nvidia driver's device (xid None):
+                 "fault": "pcie_uncorrected", "repeats": int}],
      "sxid_events": [{"time", "epoch", "switch": "nvidia-nvswitch3",
                       "pci_bus_id": "00000000:C1:00.0", "pci_raw": "0000:c1:00.0",   # the NVSwitch's
                       "sxid": int, "severity": "Fatal" | "Non-fatal" | None,       # None: not stated
@@ -59,6 +61,8 @@ NVSwitch format from NVIDIA's Fabric Manager User Guide, "Runtime NVSwitch and G
     NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)                (-> fault init_failed, one
     NVRM: GPU 0000:0a:00.0: rm_init_adapter failed, device minor number 5           event per GPU, repeats
     NVRM: RmInitAdapter failed! (0x26:0xffff:1123)  (old drivers, no bus id)         counted)
+    nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)            (-> fault pcie_uncorrected,
+    nvidia 0000:02:00.0: device has no AER-aware driver                             one event per GPU)
     nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore MCTO (First)
     nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 Sub-engine instance 00
     nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED                  (no severity stated)
@@ -100,10 +104,17 @@ PID_NAME_RE = re.compile(r"^pid=(?P<pid>'[^']*'|<[^>]*>|[^,\s]*)\s*,\s*(?:name=(
 INIT_FAIL_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?RmInitAdapter failed!\s*(?P<code>\([^)]*\))?")
 INIT_MINOR_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?rm_init_adapter failed(?:,| for) device (?:bearing )?minor number")
 
+# PCIe AER recovery reaching a GPU (Linux drivers/pci/pcie/err.c, only run for uncorrectable errors): the
+# nvidia driver has no AER error handlers, so the kernel says so for the GPU it could not recover
+AER_GPU_RE = re.compile(r"\bnvidia (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+                        r"(?P<what>AER: can't recover[^\n]*|device has no AER-aware driver)")
+
 _PRIORITY_RE = re.compile(r"^<\d{1,3}>")  # /dev/kmsg and syslog-forwarded lines: "<12>[38889.018130] ..."
 _CTIME_RE = re.compile(r"^\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):"
                        r"(?P<s>\d{2}) (?P<y>\d{4})\]\s*")  # dmesg -T / --ctime: "[Fri Aug 30 11:43:09 2024] "
-_MONOTONIC_RE = re.compile(r"^\[\s*\d+\.\d+\]\s*")  # plain dmesg: "[ 1843.308145] " (seconds since boot)
+# plain dmesg "[ 1843.308145] " (seconds since boot), dmesg -d/-H "[  +0.000844] " (since the previous line),
+# with the printk caller id "[  T291] " after it on kernels built with CONFIG_PRINTK_CALLER
+_MONOTONIC_RE = re.compile(r"^\[\s*\+?\d+\.\d+\](?:\[\s*[TC]\d+\])?\s*")
 _ISO_RE = re.compile(
     r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d+))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\s*"
@@ -284,6 +295,20 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
                        "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
             sxids.append(sx)
             open_sx[key] = sx
+            continue
+
+        m = AER_GPU_RE.search(line)
+        if m:  # an uncorrectable PCIe error reached this GPU and the driver cannot recover from it
+            pci = normalize_pci(m.group("pci"))
+            seen = next((e for e in events if e.get("fault") == "pcie_uncorrected" and e["pci_bus_id"] == pci), None)
+            if seen is not None:
+                seen["repeats"] += 1
+                if m.group("what") not in seen["continuation"] and m.group("what") != seen["msg"]:
+                    seen["continuation"].append(m.group("what"))
+                continue
+            ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("what"), line, uuids)
+            ev.update(fault="pcie_uncorrected", repeats=1)
+            events.append(ev)
             continue
 
         nvrm = _nvrm_part(line)
