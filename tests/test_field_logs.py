@@ -178,6 +178,9 @@ def test_channel_lines_ending_in_comm_and_nranks_keep_their_transport():
     assert storage_judging.nccl_gdr_channels(got["transports"]) == ["NET/UCX/0/GDRDMA"]
     assert nccl_judge.transport_problem(got["transports"], "GDRDMA") is None
     assert "NET/UCX/0/GDRDMA" in (nccl_judge.transport_problem(got["transports"], "IB") or "")
+    # RCCL's "NET/IB : Using [0]bnxt_re0:1/RoCE ; OOB ..." (a space before ";") and its plugin network name
+    assert got["net_devices"]["ib"] == [{"name": "bnxt_re0", "port": 1, "link": "RoCE"}]
+    assert got["net_devices"]["oob_interface"] == "ens52np0" and got["nccl_network"] == "UCX"
 
 
 def test_ibext_plugin_channels_are_infiniband():
