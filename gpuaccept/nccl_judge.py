@@ -22,6 +22,8 @@ single-node suite (``suites/test_nccl.py``) and the multi-node code (``gpuaccept
 """
 from __future__ import annotations
 
+import re
+
 from .probes._supervisor import normalize_address
 from .compute import below_median_pct
 from .thresholds import inventory_limit, judge
@@ -97,7 +99,7 @@ def transport_problem(transports: dict, expect: str | None, network_only: bool =
     """Why NCCL's channels (``{"P2P/CUMEM/read": 24, "NET/IB/0/GDRDMA": 8, ...}``) do not match ``expect``
     (``"P2P"``, ``"IB"``, ``"NET/IB/GDRDMA"``, ``"Socket"``...), or None. One rule for one node and for many:
     every component of ``expect`` other than ``NET`` must be a component of every channel checked (case
-    insensitive), so ``P2P`` refuses ``SHM/direct/direct``, ``IB`` refuses ``NET/Socket/0`` and
+    insensitive; the ``IBext``/``IBext_vN`` net plugin counts as ``IB``), so ``P2P`` refuses ``SHM/direct/direct``, ``IB`` refuses ``NET/Socket/0`` and
     ``NET/IB/GDRDMA`` refuses ``NET/IB/0`` (InfiniBand without GPUDirect RDMA). ``network_only``: only the
     ``NET/...`` channels (those that leave the host) are checked. No channel to check fails too (NCCL said
     nothing: nothing to trust). ``who`` (e.g. the SKU) names whose expectation it is in the message."""
@@ -111,10 +113,24 @@ def transport_problem(transports: dict, expect: str | None, network_only: bool =
         kind = "network channel" if network_only else "channel"
         return (f"no {kind} in NCCL's INFO lines (transports seen: {', '.join(sorted(seen)) or 'none'}) "
                 f"where {expected}")
-    bad = sorted(t for t in checked if not all(w in t.upper().split("/") for w in want))
+    bad = sorted(t for t in checked if not all(w in _components(t) for w in want))
     if bad:
         return f"NCCL channels use {', '.join(bad)} where {expected}"
     return None
+
+
+def _components(transport: str) -> set[str]:
+    """Upper-case components of an NCCL transport string; the InfiniBand verbs net plugin's name (``IBext``,
+    ``IBext_v8``, ``IBext_v11``: NVIDIA's nccl-rdma-sharp-plugins / HPC-X, e.g. ``NET/IBext_v8/0/GDRDMA`` in
+    NVIDIA/nccl#1814) also counts as ``IB``, and a device index with its proxy rank (``0(8)``) as the index."""
+    out = set()
+    for part in transport.upper().split("/"):
+        out.add(part)
+        if re.fullmatch(r"IBEXT(?:_V\d+)?", part):
+            out.add("IB")
+        if m := re.fullmatch(r"(\d+)\(\d+\)", part):
+            out.add(m.group(1))
+    return out
 
 
 def parse_device_list(value) -> tuple[bool, list[tuple[str, int | None]]]:

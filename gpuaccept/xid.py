@@ -12,6 +12,10 @@ buckets' texts in ``gpuaccept/data/xid_resolution_buckets.csv``. Nothing about a
 
 Rules, in the order they apply to one Xid event:
 
+0. **Driver could not initialise the GPU** (``fault`` "init_failed": the kernel log's ``RmInitAdapter failed!``,
+   no Xid number): fails, naming the GPU, the driver's code and how many times it tried. So does an
+   uncorrectable PCIe error that AER recovery could not hand to the nvidia driver (``fault`` "pcie_uncorrected":
+   ``nvidia 0000:03:00.0: AER: can't recover ...`` / ``device has no AER-aware driver``).
 1. **No number** (an ``NVRM: Xid`` line whose number could not be read): fails; the raw line is the message.
    It cannot be looked up, and an unreadable fault report must not pass.
 2. **Policy override** (:data:`POLICY_OVERRIDES`, each with its reason): the override decides.
@@ -21,6 +25,9 @@ Rules, in the order they apply to one Xid event:
 5. **Immediate bucket** ("Resolution Bucket (Immediate Action)"): ``IGNORE`` and ``RESTART_APP`` are recorded
    (:data:`RECORDED_BUCKETS`); every other bucket (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS,
    UPDATE_SWFW, CHECK_UVM, CONTACT_SUPPORT, WORKFLOW_*) fails.
+
+Across events (:func:`classify`): an Xid 45 that names its cause ("caused by previous Xid 149") with no such
+Xid of that GPU in the window is judged as that cause.
 
 SXid source: NVIDIA Fabric Manager User Guide, "NVSwitch SXid Errors", kept in ``gpuaccept/data/sxid_guidance.yaml``:
 NVIDIA classifies an SXid by the severity word in the line: ``Fatal`` fails (naming switch and link), ``Non-fatal``
@@ -139,7 +146,7 @@ def classify_one(event: dict) -> dict:
 
     ``event``: a dict from the ``xid_events`` probe (``xid`` int or None, ``pci_bus_id``, ``msg``, ``line``,
     ``continuation``). Added keys: ``name`` (NVIDIA's description), ``mnemonic``, ``bucket`` (immediate),
-    ``investigatory``, ``rule`` ("no number" | "policy" | "unknown" | "no bucket" | "catalogue"), ``fails``
+    ``investigatory``, ``rule`` ("driver" | "no number" | "policy" | "unknown" | "no bucket" | "catalogue"), ``fails``
     (bool), ``action`` and an operator ``message``. Never raises on a malformed event.
     """
     out = dict(event)
@@ -148,6 +155,23 @@ def classify_one(event: dict) -> dict:
         xid = int(event.get("xid"))
     except (TypeError, ValueError):
         xid = None
+    if event.get("fault") == "init_failed":  # "RmInitAdapter failed!": no Xid, the GPU never came up
+        code = event.get("init_code") or ""
+        times = event.get("repeats") or 1
+        out.update(name="GPU initialisation failed (RmInitAdapter)", mnemonic=None, bucket=None, investigatory=None,
+                   rule="driver", fails=True, action="the driver could not initialise this GPU: it cannot be used")
+        out["message"] = (f"the NVIDIA driver failed to initialise the GPU at {where} (RmInitAdapter failed"
+                          f"{' ' + code if code else ''}{f', {times} times' if times > 1 else ''}): the GPU cannot "
+                          f"be used; log: {_raw(event)}")
+        return out
+    if event.get("fault") == "pcie_uncorrected":  # PCIe AER recovery of the GPU (drivers/pci/pcie/err.c)
+        times = event.get("repeats") or 1
+        out.update(name="uncorrectable PCIe error (AER)", mnemonic=None, bucket=None, investigatory=None,
+                   rule="driver", fails=True, action="check the GPU's PCIe link and slot (the kernel's AER recovery "
+                                                      "could not hand the error to the nvidia driver)")
+        out["message"] = (f"an uncorrectable PCIe error (AER) reached the GPU at {where} and the kernel could not "
+                          f"recover it ({event.get('msg')}{f', {times} times' if times > 1 else ''}); log: {_raw(event)}")
+        return out
     if xid is None:
         out.update(name="Xid without a number", mnemonic=None, bucket=None, investigatory=None, rule="no number",
                    fails=True, action=f"read the raw line; NVIDIA's catalogue: {CATALOGUE_URL}")
@@ -191,9 +215,36 @@ def classify_one(event: dict) -> dict:
     return out
 
 
+# "Ch 00000001 caused by previous Xid 149": the driver names the Xid whose teardown an Xid 45 is
+# (NVIDIA/open-gpu-kernel-modules#1150, driver 590)
+_CAUSED_BY_RE = re.compile(r"caused by previous Xid (\d+)")
+
+
 def classify(events: list[dict]) -> list[dict]:
-    """:func:`classify_one` for each ``xid_events`` probe event, in order."""
-    return [classify_one(e) for e in events]
+    """:func:`classify_one` for each ``xid_events`` probe event, in order; then one rule across events: an
+    Xid 45 (recorded by policy, the Xid that caused it being judged on its own) whose text names its cause
+    (``caused by previous Xid 149``) while no such Xid of that GPU is among ``events`` (it fell before the
+    window, or the driver rate-limited it) is judged as that cause: it fails when the named Xid would, with
+    ``rule`` "named cause" and a message saying so."""
+    out = [classify_one(e) for e in events]
+    seen = {(e.get("pci_bus_id"), e.get("xid")) for e in events}
+    for ev in out:
+        m = _CAUSED_BY_RE.search(ev.get("msg") or "") if ev.get("xid") == 45 else None
+        if not m or (ev.get("pci_bus_id"), int(m.group(1))) in seen:
+            continue
+        cause = classify_one({**ev, "xid": int(m.group(1)), "continuation": []})
+        if not cause["fails"]:
+            continue
+        ev.update(fails=True, rule="named cause", action=cause["action"])
+        ev["message"] = (f"Xid 45 on {ev.get('pci_bus_id') or '?'} names its cause, Xid {m.group(1)} "
+                         f"({cause['name']}), which is not in the log window: judged as that Xid, which fails "
+                         f"(action: {cause['action']}); log: {ev.get('msg', '')}")
+    return out
+
+
+# the NVSwitch driver's detail lines, printed after an SXid's first line: "Severity 1 Engine instance 37 ...",
+# "Data {0x10000000, ...}" (NVIDIA Fabric Manager User Guide, "Runtime NVSwitch and GPU Errors")
+_SXID_DETAIL_RE = re.compile(r"^(?:Severity\s+\d+\s+Engine instance|Data\s*\{)")
 
 
 def classify_sxid(event: dict) -> dict:
@@ -211,8 +262,12 @@ def classify_sxid(event: dict) -> dict:
     known = guide["severities"].get(sev)
     if known is None:
         out.update(fails=True, severity_rule="no severity stated", guidance=f"see {SXID_GUIDE_URL}")
-        out["message"] = (f"SXid {event.get('sxid')} on {where}: the line states neither Fatal nor Non-fatal: "
-                          f"treated as a failure; log: {_raw(event)}")
+        if _SXID_DETAIL_RE.match(event.get("msg") or ""):
+            why = ("a detail line of an SXid report whose first line (the one stating Fatal or Non-fatal) is not in "
+                   "the log window")
+        else:
+            why = "the line states neither Fatal nor Non-fatal"
+        out["message"] = f"SXid {event.get('sxid')} on {where}: {why}: treated as a failure; log: {_raw(event)}"
         return out
     out.update(fails=bool(known["fails"]), severity_rule=sev, guidance=known["guidance"])
     verdict = "fails" if known["fails"] else "recorded"

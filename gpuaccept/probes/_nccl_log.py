@@ -5,7 +5,10 @@ Shipped beside the probes and imported by ``nccl_allreduce.py``; the controller 
 
 * ``NCCL version 2.28.9+cuda13.0`` (``init.cc``);
 * ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` (``transport.cc``; ``[send]``/``[receive]`` on network
-  channels; ``/0`` absent before NCCL 2.12 or so);
+  channels; ``/0`` absent before NCCL 2.12 or so; some versions end the line with ``comm 0x22fcfb0 nRanks 02``,
+  which is not part of the transport);
+* ``host:pid:tid [dev] file.cc:123 NCCL WARN <message>`` (``debug.cc``; the ``file.cc:123`` part absent in
+  old versions): :func:`nccl_warnings`;
 * ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..23}`` (``enqueue.cc``, TUNING,
   NCCL >= 2.19, rank 0 only);
 * ``Using network IB`` (``init.cc``);
@@ -23,10 +26,27 @@ from collections import Counter
 
 _NCCL_INFO = re.compile(r"NCCL INFO (.*)$")
 _VERSION = re.compile(r"^NCCL version (\d+\.\d+\.\d+)(\S*)")
-_CHANNEL = re.compile(r"^Channel (\d+)(?:/(\d+))? : (\d+)\[\w+\] -> (\d+)\[\w+\](?: \[(send|receive)\])? via (.+?)\s*$")
+_CHANNEL = re.compile(r"^Channel (\d+)(?:/(\d+))? : (\d+)\[\w+\] -> (\d+)\[\w+\](?: \[(send|receive)\])? via (.+?)"
+                      r"(?:\s+comm 0x[0-9a-fA-F]+ nRanks \d+)?\s*$")  # "comm 0x22fcfb0 nRanks 02": NCCL 2.18-ish
 _TUNING = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
 _NETWORK = re.compile(r"^Using network (\S+)")
 _ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?\s*$")
+
+
+_WARN = re.compile(r"NCCL WARN\s+(.*?)\s*$")
+
+
+def nccl_warnings(lines) -> list[str]:
+    """The messages of NCCL's ``NCCL WARN`` lines (any mix of ranks, other lines ignored), without the
+    ``host:pid:tid [dev] file.cc:123`` prefix, each once, in the order first seen: ``["Cuda failure 'out of
+    memory'", "socketProgress: Connection closed by remote peer node2<47247>", ...]``. Real sample texts:
+    ``tests/data/field/nccl-logs.txt``."""
+    out: dict[str, None] = {}
+    for line in lines:
+        m = _WARN.search(line)
+        if m and m.group(1):
+            out.setdefault(m.group(1), None)
+    return list(out)
 
 
 def transport_class(name: str) -> str:

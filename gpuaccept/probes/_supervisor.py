@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 try:
+    from _nccl_log import nccl_warnings
     from _probe import log
 except ImportError:  # imported as gpuaccept.probes._supervisor (tests of the pure functions)
+    from ._nccl_log import nccl_warnings
     from ._probe import log
 
 EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is taken (errno EADDRINUSE is 98)
@@ -49,13 +51,36 @@ def is_addr_in_use(text: str) -> bool:
     return "eaddrinuse" in t or "address already in use" in t or "errno 98" in t
 
 
+#: a label line with nothing after it: torch ends an NCCL error with "Last error:" and NCCL's last error text,
+#: which can be empty ("[rank1]: Last error:", vllm-project/vllm#10453)
+_EMPTY_LABEL = re.compile(r"^(?:\[rank\d+\]:\s*)?Last error:\s*$")
+
+
 def last_line(text: str) -> str:
-    """The last non-empty line of a worker's output that is not an NCCL INFO line (its error, usually)."""
+    """The last non-empty line of a worker's output that is not an NCCL INFO line nor an empty ``Last error:``
+    label (its error, usually)."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):
-        if "NCCL INFO" not in ln:
+        if "NCCL INFO" not in ln and not _EMPTY_LABEL.match(ln):
             return ln[:300]
     return lines[-1][:300] if lines else "(no output)"
+
+
+#: NCCL WARN messages that name a fault of this rank's own host (CUDA, memory registration with the NIC): when
+#: one comes before any network WARN, the rank failed locally even if its last words are a peer's socket closing
+#: (NVIDIA/nccl#1485: "Cuda failure 'out of memory'" ... "socketProgress: Connection closed by remote peer")
+_LOCAL_WARN = re.compile(r"cuda failure|cuda calloc|out of memory|unhandled cuda error|illegal memory access|"
+                         r"call to ibv_\w+ failed", re.I)
+
+
+def warn_note(line: str, warns: list[str], limit: int = 400) -> str:
+    """``" [NCCL WARN: a; b]"``: NCCL's WARN messages (:func:`_nccl_log.nccl_warnings`) that ``line`` does not
+    already hold, in order, cut to ``limit`` characters; ``""`` when there are none."""
+    rest = [w for w in warns if w not in line]
+    if not rest:
+        return ""
+    body = "; ".join(rest)
+    return f" [NCCL WARN: {body[:limit] + ('...' if len(body) > limit else '')}]"
 
 
 #: error texts of a rank that failed because of the network or of another rank (a consequence, not a cause)
@@ -107,9 +132,11 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
     """``(kind, reason, addresses)`` for one local rank at the moment its host's probe decides:
     ``kind`` "local" (this host's own fault: the rank died of a signal, is stopped (T) or in uninterruptible
     sleep (D) with a heartbeat older than 5 s, its heartbeat is older than ``stall_s`` while it is not running,
-    or it failed with an error that is not a network error), "peer" (it failed with a network error;
+    or it failed with an error that is not a network error, or NCCL WARNed of a local fault (CUDA failure,
+    out of memory, a failed ibv_* call) before any network WARN), "peer" (it failed with a network error;
     ``addresses`` are the IPv4/IPv6 addresses the error names, :func:`addresses_in`), "split_world",
-    "addr_in_use", or None (running normally, or exited 0)."""
+    "addr_in_use", or None (running normally, or exited 0). The reason is ``"rc N: <last line>"`` followed by
+    the rank's NCCL WARN messages that the last line does not hold (:func:`warn_note`)."""
     if rc is None:
         if state in ("T", "t"):
             return "local", f"process stopped (state {state}), heartbeat {heartbeat_age:.0f}s old", []
@@ -131,9 +158,15 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
         return "split_world", line, []
     if rc == EXIT_ADDR_IN_USE:
         return "addr_in_use", line, []
+    warns = nccl_warnings(text.splitlines())
+    why = f"rc {rc}: {line}{warn_note(line, warns)}"
+    first_local = next((i for i, w in enumerate(warns) if _LOCAL_WARN.search(w)), None)
+    first_net = next((i for i, w in enumerate(warns) if _NET_ERROR.search(w)), None)
+    if first_local is not None and (first_net is None or first_local < first_net):
+        return "local", why, []
     if _NET_ERROR.search(line):
-        return "peer", f"rc {rc}: {line}", addresses_in(line)
-    return "local", f"rc {rc}: {line}", []
+        return "peer", why, addresses_in(line)
+    return "local", why, []
 
 
 def hang_message(reports: list[dict], deadline_s: int, what: str = "all-reduce") -> str:
@@ -236,7 +269,9 @@ class Worker:
                 sig = f" ({signal.Signals(-rc).name})"
             except ValueError:
                 pass
-        return f"rank {self.rank} exited with rc {rc}{sig}: {last_line(self.log_text())}"
+        text = self.log_text()
+        line = last_line(text)
+        return f"rank {self.rank} exited with rc {rc}{sig}: {line}{warn_note(line, nccl_warnings(text.splitlines()))}"
 
 
 def _signal_groups(workers, sig) -> None:

@@ -31,8 +31,9 @@ Output::
 Units: GB/s = 1e9 B/s, from fio's ``bw_bytes`` (bytes per second over the job's runtime, summed over
 the jobs by ``--group_reporting``); IOPS from fio's ``iops``. fio always runs with
 ``--output-format=json``; lines it prints before (or after) the JSON document, and its stderr, are
-kept as ``fio_messages``. A job with a nonzero ``error`` fails its path with the errno and
-``os.strerror``.
+kept as ``fio_messages``. A job with a nonzero ``error`` fails its path with the errno,
+``os.strerror`` and fio's own lines about it (``fio_error_detail``: e.g. "fio: looks like your file system does
+not support direct=1/buffered=0", "fio: io_u error on file ...: read offset=..., buflen=...").
 
 Order per path (the set-up is ``_storage.scratch``, shared with storage_to_gpu and gds): (1) the mount
 holding the path is looked up in /proc/self/mountinfo (longest mount point that prefixes the resolved path)
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -95,14 +97,34 @@ def parse_fio_output(stdout: str, stderr: str = "") -> tuple[dict | None, list[s
     return (doc if isinstance(doc, dict) else None), msgs
 
 
-def job_errors(doc: dict) -> list[str]:
+_FIO_PID_ERR = re.compile(r"^fio: pid=\S+, err=(\d+)/")   # "fio: pid=5509, err=5/file:io_u.c:1896, func=..."
+_FIO_IO_U = re.compile(r"^fio: io_u error on file ")     # "... /dev/sdb: Input/output error: read offset=..., buflen=..."
+
+
+def fio_error_detail(msgs: list[str], limit: int = 2) -> list[str]:
+    """fio's own words about a failure, most telling first, at most ``limit`` lines: its explanations
+    (``fio: looks like your file system does not support direct=1/buffered=0``), then the failed I/O (``fio:
+    io_u error on file /dev/sdb: Input/output error: read offset=184912257024, buflen=4096``), then the
+    ``fio: pid=..., err=N/file:..., func=..., error=...`` summary. ``msgs``: the message lines of
+    :func:`parse_fio_output`; lines that do not start with ``fio:`` (job banners) are left out. Real
+    samples: ``tests/data/field/fio-output.txt``."""
+    lines = list(dict.fromkeys(m.strip() for m in msgs if m.strip().startswith("fio:")))
+    hints = [m for m in lines if not _FIO_PID_ERR.match(m) and not _FIO_IO_U.match(m)]
+    return (hints + [m for m in lines if _FIO_IO_U.match(m)] + [m for m in lines if _FIO_PID_ERR.match(m)])[:limit]
+
+
+def job_errors(doc: dict, msgs: list[str] | None = None) -> list[str]:
     """One line ``"fio job NAME: errno N (strerror)"`` per job of fio's JSON document ``doc`` whose
-    ``error`` (an errno, 0 when the job succeeded) is nonzero; ``[]`` when every job succeeded."""
+    ``error`` (an errno, 0 when the job succeeded) is nonzero, followed by fio's own message lines about it
+    (:func:`fio_error_detail` of ``msgs``: ``"...: errno 22 (Invalid argument): fio: looks like your file
+    system does not support direct=1/buffered=0"``); ``[]`` when every job succeeded."""
     out = []
+    detail = "; ".join(fio_error_detail(msgs or []))
     for job in doc.get("jobs") or []:
         err = job.get("error") or 0
         if err:
-            out.append(f"fio job {job.get('jobname', '?')}: errno {err} ({os.strerror(int(err))})")
+            out.append(f"fio job {job.get('jobname', '?')}: errno {err} ({os.strerror(int(err))})"
+                       + (f": {detail}" if detail else ""))
     return out
 
 
@@ -220,9 +242,10 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
             break
         res["fio_messages"] += msgs
         if doc is None:
-            errors.append(f"fio {test}: no JSON output (rc {rc}): {(msgs or ['no output'])[-1][:300]}")
+            errors.append(f"fio {test}: no JSON output (rc {rc}): "
+                          f"{'; '.join(fio_error_detail(msgs) or msgs[-1:] or ['no output'])[:300]}")
             break
-        errs = job_errors(doc)
+        errs = job_errors(doc, msgs)
         if errs:
             errors += errs
             break
@@ -253,9 +276,10 @@ def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:
     doc, msgs, rc = run_fio(cmd, timeout=runtime * 3 + 600)
     res["fio_messages"] = msgs
     if doc is None:
-        res["error"] = f"{dev}: fio gave no JSON (rc {rc})"
-    elif job_errors(doc):
-        res["error"] = f"{dev}: " + "; ".join(job_errors(doc))
+        detail = fio_error_detail(msgs) or msgs[-1:]
+        res["error"] = f"{dev}: fio gave no JSON (rc {rc})" + (f": {'; '.join(detail)[:300]}" if detail else "")
+    elif job_errors(doc, msgs):
+        res["error"] = f"{dev}: " + "; ".join(job_errors(doc, msgs))
     else:
         res["seq_read_gbps"] = summarize(doc, "read")["gbps"]
         res["ok"] = True

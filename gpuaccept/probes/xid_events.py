@@ -33,7 +33,11 @@ Output::
                  "continuation": [str],              # following NVRM lines about the same event
                  "uuid": "GPU-..." | None,           # from a preceding "NVRM: GPU at PCI:...: GPU-..." line
                  "inferred": bool,                   # true: "fallen off the bus" without an Xid line (-> 79)
-                 "line": str}],                      # the raw first line
+                 "line": str,                        # the raw first line
+                 # only on "RmInitAdapter failed!" events (xid None, pci_bus_id None when the line names none):
+                 "fault": "init_failed", "init_code": "(0x24:0x72:1568)" | None, "repeats": int,
+                 # only on PCIe AER recovery lines of the nvidia driver's device (xid None):
+                 "fault": "pcie_uncorrected", "repeats": int}],
      "sxid_events": [{"time", "epoch", "switch": "nvidia-nvswitch3",
                       "pci_bus_id": "00000000:C1:00.0", "pci_raw": "0000:c1:00.0",   # the NVSwitch's
                       "sxid": int, "severity": "Fatal" | "Non-fatal" | None,       # None: not stated
@@ -54,6 +58,11 @@ NVSwitch format from NVIDIA's Fabric Manager User Guide, "Runtime NVSwitch and G
     NVRM: (PCI ID: 10de:26b5) installed in this system has                         nv.c, no Xid number:
     NVRM: fallen off the bus and is not responding to commands.                    -> xid 79 on b3:00.0)
     NVRM: GPU at PCI:0000:19:00: GPU-6a1f...                                       (uuid of the next Xid)
+    NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)                (-> fault init_failed, one
+    NVRM: GPU 0000:0a:00.0: rm_init_adapter failed, device minor number 5           event per GPU, repeats
+    NVRM: RmInitAdapter failed! (0x26:0xffff:1123)  (old drivers, no bus id)         counted)
+    nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)            (-> fault pcie_uncorrected,
+    nvidia 0000:02:00.0: device has no AER-aware driver                             one event per GPU)
     nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore MCTO (First)
     nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 Sub-engine instance 00
     nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED                  (no severity stated)
@@ -92,6 +101,20 @@ SXID_HEAD_RE = re.compile(r"^(?P<sev>Fatal|Non-fatal)\s*,\s*(?:Link\s+(?P<link>\
 SXID_LINK_RE = re.compile(r"\bLink\s+(?P<link>\d+)\b")
 PID_NAME_RE = re.compile(r"^pid=(?P<pid>'[^']*'|<[^>]*>|[^,\s]*)\s*,\s*(?:name=(?P<name>[^,]*?)\s*,\s*)?(?P<msg>.*)$")
 
+INIT_FAIL_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?RmInitAdapter failed!\s*(?P<code>\([^)]*\))?")
+INIT_MINOR_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?rm_init_adapter failed(?:,| for) device (?:bearing )?minor number")
+
+# PCIe AER recovery reaching a GPU (Linux drivers/pci/pcie/err.c, only run for uncorrectable errors): the
+# nvidia driver has no AER error handlers, so the kernel says so for the GPU it could not recover
+AER_GPU_RE = re.compile(r"\bnvidia (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+                        r"(?P<what>AER: can't recover[^\n]*|device has no AER-aware driver)")
+
+_PRIORITY_RE = re.compile(r"^<\d{1,3}>")  # /dev/kmsg and syslog-forwarded lines: "<12>[38889.018130] ..."
+_CTIME_RE = re.compile(r"^\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):"
+                       r"(?P<s>\d{2}) (?P<y>\d{4})\]\s*")  # dmesg -T / --ctime: "[Fri Aug 30 11:43:09 2024] "
+# plain dmesg "[ 1843.308145] " (seconds since boot), dmesg -d/-H "[  +0.000844] " (since the previous line),
+# with the printk caller id "[  T291] " after it on kernels built with CONFIG_PRINTK_CALLER
+_MONOTONIC_RE = re.compile(r"^\[\s*\+?\d+\.\d+\](?:\[\s*[TC]\d+\])?\s*")
 _ISO_RE = re.compile(
     r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
     r"(?:[.,](?P<frac>\d+))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\s*"
@@ -114,9 +137,26 @@ def parse_timestamp(line: str, now: float | None = None) -> tuple[float | None, 
 
     Understands ISO 8601 (journalctl short-iso ``2026-11-29T20:17:21+0000``, dmesg --time-format iso
     ``2026-11-29T20:56:16,289025+00:00``, rsyslog RFC 3339 ``2026-11-29T20:17:21.123456+00:00``; no zone =
-    local time) and traditional syslog ``Nov 29 20:17:21`` (local time, year guessed: the latest one not
-    more than a day in the future of ``now``).
+    local time), traditional syslog ``Nov 29 20:17:21`` (local time, year guessed: the latest one not
+    more than a day in the future of ``now``), ``dmesg -T`` ``[Fri Aug 30 11:43:09 2024]`` (local time) and
+    plain dmesg ``[ 1843.308145]`` (seconds since boot: no epoch, the text is kept so that an event still
+    says when it happened). A kmsg priority ``<12>`` before any of them is skipped.
     """
+    pri = _PRIORITY_RE.match(line)
+    if pri:
+        line = line[pri.end():]
+    m = _CTIME_RE.match(line)
+    if m:
+        fields = (int(m.group("y")), _MONTHS.get(m.group("mon"), 1), int(m.group("d")), int(m.group("h")),
+                  int(m.group("mi")), int(m.group("s")))
+        try:
+            epoch = time.mktime(fields + (0, 0, -1))
+        except (ValueError, OverflowError):
+            epoch = None
+        return epoch, m.group(0).strip(), line[m.end():]
+    m = _MONOTONIC_RE.match(line)
+    if m:
+        return None, m.group(0).strip(), line[m.end():]
     m = _ISO_RE.match(line)
     if m:
         frac = float("0." + m.group("frac")) if m.group("frac") else 0.0
@@ -205,13 +245,14 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
     An "NVRM: Xid (...)" line whose number cannot be read is an event with ``xid`` None and its raw line.
     SXid lines: a line stating Fatal/Non-fatal opens an event; a later line of the same switch and SXid
     within CONTINUATION_WINDOW_S that states no severity ("Severity 0 Engine instance ...", "Data {...}")
-    is its continuation; one with no such event before it is an event with ``severity`` None.
+    is its continuation (matched per switch and SXid: the driver interleaves the lines of several switches);
+    one with no such event before it is an event with ``severity`` None.
     """
     events: list = []
     sxids: list = []
     scanned = 0
     open_ev = None
-    open_sx = None
+    open_sx: dict = {}  # (switch, SXid) -> its latest event: the driver interleaves several switches' lines
     off_bus = None  # {"pci_raw", "epoch", "ts", "line", "parts"}: a "The NVIDIA GPU <bdf>" line waiting for its end
     uuids: dict = {}
 
@@ -239,20 +280,35 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
         if m:
             sxid, rest = int(m.group("sxid")), m.group("rest").strip()
             head = SXID_HEAD_RE.match(rest)
-            if head is None and _near(open_sx, epoch, CONTINUATION_WINDOW_S) \
-                    and open_sx["switch"] == m.group("switch") and open_sx["sxid"] == sxid:
-                open_sx["continuation"].append(rest)
+            key = (m.group("switch"), sxid)
+            if head is None and _near(open_sx.get(key), epoch, CONTINUATION_WINDOW_S):
+                open_sx[key]["continuation"].append(rest)
                 continue
             link = head.group("link") if head else (SXID_LINK_RE.search(rest).group("link")
                                                    if SXID_LINK_RE.search(rest) else None)
             sev = head.group("sev") if head else None
-            open_sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
+            sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
                        "switch": m.group("switch"), "pci_bus_id": normalize_pci(m.group("pci")),
                        "pci_raw": m.group("pci"), "sxid": sxid,
                        "severity": ("Fatal" if sev.lower() == "fatal" else "Non-fatal") if sev else None,
                        "link": int(link) if link is not None else None,
                        "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
-            sxids.append(open_sx)
+            sxids.append(sx)
+            open_sx[key] = sx
+            continue
+
+        m = AER_GPU_RE.search(line)
+        if m:  # an uncorrectable PCIe error reached this GPU and the driver cannot recover from it
+            pci = normalize_pci(m.group("pci"))
+            seen = next((e for e in events if e.get("fault") == "pcie_uncorrected" and e["pci_bus_id"] == pci), None)
+            if seen is not None:
+                seen["repeats"] += 1
+                if m.group("what") not in seen["continuation"] and m.group("what") != seen["msg"]:
+                    seen["continuation"].append(m.group("what"))
+                continue
+            ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("what"), line, uuids)
+            ev.update(fault="pcie_uncorrected", repeats=1)
+            events.append(ev)
             continue
 
         nvrm = _nvrm_part(line)
@@ -301,6 +357,34 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
         m = XID_NO_NUMBER_RE.search(nvrm)
         if m:  # "NVRM: Xid (PCI:...)" without a readable number: kept with its raw text
             open_ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("rest").strip(), line, uuids)
+            events.append(open_ev)
+            continue
+
+        m = INIT_FAIL_RE.search(nvrm)
+        if m:  # "RmInitAdapter failed!": the driver could not bring the GPU up
+            pci_raw = m.group("pci") or ""
+            pci = normalize_pci(pci_raw) if pci_raw else None
+            seen = next((e for e in events if e.get("fault") == "init_failed" and e["pci_bus_id"] == pci), None)
+            if seen is not None:  # the driver retries at every open: one event per GPU, with a count
+                seen["repeats"] += 1
+                open_ev = seen
+                continue
+            open_ev = _new_event(epoch, ts_text, pci_raw, None, body, line, uuids)
+            open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=m.group("code"), repeats=1)
+            events.append(open_ev)
+            continue
+
+        m = INIT_MINOR_RE.search(nvrm)
+        if m:  # "rm_init_adapter failed, device minor number N": the second line of that report
+            pci = normalize_pci(m.group("pci")) if m.group("pci") else None
+            if near and open_ev.get("fault") == "init_failed" and pci in (None, open_ev["pci_bus_id"]):
+                if body not in open_ev["continuation"]:
+                    open_ev["continuation"].append(body)
+                continue
+            if any(e.get("fault") == "init_failed" and e["pci_bus_id"] == pci for e in events):
+                continue
+            open_ev = _new_event(epoch, ts_text, m.group("pci") or "", None, body, line, uuids)
+            open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=None, repeats=1)
             events.append(open_ev)
             continue
 
