@@ -64,6 +64,8 @@ PROBE_HOOK: list[Callable[..., dict]] = []
 DIR_MARKER = b"__GPUACCEPT_DIR__="
 #: stderr line of that command when the probes could not be unpacked (then exit status 125)
 SHIP_FAILED_MARKER = "__GPUACCEPT_SHIP_FAILED__ "
+#: stderr line of a probe command whose shipped folder is gone (then exit status 125): the probes are shipped again
+FOLDER_GONE_MARKER = "__GPUACCEPT_FOLDER_GONE__"
 # Run in the shipped folder as ``python -c UNPACK_AND_WATCH --watch-stdin DEADLINE GRACE PROBE.py ARGS``: unpack
 # the probes' tar stream from stdin, then become the node-side watchdog (probes/_watchdog.py) in the same Python
 # (one interpreter start fewer); the watchdog reads the rest of stdin, held open by the controller, for EOF.
@@ -76,6 +78,7 @@ UNPACK_AND_WATCH = (
     "    sys.exit(125)\n"
     "sys.path.insert(0, '')\n"
     "import _watchdog\n"
+    "_watchdog.sweep_stale()\n"
     "sys.exit(_watchdog.main(sys.argv[1:]))\n"
 )
 
@@ -341,7 +344,7 @@ class HostRunner:
             make, cleanup = self._new_folder()
             cmd = (make +
                    f'{py} -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode=\'r|\')'
-                   '.extractall()" && echo "$d"')
+                   '.extractall(); sys.path.insert(0, \'\'); import _watchdog; _watchdog.sweep_stale()" && echo "$d"')
             res = self.run(cmd, stdin=probe_archive(), timeout=self.probe_timeout,
                            cleanup=cleanup)
             out = res.stdout.decode(errors="replace").strip().splitlines()
@@ -415,15 +418,22 @@ class HostRunner:
             # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
             rerun = int((args or {}).get("nnodes") or 1) <= 1
             progress = lambda doc: [cb(self.name, name, doc) for cb in PROBE_PROGRESS]  # noqa: E731
-            if self._dir is None and self.host.connection != "local":  # local: a pipe cannot both feed and hold stdin
-                res = self._ship_and_run(name, args, limit, env or {}, rerun, progress)
-            else:
+            for attempt in (1, 2):
+                if self._dir is None and self.host.connection != "local":  # local: a pipe cannot feed and hold stdin
+                    res = self._ship_and_run(name, args, limit, env or {}, rerun, progress)
+                    break
                 d = self._ensure_shipped()
                 # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
-                cmd = shell.env_command({**PROBE_ENV, **(env or {})},
-                                        [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
-                                        cwd=d, exec_=True)
+                cmd = (f"cd {shell.quote(d)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
+                       + shell.env_command({**PROBE_ENV, **(env or {})},
+                                           [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
+                                           exec_=True))
                 res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
+                if not (res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr and attempt == 1):
+                    break
+                log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",
+                            self.name, d)
+                self._dir = None
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)

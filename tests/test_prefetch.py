@@ -599,6 +599,50 @@ def test_first_probe_ships_the_probes_in_the_same_command(tmp_path, caplog):
         node.stop()
 
 
+def test_stale_folders_are_swept_and_a_vanished_folder_is_shipped_again(tmp_path, caplog):
+    """Folders a SIGKILLed run left (``gpuaccept.<12 hex>``, unused for more than a day, nobody working in them)
+    are removed when the next run ships; a busy, a recent, a symlinked or a foreign-named one is kept. A run
+    whose folder vanished (a /tmp cleaner) ships the probes again for its next probe, which passes."""
+    caplog.set_level("DEBUG", logger="gpuaccept.run")
+    (node,) = nodes_with_tmp(tmp_path, ("127.0.0.98",))
+    old = time.time() - 2 * 86400
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    made = {}
+    for name in ("gpuaccept.0123456789ab", "gpuaccept.ba9876543210", "gpuaccept.111111111111", "gpuaccept-notes"):
+        made[name] = node.tmp / name
+        made[name].mkdir()
+        (made[name] / "_watchdog.py").write_text("# left by an earlier run\n")
+    (node.tmp / "gpuaccept.222222222222").symlink_to(outside)
+    for name in ("gpuaccept.0123456789ab", "gpuaccept.ba9876543210", "gpuaccept-notes"):
+        os.utime(made[name], (old, old))
+    os.utime(made["gpuaccept.111111111111"], (time.time() - 3600,) * 2)
+    os.utime(node.tmp / "gpuaccept.222222222222", (old, old), follow_symlinks=False)
+    busy = subprocess.Popen(["sleep", "120"], cwd=made["gpuaccept.ba9876543210"])
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        r = runner_on(node, kh)
+        assert r.probe("storage_mounts", {"paths": ["/"]})["paths"][0]["path"] == "/"
+        left = sorted(p.name for p in node.tmp.iterdir())
+        ours = [n for n in left if n not in made and n != "gpuaccept.222222222222"]
+        assert left == sorted(["gpuaccept.ba9876543210", "gpuaccept.111111111111", "gpuaccept-notes",
+                               "gpuaccept.222222222222", *ours]) and len(ours) == 1, left
+        assert (outside / "keep.txt").is_file()
+
+        shutil.rmtree(node.tmp / ours[0])
+        assert r.probe("nccl_env", {"login_shell": False})["errors"] == []
+        ran = [c for c in commands(caplog) if "nccl_env.py" in c]
+        assert len(ran) == 2 and "rc=125" in ran[0] and "mkdir -m 700" in ran[1] and "rc=0" in ran[1], ran
+        assert any("is gone" in rec.getMessage() for rec in caplog.records if rec.name == "gpuaccept.node")
+        r.close()
+        assert not [p for p in node.tmp.iterdir() if p.name not in made and p.name != "gpuaccept.222222222222"]
+    finally:
+        busy.kill()
+        busy.wait()
+        node.stop()
+
+
 def test_first_probe_whose_connection_drops_is_shipped_again(tmp_path, caplog):
     """The connection drops while the first probe (shipped in the same command) runs: the lost command's
     processes and half-used folder are removed, the command runs once more on a fresh connection, and at

@@ -28,6 +28,12 @@ shows the watchdog's command line).
 The probe writes to the watchdog's own stdout and stderr (inherited file descriptors, nothing piped through or
 buffered here), so its live progress lines (``_probe.progress``) reach the controller as it writes them.
 
+The shipped folder (``$TMPDIR/gpuaccept.<12 hex>``, the watchdog's working directory) has its mtime set at
+each probe start (:func:`mark_used`). A run whose controller was SIGKILLed, or whose host froze, cannot remove its
+folder; the next run's shipping removes such folders (:func:`sweep_stale`: this user's, unused for
+:data:`STALE_S`, no process working in them). A run whose folder vanished under it ships the probes again
+(gpuaccept.node).
+
 A probe that exits by itself leaves nothing behind either: whatever it left running in its group is killed.
 Exit status: the probe's (128 + N when it died of signal N); after a kill, 1 with one JSON line
 ``{"failed": true, "msg": "node watchdog: ..."}`` on stdout (the probe contract of ``_probe.py``).
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -50,6 +57,11 @@ KILL_GRACE_S = 1.5
 #: seconds between checks of the deadline and parent (and of the probe, where no pidfd can be had)
 POLL_S = 0.2
 PGID_MARKER = "__GPUACCEPT_PGID__="
+#: seconds since its last probe started after which another run's shipping removes a shipped folder nobody
+#: works in (one day: longer than any gap between two probes of one run on one host, burn-ins included, which
+#: work in it throughout; systemd-tmpfiles' default for /tmp is 10 days)
+STALE_S = 86400.0
+_FOLDER_RE = re.compile(r"gpuaccept\.[0-9a-f]{12}")
 
 _signalled: list[int] = []
 
@@ -97,6 +109,62 @@ def _pdeathsig() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except Exception:  # noqa: BLE001 - not Linux, or no libc: the other checks still hold
         pass
+
+
+def mark_used() -> None:
+    """Set the shipped folder's mtime to now, where the working directory is one (best effort)."""
+    try:
+        if _FOLDER_RE.fullmatch(os.path.basename(os.getcwd())):
+            os.utime(".")
+    except OSError:
+        pass
+
+
+def _cwds() -> set[str]:
+    """Working directories of the processes /proc lets this user see."""
+    out = set()
+    for p in _proc.processes():
+        try:
+            out.add(os.readlink(f"/proc/{p.pid}/cwd"))
+        except OSError:
+            continue
+    return out
+
+
+def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = STALE_S) -> list[str]:
+    """Remove ``gpuaccept.<12 hex>`` folders in ``parent`` (default: beside the working directory) that this user
+    owns, whose mtime is more than ``stale_s`` s before ``now`` and in which no process works; returns the
+    names removed. Never follows a symlink; never raises (what cannot be removed stays)."""
+    import shutil
+    import stat
+
+    now = time.time() if now is None else now
+    try:
+        here = os.path.realpath(".")
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    stale = []
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (_FOLDER_RE.fullmatch(name) and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+                and now - st.st_mtime > stale_s and os.path.realpath(path) != here):
+            stale.append(os.path.realpath(path))
+    if not stale:
+        return []
+    busy = _cwds()
+    removed = []
+    for path in stale:
+        if any(c == path or c.startswith(path + os.sep) for c in busy):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(os.path.basename(path))
+    return removed
 
 
 def _run_probe(argv: list[str]):
@@ -150,6 +218,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: _watchdog.py [--watch-stdin] [--exec] DEADLINE_S GRACE_S PROBE.py [ARGS...]\n")
         return 2
     deadline_s, grace_s = float(argv[0]), float(argv[1])
+    mark_used()
     probe = argv[2:]
     if os.getpgrp() != os.getpid():
         try:
