@@ -366,15 +366,20 @@ def test_host_frozen_after_joining_is_named_without_waiting_for_its_timeout(tmp_
         nodes = _nodes(tmp_path, sshds, write_known_hosts(base / "kh", sshds))
         out: dict = {}
         t = threading.Thread(target=lambda: out.setdefault("col", mn.ring(
-            nodes, mn.Settings({**GLOO, "iters": 50}, 1, deadline_s=60, stall_s=20))))
+            nodes, mn.Settings({**GLOO, "iters": 100}, 1, deadline_s=60, stall_s=20))))
         t0 = time.monotonic()
         t.start()
-        end, found = time.monotonic() + 40, []
-        while time.monotonic() < end and not found:
+        end, phase = time.monotonic() + 40, ""
+        while time.monotonic() < end and " B " not in phase:  # fz2's rank is in the timed collectives
             mine = set(sshds[1].processes())
-            found = [p for p in _procs("nccl_allreduce.py", mn.MARKER_PREFIX, '"host": "fz2"') if p in mine]
+            for p in [p for p in _procs("--worker", mn.MARKER_PREFIX, '"host": "fz2"') if p in mine]:
+                try:
+                    spec = json.loads(Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[3])
+                    phase = json.loads(Path(spec["phase_path"]).read_text())["phase"]
+                except (OSError, ValueError, IndexError, KeyError):
+                    pass
             time.sleep(0.02)
-        assert found, "fz2's probe never started"
+        assert " B " in phase, f"fz2's rank never reached the timed collectives (phase {phase!r})"
         sshds[1].freeze()
         t.join(60)
         col = out["col"]
@@ -383,7 +388,7 @@ def test_host_frozen_after_joining_is_named_without_waiting_for_its_timeout(tmp_
         assert r.kind == "timeout" and r.error.startswith("stopped answering: every other host finished the "
                                                           "collective"), r
         assert all(col.results[h].kind == "ok" for h in ("fz1", "fz3")), col.results
-        assert time.monotonic() - t0 < 5 + 40  # the call's own timeout is 60 + 30 s
+        assert time.monotonic() - t0 < 70  # the call's own timeout is 60 + 30 s, then the sweep
     finally:
         sshds[1].thaw()
         for sd in sshds:

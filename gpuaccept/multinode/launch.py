@@ -16,8 +16,9 @@ Failure handling, in order:
   with the marker (the probe kills its ranks and reports what it saw);
 * a host that has not answered when every other host has finished the collective well (which its ranks
   must have joined to the end) gets :data:`LAGGARD_MIN_S` s, or half the time the others took if longer;
-  then its call is cancelled and it is named "stopped answering" (its SSH session or host froze after the
-  collective) without waiting for the call's own timeout;
+  one that has not answered :data:`LAGGARD_MIN_S` s after the abort likewise; then its call is cancelled
+  and it is named "stopped answering" (its SSH session or host froze) without waiting for the call's own
+  timeout;
 * a port found taken on node 0 is retried with a fresh port (:data:`PORT_ATTEMPTS` in all);
 * after any failed collective every host that answers gets ``pkill -KILL`` of the marker (probes and workers),
   so nothing is left when the next collective starts;
@@ -179,18 +180,19 @@ def _run_once(nodes: list[HostRunner], st: Settings, master: str, port: int, mar
             if abort_at is not None and not aborted and pending and now >= abort_at:
                 aborted = [futs[f] for f in pending]
                 threading.Thread(target=abort, args=(aborted, marker), daemon=True).start()
-            if abort_at is None and pending and results and late_at is None:  # the others finished ok
-                late_at = now + max(LAGGARD_MIN_S, 0.5 * (now - t0))
-            if late_at is not None and not late and abort_at is None and pending and now >= late_at:
+            if pending and late_at is None and (aborted or (abort_at is None and results)):
+                late_at = now + (LAGGARD_MIN_S if aborted else max(LAGGARD_MIN_S, 0.5 * (now - t0)))
+                since = ("the collective was aborted (another host failed)" if aborted else
+                         "every other host finished the collective, which its ranks joined to the end")
+            if late_at is not None and not late and pending and now >= late_at:
                 late = {futs[f].name: now - t0 for f in pending}
                 _cancel_calls(set(late), marker)
         for h, waited in late.items():
             r = results[h]
-            if r.kind != "ok":
+            if r.kind not in ("ok", "failed"):
                 r.kind = "timeout"
-                r.error = (f"stopped answering: every other host finished the collective, which its ranks joined "
-                           f"to the end, but its probe call had not returned {waited:.0f} s after the start "
-                           f"(its SSH session or the host froze?); call cancelled")
+                r.error = (f"stopped answering: {since}, but its probe call had not returned {waited:.0f} s after "
+                           f"the start (its SSH session or the host froze?); call cancelled")
         for n in aborted:  # what our abort caused is no evidence against the host
             r = results[n.name]
             if (r.kind == "failed" and (r.doc or {}).get("outcome") == "aborted") or r.kind == "crashed":
