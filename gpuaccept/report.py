@@ -487,6 +487,9 @@ class HostVerdicts:
                     v["reasons"].append(f"{r.layer}/{f['check']}{_gpu_s(f)}: {_fmt(f['value'])} {f.get('unit') or ''} "
                                         f"vs {_limit_s(f.get('limit'))}".replace("  ", " "))
                 first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
+                if not r.host and h != "fleet":  # a fleet-wide test: the line about this host, not another's
+                    first = next((ln for ln in (r.message or "").splitlines() if _fleet_hosts_named(ln, [h])),
+                                 first)
                 if not figs:
                     v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
 

@@ -1,0 +1,37 @@
+"""Fleet-wide health judgments across hosts (pure functions, no I/O), used by
+``suites/test_health.py::test_fleet_consistency``.
+
+Each returns ``[(host, message)]``: the hosts at fault, each with one line, so that the suite files every
+failure under the host it concerns (``Recorder.fail(message, host=h)`` writes ``"<host>: <message>"``) and the
+reports count it against that host (summary.md host line, ``failed-hosts.txt`` for ``--limit=@...``), not only
+against the pseudo-host ``fleet``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+
+def _names(hosts: list[str], most: int = 10) -> str:
+    return ", ".join(hosts[:most]) + (f" and {len(hosts) - most} more" if len(hosts) > most else "")
+
+
+def driver_split(drivers: Mapping[str, list[str]]) -> list[tuple[str, str]]:
+    """Hosts whose NVIDIA driver differs from the fleet's.
+
+    ``drivers``: driver version -> hosts running it (every host with a readable NVML). One version: [].
+    A version run by more hosts than any other is the fleet's; each host on another version fails
+    ("driver 570.195.03, while 7 of 8 hosts run 580.159.04"). With no such version (a tie: 1 and 1, 2 and 2)
+    no host can be called the odd one, and every host fails naming the split.
+    """
+    if len(drivers) < 2:
+        return []
+    total = sum(len(h) for h in drivers.values())
+    ranked = sorted(drivers.items(), key=lambda kv: -len(kv[1]))
+    top, runner_up = ranked[0], ranked[1]
+    if len(top[1]) > len(runner_up[1]):
+        return [(h, f"driver {d}, while {len(top[1])} of {total} hosts run {top[0]}")
+                for d, hosts in ranked[1:] for h in hosts]
+    split = "; ".join(f"{d} on {len(hosts)} ({_names(hosts, 3)})" for d, hosts in ranked)
+    return [(h, f"driver {d}; the hosts are split with no majority driver: {split}")
+            for d, hosts in ranked for h in hosts]
+
