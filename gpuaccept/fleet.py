@@ -8,7 +8,7 @@ against the pseudo-host ``fleet``.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 
 def _names(hosts: list[str], most: int = 10) -> str:
@@ -35,3 +35,36 @@ def driver_split(drivers: Mapping[str, list[str]]) -> list[tuple[str, str]]:
     return [(h, f"driver {d}; the hosts are split with no majority driver: {split}")
             for d, hosts in ranked for h in hosts]
 
+
+def shared_gpus(gpus_by_host: Mapping[str, Iterable[dict]], address: Mapping[str, str] | None = None
+                ) -> list[tuple[str, str]]:
+    """Hosts that report the same physical GPU (NVML UUID) as another host of the run.
+
+    A GPU UUID is unique to one card (NVML ``nvmlDeviceGetUUID``); two inventory names that show the same
+    UUIDs reach one machine (a copied ``ansible_host``, a stale DNS entry): that machine is tested twice and
+    the machine the second name stands for not at all, yet both names would pass. Each such host fails
+    naming the other host(s), the shared GPUs' count and first UUID, and both addresses.
+
+    ``gpus_by_host``: host -> its gpu_inventory GPU documents (``uuid`` a string; unreadable ones ignored);
+    ``address``: host -> the address it was reached at (``ansible_host``), for the message.
+    """
+    owners: dict[str, list[str]] = {}
+    for host, gpus in gpus_by_host.items():
+        for g in gpus:
+            uuid = g.get("uuid") if isinstance(g, dict) else None
+            if isinstance(uuid, str) and uuid.strip() and host not in owners.setdefault(uuid, []):
+                owners[uuid].append(host)
+    address = address or {}
+    out = []
+    for host in gpus_by_host:
+        shared = {u: hs for u, hs in owners.items() if host in hs and len(hs) > 1}
+        if not shared:
+            continue
+        others = sorted({h for hs in shared.values() for h in hs if h != host})
+        first = sorted(shared)[0]
+        where = ", ".join(f"{h} at {address.get(h) or '?'}" for h in [host] + others[:3])
+        out.append((host, f"reports the same GPU{'s' if len(shared) > 1 else ''} as {_names(others, 3)} "
+                          f"({len(shared)} GPU{'s' if len(shared) > 1 else ''} by NVML UUID, first {first}; "
+                          f"{where}): one machine reached under two inventory names, so the other machine "
+                          f"was not tested"))
+    return out

@@ -130,9 +130,11 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
 
 
 def test_fleet_consistency(nodes, verdicts):
-    """All selected hosts run one driver version (hosts off the majority fail), and each host carries the SKU
-    its group declares. Failures are filed under the host they concern (gpuaccept/fleet.py)."""
+    """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
+    group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed
+    under the host they concern (gpuaccept/fleet.py)."""
     drivers: dict[str, list[str]] = {}
+    gpus_by_host: dict[str, list] = {}
     for n in nodes:
         try:
             doc = n.gpu_inventory()
@@ -144,6 +146,7 @@ def test_fleet_consistency(nodes, verdicts):
         drivers.setdefault(str(doc.get("driver")), []).append(n.name)
         declared = n.host.vars.get("gpu_sku")
         readable = present(typed(doc.get("gpus") or []))
+        gpus_by_host[n.name] = readable
         if declared and readable:
             try:
                 seen = detect_gpu(n.specs, readable[0])
@@ -155,6 +158,7 @@ def test_fleet_consistency(nodes, verdicts):
     verdicts.record("driver_versions", {k: len(v) for k, v in drivers.items()})
     if not drivers:
         pytest.skip("no host with an NVIDIA GPU in the selection")
-    for host, why in fleet.driver_split(drivers):
+    for host, why in fleet.driver_split(drivers) + fleet.shared_gpus(
+            gpus_by_host, {n.name: n.host.address for n in nodes}):
         verdicts.fail(why, host=host)
     verdicts.finish()

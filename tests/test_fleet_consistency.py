@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuaccept.fleet import driver_split
+from gpuaccept.fleet import driver_split, shared_gpus
 from project_helpers import DATA, alter, make_project, replay_folder, run_pytest
 
 
@@ -18,6 +18,13 @@ def test_driver_split_without_majority_names_every_host():
     found = dict(driver_split({"580.159.04": ["a"], "570.195.03": ["b"]}))
     assert set(found) == {"a", "b"} and "no majority driver" in found["a"] and found["b"].startswith("driver 570")
 
+
+def test_shared_gpus_names_both_names_of_one_machine():
+    g = [{"uuid": "GPU-1"}, {"uuid": "GPU-2"}]
+    found = dict(shared_gpus({"n1": g, "n2": list(g), "n3": [{"uuid": "GPU-3"}], "n4": [{"uuid": None}],
+                              "n5": [{"uuid": None}]}, {"n1": "10.0.0.7", "n2": "10.0.0.7"}))
+    assert set(found) == {"n1", "n2"}
+    assert "same GPUs as n2 (2 GPUs by NVML UUID, first GPU-1; n1 at 10.0.0.7, n2 at 10.0.0.7)" in found["n1"]
 
 
 def _uuids(tag):
@@ -55,3 +62,14 @@ def test_a_host_on_another_driver_is_a_failed_host(tmp_path):
         in summary
     assert "- **PASS** `g1`" in summary
 
+
+def test_one_machine_under_two_names_fails_both_names(tmp_path):
+    """Found on 2026-11-30 (third trial): g1 and g2 reaching one machine (a copied ansible_host) both PASSED
+    with the same GPUs, UUIDs and serials, and the machine g2 stands for was never tested. Now both names
+    fail, naming each other; g3, a machine of its own, passes."""
+    g3 = alter(tmp_path, "gpu_inventory", _uuids("0003"))
+    res, test, failed, summary = _run(tmp_path, {"g1": DATA, "g2": DATA, "g3": g3})
+    assert res.returncode == 1 and test["outcome"] == "failed", res.stdout[-3000:]
+    assert failed == ["g1", "g2"], (failed, test["message"])
+    assert "g2: reports the same GPUs as g1 (2 GPUs by NVML UUID" in test["message"]
+    assert "- **PASS** `g3`" in summary
