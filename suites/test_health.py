@@ -91,7 +91,8 @@ def test_pcie_link(node: HostRunner, gpus, sku, verdicts):
 
 
 def test_preflight(node: HostRunner, gpus, sku, verdicts):
-    """No foreign processes on the GPUs, persistence mode on, MIG mode as the SKU expects."""
+    """No foreign processes on the GPUs, persistence mode on, MIG mode as the SKU expects, no hardware clock
+    slowdown (HW slowdown, HW thermal, HW power brake) active while the GPUs idle."""
     for g in gpus:
         verdicts.apply(health.preflight(g, sku), gpu=g)
     verdicts.finish()
