@@ -1,0 +1,63 @@
+"""Faults found by the third new-user trial (2026-11-30), end to end on replayed 2xH200 captures: a probe
+document with a non-finite figure (an ERROR naming it; reports strict JSON parsers can read), and the line of a
+host that declares GPUs but shows none (naming only what declared them)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from project_helpers import alter, replay_project, run_pytest
+
+
+def _strict(text: str):
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_non_finite_hbm_figure_is_an_error_and_results_stay_json(tmp_path, value):
+    """Found on 2026-11-30 (third trial): read_gbps Infinity PASSED the 4300 GB/s floor, NaN FAILED as slow HBM,
+    and results.json / results.jsonl carried the tokens Infinity / NaN, which jq and JSON.parse refuse."""
+    def change(doc):
+        doc["gpus"][1]["read_gbps"] = value  # ALTERED: GPU 1's HBM read figure is not a number
+    inv = replay_project(tmp_path, alter(tmp_path, "hbm_bandwidth", change))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "hbm_bandwidth")
+    assert res.returncode == 1, res.stdout[-3000:]
+    results = _strict((rep / "results.json").read_text())
+    for line in (rep / "results.jsonl").read_text().splitlines():
+        _strict(line)
+    test = next(t for t in results["tests"] if "test_hbm_bandwidth" in t["nodeid"])
+    assert test["outcome"] == "error", test
+    assert f"hbm_read_bw_gbps: {value} is no measurement (limit >= 4300 GB/s)" in test["message"]
+    fig = next(f for f in test["figures"] if f["check"] == "hbm_read_bw_gbps" and f["gpu"] == 1)
+    assert fig["value"] == str(value) and fig["verdict"] == "error"
+
+
+def _no_driver(doc):  # ALTERED: the document gpu_inventory writes on a node without the NVIDIA driver
+    doc.update(nvml_available=False, gpus=[], driver_present=False, reason_code="no_driver",
+               reason="no NVIDIA driver (libnvidia-ml.so not found)")
+    for k in ("driver", "nvml_version", "cuda_driver_version", "gpu_count", "kernel_driver_version"):
+        doc.pop(k, None)
+
+
+@pytest.mark.parametrize("declared,args,needle", [
+    ("gpus_per_node=2", (), "but the inventory declares gpus_per_node=2"),
+    ("", ("--sku", "h200-sxm-141gb"), "but --sku h200-sxm-141gb declares one"),
+])
+def test_declared_gpu_missing_names_only_what_declared_it(tmp_path, declared, args, needle):
+    """Found on 2026-11-30 (third trial): the failure read "declares gpu_sku=None gpus_per_node=8", and with
+    --sku (no inventory var) "declares gpu_sku=None gpus_per_node=None": the line named declarations that
+    were never made and not the one that was."""
+    from project_helpers import make_project, replay_folder
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    folder = replay_folder(tmp_path, alter(tmp_path, "gpu_inventory", _no_driver))
+    inv.write_text(f"h-a ansible_connection=local gpuaccept_replay={folder} {declared}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_gpu_inventory", *args)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    test = next(t for t in _strict((rep / "results.json").read_text())["tests"] if "test_gpu_inventory" in t["nodeid"])
+    assert test["outcome"] == "failed" and "h-a: no NVIDIA GPU found (no NVIDIA driver" in test["message"], test
+    assert needle in test["message"] and "None" not in test["message"], test["message"]
