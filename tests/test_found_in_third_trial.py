@@ -61,3 +61,29 @@ def test_declared_gpu_missing_names_only_what_declared_it(tmp_path, declared, ar
     test = next(t for t in _strict((rep / "results.json").read_text())["tests"] if "test_gpu_inventory" in t["nodeid"])
     assert test["outcome"] == "failed" and "h-a: no NVIDIA GPU found (no NVIDIA driver" in test["message"], test
     assert needle in test["message"] and "None" not in test["message"], test["message"]
+
+
+def test_gpu_in_mig_mode_blocks_its_figures_instead_of_failing_them_as_slow(tmp_path):
+    """Found on 2026-11-30 (third trial): GPU 1 left in MIG mode, CUDA measuring one slice of it (1/7 of the
+    figures): compute and memory FAILED as slow hardware and h200-a's summary line began "compute/bf16_tflops GPU 1:
+    95.17 TFLOP/s vs >= 600". Now they are ERRORS "blocked by preflight: GPU 1: MIG mode is on", the figures kept,
+    and test_preflight is the one failure."""
+    def mig(doc):  # ALTERED: nvidia-smi -i 1 -mig 1, applied
+        doc["gpus"][1]["mig_mode"] = {"current": True, "pending": True}
+
+    def slice_(doc):  # ALTERED: what a 1g MIG slice of GPU 1 would measure
+        for fig in doc["gpus"][1]["dtypes"].values():
+            fig["tflops"] = fig["tflops"] / 7
+    src = alter(tmp_path, "matmul_tflops", slice_, src=alter(tmp_path, "gpu_inventory", mig))
+    inv = replay_project(tmp_path, src)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "tensor_tflops or preflight")
+    assert res.returncode == 1, res.stdout[-3000:]
+    tests = {t["nodeid"].split("::")[-1]: t for t in _strict((rep / "results.json").read_text())["tests"]}
+    assert tests["test_preflight[h200-a]"]["outcome"] == "failed"
+    compute = tests["test_tensor_tflops[h200-a]"]
+    assert compute["outcome"] == "error", compute
+    assert compute["message"].startswith("blocked by preflight: GPU 1: MIG mode is on, the SKU file expects off")
+    assert any(f["check"] == "bf16_tflops" and f["gpu"] == 1 for f in compute["figures"])  # kept
+    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **ERROR** `h200-a`"))
+    assert "blocked by preflight: GPU 1: MIG mode is on" in line and "bf16_tflops GPU 1" not in line, line

@@ -213,6 +213,10 @@ def test_healthy_capture_has_no_blockers():
      [Blocker("driver_versions", "NVML library / kernel driver mismatch: library 580.159.04, kernel module "
                                  "570.86.15 (reboot or reload)")]),
     (_doc_with(sick("fabric", {"nvml_error": "Not Supported"})), []),  # unreadable: health reports it, no block
+    # found on 2026-11-30 (third trial): a GPU left in MIG mode FAILED compute and memory as slow hardware
+    # ("bf16_tflops 95 < min 600": CUDA measured a MIG slice), sending a healthy card to RMA
+    (_doc_with(sick("mig_mode.current", True)), [Blocker("preflight", "MIG mode is on, the SKU file expects off", 1)]),
+    (_doc_with(sick("mig_mode", {"nvml_error": "Not Supported"})), []),
 ])
 def test_blockers(doc, expected):
     assert blockers(doc, H200) == expected
