@@ -1,6 +1,7 @@
 """Blocked, not broken: which GPUs (or the whole host) a lower-layer check shows cannot be measured fairly.
 
 Pure function of the gpu_inventory document (and the node's SKU). A foreign compute process on a GPU, a GPU
+in another MIG mode than its SKU file expects (CUDA then sees a MIG slice of it, or none of it), a GPU
 whose NVSwitch fabric registration is not complete, a GPU NVML has no handle for, and an NVML library that
 differs from the loaded kernel module all make the memory, compute, NVLink, NCCL and GPUDirect figures of
 that GPU (or host) untrustworthy: a card shared with someone else's matmul reads slow without being slow.
@@ -62,6 +63,10 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
         if isinstance(procs, list) and procs:
             for f in health.preflight(g, sku) if sku is not None else health.foreign_processes(g):
                 if f.check == "compute_processes" and f.failure:
+                    out.append(Blocker("preflight", f.failure, idx))
+        if sku is not None:  # MIG mode other than the SKU file expects: a probe measures a slice, or nothing
+            for f in health.preflight(g, sku):
+                if f.check == "mig_mode" and f.failure:
                     out.append(Blocker("preflight", f.failure, idx))
         if sku is not None and sku.expect.get("nvswitch"):
             fab = g.get("fabric")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .compute import clock_reasons
 from .readings import error_text, is_error, is_lost, lost_reason, number, present
 from .thresholds import Limit, SkuSpec
 
@@ -190,11 +191,30 @@ def foreign_processes(gpu: dict) -> list[Finding]:
                     ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in procs) if procs else None)]
 
 
+def idle_clock_events(gpu: dict) -> list[Finding]:
+    """Hardware clock slowdowns active while the GPU idles (``clocks_event_reasons``, the
+    nvmlDeviceGetCurrentClocksEventReasons mask read by gpu_inventory, no load running): HW slowdown, HW
+    thermal slowdown or HW power brake (gpuaccept.compute.CLOCK_REASONS_FAIL) asserted on an idle card means
+    an overheating card, a failing power supply or an external brake signal; every later figure of the card
+    is throttled. Software reasons (power cap, SW thermal, sync boost) are recorded; an unreadable mask is
+    recorded with NVML's words (the compute layer reads the mask again under load)."""
+    mask = gpu.get("clocks_event_reasons")
+    if number(mask) is None:
+        return [Finding("idle_clocks_event_reasons", mask,
+                        extra={"note": f"unreadable (NVML: {error_text(mask) or 'not in the probe document'})"})]
+    failing, seen = clock_reasons(mask)
+    return [Finding("idle_clocks_event_reasons", f"0x{int(mask):x}", extra={"active": failing + seen} if failing
+                    or seen else None, failure=(f"{', '.join(failing)} active while idle (clocks event reasons "
+                                                f"0x{int(mask):x}): the GPU is throttled before any load")
+                    if failing else None)]
+
+
 def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
-    """No foreign processes on the GPU, persistence mode on, MIG mode as the SKU expects."""
+    """No foreign processes on the GPU, persistence mode on, MIG mode as the SKU expects, no hardware clock
+    slowdown while idle (:func:`idle_clock_events`)."""
     if is_lost(gpu):
         return lost(gpu)
-    out = foreign_processes(gpu)
+    out = foreign_processes(gpu) + idle_clock_events(gpu)
     pm = gpu.get("persistence_mode")
     want_pm = sku.expect.get("persistence_mode", True)
     out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None))

@@ -262,9 +262,9 @@ def gpus(request, node: HostRunner) -> list[dict]:
         if problem:
             raise ProbeError(node.name, problem)
         if node.gpus_declared:
-            raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but the inventory declares "
-                                     f"gpu_sku={node.host.vars.get('gpu_sku')} "
-                                     f"gpus_per_node={node.host.vars.get('gpus_per_node')}")
+            said = [f"{k}={node.host.vars[k]}" for k in ("gpu_sku", "gpus_per_node") if node.host.vars.get(k)]
+            raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but " + (
+                f"the inventory declares {' '.join(said)}" if said else f"--sku {node.sku_override} declares one"))
         pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
     return found
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .probes._pci import normalize_bus_id
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,9 +81,13 @@ def number(v: Any) -> int | float | None:
 
 
 def to_json(v: Any) -> Any:
-    """``v`` with NvmlError values turned back into ``{"nvml_error": ...}`` (for results.json)."""
+    """``v`` with NvmlError values turned back into ``{"nvml_error": ...}`` (for results.json), and non-finite
+    floats as the strings ``"nan"``, ``"inf"``, ``"-inf"``: JSON has no such numbers (RFC 8259 section 6), and
+    Python's ``NaN``/``Infinity`` tokens make results.json unreadable to jq and other strict parsers."""
     if isinstance(v, NvmlError):
         return v.to_json()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
     if isinstance(v, dict):
         return {k: to_json(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

@@ -483,10 +483,15 @@ class HostVerdicts:
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
+                if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+                    figs = []  # kept figures of a blocked test are no reason: the blocker is (verdicts.outcome)
                 for f in figs[:3]:
                     v["reasons"].append(f"{r.layer}/{f['check']}{_gpu_s(f)}: {_fmt(f['value'])} {f.get('unit') or ''} "
                                         f"vs {_limit_s(f.get('limit'))}".replace("  ", " "))
                 first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
+                if not r.host and h != "fleet":  # a fleet-wide test: the line about this host, not another's
+                    first = next((ln for ln in (r.message or "").splitlines() if _fleet_hosts_named(ln, [h])),
+                                 first)
                 if not figs:
                     v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
 

@@ -21,6 +21,7 @@ Judging (:func:`judge`) is a pure function of a :class:`Limit` and a value.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -186,13 +187,17 @@ def judge(limit: Limit, value: float | None, figure: str | None = None, context:
     ``figure`` names the figure in the message (e.g. ``"bf16_below_node_median_pct"``; default
     ``limit.check``); ``context`` is appended in parentheses (dtype, size, direction: ``"bf16 8192x8192x8192
     matmul"``). A value that is not a number (None, a bool, an NVML error) does not pass: kind "missing",
-    message "<figure>: no value measured (limit ...)". Messages look like
+    message "<figure>: no value measured (limit ...)"; nor does a non-finite one (NaN, +-inf: a timer that read
+    0 s, a division by zero on the node), kind "missing", "<figure>: inf is no measurement (limit ...)": it is
+    neither a pass (inf >= any floor) nor a hardware failure (NaN < nothing). Messages look like
     ``"hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s"``.
     """
     name = figure or limit.check
     ctx = f" ({context})" if context else ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return Verdict(False, f"{name}: no value measured (limit {limit.describe()}){ctx}", "missing")
+    if not math.isfinite(value):
+        return Verdict(False, f"{name}: {value} is no measurement (limit {limit.describe()}){ctx}", "missing")
     ok = value >= limit.bound if limit.direction == "min" else value <= limit.bound
     rel = "<" if limit.direction == "min" else ">"
     if ok:

@@ -4,7 +4,7 @@ Each check is its own test so that ``-k`` finds it; the judging itself lives in 
 """
 import pytest
 
-from gpuaccept import health
+from gpuaccept import fleet, health
 from gpuaccept.errors import ThresholdError
 from gpuaccept.node import HostRunner
 from gpuaccept.probes._pci import normalize_bus_id
@@ -91,7 +91,8 @@ def test_pcie_link(node: HostRunner, gpus, sku, verdicts):
 
 
 def test_preflight(node: HostRunner, gpus, sku, verdicts):
-    """No foreign processes on the GPUs, persistence mode on, MIG mode as the SKU expects."""
+    """No foreign processes on the GPUs, persistence mode on, MIG mode as the SKU expects, no hardware clock
+    slowdown (HW slowdown, HW thermal, HW power brake) active while the GPUs idle."""
     for g in gpus:
         verdicts.apply(health.preflight(g, sku), gpu=g)
     verdicts.finish()
@@ -130,8 +131,11 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
 
 
 def test_fleet_consistency(nodes, verdicts):
-    """All selected hosts run one driver version, and each host carries the SKU its group declares."""
+    """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
+    group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed
+    under the host they concern (gpuaccept/fleet.py)."""
     drivers: dict[str, list[str]] = {}
+    gpus_by_host: dict[str, list] = {}
     for n in nodes:
         try:
             doc = n.gpu_inventory()
@@ -143,17 +147,19 @@ def test_fleet_consistency(nodes, verdicts):
         drivers.setdefault(str(doc.get("driver")), []).append(n.name)
         declared = n.host.vars.get("gpu_sku")
         readable = present(typed(doc.get("gpus") or []))
+        gpus_by_host[n.name] = readable
         if declared and readable:
             try:
                 seen = detect_gpu(n.specs, readable[0])
             except ThresholdError as e:
-                verdicts.fail(f"{n.name}: {e}")
+                verdicts.fail(str(e), host=n.name)
                 continue
             if seen.sku != declared:
-                verdicts.fail(f"{n.name} declares gpu_sku {declared} but carries {seen.sku}")
+                verdicts.fail(f"declares gpu_sku {declared} but carries {seen.sku}", host=n.name)
     verdicts.record("driver_versions", {k: len(v) for k, v in drivers.items()})
     if not drivers:
         pytest.skip("no host with an NVIDIA GPU in the selection")
-    if len(drivers) > 1:
-        verdicts.fail("hosts run different drivers: " + "; ".join(f"{d}: {', '.join(h[:10])}" for d, h in drivers.items()))
+    for host, why in fleet.driver_split(drivers) + fleet.shared_gpus(
+            gpus_by_host, {n.name: n.host.address for n in nodes}):
+        verdicts.fail(why, host=host)
     verdicts.finish()

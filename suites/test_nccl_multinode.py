@@ -130,7 +130,10 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
     named = {h for h, _ in col.culprits}
     for line in col.message.splitlines():
         host = line.split(":", 1)[0]
-        if host in named:
+        r = col.results.get(host)
+        if host in named and r is not None and r.kind == "unreachable":  # never reached: an error, as elsewhere
+            verdicts.for_host(host).error(line.split(":", 1)[1].strip())
+        elif host in named:
             verdicts.for_host(host).fail(line.split(":", 1)[1].strip())
         else:
             verdicts.fail(line)

@@ -82,6 +82,11 @@ def test_lifetime_uncorrectable_count_is_recorded_on_row_remapping_parts():
      "foreign processes on the GPU: pid 4242 python3"),
     (health.preflight, "persistence_mode", False, "persistence mode is off"),
     (health.preflight, "mig_mode.current", True, "MIG mode is on"),
+    # found on 2026-11-30 (third trial): HW power brake (0x80) / HW slowdown (0x8) / HW thermal slowdown (0x40)
+    # asserted on an idle GPU passed every -m health test (only the compute layer read the mask, under load)
+    (health.preflight, "clocks_event_reasons", 0x81, "HW power brake slowdown active while idle"),
+    (health.preflight, "clocks_event_reasons", 0x9, "HW slowdown active while idle"),
+    (health.preflight, "clocks_event_reasons", 0x41, "HW thermal slowdown active while idle"),
     (health.fabric, "fabric.state", "IN_PROGRESS", "fabric state IN_PROGRESS"),
     (health.fabric, "fabric", {"nvml_error": "Not Supported"}, "fabric_state unreadable (NVML: Not Supported)"),
     (health.temperature, "temp_c", 91, "temp_c out of limit"),
@@ -208,6 +213,10 @@ def test_healthy_capture_has_no_blockers():
      [Blocker("driver_versions", "NVML library / kernel driver mismatch: library 580.159.04, kernel module "
                                  "570.86.15 (reboot or reload)")]),
     (_doc_with(sick("fabric", {"nvml_error": "Not Supported"})), []),  # unreadable: health reports it, no block
+    # found on 2026-11-30 (third trial): a GPU left in MIG mode FAILED compute and memory as slow hardware
+    # ("bf16_tflops 95 < min 600": CUDA measured a MIG slice), sending a healthy card to RMA
+    (_doc_with(sick("mig_mode.current", True)), [Blocker("preflight", "MIG mode is on, the SKU file expects off", 1)]),
+    (_doc_with(sick("mig_mode", {"nvml_error": "Not Supported"})), []),
 ])
 def test_blockers(doc, expected):
     assert blockers(doc, H200) == expected

@@ -142,6 +142,15 @@ def test_judge_never_passes_a_non_number(value):
     assert not v.passed and v.kind == "missing" and "no value measured" in v.message
 
 
+@pytest.mark.parametrize("direction", ["min", "max"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_judge_reads_a_non_finite_figure_as_no_measurement(direction, value):
+    """Found on 2026-11-30 (third trial): an hbm_bandwidth document with read_gbps Infinity (a timer that read
+    0 s) PASSED against the 4300 GB/s floor, and NaN FAILED as if the HBM were slow: neither was measured."""
+    v = judge(lim(direction, 100), value)
+    assert not v.passed and v.kind == "missing" and f"{value} is no measurement" in v.message
+
+
 def test_one_registry_serves_the_loader():
     from gpuaccept.thresholds import CHECKS, REGISTRY
     assert CHECKS == {k: (c.unit, c.direction) for k, c in REGISTRY.items() if c.var is None}

@@ -1,0 +1,75 @@
+"""Fleet-wide health (suites/test_health.py::test_fleet_consistency, judged by gpuaccept/fleet.py): the hosts at
+fault are named, in the summary and in failed-hosts.txt, not only the pseudo-host "fleet"."""
+from __future__ import annotations
+
+import json
+
+from gpuaccept.fleet import driver_split, shared_gpus
+from project_helpers import DATA, alter, make_project, replay_folder, run_pytest
+
+
+def test_driver_split_names_the_hosts_off_the_majority():
+    found = driver_split({"580.159.04": ["a", "b", "c"], "570.195.03": ["d"]})
+    assert found == [("d", "driver 570.195.03, while 3 of 4 hosts run 580.159.04")]
+    assert driver_split({"580.159.04": ["a", "b"]}) == []
+
+
+def test_driver_split_without_majority_names_every_host():
+    found = dict(driver_split({"580.159.04": ["a"], "570.195.03": ["b"]}))
+    assert set(found) == {"a", "b"} and "no majority driver" in found["a"] and found["b"].startswith("driver 570")
+
+
+def test_shared_gpus_names_both_names_of_one_machine():
+    g = [{"uuid": "GPU-1"}, {"uuid": "GPU-2"}]
+    found = dict(shared_gpus({"n1": g, "n2": list(g), "n3": [{"uuid": "GPU-3"}], "n4": [{"uuid": None}],
+                              "n5": [{"uuid": None}]}, {"n1": "10.0.0.7", "n2": "10.0.0.7"}))
+    assert set(found) == {"n1", "n2"}
+    assert "same GPUs as n2 (2 GPUs by NVML UUID, first GPU-1; n1 at 10.0.0.7, n2 at 10.0.0.7)" in found["n1"]
+
+
+def _uuids(tag):
+    def change(doc):
+        for g in doc["gpus"]:
+            g["uuid"] = g["uuid"][:-4] + tag + g["uuid"][-2:]
+    return change
+
+
+def _driver(doc):
+    doc["driver"] = doc["kernel_driver_version"] = "570.195.03"
+
+
+def _run(tmp_path, folders):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("".join(f"{h} ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, f)} "
+                           "gpu_sku=h200-sxm-141gb gpus_per_node=2\n" for h, f in folders.items()))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "health")
+    test = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
+                if t["nodeid"].endswith("test_fleet_consistency"))
+    return res, test, (rep / "failed-hosts.txt").read_text().split(), (rep / "summary.md").read_text()
+
+
+def test_a_host_on_another_driver_is_a_failed_host(tmp_path):
+    """Found on 2026-11-30 (third trial): with g3 on driver 570 and g1, g2 on 580 the fleet test FAILED
+    "fleet: hosts run different drivers", but every host read PASS and failed-hosts.txt was empty, so
+    --limit=@failed-hosts.txt had nothing to rerun. Now g3 alone is a failed host."""
+    g2 = alter(tmp_path, "gpu_inventory", _uuids("0002"))
+    g3 = alter(tmp_path, "gpu_inventory", _driver, src=alter(tmp_path, "gpu_inventory", _uuids("0003")))
+    res, test, failed, summary = _run(tmp_path, {"g1": DATA, "g2": g2, "g3": g3})
+    assert res.returncode == 1 and test["outcome"] == "failed", res.stdout[-3000:]
+    assert failed == ["g3"], (failed, test["message"])
+    assert "- **FAIL** `g3`: test_fleet_consistency: g3: driver 570.195.03, while 2 of 3 hosts run 580.159.04" \
+        in summary
+    assert "- **PASS** `g1`" in summary
+
+
+def test_one_machine_under_two_names_fails_both_names(tmp_path):
+    """Found on 2026-11-30 (third trial): g1 and g2 reaching one machine (a copied ansible_host) both PASSED
+    with the same GPUs, UUIDs and serials, and the machine g2 stands for was never tested. Now both names
+    fail, naming each other; g3, a machine of its own, passes."""
+    g3 = alter(tmp_path, "gpu_inventory", _uuids("0003"))
+    res, test, failed, summary = _run(tmp_path, {"g1": DATA, "g2": DATA, "g3": g3})
+    assert res.returncode == 1 and test["outcome"] == "failed", res.stdout[-3000:]
+    assert failed == ["g1", "g2"], (failed, test["message"])
+    assert "g2: reports the same GPUs as g1 (2 GPUs by NVML UUID" in test["message"]
+    assert "- **PASS** `g3`" in summary
