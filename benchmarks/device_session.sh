@@ -3,7 +3,8 @@
 # prologue work. Part A: the torch probes' shared argument prologue, the main job on a healthy node (prefetch
 # on; one host, so nothing is fetched ahead) and the suites over SSH (the gpu-node kit carried as .gpu-node:
 # the first probe ships the probes in the same command). Part B: a burn-in with its live progress line captured,
-# then a nightly compute/memory run judged against that burn-in in the history database. Reports under $OUT.
+# then a nightly compute/memory run judged against that burn-in in the history database. Part C: the kernel-log
+# reader on this node, one machine under two inventory names, and the health layer alone. Reports under $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -30,6 +31,14 @@ if [ "$part" = A ]; then
     echo "== over SSH: $(( $(date +%s) - t0 )) s"; grep -m1 "RUN gpu-node" /tmp/ssh.log | cut -c1-400
   fi
   tar czf "$OUT/reports-A.tgz" -C /tmp rep-main $( [ -d /tmp/rep-ssh ] && echo rep-ssh ) main.log
+elif [ "$part" = C ]; then
+  # the kernel-log reader on a healthy node: no init_failed / pcie_uncorrected events; one machine under two names
+  ( cd gpuaccept/probes && python3 xid_events.py '{"since_epoch": 0}' | python3 -c "import json,sys; d=json.load(sys.stdin); print('  xid_events', d.get('source'), d.get('lines_scanned'), [(e.get('xid'), e.get('fault'), e.get('pci_bus_id')) for e in d.get('events', [])][:10])" )
+  printf 'all:\n  hosts:\n    name-a:\n      ansible_connection: local\n    name-b:\n      ansible_connection: local\n  vars:\n      gpu_sku: h200-sxm-141gb\n      gpus_per_node: %s\n' "$n" > /tmp/two.yml
+  python3 -m pytest -c pytest.ini -p no:cacheprovider -m health --inventory /tmp/two.yml --reports /tmp/rep-two -q --forks 0 2>&1 | tail -n 3
+  head -n 8 /tmp/rep-two/summary.md | cut -c1-400
+  python3 -m pytest -c pytest.ini -p no:cacheprovider -m health --inventory /tmp/inv.yml --reports /tmp/rep-health -q 2>&1 | tail -n 2
+  tar czf "$OUT/reports-C.tgz" -C /tmp rep-two rep-health
 else
   MIN=${2:-2}
   t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider -m burnin --burnin-minutes "$MIN" --inventory /tmp/inv.yml \
