@@ -42,9 +42,10 @@ def judged(name: str) -> tuple[list[dict], list[dict]]:
     return xidmod.classify(doc["events"]), xidmod.classify_sxids(doc["sxid_events"])
 
 
-def test_every_kernel_sample_has_a_source_and_lines():
-    text = (FIELD / "kernel-logs.txt").read_text(encoding="utf-8")
-    for name, lines in KERNEL.items():
+@pytest.mark.parametrize("file", ["kernel-logs.txt", "nccl-logs.txt", "fio-output.txt"])
+def test_every_sample_has_a_source_and_lines(file):
+    text = (FIELD / file).read_text(encoding="utf-8")
+    for name, lines in blocks(file).items():
         head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
         assert "source: https://" in head, name
         assert lines, name
@@ -164,14 +165,6 @@ from gpuaccept.probes import _nccl_log, _supervisor  # noqa: E402
 NCCL = blocks("nccl-logs.txt")
 
 
-def test_every_nccl_sample_has_a_source_and_lines():
-    text = (FIELD / "nccl-logs.txt").read_text(encoding="utf-8")
-    for name, lines in NCCL.items():
-        head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
-        assert "source: https://" in head, name
-        assert lines, name
-
-
 def test_channel_lines_ending_in_comm_and_nranks_keep_their_transport():
     got = _nccl_log.parse_nccl_log(NCCL["rccl-ucx-plugin-failure"])
     assert got["transports"] == {"NET/UCX/0/GDRDMA": 4}
@@ -235,14 +228,6 @@ import shutil  # noqa: E402
 
 fio_probe = load_probe("fio_throughput")
 FIO = blocks("fio-output.txt")
-
-
-def test_every_fio_sample_has_a_source_and_lines():
-    text = (FIELD / "fio-output.txt").read_text(encoding="utf-8")
-    for name, lines in FIO.items():
-        head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
-        assert "source: https://" in head, name
-        assert lines, name
 
 
 @pytest.mark.parametrize("name, first", [
