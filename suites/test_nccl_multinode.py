@@ -131,7 +131,8 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
     for line in col.message.splitlines():
         host = line.split(":", 1)[0]
         r = col.results.get(host)
-        if host in named and r is not None and r.kind == "unreachable":  # never reached: an error, as elsewhere
+        # never reached, or the probe could not run there (no torch, bad arguments): an error, as elsewhere
+        if host in named and r is not None and r.kind in ("unreachable", "crashed"):
             verdicts.for_host(host).error(line.split(":", 1)[1].strip())
         elif host in named:
             verdicts.for_host(host).fail(line.split(":", 1)[1].strip())

@@ -115,3 +115,38 @@ def test_unreachable_host_of_the_inter_node_allreduce_is_an_error_not_a_failure(
     assert test["outcome"] == "error" and test["message"].startswith("u2: unreachable"), test
     assert (rep / "failed-hosts.txt").read_text().split() == ["u2"]
     assert "1 error" in res.stdout and "failed" not in res.stdout.splitlines()[-1], res.stdout[-500:]
+
+
+def test_allreduce_host_without_torch_is_an_error_naming_the_interpreter(tmp_path, tmp_path_factory):
+    """A host whose Python has no torch (a real interpreter: a venv made here without it): its ranks each died of
+    ModuleNotFoundError and the host was FAILED as if its GPUs or network were bad. Now the probe says so before
+    it spawns a rank, and the test is an ERROR naming the host and the interpreter; that host alone is listed."""
+    import subprocess
+    import sys
+
+    from project_helpers import make_project
+    from sshd import start_sshd, write_known_hosts
+    bare = tmp_path / "notorch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    base = tmp_path_factory.mktemp("notorch")
+    sshds = [start_sshd(base, address=f"127.0.0.{61 + i}", name=f"t{i + 1}") for i in range(2)]
+    try:
+        kh = write_known_hosts(base / "kh", sshds)
+        gloo = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 16384, "factor": 4, "iters": 2, "warmup": 1}
+        inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py",
+                           inventory_extra=f"[gpu:vars]\nnccl_stall_s=20\nnccl_internode_probe_args={json.dumps(gloo)}\n")
+        inv.write_text(inv.read_text().replace(f"{sshds[1].inventory_line()}",
+                                               sshds[1].inventory_line(python=str(bare / "bin" / "python"))))
+        rep = tmp_path / "rep"
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                         "-k", "multinode", "--probe-timeout", "60", timeout=150)
+    finally:
+        for s in sshds:
+            s.stop()
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    test = next(t for t in _strict((rep / "results.json").read_text())["tests"]
+                if t["nodeid"].endswith("test_allreduce_multinode"))
+    assert test["outcome"] == "error", test
+    assert test["message"].startswith("t2: ") and "torch is not installed for " in test["message"], test
+    assert str(bare) in test["message"], test
+    assert (rep / "failed-hosts.txt").read_text().split() == ["t2"]

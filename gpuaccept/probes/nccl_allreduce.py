@@ -168,6 +168,7 @@ is a figure for the controller's verdict.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -323,6 +324,9 @@ def _config(args: dict) -> dict:
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailed(f"unknown argument(s) {unknown}; known: {sorted(known)}")
+    if importlib.util.find_spec("torch") is None:  # the ranks would each die of it, blamed as a sick host
+        raise ProbeFailed(f"torch is not installed for {sys.executable} (set ansible_python_interpreter to the "
+                          f"Python that has it)")
     backend = args.get("backend")
     world_size = args.get("world_size")
     n_gpus = None
