@@ -217,12 +217,18 @@ def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
     out = foreign_processes(gpu) + idle_clock_events(gpu)
     pm = gpu.get("persistence_mode")
     want_pm = sku.expect.get("persistence_mode", True)
-    out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None))
-    mig = (gpu.get("mig_mode") if isinstance(gpu.get("mig_mode"), dict) else {}).get("current")
+    out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None)
+               if isinstance(pm, bool) else _unreadable(sku, "persistence_mode", "persistence_mode", pm))
+    raw = gpu.get("mig_mode")
+    mig = raw.get("current") if isinstance(raw, dict) else raw
     want = bool(sku.expect.get("mig_mode", False))
-    out.append(Finding("mig_mode", mig, failure=(f"MIG mode is {'on' if mig else 'off'}, the SKU file expects "
-                                                 f"{'on' if want else 'off'}") if isinstance(mig, bool) and mig != want
-                       else None))
+    if isinstance(mig, bool):
+        out.append(Finding("mig_mode", mig, failure=f"MIG mode is {'on' if mig else 'off'}, the SKU file expects "
+                                                    f"{'on' if want else 'off'}" if mig != want else None))
+    elif want:
+        out.append(Finding("mig_mode", mig, failure="the SKU file expects MIG mode on, and NVML cannot read it"))
+    else:  # "Not Supported" on GPUs without MIG: recorded in NVML's words
+        out.append(_unreadable(sku, "mig_mode", "mig_mode", mig))
     return out
 
 

@@ -4,6 +4,7 @@ capture must pass."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -94,6 +95,20 @@ def test_lifetime_uncorrectable_count_is_recorded_on_row_remapping_parts():
 def test_sick_readings_fail(judge, path, value, needle):
     got = failures(judge(typed(sick(path, value)), H200))
     assert any(needle in m for m in got), got
+
+
+@pytest.mark.parametrize("path", ["persistence_mode", "mig_mode.current", "mig_mode"])
+def test_unreadable_persistence_or_mig_mode_is_noted_not_passed_silently(path):
+    """A mode NVML cannot read ("Not Supported" on GPUs without MIG) is recorded with NVML's words; it fails
+    only where the SKU file asks for MIG on."""
+    got = health.preflight(typed(sick(path, {"nvml_error": "Not Supported"})), H200)
+    check = path.split(".")[0]
+    (f,) = [x for x in got if x.check == check]
+    assert f.failure is None and f.extra["note"].startswith("unreadable (NVML: Not Supported)"), f
+    if check == "mig_mode":
+        wants_mig = dataclasses.replace(H200, expect={**H200.expect, "mig_mode": True})
+        assert failures(health.preflight(typed(sick(path, {"nvml_error": "Not Supported"})), wants_mig)) == [
+            "the SKU file expects MIG mode on, and NVML cannot read it"]
 
 
 def test_correctable_remaps_are_recorded_not_failed():
