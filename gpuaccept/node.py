@@ -56,6 +56,8 @@ CLEANUP_TIMEOUT_S = 30.0
 PROBE_STARTED: list[Callable[[str, str, float], None]] = []
 # Called as fn(host, probe, doc) with each live progress line of a running probe (gpuaccept.progress_channel).
 PROBE_PROGRESS: list[Callable[[str, str, dict], None]] = []
+# Called as fn(host, probe) when a probe's command on a node has returned (or failed), before it is judged.
+PROBE_FINISHED: list[Callable[[str, str], None]] = []
 # The run's prefetcher (gpuaccept.fanout.Prefetcher.probe), set by the plugin with --forks > 0 and no -n: called as
 # fn(runner, name, args, timeout, env) in place of HostRunner.probe_now, it answers from a result fetched ahead
 # or runs the probe here and starts the same one on the other hosts whose test is next.
@@ -418,26 +420,36 @@ class HostRunner:
             # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
             rerun = int((args or {}).get("nnodes") or 1) <= 1
             progress = lambda doc: [cb(self.name, name, doc) for cb in PROBE_PROGRESS]  # noqa: E731
-            for attempt in (1, 2):
-                if self._dir is None and self.host.connection != "local":  # local: a pipe cannot feed and hold stdin
-                    res = self._ship_and_run(name, args, limit, env or {}, rerun, progress)
-                    break
-                d = self._ensure_shipped()
-                # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
-                cmd = (f"cd {shell.quote(d)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
-                       + shell.env_command({**PROBE_ENV, **(env or {})},
-                                           [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
-                                           exec_=True))
-                res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
-                if not (res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr and attempt == 1):
-                    break
-                log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",
-                            self.name, d)
-                self._dir = None
+            try:
+                res = self._probe_command(name, args, limit, env, rerun, progress)
+            finally:
+                for cb in PROBE_FINISHED: cb(self.name, name)  # noqa: E701
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
             save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
         return doc
+
+    def _probe_command(self, name: str, args: dict, limit: float, env: dict[str, str] | None, rerun: bool,
+                       progress: Callable[[dict], None]) -> CommandResult:
+        """The node command of :meth:`probe_now` (the caller holds the host's lock): ship and run, or run in the
+        shipped folder, shipping again when that folder vanished."""
+        for attempt in (1, 2):
+            if self._dir is None and self.host.connection != "local":  # local: a pipe cannot feed and hold stdin
+                res = self._ship_and_run(name, args, limit, env or {}, rerun, progress)
+                break
+            d = self._ensure_shipped()
+            # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
+            cmd = (f"cd {shell.quote(d)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
+                   + shell.env_command({**PROBE_ENV, **(env or {})},
+                                       [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
+                                       exec_=True))
+            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
+            if not (res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr and attempt == 1):
+                break
+            log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",
+                        self.name, d)
+            self._dir = None
+        return res
 
     def last_started(self, name: str) -> float | None:
         """Unix time (the controller's clock) at which the last run of probe ``name`` on this host started, or

@@ -87,7 +87,7 @@ class Progress:
         self.stream = stream
         self.tty = tty
         self.timeout_s = timeout_s
-        self.running: dict[str, list] = {}  # host -> [what, started, last plain line]
+        self.running: dict[str, list] = {}  # host -> [what, started, last plain line, timeout, entry it covers]
         self.detail: dict[str, str] = {}  # host -> the running probe's last live progress, rendered
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -116,7 +116,7 @@ class Progress:
         """``host`` starts ``what`` (a test, or a probe within it)."""
         now = time.monotonic()
         with self._lock:
-            self.running[host] = [what, now, now, timeout_s or self.timeout_s]
+            self.running[host] = [what, now, now, timeout_s or self.timeout_s, self.running.get(host)]
             self.detail.pop(host, None)
         if not self.tty:
             self._write(f"[gpuaccept] {host}: {what} started (timeout {self.running[host][3]:.0f} s)\n")
@@ -130,6 +130,18 @@ class Progress:
         with self._lock:
             if host in self.running:
                 self.detail[host] = text
+
+    def done(self, host: str, what: str) -> None:
+        """``what`` (a probe) ended on ``host``: the host shows what it covered again (its test), or nothing (a
+        probe fetched ahead, whose test has not started). No line: the test's end line follows."""
+        with self._lock:
+            cur = self.running.get(host)
+            if cur is not None and cur[0] == what:
+                if cur[4] is not None:
+                    self.running[host] = cur[4]
+                else:
+                    del self.running[host]
+                self.detail.pop(host, None)
 
     def end(self, host: str, outcome: str) -> None:
         with self._lock:
@@ -145,7 +157,7 @@ class Progress:
             items = sorted(self.running.items())
             detail = dict(self.detail)
         parts = [f"{h} {detail[h]}" if h in detail else f"{h} {w} {now - t0:.0f}s/{to:.0f}s"
-                 for h, (w, t0, _, to) in items]
+                 for h, (w, t0, _, to, _) in items]
         return f"[gpuaccept] {len(items)} running: " + " | ".join(parts) if parts else ""
 
     def _loop(self) -> None:
@@ -168,7 +180,7 @@ class Progress:
                     late = [(h, c, self.detail.get(h)) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
                     for _, c, _ in late:
                         c[2] = now
-                for h, (w, t0, _, to), detail in late:
+                for h, (w, t0, _, to, _), detail in late:
                     self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n" if detail else
                                 f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
 
@@ -296,10 +308,15 @@ class ReportPlugin:
             self.progress.start()
             node_mod.PROBE_STARTED.append(self._probe_started)
             node_mod.PROBE_PROGRESS.append(self._probe_progress)
+            node_mod.PROBE_FINISHED.append(self._probe_finished)
 
     def _probe_started(self, host: str, probe: str, timeout_s: float) -> None:
         if self.progress is not None:
             self.progress.begin(host, f"probe {probe}", timeout_s)
+
+    def _probe_finished(self, host: str, probe: str) -> None:
+        if self.progress is not None:
+            self.progress.done(host, f"probe {probe}")
 
     def _probe_progress(self, host: str, probe: str, doc: dict) -> None:
         if self.progress is not None:
@@ -386,6 +403,8 @@ class ReportPlugin:
             node_mod.PROBE_STARTED.remove(self._probe_started)
         if self._probe_progress in node_mod.PROBE_PROGRESS:
             node_mod.PROBE_PROGRESS.remove(self._probe_progress)
+        if self._probe_finished in node_mod.PROBE_FINISHED:
+            node_mod.PROBE_FINISHED.remove(self._probe_finished)
         rep = self.reporter
         if rep is None:
             return

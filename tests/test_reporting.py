@@ -346,6 +346,25 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert spaced.returncode == 4 and "write --limit=@FILE" in spaced.stderr
 
 
+def test_progress_drops_a_finished_probe():
+    """A probe that has ended shows no more as running: its host shows its test again, or nothing for a probe
+    fetched ahead whose test has not started (it showed as running until that test ended, while another host
+    was stuck)."""
+    import io
+
+    from gpuaccept.reporting import Progress
+    p = Progress(io.StringIO(), tty=True, timeout_s=300)
+    p.begin("gpu-07", "test_hbm_bandwidth")
+    p.begin("gpu-07", "probe hbm_bandwidth", 120)
+    p.begin("gpu-08", "probe hbm_bandwidth", 120)  # fetched ahead
+    p.done("gpu-07", "probe hbm_bandwidth")
+    p.done("gpu-08", "probe hbm_bandwidth")
+    assert p.line().startswith("[gpuaccept] 1 running: gpu-07 test_hbm_bandwidth 0s/300s"), p.line()
+    p.done("gpu-07", "probe other")  # not what runs there: nothing changes
+    p.end("gpu-07", "passed")
+    assert p.line() == ""
+
+
 def test_progress_plain_lines_and_tty_line():
     import io
 
