@@ -299,6 +299,52 @@ def test_sigterm_mid_fio_removes_files(tmp_path):
     assert proc.returncode == 1
 
 
+def _children(pid: int, comm: str, arg: str) -> list[int]:
+    """Process ids whose parent is ``pid``, whose name is ``comm`` and whose command line has ``arg``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            stat_ = (d / "stat").read_text()
+        except OSError:
+            continue
+        name = stat_[stat_.index("(") + 1:stat_.rindex(")")]
+        ppid = int(stat_[stat_.rindex(")") + 2:].split()[1])
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == pid and name == comm and arg.encode() in argv:
+            out.append(int(d.name))
+    return out
+
+
+def test_fio_stopped_by_a_signal_is_not_a_measurement(tmp_path):
+    """fio alone gets SIGTERM mid-run (an operator's kill, a job-control or OOM kill): fio still prints JSON
+    with error 0 for the 1-2 s it ran and exits 128. The path fails naming the partial run and fio's own
+    line; no figure is recorded. Before: ok with the partial run's GB/s."""
+    args = {**SMALL, "paths": [str(tmp_path)], "runtime": 30, "tests": ["seq_read"]}
+    proc = subprocess.Popen([sys.executable, "fio_throughput.py", json.dumps(args)], cwd=PROBES,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        fio = []
+        while time.time() < deadline and not fio:
+            fio = _children(proc.pid, "fio", "--name=seq_read")
+            time.sleep(0.1)
+        assert fio, "fio never started"
+        time.sleep(1.5)
+        os.kill(fio[0], signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    r = json.loads(out.strip().splitlines()[-1])["paths"][0]
+    assert not r["ok"] and r["seq_read_gbps"] is None and "seq_read" not in r["tests"], r
+    assert "fio seq_read was stopped after" in r["error"] and "of 30 s (exit status 128)" in r["error"], r["error"]
+    assert "fio: terminating on signal 15" in r["error"]
+    assert leftovers(tmp_path) == []
+
+
 def test_storage_to_gpu_cpu_path(tmp_path):
     doc, p = probe("storage_to_gpu", {"path": str(tmp_path), "device": "cpu", "bytes": 16 * MIB,
                                       "chunk_bytes": 4 * MIB, "min_free_bytes": 64 * MIB})

@@ -46,6 +46,9 @@ f_frsize) minus the margin bounds the total size; with less than 64 MiB of room 
 enough free space ..."); (3) fio writes its files in a fresh ``<path>/.gpuaccept-<random>`` folder, removed
 in ``finally`` and on SIGTERM/SIGHUP (the runner kills the process group with TERM first on timeout).
 
+A fio run stopped midway (fio killed by SIGTERM/SIGINT still prints the JSON of what it ran, error 0, and
+exits 128) fails its path: ``cut_short``: nonzero exit or under 90 % of ``runtime``.
+
 A failing path does not stop the others: its entry has ``ok: false`` and ``error``. The probe fails
 as a whole only when fio is missing or the arguments are wrong.
 """
@@ -163,6 +166,26 @@ def run_fio(cmd: list[str], timeout: float) -> tuple[dict | None, list[str], int
     return doc, msgs, p.returncode
 
 
+SHORT_RUN = 0.9   # a time-based job that ran less than this share of --runtime was stopped (fio runs it whole)
+
+
+def cut_short(test: str, fig: dict, rc: int, runtime: float, msgs: list[str]) -> str | None:
+    """Why the figures ``fig`` (:func:`summarize`) of a fio run that printed its JSON document are not a whole
+    measurement, or None when they are. fio stopped by a signal (SIGTERM/SIGINT from an operator, an
+    out-of-memory or job-control kill of the fio process alone) still prints the JSON of the part it ran,
+    with every job's ``error`` 0, and exits with a nonzero status (128 after a signal: fio ``sig_int`` sets
+    ``exit_value = 128``); those figures cover a partial run and must not pass as a measurement. Two signs,
+    either enough: ``rc`` nonzero, or a time-based run (every command here is ``--time_based``) whose
+    ``runtime_ms`` is under ``SHORT_RUN`` of the requested ``runtime`` seconds. ``msgs``: fio's message lines
+    (their ``fio:`` lines, e.g. "fio: terminating on signal 15", are quoted). Pure."""
+    ran_s = fig.get("runtime_ms", 0) / 1e3
+    if rc == 0 and ran_s >= runtime * SHORT_RUN:
+        return None
+    detail = "; ".join(fio_error_detail(msgs))
+    return (f"fio {test} was stopped after {ran_s:.1f} s of {runtime:g} s (exit status {rc})"
+            + (f": {detail}" if detail else "") + ": figures of a partial run are not a measurement")
+
+
 def fio_command(fio: str, test: str, directory: str | None, filename: str | None, *, bs, size: int,
                 runtime: float, numjobs: int, iodepth: int, ioengine: str, direct: int, readonly: bool = False) -> list[str]:
     """The fio command line (list of arguments) of one test: JSON output, group reporting, time based.
@@ -250,6 +273,10 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
             errors += errs
             break
         fig = summarize(doc, "write" if test == "seq_write" else "read")
+        cut = cut_short(test, fig, rc, runtime, msgs)
+        if cut:
+            errors.append(cut)
+            break
         fig.update(started=round(started, 3), command=cmd)
         res["tests"][test] = fig
         if test == "rand_read":
@@ -281,8 +308,13 @@ def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:
     elif job_errors(doc, msgs):
         res["error"] = f"{dev}: " + "; ".join(job_errors(doc, msgs))
     else:
-        res["seq_read_gbps"] = summarize(doc, "read")["gbps"]
-        res["ok"] = True
+        fig = summarize(doc, "read")
+        cut = cut_short("seq_read", fig, rc, runtime, msgs)
+        if cut:
+            res["error"] = f"{dev}: {cut}"
+        else:
+            res["seq_read_gbps"] = fig["gbps"]
+            res["ok"] = True
     return res
 
 
