@@ -299,6 +299,21 @@ def test_sigterm_mid_fio_removes_files(tmp_path):
     assert proc.returncode == 1
 
 
+def test_path_with_colon_space_and_shell_characters(tmp_path):
+    """Directories whose names hold ':' (fio splits --directory and --filename on it), a space and shell
+    metacharacters are measured where they are, and nothing is left behind. Before: the ':' path failed with
+    fio's "fio: <path up to the colon> is not a directory" (a healthy disk failing)."""
+    dirs = [tmp_path / "nvme0:scratch", tmp_path / "with space", tmp_path / "x$y;z`w'q\""]
+    for d in dirs:
+        d.mkdir()
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(d) for d in dirs], "tests": ["seq_write", "seq_read"]})
+    for d, r in zip(dirs, doc["paths"]):
+        assert r["path"] == str(d) and r["ok"] and r["error"] is None, r
+        assert r["seq_read_gbps"] > 0 and r["seq_write_gbps"] > 0
+        assert leftovers(d) == []
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(d.name for d in dirs)  # no file beside them
+
+
 def _children(pid: int, comm: str, arg: str) -> list[int]:
     """Process ids whose parent is ``pid``, whose name is ``comm`` and whose command line has ``arg``."""
     out = []

@@ -186,6 +186,14 @@ def cut_short(test: str, fig: dict, rc: int, runtime: float, msgs: list[str]) ->
             + (f": {detail}" if detail else "") + ": figures of a partial run are not a measurement")
 
 
+def fio_path(path: str) -> str:
+    """``path`` as fio's ``--directory``/``--filename`` need it: every ``:`` escaped as ``\\:``. fio splits
+    both options on ``:`` into several directories/files (fio HOWTO, "filename": "Each colon in the wanted
+    path must be escaped with a ``\\`` character"; "directory": the same escape), so an unescaped
+    ``/dev/disk/by-path/pci-0000:3b:00.0-nvme-1`` or ``/mnt/a:b`` names other paths than the one given."""
+    return path.replace(":", "\\:")
+
+
 def fio_command(fio: str, test: str, directory: str | None, filename: str | None, *, bs, size: int,
                 runtime: float, numjobs: int, iodepth: int, ioengine: str, direct: int, readonly: bool = False) -> list[str]:
     """The fio command line (list of arguments) of one test: JSON output, group reporting, time based.
@@ -201,9 +209,9 @@ def fio_command(fio: str, test: str, directory: str | None, filename: str | None
            f"--size={size}", f"--numjobs={numjobs}", f"--iodepth={iodepth}", f"--ioengine={ioengine}",
            f"--direct={direct}", f"--runtime={runtime}", "--time_based"]
     if directory:
-        cmd += [f"--directory={directory}", "--filename_format=gpuaccept.$jobnum"]
+        cmd += [f"--directory={fio_path(directory)}", "--filename_format=gpuaccept.$jobnum"]
     if filename:
-        cmd += [f"--filename={filename}"]
+        cmd += [f"--filename={fio_path(filename)}"]
     if test == "seq_write":
         cmd += ["--end_fsync=1"]
     if test == "rand_read":
