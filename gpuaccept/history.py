@@ -18,7 +18,9 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
 - ``latest``: per (subject, check_, kind) the last value of kind ``previous`` (any run), ``pass`` (the last
   run where it passed) and ``burnin`` (the last passed burn-in: the burn-in suite's figures, also under the
   nightly check each is a baseline for, gpuaccept.baseline; or a passing figure of a ``--profile burnin`` run),
-  upserted per run so that a comparison costs O(this run), not O(history).
+  upserted per run so that a comparison costs O(this run), not O(history); and ``first`` (the first run where
+  it passed, never replaced: the baseline of a GPU with no burn-in, so that a slow decline of 1 % a night,
+  never 10 % below the previous night, still stands out once it is 10 % below where the GPU started).
 """
 from __future__ import annotations
 
@@ -323,6 +325,9 @@ def _update_latest(con: sqlite3.Connection, rid: str, burnin: bool, burned_in: I
             ((("burnin", " AND verdict='pass'"),) if burnin else ()):
         con.execute(f"INSERT OR REPLACE INTO latest SELECT subject, check_, '{kind}', sku, value, run_id FROM figures "
                     f"WHERE run_id=? AND value IS NOT NULL{where} ORDER BY rowid", (rid,))
+    # the first passing value of a subject and check stays (OR IGNORE): the baseline without a burn-in
+    con.execute("INSERT OR IGNORE INTO latest SELECT subject, check_, 'first', sku, value, run_id FROM figures "
+                "WHERE run_id=? AND value IS NOT NULL AND verdict='pass' ORDER BY rowid", (rid,))
 
 
 class RunRecorder:
@@ -448,7 +453,8 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
     run id (that run's first figure of the subject and check, else of the burn-in figure that is the check's
     baseline, "run R, as burnin_bf16_tflops_start"); else ``latest`` kind ``burnin`` ("burn-in on
     2026-11-02", with ", as burnin_..._start" when that run's figure was the burn-in suite's, mapped to the
-    check). Returns ``(records, the highest rowid of the run's figures seen)`` so that the next call looks at
+    check); without a burn-in, ``latest`` kind ``first`` ("first pass on 2026-11-01": the first run where the
+    subject's check passed). Returns ``(records, the highest rowid of the run's figures seen)`` so that the next call looks at
     newer rows only."""
     below = "({r}.value IS NOT NULL AND {r}.value != 0 AND ({r}.value - m.value) / abs({r}.value) * 100.0 > :pct)"
     explicit = bool(baseline) and baseline != "latest-pass"
@@ -463,7 +469,7 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
     def run_ref(col: str, check: str) -> str:  # the baseline run's first figure of the subject and ``check``
         return f"(SELECT b.{col} {of_run(':base', check)} ORDER BY b.rowid LIMIT 1)"
     mapped = _sql_burnin_key("m.check_")
-    refs = " OR ".join(below.format(r=r) for r in ("p", "k", "s"))
+    refs = " OR ".join(below.format(r=r) for r in ("p", "k", "s", "f"))
     if explicit:  # x / 0 is NULL in SQLite: a zero reference compares false
         rv = f"coalesce({run_ref('value', 'm.check_')}, {run_ref('value', mapped)})"
         refs += f" OR (({rv}) - m.value) / abs({rv}) * 100.0 > :pct"
@@ -471,13 +477,15 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
             "k.value, k.run_id, k.sku, s.value, s.run_id, s.sku, "
             # for the rows returned only: the burn-in run's day, whether its figure is this check's own
             "(SELECT r.started FROM runs r WHERE r.run_id=k.run_id), "
-            f"EXISTS (SELECT 1 {of_run('k.run_id', 'm.check_')})")
+            f"EXISTS (SELECT 1 {of_run('k.run_id', 'm.check_')}), "
+            "f.value, f.run_id, f.sku, (SELECT r.started FROM runs r WHERE r.run_id=f.run_id)")
     if explicit:
         cols += ", " + ", ".join(run_ref(c, chk) for chk in ("m.check_", mapped) for c in ("value", "sku"))
     q = (f"SELECT {cols} FROM figures m "
          "LEFT JOIN latest p ON p.subject=m.subject AND p.check_=m.check_ AND p.kind='previous' "
          "LEFT JOIN latest k ON k.subject=m.subject AND k.check_=m.check_ AND k.kind='burnin' AND :nob "
          "LEFT JOIN latest s ON s.subject=m.subject AND s.check_=m.check_ AND s.kind='pass' AND :lp "
+         "LEFT JOIN latest f ON f.subject=m.subject AND f.check_=m.check_ AND f.kind='first' AND :nob "
          "WHERE m.run_id=:run AND m.rowid > :after AND m.value IS NOT NULL "
          f"AND (m.limit_kind='min' OR {_sql_is_burnin('m')}) "
          f"AND m.verdict IS NOT 'fail' AND ({refs}) ORDER BY m.rowid")
@@ -495,9 +503,11 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
                              + (f", as {baseline_mod.split_key(src)[0]}" if src else ""))
         elif row[14] is not None:
             r["baseline"] = (*row[14:17], "latest pass")
-        elif explicit and (row[19] is not None or row[21] is not None):
-            own = row[19] is not None
-            r["baseline"] = (row[19] if own else row[21], baseline, row[20] if own else row[22], f"run {baseline}"
+        elif row[19] is not None:
+            r["baseline"] = (*row[19:22], f"first pass on {_day(row[22])}")
+        elif explicit and (row[23] is not None or row[25] is not None):
+            own = row[23] is not None
+            r["baseline"] = (row[23] if own else row[25], baseline, row[24] if own else row[26], f"run {baseline}"
                              + ("" if own else f", as {baseline_mod.split_key(baseline_mod.burnin_key(chk))[0]}"))
         for against in ("baseline", "previous"):
             if against not in r:
@@ -525,7 +535,8 @@ def references(con: sqlite3.Connection, figures: list[dict], baseline: str | Non
     is the check's baseline, gpuaccept.baseline) or ``"latest-pass"`` (the last run where this subject's check
     passed); else the subject's last passed burn-in: the burn-in suite's figures (the same figure of a later
     burn-in; for a nightly check its comparable burn-in figure, gpuaccept.baseline) or a ``--profile burnin``
-    run's passing figure. Cost: a few indexed look-ups per figure.
+    run's passing figure; without one, the first run where the subject's check passed ("first pass on
+    2026-11-01"). Cost: a few indexed look-ups per figure.
     """
     out: dict[tuple, dict] = {}
     for f in figures:
@@ -563,6 +574,9 @@ def references(con: sqlite3.Connection, figures: list[dict], baseline: str | Non
                 src = baseline_mod.burnin_key(key[1])  # the burn-in suite's figure stands for this check
             refs["baseline"] = (value, run_id, sku, f"burn-in on {_day(started)}"
                                 + (f", as {baseline_mod.split_key(src)[0]}" if src != key[1] else ""))
+        elif "first" in got:
+            value, run_id, sku, started = got["first"]
+            refs["baseline"] = (value, run_id, sku, f"first pass on {_day(started)}")
         if refs:
             out[key] = refs
     return out

@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -115,6 +116,42 @@ def test_history_standouts_baseline_previous_like_with_like(tmp_path):
     # another SKU's reference is not compared (like with like)
     refs2 = {("S0", "hbm"): {"previous": (9000.0, "x", "b200")}}
     assert history.standouts(now[:1], refs2, pct=5.0) == []
+
+
+def test_slow_decline_stands_out_against_the_first_pass(tmp_path):
+    """A GPU with no burn-in losing 1 % a night: never 10 % below the previous night, so before it never stood
+    out. Its first passing night is its baseline now: night 11 (0.99^11 = 89.5 % of night 0) is a stand-out
+    "baseline (first pass on <night 0>)", in the run-as-it-goes path (RunRecorder) and in references().
+    A GPU swapped in (new serial) starts its own baseline; a failed first night is nobody's baseline."""
+    db = str(tmp_path / "h.sqlite")
+    day = 86400.0
+    found = {}
+    for n in range(13):
+        figs = [fig("a", "hbm", 4800.0 * 0.99 ** n, gpu=0, serial="S0", lim=4000),
+                fig("a", "hbm", 4700.0 * (0.99 ** (n - 6) if n >= 6 else 1), gpu=1,
+                    serial="OLD1" if n < 6 else "NEW1", lim=4000)]
+        if n == 0:
+            figs.append(fig("a", "bw", 40.0, gpu=2, serial="S2", lim=50))  # failed: no baseline
+        elif n == 12:
+            figs.append(fig("a", "bw", 44.0 * 0.85, gpu=2, serial="S2", lim=30))
+        else:
+            figs.append(fig("a", "bw", 44.0, gpu=2, serial="S2", lim=30))
+        con = history.connect(db)
+        pure = history.standouts(figs, history.references(con, figs))
+        con.close()
+        rec = history.RunRecorder(db, f"night{n}", 1_800_000_000 + n * day, "standard")
+        rec.add({"nodeid": "t", "host": "a", "layer": "memory", "outcome": "passed"}, figs)
+        got = rec.finish({"verdict": "PASS"}, {"a": "PASS"})
+        rec.close()
+        key = lambda o: (o["serial"], o["against"], o["reference"], o["pct"])  # noqa: E731
+        assert sorted(map(key, got)) == sorted(map(key, pure)), n
+        found[n] = [(o["serial"], o["against"], o["pct"]) for o in got]
+    first = "baseline (first pass on 2027-01-15)"
+    assert all(found[n] == [] for n in range(11)), found
+    assert found[11] == [("S0", first, 10.5)] and found[12][:1] == [("S0", first, 11.4)], found
+    assert not [o for n in found for o in found[n] if o[0] in ("NEW1", "OLD1")]  # NEW1: 6 nights, 5.9 %
+    # S2 failed its first night and passed from night 1 (44.0): 15 % below that on night 12, not below 40.0
+    assert ("S2", "baseline (first pass on 2027-01-16)", 15.0) in found[12]
 
 
 def test_history_explicit_and_latest_pass_baseline(tmp_path):
@@ -249,8 +286,11 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     md = (tmp_path / "r2" / "summary.md").read_text()
     assert md.splitlines()[4].startswith("**PASS** 1 hosts") and "- **PASS** `h200-a`" in md
     assert "## Stand-outs" in md
-    line = next(ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |"))
-    assert "| previous |" in line and "| 7.0% |" in line
+    lines = [ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |")]
+    day = time.strftime("%Y-%m-%d", time.gmtime(sqlite3.connect(db).execute(
+        "SELECT started FROM runs WHERE run_id=(SELECT run_id FROM runs ORDER BY started LIMIT 1)").fetchone()[0]))
+    assert [ln.split(" | ")[5] for ln in lines] == [f"baseline (first pass on {day})", "previous"], lines
+    assert all("| 7.0% |" in ln for ln in lines)
     assert "| h200-a | 0 | 00000000:00:06.0 |" in md  # per-GPU table: bus id first
     assert (tmp_path / "r2" / "failed-hosts.txt").read_text() == ""
     con = sqlite3.connect(db)
@@ -265,7 +305,9 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     # run 3: the same slow GPU again: the previous run is now the slow one, no stand-out against it
     r3 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r3"))
     assert r3.returncode == 0
-    assert "| previous |" not in (tmp_path / "r3" / "summary.md").read_text()
+    md3 = (tmp_path / "r3" / "summary.md").read_text()
+    assert "| previous |" not in md3
+    assert f"| baseline (first pass on {day}) | " in md3  # still 7 % below where the GPU started
     html = tmp_path / "r3" / "report.html"
     text = html.read_text()
     assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', text)  # nothing fetched at view time
