@@ -31,6 +31,7 @@ import os
 import sqlite3
 import sys
 import time
+import urllib.parse
 from typing import Any, Iterable
 
 from . import baseline as baseline_mod
@@ -91,6 +92,10 @@ def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
     except sqlite3.OperationalError as e:
         if "locked" in str(e) or "busy" in str(e):
             raise HistoryError(f"{path}: held by another writer for more than 30 s ({e})") from None
+        denied = not_writable(path)
+        if denied:
+            raise HistoryError(f"{path}: {denied}: the history needs to write the file and, beside it, its "
+                               f"-wal and -shm files (sqlite: {e})") from None
         raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
     except sqlite3.DatabaseError as e:
         raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
@@ -99,6 +104,51 @@ def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
         raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
     if ver < upto:
         _migrate(con, upto)
+    return con
+
+
+def not_writable(path: str) -> str | None:
+    """Why SQLite cannot write the database at ``path`` and its folder (``"its folder /x is on a read-only
+    filesystem"``, ``"the file is not writable"``...), or None when both are writable. SQLite says only
+    "unable to open database file" or "attempt to write a readonly database" then, which read as a broken
+    file; a good database on a read-only mount must not be called "not a gpuaccept history database".
+    Writability: access(2) with W_OK (EROFS on a read-only mount, also for root) and statvfs ST_RDONLY."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for what, target in (("the file", path), (f"its folder {folder}", folder)):
+        if not os.path.exists(target):
+            continue
+        try:
+            if os.statvfs(target).f_flag & os.ST_RDONLY:
+                return f"{what} is on a read-only filesystem"
+        except OSError:
+            pass
+        if not os.access(target, os.W_OK):
+            return f"{what} is not writable by this user"
+    return None
+
+
+def connect_readonly(path: str) -> sqlite3.Connection:
+    """Open the existing database at ``path`` for reading only (never created, migrated or written): for
+    reading a history this user cannot write (an archived copy, a read-only mount). On a read-only
+    filesystem it is opened ``immutable=1`` (SQLite cannot make the ``-shm`` file a WAL database needs, and no
+    one can change the file there). Raises HistoryError when it is missing, unreadable, not an SQLite
+    database or of a newer schema."""
+    if not os.path.exists(path):
+        raise HistoryError(f"no history database at {path}")
+    try:
+        ro_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        ro_fs = False
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro" + ("&immutable=1" if ro_fs else "")
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=30)
+        ver = con.execute("PRAGMA user_version").fetchone()[0]
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        raise HistoryError(f"{path}: cannot be read ({e})") from None
+    if ver > SCHEMA_VERSION:
+        con.close()
+        raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
     return con
 
 
@@ -701,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.db}: no history database", file=sys.stderr)
         return 4
     try:
-        con = connect(a.db)
+        con = connect_readonly(a.db) if not_writable(a.db) else connect(a.db)
     except HistoryError as e:
         print(str(e), file=sys.stderr)
         return 4

@@ -154,6 +154,40 @@ def test_slow_decline_stands_out_against_the_first_pass(tmp_path):
     assert ("S2", "baseline (first pass on 2027-01-16)", 15.0) in found[12]
 
 
+def test_history_on_a_read_only_mount_is_named_so(tmp_path):
+    """A good history database on a read-only mount (a bind mount remounted ro in a private mount namespace)
+    and a new one in a read-only folder: the run exits 4 before any node naming the read-only filesystem;
+    ``python -m gpuaccept.history`` still reads the good one. Before: "not a gpuaccept history database
+    (unable to open database file)" for both (an operator deletes a good history after that), and the CLI
+    could not read it."""
+    unshare = shutil.which("unshare")
+    assert unshare and os.geteuid() == 0, "mount namespaces need util-linux unshare and root (as sshd tests do)"
+    hdir = tmp_path / "hist"
+    hdir.mkdir()
+    db = hdir / "h.sqlite"
+    con = history.connect(str(db))
+    history.record_run(con, {"run_id": "r1", "started": 1_800_000_000, "profile": "standard"}, [],
+                       [fig("h1", "hbm", 4800.0, gpu=0, serial="S0", lim=4300)], {"h1": "PASS"})
+    con.close()
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    ro = f"mount --bind {hdir} {hdir} && mount -o remount,bind,ro {hdir}"
+    for target, who in ((db, "the file"), (hdir / "new.sqlite", f"its folder {hdir}")):
+        rep = tmp_path / f"rep-{target.name}"
+        res = subprocess.run([unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", f'{ro} && exec "$@"',
+                              "sh", sys.executable, "-m", "pytest", "--inventory", str(inv), "--history", str(target),
+                              "--reports", str(rep)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+        assert f"--history: {target}: {who} is on a read-only filesystem" in res.stderr, res.stderr[-2000:]
+        assert "not a gpuaccept history database" not in res.stderr and "Traceback" not in res.stderr + res.stdout
+        assert not rep.exists()
+    cli = subprocess.run([unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", f'{ro} && exec "$@"', "sh",
+                          sys.executable, "-m", "gpuaccept.history", "--db", str(db), "--serial", "S0", "--json"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert cli.returncode == 0, cli.stderr
+    assert [(r["run"], r["value"]) for r in json.loads(cli.stdout)] == [("r1", 4800.0)]
+
+
 def test_history_explicit_and_latest_pass_baseline(tmp_path):
     con = history.connect(str(tmp_path / "h.sqlite"))
     _run(con, "r1", 1, [fig("a", "bw", 100.0, gpu=0, serial="S", lim=50)])
