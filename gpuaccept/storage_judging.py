@@ -5,6 +5,7 @@ record what these functions decide. Tested apart in ``tests/test_storage_judging
 
 - :func:`placement_problems`: is a configured directory where the inventory says (not the OS disk, on the
   expected mount and filesystem type; a shared-filesystem path not on one host's local disk)?
+- :func:`same_drive_problems`: two local directories on one filesystem (the second measures the same drive).
 - :func:`split_shared_fs`: the hosts that see the same filesystem under one ``fs_paths`` entry, and the odd
   ones left out of the aggregate.
 - :func:`aggregate` and :func:`round_limit`: the shared-filesystem aggregate (sum of the hosts' GB/s) and
@@ -67,6 +68,35 @@ def placement_problems(entry: Mapping, expect: PathExpectation) -> list[str]:
         out.append(f"{expect.var} {path} is on a local-disk filesystem ({_where(entry)}), not a shared one: "
                    f"the aggregate would add this host's own disk (set {expect.var_name('expect_fstype')}: "
                    f"{entry['fstype']} if this is intended)")
+    return out
+
+
+def same_drive_problems(entries: list[Mapping], expect: PathExpectation) -> list[str | None]:
+    """For each entry of ``entries`` (the storage_mounts probe's ``paths``, in inventory order), a failure
+    line when it is on the same filesystem as an earlier entry, else None. Local paths only (``expect`` of a
+    shared kind: all None; many ``fs_paths`` on one shared filesystem are separate aggregate rounds).
+
+    Same filesystem = same ``device`` (the ``major:minor`` mountinfo gives the mounted filesystem): the two
+    directories sit on one set of drives, so the second fio run measures the first one's drive again and a
+    node whose other drive is missing, or whose path is a symlink to the first, would pass with two good
+    figures. Entries with an ``error`` or no ``device`` are left to :func:`placement_problems`. Pure."""
+    out: list[str | None] = [None] * len(entries)
+    if expect.shared:
+        return out
+    first: dict[str, Mapping] = {}
+    for i, e in enumerate(entries):
+        dev = e.get("device")
+        if e.get("error") or not dev:
+            continue
+        if dev in first:
+            a = first[dev]
+            same = (" (the same directory)" if e.get("real_path") and e.get("real_path") == a.get("real_path")
+                    else "")
+            out[i] = (f"{expect.var} {e.get('path')} is on the same filesystem as {a.get('path')}{same} "
+                      f"({_where(e)}, device {dev}): it would measure the same drive again; list one directory per "
+                      f"drive (is the mount meant for {e.get('path')} missing, or is it a link?)")
+        else:
+            first[dev] = e
     return out
 
 

@@ -55,8 +55,8 @@ def _placed(node: HostRunner, verdicts, paths: list[str], expect: sl.PathExpecta
     storage_judging.placement_problems); one failure line per problem of the others, which are not measured."""
     doc = node.probe("storage_mounts", {"paths": paths})
     good = []
-    for entry in doc["paths"]:
-        problems = sj.placement_problems(entry, expect)
+    for entry, twice in zip(doc["paths"], sj.same_drive_problems(doc["paths"], expect)):
+        problems = sj.placement_problems(entry, expect) + ([twice] if twice else [])
         verdicts.record(f"mount {entry['path']}", entry.get("mount_point"), extra={**entry, "problems": problems})
         for line in problems:
             verdicts.fail(line)

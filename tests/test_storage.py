@@ -611,6 +611,38 @@ def test_path_on_os_disk_fails_before_fio(tmp_path, root_fs_dir, sshd_nodes, kno
     assert leftovers(scratch) == [] and leftovers(shared) == []
 
 
+def test_two_storage_paths_on_one_filesystem(tmp_path):
+    """storage_paths lists nvme0 and nvme1, but nvme1 is a symlink to nvme0 (a workaround left after a drive
+    died) and a third folder is on the same filesystem: fio measures nvme0 once; the other two fail naming the
+    first path and the shared device, and get no figure. Before: three passing sets of figures of one drive."""
+    nvme0, other = tmp_path / "nvme0", tmp_path / "other"
+    nvme0.mkdir()
+    other.mkdir()
+    (tmp_path / "nvme1").symlink_to(nvme0)
+    nvme1 = tmp_path / "nvme1"
+    inv = make_project(tmp_path, [], None, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "h1.yml").write_text(
+        f"storage_paths: ['{nvme0}', '{nvme1}', '{other}']\nstorage_allow_root_fs: true\n"
+        "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "local_storage", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    case = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_local_storage_throughput")][0]
+    dev = findmnt(nvme0)["maj:min"]
+    assert case["outcome"] == "failure", case
+    assert (f"storage_paths {nvme1} is on the same filesystem as {nvme0} (the same directory) (") in case["text"]
+    assert f"storage_paths {other} is on the same filesystem as {nvme0} (" in case["text"]
+    assert f"device {dev}): it would measure the same drive again" in case["text"]
+    assert f"{nvme0} is on the same" not in case["text"]
+    doc = json.loads((rep / "results.json").read_text())
+    measured = sorted(f["check"] for f in doc["figures"] if f["check"].startswith("seq_read_gbps"))
+    assert measured == [f"seq_read_gbps {nvme0}"], measured
+    assert leftovers(nvme0) == [] and leftovers(other) == []
+
+
 def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
     """Three hosts list the same fs_paths entry; on node3 another filesystem is mounted there (its probes run in
     a mount namespace of their own with a tmpfs on the folder: a real mount only that host sees). node3 fails,

@@ -253,3 +253,18 @@ def test_ib_rate_limit_is_an_inventory_limit():
     assert (lim.check, lim.direction, lim.bound, lim.unit, lim.source) == \
         ("ib_rate_gbps", "min", 400.0, "Gb/s", "inventory var ib_rate_gbps")
     assert sl.ib_rate_limit(None) is None
+
+
+def test_same_drive_only_for_local_paths():
+    """Two local directories on one device: the second fails naming the first; fs_paths entries on one shared
+    filesystem are separate aggregate rounds (never flagged); an entry with an error is left to placement."""
+    a = {"path": "/mnt/nvme0/a", "real_path": "/mnt/nvme0/a", "device": "259:1", "fstype": "xfs",
+         "mount_source": "/dev/nvme0n1", "mount_point": "/mnt/nvme0", "error": None}
+    b = {**a, "path": "/mnt/nvme1/a", "real_path": "/mnt/nvme0/a"}
+    c = {**a, "path": "/mnt/nvme2", "device": "259:2", "real_path": "/mnt/nvme2"}
+    bad = {"path": "/x", "error": "/x: no such directory", "device": None}
+    got = sj.same_drive_problems([a, bad, b, c], sl.expectation({}, "storage"))
+    assert got[0] is None and got[1] is None and got[3] is None
+    assert got[2].startswith("storage_paths /mnt/nvme1/a is on the same filesystem as /mnt/nvme0/a (the same "
+                             "directory) (xfs /dev/nvme0n1 mounted at /mnt/nvme0, device 259:1)")
+    assert sj.same_drive_problems([a, b], sl.expectation({}, "fs")) == [None, None]
