@@ -179,6 +179,35 @@ def test_summarize_units_on_real_fio_output(tmp_path):
     assert ft.summarize(doc, "read")["gbps"] == 0.0  # a direction the jobs did not run counts as 0
 
 
+def test_summarize_reads_older_fio_json(tmp_path):
+    """A document real fio wrote, ALTERED as older fio writes it: without ``bw_bytes`` (added in fio 3.2; Ubuntu
+    18.04's fio 3.1 has only ``bw`` in KiB/s) and without ``lat_ns`` (fio < 3.0: ``lat`` in µs). The GB/s is
+    read from ``bw`` * 1024 (before: 0.0 GB/s, a healthy drive failing its floor or recorded as 0); with
+    neither field no figure is made up (None)."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        import fio_throughput as ft
+    finally:
+        sys.path.remove(str(PROBES))
+    cmd = ft.fio_command(shutil.which("fio"), "seq_write", str(tmp_path), None, bs="1M", size=4 * MIB, runtime=0.5,
+                         numjobs=1, iodepth=1, ioengine="psync", direct=0)
+    doc, msgs, rc = ft.run_fio(cmd, timeout=120)
+    assert rc == 0 and doc is not None, msgs
+    new = ft.summarize(doc, "write")
+    old = json.loads(json.dumps(doc))
+    for j in old["jobs"]:
+        for d in ("read", "write", "trim"):
+            j[d].pop("bw_bytes", None)
+            lat = j[d].pop("lat_ns")
+            j[d]["lat"] = {k: v / 1e3 for k, v in lat.items() if isinstance(v, (int, float))}
+    got = ft.summarize(old, "write")
+    assert new["gbps"] > 0 and got["gbps"] == pytest.approx(new["gbps"], abs=2e-4), (got, new)
+    assert got["lat_mean_us"] == pytest.approx(new["lat_mean_us"], abs=0.01)
+    for j in old["jobs"]:
+        j["write"].pop("bw")
+    assert ft.summarize(old, "write")["gbps"] is None
+
+
 @pytest.fixture
 def tmpfs_dir(tmp_path):
     """A tmpfs mount (mount -t tmpfs, as root), else /dev/shm when mounting is not permitted."""

@@ -145,14 +145,24 @@ def summarize(doc: dict, direction: str) -> dict:
     ``iops`` = sum over jobs (1 decimal); ``io_bytes`` = sum; ``runtime_ms`` = the longest job's runtime;
     ``lat_mean_us`` = the largest job mean latency / 1e3 (µs, 2 decimals; with one group-reported job it is
     the group's mean). A job without the direction, or a document without jobs, counts as 0. Pure.
+
+    Older fio: ``bw_bytes`` was added in fio 3.2 (axboe/fio PR #487, 2017-11; Ubuntu 18.04's fio 3.1 lacks it);
+    before, only ``bw`` in KiB/s (1024 B/s, fio HOWTO "JSON output"), used then (``bw * 1024``). ``lat_ns``
+    came with fio 3.0; before, ``lat`` in µs. A job of the direction with neither ``bw_bytes`` nor ``bw``
+    gives ``gbps`` None (no figure can be read: the caller fails the path), never 0.
     """
     jobs = doc.get("jobs") or []
-    bw = sum(float((j.get(direction) or {}).get("bw_bytes") or 0) for j in jobs)
+    per = [j.get(direction) for j in jobs if isinstance(j.get(direction), dict)]
+    if any("bw_bytes" not in d and "bw" not in d for d in per):
+        bw = None
+    else:
+        bw = sum(float(d["bw_bytes"]) if "bw_bytes" in d else float(d.get("bw") or 0) * 1024 for d in per)
     iops = sum(float((j.get(direction) or {}).get("iops") or 0) for j in jobs)
     io = sum(int((j.get(direction) or {}).get("io_bytes") or 0) for j in jobs)
     rt = max([int((j.get(direction) or {}).get("runtime") or 0) for j in jobs] or [0])
-    lat = [float(((j.get(direction) or {}).get("lat_ns") or {}).get("mean") or 0) for j in jobs]
-    return {"gbps": round(bw / 1e9, 4), "iops": round(iops, 1), "io_bytes": io, "runtime_ms": rt,
+    lat = [float(((j.get(direction) or {}).get("lat_ns") or {}).get("mean") or 0)
+           or float(((j.get(direction) or {}).get("lat") or {}).get("mean") or 0) * 1e3 for j in jobs]
+    return {"gbps": None if bw is None else round(bw / 1e9, 4), "iops": round(iops, 1), "io_bytes": io, "runtime_ms": rt,
             "lat_mean_us": round(max(lat or [0]) / 1e3, 2)}
 
 
@@ -285,6 +295,10 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
         if cut:
             errors.append(cut)
             break
+        if fig["gbps"] is None:
+            errors.append(f"fio {test}: its JSON gives neither bw_bytes nor bw for the job (fio "
+                          f"{doc.get('fio version', '?')}): no figure can be read")
+            break
         fig.update(started=round(started, 3), command=cmd)
         res["tests"][test] = fig
         if test == "rand_read":
@@ -320,6 +334,8 @@ def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:
         cut = cut_short("seq_read", fig, rc, runtime, msgs)
         if cut:
             res["error"] = f"{dev}: {cut}"
+        elif fig["gbps"] is None:
+            res["error"] = f"{dev}: fio's JSON gives neither bw_bytes nor bw: no figure can be read"
         else:
             res["seq_read_gbps"] = fig["gbps"]
             res["ok"] = True
