@@ -179,6 +179,16 @@ def test_summarize_units_on_real_fio_output(tmp_path):
     assert ft.summarize(doc, "read")["gbps"] == 0.0  # a direction the jobs did not run counts as 0
 
 
+def test_fractional_runtime_is_run_whole(tmp_path):
+    """storage_fio.runtime 1.5 (the inventory accepts a float): fio read a bare "1.5" as 1 s and "0.5" as 0 s
+    (a 6 ms time-based run, its GB/s a figure of nothing). Each test now runs the asked 1.5 s, on real fio."""
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "runtime": 1.5, "tests": ["seq_read"]})
+    r = doc["paths"][0]
+    assert r["ok"], r
+    assert 1500 <= r["tests"]["seq_read"]["runtime_ms"] < 2500, r["tests"]["seq_read"]
+    assert "--runtime=1500ms" in r["tests"]["seq_read"]["command"]
+
+
 def test_summarize_reads_older_fio_json(tmp_path):
     """A document real fio wrote, ALTERED as older fio writes it: without ``bw_bytes`` (added in fio 3.2; Ubuntu
     18.04's fio 3.1 has only ``bw`` in KiB/s) and without ``lat_ns`` (fio < 3.0: ``lat`` in µs). The GB/s is

@@ -196,6 +196,13 @@ def cut_short(test: str, fig: dict, rc: int, runtime: float, msgs: list[str]) ->
             + (f": {detail}" if detail else "") + ": figures of a partial run are not a measurement")
 
 
+def fio_ms(seconds: float) -> str:
+    """``seconds`` as a fio time value in whole milliseconds (``"1500ms"``): fio reads a bare number as whole
+    seconds and drops the fraction (``--runtime=0.5`` ran a time-based job for 6 ms, ``1.5`` for 1 s,
+    fio 3.33), while the ``ms`` suffix is exact (fio HOWTO, "Time values": suffixes d, h, m, s, ms, us)."""
+    return f"{max(0, round(float(seconds) * 1000))}ms"
+
+
 def fio_path(path: str) -> str:
     """``path`` as fio's ``--directory``/``--filename`` need it: every ``:`` escaped as ``\\:``. fio splits
     both options on ``:`` into several directories/files (fio HOWTO, "filename": "Each colon in the wanted
@@ -217,7 +224,7 @@ def fio_command(fio: str, test: str, directory: str | None, filename: str | None
     """
     cmd = [fio, "--output-format=json", "--group_reporting", f"--name={test}", f"--rw={RW[test]}", f"--bs={bs}",
            f"--size={size}", f"--numjobs={numjobs}", f"--iodepth={iodepth}", f"--ioengine={ioengine}",
-           f"--direct={direct}", f"--runtime={runtime}", "--time_based"]
+           f"--direct={direct}", f"--runtime={fio_ms(runtime)}", "--time_based"]
     if directory:
         cmd += [f"--directory={fio_path(directory)}", "--filename_format=gpuaccept.$jobnum"]
     if filename:
