@@ -257,7 +257,10 @@ def test_storage_mounts_probe_on_real_mounts(tmp_path):
         d.mkdir()
     setup = (f"mount -t tmpfs -o size=1m gpuaccept-ram '{ram}' && mount -t tmpfs -o size=1m spaced '{spaced}' "
              f"&& mount --bind / '{bind}'")
-    paths = [str(plain), str(ram), str(spaced), str(bind), str(tmp_path / "missing")]
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "unmounted" / "scratch")
+    paths = [str(plain), str(ram), str(spaced), str(bind), str(tmp_path / "missing"), str(tmp_path / "afile"),
+             str(tmp_path / "dangling")]
     doc = probe_in_namespace("storage_mounts", {"paths": paths}, setup)
     got = {Path(e["path"]).name: e for e in doc["paths"]}
     fm = findmnt(plain)
@@ -275,6 +278,10 @@ def test_storage_mounts_probe_on_real_mounts(tmp_path):
     assert problems["ram"] == [] and problems["with space"] == []
     assert len(problems["bind"]) == 1 and "is on the root filesystem" in problems["bind"][0]
     assert problems["missing"] == [f"{tmp_path / 'missing'}: no such directory"]
+    # a file, and a symlink to a folder on a mount that is not there: each named for what it is
+    assert problems["afile"] == [f"{tmp_path / 'afile'}: not a directory but a regular file"]
+    assert problems["dangling"] == [f"{tmp_path / 'dangling'}: a symlink to {tmp_path / 'unmounted' / 'scratch'}, "
+                                    "which does not exist (is its mount missing?)"]
 
 
 def test_mount_missing_on_one_host_from_real_placements(root_fs_dir):
