@@ -263,13 +263,15 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
                host_verdicts: dict[str, str]) -> None:
     """Append one run in one transaction. ``run``: run_id, started, inventory, profile, limit, report_dir,
     verdict; ``tests``: dicts with nodeid, host, layer, outcome, message; ``figures``: report figure dicts
-    (with sku where known). A run id already present is replaced (re-recording a merged folder)."""
+    (with sku where known). A run id already present is replaced (re-recording a merged folder) when it is
+    the same run (same start); another run's rows under the id are kept renamed (:func:`keep_earlier_run`)."""
     rid = run["run_id"]
     started = run.get("started") or time.time()
     burnin = run.get("profile") == "burnin"
     tests = list(tests)
     burned_in = baseline_mod.passed_burnin_hosts(tests)  # their burn-in figures become baselines
     with con:
+        keep_earlier_run(con, rid, started)
         for table in ("figures", "tests", "host_verdicts", "runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
         con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (rid, started, run.get("inventory"),
@@ -278,6 +280,33 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
         con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", [test_row(rid, t) for t in tests])
         con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)", [(rid, h, v) for h, v in host_verdicts.items()])
         _update_latest(con, rid, burnin, burned_in)
+
+
+def keep_earlier_run(con: sqlite3.Connection, run_id: str, started: float) -> str | None:
+    """Before run ``run_id`` (started at ``started``, Unix s) is written: when the database holds rows of that
+    run id from a run that started at another time, rename them ``<run_id>@<its UTC start>`` (e.g.
+    ``tonight@20261129T020000Z``) so that they are kept, and return that name; else None.
+
+    The run id is the report folder's name, so it comes back whenever a folder name is used again: a nightly
+    job writing to ``--reports /scratch/acceptance/tonight`` after removing it, a CI workspace cleaned between
+    builds, the clock set back to a second whose default folder was rotated away. Replacing by run id alone
+    deleted every earlier night of such a job. Rows of the same run (same start: a merged folder recorded
+    again, an earlier attempt of this run) are left for the caller to replace. Call inside the transaction
+    that writes the run. Cost: the old run's rows (figures_run index), plus a scan of tests and latest."""
+    row = con.execute("SELECT started FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    if row is None:
+        row = con.execute("SELECT started FROM figures WHERE run_id=? LIMIT 1", (run_id,)).fetchone()
+    if row is None or row[0] is None or abs(float(row[0]) - float(started)) < 1e-3:
+        return None
+    base = f"{run_id}@{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(float(row[0])))}"
+    new, n = base, 1
+    while con.execute("SELECT 1 FROM runs WHERE run_id=? UNION ALL SELECT 1 FROM figures WHERE run_id=? LIMIT 1",
+                      (new, new)).fetchone():
+        n += 1
+        new = f"{base}-{n}"
+    for table in ("figures", "tests", "host_verdicts", "runs", "latest"):
+        con.execute(f"UPDATE {table} SET run_id=? WHERE run_id=?", (new, run_id))
+    return new
 
 
 def _day(started) -> str:
@@ -388,8 +417,9 @@ class RunRecorder:
     verdicts and ``latest``, one transaction). The end then costs O(stand-out look-up) instead of inserting
     every row of the run (1.84 million figures at 10,000 hosts x 23 checks).
 
-    The database is opened at the first flush; rows an earlier attempt of the same run id left (a killed
-    controller) are replaced. Errors (HistoryError, sqlite3.Error, OSError) propagate to the caller.
+    The database is opened at the first flush; rows an earlier attempt of the same run left (a killed
+    controller) are replaced; rows of another run under the same id (a report folder name used again) are
+    kept, renamed (:func:`keep_earlier_run`, :attr:`kept_as`). Errors (HistoryError, sqlite3.Error, OSError) propagate to the caller.
     """
 
     def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
@@ -406,6 +436,7 @@ class RunRecorder:
         self.groups: dict[tuple, list[dict]] = {}  # fleet_groups() of every figure so far
         self.burnin_tests: dict[str, tuple] = {}  # nodeid -> (host, outcome) of the burn-in tests (last wins)
         self._wait_s = -1.0
+        self.kept_as: str | None = None  # an earlier run of the same id, renamed (keep_earlier_run)
 
     def add(self, test: dict, figures: list[dict]) -> None:
         """A finished test (nodeid, host, layer, outcome, message) and its figures (with sku where known)."""
@@ -423,6 +454,7 @@ class RunRecorder:
         if self.con is None:
             con = connect(self.path)
             with con:
+                self.kept_as = keep_earlier_run(con, self.run_id, self.started)
                 for table in ("figures", "tests", "host_verdicts", "runs"):
                     con.execute(f"DELETE FROM {table} WHERE run_id=?", (self.run_id,))
             self.con = con
@@ -470,6 +502,7 @@ class RunRecorder:
         con = connect(self.path)
         try:
             with con:
+                self.kept_as = keep_earlier_run(con, self.run_id, self.started) or self.kept_as
                 con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))
                 con.execute("DELETE FROM runs WHERE run_id=?", (self.run_id,))
                 con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (self.run_id, self.started, run.get("inventory"),

@@ -188,6 +188,43 @@ def test_history_on_a_read_only_mount_is_named_so(tmp_path):
     assert [(r["run"], r["value"]) for r in json.loads(cli.stdout)] == [("r1", 4800.0)]
 
 
+def test_a_report_folder_used_again_keeps_the_earlier_nights(tmp_path):
+    """A nightly job writes to the same --reports folder, removed between nights (replayed 2xH200 captures,
+    night 2 with GPU 1's HBM write 7 % slower). The run id is the folder's name: before, night 2 replaced night
+    1 in the history (its figures deleted; one run left). Now night 1 is kept as "<name>@<its UTC start>", both
+    nights' figures are there, and the stand-out still compares with night 1."""
+    db = tmp_path / "history.sqlite"
+    tonight = tmp_path / "tonight"
+    inv = replay_project(tmp_path, DATA)
+    common = ["--inventory", str(inv), "-k", "hbm", "--history", str(db), "--standout-pct", "5",
+              "--reports", str(tonight)]
+    r1 = run_pytest(tmp_path, *common)
+    assert r1.returncode == 0, r1.stdout[-3000:]
+    started1 = json.loads((tonight / "results.json").read_text())["started"]
+    shutil.rmtree(tonight)
+    slow = tmp_path / "slow"
+    shutil.copytree(DATA, slow)
+    for f in slow.glob("hbm_bandwidth-*.json"):
+        saved = json.loads(f.read_text())
+        _slow_write(7)(saved["doc"])
+        f.write_text(json.dumps(saved))
+    first = re.search(r"gpuaccept_replay=(\S+)", inv.read_text()).group(1)
+    inv.write_text(inv.read_text().replace(first, str(replay_folder(tmp_path, slow))))
+    r2 = run_pytest(tmp_path, *common)
+    assert r2.returncode == 0, r2.stdout[-3000:]
+    con = sqlite3.connect(db)
+    kept = "tonight@" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started1))
+    assert sorted(r[0] for r in con.execute("SELECT run_id FROM runs")) == ["tonight", kept]
+    rows = con.execute("SELECT run_id, gpu, value FROM figures WHERE check_ LIKE 'hbm_write_bw_gbps%' "
+                       "ORDER BY started, gpu").fetchall()
+    assert [r[:2] for r in rows] == [(kept, 0), (kept, 1), ("tonight", 0), ("tonight", 1)]
+    assert rows[3][2] == pytest.approx(rows[1][2] * 0.93, rel=1e-3)
+    md = (tonight / "summary.md").read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |")
+                and "| previous |" in ln)
+    assert "| 7.0% |" in line
+
+
 def test_history_explicit_and_latest_pass_baseline(tmp_path):
     con = history.connect(str(tmp_path / "h.sqlite"))
     _run(con, "r1", 1, [fig("a", "bw", 100.0, gpu=0, serial="S", lim=50)])
