@@ -404,9 +404,12 @@ def _update_latest(con: sqlite3.Connection, rid: str, burnin: bool, burned_in: I
             ((("burnin", " AND verdict='pass'"),) if burnin else ()):
         con.execute(f"INSERT OR REPLACE INTO latest SELECT subject, check_, '{kind}', sku, value, run_id FROM figures "
                     f"WHERE run_id=? AND value IS NOT NULL{where} ORDER BY rowid", (rid,))
-    # the first passing value of a subject and check stays (OR IGNORE): the baseline without a burn-in
-    con.execute("INSERT OR IGNORE INTO latest SELECT subject, check_, 'first', sku, value, run_id FROM figures "
-                "WHERE run_id=? AND value IS NOT NULL AND verdict='pass' ORDER BY rowid", (rid,))
+    # the first passing value of a subject and check stays: the baseline without a burn-in; replaced only when
+    # the SKU changed (an inventory gpu_sku corrected: the old SKU's value is never compared, like with like)
+    con.execute("INSERT INTO latest SELECT subject, check_, 'first', sku, value, run_id FROM figures "
+                "WHERE run_id=? AND value IS NOT NULL AND verdict='pass' ORDER BY rowid "
+                "ON CONFLICT (subject, check_, kind) DO UPDATE SET sku=excluded.sku, value=excluded.value, "
+                "run_id=excluded.run_id WHERE latest.sku IS NOT excluded.sku", (rid,))
 
 
 class RunRecorder:

@@ -154,6 +154,24 @@ def test_slow_decline_stands_out_against_the_first_pass(tmp_path):
     assert ("S2", "baseline (first pass on 2027-01-16)", 15.0) in found[12]
 
 
+def test_first_pass_baseline_follows_a_corrected_sku(tmp_path):
+    """The inventory's gpu_sku was wrong for two nights, then corrected; the GPU then loses 1 % a night. The
+    first pass under the wrong SKU is never compared (like with like), so it must not stay the baseline: the
+    first night of the right SKU is, and night 13 (11 nights of decline) stands out against it."""
+    db = str(tmp_path / "h.sqlite")
+    found = {}
+    for n in range(14):
+        sku = "h100-sxm5-80gb" if n < 2 else "h200-sxm-141gb"
+        value = 4800.0 * 0.99 ** max(0, n - 2)
+        rec = history.RunRecorder(db, f"night{n}", 1_800_000_000 + n * 86400.0, "standard")
+        rec.add({"nodeid": "t", "host": "a", "layer": "memory", "outcome": "passed"},
+                [fig("a", "hbm", value, gpu=0, serial="S0", lim=4000, sku=sku)])
+        found[n] = [(o["against"], o["pct"]) for o in rec.finish({"verdict": "PASS"}, {"a": "PASS"})]
+        rec.close()
+    assert all(found[n] == [] for n in range(13)), found
+    assert found[13] == [("baseline (first pass on 2027-01-17)", 10.5)], found
+
+
 def test_history_on_a_read_only_mount_is_named_so(tmp_path):
     """A good history database on a read-only mount (a bind mount remounted ro in a private mount namespace)
     and a new one in a read-only folder: the run exits 4 before any node naming the read-only filesystem;
