@@ -27,6 +27,11 @@ from .thresholds import Limit
 
 
 # -- where a path is -----------------------------------------------------------------------------------
+#: filesystems whose speed is never a drive's: the fio_throughput probe refuses them (gpuaccept/probes/
+#: _storage.py NOT_BLOCK, plus every fuse*); judged here too so the line names the missing mount before fio.
+NOT_A_DRIVE_FSTYPES = ("tmpfs", "ramfs", "overlay", "squashfs", "devtmpfs")
+
+
 def _where(entry: Mapping) -> str:
     return f"{entry.get('fstype')} {entry.get('mount_source')} mounted at {entry.get('mount_point')}"
 
@@ -46,6 +51,10 @@ def placement_problems(entry: Mapping, expect: PathExpectation) -> list[str]:
     5. Shared paths (``fs_paths``) with no ``fs_expect_fstype``: a type of
        :data:`~gpuaccept.storage_limits.LOCAL_DISK_FSTYPES` (one host's own disk) fails, unless rule 2 already
        reported the root filesystem or the root filesystem is allowed.
+    6. Local drive paths (``storage_paths``) with no ``storage_expect_fstype``: a type that is not one of
+       :data:`~gpuaccept.storage_limits.LOCAL_DISK_FSTYPES` (NFS, Lustre, autofs, tmpfs, overlay...) fails: the
+       NVMe mount meant for the path is missing and the folder sits on a network or RAM filesystem, whose
+       figures are not the drive's.
     """
     path = entry.get("path")
     if entry.get("error"):
@@ -67,6 +76,14 @@ def placement_problems(entry: Mapping, expect: PathExpectation) -> list[str]:
     if expect.shared and not expect.fstypes and not root and entry["fstype"] in LOCAL_DISK_FSTYPES:
         out.append(f"{expect.var} {path} is on a local-disk filesystem ({_where(entry)}), not a shared one: "
                    f"the aggregate would add this host's own disk (set {expect.var_name('expect_fstype')}: "
+                   f"{entry['fstype']} if this is intended)")
+    local = expect.kind == "storage" and not expect.fstypes
+    if local and (entry["fstype"] in NOT_A_DRIVE_FSTYPES or entry["fstype"].startswith("fuse")):
+        out.append(f"{expect.var} {path} is on {_where(entry)}: a RAM, overlay or FUSE filesystem, not a drive "
+                   f"(the drive's mount meant for it is missing?)")
+    elif local and entry["fstype"] not in LOCAL_DISK_FSTYPES:
+        out.append(f"{expect.var} {path} is on {_where(entry)}, not a local-disk filesystem: the drive's mount meant "
+                   f"for it is missing? Its figures would not be a drive's (set {expect.var_name('expect_fstype')}: "
                    f"{entry['fstype']} if this is intended)")
     return out
 

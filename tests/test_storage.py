@@ -275,7 +275,12 @@ def test_storage_mounts_probe_on_real_mounts(tmp_path):
     assert got["missing"]["mount_point"] is None
     # the same folders judged as storage_paths: the bind of / is the OS disk however it is mounted
     problems = {k: sj.placement_problems(e, sl.expectation({}, "storage")) for k, e in got.items()}
-    assert problems["ram"] == [] and problems["with space"] == []
+    # a RAM disk where a drive was meant fails before fio (the probe would refuse it too), naming the mount
+    assert problems["ram"] == [f"storage_paths {ram} is on tmpfs gpuaccept-ram mounted at {ram}: a RAM, overlay or "
+                               "FUSE filesystem, not a drive (the drive's mount meant for it is missing?)"]
+    assert len(problems["with space"]) == 1 and f"mounted at {spaced}: a RAM" in problems["with space"][0]
+    assert [sj.placement_problems(got[k], sl.expectation({"storage_expect_fstype": "tmpfs"}, "storage"))
+            for k in ("ram", "with space")] == [[], []]
     assert len(problems["bind"]) == 1 and "is on the root filesystem" in problems["bind"][0]
     assert problems["missing"] == [f"{tmp_path / 'missing'}: no such directory"]
     # a file, and a symlink to a folder on a mount that is not there: each named for what it is

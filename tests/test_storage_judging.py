@@ -268,3 +268,20 @@ def test_same_drive_only_for_local_paths():
     assert got[2].startswith("storage_paths /mnt/nvme1/a is on the same filesystem as /mnt/nvme0/a (the same "
                              "directory) (xfs /dev/nvme0n1 mounted at /mnt/nvme0, device 259:1)")
     assert sj.same_drive_problems([a, b], sl.expectation({}, "fs")) == [None, None]
+
+
+def test_storage_path_off_a_local_disk_filesystem():
+    """storage_paths is for the node's own drives: a folder left on NFS (the NVMe mount under it missing) or on
+    a RAM disk fails naming the filesystem; storage_expect_fstype naming the type accepts it; fs_paths and
+    gds_paths are not judged by this rule."""
+    nfs = {"path": "/mnt/nvme0/s", "mount_point": "/mnt", "mount_source": "filer:/export/mnt", "fstype": "nfs4",
+           "root_fs": False, "error": None, "device": "0:53"}
+    got = sj.placement_problems(nfs, STORAGE)
+    assert got == ["storage_paths /mnt/nvme0/s is on nfs4 filer:/export/mnt mounted at /mnt, not a local-disk "
+                   "filesystem: the drive's mount meant for it is missing? Its figures would not be a drive's (set "
+                   "storage_expect_fstype: nfs4 if this is intended)"]
+    assert sj.placement_problems(nfs, sl.expectation({"storage_expect_fstype": "nfs4"}, "storage")) == []
+    assert sj.placement_problems({**nfs, "fstype": "xfs"}, STORAGE) == []
+    assert sj.placement_problems({**nfs, "fstype": "fuse.sshfs"}, STORAGE)[0].endswith(
+        "a RAM, overlay or FUSE filesystem, not a drive (the drive's mount meant for it is missing?)")
+    assert sj.placement_problems({**nfs, "path": "/lustre/x"}, sl.expectation({}, "gds")) == []
