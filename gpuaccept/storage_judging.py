@@ -172,18 +172,41 @@ def split_shared_fs(path: str, placements: Mapping[str, Mapping],
 class Aggregate:
     """One direction of one aggregate round. ``total_gbps``: the sum of ``per_host`` (GB/s), None when no
     host contributed; ``per_host``: host -> GB/s counted; ``left_out``: host -> why it was not counted;
-    ``start_skew_s``: latest minus earliest start of the hosts' fio runs (seconds), None without starts."""
+    ``start_skew_s``: latest minus earliest start of the hosts' fio runs (seconds), None without starts;
+    ``overlap_s`` and ``runtime_s``: how long all counted runs ran together, and the shortest run (seconds)."""
 
     direction: str
     total_gbps: float | None
     per_host: dict[str, float]
     left_out: dict[str, str]
     start_skew_s: float | None
+    overlap_s: float | None = None
+    runtime_s: float | None = None
 
     @property
     def complete(self) -> bool:
         """True when every host of the round was counted."""
         return not self.left_out and self.total_gbps is not None
+
+    def not_concurrent(self) -> str | None:
+        """Why the sum is not one concurrent load, or None: with two or more hosts counted, their runs (each
+        from its ``started`` for its ``runtime_ms``) overlapped less than the shortest run by more than
+        :data:`MAX_APART_S` or :data:`MAX_APART_SHARE` of it, whichever is larger. Hosts whose runs do not
+        overlap each get the filesystem alone, so the sum of their GB/s is more than the filesystem gave."""
+        if len(self.per_host) < 2 or self.overlap_s is None or not self.runtime_s:
+            return None
+        apart = self.runtime_s - self.overlap_s
+        if apart <= max(MAX_APART_S, MAX_APART_SHARE * self.runtime_s):
+            return None
+        return (f"the {len(self.per_host)} hosts' fio {self.direction} runs overlapped {max(0.0, self.overlap_s):.1f} "
+                f"s of {self.runtime_s:.1f} s (started {self.start_skew_s or 0:.1f} s apart; or their clocks "
+                f"disagree): the sum is not of one concurrent load, not judged")
+
+
+#: runs of one aggregate round may overlap the shortest run less by this much (seconds, covering ssh start and
+#: clock offsets between NTP-synced hosts) or this share of it (10 %), whichever is larger. Chosen.
+MAX_APART_S = 1.0
+MAX_APART_SHARE = 0.1
 
 
 def aggregate(direction: str, results: Mapping[str, Mapping]) -> Aggregate:
@@ -193,12 +216,14 @@ def aggregate(direction: str, results: Mapping[str, Mapping]) -> Aggregate:
     "seq_read_gbps", "seq_write_gbps", "tests": {"seq_read": {"started": unix s}, ...}}`` (or ``{"ok":
     False, "error": "..."}`` when the probe itself failed). A host counts when ``ok`` and its
     ``seq_<direction>_gbps`` is a number; otherwise it is left out with the reason, never counted as 0.
-    The total is rounded to 4 decimals. Pure.
+    The total is rounded to 4 decimals. ``overlap_s``: the earliest end minus the latest start of the counted
+    hosts' runs (``tests.seq_<direction>.started`` + ``runtime_ms``); ``runtime_s`` the shortest run; both
+    None unless every counted host gives them (see :meth:`Aggregate.not_concurrent`). Pure.
     """
     key = f"seq_{direction}_gbps"
     per_host: dict[str, float] = {}
     left: dict[str, str] = {}
-    starts = []
+    starts, ends, runs = [], [], []
     for host, r in results.items():
         v = r.get(key)
         if not r.get("ok"):
@@ -207,12 +232,18 @@ def aggregate(direction: str, results: Mapping[str, Mapping]) -> Aggregate:
             left[host] = f"fio gave no {key}"
         else:
             per_host[host] = float(v)
-            t = ((r.get("tests") or {}).get(f"seq_{direction}") or {}).get("started")
+            test = (r.get("tests") or {}).get(f"seq_{direction}") or {}
+            t, ms = test.get("started"), test.get("runtime_ms")
             if isinstance(t, (int, float)):
                 starts.append(float(t))
+                if isinstance(ms, (int, float)) and ms > 0:
+                    ends.append(float(t) + ms / 1e3)
+                    runs.append(ms / 1e3)
     total = round(sum(per_host.values()), 4) if per_host else None
     skew = round(max(starts) - min(starts), 3) if starts else None
-    return Aggregate(direction, total, per_host, left, skew)
+    timed = len(runs) == len(per_host) and runs
+    overlap = round(min(ends) - max(starts), 3) if timed else None
+    return Aggregate(direction, total, per_host, left, skew, overlap, min(runs) if timed else None)
 
 
 def round_limit(key: str, limits_by_host: Mapping[str, Mapping[str, Limit]]) -> Limit | None:

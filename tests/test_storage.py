@@ -694,6 +694,43 @@ def test_two_storage_paths_on_one_filesystem(tmp_path):
     assert leftovers(nvme0) == [] and leftovers(other) == []
 
 
+def test_aggregate_of_runs_that_did_not_overlap_is_not_judged(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
+    """Three hosts share fs_paths; node3's probes start 4 s late (its python is a wrapper that sleeps first: a
+    slow host), so its 2 s fio runs do not overlap the others'. Each host had the filesystem alone: the sum
+    is not one concurrent load. Before: the sum was judged and PASSED its floor. Now the aggregate is an error
+    naming the overlap, recorded but not judged."""
+    shared = root_fs_dir / "shared-skew"
+    shared.mkdir()
+    wrapper = tmp_path / "python-slow-start"
+    wrapper.write_text(f"#!/bin/sh\nsleep 4\nexec '{sys.executable}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    n1, n2, n3 = sshd_nodes
+    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py",
+                       inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
+                                                  n3.inventory_line(python=str(wrapper))]) + "\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu.yml").write_text(
+        f"fs_paths: [{shared}]\nfs_allow_root_fs: true\nfs_expect_fstype: [{findmnt(shared)['fstype']}]\n"
+        "storage_fio: {size: 8388608, runtime: 2, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
+        "storage_limits: {fs_aggregate_read_gbps: 0.0001, fs_aggregate_write_gbps: 0.0001}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-k", "shared_fs", timeout=240)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
+    assert agg["outcome"] == "error", agg
+    for d in ("read", "write"):
+        assert f"fs_aggregate_{d}_gbps {shared}: the 3 hosts' fio {d} runs overlapped " in agg["text"], agg["text"]
+    assert "the sum is not of one concurrent load, not judged" in agg["text"]
+    doc = json.loads((rep / "results.json").read_text())
+    for d in ("read", "write"):
+        f = [x for x in doc["figures"] if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
+        assert f["verdict"] == "recorded" and f["value"] > 0 and f["extra"]["start_skew_s"] > 3, f
+        assert f["extra"]["overlap_s"] < 0 and "not judged" in f["extra"]["note"]
+    assert leftovers(shared) == []
+
+
 def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
     """Three hosts list the same fs_paths entry; on node3 another filesystem is mounted there (its probes run in
     a mount namespace of their own with a tmpfs on the folder: a real mount only that host sees). node3 fails,

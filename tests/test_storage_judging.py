@@ -285,3 +285,18 @@ def test_storage_path_off_a_local_disk_filesystem():
     assert sj.placement_problems({**nfs, "fstype": "fuse.sshfs"}, STORAGE)[0].endswith(
         "a RAM, overlay or FUSE filesystem, not a drive (the drive's mount meant for it is missing?)")
     assert sj.placement_problems({**nfs, "path": "/lustre/x"}, sl.expectation({}, "gds")) == []
+
+
+def test_aggregate_overlap_of_the_hosts_runs():
+    """Runs of 20 s started 0.5 s apart are one load; started 5 s apart (a slow host, or its clock 5 s off)
+    they overlapped 15 s and the sum is not judged; a single host has nothing to overlap."""
+    def res(start, ms=20000, gbps=2.0):
+        return {"ok": True, "seq_read_gbps": gbps, "tests": {"seq_read": {"started": start, "runtime_ms": ms}}}
+    near = sj.aggregate("read", {"a": res(100.0), "b": res(100.5)})
+    assert near.overlap_s == 19.5 and near.runtime_s == 20.0 and near.not_concurrent() is None
+    far = sj.aggregate("read", {"a": res(100.0), "b": res(105.0), "c": res(101.0)})
+    assert far.total_gbps == 6.0 and far.overlap_s == 15.0
+    assert far.not_concurrent() == ("the 3 hosts' fio read runs overlapped 15.0 s of 20.0 s (started 5.0 s apart; or "
+                                    "their clocks disagree): the sum is not of one concurrent load, not judged")
+    assert sj.aggregate("read", {"a": res(100.0)}).not_concurrent() is None
+    assert sj.aggregate("read", {"a": res(100.0), "b": {"ok": True, "seq_read_gbps": 1.0}}).not_concurrent() is None
