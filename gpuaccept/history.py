@@ -18,7 +18,9 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
 - ``latest``: per (subject, check_, kind) the last value of kind ``previous`` (any run), ``pass`` (the last
   run where it passed) and ``burnin`` (the last passed burn-in: the burn-in suite's figures, also under the
   nightly check each is a baseline for, gpuaccept.baseline; or a passing figure of a ``--profile burnin`` run),
-  upserted per run so that a comparison costs O(this run), not O(history).
+  upserted per run so that a comparison costs O(this run), not O(history); and ``first`` (the first run where
+  it passed, never replaced: the baseline of a GPU with no burn-in, so that a slow decline of 1 % a night,
+  never 10 % below the previous night, still stands out once it is 10 % below where the GPU started).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import os
 import sqlite3
 import sys
 import time
+import urllib.parse
 from typing import Any, Iterable
 
 from . import baseline as baseline_mod
@@ -89,6 +92,10 @@ def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
     except sqlite3.OperationalError as e:
         if "locked" in str(e) or "busy" in str(e):
             raise HistoryError(f"{path}: held by another writer for more than 30 s ({e})") from None
+        denied = not_writable(path)
+        if denied:
+            raise HistoryError(f"{path}: {denied}: the history needs to write the file and, beside it, its "
+                               f"-wal and -shm files (sqlite: {e})") from None
         raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
     except sqlite3.DatabaseError as e:
         raise HistoryError(f"{path}: not a gpuaccept history database ({e})") from None
@@ -97,6 +104,51 @@ def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
         raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
     if ver < upto:
         _migrate(con, upto)
+    return con
+
+
+def not_writable(path: str) -> str | None:
+    """Why SQLite cannot write the database at ``path`` and its folder (``"its folder /x is on a read-only
+    filesystem"``, ``"the file is not writable"``...), or None when both are writable. SQLite says only
+    "unable to open database file" or "attempt to write a readonly database" then, which read as a broken
+    file; a good database on a read-only mount must not be called "not a gpuaccept history database".
+    Writability: access(2) with W_OK (EROFS on a read-only mount, also for root) and statvfs ST_RDONLY."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for what, target in (("the file", path), (f"its folder {folder}", folder)):
+        if not os.path.exists(target):
+            continue
+        try:
+            if os.statvfs(target).f_flag & os.ST_RDONLY:
+                return f"{what} is on a read-only filesystem"
+        except OSError:
+            pass
+        if not os.access(target, os.W_OK):
+            return f"{what} is not writable by this user"
+    return None
+
+
+def connect_readonly(path: str) -> sqlite3.Connection:
+    """Open the existing database at ``path`` for reading only (never created, migrated or written): for
+    reading a history this user cannot write (an archived copy, a read-only mount). On a read-only
+    filesystem it is opened ``immutable=1`` (SQLite cannot make the ``-shm`` file a WAL database needs, and no
+    one can change the file there). Raises HistoryError when it is missing, unreadable, not an SQLite
+    database or of a newer schema."""
+    if not os.path.exists(path):
+        raise HistoryError(f"no history database at {path}")
+    try:
+        ro_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        ro_fs = False
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro" + ("&immutable=1" if ro_fs else "")
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=30)
+        ver = con.execute("PRAGMA user_version").fetchone()[0]
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        raise HistoryError(f"{path}: cannot be read ({e})") from None
+    if ver > SCHEMA_VERSION:
+        con.close()
+        raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
     return con
 
 
@@ -211,13 +263,15 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
                host_verdicts: dict[str, str]) -> None:
     """Append one run in one transaction. ``run``: run_id, started, inventory, profile, limit, report_dir,
     verdict; ``tests``: dicts with nodeid, host, layer, outcome, message; ``figures``: report figure dicts
-    (with sku where known). A run id already present is replaced (re-recording a merged folder)."""
+    (with sku where known). A run id already present is replaced (re-recording a merged folder) when it is
+    the same run (same start); another run's rows under the id are kept renamed (:func:`keep_earlier_run`)."""
     rid = run["run_id"]
     started = run.get("started") or time.time()
     burnin = run.get("profile") == "burnin"
     tests = list(tests)
     burned_in = baseline_mod.passed_burnin_hosts(tests)  # their burn-in figures become baselines
     with con:
+        keep_earlier_run(con, rid, started)
         for table in ("figures", "tests", "host_verdicts", "runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
         con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (rid, started, run.get("inventory"),
@@ -226,6 +280,33 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
         con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", [test_row(rid, t) for t in tests])
         con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)", [(rid, h, v) for h, v in host_verdicts.items()])
         _update_latest(con, rid, burnin, burned_in)
+
+
+def keep_earlier_run(con: sqlite3.Connection, run_id: str, started: float) -> str | None:
+    """Before run ``run_id`` (started at ``started``, Unix s) is written: when the database holds rows of that
+    run id from a run that started at another time, rename them ``<run_id>@<its UTC start>`` (e.g.
+    ``tonight@20261129T020000Z``) so that they are kept, and return that name; else None.
+
+    The run id is the report folder's name, so it comes back whenever a folder name is used again: a nightly
+    job writing to ``--reports /scratch/acceptance/tonight`` after removing it, a CI workspace cleaned between
+    builds, the clock set back to a second whose default folder was rotated away. Replacing by run id alone
+    deleted every earlier night of such a job. Rows of the same run (same start: a merged folder recorded
+    again, an earlier attempt of this run) are left for the caller to replace. Call inside the transaction
+    that writes the run. Cost: the old run's rows (figures_run index), plus a scan of tests and latest."""
+    row = con.execute("SELECT started FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    if row is None:
+        row = con.execute("SELECT started FROM figures WHERE run_id=? LIMIT 1", (run_id,)).fetchone()
+    if row is None or row[0] is None or abs(float(row[0]) - float(started)) < 1e-3:
+        return None
+    base = f"{run_id}@{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(float(row[0])))}"
+    new, n = base, 1
+    while con.execute("SELECT 1 FROM runs WHERE run_id=? UNION ALL SELECT 1 FROM figures WHERE run_id=? LIMIT 1",
+                      (new, new)).fetchone():
+        n += 1
+        new = f"{base}-{n}"
+    for table in ("figures", "tests", "host_verdicts", "runs", "latest"):
+        con.execute(f"UPDATE {table} SET run_id=? WHERE run_id=?", (new, run_id))
+    return new
 
 
 def _day(started) -> str:
@@ -323,6 +404,12 @@ def _update_latest(con: sqlite3.Connection, rid: str, burnin: bool, burned_in: I
             ((("burnin", " AND verdict='pass'"),) if burnin else ()):
         con.execute(f"INSERT OR REPLACE INTO latest SELECT subject, check_, '{kind}', sku, value, run_id FROM figures "
                     f"WHERE run_id=? AND value IS NOT NULL{where} ORDER BY rowid", (rid,))
+    # the first passing value of a subject and check stays: the baseline without a burn-in; replaced only when
+    # the SKU changed (an inventory gpu_sku corrected: the old SKU's value is never compared, like with like)
+    con.execute("INSERT INTO latest SELECT subject, check_, 'first', sku, value, run_id FROM figures "
+                "WHERE run_id=? AND value IS NOT NULL AND verdict='pass' ORDER BY rowid "
+                "ON CONFLICT (subject, check_, kind) DO UPDATE SET sku=excluded.sku, value=excluded.value, "
+                "run_id=excluded.run_id WHERE latest.sku IS NOT excluded.sku", (rid,))
 
 
 class RunRecorder:
@@ -333,8 +420,9 @@ class RunRecorder:
     verdicts and ``latest``, one transaction). The end then costs O(stand-out look-up) instead of inserting
     every row of the run (1.84 million figures at 10,000 hosts x 23 checks).
 
-    The database is opened at the first flush; rows an earlier attempt of the same run id left (a killed
-    controller) are replaced. Errors (HistoryError, sqlite3.Error, OSError) propagate to the caller.
+    The database is opened at the first flush; rows an earlier attempt of the same run left (a killed
+    controller) are replaced; rows of another run under the same id (a report folder name used again) are
+    kept, renamed (:func:`keep_earlier_run`, :attr:`kept_as`). Errors (HistoryError, sqlite3.Error, OSError) propagate to the caller.
     """
 
     def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
@@ -351,6 +439,7 @@ class RunRecorder:
         self.groups: dict[tuple, list[dict]] = {}  # fleet_groups() of every figure so far
         self.burnin_tests: dict[str, tuple] = {}  # nodeid -> (host, outcome) of the burn-in tests (last wins)
         self._wait_s = -1.0
+        self.kept_as: str | None = None  # an earlier run of the same id, renamed (keep_earlier_run)
 
     def add(self, test: dict, figures: list[dict]) -> None:
         """A finished test (nodeid, host, layer, outcome, message) and its figures (with sku where known)."""
@@ -368,6 +457,7 @@ class RunRecorder:
         if self.con is None:
             con = connect(self.path)
             with con:
+                self.kept_as = keep_earlier_run(con, self.run_id, self.started)
                 for table in ("figures", "tests", "host_verdicts", "runs"):
                     con.execute(f"DELETE FROM {table} WHERE run_id=?", (self.run_id,))
             self.con = con
@@ -415,6 +505,7 @@ class RunRecorder:
         con = connect(self.path)
         try:
             with con:
+                self.kept_as = keep_earlier_run(con, self.run_id, self.started) or self.kept_as
                 con.execute("DELETE FROM host_verdicts WHERE run_id=?", (self.run_id,))
                 con.execute("DELETE FROM runs WHERE run_id=?", (self.run_id,))
                 con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (self.run_id, self.started, run.get("inventory"),
@@ -448,7 +539,8 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
     run id (that run's first figure of the subject and check, else of the burn-in figure that is the check's
     baseline, "run R, as burnin_bf16_tflops_start"); else ``latest`` kind ``burnin`` ("burn-in on
     2026-11-02", with ", as burnin_..._start" when that run's figure was the burn-in suite's, mapped to the
-    check). Returns ``(records, the highest rowid of the run's figures seen)`` so that the next call looks at
+    check); without a burn-in, ``latest`` kind ``first`` ("first pass on 2026-11-01": the first run where the
+    subject's check passed). Returns ``(records, the highest rowid of the run's figures seen)`` so that the next call looks at
     newer rows only."""
     below = "({r}.value IS NOT NULL AND {r}.value != 0 AND ({r}.value - m.value) / abs({r}.value) * 100.0 > :pct)"
     explicit = bool(baseline) and baseline != "latest-pass"
@@ -463,7 +555,7 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
     def run_ref(col: str, check: str) -> str:  # the baseline run's first figure of the subject and ``check``
         return f"(SELECT b.{col} {of_run(':base', check)} ORDER BY b.rowid LIMIT 1)"
     mapped = _sql_burnin_key("m.check_")
-    refs = " OR ".join(below.format(r=r) for r in ("p", "k", "s"))
+    refs = " OR ".join(below.format(r=r) for r in ("p", "k", "s", "f"))
     if explicit:  # x / 0 is NULL in SQLite: a zero reference compares false
         rv = f"coalesce({run_ref('value', 'm.check_')}, {run_ref('value', mapped)})"
         refs += f" OR (({rv}) - m.value) / abs({rv}) * 100.0 > :pct"
@@ -471,13 +563,15 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
             "k.value, k.run_id, k.sku, s.value, s.run_id, s.sku, "
             # for the rows returned only: the burn-in run's day, whether its figure is this check's own
             "(SELECT r.started FROM runs r WHERE r.run_id=k.run_id), "
-            f"EXISTS (SELECT 1 {of_run('k.run_id', 'm.check_')})")
+            f"EXISTS (SELECT 1 {of_run('k.run_id', 'm.check_')}), "
+            "f.value, f.run_id, f.sku, (SELECT r.started FROM runs r WHERE r.run_id=f.run_id)")
     if explicit:
         cols += ", " + ", ".join(run_ref(c, chk) for chk in ("m.check_", mapped) for c in ("value", "sku"))
     q = (f"SELECT {cols} FROM figures m "
          "LEFT JOIN latest p ON p.subject=m.subject AND p.check_=m.check_ AND p.kind='previous' "
          "LEFT JOIN latest k ON k.subject=m.subject AND k.check_=m.check_ AND k.kind='burnin' AND :nob "
          "LEFT JOIN latest s ON s.subject=m.subject AND s.check_=m.check_ AND s.kind='pass' AND :lp "
+         "LEFT JOIN latest f ON f.subject=m.subject AND f.check_=m.check_ AND f.kind='first' AND :nob "
          "WHERE m.run_id=:run AND m.rowid > :after AND m.value IS NOT NULL "
          f"AND (m.limit_kind='min' OR {_sql_is_burnin('m')}) "
          f"AND m.verdict IS NOT 'fail' AND ({refs}) ORDER BY m.rowid")
@@ -495,9 +589,11 @@ def run_standouts(con: sqlite3.Connection, run_id: str, baseline: str | None = N
                              + (f", as {baseline_mod.split_key(src)[0]}" if src else ""))
         elif row[14] is not None:
             r["baseline"] = (*row[14:17], "latest pass")
-        elif explicit and (row[19] is not None or row[21] is not None):
-            own = row[19] is not None
-            r["baseline"] = (row[19] if own else row[21], baseline, row[20] if own else row[22], f"run {baseline}"
+        elif row[19] is not None:
+            r["baseline"] = (*row[19:22], f"first pass on {_day(row[22])}")
+        elif explicit and (row[23] is not None or row[25] is not None):
+            own = row[23] is not None
+            r["baseline"] = (row[23] if own else row[25], baseline, row[24] if own else row[26], f"run {baseline}"
                              + ("" if own else f", as {baseline_mod.split_key(baseline_mod.burnin_key(chk))[0]}"))
         for against in ("baseline", "previous"):
             if against not in r:
@@ -525,7 +621,8 @@ def references(con: sqlite3.Connection, figures: list[dict], baseline: str | Non
     is the check's baseline, gpuaccept.baseline) or ``"latest-pass"`` (the last run where this subject's check
     passed); else the subject's last passed burn-in: the burn-in suite's figures (the same figure of a later
     burn-in; for a nightly check its comparable burn-in figure, gpuaccept.baseline) or a ``--profile burnin``
-    run's passing figure. Cost: a few indexed look-ups per figure.
+    run's passing figure; without one, the first run where the subject's check passed ("first pass on
+    2026-11-01"). Cost: a few indexed look-ups per figure.
     """
     out: dict[tuple, dict] = {}
     for f in figures:
@@ -563,6 +660,9 @@ def references(con: sqlite3.Connection, figures: list[dict], baseline: str | Non
                 src = baseline_mod.burnin_key(key[1])  # the burn-in suite's figure stands for this check
             refs["baseline"] = (value, run_id, sku, f"burn-in on {_day(started)}"
                                 + (f", as {baseline_mod.split_key(src)[0]}" if src != key[1] else ""))
+        elif "first" in got:
+            value, run_id, sku, started = got["first"]
+            refs["baseline"] = (value, run_id, sku, f"first pass on {_day(started)}")
         if refs:
             out[key] = refs
     return out
@@ -687,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.db}: no history database", file=sys.stderr)
         return 4
     try:
-        con = connect(a.db)
+        con = connect_readonly(a.db) if not_writable(a.db) else connect(a.db)
     except HistoryError as e:
         print(str(e), file=sys.stderr)
         return 4

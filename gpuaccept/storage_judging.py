@@ -5,6 +5,7 @@ record what these functions decide. Tested apart in ``tests/test_storage_judging
 
 - :func:`placement_problems`: is a configured directory where the inventory says (not the OS disk, on the
   expected mount and filesystem type; a shared-filesystem path not on one host's local disk)?
+- :func:`same_drive_problems`: two local directories on one filesystem (the second measures the same drive).
 - :func:`split_shared_fs`: the hosts that see the same filesystem under one ``fs_paths`` entry, and the odd
   ones left out of the aggregate.
 - :func:`aggregate` and :func:`round_limit`: the shared-filesystem aggregate (sum of the hosts' GB/s) and
@@ -26,6 +27,11 @@ from .thresholds import Limit
 
 
 # -- where a path is -----------------------------------------------------------------------------------
+#: filesystems whose speed is never a drive's: the fio_throughput probe refuses them (gpuaccept/probes/
+#: _storage.py NOT_BLOCK, plus every fuse*); judged here too so the line names the missing mount before fio.
+NOT_A_DRIVE_FSTYPES = ("tmpfs", "ramfs", "overlay", "squashfs", "devtmpfs")
+
+
 def _where(entry: Mapping) -> str:
     return f"{entry.get('fstype')} {entry.get('mount_source')} mounted at {entry.get('mount_point')}"
 
@@ -45,6 +51,10 @@ def placement_problems(entry: Mapping, expect: PathExpectation) -> list[str]:
     5. Shared paths (``fs_paths``) with no ``fs_expect_fstype``: a type of
        :data:`~gpuaccept.storage_limits.LOCAL_DISK_FSTYPES` (one host's own disk) fails, unless rule 2 already
        reported the root filesystem or the root filesystem is allowed.
+    6. Local drive paths (``storage_paths``) with no ``storage_expect_fstype``: a type that is not one of
+       :data:`~gpuaccept.storage_limits.LOCAL_DISK_FSTYPES` (NFS, Lustre, autofs, tmpfs, overlay...) fails: the
+       NVMe mount meant for the path is missing and the folder sits on a network or RAM filesystem, whose
+       figures are not the drive's.
     """
     path = entry.get("path")
     if entry.get("error"):
@@ -67,6 +77,43 @@ def placement_problems(entry: Mapping, expect: PathExpectation) -> list[str]:
         out.append(f"{expect.var} {path} is on a local-disk filesystem ({_where(entry)}), not a shared one: "
                    f"the aggregate would add this host's own disk (set {expect.var_name('expect_fstype')}: "
                    f"{entry['fstype']} if this is intended)")
+    local = expect.kind == "storage" and not expect.fstypes
+    if local and (entry["fstype"] in NOT_A_DRIVE_FSTYPES or entry["fstype"].startswith("fuse")):
+        out.append(f"{expect.var} {path} is on {_where(entry)}: a RAM, overlay or FUSE filesystem, not a drive "
+                   f"(the drive's mount meant for it is missing?)")
+    elif local and entry["fstype"] not in LOCAL_DISK_FSTYPES:
+        out.append(f"{expect.var} {path} is on {_where(entry)}, not a local-disk filesystem: the drive's mount meant "
+                   f"for it is missing? Its figures would not be a drive's (set {expect.var_name('expect_fstype')}: "
+                   f"{entry['fstype']} if this is intended)")
+    return out
+
+
+def same_drive_problems(entries: list[Mapping], expect: PathExpectation) -> list[str | None]:
+    """For each entry of ``entries`` (the storage_mounts probe's ``paths``, in inventory order), a failure
+    line when it is on the same filesystem as an earlier entry, else None. Local paths only (``expect`` of a
+    shared kind: all None; many ``fs_paths`` on one shared filesystem are separate aggregate rounds).
+
+    Same filesystem = same ``device`` (the ``major:minor`` mountinfo gives the mounted filesystem): the two
+    directories sit on one set of drives, so the second fio run measures the first one's drive again and a
+    node whose other drive is missing, or whose path is a symlink to the first, would pass with two good
+    figures. Entries with an ``error`` or no ``device`` are left to :func:`placement_problems`. Pure."""
+    out: list[str | None] = [None] * len(entries)
+    if expect.shared:
+        return out
+    first: dict[str, Mapping] = {}
+    for i, e in enumerate(entries):
+        dev = e.get("device")
+        if e.get("error") or not dev:
+            continue
+        if dev in first:
+            a = first[dev]
+            same = (" (the same directory)" if e.get("real_path") and e.get("real_path") == a.get("real_path")
+                    else "")
+            out[i] = (f"{expect.var} {e.get('path')} is on the same filesystem as {a.get('path')}{same} "
+                      f"({_where(e)}, device {dev}): it would measure the same drive again; list one directory per "
+                      f"drive (is the mount meant for {e.get('path')} missing, or is it a link?)")
+        else:
+            first[dev] = e
     return out
 
 
@@ -125,18 +172,41 @@ def split_shared_fs(path: str, placements: Mapping[str, Mapping],
 class Aggregate:
     """One direction of one aggregate round. ``total_gbps``: the sum of ``per_host`` (GB/s), None when no
     host contributed; ``per_host``: host -> GB/s counted; ``left_out``: host -> why it was not counted;
-    ``start_skew_s``: latest minus earliest start of the hosts' fio runs (seconds), None without starts."""
+    ``start_skew_s``: latest minus earliest start of the hosts' fio runs (seconds), None without starts;
+    ``overlap_s`` and ``runtime_s``: how long all counted runs ran together, and the shortest run (seconds)."""
 
     direction: str
     total_gbps: float | None
     per_host: dict[str, float]
     left_out: dict[str, str]
     start_skew_s: float | None
+    overlap_s: float | None = None
+    runtime_s: float | None = None
 
     @property
     def complete(self) -> bool:
         """True when every host of the round was counted."""
         return not self.left_out and self.total_gbps is not None
+
+    def not_concurrent(self) -> str | None:
+        """Why the sum is not one concurrent load, or None: with two or more hosts counted, their runs (each
+        from its ``started`` for its ``runtime_ms``) overlapped less than the shortest run by more than
+        :data:`MAX_APART_S` or :data:`MAX_APART_SHARE` of it, whichever is larger. Hosts whose runs do not
+        overlap each get the filesystem alone, so the sum of their GB/s is more than the filesystem gave."""
+        if len(self.per_host) < 2 or self.overlap_s is None or not self.runtime_s:
+            return None
+        apart = self.runtime_s - self.overlap_s
+        if apart <= max(MAX_APART_S, MAX_APART_SHARE * self.runtime_s):
+            return None
+        return (f"the {len(self.per_host)} hosts' fio {self.direction} runs overlapped {max(0.0, self.overlap_s):.1f} "
+                f"s of {self.runtime_s:.1f} s (started {self.start_skew_s or 0:.1f} s apart; or their clocks "
+                f"disagree): the sum is not of one concurrent load, not judged")
+
+
+#: runs of one aggregate round may overlap the shortest run less by this much (seconds, covering ssh start and
+#: clock offsets between NTP-synced hosts) or this share of it (10 %), whichever is larger. Chosen.
+MAX_APART_S = 1.0
+MAX_APART_SHARE = 0.1
 
 
 def aggregate(direction: str, results: Mapping[str, Mapping]) -> Aggregate:
@@ -146,12 +216,14 @@ def aggregate(direction: str, results: Mapping[str, Mapping]) -> Aggregate:
     "seq_read_gbps", "seq_write_gbps", "tests": {"seq_read": {"started": unix s}, ...}}`` (or ``{"ok":
     False, "error": "..."}`` when the probe itself failed). A host counts when ``ok`` and its
     ``seq_<direction>_gbps`` is a number; otherwise it is left out with the reason, never counted as 0.
-    The total is rounded to 4 decimals. Pure.
+    The total is rounded to 4 decimals. ``overlap_s``: the earliest end minus the latest start of the counted
+    hosts' runs (``tests.seq_<direction>.started`` + ``runtime_ms``); ``runtime_s`` the shortest run; both
+    None unless every counted host gives them (see :meth:`Aggregate.not_concurrent`). Pure.
     """
     key = f"seq_{direction}_gbps"
     per_host: dict[str, float] = {}
     left: dict[str, str] = {}
-    starts = []
+    starts, ends, runs = [], [], []
     for host, r in results.items():
         v = r.get(key)
         if not r.get("ok"):
@@ -160,12 +232,18 @@ def aggregate(direction: str, results: Mapping[str, Mapping]) -> Aggregate:
             left[host] = f"fio gave no {key}"
         else:
             per_host[host] = float(v)
-            t = ((r.get("tests") or {}).get(f"seq_{direction}") or {}).get("started")
+            test = (r.get("tests") or {}).get(f"seq_{direction}") or {}
+            t, ms = test.get("started"), test.get("runtime_ms")
             if isinstance(t, (int, float)):
                 starts.append(float(t))
+                if isinstance(ms, (int, float)) and ms > 0:
+                    ends.append(float(t) + ms / 1e3)
+                    runs.append(ms / 1e3)
     total = round(sum(per_host.values()), 4) if per_host else None
     skew = round(max(starts) - min(starts), 3) if starts else None
-    return Aggregate(direction, total, per_host, left, skew)
+    timed = len(runs) == len(per_host) and runs
+    overlap = round(min(ends) - max(starts), 3) if timed else None
+    return Aggregate(direction, total, per_host, left, skew, overlap, min(runs) if timed else None)
 
 
 def round_limit(key: str, limits_by_host: Mapping[str, Mapping[str, Limit]]) -> Limit | None:

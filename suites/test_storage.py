@@ -34,7 +34,7 @@ def _record(verdicts, check: str, value, unit: str, limits: dict, key: str, extr
     lim = limits.get(key)
     ex = dict(extra or {})
     if lim is None:
-        ex["note"] = UNJUDGED.format(key=key)
+        ex.setdefault("note", UNJUDGED.format(key=key))
     else:
         lim = dataclasses.replace(lim, check=check)
     verdicts.record(check, value, unit, limit=lim, extra=ex)
@@ -55,8 +55,8 @@ def _placed(node: HostRunner, verdicts, paths: list[str], expect: sl.PathExpecta
     storage_judging.placement_problems); one failure line per problem of the others, which are not measured."""
     doc = node.probe("storage_mounts", {"paths": paths})
     good = []
-    for entry in doc["paths"]:
-        problems = sj.placement_problems(entry, expect)
+    for entry, twice in zip(doc["paths"], sj.same_drive_problems(doc["paths"], expect)):
+        problems = sj.placement_problems(entry, expect) + ([twice] if twice else [])
         verdicts.record(f"mount {entry['path']}", entry.get("mount_point"), extra={**entry, "problems": problems})
         for line in problems:
             verdicts.fail(line)
@@ -221,12 +221,16 @@ def test_shared_fs_aggregate(nodes: list[HostRunner], verdicts):
                 if results[h].get("ok"):  # a failed run is reported once above
                     verdicts.fail(f"{h}: {why}")
             lim = floors[(path, d)]
+            apart = agg.not_concurrent()
+            if apart:
+                verdicts.error(f"fs_aggregate_{d}_gbps {path}: {apart}")
             _record(verdicts, f"fs_aggregate_{d}_gbps {path}", agg.total_gbps, "GB/s",
-                    {lim.check: lim} if lim else {}, f"fs_aggregate_{d}_gbps",
+                    {lim.check: lim} if lim and not apart else {}, f"fs_aggregate_{d}_gbps",
                     {"hosts": {h: {"path": path, "fstype": (results.get(h) or {}).get("fstype"),
                                    f"{d}_gbps": agg.per_host.get(h)} for h in split.members},
                      "left_out": {**{h: " ".join(x) for h, x in split.problems.items()}, **agg.left_out},
-                     "start_skew_s": agg.start_skew_s, "host_count": len(agg.per_host),
+                     **({"note": apart} if apart else {}),
+                     "start_skew_s": agg.start_skew_s, "overlap_s": agg.overlap_s, "host_count": len(agg.per_host),
                      "filesystem": list(split.reference) if split.reference else None})
     verdicts.finish()
 

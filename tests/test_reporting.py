@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -115,6 +116,131 @@ def test_history_standouts_baseline_previous_like_with_like(tmp_path):
     # another SKU's reference is not compared (like with like)
     refs2 = {("S0", "hbm"): {"previous": (9000.0, "x", "b200")}}
     assert history.standouts(now[:1], refs2, pct=5.0) == []
+
+
+def test_slow_decline_stands_out_against_the_first_pass(tmp_path):
+    """A GPU with no burn-in losing 1 % a night: never 10 % below the previous night, so before it never stood
+    out. Its first passing night is its baseline now: night 11 (0.99^11 = 89.5 % of night 0) is a stand-out
+    "baseline (first pass on <night 0>)", in the run-as-it-goes path (RunRecorder) and in references().
+    A GPU swapped in (new serial) starts its own baseline; a failed first night is nobody's baseline."""
+    db = str(tmp_path / "h.sqlite")
+    day = 86400.0
+    found = {}
+    for n in range(13):
+        figs = [fig("a", "hbm", 4800.0 * 0.99 ** n, gpu=0, serial="S0", lim=4000),
+                fig("a", "hbm", 4700.0 * (0.99 ** (n - 6) if n >= 6 else 1), gpu=1,
+                    serial="OLD1" if n < 6 else "NEW1", lim=4000)]
+        if n == 0:
+            figs.append(fig("a", "bw", 40.0, gpu=2, serial="S2", lim=50))  # failed: no baseline
+        elif n == 12:
+            figs.append(fig("a", "bw", 44.0 * 0.85, gpu=2, serial="S2", lim=30))
+        else:
+            figs.append(fig("a", "bw", 44.0, gpu=2, serial="S2", lim=30))
+        con = history.connect(db)
+        pure = history.standouts(figs, history.references(con, figs))
+        con.close()
+        rec = history.RunRecorder(db, f"night{n}", 1_800_000_000 + n * day, "standard")
+        rec.add({"nodeid": "t", "host": "a", "layer": "memory", "outcome": "passed"}, figs)
+        got = rec.finish({"verdict": "PASS"}, {"a": "PASS"})
+        rec.close()
+        key = lambda o: (o["serial"], o["against"], o["reference"], o["pct"])  # noqa: E731
+        assert sorted(map(key, got)) == sorted(map(key, pure)), n
+        found[n] = [(o["serial"], o["against"], o["pct"]) for o in got]
+    first = "baseline (first pass on 2027-01-15)"
+    assert all(found[n] == [] for n in range(11)), found
+    assert found[11] == [("S0", first, 10.5)] and found[12][:1] == [("S0", first, 11.4)], found
+    assert not [o for n in found for o in found[n] if o[0] in ("NEW1", "OLD1")]  # NEW1: 6 nights, 5.9 %
+    # S2 failed its first night and passed from night 1 (44.0): 15 % below that on night 12, not below 40.0
+    assert ("S2", "baseline (first pass on 2027-01-16)", 15.0) in found[12]
+
+
+def test_first_pass_baseline_follows_a_corrected_sku(tmp_path):
+    """The inventory's gpu_sku was wrong for two nights, then corrected; the GPU then loses 1 % a night. The
+    first pass under the wrong SKU is never compared (like with like), so it must not stay the baseline: the
+    first night of the right SKU is, and night 13 (11 nights of decline) stands out against it."""
+    db = str(tmp_path / "h.sqlite")
+    found = {}
+    for n in range(14):
+        sku = "h100-sxm5-80gb" if n < 2 else "h200-sxm-141gb"
+        value = 4800.0 * 0.99 ** max(0, n - 2)
+        rec = history.RunRecorder(db, f"night{n}", 1_800_000_000 + n * 86400.0, "standard")
+        rec.add({"nodeid": "t", "host": "a", "layer": "memory", "outcome": "passed"},
+                [fig("a", "hbm", value, gpu=0, serial="S0", lim=4000, sku=sku)])
+        found[n] = [(o["against"], o["pct"]) for o in rec.finish({"verdict": "PASS"}, {"a": "PASS"})]
+        rec.close()
+    assert all(found[n] == [] for n in range(13)), found
+    assert found[13] == [("baseline (first pass on 2027-01-17)", 10.5)], found
+
+
+def test_history_on_a_read_only_mount_is_named_so(tmp_path):
+    """A good history database on a read-only mount (a bind mount remounted ro in a private mount namespace)
+    and a new one in a read-only folder: the run exits 4 before any node naming the read-only filesystem;
+    ``python -m gpuaccept.history`` still reads the good one. Before: "not a gpuaccept history database
+    (unable to open database file)" for both (an operator deletes a good history after that), and the CLI
+    could not read it."""
+    unshare = shutil.which("unshare")
+    assert unshare and os.geteuid() == 0, "mount namespaces need util-linux unshare and root (as sshd tests do)"
+    hdir = tmp_path / "hist"
+    hdir.mkdir()
+    db = hdir / "h.sqlite"
+    con = history.connect(str(db))
+    history.record_run(con, {"run_id": "r1", "started": 1_800_000_000, "profile": "standard"}, [],
+                       [fig("h1", "hbm", 4800.0, gpu=0, serial="S0", lim=4300)], {"h1": "PASS"})
+    con.close()
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    ro = f"mount --bind {hdir} {hdir} && mount -o remount,bind,ro {hdir}"
+    for target, who in ((db, "the file"), (hdir / "new.sqlite", f"its folder {hdir}")):
+        rep = tmp_path / f"rep-{target.name}"
+        res = subprocess.run([unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", f'{ro} && exec "$@"',
+                              "sh", sys.executable, "-m", "pytest", "--inventory", str(inv), "--history", str(target),
+                              "--reports", str(rep)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+        assert f"--history: {target}: {who} is on a read-only filesystem" in res.stderr, res.stderr[-2000:]
+        assert "not a gpuaccept history database" not in res.stderr and "Traceback" not in res.stderr + res.stdout
+        assert not rep.exists()
+    cli = subprocess.run([unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", f'{ro} && exec "$@"', "sh",
+                          sys.executable, "-m", "gpuaccept.history", "--db", str(db), "--serial", "S0", "--json"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert cli.returncode == 0, cli.stderr
+    assert [(r["run"], r["value"]) for r in json.loads(cli.stdout)] == [("r1", 4800.0)]
+
+
+def test_a_report_folder_used_again_keeps_the_earlier_nights(tmp_path):
+    """A nightly job writes to the same --reports folder, removed between nights (replayed 2xH200 captures,
+    night 2 with GPU 1's HBM write 7 % slower). The run id is the folder's name: before, night 2 replaced night
+    1 in the history (its figures deleted; one run left). Now night 1 is kept as "<name>@<its UTC start>", both
+    nights' figures are there, and the stand-out still compares with night 1."""
+    db = tmp_path / "history.sqlite"
+    tonight = tmp_path / "tonight"
+    inv = replay_project(tmp_path, DATA)
+    common = ["--inventory", str(inv), "-k", "hbm", "--history", str(db), "--standout-pct", "5",
+              "--reports", str(tonight)]
+    r1 = run_pytest(tmp_path, *common)
+    assert r1.returncode == 0, r1.stdout[-3000:]
+    started1 = json.loads((tonight / "results.json").read_text())["started"]
+    shutil.rmtree(tonight)
+    slow = tmp_path / "slow"
+    shutil.copytree(DATA, slow)
+    for f in slow.glob("hbm_bandwidth-*.json"):
+        saved = json.loads(f.read_text())
+        _slow_write(7)(saved["doc"])
+        f.write_text(json.dumps(saved))
+    first = re.search(r"gpuaccept_replay=(\S+)", inv.read_text()).group(1)
+    inv.write_text(inv.read_text().replace(first, str(replay_folder(tmp_path, slow))))
+    r2 = run_pytest(tmp_path, *common)
+    assert r2.returncode == 0, r2.stdout[-3000:]
+    con = sqlite3.connect(db)
+    kept = "tonight@" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started1))
+    assert sorted(r[0] for r in con.execute("SELECT run_id FROM runs")) == ["tonight", kept]
+    rows = con.execute("SELECT run_id, gpu, value FROM figures WHERE check_ LIKE 'hbm_write_bw_gbps%' "
+                       "ORDER BY started, gpu").fetchall()
+    assert [r[:2] for r in rows] == [(kept, 0), (kept, 1), ("tonight", 0), ("tonight", 1)]
+    assert rows[3][2] == pytest.approx(rows[1][2] * 0.93, rel=1e-3)
+    md = (tonight / "summary.md").read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |")
+                and "| previous |" in ln)
+    assert "| 7.0% |" in line
 
 
 def test_history_explicit_and_latest_pass_baseline(tmp_path):
@@ -249,8 +375,11 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     md = (tmp_path / "r2" / "summary.md").read_text()
     assert md.splitlines()[4].startswith("**PASS** 1 hosts") and "- **PASS** `h200-a`" in md
     assert "## Stand-outs" in md
-    line = next(ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |"))
-    assert "| previous |" in line and "| 7.0% |" in line
+    lines = [ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |")]
+    day = time.strftime("%Y-%m-%d", time.gmtime(sqlite3.connect(db).execute(
+        "SELECT started FROM runs WHERE run_id=(SELECT run_id FROM runs ORDER BY started LIMIT 1)").fetchone()[0]))
+    assert [ln.split(" | ")[5] for ln in lines] == [f"baseline (first pass on {day})", "previous"], lines
+    assert all("| 7.0% |" in ln for ln in lines)
     assert "| h200-a | 0 | 00000000:00:06.0 |" in md  # per-GPU table: bus id first
     assert (tmp_path / "r2" / "failed-hosts.txt").read_text() == ""
     con = sqlite3.connect(db)
@@ -265,7 +394,9 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     # run 3: the same slow GPU again: the previous run is now the slow one, no stand-out against it
     r3 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r3"))
     assert r3.returncode == 0
-    assert "| previous |" not in (tmp_path / "r3" / "summary.md").read_text()
+    md3 = (tmp_path / "r3" / "summary.md").read_text()
+    assert "| previous |" not in md3
+    assert f"| baseline (first pass on {day}) | " in md3  # still 7 % below where the GPU started
     html = tmp_path / "r3" / "report.html"
     text = html.read_text()
     assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', text)  # nothing fetched at view time

@@ -179,6 +179,45 @@ def test_summarize_units_on_real_fio_output(tmp_path):
     assert ft.summarize(doc, "read")["gbps"] == 0.0  # a direction the jobs did not run counts as 0
 
 
+def test_fractional_runtime_is_run_whole(tmp_path):
+    """storage_fio.runtime 1.5 (the inventory accepts a float): fio read a bare "1.5" as 1 s and "0.5" as 0 s
+    (a 6 ms time-based run, its GB/s a figure of nothing). Each test now runs the asked 1.5 s, on real fio."""
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "runtime": 1.5, "tests": ["seq_read"]})
+    r = doc["paths"][0]
+    assert r["ok"], r
+    assert 1500 <= r["tests"]["seq_read"]["runtime_ms"] < 2500, r["tests"]["seq_read"]
+    assert "--runtime=1500ms" in r["tests"]["seq_read"]["command"]
+
+
+def test_summarize_reads_older_fio_json(tmp_path):
+    """A document real fio wrote, ALTERED as older fio writes it: without ``bw_bytes`` (added in fio 3.2; Ubuntu
+    18.04's fio 3.1 has only ``bw`` in KiB/s) and without ``lat_ns`` (fio < 3.0: ``lat`` in µs). The GB/s is
+    read from ``bw`` * 1024 (before: 0.0 GB/s, a healthy drive failing its floor or recorded as 0); with
+    neither field no figure is made up (None)."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        import fio_throughput as ft
+    finally:
+        sys.path.remove(str(PROBES))
+    cmd = ft.fio_command(shutil.which("fio"), "seq_write", str(tmp_path), None, bs="1M", size=4 * MIB, runtime=0.5,
+                         numjobs=1, iodepth=1, ioengine="psync", direct=0)
+    doc, msgs, rc = ft.run_fio(cmd, timeout=120)
+    assert rc == 0 and doc is not None, msgs
+    new = ft.summarize(doc, "write")
+    old = json.loads(json.dumps(doc))
+    for j in old["jobs"]:
+        for d in ("read", "write", "trim"):
+            j[d].pop("bw_bytes", None)
+            lat = j[d].pop("lat_ns")
+            j[d]["lat"] = {k: v / 1e3 for k, v in lat.items() if isinstance(v, (int, float))}
+    got = ft.summarize(old, "write")
+    assert new["gbps"] > 0 and got["gbps"] == pytest.approx(new["gbps"], abs=2e-4), (got, new)
+    assert got["lat_mean_us"] == pytest.approx(new["lat_mean_us"], abs=0.01)
+    for j in old["jobs"]:
+        j["write"].pop("bw")
+    assert ft.summarize(old, "write")["gbps"] is None
+
+
 @pytest.fixture
 def tmpfs_dir(tmp_path):
     """A tmpfs mount (mount -t tmpfs, as root), else /dev/shm when mounting is not permitted."""
@@ -218,7 +257,10 @@ def test_storage_mounts_probe_on_real_mounts(tmp_path):
         d.mkdir()
     setup = (f"mount -t tmpfs -o size=1m gpuaccept-ram '{ram}' && mount -t tmpfs -o size=1m spaced '{spaced}' "
              f"&& mount --bind / '{bind}'")
-    paths = [str(plain), str(ram), str(spaced), str(bind), str(tmp_path / "missing")]
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "unmounted" / "scratch")
+    paths = [str(plain), str(ram), str(spaced), str(bind), str(tmp_path / "missing"), str(tmp_path / "afile"),
+             str(tmp_path / "dangling")]
     doc = probe_in_namespace("storage_mounts", {"paths": paths}, setup)
     got = {Path(e["path"]).name: e for e in doc["paths"]}
     fm = findmnt(plain)
@@ -233,9 +275,18 @@ def test_storage_mounts_probe_on_real_mounts(tmp_path):
     assert got["missing"]["mount_point"] is None
     # the same folders judged as storage_paths: the bind of / is the OS disk however it is mounted
     problems = {k: sj.placement_problems(e, sl.expectation({}, "storage")) for k, e in got.items()}
-    assert problems["ram"] == [] and problems["with space"] == []
+    # a RAM disk where a drive was meant fails before fio (the probe would refuse it too), naming the mount
+    assert problems["ram"] == [f"storage_paths {ram} is on tmpfs gpuaccept-ram mounted at {ram}: a RAM, overlay or "
+                               "FUSE filesystem, not a drive (the drive's mount meant for it is missing?)"]
+    assert len(problems["with space"]) == 1 and f"mounted at {spaced}: a RAM" in problems["with space"][0]
+    assert [sj.placement_problems(got[k], sl.expectation({"storage_expect_fstype": "tmpfs"}, "storage"))
+            for k in ("ram", "with space")] == [[], []]
     assert len(problems["bind"]) == 1 and "is on the root filesystem" in problems["bind"][0]
     assert problems["missing"] == [f"{tmp_path / 'missing'}: no such directory"]
+    # a file, and a symlink to a folder on a mount that is not there: each named for what it is
+    assert problems["afile"] == [f"{tmp_path / 'afile'}: not a directory but a regular file"]
+    assert problems["dangling"] == [f"{tmp_path / 'dangling'}: a symlink to {tmp_path / 'unmounted' / 'scratch'}, "
+                                    "which does not exist (is its mount missing?)"]
 
 
 def test_mount_missing_on_one_host_from_real_placements(root_fs_dir):
@@ -297,6 +348,67 @@ def test_sigterm_mid_fio_removes_files(tmp_path):
     doc = json.loads(out.strip().splitlines()[-1])
     assert doc["failed"] and "SIGTERM" in doc["msg"]
     assert proc.returncode == 1
+
+
+def test_path_with_colon_space_and_shell_characters(tmp_path):
+    """Directories whose names hold ':' (fio splits --directory and --filename on it), a space and shell
+    metacharacters are measured where they are, and nothing is left behind. Before: the ':' path failed with
+    fio's "fio: <path up to the colon> is not a directory" (a healthy disk failing)."""
+    dirs = [tmp_path / "nvme0:scratch", tmp_path / "with space", tmp_path / "x$y;z`w'q\""]
+    for d in dirs:
+        d.mkdir()
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(d) for d in dirs], "tests": ["seq_write", "seq_read"]})
+    for d, r in zip(dirs, doc["paths"]):
+        assert r["path"] == str(d) and r["ok"] and r["error"] is None, r
+        assert r["seq_read_gbps"] > 0 and r["seq_write_gbps"] > 0
+        assert leftovers(d) == []
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(d.name for d in dirs)  # no file beside them
+
+
+def _children(pid: int, comm: str, arg: str) -> list[int]:
+    """Process ids whose parent is ``pid``, whose name is ``comm`` and whose command line has ``arg``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            stat_ = (d / "stat").read_text()
+        except OSError:
+            continue
+        name = stat_[stat_.index("(") + 1:stat_.rindex(")")]
+        ppid = int(stat_[stat_.rindex(")") + 2:].split()[1])
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == pid and name == comm and arg.encode() in argv:
+            out.append(int(d.name))
+    return out
+
+
+def test_fio_stopped_by_a_signal_is_not_a_measurement(tmp_path):
+    """fio alone gets SIGTERM mid-run (an operator's kill, a job-control or OOM kill): fio still prints JSON
+    with error 0 for the 1-2 s it ran and exits 128. The path fails naming the partial run and fio's own
+    line; no figure is recorded. Before: ok with the partial run's GB/s."""
+    args = {**SMALL, "paths": [str(tmp_path)], "runtime": 30, "tests": ["seq_read"]}
+    proc = subprocess.Popen([sys.executable, "fio_throughput.py", json.dumps(args)], cwd=PROBES,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        fio = []
+        while time.time() < deadline and not fio:
+            fio = _children(proc.pid, "fio", "--name=seq_read")
+            time.sleep(0.1)
+        assert fio, "fio never started"
+        time.sleep(1.5)
+        os.kill(fio[0], signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    r = json.loads(out.strip().splitlines()[-1])["paths"][0]
+    assert not r["ok"] and r["seq_read_gbps"] is None and "seq_read" not in r["tests"], r
+    assert "fio seq_read was stopped after" in r["error"] and "of 30 s (exit status 128)" in r["error"], r["error"]
+    assert "fio: terminating on signal 15" in r["error"]
+    assert leftovers(tmp_path) == []
 
 
 def test_storage_to_gpu_cpu_path(tmp_path):
@@ -548,6 +660,75 @@ def test_path_on_os_disk_fails_before_fio(tmp_path, root_fs_dir, sshd_nodes, kno
     rd = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_read_gbps {shared}"][0]
     assert rd["value"] is None and rd["verdict"] == "error" and rd["extra"]["host_count"] == 0  # judged, no value
     assert leftovers(scratch) == [] and leftovers(shared) == []
+
+
+def test_two_storage_paths_on_one_filesystem(tmp_path):
+    """storage_paths lists nvme0 and nvme1, but nvme1 is a symlink to nvme0 (a workaround left after a drive
+    died) and a third folder is on the same filesystem: fio measures nvme0 once; the other two fail naming the
+    first path and the shared device, and get no figure. Before: three passing sets of figures of one drive."""
+    nvme0, other = tmp_path / "nvme0", tmp_path / "other"
+    nvme0.mkdir()
+    other.mkdir()
+    (tmp_path / "nvme1").symlink_to(nvme0)
+    nvme1 = tmp_path / "nvme1"
+    inv = make_project(tmp_path, [], None, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "h1.yml").write_text(
+        f"storage_paths: ['{nvme0}', '{nvme1}', '{other}']\nstorage_allow_root_fs: true\n"
+        "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "local_storage", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    case = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_local_storage_throughput")][0]
+    dev = findmnt(nvme0)["maj:min"]
+    assert case["outcome"] == "failure", case
+    assert (f"storage_paths {nvme1} is on the same filesystem as {nvme0} (the same directory) (") in case["text"]
+    assert f"storage_paths {other} is on the same filesystem as {nvme0} (" in case["text"]
+    assert f"device {dev}): it would measure the same drive again" in case["text"]
+    assert f"{nvme0} is on the same" not in case["text"]
+    doc = json.loads((rep / "results.json").read_text())
+    measured = sorted(f["check"] for f in doc["figures"] if f["check"].startswith("seq_read_gbps"))
+    assert measured == [f"seq_read_gbps {nvme0}"], measured
+    assert leftovers(nvme0) == [] and leftovers(other) == []
+
+
+def test_aggregate_of_runs_that_did_not_overlap_is_not_judged(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
+    """Three hosts share fs_paths; node3's probes start 4 s late (its python is a wrapper that sleeps first: a
+    slow host), so its 2 s fio runs do not overlap the others'. Each host had the filesystem alone: the sum
+    is not one concurrent load. Before: the sum was judged and PASSED its floor. Now the aggregate is an error
+    naming the overlap, recorded but not judged."""
+    shared = root_fs_dir / "shared-skew"
+    shared.mkdir()
+    wrapper = tmp_path / "python-slow-start"
+    wrapper.write_text(f"#!/bin/sh\nsleep 4\nexec '{sys.executable}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    n1, n2, n3 = sshd_nodes
+    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py",
+                       inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
+                                                  n3.inventory_line(python=str(wrapper))]) + "\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu.yml").write_text(
+        f"fs_paths: [{shared}]\nfs_allow_root_fs: true\nfs_expect_fstype: [{findmnt(shared)['fstype']}]\n"
+        "storage_fio: {size: 8388608, runtime: 2, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
+        "storage_limits: {fs_aggregate_read_gbps: 0.0001, fs_aggregate_write_gbps: 0.0001}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-k", "shared_fs", timeout=240)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
+    assert agg["outcome"] == "error", agg
+    for d in ("read", "write"):
+        assert f"fs_aggregate_{d}_gbps {shared}: the 3 hosts' fio {d} runs overlapped " in agg["text"], agg["text"]
+    assert "the sum is not of one concurrent load, not judged" in agg["text"]
+    doc = json.loads((rep / "results.json").read_text())
+    for d in ("read", "write"):
+        f = [x for x in doc["figures"] if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
+        assert f["verdict"] == "recorded" and f["value"] > 0 and f["extra"]["start_skew_s"] > 3, f
+        assert f["extra"]["overlap_s"] < 0 and "not judged" in f["extra"]["note"]
+    assert leftovers(shared) == []
 
 
 def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_nodes, known_hosts):

@@ -253,3 +253,50 @@ def test_ib_rate_limit_is_an_inventory_limit():
     assert (lim.check, lim.direction, lim.bound, lim.unit, lim.source) == \
         ("ib_rate_gbps", "min", 400.0, "Gb/s", "inventory var ib_rate_gbps")
     assert sl.ib_rate_limit(None) is None
+
+
+def test_same_drive_only_for_local_paths():
+    """Two local directories on one device: the second fails naming the first; fs_paths entries on one shared
+    filesystem are separate aggregate rounds (never flagged); an entry with an error is left to placement."""
+    a = {"path": "/mnt/nvme0/a", "real_path": "/mnt/nvme0/a", "device": "259:1", "fstype": "xfs",
+         "mount_source": "/dev/nvme0n1", "mount_point": "/mnt/nvme0", "error": None}
+    b = {**a, "path": "/mnt/nvme1/a", "real_path": "/mnt/nvme0/a"}
+    c = {**a, "path": "/mnt/nvme2", "device": "259:2", "real_path": "/mnt/nvme2"}
+    bad = {"path": "/x", "error": "/x: no such directory", "device": None}
+    got = sj.same_drive_problems([a, bad, b, c], sl.expectation({}, "storage"))
+    assert got[0] is None and got[1] is None and got[3] is None
+    assert got[2].startswith("storage_paths /mnt/nvme1/a is on the same filesystem as /mnt/nvme0/a (the same "
+                             "directory) (xfs /dev/nvme0n1 mounted at /mnt/nvme0, device 259:1)")
+    assert sj.same_drive_problems([a, b], sl.expectation({}, "fs")) == [None, None]
+
+
+def test_storage_path_off_a_local_disk_filesystem():
+    """storage_paths is for the node's own drives: a folder left on NFS (the NVMe mount under it missing) or on
+    a RAM disk fails naming the filesystem; storage_expect_fstype naming the type accepts it; fs_paths and
+    gds_paths are not judged by this rule."""
+    nfs = {"path": "/mnt/nvme0/s", "mount_point": "/mnt", "mount_source": "filer:/export/mnt", "fstype": "nfs4",
+           "root_fs": False, "error": None, "device": "0:53"}
+    got = sj.placement_problems(nfs, STORAGE)
+    assert got == ["storage_paths /mnt/nvme0/s is on nfs4 filer:/export/mnt mounted at /mnt, not a local-disk "
+                   "filesystem: the drive's mount meant for it is missing? Its figures would not be a drive's (set "
+                   "storage_expect_fstype: nfs4 if this is intended)"]
+    assert sj.placement_problems(nfs, sl.expectation({"storage_expect_fstype": "nfs4"}, "storage")) == []
+    assert sj.placement_problems({**nfs, "fstype": "xfs"}, STORAGE) == []
+    assert sj.placement_problems({**nfs, "fstype": "fuse.sshfs"}, STORAGE)[0].endswith(
+        "a RAM, overlay or FUSE filesystem, not a drive (the drive's mount meant for it is missing?)")
+    assert sj.placement_problems({**nfs, "path": "/lustre/x"}, sl.expectation({}, "gds")) == []
+
+
+def test_aggregate_overlap_of_the_hosts_runs():
+    """Runs of 20 s started 0.5 s apart are one load; started 5 s apart (a slow host, or its clock 5 s off)
+    they overlapped 15 s and the sum is not judged; a single host has nothing to overlap."""
+    def res(start, ms=20000, gbps=2.0):
+        return {"ok": True, "seq_read_gbps": gbps, "tests": {"seq_read": {"started": start, "runtime_ms": ms}}}
+    near = sj.aggregate("read", {"a": res(100.0), "b": res(100.5)})
+    assert near.overlap_s == 19.5 and near.runtime_s == 20.0 and near.not_concurrent() is None
+    far = sj.aggregate("read", {"a": res(100.0), "b": res(105.0), "c": res(101.0)})
+    assert far.total_gbps == 6.0 and far.overlap_s == 15.0
+    assert far.not_concurrent() == ("the 3 hosts' fio read runs overlapped 15.0 s of 20.0 s (started 5.0 s apart; or "
+                                    "their clocks disagree): the sum is not of one concurrent load, not judged")
+    assert sj.aggregate("read", {"a": res(100.0)}).not_concurrent() is None
+    assert sj.aggregate("read", {"a": res(100.0), "b": {"ok": True, "seq_read_gbps": 1.0}}).not_concurrent() is None

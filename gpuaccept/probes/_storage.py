@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 
 from _probe import ProbeFailed
 
@@ -103,6 +104,27 @@ def mount_of(path: str, mountinfo: str = MOUNTINFO) -> dict:
     return m
 
 
+_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_directory(path: str) -> str:
+    """Why ``path`` is not a directory that can be tested, one line naming it: ``"<path>: no such directory"``,
+    ``"<path>: not a directory but a regular file"``, ``"<path>: a symlink to /mnt/nvme1/x, which does not
+    exist"`` (the mount or folder it points to is missing), or the error that stopped ``stat``
+    (``"<path>: cannot be looked up: Permission denied"``)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"{path}: a symlink to {os.readlink(path)}, which does not exist (is its mount missing?)"
+        return f"{path}: no such directory"
+    except OSError as e:
+        return f"{path}: cannot be looked up: {e.strerror}"
+    kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a directory")
+    return f"{path}: not a directory but {kind}"
+
+
 def placement(path: str, mountinfo: str = MOUNTINFO) -> dict:
     """Where ``path`` really is: ``{"path", "real_path", "is_dir", "mount_point", "mount_source", "fstype",
     "mount_root", "device", "root_fs", "root_device", "error"}``.
@@ -110,14 +132,15 @@ def placement(path: str, mountinfo: str = MOUNTINFO) -> dict:
     ``device`` is the filesystem's ``major:minor`` from mountinfo; ``root_fs`` is True when it is the same
     filesystem as the one mounted at ``/`` (same ``major:minor``): a directory left on the OS disk because
     the mount meant for it is missing, or a bind mount of a folder of the root disk, both read True.
-    ``error`` (None when fine) says why the rest could not be read (no such directory, mountinfo unreadable);
+    ``error`` (None when fine) says why the rest could not be read (:func:`not_a_directory`: no such
+    directory, a file, a dangling symlink; mountinfo unreadable);
     the mount fields are None then. Never raises.
     """
     res = {"path": path, "real_path": os.path.realpath(path), "is_dir": os.path.isdir(path), "mount_point": None,
            "mount_source": None, "fstype": None, "mount_root": None, "device": None, "root_fs": None,
            "root_device": None, "error": None}
     if not res["is_dir"]:
-        res["error"] = f"{path}: no such directory"
+        res["error"] = not_a_directory(path)
         return res
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as f:

@@ -46,6 +46,9 @@ f_frsize) minus the margin bounds the total size; with less than 64 MiB of room 
 enough free space ..."); (3) fio writes its files in a fresh ``<path>/.gpuaccept-<random>`` folder, removed
 in ``finally`` and on SIGTERM/SIGHUP (the runner kills the process group with TERM first on timeout).
 
+A fio run stopped midway (fio killed by SIGTERM/SIGINT still prints the JSON of what it ran, error 0, and
+exits 128) fails its path: ``cut_short``: nonzero exit or under 90 % of ``runtime``.
+
 A failing path does not stop the others: its entry has ``ok: false`` and ``error``. The probe fails
 as a whole only when fio is missing or the arguments are wrong.
 """
@@ -142,14 +145,24 @@ def summarize(doc: dict, direction: str) -> dict:
     ``iops`` = sum over jobs (1 decimal); ``io_bytes`` = sum; ``runtime_ms`` = the longest job's runtime;
     ``lat_mean_us`` = the largest job mean latency / 1e3 (µs, 2 decimals; with one group-reported job it is
     the group's mean). A job without the direction, or a document without jobs, counts as 0. Pure.
+
+    Older fio: ``bw_bytes`` was added in fio 3.2 (axboe/fio PR #487, 2017-11; Ubuntu 18.04's fio 3.1 lacks it);
+    before, only ``bw`` in KiB/s (1024 B/s, fio HOWTO "JSON output"), used then (``bw * 1024``). ``lat_ns``
+    came with fio 3.0; before, ``lat`` in µs. A job of the direction with neither ``bw_bytes`` nor ``bw``
+    gives ``gbps`` None (no figure can be read: the caller fails the path), never 0.
     """
     jobs = doc.get("jobs") or []
-    bw = sum(float((j.get(direction) or {}).get("bw_bytes") or 0) for j in jobs)
+    per = [j.get(direction) for j in jobs if isinstance(j.get(direction), dict)]
+    if any("bw_bytes" not in d and "bw" not in d for d in per):
+        bw = None
+    else:
+        bw = sum(float(d["bw_bytes"]) if "bw_bytes" in d else float(d.get("bw") or 0) * 1024 for d in per)
     iops = sum(float((j.get(direction) or {}).get("iops") or 0) for j in jobs)
     io = sum(int((j.get(direction) or {}).get("io_bytes") or 0) for j in jobs)
     rt = max([int((j.get(direction) or {}).get("runtime") or 0) for j in jobs] or [0])
-    lat = [float(((j.get(direction) or {}).get("lat_ns") or {}).get("mean") or 0) for j in jobs]
-    return {"gbps": round(bw / 1e9, 4), "iops": round(iops, 1), "io_bytes": io, "runtime_ms": rt,
+    lat = [float(((j.get(direction) or {}).get("lat_ns") or {}).get("mean") or 0)
+           or float(((j.get(direction) or {}).get("lat") or {}).get("mean") or 0) * 1e3 for j in jobs]
+    return {"gbps": None if bw is None else round(bw / 1e9, 4), "iops": round(iops, 1), "io_bytes": io, "runtime_ms": rt,
             "lat_mean_us": round(max(lat or [0]) / 1e3, 2)}
 
 
@@ -161,6 +174,41 @@ def run_fio(cmd: list[str], timeout: float) -> tuple[dict | None, list[str], int
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     doc, msgs = parse_fio_output(p.stdout, p.stderr)
     return doc, msgs, p.returncode
+
+
+SHORT_RUN = 0.9   # a time-based job that ran less than this share of --runtime was stopped (fio runs it whole)
+
+
+def cut_short(test: str, fig: dict, rc: int, runtime: float, msgs: list[str]) -> str | None:
+    """Why the figures ``fig`` (:func:`summarize`) of a fio run that printed its JSON document are not a whole
+    measurement, or None when they are. fio stopped by a signal (SIGTERM/SIGINT from an operator, an
+    out-of-memory or job-control kill of the fio process alone) still prints the JSON of the part it ran,
+    with every job's ``error`` 0, and exits with a nonzero status (128 after a signal: fio ``sig_int`` sets
+    ``exit_value = 128``); those figures cover a partial run and must not pass as a measurement. Two signs,
+    either enough: ``rc`` nonzero, or a time-based run (every command here is ``--time_based``) whose
+    ``runtime_ms`` is under ``SHORT_RUN`` of the requested ``runtime`` seconds. ``msgs``: fio's message lines
+    (their ``fio:`` lines, e.g. "fio: terminating on signal 15", are quoted). Pure."""
+    ran_s = fig.get("runtime_ms", 0) / 1e3
+    if rc == 0 and ran_s >= runtime * SHORT_RUN:
+        return None
+    detail = "; ".join(fio_error_detail(msgs))
+    return (f"fio {test} was stopped after {ran_s:.1f} s of {runtime:g} s (exit status {rc})"
+            + (f": {detail}" if detail else "") + ": figures of a partial run are not a measurement")
+
+
+def fio_ms(seconds: float) -> str:
+    """``seconds`` as a fio time value in whole milliseconds (``"1500ms"``): fio reads a bare number as whole
+    seconds and drops the fraction (``--runtime=0.5`` ran a time-based job for 6 ms, ``1.5`` for 1 s,
+    fio 3.33), while the ``ms`` suffix is exact (fio HOWTO, "Time values": suffixes d, h, m, s, ms, us)."""
+    return f"{max(0, round(float(seconds) * 1000))}ms"
+
+
+def fio_path(path: str) -> str:
+    """``path`` as fio's ``--directory``/``--filename`` need it: every ``:`` escaped as ``\\:``. fio splits
+    both options on ``:`` into several directories/files (fio HOWTO, "filename": "Each colon in the wanted
+    path must be escaped with a ``\\`` character"; "directory": the same escape), so an unescaped
+    ``/dev/disk/by-path/pci-0000:3b:00.0-nvme-1`` or ``/mnt/a:b`` names other paths than the one given."""
+    return path.replace(":", "\\:")
 
 
 def fio_command(fio: str, test: str, directory: str | None, filename: str | None, *, bs, size: int,
@@ -176,11 +224,11 @@ def fio_command(fio: str, test: str, directory: str | None, filename: str | None
     """
     cmd = [fio, "--output-format=json", "--group_reporting", f"--name={test}", f"--rw={RW[test]}", f"--bs={bs}",
            f"--size={size}", f"--numjobs={numjobs}", f"--iodepth={iodepth}", f"--ioengine={ioengine}",
-           f"--direct={direct}", f"--runtime={runtime}", "--time_based"]
+           f"--direct={direct}", f"--runtime={fio_ms(runtime)}", "--time_based"]
     if directory:
-        cmd += [f"--directory={directory}", "--filename_format=gpuaccept.$jobnum"]
+        cmd += [f"--directory={fio_path(directory)}", "--filename_format=gpuaccept.$jobnum"]
     if filename:
-        cmd += [f"--filename={filename}"]
+        cmd += [f"--filename={fio_path(filename)}"]
     if test == "seq_write":
         cmd += ["--end_fsync=1"]
     if test == "rand_read":
@@ -250,6 +298,14 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
             errors += errs
             break
         fig = summarize(doc, "write" if test == "seq_write" else "read")
+        cut = cut_short(test, fig, rc, runtime, msgs)
+        if cut:
+            errors.append(cut)
+            break
+        if fig["gbps"] is None:
+            errors.append(f"fio {test}: its JSON gives neither bw_bytes nor bw for the job (fio "
+                          f"{doc.get('fio version', '?')}): no figure can be read")
+            break
         fig.update(started=round(started, 3), command=cmd)
         res["tests"][test] = fig
         if test == "rand_read":
@@ -281,8 +337,15 @@ def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:
     elif job_errors(doc, msgs):
         res["error"] = f"{dev}: " + "; ".join(job_errors(doc, msgs))
     else:
-        res["seq_read_gbps"] = summarize(doc, "read")["gbps"]
-        res["ok"] = True
+        fig = summarize(doc, "read")
+        cut = cut_short("seq_read", fig, rc, runtime, msgs)
+        if cut:
+            res["error"] = f"{dev}: {cut}"
+        elif fig["gbps"] is None:
+            res["error"] = f"{dev}: fio's JSON gives neither bw_bytes nor bw: no figure can be read"
+        else:
+            res["seq_read_gbps"] = fig["gbps"]
+            res["ok"] = True
     return res
 
 

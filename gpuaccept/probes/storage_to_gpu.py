@@ -39,7 +39,7 @@ import os
 import time
 
 from _probe import ProbeFailed, log, reject_unknown, run
-from _storage import MIB, scratch
+from _storage import MIB, not_a_directory, scratch
 
 ARG_KEYS = {"path", "device", "bytes", "files", "chunk_bytes", "gpus", "min_free_bytes"}
 
@@ -102,7 +102,7 @@ def main(a: dict) -> dict:
     reject_unknown(a, ARG_KEYS)
     path = a.get("path")
     if not path or not os.path.isdir(path):
-        raise ProbeFailed(f"{path}: no such directory")
+        raise ProbeFailed(not_a_directory(path) if path else "no path given")
     import torch
 
     device = a.get("device", "cuda")
