@@ -4,7 +4,12 @@ For runs sharded over controllers or started per node (Slurm ``srun``, Kubernete
 report folder. Reads each folder's ``results.jsonl`` (or ``results.json`` when there is no jsonl) and writes
 into OUT, as one run would: ``junit-<layer>.xml``, ``results.json``, ``summary.md``, ``failed-hosts.txt``,
 ``report.html`` and ``results.jsonl``; with ``--history`` (default: none) the merged run is appended to that
-database as one run. A test id present in two folders keeps the later folder's record (a rerun wins).
+database as one run.
+
+A test of one host present in two folders (a rerun of the failed hosts merged with the original run) keeps
+the record of the run that started later (``started`` in results.json; the folder's results.jsonl time where
+there is none; the later argument when equal), and the merge says so: one line per host on stdout and under
+"Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst outcome over the folders.
 Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run).
 """
 from __future__ import annotations
@@ -50,28 +55,53 @@ def read_folder(path: str) -> tuple[dict, list[CaseRecord]]:
     return meta, list(recs.values())
 
 
+def _started(path: str, meta: dict) -> float:
+    """When the folder's run started: results.json's ``started``, else results.jsonl's modification time."""
+    v = meta.get("started")
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return os.path.getmtime(os.path.join(path, "results.jsonl"))
+    except OSError:
+        return 0.0
+
+
 # outcome -> how bad it is, for fleet-wide tests found in several folders
 _SEVERITY = {"passed": 0, "skipped": 1, "failed": 3, "error": 2}
 
 
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None) -> Reporter:
-    """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run)."""
+    """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
+    module docstring for which record wins. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
     if os.path.isdir(into) and holds_run(into):
         raise ValueError(f"--into {into}: already holds a run ({holds_run(into)})")
     if len({os.path.realpath(d) for d in dirs}) != len(dirs):
         raise ValueError("a report folder is named twice")
     if any(os.path.realpath(into).startswith(os.path.realpath(d) + os.sep) for d in dirs):
         raise ValueError(f"--into {into}: inside one of the folders being merged")
-    metas, all_recs = [], {}
-    for d in dirs:
-        meta, recs = read_folder(d)
-        metas.append(meta)
+    read = [(d, *read_folder(d)) for d in dirs]
+    metas = [m for _, m, _ in read]
+    # oldest run first, so that a later run's record of the same host's test replaces the earlier one's
+    order = sorted(range(len(read)), key=lambda i: (_started(read[i][0], read[i][1]), i))
+    all_recs: dict[str, CaseRecord] = {}
+    origin: dict[str, int] = {}  # nodeid -> index of the folder its kept record came from
+    replaced: dict[str, tuple[int, int]] = {}  # host -> (earlier folder, later folder) whose records replaced
+    for pos, i in enumerate(order):
+        d, meta, recs = read[i]
         for r in recs:
-            # a test of one host appears in one folder; a fleet-wide test (no host in its id) appears in every
-            # shard's folder: keep the worst outcome, so a fleet failure in any shard is never lost
             old = all_recs.get(r.nodeid)
-            if old is None or _SEVERITY.get(r.outcome, 0) > _SEVERITY.get(old.outcome, 0):
-                all_recs[r.nodeid] = r
+            if r.host:
+                if old is not None and origin[r.nodeid] != i:
+                    replaced[r.host] = (replaced.get(r.host, (origin[r.nodeid], i))[0], i)
+                all_recs[r.nodeid], origin[r.nodeid] = r, i
+            # a fleet-wide test (no host in its id) appears in every shard's folder: keep the worst outcome,
+            # so a fleet failure in any shard is never lost
+            elif old is None or _SEVERITY.get(r.outcome, 0) > _SEVERITY.get(old.outcome, 0):
+                all_recs[r.nodeid], origin[r.nodeid] = r, i
+    notes = []
+    for h, (a, b) in replaced.items():
+        notes.append(f"{h}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
+                     f"earlier run {read[a][1].get('run_id') or '?'} ({read[a][0]}): the later run wins")
     hosts: list[str] = []
     for m in metas:
         hosts += [h for h in m.get("hosts") or [] if h not in hosts]
@@ -87,7 +117,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     meta = {"inventory": ", ".join(sorted({str(m.get("inventory")) for m in metas if m.get("inventory")})),
             "limit": None, "hosts": hosts, "started": started, "profile": ",".join(profiles) or None,
             "host_sku": host_sku, "merged_from": [os.path.abspath(d) for d in dirs],
-            "merged_runs": [m.get("run_id") for m in metas]}
+            "merged_runs": [m.get("run_id") for m in metas], "merge_notes": notes}
     rep = Reporter(into, rid, meta)
     rep.add_many(list(all_recs.values()))
     recs = list(rep.records.values())
@@ -133,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     n_bad = len([h for h, v in host_verdicts(list(rep.records.values()), rep.meta["hosts"]).items()
                  if v["verdict"] in ("FAIL", "ERROR") and h != "fleet"])
+    for note in rep.meta.get("merge_notes") or []:
+        print(note)
     print(f"merged {len(a.dirs)} folders, {len(rep.records)} tests, {len(rep.meta['hosts'])} hosts "
           f"({n_bad} failed or errored) into {a.into}")
     return 0

@@ -798,6 +798,8 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
     out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts")
     out.append("")
+    if meta.get("merge_notes"):  # gpuaccept.merge: which run's records a host kept
+        out += ["## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]] + [""]
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
         v = hv[h]
