@@ -10,6 +10,10 @@ A test of one host present in two folders (a rerun of the failed hosts merged wi
 the record of the run that started later (``started`` in results.json; the folder's results.jsonl time where
 there is none; the later argument when equal), and the merge says so: one line per host on stdout and under
 "Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst outcome over the folders.
+A folder whose run did not finish (no results.json, or one with ``"complete": false``: a killed controller or
+Slurm task) gives each of its hosts an ERROR "did not finish", unless a later folder tested that host again:
+the tests it reported stand, the ones it never reached are not silently missing. ``host_errors`` (``--host-error
+HOST=REASON``) adds an ERROR for a host that left no folder at all (a Slurm node whose task never started).
 Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run).
 """
 from __future__ import annotations
@@ -70,27 +74,37 @@ def _started(path: str, meta: dict) -> float:
 _SEVERITY = {"passed": 0, "skipped": 1, "failed": 3, "error": 2}
 
 
-def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None) -> Reporter:
+def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
+          host_errors: dict[str, str] | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
-    module docstring for which record wins. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
+    module docstring for which record wins. ``host_errors``: host -> reason, an ERROR for a host that left
+    no folder. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
     if os.path.isdir(into) and holds_run(into):
         raise ValueError(f"--into {into}: already holds a run ({holds_run(into)})")
     if len({os.path.realpath(d) for d in dirs}) != len(dirs):
         raise ValueError("a report folder is named twice")
     if any(os.path.realpath(into).startswith(os.path.realpath(d) + os.sep) for d in dirs):
         raise ValueError(f"--into {into}: inside one of the folders being merged")
+    host_errors = dict(host_errors or {})
     read = [(d, *read_folder(d)) for d in dirs]
+    # results.json is written at the end of the run with "complete": true (and periodically with false before)
+    finished = [bool(meta) and meta.get("complete") is not False for _, meta, _ in read]
+    for _, meta, recs in read:  # a folder without results.json (killed early): its run id from its records
+        if not meta.get("run_id") and recs and recs[0].run_id:
+            meta["run_id"] = recs[0].run_id
     metas = [m for _, m, _ in read]
     # oldest run first, so that a later run's record of the same host's test replaces the earlier one's
     order = sorted(range(len(read)), key=lambda i: (_started(read[i][0], read[i][1]), i))
     all_recs: dict[str, CaseRecord] = {}
     origin: dict[str, int] = {}  # nodeid -> index of the folder its kept record came from
     replaced: dict[str, tuple[int, int]] = {}  # host -> (earlier folder, later folder) whose records replaced
+    tested_at: dict[str, list[int]] = {}  # host -> folders (by position in ``order``) holding its tests
     for pos, i in enumerate(order):
         d, meta, recs = read[i]
         for r in recs:
             old = all_recs.get(r.nodeid)
             if r.host:
+                tested_at.setdefault(r.host, []).append(pos)
                 if old is not None and origin[r.nodeid] != i:
                     replaced[r.host] = (replaced.get(r.host, (origin[r.nodeid], i))[0], i)
                 all_recs[r.nodeid], origin[r.nodeid] = r, i
@@ -102,6 +116,20 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     for h, (a, b) in replaced.items():
         notes.append(f"{h}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
                      f"earlier run {read[a][1].get('run_id') or '?'} ({read[a][0]}): the later run wins")
+    for pos, i in enumerate(order):  # a run that did not finish: its hosts' unreported tests are not a pass
+        d, meta, recs = read[i]
+        if finished[i]:
+            continue
+        for h in dict.fromkeys([*(meta.get("hosts") or []), *(r.host for r in recs if r.host)]):
+            if any(p > pos for p in tested_at.get(h, [])) or h in host_errors:
+                continue
+            n = sum(1 for r in recs if r.host == h)
+            host_errors[h] = (f"{h}: the run in {d} did not finish (no complete results.json: killed or still "
+                              f"running); {n} test(s) reported, any other test of this host is missing")
+    for h, why in host_errors.items():
+        nodeid = f"gpuaccept/merge.py::run_incomplete[{h}]"
+        all_recs[nodeid] = CaseRecord(nodeid, f"run_incomplete[{h}]", h, "other", "error",
+                                      why if why.startswith(f"{h}:") else f"{h}: {why}")
     hosts: list[str] = []
     for m in metas:
         hosts += [h for h in m.get("hosts") or [] if h not in hosts]
@@ -152,9 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--into", required=True, metavar="OUT", help="folder for the merged reports (new or empty)")
     ap.add_argument("--history", default=None, metavar="PATH", help="also append the merged run to this database")
     ap.add_argument("--run-id", default=None, help="run id of the merged run (default merged-<UTC timestamp>)")
+    ap.add_argument("--host-error", action="append", default=[], metavar="HOST=REASON",
+                    help="an ERROR for a host that left no report folder (repeatable)")
     a = ap.parse_args(argv)
     try:
-        rep = merge(a.dirs, a.into, a.history, a.run_id)
+        errs = {}
+        for item in a.host_error:
+            h, eq, why = item.partition("=")
+            if not (h and eq):
+                raise ValueError(f"--host-error {item!r}: expected HOST=REASON")
+            errs[h] = why or "left no results"
+        rep = merge(a.dirs, a.into, a.history, a.run_id, errs)
     except (ValueError, OSError) as e:
         print(f"gpuaccept merge: {e}", file=sys.stderr)
         return 4

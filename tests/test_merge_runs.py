@@ -3,6 +3,7 @@ a run that did not finish (a killed controller or Slurm task), a host that left 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from gpuaccept.merge import main as merge_main
@@ -35,8 +36,9 @@ def _run(folder: Path, started: float, recs: list[CaseRecord], finish: bool = Tr
 
 
 def _verdicts(out: Path) -> dict[str, str]:
-    lines = [ln for ln in (out / "summary.md").read_text().splitlines()
-             if ln.startswith("- **") and ln.split("**")[1:2] in (["PASS"], ["FAIL"], ["ERROR"], ["SKIP"])]
+    text = (out / "summary.md").read_text()
+    head = text.split("\n## ")[0]  # the host lines come before the first section
+    lines = [ln for ln in head.splitlines() if ln.startswith("- **")]
     return {ln.split("`")[1]: ln.split("**")[1] for ln in lines}
 
 
@@ -71,3 +73,44 @@ def test_the_later_run_wins_even_when_it_fails(tmp_path):
     out = tmp_path / "m"
     assert merge_main([str(later), str(orig), "--into", str(out)]) == 0
     assert _verdicts(out) == {"gpu1": "FAIL"} and (out / "failed-hosts.txt").read_text() == "gpu1\n"
+
+
+def test_a_run_that_did_not_finish_is_an_error_for_its_hosts_not_a_pass(tmp_path, capsys):
+    """A Slurm node's task (or a shard's controller) killed after gpu3's first test: its folder has only
+    results.jsonl, one passed test. Before: merged gpu3 PASS on one test of many. After: gpu3 ERROR 'did not
+    finish', its reported test kept; a later complete run of gpu3 clears it."""
+    done = _run(tmp_path / "node-gpu1", 1000.0, [_hbm("gpu1", 4600.0), _ecc("gpu1")])
+    killed = _run(tmp_path / "node-gpu3", 1000.0, [_hbm("gpu3", 4600.0)], finish=False)
+    assert not (killed / "results.json").exists()
+    os.utime(killed / "results.jsonl", (1000.0, 1000.0))  # when it was killed: before the rerun below started
+    out = tmp_path / "m"
+    assert merge_main([str(done), str(killed), "--into", str(out)]) == 0
+    assert _verdicts(out) == {"gpu1": "PASS", "gpu3": "ERROR"}
+    assert (out / "failed-hosts.txt").read_text() == "gpu3\n"
+    summary = (out / "summary.md").read_text()
+    assert "did not finish" in summary and str(killed) in summary
+    tests = {t["nodeid"]: t["outcome"] for t in json.loads((out / "results.json").read_text())["tests"]}
+    assert tests["suites/test_memory.py::test_hbm[gpu3]"] == "passed" and len(tests) == 4
+    # a run interrupted while results.json was being rewritten ("complete": false) counts the same
+    doc = json.loads((done / "results.json").read_text())
+    assert doc["complete"] is True
+    (done / "results.json").write_text(json.dumps({**doc, "complete": False}))
+    out2 = tmp_path / "m2"
+    assert merge_main([str(done), "--into", str(out2)]) == 0
+    assert _verdicts(out2) == {"gpu1": "ERROR"}
+    # the rerun of gpu3, complete and later, replaces the unfinished run: no error left
+    rerun = _run(tmp_path / "rerun", 2000.0, [_hbm("gpu3", 4500.0), _ecc("gpu3")])
+    out3 = tmp_path / "m3"
+    assert merge_main([str(killed), str(rerun), "--into", str(out3)]) == 0
+    assert _verdicts(out3) == {"gpu3": "PASS"}
+    assert "gpu3: tests of run rerun" in capsys.readouterr().out
+
+
+def test_a_host_that_left_no_folder_is_an_error(tmp_path):
+    """--host-error HOST=REASON (the Slurm launcher's, for a node whose task never started)."""
+    done = _run(tmp_path / "n1", 1000.0, [_ecc("n1")])
+    out = tmp_path / "m"
+    assert merge_main([str(done), "--host-error", "n2=no results: the task did not start", "--into", str(out)]) == 0
+    assert _verdicts(out) == {"n1": "PASS", "n2": "ERROR"}
+    assert "n2: no results: the task did not start" in (out / "summary.md").read_text()
+    assert merge_main([str(done), "--host-error", "n2", "--into", str(tmp_path / "m2")]) == 4
