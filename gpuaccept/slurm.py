@@ -191,10 +191,10 @@ def node_inventory(name: str, host=None) -> dict:
 
 
 def worst_exit(codes: Mapping[str, int | None]) -> int:
-    """The launcher's exit code from the nodes' pytest exit codes (pure): a missing code (None) counts as
-    :data:`EXIT_NODE_MISSING`; pytest's 5 (no tests collected) counts as 0 when another node ran tests,
+    """The launcher's exit code from the nodes' pytest exit codes (pure): a missing code (None) and a pytest
+    killed by a signal (negative: the OOM killer's -9) count as :data:`EXIT_NODE_MISSING`; pytest's 5 (no tests collected) counts as 0 when another node ran tests,
     since a ``-k``/``--limit`` may leave some hosts out; else the largest."""
-    vals = [EXIT_NODE_MISSING if c is None else int(c) for c in codes.values()]
+    vals = [EXIT_NODE_MISSING if c is None or int(c) < 0 else int(c) for c in codes.values()]
     if not vals:
         return EXIT_NODE_MISSING
     if any(v != 5 for v in vals):
@@ -315,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ERROR: {n}: no exit code in {folder} (the node's task did not run to the end; srun rc "
                   f"{srun_rc})", file=sys.stderr)
     for n in nodes:
-        print(f"{n}: pytest exit code {codes[n] if codes[n] is not None else 'missing'}")
+        c = codes[n]
+        print(f"{n}: pytest exit code " + ("missing" if c is None else f"{c} (killed by signal {-c})" if c < 0
+                                          else str(c)))
     rc = worst_exit(codes)
     merged = os.path.join(run_dir, "merged")
     if not folders:

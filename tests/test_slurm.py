@@ -104,6 +104,7 @@ def test_worst_exit():
     assert worst_exit({"a": 5, "b": 0}) == 0    # -k left a node without tests
     assert worst_exit({"a": 5, "b": 5}) == 5    # nothing ran anywhere
     assert worst_exit({}) == 3
+    assert worst_exit({"a": 0, "b": -9}) == 3   # b's pytest SIGKILLed (the OOM killer): not a pass
 
 
 def test_allreduce_pure_parts():
