@@ -176,7 +176,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpuaccept.merge",
                                  description="Join gpuaccept report folders (shards, per-node runs) into one set.")
-    ap.add_argument("dirs", nargs="+", metavar="DIR", help="report folders (each with results.jsonl or results.json)")
+    ap.add_argument("dirs", nargs="*", metavar="DIR", help="report folders (each with results.jsonl or results.json)")
     ap.add_argument("--into", required=True, metavar="OUT", help="folder for the merged reports (new or empty)")
     ap.add_argument("--history", default=None, metavar="PATH", help="also append the merged run to this database")
     ap.add_argument("--run-id", default=None, help="run id of the merged run (default merged-<UTC timestamp>)")
@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             if not (h and eq):
                 raise ValueError(f"--host-error {item!r}: expected HOST=REASON")
             errs[h] = why or "left no results"
+        if not a.dirs and not errs:
+            raise ValueError("no report folder given")
         rep = merge(a.dirs, a.into, a.history, a.run_id, errs)
     except (ValueError, OSError) as e:
         print(f"gpuaccept merge: {e}", file=sys.stderr)

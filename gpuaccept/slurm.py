@@ -252,7 +252,11 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
         return _bad_input(str(e))
     name = folder_name(world.host)
     out = os.path.join(run_dir, "nodes", name)
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:  # the shared folder not mounted or not writable on this node: one line, not a traceback
+        print(f"ERROR: {world.host}: cannot create its report folder {out}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_NODE_MISSING
     inv = os.path.join(run_dir, "inventories", name + ".yml")
     cmd = [sys.executable, "-m", "pytest", "--inventory", inv, "--reports", out, *pytest_args]
     print(f"{world.host}: {' '.join(cmd)}", flush=True)
@@ -260,6 +264,33 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
     with open(os.path.join(out, "exitcode"), "w") as f:
         f.write(f"{rc}\n")
     return rc
+
+
+def join_plan(nodes: list[str], codes: Mapping[str, int | None], run_dir: str,
+              srun_rc: int) -> tuple[list[str], dict[str, str]]:
+    """What to give ``gpuaccept.merge`` after the step: ``(folders, host_errors)``. Every node folder holding
+    readable results is joined, with or without an exit code (a killed task's tests stand, and merge marks a
+    run that did not finish as an ERROR); a node with no readable results is an ERROR of its own naming why
+    (its task never started, the shared folder was not writable there, pytest stopped on bad input), except
+    a node whose pytest collected nothing (exit 5: a ``-k`` or ``--limit`` left it out), so no node of the
+    allocation is silently missing from the joined report."""
+    from .merge import read_folder
+    folders: list[str] = []
+    errors: dict[str, str] = {}
+    for n in nodes:
+        folder = os.path.join(run_dir, "nodes", folder_name(n))
+        code = codes.get(n)
+        try:
+            read_folder(folder)
+        except (ValueError, OSError) as e:
+            if code == 5:
+                continue
+            why = (f"no exit code and {e}" if code is None else f"pytest exited {code} and {e}")
+            errors[n] = (f"no results from this node ({why}; srun rc {srun_rc}): its task did not start, "
+                         f"could not write {folder}, or stopped before its first test; see the srun log")
+            continue
+        folders.append(folder)
+    return folders, errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,30 +334,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpuaccept.slurm: {len(nodes)} node(s): {' '.join(nodes)}; reports in {run_dir}", flush=True)
     srun_rc = subprocess.run(cmd).returncode
     codes: dict[str, int | None] = {}
-    folders = []
     for n in nodes:
         folder = os.path.join(run_dir, "nodes", folder_name(n))
         try:
             with open(os.path.join(folder, "exitcode")) as f:
                 codes[n] = int(f.read().strip())
-            folders.append(folder)
         except (OSError, ValueError):
             codes[n] = None
-            print(f"ERROR: {n}: no exit code in {folder} (the node's task did not run to the end; srun rc "
-                  f"{srun_rc})", file=sys.stderr)
+    for n in nodes:
+        if codes[n] is None:
+            print(f"ERROR: {n}: no exit code in {os.path.join(run_dir, 'nodes', folder_name(n))} (the node's task "
+                  f"did not run to the end; srun rc {srun_rc})", file=sys.stderr)
     for n in nodes:
         c = codes[n]
         print(f"{n}: pytest exit code " + ("missing" if c is None else f"{c} (killed by signal {-c})" if c < 0
                                           else str(c)))
     rc = worst_exit(codes)
     merged = os.path.join(run_dir, "merged")
-    if not folders:
-        print("gpuaccept.slurm: no node folder to join", file=sys.stderr)
-    elif importlib.util.find_spec("gpuaccept.merge") is None:
+    if importlib.util.find_spec("gpuaccept.merge") is None:
         print(f"gpuaccept.slurm: gpuaccept.merge is not installed: the per-node reports are in "
               f"{os.path.join(run_dir, 'nodes')}", file=sys.stderr)
+        return rc
+    folders, host_errors = join_plan(nodes, codes, run_dir, srun_rc)
+    if not folders and not host_errors:
+        print("gpuaccept.slurm: no node folder to join (no node ran a test)", file=sys.stderr)
     else:
-        mrc = subprocess.run([sys.executable, "-m", "gpuaccept.merge", *folders, "--into", merged]).returncode
+        mrc = subprocess.run([sys.executable, "-m", "gpuaccept.merge", *folders, "--into", merged,
+                              *(f"--host-error={h}={why}" for h, why in host_errors.items())]).returncode
         if mrc != 0:
             print(f"ERROR: gpuaccept.merge exited {mrc}; the per-node reports are in "
                   f"{os.path.join(run_dir, 'nodes')}", file=sys.stderr)

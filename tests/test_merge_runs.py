@@ -114,3 +114,8 @@ def test_a_host_that_left_no_folder_is_an_error(tmp_path):
     assert _verdicts(out) == {"n1": "PASS", "n2": "ERROR"}
     assert "n2: no results: the task did not start" in (out / "summary.md").read_text()
     assert merge_main([str(done), "--host-error", "n2", "--into", str(tmp_path / "m2")]) == 4
+    # every node of a Slurm allocation failed to start: no folder at all, the errors alone are the report
+    only = tmp_path / "m3"
+    assert merge_main(["--host-error", "n1=no results", "--host-error", "n2=no results", "--into", str(only)]) == 0
+    assert _verdicts(only) == {"n1": "ERROR", "n2": "ERROR"}
+    assert merge_main(["--into", str(tmp_path / "m4")]) == 4

@@ -306,3 +306,58 @@ def test_allreduce_names_a_stalled_node(cluster, tmp_path):
     assert [h for h, _ in doc["culprits"]] == ["n2"] and doc["singled_out"], doc["culprits"]
     assert "stall" in doc["culprits"][0][1] or "stopped" in doc["culprits"][0][1], doc["culprits"]
     assert doc["results"]["n1"]["kind"] in ("aborted", "failed") and doc["results"]["n3"]["kind"] != "ok"
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+# loaded into every node's pytest (-p): a real SIGKILL after the node's first test, as the OOM killer or a
+# scancel of the step would; on n2 only pytest dies (its task records -9), on n3 the node's task dies with it
+KILLER = """
+import os, signal
+def pytest_runtest_logfinish(nodeid, location):
+    node = os.environ.get("SLURMD_NODENAME")
+    if node == "n3":
+        os.kill(os.getppid(), signal.SIGKILL)
+    if node in ("n2", "n3"):
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _merged_verdicts(run_dir: Path) -> dict[str, str]:
+    head = (run_dir / "merged" / "summary.md").read_text().split("\n## ")[0]
+    return {ln.split("`")[1]: ln.split("**")[1] for ln in head.splitlines() if ln.startswith("- **")}
+
+
+def test_killed_nodes_are_errors_in_the_joined_report(cluster, tmp_path):
+    """n2's pytest and n3's whole task are SIGKILLed after their first test. Before: n2's exit code -9 counted
+    as a pass (worst exit 0) and its one test made it PASS; n3 (no exit code) was left out of the join, so
+    the joined report said PASS for every host it named. After: exit 3, n2 and n3 ERROR 'did not finish'."""
+    (tmp_path / "killer_plugin.py").write_text(KILLER)
+    run_dir = tmp_path / "run"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    res = cluster.run(["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm", "--reports",
+                       str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory"],
+                      timeout=300, cwd=str(REPO), env=env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, out
+    assert "n2: pytest exit code -9 (killed by signal 9)" in out and "n3: pytest exit code missing" in out, out
+    assert _merged_verdicts(run_dir) == {"n1": "SKIP", "n2": "ERROR", "n3": "ERROR"}, out  # no GPU here: skipped
+    summary = (run_dir / "merged" / "summary.md").read_text()
+    assert "n2: the run in" in summary and "did not finish" in summary and "n3: the run in" in summary
+    assert (run_dir / "merged" / "failed-hosts.txt").read_text() == "n2\nn3\n"
+
+
+def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tmp_path):
+    """The shared folder is not writable on n2 (here: a file where its folder goes). Before: a traceback on n2
+    and n2 absent from the joined report (n1, n3 only: no host failed). After: one line naming n2 and
+    the path, exit 3, n2 ERROR 'no results from this node' in the joined report."""
+    run_dir = tmp_path / "run"
+    (run_dir / "nodes").mkdir(parents=True)
+    (run_dir / "nodes" / "n2").write_text("not a folder\n")
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
+                            "health", "-k", "test_gpu_inventory"], cwd=REPO)
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, out
+    assert "Traceback" not in out and "n2: cannot create its report folder" in out, out
+    assert _merged_verdicts(run_dir) == {"n1": "SKIP", "n2": "ERROR", "n3": "SKIP"}, out
+    assert "n2: no results from this node" in (run_dir / "merged" / "summary.md").read_text()
