@@ -266,6 +266,26 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
     return rc
 
 
+def earlier_run(run_dir: str) -> str | None:
+    """What in ``run_dir`` shows an earlier launch (a node folder with an exit code or reports, a joined
+    report), as a path; None when the folder is new or holds only inventories."""
+    from .report import holds_run
+    nodes = os.path.join(run_dir, "nodes")
+    try:
+        names = sorted(os.listdir(nodes))
+    except OSError:
+        names = []
+    for name in names:
+        folder = os.path.join(nodes, name)
+        found = "exitcode" if os.path.exists(os.path.join(folder, "exitcode")) else holds_run(folder) \
+            if os.path.isdir(folder) else None
+        if found:
+            return os.path.join(folder, found)
+    merged = os.path.join(run_dir, "merged")
+    found = holds_run(merged) if os.path.isdir(merged) else None
+    return os.path.join(merged, found) if found else None
+
+
 def join_plan(nodes: list[str], codes: Mapping[str, int | None], run_dir: str,
               srun_rc: int) -> tuple[list[str], dict[str, str]]:
     """What to give ``gpuaccept.merge`` after the step: ``(folders, host_errors)``. Every node folder holding
@@ -319,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             return _bad_input(f"{args.inventory}: node(s) {', '.join(missing)} of the allocation are not "
                               "hosts of this inventory (by name, short name or ansible_host)")
+    stale = earlier_run(run_dir)
+    if stale:
+        return _bad_input(f"--reports {run_dir} already holds a run ({stale}): give a new folder (the nodes "
+                          "would refuse it one by one, or an old exit code would be read as this run's)")
     for sub in ("inventories", "nodes"):
         os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
     for n in nodes:

@@ -361,3 +361,9 @@ def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tm
     assert "Traceback" not in out and "n2: cannot create its report folder" in out, out
     assert _merged_verdicts(run_dir) == {"n1": "SKIP", "n2": "ERROR", "n3": "SKIP"}, out
     assert "n2: no results from this node" in (run_dir / "merged" / "summary.md").read_text()
+    # launching again into the same folder is refused before srun: nothing of the first run is touched
+    again = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
+                              "health", "-k", "test_gpu_inventory"], cwd=REPO)
+    err = [ln for ln in again.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert again.returncode == 4 and len(err) == 1 and "already holds a run" in err[0], again.stdout + again.stderr
+    assert (run_dir / "nodes" / "n1" / "exitcode").read_text() == "0\n"
