@@ -365,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                 codes[n] = int(f.read().strip())
         except (OSError, ValueError):
             codes[n] = None
+    if srun_rc != 0 and all(c is None for c in codes.values()) and not any(
+            os.path.isdir(os.path.join(run_dir, "nodes", folder_name(n))) for n in nodes):
+        return _bad_input(f"srun exited {srun_rc} before any node's task started (its error is above; check "
+                          f"--srun-arg {' '.join(args.srun_arg) or '(none given)'}): no node was tested")
     for n in nodes:
         if codes[n] is None:
             print(f"ERROR: {n}: no exit code in {os.path.join(run_dir, 'nodes', folder_name(n))} (the node's task "

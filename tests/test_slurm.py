@@ -367,3 +367,16 @@ def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tm
     err = [ln for ln in again.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
     assert again.returncode == 4 and len(err) == 1 and "already holds a run" in err[0], again.stdout + again.stderr
     assert (run_dir / "nodes" / "n1" / "exitcode").read_text() == "0\n"
+
+
+def test_an_srun_arg_typo_is_bad_input_not_three_missing_nodes(cluster, tmp_path):
+    """--srun-arg=--gpu-per-nodes=1 (srun does not know it). Before: exit 3 and 'no exit code' for every node,
+    as if the nodes had died. After: exit 4, one line saying srun stopped before any task started."""
+    run_dir = tmp_path / "run"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+                            "--srun-arg=--gpu-per-nodes=1", "--", "-m", "health"], cwd=REPO, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 4, out
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert len(err) == 1 and "before any node's task started" in err[0] and "--gpu-per-nodes=1" in err[0], out
+    assert "no exit code" not in out and not (run_dir / "merged").exists()
