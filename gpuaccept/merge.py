@@ -9,7 +9,9 @@ database as one run.
 A test of one host present in two folders (a rerun of the failed hosts merged with the original run) keeps
 the record of the run that started later (``started`` in results.json; the folder's results.jsonl time where
 there is none; the later argument when equal), and the merge says so: one line per host on stdout and under
-"Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst outcome over the folders.
+"Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst outcome over the folders, with
+the failure lines of every folder where it failed (:func:`join_fleet`); it compared only the hosts of its own
+folder (two hosts in different shards are never compared with each other).
 A folder whose run did not finish (no results.json, or one with ``"complete": false``: a killed controller or
 Slurm task) gives each of its hosts an ERROR "did not finish", unless a later folder tested that host again:
 the tests it reported stand, the ones it never reached are not silently missing. ``host_errors`` (``--host-error
@@ -70,8 +72,47 @@ def _started(path: str, meta: dict) -> float:
         return 0.0
 
 
-# outcome -> how bad it is, for fleet-wide tests found in several folders
-_SEVERITY = {"passed": 0, "skipped": 1, "failed": 3, "error": 2}
+# outcome -> how bad it is, for fleet-wide tests found in several folders (a test that ran and passed in one
+# shard says more than its skip in another, e.g. a shard with one host)
+_SEVERITY = {"skipped": 0, "passed": 1, "error": 2, "failed": 3}
+
+
+def _is_histogram(v) -> bool:
+    return isinstance(v, dict) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())
+
+
+def _join_figures(a: list[dict], b: list[dict]) -> list[dict]:
+    """The figures of two shards' records of one fleet-wide test (pure): a figure of the same host, check,
+    GPU and extras whose values are both counts by label (``driver_versions {"580.159.04": 3}``) is summed,
+    as one run over both shards would have counted; an identical figure is kept once; any other is kept."""
+    def key(f: dict) -> str:
+        return json.dumps([f.get("host"), f.get("check"), f.get("gpu"), f.get("extra")], sort_keys=True, default=str)
+    out = [dict(f) for f in a]
+    at = {key(f): i for i, f in enumerate(out)}
+    seen = {json.dumps(f, sort_keys=True, default=str) for f in out}
+    for f in b:
+        i = at.get(key(f))
+        if i is not None and _is_histogram(out[i].get("value")) and _is_histogram(f.get("value")):
+            total = dict(out[i]["value"])
+            for label, n in f["value"].items():
+                total[label] = total.get(label, 0) + n
+            out[i]["value"] = total
+        elif json.dumps(f, sort_keys=True, default=str) not in seen:
+            out.append(f)
+    return out
+
+
+def join_fleet(old: CaseRecord, new: CaseRecord) -> CaseRecord:
+    """One record of a fleet-wide test from two folders' records of it (pure): the worse outcome (see
+    :data:`_SEVERITY`); when it failed or errored, the failure lines of every record that did (each shard
+    names its own hosts: none may be lost); the figures of both (:func:`_join_figures`)."""
+    worse, other = (new, old) if _SEVERITY.get(new.outcome, 0) > _SEVERITY.get(old.outcome, 0) else (old, new)
+    message = worse.message
+    if worse.outcome in ("failed", "error") and other.outcome in ("failed", "error"):
+        message = "\n".join(dict.fromkeys([*(worse.message or "").splitlines(), *(other.message or "").splitlines()]))
+    return CaseRecord(worse.nodeid, worse.name, worse.host, worse.layer, worse.outcome, message,
+                      max(worse.duration_s, other.duration_s), _join_figures(worse.figures, other.figures),
+                      worse.run_id)
 
 
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
@@ -108,10 +149,12 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
                 if old is not None and origin[r.nodeid] != i:
                     replaced[r.host] = (replaced.get(r.host, (origin[r.nodeid], i))[0], i)
                 all_recs[r.nodeid], origin[r.nodeid] = r, i
-            # a fleet-wide test (no host in its id) appears in every shard's folder: keep the worst outcome,
-            # so a fleet failure in any shard is never lost
-            elif old is None or _SEVERITY.get(r.outcome, 0) > _SEVERITY.get(old.outcome, 0):
+            # a fleet-wide test (no host in its id) appears in every shard's folder: keep the worst outcome and
+            # every shard's failure lines, so a fleet failure in any shard is never lost
+            elif old is None:
                 all_recs[r.nodeid], origin[r.nodeid] = r, i
+            else:
+                all_recs[r.nodeid] = join_fleet(old, r)
     notes = []
     for h, (a, b) in replaced.items():
         notes.append(f"{h}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
@@ -141,9 +184,10 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
         host_sku.update(m.get("host_sku") or {})
     started = min((m.get("started") for m in metas if m.get("started")), default=time.time())
     profiles = sorted({str(m.get("profile")) for m in metas if m.get("profile")})
+    limits = {m.get("limit") for m in metas}  # shards started with one --limit keep it
     rid = run_id or "merged-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     meta = {"inventory": ", ".join(sorted({str(m.get("inventory")) for m in metas if m.get("inventory")})),
-            "limit": None, "hosts": hosts, "started": started, "profile": ",".join(profiles) or None,
+            "limit": limits.pop() if len(limits) == 1 else None, "hosts": hosts, "started": started, "profile": ",".join(profiles) or None,
             "host_sku": host_sku, "merged_from": [os.path.abspath(d) for d in dirs],
             "merged_runs": [m.get("run_id") for m in metas], "merge_notes": notes}
     rep = Reporter(into, rid, meta)

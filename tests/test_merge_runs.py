@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from gpuaccept.merge import main as merge_main
@@ -119,3 +120,65 @@ def test_a_host_that_left_no_folder_is_an_error(tmp_path):
     assert merge_main(["--host-error", "n1=no results", "--host-error", "n2=no results", "--into", str(only)]) == 0
     assert _verdicts(only) == {"n1": "ERROR", "n2": "ERROR"}
     assert merge_main(["--into", str(tmp_path / "m4")]) == 4
+
+
+# -- K controllers (--shard) merged, against one controller over the same hosts -------------------------------
+
+def _listed(res) -> list[str]:
+    assert res.returncode == 0, res.stdout + res.stderr
+    return [ln.split()[0] for ln in res.stdout.splitlines() if ln.startswith("    ")]
+
+
+def test_shards_merged_equal_one_controller_over_the_same_hosts(tmp_path):
+    """Six replayed 2xH200 hosts (odd names, a range, a --limit leaving one out): h_1 declares 4 GPUs (fails),
+    and every host replays the same capture, so test_fleet_consistency finds 'the same GPUs' on hosts of the
+    same shard. Before: the merge kept one shard's fleet-wide record, so the hosts another shard's
+    fleet_consistency failed were PASS in merged/summary.md and missing from failed-hosts.txt, and the fleet
+    figure driver_versions said 3 hosts instead of 6. After: every shard's failure lines are kept and counts
+    by label are summed: the merged results.json, JUnit and history hold the same tests and figures as one
+    controller's run."""
+    from project_helpers import DATA, make_project, replay_folder, run_pytest
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    common = f"ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, DATA)} gpu_sku=h200-sxm-141gb"
+    inv.write_text(f"[gpu]\ngpu-[01:04] {common} gpus_per_node=2\nodd.name-x {common} gpus_per_node=2\n"
+                   f"h_1 {common} gpus_per_node=4\ndrained {common} gpus_per_node=2\n")
+    sel = ["--inventory", str(inv), "--limit", "gpu:!drained", "-m", "health", "-p", "no:cacheprovider"]
+    everyone = _listed(run_pytest(tmp_path, *sel, "--list-hosts"))
+    assert sorted(everyone) == sorted(["gpu-01", "gpu-02", "gpu-03", "gpu-04", "odd.name-x", "h_1"])
+    # k larger than the host count: k controllers still cover every host exactly once
+    tenths = [_listed(run_pytest(tmp_path, *sel, "--shard", f"{i}/10", "--list-hosts")) for i in range(1, 11)]
+    assert sorted(h for s in tenths for h in s) == sorted(everyone) and [] in tenths
+
+    single = tmp_path / "single"
+    res = run_pytest(tmp_path, *sel, "--reports", str(single), "--history", str(tmp_path / "single.sqlite"))
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    shards = []
+    for i in (1, 2, 3):
+        res = run_pytest(tmp_path, *sel, "--shard", f"{i}/3", "--reports", str(tmp_path / f"s{i}"), "--history", "none")
+        assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-2000:]
+        shards.append(tmp_path / f"s{i}")
+    doc = {s.name: json.loads((s / "results.json").read_text()) for s in shards}
+    assert sorted(h for d in doc.values() for h in d["hosts"]) == sorted(everyone)  # each host in one shard
+    fleet_failed = [d for d in doc.values() for t in d["tests"] if t["host"] is None and t["outcome"] == "failed"]
+    assert len(fleet_failed) >= 2, "the inventory no longer makes two shards fail fleet_consistency"
+    out = tmp_path / "merged"
+    assert merge_main([*map(str, shards), "--into", str(out), "--history", str(tmp_path / "merged.sqlite")]) == 0
+
+    one, merged = (json.loads((d / "results.json").read_text()) for d in (single, out))
+    by_id = lambda d: {t["nodeid"]: t["outcome"] for t in d["tests"]}  # noqa: E731
+    assert by_id(merged) == by_id(one)  # every test once, each with the single run's outcome
+    fig = lambda d: sorted(json.dumps({k: f.get(k) for k in ("host", "check", "gpu", "value", "verdict", "extra")},  # noqa: E731
+                                      sort_keys=True) for f in d["figures"])
+    assert fig(merged) == fig(one)
+    assert merged["limit"] == one["limit"] == "gpu:!drained"
+    # every host a shard's fleet_consistency named is FAIL, as in the single run (which names them all)
+    shard_named = {ln.split(":")[0] for d in fleet_failed for t in d["tests"] if t["host"] is None
+                   for ln in t["message"].splitlines()}
+    assert set((out / "failed-hosts.txt").read_text().split()) == shard_named | {"h_1"}
+    assert shard_named | {"h_1"} <= set((single / "failed-hosts.txt").read_text().split())
+    assert len(re.findall("<testcase ", (out / "junit-health.xml").read_text())) == \
+        len(re.findall("<testcase ", (single / "junit-health.xml").read_text()))
+    import sqlite3
+    counts = [sqlite3.connect(tmp_path / db).execute("SELECT (SELECT count(*) FROM tests), (SELECT count(*) FROM "
+                                                     "figures)").fetchone() for db in ("single.sqlite", "merged.sqlite")]
+    assert counts[0] == counts[1], counts
