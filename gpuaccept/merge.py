@@ -21,6 +21,7 @@ Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -29,8 +30,23 @@ import time
 from .report import CaseRecord, Reporter, holds_run, host_verdicts
 
 
+_FIELDS = {f.name for f in dataclasses.fields(CaseRecord)}
+_OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+def _record(t) -> CaseRecord:
+    """A result record from its JSON object; keys a newer gpuaccept added are ignored. Raises ValueError when
+    it is not one (not an object, no nodeid/name/layer, an unknown outcome)."""
+    if not isinstance(t, dict) or not all(isinstance(t.get(k), str) for k in ("nodeid", "name", "layer")) \
+            or t.get("outcome") not in _OUTCOMES or not isinstance(t.get("figures", []), list):
+        raise ValueError("not a gpuaccept result record")
+    return CaseRecord(**{k: v for k, v in t.items() if k in _FIELDS})
+
+
 def read_folder(path: str) -> tuple[dict, list[CaseRecord]]:
-    """``(meta, records)`` of one report folder. Raises ValueError naming the folder when it has no results."""
+    """``(meta, records)`` of one report folder. Raises ValueError naming the file (and line) when it has no
+    results or they are not gpuaccept's (a JSON document of another kind, a line that is no record); a last
+    results.jsonl line cut short by a kill is left out, the tests before it stand."""
     meta: dict = {}
     recs: dict[str, CaseRecord] = {}
     jpath, jl = os.path.join(path, "results.json"), os.path.join(path, "results.jsonl")
@@ -38,24 +54,30 @@ def read_folder(path: str) -> tuple[dict, list[CaseRecord]]:
         try:
             with open(jpath, encoding="utf-8") as f:
                 doc = json.load(f)
+            if not isinstance(doc, dict) or not isinstance(doc.get("tests", []), list):
+                raise ValueError("not a gpuaccept results.json")
             meta = {k: v for k, v in doc.items() if k not in ("tests", "figures", "outliers")}
             if not os.path.exists(jl):
                 for t in doc.get("tests") or []:
-                    recs[t["nodeid"]] = CaseRecord(**t)
-        except (OSError, ValueError, TypeError) as e:
+                    r = _record(t)
+                    recs[r.nodeid] = r
+        except (OSError, ValueError) as e:
             raise ValueError(f"{jpath}: unreadable ({e})") from None
     if os.path.exists(jl):
-        with open(jl, encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    t = json.loads(line)
-                    recs[t["nodeid"]] = CaseRecord(**t)
-                except (ValueError, TypeError, KeyError):
-                    if n > 1 and not line.endswith("\n"):
-                        continue  # a last line cut by a kill: the tests before it stand
-                    raise ValueError(f"{jl}:{n}: not a gpuaccept result line") from None
+        try:
+            with open(jl, encoding="utf-8") as f:
+                for n, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        r = _record(json.loads(line))
+                    except ValueError:
+                        if not line.endswith("\n"):
+                            continue  # a last line cut by a kill: the tests before it stand
+                        raise ValueError(f"{jl}:{n}: not a gpuaccept result line") from None
+                    recs[r.nodeid] = r
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{jl}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if not recs and not meta:
         raise ValueError(f"{path}: no results.jsonl or results.json (not a gpuaccept report folder)")
     return meta, list(recs.values())

@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from gpuaccept.merge import main as merge_main
 from gpuaccept.report import CaseRecord, Reporter
 
@@ -182,3 +184,32 @@ def test_shards_merged_equal_one_controller_over_the_same_hosts(tmp_path):
     counts = [sqlite3.connect(tmp_path / db).execute("SELECT (SELECT count(*) FROM tests), (SELECT count(*) FROM "
                                                      "figures)").fetchone() for db in ("single.sqlite", "merged.sqlite")]
     assert counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("results.json", "[]", "results.json: unreadable (not a gpuaccept results.json)"),
+    ("results.json", "null", "results.json: unreadable (not a gpuaccept results.json)"),
+    ("results.json", '{"tests": [{"a": 1}]}', "results.json: unreadable (not a gpuaccept result record)"),
+    ("results.jsonl", '["x"]\n{"nodeid": "t[h]"}\n', "results.jsonl:1: not a gpuaccept result line"),
+    ("results.jsonl", b"\xff\xfe{}\n", "results.jsonl: not UTF-8 text"),
+])
+def test_a_folder_that_is_not_a_report_is_one_line_exit_4(tmp_path, capsys, name, text, says):
+    """Before: a results.json that is a JSON list or null, or a test entry without nodeid, stopped the merge
+    with a Python traceback (AttributeError, KeyError)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert merge_main([str(d), "--into", str(tmp_path / "out")]) == 4
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_record_from_a_newer_gpuaccept_is_read(tmp_path):
+    """A results.jsonl line with a key this version does not know (a newer gpuaccept on another controller)
+    was 'not a gpuaccept result line' and the whole merge refused; its known fields are enough."""
+    d = _run(tmp_path / "new", 1000.0, [_ecc("gpu1")])
+    line = json.loads((d / "results.jsonl").read_text())
+    (d / "results.jsonl").write_text(json.dumps({**line, "attempt": 2, "nvml_version": "12.580"}) + "\n")
+    out = tmp_path / "m"
+    assert merge_main([str(d), "--into", str(out)]) == 0
+    assert _verdicts(out) == {"gpu1": "PASS"}
