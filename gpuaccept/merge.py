@@ -11,7 +11,8 @@ the record of the run that started later (``started`` in results.json; the folde
 there is none; the later argument when equal), and the merge says so: one line per host on stdout and under
 "Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst outcome over the folders, with
 the failure lines of every folder where it failed (:func:`join_fleet`); it compared only the hosts of its own
-folder (two hosts in different shards are never compared with each other).
+folder (two hosts in different shards are never compared with each other). A check judged against different
+limits in different folders (other threshold files, ``--sku``, versions) is named in the notes too.
 A folder whose run did not finish (no results.json, or one with ``"complete": false``: a killed controller or
 Slurm task) gives each of its hosts an ERROR "did not finish", unless a later folder tested that host again:
 the tests it reported stand, the ones it never reached are not silently missing. ``host_errors`` (``--host-error
@@ -137,6 +138,34 @@ def join_fleet(old: CaseRecord, new: CaseRecord) -> CaseRecord:
                       worse.run_id)
 
 
+#: at most this many "judged against different limits" lines in the merge notes (a page a person reads; chosen)
+MAX_LIMIT_NOTES = 10
+
+
+def limit_notes(recs: list[CaseRecord]) -> list[str]:
+    """Checks whose figures were judged against different limits in the merged records (pure): runs with other
+    threshold files, ``--sku`` or gpuaccept versions, whose verdicts are then not comparable. One line per
+    SKU x check x extras, naming each limit and the runs that used it; at most :data:`MAX_LIMIT_NOTES` lines
+    and a count of the rest."""
+    from .report import _limit_s
+    seen: dict[tuple, dict[str, set]] = {}
+    for r in recs:
+        for f in r.figures:
+            if f.get("verdict") not in ("pass", "fail"):
+                continue
+            key = (str(f.get("sku") or "-"), str(f.get("check")), json.dumps(f.get("extra"), sort_keys=True, default=str))
+            seen.setdefault(key, {}).setdefault(_limit_s(f.get("limit")), set()).add(r.run_id or "?")
+    lines = []
+    for (sku, check, extra), limits in sorted(seen.items()):
+        if len(limits) > 1:
+            extra_s = "" if extra == "null" else f" {extra}"
+            lines.append(f"{check}{extra_s} ({sku}): judged against different limits: " + "; ".join(
+                f"{lim} in run {', '.join(sorted(runs))}" for lim, runs in sorted(limits.items())))
+    if len(lines) > MAX_LIMIT_NOTES:
+        lines = lines[:MAX_LIMIT_NOTES] + [f"... and {len(lines) - MAX_LIMIT_NOTES} more checks with different limits"]
+    return lines
+
+
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
           host_errors: dict[str, str] | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
@@ -181,6 +210,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     for h, (a, b) in replaced.items():
         notes.append(f"{h}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
                      f"earlier run {read[a][1].get('run_id') or '?'} ({read[a][0]}): the later run wins")
+    notes += limit_notes(list(all_recs.values()))
     for pos, i in enumerate(order):  # a run that did not finish: its hosts' unreported tests are not a pass
         d, meta, recs = read[i]
         if finished[i]:

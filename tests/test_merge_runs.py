@@ -213,3 +213,23 @@ def test_a_record_from_a_newer_gpuaccept_is_read(tmp_path):
     out = tmp_path / "m"
     assert merge_main([str(d), "--into", str(out)]) == 0
     assert _verdicts(out) == {"gpu1": "PASS"}
+
+
+def test_folders_judged_against_different_limits_are_named(tmp_path, capsys):
+    """Two shards run with different threshold files (the HBM floor 4300 GB/s here, 4000 there): both hosts
+    PASS at 4100-4600 by their own limits, which said nothing before. After: a note names the check, each
+    limit and the runs that used it, on stdout and in summary.md."""
+    a = _run(tmp_path / "a", 1000.0, [_hbm("gpu1", 4600.0)])
+    low = _hbm("gpu2", 4100.0)
+    low.outcome, low.message = "passed", ""
+    low.figures[0].update(limit={"min": 4000}, verdict="pass")  # the other shard's threshold file
+    b = _run(tmp_path / "b", 1000.0, [low])
+    out = tmp_path / "m"
+    assert merge_main([str(a), str(b), "--into", str(out)]) == 0
+    said = capsys.readouterr().out
+    note = "hbm (h200-sxm-141gb): judged against different limits: >= 4000 in run b; >= 4300 in run a"
+    assert note in said and note in (out / "summary.md").read_text()
+    # the same limits everywhere: no note
+    out2 = tmp_path / "m2"
+    assert merge_main([str(a), "--into", str(out2)]) == 0
+    assert "different limits" not in capsys.readouterr().out
