@@ -224,6 +224,35 @@ def suite_root() -> str:
     return here if os.path.isdir(os.path.join(here, "suites")) else os.getcwd()
 
 
+#: srun options that change which nodes run a task or how many tasks a node runs (srun(1)): the launcher sets
+#: the layout (one task on every node of the allocation); given again through --srun-arg, srun takes the last
+#: one, and two tasks on one node would write the same node folder, or a node would run nothing.
+LAYOUT_LONG = ("--ntasks", "--ntasks-per-node", "--ntasks-per-socket", "--ntasks-per-core", "--nodes",
+               "--nodelist", "--nodefile", "--exclude", "--relative", "--distribution", "--overcommit",
+               "--multi-prog")
+LAYOUT_SHORT = ("-n", "-N", "-w", "-F", "-x", "-r", "-m", "-O")
+#: other srun long options sharing a prefix with a layout option (srun's getopt accepts a unique prefix)
+_OTHER_LONG = ("--ntasks-per-gpu", "--exclusive", "--export", "--export-file", "--mpi", "--mem", "--mem-per-cpu",
+               "--mem-per-gpu", "--mem-bind", "--overlap", "--oversubscribe", "--reservation", "--no-kill",
+               "--nice", "--network", "--no-allocate")
+
+
+def layout_arg(srun_args: list[str]) -> str | None:
+    """The first of ``srun_args`` that sets one of :data:`LAYOUT_LONG`/:data:`LAYOUT_SHORT` (``--ntasks-per-node=2``,
+    ``--ntasks-per-n=2`` as srun's getopt reads a unique prefix, ``-n4``, ``-N 2``), or None (pure)."""
+    known = LAYOUT_LONG + _OTHER_LONG
+    for a in srun_args:
+        name = a.split("=", 1)[0]
+        if name.startswith("--"):
+            hits = [o for o in known if o.startswith(name)] if len(name) > 2 else []
+            chosen = name if name in known else hits[0] if len(hits) == 1 else None
+            if chosen in LAYOUT_LONG:
+                return a
+        elif name[:2] in LAYOUT_SHORT:
+            return a
+    return None
+
+
 def _bad_input(msg: str) -> int:
     print(f"gpuaccept.slurm: {msg}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -250,6 +279,11 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
         world = slurm_world(os.environ, scontrol_hostnames)
     except SlurmEnvError as e:
         return _bad_input(str(e))
+    local = os.environ.get("SLURM_LOCALID", "0")
+    if local != "0":  # a second task on this node (the step's layout was changed): it must not share the folder
+        print(f"ERROR: {world.host}: task {os.environ.get('SLURM_PROCID', '?')} is local task {local} of this node; "
+              "one task per node tests it (srun layout changed?): this task does nothing", file=sys.stderr)
+        return EXIT_BAD_INPUT
     name = folder_name(world.host)
     out = os.path.join(run_dir, "nodes", name)
     try:
@@ -323,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = os.path.abspath(args.reports or os.path.join("reports", f"slurm-{folder_name(job)}"))
     if args.task:
         return _task(run_dir, pytest_args)
+    bad = layout_arg(args.srun_arg)
+    if bad:
+        return _bad_input(f"--srun-arg {bad}: sets which nodes run a task or how many; the launcher starts one "
+                          "task on every node of the allocation (use salloc/sbatch -N/-w/-x to choose the nodes)")
     try:
         nodes = scontrol_hostnames(os.environ["SLURM_JOB_NODELIST"])
     except SlurmEnvError as e:

@@ -10,7 +10,7 @@ import pytest
 
 from gpuaccept.inventory import load_inventory
 from gpuaccept.multinode import HostResult
-from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, node_inventory,
+from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, layout_arg, node_inventory,
                              slurm_world, worst_exit)
 from gpuaccept.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
 from slurm_cluster import slurm_missing_reason, start_cluster
@@ -380,3 +380,27 @@ def test_an_srun_arg_typo_is_bad_input_not_three_missing_nodes(cluster, tmp_path
     err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
     assert len(err) == 1 and "before any node's task started" in err[0] and "--gpu-per-nodes=1" in err[0], out
     assert "no exit code" not in out and not (run_dir / "merged").exists()
+
+
+@pytest.mark.parametrize("args, bad", [
+    (["--gpus-per-node=8", "--ntasks-per-node=2"], "--ntasks-per-node=2"),
+    (["--ntasks-per-n=2"], "--ntasks-per-n=2"),  # a unique prefix, as srun's getopt reads it
+    (["-n4"], "-n4"), (["-N", "2"], "-N"), (["--nodes=2"], "--nodes=2"), (["--exclude=n3"], "--exclude=n3"),
+    (["-w", "n1"], "-w"),
+    (["--gpus-per-node=8", "--ntasks-per-gpu=1", "--mem=0", "--exclusive", "--export=ALL", "-l"], None),
+])
+def test_layout_arg(args, bad):
+    assert layout_arg(args) == bad
+
+
+def test_an_srun_arg_that_changes_the_task_layout_is_refused(cluster, tmp_path):
+    """--srun-arg=--ntasks-per-node=2: srun takes the last of two such options, so two tasks per node ran
+    pytest into the same node folder (the second refused it, or both wrote it: counted twice). After: exit 4,
+    one line, before srun."""
+    run_dir = tmp_path / "run"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+                            "--srun-arg=--ntasks-per-node=2", "--", "-m", "health"], cwd=REPO, timeout=120)
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert res.returncode == 4 and len(err) == 1 and "--ntasks-per-node=2" in err[0], res.stdout + res.stderr
+    assert "sets which nodes run a task or how many" in err[0]
+    assert not (run_dir / "nodes").exists()
