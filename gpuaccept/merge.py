@@ -166,6 +166,27 @@ def limit_notes(recs: list[CaseRecord]) -> list[str]:
     return lines
 
 
+def already_recorded(history_path: str, run_ids: set) -> list[str]:
+    """The run ids of ``run_ids`` that the history database at ``history_path`` already holds tests or a run row
+    of (sorted); [] when the file does not exist yet. Raises ValueError when it is not a history database."""
+    import sqlite3
+    ids = sorted(str(r) for r in run_ids if r)
+    if not ids or not os.path.exists(history_path):
+        return []
+    try:
+        con = sqlite3.connect(f"file:{history_path}?mode=ro", uri=True)
+        try:
+            marks = ",".join("?" * len(ids))
+            found = {r[0] for r in con.execute(f"SELECT run_id FROM runs WHERE run_id IN ({marks}) UNION "
+                                               f"SELECT DISTINCT run_id FROM tests WHERE run_id IN ({marks})",
+                                               ids + ids)}
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise ValueError(f"--history {history_path}: not a gpuaccept history database ({e})") from None
+    return sorted(found)
+
+
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
           host_errors: dict[str, str] | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
@@ -236,6 +257,14 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
         host_sku.update(m.get("host_sku") or {})
     started = min((m.get("started") for m in metas if m.get("started")), default=time.time())
     profiles = sorted({str(m.get("profile")) for m in metas if m.get("profile")})
+    if history_path:
+        recorded = already_recorded(history_path, {m.get("run_id") for m in metas} |
+                                    {r.run_id for r in all_recs.values()})
+        if recorded:
+            raise ValueError(f"--history {history_path} already holds run(s) {', '.join(recorded)} being merged (the "
+                             "runs recorded themselves): the merged run would count their tests and figures twice "
+                             "and compare them with themselves; merge without --history, or run the shards with "
+                             "--history none")
     limits = {m.get("limit") for m in metas}  # shards started with one --limit keep it
     rid = run_id or "merged-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     meta = {"inventory": ", ".join(sorted({str(m.get("inventory")) for m in metas if m.get("inventory")})),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,28 @@ def test_folders_judged_against_different_limits_are_named(tmp_path, capsys):
     out2 = tmp_path / "m2"
     assert merge_main([str(a), "--into", str(out2)]) == 0
     assert "different limits" not in capsys.readouterr().out
+
+
+def test_merging_runs_already_in_the_history_is_refused(tmp_path, capsys):
+    """Shards that recorded themselves into the shared history database (the default reports/history.sqlite
+    on a shared checkout), then merged with --history into the same database. Before: every test and figure
+    was in the database twice (the shard's run and the merged run) and the merged figures' stand-outs were
+    computed against the shard runs, i.e. against themselves. After: exit 4, one line, nothing written."""
+    from gpuaccept import history
+    a = _run(tmp_path / "a", 1000.0, [_hbm("gpu1", 4600.0)])
+    b = _run(tmp_path / "b", 1000.0, [_hbm("gpu2", 4600.0)])
+    db = tmp_path / "history.sqlite"
+    con = history.connect(str(db))
+    recs = json.loads((a / "results.json").read_text())
+    history.record_run(con, {"run_id": "a", "started": 1000.0, "verdict": "PASS"}, recs["tests"], recs["figures"],
+                       {"gpu1": "PASS"})
+    con.close()
+    out = tmp_path / "m"
+    assert merge_main([str(a), str(b), "--into", str(out), "--history", str(db)]) == 4
+    err = capsys.readouterr().err
+    assert "already holds run(s) a being merged" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+    n = sqlite3.connect(db).execute("SELECT count(*) FROM figures").fetchone()[0]
+    assert n == 1
+    # a database that does not hold them takes the merged run
+    assert merge_main([str(a), str(b), "--into", str(out), "--history", str(tmp_path / "other.sqlite")]) == 0
