@@ -166,25 +166,33 @@ def limit_notes(recs: list[CaseRecord]) -> list[str]:
     return lines
 
 
-def already_recorded(history_path: str, run_ids: set) -> list[str]:
-    """The run ids of ``run_ids`` that the history database at ``history_path`` already holds tests or a run row
-    of (sorted); [] when the file does not exist yet. Raises ValueError when it is not a history database."""
+def already_recorded(history_path: str, runs: dict[str, float | None]) -> list[str]:
+    """The runs of ``runs`` (run id -> its start time, None when unknown) that the history database at
+    ``history_path`` already holds a run row or figures of (sorted ids); a row of the same id but another
+    start time is another run that had the same folder name, not this one. [] when the file does not exist.
+    Raises ValueError when it is not a history database."""
     import sqlite3
-    ids = sorted(str(r) for r in run_ids if r)
+    ids = sorted(str(r) for r in runs if r)
     if not ids or not os.path.exists(history_path):
         return []
     try:
         con = sqlite3.connect(f"file:{history_path}?mode=ro", uri=True)
         try:
             marks = ",".join("?" * len(ids))
-            found = {r[0] for r in con.execute(f"SELECT run_id FROM runs WHERE run_id IN ({marks}) UNION "
-                                               f"SELECT DISTINCT run_id FROM tests WHERE run_id IN ({marks})",
-                                               ids + ids)}
+            rows = con.execute(f"SELECT run_id, started FROM runs WHERE run_id IN ({marks}) UNION "
+                               f"SELECT DISTINCT run_id, started FROM figures WHERE run_id IN ({marks}) UNION "
+                               f"SELECT DISTINCT run_id, NULL FROM tests WHERE run_id IN ({marks})", ids * 3).fetchall()
         finally:
             con.close()
     except sqlite3.Error as e:
         raise ValueError(f"--history {history_path}: not a gpuaccept history database ({e})") from None
-    return sorted(found)
+    out = []
+    for rid in sorted({r for r, _ in rows}):
+        starts = {float(st) for r, st in rows if r == rid and st is not None}
+        want = runs.get(rid)
+        if want is None or not starts or any(abs(st - float(want)) < 1e-3 for st in starts):
+            out.append(rid)  # the same run (or nothing tells it apart)
+    return out
 
 
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
@@ -258,8 +266,9 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     started = min((m.get("started") for m in metas if m.get("started")), default=time.time())
     profiles = sorted({str(m.get("profile")) for m in metas if m.get("profile")})
     if history_path:
-        recorded = already_recorded(history_path, {m.get("run_id") for m in metas} |
-                                    {r.run_id for r in all_recs.values()})
+        runs: dict[str, float | None] = {r.run_id: None for r in all_recs.values() if r.run_id}
+        runs.update({str(m["run_id"]): m.get("started") for m in metas if m.get("run_id")})
+        recorded = already_recorded(history_path, runs)
         if recorded:
             raise ValueError(f"--history {history_path} already holds run(s) {', '.join(recorded)} being merged (the "
                              "runs recorded themselves): the merged run would count their tests and figures twice "

@@ -259,3 +259,6 @@ def test_merging_runs_already_in_the_history_is_refused(tmp_path, capsys):
     assert n == 1
     # a database that does not hold them takes the merged run
     assert merge_main([str(a), str(b), "--into", str(out), "--history", str(tmp_path / "other.sqlite")]) == 0
+    # a run of the same id but another start (another job's folder of the same name, 'n1') is not this one
+    c = _run(tmp_path / "c" / "a", 5000.0, [_hbm("gpu3", 4600.0)])
+    assert merge_main([str(c), "--into", str(tmp_path / "m3"), "--history", str(db)]) == 0
