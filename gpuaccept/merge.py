@@ -254,12 +254,11 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
         nodeid = f"gpuaccept/merge.py::run_incomplete[{h}]"
         all_recs[nodeid] = CaseRecord(nodeid, f"run_incomplete[{h}]", h, "other", "error",
                                       why if why.startswith(f"{h}:") else f"{h}: {why}")
-    hosts: list[str] = []
-    for m in metas:
-        hosts += [h for h in m.get("hosts") or [] if h not in hosts]
-    for r in all_recs.values():
-        if r.host and r.host not in hosts:
-            hosts.append(r.host)
+    # the hosts in the order of the folders as given (each folder's selection, then hosts only its records name),
+    # then the hosts that left no folder: failed-hosts.txt and the tables do not depend on which run was later
+    hosts = list(dict.fromkeys([h for _, m, recs in read for h in [*(m.get("hosts") or []),
+                                                                   *(r.host for r in recs if r.host)]]
+                               + [r.host for r in all_recs.values() if r.host]))
     host_sku: dict[str, str] = {}
     for m in metas:
         host_sku.update(m.get("host_sku") or {})
