@@ -253,6 +253,26 @@ def layout_arg(srun_args: list[str]) -> str | None:
     return None
 
 
+def take_history(pytest_args: list[str]) -> tuple[list[str], str | None]:
+    """``pytest_args`` without ``--history PATH``/``--history=PATH``, and that PATH (None when not given;
+    the last one when given twice, as pytest reads it) (pure). The nodes run with ``--history none`` and the
+    launcher records the joined run once: a node's run id is its folder's name (``n1``, the same in every job,
+    so each job's node run replaced the last one's in the database), and every node writing one SQLite file on
+    a shared filesystem at once is what SQLite warns against."""
+    rest, path, i = [], None, 0
+    while i < len(pytest_args):
+        a = pytest_args[i]
+        if a == "--history" and i + 1 < len(pytest_args):
+            path, i = pytest_args[i + 1], i + 2
+            continue
+        if a.startswith("--history="):
+            path = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return rest, path
+
+
 def _bad_input(msg: str) -> int:
     print(f"gpuaccept.slurm: {msg}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -389,10 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     srun = shutil.which("srun")
     if not srun:
         return _bad_input("srun not found on PATH")
+    pytest_args, history_arg = take_history(pytest_args)
+    history = None if (history_arg or "").lower() == "none" else os.path.join(
+        suite_root(), history_arg or os.path.join("reports", "history.sqlite"))  # relative: as the nodes' pytest
     k = str(len(nodes))
     cmd = [srun, f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--label",
            *args.srun_arg, sys.executable, "-m", "gpuaccept.slurm", "--task", "--reports", run_dir, "--",
-           *pytest_args]
+           *pytest_args, "--history", "none"]
     print(f"gpuaccept.slurm: {len(nodes)} node(s): {' '.join(nodes)}; reports in {run_dir}", flush=True)
     srun_rc = subprocess.run(cmd).returncode
     codes: dict[str, int | None] = {}
@@ -425,7 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     if not folders and not host_errors:
         print("gpuaccept.slurm: no node folder to join (no node ran a test)", file=sys.stderr)
     else:
+        if history:
+            os.makedirs(os.path.dirname(history), exist_ok=True)
         mrc = subprocess.run([sys.executable, "-m", "gpuaccept.merge", *folders, "--into", merged,
+                              "--run-id", os.path.basename(run_dir), *(["--history", history] if history else []),
                               *(f"--host-error={h}={why}" for h, why in host_errors.items())]).returncode
         if mrc != 0:
             print(f"ERROR: gpuaccept.merge exited {mrc}; the per-node reports are in "

@@ -11,7 +11,7 @@ import pytest
 from gpuaccept.inventory import load_inventory
 from gpuaccept.multinode import HostResult
 from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, layout_arg, node_inventory,
-                             slurm_world, worst_exit)
+                             slurm_world, take_history, worst_exit)
 from gpuaccept.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
 from slurm_cluster import slurm_missing_reason, start_cluster
 
@@ -336,7 +336,7 @@ def test_killed_nodes_are_errors_in_the_joined_report(cluster, tmp_path):
     run_dir = tmp_path / "run"
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
     res = cluster.run(["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm", "--reports",
-                       str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory"],
+                       str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory", "--history", "none"],
                       timeout=300, cwd=str(REPO), env=env)
     out = res.stdout + res.stderr
     assert res.returncode == 3, out
@@ -355,7 +355,7 @@ def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tm
     (run_dir / "nodes").mkdir(parents=True)
     (run_dir / "nodes" / "n2").write_text("not a folder\n")
     res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
-                            "health", "-k", "test_gpu_inventory"], cwd=REPO)
+                            "health", "-k", "test_gpu_inventory", "--history=none"], cwd=REPO)
     out = res.stdout + res.stderr
     assert res.returncode == 3, out
     assert "Traceback" not in out and "n2: cannot create its report folder" in out, out
@@ -404,3 +404,26 @@ def test_an_srun_arg_that_changes_the_task_layout_is_refused(cluster, tmp_path):
     assert res.returncode == 4 and len(err) == 1 and "--ntasks-per-node=2" in err[0], res.stdout + res.stderr
     assert "sets which nodes run a task or how many" in err[0]
     assert not (run_dir / "nodes").exists()
+
+
+def test_take_history():
+    assert take_history(["-m", "health", "--history", "/h.sqlite", "-x"]) == (["-m", "health", "-x"], "/h.sqlite")
+    assert take_history(["--history=none", "-k", "x"]) == (["-k", "x"], "none")
+    assert take_history(["-m", "health"]) == (["-m", "health"], None)
+
+
+def test_each_job_is_one_run_in_the_history(cluster, tmp_path):
+    """Two jobs, -- --history H. Before: each node recorded its own run into H at once, under the run id of its
+    folder's name ('n1', 'n2', 'n3'), so the second job replaced the first job's rows: H held 3 runs named
+    after nodes, the first job lost. After: the nodes keep no history; the joined run is recorded once per
+    job, under the report folder's name, with every node's tests."""
+    import sqlite3
+    db = tmp_path / "h.sqlite"
+    for job in ("job1", "job2"):
+        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(tmp_path / job), "--",
+                                "-m", "health", "-k", "test_gpu_inventory", "--history", str(db)], cwd=REPO)
+        assert res.returncode == 0, res.stdout + res.stderr
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT run_id FROM runs ORDER BY started").fetchall() == [("job1",), ("job2",)]
+    assert con.execute("SELECT run_id, count(*) FROM tests GROUP BY run_id").fetchall() == [("job1", 3), ("job2", 3)]
+    assert sorted(h for (h,) in con.execute("SELECT host FROM host_verdicts WHERE run_id='job2'")) == ["n1", "n2", "n3"]
