@@ -164,15 +164,21 @@ def slurm_world(env: Mapping[str, str], expand: Callable[[str], list[str]] = exp
     return SlurmWorld(hosts[0], rank, nnodes, hosts, host)
 
 
-def find_host(inv, name: str):
-    """The operator inventory's host for Slurm node ``name`` (pure): the host of that inventory name, else the
-    one whose short name (before the first dot) or ``ansible_host`` is ``name`` or its short name; None when
-    none or several match."""
+def host_matches(inv, name: str) -> list:
+    """The operator inventory's hosts that Slurm node ``name`` may be (pure): the host of that inventory name
+    alone, else every host whose short name (before the first dot) or ``ansible_host`` is ``name`` or its
+    short name."""
     if name in inv.hosts:
-        return inv.hosts[name]
+        return [inv.hosts[name]]
     short = name.split(".")[0]
-    hits = [h for h in inv.hosts.values()
+    return [h for h in inv.hosts.values()
             if h.name.split(".")[0] == short or str(h.vars.get("ansible_host", "")) in (name, short)]
+
+
+def find_host(inv, name: str):
+    """The operator inventory's host for Slurm node ``name`` (pure): the one of :func:`host_matches`; None
+    when none or several match."""
+    hits = host_matches(inv, name)
     return hits[0] if len(hits) == 1 else None
 
 
@@ -393,6 +399,13 @@ def main(argv: list[str] | None = None) -> int:
             operator = load_inventory(args.inventory)
         except InventoryError as e:
             return _bad_input(str(e))
+        several = {n: hits for n in nodes if len(hits := host_matches(operator, n)) > 1}
+        if several:
+            n, hits = next(iter(several.items()))
+            return _bad_input(f"{args.inventory}: node {n} of the allocation matches {len(hits)} hosts of this "
+                              f"inventory ({', '.join(h.name for h in hits[:5])}) by short name or ansible_host: "
+                              f"name it as Slurm does" + (f" (and {len(several) - 1} more node(s) alike)"
+                                                          if len(several) > 1 else ""))
         missing = [n for n in nodes if find_host(operator, n) is None]
         if missing:
             return _bad_input(f"{args.inventory}: node(s) {', '.join(missing)} of the allocation are not "

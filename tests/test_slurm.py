@@ -427,3 +427,17 @@ def test_each_job_is_one_run_in_the_history(cluster, tmp_path):
     assert con.execute("SELECT run_id FROM runs ORDER BY started").fetchall() == [("job1",), ("job2",)]
     assert con.execute("SELECT run_id, count(*) FROM tests GROUP BY run_id").fetchall() == [("job1", 3), ("job2", 3)]
     assert sorted(h for (h,) in con.execute("SELECT host FROM host_verdicts WHERE run_id='job2'")) == ["n1", "n2", "n3"]
+
+
+def test_a_node_matching_two_inventory_hosts_is_named_as_such(cluster, tmp_path):
+    """Slurm node n1, inventory hosts n1.rack-a and n1.rack-b (the same short name). Before: 'node(s) n1 of the
+    allocation are not hosts of this inventory', which is untrue and hides the cause. After: one line naming
+    both hosts, exit 4, before srun."""
+    inv = tmp_path / "prod.ini"
+    inv.write_text("n1.rack-a\nn1.rack-b\nn2\nn3\n")
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(tmp_path / "run"),
+                            "--inventory", str(inv), "--", "-m", "health"], cwd=REPO, timeout=120)
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert res.returncode == 4 and len(err) == 1, res.stdout + res.stderr
+    assert "node n1 of the allocation matches 2 hosts" in err[0] and "n1.rack-a, n1.rack-b" in err[0], err
+    assert not (tmp_path / "run" / "nodes").exists()
