@@ -153,7 +153,8 @@ def limit_notes(recs: list[CaseRecord]) -> list[str]:
         for f in r.figures:
             if f.get("verdict") not in ("pass", "fail"):
                 continue
-            key = (str(f.get("sku") or "-"), str(f.get("check")), json.dumps(f.get("extra"), sort_keys=True, default=str))
+            key = (str(f.get("sku") or "-"), str(f.get("check")),
+                   json.dumps(f.get("extra"), sort_keys=True, default=str))
             seen.setdefault(key, {}).setdefault(_limit_s(f.get("limit")), set()).add(r.run_id or "?")
     lines = []
     for (sku, check, extra), limits in sorted(seen.items()):
@@ -276,7 +277,8 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     limits = {m.get("limit") for m in metas}  # shards started with one --limit keep it
     rid = run_id or "merged-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     meta = {"inventory": ", ".join(sorted({str(m.get("inventory")) for m in metas if m.get("inventory")})),
-            "limit": limits.pop() if len(limits) == 1 else None, "hosts": hosts, "started": started, "profile": ",".join(profiles) or None,
+            "limit": limits.pop() if len(limits) == 1 else None, "hosts": hosts, "started": started,
+            "profile": ",".join(profiles) or None,
             "host_sku": host_sku, "merged_from": [os.path.abspath(d) for d in dirs],
             "merged_runs": [m.get("run_id") for m in metas], "merge_notes": notes}
     rep = Reporter(into, rid, meta)

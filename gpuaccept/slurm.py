@@ -13,8 +13,16 @@ Inside an allocation (``salloc -N K`` or an ``sbatch`` script)::
 3. ``srun --nodes=K --ntasks=K --ntasks-per-node=1`` starts one task per node; each runs
    ``python -m pytest --inventory DIR/inventories/<node>.yml --reports DIR/nodes/<node> <pytest arguments>``
    in the suite folder and records pytest's exit code in ``DIR/nodes/<node>/exitcode``.
-4. The node folders are joined with ``python -m gpuaccept.merge DIR/nodes/<node>... --into DIR/merged``
-   when that module is installed; otherwise the per-node folders are the result, and the launcher says so.
+4. The node folders are joined with ``python -m gpuaccept.merge DIR/nodes/<node>... --into DIR/merged
+   --run-id <basename of DIR> [--history H] [--host-error NODE=WHY...]`` when that module is installed
+   (:func:`join_plan`: a killed node's partial folder is joined, a node with no results is an ERROR);
+   otherwise the per-node folders are the result, and the launcher says so. The nodes run with ``--history
+   none``; the joined run is recorded once in ``--history`` given after ``--`` (default the suite's
+   ``reports/history.sqlite``; ``none``: none).
+
+Refused before srun (exit 4, one line): ``DIR`` holding an earlier launch, an ``--srun-arg`` that changes the
+task layout (:func:`layout_arg`), a node matching several hosts of ``--inventory``; an srun that exits before
+any node's task started (an ``--srun-arg`` srun does not know) is exit 4 too.
 
 ``<node>`` in a path is :func:`folder_name` of the Slurm node name: names never become paths unescaped.
 ``DIR`` (default ``reports/slurm-<SLURM_JOB_ID>``) must be on a filesystem every node sees. Every node
@@ -22,7 +30,7 @@ runs the same ``python`` (``sys.executable``) and suite folder, so both must be 
 identical on every node.
 
 Exit code: the worst of the nodes' pytest exit codes (0 only when every node ran and passed); a node that
-left no exit code counts as 3 (it did not run to the end: its error is printed); 4 on bad input.
+left no exit code, or whose pytest was killed by a signal, counts as 3 (its error is printed); 4 on bad input.
 """
 from __future__ import annotations
 
@@ -198,8 +206,9 @@ def node_inventory(name: str, host=None) -> dict:
 
 def worst_exit(codes: Mapping[str, int | None]) -> int:
     """The launcher's exit code from the nodes' pytest exit codes (pure): a missing code (None) and a pytest
-    killed by a signal (negative: the OOM killer's -9) count as :data:`EXIT_NODE_MISSING`; pytest's 5 (no tests collected) counts as 0 when another node ran tests,
-    since a ``-k``/``--limit`` may leave some hosts out; else the largest."""
+    killed by a signal (negative: the OOM killer's -9) count as :data:`EXIT_NODE_MISSING`; pytest's 5 (no
+    tests collected) counts as 0 when another node ran tests, since a ``-k``/``--limit`` may leave some hosts
+    out; else the largest."""
     vals = [EXIT_NODE_MISSING if c is None or int(c) < 0 else int(c) for c in codes.values()]
     if not vals:
         return EXIT_NODE_MISSING

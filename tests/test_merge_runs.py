@@ -170,8 +170,8 @@ def test_shards_merged_equal_one_controller_over_the_same_hosts(tmp_path):
     one, merged = (json.loads((d / "results.json").read_text()) for d in (single, out))
     by_id = lambda d: {t["nodeid"]: t["outcome"] for t in d["tests"]}  # noqa: E731
     assert by_id(merged) == by_id(one)  # every test once, each with the single run's outcome
-    fig = lambda d: sorted(json.dumps({k: f.get(k) for k in ("host", "check", "gpu", "value", "verdict", "extra")},  # noqa: E731
-                                      sort_keys=True) for f in d["figures"])
+    keys = ("host", "check", "gpu", "value", "verdict", "extra")
+    fig = lambda d: sorted(json.dumps({k: f.get(k) for k in keys}, sort_keys=True) for f in d["figures"])  # noqa: E731
     assert fig(merged) == fig(one)
     assert merged["limit"] == one["limit"] == "gpu:!drained"
     # every host a shard's fleet_consistency named is FAIL, as in the single run (which names them all)
@@ -181,9 +181,9 @@ def test_shards_merged_equal_one_controller_over_the_same_hosts(tmp_path):
     assert shard_named | {"h_1"} <= set((single / "failed-hosts.txt").read_text().split())
     assert len(re.findall("<testcase ", (out / "junit-health.xml").read_text())) == \
         len(re.findall("<testcase ", (single / "junit-health.xml").read_text()))
-    import sqlite3
-    counts = [sqlite3.connect(tmp_path / db).execute("SELECT (SELECT count(*) FROM tests), (SELECT count(*) FROM "
-                                                     "figures)").fetchone() for db in ("single.sqlite", "merged.sqlite")]
+    counts = [sqlite3.connect(tmp_path / db).execute("SELECT (SELECT count(*) FROM tests), "
+                                                     "(SELECT count(*) FROM figures)").fetchone()
+              for db in ("single.sqlite", "merged.sqlite")]
     assert counts[0] == counts[1], counts
 
 

@@ -336,7 +336,8 @@ def test_killed_nodes_are_errors_in_the_joined_report(cluster, tmp_path):
     run_dir = tmp_path / "run"
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
     res = cluster.run(["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm", "--reports",
-                       str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory", "--history", "none"],
+                       str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory",
+                       "--history", "none"],
                       timeout=300, cwd=str(REPO), env=env)
     out = res.stdout + res.stderr
     assert res.returncode == 3, out
