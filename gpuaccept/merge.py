@@ -8,15 +8,16 @@ database as one run.
 
 A test of one host present in two folders (a rerun of the failed hosts merged with the original run) keeps
 the record of the run that started later (``started`` in results.json; the folder's results.jsonl time where
-there is none; the later argument when equal), and the merge says so: one line per host on stdout and under
-"Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst outcome over the folders, with
-the failure lines of every folder where it failed (:func:`join_fleet`); it compared only the hosts of its own
-folder (two hosts in different shards are never compared with each other). A check judged against different
-limits in different folders (other threshold files, ``--sku``, versions) is named in the notes too.
-A folder whose run did not finish (no results.json, or one with ``"complete": false``: a killed controller or
-Slurm task) gives each of its hosts an ERROR "did not finish", unless a later folder tested that host again:
-the tests it reported stand, the ones it never reached are not silently missing. ``host_errors`` (``--host-error
-HOST=REASON``) adds an ERROR for a host that left no folder at all (a Slurm node whose task never started).
+there is none; the later argument when equal), and the merge says so: one line per pair of runs naming the
+hosts, on stdout and under "Merged" in summary.md. A fleet-wide test (no host in its id) keeps its worst
+outcome over the folders, with the failure lines of every folder where it failed (:func:`join_fleet`); it
+compared only the hosts of its own folder (two hosts in different shards are never compared with each
+other). A check judged against different limits in different folders (other threshold files, ``--sku``,
+versions) is named in the notes too. A folder whose run did not finish (no results.json, or one with
+``"complete": false``: a killed controller or Slurm task) gives each of its hosts an ERROR "did not finish",
+unless a later folder tested that host again: the tests it reported stand, the ones it never reached are not
+silently missing. ``host_errors`` (``--host-error HOST=REASON``) adds an ERROR for a host that left no folder
+at all (a Slurm node whose task never started). ``--history`` holding a run being merged is refused.
 Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run).
 """
 from __future__ import annotations
@@ -138,6 +139,8 @@ def join_fleet(old: CaseRecord, new: CaseRecord) -> CaseRecord:
                       worse.run_id)
 
 
+#: hosts named in one "the later run wins" line, the rest counted (a page a person reads; chosen)
+MAX_NOTE_HOSTS = 20
 #: at most this many "judged against different limits" lines in the merge notes (a page a person reads; chosen)
 MAX_LIMIT_NOTES = 10
 
@@ -237,8 +240,13 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             else:
                 all_recs[r.nodeid] = join_fleet(old, r)
     notes = []
-    for h, (a, b) in replaced.items():
-        notes.append(f"{h}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
+    pairs: dict[tuple[int, int], list[str]] = {}
+    for h, ab in replaced.items():  # one line per (earlier, later) pair of folders: a rerun of 500 hosts is one line
+        pairs.setdefault(ab, []).append(h)
+    for (a, b), hs in pairs.items():
+        more = len(hs) - MAX_NOTE_HOSTS
+        names = ", ".join(hs[:MAX_NOTE_HOSTS]) + (f" and {more} more" if more > 0 else "")
+        notes.append(f"{names}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
                      f"earlier run {read[a][1].get('run_id') or '?'} ({read[a][0]}): the later run wins")
     notes += limit_notes(list(all_recs.values()))
     for pos, i in enumerate(order):  # a run that did not finish: its hosts' unreported tests are not a pass

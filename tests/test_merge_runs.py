@@ -64,8 +64,9 @@ def test_a_rerun_of_the_failed_hosts_wins_over_the_original_run_in_either_order(
         assert tests["suites/test_memory.py::test_hbm[gpu2]"]["run_id"] == "rerun"
         assert tests["suites/test_health.py::test_ecc[gpu2]"]["run_id"] == "orig"
         assert [f["value"] for f in doc["figures"] if f["host"] == "gpu2"] == [4550.0]
-        note = [ln for ln in said.splitlines() if ln.startswith("gpu2:")]
-        assert len(note) == 1 and "run rerun" in note[0] and "earlier run orig" in note[0], said
+        note = [ln for ln in said.splitlines() if "the later run wins" in ln]
+        assert len(note) == 1 and note[0].startswith("gpu2: tests of run rerun"), said
+        assert "earlier run orig" in note[0]
         assert "later run wins" in (out / "summary.md").read_text()
         assert not [ln for ln in said.splitlines() if ln.startswith("gpu1:")]
 
@@ -262,3 +263,14 @@ def test_merging_runs_already_in_the_history_is_refused(tmp_path, capsys):
     # a run of the same id but another start (another job's folder of the same name, 'n1') is not this one
     c = _run(tmp_path / "c" / "a", 5000.0, [_hbm("gpu3", 4600.0)])
     assert merge_main([str(c), "--into", str(tmp_path / "m3"), "--history", str(db)]) == 0
+
+
+def test_a_rerun_of_many_hosts_is_one_note(tmp_path, capsys):
+    """25 hosts rerun: one line naming 20 of them and counting the rest (was one line per host)."""
+    hosts = [f"gpu{i:02d}" for i in range(25)]
+    orig = _run(tmp_path / "orig", 1000.0, [_hbm(h, 4100.0) for h in hosts])
+    rerun = _run(tmp_path / "rerun", 2000.0, [_hbm(h, 4600.0) for h in hosts])
+    assert merge_main([str(orig), str(rerun), "--into", str(tmp_path / "m")]) == 0
+    note = [ln for ln in capsys.readouterr().out.splitlines() if "the later run wins" in ln]
+    assert len(note) == 1 and note[0].startswith("gpu00, gpu01,") and "gpu19 and 5 more:" in note[0], note
+    assert _verdicts(tmp_path / "m") == {h: "PASS" for h in hosts}
