@@ -169,7 +169,8 @@ def test_suite_on_every_node_of_the_allocation(cluster, tmp_path):
     inv.write_text("[gpu]\nn1\nn2 gpu_sku=h200-sxm-141gb\nn3\n")
     run_dir = tmp_path / "run"
     res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
-                            "--inventory", str(inv), "--", "-m", "health", "-k", "test_gpu_inventory"],
+                            "--inventory", str(inv), "--", "-m", "health", "-k", "test_gpu_inventory",
+                            "--history", "none"],
                   cwd=REPO)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
