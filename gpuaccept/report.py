@@ -803,6 +803,8 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         v = hv[h]
         reasons = "; ".join(v["reasons"][:3]) + (f"; +{len(v['reasons']) - 3} more" if len(v["reasons"]) > 3 else "")
         out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
+    if meta.get("merge_notes"):  # gpuaccept.merge: which run's records a host kept
+        out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
     table = table if table is not None else GpuTable().add([f for r in recs for f in r.figures])
     left_out, total = 0, table.count()
     if total > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass

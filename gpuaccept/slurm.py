@@ -13,8 +13,16 @@ Inside an allocation (``salloc -N K`` or an ``sbatch`` script)::
 3. ``srun --nodes=K --ntasks=K --ntasks-per-node=1`` starts one task per node; each runs
    ``python -m pytest --inventory DIR/inventories/<node>.yml --reports DIR/nodes/<node> <pytest arguments>``
    in the suite folder and records pytest's exit code in ``DIR/nodes/<node>/exitcode``.
-4. The node folders are joined with ``python -m gpuaccept.merge DIR/nodes/<node>... --into DIR/merged``
-   when that module is installed; otherwise the per-node folders are the result, and the launcher says so.
+4. The node folders are joined with ``python -m gpuaccept.merge DIR/nodes/<node>... --into DIR/merged
+   --run-id <basename of DIR> [--history H] [--host-error NODE=WHY...]`` when that module is installed
+   (:func:`join_plan`: a killed node's partial folder is joined, a node with no results is an ERROR);
+   otherwise the per-node folders are the result, and the launcher says so. The nodes run with ``--history
+   none``; the joined run is recorded once in ``--history`` given after ``--`` (default the suite's
+   ``reports/history.sqlite``; ``none``: none).
+
+Refused before srun (exit 4, one line): ``DIR`` holding an earlier launch, an ``--srun-arg`` that changes the
+task layout (:func:`layout_arg`), a node matching several hosts of ``--inventory``; an srun that exits before
+any node's task started (an ``--srun-arg`` srun does not know) is exit 4 too.
 
 ``<node>`` in a path is :func:`folder_name` of the Slurm node name: names never become paths unescaped.
 ``DIR`` (default ``reports/slurm-<SLURM_JOB_ID>``) must be on a filesystem every node sees. Every node
@@ -22,7 +30,7 @@ runs the same ``python`` (``sys.executable``) and suite folder, so both must be 
 identical on every node.
 
 Exit code: the worst of the nodes' pytest exit codes (0 only when every node ran and passed); a node that
-left no exit code counts as 3 (it did not run to the end: its error is printed); 4 on bad input.
+left no exit code, or whose pytest was killed by a signal, counts as 3 (its error is printed); 4 on bad input.
 """
 from __future__ import annotations
 
@@ -164,15 +172,21 @@ def slurm_world(env: Mapping[str, str], expand: Callable[[str], list[str]] = exp
     return SlurmWorld(hosts[0], rank, nnodes, hosts, host)
 
 
-def find_host(inv, name: str):
-    """The operator inventory's host for Slurm node ``name`` (pure): the host of that inventory name, else the
-    one whose short name (before the first dot) or ``ansible_host`` is ``name`` or its short name; None when
-    none or several match."""
+def host_matches(inv, name: str) -> list:
+    """The operator inventory's hosts that Slurm node ``name`` may be (pure): the host of that inventory name
+    alone, else every host whose short name (before the first dot) or ``ansible_host`` is ``name`` or its
+    short name."""
     if name in inv.hosts:
-        return inv.hosts[name]
+        return [inv.hosts[name]]
     short = name.split(".")[0]
-    hits = [h for h in inv.hosts.values()
+    return [h for h in inv.hosts.values()
             if h.name.split(".")[0] == short or str(h.vars.get("ansible_host", "")) in (name, short)]
+
+
+def find_host(inv, name: str):
+    """The operator inventory's host for Slurm node ``name`` (pure): the one of :func:`host_matches`; None
+    when none or several match."""
+    hits = host_matches(inv, name)
     return hits[0] if len(hits) == 1 else None
 
 
@@ -191,10 +205,11 @@ def node_inventory(name: str, host=None) -> dict:
 
 
 def worst_exit(codes: Mapping[str, int | None]) -> int:
-    """The launcher's exit code from the nodes' pytest exit codes (pure): a missing code (None) counts as
-    :data:`EXIT_NODE_MISSING`; pytest's 5 (no tests collected) counts as 0 when another node ran tests,
-    since a ``-k``/``--limit`` may leave some hosts out; else the largest."""
-    vals = [EXIT_NODE_MISSING if c is None else int(c) for c in codes.values()]
+    """The launcher's exit code from the nodes' pytest exit codes (pure): a missing code (None) and a pytest
+    killed by a signal (negative: the OOM killer's -9) count as :data:`EXIT_NODE_MISSING`; pytest's 5 (no
+    tests collected) counts as 0 when another node ran tests, since a ``-k``/``--limit`` may leave some hosts
+    out; else the largest."""
+    vals = [EXIT_NODE_MISSING if c is None or int(c) < 0 else int(c) for c in codes.values()]
     if not vals:
         return EXIT_NODE_MISSING
     if any(v != 5 for v in vals):
@@ -224,6 +239,55 @@ def suite_root() -> str:
     return here if os.path.isdir(os.path.join(here, "suites")) else os.getcwd()
 
 
+#: srun options that change which nodes run a task or how many tasks a node runs (srun(1)): the launcher sets
+#: the layout (one task on every node of the allocation); given again through --srun-arg, srun takes the last
+#: one, and two tasks on one node would write the same node folder, or a node would run nothing.
+LAYOUT_LONG = ("--ntasks", "--ntasks-per-node", "--ntasks-per-socket", "--ntasks-per-core", "--nodes",
+               "--nodelist", "--nodefile", "--exclude", "--relative", "--distribution", "--overcommit",
+               "--multi-prog")
+LAYOUT_SHORT = ("-n", "-N", "-w", "-F", "-x", "-r", "-m", "-O")
+#: other srun long options sharing a prefix with a layout option (srun's getopt accepts a unique prefix)
+_OTHER_LONG = ("--ntasks-per-gpu", "--exclusive", "--export", "--export-file", "--mpi", "--mem", "--mem-per-cpu",
+               "--mem-per-gpu", "--mem-bind", "--overlap", "--oversubscribe", "--reservation", "--no-kill",
+               "--nice", "--network", "--no-allocate")
+
+
+def layout_arg(srun_args: list[str]) -> str | None:
+    """The first of ``srun_args`` that sets one of :data:`LAYOUT_LONG`/:data:`LAYOUT_SHORT` (``--ntasks-per-node=2``,
+    ``--ntasks-per-n=2`` as srun's getopt reads a unique prefix, ``-n4``, ``-N 2``), or None (pure)."""
+    known = LAYOUT_LONG + _OTHER_LONG
+    for a in srun_args:
+        name = a.split("=", 1)[0]
+        if name.startswith("--"):
+            hits = [o for o in known if o.startswith(name)] if len(name) > 2 else []
+            chosen = name if name in known else hits[0] if len(hits) == 1 else None
+            if chosen in LAYOUT_LONG:
+                return a
+        elif name[:2] in LAYOUT_SHORT:
+            return a
+    return None
+
+
+def take_history(pytest_args: list[str]) -> tuple[list[str], str | None]:
+    """``pytest_args`` without ``--history PATH``/``--history=PATH``, and that PATH (None when not given;
+    the last one when given twice, as pytest reads it) (pure). The nodes run with ``--history none`` and the
+    launcher records the joined run once: a node's run id is its folder's name (``n1``, the same in every job,
+    so each job's node run replaced the last one's in the database), and every node writing one SQLite file on
+    a shared filesystem at once is what SQLite warns against."""
+    rest, path, i = [], None, 0
+    while i < len(pytest_args):
+        a = pytest_args[i]
+        if a == "--history" and i + 1 < len(pytest_args):
+            path, i = pytest_args[i + 1], i + 2
+            continue
+        if a.startswith("--history="):
+            path = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return rest, path
+
+
 def _bad_input(msg: str) -> int:
     print(f"gpuaccept.slurm: {msg}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -250,9 +314,18 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
         world = slurm_world(os.environ, scontrol_hostnames)
     except SlurmEnvError as e:
         return _bad_input(str(e))
+    local = os.environ.get("SLURM_LOCALID", "0")
+    if local != "0":  # a second task on this node (the step's layout was changed): it must not share the folder
+        print(f"ERROR: {world.host}: task {os.environ.get('SLURM_PROCID', '?')} is local task {local} of this node; "
+              "one task per node tests it (srun layout changed?): this task does nothing", file=sys.stderr)
+        return EXIT_BAD_INPUT
     name = folder_name(world.host)
     out = os.path.join(run_dir, "nodes", name)
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:  # the shared folder not mounted or not writable on this node: one line, not a traceback
+        print(f"ERROR: {world.host}: cannot create its report folder {out}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_NODE_MISSING
     inv = os.path.join(run_dir, "inventories", name + ".yml")
     cmd = [sys.executable, "-m", "pytest", "--inventory", inv, "--reports", out, *pytest_args]
     print(f"{world.host}: {' '.join(cmd)}", flush=True)
@@ -260,6 +333,53 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
     with open(os.path.join(out, "exitcode"), "w") as f:
         f.write(f"{rc}\n")
     return rc
+
+
+def earlier_run(run_dir: str) -> str | None:
+    """What in ``run_dir`` shows an earlier launch (a node folder with an exit code or reports, a joined
+    report), as a path; None when the folder is new or holds only inventories."""
+    from .report import holds_run
+    nodes = os.path.join(run_dir, "nodes")
+    try:
+        names = sorted(os.listdir(nodes))
+    except OSError:
+        names = []
+    for name in names:
+        folder = os.path.join(nodes, name)
+        found = "exitcode" if os.path.exists(os.path.join(folder, "exitcode")) else holds_run(folder) \
+            if os.path.isdir(folder) else None
+        if found:
+            return os.path.join(folder, found)
+    merged = os.path.join(run_dir, "merged")
+    found = holds_run(merged) if os.path.isdir(merged) else None
+    return os.path.join(merged, found) if found else None
+
+
+def join_plan(nodes: list[str], codes: Mapping[str, int | None], run_dir: str,
+              srun_rc: int) -> tuple[list[str], dict[str, str]]:
+    """What to give ``gpuaccept.merge`` after the step: ``(folders, host_errors)``. Every node folder holding
+    readable results is joined, with or without an exit code (a killed task's tests stand, and merge marks a
+    run that did not finish as an ERROR); a node with no readable results is an ERROR of its own naming why
+    (its task never started, the shared folder was not writable there, pytest stopped on bad input), except
+    a node whose pytest collected nothing (exit 5: a ``-k`` or ``--limit`` left it out), so no node of the
+    allocation is silently missing from the joined report."""
+    from .merge import read_folder
+    folders: list[str] = []
+    errors: dict[str, str] = {}
+    for n in nodes:
+        folder = os.path.join(run_dir, "nodes", folder_name(n))
+        code = codes.get(n)
+        try:
+            read_folder(folder)
+        except (ValueError, OSError) as e:
+            if code == 5:
+                continue
+            why = (f"no exit code and {e}" if code is None else f"pytest exited {code} and {e}")
+            errors[n] = (f"no results from this node ({why}; srun rc {srun_rc}): its task did not start, "
+                         f"could not write {folder}, or stopped before its first test; see the srun log")
+            continue
+        folders.append(folder)
+    return folders, errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = os.path.abspath(args.reports or os.path.join("reports", f"slurm-{folder_name(job)}"))
     if args.task:
         return _task(run_dir, pytest_args)
+    bad = layout_arg(args.srun_arg)
+    if bad:
+        return _bad_input(f"--srun-arg {bad}: sets which nodes run a task or how many; the launcher starts one "
+                          "task on every node of the allocation (use salloc/sbatch -N/-w/-x to choose the nodes)")
     try:
         nodes = scontrol_hostnames(os.environ["SLURM_JOB_NODELIST"])
     except SlurmEnvError as e:
@@ -284,10 +408,21 @@ def main(argv: list[str] | None = None) -> int:
             operator = load_inventory(args.inventory)
         except InventoryError as e:
             return _bad_input(str(e))
+        several = {n: hits for n in nodes if len(hits := host_matches(operator, n)) > 1}
+        if several:
+            n, hits = next(iter(several.items()))
+            return _bad_input(f"{args.inventory}: node {n} of the allocation matches {len(hits)} hosts of this "
+                              f"inventory ({', '.join(h.name for h in hits[:5])}) by short name or ansible_host: "
+                              f"name it as Slurm does" + (f" (and {len(several) - 1} more node(s) alike)"
+                                                          if len(several) > 1 else ""))
         missing = [n for n in nodes if find_host(operator, n) is None]
         if missing:
             return _bad_input(f"{args.inventory}: node(s) {', '.join(missing)} of the allocation are not "
                               "hosts of this inventory (by name, short name or ansible_host)")
+    stale = earlier_run(run_dir)
+    if stale:
+        return _bad_input(f"--reports {run_dir} already holds a run ({stale}): give a new folder (the nodes "
+                          "would refuse it one by one, or an old exit code would be read as this run's)")
     for sub in ("inventories", "nodes"):
         os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
     for n in nodes:
@@ -296,35 +431,50 @@ def main(argv: list[str] | None = None) -> int:
     srun = shutil.which("srun")
     if not srun:
         return _bad_input("srun not found on PATH")
+    pytest_args, history_arg = take_history(pytest_args)
+    history = None if (history_arg or "").lower() == "none" else os.path.join(
+        suite_root(), history_arg or os.path.join("reports", "history.sqlite"))  # relative: as the nodes' pytest
     k = str(len(nodes))
     cmd = [srun, f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--label",
            *args.srun_arg, sys.executable, "-m", "gpuaccept.slurm", "--task", "--reports", run_dir, "--",
-           *pytest_args]
+           *pytest_args, "--history", "none"]
     print(f"gpuaccept.slurm: {len(nodes)} node(s): {' '.join(nodes)}; reports in {run_dir}", flush=True)
     srun_rc = subprocess.run(cmd).returncode
     codes: dict[str, int | None] = {}
-    folders = []
     for n in nodes:
         folder = os.path.join(run_dir, "nodes", folder_name(n))
         try:
             with open(os.path.join(folder, "exitcode")) as f:
                 codes[n] = int(f.read().strip())
-            folders.append(folder)
         except (OSError, ValueError):
             codes[n] = None
-            print(f"ERROR: {n}: no exit code in {folder} (the node's task did not run to the end; srun rc "
-                  f"{srun_rc})", file=sys.stderr)
+    if srun_rc != 0 and all(c is None for c in codes.values()) and not any(
+            os.path.isdir(os.path.join(run_dir, "nodes", folder_name(n))) for n in nodes):
+        return _bad_input(f"srun exited {srun_rc} before any node's task started (its error is above; check "
+                          f"--srun-arg {' '.join(args.srun_arg) or '(none given)'}): no node was tested")
     for n in nodes:
-        print(f"{n}: pytest exit code {codes[n] if codes[n] is not None else 'missing'}")
+        if codes[n] is None:
+            print(f"ERROR: {n}: no exit code in {os.path.join(run_dir, 'nodes', folder_name(n))} (the node's task "
+                  f"did not run to the end; srun rc {srun_rc})", file=sys.stderr)
+    for n in nodes:
+        c = codes[n]
+        print(f"{n}: pytest exit code " + ("missing" if c is None else f"{c} (killed by signal {-c})" if c < 0
+                                          else str(c)))
     rc = worst_exit(codes)
     merged = os.path.join(run_dir, "merged")
-    if not folders:
-        print("gpuaccept.slurm: no node folder to join", file=sys.stderr)
-    elif importlib.util.find_spec("gpuaccept.merge") is None:
+    if importlib.util.find_spec("gpuaccept.merge") is None:
         print(f"gpuaccept.slurm: gpuaccept.merge is not installed: the per-node reports are in "
               f"{os.path.join(run_dir, 'nodes')}", file=sys.stderr)
+        return rc
+    folders, host_errors = join_plan(nodes, codes, run_dir, srun_rc)
+    if not folders and not host_errors:
+        print("gpuaccept.slurm: no node folder to join (no node ran a test)", file=sys.stderr)
     else:
-        mrc = subprocess.run([sys.executable, "-m", "gpuaccept.merge", *folders, "--into", merged]).returncode
+        if history:
+            os.makedirs(os.path.dirname(history), exist_ok=True)
+        mrc = subprocess.run([sys.executable, "-m", "gpuaccept.merge", *folders, "--into", merged,
+                              "--run-id", os.path.basename(run_dir), *(["--history", history] if history else []),
+                              *(f"--host-error={h}={why}" for h, why in host_errors.items())]).returncode
         if mrc != 0:
             print(f"ERROR: gpuaccept.merge exited {mrc}; the per-node reports are in "
                   f"{os.path.join(run_dir, 'nodes')}", file=sys.stderr)

@@ -10,8 +10,8 @@ import pytest
 
 from gpuaccept.inventory import load_inventory
 from gpuaccept.multinode import HostResult
-from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, node_inventory,
-                             slurm_world, worst_exit)
+from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, layout_arg, node_inventory,
+                             slurm_world, take_history, worst_exit)
 from gpuaccept.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
 from slurm_cluster import slurm_missing_reason, start_cluster
 
@@ -104,6 +104,7 @@ def test_worst_exit():
     assert worst_exit({"a": 5, "b": 0}) == 0    # -k left a node without tests
     assert worst_exit({"a": 5, "b": 5}) == 5    # nothing ran anywhere
     assert worst_exit({}) == 3
+    assert worst_exit({"a": 0, "b": -9}) == 3   # b's pytest SIGKILLed (the OOM killer): not a pass
 
 
 def test_allreduce_pure_parts():
@@ -168,7 +169,8 @@ def test_suite_on_every_node_of_the_allocation(cluster, tmp_path):
     inv.write_text("[gpu]\nn1\nn2 gpu_sku=h200-sxm-141gb\nn3\n")
     run_dir = tmp_path / "run"
     res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
-                            "--inventory", str(inv), "--", "-m", "health", "-k", "test_gpu_inventory"],
+                            "--inventory", str(inv), "--", "-m", "health", "-k", "test_gpu_inventory",
+                            "--history", "none"],
                   cwd=REPO)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
@@ -305,3 +307,139 @@ def test_allreduce_names_a_stalled_node(cluster, tmp_path):
     assert [h for h, _ in doc["culprits"]] == ["n2"] and doc["singled_out"], doc["culprits"]
     assert "stall" in doc["culprits"][0][1] or "stopped" in doc["culprits"][0][1], doc["culprits"]
     assert doc["results"]["n1"]["kind"] in ("aborted", "failed") and doc["results"]["n3"]["kind"] != "ok"
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+# loaded into every node's pytest (-p): a real SIGKILL after the node's first test, as the OOM killer or a
+# scancel of the step would; on n2 only pytest dies (its task records -9), on n3 the node's task dies with it
+KILLER = """
+import os, signal
+def pytest_runtest_logfinish(nodeid, location):
+    node = os.environ.get("SLURMD_NODENAME")
+    if node == "n3":
+        os.kill(os.getppid(), signal.SIGKILL)
+    if node in ("n2", "n3"):
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _merged_verdicts(run_dir: Path) -> dict[str, str]:
+    head = (run_dir / "merged" / "summary.md").read_text().split("\n## ")[0]
+    return {ln.split("`")[1]: ln.split("**")[1] for ln in head.splitlines() if ln.startswith("- **")}
+
+
+def test_killed_nodes_are_errors_in_the_joined_report(cluster, tmp_path):
+    """n2's pytest and n3's whole task are SIGKILLed after their first test. Before: n2's exit code -9 counted
+    as a pass (worst exit 0) and its one test made it PASS; n3 (no exit code) was left out of the join, so
+    the joined report said PASS for every host it named. After: exit 3, n2 and n3 ERROR 'did not finish'."""
+    (tmp_path / "killer_plugin.py").write_text(KILLER)
+    run_dir = tmp_path / "run"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    res = cluster.run(["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm", "--reports",
+                       str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory",
+                       "--history", "none"],
+                      timeout=300, cwd=str(REPO), env=env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, out
+    assert "n2: pytest exit code -9 (killed by signal 9)" in out and "n3: pytest exit code missing" in out, out
+    assert _merged_verdicts(run_dir) == {"n1": "SKIP", "n2": "ERROR", "n3": "ERROR"}, out  # no GPU here: skipped
+    summary = (run_dir / "merged" / "summary.md").read_text()
+    assert "n2: the run in" in summary and "did not finish" in summary and "n3: the run in" in summary
+    assert (run_dir / "merged" / "failed-hosts.txt").read_text() == "n2\nn3\n"
+
+
+def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tmp_path):
+    """The shared folder is not writable on n2 (here: a file where its folder goes). Before: a traceback on n2
+    and n2 absent from the joined report (n1, n3 only: no host failed). After: one line naming n2 and
+    the path, exit 3, n2 ERROR 'no results from this node' in the joined report."""
+    run_dir = tmp_path / "run"
+    (run_dir / "nodes").mkdir(parents=True)
+    (run_dir / "nodes" / "n2").write_text("not a folder\n")
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
+                            "health", "-k", "test_gpu_inventory", "--history=none"], cwd=REPO)
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, out
+    assert "Traceback" not in out and "n2: cannot create its report folder" in out, out
+    assert _merged_verdicts(run_dir) == {"n1": "SKIP", "n2": "ERROR", "n3": "SKIP"}, out
+    assert "n2: no results from this node" in (run_dir / "merged" / "summary.md").read_text()
+    # launching again into the same folder is refused before srun: nothing of the first run is touched
+    again = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
+                              "health", "-k", "test_gpu_inventory"], cwd=REPO)
+    err = [ln for ln in again.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert again.returncode == 4 and len(err) == 1 and "already holds a run" in err[0], again.stdout + again.stderr
+    assert (run_dir / "nodes" / "n1" / "exitcode").read_text() == "0\n"
+
+
+def test_an_srun_arg_typo_is_bad_input_not_three_missing_nodes(cluster, tmp_path):
+    """--srun-arg=--gpu-per-nodes=1 (srun does not know it). Before: exit 3 and 'no exit code' for every node,
+    as if the nodes had died. After: exit 4, one line saying srun stopped before any task started."""
+    run_dir = tmp_path / "run"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+                            "--srun-arg=--gpu-per-nodes=1", "--", "-m", "health"], cwd=REPO, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 4, out
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert len(err) == 1 and "before any node's task started" in err[0] and "--gpu-per-nodes=1" in err[0], out
+    assert "no exit code" not in out and not (run_dir / "merged").exists()
+
+
+@pytest.mark.parametrize("args, bad", [
+    (["--gpus-per-node=8", "--ntasks-per-node=2"], "--ntasks-per-node=2"),
+    (["--ntasks-per-n=2"], "--ntasks-per-n=2"),  # a unique prefix, as srun's getopt reads it
+    (["-n4"], "-n4"), (["-N", "2"], "-N"), (["--nodes=2"], "--nodes=2"), (["--exclude=n3"], "--exclude=n3"),
+    (["-w", "n1"], "-w"),
+    (["--gpus-per-node=8", "--ntasks-per-gpu=1", "--mem=0", "--exclusive", "--export=ALL", "-l"], None),
+])
+def test_layout_arg(args, bad):
+    assert layout_arg(args) == bad
+
+
+def test_an_srun_arg_that_changes_the_task_layout_is_refused(cluster, tmp_path):
+    """--srun-arg=--ntasks-per-node=2: srun takes the last of two such options, so two tasks per node ran
+    pytest into the same node folder (the second refused it, or both wrote it: counted twice). After: exit 4,
+    one line, before srun."""
+    run_dir = tmp_path / "run"
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+                            "--srun-arg=--ntasks-per-node=2", "--", "-m", "health"], cwd=REPO, timeout=120)
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert res.returncode == 4 and len(err) == 1 and "--ntasks-per-node=2" in err[0], res.stdout + res.stderr
+    assert "sets which nodes run a task or how many" in err[0]
+    assert not (run_dir / "nodes").exists()
+
+
+def test_take_history():
+    assert take_history(["-m", "health", "--history", "/h.sqlite", "-x"]) == (["-m", "health", "-x"], "/h.sqlite")
+    assert take_history(["--history=none", "-k", "x"]) == (["-k", "x"], "none")
+    assert take_history(["-m", "health"]) == (["-m", "health"], None)
+
+
+def test_each_job_is_one_run_in_the_history(cluster, tmp_path):
+    """Two jobs, -- --history H. Before: each node recorded its own run into H at once, under the run id of its
+    folder's name ('n1', 'n2', 'n3'), so the second job replaced the first job's rows: H held 3 runs named
+    after nodes, the first job lost. After: the nodes keep no history; the joined run is recorded once per
+    job, under the report folder's name, with every node's tests."""
+    import sqlite3
+    db = tmp_path / "h.sqlite"
+    for job in ("job1", "job2"):
+        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(tmp_path / job), "--",
+                                "-m", "health", "-k", "test_gpu_inventory", "--history", str(db)], cwd=REPO)
+        assert res.returncode == 0, res.stdout + res.stderr
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT run_id FROM runs ORDER BY started").fetchall() == [("job1",), ("job2",)]
+    assert con.execute("SELECT run_id, count(*) FROM tests GROUP BY run_id").fetchall() == [("job1", 3), ("job2", 3)]
+    assert sorted(h for (h,) in con.execute("SELECT host FROM host_verdicts WHERE run_id='job2'")) == ["n1", "n2", "n3"]
+
+
+def test_a_node_matching_two_inventory_hosts_is_named_as_such(cluster, tmp_path):
+    """Slurm node n1, inventory hosts n1.rack-a and n1.rack-b (the same short name). Before: 'node(s) n1 of the
+    allocation are not hosts of this inventory', which is untrue and hides the cause. After: one line naming
+    both hosts, exit 4, before srun."""
+    inv = tmp_path / "prod.ini"
+    inv.write_text("n1.rack-a\nn1.rack-b\nn2\nn3\n")
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(tmp_path / "run"),
+                            "--inventory", str(inv), "--", "-m", "health"], cwd=REPO, timeout=120)
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    assert res.returncode == 4 and len(err) == 1, res.stdout + res.stderr
+    assert "node n1 of the allocation matches 2 hosts" in err[0] and "n1.rack-a, n1.rack-b" in err[0], err
+    assert not (tmp_path / "run" / "nodes").exists()
