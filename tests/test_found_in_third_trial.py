@@ -89,20 +89,18 @@ def test_gpu_in_mig_mode_blocks_its_figures_instead_of_failing_them_as_slow(tmp_
     assert "blocked by preflight: GPU 1: MIG mode is on" in line and "bf16_tflops GPU 1" not in line, line
 
 
-def test_unreachable_host_of_the_inter_node_allreduce_is_an_error_not_a_failure(tmp_path, tmp_path_factory):
-    """Found on 2026-11-30 (third trial): with one of three sshd nodes down, test_allreduce_multinode FAILED
-    "u2: unreachable: ..." (pytest: 1 failed), as if u2's GPUs or network were bad; an unreachable host is an
-    error everywhere else. Now the test is an ERROR naming u2, and u2 alone is in failed-hosts.txt."""
+def _multinode_run(tmp_path, base, sshds, pythons: dict[int, str] | None = None):
+    """``-k multinode`` (gloo, small) over ``sshds`` (node i's Python ``pythons[i]`` where given); stops the
+    nodes; returns (report folder, the finished process, the test's results.json record), asserting exit 1."""
     from project_helpers import make_project
-    from sshd import start_sshd, write_known_hosts
-    base = tmp_path_factory.mktemp("unreach")
-    sshds = [start_sshd(base, address=f"127.0.0.{41 + i}", name=f"u{i + 1}") for i in range(3)]
+    from sshd import write_known_hosts
     try:
         kh = write_known_hosts(base / "kh", sshds)
         gloo = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 16384, "factor": 4, "iters": 2, "warmup": 1}
-        inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py",
-                           inventory_extra=f"[gpu:vars]\nnccl_stall_s=20\nnccl_internode_probe_args={json.dumps(gloo)}\n")
-        sshds[1].stop()
+        inv = make_project(tmp_path, [], kh, extra_suite="", name="test_zz_none.py",
+                           inventory_extra="\n".join(n.inventory_line(**({"python": pythons[i]} if i in (pythons or {})
+                                                                           else {})) for i, n in enumerate(sshds))
+                           + f"\n[gpu:vars]\nnccl_stall_s=20\nnccl_internode_probe_args={json.dumps(gloo)}\n")
         rep = tmp_path / "rep"
         res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
                          "-k", "multinode", "--probe-timeout", "60", timeout=150)
@@ -112,6 +110,18 @@ def test_unreachable_host_of_the_inter_node_allreduce_is_an_error_not_a_failure(
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
     test = next(t for t in _strict((rep / "results.json").read_text())["tests"]
                 if t["nodeid"].endswith("test_allreduce_multinode"))
+    return rep, res, test
+
+
+def test_unreachable_host_of_the_inter_node_allreduce_is_an_error_not_a_failure(tmp_path, tmp_path_factory):
+    """Found on 2026-11-30 (third trial): with one of three sshd nodes down, test_allreduce_multinode FAILED
+    "u2: unreachable: ..." (pytest: 1 failed), as if u2's GPUs or network were bad; an unreachable host is an
+    error everywhere else. Now the test is an ERROR naming u2, and u2 alone is in failed-hosts.txt."""
+    from sshd import start_sshd
+    base = tmp_path_factory.mktemp("unreach")
+    sshds = [start_sshd(base, address=f"127.0.0.{41 + i}", name=f"u{i + 1}") for i in range(3)]
+    sshds[1].stop()
+    rep, res, test = _multinode_run(tmp_path, base, sshds)
     assert test["outcome"] == "error" and test["message"].startswith("u2: unreachable"), test
     assert (rep / "failed-hosts.txt").read_text().split() == ["u2"]
     assert "1 error" in res.stdout and "failed" not in res.stdout.splitlines()[-1], res.stdout[-500:]
@@ -124,28 +134,12 @@ def test_allreduce_host_without_torch_is_an_error_naming_the_interpreter(tmp_pat
     import subprocess
     import sys
 
-    from project_helpers import make_project
-    from sshd import start_sshd, write_known_hosts
+    from sshd import start_sshd
     bare = tmp_path / "notorch"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     base = tmp_path_factory.mktemp("notorch")
     sshds = [start_sshd(base, address=f"127.0.0.{61 + i}", name=f"t{i + 1}") for i in range(2)]
-    try:
-        kh = write_known_hosts(base / "kh", sshds)
-        gloo = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 16384, "factor": 4, "iters": 2, "warmup": 1}
-        inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py",
-                           inventory_extra=f"[gpu:vars]\nnccl_stall_s=20\nnccl_internode_probe_args={json.dumps(gloo)}\n")
-        inv.write_text(inv.read_text().replace(f"{sshds[1].inventory_line()}",
-                                               sshds[1].inventory_line(python=str(bare / "bin" / "python"))))
-        rep = tmp_path / "rep"
-        res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
-                         "-k", "multinode", "--probe-timeout", "60", timeout=150)
-    finally:
-        for s in sshds:
-            s.stop()
-    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
-    test = next(t for t in _strict((rep / "results.json").read_text())["tests"]
-                if t["nodeid"].endswith("test_allreduce_multinode"))
+    rep, res, test = _multinode_run(tmp_path, base, sshds, {1: str(bare / "bin" / "python")})
     assert test["outcome"] == "error", test
     assert test["message"].startswith("t2: ") and "torch is not installed for " in test["message"], test
     assert str(bare) in test["message"], test

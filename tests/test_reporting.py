@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from project_helpers import CPU_SUITE, DATA, GPU_LAYERS, junit, make_project, replay_folder, replay_project, run_pytest
+from project_helpers import CPU_SUITE, DATA, GPU_LAYERS, alter, junit, make_project, replay_folder, replay_project, run_pytest
 
 from gpuaccept import history
 from gpuaccept.errors import ConfigError
@@ -220,14 +220,7 @@ def test_a_report_folder_used_again_keeps_the_earlier_nights(tmp_path):
     assert r1.returncode == 0, r1.stdout[-3000:]
     started1 = json.loads((tonight / "results.json").read_text())["started"]
     shutil.rmtree(tonight)
-    slow = tmp_path / "slow"
-    shutil.copytree(DATA, slow)
-    for f in slow.glob("hbm_bandwidth-*.json"):
-        saved = json.loads(f.read_text())
-        _slow_write(7)(saved["doc"])
-        f.write_text(json.dumps(saved))
-    first = re.search(r"gpuaccept_replay=(\S+)", inv.read_text()).group(1)
-    inv.write_text(inv.read_text().replace(first, str(replay_folder(tmp_path, slow))))
+    _replay_slower_hbm_write(tmp_path, inv, 7)
     r2 = run_pytest(tmp_path, *common)
     assert r2.returncode == 0, r2.stdout[-3000:]
     con = sqlite3.connect(db)
@@ -351,6 +344,13 @@ def render_in_browser(html: Path, shot: Path) -> str:
     return dom.stdout
 
 
+def _replay_slower_hbm_write(tmp_path, inv, pct: float) -> None:
+    """Point ``inv``'s replayed host at a copy of the captures whose GPU 1 HBM write is ``pct`` % slower."""
+    slow = alter(tmp_path, "hbm_bandwidth", _slow_write(pct))
+    first = re.search(r"gpuaccept_replay=(\S+)", inv.read_text()).group(1)
+    inv.write_text(inv.read_text().replace(first, str(replay_folder(tmp_path, slow))))
+
+
 def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     """Healthy, then GPU 1's HBM write 7 % slower (within its limit): a stand-out against the previous run
     in summary.md, history rows per serial, report.html rendered by Chromium, the Prometheus file."""
@@ -362,14 +362,7 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
               "--prometheus-textfile", str(prom)]
     r1 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r1"))
     assert r1.returncode == 0, r1.stdout[-3000:]
-    slow = tmp_path / "slow"
-    shutil.copytree(DATA, slow)
-    for f in slow.glob("hbm_bandwidth-*.json"):
-        saved = json.loads(f.read_text())
-        _slow_write(7)(saved["doc"])
-        f.write_text(json.dumps(saved))
-    first = re.search(r"gpuaccept_replay=(\S+)", inv.read_text()).group(1)
-    inv.write_text(inv.read_text().replace(first, str(replay_folder(tmp_path, slow))))
+    _replay_slower_hbm_write(tmp_path, inv, 7)
     r2 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r2"))
     assert r2.returncode == 0, r2.stdout[-3000:]
     md = (tmp_path / "r2" / "summary.md").read_text()

@@ -155,14 +155,20 @@ def test_fio_measures_and_cleans_up(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def _fio_probe():
+    """The fio_throughput probe module, imported as on a node (its folder on sys.path only for the import)."""
+    sys.path.insert(0, str(PROBES))
+    try:
+        import fio_throughput
+    finally:
+        sys.path.remove(str(PROBES))
+    return fio_throughput
+
+
 def test_summarize_units_on_real_fio_output(tmp_path):
     """fio_throughput.summarize on a document real fio wrote: GB/s is bw_bytes / 1e9, µs is lat_ns / 1e3,
     runtime in ms, summed over jobs (two jobs without group reporting here)."""
-    sys.path.insert(0, str(PROBES))
-    try:
-        import fio_throughput as ft
-    finally:
-        sys.path.remove(str(PROBES))
+    ft = _fio_probe()
     cmd = ft.fio_command(shutil.which("fio"), "seq_write", str(tmp_path), None, bs="1M", size=4 * MIB, runtime=0.5,
                          numjobs=2, iodepth=1, ioengine="psync", direct=0)
     cmd.remove("--group_reporting")
@@ -194,11 +200,7 @@ def test_summarize_reads_older_fio_json(tmp_path):
     18.04's fio 3.1 has only ``bw`` in KiB/s) and without ``lat_ns`` (fio < 3.0: ``lat`` in µs). The GB/s is
     read from ``bw`` * 1024 (before: 0.0 GB/s, a healthy drive failing its floor or recorded as 0); with
     neither field no figure is made up (None)."""
-    sys.path.insert(0, str(PROBES))
-    try:
-        import fio_throughput as ft
-    finally:
-        sys.path.remove(str(PROBES))
+    ft = _fio_probe()
     cmd = ft.fio_command(shutil.which("fio"), "seq_write", str(tmp_path), None, bs="1M", size=4 * MIB, runtime=0.5,
                          numjobs=1, iodepth=1, ioengine="psync", direct=0)
     doc, msgs, rc = ft.run_fio(cmd, timeout=120)
@@ -704,19 +706,9 @@ def test_aggregate_of_runs_that_did_not_overlap_is_not_judged(tmp_path, root_fs_
     wrapper = tmp_path / "python-slow-start"
     wrapper.write_text(f"#!/bin/sh\nsleep 4\nexec '{sys.executable}' \"$@\"\n")
     wrapper.chmod(0o755)
-    n1, n2, n3 = sshd_nodes
-    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
-                       name="test_storage.py",
-                       inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
-                                                  n3.inventory_line(python=str(wrapper))]) + "\n")
-    (tmp_path / "group_vars").mkdir()
-    (tmp_path / "group_vars" / "gpu.yml").write_text(
-        f"fs_paths: [{shared}]\nfs_allow_root_fs: true\nfs_expect_fstype: [{findmnt(shared)['fstype']}]\n"
-        "storage_fio: {size: 8388608, runtime: 2, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
-        "storage_limits: {fs_aggregate_read_gbps: 0.0001, fs_aggregate_write_gbps: 0.0001}\n")
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
-                     "-k", "shared_fs", timeout=240)
+    rep, res = _shared_fs_run(tmp_path, sshd_nodes, known_hosts, wrapper,
+                              f"fs_paths: [{shared}]\nfs_allow_root_fs: true\n"
+                              f"fs_expect_fstype: [{findmnt(shared)['fstype']}]\n", runtime=2, timeout=240)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
     agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
     assert agg["outcome"] == "error", agg
@@ -729,6 +721,24 @@ def test_aggregate_of_runs_that_did_not_overlap_is_not_judged(tmp_path, root_fs_
         assert f["verdict"] == "recorded" and f["value"] > 0 and f["extra"]["start_skew_s"] > 3, f
         assert f["extra"]["overlap_s"] < 0 and "not judged" in f["extra"]["note"]
     assert leftovers(shared) == []
+
+
+def _shared_fs_run(tmp_path, sshd_nodes, known_hosts, wrapper, fs_vars: str, runtime: int, timeout: int):
+    """``-k shared_fs`` over the three sshd nodes, node3 started through ``wrapper`` (its Python), with
+    ``fs_vars`` and a small fio job in group_vars; returns (report folder, the finished process)."""
+    n1, n2, n3 = sshd_nodes
+    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py",
+                       inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
+                                                  n3.inventory_line(python=str(wrapper))]) + "\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu.yml").write_text(
+        fs_vars + f"storage_fio: {{size: 8388608, runtime: {runtime}, numjobs: 1, iodepth: 4, "
+                  "min_free_bytes: 67108864}\n"
+                  "storage_limits: {fs_aggregate_read_gbps: 0.0001, fs_aggregate_write_gbps: 0.0001}\n")
+    rep = tmp_path / "rep"
+    return rep, run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                           "-k", "shared_fs", timeout=timeout)
 
 
 def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_nodes, known_hosts):
@@ -744,19 +754,8 @@ def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_n
                        f"exec {unshare} --mount --propagation private /bin/sh -c "
                        f"'mount -t tmpfs -o size=16m odd-fs \"$0\" && exec \"$@\"' '{shared}' '{sys.executable}' \"$@\"\n")
     wrapper.chmod(0o755)
-    n1, n2, n3 = sshd_nodes
-    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
-                       name="test_storage.py",
-                       inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
-                                                  n3.inventory_line(python=str(wrapper))]) + "\n")
-    (tmp_path / "group_vars").mkdir()
-    (tmp_path / "group_vars" / "gpu.yml").write_text(
-        f"fs_paths: [{shared}]\nfs_allow_root_fs: true\n"
-        "storage_fio: {size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, min_free_bytes: 67108864}\n"
-        "storage_limits: {fs_aggregate_read_gbps: 0.0001, fs_aggregate_write_gbps: 0.0001}\n")
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
-                     "-k", "shared_fs", timeout=180)
+    rep, res = _shared_fs_run(tmp_path, sshd_nodes, known_hosts, wrapper,
+                              f"fs_paths: [{shared}]\nfs_allow_root_fs: true\n", runtime=1, timeout=180)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
     agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
     root = findmnt(shared)
