@@ -4,7 +4,8 @@
 # on; one host, so nothing is fetched ahead) and the suites over SSH (the gpu-node kit carried as .gpu-node:
 # the first probe ships the probes in the same command). Part B: a burn-in with its live progress line captured,
 # then a nightly compute/memory run judged against that burn-in in the history database. Part C: the kernel-log
-# reader on this node, one machine under two inventory names, and the health layer alone. Reports under $OUT.
+# reader on this node, one machine under two inventory names, and the health layer alone. Part D: the inter-node
+# all-reduce over SSH between two sshd "hosts" of this machine, a GPU each. Reports under $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -39,6 +40,18 @@ elif [ "$part" = C ]; then
   head -n 8 /tmp/rep-two/summary.md | cut -c1-400
   python3 -m pytest -c pytest.ini -p no:cacheprovider -m health --inventory /tmp/inv.yml --reports /tmp/rep-health -q 2>&1 | tail -n 2
   tar czf "$OUT/reports-C.tgz" -C /tmp rep-two rep-health
+elif [ "$part" = D ]; then
+  # the inter-node all-reduce over SSH on one 2-GPU machine: two sshd "hosts" (127.0.0.1:2222, 127.0.0.2:2223),
+  # one rank each, GPU 0 and GPU 1 (CUDA_VISIBLE_DEVICES through nccl_env): the ranks run under the watchdog's --exec
+  bash .gpu-node/start-sshd.sh 2222 127.0.0.1 > /tmp/s1.txt && bash .gpu-node/start-sshd.sh 2223 127.0.0.2 > /tmp/s2.txt
+  py=$(sed -n 's/.*ansible_python_interpreter=//p' /tmp/s1.txt); key=$(cut -d' ' -f2,3 /tmp/gpu-node-ssh/known_hosts)
+  printf '[127.0.0.1]:2222 %s\n[127.0.0.2]:2223 %s\n' "$key" "$key" > /tmp/kh2
+  printf 'all:\n  hosts:\n    gpu-a: {ansible_host: 127.0.0.1, ansible_port: 2222, nccl_env: {CUDA_VISIBLE_DEVICES: "0", NCCL_NVLS_ENABLE: "0"}}\n    gpu-b: {ansible_host: 127.0.0.2, ansible_port: 2223, nccl_env: {CUDA_VISIBLE_DEVICES: "1", NCCL_NVLS_ENABLE: "0"}}\n  vars:\n    ansible_user: root\n    ansible_ssh_private_key_file: /tmp/gpu-node-ssh/client_ed25519\n    ansible_python_interpreter: %s\n    gpu_sku: h200-sxm-141gb\n    nccl_ranks_per_node: 1\n' "$py" > /tmp/mn.yml
+  t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider --inventory /tmp/mn.yml --known-hosts /tmp/kh2 -k multinode -s \
+     --reports /tmp/rep-mn --log-file /tmp/mn.log --log-file-level DEBUG -q 2>&1 | grep -v "^DEBUG" | tail -n 22
+  echo "== inter-node over SSH: $(( $(date +%s) - t0 )) s"; grep -m2 "_watchdog.py --watch-stdin --exec" /tmp/mn.log | cut -c1-240
+  head -n 12 /tmp/rep-mn/summary.md | cut -c1-300
+  tar czf "$OUT/reports-D.tgz" -C /tmp rep-mn mn.log
 else
   MIN=${2:-2}
   t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider -m burnin --burnin-minutes "$MIN" --inventory /tmp/inv.yml \
