@@ -454,7 +454,8 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
 
     ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
     else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
-    failure lines name, and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
+    failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
+    passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
     test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
     """
     hv = HostVerdicts(hosts)
@@ -476,6 +477,8 @@ class HostVerdicts:
         targets = [r.host] if r.host else ["fleet"]
         if not r.host and r.outcome in ("failed", "error"):
             targets += _fleet_hosts_named(r.message or "", self.names, self.known)
+        elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
+            targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
         for h in targets:
             v = self.out.get(h)
             if v is None:

@@ -67,6 +67,13 @@ def test_host_verdicts_and_failed_hosts():
                                                         "fleet": "FAIL"}
     assert "hbm_read_bw_gbps GPU 1: 4100 GB/s vs >= 4300" in hv["b"]["reasons"][0]
     assert failed_hosts(recs, ["a", "b", "c", "d"]) == ["b", "c", "d"]
+    # a passing fleet-wide test counts for the hosts with a figure in it (`pytest -k multinode` read "SKIP 2 hosts")
+    mn = [CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
+                     "passed", figures=[fig("a", "internode_rank_time_us", 1.0), fig("b", "internode_rank_time_us", 1.0),
+                                        fig("fleet", "internode_busbw_gbps", 346.0), fig("zz", "x", 1.0)])]
+    assert {h: v["verdict"] for h, v in host_verdicts(mn, ["a", "b", "e"]).items()} == {
+        "a": "PASS", "b": "PASS", "e": "SKIP", "fleet": "PASS"}
+    assert {h: v["verdict"] for h, v in host_verdicts(recs + mn, ["a", "b", "c", "d"]).items()}["b"] == "FAIL"
 
 
 def test_limit_file(tmp_path):
