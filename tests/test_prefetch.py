@@ -9,6 +9,7 @@ ItemInfo lists are the data the plugin builds from pytest's items).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,19 @@ def ranks_on(node) -> int:
     return len([c for c in procs_in(node.tmp) if "--worker" in c])
 
 
+@contextlib.contextmanager
+def rig(tmp_path: Path, base: Path, addresses: tuple[str, ...], suite: str, host_vars: dict | None = None):
+    """sshd nodes at ``addresses`` (:func:`nodes_with_tmp` under ``base``), their known_hosts and a project in
+    ``tmp_path`` running ``suite`` (:func:`project`): yields ``(nodes, known_hosts, inventory)``; stops the
+    nodes after."""
+    nodes = nodes_with_tmp(base, addresses)
+    try:
+        yield nodes, write_known_hosts(base / "known_hosts", nodes), project(tmp_path, nodes, suite, host_vars)
+    finally:
+        for n in nodes:
+            n.stop()
+
+
 def project(root: Path, nodes, suite: str, host_vars: dict | None = None) -> Path:
     """A gpuaccept project in ``root`` (the plugin, thresholds and one suite file); returns the inventory."""
     root.mkdir(parents=True, exist_ok=True)
@@ -192,11 +206,8 @@ def test_prefetched_at_once_and_same_as_one_host_at_a_time(tmp_path, tmp_path_fa
     """Four hosts, three tests: one host at a time (--forks 0) the probes never overlap; with prefetch, each
     probe of host p1's test runs on p2..p4 at the same time. Outcomes, figures and the saved probe documents
     are the same; each host sees its probes in test order, one SSH login and no folder left behind."""
-    base = tmp_path_factory.mktemp("pf")
-    nodes = nodes_with_tmp(base, ("127.0.0.80", "127.0.0.81", "127.0.0.82", "127.0.0.83"))
-    try:
-        kh = write_known_hosts(base / "known_hosts", nodes)
-        inv = project(tmp_path, nodes, SUITE)
+    with rig(tmp_path, tmp_path_factory.mktemp("pf"),
+             ("127.0.0.80", "127.0.0.81", "127.0.0.82", "127.0.0.83"), SUITE) as (nodes, kh, inv):
         serial, rep_s, log_s = run(tmp_path, inv, kh, "serial", "--forks", "0")
         assert serial.returncode == 0, serial.stdout[-3000:] + serial.stderr[-2000:]
         before = {n.name: logins(n) for n in nodes}
@@ -232,19 +243,13 @@ def test_prefetched_at_once_and_same_as_one_host_at_a_time(tmp_path, tmp_path_fa
         assert all(lo_f[n.name][2] < lo_f["p1"][3] for n in nodes[1:]), lo_f
         for n in nodes:
             assert list(n.tmp.iterdir()) == [], list(n.tmp.iterdir())  # the shipped folders were removed
-    finally:
-        for n in nodes:
-            n.stop()
 
 
 def test_a_host_whose_fetched_probe_fails_reports_its_own_error(tmp_path, tmp_path_factory, bare_python):
     """p2's Python lacks torch: its launch_overhead, fetched ahead while p1's test ran, fails there, and p2's
     own test reports it (the same message as one host at a time); p1 and p3 pass."""
-    base = tmp_path_factory.mktemp("pffail")
-    nodes = nodes_with_tmp(base, ("127.0.0.84", "127.0.0.85", "127.0.0.86"))
-    try:
-        kh = write_known_hosts(base / "known_hosts", nodes)
-        inv = project(tmp_path, nodes, SUITE, {"p2": bare_python})
+    with rig(tmp_path, tmp_path_factory.mktemp("pffail"),
+             ("127.0.0.84", "127.0.0.85", "127.0.0.86"), SUITE, {"p2": bare_python}) as (nodes, kh, inv):
         msgs = {}
         for tag, extra in (("serial", ("--forks", "0")), ("prefetch", ())):
             res, rep, log = run(tmp_path, inv, kh, tag, "-k", "torch", *extra)
@@ -258,19 +263,13 @@ def test_a_host_whose_fetched_probe_fails_reports_its_own_error(tmp_path, tmp_pa
             if tag == "prefetch":
                 assert runs["p2"][2] < runs["p1"][3], runs  # p2's probe ran while p1's test did
         assert msgs["serial"] == msgs["prefetch"]
-    finally:
-        for n in nodes:
-            n.stop()
 
 
 def test_item_left_out_by_k_gets_nothing(tmp_path, tmp_path_factory):
     """``-k`` leaves out p2's test_a_mounts and every test of p3: p2 never runs storage_mounts (no document,
     no command), p3 is never even logged into; p1 and p4 get it fetched ahead as usual."""
-    base = tmp_path_factory.mktemp("pfk")
-    nodes = nodes_with_tmp(base, ("127.0.0.87", "127.0.0.88", "127.0.0.89", "127.0.0.90"))
-    try:
-        kh = write_known_hosts(base / "known_hosts", nodes)
-        inv = project(tmp_path, nodes, SUITE)
+    with rig(tmp_path, tmp_path_factory.mktemp("pfk"),
+             ("127.0.0.87", "127.0.0.88", "127.0.0.89", "127.0.0.90"), SUITE) as (nodes, kh, inv):
         res, rep, log = run(tmp_path, inv, kh, "k", "-k", "(mounts or env) and not (mounts and p2) and not p3")
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         runs = probe_runs(log)
@@ -281,19 +280,13 @@ def test_item_left_out_by_k_gets_nothing(tmp_path, tmp_path_factory):
         assert sm["p4"][2] < sm["p1"][3], sm  # fetched ahead for p4 (p2 and p3 left out)
         assert sorted(docs(rep, "p2")) == ["nccl_env"]
         assert not (rep / "probes" / "p3").exists() and logins(nodes[2]) == 0
-    finally:
-        for n in nodes:
-            n.stop()
 
 
 def test_a_guess_no_test_takes_is_killed(tmp_path, tmp_path_factory, bare_python):
     """p1 (no torch) fails its hours-long all-reduce at once; the same probe fetched ahead on p2 runs (its two
     ranks seen) until p2's test skips without asking for it: then it is killed on p2 and the run ends."""
-    base = tmp_path_factory.mktemp("pfdrop")
-    nodes = nodes_with_tmp(base, ("127.0.0.91", "127.0.0.92"))
-    try:
-        kh = write_known_hosts(base / "known_hosts", nodes)
-        inv = project(tmp_path, nodes, GUESS_SUITE, {"p1": bare_python})
+    with rig(tmp_path, tmp_path_factory.mktemp("pfdrop"),
+             ("127.0.0.91", "127.0.0.92"), GUESS_SUITE, {"p1": bare_python}) as (nodes, kh, inv):
         go = tmp_path / "go"
         rep, log = tmp_path / "rep", tmp_path / "log"
         proc = subprocess.Popen(pytest_args(inv, kh, rep, log, "--probe-timeout", "600"), cwd=tmp_path,
@@ -318,19 +311,13 @@ def test_a_guess_no_test_takes_is_killed(tmp_path, tmp_path_factory, bare_python
         assert o[("p2", "test_long")]["outcome"] == "skipped"
         assert procs_in(nodes[1].tmp) == [] and procs_in(nodes[0].tmp) == []
         assert "nccl_allreduce" not in docs(rep, "p2")  # killed: nothing to save
-    finally:
-        for n in nodes:
-            n.stop()
 
 
 def test_sigterm_while_probes_are_fetched_ahead_leaves_nothing(tmp_path, tmp_path_factory):
     """SIGTERM while p1's hours-long all-reduce runs and the same probe, fetched ahead, runs on p2 and p3: exit
     2 within seconds, no process of the run left on any node, nothing passed, nothing fetched afterwards."""
-    base = tmp_path_factory.mktemp("pfsig")
-    nodes = nodes_with_tmp(base, ("127.0.0.93", "127.0.0.94", "127.0.0.95"))
-    try:
-        kh = write_known_hosts(base / "known_hosts", nodes)
-        inv = project(tmp_path, nodes, LONG_SUITE)
+    with rig(tmp_path, tmp_path_factory.mktemp("pfsig"),
+             ("127.0.0.93", "127.0.0.94", "127.0.0.95"), LONG_SUITE) as (nodes, kh, inv):
         rep, log = tmp_path / "rep", tmp_path / "log"
         proc = subprocess.Popen(pytest_args(inv, kh, rep, log, "--probe-timeout", "600"), cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -361,9 +348,6 @@ def test_sigterm_while_probes_are_fetched_ahead_leaves_nothing(tmp_path, tmp_pat
         hosts = [r[0] for r in runs]
         assert "p1" in hosts and len(hosts) == len(set(hosts)) and set(hosts) <= {"p1", "p2", "p3"}, runs
         assert all(r[2] < t0 for r in runs), runs
-    finally:
-        for n in nodes:
-            n.stop()
 
 
 # -- the rules, in process -------------------------------------------------------------------------------
