@@ -381,7 +381,6 @@ class Prefetcher:
                 if not any(r in now for r in mine):
                     for r in now:
                         if not r.cancelled.is_set():
-                            r.reason = "fetched ahead, not taken by a test"
-                            r.cancelled.set()
+                            r.cancel("fetched ahead, not taken by a test")
                             mine.append(r)
             time.sleep(_CANCEL_POLL_S)

@@ -151,8 +151,7 @@ def _cancel_calls(hosts: set[str], marker: str) -> None:
     transports kill what they can reach and raise Interrupted in the waiting threads."""
     for r in running():
         if r.host in hosts and marker in r.command and not r.cancelled.is_set():
-            r.reason = "the other hosts finished the collective long ago"
-            r.cancelled.set()
+            r.cancel("the other hosts finished the collective long ago")
 
 
 def _run_once(nodes: list[HostRunner], st: Settings, master: str, port: int, marker: str) -> dict[str, HostResult]:

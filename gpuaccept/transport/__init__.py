@@ -70,13 +70,20 @@ def short_command(command: str, limit: int = 60) -> str:
 @dataclass(eq=False)
 class Running:
     """One command in flight: ``host`` (inventory name), ``command``, ``started`` (monotonic s).
-    ``cancelled`` is set by :func:`cancel_all`; ``reason`` then names the signal (``SIGINT``)."""
+    ``cancelled`` is set by :meth:`cancel` (:func:`cancel_all` on a signal; the prefetcher and a collective for one
+    host); ``reason`` then says why (``SIGINT``)."""
 
     host: str
     command: str
     started: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
     reason: str = ""
+
+    def cancel(self, reason: str) -> None:
+        """Ask the backend waiting on this command to kill it and raise Interrupted naming ``reason``
+        (within 0.1 s); safe from a signal handler (sets an event only)."""
+        self.reason = reason
+        self.cancelled.set()
 
 
 _RUNNING: set[Running] = set()
@@ -117,8 +124,7 @@ def cancel_all(reason: str, abort: bool = False) -> list[str]:
     with _REG_LOCK:
         todo = list(_RUNNING)
     for r in todo:
-        r.reason = reason
-        r.cancelled.set()
+        r.cancel(reason)
     return sorted({r.host for r in todo})
 
 
