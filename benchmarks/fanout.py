@@ -20,6 +20,9 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
   - gpuaccept `-m health --collect-only`: the controller's fixed cost (interpreter, pytest, plugin, inventory,
     threshold files, collection; with an inventory outside the repository pytest is started twice, see
     gpuaccept.plugin.pytest_load_initial_conftests) -- no host is touched.
+Every run gets an operator's shell environment: PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images) is
+removed, so each tool's modules are compiled once and their bytecode cached, as on an operator's machine; one
+untimed warm-up run of each comes before the timed rounds (bytecode and page caches warm for every peer alike).
 The nodes have no GPU, so this measures connect + ship + probe + verdict plumbing, as shared/notes/
 scale-profile.md did. Prints min/median seconds, the ratio to the bare pool of the same round, the controller's
 CPU seconds (the process and its children, getrusage) and the whole machine's busy CPU seconds (/proc/stat:
@@ -128,6 +131,7 @@ def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str 
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # an operator's shell: bytecode cached (see the docstring)
     tmp = Path(tempfile.mkdtemp(prefix="fanout-"))
     nodes = []
     try:
@@ -145,12 +149,14 @@ def main() -> None:
             names.remove(names[1])
         rows: dict[str, list[tuple]] = {k: [] for k in names}
         ratios: dict[str, list[float]] = {k: [] for k in rows}
-        for _ in range(rounds):
+        for r in range(rounds + 1):  # round 0: the untimed warm-up
             b = bare_pool(nodes, kh)
             got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
             got += [gpuaccept(tmp, inv, kh, "--collect-only"),
                     gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
                     gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage")]
+            if r == 0:
+                continue
             for k, v in zip(rows, got):
                 rows[k].append(v)
                 ratios[k].append(v[0] / b[0])

@@ -14,7 +14,9 @@ off only when that reconnect fails. Once the run is interrupted (gpuaccept.inter
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -68,21 +70,31 @@ DIR_MARKER = b"__GPUACCEPT_DIR__="
 SHIP_FAILED_MARKER = "__GPUACCEPT_SHIP_FAILED__ "
 #: stderr line of a probe command whose shipped folder is gone (then exit status 125): the probes are shipped again
 FOLDER_GONE_MARKER = "__GPUACCEPT_FOLDER_GONE__"
-# Run in the shipped folder as ``python -c UNPACK_AND_WATCH --watch-stdin DEADLINE GRACE PROBE.py ARGS``: unpack
-# the probes' tar stream from stdin, then become the node-side watchdog (probes/_watchdog.py) in the same Python
-# (one interpreter start fewer); the watchdog reads the rest of stdin, held open by the controller, for EOF.
-UNPACK_AND_WATCH = (
-    "import sys, tarfile\n"
-    "try:\n"
-    "    tarfile.open(fileobj=sys.stdin.buffer, mode='r|').extractall()\n"
-    "except Exception as e:\n"
-    f"    sys.stderr.write('{SHIP_FAILED_MARKER}%s: %s\\n' % (type(e).__name__, e))\n"
-    "    sys.exit(125)\n"
-    "sys.path.insert(0, '')\n"
-    "import _watchdog\n"
-    "_watchdog.sweep_stale()\n"
-    "sys.exit(_watchdog.main(sys.argv[1:]))\n"
-)
+
+
+def _unpack_and_watch(sweep: bool) -> str:
+    """Python code run in the shipped folder as ``python -c CODE --watch-stdin DEADLINE GRACE PROBE.py ARGS``:
+    unpack the probe files' tar stream from stdin, then become the node-side watchdog (probes/_watchdog.py) in
+    the same Python (one interpreter start fewer); the watchdog reads the rest of stdin, held open by the
+    controller, for EOF. ``sweep``: first remove other runs' stale folders (_watchdog.sweep_stale), once per
+    host and run. The garbage collector stays off until the watchdog forks the probe (see _watchdog.main)."""
+    return ("import gc, sys, tarfile\n"
+            "gc.disable()\n"
+            "try:\n"
+            "    tarfile.open(fileobj=sys.stdin.buffer, mode='r|').extractall()\n"
+            "except Exception as e:\n"
+            f"    sys.stderr.write('{SHIP_FAILED_MARKER}%s: %s\\n' % (type(e).__name__, e))\n"
+            "    sys.exit(125)\n"
+            "sys.path.insert(0, '')\n"
+            "import _watchdog\n"
+            + ("_watchdog.sweep_stale()\n" if sweep else "")
+            + "sys.exit(_watchdog.main(sys.argv[1:]))\n")
+
+
+#: the first command on a host: unpack into the new folder, sweep stale folders, watch the probe
+UNPACK_AND_WATCH = _unpack_and_watch(sweep=True)
+#: a later probe that needs files not shipped yet: unpack them beside the others, watch the probe
+UNPACK_MORE_AND_WATCH = _unpack_and_watch(sweep=False)
 
 
 def watchdog_args(name: str, args: dict | None, limit: float) -> list[str]:
@@ -93,13 +105,48 @@ def watchdog_args(name: str, args: dict | None, limit: float) -> list[str]:
             f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})]
 
 
-def probe_archive() -> bytes:
-    """The probes folder as an uncompressed tar stream (``*.py`` files only)."""
+@functools.lru_cache(maxsize=None)
+def probe_files(name: str) -> tuple[str, ...]:
+    """The files of gpuaccept/probes that probe ``name`` needs on a node, sorted: ``<name>.py``, the node-side
+    watchdog, and every ``_*.py`` helper they import (at any depth, inside functions too; found with
+    :mod:`ast`, so a helper imported only under a condition is shipped all the same). Raises ValueError for
+    a probe that does not exist."""
+    if not os.path.isfile(os.path.join(PROBE_DIR, f"{name}.py")):
+        raise ValueError(f"no probe named {name}")
+    need: set[str] = set()
+    todo = [f"{name}.py", "_watchdog.py"]
+    while todo:
+        fn = todo.pop()
+        if fn in need:
+            continue
+        need.add(fn)
+        with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), fn)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            else:
+                continue
+            todo += [f"{m}.py" for m in mods if m.startswith("_") and os.path.isfile(os.path.join(PROBE_DIR, f"{m}.py"))]
+    return tuple(sorted(need))
+
+
+def probe_files_all() -> tuple[str, ...]:
+    """Every probe file (``*.py`` in gpuaccept/probes), sorted."""
+    return tuple(sorted(fn for fn in os.listdir(PROBE_DIR) if fn.endswith(".py")))
+
+
+@functools.lru_cache(maxsize=None)
+def probe_archive(files: tuple[str, ...] | None = None) -> bytes:
+    """An uncompressed tar stream of ``files`` (names in gpuaccept/probes; default every ``*.py`` there), made
+    once per run and list of files."""
+    files = probe_files_all() if files is None else files
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for fn in sorted(os.listdir(PROBE_DIR)):
-            if fn.endswith(".py"):
-                tar.add(os.path.join(PROBE_DIR, fn), arcname=fn)
+        for fn in files:
+            tar.add(os.path.join(PROBE_DIR, fn), arcname=fn)
     return buf.getvalue()
 
 
@@ -233,6 +280,7 @@ class HostRunner:
         self._transport = None
         self._dir: str | None = None
         self._shipped: list[str] = []  # folder names (below the node's $TMPDIR) created for the probes, for close()
+        self._have: set[str] = set()  # probe files in the folder self._dir (see probe_files)
         self._started: dict[str, float] = {}  # probe name -> Unix time its last run here started
         self._dead: Exception | None = None
         self._cache: dict[str, dict] = {}
@@ -341,6 +389,8 @@ class HostRunner:
         return f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && ', f'rm -rf "${{TMPDIR:-/tmp}}/{d}"'
 
     def _ensure_shipped(self) -> str:
+        """The folder holding every probe file, shipped now when there is none (one command; the local
+        connection's way, where a pipe cannot feed the tar stream and then be held open for the watchdog)."""
         if self._dir is None:
             py = shell.quote(self.python)
             make, cleanup = self._new_folder()
@@ -356,22 +406,34 @@ class HostRunner:
                     if res.rc == 127 else (err[-1] if err else f"rc {res.rc}")
                 raise ProbeError(self.name, f"could not ship probes: {why}")
             self._dir = out[-1]
+            self._have = set(probe_files_all())
         return self._dir
 
     def _ship_and_run(self, name: str, args: dict, limit: float, env: dict[str, str], rerun: bool,
-                      progress: Callable[[dict], None] | None = None) -> CommandResult:
-        """Ship the probes and run probe ``name`` in one remote command (one round trip and one Python start
-        fewer than shipping first): ``mkdir``, print :data:`DIR_MARKER` and the folder, then
+                      progress: Callable[[dict], None] | None, files: tuple[str, ...]) -> CommandResult:
+        """Ship ``files`` (probe_files) and run probe ``name`` in one remote command (one round trip and one
+        Python start fewer than shipping first): into a new folder (``mkdir``) when the host has none yet,
+        else beside the files already there; print :data:`DIR_MARKER` and the folder, then
         ``python -c UNPACK_AND_WATCH`` (unpack stdin, become the watchdog). A connection lost mid-command gets
-        the folder removed (``cleanup``) before the retry, as :meth:`_ensure_shipped`. Returns the probe's
-        CommandResult without the marker line (``progress``: the probe's live progress lines, see :meth:`run`); raises ProbeError "could not ship probes: ..." when the folder
-        could not be made or filled, or the interpreter is missing (the folder is then removed at close())."""
-        make, cleanup = self._new_folder()
+        a new folder removed (``cleanup``) before the retry, as :meth:`_ensure_shipped`. Returns the probe's
+        CommandResult without the marker line (``progress``: the probe's live progress lines, see :meth:`run`),
+        or, when the folder given is gone, the command's result (rc 125, :data:`FOLDER_GONE_MARKER`) as it came.
+        Raises ProbeError "could not ship probes: ..." when the folder could not be made or filled, or the
+        interpreter is missing (a new folder is then removed at close())."""
+        if self._dir is None:
+            make, cleanup = self._new_folder()
+            code = UNPACK_AND_WATCH
+        else:
+            make = (f"cd {shell.quote(self._dir)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
+                    f'd="$PWD" && ')
+            cleanup, code = None, UNPACK_MORE_AND_WATCH
         cmd = (make + f'echo "{DIR_MARKER.decode()}$d" && '
                + shell.env_command({**PROBE_ENV, **env},
-                                   [self.python, "-c", UNPACK_AND_WATCH, *watchdog_args(name, args, limit)], exec_=True))
-        res = self.run(cmd, stdin=probe_archive(), timeout=limit, hold_stdin=True,
+                                   [self.python, "-c", code, *watchdog_args(name, args, limit)], exec_=True))
+        res = self.run(cmd, stdin=probe_archive(files), timeout=limit, hold_stdin=True,
                        cleanup=cleanup, rerun=rerun, progress=progress)
+        if self._dir is not None and res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr:
+            return res
         first, _, rest = res.stdout.partition(b"\n")
         err = res.stderr.decode(errors="replace").strip().splitlines()
         if not first.startswith(DIR_MARKER):
@@ -383,6 +445,7 @@ class HostRunner:
             raise ProbeError(self.name, f"could not ship probes: python interpreter '{self.python}' not found "
                                         f"(set ansible_python_interpreter)")
         self._dir = first[len(DIR_MARKER):].decode(errors="replace").strip()
+        self._have.update(files)
         return dataclasses.replace(res, stdout=rest)
 
     def probe(self, name: str, args: dict | None = None, timeout: float | None = None,
@@ -431,24 +494,30 @@ class HostRunner:
 
     def _probe_command(self, name: str, args: dict, limit: float, env: dict[str, str] | None, rerun: bool,
                        progress: Callable[[dict], None]) -> CommandResult:
-        """The node command of :meth:`probe_now` (the caller holds the host's lock): ship and run, or run in the
-        shipped folder, shipping again when that folder vanished."""
+        """The node command of :meth:`probe_now` (the caller holds the host's lock): over SSH, the files the
+        probe needs and the host lacks are shipped with it (:func:`probe_files`: a first probe ships a sixth of
+        the folder); a probe whose files are all there runs in the folder; a folder that vanished is shipped
+        again."""
         for attempt in (1, 2):
-            if self._dir is None and self.host.connection != "local":  # local: a pipe cannot feed and hold stdin
-                res = self._ship_and_run(name, args, limit, env or {}, rerun, progress)
-                break
-            d = self._ensure_shipped()
-            # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
-            cmd = (f"cd {shell.quote(d)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
-                   + shell.env_command({**PROBE_ENV, **(env or {})},
-                                       [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
-                                       exec_=True))
-            res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
+            if self.host.connection == "local":  # a pipe cannot feed and hold stdin: every file, first
+                d, missing = self._ensure_shipped(), ()
+            else:
+                d = self._dir
+                missing = tuple(f for f in probe_files(name) if f not in self._have)
+            if missing:
+                res = self._ship_and_run(name, args, limit, env or {}, rerun, progress, missing)
+            else:
+                # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
+                cmd = (f"cd {shell.quote(d)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
+                       + shell.env_command({**PROBE_ENV, **(env or {})},
+                                           [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
+                                           exec_=True))
+                res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
             if not (res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr and attempt == 1):
                 break
             log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",
                         self.name, d)
-            self._dir = None
+            self._dir, self._have = None, set()
         return res
 
     def last_started(self, name: str) -> float | None:
@@ -498,5 +567,6 @@ class HostRunner:
                     pass
             self._transport = None
             self._dir = None
+            self._have = set()
             self._shipped = []
 

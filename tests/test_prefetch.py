@@ -26,7 +26,7 @@ import pytest
 from gpuaccept import prefetch
 from gpuaccept.errors import ProbeError
 from gpuaccept.inventory import load_inventory
-from gpuaccept.node import HostRunner
+from gpuaccept.node import PROBE_DIR, HostRunner, probe_files
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
 from process_helpers import procs_with
 from sshd import start_sshd, write_known_hosts
@@ -555,8 +555,9 @@ def commands(caplog) -> list[str]:
 
 
 def test_first_probe_ships_the_probes_in_the_same_command(tmp_path, caplog):
-    """One remote command ships the probes and runs the first one (the folder it made is where the second one
-    runs); close() removes the folder. A missing interpreter says so, and its empty folder is removed too."""
+    """One remote command ships the files the first probe needs and runs it (the folder it made is where the
+    next ones run); a later probe needing more files ships just those, with it; one needing none runs from the
+    folder; close() removes the folder. A missing interpreter says so, and its empty folder is removed too."""
     caplog.set_level("DEBUG", logger="gpuaccept.run")
     (node,) = nodes_with_tmp(tmp_path, ("127.0.0.96",))
     try:
@@ -567,9 +568,15 @@ def test_first_probe_ships_the_probes_in_the_same_command(tmp_path, caplog):
         ran = commands(caplog)
         assert len(ran) == 1 and "mkdir -m 700" in ran[0] and "storage_mounts.py" in ran[0] and "rc=0" in ran[0]
         (folder,) = node.tmp.iterdir()
-        assert (folder / "_watchdog.py").is_file() and (folder / "nccl_env.py").is_file()
+        first = {"storage_mounts.py", "_storage.py", "_probe.py", "_proc.py", "_watchdog.py"}
+        assert {p.name for p in folder.iterdir()} == first  # not the other probes: nothing the first one lacks
         assert r.probe("nccl_env", {"login_shell": False})["errors"] == []
-        assert len(commands(caplog)) == 2 and f"cd {folder}" in commands(caplog)[1]
+        ran = commands(caplog)
+        assert len(ran) == 2 and f"cd {folder}" in ran[1] and "mkdir" not in ran[1] and "tarfile" in ran[1]
+        assert {p.name for p in folder.iterdir()} == first | {"nccl_env.py"}
+        assert r.probe("storage_mounts", {"paths": ["/tmp"]})["paths"][0]["path"] == "/tmp"
+        ran = commands(caplog)
+        assert len(ran) == 3 and f"cd {folder}" in ran[2] and "tarfile" not in ran[2] and "_watchdog.py" in ran[2]
         r.close()
         assert list(node.tmp.iterdir()) == []
 
@@ -581,6 +588,21 @@ def test_first_probe_ships_the_probes_in_the_same_command(tmp_path, caplog):
         assert list(node.tmp.iterdir()) == []
     finally:
         node.stop()
+
+
+@pytest.mark.parametrize("probe", sorted(f[:-3] for f in os.listdir(PROBE_DIR)
+                                     if f.endswith(".py") and not f.startswith("_")))
+def test_each_probe_loads_from_the_files_shipped_for_it(tmp_path, probe):
+    """A probe's module code (its imports, at the top and in the helpers it imports) runs in a folder that holds
+    only probe_files(probe), as a host that ran nothing else has it: no helper is left out of the shipping."""
+    files = probe_files(probe)
+    assert f"{probe}.py" in files and "_watchdog.py" in files and "_proc.py" in files
+    for f in files:
+        shutil.copy(os.path.join(PROBE_DIR, f), tmp_path / f)
+    res = subprocess.run([sys.executable, "-c", "import sys, runpy; sys.path.insert(0, ''); import _watchdog; "
+                          f"runpy.run_path('{probe}.py', run_name='loaded_only')"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
 
 
 def test_stale_folders_are_swept_and_a_vanished_folder_is_shipped_again(tmp_path, caplog):

@@ -23,7 +23,6 @@ import json
 import sys
 import threading
 import time
-import traceback
 
 #: start of a live progress line on stderr (the controller's gpuaccept.progress_channel.PREFIX is this)
 PROGRESS_PREFIX = "GPUACCEPT-PROGRESS "
@@ -88,6 +87,8 @@ def run(main) -> None:
     except SystemExit:
         raise
     except BaseException as e:  # a crash: keep the traceback on stderr as evidence
+        import traceback  # here: 5 ms of imports every probe start would pay for nothing
+
         traceback.print_exc()
         emit({"failed": True, "msg": f"{type(e).__name__}: {e}".splitlines()[0][:500]})
         sys.exit(1)

@@ -45,14 +45,16 @@ def proc_readable() -> bool:
 
 
 def group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in process group ``pgid``; ``killpg(pgid, 0)`` where /proc
-    is not readable (a permission error there means the group exists)."""
+    """True while a live (non-zombie) process is in process group ``pgid``. ``killpg(pgid, 0)`` first: no
+    process at all (ESRCH) is False without reading /proc; otherwise (zombies count for killpg) the /proc
+    scan decides, and where /proc is not readable the group counts as alive (a permission error there
+    means it exists)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
     if not proc_readable():
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        return True
     return any(p.pgid == pgid for p in processes())

@@ -41,6 +41,7 @@ Standard library only; Linux (``/proc``) for the group scan, ``kill -0`` semanti
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -111,6 +112,14 @@ def _pdeathsig() -> None:
         pass
 
 
+def _freeze_gc() -> None:
+    """Before the fork: move the watchdog's objects out of the garbage collector's view (``gc.freeze``,
+    Python 3.7+), so that the probe's collections never walk them (nor touch, and so copy, their pages)."""
+    freeze = getattr(gc, "freeze", None)
+    if freeze is not None:
+        freeze()
+
+
 def mark_used() -> None:
     """Set the shipped folder's mtime to now, where the working directory is one (best effort)."""
     try:
@@ -135,7 +144,6 @@ def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = S
     """Remove ``gpuaccept.<12 hex>`` folders in ``parent`` (default: beside the working directory) that this user
     owns, whose mtime is more than ``stale_s`` s before ``now`` and in which no process works; returns the
     names removed. Never follows a symlink; never raises (what cannot be removed stays)."""
-    import shutil
     import stat
 
     now = time.time() if now is None else now
@@ -156,6 +164,8 @@ def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = S
             stale.append(os.path.realpath(path))
     if not stale:
         return []
+    import shutil
+
     busy = _cwds()
     removed = []
     for path in stale:
@@ -229,7 +239,9 @@ def main(argv: list[str]) -> int:
         signal.signal(s, _on_signal)
     parent = os.getppid()
     gate_r, gate_w = os.pipe()
+    _freeze_gc()
     child = os.fork()
+    gc.enable()  # (the unpacking command turns it off until here; a fresh interpreter has it on)
     if child == 0:  # the probe: own group, dies with us, no stdin, starts once announced
         try:
             os.setpgid(0, 0)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 
 from _nvml import call, error_code, is_error, nvml_error, text
 from _probe import log, run
@@ -484,7 +483,7 @@ def main(args: dict) -> dict:
     kver, kline = kernel_driver_version()
     doc: dict = {
         "nvml_available": False,
-        "hostname": socket.gethostname(),
+        "hostname": os.uname().nodename,  # what socket.gethostname() returns on Linux
         "kernel_driver_version": kver,
         "kernel_driver_version_line": kline,
         # the NVIDIA driver is on the node (so "no pynvml" is a broken node, not a GPU-less one)
