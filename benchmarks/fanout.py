@@ -77,6 +77,8 @@ def timed(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, tuple[floa
     r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _busy_s(), time.perf_counter()
     res = subprocess.run(cmd, **kw)
     t1, b1, r1 = time.perf_counter(), _busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    if os.environ.get("FANOUT_VERBOSE"):  # each run as it ends, on stderr
+        print(f"  {' '.join(a for a in cmd[1:] if len(a) < 24)[:120]}: {t1 - t0:.2f} s", file=sys.stderr, flush=True)
     return res, (t1 - t0, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, b1 - b0)
 
 
