@@ -1,0 +1,166 @@
+"""The nightly fleet-health operator's interrupted and degraded runs, found in the fifth new-user trial:
+the operator's terminal closing under the run (SIGHUP), and the faults below it. Real sshd nodes on
+127.0.5.x, real probes (gloo ranks), real report files and SQLite.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from project_helpers import junit, make_project
+from process_helpers import procs_with
+from sshd import start_sshd, write_known_hosts
+
+# a gloo all-reduce (a probe and two rank processes on the node, under the node-side watchdog) that runs for hours
+LONG_SUITE = """
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+LONG = {"backend": "gloo", "world_size": 2, "min_bytes": 4096, "max_bytes": 4096, "iters": 10 ** 9, "reps": 1,
+        "warmup": 1}
+
+
+def test_0_quick(node, verdicts):
+    verdicts.record("echo", node.run("echo measured").stdout.decode().strip())
+
+
+def test_1_long(node, verdicts):
+    doc = node.probe("nccl_allreduce", LONG)
+    verdicts.record("wrong_total", doc["wrong_total"], "elements")
+
+
+def test_2_after(node, verdicts):
+    verdicts.record("ran", node.run("echo ran").stdout.decode().strip())
+"""
+
+
+def nodes_with_tmp(base: Path, addresses: tuple[str, ...]):
+    """sshd nodes whose sessions get their own TMPDIR (``node.tmp``), so that what the run leaves on a node
+    (its probe folder and every process working in it) can be counted."""
+    nodes = []
+    for i, a in enumerate(addresses, 1):
+        tmp = base / f"node{i}-tmp"
+        tmp.mkdir(parents=True)
+        n = start_sshd(base, address=a, name=f"d{i}", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"])
+        n.tmp = tmp  # type: ignore[attr-defined]
+        nodes.append(n)
+    return nodes
+
+
+def left_on(nodes) -> list[str]:
+    """Command lines of the run's processes still alive on the nodes, and its probe folders left there."""
+    return [c for n in nodes for c in procs_with(str(n.tmp))] + [str(p) for n in nodes for p in n.tmp.iterdir()]
+
+
+def ranks_running(nodes) -> bool:
+    return all(len([c for c in procs_with(str(n.tmp)) if "--worker" in c]) >= 2 for n in nodes)
+
+
+def run_on_a_terminal(args: list[str], cwd: Path, until, within: float = 120) -> tuple[int, str]:
+    """Run ``args`` as the session leader of a new pseudo-terminal (as in an operator's SSH session) until
+    ``until()`` is true, then close the terminal (the kernel sends SIGHUP, and the terminal's writes fail
+    with EIO from then on). Returns (the exit code, -N for a signal N; what the terminal showed)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.chdir(cwd)
+            os.execv(args[0], args)
+        finally:
+            os._exit(127)
+    shown = b""
+    end = time.time() + within
+    try:
+        while time.time() < end and not until():
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    shown += os.read(fd, 65536)
+                except OSError:
+                    break
+        assert until(), shown.decode(errors="replace")[-3000:]
+    finally:
+        os.close(fd)  # the operator's session goes: hang-up
+    end = time.time() + 60
+    while time.time() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the run did not end within 60 s of the hang-up")
+
+
+@pytest.mark.parametrize("xdist,addresses", [(False, ("127.0.5.1", "127.0.5.2")), (True, ("127.0.5.3", "127.0.5.4"))],
+                         ids=["one-process", "-n2"])
+def test_terminal_hang_up_is_an_interruption_with_complete_reports(tmp_path, tmp_path_factory, xdist, addresses):
+    """The operator's SSH session closes while a probe runs (SIGHUP; then every write to the terminal fails
+    with EIO). Before: pytest died of the signal (no results.json, summary.md, JUnit or history run) or, with
+    SIGHUP caught, crashed on the dead terminal and reported the running test "not finished: no result
+    (worker crashed?)". Now it is an interruption like SIGTERM: exit 2, the running test "interrupted
+    (SIGHUP) while running on <host>", the rest "not run", what finished kept, the nodes clean."""
+    base = tmp_path_factory.mktemp("hup")
+    nodes = nodes_with_tmp(base, addresses)
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh, LONG_SUITE, "test_nccl_long.py")
+        rep = tmp_path / "rep"
+        hist = tmp_path / "history.sqlite"
+        args = [sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                "--history", str(hist), "-p", "no:randomly", "--probe-timeout", "600", "-k", "quick or long or after"]
+        args += ["-n", "2"] if xdist else []
+        code, shown = run_on_a_terminal(args, tmp_path, lambda: ranks_running(nodes if xdist else nodes[:1]))
+        assert code == 2, shown[-3000:]
+        doc = json.loads((rep / "results.json").read_text())
+        tests = {(t["host"], t["name"].split("[")[0]): t for t in doc["tests"]}
+        assert len(tests) == 6 and len(doc["tests"]) == 6, sorted(tests)  # every test once
+        cases = {(c["classname"].split(".")[1], c["name"].split("[")[0]): c for c in junit(rep / "junit-nccl.xml")}
+        assert set(cases) == set(tests)
+        summary = (rep / "summary.md").read_text()
+        running = nodes if xdist else nodes[:1]
+        for n in nodes:
+            assert tests[(n.name, "test_0_quick")]["outcome"] == "passed"  # what finished is kept
+            assert cases[(n.name, "test_0_quick")]["outcome"] == "passed"
+            long = tests[(n.name, "test_1_long")]
+            want = f"interrupted (SIGHUP) while running on {n.name}" if n in running else "not run: run interrupted"
+            assert long["outcome"] == "error" and long["message"].startswith(want), long
+            assert cases[(n.name, "test_1_long")]["outcome"] == "error"
+            assert tests[(n.name, "test_2_after")]["message"] == "not run: run interrupted"
+        assert f"interrupted (SIGHUP) while running on {nodes[0].name}" in summary
+        assert "worker crashed" not in summary
+        import sqlite3
+        with sqlite3.connect(hist) as db:  # the run row is written at the end: the run did end
+            assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+        end = time.time() + 15
+        while left_on(nodes) and time.time() < end:
+            time.sleep(0.2)
+        assert left_on(nodes) == []
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_hang_up_ignored_by_nohup_stays_ignored(tmp_path):
+    """``nohup pytest ...`` starts the run with SIGHUP ignored: gpuaccept must not take it over (the run goes on
+    after the terminal closes, as the operator asked)."""
+    code = ("import signal, subprocess, sys\n"
+            "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+            "import pytest\n"
+            "from gpuaccept.interrupt import InterruptPlugin\n"
+            "class C:\n"
+            "    pluginmanager = None\n"
+            "p = InterruptPlugin(C())\n"
+            "p.install()\n"
+            "print(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) == p._on_signal)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
