@@ -164,3 +164,126 @@ def test_hang_up_ignored_by_nohup_stays_ignored(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+
+
+# -- the report folder under faults: deleted during the run, its disk full for a while or for good -----------
+FOLDER_SUITE = '''
+import os, shutil
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_1_before(node, verdicts):
+    verdicts.record("before", node.run("echo measured before").stdout.decode().strip())
+
+
+def test_2_fault(node, verdicts):
+    """What befalls the report folder between two tests (a stand-in for a /tmp cleaner, or for another job
+    filling and then freeing the disk)."""
+    what = os.environ["E2E_FAULT"] if node.name == "local1" else "none"  # once, on the first host's turn
+    if what == "delete":
+        shutil.rmtree(os.environ["E2E_REPORTS"])
+    elif what == "free":
+        os.unlink(os.environ["E2E_FILL"])
+    verdicts.record("fault", what)  # recorded on each host: the record itself must reach the reports
+
+
+def test_3_after(node, verdicts):
+    verdicts.record("after", node.run("echo measured after").stdout.decode().strip())
+'''
+
+
+def _folder_project(tmp_path: Path) -> Path:
+    inv = make_project(tmp_path, [], None, FOLDER_SUITE, "test_nccl_folder.py")
+    inv.write_text("local1 ansible_connection=local\nlocal2 ansible_connection=local\n")
+    return inv
+
+
+def _check_complete(rep: Path) -> None:
+    """Every test of the run once, alike in results.jsonl (whole lines only), results.json, JUnit and
+    summary.md; no temporary file left beside them."""
+    want = {(h, t) for h in ("local1", "local2") for t in ("test_1_before", "test_2_fault", "test_3_after")}
+    lines = [json.loads(ln) for ln in (rep / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["host"], r["name"].split("[")[0]) for r in lines) == sorted(want)
+    assert all(r["outcome"] == "passed" for r in lines)
+    doc = json.loads((rep / "results.json").read_text())
+    assert sorted((t["host"], t["name"].split("[")[0]) for t in doc["tests"]) == sorted(want) and doc["complete"]
+    cases = junit(rep / "junit-nccl.xml")
+    assert sorted((c["classname"].split(".")[1], c["name"].split("[")[0]) for c in cases) == sorted(want)
+    assert "**PASS** 2 hosts" in (rep / "summary.md").read_text()
+    assert [p.name for p in rep.iterdir() if ".tmp" in p.name] == []
+
+
+def test_report_folder_deleted_during_the_run_is_written_again(tmp_path):
+    """The report folder is deleted between two tests. Before: the run went on, then exit 3 with "cannot write
+    reports: No such file or directory" and a folder holding report.html only: every result of the night lost.
+    Now the folder is made again from the records in memory (results.jsonl too), and the operator is told."""
+    from project_helpers import run_pytest
+    inv = _folder_project(tmp_path)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
+                     "-k", "folder", env={"E2E_FAULT": "delete", "E2E_REPORTS": str(rep)})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    _check_complete(rep)
+    assert f"gpuaccept reports: during the run: {rep}: results.jsonl was deleted during the run; every record " \
+           "was written again since: the reports are complete" in res.stdout, res.stdout[-2000:]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs, filled up (``fill`` the file that fills it); unmounted at the end."""
+    assert os.geteuid() == 0, "mounting a small tmpfs needs root (as the sshd tests do)"
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
+    try:
+        fill = mnt / "fill"
+        with open(fill, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 1024)
+            except OSError:
+                pass
+        yield mnt, fill
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_disk_that_frees_up_keeps_every_record(tmp_path, small_disk):
+    """The report folder's disk is full from the start and is freed between two tests. Before: the records
+    that arrived while it was full were never appended to results.jsonl (the file a killed controller leaves),
+    and the run exited 3 although its reports were complete at the end. Now they are appended as soon as
+    the disk takes them, and the run exits by its verdicts, with a note."""
+    from project_helpers import run_pytest
+    mnt, fill = small_disk
+    inv = _folder_project(tmp_path)
+    rep = mnt / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
+                     "-k", "folder", env={"E2E_FAULT": "free", "E2E_FILL": str(fill)})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    _check_complete(rep)
+    assert "No space left on device; every record was written again since: the reports are complete" in res.stdout
+
+
+def test_full_disk_for_good_leaves_whole_lines_and_no_temporary_files(tmp_path, small_disk):
+    """The disk stays full: exit 3 with one ERROR line (as before), and now results.jsonl holds whole records
+    only (a cut last line was cut off again) and no ``*.tmp<pid>`` file of a failed rewrite is left."""
+    from project_helpers import run_pytest
+    mnt, fill = small_disk
+    inv = _folder_project(tmp_path)
+    rep = mnt / "rep"
+    fill.unlink()
+    with open(fill, "wb") as f:  # leave 5 KiB: results.jsonl's first lines fit, a line is cut, the rest cannot
+        f.write(b"\0" * (59 * 1024))
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
+                     "-k", "folder", env={"E2E_FAULT": "none"})
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, out[-3000:]
+    assert "Traceback" not in out
+    errs = [ln for ln in out.splitlines() if ln.startswith("ERROR: gpuaccept reports:")]
+    assert len(errs) == 1 and "No space left on device" in errs[0], out[-2000:]
+    text = (rep / "results.jsonl").read_text()
+    assert text == "" or text.endswith("\n")
+    assert all(json.loads(ln)["outcome"] == "passed" for ln in text.splitlines())
+    assert [p.name for p in rep.iterdir() if ".tmp" in p.name] == []
