@@ -287,3 +287,110 @@ def test_full_disk_for_good_leaves_whole_lines_and_no_temporary_files(tmp_path, 
     assert text == "" or text.endswith("\n")
     assert all(json.loads(ln)["outcome"] == "passed" for ln in text.splitlines())
     assert [p.name for p in rep.iterdir() if ".tmp" in p.name] == []
+
+
+# -- a node whose clock is far off: the kernel-log window of test_xid_events -------------------------------
+FIELD_XID = "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def _field_xid_line() -> str:
+    """The real Xid 79 line of tests/data/field/kernel-logs.txt, without its dmesg time since boot."""
+    text = (Path(__file__).resolve().parent / "data" / "field" / "kernel-logs.txt").read_text()
+    line = next(ln for ln in text.splitlines() if FIELD_XID in ln)
+    return line.split("] ", 1)[1]
+
+
+def _stamped(epoch: float, rest: str) -> str:
+    """ALTERED: the field line re-stamped as ``dmesg --time-format iso`` writes it, at ``epoch`` (node clock)."""
+    t = time.gmtime(epoch)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + ",000000+00:00 " + rest
+
+
+def _xids(lines, args, cut):
+    from gpuaccept import nodeclock
+    from gpuaccept.xid import classify
+    from probe_helpers import load_probe
+    parse_log = load_probe("xid_events").parse_log  # the probe's own parser, as the node runs it
+    return classify(nodeclock.in_window(parse_log(lines, since_epoch=args["since_epoch"])["events"], cut))
+
+
+@pytest.mark.parametrize("offset_h", [-2.0, -0.05], ids=["2h-behind", "3min-behind"])
+def test_xid_of_the_run_on_a_node_whose_clock_is_behind_is_seen(offset_h):
+    """A node whose clock is behind the controller's: its kernel log stamps the run's Xid 79 before the run's
+    start as the controller gives it. Before: the probe was asked for events since the controller's start and
+    read none, and the GPU that fell off the bus passed test_xid_events. Now the window is the run's start on
+    the node's clock (read with one ``date``), and the Xid fails the GPU."""
+    from gpuaccept import nodeclock
+    run_started = 1_795_989_274.0  # controller clock
+    offset = offset_h * 3600
+    clock = nodeclock.clock_from(run_started + 30, run_started + 30.2, run_started + 30.1 + offset, 0.0)
+    during = _stamped(run_started + 60 + offset, _field_xid_line())  # 60 s into the run, on the node's clock
+    before = _stamped(run_started - 120 + offset, _field_xid_line())  # two minutes before it
+    old = _xids([before, during], {"since_epoch": run_started}, None)
+    assert old == []  # the fault: a GPU lost during the run, and not one event read
+    args, cut = nodeclock.xid_args(run_started, clock)
+    new = _xids([before, during], args, cut)
+    assert len(new) == 1 and new[0]["xid"] == 79 and new[0]["fails"], new
+
+
+def test_xid_from_before_the_run_on_a_node_whose_clock_is_ahead_is_not_the_runs():
+    """A node 2 h ahead: an Xid logged an hour before the run reads as the run's on the controller's clock
+    (before: failed this night's run for an old event); the run's own Xid still fails."""
+    from gpuaccept import nodeclock
+    run_started, offset = 1_795_989_274.0, 7200.0
+    clock = nodeclock.clock_from(run_started + 5, run_started + 5.1, run_started + 5.05 + offset)
+    old_event = _stamped(run_started - 3600 + offset, _field_xid_line())
+    assert len(_xids([old_event], {"since_epoch": run_started}, None)) == 1  # the fault
+    args, cut = nodeclock.xid_args(run_started, clock)
+    assert _xids([old_event], args, cut) == []
+    assert len(_xids([old_event, _stamped(run_started + 10 + offset, _field_xid_line())], args, cut)) == 1
+
+
+def test_hosts_with_synced_clocks_ask_the_same_window():
+    """Hosts within SHARED_SLACK_S of the controller ask xid_events with equal arguments, so the fan-out still
+    runs it ahead on every host (gpuaccept.prefetch fetches only what the host's own test would ask)."""
+    from gpuaccept import nodeclock
+    since = 1_795_989_274.0
+    a = nodeclock.xid_args(since, nodeclock.NodeClock(4.2, 0.01))
+    b = nodeclock.xid_args(since, nodeclock.NodeClock(-3.0, 0.2))
+    assert a[0] == b[0] == {"since_epoch": since - nodeclock.SHARED_SLACK_S}
+    assert a[1] == pytest.approx(since + 4.19) and b[1] == pytest.approx(since - 3.2)
+    assert nodeclock.xid_args(since, None) == ({"since_epoch": since}, None)  # a replayed host: as saved
+
+
+@pytest.mark.parametrize("banner", [False, True], ids=["plain", "login-banner"])
+def test_node_clock_read_over_real_sshd(tmp_path, tmp_path_factory, banner):
+    """The clock of a real sshd node (this machine's: offset near 0, a small uncertainty), also when its login
+    prints a banner on stdout first; a replayed host reads none (it runs nothing)."""
+    from gpuaccept import nodeclock
+    from gpuaccept.inventory import load_inventory
+    from gpuaccept.node import HostRunner
+    from gpuaccept.transport import get_transport
+    base = tmp_path_factory.mktemp("clock")
+    extra = ['ForceCommand echo "Welcome to the GPU cluster"; eval "$SSH_ORIGINAL_COMMAND"'] if banner else []
+    n = start_sshd(base, address="127.0.5.30" if banner else "127.0.5.31", name="c1", extra_config=extra)
+    try:
+        kh = write_known_hosts(base / "known_hosts", [n])
+        inv = tmp_path / "inv.ini"
+        inv.write_text("[gpu]\n" + n.inventory_line() + "\nreplayed ansible_connection=local gpuaccept_replay=/nonexistent\n")
+        hosts = load_inventory(str(inv)).hosts
+        node = HostRunner(hosts["c1"], lambda h: get_transport(h, known_hosts=kh), {}, probe_timeout=60)
+        try:
+            clock = nodeclock.read_clock(node)
+        finally:
+            node.close()
+        assert clock is not None and abs(clock.offset_s) < clock.uncertainty_s + 0.05, clock
+        assert clock.uncertainty_s < 5
+        replayed = HostRunner(hosts["replayed"], lambda h: get_transport(h), {}, probe_timeout=60)
+        assert nodeclock.read_clock(replayed) is None
+    finally:
+        n.stop()
+
+
+def test_node_time_parsed_from_date_output():
+    from gpuaccept import nodeclock
+    assert nodeclock.parse_node_time(b"1795989274.123456789\n") == (1795989274.123456789, 0.0)
+    assert nodeclock.parse_node_time(b"Welcome\n1795989274.5\n") == (1795989274.5, 0.0)
+    assert nodeclock.parse_node_time(b"1795989274.%N\n") == (1795989274.0, 1.0)  # a date without %N
+    assert nodeclock.parse_node_time(b"1795989274\n") == (1795989274.0, 1.0)
+    assert nodeclock.parse_node_time(b"date: invalid option\n") is None
