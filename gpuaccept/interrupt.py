@@ -22,6 +22,7 @@ running test is recorded as interrupted, no clean-up command is sent (the node-s
 from __future__ import annotations
 
 import os
+import select
 import signal
 import stat
 import threading
@@ -66,9 +67,23 @@ def _kind(fd: int, check_tty: bool = True) -> tuple[str, int, int] | None:
     return None
 
 
+def _gone(fd: int) -> bool:
+    """True when nobody can read what is written to ``fd`` any more: a terminal that hung up (no longer a tty
+    to ``isatty``), a pipe whose reader closed (poll reports POLLERR). A ``kill -HUP`` from a live terminal
+    leaves its output alone."""
+    try:
+        if stat.S_ISCHR(os.fstat(fd).st_mode):
+            return not os.isatty(fd)
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except OSError:
+        return True
+
+
 def detach_terminal(ids: set[tuple[str, int, int]]) -> None:
     """Point every file descriptor of this process that is connected to one of ``ids`` (:func:`terminal_ids`)
-    at /dev/null, so that writes meant for a terminal that hung up (SIGHUP) neither fail (EIO; EPIPE on a pipe
+    and whose reader is gone (:func:`_gone`) at /dev/null, so that writes meant for a terminal that hung up (SIGHUP) neither fail (EIO; EPIPE on a pipe
     whose reader went with it) nor block. Every such descriptor: pytest's output capture keeps a copy of the
     terminal's and puts it back between tests. Best effort: errors are ignored (nobody could be told)."""
     if not ids:
@@ -80,7 +95,7 @@ def detach_terminal(ids: set[tuple[str, int, int]]) -> None:
         return
     try:
         for fd in fds:
-            if fd != null and _kind(fd, check_tty=False) in ids:
+            if fd != null and _kind(fd, check_tty=False) in ids and _gone(fd):
                 try:
                     os.dup2(null, fd)
                 except OSError:

@@ -149,6 +149,62 @@ def test_terminal_hang_up_is_an_interruption_with_complete_reports(tmp_path, tmp
             n.stop()
 
 
+@pytest.mark.parametrize("how,address", [("kill-HUP-live-terminal", "127.0.5.5"), ("pipe-reader-gone", "127.0.5.6")])
+def test_hang_up_keeps_a_live_output_and_drops_a_dead_pipe(tmp_path, tmp_path_factory, how, address):
+    """``kill -HUP`` while the terminal is still there: the run is interrupted and the operator still reads its
+    end on the terminal (nothing pointed at /dev/null). ``pytest ... | tee log`` whose tee went with the session:
+    writes to the pipe would fail with EPIPE; they go to /dev/null and the reports are complete."""
+    base = tmp_path_factory.mktemp("hup2")
+    nodes = nodes_with_tmp(base, (address,))
+    try:
+        kh = write_known_hosts(base / "known_hosts", nodes)
+        inv = make_project(tmp_path, nodes, kh, LONG_SUITE, "test_nccl_long.py")
+        rep = tmp_path / "rep"
+        args = [sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                "--history", "none", "-p", "no:randomly", "--probe-timeout", "600", "-k", "quick or long or after"]
+        if how == "pipe-reader-gone":
+            proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            end = time.time() + 120
+            while time.time() < end and not ranks_running(nodes):
+                time.sleep(0.2)
+            assert ranks_running(nodes)
+            proc.stdout.close()  # tee is gone
+            proc.send_signal(signal.SIGHUP)
+            assert proc.wait(60) == 2
+        else:
+            pid, fd = pty.fork()
+            if pid == 0:  # pragma: no cover - the child
+                try:
+                    os.chdir(tmp_path)
+                    os.execv(args[0], args)
+                finally:
+                    os._exit(127)
+            shown, sent = b"", False
+            end = time.time() + 120
+            while time.time() < end:
+                if not sent and ranks_running(nodes):
+                    os.kill(pid, signal.SIGHUP)
+                    sent = True
+                if select.select([fd], [], [], 0.2)[0]:
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except OSError:  # EIO: the child closed its side
+                        break
+                    if not chunk:
+                        break
+                    shown += chunk
+            os.close(fd)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 2
+            assert sent and b"Interrupted: interrupted (SIGHUP)" in shown, shown.decode(errors="replace")[-2000:]
+        t = {x["name"].split("[")[0]: x for x in json.loads((rep / "results.json").read_text())["tests"]}
+        assert t["test_0_quick"]["outcome"] == "passed"
+        assert t["test_1_long"]["message"].startswith(f"interrupted (SIGHUP) while running on {nodes[0].name}")
+        assert t["test_2_after"]["message"] == "not run: run interrupted"
+    finally:
+        for n in nodes:
+            n.stop()
+
+
 def test_hang_up_ignored_by_nohup_stays_ignored(tmp_path):
     """``nohup pytest ...`` starts the run with SIGHUP ignored: gpuaccept must not take it over (the run goes on
     after the terminal closes, as the operator asked)."""
