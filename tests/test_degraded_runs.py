@@ -450,3 +450,77 @@ def test_node_time_parsed_from_date_output():
     assert nodeclock.parse_node_time(b"1795989274.%N\n") == (1795989274.0, 1.0)  # a date without %N
     assert nodeclock.parse_node_time(b"1795989274\n") == (1795989274.0, 1.0)
     assert nodeclock.parse_node_time(b"date: invalid option\n") is None
+
+
+# -- SIGKILL of the controller, then a rerun into a new folder: the history and the folders -----------------
+KILL_SUITE = '''
+import os, time
+import pytest
+
+pytestmark = pytest.mark.nccl
+
+
+def test_1_measured(node, verdicts):
+    verdicts.record("answer", float(node.run("echo 42").stdout.decode().split()[-1]), "units")
+
+
+def test_2_killed_here(node, verdicts):
+    if os.environ.get("E2E_BUSY"):
+        open(os.environ["E2E_BUSY"], "w").close()
+        time.sleep(600)
+    verdicts.record("after", 1.0, "units")
+'''
+
+
+def test_sigkilled_run_then_rerun_keeps_history_and_folders_consistent(tmp_path):
+    """The controller SIGKILLed mid-run (nothing of it can clean up), then the operator reruns into a new
+    folder. The history holds the killed run's finished test once and no end for it, its figures are marked
+    "(unfinished)" by ``python -m gpuaccept.history`` (before: listed like a finished run's), the rerun is
+    recorded whole; the killed folder's results.jsonl has whole lines only, and merging both folders keeps
+    the rerun's records."""
+    import sqlite3
+    from project_helpers import run_pytest
+    inv = make_project(tmp_path, [], None, KILL_SUITE, "test_nccl_kill.py")
+    inv.write_text("k1 ansible_connection=local\n")
+    hist, busy = tmp_path / "history.sqlite", tmp_path / "busy"
+    killed, rerun = tmp_path / "killed", tmp_path / "rerun"
+    common = ["--inventory", str(inv), "--history", str(hist), "-p", "no:randomly", "-k", "measured or killed_here"]
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *common, "--reports", str(killed)], cwd=tmp_path,
+                            env={**os.environ, "E2E_BUSY": str(busy)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    end = time.time() + 60
+
+    def flushed() -> bool:
+        if not hist.exists():
+            return False
+        try:
+            with sqlite3.connect(f"file:{hist}?mode=ro", uri=True) as db:
+                return db.execute("SELECT COUNT(*) FROM tests WHERE run_id='killed'").fetchone()[0] == 1
+        except sqlite3.Error:
+            return False
+    while time.time() < end and not (busy.exists() and flushed()):
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        time.sleep(0.2)
+    assert busy.exists() and flushed()
+    proc.kill()
+    proc.communicate(timeout=30)
+    res = run_pytest(tmp_path, *common, "--reports", str(rerun))
+    assert res.returncode == 0, res.stdout[-3000:]
+    with sqlite3.connect(hist) as db:
+        assert db.execute("SELECT run_id, verdict FROM runs").fetchall() == [("rerun", "PASS")]
+        assert sorted(db.execute("SELECT run_id, nodeid FROM tests")) == sorted(
+            [("killed", "suites/test_nccl_kill.py::test_1_measured[k1]"),
+             ("rerun", "suites/test_nccl_kill.py::test_1_measured[k1]"),
+             ("rerun", "suites/test_nccl_kill.py::test_2_killed_here[k1]")])
+    cli = subprocess.run([sys.executable, "-m", "gpuaccept.history", "--db", str(hist), "--host", "k1", "--check",
+                          "answer", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    rows = json.loads(cli.stdout)
+    assert [(r["run"], r["value"]) for r in rows] == [("killed (unfinished)", 42.0), ("rerun", 42.0)], rows
+    lines = (killed / "results.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["name"] for ln in lines] == ["test_1_measured[k1]"]
+    merged = tmp_path / "merged"
+    m = subprocess.run([sys.executable, "-m", "gpuaccept.merge", str(killed), str(rerun), "--into", str(merged)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert m.returncode == 0, m.stderr[-2000:]
+    tests = json.loads((merged / "results.json").read_text())["tests"]
+    assert sorted((t["name"], t["outcome"], t["run_id"]) for t in tests) == [
+        ("test_1_measured[k1]", "passed", "rerun"), ("test_2_killed_here[k1]", "passed", "rerun")], tests
