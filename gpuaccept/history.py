@@ -747,10 +747,15 @@ def series(con: sqlite3.Connection, subject: str, check: str, last: int = 30) ->
     return rows[::-1]
 
 
+#: beside the run id of figures whose run has no run row (killed before its end, or still running)
+UNFINISHED = "(unfinished)"
+
+
 def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: str | None = None,
                       check: str | None = None) -> list[tuple]:
     """Rows ``(time, run_id, profile, host, gpu, serial, check, value, unit, limit, verdict)`` of one GPU
-    (by serial, wherever it was) or one host, oldest first."""
+    (by serial, wherever it was) or one host, oldest first; the run id of a run that recorded no end (killed,
+    or still running) is followed by :data:`UNFINISHED`."""
     where, args = [], []
     if serial:
         where.append("f.serial=?")
@@ -762,13 +767,15 @@ def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: 
         where.append("(f.check_=? OR f.check_ LIKE ?)")
         args += [check, check + "[%"]
     q = ("SELECT f.started, f.run_id, r.profile, f.host, f.gpu, f.serial, f.check_, "
-         "coalesce(f.value, f.value_text), f.unit, f.limit_kind, f.limit_value, f.verdict "
+         "coalesce(f.value, f.value_text), f.unit, f.limit_kind, f.limit_value, f.verdict, r.run_id IS NULL "
          "FROM figures f LEFT JOIN runs r USING (run_id) WHERE " + " AND ".join(where) +
          " ORDER BY f.started, f.host, f.gpu, f.check_")
     out = []
     for row in con.execute(q, args):
         lim = f"{'>=' if row[9] == 'min' else '<='} {row[10]:g}" if row[9] else ""
-        out.append((time.strftime("%Y-%m-%d %H:%M", time.gmtime(row[0] or 0)), *row[1:9], lim, row[11]))
+        # a run with figures but no run row never reached its end (a killed controller) or is still running
+        run = f"{row[1]} {UNFINISHED}" if row[12] else row[1]
+        out.append((time.strftime("%Y-%m-%d %H:%M", time.gmtime(row[0] or 0)), run, *row[2:9], lim, row[11]))
     return out
 
 

@@ -1,4 +1,5 @@
-"""Interrupted runs: SIGINT (Ctrl-C) and SIGTERM (a CI timeout, Slurm, ``timeout(1)``) handled alike.
+"""Interrupted runs: SIGINT (Ctrl-C), SIGTERM (a CI timeout, Slurm, ``timeout(1)``) and SIGHUP (the operator's
+SSH session or terminal closed) handled alike.
 
 First signal:
   * every command in flight is cancelled (gpuaccept.transport.cancel_all): each one's remote process group is
@@ -10,6 +11,9 @@ First signal:
     pytest exits with 2 (interrupted);
   * under pytest-xdist the controller passes the signal on to its workers, which do all of the above for
     their own tests; a worker waiting for work stops at once.
+After SIGHUP the terminal is gone (a write to it fails with EIO, to a pipe whose reader went with it EPIPE), so
+whatever pointed at it is first pointed at /dev/null (:func:`detach_terminal`): the reports are the run's record.
+A signal the run was started with ignored (``nohup`` ignores SIGHUP) stays ignored.
 A signal within :data:`SAME_SIGNAL_S` of the first is the same interruption (Ctrl-C reaches the controller
 and its workers at once, and the controller passes it on). A later second signal aborts at once: the
 running test is recorded as interrupted, no clean-up command is sent (the node-side watchdog,
@@ -18,7 +22,9 @@ running test is recorded as interrupted, no clean-up command is sent (the node-s
 from __future__ import annotations
 
 import os
+import select
 import signal
+import stat
 import threading
 import time
 from typing import Any
@@ -32,7 +38,70 @@ from .transport import cancel_all, reset_interruption
 
 #: seconds after a first signal in which another one counts as the same interruption, not as "abort now"
 SAME_SIGNAL_S = 1.0
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def terminal_ids(fds: tuple[int, ...] = (1, 2)) -> set[tuple[str, int, int]]:
+    """What ``fds`` are connected to, where that is a terminal or a pipe: ``("tty", st_rdev, 0)`` or
+    ``("pipe", st_dev, st_ino)``; files and sockets are left out (a report redirected to a file survives a
+    hang-up)."""
+    out = set()
+    for fd in fds:
+        key = _kind(fd)
+        if key is not None:
+            out.add(key)
+    return out
+
+
+def _kind(fd: int, check_tty: bool = True) -> tuple[str, int, int] | None:
+    """``fd`` as :func:`terminal_ids` names it; ``check_tty=False`` takes any character device (a terminal that
+    hung up is no longer a tty to ``isatty``: tcgetattr fails with EIO)."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if stat.S_ISCHR(st.st_mode) and (not check_tty or os.isatty(fd)):
+        return ("tty", st.st_rdev, 0)
+    if stat.S_ISFIFO(st.st_mode):
+        return ("pipe", st.st_dev, st.st_ino)
+    return None
+
+
+def _gone(fd: int) -> bool:
+    """True when nobody can read what is written to ``fd`` any more: a terminal that hung up (no longer a tty
+    to ``isatty``), a pipe whose reader closed (poll reports POLLERR). A ``kill -HUP`` from a live terminal
+    leaves its output alone."""
+    try:
+        if stat.S_ISCHR(os.fstat(fd).st_mode):
+            return not os.isatty(fd)
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except OSError:
+        return True
+
+
+def detach_terminal(ids: set[tuple[str, int, int]]) -> None:
+    """Point every file descriptor of this process that is connected to one of ``ids`` (:func:`terminal_ids`)
+    and whose reader is gone (:func:`_gone`) at /dev/null, so that writes meant for a terminal that hung up (SIGHUP) neither fail (EIO; EPIPE on a pipe
+    whose reader went with it) nor block. Every such descriptor: pytest's output capture keeps a copy of the
+    terminal's and puts it back between tests. Best effort: errors are ignored (nobody could be told)."""
+    if not ids:
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        fds = [int(e) for e in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    try:
+        for fd in fds:
+            if fd != null and _kind(fd, check_tty=False) in ids and _gone(fd):
+                try:
+                    os.dup2(null, fd)
+                except OSError:
+                    pass
+    finally:
+        os.close(null)
 
 
 def worker_pids() -> list[int]:
@@ -58,6 +127,9 @@ class InterruptPlugin:
         self.hits: dict[str, set[str]] = {}  # nodeid -> hosts whose commands were cancelled
         self.previous: dict[int, Any] = {}
         self.aborted: pytest.Item | None = None  # the test a second signal cut short
+        # what a hang-up takes away: the terminal of stdout and stderr (an xdist worker's stdout is its channel
+        # to the controller, a pipe that outlives the terminal: only its stderr)
+        self.terminal = terminal_ids((2,) if hasattr(config, "workerinput") else (1, 2))
 
     @property
     def is_controller(self) -> bool:
@@ -70,6 +142,8 @@ class InterruptPlugin:
         if threading.current_thread() is not threading.main_thread():
             return
         for s in SIGNALS:
+            if signal.getsignal(s) is signal.SIG_IGN:
+                continue  # nohup (SIGHUP), a background job of a non-interactive shell (SIGINT): left ignored
             self.previous[s] = signal.signal(s, self._on_signal)
 
     def restore(self) -> None:
@@ -91,6 +165,8 @@ class InterruptPlugin:
     def _on_signal(self, signum: int, _frame) -> None:
         name = signal.Signals(signum).name
         now = time.monotonic()
+        if signum == signal.SIGHUP:  # the terminal is gone: its writes would fail from now on
+            detach_terminal(self.terminal)
         if self.reason is None:
             self.reason, self.first_at = name, now
             hosts = cancel_all(name)
@@ -186,7 +262,7 @@ class InterruptPlugin:
 
 
 def install(config: pytest.Config) -> InterruptPlugin:
-    """Register the InterruptPlugin for ``config`` and take over SIGINT and SIGTERM (main thread only)."""
+    """Register the InterruptPlugin for ``config`` and take over SIGINT, SIGTERM and SIGHUP (main thread only)."""
     reset_interruption()
     plugin = InterruptPlugin(config)
     config.pluginmanager.register(plugin, "gpuaccept-interrupt")

@@ -119,9 +119,20 @@ def _safe(name: str) -> str:
 def atomic_write(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: readers see the old or the new file."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)  # a full disk leaves no half-written temporary file beside the reports
+        raise
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 _atomic_write = atomic_write  # older name
@@ -167,6 +178,11 @@ class Reporter:
         self._spans: dict[str, tuple[int, int, int, int]] = {}
         self._uspans: dict[str, tuple[int, int]] = {}
         self._spools: dict[str, Any] = {}  # layer -> open spool file (binary append) in SPOOL_DIR
+        # records whose text is not (or no longer) in results.jsonl: its append failed (a full disk) or the file
+        # went (the folder deleted under the run); appended again, first, by the next append or rewrite
+        self._unlogged: dict[str, None] = {}
+        # the first write failure, once every record and whole-run file was written after all (see flush)
+        self.write_recovered: str | None = None
         # Objects with add(record) and flush(), told of every record and every whole-run rewrite (the history
         # database's RunRecorder, through gpuaccept.reporting); they keep their own errors.
         self.sinks: list[Any] = []
@@ -230,14 +246,52 @@ class Reporter:
         if self._hv is not None:
             self._hv.add(rec)
 
+    def _files_gone(self) -> bool:
+        """True when the results.jsonl this run appends to is no longer at its path (the report folder was
+        deleted or replaced under the run: a /tmp cleaner, an operator's ``rm``)."""
+        if self._jsonl is None:
+            return False
+        try:
+            st = os.stat(os.path.join(self.dir, "results.jsonl"))
+            fst = os.fstat(self._jsonl.fileno())
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) != (fst.st_dev, fst.st_ino)
+
+    def _start_over(self) -> None:
+        """The report folder's files went: forget them (their handles, where each record's text lay in them) and
+        mark every record to be appended again to a new results.jsonl (in the order they arrived)."""
+        for f in [self._jsonl, *self._spools.values()]:
+            try:
+                f.close()
+            except (OSError, AttributeError):
+                pass
+        self._jsonl = None
+        self._spools.clear()
+        self._spans.clear()
+        self._uspans.clear()
+        self._unlogged = dict.fromkeys(self.records)
+        self.write_error = self.write_error or f"{self.dir}: results.jsonl was deleted during the run"
+
     def _append(self, recs: list[CaseRecord], sync: bool) -> None:
         """Append ``recs`` to results.jsonl (flushed to the OS: survives a kill; fsynced at most every
         :data:`FSYNC_EVERY_S`, or now with ``sync``) and their <testcase> elements to the layers' spools,
-        remembering where each lies."""
+        remembering where each lies. Records an earlier append could not write go first (see ``_unlogged``);
+        a failed append is cut off again (results.jsonl holds whole lines only) and its records wait for the
+        next one. A results.jsonl deleted under the run is made again, with every record so far."""
+        if self._files_gone():
+            self._start_over()
+        if self._unlogged:
+            ids = {r.nodeid for r in recs}
+            recs = [self.records[n] for n in self._unlogged if n in self.records and n not in ids] + recs
+        if not recs:
+            return
         if self._jsonl is None:
             os.makedirs(self.dir, exist_ok=True)
             self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "ab", buffering=0)
-        pos = self._jsonl.seek(0, os.SEEK_END)
+        pos = start = self._jsonl.seek(0, os.SEEK_END)
         chunks, spans = [], []
         for r in recs:
             head, figs = record_json(r)
@@ -246,7 +300,17 @@ class Reporter:
             spans.append((r.nodeid, (pos, fs, fs + len(figs) - 2, pos + len(line))))
             chunks.append(line)
             pos += len(line)
-        _write_fully(self._jsonl, b"".join(chunks))  # unbuffered: in the OS once written, survives a kill
+        try:
+            _write_fully(self._jsonl, b"".join(chunks))  # unbuffered: in the OS once written, survives a kill
+        except OSError:
+            try:
+                self._jsonl.truncate(start)  # no half line: what the file holds is whole records
+            except OSError:
+                pass
+            self._unlogged.update(dict.fromkeys(r.nodeid for r in recs))
+            raise
+        for r in recs:
+            self._unlogged.pop(r.nodeid, None)
         if sync or time.monotonic() >= self._next_fsync:  # on disk at most FSYNC_EVERY_S later: survives a crash
             os.fsync(self._jsonl.fileno())
             self._next_fsync = time.monotonic() + FSYNC_EVERY_S
@@ -294,10 +358,20 @@ class Reporter:
     def flush(self, final: bool = False) -> None:
         """Rewrite results.json, junit-<layer>.xml, summary.md and failed-hosts.txt from the records so far."""
         t0 = time.monotonic()
+        earlier = self.write_error
+        if final:  # does every file get written in the end? (an earlier failure then stands as a note only)
+            self.write_error = None
         with no_gc():
             for sink in self.sinks:
                 sink.flush()
+            if self._unlogged or self._files_gone():  # results.json copies the records' text from results.jsonl
+                self._guard("results.jsonl", lambda: self._append([], sync=final))
             self._guard("reports", lambda: self._write_all(final))
+        if final:
+            ok = self.write_error is None and not self._unlogged
+            self.write_error = self.write_error or (None if ok else earlier)
+            if ok and earlier:
+                self.write_recovered = earlier
         self.last_flush_s = time.monotonic() - t0
         self._flushed_n = len(self.records)
         self._next_flush = time.monotonic() + max(FLUSH_MIN_S, FLUSH_COST_RATIO * self.last_flush_s)
@@ -328,17 +402,19 @@ class Reporter:
         # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
         slow = (self.final_standouts if self.final_standouts is not None else outliers(self.figures(), self.previous)) \
             if final else []
-        self._write_results_json(recs, final, slow)
+        # each file on its own: one that cannot be written (a nearly full disk) does not keep the others back
+        self._guard("results.json", lambda: self._write_results_json(recs, final, slow))
         by_layer: dict[str, list[CaseRecord]] = {}
         for r in recs:
             by_layer.setdefault(r.layer, []).append(r)
         for layer, lrecs in sorted(by_layer.items()):
-            self._write_junit(layer, lrecs)
+            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, lrecs))
         hosts = self.meta.get("hosts") or []
         hv = self.host_verdicts()
-        atomic_write(os.path.join(self.dir, "summary.md"),
-                     summary_markdown(self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table()))
-        atomic_write(os.path.join(self.dir, "failed-hosts.txt"), "".join(h + "\n" for h in failed_hosts(recs, hosts, hv)))
+        self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
+            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
+        self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
+                                                             "".join(h + "\n" for h in failed_hosts(recs, hosts, hv))))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
         """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],
@@ -363,10 +439,13 @@ class Reporter:
                         pieces.append((None, json.dumps(r.figures, default=str)[1:-1]))
                 _copy_pieces(out, src, pieces, lines=False)
                 out.write(b'],"outliers":' + json.dumps(slow, default=str, separators=(",", ":")).encode() + b"}")
+            os.replace(tmp, path)
+        except BaseException:
+            _remove(tmp)
+            raise
         finally:
             if src is not None:
                 src.close()
-        os.replace(tmp, path)
 
     def _write_junit(self, layer: str, recs: list[CaseRecord]) -> None:
         """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
@@ -381,10 +460,13 @@ class Reporter:
                 _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
                 out.write(JUNIT_FOOTER.encode())
+            os.replace(tmp, path)
+        except BaseException:
+            _remove(tmp)
+            raise
         finally:
             if src is not None:
                 src.close()
-        os.replace(tmp, path)
 
 
 def _copy_pieces(out, src, pieces: list, lines: bool, sep: bytes = b",") -> None:

@@ -422,10 +422,16 @@ class ReportPlugin:
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
             tr = session.config.pluginmanager.get_plugin("terminalreporter")
             if tr is not None:
-                tr.ensure_newline()
+                tr.write("\n")  # after pytest's "[100%]", which ensure_newline() does not see
                 tr.write_line(f"ERROR: gpuaccept reports: {rep.write_error}", red=True)
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        elif rep.write_recovered:  # a full disk that came back, a folder deleted under the run: all written since
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write("\n")  # after pytest's "[100%]", which ensure_newline() does not see
+                tr.write_line(f"gpuaccept reports: during the run: {rep.write_recovered}; every record was written "
+                              "again since: the reports are complete", yellow=True)
 
     def _discard(self) -> None:
         d = self.reporter.dir

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuaccept import burnin, drift
+from gpuaccept import burnin, drift, nodeclock
 from gpuaccept.node import HostRunner
 from gpuaccept.profiles import BURNIN_MINUTES
 from gpuaccept.readings import describe_gpu, unmeasured
@@ -77,8 +77,10 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     if missing:
         verdicts.fail("burn-in did not load every GPU NVML lists: missing "
                       + ", ".join(describe_gpu(g) for g in missing))
-    xid = node.probe("xid_events", {"since_epoch": t_before})
-    events = classify(xid.get("events") or [])
+    clock = nodeclock.read_clock(node)  # the burn-in's start on the node's own clock (gpuaccept.nodeclock)
+    args, cut = nodeclock.xid_args(t_before, clock)
+    xid = node.probe("xid_events", args)
+    events = classify(nodeclock.in_window(xid.get("events") or [], cut))
     verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev.get("fails"):

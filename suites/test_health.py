@@ -4,7 +4,7 @@ Each check is its own test so that ``-k`` finds it; the judging itself lives in 
 """
 import pytest
 
-from gpuaccept import fleet, health
+from gpuaccept import fleet, health, nodeclock
 from gpuaccept.errors import ThresholdError
 from gpuaccept.node import HostRunner
 from gpuaccept.probes._pci import normalize_bus_id
@@ -114,15 +114,19 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     never "0 XIDs"."""
     window = request.config.getoption("xid_window")
     since = run_started - window if window else run_started
-    doc = node.probe("xid_events", {"since_epoch": since})
+    clock = nodeclock.read_clock(node)  # the window on the node's own clock (a node far off misses no Xid)
+    args, cut = nodeclock.xid_args(since, clock)
+    doc = node.probe("xid_events", args)
+    if clock is not None:
+        verdicts.record("node_clock_offset_s", round(clock.offset_s, 3), "s")
     by_bus = {k: g for g in gpus if (k := normalize_bus_id(g.get("pci_bus_id")))}
     verdicts.record("xid_log_source", doc.get("source"))
-    events = classify(doc.get("events") or [])
+    events = classify(nodeclock.in_window(doc.get("events") or [], cut))
     verdicts.record("xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev["fails"]:
             verdicts.fail(ev["message"], gpu=by_bus.get(normalize_bus_id(ev.get("pci_bus_id"))))
-    sxids = classify_sxids(doc.get("sxid_events") or [])
+    sxids = classify_sxids(nodeclock.in_window(doc.get("sxid_events") or [], cut))
     verdicts.record("sxid_events", len(sxids), "events", extra={"events": sxids[:50]})
     for ev in sxids:
         if ev["fails"]:
