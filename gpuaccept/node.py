@@ -283,6 +283,7 @@ class HostRunner:
         self._have: set[str] = set()  # probe files in the folder self._dir (see probe_files)
         self._started: dict[str, float] = {}  # probe name -> Unix time its last run here started
         self._dead: Exception | None = None
+        self._dead_at = ""  # UTC time of day the host was written off
         self._cache: dict[str, dict] = {}
         self._lock = threading.RLock()
         self.specs = specs
@@ -295,31 +296,33 @@ class HostRunner:
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
             cleanup: str | None = None, rerun: bool = True,
-            progress: Callable[[dict], None] | None = None) -> CommandResult:
+            progress: Callable[[dict], None] | None = None, label: str | None = None) -> CommandResult:
         """Run a shell command on the host (``timeout`` s, default the probe timeout; ``hold_stdin``: see
         gpuaccept.transport). A connection lost mid-command is retried once on a fresh connection, after
         killing the groups it left and running ``cleanup`` (a shell command, e.g. removing a half-written
         folder); the command is then run again, unless ``rerun`` is False (one rank of a multi-host
         collective: its peers are gone), when the loss is raised as HostUnreachable and the host stays in
-        the run (``progress``: the transport's live progress callback). Raises the TransportError
+        the run (``progress``: the transport's live progress callback; ``label``: what messages call the command,
+        e.g. ``probe gpu_inventory``, in place of its shell text). Raises the TransportError
         subclasses (sticky for this run once the host proved
         unreachable, its key refused or auth failed), Interrupted once the run is interrupted."""
         if self.replay_dir:
             raise ProbeError(self.name, f"replayed host (gpuaccept_replay: {self.replay_dir}) runs no commands")
         with self._lock:
-            if self._dead is not None:
-                raise self._dead
+            if self._dead is not None:  # the first error, dated: later tests never read as if it just happened
+                raise type(self._dead)(self.name, f"written off at {self._dead_at} UTC, not tried again this run: "
+                                                  f"{self._dead.msg}")
             reason = interruption()
             if reason:
                 raise Interrupted(self.name, f"interrupted ({reason}) while running on {self.name}: "
-                                             f"{short_command(command)} not started")
+                                             f"{label or short_command(command)} not started")
             if self._transport is None:
                 self._transport = self._factory(self.host)
             timeout = timeout or self.probe_timeout
             try:
                 try:
                     return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
-                                               progress=progress)
+                                               progress=progress, label=label)
                 except HostUnreachable as lost:
                     if getattr(lost, "pgids", None) is None or interruption():
                         raise
@@ -328,11 +331,11 @@ class HostRunner:
                         raise _Reported(HostUnreachable(self.name, f"{lost.msg} (reconnected; the lost command's "
                                                                    "processes were killed; not run again)")) from None
                     return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
-                                               progress=progress)
+                                               progress=progress, label=label)
             except _Reported as r:
                 raise r.error from None
             except _STICKY as e:
-                self._dead = e
+                self._dead, self._dead_at = e, time.strftime("%H:%M:%S", time.gmtime())
                 raise
             except CommandTimeout as e:
                 # a command that ran long is one thing, a host that stopped answering another: ask once
@@ -341,6 +344,7 @@ class HostRunner:
                     self._transport.run("true", timeout=LIVENESS_TIMEOUT_S)
                 except Exception as again:  # noqa: BLE001 - any failure here means the host is gone
                     self._dead = HostUnreachable(self.name, f"stopped answering ({e.msg}; then {again})")
+                    self._dead_at = time.strftime("%H:%M:%S", time.gmtime())
                 raise
 
     def _recover(self, lost: HostUnreachable, cleanup: str | None) -> None:
@@ -431,20 +435,28 @@ class HostRunner:
                + shell.env_command({**PROBE_ENV, **env},
                                    [self.python, "-c", code, *watchdog_args(name, args, limit)], exec_=True))
         res = self.run(cmd, stdin=probe_archive(files), timeout=limit, hold_stdin=True,
-                       cleanup=cleanup, rerun=rerun, progress=progress)
+                       cleanup=cleanup, rerun=rerun, progress=progress, label=f"probe {name}")
         if self._dir is not None and res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr:
             return res
-        first, _, rest = res.stdout.partition(b"\n")
+        # the marker line, wherever it is: a login shell may print a banner first (ForceCommand, ~/.bashrc)
+        before, marker, after = (b"\n" + res.stdout).partition(b"\n" + DIR_MARKER)
+        first, _, rest = after.partition(b"\n")
         err = res.stderr.decode(errors="replace").strip().splitlines()
-        if not first.startswith(DIR_MARKER):
-            raise ProbeError(self.name, f"could not ship probes: {err[-1] if err else f'rc {res.rc}'}")
+        if not marker:
+            said = (err or before.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
+            raise ProbeError(self.name, f"could not ship probes: the shell exited with rc {res.rc} before making "
+                                        f"the folder" + (f": {said}" if said else " and printed nothing"))
+        folder = first.decode(errors="replace").strip()
         failed = [ln for ln in err if ln.startswith(SHIP_FAILED_MARKER)]
         if failed:
-            raise ProbeError(self.name, f"could not ship probes: {failed[-1][len(SHIP_FAILED_MARKER):][:300]}")
+            raise ProbeError(self.name, f"could not ship probes into {folder}: "
+                                        f"{failed[-1][len(SHIP_FAILED_MARKER):][:300]}")
         if res.rc == 127 and not rest.strip():
             raise ProbeError(self.name, f"could not ship probes: python interpreter '{self.python}' not found "
                                         f"(set ansible_python_interpreter)")
-        self._dir = first[len(DIR_MARKER):].decode(errors="replace").strip()
+        if before.strip():
+            log.debug("%s: the login shell printed before the command's output: %r", self.name, before[:200])
+        self._dir = folder
         self._have.update(files)
         return dataclasses.replace(res, stdout=rest)
 
@@ -512,7 +524,8 @@ class HostRunner:
                        + shell.env_command({**PROBE_ENV, **(env or {})},
                                            [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
                                            exec_=True))
-                res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress)
+                res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress,
+                               label=f"probe {name}")
             if not (res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr and attempt == 1):
                 break
             log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept import prefetch
-from gpuaccept.errors import ProbeError
+from gpuaccept.errors import CommandTimeout, HostUnreachable, ProbeError
 from gpuaccept.inventory import load_inventory
 from gpuaccept.node import PROBE_DIR, HostRunner, probe_files
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
@@ -603,6 +603,40 @@ def test_each_probe_loads_from_the_files_shipped_for_it(tmp_path, probe):
                           f"runpy.run_path('{probe}.py', run_name='loaded_only')"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_login_banner_silent_shell_and_hung_exec_each_get_their_own_words(tmp_path):
+    """A login that prints a banner on stdout first (ForceCommand, ~/.bashrc) still runs every probe; a shell
+    that exits 1 having printed nothing is told as such; a node hung on exec times out naming the probe, not
+    the shipping command's shell text, and every later command is refused naming when the host was written
+    off and why."""
+    ok, silent, hung = (start_sshd(tmp_path, address=a, name=n, extra_config=[f"ForceCommand {c}"])
+                        for a, n, c in (("127.0.7.1", "banner", 'echo "Welcome to the GPU cluster"; '
+                                                                 'eval "$SSH_ORIGINAL_COMMAND"'),
+                                        ("127.0.7.2", "silent", "exit 1"), ("127.0.7.3", "hung", "sleep 600")))
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [ok, silent, hung])
+        r = runner_on(ok, kh)
+        assert r.probe("storage_mounts", {"paths": ["/"]})["paths"][0]["path"] == "/"
+        assert r.probe("nccl_env", {"login_shell": False})["errors"] == []  # more files shipped, banner again
+        r.close()
+        s = runner_on(silent, kh)
+        with pytest.raises(ProbeError, match=r"could not ship probes: the shell exited with rc 1 before making the "
+                                             r"folder and printed nothing"):
+            s.probe("storage_mounts", {"paths": ["/"]})
+        s.close()
+        h = runner_on(hung, kh)
+        with pytest.raises(CommandTimeout) as first:
+            h.probe("storage_mounts", {"paths": ["/"]}, timeout=2)
+        assert first.value.msg.startswith("command timed out after 2s: probe storage_mounts;"), first.value.msg
+        with pytest.raises(HostUnreachable, match=r"^hung: written off at \d\d:\d\d:\d\d UTC, not tried again this run: "
+                                                  r"stopped answering \(command timed out after 2s: probe "
+                                                  r"storage_mounts; .*then .*timed out"):
+            h.probe("nccl_env", {"login_shell": False})
+        h.close()
+    finally:
+        for n in (ok, silent, hung):
+            n.stop()
 
 
 def test_stale_folders_are_swept_and_a_vanished_folder_is_shipped_again(tmp_path, caplog):

@@ -49,10 +49,10 @@ class Transport(Protocol):
     """What every backend offers: run one command on its host, and close."""
 
     def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False,
-            progress: Callable[[dict], None] | None = None) -> CommandResult:
+            progress: Callable[[dict], None] | None = None, label: str | None = None) -> CommandResult:
         """Run ``command`` (a POSIX shell command line) with ``stdin`` fed to it, at most ``timeout``
         seconds of wall clock; ``hold_stdin``: no EOF on stdin until the command ends; ``progress``: see
-        the module docstring. Raises
+        the module docstring; ``label``: what messages call the command (default: the command, cut short). Raises
         TransportError subclasses (CommandTimeout on timeout, Interrupted when cancelled)."""
         ...
 
@@ -69,7 +69,8 @@ def short_command(command: str, limit: int = 60) -> str:
 
 @dataclass(eq=False)
 class Running:
-    """One command in flight: ``host`` (inventory name), ``command``, ``started`` (monotonic s).
+    """One command in flight: ``host`` (inventory name), ``command``, ``started`` (monotonic s), ``label`` (what
+    messages call it, e.g. ``probe gpu_inventory``; default the command, cut short: :attr:`what`).
     ``cancelled`` is set by :meth:`cancel` (:func:`cancel_all` on a signal; the prefetcher and a collective for one
     host); ``reason`` then says why (``SIGINT``)."""
 
@@ -78,6 +79,12 @@ class Running:
     started: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
     reason: str = ""
+    label: str | None = None
+
+    @property
+    def what(self) -> str:
+        """The command as messages name it: its label, else the command on one line, cut short."""
+        return self.label or short_command(self.command)
 
     def cancel(self, reason: str) -> None:
         """Ask the backend waiting on this command to kill it and raise Interrupted naming ``reason``
@@ -128,11 +135,12 @@ def cancel_all(reason: str, abort: bool = False) -> list[str]:
     return sorted({r.host for r in todo})
 
 
-def tracked(host: str, command: str, fn: Callable[[Running], CommandResult]) -> CommandResult:
+def tracked(host: str, command: str, fn: Callable[[Running], CommandResult], label: str | None = None) -> CommandResult:
     """Run ``fn(running)`` registered as a command in flight on ``host``, and log it at DEBUG as
     ``RUN <host> <command> rc=<rc> <seconds>s`` (rc is the exception's name when it raised). Every
-    backend's run() goes through here: the one place commands are tracked and logged."""
-    r = Running(host, command)
+    backend's run() goes through here: the one place commands are tracked and logged. ``label``: what
+    messages call the command (:attr:`Running.what`)."""
+    r = Running(host, command, label=label)
     with _REG_LOCK:
         _RUNNING.add(r)
     rc: Any = "?"

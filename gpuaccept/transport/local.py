@@ -12,7 +12,7 @@ from typing import Any, Callable
 from gpuaccept.probes._proc import group_alive, processes
 from gpuaccept.errors import CommandTimeout, Interrupted, TransportError
 from gpuaccept.progress_channel import ProgressLines
-from gpuaccept.transport import CommandResult, Running, short_command, tracked
+from gpuaccept.transport import CommandResult, Running, tracked
 
 #: seconds between SIGTERM and SIGKILL when a command times out
 KILL_GRACE_S = 2.0
@@ -88,7 +88,7 @@ class LocalTransport:
         self._lock = threading.Lock()
 
     def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False,
-            progress: Callable[[dict], None] | None = None) -> CommandResult:
+            progress: Callable[[dict], None] | None = None, label: str | None = None) -> CommandResult:
         """Run ``command`` (POSIX shell command line) locally.
 
         ``stdin``: bytes fed to the command, then its stdin is closed (``hold_stdin``: kept open, no EOF,
@@ -104,7 +104,7 @@ class LocalTransport:
             raise ValueError("hold_stdin takes no stdin data")
         with self._lock:
             return tracked(self.host.name, command,
-                           lambda r: self._run(command, stdin, timeout, hold_stdin, r, progress))
+                           lambda r: self._run(command, stdin, timeout, hold_stdin, r, progress), label)
 
     def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running,
              progress: Callable[[dict], None] | None = None) -> CommandResult:
@@ -151,7 +151,7 @@ class LocalTransport:
             out, err = self._kill(proc, pgid)
             if drain is not None:
                 err = drain.result(5.0, give_up=True)
-            exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {short_command(command)}")
+            exc = CommandTimeout(name, f"command timed out after {timeout:g}s: {running.what}")
             exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]
             raise exc from None
         except BaseException:
@@ -166,9 +166,9 @@ class LocalTransport:
                 os.close(held)
         if cancelled:
             raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: "
-                                    f"{short_command(command)} (process group killed)")
+                                    f"{running.what} (process group killed)")
         if running.cancelled.is_set() and proc.returncode != 0:
-            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: {short_command(command)}")
+            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: {running.what}")
         head, tail = err[: 64 * 1024], err[64 * 1024:]
         err = _MARKER_RE.sub(b"", head, count=2) + tail
         return CommandResult(rc=proc.returncode, stdout=out, stderr=err, duration_s=time.monotonic() - start)

@@ -53,7 +53,7 @@ from gpuaccept.errors import (
     Interrupted,
 )
 from gpuaccept.progress_channel import ProgressLines
-from gpuaccept.transport import CommandResult, Running, short_command, tracked
+from gpuaccept.transport import CommandResult, Running, tracked
 from gpuaccept.transport.sshconfig import parse_jump, resolve
 
 log = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ class SSHTransport:
     # ------------------------------------------------------------------ public API
 
     def run(self, command: str, stdin: bytes = b"", timeout: float = 600.0, hold_stdin: bool = False,
-            progress: Callable[[dict], None] | None = None) -> CommandResult:
+            progress: Callable[[dict], None] | None = None, label: str | None = None) -> CommandResult:
         """Run ``command`` (POSIX shell command line, run by /bin/sh) on the host.
 
         ``stdin``: bytes fed to the command, then EOF (``hold_stdin``: no EOF until the command ends, or
@@ -280,7 +280,7 @@ class SSHTransport:
         """
         with self._lock:
             return tracked(self.host.name, command,
-                           lambda r: self._run(command, stdin, timeout, hold_stdin, r, progress))
+                           lambda r: self._run(command, stdin, timeout, hold_stdin, r, progress), label)
 
     def kill_groups(self, pgids: list[int], timeout: float = KILL_BUDGET_S + 4) -> CommandResult:
         """Kill remote process groups ``pgids`` (TERM, grace, KILL) with a command on this transport
@@ -636,9 +636,9 @@ class SSHTransport:
             if not killed:
                 self._close_client()
             if isinstance(stop, _Cancelled):
-                msg = f"interrupted ({running.reason}) while running on {name}: {short_command(command)}"
+                msg = f"interrupted ({running.reason}) while running on {name}: {running.what}"
             else:
-                msg = f"command timed out after {timeout:g}s: {short_command(command)}"
+                msg = f"command timed out after {timeout:g}s: {running.what}"
             if how:
                 msg += f"; {how}"
             if isinstance(stop, _Cancelled):
@@ -648,7 +648,7 @@ class SSHTransport:
             raise exc from None
         except (SSHException, EOFError, OSError) as e:
             self._close_client()
-            raise _lost(name, f"connection lost during command ({e}): {short_command(command)}", err.pgids) from None
+            raise _lost(name, f"connection lost during command ({e}): {running.what}", err.pgids) from None
         finally:
             watchdog.cancel()
         duration = time.monotonic() - start
@@ -663,7 +663,7 @@ class SSHTransport:
         if not got_status:
             if watchdog.fired or not transport.is_active() or not chan.eof_received:
                 self._close_client()
-                raise _lost(name, f"connection lost during command: {short_command(command)}", err.pgids)
+                raise _lost(name, f"connection lost during command: {running.what}", err.pgids)
             rc = -1  # channel closed without exit-status: the remote shell died of a signal
         else:
             rc = chan.recv_exit_status()
