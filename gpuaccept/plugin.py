@@ -18,6 +18,7 @@ import pytest
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from .hostvars import check_hosts
+from .inputcheck import check_connection_files
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
 from . import fanout, interrupt, prefetch, progress_relay
@@ -164,10 +165,8 @@ def pytest_configure(config: pytest.Config) -> None:
             hosts = inv.select(limit)
         hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
         hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
-        for h in hosts:
-            if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
-                why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
-                raise ConfigError(f"{inv_path}: host {h.name}: ansible_ssh_private_key_file {h.key_file} {why}")
+        check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
+                               config.getoption("accept_new_host_keys"))
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},

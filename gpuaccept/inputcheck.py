@@ -1,0 +1,103 @@
+"""Files the selected hosts' connections need, checked on the controller before any node is touched.
+
+:func:`check_connection_files` is called from the plugin's ``pytest_configure``: a key file that is missing,
+unreadable, a folder, a public key or no key at all, and a ``--known-hosts`` file (or the host var
+``gpuaccept_known_hosts`` / ``ansible_ssh_known_hosts_file``) that does not exist while new host keys are not
+being accepted, would otherwise turn into one "cannot load key file" or "unknown host key" ERROR per host
+after every node was contacted. Each is one line (exit 4) naming the ``file:line`` that set it and the host.
+Each file is looked at once, however many hosts name it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from .errors import ConfigError
+
+__all__ = ["check_connection_files"]
+
+# host vars naming a known_hosts file, as gpuaccept.transport.ssh.KNOWN_HOSTS_VARS reads them (first set wins)
+_KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
+_KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
+# the first word of an OpenSSH public key line (ssh-keygen writes "<type> <base64> <comment>" to *.pub)
+_PUBLIC_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
+
+
+def _key_problem(path: str) -> str | None:
+    """Why ``path`` cannot be an SSH private key (one phrase), or None. A passphrase-protected key is fine
+    (the transport then tries ssh-agent)."""
+    import paramiko  # the transport's own reader; imported here so --help and --list-hosts stay light
+
+    if not os.path.exists(path):
+        return "does not exist"
+    if os.path.isdir(path):
+        return "is a folder, not a key file"
+    if not os.access(path, os.R_OK):
+        return "is not readable"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    if head.lstrip().startswith(tuple(p.encode() for p in _PUBLIC_PREFIXES)):
+        return "is a public key (an OpenSSH .pub line); give the private key file" + (
+            f" ({path[:-4]}?)" if path.endswith(".pub") else "")
+    try:
+        paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException:
+        return None
+    except (paramiko.SSHException, ValueError, TypeError) as e:
+        if "password" in str(e).lower():
+            return None  # OpenSSH's format says "passphrase-protected" this way
+        return f"is not a private key paramiko can read ({e})"
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    return None
+
+
+def check_connection_files(hosts: Iterable[Any], inventory: str, known_hosts: str | None,
+                           accept_new_host_keys: bool) -> None:
+    """Refuse what would make every connection of a host fail at once.
+
+    ``hosts``: the selected :class:`gpuaccept.inventory.Host` objects (only ``connection == "ssh"`` ones are
+    looked at); ``inventory``: its path, named when a var's line is unknown; ``known_hosts``: the
+    ``--known-hosts`` option; ``accept_new_host_keys``: when set, a known_hosts file that does not exist yet
+    is where new keys will be recorded, so only its folder must exist.
+
+    Raises:
+        ConfigError: one line, ``<file>:<line>: host <name>: <var> <path> <what is wrong>`` (for the option:
+            ``--known-hosts <path>: ...``).
+    """
+    seen: dict[str, str | None] = {}
+
+    def known_hosts_problem(path: str) -> str | None:
+        if os.path.isdir(path):
+            return "is a folder, not a known_hosts file"
+        if os.path.exists(path):
+            return None if os.access(path, os.R_OK) else "is not readable"
+        if not accept_new_host_keys:
+            return "does not exist; to record host keys there on first use, add --accept-new-host-keys"
+        folder = os.path.dirname(os.path.abspath(path))
+        return None if os.path.isdir(folder) else f"cannot be created: folder {folder} does not exist"
+
+    ssh_hosts = [h for h in hosts if h.connection == "ssh"]
+    if known_hosts and ssh_hosts:
+        why = known_hosts_problem(os.path.expanduser(known_hosts))
+        if why:
+            raise ConfigError(f"--known-hosts {known_hosts}: {why}")
+    for h in ssh_hosts:
+        if h.key_file:
+            path = os.path.expanduser(h.key_file)
+            if path not in seen:
+                seen[path] = _key_problem(path)
+            if seen[path]:
+                var = next((v for v in _KEY_VARS[::-1] if h.vars.get(v) is not None), "ansible_ssh_private_key_file")
+                raise ConfigError(f"{h.where(var, inventory)}: host {h.name}: {var} {h.key_file} {seen[path]}")
+        var = next((v for v in _KNOWN_HOSTS_VARS if h.vars.get(v)), None)
+        if var:
+            path = os.path.expanduser(str(h.vars[var]))
+            key = "known_hosts:" + path
+            if key not in seen:
+                seen[key] = known_hosts_problem(path)
+            if seen[key]:
+                raise ConfigError(f"{h.where(var, inventory)}: host {h.name}: {var} {h.vars[var]} {seen[key]}")
