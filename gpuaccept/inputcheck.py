@@ -14,7 +14,27 @@ from typing import Any, Iterable
 
 from .errors import ConfigError
 
-__all__ = ["check_connection_files"]
+__all__ = ["check_connection_files", "check_empty_options"]
+
+#: text options of gpuaccept (pytest option dest names) whose value must not be empty
+TEXT_OPTIONS = ("inventory", "limit", "sku", "reports", "thresholds", "known_hosts", "shard", "history", "baseline",
+                "prometheus_textfile")
+
+
+def check_empty_options(getoption: Any) -> None:
+    """Refuse a text option given as empty or blank text (``--inventory=$INVENTORY`` with the variable unset).
+
+    An empty ``--inventory``, ``--reports`` or ``--thresholds`` would fall back to its default (the run tests the
+    controller itself from ``inventory/localhost.ini`` and passes), an empty ``--limit`` selects every host, as
+    Ansible's ``-l ''`` does (a burn-in meant for a few drained hosts would start on the whole fleet).
+    ``getoption``: ``config.getoption``. Raises ConfigError (one line)."""
+    for name in TEXT_OPTIONS:
+        value = getoption(name, None)
+        if isinstance(value, str) and not value.strip():
+            flag = "--" + name.replace("_", "-")
+            hint = " (to select every host, leave --limit out or write --limit all)" if name == "limit" else \
+                f" (leave {flag} out for its default)"
+            raise ConfigError(f"{flag} is empty: an unset variable on the command line?{hint}")
 
 # host vars naming a known_hosts file, as gpuaccept.transport.ssh.KNOWN_HOSTS_VARS reads them (first set wins)
 _KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")

@@ -18,7 +18,7 @@ import pytest
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from .hostvars import check_hosts
-from .inputcheck import check_connection_files
+from .inputcheck import check_connection_files, check_empty_options
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
 from . import fanout, interrupt, prefetch, progress_relay
@@ -115,6 +115,7 @@ def check_options(config: pytest.Config) -> None:
     """Refuse a numeric option that is not a finite number in its range, and a --prometheus-textfile whose
     folder cannot be written, before any node is touched. Raises ConfigError (one line, exit 4)."""
     import math
+    check_empty_options(config.getoption)
     for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
         v = config.getoption(name, None)
         if v is None:

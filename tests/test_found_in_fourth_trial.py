@@ -216,3 +216,28 @@ def test_the_same_node_is_reached_when_its_files_are_right(tmp_path, watched_nod
                      "--reports", str(tmp_path / "rep"))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert _connections(node) > before
+
+
+@pytest.mark.parametrize("option", ["--inventory=", "--limit=", "--limit= ", "--reports=", "--thresholds=",
+                                    "--known-hosts=", "--sku="])
+def test_an_empty_option_is_refused_not_taken_for_its_default(tmp_path, option):
+    """``--inventory=$INVENTORY`` with the variable unset: before, the run fell back to inventory/localhost.ini,
+    tested the controller itself and exited 0 (a green CI job that tested no node); ``--limit=`` selected every
+    host (as Ansible's ``-l ''``), so a burn-in meant for a few drained hosts started on the whole fleet."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"), option)
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    flag = option.split("=")[0]
+    assert f"ERROR: {flag} is empty: an unset variable on the command line?" in res.stderr, res.stderr
+    assert "Traceback" not in res.stdout + res.stderr and not (tmp_path / "rep").exists()
+
+
+def test_a_semicolon_comment_after_a_host_says_how_to_write_it(tmp_path):
+    """Ansible and gpuaccept both refuse ``n1 ansible_host=10.0.0.1 ; rack 3``; the line now says why."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\nn1 ansible_host=10.0.0.1 ; rack 3\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value) == (f"{inv}:2: expected key=value host variable, got ';'; ';' starts a comment only at the "
+                              f"start of a line (as in Ansible): write '#'")

@@ -117,7 +117,9 @@ def _host_line(b: Builder, group: str, line: str, where: str) -> None:
     for tok in tokens[1:]:
         key, eq, value = tok.partition("=")
         if not eq or not key:
-            raise InventoryError(f"{where}: expected key=value host variable, got {tok!r}")
+            hint = "; ';' starts a comment only at the start of a line (as in Ansible): write '#'" \
+                if tok.startswith(";") else ""
+            raise InventoryError(f"{where}: expected key=value host variable, got {tok!r}{hint}")
         if key in hvars:
             raise InventoryError(f"{where}: host variable {key} written twice on one line")
         hvars[key] = ini_value(value)
