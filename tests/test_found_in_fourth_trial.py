@@ -278,3 +278,22 @@ def test_threshold_file_expect_values_are_typed(tmp_path, old, new, line, needle
 def test_every_shipped_threshold_file_passes_the_typed_expect_check():
     from gpuaccept.thresholds import load_all
     assert len(load_all(str(REPO / "thresholds"))) >= 14
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("[2001:db8::7]", "write the IPv6 address without brackets (2001:db8::7)"),
+    ("[::1]:2200", "write the IPv6 address without brackets (::1), and 2200 in ansible_port"),
+    ('"10.0.0.4 "', "holds whitespace"),
+    ('""', "is empty"),
+])
+def test_an_address_no_connection_can_use_is_refused_at_load(tmp_path, value, needle):
+    """Before: loaded, then every test of the host was an ERROR "cannot resolve [::1]" (ansible fails the same
+    way: "Could not resolve hostname [::1]"), after the other hosts had been contacted."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[gpu]\nv6 ansible_host={value}\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value).startswith(f"{inv}:2: host v6 ansible_host ") and str(err.value).endswith(needle), err.value
+    inv.write_text("[gpu]\nv6 ansible_host=2001:db8::7\n[2001:db8::8]:2200\n")  # the forms that work
+    assert [(h.address, h.port) for h in load_inventory(str(inv)).hosts.values()] == [("2001:db8::7", 22),
+                                                                                      ("2001:db8::8", 2200)]

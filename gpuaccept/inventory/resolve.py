@@ -351,6 +351,10 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         if val is not None and type(val) not in (str, int, float):
             raise InventoryError(f"{origins.get(k, path)}: host {name} var {k} must be text, "
                                  f"got {type(val).__name__} {val!r}")
+    if address is not None:
+        why = address_problem(str(address))
+        if why:
+            raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
     if python is None or str(python).startswith("auto"):
         python = "python3"
     return Host(
@@ -365,6 +369,21 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         groups=groups,
         origins=origins,
     )
+
+
+def address_problem(address: str) -> str | None:
+    """Why ``address`` (an ``ansible_host`` value) can be no address to connect to, else None: empty, holding
+    whitespace, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
+    host names; ssh and paramiko both fail with "cannot resolve [::1]" on every connection, Ansible too)."""
+    if not address.strip():
+        return "is empty"
+    if any(c.isspace() for c in address):
+        return "holds whitespace"
+    m = _BRACKET_PORT.match(address) or re.fullmatch(r"\[([0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]", address)
+    if m:
+        port = f", and {m.group(2)} in ansible_port" if m.lastindex and m.lastindex >= 2 else ""
+        return f"write the IPv6 address without brackets ({m.group(1)}){port}"
+    return None
 
 
 def check_addresses(path: str, hosts: dict[str, Host]) -> None:
