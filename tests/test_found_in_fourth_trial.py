@@ -161,8 +161,12 @@ def watched_node(tmp_path_factory):
     """An sshd that logs every connection (LogLevel VERBOSE: 'Connection from ...')."""
     from sshd import start_sshd, write_known_hosts
     base = tmp_path_factory.mktemp("watched")
+    import time
     node = start_sshd(base, address="127.0.0.71", name="w1", log_level="VERBOSE")
     kh = write_known_hosts(base / "known_hosts", [node])
+    deadline = time.monotonic() + 10  # the rig's own readiness probe connects once: let its lines be written
+    while "Connection closed" not in node.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield node, kh
     node.stop()
 
@@ -297,3 +301,17 @@ def test_an_address_no_connection_can_use_is_refused_at_load(tmp_path, value, ne
     inv.write_text("[gpu]\nv6 ansible_host=2001:db8::7\n[2001:db8::8]:2200\n")  # the forms that work
     assert [(h.address, h.port) for h in load_inventory(str(inv)).hosts.values()] == [("2001:db8::7", 22),
                                                                                       ("2001:db8::8", 2200)]
+
+
+def test_a_limit_mixing_commas_and_colons_says_how_ansible_reads_it(tmp_path):
+    """Ansible splits a pattern on commas only when it has one, so in 'gpu:!drained,!g1' the first term is the
+    name 'gpu:!drained', which matches nothing (Ansible warns, then finds no host). Before: "term 'gpu:!drained'
+    names no group or host", which read as if the group were missing."""
+    from gpuaccept.errors import PatternError
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\ng[1:4]\n[drained]\ng2\n")
+    with pytest.raises(PatternError) as err:
+        load_inventory(str(inv)).select("gpu[0:2]:!drained,!g1")
+    assert str(err.value).endswith("(with a comma in the pattern, ':' does not separate terms, as in Ansible: write "
+                                   "'gpu[0:2],!drained,!g1')"), err.value
+    assert [h.name for h in load_inventory(str(inv)).select("gpu[0:2],!drained,!g1")] == ["g3"]
