@@ -315,3 +315,27 @@ def test_a_limit_mixing_commas_and_colons_says_how_ansible_reads_it(tmp_path):
     assert str(err.value).endswith("(with a comma in the pattern, ':' does not separate terms, as in Ansible: write "
                                    "'gpu[0:2],!drained,!g1')"), err.value
     assert [h.name for h in load_inventory(str(inv)).select("gpu[0:2],!drained,!g1")] == ["g3"]
+
+
+@pytest.mark.parametrize("name,text,line", [
+    ("hosts.ini", "[gpu]\nn1:2222 ansible_port=2200\n", 2),
+    ("hosts.yml", "gpu:\n  hosts:\n    'n1:2222':\n      ansible_port: 2200\n", 3),
+    ("old.ini", "[gpu]\nn1:2222 ansible_ssh_port=2200\n", 2),
+])
+def test_a_port_in_the_host_name_and_another_in_its_vars_is_refused(tmp_path, name, text, line):
+    """Before: gpuaccept connected to 2222, Ansible (ansible-inventory) to 2200, the variable's."""
+    inv = tmp_path / name
+    inv.write_text(text)
+    assert _oracle_port(tmp_path, inv) == 2200
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value).startswith(f"{inv}:{line}: host 'n1:2222' names port 2222 and sets ansible_"), err.value
+    inv.write_text(text.replace("2200", "2222"))  # the same port twice is fine
+    assert load_inventory(str(inv)).hosts["n1"].port == 2222
+
+
+def _oracle_port(tmp_path: Path, inv: Path) -> int:
+    out = json.loads(subprocess.run([ANSIBLE_INVENTORY, "-i", str(inv), "--list"], capture_output=True, text=True,
+                                    env=_ansible_env(tmp_path), timeout=120, check=True).stdout)
+    hv = out["_meta"]["hostvars"]["n1"]
+    return int(hv.get("ansible_ssh_port", hv.get("ansible_port")))

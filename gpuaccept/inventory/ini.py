@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from ..errors import InventoryError
-from .resolve import Builder, host_names
+from .resolve import Builder, host_names, port_clash
 
 _SECTION = re.compile(r"^\[(?P<name>[^\[\]:\s]+)(?::(?P<kind>[^\[\]\s]+))?\]\s*(?:[#;].*)?$")
 # a host line in bracket form: [2001:db8::12]:2200 (Ansible reads it as a host, not a section)
@@ -123,6 +123,7 @@ def _host_line(b: Builder, group: str, line: str, where: str) -> None:
         if key in hvars:
             raise InventoryError(f"{where}: host variable {key} written twice on one line")
         hvars[key] = ini_value(value)
+    port_clash(tokens[0], port, hvars, where)
     if port is not None:
         hvars["ansible_port"] = port
     origins = dict.fromkeys(hvars, where)

@@ -80,6 +80,17 @@ def _port(digits: str, pattern: str, where: str) -> int:
     return port
 
 
+def port_clash(pattern: str, port: int | None, hvars: dict[str, Any], where: str) -> None:
+    """Refuse ``n1:2222`` written with another ``ansible_port`` (or ``ansible_ssh_port``) in the same entry:
+    Ansible silently takes the variable, a reader of the line the port in the name. Raises InventoryError."""
+    if port is None:
+        return
+    for var in ("ansible_port", "ansible_ssh_port"):
+        if var in hvars and str(hvars[var]).strip() != str(port):
+            raise InventoryError(f"{where}: host {pattern!r} names port {port} and sets {var}={hvars[var]!r}; "
+                                 "write the port once")
+
+
 def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
     """The host names a host entry stands for (ranges expanded) and its port, or InventoryError."""
     pattern = pattern.strip()

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import InventoryError
 from ..yamlload import plain
-from .resolve import Builder, host_names
+from .resolve import Builder, host_names, port_clash
 
 #: how to turn a dynamic inventory (script, plugin) into a file gpuaccept reads; ``src``: the source
 STATIC_HINT = ("write its hosts out once with `ansible-inventory -i {src} --list --yaml > fleet.yml` "
@@ -77,6 +77,7 @@ def _host(b: Builder, group: str, pattern: Any, data: Any, where: str) -> None:
     names, port = host_names(str(pattern), where)
     hvars = {str(k): plain(v) for k, v in (data or {}).items()}
     origins = {str(k): f"{b.path}:{data.lines.get(k, data.line)}" for k in data} if data else {}
+    port_clash(str(pattern), port, hvars, where)
     if port is not None:
         hvars["ansible_port"] = port
         origins["ansible_port"] = where
