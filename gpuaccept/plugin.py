@@ -154,7 +154,8 @@ def pytest_configure(config: pytest.Config) -> None:
         sku = config.getoption("sku")
         if sku and sku not in specs:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
-        inv: Inventory = load_inventory(inv_path)
+        shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
+        inv: Inventory = load_inventory(*shared) if shared else load_inventory(inv_path)
         limit = config.getoption("limit")
         raw = list(config.invocation_params.args)
         if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
@@ -197,6 +198,7 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
     if st is not None:
         worker.workerinput["gpuaccept_started"] = st["started"]
         worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
+        worker.workerinput["gpuaccept_inventory"] = (st["inventory"].path, st["inventory"].text)
         if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
             st.setdefault("progress_dir", progress_relay.make_dir())
             worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]

@@ -339,3 +339,24 @@ def _oracle_port(tmp_path: Path, inv: Path) -> int:
                                     env=_ansible_env(tmp_path), timeout=120, check=True).stdout)
     hv = out["_meta"]["hostvars"]["n1"]
     return int(hv.get("ansible_ssh_port", hv.get("ansible_port")))
+
+
+def test_an_inventory_from_a_pipe_is_read_once_for_every_xdist_worker(tmp_path):
+    """``pytest --inventory <(ansible-inventory -i aws_ec2.yml --list --yaml) -n 2``: the controller read the
+    pipe, then each worker tried to read /dev/fd/N again and crashed (8 crashed workers, tracebacks, exit 5).
+    The workers now get the text the controller read. A real pipe: an os.pipe() whose read end the command
+    inherits, as bash's process substitution gives it."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.unlink()
+    r, w = os.pipe()
+    os.write(w, b"[gpu]\np1 ansible_connection=local\np2 ansible_connection=local\n")
+    os.close(w)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--inventory", f"/dev/fd/{r}", "-n", "2", "-m", "health",
+                               "-k", "gpu_inventory", "--reports", str(tmp_path / "rep"), "--history", "none"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=240, pass_fds=(r,))
+    finally:
+        os.close(r)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr and "crashed" not in proc.stdout
+    assert sorted(json.loads((tmp_path / "rep" / "results.json").read_text())["hosts"]) == ["p1", "p2"]

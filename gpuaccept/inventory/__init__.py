@@ -34,30 +34,35 @@ from .yaml import STATIC_HINT, parse_yaml
 __all__ = ["Host", "Inventory", "expand_hostname", "load_inventory"]
 
 
-def load_inventory(path: str) -> Inventory:
+def load_inventory(path: str, text: str | None = None) -> Inventory:
     """Read an INI or YAML inventory file, and the group_vars/host_vars beside it.
 
     ``.yml``/``.yaml``/``.json`` files are YAML; a file without extension is YAML when it parses as a
     YAML mapping, else INI; any other file is INI. A folder (``-i inventories/prod/``) holding one inventory
     file is read as that file. An inventory script (``#!``), an inventory plugin's configuration
     (``plugin:``) and ``ansible-inventory --list`` JSON (``_meta``) are refused with the command that turns
-    them into a file gpuaccept reads.
+    them into a file gpuaccept reads. ``text``: the file's text as read before (an xdist worker gets the
+    controller's, so a pipe such as ``--inventory <(...)`` is read once and every process sees the same hosts);
+    ``path`` then names the file read, for messages and the vars folders beside it.
 
     Raises:
         InventoryError: the file is missing, unreadable or malformed, a vars file is, a variable gpuaccept
             uses is invalid or templated, two hosts share an address and port, or there are more than
             100,000 hosts. ``str(err)`` is one line naming ``file:line`` when the line is known.
     """
-    if os.path.isdir(path):
-        path = _only_file_in(path)
-    text = read_text(path, InventoryError, "inventory file")
+    if text is None:
+        if os.path.isdir(path):
+            path = _only_file_in(path)
+        text = read_text(path, InventoryError, "inventory file")
     if text.startswith("#!"):
         raise InventoryError(f"{path}:1: an inventory script ({text.splitlines()[0][:80]}); gpuaccept does not run "
                              f"inventory scripts: {STATIC_HINT.format(src=path)}")
     paused = gc.isenabled()
     gc.disable()  # a load allocates ~10 objects per host and frees none: collection passes only cost time
     try:
-        return _load(path, text)
+        inv = _load(path, text)
+        inv.text = text
+        return inv
     finally:
         if paused:
             gc.enable()
