@@ -10,6 +10,7 @@ Each file is looked at once, however many hosts name it.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Iterable
 
 from .errors import ConfigError
@@ -75,6 +76,26 @@ def _key_problem(path: str) -> str | None:
     return None
 
 
+# one known_hosts line (sshd(8) "SSH_KNOWN_HOSTS FILE FORMAT"): [@marker] hostnames keytype base64-key [comment]
+_KNOWN_HOSTS_LINE = re.compile(r"^(?:@[\w-]+\s+)?\S+\s+[A-Za-z0-9@._-]+\s+[A-Za-z0-9+/]+={0,2}(?:\s.*)?$")
+
+
+def known_hosts_text_problem(path: str) -> str | None:
+    """Why the existing file ``path`` is no known_hosts file (naming its first line that is none), else None.
+    Keys accepted with --accept-new-host-keys are appended to it: an inventory given by mistake
+    (``--known-hosts inventory.ini``) would get SSH key lines written into it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64 << 20)
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    for n, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        line = raw.strip()
+        if line and not line.startswith("#") and not _KNOWN_HOSTS_LINE.match(line):
+            return f"is not a known_hosts file (line {n}: {line[:60]!r})"
+    return None
+
+
 def check_connection_files(hosts: Iterable[Any], inventory: str, known_hosts: str | None,
                            accept_new_host_keys: bool) -> None:
     """Refuse what would make every connection of a host fail at once.
@@ -94,7 +115,7 @@ def check_connection_files(hosts: Iterable[Any], inventory: str, known_hosts: st
         if os.path.isdir(path):
             return "is a folder, not a known_hosts file"
         if os.path.exists(path):
-            return None if os.access(path, os.R_OK) else "is not readable"
+            return known_hosts_text_problem(path) if os.access(path, os.R_OK) else "is not readable"
         if not accept_new_host_keys:
             return "does not exist; to record host keys there on first use, add --accept-new-host-keys"
         folder = os.path.dirname(os.path.abspath(path))

@@ -42,7 +42,8 @@ def _ansible_target(tmp_path: Path, inventory: Path, host: str) -> tuple[str, st
     """(user, address, port) that ``ansible HOST -m ping -vvv`` tries to log in with (the port is closed:
     it fails at once after printing them)."""
     assert ANSIBLE, "ansible not found (pip install -e '.[test]' installs ansible-core)"
-    proc = subprocess.run([ANSIBLE, host, "-i", str(inventory), "-m", "ping", "-vvv", "-e", "ansible_ssh_timeout=3"],
+    proc = subprocess.run([ANSIBLE, host, "-i", str(inventory), "-m", "ping", "-vvv", "-e", "ansible_ssh_timeout=3",
+                           "--ssh-extra-args=-o UserKnownHostsFile=/dev/null"],  # never ~/.ssh/known_hosts
                           capture_output=True, text=True, env=_ansible_env(tmp_path), timeout=120)
     out = proc.stdout + proc.stderr
     user = re.search(r"ESTABLISH SSH CONNECTION FOR USER: (\S+)", out)
@@ -360,3 +361,17 @@ def test_an_inventory_from_a_pipe_is_read_once_for_every_xdist_worker(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr and "crashed" not in proc.stdout
     assert sorted(json.loads((tmp_path / "rep" / "results.json").read_text())["hosts"]) == ["p1", "p2"]
+
+
+def test_known_hosts_option_naming_the_inventory_does_not_get_keys_written_into_it(tmp_path, watched_node):
+    """``--known-hosts inventory.ini --accept-new-host-keys`` (two paths swapped): before, the run passed and the
+    node's host key line was appended to the inventory, which the next run could no longer read."""
+    node, _ = watched_node
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(node.inventory_line() + "\n")
+    before = inv.read_text()
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", str(inv), "--accept-new-host-keys",
+                     "-m", "health", "-k", "gpu_inventory", "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"ERROR: --known-hosts {inv}: is not a known_hosts file (line 1: 'w1 ansible_host=" in res.stderr, res.stderr
+    assert inv.read_text() == before
