@@ -375,3 +375,16 @@ def test_known_hosts_option_naming_the_inventory_does_not_get_keys_written_into_
     assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
     assert f"ERROR: --known-hosts {inv}: is not a known_hosts file (line 1: 'w1 ansible_host=" in res.stderr, res.stderr
     assert inv.read_text() == before
+
+
+@pytest.mark.parametrize("baseline", ["latest-pass", "20261130T000000Z"])
+def test_a_baseline_without_a_history_is_refused(tmp_path, baseline):
+    """``--baseline latest-pass --history none`` ran and listed no stand-out (nothing to compare with), exit 0;
+    a run id said "no history database at none"."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--baseline", baseline, "--history", "none", "-m", "health",
+                     "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert (f"ERROR: --baseline {baseline} compares with runs of the history database, and --history none keeps "
+            "none") in res.stderr, res.stderr
