@@ -388,3 +388,13 @@ def test_a_baseline_without_a_history_is_refused(tmp_path, baseline):
     assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
     assert (f"ERROR: --baseline {baseline} compares with runs of the history database, and --history none keeps "
             "none") in res.stderr, res.stderr
+
+
+def test_one_ipv6_machine_written_two_ways_is_listed_once(tmp_path):
+    """``2001:db8::1`` and ``2001:0db8:0:0::0001`` are one address: before, both hosts loaded and the machine was
+    tested twice (two names for one node: the other node never tested)."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\na ansible_host=2001:db8::1\nb ansible_host=2001:0db8:0:0::0001\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value) == f"{inv}: hosts a and b both resolve to 2001:0db8:0:0::0001:22; list each machine once"

@@ -397,13 +397,22 @@ def address_problem(address: str) -> str | None:
     return None
 
 
+def _canonical(address: str) -> str:
+    """An address as compared for "the same machine twice": an IP in its canonical form (``2001:0db8::0001``
+    and ``2001:db8::1`` are one address), a name lower-cased."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower()
+
+
 def check_addresses(path: str, hosts: dict[str, Host]) -> None:
     """Refuse two ssh hosts at one address and port (the same machine listed twice)."""
     seen: dict[tuple[str, int], str] = {}
     for h in hosts.values():
         if h.connection == "local":
             continue
-        key = (h.address.lower(), h.port)
+        key = (_canonical(h.address), h.port)
         if key in seen:
             raise InventoryError(f"{path}: hosts {seen[key]} and {h.name} both resolve to {h.address}:{h.port}; "
                                  "list each machine once")
