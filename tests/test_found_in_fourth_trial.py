@@ -398,3 +398,25 @@ def test_one_ipv6_machine_written_two_ways_is_listed_once(tmp_path):
     with pytest.raises(InventoryError) as err:
         load_inventory(str(inv))
     assert str(err.value) == f"{inv}: hosts a and b both resolve to 2001:0db8:0:0::0001:22; list each machine once"
+
+
+@pytest.mark.parametrize("line,shown", [
+    ("ansible_user=ops   ; ops team", "'; ops team'"),
+    ("ansible_python_interpreter=/opt/venv/bin/python  # venv with torch", "'# venv with torch'"),
+    ("gpu_sku=h200-sxm-141gb # HGX", "'# HGX'"),
+])
+def test_an_inline_comment_in_a_vars_section_is_refused_for_a_var_gpuaccept_reads(tmp_path, line, shown):
+    """ansible-inventory gives ansible_user 'ops   ; ops team' (the INI reader keeps it in [g:vars]): before,
+    gpuaccept logged in as that user (every host an authentication ERROR) or looked for that interpreter."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[gpu]\ng1\n[gpu:vars]\n{line}\nteam_note=rack 3 # the operator's own: left alone\n")
+    key, value = line.split("=", 1)
+    oracle = json.loads(subprocess.run([ANSIBLE_INVENTORY, "-i", str(inv), "--list"], capture_output=True, text=True,
+                                       env=_ansible_env(tmp_path), timeout=120, check=True).stdout)
+    assert str(oracle["_meta"]["hostvars"]["g1"][key]) == value.strip()  # the comment is in Ansible's value
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value).startswith(f"{inv}:4: [gpu:vars] {key}=") and f"Ansible keeps {shown} as part" in str(
+        err.value), err.value
+    inv.write_text(f"[gpu]\ng1\n[gpu:vars]\n# comment\n{line.split()[0]}\ngpus_per_node=8 # HGX\n")
+    assert load_inventory(str(inv)).hosts["g1"].vars["gpus_per_node"] == 8  # a literal: the comment drops, as in Ansible
