@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from .errors import ConfigError
 
-__all__ = ["check_connection_files", "check_empty_options"]
+__all__ = ["check_connection_files", "check_empty_options", "check_local_addresses"]
 
 #: text options of gpuaccept (pytest option dest names) whose value must not be empty
 TEXT_OPTIONS = ("inventory", "limit", "sku", "reports", "thresholds", "known_hosts", "shard", "history", "baseline",
@@ -142,3 +142,40 @@ def check_connection_files(hosts: Iterable[Any], inventory: str, known_hosts: st
                 seen[key] = known_hosts_problem(path)
             if seen[key]:
                 raise ConfigError(f"{h.where(var, inventory)}: host {h.name}: {var} {h.vars[var]} {seen[key]}")
+
+
+def _is_own_ip(address: str) -> bool | None:
+    """Whether IP literal ``address`` belongs to this machine (a socket can bind to it), None for a name."""
+    import ipaddress
+    import socket
+
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+def check_local_addresses(hosts: Iterable[Any], inventory: str) -> None:
+    """Refuse a host with ``ansible_connection=local`` whose ``ansible_host`` is an IP address of another
+    machine (``[all:vars] ansible_connection=local`` left over from a trial on a fleet inventory): its probes
+    would run on this controller and their verdict be filed under a node never touched. An address of this
+    machine (loopback, or one a socket binds to), a host name (not resolved here) and a replayed host
+    (``gpuaccept_replay``) are fine. Raises ConfigError naming ``file:line`` and the host."""
+    for h in hosts:
+        if h.connection != "local" or h.vars.get("gpuaccept_replay"):
+            continue
+        var = next((v for v in ("ansible_ssh_host", "ansible_host") if h.vars.get(v) is not None), None)
+        if var and _is_own_ip(str(h.address)) is False:
+            conn = h.where("ansible_connection", inventory)
+            raise ConfigError(f"{h.where(var, inventory)}: host {h.name}: {var} {h.address} is another machine, but "
+                              f"ansible_connection=local (at {conn}) runs its probes on this controller: drop one "
+                              f"of the two")

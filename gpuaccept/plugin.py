@@ -18,7 +18,7 @@ import pytest
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from .hostvars import check_hosts
-from .inputcheck import check_connection_files, check_empty_options
+from .inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
 from . import fanout, interrupt, prefetch, progress_relay
@@ -169,6 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
         hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
         check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
                                config.getoption("accept_new_host_keys"))
+        check_local_addresses(hosts, inv_path)
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},

@@ -420,3 +420,22 @@ def test_an_inline_comment_in_a_vars_section_is_refused_for_a_var_gpuaccept_read
         err.value), err.value
     inv.write_text(f"[gpu]\ng1\n[gpu:vars]\n# comment\n{line.split()[0]}\ngpus_per_node=8 # HGX\n")
     assert load_inventory(str(inv)).hosts["g1"].vars["gpus_per_node"] == 8  # a literal: the comment drops, as in Ansible
+
+
+def test_a_local_host_with_another_machines_address_is_refused(tmp_path):
+    """``[all:vars] ansible_connection=local`` left in a fleet inventory: before, every node's tests ran on the
+    controller and were filed under the node's name (16 nodes, none touched). An address of this machine
+    (loopback), a name, or a replayed host stays allowed."""
+    import socket
+    far = "203.0.113.77"  # TEST-NET-3 (RFC 5737): on no interface of this machine, checked here
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, pytest.raises(OSError):
+        s.bind((far, 0))
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"[gpu]\nn1 ansible_host=127.0.0.5\nn2 ansible_host={far}\nn3 ansible_host=n3.example\n"
+                   "[all:vars]\nansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert (f"ERROR: {inv}:3: host n2: ansible_host {far} is another machine, but ansible_connection=local (at "
+            f"{inv}:6) runs its probes on this controller") in res.stderr, res.stderr
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--limit", "n1,n3", "--list-hosts")
+    assert res.returncode == 0 and "n1" in res.stdout and "n3" in res.stdout, res.stdout + res.stderr
