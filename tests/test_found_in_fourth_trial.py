@@ -439,3 +439,25 @@ def test_a_local_host_with_another_machines_address_is_refused(tmp_path):
             f"{inv}:6) runs its probes on this controller") in res.stderr, res.stderr
     res = run_pytest(tmp_path, "--inventory", str(inv), "--limit", "n1,n3", "--list-hosts")
     assert res.returncode == 0 and "n1" in res.stdout and "n3" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_first_run_against_an_unknown_host_key_reads_once_in_the_summary(tmp_path, watched_node):
+    """The first thing an operator meets on a new fleet: the host key not yet trusted. summary.md's host line
+    repeated the same sentence for three tests, then "+9 more"; now the sentence once, with the test count."""
+    node, _ = watched_node
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(node.inventory_line() + "\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(rep), "--history", "none")
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **ERROR** `w1`"))
+    assert re.fullmatch(r"- \*\*ERROR\*\* `w1`: test_gpu_inventory and \d+ more tests: w1: unknown host key for "
+                        r"\[127\.0\.0\.71\]:\d+ \(ssh-ed25519 SHA256:\S+\); to trust it on first use rerun with "
+                        r"--accept-new-host-keys, or add it to known_hosts", line), line
+
+
+def test_same_reason_once_keeps_other_reasons_in_order():
+    from gpuaccept.report import same_reason_once
+    assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",
+                             "test_b: h: unreachable", "test_c: other"]) == [
+        "test_a and 1 more test: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600", "test_c: other"]
