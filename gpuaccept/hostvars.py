@@ -144,6 +144,33 @@ def _mapping(value: Any) -> dict:
     return dict(value)
 
 
+def _ssh_args(value: Any) -> str:
+    """``ansible_ssh_common_args`` / ``ansible_ssh_extra_args``: text the transport splits as a shell would
+    (unbalanced quotes refused) and whose ProxyJump hops (``-J``, ``-o ProxyJump=``) read as
+    ``[user@]host[:port]`` with a TCP port: what :mod:`gpuaccept.transport.sshconfig` does with it at
+    connect time, done here so a typo stops the run instead of failing every connection."""
+    from .transport.sshconfig import parse_jump, ssh_args_options
+
+    if not isinstance(value, str):
+        raise _Bad(f"expected ssh arguments as text, got {type(value).__name__} {value!r}")
+    try:
+        options = ssh_args_options(value, "")
+    except ConfigError as err:
+        raise _Bad(str(err).lstrip(": ")) from None
+    for key, spec in options:
+        if key == "port" and not (spec.isdigit() and 0 < int(spec) < 65536):
+            raise _Bad(f"-o Port={spec}: not a TCP port")
+        if key != "proxyjump" or spec.lower() == "none":
+            continue
+        try:
+            hops = parse_jump(spec)
+        except ValueError:
+            hops = None
+        if not hops or any(not h or (p is not None and not 0 < p < 65536) for _, h, p in hops):
+            raise _Bad(f"ProxyJump {spec!r}: expected [user@]host[:port][,...] with a TCP port")
+    return value
+
+
 def _replay_dir(value: Any) -> str:
     path = _text(value)
     if not os.path.isdir(path):
@@ -188,6 +215,8 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "gpuaccept_known_hosts": _plain(_text),
     "ansible_ssh_known_hosts_file": _plain(_text),
     "gpuaccept_replay": _plain(_replay_dir),
+    "ansible_ssh_common_args": _plain(_ssh_args),
+    "ansible_ssh_extra_args": _plain(_ssh_args),
     # NCCL, single and multi-node (suites/test_nccl.py, suites/test_nccl_multinode.py)
     "nccl_socket_ifname": _plain(_word),
     "nccl_ib_hca": _plain(_word),

@@ -188,7 +188,12 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
         named, found = _match_term(body, host_index, groups)
         if not named:
-            raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}")
+            hint = ""
+            if "," in pattern and ":" in body and not _is_single_address(body):
+                # Ansible splits on commas only when there is one: 'gpu:!drained' stays one name
+                terms = [t for part in pattern.split(",") for t in split_pattern(part)]
+                hint = f" (with a comma in the pattern, ':' does not separate terms, as in Ansible: write {','.join(terms)!r})"
+            raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}{hint}")
         if op == "&":
             keep = set(found) if keep is None else keep & set(found)
         elif op == "!":

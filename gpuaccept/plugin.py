@@ -18,6 +18,7 @@ import pytest
 from .blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from .errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from .hostvars import check_hosts
+from .inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from .inventory import Inventory, load_inventory
 from .node import HostRunner
 from . import fanout, interrupt, prefetch, progress_relay
@@ -114,6 +115,7 @@ def check_options(config: pytest.Config) -> None:
     """Refuse a numeric option that is not a finite number in its range, and a --prometheus-textfile whose
     folder cannot be written, before any node is touched. Raises ConfigError (one line, exit 4)."""
     import math
+    check_empty_options(config.getoption)
     for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
         v = config.getoption(name, None)
         if v is None:
@@ -152,7 +154,8 @@ def pytest_configure(config: pytest.Config) -> None:
         sku = config.getoption("sku")
         if sku and sku not in specs:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
-        inv: Inventory = load_inventory(inv_path)
+        shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
+        inv: Inventory = load_inventory(*shared) if shared else load_inventory(inv_path)
         limit = config.getoption("limit")
         raw = list(config.invocation_params.args)
         if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
@@ -164,10 +167,9 @@ def pytest_configure(config: pytest.Config) -> None:
             hosts = inv.select(limit)
         hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
         hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
-        for h in hosts:
-            if h.connection == "ssh" and h.key_file and not os.access(os.path.expanduser(h.key_file), os.R_OK):
-                why = "does not exist" if not os.path.exists(os.path.expanduser(h.key_file)) else "is not readable"
-                raise ConfigError(f"{inv_path}: host {h.name}: ansible_ssh_private_key_file {h.key_file} {why}")
+        check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
+                               config.getoption("accept_new_host_keys"))
+        check_local_addresses(hosts, inv_path)
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
@@ -197,6 +199,7 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
     if st is not None:
         worker.workerinput["gpuaccept_started"] = st["started"]
         worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
+        worker.workerinput["gpuaccept_inventory"] = (st["inventory"].path, st["inventory"].text)
         if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
             st.setdefault("progress_dir", progress_relay.make_dir())
             worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]

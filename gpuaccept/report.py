@@ -588,6 +588,24 @@ class HostVerdicts:
         return self.out
 
 
+def same_reason_once(reasons: list[str]) -> list[str]:
+    """A host's reasons with the tests that stopped for one same cause joined (pure): an unknown host key or an
+    unreachable host makes every test of the host an ERROR with the same message, which read three times over
+    before "+9 more". ``["test_a: box1: unreachable", "test_b: box1: unreachable"]`` ->
+    ``["test_a and 1 more test: box1: unreachable"]``; other reasons are kept as they are, in order."""
+    tests: dict[tuple[bool, str], list[str]] = {}  # (a test's message?, text) -> test names, in first-seen order
+    for r in reasons:
+        name, sep, why = r.partition(": ")
+        named = bool(sep) and name.startswith("test_") and " " not in name
+        tests.setdefault((named, why if named else r), []).append(name)
+    out = []
+    for (named, text), names in tests.items():
+        more = len(names) - 1
+        out += [f"{names[0]}" + (f" and {more} more test{'s' if more > 1 else ''}" if more else "") + f": {text}"] \
+            if named else [text] * len(names)
+    return out
+
+
 def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:
     """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
     ``hv``: :func:`host_verdicts` of the same records when already computed."""
@@ -886,7 +904,8 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
         v = hv[h]
-        reasons = "; ".join(v["reasons"][:3]) + (f"; +{len(v['reasons']) - 3} more" if len(v["reasons"]) > 3 else "")
+        grouped = same_reason_once(v["reasons"])
+        reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
         out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
     if meta.get("merge_notes"):  # gpuaccept.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]

@@ -274,10 +274,11 @@ class ReportPlugin:
         before any node is touched (a stand-out list against nothing would read as "no stand-outs")."""
         from . import history
         baseline = self._opt("baseline")
+        if baseline and self._opt("history") == "none":  # the baseline is read from the history: none to read
+            raise ConfigError(f"--baseline {baseline} compares with runs of the history database, and --history "
+                              "none keeps none: leave one of the two out")
         if not baseline or baseline == "latest-pass":
             return
-        if self._opt("history") == "none":
-            raise ConfigError(f"--baseline {baseline}: no history database at {self.history_path}")
         try:
             found = history.run_exists(self.history_path, baseline)
         except history.HistoryError as e:

@@ -113,6 +113,14 @@ EXPECT_KEYS = {
     "required_nvml", "nccl_transport", "ecc", "persistence_mode", "row_remapping", "cuda_capability",
     "nvlink_link_ids",  # optional: NVLink link ids that must be active (only where the board fixes them)
 }
+#: expect keys read as yes/no (the judges test their truth: a quoted "false" is text, and true)
+EXPECT_BOOLS = {"nvswitch", "mig_mode", "fp8", "fp64_tensor", "ecc", "persistence_mode", "row_remapping"}
+#: expect keys that are counts or generations (whole numbers >= 0)
+EXPECT_COUNTS = {"gpus_per_node", "pcie_gen", "pcie_width", "nvlink_links"}
+#: the NVML fields ``expect.required_nvml`` may name: the ``field`` argument of every unreadable-reading rule
+#: (gpuaccept/health.py, gpuaccept/drift.py), plus ``pcie`` (the PCIe link fails unreadable in any case)
+REQUIRED_NVML_FIELDS = {"ecc", "remapped_rows", "retired_pages", "temp_c", "persistence_mode", "mig_mode", "fabric",
+                        "power_limits", "application_clocks", "pending_modes", "pcie"}
 TOP_KEYS = {"sku", "name", "detect", "expect", "datasheet", "checks", "notes"}
 DETECT_KEYS = {"nvml_names", "memory_gib", "pci_device_ids"}
 
@@ -264,11 +272,41 @@ def load_sku_file(path: str) -> SkuSpec:
     for key in expect:
         if key not in EXPECT_KEYS:
             raise _err(path, f"unknown key 'expect.{key}' (known: {', '.join(sorted(EXPECT_KEYS))})", expect, key)
+    _check_expect(path, expect)
     spec = SkuSpec(stem, str(doc.get("name", stem)), path, detect, expect, doc.get("datasheet") or {})
     checks = doc.get("checks") or {}
     for check, entry in checks.items():
         spec.checks[check] = _load_check(path, stem, check, entry, checks)
     return spec
+
+
+def _check_expect(path: str, expect: Any) -> None:
+    """The values of ``expect:`` have the types the judges read them as. A misspelt ``required_nvml`` field
+    silently drops its requirement (an unreadable ECC or row-remap reading is then recorded, not failed), and
+    ``mig_mode: "false"`` (quoted: text, so true) expects MIG on and blocks every GPU test of a healthy card.
+    Raises ThresholdError naming the file and the line of the key."""
+    for key, val in expect.items():
+        if key in EXPECT_BOOLS and not isinstance(val, bool):
+            raise _err(path, f"expect.{key}: expected true or false, got {type(val).__name__} {val!r}", expect, key)
+        if key in EXPECT_COUNTS and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+            raise _err(path, f"expect.{key}: expected a whole number >= 0, got {val!r}", expect, key)
+    fields = expect.get("required_nvml")
+    if fields is not None:
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise _err(path, f"expect.required_nvml: expected a list of NVML field names, got {fields!r}",
+                       expect, "required_nvml")
+        unknown = [f for f in fields if f not in REQUIRED_NVML_FIELDS]
+        if unknown:
+            raise _err(path, f"expect.required_nvml: unknown field {unknown[0]!r} (known: "
+                             f"{', '.join(sorted(REQUIRED_NVML_FIELDS))})", expect, "required_nvml")
+    ids = expect.get("nvlink_link_ids")
+    if ids is not None and not (isinstance(ids, list) and all(type(i) is int and i >= 0 for i in ids)):
+        raise _err(path, f"expect.nvlink_link_ids: expected a list of link numbers, got {ids!r}",
+                   expect, "nvlink_link_ids")
+    transport = expect.get("nccl_transport")
+    if transport is not None and (not isinstance(transport, str) or not transport.strip()):
+        raise _err(path, f"expect.nccl_transport: expected text such as P2P or NET/IB, got {transport!r}",
+                   expect, "nccl_transport")
 
 
 def _load_check(path: str, sku: str, check: str, entry: Any, checks: Any = None) -> Limit:
@@ -287,6 +325,10 @@ def _load_check(path: str, sku: str, check: str, entry: Any, checks: Any = None)
     bound = entry[direction]
     if isinstance(bound, bool) or not isinstance(bound, (int, float)):
         raise _err(path, f"checks.{check}.{direction}: expected a number, got {bound!r}", entry, direction)
+    if bound < 0:  # every figure judged is a count, rate, size or temperature >= 0: a negative floor passes all
+        raise _err(path, f"checks.{check}.{direction}: {bound!r} is negative ("
+                         + ("every figure would pass" if direction == "min" else "every figure would fail") + ")",
+                   entry, direction)
     if entry.get("unit") != unit:
         raise _err(path, f"checks.{check}.unit: expected '{unit}', got {entry.get('unit')!r}",
                    *((entry, "unit") if "unit" in entry else (checks, check)))

@@ -201,6 +201,11 @@ def decode(path: str, data: bytes, error: type[ConfigError]) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
+def _a(what: str) -> str:
+    """``what`` with its article: "an inventory file", "a threshold file"."""
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def read_text(path: str, error: type[ConfigError], what: str = "file") -> str:
     """Read ``path`` as UTF-8 text of at most MAX_BYTES. Raises ``error`` with one line: missing, a folder,
     unreadable, too large, not UTF-8 (with the line). ``what`` names the kind of file in messages."""
@@ -210,11 +215,11 @@ def read_text(path: str, error: type[ConfigError], what: str = "file") -> str:
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a {what}") from None
+        raise error(f"{path}: is a directory, not {_a(what)}") from None
     except OSError as err:
         raise error(f"{path}: cannot read: {err.strerror or err}") from None
     if len(data) > MAX_BYTES:
-        raise error(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a {what} gpuaccept reads")
+        raise error(f"{path}: larger than {MAX_BYTES >> 20} MiB; not {_a(what)} gpuaccept reads")
     return decode(path, data, error)
 
 

@@ -126,8 +126,8 @@ def test_collect_only_touches_no_node(tmp_path):
     that would take the connect timeout to fail shows it)."""
     import time
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    key = tmp_path / "key"
-    key.write_text("not a key\n")
+    from sshd import client_key
+    key = client_key()  # a real key: a file that is none is refused before collection (exit 4)
     inv.write_text(f"far ansible_host=192.0.2.1 ansible_ssh_private_key_file={key}\n")
     t0 = time.monotonic()
     res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")

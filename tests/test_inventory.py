@@ -307,8 +307,10 @@ def test_missing_file(tmp_path):
     assert msg == f"{tmp_path / 'nope.ini'}: no such inventory file"
 
 
-def test_directory_is_refused(tmp_path):
-    assert "is a directory" in load_error(tmp_path)
+def test_directory_without_an_inventory_file_is_refused(tmp_path):
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "README.md").write_text("notes\n")
+    assert load_error(tmp_path) == f"{tmp_path}: an inventory folder with no inventory file in it"
 
 
 def test_undecodable_file(tmp_path):

@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from ..errors import InventoryError
-from .resolve import Builder, host_names
+from .resolve import Builder, host_names, port_clash
 
 _SECTION = re.compile(r"^\[(?P<name>[^\[\]:\s]+)(?::(?P<kind>[^\[\]\s]+))?\]\s*(?:[#;].*)?$")
 # a host line in bracket form: [2001:db8::12]:2200 (Ansible reads it as a host, not a section)
@@ -82,6 +82,7 @@ def parse_ini(b: Builder, text: str) -> None:
             first = group_keys.setdefault((group, key.strip()), lineno)
             if first != lineno:
                 raise InventoryError(f"{path}:{lineno}: [{group}:vars] sets {key.strip()} twice (first on line {first})")
+            _inline_comment(key.strip(), value, f"{path}:{lineno}", group)
             b.set_group_var(group, key.strip(), ini_value(value.strip()), f"{path}:{lineno}")
         else:
             where = f"{path}:{lineno}"
@@ -97,6 +98,26 @@ def parse_ini(b: Builder, text: str) -> None:
     for name, where in vars_only.items():
         if name not in declared and not any(c == name for _, c, _ in pending):
             raise InventoryError(f"{where}: section [{name}:vars] is for group {name!r}, which is defined nowhere")
+
+
+_COMMENT_AFTER = re.compile(r"\s[#;]")
+
+
+def _inline_comment(key: str, value: str, where: str, group: str) -> None:
+    """Refuse ``gpu_sku=h200-sxm-141gb  # rack 3`` in a ``[g:vars]`` section for a variable gpuaccept reads:
+    Ansible's INI reader keeps ``# rack 3`` as part of the value there (only host lines drop comments), so
+    the SKU, user or interpreter named would be one that does not exist. Quoted values, and values that read
+    as a Python literal (``8 # HGX`` is 8 to Ansible's ``literal_eval`` too), are left alone."""
+    from ..hostvars import ANSIBLE_VARS, VARS
+
+    text = value.strip()
+    if text[:1] in "'\"[{" or key not in VARS and key not in ANSIBLE_VARS or key.endswith("_args"):
+        return  # ssh argument vars may hold a ProxyCommand with ';' of its own
+    m = _COMMENT_AFTER.search(text) if isinstance(ini_value(text), str) else None  # 8 # HGX reads as 8
+    if m:
+        raise InventoryError(f"{where}: [{group}:vars] {key}={text!r}: Ansible keeps {text[m.start() + 1:]!r} as part "
+                             "of the value in a vars section (only host lines drop comments): put the comment on a "
+                             "line of its own")
 
 
 def _split(line: str, where: str) -> list[str]:
@@ -117,10 +138,13 @@ def _host_line(b: Builder, group: str, line: str, where: str) -> None:
     for tok in tokens[1:]:
         key, eq, value = tok.partition("=")
         if not eq or not key:
-            raise InventoryError(f"{where}: expected key=value host variable, got {tok!r}")
+            hint = "; ';' starts a comment only at the start of a line (as in Ansible): write '#'" \
+                if tok.startswith(";") else ""
+            raise InventoryError(f"{where}: expected key=value host variable, got {tok!r}{hint}")
         if key in hvars:
             raise InventoryError(f"{where}: host variable {key} written twice on one line")
         hvars[key] = ini_value(value)
+    port_clash(tokens[0], port, hvars, where)
     if port is not None:
         hvars["ansible_port"] = port
     origins = dict.fromkeys(hvars, where)

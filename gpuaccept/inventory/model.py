@@ -44,6 +44,7 @@ class Inventory:
     path: str
     hosts: dict[str, Host]
     groups: dict[str, list[str]]
+    text: str = ""  # the file's text as read (handed to xdist workers: the file is read once per run)
 
     def select(self, pattern: str | None) -> list[Host]:
         """Hosts picked by an Ansible ``--limit`` pattern, in Ansible's order.

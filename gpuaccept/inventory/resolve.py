@@ -80,6 +80,17 @@ def _port(digits: str, pattern: str, where: str) -> int:
     return port
 
 
+def port_clash(pattern: str, port: int | None, hvars: dict[str, Any], where: str) -> None:
+    """Refuse ``n1:2222`` written with another ``ansible_port`` (or ``ansible_ssh_port``) in the same entry:
+    Ansible silently takes the variable, a reader of the line the port in the name. Raises InventoryError."""
+    if port is None:
+        return
+    for var in ("ansible_port", "ansible_ssh_port"):
+        if var in hvars and str(hvars[var]).strip() != str(port):
+            raise InventoryError(f"{where}: host {pattern!r} names port {port} and sets {var}={hvars[var]!r}; "
+                                 "write the port once")
+
+
 def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
     """The host names a host entry stands for (ranges expanded) and its port, or InventoryError."""
     pattern = pattern.strip()
@@ -181,19 +192,27 @@ class Builder:
                                            key=lambda g: (depth[g], self.groups[g].priority, g))
                 gvars: dict[str, Any] = {}
                 gorig: dict[str, str] = {}
-                for gname in ordered:
+                granks: dict[str, int] = {}  # alias var -> rank of the source that set it (higher wins)
+                for level, gname in enumerate(ordered):
                     gvars.update(self.groups[gname].vars)
                     gorig.update(self.groups[gname].origins)
-                for gname in ordered:
+                    _rank(granks, self.groups[gname].vars, level)
+                for level, gname in enumerate(ordered, len(ordered)):
                     fvars, forig = files.group(gname)
                     gvars.update(fvars)
                     gorig.update(forig)
-                cached = merged_groups[key] = (gvars, gorig)
-            gvars, gorig = cached
+                    _rank(granks, fvars, level)
+                cached = merged_groups[key] = (gvars, gorig, granks)
+            gvars, gorig, granks = cached
             fvars, forig = files.host(hname)
             merged = {**gvars, **self.hosts[hname], **fvars}
             origins = ChainMap(forig, self.host_origins[hname], gorig)
-            hosts[hname] = make_host(self.path, hname, merged, origins, key)
+            ranks = granks
+            if not _ALIAS_VARS.isdisjoint(self.hosts[hname]) or not _ALIAS_VARS.isdisjoint(fvars):
+                ranks = dict(granks)  # the host's own vars, then its host_vars file, above every group level
+                _rank(ranks, self.hosts[hname], 1_000_000)
+                _rank(ranks, fvars, 1_000_001)
+            hosts[hname] = make_host(self.path, hname, merged, origins, key, ranks)
         check_addresses(self.path, hosts)
         return Inventory(path=self.path, hosts=hosts, groups=members)
 
@@ -264,16 +283,47 @@ class Builder:
         return out
 
 
-def _first(v: dict[str, Any], key: str, alias: str) -> tuple[str, Any]:
-    value = v.get(key)
-    if value is None and alias in v:
-        return alias, v[alias]
-    return key, value
+#: connection vars Ansible reads under two names: (name, older ``ansible_ssh_*`` spelling that Ansible prefers)
+ALIASES = (("ansible_host", "ansible_ssh_host"), ("ansible_port", "ansible_ssh_port"),
+           ("ansible_user", "ansible_ssh_user"), ("ansible_private_key_file", "ansible_ssh_private_key_file"))
+_ALIAS_VARS = frozenset(n for pair in ALIASES for n in pair)
 
 
-def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str], groups: tuple[str, ...]) -> Host:
+def _rank(ranks: dict[str, int], source: Mapping[str, Any], rank: int) -> None:
+    """Note that ``source`` (one level of Ansible's precedence, ``rank`` higher than the ones before) sets
+    the alias vars it holds."""
+    for k in _ALIAS_VARS.intersection(source):
+        ranks[k] = rank
+
+
+def _first(v: dict[str, Any], key: str, older: str, name: str, origins: Mapping[str, str], path: str,
+           ranks: Mapping[str, int] | None) -> tuple[str, Any]:
+    """The value Ansible connects with for a connection var written ``key`` or ``older``, as (name, value).
+
+    Ansible reads both spellings and takes the older ``ansible_ssh_*`` one whenever it is set, whatever the
+    precedence level of each (``MAGIC_VARIABLE_MAPPING`` in ansible-core's constants.py, first name found
+    wins; the ssh connection plugin's option vars, last name listed wins; checked with ``ansible -vvv``,
+    ansible-core 2.19). gpuaccept takes the same. When ``key`` is set to another value at a higher or equal
+    precedence level (``ranks``: a host's own ``ansible_host`` against ``ansible_ssh_host`` in
+    ``[gpu:vars]``), the file says one machine and Ansible connects to the other: refused (InventoryError
+    naming both ``file:line``)."""
+    value, other = v.get(key), v.get(older)
+    if other is None:
+        return key, value
+    if value is not None and str(value).strip() != str(other).strip() and \
+            (ranks or {}).get(key, 0) >= (ranks or {}).get(older, 0):
+        raise InventoryError(
+            f"{origins.get(key, path)}: host {name} sets {key}={value!r}, but also {older}={other!r} (at "
+            f"{origins.get(older, path)}), which Ansible uses instead whatever the precedence: set only one of them")
+    return older, other
+
+
+def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str], groups: tuple[str, ...],
+              ranks: Mapping[str, int] | None = None) -> Host:
     """A :class:`Host` from its merged vars. Raises InventoryError naming ``file:line`` and the host for a
-    templated or invalid connection var, and for a host range written in an address var."""
+    templated or invalid connection var, for a host range written in an address var, and for a var whose two
+    spellings disagree against precedence (``ranks``: alias var -> precedence level that set it; see
+    :func:`_first`)."""
     for key in _CHECKED_SET.intersection(v):
         value = v[key]
         if not isinstance(value, str):
@@ -290,7 +340,7 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
     if connection is None:
         raise InventoryError(f"{origins.get('ansible_connection', path)}: host {name} ansible_connection "
                              f"{conn_raw!r} is not supported (ssh, smart, paramiko or local)")
-    port_key, port_raw = _first(v, "ansible_port", "ansible_ssh_port")
+    port_key, port_raw = _first(v, "ansible_port", "ansible_ssh_port", name, origins, path, ranks)
     if port_raw is None:
         port = 22
     elif type(port_raw) is int:
@@ -302,15 +352,20 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
                              f"got {port_raw!r}")
     if not 0 < port < 65536:
         raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} {port} is not a TCP port")
-    addr_key, address = _first(v, "ansible_host", "ansible_ssh_host")
-    user_key, user = _first(v, "ansible_user", "ansible_ssh_user")
-    key_key, key_file = _first(v, "ansible_ssh_private_key_file", "ansible_private_key_file")
+    addr_key, address = _first(v, "ansible_host", "ansible_ssh_host", name, origins, path, ranks)
+    user_key, user = _first(v, "ansible_user", "ansible_ssh_user", name, origins, path, ranks)
+    key_key, key_file = _first(v, "ansible_private_key_file", "ansible_ssh_private_key_file", name, origins, path,
+                               ranks)
     python = v.get("ansible_python_interpreter")
     for k, val in ((addr_key, address), (user_key, user), (key_key, key_file),
                    ("ansible_python_interpreter", python)):
         if val is not None and type(val) not in (str, int, float):
             raise InventoryError(f"{origins.get(k, path)}: host {name} var {k} must be text, "
                                  f"got {type(val).__name__} {val!r}")
+    if address is not None:
+        why = address_problem(str(address))
+        if why:
+            raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
     if python is None or str(python).startswith("auto"):
         python = "python3"
     return Host(
@@ -327,13 +382,37 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
     )
 
 
+def address_problem(address: str) -> str | None:
+    """Why ``address`` (an ``ansible_host`` value) can be no address to connect to, else None: empty, holding
+    whitespace, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
+    host names; ssh and paramiko both fail with "cannot resolve [::1]" on every connection, Ansible too)."""
+    if not address.strip():
+        return "is empty"
+    if any(c.isspace() for c in address):
+        return "holds whitespace"
+    m = _BRACKET_PORT.match(address) or re.fullmatch(r"\[([0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]", address)
+    if m:
+        port = f", and {m.group(2)} in ansible_port" if m.lastindex and m.lastindex >= 2 else ""
+        return f"write the IPv6 address without brackets ({m.group(1)}){port}"
+    return None
+
+
+def _canonical(address: str) -> str:
+    """An address as compared for "the same machine twice": an IP in its canonical form (``2001:0db8::0001``
+    and ``2001:db8::1`` are one address), a name lower-cased."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower()
+
+
 def check_addresses(path: str, hosts: dict[str, Host]) -> None:
     """Refuse two ssh hosts at one address and port (the same machine listed twice)."""
     seen: dict[tuple[str, int], str] = {}
     for h in hosts.values():
         if h.connection == "local":
             continue
-        key = (h.address.lower(), h.port)
+        key = (_canonical(h.address), h.port)
         if key in seen:
             raise InventoryError(f"{path}: hosts {seen[key]} and {h.name} both resolve to {h.address}:{h.port}; "
                                  "list each machine once")

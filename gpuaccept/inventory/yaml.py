@@ -11,7 +11,11 @@ from typing import Any
 
 from ..errors import InventoryError
 from ..yamlload import plain
-from .resolve import Builder, host_names
+from .resolve import Builder, host_names, port_clash
+
+#: how to turn a dynamic inventory (script, plugin) into a file gpuaccept reads; ``src``: the source
+STATIC_HINT = ("write its hosts out once with `ansible-inventory -i {src} --list --yaml > fleet.yml` "
+               "and pass --inventory fleet.yml")
 
 _GROUP_KEYS = ("hosts", "vars", "children")
 
@@ -22,6 +26,14 @@ def parse_yaml(b: Builder, doc: Any) -> None:
         return
     if not isinstance(doc, dict):
         raise InventoryError(f"{b.path}:1: a YAML inventory must be a mapping of group names, got {type(doc).__name__}")
+    if isinstance(doc.get("plugin"), str):
+        raise InventoryError(f"{b.path}:{doc.lines.get('plugin', 1)}: an inventory plugin configuration (plugin: "
+                             f"{doc['plugin'][:80]}); gpuaccept does not run inventory plugins: "
+                             f"{STATIC_HINT.format(src=b.path)}")
+    if "_meta" in doc:
+        raise InventoryError(f"{b.path}:{doc.lines.get('_meta', 1)}: the JSON that `ansible-inventory --list` or an "
+                             f"inventory script prints (key _meta), not an inventory file; write it with --yaml: "
+                             f"`ansible-inventory -i SOURCE --list --yaml > fleet.yml`")
     # children nest at most yamlload.MAX_DEPTH / 2 levels deep: recursion is safe
     for name, data in doc.items():
         _group(b, name, data, None, f"{b.path}:{doc.lines.get(name, 1)}")
@@ -65,6 +77,7 @@ def _host(b: Builder, group: str, pattern: Any, data: Any, where: str) -> None:
     names, port = host_names(str(pattern), where)
     hvars = {str(k): plain(v) for k, v in (data or {}).items()}
     origins = {str(k): f"{b.path}:{data.lines.get(k, data.line)}" for k in data} if data else {}
+    port_clash(str(pattern), port, hvars, where)
     if port is not None:
         hvars["ansible_port"] = port
         origins["ansible_port"] = where
