@@ -16,4 +16,5 @@ export LD_LIBRARY_PATH=$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu
 for b in ssh ssh-keygen; do command -v $b >/dev/null || ln -s "$root/usr/bin/$b" /usr/local/bin/$b; done
 [ -d .peers/testinfra-site ] && export TESTINFRA_SITE=$PWD/.peers/testinfra-site
 echo "$(nproc) cores, $(nvidia-smi -L | wc -l) GPUs, $(python3 -c 'import sys; print(sys.version.split()[0])')"
+echo "nodes run ${FANOUT_NODE_PYTHON:-python3}: $(${FANOUT_NODE_PYTHON:-python3} -c "import importlib.util as u; print(\"nvidia-ml-py\", \"present\" if u.find_spec(\"pynvml\") else \"absent\")")"
 python3 benchmarks/fanout.py "${1:-32}" "${2:-3}"

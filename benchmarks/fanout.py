@@ -20,7 +20,8 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
   - gpuaccept `-m health --collect-only`: the controller's fixed cost (interpreter, pytest, plugin, inventory,
     threshold files, collection; with an inventory outside the repository pytest is started twice, see
     gpuaccept.plugin.pytest_load_initial_conftests) -- no host is touched.
-Every run gets an operator's shell environment: PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images) is
+The nodes' interpreter is this one, or FANOUT_NODE_PYTHON (e.g. a system python3 without nvidia-ml-py on a GPU
+machine, so that the nodes read no GPU, as here). Every run gets an operator's shell environment: PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images) is
 removed, so each tool's modules are compiled once and their bytecode cached, as on an operator's machine; one
 untimed warm-up run of each comes before the timed rounds (bytecode and page caches warm for every peer alike).
 The nodes have no GPU, so this measures connect + ship + probe + verdict plumbing, as shared/notes/
@@ -141,7 +142,8 @@ def main() -> None:
             nodes.append(start_sshd(tmp, address=f"127.0.0.{101 + i}", name=f"n{i:02d}"))
         kh = write_known_hosts(tmp / "known_hosts", nodes)
         inv = tmp / "inventory.ini"
-        inv.write_text("[cluster]\n" + "".join(n.inventory_line() + "\n" for n in nodes))
+        node_python = os.environ.get("FANOUT_NODE_PYTHON", sys.executable)  # the nodes' interpreter
+        inv.write_text("[cluster]\n" + "".join(n.inventory_line(python=node_python) + "\n" for n in nodes))
         tenv = testinfra_env()
         names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
                  "gpuaccept -m health --collect-only (fixed cost, no host touched)",
