@@ -17,6 +17,7 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
   - gpuaccept `-m storage`, `--forks 0` and default: gpu_inventory as above, then a second real probe on every
     host (test_nvme_inventory's nvme_inventory), which host h1's test fetches ahead on all the others
     (gpuaccept.prefetch); one host at a time, each waits for its test.
+  - gpuaccept `-m health` over the same hosts all refusing connections: the cost of reporting an ERROR per test;
   - gpuaccept `-m health --collect-only`: the controller's fixed cost (interpreter, pytest, plugin, inventory,
     threshold files, collection; with an inventory outside the repository pytest is started twice, see
     gpuaccept.plugin.pytest_load_initial_conftests) -- no host is touched.
@@ -144,11 +145,14 @@ def main() -> None:
         inv = tmp / "inventory.ini"
         node_python = os.environ.get("FANOUT_NODE_PYTHON", sys.executable)  # the nodes' interpreter
         inv.write_text("[cluster]\n" + "".join(n.inventory_line(python=node_python) + "\n" for n in nodes))
+        dead = tmp / "dead.ini"  # the same hosts, every one refusing connections (port 9, nothing listens there)
+        dead.write_text("[cluster]\n" + "".join(f"{n.name} ansible_host={n.address} ansible_port=9\n" for n in nodes))
         tenv = testinfra_env()
         names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
                  "gpuaccept -m health --collect-only (fixed cost, no host touched)",
                  "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
-                 "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)"]
+                 "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)",
+                 "gpuaccept -m health, every host refusing connections (ERROR reports)"]
         if tenv is None:
             names.remove(names[1])
         rows: dict[str, list[tuple]] = {k: [] for k in names}
@@ -158,7 +162,8 @@ def main() -> None:
             got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
             got += [gpuaccept(tmp, inv, kh, "--collect-only"),
                     gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
-                    gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage")]
+                    gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage"),
+                    gpuaccept(tmp, dead, kh)]
             if r == 0:
                 continue
             for k, v in zip(rows, got):
