@@ -111,6 +111,41 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
+#: Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool: BOOLEANS_TRUE / BOOLEANS_FALSE)
+_TRUE = frozenset({"y", "yes", "on", "1", "true", "t"})
+_FALSE = frozenset({"n", "no", "off", "0", "false", "f"})
+
+
+def _ansible_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise _Bad(f"expected a boolean (yes/no, true/false, 1/0), got {value!r}")
+
+
+def _become_method(value: Any) -> str:
+    if value != "sudo":
+        raise _Bad(f"{value!r} is not supported: gpuaccept becomes another user with 'sudo -n' only (give the login "
+                   "user passwordless sudo, or log in as the user the probes should run as)")
+    return value
+
+
+def _no_password(value: Any) -> Any:
+    raise _Bad("gpuaccept types no passwords: give the login user passwordless sudo (NOPASSWD) for "
+               "ansible_become, or log in as the user the probes should run as")
+
+
+def become_user(host_vars: Mapping[str, Any]) -> str | None:
+    """The user every command on the host runs as, through ``sudo -n -u USER`` (gpuaccept.transport.ssh), or None
+    when the host does not set ``ansible_become`` true. ``ansible_become_user`` defaults to root, as in Ansible.
+    Values as :func:`check_host` accepted them (raises _Bad for a non-boolean ``ansible_become``)."""
+    if host_vars.get("ansible_become") is None or not _ansible_bool(host_vars["ansible_become"]):
+        return None
+    return _word(host_vars.get("ansible_become_user") or "root")
+
+
 def _words(value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise _Bad(f"expected a list of names, got {type(value).__name__} {value!r}")
@@ -217,6 +252,12 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "gpuaccept_replay": _plain(_replay_dir),
     "ansible_ssh_common_args": _plain(_ssh_args),
     "ansible_ssh_extra_args": _plain(_ssh_args),
+    # privilege escalation: sudo -n only (gpuaccept.transport.ssh.wrap_command), never a password
+    "ansible_become": _plain(_ansible_bool),
+    "ansible_become_user": _plain(_word),
+    "ansible_become_method": _plain(_become_method),
+    "ansible_become_pass": _plain(_no_password),
+    "ansible_become_password": _plain(_no_password),
     # NCCL, single and multi-node (suites/test_nccl.py, suites/test_nccl_multinode.py)
     "nccl_socket_ifname": _plain(_word),
     "nccl_ib_hca": _plain(_word),
@@ -317,6 +358,10 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
             raise HostVarError(f"{where}: host {host.name} var {var}{'' if err.attached else ': '}{err}") from None
         memo[key] = (value, parsed)
         out[var] = parsed
+    if out.get("ansible_become") and getattr(host, "connection", None) == "local":
+        where = host.where("ansible_become", default_where) if hasattr(host, "where") else default_where
+        raise HostVarError(f"{where}: host {host.name} var ansible_become: not with ansible_connection=local: the "
+                           f"local host's probes run as the user running pytest (run pytest as that user instead)")
     return out
 
 

@@ -2,7 +2,7 @@
 
 Remote side of one run (built by :func:`wrap_command`, the only place that quotes for the shell)::
 
-    exec /bin/sh -c '<INNER>' sh '<command>' '<INNER>'
+    exec [sudo -n -u '<become user>' --] /bin/sh -c '<INNER>' sh '<command>' '<INNER>'
 
 INNER makes sure the shell leads its own process group (OpenSSH already starts sessions with
 setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import select
+from ..hostvars import become_user
 from ..shell import quote as _quote
 import socket
 import threading
@@ -95,10 +96,13 @@ _INNER = (
 )
 
 
-def wrap_command(command: str) -> str:
-    """The remote command line for ``command``: see the module docstring."""
+def wrap_command(command: str, become: str | None = None) -> str:
+    """The remote command line for ``command``: see the module docstring. ``become``: a user to run it as,
+    through ``sudo -n -u USER --`` (the inventory's ``ansible_become``; never a password: sudo fails at once
+    with "a password is required" where the login user has no passwordless sudo)."""
     q = _quote
-    return f"exec /bin/sh -c {q(_INNER)} sh {q(command)} {q(_INNER)}"
+    sudo = f"sudo -n -u {q(become)} -- " if become else ""
+    return f"exec {sudo}/bin/sh -c {q(_INNER)} sh {q(command)} {q(_INNER)}"
 
 
 def kill_group_command(pgid: int | list[int], grace_s: float = KILL_GRACE_S) -> str:
@@ -252,6 +256,8 @@ class SSHTransport:
         self.display = f"[{self.address}]:{self.port}"
         self.hostkey_name = self.address if self.port == 22 else self.display
         hvars = getattr(host, "vars", None) or {}
+        #: the user commands run as (sudo -n; inventory ansible_become), or None: the login user
+        self.become = become_user(hvars) if _jump_spec is None else None
         var_file = next((hvars[v] for v in KNOWN_HOSTS_VARS if hvars.get(v)), None)
         extra = [os.path.expanduser(str(p)) for p in (known_hosts, var_file) if p]
         self.user_known_hosts = os.path.expanduser("~/.ssh/known_hosts")
@@ -545,7 +551,7 @@ class SSHTransport:
                 if transport is None:
                     raise SSHException("SSH session not active")
                 chan = transport.open_session(timeout=self.connect_timeout)
-                chan.exec_command(wrap_command(command))
+                chan.exec_command(wrap_command(command, self.become))
                 return chan
             except (SSHException, EOFError, OSError) as e:
                 self._close_client()
