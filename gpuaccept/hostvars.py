@@ -137,6 +137,11 @@ def _no_password(value: Any) -> Any:
                "ansible_become, or log in as the user the probes should run as")
 
 
+def _no_login_password(value: Any) -> Any:
+    raise _Bad("gpuaccept logs in with keys only (ssh-agent, ansible_ssh_private_key_file, or IdentityFile in "
+               "~/.ssh/config): a password here would never be used, and every test of the host would fail to log in")
+
+
 def become_user(host_vars: Mapping[str, Any]) -> str | None:
     """The user every command on the host runs as, through ``sudo -n -u USER`` (gpuaccept.transport.ssh), or None
     when the host does not set ``ansible_become`` true. ``ansible_become_user`` defaults to root, as in Ansible.
@@ -258,6 +263,9 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "ansible_become_method": _plain(_become_method),
     "ansible_become_pass": _plain(_no_password),
     "ansible_become_password": _plain(_no_password),
+    "ansible_password": _plain(_no_login_password),
+    "ansible_ssh_pass": _plain(_no_login_password),
+    "ansible_ssh_password": _plain(_no_login_password),
     # NCCL, single and multi-node (suites/test_nccl.py, suites/test_nccl_multinode.py)
     "nccl_socket_ifname": _plain(_word),
     "nccl_ib_hca": _plain(_word),

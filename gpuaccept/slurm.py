@@ -50,7 +50,9 @@ import yaml
 #: inventory variables that say how to reach a host: dropped from a node's own inventory (it tests itself)
 CONNECTION_VARS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
                    "ansible_ssh_known_hosts_file", "ansible_connection", "ansible_ssh_host", "ansible_ssh_port",
-                   "ansible_ssh_user")
+                   "ansible_ssh_user", "ansible_private_key_file", "ansible_ssh_common_args", "ansible_ssh_extra_args",
+                   "ansible_become", "ansible_become_user", "ansible_become_method", "ansible_become_pass",
+                   "ansible_become_password")
 #: exit code of a bad input (pytest's usage error, as the suite uses it)
 EXIT_BAD_INPUT = 4
 #: exit code counted for a node that left no exit code (pytest's "internal error")
@@ -174,13 +176,13 @@ def slurm_world(env: Mapping[str, str], expand: Callable[[str], list[str]] = exp
 
 def host_matches(inv, name: str) -> list:
     """The operator inventory's hosts that Slurm node ``name`` may be (pure): the host of that inventory name
-    alone, else every host whose short name (before the first dot) or ``ansible_host`` is ``name`` or its
-    short name."""
+    alone, else every host whose short name (before the first dot) or address (``ansible_host``, or the older
+    ``ansible_ssh_host``, as the inventory resolved it) is ``name`` or its short name."""
     if name in inv.hosts:
         return [inv.hosts[name]]
     short = name.split(".")[0]
     return [h for h in inv.hosts.values()
-            if h.name.split(".")[0] == short or str(h.vars.get("ansible_host", "")) in (name, short)]
+            if h.name.split(".")[0] == short or h.address in (name, short)]
 
 
 def find_host(inv, name: str):

@@ -60,6 +60,7 @@ def test_become_runs_every_command_and_probe_as_that_user(tmp_path):
      "var ansible_become_method: 'su' is not supported: gpuaccept becomes another user with 'sudo -n' only"),
     ("ansible_become=yes ansible_become_password=hunter2",
      "var ansible_become_password: gpuaccept types no passwords: give the login user passwordless sudo"),
+    ("ansible_user=ops ansible_ssh_pass=hunter2", "var ansible_ssh_pass: gpuaccept logs in with keys only"),
     ("ansible_become=maybe", "var ansible_become: expected a boolean (yes/no, true/false, 1/0), got 'maybe'"),
     ("ansible_connection=local ansible_become=true",
      "var ansible_become: not with ansible_connection=local"),

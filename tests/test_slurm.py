@@ -97,6 +97,26 @@ def test_node_inventory_copies_the_operators_vars(tmp_path):
     assert node_inventory("n1") == {"all": {"hosts": {"n1": {"ansible_connection": "local"}}}}
 
 
+def test_node_inventory_of_a_host_reached_by_ssh_host_and_sudo(tmp_path):
+    """A host written with the older ``ansible_ssh_host`` is found by that address, and its node inventory
+    (the local connection) drops sudo and SSH settings: become is refused with the local connection, and the
+    node runs as the user Slurm started it as."""
+    from gpuaccept.hostvars import check_host
+    inv_file = tmp_path / "prod.ini"
+    inv_file.write_text("[gpu]\ngpu-07 ansible_ssh_host=10.0.0.7 ansible_user=ops ansible_become=yes "
+                        "ansible_become_user=root ansible_private_key_file=~/.ssh/id_fleet gpus_per_node=8\n")
+    inv = load_inventory(str(inv_file))
+    assert find_host(inv, "10.0.0.7").name == "gpu-07"
+    doc = node_inventory("gpu-07", find_host(inv, "gpu-07"))
+    import yaml
+    out = tmp_path / "node.yml"
+    out.write_text(yaml.safe_dump(doc))
+    h = load_inventory(str(out)).hosts["gpu-07"]
+    assert h.connection == "local" and h.vars["gpus_per_node"] == 8
+    assert not [v for v in h.vars if v.startswith(("ansible_become", "ansible_ssh", "ansible_private"))]
+    assert check_host(h, str(out))["gpus_per_node"] == 8  # not refused as become with the local connection
+
+
 def test_worst_exit():
     assert worst_exit({"a": 0, "b": 0}) == 0
     assert worst_exit({"a": 0, "b": 1}) == 1
