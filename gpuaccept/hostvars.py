@@ -367,9 +367,14 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
         memo[key] = (value, parsed)
         out[var] = parsed
     if out.get("ansible_become") and getattr(host, "connection", None) == "local":
-        where = host.where("ansible_become", default_where) if hasattr(host, "where") else default_where
-        raise HostVarError(f"{where}: host {host.name} var ansible_become: not with ansible_connection=local: the "
-                           f"local host's probes run as the user running pytest (run pytest as that user instead)")
+        import pwd
+
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        if out.get("ansible_become_user", "root") != me:  # becoming oneself (root, as root) is nothing to do
+            where = host.where("ansible_become", default_where) if hasattr(host, "where") else default_where
+            raise HostVarError(f"{where}: host {host.name} var ansible_become: not with ansible_connection=local: "
+                               f"the local host's probes run as the user running pytest ({me}), not as "
+                               f"{out.get('ansible_become_user', 'root')} (run pytest as that user instead)")
     return out
 
 

@@ -62,8 +62,8 @@ def test_become_runs_every_command_and_probe_as_that_user(tmp_path):
      "var ansible_become_password: gpuaccept types no passwords: give the login user passwordless sudo"),
     ("ansible_user=ops ansible_ssh_pass=hunter2", "var ansible_ssh_pass: gpuaccept logs in with keys only"),
     ("ansible_become=maybe", "var ansible_become: expected a boolean (yes/no, true/false, 1/0), got 'maybe'"),
-    ("ansible_connection=local ansible_become=true",
-     "var ansible_become: not with ansible_connection=local"),
+    ("ansible_connection=local ansible_become=true ansible_become_user=nobody",
+     "var ansible_become: not with ansible_connection=local: the local host's probes run as the user running pytest"),
 ])
 def test_become_that_cannot_work_is_refused_before_any_node(tmp_path, line, needle):
     """One line naming file:line, host and var; exit 4; no report folder."""
