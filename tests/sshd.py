@@ -295,6 +295,20 @@ def start_sshd(
     raise RuntimeError(f"sshd on {address} did not start: {last_err.strip()}")
 
 
+def start_nodes_with_tmp(base: Path, addresses: tuple[str, ...], prefix: str, **kw) -> list[SshNode]:
+    """sshd nodes ``<prefix>1``, ``<prefix>2``... whose sessions get their own TMPDIR (``node.tmp``, a folder
+    ``<prefix><i>-tmp`` in ``base``): every shipped probe folder, and so every probe process's working directory,
+    is below it, which is how what a run leaves on a node is counted. ``kw``: more of :func:`start_sshd`'s."""
+    nodes = []
+    for i, a in enumerate(addresses, 1):
+        tmp = base / f"{prefix}{i}-tmp"
+        tmp.mkdir(parents=True)
+        n = start_sshd(base, address=a, name=f"{prefix}{i}", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"], **kw)
+        n.tmp = tmp  # type: ignore[attr-defined]
+        nodes.append(n)
+    return nodes
+
+
 def write_known_hosts(path: str | os.PathLike, nodes: list[SshNode]) -> str:
     """Write a known_hosts file trusting ``nodes``; returns its path as a str."""
     Path(path).write_text("".join(n.known_hosts_line + "\n" for n in nodes))

@@ -18,7 +18,7 @@ import pytest
 
 from project_helpers import junit, make_project
 from process_helpers import procs_with
-from sshd import start_sshd, write_known_hosts
+from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
 
 # a gloo all-reduce (a probe and two rank processes on the node, under the node-side watchdog) that runs for hours
 LONG_SUITE = """
@@ -45,16 +45,8 @@ def test_2_after(node, verdicts):
 
 
 def nodes_with_tmp(base: Path, addresses: tuple[str, ...]):
-    """sshd nodes whose sessions get their own TMPDIR (``node.tmp``), so that what the run leaves on a node
-    (its probe folder and every process working in it) can be counted."""
-    nodes = []
-    for i, a in enumerate(addresses, 1):
-        tmp = base / f"node{i}-tmp"
-        tmp.mkdir(parents=True)
-        n = start_sshd(base, address=a, name=f"d{i}", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"])
-        n.tmp = tmp  # type: ignore[attr-defined]
-        nodes.append(n)
-    return nodes
+    """:func:`sshd.start_nodes_with_tmp` nodes d1, d2...: each session's TMPDIR is ``node.tmp``."""
+    return start_nodes_with_tmp(base, addresses, "d")
 
 
 def left_on(nodes) -> list[str]:
@@ -66,10 +58,8 @@ def ranks_running(nodes) -> bool:
     return all(len([c for c in procs_with(str(n.tmp)) if "--worker" in c]) >= 2 for n in nodes)
 
 
-def run_on_a_terminal(args: list[str], cwd: Path, until, within: float = 120) -> tuple[int, str]:
-    """Run ``args`` as the session leader of a new pseudo-terminal (as in an operator's SSH session) until
-    ``until()`` is true, then close the terminal (the kernel sends SIGHUP, and the terminal's writes fail
-    with EIO from then on). Returns (the exit code, -N for a signal N; what the terminal showed)."""
+def spawn_on_terminal(args: list[str], cwd: Path) -> tuple[int, int]:
+    """Start ``args`` in ``cwd`` as the session leader of a new pseudo-terminal; returns (pid, terminal fd)."""
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
@@ -77,6 +67,14 @@ def run_on_a_terminal(args: list[str], cwd: Path, until, within: float = 120) ->
             os.execv(args[0], args)
         finally:
             os._exit(127)
+    return pid, fd
+
+
+def run_on_a_terminal(args: list[str], cwd: Path, until, within: float = 120) -> tuple[int, str]:
+    """Run ``args`` as the session leader of a new pseudo-terminal (as in an operator's SSH session) until
+    ``until()`` is true, then close the terminal (the kernel sends SIGHUP, and the terminal's writes fail
+    with EIO from then on). Returns (the exit code, -N for a signal N; what the terminal showed)."""
+    pid, fd = spawn_on_terminal(args, cwd)
     shown = b""
     end = time.time() + within
     try:
@@ -172,13 +170,7 @@ def test_hang_up_keeps_a_live_output_and_drops_a_dead_pipe(tmp_path, tmp_path_fa
             proc.send_signal(signal.SIGHUP)
             assert proc.wait(60) == 2
         else:
-            pid, fd = pty.fork()
-            if pid == 0:  # pragma: no cover - the child
-                try:
-                    os.chdir(tmp_path)
-                    os.execv(args[0], args)
-                finally:
-                    os._exit(127)
+            pid, fd = spawn_on_terminal(args, tmp_path)
             shown, sent = b"", False
             end = time.time() + 120
             while time.time() < end:
@@ -271,17 +263,23 @@ def _check_complete(rep: Path) -> None:
     assert [p.name for p in rep.iterdir() if ".tmp" in p.name] == []
 
 
+def _folder_run(tmp_path: Path, rep: Path, env: dict):
+    """The folder-fault project run into ``rep`` with the fault ``env``; asserts exit 0 and complete reports."""
+    from project_helpers import run_pytest
+    inv = _folder_project(tmp_path)
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
+                     "-k", "folder", env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    _check_complete(rep)
+    return res
+
+
 def test_report_folder_deleted_during_the_run_is_written_again(tmp_path):
     """The report folder is deleted between two tests. Before: the run went on, then exit 3 with "cannot write
     reports: No such file or directory" and a folder holding report.html only: every result of the night lost.
     Now the folder is made again from the records in memory (results.jsonl too), and the operator is told."""
-    from project_helpers import run_pytest
-    inv = _folder_project(tmp_path)
     rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
-                     "-k", "folder", env={"E2E_FAULT": "delete", "E2E_REPORTS": str(rep)})
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    _check_complete(rep)
+    res = _folder_run(tmp_path, rep, {"E2E_FAULT": "delete", "E2E_REPORTS": str(rep)})
     assert f"gpuaccept reports: during the run: {rep}: results.jsonl was deleted during the run; every record " \
            "was written again since: the reports are complete" in res.stdout, res.stdout[-2000:]
 
@@ -311,14 +309,9 @@ def test_full_disk_that_frees_up_keeps_every_record(tmp_path, small_disk):
     that arrived while it was full were never appended to results.jsonl (the file a killed controller leaves),
     and the run exited 3 although its reports were complete at the end. Now they are appended as soon as
     the disk takes them, and the run exits by its verdicts, with a note."""
-    from project_helpers import run_pytest
     mnt, fill = small_disk
-    inv = _folder_project(tmp_path)
     rep = mnt / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
-                     "-k", "folder", env={"E2E_FAULT": "free", "E2E_FILL": str(fill)})
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    _check_complete(rep)
+    res = _folder_run(tmp_path, rep, {"E2E_FAULT": "free", "E2E_FILL": str(fill)})
     assert "No space left on device; every record was written again since: the reports are complete" in res.stdout
 
 

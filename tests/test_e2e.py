@@ -19,7 +19,7 @@ import pytest
 
 from project_helpers import junit, make_project, run_pytest
 from process_helpers import procs_with
-from sshd import start_sshd, write_known_hosts
+from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
 
 HANG_SUITE = '''
 import pytest
@@ -238,16 +238,8 @@ def _ppid(pid: int) -> int | None:
 
 
 def fault_nodes(base: Path, addresses: tuple[str, ...]):
-    """sshd nodes whose sessions get their own TMPDIR (``node.tmp``): every shipped probe folder, and so every
-    probe process's working directory, is below it, which is how what is left on a node is counted."""
-    nodes = []
-    for i, a in enumerate(addresses, 1):
-        tmp = base / f"node{i}-tmp"
-        tmp.mkdir(parents=True)
-        n = start_sshd(base, address=a, name=f"f{i}", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"])
-        n.tmp = tmp  # type: ignore[attr-defined]
-        nodes.append(n)
-    return nodes
+    """:func:`sshd.start_nodes_with_tmp` nodes f1, f2...: each session's TMPDIR is ``node.tmp``."""
+    return start_nodes_with_tmp(base, addresses, "f")
 
 
 def left_on(nodes) -> int:

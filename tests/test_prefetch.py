@@ -29,7 +29,7 @@ from gpuaccept.inventory import load_inventory
 from gpuaccept.node import PROBE_DIR, HostRunner, probe_files
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
 from process_helpers import procs_with
-from sshd import start_sshd, write_known_hosts
+from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,16 +93,8 @@ def test_long(node, verdicts):
 
 # -- rig -------------------------------------------------------------------------------------------------
 def nodes_with_tmp(base: Path, addresses: tuple[str, ...]):
-    """sshd nodes p1, p2, ... whose sessions get their own TMPDIR (``node.tmp``): every shipped probe folder,
-    and so every probe process's working directory, is below it; sshd logs each login (LogLevel INFO)."""
-    nodes = []
-    for i, a in enumerate(addresses, 1):
-        tmp = base / f"p{i}-tmp"
-        tmp.mkdir(parents=True)
-        n = start_sshd(base, address=a, name=f"p{i}", log_level="INFO", extra_config=[f"SetEnv SHLVL=1 TMPDIR={tmp}"])
-        n.tmp = tmp  # type: ignore[attr-defined]
-        nodes.append(n)
-    return nodes
+    """:func:`sshd.start_nodes_with_tmp` nodes p1, p2...: each session's TMPDIR is ``node.tmp``."""
+    return start_nodes_with_tmp(base, addresses, "p", log_level="INFO")
 
 
 def procs_in(tmp: Path) -> list[str]:
