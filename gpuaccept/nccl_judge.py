@@ -68,6 +68,30 @@ def algorithm_problem(row: dict, doc: dict, floor_algo: str = JUDGED_ALGO, where
     return None
 
 
+def size_text(nbytes) -> str:
+    """``4294967296`` -> ``"4294967296 B (4 GiB)"``: nccl-tests' size column (bytes) with its binary size when
+    it is a whole number of KiB, MiB or GiB (the sizes a sweep by x2/x4 from 1 MiB produces)."""
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+        return f"{nbytes} B"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes % scale == 0:
+            return f"{nbytes} B ({nbytes // scale} {unit})"
+    return f"{nbytes} B"
+
+
+def floor_context(row: dict, world_size: int, limit, where: str, algo: str = JUDGED_ALGO) -> str:
+    """What a judged all-reduce figure is, for the failure line (pure): the column (in-place busbw, nccl-tests'
+    right-hand busbw), the row's size, the world size (ranks), the algorithm the floor is for, and where the
+    floor was read: ``"in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2 from
+    thresholds/h200-sxm-141gb.yaml"``. ``limit`` is the threshold's :class:`gpuaccept.thresholds.Limit` as
+    written (before :meth:`~gpuaccept.thresholds.Limit.for_world_size`): when its ``min_by_world_size`` has
+    ``world_size``, the floor is that one; else the file's plain ``min``. ``where``: the file or the variable."""
+    by_n = getattr(limit, "min_by_world_size", None) or {}
+    which = f"floor for world size {world_size}" if world_size in by_n else "floor"
+    return (f"in-place busbw at {size_text(row.get('bytes'))}, world size {world_size}, {algo.title()}; "
+            f"{which} from {where}")
+
+
 def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
     """``(wrong elements over every row and column, problems)``: a row whose ``oop_wrong`` or ``ip_wrong`` is
     missing or null (the correctness check did not run or was not reported) is a problem, never 0. When the
@@ -194,7 +218,9 @@ def net_device_problems(net_devices: dict | None, ib_hca=None, socket_ifname=Non
                 out.append(f"NCCL used {label} {', '.join(bad)} that {var} excludes ({value})")
             continue
         if not used:
-            out.append(f"NCCL found none of the {label} {var} lists ({value})")
+            said = nd.get(f"{key}_said")
+            out.append(f"NCCL found none of the {label} {var} lists ({value})"
+                       + (f': NCCL says "{said}"' if said else ""))
             continue
         bad = [show(d) for d in used if not on_list(d)]
         if bad:

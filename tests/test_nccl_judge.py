@@ -86,7 +86,7 @@ def test_real_capture_reports_its_socket_interface():
     assert J.net_device_problems(nd, None, "eth1") == ["NCCL used socket interfaces eth0 not in "
                                                        "nccl_socket_ifname (eth1)"]
     assert J.net_device_problems(nd, "mlx5_0", None) == ["NCCL found none of the IB devices nccl_ib_hca "
-                                                         "lists (mlx5_0)"]
+                                                         'lists (mlx5_0): NCCL says "NET/IB : No device found."']
 
 
 def test_hca_matched_by_prefix_is_named():
