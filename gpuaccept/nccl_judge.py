@@ -92,6 +92,24 @@ def floor_context(row: dict, world_size: int, limit, where: str, algo: str = JUD
             f"{which} from {where}")
 
 
+#: how the nccl_allreduce probe says that its ranks started and the collective itself broke, as opposed to a
+#: probe that could not run (bad arguments, rendezvous port taken, terminated by the controller): a rank hung
+#: (``probes/_supervisor.py`` ``hang_message``: "all-reduce hung: ranks [...]"), stalled
+#: (``probes/nccl_allreduce.py`` ``_failure_message``: "rank(s) [...] stalled") or exited with an error or a
+#: signal (``_supervisor.Worker.describe_exit``: "rank R exited with rc X ...", with NCCL's WARN lines)
+_COLLECTIVE_BROKE = re.compile(r"(?:^|: )((?:all-reduce hung: |rank\(s\) \[[\d, ]*\] stalled|"
+                               r"rank \d+ exited with rc ).*)$", re.S)
+
+
+def collective_failure(message: str) -> str | None:
+    """The part of a failed ``nccl_allreduce`` probe's message (a ``ProbeError`` text, ``"nccl_allreduce:
+    rank 1 exited with rc 1: ... [NCCL WARN: ...]"``) that says the collective ran and broke on the node (a
+    rank hung, stalled or died: a fault measured on the node, judged a failure like a pair that fails across
+    nodes), or None when the probe could not run (an error: nothing was judged). Pure."""
+    m = _COLLECTIVE_BROKE.search(str(message))
+    return m.group(1).strip() if m else None
+
+
 def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
     """``(wrong elements over every row and column, problems)``: a row whose ``oop_wrong`` or ``ip_wrong`` is
     missing or null (the correctness check did not run or was not reported) is a problem, never 0. When the
@@ -112,6 +130,19 @@ def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
     if isinstance(reported_total, int) and not isinstance(reported_total, bool) and reported_total > total:
         total = reported_total
     return total, problems
+
+
+def wrong_where(rows: list[dict], limit: int = 4) -> str:
+    """Where nccl-tests' ``#wrong`` column is not 0, for a failure line (pure): ``"#wrong 12 at 4294967296 B
+    (4 GiB) in-place, 3 at 1048576 B (1 MiB) out-of-place"``, the first ``limit`` (size, column) cells in table
+    order, then ``"and N more"``; ``""`` when every counted cell is 0."""
+    cells = [f"{v} at {size_text(r.get('bytes'))} {'in-place' if mode == 'ip' else 'out-of-place'}"
+             for r in rows for mode in ("oop", "ip")
+             for v in [r.get(f"{mode}_wrong")] if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if not cells:
+        return ""
+    more = f", and {len(cells) - limit} more" if len(cells) > limit else ""
+    return "#wrong " + ", ".join(cells[:limit]) + more
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -11,11 +11,33 @@ runs ``pytest -k nccl -s`` while debugging a slow job.
 """
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 from gpuaccept import nccl_judge
-from gpuaccept.probes import _nccl_log
+from gpuaccept.node import save_probe
+from gpuaccept.probes import _nccl_log, _supervisor
 from gpuaccept.thresholds import load_sku_file
-from project_helpers import REPO, alter, junit, replay_project, run_pytest
-from test_field_logs import NCCL
+from project_helpers import CAPTURE_NCCL, DATA, REPO, alter, junit, replay_project, run_pytest
+
+
+def _field_blocks(name: str) -> dict[str, list[str]]:
+    """``### sample: NAME`` blocks of tests/data/field/NAME: NAME -> its lines, ``#`` comments left out."""
+    out: dict[str, list[str]] = {}
+    cur = None
+    for line in (REPO / "tests" / "data" / "field" / name).read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^### sample: (\S+)", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+        elif cur is not None and not line.startswith("#") and line.strip():
+            cur.append(line)
+    return out
+
+
+NCCL = _field_blocks("nccl-logs.txt")
 
 H200 = REPO / "thresholds" / "h200-sxm-141gb.yaml"
 
@@ -93,3 +115,93 @@ def test_missing_hca_on_older_nccl_fails_the_host(tmp_path):
     assert case["outcome"] == "failure", case
     assert case["message"] == ('h200-a: NCCL found none of the IB devices nccl_ib_hca lists (mlx5_0): NCCL says '
                                '"NET/IB : No device found."')
+
+
+# -- ranks that hang or die on one node: a failure in the probe's (and NCCL's) words; a probe that could not
+# -- run stays an error, on both calls of the suite ----------------------------------------------------------
+
+def _replay_with(tmp_path, sweep=None, at_size=None, extra_vars: str = ""):
+    """A replay project whose saved nccl_allreduce documents for the suite's two calls (the pinned sweep, NCCL's
+    own choice at the judged size) are replaced by ``sweep`` / ``at_size`` when given (documents as the probe
+    prints them: a failed one is ``{"failed": true, "msg": ...}``)."""
+    inv = replay_project(tmp_path, DATA, extra_vars)
+    folder = Path(inv.read_text().split("gpuaccept_replay=", 1)[1].split()[0])
+    saved = json.loads((DATA / CAPTURE_NCCL).read_text())
+    args = {k: v for k, v in saved["args"].items() if k != "deadline_s"}
+    at = load_sku_file(str(H200)).limit("allreduce_busbw_gbps").at_bytes
+    for doc, call in ((sweep, {"env": {"NCCL_ALGO": "Ring"}}), (at_size, {"min_bytes": at, "max_bytes": at})):
+        if doc is not None:
+            save_probe(str(folder), "nccl_allreduce", {**args, **call}, doc)
+    return inv
+
+
+def _allreduce_case(tmp_path, inv):
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_allreduce and not multinode")
+    return next(c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_allreduce["))
+
+
+def _real_missing_interface_failure() -> dict:
+    """The probe run for real with 2 gloo ranks told to use an interface this machine lacks
+    (GLOO_SOCKET_IFNAME, gloo's NCCL_SOCKET_IFNAME): both ranks die; the document it prints."""
+    args = {"backend": "gloo", "world_size": 2, "min_bytes": 1024, "max_bytes": 4096, "iters": 2, "warmup": 1,
+            "reps": 1, "deadline_s": 60, "env": {"GLOO_SOCKET_IFNAME": "nosuchif0"}}
+    p = subprocess.run([sys.executable, str(REPO / "gpuaccept" / "probes" / "nccl_allreduce.py"), json.dumps(args)],
+                       capture_output=True, text=True, timeout=120)
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert p.returncode == 1 and doc["failed"] is True, p.stderr[-2000:]
+    return doc
+
+
+def test_collective_failure_tells_broken_ranks_from_a_probe_that_could_not_run():
+    real = _real_missing_interface_failure()["msg"]
+    assert nccl_judge.collective_failure("nccl_allreduce: " + real) == real
+    hung = _supervisor.hang_message([{"rank": 0, "step": 5, "phase": "allreduce 4194304 B"},
+                                     {"rank": 1, "step": 3, "phase": "warmup 4194304 B", "state": "T"}], 290)
+    assert nccl_judge.collective_failure(f"nccl_allreduce: {hung} (replayed)").startswith("all-reduce hung: ")
+    for could_not_run in ("nccl_allreduce: rendezvous failed: port in use on 3 attempts",
+                          "nccl_allreduce: probe terminated by SIGTERM; killed all ranks",
+                          "nccl_allreduce: no JSON document (rc 1): ModuleNotFoundError: No module named 'torch'"):
+        assert nccl_judge.collective_failure(could_not_run) is None
+
+
+def test_ranks_that_die_on_the_node_fail_it_with_their_words(tmp_path):
+    """Before: ERROR "nccl_allreduce: rank 0 exited with rc 1: ..." (as if nothing had been judged), while the
+    same death in the second call (NCCL's own algorithm) was a FAILURE."""
+    doc = _real_missing_interface_failure()
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, sweep=doc))
+    assert case["outcome"] == "failure", case
+    assert case["message"].startswith("h200-a: all-reduce over 2 GPUs (NCCL_ALGO=Ring, 1048576..4294967296 B) "
+                                      "failed: rank 0 exited with rc 1: ")
+    assert "Unable to find address for: nosuchif0" in case["message"]
+
+
+def test_a_probe_that_could_not_run_the_second_call_is_an_error_not_a_failure(tmp_path):
+    """Before: FAIL "all-reduce with NCCL's own algorithm choice failed: ..." for a probe that never started
+    its ranks (here: the rendezvous port taken on every attempt)."""
+    busy = {"failed": True, "msg": "rendezvous failed: port in use on 3 attempts"}
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, at_size=busy))
+    assert case["outcome"] == "error", case
+    assert "all-reduce with NCCL's own algorithm choice at 4294967296 B not measured" in case["message"]
+    assert "port in use on 3 attempts" in case["message"]
+
+
+def test_hang_in_the_second_call_fails_naming_the_slowest_rank(tmp_path):
+    hung = _supervisor.hang_message([{"rank": 0, "step": 5, "phase": "allreduce 4294967296 B"},
+                                     {"rank": 1, "step": 3, "phase": "warmup 4294967296 B", "state": "T"}], 290)
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, at_size={"failed": True, "msg": hung}))
+    assert case["outcome"] == "failure", case
+    assert ("all-reduce with NCCL's own algorithm choice at 4294967296 B failed: all-reduce hung: ranks [0, 1] did "
+            "not finish within 290s; killed all ranks; slowest: rank 1 in 'warmup 4294967296 B' (process stopped)"
+            ) in case["message"]
+
+
+def test_wrong_elements_name_their_row_and_column(tmp_path):
+    def wrong(doc):  # ALTERED: 12 wrong elements in the 4 GiB in-place cell, 3 in the 1 MiB out-of-place one
+        doc["rows"][-1]["ip_wrong"], doc["rows"][0]["oop_wrong"] = 12, 3
+        doc["wrong_total"] = 15
+    inv = replay_project(tmp_path, alter(tmp_path, "nccl_allreduce", wrong))
+    case = _allreduce_case(tmp_path, inv)
+    assert case["outcome"] == "failure", case
+    assert case["message"] == ("h200-a: all-reduce over 2 GPUs produced 15 wrong elements (#wrong 3 at 1048576 B "
+                               "(1 MiB) out-of-place, 12 at 4294967296 B (4 GiB) in-place)")

@@ -251,7 +251,7 @@ def test_missing_wrong_count_is_kept_beside_a_failure(tmp_path):
         doc["rows"][-1]["ip_wrong"] = 5
     _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", both))
     assert got["outcome"] == "failure", got
-    assert "all-reduce produced 5 wrong elements" in got["text"]
+    assert "all-reduce over 2 GPUs produced 5 wrong elements (#wrong 5 at 4294967296 B (4 GiB) in-place)" in got["text"]
     assert "#wrong missing: correctness was not checked" in got["text"]
 
 
