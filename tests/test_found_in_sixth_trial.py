@@ -21,7 +21,7 @@ from gpuaccept import nccl_judge
 from gpuaccept.node import save_probe
 from gpuaccept.probes import _nccl_log, _supervisor
 from gpuaccept.thresholds import load_sku_file
-from project_helpers import CAPTURE_NCCL, DATA, REPO, alter, junit, replay_project, run_pytest
+from project_helpers import CAPTURE_NCCL, DATA, REPO, alter, junit, make_project, replay_project, run_pytest
 
 
 def _field_blocks(name: str) -> dict[str, list[str]]:
@@ -205,3 +205,31 @@ def test_wrong_elements_name_their_row_and_column(tmp_path):
     assert case["outcome"] == "failure", case
     assert case["message"] == ("h200-a: all-reduce over 2 GPUs produced 15 wrong elements (#wrong 3 at 1048576 B "
                                "(1 MiB) out-of-place, 12 at 4294967296 B (4 GiB) in-place)")
+
+
+# -- the inter-node ring's failure line: size, world, hosts and the group var, as on one node ----------------
+
+def test_ring_below_its_floor_names_size_world_hosts_and_the_var(tmp_path):
+    """Two real sshd nodes (127.0.0.131-132) x 1 gloo rank; a floor (group var) no loopback reaches. Before:
+    "fleet: internode_busbw_gbps 0.3 GB/s < min 1e+06 GB/s" (no size, no world, no hosts, no var)."""
+    from sshd import start_sshd, write_known_hosts
+    base = tmp_path / "nodes"
+    base.mkdir()
+    sshds = [start_sshd(base, address=f"127.0.0.{131 + i}", name=f"rg{i + 1}") for i in range(2)]
+    try:
+        kh = write_known_hosts(base / "known_hosts", sshds)
+        probe_args = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 65536, "factor": 4, "iters": 3, "warmup": 1}
+        vars_ = ("[gpu:vars]\nnccl_ranks_per_node=1\nnccl_stall_s=20\nnccl_internode_busbw_gbps=1000000\n"
+                 f"nccl_internode_probe_args={json.dumps(probe_args)}\n")
+        inv = make_project(tmp_path, sshds, kh, extra_suite="", name="test_zz_none.py", inventory_extra=vars_)
+        rep = tmp_path / "rep"
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
+                         "-k", "multinode", "--probe-timeout", "90", timeout=150)
+        case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"] == "test_allreduce_multinode")
+        assert case["outcome"] == "failure", res.stdout[-3000:]
+        assert re.fullmatch(r"fleet: internode_busbw_gbps [\d.e+-]+ GB/s < min 1e\+06 GB/s \(ring: in-place busbw "
+                            r"at 65536 B \(64 KiB\), world size 2, gloo; floor from group var "
+                            r"nccl_internode_busbw_gbps; 2 hosts x 1 ranks: rg1, rg2\)", case["message"]), case["message"]
+    finally:
+        for s in sshds:
+            s.stop()
