@@ -233,3 +233,24 @@ def test_ring_below_its_floor_names_size_world_hosts_and_the_var(tmp_path):
     finally:
         for s in sshds:
             s.stop()
+
+
+# -- NCCL_SOCKET_IFNAME naming an interface the host lacks: this host's fault, said so -----------------------
+
+def test_socket_ifname_without_a_match_is_the_hosts_own_fault():
+    """NCCL 2.27.7 (NVIDIA/nccl#1837) ends in "ncclSocketInit: connecting to address  with family 59936 ...":
+    a socket error, so the rank was read as the victim of a peer ("peer" evidence, no address to blame)."""
+    text = "\n".join(NCCL["socket-ifname-missing-interface-nccl-2.27"])
+    kind, why, addrs = _supervisor.rank_evidence(1, "exited", 0.0, None, text)
+    assert (kind, addrs) == ("local", [])
+    assert why == ("rc 1: [trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither "
+                   "AF_INET(2) nor AF_INET6(10) (NCCL_SOCKET_IFNAME set to eth2 matched no interface of this host)")
+
+
+def test_socket_ifname_that_matched_is_not_blamed():
+    # the 2xH200 capture's real lines (it found eth0), ALTERED: NCCL's ENV line for the variable added
+    real = (REPO / "tests" / "data" / "nccl-info-h200x2.log").read_text().splitlines()
+    lines = ["vm:720:720 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to =eth0"] + real
+    assert _nccl_log.socket_ifname_unmatched(lines) is None
+    assert _nccl_log.socket_ifname_unmatched(lines[:1]) == ("NCCL_SOCKET_IFNAME set to =eth0 matched "
+                                                                    "no interface of this host")

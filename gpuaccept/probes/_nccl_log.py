@@ -49,6 +49,25 @@ def nccl_warnings(lines) -> list[str]:
     return list(out)
 
 
+_IFNAME_ENV = re.compile(r"NCCL INFO NCCL_SOCKET_IFNAME set by environment to (.*?)\.?\s*$")
+_IF_FOUND = re.compile(r"NCCL INFO (?:Bootstrap\s*: Using|NET/Socket\s*: Using \[)")
+
+
+def socket_ifname_unmatched(lines) -> str | None:
+    """``"NCCL_SOCKET_IFNAME set to eth2 matched no interface of this host"`` when NCCL reports reading
+    ``NCCL_SOCKET_IFNAME`` (``NCCL_SOCKET_IFNAME set by environment to eth2``, printed by ``ncclFindInterfaces``
+    before it searches) and then names no interface (no ``Bootstrap : Using`` nor ``NET/Socket : Using [i]``
+    line), else None. Older NCCL says so itself (WARN ``Bootstrap : no socket interface found``); NCCL 2.27.7
+    fails later with an unrelated-looking ``ncclSocketInit: connecting to address  with family 59936 is
+    neither AF_INET(2) nor AF_INET6(10)`` (NVIDIA/nccl#1837, read 2026-11-30), which would pass for a
+    network error caused by a peer."""
+    lines = list(lines)
+    value = next((m.group(1) for ln in lines if (m := _IFNAME_ENV.search(ln))), None)
+    if value is None or any(_IF_FOUND.search(ln) for ln in lines):
+        return None
+    return f"NCCL_SOCKET_IFNAME set to {value} matched no interface of this host"
+
+
 def transport_class(name: str) -> str:
     """Coarse class of an NCCL transport string: ``P2P``, ``SHM``, ``NET/Socket``, ``NET/IB``, ``COLLNET``,
     ``NVLS`` or the first component."""
