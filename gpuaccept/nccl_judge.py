@@ -301,6 +301,23 @@ def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dic
     return out
 
 
+def version_problem(versions: dict) -> str | None:
+    """Why a collective over these hosts cannot work, or None: ``versions`` {host: NCCL version the host's ranks
+    reported ("2.27.5"), or None when unknown}. NCCL refuses to mix versions in one communicator (``init.cc``:
+    WARN "Mismatched NCCL version detected : rank %d version %d rank %d version %d", ncclInvalidUsage; read
+    2026-11-30 in NVIDIA/nccl src/init.cc), and its line names ranks and version codes (22705), not hosts. Pure.
+    Returns ``"NCCL versions differ between hosts: 2.27.5 on a, b; 2.27.3 on c"``, the most common version
+    first."""
+    by: dict[str, list[str]] = {}
+    for h, v in versions.items():
+        if v:
+            by.setdefault(str(v), []).append(h)
+    if len(by) < 2:
+        return None
+    order = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return "NCCL versions differ between hosts: " + "; ".join(f"{v} on {', '.join(hs)}" for v, hs in order)
+
+
 def same_address(a, b) -> bool:
     """Whether two addresses are one (IPv4/IPv6 spellings normalised; other text compared as is)."""
     return a is not None and b is not None and normalize_address(str(a)) == normalize_address(str(b))

@@ -124,6 +124,9 @@ def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
 def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]) -> None:
     verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits, "world_problems":
                     col.world_problems, "singled_out": col.singled_out, "marker": col.marker})
+    versions = nccl_judge.version_problem({h: (r.doc or {}).get("nccl_version") for h, r in col.results.items()})
+    if versions:  # NCCL's own line names ranks and version codes; this names the hosts
+        verdicts.fail(versions)
     if col.world_problems:  # not the world launched: an error, no figure
         errors.append(col.message.replace("\n", "; "))
         return

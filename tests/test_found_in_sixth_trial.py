@@ -254,3 +254,12 @@ def test_socket_ifname_that_matched_is_not_blamed():
     assert _nccl_log.socket_ifname_unmatched(lines) is None
     assert _nccl_log.socket_ifname_unmatched(lines[:1]) == ("NCCL_SOCKET_IFNAME set to =eth0 matched "
                                                                     "no interface of this host")
+
+
+def test_nccl_versions_that_differ_are_named_per_host():
+    """NCCL's WARN "Mismatched NCCL version detected : rank 1 version 22705 rank 0 version 22703" names ranks and
+    codes; the failed collective now also names which host runs which version (from each host's document)."""
+    assert nccl_judge.version_problem({"a": "2.27.5", "b": "2.27.3", "c": "2.27.5", "d": None}) == (
+        "NCCL versions differ between hosts: 2.27.5 on a, c; 2.27.3 on b")
+    assert nccl_judge.version_problem({"a": "2.27.5", "b": "2.27.5", "c": None}) is None
+    assert nccl_judge.version_problem({}) is None
