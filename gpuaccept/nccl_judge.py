@@ -68,6 +68,49 @@ def algorithm_problem(row: dict, doc: dict, floor_algo: str = JUDGED_ALGO, where
     return None
 
 
+def size_text(nbytes) -> str:
+    """``4294967296`` -> ``"4294967296 B (4 GiB)"``: nccl-tests' size column (bytes) with its binary size when
+    it is a whole number of KiB, MiB or GiB (the sizes a sweep by x2/x4 from 1 MiB produces)."""
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+        return f"{nbytes} B"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes % scale == 0:
+            return f"{nbytes} B ({nbytes // scale} {unit})"
+    return f"{nbytes} B"
+
+
+def floor_context(row: dict, world_size: int, limit, where: str, algo: str = "Ring") -> str:
+    """What a judged all-reduce figure is, for the failure line (pure): the column (in-place busbw, nccl-tests'
+    right-hand busbw), the row's size, the world size (ranks), the algorithm the floor is for, and where the
+    floor was read: ``"in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2 from
+    thresholds/h200-sxm-141gb.yaml"``. ``limit`` is the threshold's :class:`gpuaccept.thresholds.Limit` as
+    written (before :meth:`~gpuaccept.thresholds.Limit.for_world_size`): when its ``min_by_world_size`` has
+    ``world_size``, the floor is that one; else the file's plain ``min``. ``where``: the file or the variable;
+    ``algo``: what ran the collective (``"Ring"``, NCCL pinned; ``"gloo"`` for CPU ranks)."""
+    by_n = getattr(limit, "min_by_world_size", None) or {}
+    which = f"floor for world size {world_size}" if world_size in by_n else "floor"
+    return (f"in-place busbw at {size_text(row.get('bytes'))}, world size {world_size}, {algo}; "
+            f"{which} from {where}")
+
+
+#: how the nccl_allreduce probe says that its ranks started and the collective itself broke, as opposed to a
+#: probe that could not run (bad arguments, rendezvous port taken, terminated by the controller): a rank hung
+#: (``probes/_supervisor.py`` ``hang_message``: "all-reduce hung: ranks [...]"), stalled
+#: (``probes/nccl_allreduce.py`` ``_failure_message``: "rank(s) [...] stalled") or exited with an error or a
+#: signal (``_supervisor.Worker.describe_exit``: "rank R exited with rc X ...", with NCCL's WARN lines)
+_COLLECTIVE_BROKE = re.compile(r"(?:^|: )((?:all-reduce hung: |rank\(s\) \[[\d, ]*\] stalled|"
+                               r"rank \d+ exited with rc ).*)$", re.S)
+
+
+def collective_failure(message: str) -> str | None:
+    """The part of a failed ``nccl_allreduce`` probe's message (a ``ProbeError`` text, ``"nccl_allreduce:
+    rank 1 exited with rc 1: ... [NCCL WARN: ...]"``) that says the collective ran and broke on the node (a
+    rank hung, stalled or died: a fault measured on the node, judged a failure like a pair that fails across
+    nodes), or None when the probe could not run (an error: nothing was judged). Pure."""
+    m = _COLLECTIVE_BROKE.search(str(message))
+    return m.group(1).strip() if m else None
+
+
 def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
     """``(wrong elements over every row and column, problems)``: a row whose ``oop_wrong`` or ``ip_wrong`` is
     missing or null (the correctness check did not run or was not reported) is a problem, never 0. When the
@@ -88,6 +131,19 @@ def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:
     if isinstance(reported_total, int) and not isinstance(reported_total, bool) and reported_total > total:
         total = reported_total
     return total, problems
+
+
+def wrong_where(rows: list[dict], limit: int = 4) -> str:
+    """Where nccl-tests' ``#wrong`` column is not 0, for a failure line (pure): ``"#wrong 12 at 4294967296 B
+    (4 GiB) in-place, 3 at 1048576 B (1 MiB) out-of-place"``, the first ``limit`` (size, column) cells in table
+    order, then ``"and N more"``; ``""`` when every counted cell is 0."""
+    cells = [f"{v} at {size_text(r.get('bytes'))} {'in-place' if mode == 'ip' else 'out-of-place'}"
+             for r in rows for mode in ("oop", "ip")
+             for v in [r.get(f"{mode}_wrong")] if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if not cells:
+        return ""
+    more = f", and {len(cells) - limit} more" if len(cells) > limit else ""
+    return "#wrong " + ", ".join(cells[:limit]) + more
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -194,7 +250,9 @@ def net_device_problems(net_devices: dict | None, ib_hca=None, socket_ifname=Non
                 out.append(f"NCCL used {label} {', '.join(bad)} that {var} excludes ({value})")
             continue
         if not used:
-            out.append(f"NCCL found none of the {label} {var} lists ({value})")
+            said = nd.get(f"{key}_said")
+            out.append(f"NCCL found none of the {label} {var} lists ({value})"
+                       + (f': NCCL says "{said}"' if said else ""))
             continue
         bad = [show(d) for d in used if not on_list(d)]
         if bad:
@@ -241,6 +299,23 @@ def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dic
         if bad:
             out.append(f"{h}: " + "; ".join(bad))
     return out
+
+
+def version_problem(versions: dict) -> str | None:
+    """Why a collective over these hosts cannot work, or None: ``versions`` {host: NCCL version the host's ranks
+    reported ("2.27.5"), or None when unknown}. NCCL refuses to mix versions in one communicator (``init.cc``:
+    WARN "Mismatched NCCL version detected : rank %d version %d rank %d version %d", ncclInvalidUsage; read
+    2026-11-30 in NVIDIA/nccl src/init.cc), and its line names ranks and version codes (22705), not hosts. Pure.
+    Returns ``"NCCL versions differ between hosts: 2.27.5 on a, b; 2.27.3 on c"``, the most common version
+    first."""
+    by: dict[str, list[str]] = {}
+    for h, v in versions.items():
+        if v:
+            by.setdefault(str(v), []).append(h)
+    if len(by) < 2:
+        return None
+    order = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return "NCCL versions differ between hosts: " + "; ".join(f"{v} on {', '.join(hs)}" for v, hs in order)
 
 
 def same_address(a, b) -> bool:

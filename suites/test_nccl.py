@@ -11,7 +11,7 @@ import pytest
 from gpuaccept import nccl_judge
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.multinode import nccl_environment, pinned_env
-from gpuaccept.nccl_table import format_table, row_at
+from gpuaccept.nccl_table import RowNotFound, format_table, row_at
 from gpuaccept.node import HostRunner
 
 pytestmark = pytest.mark.nccl
@@ -28,7 +28,16 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
             # the probe's own deadline fires first, so a hang is reported with the ranks' phases rather than as
             # the runner's plain timeout; both kill every rank
             "deadline_s": max(20, int(node.probe_timeout - max(10.0, 0.1 * node.probe_timeout)))}
-    doc = node.probe("nccl_allreduce", {**args, "env": pin} if pin else args, env=host_env)
+    try:
+        doc = node.probe("nccl_allreduce", {**args, "env": pin} if pin else args, env=host_env)
+    except ProbeError as e:  # ranks that hung or died: the node's all-reduce is broken (a failure, as across
+        broke = nccl_judge.collective_failure(e.msg)  # nodes); a probe that could not run stays an error
+        if broke is None or n == 1:
+            raise
+        algo = "NCCL_ALGO=" + pin["NCCL_ALGO"] if pin else "NCCL_ALGO from the inventory"
+        verdicts.fail(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B) failed: "
+                      f"{broke}")
+        verdicts.finish()
     table = format_table(doc)
     print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
           f"{'NCCL_ALGO=' + pin['NCCL_ALGO'] if pin else 'NCCL_ALGO from the inventory'}\n{table}")
@@ -43,7 +52,8 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
     errors += unchecked
     verdicts.record("allreduce_wrong_elements", None if unchecked else wrong, "elements")
     if wrong:
-        verdicts.fail(f"all-reduce produced {wrong} wrong elements")
+        where = nccl_judge.wrong_where(doc.get("rows") or [])
+        verdicts.fail(f"all-reduce over {n} GPUs produced {wrong} wrong elements" + (f" ({where})" if where else ""))
     problem = nccl_judge.transport_problem(doc.get("transports") or {}, sku.expect.get("nccl_transport"),
                                            who=sku.sku)
     if problem:
@@ -64,7 +74,8 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
             verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s", extra={**extra, "note": why})
         else:
             verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s",
-                            limit=limit.for_world_size(n), extra=extra)
+                            limit=limit.for_world_size(n), extra=extra,
+                            context=nccl_judge.floor_context(row, n, limit, sku.path))
     if pin:
         _record_nccl_default(node, verdicts, args, at, host_env)
     for e in errors:  # recorded, so that a failure beside them does not hide them (the outcome lists both)
@@ -79,7 +90,16 @@ def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_e
         doc = node.probe("nccl_allreduce", {**args, "min_bytes": at, "max_bytes": at}, env=host_env)
         row = row_at(doc, at)
     except GpuacceptError as e:
-        verdicts.fail(f"all-reduce with NCCL's own algorithm choice failed: {e}")
+        # the same rule as the judged sweep: ranks that hung or died fail; a probe or host that could not run
+        # it (no connection, command timeout, interrupted run) is an error, never a hardware failure
+        broke = nccl_judge.collective_failure(e.msg) if isinstance(e, ProbeError) else None
+        if broke:
+            verdicts.fail(f"all-reduce with NCCL's own algorithm choice at {at} B failed: {broke}")
+        else:
+            verdicts.error(f"all-reduce with NCCL's own algorithm choice at {at} B not measured: {e}")
+        return
+    except RowNotFound as e:
+        verdicts.error(f"all-reduce with NCCL's own algorithm choice: {e}")
         return
     algos = nccl_judge.row_algorithms(row, doc)
     verdicts.record("allreduce_default_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s", extra={

@@ -117,13 +117,20 @@ def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
         verdicts.record("internode_busbw_gbps", busbw, "GB/s", extra={**extra, "note": why})
     else:
         verdicts.record("internode_busbw_gbps", busbw, "GB/s", limit=lim, extra={**extra, **({} if lim else
-                                                                                             {"note": UNJUDGED})})
+                                                                                             {"note": UNJUDGED})},
+                        context=(f"{label}: " + nccl_judge.floor_context(row or {"bytes": at}, n, lim, f"group "
+                                 f"var nccl_internode_busbw_gbps; {len(col.hosts)} hosts x {st.ranks_per_node} "
+                                 f"ranks: {', '.join(col.hosts)}", "Ring" if doc.get("backend") == "nccl"
+                                 else str(doc.get("backend")))) if lim else None)
     return errors
 
 
 def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]) -> None:
     verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits, "world_problems":
                     col.world_problems, "singled_out": col.singled_out, "marker": col.marker})
+    versions = nccl_judge.version_problem({h: (r.doc or {}).get("nccl_version") for h, r in col.results.items()})
+    if versions:  # NCCL's own line names ranks and version codes; this names the hosts
+        verdicts.fail(versions)
     if col.world_problems:  # not the world launched: an error, no figure
         errors.append(col.message.replace("\n", "; "))
         return

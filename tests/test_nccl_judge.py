@@ -86,7 +86,7 @@ def test_real_capture_reports_its_socket_interface():
     assert J.net_device_problems(nd, None, "eth1") == ["NCCL used socket interfaces eth0 not in "
                                                        "nccl_socket_ifname (eth1)"]
     assert J.net_device_problems(nd, "mlx5_0", None) == ["NCCL found none of the IB devices nccl_ib_hca "
-                                                         "lists (mlx5_0)"]
+                                                         'lists (mlx5_0): NCCL says "NET/IB : No device found."']
 
 
 def test_hca_matched_by_prefix_is_named():
@@ -251,7 +251,7 @@ def test_missing_wrong_count_is_kept_beside_a_failure(tmp_path):
         doc["rows"][-1]["ip_wrong"] = 5
     _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", both))
     assert got["outcome"] == "failure", got
-    assert "all-reduce produced 5 wrong elements" in got["text"]
+    assert "all-reduce over 2 GPUs produced 5 wrong elements (#wrong 5 at 4294967296 B (4 GiB) in-place)" in got["text"]
     assert "#wrong missing: correctness was not checked" in got["text"]
 
 

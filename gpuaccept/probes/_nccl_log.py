@@ -49,6 +49,25 @@ def nccl_warnings(lines) -> list[str]:
     return list(out)
 
 
+_IFNAME_ENV = re.compile(r"NCCL INFO NCCL_SOCKET_IFNAME set by environment to (.*?)\.?\s*$")
+_IF_FOUND = re.compile(r"NCCL INFO (?:Bootstrap\s*: Using|NET/Socket\s*: Using \[)")
+
+
+def socket_ifname_unmatched(lines) -> str | None:
+    """``"NCCL_SOCKET_IFNAME set to eth2 matched no interface of this host"`` when NCCL reports reading
+    ``NCCL_SOCKET_IFNAME`` (``NCCL_SOCKET_IFNAME set by environment to eth2``, printed by ``ncclFindInterfaces``
+    before it searches) and then names no interface (no ``Bootstrap : Using`` nor ``NET/Socket : Using [i]``
+    line), else None. Older NCCL says so itself (WARN ``Bootstrap : no socket interface found``); NCCL 2.27.7
+    fails later with an unrelated-looking ``ncclSocketInit: connecting to address  with family 59936 is
+    neither AF_INET(2) nor AF_INET6(10)`` (NVIDIA/nccl#1837, read 2026-11-30), which would pass for a
+    network error caused by a peer."""
+    lines = list(lines)
+    value = next((m.group(1) for ln in lines if (m := _IFNAME_ENV.search(ln))), None)
+    if value is None or any(_IF_FOUND.search(ln) for ln in lines):
+        return None
+    return f"NCCL_SOCKET_IFNAME set to {value} matched no interface of this host"
+
+
 def transport_class(name: str) -> str:
     """Coarse class of an NCCL transport string: ``P2P``, ``SHM``, ``NET/Socket``, ``NET/IB``, ``COLLNET``,
     ``NVLS`` or the first component."""
@@ -81,6 +100,10 @@ def parse_nccl_log(lines) -> dict:
     for line in lines:
         mo = _NCCL_INFO.search(line)
         if not mo:
+            # NCCL up to 2.21 or so prints its version bare, without the INFO prefix, even at NCCL_DEBUG=INFO
+            # ("NCCL version 2.19.3+cuda12.3": NVIDIA/nccl#1267; 2.21.5: NVIDIA/nccl#1591)
+            if (m := _VERSION.match(line.strip())) and version is None:
+                version, version_full = m.group(1), m.group(1) + m.group(2)
             continue
         msg = mo.group(1).strip()
         if (m := _VERSION.match(msg)) and version is None:
@@ -123,6 +146,9 @@ _NET_USING = re.compile(r"^NET/(IB|Socket)\s*: Using(.*)$")
 _IB_DEV = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\d+)/(\w+)")
 _SOCK_DEV = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\S+?)(?:<\d+>)?(?=\s|$)")
 _OOB = re.compile(r";\s*OOB\s+([^\s:]+):(\S+?)(?:<\d+>)?\s*$")
+#: NCCL initialised its IB transport and found no usable HCA (``transport/net_ib.cc``: ``"NET/IB : No device
+#: found."``; NCCL 2.19 prints only this, 2.28 follows it with ``NET/IB : Using [RO]; OOB ...``)
+_IB_NONE = re.compile(r"^NET/IB\s*: No device found\.?\s*$")
 _BOOTSTRAP = re.compile(r"^Bootstrap\s*: Using\s+([^\s:]+):(\S+?)(?:<\d+>)?\s*$")
 
 
@@ -134,11 +160,12 @@ def parse_net_devices(lines) -> dict:
     "bootstrap_address": "10.0.0.1" | None}``: each device once, in NCCL's index order (the first rank's line
     wins; all ranks of a host print the same list). Addresses keep NCCL's text without the ``<port>`` suffix
     (IPv6 as NCCL prints it, e.g. ``fe80::1%eth1``). ``None``: NCCL printed no such line (that transport was
-    not initialised); ``[]``: it did, and found no device (``NET/IB : Using [RO]; OOB ...``).
+    not initialised); ``[]``: it did, and found no device (``NET/IB : Using [RO]; OOB ...``, or ``NET/IB : No
+    device found.``, whose text is kept as ``"ib_said"``: NCCL's own words for the operator).
     """
     ib: dict | None = None
     sock: dict | None = None
-    oob = boot = boot_addr = None
+    oob = boot = boot_addr = ib_said = None
     for line in lines:
         mo = _NCCL_INFO.search(line)
         if not mo:
@@ -157,8 +184,11 @@ def parse_net_devices(lines) -> dict:
                 sock = {} if sock is None else sock
                 for d in _SOCK_DEV.finditer(rest):
                     sock.setdefault(d.group(2), {"name": d.group(2), "address": d.group(3)})
+        elif _IB_NONE.match(msg):
+            ib = {} if ib is None else ib
+            ib_said = ib_said or msg
         elif (m := _BOOTSTRAP.match(msg)) and boot is None:
             boot, boot_addr = m.group(1), m.group(2)
     return {"ib": None if ib is None else list(ib.values()),
             "socket": None if sock is None else list(sock.values()), "oob_interface": oob,
-            "bootstrap_interface": boot, "bootstrap_address": boot_addr}
+            "bootstrap_interface": boot, "bootstrap_address": boot_addr, "ib_said": ib_said}

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 try:
-    from _nccl_log import nccl_warnings
+    from _nccl_log import nccl_warnings, socket_ifname_unmatched
     from _probe import log
 except ImportError:  # imported as gpuaccept.probes._supervisor (tests of the pure functions)
-    from ._nccl_log import nccl_warnings
+    from ._nccl_log import nccl_warnings, socket_ifname_unmatched
     from ._probe import log
 
 EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is taken (errno EADDRINUSE is 98)
@@ -133,8 +133,9 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
     ``kind`` "local" (this host's own fault: the rank died of a signal, is stopped (T) or in uninterruptible
     sleep (D) with a heartbeat older than 5 s, its heartbeat is older than ``stall_s`` while it is not running,
     or it failed with an error that is not a network error, or NCCL WARNed of a local fault (CUDA failure,
-    out of memory, a failed ibv_* call) before any network WARN), "peer" (it failed with a network error;
-    ``addresses`` are the IPv4/IPv6 addresses the error names, :func:`addresses_in`), "split_world",
+    out of memory, a failed ibv_* call) before any network WARN, or NCCL read ``NCCL_SOCKET_IFNAME`` and found
+    no such interface: :func:`_nccl_log.socket_ifname_unmatched`, named in the reason), "peer" (it failed with
+    a network error; ``addresses`` are the IPv4/IPv6 addresses the error names, :func:`addresses_in`), "split_world",
     "addr_in_use", or None (running normally, or exited 0). The reason is ``"rc N: <last line>"`` followed by
     the rank's NCCL WARN messages that the last line does not hold (:func:`warn_note`)."""
     if rc is None:
@@ -160,6 +161,9 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
         return "addr_in_use", line, []
     warns = nccl_warnings(text.splitlines())
     why = f"rc {rc}: {line}{warn_note(line, warns)}"
+    ifname = socket_ifname_unmatched(text.splitlines())
+    if ifname:  # this host's own NCCL configuration, whatever socket error it ended in
+        return "local", f"{why} ({ifname})", []
     first_local = next((i for i, w in enumerate(warns) if _LOCAL_WARN.search(w)), None)
     first_net = next((i for i, w in enumerate(warns) if _NET_ERROR.search(w)), None)
     if first_local is not None and (first_net is None or first_local < first_net):
@@ -271,7 +275,9 @@ class Worker:
                 pass
         text = self.log_text()
         line = last_line(text)
-        return f"rank {self.rank} exited with rc {rc}{sig}: {line}{warn_note(line, nccl_warnings(text.splitlines()))}"
+        ifname = socket_ifname_unmatched(text.splitlines())
+        return (f"rank {self.rank} exited with rc {rc}{sig}: {line}{warn_note(line, nccl_warnings(text.splitlines()))}"
+                + (f" ({ifname})" if ifname else ""))
 
 
 def _signal_groups(workers, sig) -> None:
