@@ -135,6 +135,14 @@ JUDGE = [
 ]
 
 
+def test_default_fails_a_link_at_half_speed_and_passes_noise():
+    """Without a limit or nccl_pairwise_slow_pct: a pair through a link at half its rate (about 50% of its
+    peers' busbw) fails; one 20% under the median passes (the default was 20%: the half-speed pair passed)."""
+    got = mn.judge_figures({"p1": 40.0, "p2": 41.0, "p3": 39.5, "slow": 20.5, "noisy": 32.5}, None)
+    assert sorted(k for k, (ok, _) in got.items() if not ok) == ["slow"], got
+    assert "fails below 70%" in got["slow"][1]
+
+
 @pytest.mark.parametrize("figures,limit,pct,pool,failing", JUDGE)
 def test_judge_figures(figures, limit, pct, pool, failing):
     got = mn.judge_figures(figures, limit, pct, pool)

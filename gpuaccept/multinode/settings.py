@@ -14,7 +14,7 @@ as a threshold typo does. What only the hosts can tell (do they have GPUs, how m
 ``nccl_expect_transport``                 e.g. ``IB`` or ``NET/IB/GDRDMA``: every host's network channels
                                           (NCCL_DEBUG=INFO) must use it, whatever the bandwidth
 ``nccl_pairwise_slow_pct``                pairwise/rails without a limit: fails below this % of the median
-                                          (default 20, :data:`gpuaccept.multinode.plan.DEFAULT_SLOW_PCT`)
+                                          (default 70, :data:`gpuaccept.multinode.plan.DEFAULT_SLOW_PCT`)
 ``nccl_pairwise_seed``                    seed of the random pairs (default random, always recorded)
 ``nccl_pairwise_rounds``                  rounds at most (default 4)
 ``nccl_ranks_per_node``                   ranks per host; default every GPU (nccl, gpus_per_node or NVML)
