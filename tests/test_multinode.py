@@ -135,6 +135,18 @@ JUDGE = [
 ]
 
 
+def test_different_gpu_counts_name_the_odd_host():
+    """Before: 'hosts carry different GPU counts: a: 8, b: 8, c: 7, d: 8' (which one is wrong was left to the
+    reader); now the odd host comes first."""
+    from gpuaccept.errors import ConfigError
+    from gpuaccept.multinode.settings import GroupSettings
+    with pytest.raises(ConfigError, match=r"^hosts carry different GPU counts: c \(7\) differs from the 3 hosts "
+                                          r"with 8 GPUs; a: 8, b: 8, c: 7, d: 8$"):
+        GroupSettings().resolve({"a": 8, "b": 8, "c": 7, "d": 8}, 60)
+    with pytest.raises(ConfigError, match=r"^hosts carry different GPU counts: a: 8, b: 4$"):  # no majority
+        GroupSettings().resolve({"a": 8, "b": 4}, 60)
+
+
 def test_default_fails_a_link_at_half_speed_and_passes_noise():
     """Without a limit or nccl_pairwise_slow_pct: a pair through a link at half its rate (about 50% of its
     peers' busbw) fails; one 20% under the median passes (the default was 20%: the half-speed pair passed)."""

@@ -91,7 +91,13 @@ class GroupSettings:
             if rpn is None:
                 distinct = {c for c in gpu_counts.values() if c}
                 if len(distinct) > 1:
-                    raise ConfigError("hosts carry different GPU counts: "
+                    from collections import Counter
+
+                    common, n = Counter(c for c in gpu_counts.values() if c).most_common(1)[0]
+                    odd = [f"{h} ({c})" for h, c in gpu_counts.items() if c and c != common]
+                    lead = (f"{', '.join(odd)} {'differs' if len(odd) == 1 else 'differ'} from the {n} hosts with "
+                            f"{common} GPUs; " if n > len(odd) else "")
+                    raise ConfigError(f"hosts carry different GPU counts: {lead}"
                                       + ", ".join(f"{h}: {c}" for h, c in gpu_counts.items()))
                 rpn = distinct.pop() if distinct else 1
         at = self.at_bytes
