@@ -123,10 +123,12 @@ def events_between(series: Series | None, t0: float, t1: float) -> tuple[list[st
 
 def drift(ws: list[dict], figure: str, edge: int = EDGE_WINDOWS) -> tuple[float, float, float, float] | None:
     """(first mean, last mean, percent lower at the end, start time of the last windows), or None when
-    there are fewer than ``2*edge`` windows with the figure."""
+    there are fewer than 2 windows with the figure. With fewer than ``2*edge`` windows (a burn-in that stopped
+    early: its partial figures are still recorded and judged) each end is half of them."""
     have = [w for w in ws if isinstance(w.get(figure), (int, float))]
-    if len(have) < 2 * edge:
+    if len(have) < 2:
         return None
+    edge = min(edge, len(have) // 2)
     first, last = _mean(w[figure] for w in have[:edge]), _mean(w[figure] for w in have[-edge:])
     pct = max(0.0, (first - last) / first * 100.0) if first else 0.0
     return first, last, pct, have[-edge]["t0"]
@@ -310,6 +312,31 @@ def judge(doc: dict, sku: SkuSpec) -> dict[int, list[Finding]]:
         for r in range(world):
             out.setdefault(r, []).extend(telemetry_findings(series.get(r), sku, gpus.get(r, {}), hours))
     return out
+
+
+def stopped(doc: dict) -> tuple[int | None, str] | None:
+    """``(rank or None, failure line)`` when the load stopped before its time without a signal to the probe: a
+    worker that died (a GPU that fell off the bus: its CUDA calls fail and its process ends) or a load that
+    stopped answering (a hung GPU: every rank waits on it in the all-reduce), from the probe's ``"stopped"``
+    (gpuaccept/probes/burnin.py); None when it ran its course. Rank None: which GPU cannot be told from the load
+    (every rank stopped at the same step), so the line is the node's. The windows measured until then are still
+    judged; this line makes sure a partial burn-in is never a pass."""
+    st = doc.get("stopped")
+    if not isinstance(st, dict):
+        return None
+    rank = st.get("rank") if isinstance(st.get("rank"), int) else None
+    of = doc.get("seconds_requested")
+    when = f"at {st.get('t', '?')} s" + (f" of {of:g} s" if isinstance(of, (int, float)) else "")
+    counts = st.get("windows") if isinstance(st.get("windows"), dict) else {}
+    measured = f"{sum(v for v in counts.values() if isinstance(v, int))} windows measured until then are judged " \
+               "as a partial burn-in"
+    if rank is None:
+        return None, (f"burn-in load stopped {when}: {st.get('how') or 'stopped'}; a GPU stopped answering and "
+                      f"every GPU waits on it in the all-reduce (the Xid events and the NVML series in "
+                      f"burnin/<host>.csv may tell which); {measured}")
+    tail = (st.get("stderr") or "").strip()
+    return rank, (f"burn-in worker of this GPU {st.get('how') or 'stopped'} {when}"
+                  + (f" (last output: {tail[-300:]})" if tail else "") + f"; {measured}")
 
 
 def foreign_processes(doc: dict) -> dict[int, str]:

@@ -50,6 +50,7 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
         how = doc["interrupted"] if isinstance(doc["interrupted"], str) else "a signal"
         verdicts.error(f"burn-in stopped by {how} after {doc.get('wall_s')} s of {seconds:g} s (figures measured "
                        f"until then are kept)")
+    halted = burnin.stopped(doc)  # a worker died or the load hung: partial figures, judged below, never a pass
     if doc.get("nvml") != "ok":
         verdicts.fail(f"no NVML telemetry during burn-in: {doc.get('nvml')}")
     path = _series_path(request.config, node.name)
@@ -73,6 +74,9 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
         verdicts.block("burnin", cause, gpu=nv.get("index") if nv else None)
     for rank, findings in sorted(burnin.judge(doc, sku).items()):
         verdicts.apply(findings, gpu=ranks.get(rank) or {"index": rank})  # attributed by bus id (Recorder)
+    if halted is not None:
+        rank, line = halted
+        verdicts.fail(line, gpu=(ranks.get(rank) or {"index": rank}) if rank is not None else None)
     missing = unmeasured(gpus, list(ranks.values()))
     if missing:
         verdicts.fail("burn-in did not load every GPU NVML lists: missing "
