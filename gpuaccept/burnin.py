@@ -38,6 +38,24 @@ WARMUP_S = 30.0
 EDGE_WINDOWS = 3
 SUSTAINED_WINDOWS = 3
 
+# The probe's window on a GPU, seconds (gpuaccept/probes/burnin.py CUDA_DEFAULTS["window_s"]; the suite keeps it).
+WINDOW_S = 10.0
+# The shortest burn-in that can be judged, seconds: the warm-up, then 2 x EDGE_WINDOWS windows for the drift of
+# the last windows against the first (90 s). A shorter one measured no steady window, and every healthy GPU
+# failed "no throughput window after warm-up".
+MIN_SECONDS = WARMUP_S + 2 * EDGE_WINDOWS * WINDOW_S
+
+
+def minutes_refusal(minutes) -> str | None:
+    """The one-line refusal of ``--burnin-minutes`` (float minutes, None: the profile's) too short to be judged
+    (under :data:`MIN_SECONDS`), else None."""
+    if minutes is None or not isinstance(minutes, (int, float)) or minutes * 60.0 >= MIN_SECONDS:
+        return None
+    return (f"--burnin-minutes {minutes:g}: a burn-in shorter than {MIN_SECONDS / 60:g} min cannot be judged "
+            f"({WARMUP_S:g} s of warm-up, then {2 * EDGE_WINDOWS} windows of {WINDOW_S:g} s for the drift of its "
+            f"end against its start): every GPU would fail with no steady window")
+
+
 # Burn-in policy limits used when the SKU file has no entry of that key: key -> (bound, unit, direction, reason).
 POLICY: dict[str, tuple[float, str, str, str]] = {
     "burnin_drift_pct": (5.0, "%", "max",

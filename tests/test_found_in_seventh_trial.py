@@ -131,3 +131,45 @@ def test_a_hung_load_fails_the_node_and_never_passes(tmp_path):
     assert case["outcome"] == "failure", case
     assert "h200-a: burn-in load stopped at 80.0 s of 120 s: stopped reporting (no window from any GPU for " \
            "120 s); a GPU stopped answering" in case["text"], case["text"]
+
+
+# ------------------------------------------------------------------ --burnin-minutes too short to be judged
+
+def test_a_burnin_too_short_to_judge_is_refused_before_any_node(tmp_path):
+    """--burnin-minutes 0.5 (or anything under warm-up + 6 windows = 1.5 min) measured no steady window, and
+    every healthy GPU FAILED "no throughput window after warm-up"; now exit 4 before any node, one line."""
+    short = burnin.judge(_capture_cut(36.0), _sku())
+    assert any("no throughput window after warm-up" in (f.failure or "") for f in short[0])  # what it read before
+    inv = _burnin_project(tmp_path, None)
+    for minutes in ("0.5", "1.4"):
+        res = run_pytest(tmp_path / "proj", "--inventory", str(inv), "--reports", str(tmp_path / f"r{minutes}"),
+                         "-m", "burnin", "--burnin-minutes", minutes, "--history", "none")
+        assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+        out = res.stdout + res.stderr
+        assert f"--burnin-minutes {minutes}: a burn-in shorter than 1.5 min cannot be judged" in out
+        assert "Traceback" not in out and not (tmp_path / f"r{minutes}").exists()
+    res = run_pytest(tmp_path / "proj", "--inventory", str(inv), "--reports", str(tmp_path / "ok"), "-m", "burnin",
+                     "--burnin-minutes", "1.5", "--history", "none")
+    assert res.returncode == 0, res.stdout[-2000:]
+
+
+def test_the_shortest_judged_burnin_follows_the_probes_window():
+    probe = load_probe("burnin")
+    assert burnin.WINDOW_S == probe.CUDA_DEFAULTS["window_s"]
+    assert burnin.MIN_SECONDS == burnin.WARMUP_S + 2 * burnin.EDGE_WINDOWS * probe.CUDA_DEFAULTS["window_s"]
+
+
+def _sku():
+    from gpuaccept.thresholds import load_sku_file
+    return load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
+
+
+def _capture_cut(t_end: float) -> dict:
+    """ALTERED: the capture cut at ``t_end`` s, as a burn-in of that length reads."""
+    from project_helpers import burnin_capture
+    doc = burnin_capture()
+    doc["windows"] = [w for w in doc["windows"] if w["t1"] <= t_end]
+    doc["telemetry"]["rows"] = [r for r in doc["telemetry"]["rows"] if r[0] <= t_end]
+    doc["sdc"] = [r for r in doc["sdc"] if r["t"] <= t_end]
+    doc["wall_s"], doc["seconds_requested"] = t_end, t_end - doc["load_started_s"]
+    return doc
