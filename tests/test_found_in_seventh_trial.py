@@ -173,3 +173,107 @@ def _capture_cut(t_end: float) -> dict:
     doc["sdc"] = [r for r in doc["sdc"] if r["t"] <= t_end]
     doc["wall_s"], doc["seconds_requested"] = t_end, t_end - doc["load_started_s"]
     return doc
+
+
+# ------------------------------------------------------------------ a verdict per GPU in the reports
+
+def _eight_gpus(inventory_doc: dict, burnin_doc: dict) -> None:
+    """ALTERED: the 2xH200 node made an 8-GPU node: GPUs 2..7 are copies of GPU 1 with their own index, bus id
+    (00000000:00:08.0 ...), serial (1650000000003 ...) and UUID, in the NVML inventory and in the burn-in
+    (its windows, telemetry rows and checksums copied from rank 1)."""
+    g1 = inventory_doc["gpus"][1]
+    for i in range(2, 8):
+        inventory_doc["gpus"].append({**json.loads(json.dumps(g1)), "index": i, "pci_bus_id": f"00000000:00:0{i + 6:X}.0",
+                                      "serial": f"16500000000{i + 1:02d}", "uuid": f"GPU-00000000-0000-0000-0000-0000000000{i + 1:02d}"})
+    inventory_doc["gpu_count"] = 8
+    b1 = burnin_doc["gpus"][1]
+    for i in range(2, 8):
+        burnin_doc["gpus"].append({**b1, "rank": i, "index": i, "pci_bus_id": f"00000000:00:0{i + 6:X}.0"})
+        burnin_doc["windows"] += [{**w, "rank": i} for w in burnin_doc["windows"] if w["rank"] == 1]
+        burnin_doc["telemetry"]["rows"] += [[r[0], i, *r[2:]] for r in burnin_doc["telemetry"]["rows"] if r[1] == 1]
+        for rnd in burnin_doc["sdc"]:
+            rnd["hashes"][str(i)] = rnd["hashes"]["1"]
+    burnin_doc["world_size"] = 8
+
+
+def test_one_bad_gpu_of_eight_reads_as_that_gpu_and_two_bad_gpus_are_both_named(tmp_path):
+    """Before: summary.md's host line gave the first failing *figure* only ("burnin/burnin_temp_c_max GPU 1: 92 C
+    vs <= 85"), so a GPU whose failure is no figure (a wrong checksum, a clock event, an Xid) on the same host
+    was named nowhere but the test's message; the per-GPU table showed that GPU clean (its only column passed);
+    report.html listed the first line of each failed test only. Now the host line says how many of its GPUs
+    fail and which (bus id, serial), and "Failing GPUs" gives each one's verdict and every reason."""
+    def eight(doc, bad):
+        inv_path = next((tmp_path / "captures").glob("gpu_inventory-*.json"))
+        saved = json.loads(inv_path.read_text())
+        _eight_gpus(saved["doc"], doc)
+        inv_path.write_text(json.dumps(saved))
+        bad(doc)
+
+    def one_bad(doc):  # ALTERED: rank 5 (bus 00000000:00:0B.0) computes a wrong checksum in round 3
+        doc["sdc"][3]["hashes"]["5"] = "0" * 64
+
+    def two_bad(doc):  # ALTERED: and rank 6 (00000000:00:0C.0) runs hot with HW thermal slowdown after 60 s
+        one_bad(doc)
+        f = doc["telemetry"]["fields"]
+        for row in doc["telemetry"]["rows"]:
+            if row[1] == 6 and row[0] > 60:
+                row[f.index("clocks_event_reasons")] |= 0x40
+                row[f.index("temp_c")] = 92
+
+    for name, bad in (("one", one_bad), ("two", two_bad)):
+        base = tmp_path / name
+        base.mkdir()
+        # burnin_replay_folder copies the captures first, then the change: alter the copied inventory there
+        captures = tmp_path / "captures"
+        if captures.exists():
+            shutil.rmtree(captures)
+        folder = burnin_replay_folder(tmp_path, lambda doc, bad=bad: eight(doc, bad))
+        inv = make_project(base / "proj", [], None, extra_suite="", name="test_zz_empty.py")
+        inv.write_text(f"h200-x ansible_connection=local gpuaccept_replay={folder} gpu_sku=h200-sxm-141gb "
+                       "gpus_per_node=8\n")
+        rep = base / "rep"
+        res = run_pytest(base / "proj", "--inventory", str(inv), "--reports", str(rep), "-m", "burnin",
+                         "--history", "none")
+        assert res.returncode == 1, res.stdout[-3000:]
+        md = (rep / "summary.md").read_text()
+        host_line = next(ln for ln in md.splitlines() if ln.startswith("- **FAIL** `h200-x`"))
+        gpu5 = "GPU 5 (00000000:00:0B.0, serial 1650000000006)"
+        gpu6 = "GPU 6 (00000000:00:0C.0, serial 1650000000007)"
+        rows = [ln for ln in md.splitlines() if ln.startswith("| h200-x | ") and "| FAIL |" in ln]
+        if name == "one":
+            assert host_line.endswith(f"1 of 8 GPUs failing: {gpu5}"), host_line
+            assert rows == ["| h200-x | 5 | 00000000:00:0B.0 | 1650000000006 | FAIL | test_burnin | computes wrong "
+                            "results: deterministic fp32 matmul checksum differs from the node's reference in "
+                            "round(s) 3 of 6 |"], md
+        else:
+            assert host_line.endswith(f"2 of 8 GPUs failing: {gpu5}, {gpu6}"), host_line
+            assert [r.split(" | ")[1:4] for r in rows] == [["5", "00000000:00:0B.0", "1650000000006"],
+                                                            ["6", "00000000:00:0C.0", "1650000000007"]]
+            assert "burnin_temp_c_max 92 C > max 85 C; HW thermal slowdown during burn-in" in rows[1]
+            tests = json.loads((rep / "results.json").read_text())["tests"]
+            failing = {(e["gpu"], e["pci_bus_id"], e["serial"]) for t in tests for e in t.get("failures", [])}
+            assert failing == {(5, "00000000:00:0B.0", "1650000000006"), (6, "00000000:00:0C.0", "1650000000007")}
+            dom = _render(rep / "report.html", base / "shot.png")
+            assert f"2 of 8 GPUs failing: {gpu5}, {gpu6}" in dom
+            assert dom.count('class="failing-gpu"') == 2 and 'data-serial="1650000000007"' in dom
+            assert "HW thermal slowdown during burn-in" in dom  # GPU 6's own line, not only the test's first
+
+
+def _render(html: Path, shot: Path) -> str:
+    """The DOM after headless Chromium rendered ``html`` from disk (as tests/test_reporting.py drives it)."""
+    import subprocess
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium not on PATH (README: apt-get install chromium)"
+    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            f"--user-data-dir={shot.parent / 'chromium-profile'}", "--window-size=1400,2200"]
+    dom = subprocess.run(base + ["--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
+
+
+def test_a_blocked_gpus_line_is_no_gpu_failure():
+    from gpuaccept.report import counted_failures
+    e = [{"host": "h", "gpu": 1, "line": "h GPU 1 (b, serial s): x"}, {"host": "h", "gpu": 0, "line": "h GPU 0: y"}]
+    msg = "h GPU 0: y\n(also blocked by preflight: ...)\n(blocked GPU) h GPU 1 (b, serial s): x"
+    assert counted_failures("failed", msg, e) == [e[1]]
+    assert counted_failures("error", msg, e) == []
