@@ -304,7 +304,7 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
             found.append(Finding(f"burnin_{fig}_drift_pct", round(pct, 2), "%",
                                  failure=None if ok else
                                  f"{fig} fell {pct:.1f}% from {first:.4g} to {last:.4g} {UNITS[fig]} during burn-in "
-                                 f"(limit {dlim.bound:g}%); coinciding: {why}",
+                                 f"(limit {dlim.bound:g}%, {dlim.where()}); coinciding: {why}",
                                  extra={"limit": dlim.bound, "source": dlim.source, "coinciding": hw + sw}))
     for fig in ("bf16_tflops", "fp8_tflops", "hbm_copy_gbps"):
         runs = below_median_runs(by_rank, fig, mlim.bound)
@@ -313,7 +313,7 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
                 out.setdefault(r, []).append(Finding(
                     f"burnin_{fig}_below_node_median_windows", longest, "windows",
                     failure=f"{fig} more than {mlim.bound:g}% below the node's median for {longest} consecutive "
-                            f"windows (worst {worst:.1f}% below) during burn-in"))
+                            f"windows (worst {worst:.1f}% below) during burn-in [limit: {mlim.where()}]"))
     return out
 
 

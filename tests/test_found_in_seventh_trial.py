@@ -249,7 +249,7 @@ def test_one_bad_gpu_of_eight_reads_as_that_gpu_and_two_bad_gpus_are_both_named(
             assert host_line.endswith(f"2 of 8 GPUs failing: {gpu5}, {gpu6}"), host_line
             assert [r.split(" | ")[1:4] for r in rows] == [["5", "00000000:00:0B.0", "1650000000006"],
                                                             ["6", "00000000:00:0C.0", "1650000000007"]]
-            assert "burnin_temp_c_max 92 C > max 85 C; HW thermal slowdown during burn-in" in rows[1]
+            assert "burnin_temp_c_max 92 C > max 85 C [limit: h200-sxm-141gb.yaml checks.temp_c]; HW thermal slowdown during burn-in" in rows[1]
             tests = json.loads((rep / "results.json").read_text())["tests"]
             failing = {(e["gpu"], e["pci_bus_id"], e["serial"]) for t in tests for e in t.get("failures", [])}
             assert failing == {(5, "00000000:00:0B.0", "1650000000006"), (6, "00000000:00:0C.0", "1650000000007")}
