@@ -628,8 +628,9 @@ class HostVerdicts:
             v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
                             "PASS" if c.get("passed") else "SKIP")
         for h, v in self.out.items():
-            if v.get("gpus"):
-                v["gpus_seen"] = len(self.seen.get(h, set()) | set(v["gpus"]))
+            if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
+                seen = self.seen.get(h, set())
+                v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
         return self.out
 
 
@@ -645,8 +646,8 @@ def failing_gpus_text(v: dict) -> str:
     gpus = sorted((v.get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))
     if not gpus:
         return ""
-    of = v.get("gpus_seen") or len(gpus)
-    return f"{len(gpus)} of {of} GPUs failing: " + ", ".join(gpu_name(g) for g in gpus[:16]) + \
+    of = f" of {v['gpus_seen']}" if v.get("gpus_seen") else ""
+    return f"{len(gpus)}{of} GPU{'s' if len(gpus) > 1 or of else ''} failing: " + ", ".join(gpu_name(g) for g in gpus[:16]) + \
         (f", +{len(gpus) - 16} more" if len(gpus) > 16 else "")
 
 

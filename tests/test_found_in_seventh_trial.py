@@ -32,10 +32,10 @@ XID79_GPU1 = ("2026-11-30T09:10:00+0000 h200-a kernel: NVRM: Xid (PCI:0000:00:07
 # ------------------------------------------------------------------ a worker that dies, a load that hangs (CPU)
 
 def test_probe_keeps_the_windows_of_a_burnin_whose_worker_died_and_names_that_rank():
-    """Rank 1 of 3 exits with code 3 eight seconds into the load (ALTERED: the probe's test-only fault_rank);
+    """Rank 1 of 3 exits with code 3 twelve seconds into the load (ALTERED: the probe's test-only fault_rank);
     before, the probe failed as a whole (rc 1, no window kept)."""
     rc, doc, err = run_probe("burnin", {"device": "cpu", "seconds": 60, "gpus": 3, "stall_s": 20,
-                                        "fault_rank": {"rank": 1, "after_s": 8.0, "how": "exit"}}, timeout=180)
+                                        "fault_rank": {"rank": 1, "after_s": 12.0, "how": "exit"}}, timeout=180)
     assert rc == 0, doc
     st = doc["stopped"]
     assert st["rank"] == 1 and st["how"] == "exited with 3", st
@@ -51,12 +51,12 @@ def test_probe_reports_a_hung_load_once_no_window_arrives_for_stall_s():
     """Rank 1 of 3 stops answering (ALTERED: fault_rank how=hang): every rank waits on it in the lockstep
     all-reduce; the probe stops the load after stall_s without a window, keeps what was measured, and says
     that it stalled (before: it ran on to seconds + 120 s and failed "rank None (GPU ?) ended with deadline")."""
-    rc, doc, _ = run_probe("burnin", {"device": "cpu", "seconds": 120, "gpus": 3, "stall_s": 5,
-                                      "fault_rank": {"rank": 1, "after_s": 8.0, "how": "hang"}}, timeout=180)
+    rc, doc, _ = run_probe("burnin", {"device": "cpu", "seconds": 120, "gpus": 3, "stall_s": 8,
+                                      "fault_rank": {"rank": 1, "after_s": 12.0, "how": "hang"}}, timeout=180)
     assert rc == 0, doc
     st = doc["stopped"]
-    assert st["how"] == "stopped reporting (no window from any GPU for 5 s)", st
-    assert doc["wall_s"] < 60 and doc["windows"]
+    assert st["how"] == "stopped reporting (no window from any GPU for 8 s)", st
+    assert doc["wall_s"] < 90 and doc["windows"]
     rank, line = burnin.stopped(doc)
     assert line.startswith("burn-in load stopped at ") and "a GPU stopped answering" in line
     assert rank == st["rank"]
@@ -277,3 +277,24 @@ def test_a_blocked_gpus_line_is_no_gpu_failure():
     msg = "h GPU 0: y\n(also blocked by preflight: ...)\n(blocked GPU) h GPU 1 (b, serial s): x"
     assert counted_failures("failed", msg, e) == [e[1]]
     assert counted_failures("error", msg, e) == []
+
+
+def test_a_gpu_lost_before_the_first_window_still_fails_by_its_xid(tmp_path):
+    """The load never ran (ALTERED: the burn-in document is the probe's failure, a worker that ended before any
+    window) and the kernel logged Xid 79 for GPU 1: before, the probe's error ended the test and the Xid was never
+    read (ERROR, no GPU named); now the error is kept and the Xid fails GPU 1 by bus id and serial."""
+    def failed(doc):
+        doc.clear()
+        doc.update({"failed": True, "msg": "burn-in worker rank 1 (CUDA device 1, 00000000:00:07.0) ended with 1 "
+                                           "before any window was measured: CUDA error: unspecified launch failure"})
+    inv = _burnin_project(tmp_path, failed, XID79_GPU1)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path / "proj", "--inventory", str(inv), "--reports", str(rep), "-m", "burnin",
+                     "--history", "none")
+    assert res.returncode == 1, res.stdout[-3000:]
+    (case,) = junit(rep / "junit-burnin.xml")
+    assert case["outcome"] == "failure", case
+    assert "h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): during burn-in: Xid 79" in case["text"]
+    assert "burn-in load did not run: " in case["text"] and "ended with 1 before any window" in case["text"]
+    md = (rep / "summary.md").read_text()
+    assert "— 1 GPU failing: GPU 1 (00000000:00:07.0, serial 1650000000002)" in md, md  # no figure counted the GPUs

@@ -26,7 +26,7 @@ Args (JSON object, all optional)::
 ``flip_bit_rank`` (tests only) flips one bit of that rank's SDC result: a GPU that computes wrong.
 ``fault_rank`` (tests only) ``{"rank": 1, "after_s": 1.0, "how": "exit" | "hang"}``: that rank's worker exits
 with code 3 (a GPU that fell off the bus: CUDA errors end its process) or stops answering (a hung GPU) that many
-seconds into the load. ``stall_s``: no new window from any rank for this long, after the load started, is a
+seconds into the load. ``stall_s``: no new window from any rank for this long, after the first one, is a
 stalled load (default max(120 s, 6 windows): a step is seconds long, a window 10 s).
 
 A worker that dies, or a load that stalls, once windows were measured, no longer fails the whole probe: the
@@ -489,7 +489,7 @@ def main(args: dict) -> dict:
                     continue
                 with lock:
                     lines.append(doc)
-                    if doc.get("window") or "load_started" in doc:
+                    if doc.get("window"):  # counted from the first window (start-up has the deadline)
                         last_window["at"] = time.monotonic()
                 if doc.get("window"):
                     vals = ", ".join(f"{k} {v}" for k, v in doc.items() if k.endswith(("tflops", "gbps")) and v)
@@ -598,8 +598,10 @@ def main(args: dict) -> dict:
         windows = [d for d in lines if d.get("window")]
         if not windows:  # nothing measured: the load never ran (set-up failure), the probe fails as a whole
             tail = " | ".join(errs.get(rank, [])[-3:]) if rank is not None else ""
-            raise ProbeFailed(f"burn-in worker rank {rank} (GPU {indices[rank] if rank is not None else '?'}) "
-                              f"ended with {rc}: {tail[-400:] or 'no output'}")
+            bus = (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None
+            raise ProbeFailed(f"burn-in worker rank {rank} (CUDA device {indices[rank] if rank is not None else '?'}"
+                              f"{', ' + bus if bus else ''}) ended with {rc} before any window was measured: "
+                              f"{tail[-400:] or 'no output'}")
         counts = {r: sum(1 for d in windows if d["rank"] == r) for r in range(world)}
         if rank is None and len(set(counts.values())) > 1:  # one rank fell behind the others: that one
             low = min(counts.values())
