@@ -38,6 +38,24 @@ WARMUP_S = 30.0
 EDGE_WINDOWS = 3
 SUSTAINED_WINDOWS = 3
 
+# The probe's window on a GPU, seconds (gpuaccept/probes/burnin.py CUDA_DEFAULTS["window_s"]; the suite keeps it).
+WINDOW_S = 10.0
+# The shortest burn-in that can be judged, seconds: the warm-up, then 2 x EDGE_WINDOWS windows for the drift of
+# the last windows against the first (90 s). A shorter one measured no steady window, and every healthy GPU
+# failed "no throughput window after warm-up".
+MIN_SECONDS = WARMUP_S + 2 * EDGE_WINDOWS * WINDOW_S
+
+
+def minutes_refusal(minutes) -> str | None:
+    """The one-line refusal of ``--burnin-minutes`` (float minutes, None: the profile's) too short to be judged
+    (under :data:`MIN_SECONDS`), else None."""
+    if minutes is None or not isinstance(minutes, (int, float)) or minutes * 60.0 >= MIN_SECONDS:
+        return None
+    return (f"--burnin-minutes {minutes:g}: a burn-in shorter than {MIN_SECONDS / 60:g} min cannot be judged "
+            f"({WARMUP_S:g} s of warm-up, then {2 * EDGE_WINDOWS} windows of {WINDOW_S:g} s for the drift of its "
+            f"end against its start): every GPU would fail with no steady window")
+
+
 # Burn-in policy limits used when the SKU file has no entry of that key: key -> (bound, unit, direction, reason).
 POLICY: dict[str, tuple[float, str, str, str]] = {
     "burnin_drift_pct": (5.0, "%", "max",
@@ -123,10 +141,12 @@ def events_between(series: Series | None, t0: float, t1: float) -> tuple[list[st
 
 def drift(ws: list[dict], figure: str, edge: int = EDGE_WINDOWS) -> tuple[float, float, float, float] | None:
     """(first mean, last mean, percent lower at the end, start time of the last windows), or None when
-    there are fewer than ``2*edge`` windows with the figure."""
+    there are fewer than 2 windows with the figure. With fewer than ``2*edge`` windows (a burn-in that stopped
+    early: its partial figures are still recorded and judged) each end is half of them."""
     have = [w for w in ws if isinstance(w.get(figure), (int, float))]
-    if len(have) < 2 * edge:
+    if len(have) < 2:
         return None
+    edge = min(edge, len(have) // 2)
     first, last = _mean(w[figure] for w in have[:edge]), _mean(w[figure] for w in have[-edge:])
     pct = max(0.0, (first - last) / first * 100.0) if first else 0.0
     return first, last, pct, have[-edge]["t0"]
@@ -284,7 +304,7 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
             found.append(Finding(f"burnin_{fig}_drift_pct", round(pct, 2), "%",
                                  failure=None if ok else
                                  f"{fig} fell {pct:.1f}% from {first:.4g} to {last:.4g} {UNITS[fig]} during burn-in "
-                                 f"(limit {dlim.bound:g}%); coinciding: {why}",
+                                 f"(limit {dlim.bound:g}%, {dlim.where()}); coinciding: {why}",
                                  extra={"limit": dlim.bound, "source": dlim.source, "coinciding": hw + sw}))
     for fig in ("bf16_tflops", "fp8_tflops", "hbm_copy_gbps"):
         runs = below_median_runs(by_rank, fig, mlim.bound)
@@ -293,7 +313,7 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
                 out.setdefault(r, []).append(Finding(
                     f"burnin_{fig}_below_node_median_windows", longest, "windows",
                     failure=f"{fig} more than {mlim.bound:g}% below the node's median for {longest} consecutive "
-                            f"windows (worst {worst:.1f}% below) during burn-in"))
+                            f"windows (worst {worst:.1f}% below) during burn-in [limit: {mlim.where()}]"))
     return out
 
 
@@ -310,6 +330,31 @@ def judge(doc: dict, sku: SkuSpec) -> dict[int, list[Finding]]:
         for r in range(world):
             out.setdefault(r, []).extend(telemetry_findings(series.get(r), sku, gpus.get(r, {}), hours))
     return out
+
+
+def stopped(doc: dict) -> tuple[int | None, str] | None:
+    """``(rank or None, failure line)`` when the load stopped before its time without a signal to the probe: a
+    worker that died (a GPU that fell off the bus: its CUDA calls fail and its process ends) or a load that
+    stopped answering (a hung GPU: every rank waits on it in the all-reduce), from the probe's ``"stopped"``
+    (gpuaccept/probes/burnin.py); None when it ran its course. Rank None: which GPU cannot be told from the load
+    (every rank stopped at the same step), so the line is the node's. The windows measured until then are still
+    judged; this line makes sure a partial burn-in is never a pass."""
+    st = doc.get("stopped")
+    if not isinstance(st, dict):
+        return None
+    rank = st.get("rank") if isinstance(st.get("rank"), int) else None
+    of = doc.get("seconds_requested")
+    when = f"at {st.get('t', '?')} s" + (f" of {of:g} s" if isinstance(of, (int, float)) else "")
+    counts = st.get("windows") if isinstance(st.get("windows"), dict) else {}
+    measured = f"{sum(v for v in counts.values() if isinstance(v, int))} windows measured until then are judged " \
+               "as a partial burn-in"
+    if rank is None:
+        return None, (f"burn-in load stopped {when}: {st.get('how') or 'stopped'}; a GPU stopped answering and "
+                      f"every GPU waits on it in the all-reduce (the Xid events and the NVML series in "
+                      f"burnin/<host>.csv may tell which); {measured}")
+    tail = (st.get("stderr") or "").strip()
+    return rank, (f"burn-in worker of this GPU {st.get('how') or 'stopped'} {when}"
+                  + (f" (last output: {tail[-300:]})" if tail else "") + f"; {measured}")
 
 
 def foreign_processes(doc: dict) -> dict[int, str]:

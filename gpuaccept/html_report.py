@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from .report import CaseRecord, GpuTable, _fmt, _limit_s, host_verdicts
+from .report import CaseRecord, GpuTable, _fmt, _limit_s, _line_text, failing_gpus_text, host_verdicts
 
 # Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
 # is not read; the tables still list everything). Chosen.
@@ -140,7 +140,10 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
-    host_rows = [{"name": h, **hv[h]} for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
+    host_rows = [{"name": h, **hv[h], "failing_gpus": failing_gpus_text(hv[h])}
+                 for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
+    failing_gpus = [{"host": h, **g, "why": [_line_text(ln) for ln in g["lines"]]}
+                    for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     tally: dict[str, int] = {}
     for h, v in hv.items():
         if h == "fleet":
@@ -170,13 +173,14 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     failures = [{"outcome": r.outcome, "nodeid": r.nodeid,
-                 "first": (r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome}
+                 "first": (r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome,
+                 "rest": (r.message or "").splitlines()[1:21]}  # every GPU's line, as summary.md (20 at most)
                 for r in recs if r.outcome in ("failed", "error")]
     return env.get_template("report.html.j2").render(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
         heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
-        standouts=standouts, failures=failures, fmt=_fmt, limit_s=_limit_s)
+        standouts=standouts, failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=_fmt, limit_s=_limit_s)
 
 
 def spark_keys(figures: list[dict], table: GpuTable | None = None) -> list[tuple[tuple[str, str, Any, str], dict]]:

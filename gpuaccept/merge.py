@@ -134,9 +134,11 @@ def join_fleet(old: CaseRecord, new: CaseRecord) -> CaseRecord:
     message = worse.message
     if worse.outcome in ("failed", "error") and other.outcome in ("failed", "error"):
         message = "\n".join(dict.fromkeys([*(worse.message or "").splitlines(), *(other.message or "").splitlines()]))
+    failures = list(worse.failures) + ([e for e in other.failures if e not in worse.failures]
+                                       if other.outcome == worse.outcome == "failed" else [])
     return CaseRecord(worse.nodeid, worse.name, worse.host, worse.layer, worse.outcome, message,
                       max(worse.duration_s, other.duration_s), _join_figures(worse.figures, other.figures),
-                      worse.run_id)
+                      worse.run_id, failures=failures)
 
 
 #: hosts named in one "the later run wins" line, the rest counted (a page a person reads; chosen)

@@ -124,6 +124,10 @@ def check_options(config: pytest.Config) -> None:
         if not ok:
             rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
             raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
+    from .burnin import minutes_refusal  # a burn-in too short to be judged (gpuaccept/burnin.py)
+    why = minutes_refusal(config.getoption("burnin_minutes", None))
+    if why:
+        raise ConfigError(why)
     prom = config.getoption("prometheus_textfile", None)
     if prom:
         folder = os.path.dirname(os.path.abspath(prom))

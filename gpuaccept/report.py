@@ -73,13 +73,33 @@ class CaseRecord:
     duration_s: float = 0.0
     figures: list[dict] = field(default_factory=list)
     run_id: str = ""
+    #: the failure lines that made it fail, each with the GPU it names: ``{host, gpu, pci_bus_id, serial, line}``
+    #: (:func:`counted_failures`; empty unless failed)
+    failures: list[dict] = field(default_factory=list)
+
+
+def counted_failures(outcome: str, message: str, entries: list[dict]) -> list[dict]:
+    """The failure lines (``gpuaccept.verdicts.FAILURE_KEY`` entries) that count for a test's verdict (pure):
+    none unless it ``failed``; a line the outcome kept only as "(blocked GPU) ..." or "figure kept: ..." (a GPU
+    a foreign process or a lost fabric blocks) does not; each line once."""
+    if outcome != "failed":
+        return []
+    out, seen = [], set()
+    for e in entries:
+        line = e.get("line") if isinstance(e, dict) else None
+        if not line or line in seen or f"(blocked GPU) {line}" in message or f"figure kept: {line}" in message:
+            continue
+        seen.add(line)
+        out.append(e)
+    return out
 
 
 def record_dict(r: CaseRecord) -> dict:
     """A record as a plain dict for JSON (shallow: figures are already JSON-like; ``dataclasses.asdict`` deep-copies
     every figure and cost 10x the JSON encoding at 10,000 hosts)."""
     return {"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-            "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id}
+            "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id,
+            **({"failures": r.failures} if r.failures else {})}
 
 
 @contextlib.contextmanager
@@ -101,7 +121,8 @@ def record_json(r: CaseRecord) -> tuple[str, str]:
     the JSON array of its figures (so a whole-run file can copy that array's inside from the line). ASCII only
     (``ensure_ascii``): character offsets are byte offsets."""
     head = json.dumps({"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                       "message": r.message, "duration_s": r.duration_s, "run_id": r.run_id}, default=str)
+                       "message": r.message, "duration_s": r.duration_s, "run_id": r.run_id,
+                       **({"failures": r.failures} if r.failures else {})}, default=str)
     return head[:-1] + ', "figures": ', json.dumps(r.figures, default=str)
 
 
@@ -554,6 +575,7 @@ class HostVerdicts:
         self.names = list(hosts or [])
         self.known = set(self.names)
         self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
+        self.seen: dict[str, set] = {}  # host -> GPU indices with a figure (how many GPUs the host showed)
 
     def add(self, r: CaseRecord) -> None:
         targets = [r.host] if r.host else ["fleet"]
@@ -561,6 +583,26 @@ class HostVerdicts:
             targets += _fleet_hosts_named(r.message or "", self.names, self.known)
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
+        for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
+            h = e.get("host") if e.get("host") in self.known or r.host is None else r.host
+            if h is None or e.get("gpu") is None:
+                continue
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
+            gpus = v.setdefault("gpus", {})
+            g = gpus.setdefault(e["gpu"], {"gpu": e["gpu"], "pci_bus_id": None, "serial": None, "tests": [],
+                                           "lines": []})
+            g["pci_bus_id"] = g["pci_bus_id"] or e.get("pci_bus_id")
+            g["serial"] = g["serial"] or e.get("serial")
+            if r.name.split("[")[0] not in g["tests"]:
+                g["tests"].append(r.name.split("[")[0])
+            g["lines"].append(e["line"])
+        if r.host is not None:
+            seen = self.seen.setdefault(r.host, set())
+            for f in r.figures:
+                if f.get("gpu") is not None:
+                    seen.add(f["gpu"])
         for h in targets:
             v = self.out.get(h)
             if v is None:
@@ -585,7 +627,34 @@ class HostVerdicts:
             c = v["counts"]
             v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
                             "PASS" if c.get("passed") else "SKIP")
+        for h, v in self.out.items():
+            if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
+                seen = self.seen.get(h, set())
+                v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
         return self.out
+
+
+def gpu_name(g: dict) -> str:
+    """``"GPU 1 (00000000:00:07.0, serial 1650000000002)"`` of a failing-GPU entry of :func:`host_verdicts`."""
+    parts = [p for p in (g.get("pci_bus_id"), f"serial {g['serial']}" if g.get("serial") else None) if p]
+    return f"GPU {g['gpu']}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def failing_gpus_text(v: dict) -> str:
+    """The GPUs a host failed on, for its verdict line (pure): ``"1 of 8 GPUs failing: GPU 3 (0000:19:00.0,
+    serial 1650...)"``; ``""`` when no failure line names a GPU (a node figure: the node at large)."""
+    gpus = sorted((v.get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))
+    if not gpus:
+        return ""
+    of = f" of {v['gpus_seen']}" if v.get("gpus_seen") else ""
+    return f"{len(gpus)}{of} GPU{'s' if len(gpus) > 1 or of else ''} failing: " + ", ".join(gpu_name(g) for g in gpus[:16]) + \
+        (f", +{len(gpus) - 16} more" if len(gpus) > 16 else "")
+
+
+def _line_text(line: str) -> str:
+    """A failure line without its ``host GPU i (bus, serial): `` head (the GPU verdict row names the GPU)."""
+    head, sep, rest = line.partition("): ")
+    return rest if sep and " GPU " in head else line
 
 
 def same_reason_once(reasons: list[str]) -> list[str]:
@@ -906,7 +975,20 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         v = hv[h]
         grouped = same_reason_once(v["reasons"])
         reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
-        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else ""))
+        gpus = failing_gpus_text(v)
+        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "")
+                   + (f" — {gpus}" if gpus else ""))
+    failing = [(h, g) for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
+    if failing:
+        out += ["", "## Failing GPUs", "", "| host | GPU | PCI bus id | serial | verdict | tests | why |",
+                "|---|---|---|---|---|---|---|"]
+        for h, g in failing[:SUMMARY_MAX_GPU_ROWS]:
+            why = "; ".join(_line_text(ln) for ln in g["lines"][:6]) + \
+                (f"; +{len(g['lines']) - 6} more" if len(g["lines"]) > 6 else "")
+            out.append(f"| {h} | {g['gpu']} | {g.get('pci_bus_id') or ''} | {g.get('serial') or ''} | FAIL | "
+                       f"{', '.join(g['tests'])} | {why.replace('|', '/')} |")
+        if len(failing) > SUMMARY_MAX_GPU_ROWS:
+            out.append(f"\n{len(failing) - SUMMARY_MAX_GPU_ROWS} more failing GPUs: results.json has them.")
     if meta.get("merge_notes"):  # gpuaccept.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
     table = table if table is not None else GpuTable().add([f for r in recs for f in r.figures])

@@ -24,7 +24,7 @@ import pytest
 from . import node as node_mod
 from .errors import ConfigError
 from .profiles import probe_timeout
-from .report import (ERROR_KEY, CaseRecord, Reporter, atomic_write, failed_hosts, holds_run, host_of, layer_of,
+from .report import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
 
 # Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
@@ -380,8 +380,11 @@ class ReportPlugin:
             # started, never torn down: interrupted, or its worker died. Never a pass.
             part["outcome"], part["message"] = "error", f"not finished: {reason}"
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
+        failing = counted_failures(part["outcome"], part["message"],
+                                   [v for k, v in part["props"] if k == "gpuaccept.failure"])
         self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
-                                     part["outcome"], part["message"], round(part["duration"], 3), figs))
+                                     part["outcome"], part["message"], round(part["duration"], 3), figs,
+                                     failures=failing))
 
     def _host_of(self, nodeid: str) -> str | None:
         """The inventory name of a test id's host parameter (None for a fleet test)."""

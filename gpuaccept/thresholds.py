@@ -154,6 +154,16 @@ class Limit:
         """``">= 4300 GB/s"`` style text of the bound."""
         return f"{'>=' if self.direction == 'min' else '<='} {self.bound:g} {self.unit}"
 
+    def where(self) -> str:
+        """Where the bound comes from, for a failure line: ``"h200-sxm-141gb.yaml checks.bf16_tflops"`` (a
+        threshold file, by its SKU name), ``"inventory var storage_limits"``, ``"burn-in policy"`` (the table in
+        gpuaccept/burnin.py), ``"NVML"`` (the GPU's own threshold); the full source text is in results.json."""
+        if self.origin == "inventory":
+            return self.source
+        if self.origin in ("burn-in policy", "NVML"):
+            return self.origin
+        return f"{self.origin}.yaml checks.{self.check}"
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -198,7 +208,8 @@ def judge(limit: Limit, value: float | None, figure: str | None = None, context:
     message "<figure>: no value measured (limit ...)"; nor does a non-finite one (NaN, +-inf: a timer that read
     0 s, a division by zero on the node), kind "missing", "<figure>: inf is no measurement (limit ...)": it is
     neither a pass (inf >= any floor) nor a hardware failure (NaN < nothing). Messages look like
-    ``"hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s"``.
+    ``"hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s [limit: h200-sxm-141gb.yaml checks.hbm_read_bw_gbps]"``
+    (a failure names where its bound comes from: :meth:`Limit.where`).
     """
     name = figure or limit.check
     ctx = f" ({context})" if context else ""
@@ -210,8 +221,8 @@ def judge(limit: Limit, value: float | None, figure: str | None = None, context:
     rel = "<" if limit.direction == "min" else ">"
     if ok:
         return Verdict(True, f"{name} {value:g} {limit.unit} (limit {limit.describe()}){ctx}", "pass")
-    return Verdict(False, f"{name} {value:g} {limit.unit} {rel} {limit.direction} {limit.bound:g} {limit.unit}{ctx}",
-                   "fail")
+    return Verdict(False, f"{name} {value:g} {limit.unit} {rel} {limit.direction} {limit.bound:g} {limit.unit}{ctx} "
+                          f"[limit: {limit.where()}]", "fail")
 
 
 def inventory_limit(check: str, bound: float, source: str | None = None, at_bytes: int | None = None) -> Limit:

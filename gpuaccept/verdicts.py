@@ -32,6 +32,9 @@ from .thresholds import Limit, judge
 from .transport import interruption
 
 FIGURE_KEY = "gpuaccept.figure"
+#: user_properties key of each failure line with the GPU it names (``{host, gpu, pci_bus_id, serial, line}``):
+#: the reports give a verdict per GPU from these (gpuaccept.report.gpu_verdicts), not only per test
+FAILURE_KEY = "gpuaccept.failure"
 
 
 def gpu_label(gpu: dict | None) -> str:
@@ -189,16 +192,20 @@ class Recorder:
         if self._cut["at"] is None and interruption() is not None:
             self._cut["at"] = (len(self.failures), len(self.errors))
 
-    def _add_failure(self, line: str, g: dict | None) -> None:
+    def _add_failure(self, line: str, g: dict | None, host: str | None = None) -> None:
         self._note_interruption()
         self.failures.append(line)
         self._failure_gpu.append(g.get("index") if g else None)
+        self.item.user_properties.append((FAILURE_KEY, {
+            "host": host or self.host, "gpu": g.get("index") if g else None,
+            "pci_bus_id": g.get("pci_bus_id") if g else None, "serial": g.get("serial") if g else None,
+            "line": line}))
 
     def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None) -> None:
         """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed").
         ``host``: another host's name, in tests over several hosts."""
         g = self._gpu(gpu)
-        self._add_failure(f"{self._where(g, host)}: {message}", g)
+        self._add_failure(f"{self._where(g, host)}: {message}", g, host)
 
     def error(self, message: str, gpu: dict | int | None = None) -> None:
         """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from gpuaccept import burnin, drift, nodeclock
+from gpuaccept.errors import ProbeError
 from gpuaccept.node import HostRunner
 from gpuaccept.profiles import BURNIN_MINUTES
 from gpuaccept.readings import describe_gpu, unmeasured
@@ -40,16 +41,38 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     seconds = float(minutes) * 60.0
     t_before = time.time()
     dtypes = ["bf16"] + (["fp8"] if sku.expect.get("fp8") else [])
-    doc = node.probe("burnin", {"device": "cuda", "seconds": seconds, "dtypes": dtypes},
-                     timeout=seconds + STARTUP_S)
+    try:
+        doc = node.probe("burnin", {"device": "cuda", "seconds": seconds, "dtypes": dtypes},
+                         timeout=seconds + STARTUP_S)
+    except ProbeError as e:  # a worker failed before the first window (a GPU lost at start): the Xids still tell
+        verdicts.error(f"burn-in load did not run: {e}")
+        doc = None
     t_before = node.last_started("burnin") or t_before  # fetched ahead (gpuaccept.prefetch): when it really ran
     verdicts.record("burnin_minutes_requested", minutes, "min")
+    if doc is not None:
+        _judge_load(doc, seconds, node, gpus, sku, verdicts, request)
+    clock = nodeclock.read_clock(node)  # the burn-in's start on the node's own clock (gpuaccept.nodeclock)
+    args, cut = nodeclock.xid_args(t_before, clock)
+    xid = node.probe("xid_events", args)
+    events = classify(nodeclock.in_window(xid.get("events") or [], cut))
+    verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
+    for ev in events:
+        if ev.get("fails"):
+            verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
+                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus))
+    verdicts.finish()
+
+
+def _judge_load(doc: dict, seconds: float, node: HostRunner, gpus, sku, verdicts, request) -> None:
+    """Record and judge the burnin probe's document: figures, the series file, SDC, telemetry, a load that
+    stopped early or was interrupted, a foreign process, a GPU missing from the load."""
     verdicts.record("burnin_wall_s", doc.get("wall_s"), "s", extra={"load_started_s": doc.get("load_started_s"),
                                                                      "interrupted": doc.get("interrupted")})
     if doc.get("interrupted"):  # stopped on the node before its time: not run to its end, so not judged whole
         how = doc["interrupted"] if isinstance(doc["interrupted"], str) else "a signal"
         verdicts.error(f"burn-in stopped by {how} after {doc.get('wall_s')} s of {seconds:g} s (figures measured "
                        f"until then are kept)")
+    halted = burnin.stopped(doc)  # a worker died or the load hung: partial figures, judged below, never a pass
     if doc.get("nvml") != "ok":
         verdicts.fail(f"no NVML telemetry during burn-in: {doc.get('nvml')}")
     path = _series_path(request.config, node.name)
@@ -73,17 +96,10 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
         verdicts.block("burnin", cause, gpu=nv.get("index") if nv else None)
     for rank, findings in sorted(burnin.judge(doc, sku).items()):
         verdicts.apply(findings, gpu=ranks.get(rank) or {"index": rank})  # attributed by bus id (Recorder)
+    if halted is not None:
+        rank, line = halted
+        verdicts.fail(line, gpu=(ranks.get(rank) or {"index": rank}) if rank is not None else None)
     missing = unmeasured(gpus, list(ranks.values()))
     if missing:
         verdicts.fail("burn-in did not load every GPU NVML lists: missing "
                       + ", ".join(describe_gpu(g) for g in missing))
-    clock = nodeclock.read_clock(node)  # the burn-in's start on the node's own clock (gpuaccept.nodeclock)
-    args, cut = nodeclock.xid_args(t_before, clock)
-    xid = node.probe("xid_events", args)
-    events = classify(nodeclock.in_window(xid.get("events") or [], cut))
-    verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
-    for ev in events:
-        if ev.get("fails"):
-            verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
-                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus))
-    verdicts.finish()

@@ -229,7 +229,7 @@ def test_figures_are_attributed_by_bus_id_not_torch_index():
     rec = item.user_properties[0][1]
     assert (rec["gpu"], rec["pci_bus_id"], rec["serial"]) == (1, "00000000:00:07.0", "1650000000002")
     assert v.failures == ["h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): "
-                          "bf16_tflops 540 TFLOP/s < min 600 TFLOP/s"]
+                          "bf16_tflops 540 TFLOP/s < min 600 TFLOP/s [limit: h200-sxm-141gb.yaml checks.bf16_tflops]"]
     assert drift.bus_key("0000:00:07.0") == drift.bus_key("00000000:00:07.0") == "00000000:00:07.0"
 
 

@@ -133,7 +133,8 @@ def test_judge_names_the_figure_and_its_context():
     rule = Limit("h200-sxm-141gb", "below_node_median_pct", "max", 7.0, "%", "test")
     v = judge(rule, 38.15, "bf16_below_node_median_pct", "bf16 TFLOP/s 301 against the node's median 488")
     assert v.kind == "fail" and v.message == ("bf16_below_node_median_pct 38.15 % > max 7 % "
-                                              "(bf16 TFLOP/s 301 against the node's median 488)")
+                                              "(bf16 TFLOP/s 301 against the node's median 488) "
+                                              "[limit: h200-sxm-141gb.yaml checks.below_node_median_pct]")
 
 
 @pytest.mark.parametrize("value", [None, True, {"nvml_error": "Unknown Error"}, "12"])
@@ -176,7 +177,7 @@ def test_inventory_limits_come_from_the_registry():
     rate = sl.ib_rate_limit(400)
     assert (rate.unit, rate.direction, rate.bound, rate.source) == ("Gb/s", "min", 400.0, "inventory var ib_rate_gbps")
     assert judge_round({"a": 30.0, "b": 50.0}, 40, 20) == {
-        "a": (False, "internode_busbw_gbps 30 GB/s < min 40 GB/s"),
+        "a": (False, "internode_busbw_gbps 30 GB/s < min 40 GB/s [limit: group var nccl_internode_busbw_gbps]"),
         "b": (True, "internode_busbw_gbps 50 GB/s (limit >= 40 GB/s)")}
     with pytest.raises(KeyError):
         inventory_limit("hbm_read_bw_gbps", 1.0)  # a threshold file's check, never an inventory var's

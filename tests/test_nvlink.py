@@ -60,7 +60,7 @@ def test_short_count_fails_and_names_the_inactive_slot():
     g["links"][5]["active"] = False
     g["active_count"] = 17
     got = failures(nj.links(g, H200, 2.0))
-    assert "nvlink_active_links 17 links < min 18 links" in got
+    assert "nvlink_active_links 17 links < min 18 links [limit: h200-sxm-141gb.yaml checks.nvlink_active_links]" in got
     assert any(m.startswith("inactive NVLink slot(s): NVLink 5 inactive (remote FFFFFFFF:FF:FF.0)") for m in got)
 
 
@@ -104,8 +104,8 @@ def test_growing_error_counters_fail():
     g["links"][3]["errors_delta"] = {"replay": 40, "recovery": 1, "crc_flit": 300, "crc_data": 0}
     got = failures(nj.links(g, H200, 2.0))
     assert "NVLink 3 needed 1 link recoveries while watched (2 s)" in got
-    assert "nvlink_crc_errors_per_s 150 errors/s > max 100 errors/s" in got
-    assert "nvlink_replay_errors_per_s 20 errors/s > max 10 errors/s" in got
+    assert "nvlink_crc_errors_per_s 150 errors/s > max 100 errors/s [limit: h200-sxm-141gb.yaml checks.nvlink_crc_errors_per_s]" in got
+    assert "nvlink_replay_errors_per_s 20 errors/s > max 10 errors/s [limit: h200-sxm-141gb.yaml checks.nvlink_replay_errors_per_s]" in got
 
 
 def test_every_nvml_gpu_needs_a_reading():
@@ -146,7 +146,7 @@ def test_slow_missing_and_failed_pairs():
     doc["pairs"][0]["unidir_gbps"] = 120.0
     got = failures(nj.p2p_bandwidth(doc, H200, [0, 1]))
     assert "worst unidir pair GPU 0 -> GPU 1: 120 GB/s (>= 340 GB/s)" in got
-    assert "p2p_unidir_bw_gbps 120 GB/s < min 340 GB/s" in got
+    assert "p2p_unidir_bw_gbps 120 GB/s < min 340 GB/s [limit: h200-sxm-141gb.yaml checks.p2p_unidir_bw_gbps]" in got
     doc = p2p_doc()
     doc["pairs"] = doc["pairs"][:1]
     assert "P2P bandwidth not measured for GPU 1 -> GPU 0" in failures(nj.p2p_bandwidth(doc, H200, [0, 1]))

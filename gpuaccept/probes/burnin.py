@@ -21,9 +21,23 @@ Args (JSON object, all optional)::
     {"device": "cuda" | "cpu", "seconds": 300, "window_s": 10, "sample_s": 1, "sdc_interval_s": 60,
      "dtypes": ["bf16", "fp8"], "m": 8192, "n": 8192, "k": 8192, "matmuls_per_step": 40,
      "hbm_bytes": 2**30, "copies_per_step": 8, "allreduce_bytes": 2**28, "allreduces_per_step": 4,
-     "sdc_n": 4096, "gpus": "all", "flip_bit_rank": null}
+     "sdc_n": 4096, "gpus": "all", "stall_s": null, "flip_bit_rank": null, "fault_rank": null}
 
 ``flip_bit_rank`` (tests only) flips one bit of that rank's SDC result: a GPU that computes wrong.
+``fault_rank`` (tests only) ``{"rank": 1, "after_s": 1.0, "how": "exit" | "hang"}``: that rank's worker exits
+with code 3 (a GPU that fell off the bus: CUDA errors end its process) or stops answering (a hung GPU) that many
+seconds into the load. ``stall_s``: no new window from any rank for this long, after the first one, is a
+stalled load (default max(120 s, 6 windows): a step is seconds long, a window 10 s).
+
+A worker that dies, or a load that stalls, once windows were measured, no longer fails the whole probe: the
+document keeps what was measured and says what stopped in ``"stopped"``::
+
+    {"rank": 1 | null, "index": 1, "pci_bus_id": "...", "how": "exited with 3" | "stopped reporting" |
+     "still running past the deadline", "t": 73.2, "windows": {rank: count}, "stderr": "last lines"}
+
+``t``: seconds since the start when it stopped (a stalled load: the end of its last window). ``rank`` null:
+every rank stopped at the same step (a collective waits on a GPU that stopped answering, and
+which one cannot be told from here). A worker failing before any window is still a failed probe.
 
 Output::
 
@@ -66,7 +80,7 @@ from _probe import ProbeFailed, log, progress, reject_unknown, run
 
 ARG_KEYS = {"device", "seconds", "window_s", "sample_s", "sdc_interval_s", "dtypes", "m", "n", "k",
             "matmuls_per_step", "hbm_bytes", "copies_per_step", "allreduce_bytes", "allreduces_per_step",
-            "sdc_n", "gpus", "flip_bit_rank"}
+            "sdc_n", "gpus", "stall_s", "flip_bit_rank", "fault_rank"}
 CUDA_DEFAULTS = {"seconds": 300.0, "window_s": 10.0, "sample_s": 1.0, "sdc_interval_s": 60.0,
                  "dtypes": ["bf16"], "m": 8192, "n": 8192, "k": 8192, "matmuls_per_step": 40,
                  "hbm_bytes": 2**30, "copies_per_step": 8, "allreduce_bytes": 2**28, "allreduces_per_step": 4,
@@ -185,8 +199,16 @@ def _worker(cfg: dict) -> None:
     step = 0
     flop_one = 2.0 * m * n * k
     factor = busbw_factor(world)
+    fault = cfg.get("fault_rank") if isinstance(cfg.get("fault_rank"), dict) else {}
     while True:
         now = time.time()
+        if fault.get("rank") == rank and now - float(t_load.item()) >= float(fault.get("after_s", 0.0)):
+            if fault.get("how") == "hang":  # a hung GPU: the process stays, answering nothing
+                while True:
+                    time.sleep(3600)
+            sys.stderr.write("fault_rank: CUDA error: unspecified launch failure (simulated lost device)\n")
+            sys.stderr.flush()
+            os._exit(3)
         gone = os.getppid() != parent
         flag[0] = 1.0 if (now >= deadline or gone or (rank == 0 and os.path.exists(stop_file))) else 0.0
         flag[1] = 1.0 if (rank == 0 and now >= next_sdc) else 0.0
@@ -432,6 +454,7 @@ def main(args: dict) -> dict:
     errs: dict[int, list[str]] = {r: [] for r in range(world)}
     lock = threading.Lock()
     live = {"telemetry": None, "row": 0, "windows": {}, "shown": 0}  # for the live progress lines
+    last_window = {"at": None}  # monotonic time the latest window of any rank arrived (stall detection)
 
     def live_progress(rank: int, window: dict) -> None:
         """One progress line per window round, once every rank has reported it (only this parent process
@@ -466,6 +489,8 @@ def main(args: dict) -> dict:
                     continue
                 with lock:
                     lines.append(doc)
+                    if doc.get("window"):  # counted from the first window (start-up has the deadline)
+                        last_window["at"] = time.monotonic()
                 if doc.get("window"):
                     vals = ", ".join(f"{k} {v}" for k, v in doc.items() if k.endswith(("tflops", "gbps")) and v)
                     log(f"burnin {doc['t1'] / 60:.1f}/{cfg['seconds'] / 60:.1f} min rank {rank}: {vals}")
@@ -477,7 +502,14 @@ def main(args: dict) -> dict:
             del errs[rank][:-20]
 
     pumps = []
+    exited: dict[int, float] = {}  # rank -> monotonic time its process ended: the first one is the cause
+
+    def waiter(rank, proc):
+        proc.wait()
+        exited.setdefault(rank, time.monotonic())
+
     for r, p in enumerate(procs):
+        threading.Thread(target=waiter, args=(r, p), daemon=True).start()
         for fn, st in ((pump_out, p.stdout), (pump_err, p.stderr)):
             th = threading.Thread(target=fn, args=(r, st), daemon=True)
             th.start()
@@ -510,15 +542,24 @@ def main(args: dict) -> dict:
             nvml_state = f"unavailable: {type(e).__name__}: {e}"
             telemetry = None
     limit = t_start + float(cfg["seconds"]) + STARTUP_GRACE_S
+    stall_s = float(cfg.get("stall_s") or max(120.0, 6.0 * float(cfg["window_s"])))
     failed = None
     while any(p.poll() is None for p in procs):
-        bad = [(r, p.returncode) for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        bad = sorted(((r, p.returncode) for r, p in enumerate(procs) if p.poll() not in (None, 0)),
+                     key=lambda b: exited.get(b[0], float("inf")))  # the first to end (the others follow it)
+        with lock:
+            seen = last_window["at"]
         if bad or time.time() > limit:
             failed = bad[0] if bad else (None, "deadline")
             break
+        if seen is not None and time.monotonic() - seen > stall_s and not interrupted["sig"]:
+            failed = (None, "stalled")
+            break
         time.sleep(0.2)
+    t_failed = time.time() - t_start
     if failed is None:
-        bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
+        bad = sorted(((r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0),
+                     key=lambda b: exited.get(b[0], float("inf")))
         failed = bad[0] if bad else None
     if failed is not None:
         for p in procs:
@@ -551,11 +592,28 @@ def main(args: dict) -> dict:
     except OSError:
         pass
     os.rmdir(tmp)
+    stopped = None
     if failed is not None and not interrupted["sig"]:
         rank, rc = failed
-        tail = " | ".join(errs.get(rank, [])[-3:]) if rank is not None else ""
-        raise ProbeFailed(f"burn-in worker rank {rank} (GPU {indices[rank] if rank is not None else '?'}) "
-                          f"ended with {rc}: {tail[-400:] or 'no output'}")
+        windows = [d for d in lines if d.get("window")]
+        if not windows:  # nothing measured: the load never ran (set-up failure), the probe fails as a whole
+            tail = " | ".join(errs.get(rank, [])[-3:]) if rank is not None else ""
+            bus = (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None
+            raise ProbeFailed(f"burn-in worker rank {rank} (CUDA device {indices[rank] if rank is not None else '?'}"
+                              f"{', ' + bus if bus else ''}) ended with {rc} before any window was measured: "
+                              f"{tail[-400:] or 'no output'}")
+        counts = {r: sum(1 for d in windows if d["rank"] == r) for r in range(world)}
+        if rank is None and len(set(counts.values())) > 1:  # one rank fell behind the others: that one
+            low = min(counts.values())
+            behind = [r for r, c in counts.items() if c == low]
+            rank = behind[0] if len(behind) == 1 else None
+        how = ({"stalled": f"stopped reporting (no window from any GPU for {stall_s:g} s)",
+                "deadline": "still running past the deadline"}.get(rc) if isinstance(rc, str) else
+               f"killed by signal {-rc}" if rc < 0 else f"exited with {rc}")
+        stopped = {"rank": rank, "index": indices[rank] if rank is not None else None,
+                   "pci_bus_id": (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None,
+                   "how": how, "t": round(max(d["t1"] for d in windows) if rc == "stalled" else t_failed, 2), "windows": {str(r): c for r, c in counts.items()},
+                   "stderr": " | ".join(errs.get(rank, [])[-3:])[-400:] if rank is not None else ""}
     sdc: dict[int, dict] = {}
     for d in lines:
         if "sdc" in d:
@@ -563,7 +621,7 @@ def main(args: dict) -> dict:
     return {"device": device, "world_size": world, "seconds_requested": cfg["seconds"],
             "wall_s": round(time.time() - t_start, 2),
             "load_started_s": next((d["load_started"] for d in lines if "load_started" in d), None),
-            "interrupted": interrupted["sig"], "nvml": nvml_state,
+            "interrupted": interrupted["sig"], "stopped": stopped, "nvml": nvml_state,
             "config": {k: cfg[k] for k in sorted(CUDA_DEFAULTS)},
             "gpus": gpus_out, "windows": [{k: v for k, v in d.items() if k != "window"} for d in lines if d.get("window")],
             "sdc": [sdc[r] for r in sorted(sdc)],
