@@ -19,7 +19,7 @@ head -n 12 /tmp/rep-main/summary.md | cut -c1-300
 python3 - <<'PY'
 import glob, json
 for f in glob.glob("/tmp/rep-main/probes/h200-node/pcie_link-*.json"):
-    d = json.load(open(f)); print("  pcie_link loaded", d.get("loaded"), "sampled_s", d.get("sampled_s"), [(g["gen"], g["width"]) for g in d["gpus"]])
+    d = json.load(open(f))["doc"]; print("  pcie_link loaded", d.get("loaded"), "sampled_s", d.get("sampled_s"), [(g["gen"], g["width"]) for g in d["gpus"]])
 r = json.load(open("/tmp/rep-main/results.json"))
 for x in r["figures"]:
     if x["check"] in ("bf16_tflops", "hbm_read_bw_gbps", "allreduce_busbw_gbps"):
