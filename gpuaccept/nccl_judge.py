@@ -79,18 +79,19 @@ def size_text(nbytes) -> str:
     return f"{nbytes} B"
 
 
-def floor_context(row: dict, world_size: int, limit, where: str, algo: str = "Ring") -> str:
+def floor_context(row: dict, world_size: int, limit, algo: str = "Ring", extra: str | None = None) -> str:
     """What a judged all-reduce figure is, for the failure line (pure): the column (in-place busbw, nccl-tests'
-    right-hand busbw), the row's size, the world size (ranks), the algorithm the floor is for, and where the
-    floor was read: ``"in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2 from
-    thresholds/h200-sxm-141gb.yaml"``. ``limit`` is the threshold's :class:`gpuaccept.thresholds.Limit` as
-    written (before :meth:`~gpuaccept.thresholds.Limit.for_world_size`): when its ``min_by_world_size`` has
-    ``world_size``, the floor is that one; else the file's plain ``min``. ``where``: the file or the variable;
-    ``algo``: what ran the collective (``"Ring"``, NCCL pinned; ``"gloo"`` for CPU ranks)."""
+    right-hand busbw), the row's size, the world size (ranks), the algorithm, and which floor of the threshold
+    applied: ``"in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2"``. Where the
+    floor was read is the ``[limit: ...]`` that :func:`gpuaccept.thresholds.judge` appends to every failure.
+    ``limit`` is the threshold's :class:`gpuaccept.thresholds.Limit` as written (before
+    :meth:`~gpuaccept.thresholds.Limit.for_world_size`): when its ``min_by_world_size`` has ``world_size``, the
+    floor is that one (said); else the plain ``min`` (nothing said). ``algo``: what ran the collective
+    (``"Ring"``, NCCL pinned; ``"gloo"`` for CPU ranks); ``extra``: appended after a ``;`` (the hosts)."""
     by_n = getattr(limit, "min_by_world_size", None) or {}
-    which = f"floor for world size {world_size}" if world_size in by_n else "floor"
-    return (f"in-place busbw at {size_text(row.get('bytes'))}, world size {world_size}, {algo}; "
-            f"{which} from {where}")
+    which = f"; floor for world size {world_size}" if world_size in by_n else ""
+    return (f"in-place busbw at {size_text(row.get('bytes'))}, world size {world_size}, {algo}{which}"
+            + (f"; {extra}" if extra else ""))
 
 
 #: how the nccl_allreduce probe says that its ranks started and the collective itself broke, as opposed to a

@@ -75,7 +75,7 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
         else:
             verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s",
                             limit=limit.for_world_size(n), extra=extra,
-                            context=nccl_judge.floor_context(row, n, limit, sku.path))
+                            context=nccl_judge.floor_context(row, n, limit))
     if pin:
         _record_nccl_default(node, verdicts, args, at, host_env)
     for e in errors:  # recorded, so that a failure beside them does not hide them (the outcome lists both)

@@ -118,10 +118,10 @@ def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
     else:
         verdicts.record("internode_busbw_gbps", busbw, "GB/s", limit=lim, extra={**extra, **({} if lim else
                                                                                              {"note": UNJUDGED})},
-                        context=(f"{label}: " + nccl_judge.floor_context(row or {"bytes": at}, n, lim, f"group "
-                                 f"var nccl_internode_busbw_gbps; {len(col.hosts)} hosts x {st.ranks_per_node} "
-                                 f"ranks: {', '.join(col.hosts)}", "Ring" if doc.get("backend") == "nccl"
-                                 else str(doc.get("backend")))) if lim else None)
+                        context=(f"{label}: " + nccl_judge.floor_context(
+                            row or {"bytes": at}, n, lim, "Ring" if doc.get("backend") == "nccl" else
+                            str(doc.get("backend")), f"{len(col.hosts)} hosts x {st.ranks_per_node} ranks: "
+                                                     f"{', '.join(col.hosts)}")) if lim else None)
     return errors
 
 

@@ -54,11 +54,10 @@ def test_size_text_is_bytes_with_the_binary_size():
 def test_floor_context_says_which_floor_of_the_file():
     limit = load_sku_file(str(H200)).limit("allreduce_busbw_gbps")  # min 300, min_by_world_size {2,4,8}
     row = {"bytes": 4294967296}
-    assert nccl_judge.floor_context(row, 2, limit, "thresholds/h200-sxm-141gb.yaml") == (
-        "in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2 from "
-        "thresholds/h200-sxm-141gb.yaml")
+    assert nccl_judge.floor_context(row, 2, limit) == (
+        "in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2")
     # 3 GPUs: the file has no floor for 3, so its plain min is used, and the line must not claim otherwise
-    assert nccl_judge.floor_context(row, 3, limit, "f.yaml").endswith("world size 3, Ring; floor from f.yaml")
+    assert nccl_judge.floor_context(row, 3, limit, extra="2 hosts").endswith("world size 3, Ring; 2 hosts")
 
 
 def test_slow_allreduce_failure_line_reads_like_the_table(tmp_path):
@@ -77,7 +76,7 @@ def test_slow_allreduce_failure_line_reads_like_the_table(tmp_path):
     assert case["outcome"] == "failure", case
     assert case["message"] == (
         "h200-a: allreduce_busbw_gbps 250 GB/s < min 310 GB/s (in-place busbw at 4294967296 B (4 GiB), world "
-        f"size 2, Ring; floor for world size 2 from {tmp_path / 'thresholds' / 'h200-sxm-141gb.yaml'})")
+        "size 2, Ring; floor for world size 2) [limit: h200-sxm-141gb.yaml checks.allreduce_busbw_gbps]")
     # the row it names is the one -s printed: nccl-tests' columns, in-place busbw 250.00
     row = next(ln for ln in res.stdout.splitlines() if ln.lstrip().startswith("4294967296 "))
     assert row.split()[-3:] == ["250.00", "250.00", "0"]
@@ -228,8 +227,8 @@ def test_ring_below_its_floor_names_size_world_hosts_and_the_var(tmp_path):
         case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"] == "test_allreduce_multinode")
         assert case["outcome"] == "failure", res.stdout[-3000:]
         assert re.fullmatch(r"fleet: internode_busbw_gbps [\d.e+-]+ GB/s < min 1e\+06 GB/s \(ring: in-place busbw "
-                            r"at 65536 B \(64 KiB\), world size 2, gloo; floor from group var "
-                            r"nccl_internode_busbw_gbps; 2 hosts x 1 ranks: rg1, rg2\)", case["message"]), case["message"]
+                            r"at 65536 B \(64 KiB\), world size 2, gloo; 2 hosts x 1 ranks: rg1, rg2\) "
+                            r"\[limit: group var nccl_internode_busbw_gbps\]", case["message"]), case["message"]
     finally:
         for s in sshds:
             s.stop()
