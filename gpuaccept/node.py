@@ -150,6 +150,21 @@ def probe_archive(files: tuple[str, ...] | None = None) -> bytes:
     return buf.getvalue()
 
 
+def partial_document(stdout: bytes) -> dict | None:
+    """The document a probe printed as it was stopped (SIGTERM: a burn-in prints the windows it measured, with
+    ``"interrupted"``), from the stdout of an interrupted command; None when it printed none. The node-side
+    watchdog's own line after it (``{"failed": true, "msg": "node watchdog: ..."}``) and failure lines are
+    skipped: only a probe's result counts."""
+    for line in reversed(stdout.decode(errors="replace").splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and not doc.get("failed"):
+            return doc
+    return None
+
+
 def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -> dict:
     """Turn a probe's CommandResult into its JSON document, or raise ProbeError naming host and cause.
 
@@ -497,6 +512,11 @@ class HostRunner:
             progress = lambda doc: [cb(self.name, name, doc) for cb in PROBE_PROGRESS]  # noqa: E731
             try:
                 res = self._probe_command(name, args, limit, env, rerun, progress)
+            except Interrupted as e:  # keep what the probe printed as it was stopped (a burn-in: its windows)
+                e.partial = partial_document(getattr(e, "stdout", b""))  # type: ignore[attr-defined]
+                if e.partial is not None and self.save_dir:
+                    save_probe(os.path.join(self.save_dir, self.name), name, args, e.partial)
+                raise
             finally:
                 for cb in PROBE_FINISHED: cb(self.name, name)  # noqa: E701
         doc = parse_probe_output(self.name, name, res, self.python)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpuaccept import burnin, drift, nodeclock
-from gpuaccept.errors import ProbeError
+from gpuaccept.errors import Interrupted, ProbeError
 from gpuaccept.node import HostRunner
 from gpuaccept.profiles import BURNIN_MINUTES
 from gpuaccept.readings import describe_gpu, unmeasured
@@ -47,6 +47,12 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     except ProbeError as e:  # a worker failed before the first window (a GPU lost at start): the Xids still tell
         verdicts.error(f"burn-in load did not run: {e}")
         doc = None
+    except Interrupted as e:  # the run was interrupted: the windows measured so far are judged, as partial,
+        partial = getattr(e, "partial", None)  # and the test stays an error ("interrupted ... while running")
+        if partial is not None:
+            verdicts.record("burnin_minutes_requested", minutes, "min")
+            _judge_load(partial, seconds, node, gpus, sku, verdicts, request)
+        raise
     t_before = node.last_started("burnin") or t_before  # fetched ahead (gpuaccept.prefetch): when it really ran
     verdicts.record("burnin_minutes_requested", minutes, "min")
     if doc is not None:

@@ -164,11 +164,11 @@ class LocalTransport:
             done.set()
             if held is not None:
                 os.close(held)
-        if cancelled:
-            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: "
-                                    f"{running.what} (process group killed)")
-        if running.cancelled.is_set() and proc.returncode != 0:
-            raise Interrupted(name, f"interrupted ({running.reason}) while running on {name}: {running.what}")
+        if cancelled or (running.cancelled.is_set() and proc.returncode != 0):
+            exc = Interrupted(name, f"interrupted ({running.reason}) while running on {name}: {running.what}"
+                                    + (" (process group killed)" if cancelled else ""))
+            exc.stdout, exc.stderr = out, err  # type: ignore[attr-defined]  # what it printed as it was stopped
+            raise exc
         head, tail = err[: 64 * 1024], err[64 * 1024:]
         err = _MARKER_RE.sub(b"", head, count=2) + tail
         return CommandResult(rc=proc.returncode, stdout=out, stderr=err, duration_s=time.monotonic() - start)

@@ -635,7 +635,12 @@ class SSHTransport:
         except (_Timeout, _Cancelled) as stop:
             killed, how = self._kill_remote(err.pgids, client, time.monotonic() + KILL_BUDGET_S, watchdog,
                                             chan if hold_stdin else None)
-            try:
+            try:  # what the command printed as it was stopped (a burn-in prints the windows it measured)
+                while chan.recv_ready():
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    out.append(data)
                 chan.close()
             except Exception:
                 pass
@@ -647,9 +652,7 @@ class SSHTransport:
                 msg = f"command timed out after {timeout:g}s: {running.what}"
             if how:
                 msg += f"; {how}"
-            if isinstance(stop, _Cancelled):
-                raise Interrupted(name, msg) from None
-            exc = CommandTimeout(name, msg)
+            exc = Interrupted(name, msg) if isinstance(stop, _Cancelled) else CommandTimeout(name, msg)
             exc.stdout, exc.stderr = b"".join(out), err.value()  # type: ignore[attr-defined]
             raise exc from None
         except (SSHException, EOFError, OSError) as e:
