@@ -204,6 +204,22 @@ def install_fake(monkeypatch, fake: FakeNvml) -> FakeNvml:
 
 
 # -- sysfs-shaped trees (real files laid out like the kernel's) -------------------------------------------
+def field_blocks(name: str) -> dict[str, list[str]]:
+    """``### sample: NAME`` blocks of tests/data/field/NAME (real text broken nodes printed): NAME -> its lines,
+    the ``#`` comment lines left out."""
+    import re
+
+    out: dict[str, list[str]] = {}
+    cur = None
+    for line in (DATA / "field" / name).read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^### sample: (\S+)", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+        elif cur is not None and not line.startswith("#") and line.strip():
+            cur.append(line)
+    return out
+
+
 def write_line(p: Path, text: str) -> None:
     """Write ``text`` and a newline to ``p``, creating its folders (a sysfs attribute file)."""
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -14,26 +14,13 @@ import re
 import pytest
 
 from gpuaccept import xid as xidmod
-from probe_helpers import DATA, load_probe
+from probe_helpers import DATA, field_blocks, load_probe
 
 FIELD = DATA / "field"
 xev = load_probe("xid_events")
 
 
-def blocks(name: str) -> dict[str, list[str]]:
-    """``### sample: NAME`` blocks of a field file: NAME -> its lines, the ``#`` comment lines left out."""
-    out: dict[str, list[str]] = {}
-    cur = None
-    for line in (FIELD / name).read_text(encoding="utf-8").splitlines():
-        m = re.match(r"^### sample: (\S+)", line)
-        if m:
-            cur = out.setdefault(m.group(1), [])
-        elif cur is not None and not line.startswith("#") and line.strip():
-            cur.append(line)
-    return out
-
-
-KERNEL = blocks("kernel-logs.txt")
+KERNEL = field_blocks("kernel-logs.txt")
 SINCE = calendar.timegm((2000, 1, 1, 0, 0, 0, 0, 0, 0))  # every sample's lines are after it
 
 
@@ -45,7 +32,7 @@ def judged(name: str) -> tuple[list[dict], list[dict]]:
 @pytest.mark.parametrize("file", ["kernel-logs.txt", "nccl-logs.txt", "fio-output.txt"])
 def test_every_sample_has_a_source_and_lines(file):
     text = (FIELD / file).read_text(encoding="utf-8")
-    for name, lines in blocks(file).items():
+    for name, lines in field_blocks(file).items():
         head = text.split(f"### sample: {name}", 1)[1].split("\n###", 1)[0]
         assert "source: https://" in head, name
         assert lines, name
@@ -162,7 +149,7 @@ def test_probe_reads_a_saved_dmesg_file_of_a_real_failure(tmp_path):
 from gpuaccept import nccl_judge, nccl_table, storage_judging  # noqa: E402
 from gpuaccept.probes import _nccl_log, _supervisor  # noqa: E402
 
-NCCL = blocks("nccl-logs.txt")
+NCCL = field_blocks("nccl-logs.txt")
 
 
 def test_channel_lines_ending_in_comm_and_nranks_keep_their_transport():
@@ -227,7 +214,7 @@ import json  # noqa: E402
 import shutil  # noqa: E402
 
 fio_probe = load_probe("fio_throughput")
-FIO = blocks("fio-output.txt")
+FIO = field_blocks("fio-output.txt")
 
 
 @pytest.mark.parametrize("name, first", [

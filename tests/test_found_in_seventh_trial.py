@@ -96,6 +96,18 @@ def _burnin_project(tmp_path: Path, change, xid_log: str | None = None) -> Path:
     return inv
 
 
+def _failed_burnin(tmp_path: Path, change, xid_log: str | None = None) -> dict:
+    """``-m burnin`` over the altered capture (:func:`_burnin_project`): asserts exit 1 and a failed burn-in
+    test; returns its JUnit case."""
+    inv = _burnin_project(tmp_path, change, xid_log)
+    res = run_pytest(tmp_path / "proj", "--inventory", str(inv), "--reports", str(tmp_path / "rep"), "-m", "burnin",
+                     "--history", "none")
+    assert res.returncode == 1, res.stdout[-3000:]
+    (case,) = junit(tmp_path / "rep" / "junit-burnin.xml")
+    assert case["outcome"] == "failure", case
+    return case
+
+
 def test_a_gpu_that_falls_off_the_bus_mid_burnin_fails_by_bus_id_and_serial(tmp_path):
     inv = _burnin_project(tmp_path, _fell_off_at(60.0), XID79_GPU1)
     rep = tmp_path / "rep"
@@ -122,13 +134,7 @@ def test_a_hung_load_fails_the_node_and_never_passes(tmp_path):
                 row[2:] = [1980, 3201, 120.0, 40, 38, 0, 0, 0, 0, 0, 400, 0, 0]
         doc["stopped"] = {"rank": None, "index": None, "pci_bus_id": None, "t": 80.0, "stderr": "",
                           "how": "stopped reporting (no window from any GPU for 120 s)", "windows": {"0": 15, "1": 15}}
-    inv = _burnin_project(tmp_path, hung)
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path / "proj", "--inventory", str(inv), "--reports", str(rep), "-m", "burnin",
-                     "--history", "none")
-    assert res.returncode == 1, res.stdout[-3000:]
-    (case,) = junit(rep / "junit-burnin.xml")
-    assert case["outcome"] == "failure", case
+    case = _failed_burnin(tmp_path, hung)
     assert "h200-a: burn-in load stopped at 80.0 s of 120 s: stopped reporting (no window from any GPU for " \
            "120 s); a GPU stopped answering" in case["text"], case["text"]
 
@@ -287,14 +293,8 @@ def test_a_gpu_lost_before_the_first_window_still_fails_by_its_xid(tmp_path):
         doc.clear()
         doc.update({"failed": True, "msg": "burn-in worker rank 1 (CUDA device 1, 00000000:00:07.0) ended with 1 "
                                            "before any window was measured: CUDA error: unspecified launch failure"})
-    inv = _burnin_project(tmp_path, failed, XID79_GPU1)
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path / "proj", "--inventory", str(inv), "--reports", str(rep), "-m", "burnin",
-                     "--history", "none")
-    assert res.returncode == 1, res.stdout[-3000:]
-    (case,) = junit(rep / "junit-burnin.xml")
-    assert case["outcome"] == "failure", case
+    case = _failed_burnin(tmp_path, failed, XID79_GPU1)
     assert "h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): during burn-in: Xid 79" in case["text"]
     assert "burn-in load did not run: " in case["text"] and "ended with 1 before any window" in case["text"]
-    md = (rep / "summary.md").read_text()
+    md = (tmp_path / "rep" / "summary.md").read_text()
     assert "— 1 GPU failing: GPU 1 (00000000:00:07.0, serial 1650000000002)" in md, md  # no figure counted the GPUs

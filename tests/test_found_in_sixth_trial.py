@@ -21,23 +21,11 @@ from gpuaccept import nccl_judge
 from gpuaccept.node import save_probe
 from gpuaccept.probes import _nccl_log, _supervisor
 from gpuaccept.thresholds import load_sku_file
+from probe_helpers import field_blocks
 from project_helpers import CAPTURE_NCCL, DATA, REPO, alter, junit, make_project, replay_project, run_pytest
 
 
-def _field_blocks(name: str) -> dict[str, list[str]]:
-    """``### sample: NAME`` blocks of tests/data/field/NAME: NAME -> its lines, ``#`` comments left out."""
-    out: dict[str, list[str]] = {}
-    cur = None
-    for line in (REPO / "tests" / "data" / "field" / name).read_text(encoding="utf-8").splitlines():
-        m = re.match(r"^### sample: (\S+)", line)
-        if m:
-            cur = out.setdefault(m.group(1), [])
-        elif cur is not None and not line.startswith("#") and line.strip():
-            cur.append(line)
-    return out
-
-
-NCCL = _field_blocks("nccl-logs.txt")
+NCCL = field_blocks("nccl-logs.txt")
 
 H200 = REPO / "thresholds" / "h200-sxm-141gb.yaml"
 
