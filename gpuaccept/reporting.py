@@ -113,13 +113,16 @@ class Progress:
             pass
 
     def begin(self, host: str, what: str, timeout_s: float | None = None) -> None:
-        """``host`` starts ``what`` (a test, or a probe within it)."""
+        """``host`` starts ``what`` (a test, or a probe within it with its ``timeout_s``). A test has no timeout
+        of its own (each probe in it has one), so its plain line names none: a burn-in test's line used to say
+        the default probe timeout, 300 s, for an hour's load."""
         now = time.monotonic()
         with self._lock:
             self.running[host] = [what, now, now, timeout_s or self.timeout_s, self.running.get(host)]
             self.detail.pop(host, None)
         if not self.tty:
-            self._write(f"[gpuaccept] {host}: {what} started (timeout {self.running[host][3]:.0f} s)\n")
+            self._write(f"[gpuaccept] {host}: {what} started"
+                        + (f" (timeout {timeout_s:.0f} s)\n" if timeout_s else "\n"))
 
     def update(self, host: str, probe: str, doc: dict) -> None:
         """A live progress line of ``probe`` running on ``host`` (gpuaccept.progress_channel): shown instead of

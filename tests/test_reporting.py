@@ -454,7 +454,7 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
     res = run_pytest(tmp_path, *base, "-k", "whoami or node2_breaks", "--progress", "plain")
     assert res.returncode == 1, res.stdout[-3000:]
-    assert "[gpuaccept] node2: test_node2_breaks started (timeout" in res.stderr
+    assert "[gpuaccept] node2: test_node2_breaks started\n" in res.stderr  # a test has no timeout of its own
     latest = tmp_path / "reports" / "latest"
     assert (latest / "failed-hosts.txt").read_text() == "node2\n"
     md = (latest / "summary.md").read_text().splitlines()
