@@ -185,6 +185,25 @@ def test_summarize_units_on_real_fio_output(tmp_path):
     assert ft.summarize(doc, "read")["gbps"] == 0.0  # a direction the jobs did not run counts as 0
 
 
+def test_a_runs_start_is_its_timed_part_not_fios_launch(tmp_path):
+    """What the shared-filesystem aggregate compares between hosts is when each host's timed fio run began: real
+    fio laying out a 64 MiB file before a 1 s read starts its timed part after that, which fio's report time
+    less the run's runtime gives; the launch time counted the layout (and a slow start) as a run apart."""
+    ft = _fio_probe()
+    cmd = ft.fio_command(shutil.which("fio"), "seq_read", str(tmp_path), None, bs="1M", size=64 * MIB, runtime=1,
+                         numjobs=1, iodepth=1, ioengine="psync", direct=0)
+    launched = time.time()
+    doc, msgs, rc = ft.run_fio(cmd, timeout=120)
+    ended = time.time()
+    assert rc == 0 and doc is not None, msgs
+    fig = ft.summarize(doc, "read")
+    start = ft.timed_start(doc, fig, launched)
+    assert launched <= start <= ended - fig["runtime_ms"] / 1e3 + 0.05
+    assert start == pytest.approx(doc["timestamp_ms"] / 1e3 - fig["runtime_ms"] / 1e3)
+    assert ft.timed_start({}, fig, launched) == launched  # an fio without timestamp_ms: the launch time
+    assert ft.timed_start({"timestamp_ms": 1000}, fig, launched) == launched  # never before the launch
+
+
 def test_fractional_runtime_is_run_whole(tmp_path):
     """storage_fio.runtime 1.5 (the inventory accepts a float): fio read a bare "1.5" as 1 s and "0.5" as 0 s
     (a 6 ms time-based run, its GB/s a figure of nothing). Each test now runs the asked 1.5 s, on real fio."""

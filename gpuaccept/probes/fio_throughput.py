@@ -176,6 +176,18 @@ def run_fio(cmd: list[str], timeout: float) -> tuple[dict | None, list[str], int
     return doc, msgs, p.returncode
 
 
+def timed_start(doc: dict, fig: dict, launched: float) -> float:
+    """Unix time (s) at which the timed part of a fio run began: fio's report time (``timestamp_ms``, written as
+    the run ends) less the run's ``runtime_ms``, so that neither fio's start-up nor its laying out of the files
+    counts; ``launched`` (the time before fio was started) where fio gives no ``timestamp_ms``. What the shared-
+    filesystem aggregate compares between hosts (gpuaccept.storage_judging.Aggregate.not_concurrent): with the
+    launch time, a host slower to lay out its files, or to start fio on a loaded node, read as a run apart."""
+    ts, rt = doc.get("timestamp_ms"), fig.get("runtime_ms")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and isinstance(rt, (int, float)) and ts > 0:
+        return max(launched, ts / 1e3 - rt / 1e3)
+    return launched
+
+
 SHORT_RUN = 0.9   # a time-based job that ran less than this share of --runtime was stopped (fio runs it whole)
 
 
@@ -306,7 +318,7 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
             errors.append(f"fio {test}: its JSON gives neither bw_bytes nor bw for the job (fio "
                           f"{doc.get('fio version', '?')}): no figure can be read")
             break
-        fig.update(started=round(started, 3), command=cmd)
+        fig.update(started=round(timed_start(doc, fig, started), 3), command=cmd)
         res["tests"][test] = fig
         if test == "rand_read":
             res["rand_read_iops"] = fig["iops"]
