@@ -19,7 +19,31 @@ def _remote(link: dict) -> str:
     return f"remote {r}" if isinstance(r, str) else f"remote unreadable ({nvml_error(r) or 'no reading'})"
 
 
-def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Finding]:
+def _speed(lk: dict):
+    v = lk.get("speed_mbps")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def node_link_speed(gpus: list[dict]) -> tuple[int, int] | None:
+    """The speed most active NVLinks of the node trained at: ``(Mbps, how many links)`` over every GPU of the
+    ``nvlink`` probe document (``gpus``: its ``gpus`` list; per-link ``speed_mbps`` from NVML's
+    NVML_FI_DEV_NVLINK_GET_SPEED), the faster on a tie; None when no active link has a readable speed.
+
+    The links of one node are one part number and train alike, so this is the reference a slow link is judged
+    against without a typed datasheet figure (the 2xH200 capture, 2026-11-29: all 36 links at 26562 Mbps)."""
+    counts: dict[int, int] = {}
+    for g in gpus or []:
+        for lk in g.get("links") or []:
+            v = _speed(lk)
+            if lk.get("active") is True and v is not None:
+                counts[v] = counts.get(v, 0) + 1
+    if not counts:
+        return None
+    return max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+
+
+def links(gpu: dict, sku: SkuSpec, window_s: float | None = None,
+          node_speed: tuple[int, int] | None = None) -> list[Finding]:
     """Findings for one GPU of the ``nvlink`` probe document.
 
     ``gpu``: one entry of the probe's ``gpus`` list; ``window_s``: seconds between the two counter reads
@@ -31,7 +55,10 @@ def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Findin
       when it is short and the SKU lists no link ids, the inactive slots are named as a diagnosis;
     - ``expect.nvlink_link_ids``: each listed link must be reported and active;
     - error counters growing while watched: any link recovery fails; CRC and replay rates (errors/s) are
-      judged against ``nvlink_crc_errors_per_s`` / ``nvlink_replay_errors_per_s`` where the SKU has them.
+      judged against ``nvlink_crc_errors_per_s`` / ``nvlink_replay_errors_per_s`` where the SKU has them;
+    - link speed: an active link whose ``speed_mbps`` is below ``node_speed`` (:func:`node_link_speed`: the
+      speed most links of the node trained at) fails, naming both figures; and against the SKU's
+      ``nvlink_link_speed_mbps`` where the file has it. An unreadable speed is recorded, not judged.
     """
     out: list[Finding] = []
     limit = sku.limit("nvlink_active_links")
@@ -68,7 +95,17 @@ def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Findin
             out.append(Finding("nvlink_inactive_slots", idle, extra={"note": "the SKU file lists no link ids"},
                                failure="inactive NVLink slot(s): " + ", ".join(
                                    f"NVLink {i} inactive ({_remote(per_link[i])})" for i in idle)))
+    speed_lim = sku.checks.get("nvlink_link_speed_mbps")
     for i, lk in sorted(per_link.items()):
+        v = _speed(lk)
+        if lk.get("active") is True and v is not None:
+            if node_speed and v < node_speed[0]:
+                out.append(Finding("nvlink_link_speed_mbps", v, "Mbps", extra={"link": i, "node_mbps": node_speed[0]},
+                                   failure=f"NVLink {i} at {v} Mbps ({_remote(lk)}), below the {node_speed[0]} Mbps "
+                                           f"of {node_speed[1]} other active links of this node "
+                                           f"[limit: the node's own links, NVML_FI_DEV_NVLINK_GET_SPEED]"))
+            elif speed_lim is not None:
+                out.append(Finding("nvlink_link_speed_mbps", v, "Mbps", limit=speed_lim, extra={"link": i}))
         delta = {k: v for k, v in (lk.get("errors_delta") or {}).items()
                  if isinstance(v, int) and not isinstance(v, bool) and v > 0}
         if delta.get("recovery"):

@@ -29,8 +29,9 @@ def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
     verdicts.apply(nvlink_judge.missing_gpus([g.get("index") for g in gpus],
                                              [g.get("index") for g in doc.get("gpus") or []], "nvlink"))
     window = doc.get("sample_seconds")
+    speed = nvlink_judge.node_link_speed(doc.get("gpus") or [])
     for g in doc.get("gpus") or []:
-        verdicts.apply(nvlink_judge.links(g, sku, window), gpu=g)
+        verdicts.apply(nvlink_judge.links(g, sku, window, speed), gpu=g)
     verdicts.finish()
 
 

@@ -1,0 +1,87 @@
+"""Faults found by the eighth new-user trial (2026-12-01): a GPU cloud operator runs ``-m nvlink``,
+``-m gpudirect`` and ``-m "memory or compute"`` on broken and half-configured nodes (the 2xH200 replay
+captures, altered; the alteration is written in each test).
+
+- An NVLink trained at a reduced speed PASSED: the probe reads every link's speed (NVML_FI_DEV_NVLINK_GET_SPEED)
+  but nothing judged it, only the active-link count. A link slower than the speed the node's other links
+  trained at now fails, naming host, GPU, link, both figures and where the limit comes from.
+"""
+from __future__ import annotations
+
+import json
+
+from gpuaccept import nvlink_judge as nj
+from gpuaccept.thresholds import load_sku_file
+from project_helpers import DATA, REPO, alter, junit, replay_project, run_pytest
+
+H200 = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml"))
+
+
+def _nvlink_doc() -> dict:
+    return json.loads((DATA / "nvlink-80c5152746.json").read_text())["doc"]  # sample_seconds 2.0
+
+
+def _half_speed_link_3_of_gpu_1(doc):
+    """ALTERED: GPU 1's NVLink 3 at half the 26562 Mbps all 36 links of the capture read (still active)."""
+    lk = doc["gpus"][1]["links"][3]
+    assert lk["link"] == 3 and lk["active"] is True and lk["speed_mbps"] == 26562
+    lk["speed_mbps"] = 13281
+
+
+# -- NVLink at a reduced speed ------------------------------------------------------------------------------
+
+def test_node_link_speed_is_what_most_links_trained_at():
+    doc = _nvlink_doc()
+    assert nj.node_link_speed(doc["gpus"]) == (26562, 36)
+    _half_speed_link_3_of_gpu_1(doc)
+    assert nj.node_link_speed(doc["gpus"]) == (26562, 35)
+    assert nj.node_link_speed([]) is None
+    # an unreadable speed (the H200's speed_mbps_common reads "Not Supported") is no reference
+    for g in doc["gpus"]:
+        for lk in g["links"]:
+            lk["speed_mbps"] = {"nvml_error": "Not Supported"}
+    assert nj.node_link_speed(doc["gpus"]) is None
+
+
+def test_healthy_links_have_no_speed_failure():
+    doc = _nvlink_doc()
+    speed = nj.node_link_speed(doc["gpus"])
+    for g in doc["gpus"]:
+        assert [f.failure for f in nj.links(g, H200, doc["sample_seconds"], speed) if f.failure] == []
+
+
+def test_slow_link_fails_naming_link_figures_and_limit_source():
+    doc = _nvlink_doc()
+    _half_speed_link_3_of_gpu_1(doc)
+    speed = nj.node_link_speed(doc["gpus"])
+    assert [f.failure for f in nj.links(doc["gpus"][0], H200, 2.0, speed) if f.failure] == []
+    got = [f for f in nj.links(doc["gpus"][1], H200, 2.0, speed) if f.failure]
+    assert [(f.check, f.value, f.extra["link"]) for f in got] == [("nvlink_link_speed_mbps", 13281, 3)]
+    assert got[0].failure == ("NVLink 3 at 13281 Mbps (remote FFFFFFFF:FF:FF.0), below the 26562 Mbps of 35 "
+                              "other active links of this node [limit: the node's own links, "
+                              "NVML_FI_DEV_NVLINK_GET_SPEED]")
+
+
+def test_a_sku_link_speed_floor_is_judged_where_the_file_has_one():
+    import dataclasses
+    from gpuaccept.thresholds import Limit
+    lim = Limit(origin="h200-sxm-141gb", check="nvlink_link_speed_mbps", direction="min", bound=30000, unit="Mbps", source="test floor")
+    sku = dataclasses.replace(H200, checks={**H200.checks, "nvlink_link_speed_mbps": lim})
+    doc = _nvlink_doc()
+    judged = [f for f in nj.links(doc["gpus"][0], sku, 2.0, nj.node_link_speed(doc["gpus"]))
+              if f.check == "nvlink_link_speed_mbps"]
+    assert len(judged) == 18 and all(f.limit is lim and f.value == 26562 for f in judged)
+
+
+def test_half_speed_nvlink_fails_the_nvlink_layer(tmp_path):
+    """Before: test_nvlink_links passed on this node (only the active-link count was judged)."""
+    inv = replay_project(tmp_path, alter(tmp_path, "nvlink", _half_speed_link_3_of_gpu_1))
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "nvlink")
+    cases = {c["name"]: c for c in junit(rep / "junit-nvlink.xml")}
+    case = cases["test_nvlink_links[h200-a]"]
+    assert case["outcome"] == "failure", case
+    assert case["message"].startswith("h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): NVLink 3 at 13281 "
+                                      "Mbps (remote FFFFFFFF:FF:FF.0), below the 26562 Mbps of 35 other active "
+                                      "links"), case["message"]
+    assert cases["test_nvlink_topology[h200-a]"]["outcome"] == "passed"
