@@ -341,3 +341,36 @@ def gdr_readiness(pm: Mapping, nccl_transports: Mapping[str, int] | None = None)
     else:
         why.append(f"NCCL's network channels: {', '.join(sorted(nccl_transports)) or 'none reported'} (no GDRDMA)")
     return GdrReadiness(False, None, "GPUDirect RDMA not ready: " + "; ".join(why))
+
+
+def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[str]:
+    """Ports of the ``rdma`` probe's ``devices`` that trained below the rate their peers run at, one line each.
+
+    Used where the inventory sets no ``ib_rate_gbps``. Compared: the ACTIVE ports with a rate (``rate_gbps``,
+    Gb/s as the kernel writes /sys/class/infiniband/<hca>/ports/<n>/rate) of the devices named in ``hcas``
+    (``ib_hcas``) or, when it is empty, of every device whose port is InfiniBand (a GPU node's Ethernet ports are
+    often a different, slower part: compared only when ``ib_hcas`` lists them); per link layer, the reference
+    is the rate most compared ports run at (the faster on a tie), and needs 2 ports or more. No constant: the
+    compute HCAs of one node are one part (a 400 Gb/s NDR HCA trained at 200 Gb/s HDR is a cable or
+    transceiver fault)."""
+    groups: dict[str, list[tuple[str, Mapping, float]]] = {}
+    for d in devices or []:
+        if hcas and d.get("name") not in hcas:
+            continue
+        for p in d.get("ports") or []:
+            rate, layer = p.get("rate_gbps"), p.get("link_layer")
+            if not hcas and layer != "InfiniBand":
+                continue
+            if (p.get("state") or "").endswith("ACTIVE") and isinstance(rate, (int, float)) and rate > 0:
+                groups.setdefault(str(layer), []).append((d.get("name"), {**p, "pci": d.get("pci_address")}, rate))
+    out = []
+    for layer, ports in groups.items():
+        if len(ports) < 2:
+            continue
+        ref, n = max(Counter(r for _, _, r in ports).items(), key=lambda kv: (kv[1], kv[0]))
+        for name, p, rate in ports:
+            if rate < ref:
+                out.append(f"{name} port {p.get('port')} ({layer}, {p.get('pci')}): rate "
+                           f"{p.get('rate') or f'{rate:g} Gb/s'}, below the {ref:g} Gb/s of {n} other {layer} port(s) of this node "
+                           f"[limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]")
+    return out

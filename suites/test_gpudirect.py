@@ -135,6 +135,9 @@ def test_rdma_ports(node: HostRunner, verdicts):
             if rate is not None:
                 lim = dataclasses.replace(rate, check=f"ib_rate_gbps {d['name']}/{p['port']}")
                 verdicts.record(f"ib_rate_gbps {d['name']}/{p['port']}", p.get("rate_gbps"), "Gb/s", limit=lim)
+    if rate is None:
+        for line in sj.slow_ports(doc["devices"], want):
+            verdicts.fail(line)
     verdicts.finish()
 
 

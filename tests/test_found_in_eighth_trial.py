@@ -5,12 +5,18 @@ captures, altered; the alteration is written in each test).
 - An NVLink trained at a reduced speed PASSED: the probe reads every link's speed (NVML_FI_DEV_NVLINK_GET_SPEED)
   but nothing judged it, only the active-link count. A link slower than the speed the node's other links
   trained at now fails, naming host, GPU, link, both figures and where the limit comes from.
+- An InfiniBand port trained at a lower rate (a 400 Gb/s NDR HCA at 200 Gb/s HDR: cable or transceiver) PASSED
+  test_rdma_ports unless the inventory set ``ib_rate_gbps``. Without that variable the ports of the node's
+  compute HCAs (``ib_hcas``, else its InfiniBand ports) are now judged against the rate most of them run at.
 """
 from __future__ import annotations
 
 import json
 
 from gpuaccept import nvlink_judge as nj
+from gpuaccept import storage_judging as sj
+from probe_helpers import sysfs_pci as _pci, write_line as _w
+from test_storage_replay import NVML_IDS, captures, replay, run_probe
 from gpuaccept.thresholds import load_sku_file
 from project_helpers import DATA, REPO, alter, junit, replay_project, run_pytest
 
@@ -85,3 +91,63 @@ def test_half_speed_nvlink_fails_the_nvlink_layer(tmp_path):
                                       "Mbps (remote FFFFFFFF:FF:FF.0), below the 26562 Mbps of 35 other active "
                                       "links"), case["message"]
     assert cases["test_nvlink_topology[h200-a]"]["outcome"] == "passed"
+
+
+# -- an InfiniBand port at a lower rate ---------------------------------------------------------------------
+
+def _ib_node(root, ports: dict[str, tuple[str, str, str]]) -> dict:
+    """The rdma probe on a sysfs/proc tree: both H200s and one HCA per entry of ``ports`` (name -> (state,
+    link_layer, rate file text)), each behind the one PCIe switch, port 1 LinkUp; nvidia-peermem registered."""
+    sysfs, proc = root / "sys", root / "proc"
+    _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:00.0", "0000:00:06.0"])
+    _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:02.0", "0000:00:07.0"])
+    for i, (name, (state, layer, rate)) in enumerate(ports.items()):
+        nic = _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", f"0000:11:0{3 + i}.0", f"0000:{0x13 + i:02x}:00.0"])
+        ib = sysfs / "class" / "infiniband" / name
+        ib.mkdir(parents=True)
+        (ib / "device").symlink_to(nic)
+        for k, v in (("state", state), ("phys_state", "5: LinkUp"), ("link_layer", layer), ("rate", rate)):
+            _w(ib / "ports" / "1" / k, v)
+    _w(proc / "modules", "nvidia_peermem 16384 0 - Live 0xffffffffc0e8e000 (OE)")
+    _w(proc / "kallsyms", "ffffffff8a0 T dma_buf_export")
+    _w(sysfs / "kernel" / "mm" / "memory_peers" / "nv_mem" / "version", "2.0")
+    return run_probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": NVML_IDS})
+
+
+NDR, HDR = "400 Gb/sec (4X NDR)", "200 Gb/sec (4X HDR)"
+UP = "4: ACTIVE"
+
+
+def test_slow_ports_unit(tmp_path):
+    doc = _ib_node(tmp_path / "a", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", HDR),
+                                    "mlx5_2": (UP, "InfiniBand", NDR), "mlx5_3": (UP, "Ethernet", "100 Gb/sec (4X EDR)")})
+    assert sj.slow_ports(doc["devices"]) == [
+        "mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 2 other "
+        "InfiniBand port(s) of this node [limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]"]
+    # the Ethernet port (a management NIC) is compared only when ib_hcas lists it; alone in its layer: no reference
+    assert len(sj.slow_ports(doc["devices"], ["mlx5_0", "mlx5_3"])) == 0
+    assert sj.slow_ports(doc["devices"], ["mlx5_0", "mlx5_2"]) == []
+    # a DOWN port is test_rdma_ports' own failure, not a rate: not compared
+    down = _ib_node(tmp_path / "b", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": ("1: DOWN", "InfiniBand", HDR)})
+    assert sj.slow_ports(down["devices"]) == []
+
+
+def test_hdr_port_on_an_ndr_node_fails_rdma_ports(tmp_path):
+    """Before: passed (no ib_rate_gbps in the inventory). The healthy node (both NDR) still passes."""
+    for name, second, want in (("sick", HDR, "failure"), ("healthy", NDR, "passed")):
+        t = tmp_path / name
+        doc = _ib_node(t / "tree", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", second)})
+        (t / "p").mkdir()
+        got = replay(t / "p", captures(t / "p", {"rdma": ({}, doc)}), "test_gpudirect.py",
+                     extra_vars="ib_hcas='[\"mlx5_0\",\"mlx5_1\"]'", k="rdma_ports")
+        case = got["test_rdma_ports"]
+        assert case["outcome"] == want, case
+    assert case["message"] is None  # the healthy node's
+    # no ib_hcas either: the node's InfiniBand ports are compared
+    doc = _ib_node(tmp_path / "bare", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", HDR)})
+    (tmp_path / "bare" / "p").mkdir()
+    sick = replay(tmp_path / "bare" / "p", captures(tmp_path / "bare" / "p", {"rdma": ({}, doc)}), "test_gpudirect.py",
+                  k="rdma_ports")["test_rdma_ports"]
+    assert sick["message"] == (
+        "h200-a: mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 1 other "
+        "InfiniBand port(s) of this node [limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]")
