@@ -150,10 +150,22 @@ def topology(pairs: list[dict], sku: SkuSpec) -> list[Finding]:
     return out
 
 
+def _pair(p: dict) -> str:
+    """``GPU a (bus id) -> GPU b (bus id)``: the bus ids where the suite added them (``a_bus``/``b_bus``)."""
+    def end(k):
+        bus = p.get(f"{k}_bus")
+        return f"GPU {p.get(k)}" + (f" ({bus})" if isinstance(bus, str) and bus else "")
+    return f"{end('a')} -> {end('b')}"
+
+
 def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
     """Findings for the ``p2p_bandwidth`` probe document: every ordered pair of NVML GPUs measured, each
     unidir/bidir GB/s against the SKU's ``p2p_unidir_bw_gbps`` / ``p2p_bidir_bw_gbps`` (ThresholdError when
-    the SKU file lacks them), the worst pair named, and a pair's measurement error reported as a failure."""
+    the SKU file lacks them), each figure naming its pair (``GPU a (bus id) -> GPU b (bus id)``: bus ids from
+    the pair's ``a_bus``/``b_bus`` when present), the worst pair named, a pair's measurement error reported as
+    a failure, and a pair without CUDA peer access (``peer_access`` False:
+    torch.cuda.can_device_access_peer) a failure of its own on an NVLink SKU (``expect.nvlink_links`` or
+    ``expect.nvswitch``): its copies were staged through host memory, which is the diagnosis."""
     out: list[Finding] = []
     pairs = doc.get("pairs") or []
     want = {(a, b) for a in nvml_indices for b in nvml_indices if a != b}
@@ -161,21 +173,28 @@ def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
     if want - have:
         out.append(Finding("p2p_pairs_missing", sorted(want - have), failure="P2P bandwidth not measured for "
                            + ", ".join(f"GPU {a} -> GPU {b}" for a, b in sorted(want - have))))
+    need = bool(sku.expect.get("nvswitch") or sku.expect.get("nvlink_links"))
     for p in pairs:
         if p.get("error"):
             out.append(Finding("p2p_error", p["error"], extra={"pair": [p["a"], p["b"]]},
-                               failure=f"P2P GPU {p['a']} -> GPU {p['b']}: {p['error']}"))
+                               failure=f"P2P {_pair(p)}: {p['error']}"))
+        if need and p.get("peer_access") is False:
+            out.append(Finding("p2p_peer_access", False, extra={"pair": [p["a"], p["b"]]},
+                               failure=f"P2P {_pair(p)}: CUDA peer access not available "
+                                       f"(torch.cuda.can_device_access_peer False): copies staged through host "
+                                       f"memory; the SKU expects NVLink P2P between every pair"))
     for kind in ("unidir", "bidir"):
         check = f"p2p_{kind}_bw_gbps"
         limit = sku.limit(check)
         for p in pairs:
-            out.append(Finding(check, p.get(f"{kind}_gbps"), "GB/s", limit=limit, extra={"pair": [p["a"], p["b"]]}))
+            out.append(Finding(check, p.get(f"{kind}_gbps"), "GB/s", limit=limit, extra={"pair": [p["a"], p["b"]]},
+                               context=_pair(p)))
         vals = [p for p in pairs if isinstance(p.get(f"{kind}_gbps"), (int, float))]
         if vals:
             worst = min(vals, key=lambda p: p[f"{kind}_gbps"])
             v = worst[f"{kind}_gbps"]
             failure = None if judge(limit, v).passed else \
-                f"worst {kind} pair GPU {worst['a']} -> GPU {worst['b']}: {v:g} GB/s ({limit.describe()})"
+                f"worst {kind} pair {_pair(worst)}: {v:g} GB/s ({limit.describe()})"
             out.append(Finding(f"{check}_worst_pair", v, "GB/s", failure=failure,
                                extra={"pair": f"GPU {worst['a']} -> GPU {worst['b']}"}))
     return out

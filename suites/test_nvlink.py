@@ -48,13 +48,15 @@ def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
     _need_links(node, gpus, sku, "no pair to measure")
     doc = node.probe("p2p_bandwidth")
     # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
-    to_nvml = {}
+    to_nvml, bus = {}, {}
     for t in doc.get("gpus") or []:
+        bus[t.get("index")] = t.get("pci_bus_id")
         nv = drift.nvml_gpu_for({"pci_bus_id": t.get("pci_bus_id")}, gpus)
         if nv is not None:
             to_nvml[t.get("index")] = nv["index"]
     for pair in doc.get("pairs") or []:
         for end in ("a", "b"):
+            pair[f"{end}_bus"] = bus.get(pair.get(end))
             pair[end] = to_nvml.get(pair.get(end), pair.get(end))
     verdicts.apply(nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus]))
     verdicts.finish()

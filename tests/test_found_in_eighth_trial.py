@@ -151,3 +151,37 @@ def test_hdr_port_on_an_ndr_node_fails_rdma_ports(tmp_path):
     assert sick["message"] == (
         "h200-a: mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 1 other "
         "InfiniBand port(s) of this node [limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]")
+
+
+# -- P2P unsupported between two GPUs: the lines name the pair, and say why ----------------------------------
+
+def _no_peer_access(doc):
+    """ALTERED: CUDA says no peer access between the two H200s (as with NVLink P2P off or an IOMMU in the way);
+    the copies then go through host memory at PCIe-like speed."""
+    for p in doc["pairs"]:
+        p["peer_access"] = False
+        p["unidir_gbps"], p["bidir_gbps"] = 21.3, 30.2
+
+
+def test_p2p_without_peer_access_names_each_pair_and_the_cause(tmp_path):
+    """Before: four lines 'h200-a: p2p_unidir_bw_gbps 21.3 GB/s < min 340 GB/s [...]', two of each alike, no
+    pair, no bus id, and nothing about peer access."""
+    inv = replay_project(tmp_path, alter(tmp_path, "p2p_bandwidth", _no_peer_access))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "nvlink")
+    case = {c["name"]: c for c in junit(rep / "junit-nvlink.xml")}["test_p2p_bandwidth[h200-a]"]
+    assert case["outcome"] == "failure", case
+    a, b = "GPU 0 (00000000:00:06.0)", "GPU 1 (00000000:00:07.0)"
+    assert case["message"] == (f"h200-a: P2P {a} -> {b}: CUDA peer access not available "
+                               "(torch.cuda.can_device_access_peer False): copies staged through host memory; the "
+                               "SKU expects NVLink P2P between every pair")
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("h200-a: p2p_unidir_bw_gbps")]
+    assert lines == [f"h200-a: p2p_unidir_bw_gbps 21.3 GB/s < min 340 GB/s ({x} -> {y}) "
+                     "[limit: h200-sxm-141gb.yaml checks.p2p_unidir_bw_gbps]" for x, y in ((a, b), (b, a))]
+
+
+def test_healthy_p2p_has_no_failure():
+    doc = json.loads((DATA / "p2p_bandwidth-bf21a9e8fb.json").read_text())["doc"]
+    got = nj.p2p_bandwidth(doc, H200, [0, 1])
+    assert [f.failure for f in got if f.failure] == []
+    assert [f.context for f in got if f.check == "p2p_unidir_bw_gbps"] == ["GPU 0 -> GPU 1", "GPU 1 -> GPU 0"]
