@@ -374,3 +374,22 @@ def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[st
                            f"{p.get('rate') or f'{rate:g} Gb/s'}, below the {ref:g} Gb/s of {n} other {layer} port(s) of this node "
                            f"[limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]")
     return out
+
+
+def gds_bypass(mode: str | None, ops: Mapping | None) -> str | None:
+    """Why a GDS transfer did not go through nvidia-fs although the stack says it would, else None.
+
+    ``mode``: the gds probe's ``mode``; ``ops``: one GPU's ``nvidia_fs_ops`` ({"reads", "writes"}: op counts of
+    /proc/driver/nvidia-fs/stats before/after the transfer; None, or None counts, where the module's IO stats
+    are off: then nothing is said). In mode "nvidia-fs" a transfer that moved no read or no write through the
+    module was done by cuFile's compat path (POSIX through a bounce buffer): the file system or block device is
+    not one cuFile drives directly, or cufile.json forces compat. The suite fails it as it fails mode "compat"
+    (unless ``gds_allow_compat``)."""
+    if mode != "nvidia-fs" or not isinstance(ops, Mapping):
+        return None
+    idle = [k for k in ("reads", "writes") if isinstance(ops.get(k), int) and ops[k] == 0]
+    if not idle:
+        return None
+    return (f"GDS transfer bypassed nvidia-fs: the module is loaded but its {' and '.join(idle)} counter(s) did "
+            f"not move (/proc/driver/nvidia-fs/stats), so cuFile ran in compat mode (file system or device not "
+            f"GDS-capable, or compat forced in cufile.json); set gds_allow_compat: true to accept")

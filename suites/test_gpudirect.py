@@ -88,6 +88,9 @@ def test_gds(node: HostRunner, gpus, verdicts):
         verdicts.record("bounce_read_gbps", g.get("bounce_read_gbps"), "GB/s", gpu=g)
         if not g.get("verified"):
             verdicts.fail("data read back through GDS differs from what was written", gpu=g)
+        bypass = sj.gds_bypass(doc.get("mode"), g.get("nvidia_fs_ops"))
+        if bypass and not allow_compat:
+            verdicts.fail(bypass, gpu=g)
     if doc.get("gpus") and doc.get("mode") == "compat" and not allow_compat:
         verdicts.fail("GDS ran in compat mode (no nvidia-fs, no P2PDMA): reads go through a bounce buffer; "
                       "set gds_allow_compat: true to accept")

@@ -8,6 +8,11 @@ captures, altered; the alteration is written in each test).
 - An InfiniBand port trained at a lower rate (a 400 Gb/s NDR HCA at 200 Gb/s HDR: cable or transceiver) PASSED
   test_rdma_ports unless the inventory set ``ib_rate_gbps``. Without that variable the ports of the node's
   compute HCAs (``ib_hcas``, else its InfiniBand ports) are now judged against the rate most of them run at.
+- P2P without CUDA peer access: four lines ``p2p_unidir_bw_gbps 21.3 GB/s < min 340 GB/s``, two alike, naming
+  no pair, and nothing about peer access. Each figure now names its pair (GPU index and bus id) and a pair
+  without peer access fails saying so.
+- GDS installed but not used: nvidia-fs loaded (mode "nvidia-fs") while cuFile fell back to compat (the
+  module's read/write counters did not move) PASSED; it now fails like compat mode, unless gds_allow_compat.
 """
 from __future__ import annotations
 
@@ -185,3 +190,44 @@ def test_healthy_p2p_has_no_failure():
     got = nj.p2p_bandwidth(doc, H200, [0, 1])
     assert [f.failure for f in got if f.failure] == []
     assert [f.context for f in got if f.check == "p2p_unidir_bw_gbps"] == ["GPU 0 -> GPU 1", "GPU 1 -> GPU 0"]
+
+
+# -- GDS installed but not used: nvidia-fs loaded, its counters still ------------------------------------------
+
+def _gds_run(tmp_path, reads: int | None, allow_compat: bool = False) -> dict:
+    """test_gds on the 2xH200 replay with a gds document of mode nvidia-fs (cuFile found, nvidia-fs loaded) whose
+    two GPUs moved 1 GiB each way at the figures below; ``reads``: the nvidia-fs read-op delta of each GPU
+    (writes 256). The detection part is the probe's own output on this machine, ALTERED as written."""
+    from test_storage_replay import gds_detection
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(parents=True)
+    doc = gds_detection(cufile={"found": True, "paths": ["libcufile.so"]},
+                        nvidia_fs={"loaded": True, "version": "2.26", "proc": True}, mode="nvidia-fs")
+    doc["gpus"] = [{"index": i, "name": "NVIDIA H200", "pci_bus_id": bus, "bytes": 1 << 30,
+                    "gds_write_gbps": 6.1, "gds_read_gbps": 6.4, "bounce_read_gbps": 6.3, "verified": True,
+                    "nvidia_fs_ops": {"reads": reads, "writes": 256}} for i, bus in enumerate(NVML_IDS)]
+    where = run_probe("storage_mounts", {"paths": [str(scratch)]})
+    (tmp_path / "p").mkdir()
+    caps = captures(tmp_path / "p", {"storage_mounts": ({"paths": [str(scratch)]}, where),
+                                     "gds": ({"path": str(scratch), "gpus": "all"}, doc)})
+    extra = f"gds_paths={scratch} gds_allow_root_fs=true" + (" gds_allow_compat=true" if allow_compat else "")
+    return replay(tmp_path / "p", caps, "test_gpudirect.py", k="test_gds", extra_vars=extra)["test_gds"]
+
+
+def test_gds_bypass_unit():
+    assert sj.gds_bypass("nvidia-fs", {"reads": 0, "writes": 256}).startswith(
+        "GDS transfer bypassed nvidia-fs: the module is loaded but its reads counter(s) did not move")
+    assert sj.gds_bypass("nvidia-fs", {"reads": 256, "writes": 256}) is None
+    assert sj.gds_bypass("nvidia-fs", {"reads": None, "writes": None}) is None  # IO stats off: nothing known
+    assert sj.gds_bypass("nvidia-fs", None) is None
+    assert sj.gds_bypass("compat", {"reads": 0, "writes": 0}) is None  # compat is judged on its own
+
+
+def test_gds_that_bypassed_nvidia_fs_fails(tmp_path):
+    """Before: passed (mode 'nvidia-fs' from the loaded module; the op counters were recorded, never read)."""
+    case = _gds_run(tmp_path / "sick", reads=0)
+    assert case["outcome"] == "failure", case
+    assert case["message"].startswith("h200-a GPU 0 (00000000:00:06.0, serial 1650000000001): GDS transfer "
+                                      "bypassed nvidia-fs: the module is loaded but its reads counter(s)"), case
+    assert _gds_run(tmp_path / "allowed", reads=0, allow_compat=True)["outcome"] == "passed"
+    assert _gds_run(tmp_path / "healthy", reads=256)["outcome"] == "passed"
