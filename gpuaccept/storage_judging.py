@@ -376,7 +376,7 @@ def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[st
     return out
 
 
-def gds_bypass(mode: str | None, ops: Mapping | None) -> str | None:
+def gds_bypass(mode: str | None, ops: Mapping | None, p2pdma: Mapping | None = None) -> str | None:
     """Why a GDS transfer did not go through nvidia-fs although the stack says it would, else None.
 
     ``mode``: the gds probe's ``mode``; ``ops``: one GPU's ``nvidia_fs_ops`` ({"reads", "writes"}: op counts of
@@ -384,8 +384,11 @@ def gds_bypass(mode: str | None, ops: Mapping | None) -> str | None:
     are off: then nothing is said). In mode "nvidia-fs" a transfer that moved no read or no write through the
     module was done by cuFile's compat path (POSIX through a bounce buffer): the file system or block device is
     not one cuFile drives directly, or cufile.json forces compat. The suite fails it as it fails mode "compat"
-    (unless ``gds_allow_compat``)."""
+    (unless ``gds_allow_compat``). ``p2pdma``: the probe's ``p2pdma`` facts; where both the kernel and
+    cufile.json enable P2PDMA, cuFile may take that direct path past nvidia-fs: nothing is said then."""
     if mode != "nvidia-fs" or not isinstance(ops, Mapping):
+        return None
+    if isinstance(p2pdma, Mapping) and p2pdma.get("kernel") and p2pdma.get("cufile_json_use_pci_p2pdma"):
         return None
     idle = [k for k in ("reads", "writes") if isinstance(ops.get(k), int) and ops[k] == 0]
     if not idle:

@@ -88,7 +88,7 @@ def test_gds(node: HostRunner, gpus, verdicts):
         verdicts.record("bounce_read_gbps", g.get("bounce_read_gbps"), "GB/s", gpu=g)
         if not g.get("verified"):
             verdicts.fail("data read back through GDS differs from what was written", gpu=g)
-        bypass = sj.gds_bypass(doc.get("mode"), g.get("nvidia_fs_ops"))
+        bypass = sj.gds_bypass(doc.get("mode"), g.get("nvidia_fs_ops"), doc.get("p2pdma"))
         if bypass and not allow_compat:
             verdicts.fail(bypass, gpu=g)
     if doc.get("gpus") and doc.get("mode") == "compat" and not allow_compat:

@@ -221,6 +221,10 @@ def test_gds_bypass_unit():
     assert sj.gds_bypass("nvidia-fs", {"reads": None, "writes": None}) is None  # IO stats off: nothing known
     assert sj.gds_bypass("nvidia-fs", None) is None
     assert sj.gds_bypass("compat", {"reads": 0, "writes": 0}) is None  # compat is judged on its own
+    # P2PDMA enabled in kernel and cufile.json: cuFile may go direct past nvidia-fs, a healthy node
+    both = {"kernel": True, "cufile_json_use_pci_p2pdma": True}
+    assert sj.gds_bypass("nvidia-fs", {"reads": 0, "writes": 0}, both) is None
+    assert sj.gds_bypass("nvidia-fs", {"reads": 0, "writes": 9}, {**both, "kernel": False}) is not None
 
 
 def test_gds_that_bypassed_nvidia_fs_fails(tmp_path):
