@@ -349,10 +349,11 @@ def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[st
     Used where the inventory sets no ``ib_rate_gbps``. Compared: the ACTIVE ports with a rate (``rate_gbps``,
     Gb/s as the kernel writes /sys/class/infiniband/<hca>/ports/<n>/rate) of the devices named in ``hcas``
     (``ib_hcas``) or, when it is empty, of every device whose port is InfiniBand (a GPU node's Ethernet ports are
-    often a different, slower part: compared only when ``ib_hcas`` lists them); per link layer, the reference
-    is the rate most compared ports run at (the faster on a tie), and needs 2 ports or more. No constant: the
-    compute HCAs of one node are one part (a 400 Gb/s NDR HCA trained at 200 Gb/s HDR is a cable or
-    transceiver fault)."""
+    often a different, slower part: compared only when ``ib_hcas`` lists them); per link layer and board
+    (``board_id``, /sys/class/infiniband/<hca>/board_id: a storage HCA of another part is not compared with the
+    compute ones), the reference is the rate most compared ports run at (the faster on a tie), and needs 2
+    ports or more. No constant: HCAs of one board on one node train alike (a 400 Gb/s NDR HCA at 200 Gb/s HDR is
+    a cable or transceiver fault)."""
     groups: dict[str, list[tuple[str, Mapping, float]]] = {}
     for d in devices or []:
         if hcas and d.get("name") not in hcas:
@@ -362,17 +363,19 @@ def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[st
             if not hcas and layer != "InfiniBand":
                 continue
             if (p.get("state") or "").endswith("ACTIVE") and isinstance(rate, (int, float)) and rate > 0:
-                groups.setdefault(str(layer), []).append((d.get("name"), {**p, "pci": d.get("pci_address")}, rate))
+                groups.setdefault((str(layer), d.get("board_id")), []).append(
+                    (d.get("name"), {**p, "pci": d.get("pci_address")}, rate))
     out = []
-    for layer, ports in groups.items():
+    for (layer, board), ports in groups.items():
         if len(ports) < 2:
             continue
         ref, n = max(Counter(r for _, _, r in ports).items(), key=lambda kv: (kv[1], kv[0]))
         for name, p, rate in ports:
             if rate < ref:
                 out.append(f"{name} port {p.get('port')} ({layer}, {p.get('pci')}): rate "
-                           f"{p.get('rate') or f'{rate:g} Gb/s'}, below the {ref:g} Gb/s of {n} other {layer} port(s) of this node "
-                           f"[limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]")
+                           f"{p.get('rate') or f'{rate:g} Gb/s'}, below the {ref:g} Gb/s of {n} other {layer} port(s) of this node"
+                           f"{f' (board {board})' if board else ''} [limit: the node's own ports; inventory var "
+                           f"ib_rate_gbps sets a fixed floor, ib_hcas the HCAs judged]")
     return out
 
 

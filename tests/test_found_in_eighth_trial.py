@@ -100,17 +100,23 @@ def test_half_speed_nvlink_fails_the_nvlink_layer(tmp_path):
 
 # -- an InfiniBand port at a lower rate ---------------------------------------------------------------------
 
-def _ib_node(root, ports: dict[str, tuple[str, str, str]]) -> dict:
+COMPUTE, STORAGE = "MT_0000000838", "MT_0000000970"  # board_id texts of two parts (a compute, a storage HCA)
+
+
+def _ib_node(root, ports: dict[str, tuple]) -> dict:
     """The rdma probe on a sysfs/proc tree: both H200s and one HCA per entry of ``ports`` (name -> (state,
-    link_layer, rate file text)), each behind the one PCIe switch, port 1 LinkUp; nvidia-peermem registered."""
+    link_layer, rate file text[, board_id], default COMPUTE)), each behind the one PCIe switch, port 1 LinkUp,
+    hca_type MT4129; nvidia-peermem registered."""
     sysfs, proc = root / "sys", root / "proc"
     _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:00.0", "0000:00:06.0"])
     _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:02.0", "0000:00:07.0"])
-    for i, (name, (state, layer, rate)) in enumerate(ports.items()):
+    for i, (name, (state, layer, rate, *board)) in enumerate(ports.items()):
         nic = _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", f"0000:11:0{3 + i}.0", f"0000:{0x13 + i:02x}:00.0"])
         ib = sysfs / "class" / "infiniband" / name
         ib.mkdir(parents=True)
         (ib / "device").symlink_to(nic)
+        _w(ib / "hca_type", "MT4129")
+        _w(ib / "board_id", board[0] if board else COMPUTE)
         for k, v in (("state", state), ("phys_state", "5: LinkUp"), ("link_layer", layer), ("rate", rate)):
             _w(ib / "ports" / "1" / k, v)
     _w(proc / "modules", "nvidia_peermem 16384 0 - Live 0xffffffffc0e8e000 (OE)")
@@ -125,10 +131,14 @@ UP = "4: ACTIVE"
 
 def test_slow_ports_unit(tmp_path):
     doc = _ib_node(tmp_path / "a", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", HDR),
-                                    "mlx5_2": (UP, "InfiniBand", NDR), "mlx5_3": (UP, "Ethernet", "100 Gb/sec (4X EDR)")})
+                                    "mlx5_2": (UP, "InfiniBand", NDR), "mlx5_3": (UP, "Ethernet", "100 Gb/sec (4X EDR)"),
+                                    # a storage HCA of another board on an HDR fabric: healthy, not compared
+                                    "mlx5_4": (UP, "InfiniBand", HDR, STORAGE), "mlx5_5": (UP, "InfiniBand", HDR, STORAGE)})
+    assert [d["board_id"] for d in doc["devices"]] == [COMPUTE] * 4 + [STORAGE] * 2
     assert sj.slow_ports(doc["devices"]) == [
         "mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 2 other "
-        "InfiniBand port(s) of this node [limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]"]
+        f"InfiniBand port(s) of this node (board {COMPUTE}) [limit: the node's own ports; inventory var ib_rate_gbps "
+        "sets a fixed floor, ib_hcas the HCAs judged]"]
     # the Ethernet port (a management NIC) is compared only when ib_hcas lists it; alone in its layer: no reference
     assert len(sj.slow_ports(doc["devices"], ["mlx5_0", "mlx5_3"])) == 0
     assert sj.slow_ports(doc["devices"], ["mlx5_0", "mlx5_2"]) == []
@@ -155,7 +165,8 @@ def test_hdr_port_on_an_ndr_node_fails_rdma_ports(tmp_path):
                   k="rdma_ports")["test_rdma_ports"]
     assert sick["message"] == (
         "h200-a: mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 1 other "
-        "InfiniBand port(s) of this node [limit: the node's own ports; inventory var ib_rate_gbps sets a fixed floor]")
+        f"InfiniBand port(s) of this node (board {COMPUTE}) [limit: the node's own ports; inventory var "
+        "ib_rate_gbps sets a fixed floor, ib_hcas the HCAs judged]")
 
 
 # -- P2P unsupported between two GPUs: the lines name the pair, and say why ----------------------------------
