@@ -132,13 +132,23 @@ def missing_gpus(nvml_indices, measured_indices, what: str) -> list[Finding]:
                     failure=f"{what}: no reading for NVML GPU(s) {', '.join(map(str, missing))}")]
 
 
-def topology(pairs: list[dict], sku: SkuSpec) -> list[Finding]:
+def _pair(p: dict, arrow: str = "->") -> str:
+    """``GPU a (bus id) -> GPU b (bus id)``: the bus ids where the suite added them (``a_bus``/``b_bus``)."""
+    def end(k):
+        bus = p.get(f"{k}_bus")
+        return f"GPU {p.get(k)}" + (f" ({bus})" if isinstance(bus, str) and bus else "")
+    return f"{end('a')} {arrow} {end('b')}"
+
+
+def topology(pairs: list[dict], sku: SkuSpec, gpus: list[dict] | None = None) -> list[Finding]:
     """Each GPU pair of the ``nvlink`` probe: its ``nvidia-smi topo -m`` label recorded; on NVLink/NVSwitch
-    SKUs every pair must be NVLink-connected with P2P read and write "OK" (NVML's P2P status names)."""
+    SKUs every pair must be NVLink-connected with P2P read and write "OK" (NVML's P2P status names).
+    ``gpus``: the document's ``gpus`` list, whose ``pci_bus_id`` names each end of a failing pair."""
     out: list[Finding] = []
     need = bool(sku.expect.get("nvswitch") or sku.expect.get("nvlink_links"))
+    bus = {g.get("index"): g.get("pci_bus_id") for g in gpus or [] if isinstance(g.get("pci_bus_id"), str)}
     for p in pairs:
-        label = f"GPU {p['a']} <-> GPU {p['b']}"
+        label = _pair({"a": p["a"], "b": p["b"], "a_bus": bus.get(p["a"]), "b_bus": bus.get(p["b"])}, "<->")
         failure = None
         if need and not p.get("nvlink"):
             failure = f"{label} not NVLink-connected (topology {p.get('common_ancestor')})"
@@ -148,14 +158,6 @@ def topology(pairs: list[dict], sku: SkuSpec) -> list[Finding]:
         out.append(Finding("topology", p.get("topo") or p.get("common_ancestor"),
                            extra={"pair": [p["a"], p["b"]], "p2p": p.get("p2p")}, failure=failure))
     return out
-
-
-def _pair(p: dict) -> str:
-    """``GPU a (bus id) -> GPU b (bus id)``: the bus ids where the suite added them (``a_bus``/``b_bus``)."""
-    def end(k):
-        bus = p.get(f"{k}_bus")
-        return f"GPU {p.get(k)}" + (f" ({bus})" if isinstance(bus, str) and bus else "")
-    return f"{end('a')} -> {end('b')}"
 
 
 def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:

@@ -39,7 +39,7 @@ def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
     """On SXM SKUs every GPU pair is NVLink-connected and P2P-capable (what nvidia-smi topo -m shows)."""
     _need_links(node, gpus, sku, "no pair to check")
     doc = node.probe("nvlink")
-    verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku))
+    verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku, doc.get("gpus")))
     verdicts.finish()
 
 

@@ -246,3 +246,19 @@ def test_gds_that_bypassed_nvidia_fs_fails(tmp_path):
                                       "bypassed nvidia-fs: the module is loaded but its reads counter(s)"), case
     assert _gds_run(tmp_path / "allowed", reads=0, allow_compat=True)["outcome"] == "passed"
     assert _gds_run(tmp_path / "healthy", reads=256)["outcome"] == "passed"
+
+
+# -- a GPU pair without NVLink P2P: the topology line names both bus ids -------------------------------------
+
+def test_topology_failure_names_bus_ids():
+    """ALTERED: the capture's one pair read as NVML would with P2P off (statuses 'not supported') over PHB.
+    Before: 'GPU 0 <-> GPU 1 not NVLink-connected ...', no bus id."""
+    doc = json.loads((DATA / "nvlink-bf21a9e8fb.json").read_text())["doc"]
+    pair = doc["pairs"][0]
+    pair.update(nvlink=False, p2p={"read": "not supported", "write": "not supported", "nvlink": "not supported"})
+    got = [f.failure for f in nj.topology(doc["pairs"], H200, doc["gpus"]) if f.failure]
+    assert got == ["GPU 0 (00000000:00:06.0) <-> GPU 1 (00000000:00:07.0) not NVLink-connected (topology PHB); "
+                   "GPU 0 (00000000:00:06.0) <-> GPU 1 (00000000:00:07.0) P2P not available: "
+                   "{'read': 'not supported', 'write': 'not supported'}"]
+    assert [f.failure for f in nj.topology(json.loads((DATA / "nvlink-bf21a9e8fb.json").read_text())["doc"]["pairs"],
+                                           H200, doc["gpus"])] == [None]
