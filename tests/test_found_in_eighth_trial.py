@@ -17,15 +17,52 @@ captures, altered; the alteration is written in each test).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuaccept.node import save_probe
 
 from gpuaccept import nvlink_judge as nj
 from gpuaccept import storage_judging as sj
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from test_storage_replay import NVML_IDS, captures, replay, run_probe
 from gpuaccept.thresholds import load_sku_file
-from project_helpers import DATA, REPO, alter, junit, replay_project, run_pytest
+from project_helpers import DATA, REPO, alter, junit, make_project, replay_project, run_pytest
 
 H200 = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml"))
+NVML_IDS = ["00000000:00:06.0", "00000000:00:07.0"]     # the capture's two H200s
+
+
+def run_probe(name: str, args: dict) -> dict:
+    """A probe run here as the node runs it (its JSON document on the last stdout line)."""
+    p = subprocess.run([sys.executable, f"{name}.py", json.dumps(args)], cwd=REPO / "gpuaccept" / "probes",
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def captures(tmp_path: Path, docs: dict[str, tuple[dict, dict]]) -> Path:
+    """The H200 capture's gpu_inventory plus ``docs`` (probe -> (args, document)) as a replay folder."""
+    d = tmp_path / "captures"
+    d.mkdir()
+    shutil.copy(next(DATA.glob("gpu_inventory-*.json")), d)
+    for name, (args, doc) in docs.items():
+        save_probe(str(d), name, args, doc)
+    return d
+
+
+def replay(tmp_path: Path, caps: Path, suite: str, extra_vars: str = "", k: str = "") -> dict[str, dict]:
+    """suites/``suite`` on host h200-a replaying ``caps``: its JUnit cases by test name."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb "
+                   f"gpus_per_node=2 {extra_vars}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), f"suites/{suite}", "-k", k)
+    path = rep / "junit-gpudirect.xml"
+    assert path.exists(), res.stdout[-3000:] + res.stderr[-2000:]
+    return {c["name"].split("[")[0]: c for c in junit(path)}
 
 
 def _nvlink_doc() -> dict:
@@ -209,11 +246,12 @@ def _gds_run(tmp_path, reads: int | None, allow_compat: bool = False) -> dict:
     """test_gds on the 2xH200 replay with a gds document of mode nvidia-fs (cuFile found, nvidia-fs loaded) whose
     two GPUs moved 1 GiB each way at the figures below; ``reads``: the nvidia-fs read-op delta of each GPU
     (writes 256). The detection part is the probe's own output on this machine, ALTERED as written."""
-    from test_storage_replay import gds_detection
     scratch = tmp_path / "scratch"
     scratch.mkdir(parents=True)
-    doc = gds_detection(cufile={"found": True, "paths": ["libcufile.so"]},
-                        nvidia_fs={"loaded": True, "version": "2.26", "proc": True}, mode="nvidia-fs")
+    doc = run_probe("gds", {})
+    doc["cufile"] = {**doc["cufile"], "found": True, "paths": ["libcufile.so"]}
+    doc["nvidia_fs"] = {**doc["nvidia_fs"], "loaded": True, "version": "2.26", "proc": True}
+    doc["mode"] = "nvidia-fs"
     doc["gpus"] = [{"index": i, "name": "NVIDIA H200", "pci_bus_id": bus, "bytes": 1 << 30,
                     "gds_write_gbps": 6.1, "gds_read_gbps": 6.4, "bounce_read_gbps": 6.3, "verified": True,
                     "nvidia_fs_ops": {"reads": reads, "writes": 256}} for i, bus in enumerate(NVML_IDS)]
