@@ -25,7 +25,8 @@ from .thresholds import Limit, SkuSpec
 
 @dataclass(frozen=True)
 class Finding:
-    """A figure (``check``, ``value``, ``unit``), its ``limit`` when judged, and ``failure`` when unhealthy."""
+    """A figure (``check``, ``value``, ``unit``), its ``limit`` when judged, and ``failure`` when unhealthy;
+    ``context``: what the figure is (e.g. which GPU pair), said in parentheses in a judged figure's failure line."""
 
     check: str
     value: Any = None
@@ -33,6 +34,7 @@ class Finding:
     limit: Limit | None = None
     failure: str | None = None
     extra: dict | None = None
+    context: str | None = None
 
 
 def nvml_error(v) -> str | None:

@@ -19,7 +19,31 @@ def _remote(link: dict) -> str:
     return f"remote {r}" if isinstance(r, str) else f"remote unreadable ({nvml_error(r) or 'no reading'})"
 
 
-def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Finding]:
+def _speed(lk: dict):
+    v = lk.get("speed_mbps")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def node_link_speed(gpus: list[dict]) -> tuple[int, int] | None:
+    """The speed most active NVLinks of the node trained at: ``(Mbps, how many links)`` over every GPU of the
+    ``nvlink`` probe document (``gpus``: its ``gpus`` list; per-link ``speed_mbps`` from NVML's
+    NVML_FI_DEV_NVLINK_GET_SPEED), the faster on a tie; None when no active link has a readable speed.
+
+    The links of one node are one part number and train alike, so this is the reference a slow link is judged
+    against without a typed datasheet figure (the 2xH200 capture, 2026-11-29: all 36 links at 26562 Mbps)."""
+    counts: dict[int, int] = {}
+    for g in gpus or []:
+        for lk in g.get("links") or []:
+            v = _speed(lk)
+            if lk.get("active") is True and v is not None:
+                counts[v] = counts.get(v, 0) + 1
+    if not counts:
+        return None
+    return max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+
+
+def links(gpu: dict, sku: SkuSpec, window_s: float | None = None,
+          node_speed: tuple[int, int] | None = None) -> list[Finding]:
     """Findings for one GPU of the ``nvlink`` probe document.
 
     ``gpu``: one entry of the probe's ``gpus`` list; ``window_s``: seconds between the two counter reads
@@ -31,7 +55,10 @@ def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Findin
       when it is short and the SKU lists no link ids, the inactive slots are named as a diagnosis;
     - ``expect.nvlink_link_ids``: each listed link must be reported and active;
     - error counters growing while watched: any link recovery fails; CRC and replay rates (errors/s) are
-      judged against ``nvlink_crc_errors_per_s`` / ``nvlink_replay_errors_per_s`` where the SKU has them.
+      judged against ``nvlink_crc_errors_per_s`` / ``nvlink_replay_errors_per_s`` where the SKU has them;
+    - link speed: an active link whose ``speed_mbps`` is below ``node_speed`` (:func:`node_link_speed`: the
+      speed most links of the node trained at) fails, naming both figures; and against the SKU's
+      ``nvlink_link_speed_mbps`` where the file has it. An unreadable speed is recorded, not judged.
     """
     out: list[Finding] = []
     limit = sku.limit("nvlink_active_links")
@@ -68,7 +95,17 @@ def links(gpu: dict, sku: SkuSpec, window_s: float | None = None) -> list[Findin
             out.append(Finding("nvlink_inactive_slots", idle, extra={"note": "the SKU file lists no link ids"},
                                failure="inactive NVLink slot(s): " + ", ".join(
                                    f"NVLink {i} inactive ({_remote(per_link[i])})" for i in idle)))
+    speed_lim = sku.checks.get("nvlink_link_speed_mbps")
     for i, lk in sorted(per_link.items()):
+        v = _speed(lk)
+        if lk.get("active") is True and v is not None:
+            if node_speed and v < node_speed[0]:
+                out.append(Finding("nvlink_link_speed_mbps", v, "Mbps", extra={"link": i, "node_mbps": node_speed[0]},
+                                   failure=f"NVLink {i} at {v} Mbps ({_remote(lk)}), below the {node_speed[0]} Mbps "
+                                           f"of {node_speed[1]} other active links of this node "
+                                           f"[limit: the node's own links, NVML_FI_DEV_NVLINK_GET_SPEED]"))
+            elif speed_lim is not None:
+                out.append(Finding("nvlink_link_speed_mbps", v, "Mbps", limit=speed_lim, extra={"link": i}))
         delta = {k: v for k, v in (lk.get("errors_delta") or {}).items()
                  if isinstance(v, int) and not isinstance(v, bool) and v > 0}
         if delta.get("recovery"):
@@ -95,13 +132,23 @@ def missing_gpus(nvml_indices, measured_indices, what: str) -> list[Finding]:
                     failure=f"{what}: no reading for NVML GPU(s) {', '.join(map(str, missing))}")]
 
 
-def topology(pairs: list[dict], sku: SkuSpec) -> list[Finding]:
+def _pair(p: dict, arrow: str = "->") -> str:
+    """``GPU a (bus id) -> GPU b (bus id)``: the bus ids where the suite added them (``a_bus``/``b_bus``)."""
+    def end(k):
+        bus = p.get(f"{k}_bus")
+        return f"GPU {p.get(k)}" + (f" ({bus})" if isinstance(bus, str) and bus else "")
+    return f"{end('a')} {arrow} {end('b')}"
+
+
+def topology(pairs: list[dict], sku: SkuSpec, gpus: list[dict] | None = None) -> list[Finding]:
     """Each GPU pair of the ``nvlink`` probe: its ``nvidia-smi topo -m`` label recorded; on NVLink/NVSwitch
-    SKUs every pair must be NVLink-connected with P2P read and write "OK" (NVML's P2P status names)."""
+    SKUs every pair must be NVLink-connected with P2P read and write "OK" (NVML's P2P status names).
+    ``gpus``: the document's ``gpus`` list, whose ``pci_bus_id`` names each end of a failing pair."""
     out: list[Finding] = []
     need = bool(sku.expect.get("nvswitch") or sku.expect.get("nvlink_links"))
+    bus = {g.get("index"): g.get("pci_bus_id") for g in gpus or [] if isinstance(g.get("pci_bus_id"), str)}
     for p in pairs:
-        label = f"GPU {p['a']} <-> GPU {p['b']}"
+        label = _pair({"a": p["a"], "b": p["b"], "a_bus": bus.get(p["a"]), "b_bus": bus.get(p["b"])}, "<->")
         failure = None
         if need and not p.get("nvlink"):
             failure = f"{label} not NVLink-connected (topology {p.get('common_ancestor')})"
@@ -116,7 +163,11 @@ def topology(pairs: list[dict], sku: SkuSpec) -> list[Finding]:
 def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
     """Findings for the ``p2p_bandwidth`` probe document: every ordered pair of NVML GPUs measured, each
     unidir/bidir GB/s against the SKU's ``p2p_unidir_bw_gbps`` / ``p2p_bidir_bw_gbps`` (ThresholdError when
-    the SKU file lacks them), the worst pair named, and a pair's measurement error reported as a failure."""
+    the SKU file lacks them), each figure naming its pair (``GPU a (bus id) -> GPU b (bus id)``: bus ids from
+    the pair's ``a_bus``/``b_bus`` when present), the worst pair named, a pair's measurement error reported as
+    a failure, and a pair without CUDA peer access (``peer_access`` False:
+    torch.cuda.can_device_access_peer) a failure of its own on an NVLink SKU (``expect.nvlink_links`` or
+    ``expect.nvswitch``): its copies were staged through host memory, which is the diagnosis."""
     out: list[Finding] = []
     pairs = doc.get("pairs") or []
     want = {(a, b) for a in nvml_indices for b in nvml_indices if a != b}
@@ -124,21 +175,28 @@ def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
     if want - have:
         out.append(Finding("p2p_pairs_missing", sorted(want - have), failure="P2P bandwidth not measured for "
                            + ", ".join(f"GPU {a} -> GPU {b}" for a, b in sorted(want - have))))
+    need = bool(sku.expect.get("nvswitch") or sku.expect.get("nvlink_links"))
     for p in pairs:
         if p.get("error"):
             out.append(Finding("p2p_error", p["error"], extra={"pair": [p["a"], p["b"]]},
-                               failure=f"P2P GPU {p['a']} -> GPU {p['b']}: {p['error']}"))
+                               failure=f"P2P {_pair(p)}: {p['error']}"))
+        if need and p.get("peer_access") is False:
+            out.append(Finding("p2p_peer_access", False, extra={"pair": [p["a"], p["b"]]},
+                               failure=f"P2P {_pair(p)}: CUDA peer access not available "
+                                       f"(torch.cuda.can_device_access_peer False): copies staged through host "
+                                       f"memory; the SKU expects NVLink P2P between every pair"))
     for kind in ("unidir", "bidir"):
         check = f"p2p_{kind}_bw_gbps"
         limit = sku.limit(check)
         for p in pairs:
-            out.append(Finding(check, p.get(f"{kind}_gbps"), "GB/s", limit=limit, extra={"pair": [p["a"], p["b"]]}))
+            out.append(Finding(check, p.get(f"{kind}_gbps"), "GB/s", limit=limit, extra={"pair": [p["a"], p["b"]]},
+                               context=_pair(p)))
         vals = [p for p in pairs if isinstance(p.get(f"{kind}_gbps"), (int, float))]
         if vals:
             worst = min(vals, key=lambda p: p[f"{kind}_gbps"])
             v = worst[f"{kind}_gbps"]
             failure = None if judge(limit, v).passed else \
-                f"worst {kind} pair GPU {worst['a']} -> GPU {worst['b']}: {v:g} GB/s ({limit.describe()})"
+                f"worst {kind} pair {_pair(worst)}: {v:g} GB/s ({limit.describe()})"
             out.append(Finding(f"{check}_worst_pair", v, "GB/s", failure=failure,
                                extra={"pair": f"GPU {worst['a']} -> GPU {worst['b']}"}))
     return out

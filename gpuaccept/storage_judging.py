@@ -341,3 +341,61 @@ def gdr_readiness(pm: Mapping, nccl_transports: Mapping[str, int] | None = None)
     else:
         why.append(f"NCCL's network channels: {', '.join(sorted(nccl_transports)) or 'none reported'} (no GDRDMA)")
     return GdrReadiness(False, None, "GPUDirect RDMA not ready: " + "; ".join(why))
+
+
+def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[str]:
+    """Ports of the ``rdma`` probe's ``devices`` that trained below the rate their peers run at, one line each.
+
+    Used where the inventory sets no ``ib_rate_gbps``. Compared: the ACTIVE ports with a rate (``rate_gbps``,
+    Gb/s as the kernel writes /sys/class/infiniband/<hca>/ports/<n>/rate) of the devices named in ``hcas``
+    (``ib_hcas``) or, when it is empty, of every device whose port is InfiniBand (a GPU node's Ethernet ports are
+    often a different, slower part: compared only when ``ib_hcas`` lists them); per link layer and board
+    (``board_id``, /sys/class/infiniband/<hca>/board_id: a storage HCA of another part is not compared with the
+    compute ones), the reference is the rate most compared ports run at (the faster on a tie), and needs 2
+    ports or more. No constant: HCAs of one board on one node train alike (a 400 Gb/s NDR HCA at 200 Gb/s HDR is
+    a cable or transceiver fault)."""
+    groups: dict[str, list[tuple[str, Mapping, float]]] = {}
+    for d in devices or []:
+        if hcas and d.get("name") not in hcas:
+            continue
+        for p in d.get("ports") or []:
+            rate, layer = p.get("rate_gbps"), p.get("link_layer")
+            if not hcas and layer != "InfiniBand":
+                continue
+            if (p.get("state") or "").endswith("ACTIVE") and isinstance(rate, (int, float)) and rate > 0:
+                groups.setdefault((str(layer), d.get("board_id")), []).append(
+                    (d.get("name"), {**p, "pci": d.get("pci_address")}, rate))
+    out = []
+    for (layer, board), ports in groups.items():
+        if len(ports) < 2:
+            continue
+        ref, n = max(Counter(r for _, _, r in ports).items(), key=lambda kv: (kv[1], kv[0]))
+        for name, p, rate in ports:
+            if rate < ref:
+                out.append(f"{name} port {p.get('port')} ({layer}, {p.get('pci')}): rate "
+                           f"{p.get('rate') or f'{rate:g} Gb/s'}, below the {ref:g} Gb/s of {n} other {layer} port(s) of this node"
+                           f"{f' (board {board})' if board else ''} [limit: the node's own ports; inventory var "
+                           f"ib_rate_gbps sets a fixed floor, ib_hcas the HCAs judged]")
+    return out
+
+
+def gds_bypass(mode: str | None, ops: Mapping | None, p2pdma: Mapping | None = None) -> str | None:
+    """Why a GDS transfer did not go through nvidia-fs although the stack says it would, else None.
+
+    ``mode``: the gds probe's ``mode``; ``ops``: one GPU's ``nvidia_fs_ops`` ({"reads", "writes"}: op counts of
+    /proc/driver/nvidia-fs/stats before/after the transfer; None, or None counts, where the module's IO stats
+    are off: then nothing is said). In mode "nvidia-fs" a transfer that moved no read or no write through the
+    module was done by cuFile's compat path (POSIX through a bounce buffer): the file system or block device is
+    not one cuFile drives directly, or cufile.json forces compat. The suite fails it as it fails mode "compat"
+    (unless ``gds_allow_compat``). ``p2pdma``: the probe's ``p2pdma`` facts; where both the kernel and
+    cufile.json enable P2PDMA, cuFile may take that direct path past nvidia-fs: nothing is said then."""
+    if mode != "nvidia-fs" or not isinstance(ops, Mapping):
+        return None
+    if isinstance(p2pdma, Mapping) and p2pdma.get("kernel") and p2pdma.get("cufile_json_use_pci_p2pdma"):
+        return None
+    idle = [k for k in ("reads", "writes") if isinstance(ops.get(k), int) and ops[k] == 0]
+    if not idle:
+        return None
+    return (f"GDS transfer bypassed nvidia-fs: the module is loaded but its {' and '.join(idle)} counter(s) did "
+            f"not move (/proc/driver/nvidia-fs/stats), so cuFile ran in compat mode (file system or device not "
+            f"GDS-capable, or compat forced in cufile.json); set gds_allow_compat: true to accept")

@@ -184,7 +184,8 @@ class Recorder:
     def apply(self, findings, gpu: dict | int | None = None) -> None:
         """Record each :class:`gpuaccept.health.Finding` (judging those with a limit) and add its failure."""
         for f in findings:
-            self.record(f.check, f.value, f.unit, gpu=gpu, limit=f.limit, extra=f.extra)
+            self.record(f.check, f.value, f.unit, gpu=gpu, limit=f.limit, extra=f.extra,
+                        context=getattr(f, "context", None))
             if f.failure:
                 self.fail(f.failure, gpu=gpu)
 

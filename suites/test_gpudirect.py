@@ -88,6 +88,9 @@ def test_gds(node: HostRunner, gpus, verdicts):
         verdicts.record("bounce_read_gbps", g.get("bounce_read_gbps"), "GB/s", gpu=g)
         if not g.get("verified"):
             verdicts.fail("data read back through GDS differs from what was written", gpu=g)
+        bypass = sj.gds_bypass(doc.get("mode"), g.get("nvidia_fs_ops"), doc.get("p2pdma"))
+        if bypass and not allow_compat:
+            verdicts.fail(bypass, gpu=g)
     if doc.get("gpus") and doc.get("mode") == "compat" and not allow_compat:
         verdicts.fail("GDS ran in compat mode (no nvidia-fs, no P2PDMA): reads go through a bounce buffer; "
                       "set gds_allow_compat: true to accept")
@@ -135,6 +138,9 @@ def test_rdma_ports(node: HostRunner, verdicts):
             if rate is not None:
                 lim = dataclasses.replace(rate, check=f"ib_rate_gbps {d['name']}/{p['port']}")
                 verdicts.record(f"ib_rate_gbps {d['name']}/{p['port']}", p.get("rate_gbps"), "Gb/s", limit=lim)
+    if rate is None:
+        for line in sj.slow_ports(doc["devices"], want):
+            verdicts.fail(line)
     verdicts.finish()
 
 

@@ -29,8 +29,9 @@ def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
     verdicts.apply(nvlink_judge.missing_gpus([g.get("index") for g in gpus],
                                              [g.get("index") for g in doc.get("gpus") or []], "nvlink"))
     window = doc.get("sample_seconds")
+    speed = nvlink_judge.node_link_speed(doc.get("gpus") or [])
     for g in doc.get("gpus") or []:
-        verdicts.apply(nvlink_judge.links(g, sku, window), gpu=g)
+        verdicts.apply(nvlink_judge.links(g, sku, window, speed), gpu=g)
     verdicts.finish()
 
 
@@ -38,7 +39,7 @@ def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
     """On SXM SKUs every GPU pair is NVLink-connected and P2P-capable (what nvidia-smi topo -m shows)."""
     _need_links(node, gpus, sku, "no pair to check")
     doc = node.probe("nvlink")
-    verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku))
+    verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku, doc.get("gpus")))
     verdicts.finish()
 
 
@@ -47,13 +48,15 @@ def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
     _need_links(node, gpus, sku, "no pair to measure")
     doc = node.probe("p2p_bandwidth")
     # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
-    to_nvml = {}
+    to_nvml, bus = {}, {}
     for t in doc.get("gpus") or []:
+        bus[t.get("index")] = t.get("pci_bus_id")
         nv = drift.nvml_gpu_for({"pci_bus_id": t.get("pci_bus_id")}, gpus)
         if nv is not None:
             to_nvml[t.get("index")] = nv["index"]
     for pair in doc.get("pairs") or []:
         for end in ("a", "b"):
+            pair[f"{end}_bus"] = bus.get(pair.get(end))
             pair[end] = to_nvml.get(pair.get(end), pair.get(end))
     verdicts.apply(nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus]))
     verdicts.finish()

@@ -14,7 +14,7 @@ Output::
     {"peermem": {"nvidia_peermem_loaded", "nvidia_peermem_state", "nvidia_peermem_version", "memory_peers",
                  "nv_peermem_registered", "peer_memory_api", "dma_buf_kernel", "ib_umem_dmabuf",
                  "nvidia_open_kernel_module", "kernel_symbols_readable"},
-     "devices": [{"name": "mlx5_0", "pci_address", "numa_node",
+     "devices": [{"name": "mlx5_0", "pci_address", "numa_node", "hca_type", "board_id",   # sysfs text or null
                   "ports": [{"port", "state", "phys_state", "link_layer", "rate", "rate_gbps"}]}],
      "topology": [{"gpu_index", "gpu_bus_id", "nic", "nic_pci_address", "path": "PIX"|"PXB"|"PHB"|"NODE"|"SYS",
                    "bridges", "numa_gpu", "numa_nic"}] | null, "topology_reason",
@@ -113,7 +113,7 @@ def ib_devices(sysfs: str) -> list[dict]:
                           "rate": rate, "rate_gbps": parse_rate(rate)})
         numa = read_text(f"{sysfs}/bus/pci/devices/{pci}/numa_node") if pci else None
         out.append({"name": name, "pci_address": pci, "numa_node": int(numa) if numa not in (None, "") else None,
-                    "ports": ports})
+                    "hca_type": read_text(f"{d}/hca_type"), "board_id": read_text(f"{d}/board_id"), "ports": ports})
     return out
 
 
