@@ -401,7 +401,8 @@ def test_p2p_pairs_are_named_by_nvml_index(tmp_path):
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "p2p_bandwidth")
     assert res.returncode == 1
-    assert "worst unidir pair GPU 1 -> GPU 0: 120 GB/s" in outcomes(rep)["test_p2p_bandwidth"]["text"]
+    assert "worst unidir pair GPU 1 (00000000:00:07.0) -> GPU 0 (00000000:00:06.0): 120 GB/s" in \
+        outcomes(rep)["test_p2p_bandwidth"]["text"]  # NVML's index, with the bus id it names (eighth trial)
 
 
 def test_nccl_conf_is_parsed_as_nccl_parses_it():
