@@ -124,6 +124,33 @@ def replay_folder(tmp_path: Path, captures: Path) -> Path:
     return dst
 
 
+def replay_captures(tmp_path: Path, docs: dict[str, tuple[dict, dict]]) -> Path:
+    """The H200 capture's gpu_inventory plus ``docs`` (probe -> (args, document)) as a replay folder."""
+    from gpuaccept.node import save_probe
+    d = tmp_path / "captures"
+    d.mkdir()
+    shutil.copy(next(DATA.glob("gpu_inventory-*.json")), d)
+    for name, (args, doc) in docs.items():
+        save_probe(str(d), name, args, doc)
+    return d
+
+
+def replay_suite(tmp_path: Path, caps: Path, suite: str, extra_vars: str = "", k: str = "") -> dict[str, dict]:
+    """suites/``suite`` on host h200-a replaying ``caps`` (gpudirect or storage layer): its JUnit cases by test
+    name, and ``"_figures"``: results.json's figures."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb "
+                   f"gpus_per_node=2 {extra_vars}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), f"suites/{suite}", "-k", k)
+    layer = "gpudirect" if "gpudirect" in suite else "storage"
+    path = rep / f"junit-{layer}.xml"
+    assert path.exists(), res.stdout[-3000:] + res.stderr[-2000:]
+    out = {c["name"].split("[")[0]: c for c in junit(path)}
+    out["_figures"] = json.loads((rep / "results.json").read_text())["figures"]
+    return out
+
+
 def replay_project(tmp_path: Path, captures: Path, extra_vars: str = "") -> Path:
     """A project whose one host, h200-a, replays ``captures`` (through :func:`replay_folder`)."""
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")

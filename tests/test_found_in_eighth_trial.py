@@ -29,7 +29,7 @@ from gpuaccept import nvlink_judge as nj
 from gpuaccept import storage_judging as sj
 from probe_helpers import sysfs_pci as _pci, write_line as _w
 from gpuaccept.thresholds import load_sku_file
-from project_helpers import DATA, REPO, alter, junit, make_project, replay_project, run_pytest
+from project_helpers import DATA, REPO, alter, junit, make_project, replay_captures, replay_project, replay_suite, run_pytest
 
 H200 = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml"))
 NVML_IDS = ["00000000:00:06.0", "00000000:00:07.0"]     # the capture's two H200s
@@ -41,28 +41,6 @@ def run_probe(name: str, args: dict) -> dict:
                        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def captures(tmp_path: Path, docs: dict[str, tuple[dict, dict]]) -> Path:
-    """The H200 capture's gpu_inventory plus ``docs`` (probe -> (args, document)) as a replay folder."""
-    d = tmp_path / "captures"
-    d.mkdir()
-    shutil.copy(next(DATA.glob("gpu_inventory-*.json")), d)
-    for name, (args, doc) in docs.items():
-        save_probe(str(d), name, args, doc)
-    return d
-
-
-def replay(tmp_path: Path, caps: Path, suite: str, extra_vars: str = "", k: str = "") -> dict[str, dict]:
-    """suites/``suite`` on host h200-a replaying ``caps``: its JUnit cases by test name."""
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb "
-                   f"gpus_per_node=2 {extra_vars}\n")
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), f"suites/{suite}", "-k", k)
-    path = rep / "junit-gpudirect.xml"
-    assert path.exists(), res.stdout[-3000:] + res.stderr[-2000:]
-    return {c["name"].split("[")[0]: c for c in junit(path)}
 
 
 def _nvlink_doc() -> dict:
@@ -190,7 +168,7 @@ def test_hdr_port_on_an_ndr_node_fails_rdma_ports(tmp_path):
         t = tmp_path / name
         doc = _ib_node(t / "tree", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", second)})
         (t / "p").mkdir()
-        got = replay(t / "p", captures(t / "p", {"rdma": ({}, doc)}), "test_gpudirect.py",
+        got = replay_suite(t / "p", replay_captures(t / "p", {"rdma": ({}, doc)}), "test_gpudirect.py",
                      extra_vars="ib_hcas='[\"mlx5_0\",\"mlx5_1\"]'", k="rdma_ports")
         case = got["test_rdma_ports"]
         assert case["outcome"] == want, case
@@ -198,8 +176,9 @@ def test_hdr_port_on_an_ndr_node_fails_rdma_ports(tmp_path):
     # no ib_hcas either: the node's InfiniBand ports are compared
     doc = _ib_node(tmp_path / "bare", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", HDR)})
     (tmp_path / "bare" / "p").mkdir()
-    sick = replay(tmp_path / "bare" / "p", captures(tmp_path / "bare" / "p", {"rdma": ({}, doc)}), "test_gpudirect.py",
-                  k="rdma_ports")["test_rdma_ports"]
+    bare = tmp_path / "bare" / "p"
+    sick = replay_suite(bare, replay_captures(bare, {"rdma": ({}, doc)}), "test_gpudirect.py",
+                        k="rdma_ports")["test_rdma_ports"]
     assert sick["message"] == (
         "h200-a: mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 1 other "
         f"InfiniBand port(s) of this node (board {COMPUTE}) [limit: the node's own ports; inventory var "
@@ -257,10 +236,10 @@ def _gds_run(tmp_path, reads: int | None, allow_compat: bool = False) -> dict:
                     "nvidia_fs_ops": {"reads": reads, "writes": 256}} for i, bus in enumerate(NVML_IDS)]
     where = run_probe("storage_mounts", {"paths": [str(scratch)]})
     (tmp_path / "p").mkdir()
-    caps = captures(tmp_path / "p", {"storage_mounts": ({"paths": [str(scratch)]}, where),
+    caps = replay_captures(tmp_path / "p", {"storage_mounts": ({"paths": [str(scratch)]}, where),
                                      "gds": ({"path": str(scratch), "gpus": "all"}, doc)})
     extra = f"gds_paths={scratch} gds_allow_root_fs=true" + (" gds_allow_compat=true" if allow_compat else "")
-    return replay(tmp_path / "p", caps, "test_gpudirect.py", k="test_gds", extra_vars=extra)["test_gds"]
+    return replay_suite(tmp_path / "p", caps, "test_gpudirect.py", k="test_gds", extra_vars=extra)["test_gds"]
 
 
 def test_gds_bypass_unit():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpuaccept.node import save_probe
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from project_helpers import junit, make_project, run_pytest
+from project_helpers import junit, make_project, replay_captures, replay_suite, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"
@@ -66,30 +66,6 @@ def rdma_doc(root: Path, registered: bool) -> dict:
     return run_probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": NVML_IDS})
 
 
-def captures(tmp_path: Path, docs: dict[str, tuple[dict, dict]]) -> Path:
-    """The H200 capture's gpu_inventory plus ``docs`` (probe -> (args, document)) as a replay folder."""
-    d = tmp_path / "captures"
-    d.mkdir()
-    shutil.copy(next(DATA.glob("gpu_inventory-*.json")), d)
-    for name, (args, doc) in docs.items():
-        save_probe(str(d), name, args, doc)
-    return d
-
-
-def replay(tmp_path: Path, caps: Path, suite: str, extra_vars: str = "", k: str = "") -> dict[str, dict]:
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb "
-                   f"gpus_per_node=2 {extra_vars}\n")
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), f"suites/{suite}", "-k", k)
-    layer = "gpudirect" if "gpudirect" in suite else "storage"
-    path = rep / f"junit-{layer}.xml"
-    assert path.exists(), res.stdout[-3000:] + res.stderr[-2000:]
-    out = {c["name"].split("[")[0]: c for c in junit(path)}
-    out["_figures"] = json.loads((rep / "results.json").read_text())["figures"]
-    return out
-
-
 def nccl_over_network(transports: dict) -> dict:
     """The capture's all-reduce document altered the way a run with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
     reads: its channels are network channels (``transports``) instead of P2P/CUMEM."""
@@ -102,9 +78,9 @@ def nccl_over_network(transports: dict) -> dict:
 def test_peermem_listed_not_registered_fails(tmp_path):
     """Before: "ready" because nvidia_peermem is in the module list -> passed. Now: no ib_core registration and
     NCCL's own channels run without GDRDMA -> failed, every missing piece named."""
-    caps = captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=False)),
+    caps = replay_captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=False)),
                                "nccl_allreduce": (NCCL_NET_LOOPBACK, nccl_over_network({"NET/IB/0": 4}))})
-    got = replay(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
+    got = replay_suite(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
     case = got["test_gpudirect_rdma"]
     assert case["outcome"] == "failure", case
     assert case["message"].startswith(
@@ -118,9 +94,9 @@ def test_peermem_listed_not_registered_fails(tmp_path):
 
 
 def test_nccl_gdrdma_statement_is_ready(tmp_path):
-    caps = captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=False)),
+    caps = replay_captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=False)),
                                "nccl_allreduce": (NCCL_NET_LOOPBACK, nccl_over_network({"NET/IB/0/GDRDMA": 4}))})
-    got = replay(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
+    got = replay_suite(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
     assert got["test_gpudirect_rdma"]["outcome"] == "passed", got["test_gpudirect_rdma"]
     fig = [f for f in got["_figures"] if f["check"] == "gpudirect_rdma_ready"][0]
     assert fig["value"] is True and fig["extra"]["via"] == "nccl"
@@ -128,8 +104,8 @@ def test_nccl_gdrdma_statement_is_ready(tmp_path):
 
 def test_registered_peer_client_is_ready_without_nccl(tmp_path):
     """The kernel's registration suffices: NCCL is not run (no nccl_allreduce document is even saved)."""
-    caps = captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=True))})
-    got = replay(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
+    caps = replay_captures(tmp_path, {"rdma": ({}, rdma_doc(tmp_path / "t", registered=True))})
+    got = replay_suite(tmp_path, caps, "test_gpudirect.py", k="gpudirect_rdma")
     assert got["test_gpudirect_rdma"]["outcome"] == "passed", got["test_gpudirect_rdma"]
     fig = [f for f in got["_figures"] if f["check"] == "gpudirect_rdma_ready"][0]
     assert fig["extra"]["via"] == "nvidia-peermem" and fig["extra"]["nccl"] is None
@@ -146,10 +122,10 @@ def gds_detection(**change) -> dict:
 def test_gds_failure_is_never_turned_into_a_skip(tmp_path):
     """nvidia-fs loaded but no cuFile, no GDS path configured. Before: the failure was recorded, then the test
     skipped ("no gds_paths ... configured"). Now it fails."""
-    caps = captures(tmp_path, {"gds": ({}, gds_detection(nvidia_fs={"loaded": True}, cufile={"found": False,
+    caps = replay_captures(tmp_path, {"gds": ({}, gds_detection(nvidia_fs={"loaded": True}, cufile={"found": False,
                                                                                              "paths": []},
                                                          mode="nvidia-fs"))})
-    got = replay(tmp_path, caps, "test_gpudirect.py", k="test_gds")
+    got = replay_suite(tmp_path, caps, "test_gpudirect.py", k="test_gds")
     assert got["test_gds"]["outcome"] == "failure", got["test_gds"]
     assert got["test_gds"]["message"] == ("h200-a: nvidia-fs loaded but cuFile (libcufile.so) not found; "
                                           "GDS mode nvidia-fs")
@@ -157,8 +133,8 @@ def test_gds_failure_is_never_turned_into_a_skip(tmp_path):
 
 def test_gds_limit_without_path_is_an_error(tmp_path):
     """A GDS floor with no directory to measure it. Before: skipped ("GDS not installed"). Now: an error."""
-    caps = captures(tmp_path, {"gds": ({}, gds_detection())})
-    got = replay(tmp_path, caps, "test_gpudirect.py", k="test_gds",
+    caps = replay_captures(tmp_path, {"gds": ({}, gds_detection())})
+    got = replay_suite(tmp_path, caps, "test_gpudirect.py", k="test_gds",
                  extra_vars="storage_limits='{\"gds_read_gbps\": 5}'")
     assert got["test_gds"]["outcome"] == "error", got["test_gds"]
     assert got["test_gds"]["message"] == ("h200-a: inventory var storage_limits sets gds_read_gbps but neither "
@@ -168,9 +144,9 @@ def test_gds_limit_without_path_is_an_error(tmp_path):
 def test_gds_path_on_os_disk_not_transferred(tmp_path):
     """gds_paths on the root filesystem: fails naming it and the variable that would allow it; no GDS figure."""
     where = run_probe("storage_mounts", {"paths": ["/"]})
-    caps = captures(tmp_path, {"storage_mounts": ({"paths": ["/"]}, where),
+    caps = replay_captures(tmp_path, {"storage_mounts": ({"paths": ["/"]}, where),
                                "gds": ({}, gds_detection(cufile={"found": True, "paths": ["libcufile.so"]}))})
-    got = replay(tmp_path, caps, "test_gpudirect.py", k="test_gds", extra_vars="gds_paths=/")
+    got = replay_suite(tmp_path, caps, "test_gpudirect.py", k="test_gds", extra_vars="gds_paths=/")
     case = got["test_gds"]
     assert case["outcome"] == "failure", case
     assert "h200-a: gds_paths / is on the root filesystem" in case["message"]
@@ -187,9 +163,9 @@ def test_storage_to_gpu_every_nvml_gpu_measured(tmp_path):
     # altered: the cuda run's per-GPU list, one GPU of the capture's two
     cpu["gpus"] = [{"index": 0, "name": "NVIDIA H200", "pci_bus_id": NVML_IDS[0], "h2d_gbps": 50.0,
                     "end_to_end_gbps": cpu["end_to_end_gbps"], "bounding_stage": cpu["bounding_stage"]}]
-    caps = captures(tmp_path, {"storage_mounts": ({"paths": ["/"]}, where), "storage_to_gpu": (
+    caps = replay_captures(tmp_path, {"storage_mounts": ({"paths": ["/"]}, where), "storage_to_gpu": (
         {"path": "/", "device": "cuda", "gpus": "all"}, cpu)})  # what suites/test_storage.py asks for storage_paths=/
-    got = replay(tmp_path, caps, "test_storage.py", k="storage_to_gpu",
+    got = replay_suite(tmp_path, caps, "test_storage.py", k="storage_to_gpu",
                  extra_vars="storage_paths=/ storage_allow_root_fs=true")
     case = got["test_storage_to_gpu"]
     assert case["outcome"] == "error", case
