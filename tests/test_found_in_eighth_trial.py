@@ -29,7 +29,8 @@ from gpuaccept import nvlink_judge as nj
 from gpuaccept import storage_judging as sj
 from probe_helpers import sysfs_pci as _pci, write_line as _w
 from gpuaccept.thresholds import load_sku_file
-from project_helpers import DATA, REPO, alter, junit, make_project, replay_captures, replay_project, replay_suite, run_pytest
+from project_helpers import (DATA, REPO, alter, junit, make_project, replay_captures, replay_project, replay_suite,
+                             run_pytest)
 
 H200 = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml"))
 NVML_IDS = ["00000000:00:06.0", "00000000:00:07.0"]     # the capture's two H200s
