@@ -129,7 +129,10 @@ def _worker(cfg: dict) -> None:
         torch.set_num_threads(1)
         dev = torch.device("cpu")
     import datetime
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}",
+    # the CPU (gloo) load meets through a file in the probe's own folder: no port that another program can take
+    # between _free_port() and the bind (EADDRINUSE, seen with parallel test runs); the GPU load keeps TCP
+    init = f"tcp://127.0.0.1:{cfg['port']}" if cuda else f"file://{cfg['store']}"
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=init,
                             rank=rank, world_size=world, timeout=datetime.timedelta(seconds=STARTUP_GRACE_S))
 
     def say(doc: dict) -> None:
@@ -447,7 +450,7 @@ def main(args: dict) -> dict:
     procs = []
     for rank, idx in enumerate(indices):
         wcfg = {**cfg, "rank": rank, "world_size": world, "cuda_index": idx, "device": device, "port": port,
-                "t_start": t_start, "stop_file": stop_file}
+                "store": os.path.join(tmp, "store"), "t_start": t_start, "stop_file": stop_file}
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(wcfg)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True))
     lines: list[dict] = []
@@ -587,10 +590,11 @@ def main(args: dict) -> dict:
             nv.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
-    try:
-        os.unlink(stop_file)
-    except OSError:
-        pass
+    for f in (stop_file, os.path.join(tmp, "store")):  # the stop flag, the CPU load's rendezvous file
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
     os.rmdir(tmp)
     stopped = None
     if failed is not None and not interrupted["sig"]:
