@@ -150,6 +150,18 @@ def probe_archive(files: tuple[str, ...] | None = None) -> bytes:
     return buf.getvalue()
 
 
+def _enter_folder(folder: str) -> str:
+    """Shell prefix that enters the shipped ``folder``, or exits 125 saying :data:`FOLDER_GONE_MARKER` where it
+    is gone (removed by a /tmp cleaner): :func:`_folder_gone` tells that result apart, and the probes are
+    shipped again."""
+    return f"cd {shell.quote(folder)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
+
+
+def _folder_gone(res: CommandResult) -> bool:
+    """Whether ``res`` is a command that found its shipped folder gone (:func:`_enter_folder`)."""
+    return res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr
+
+
 def partial_document(stdout: bytes) -> dict | None:
     """The document a probe printed as it was stopped (SIGTERM: a burn-in prints the windows it measured, with
     ``"interrupted"``), from the stdout of an interrupted command; None when it printed none. The node-side
@@ -443,15 +455,14 @@ class HostRunner:
             make, cleanup = self._new_folder()
             code = UNPACK_AND_WATCH
         else:
-            make = (f"cd {shell.quote(self._dir)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
-                    f'd="$PWD" && ')
+            make = _enter_folder(self._dir) + 'd="$PWD" && '
             cleanup, code = None, UNPACK_MORE_AND_WATCH
         cmd = (make + f'echo "{DIR_MARKER.decode()}$d" && '
                + shell.env_command({**PROBE_ENV, **env},
                                    [self.python, "-c", code, *watchdog_args(name, args, limit)], exec_=True))
         res = self.run(cmd, stdin=probe_archive(files), timeout=limit, hold_stdin=True,
                        cleanup=cleanup, rerun=rerun, progress=progress, label=f"probe {name}")
-        if self._dir is not None and res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr:
+        if self._dir is not None and _folder_gone(res):
             return res
         # the marker line, wherever it is: a login shell may print a banner first (ForceCommand, ~/.bashrc)
         before, marker, after = (b"\n" + res.stdout).partition(b"\n" + DIR_MARKER)
@@ -540,13 +551,13 @@ class HostRunner:
                 res = self._ship_and_run(name, args, limit, env or {}, rerun, progress, missing)
             else:
                 # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
-                cmd = (f"cd {shell.quote(d)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
+                cmd = (_enter_folder(d)
                        + shell.env_command({**PROBE_ENV, **(env or {})},
                                            [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
                                            exec_=True))
                 res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress,
                                label=f"probe {name}")
-            if not (res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr and attempt == 1):
+            if not (_folder_gone(res) and attempt == 1):
                 break
             log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",
                         self.name, d)
