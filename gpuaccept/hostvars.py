@@ -111,6 +111,10 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
+#: host vars naming an extra known_hosts file for a host, the first set one wins (read by
+#: gpuaccept.transport.ssh when it connects and by gpuaccept.inputcheck before any node is touched)
+KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
+
 #: Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool: BOOLEANS_TRUE / BOOLEANS_FALSE)
 _TRUE = frozenset({"y", "yes", "on", "1", "true", "t"})
 _FALSE = frozenset({"n", "no", "off", "0", "false", "f"})

@@ -14,6 +14,7 @@ import re
 from typing import Any, Iterable
 
 from .errors import ConfigError
+from .hostvars import KNOWN_HOSTS_VARS
 
 __all__ = ["check_connection_files", "check_empty_options", "check_local_addresses"]
 
@@ -37,8 +38,6 @@ def check_empty_options(getoption: Any) -> None:
                 f" (leave {flag} out for its default)"
             raise ConfigError(f"{flag} is empty: an unset variable on the command line?{hint}")
 
-# host vars naming a known_hosts file, as gpuaccept.transport.ssh.KNOWN_HOSTS_VARS reads them (first set wins)
-_KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
 _KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 # the first word of an OpenSSH public key line (ssh-keygen writes "<type> <base64> <comment>" to *.pub)
 _PUBLIC_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
@@ -134,7 +133,7 @@ def check_connection_files(hosts: Iterable[Any], inventory: str, known_hosts: st
             if seen[path]:
                 var = next((v for v in _KEY_VARS[::-1] if h.vars.get(v) is not None), "ansible_ssh_private_key_file")
                 raise ConfigError(f"{h.where(var, inventory)}: host {h.name}: {var} {h.key_file} {seen[path]}")
-        var = next((v for v in _KNOWN_HOSTS_VARS if h.vars.get(v)), None)
+        var = next((v for v in KNOWN_HOSTS_VARS if h.vars.get(v)), None)
         if var:
             path = os.path.expanduser(str(h.vars[var]))
             key = "known_hosts:" + path

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import select
-from ..hostvars import become_user
+from ..hostvars import KNOWN_HOSTS_VARS, become_user
 from ..shell import quote as _quote
 import socket
 import threading
@@ -79,8 +79,6 @@ KEEPALIVE_S = 5
 KILL_GRACE_S = 2.0
 #: seconds allowed for the whole remote kill (open channel, TERM, grace, KILL) after a timeout
 KILL_BUDGET_S = 6.0
-#: inventory vars naming an extra known_hosts file for a host
-KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
 
 PGID_MARKER = "__GPUACCEPT_PGID__="
 _MARKER_RE = re.compile(rb"^" + re.escape(PGID_MARKER.encode()) + rb"(\d+)\n", re.M)
