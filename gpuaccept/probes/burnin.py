@@ -436,6 +436,7 @@ def main(args: dict) -> dict:
     world = len(indices)
     tmp = tempfile.mkdtemp(prefix="burnin-")
     stop_file = os.path.join(tmp, "stop")
+    store = os.path.join(tmp, "store")  # the CPU load's rendezvous file (gloo's FileStore)
     interrupted = {"sig": None}
 
     def on_signal(signum, _frame):  # stop the load, keep what was measured
@@ -450,7 +451,7 @@ def main(args: dict) -> dict:
     procs = []
     for rank, idx in enumerate(indices):
         wcfg = {**cfg, "rank": rank, "world_size": world, "cuda_index": idx, "device": device, "port": port,
-                "store": os.path.join(tmp, "store"), "t_start": t_start, "stop_file": stop_file}
+                "store": store, "t_start": t_start, "stop_file": stop_file}
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(wcfg)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True))
     lines: list[dict] = []
@@ -590,7 +591,7 @@ def main(args: dict) -> dict:
             nv.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
-    for f in (stop_file, os.path.join(tmp, "store")):  # the stop flag, the CPU load's rendezvous file
+    for f in (stop_file, store):
         try:
             os.unlink(f)
         except OSError:
