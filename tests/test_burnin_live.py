@@ -286,7 +286,8 @@ def test_an_interrupted_burnin_keeps_the_windows_it_measured(where, tmp_path, ss
         runner.close()
     assert not t.is_alive() and len(caught) == 1
     doc = caught[0].partial
-    assert doc is not None and doc["interrupted"] in ("SIGTERM", "SIGINT"), doc
+    assert doc is not None and doc["interrupted"] in ("SIGTERM", "SIGINT"), (caught[0], caught[0].stdout[-800:],
+                                                                              caught[0].stderr[-800:])
     assert {w["rank"] for w in doc["windows"]} == {0, 1} and all(w["bf16_tflops"] > 0 for w in doc["windows"])
     (saved,) = (tmp_path / "probes" / "h1").glob("burnin-*.json")
     assert json.loads(saved.read_text())["doc"]["windows"] == doc["windows"]
