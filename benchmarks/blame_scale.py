@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pairwise blame at scale, from the pure planner alone (gpuaccept.multinode.plan): how many rounds until
+"""Pairwise blame at scale, from the pure planner alone (gpuaccept.judging.multinode): how many rounds until
 every bad host is named, by fleet size and number of bad hosts.
 
     python benchmarks/blame_scale.py [TRIALS]        # default 50 seeded trials per cell
@@ -14,7 +14,7 @@ import random
 import statistics
 import sys
 
-from gpuaccept.multinode.plan import PairResult, next_pairs, pairwise_status, random_pairs
+from gpuaccept.judging.multinode import PairResult, next_pairs, pairwise_status, random_pairs
 
 MAX_ROUNDS = 16
 

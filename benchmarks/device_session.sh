@@ -20,7 +20,7 @@ if [ "$part" = A ]; then
   done )
   t0=$(date +%s); python3 -m pytest -c pytest.ini -p no:cacheprovider --inventory /tmp/inv.yml --reports /tmp/rep-main \
      --log-file /tmp/main.log --log-file-level DEBUG -q 2>&1 | tail -n 4
-  echo "== main job, healthy node, prefetch on: $(( $(date +%s) - t0 )) s; prefetch log lines: $(grep -c 'gpuaccept.prefetch' /tmp/main.log)"
+  echo "== main job, healthy node, prefetch on: $(( $(date +%s) - t0 )) s; prefetch log lines: $(grep -c 'gpuaccept.runner.prefetch' /tmp/main.log)"
   head -n 24 /tmp/rep-main/summary.md
   python3 -c "import json;[print('  ',x['check'],'GPU',x['gpu'],x['value'],x.get('unit'),x.get('verdict')) for x in json.load(open('/tmp/rep-main/results.json'))['figures'] if x['check'] in ('bf16_tflops','fp8_tflops','hbm_read_bw_gbps','allreduce_busbw_gbps','p2p_unidir_gbps')]"
   if [ -d .gpu-node ]; then

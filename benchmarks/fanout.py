@@ -16,7 +16,7 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
     at once before the tests reach it;
   - gpuaccept `-m storage`, `--forks 0` and default: gpu_inventory as above, then a second real probe on every
     host (test_nvme_inventory's nvme_inventory), which host h1's test fetches ahead on all the others
-    (gpuaccept.prefetch); one host at a time, each waits for its test.
+    (gpuaccept.runner.prefetch); one host at a time, each waits for its test.
   - gpuaccept `-m health` over the same hosts all refusing connections: the cost of reporting an ERROR per test;
   - gpuaccept `-m health --collect-only`: the controller's fixed cost (interpreter, pytest, plugin, inventory,
     threshold files, collection; with an inventory outside the repository pytest is started twice, see

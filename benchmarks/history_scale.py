@@ -12,7 +12,7 @@ import random
 import tempfile
 import time
 
-from gpuaccept import history
+from gpuaccept.reporting import history
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--runs", type=int, default=1000)

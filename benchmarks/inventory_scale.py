@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from gpuaccept.inventory import load_inventory  # noqa: E402
+from gpuaccept.config.inventory import load_inventory  # noqa: E402
 
 PATTERN = "gpu:!rack050"
 
@@ -88,7 +88,7 @@ def main() -> None:
             assert len(picked) == expect, (len(picked), expect)
             runs = {"ours (in process)": _timed(lambda: load_inventory(str(path)).select(PATTERN), a.rounds),
                     "ours (process)": _timed(lambda: _run([sys.executable, "-c",
-                                                           "import sys; from gpuaccept.inventory import load_inventory;"
+                                                           "import sys; from gpuaccept.config.inventory import load_inventory;"
                                                            f"load_inventory(sys.argv[1]).select({PATTERN!r})",
                                                            str(path)]), a.rounds)}
             if inv_tool:

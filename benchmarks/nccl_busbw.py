@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from gpuaccept.nccl_table import format_table, parse_table  # noqa: E402
+from gpuaccept.judging.nccl_table import format_table, parse_table  # noqa: E402
 
 PROBE = ROOT / "gpuaccept" / "probes" / "nccl_allreduce.py"
 NCCL_TESTS_DTYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}

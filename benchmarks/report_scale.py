@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/report_scale.py [--hosts 10000] [--checks 23] [--prometheus]
 
-Runs the plugin's own report path (gpuaccept.reporting.finish_reports, the Reporter and the history sink) on
+Runs the plugin's own report path (gpuaccept.plugin.reports.finish_reports, the Reporter and the history sink) on
 synthetic records: 8 judged per-GPU figures per test, one host in ten failing one check. Per finished test:
 results.jsonl appended, the test's <testcase> spooled, its history rows made (O(new result)); the whole-run
 files and the history rows so far are written at most every FLUSH_MIN_S s and at most every FLUSH_COST_RATIO x
@@ -20,8 +20,8 @@ import resource
 import tempfile
 import time
 
-from gpuaccept import reporting
-from gpuaccept.report import LAYERS, CaseRecord, Reporter
+from gpuaccept.plugin import reports as reporting
+from gpuaccept.reporting.records import LAYERS, CaseRecord, Reporter
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--hosts", type=int, default=10000)

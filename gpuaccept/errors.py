@@ -81,3 +81,8 @@ class Interrupted(TransportError):
 
     def __str__(self) -> str:
         return self.msg
+
+
+#: user_properties key marking a failed report as one of gpuaccept's errors (unreachable host, crashed probe,
+#: timeout, blocked, measurement gap, interrupted): counted as an error, not a failure, everywhere
+ERROR_KEY = "gpuaccept.error"

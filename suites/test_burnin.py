@@ -1,7 +1,7 @@
 """burnin layer: every GPU of a node under sustained concurrent load (matmul, HBM, all-reduce) for minutes.
 
 Runs only when selected by marker (``pytest -m burnin --profile burnin``; ``--burnin-minutes N``): a plain
-``pytest`` run deselects it (suites/conftest.py). Probe: burnin. Judging: gpuaccept/burnin.py (pure).
+``pytest`` run deselects it (suites/conftest.py). Probe: burnin. Judging: gpuaccept/judging/burnin.py (pure).
 The time series (time, GPU, figure, value) is kept as ``<report folder>/burnin/<host>.csv``.
 """
 import csv
@@ -10,12 +10,14 @@ import time
 
 import pytest
 
-from gpuaccept import burnin, drift, nodeclock
+from gpuaccept.judging import burnin
+from gpuaccept.judging import drift
+from gpuaccept.runner import nodeclock
 from gpuaccept.errors import Interrupted, ProbeError
-from gpuaccept.node import HostRunner
-from gpuaccept.profiles import BURNIN_MINUTES
-from gpuaccept.readings import describe_gpu, unmeasured
-from gpuaccept.xid import classify
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.config.profiles import BURNIN_MINUTES
+from gpuaccept.judging.readings import describe_gpu, unmeasured
+from gpuaccept.judging.xid import classify
 
 pytestmark = pytest.mark.burnin
 
@@ -29,7 +31,7 @@ def _series_path(config, host: str) -> str | None:
     if not probe_dir:
         return None
     # named like the host's probe folder (<reports>/probes/<host>): host names are checked at load
-    # (gpuaccept.hostranges refuses "/", "..", control characters), so the name is a safe file name
+    # (gpuaccept.config.hostranges refuses "/", "..", control characters), so the name is a safe file name
     return os.path.join(os.path.dirname(probe_dir), "burnin", f"{host}.csv")
 
 
@@ -53,11 +55,11 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
             verdicts.record("burnin_minutes_requested", minutes, "min")
             _judge_load(partial, seconds, node, gpus, sku, verdicts, request)
         raise
-    t_before = node.last_started("burnin") or t_before  # fetched ahead (gpuaccept.prefetch): when it really ran
+    t_before = node.last_started("burnin") or t_before  # fetched ahead (gpuaccept.runner.prefetch): when it really ran
     verdicts.record("burnin_minutes_requested", minutes, "min")
     if doc is not None:
         _judge_load(doc, seconds, node, gpus, sku, verdicts, request)
-    clock = nodeclock.read_clock(node)  # the burn-in's start on the node's own clock (gpuaccept.nodeclock)
+    clock = nodeclock.read_clock(node)  # the burn-in's start on the node's own clock (gpuaccept.runner.nodeclock)
     args, cut = nodeclock.xid_args(t_before, clock)
     xid = node.probe("xid_events", args)
     events = classify(nodeclock.in_window(xid.get("events") or [], cut))

@@ -1,15 +1,15 @@
 """compute layer: Tensor Core TFLOP/s on every GPU at once, throttle reasons, kernel launch overhead.
 
-Probes: matmul_tflops, launch_overhead. TFLOP/s = 2*m*n*k / s / 1e12. Judging helpers: gpuaccept/compute.py.
+Probes: matmul_tflops, launch_overhead. TFLOP/s = 2*m*n*k / s / 1e12. Judging helpers: gpuaccept/judging/compute.py.
 """
 from dataclasses import replace
 
 import pytest
 
-from gpuaccept import drift
-from gpuaccept.compute import below_median_pct, clock_reasons, matmul_label, node_median
-from gpuaccept.node import HostRunner
-from gpuaccept.readings import number, typed
+from gpuaccept.judging import drift
+from gpuaccept.judging.compute import below_median_pct, clock_reasons, matmul_label, node_median
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.judging.readings import number, typed
 
 pytestmark = pytest.mark.compute
 

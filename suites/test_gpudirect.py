@@ -14,11 +14,11 @@ import dataclasses
 
 import pytest
 
-from gpuaccept import storage_judging as sj
-from gpuaccept import storage_limits as sl
+from gpuaccept.judging import storage as sj
+from gpuaccept.config import storage as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
-from gpuaccept.multinode import nccl_environment
-from gpuaccept.node import HostRunner
+from gpuaccept.runner.multinode import nccl_environment
+from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.gpudirect
 

@@ -1,16 +1,18 @@
 """health layer: GPU inventory and health through NVML (probes: gpu_inventory, xid_events).
 
-Each check is its own test so that ``-k`` finds it; the judging itself lives in gpuaccept/health.py (pure).
+Each check is its own test so that ``-k`` finds it; the judging itself lives in gpuaccept/judging/health.py (pure).
 """
 import pytest
 
-from gpuaccept import fleet, health, nodeclock
+from gpuaccept.judging import fleet
+from gpuaccept.judging import health
+from gpuaccept.runner import nodeclock
 from gpuaccept.errors import ThresholdError
-from gpuaccept.node import HostRunner
+from gpuaccept.runner.host import HostRunner
 from gpuaccept.probes._pci import normalize_bus_id
-from gpuaccept.readings import is_lost, number, present, typed
-from gpuaccept.sku import detect_gpu
-from gpuaccept.xid import classify, classify_sxids
+from gpuaccept.judging.readings import is_lost, number, present, typed
+from gpuaccept.judging.sku import detect_gpu
+from gpuaccept.judging.xid import classify, classify_sxids
 
 pytestmark = pytest.mark.health
 
@@ -109,7 +111,7 @@ def test_fabric(node: HostRunner, gpus, sku, verdicts):
 
 def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     """Xid and NVSwitch SXid events in the kernel log since the run began (or --xid-window seconds), judged
-    by NVIDIA's Xid Catalog (immediate action IGNORE/RESTART_APP recorded, the rest fail; gpuaccept/xid.py)
+    by NVIDIA's Xid Catalog (immediate action IGNORE/RESTART_APP recorded, the rest fail; gpuaccept/judging/xid.py)
     and the Fabric Manager guide (fatal SXids fail naming switch and link). An unreadable log is an error,
     never "0 XIDs"."""
     window = request.config.getoption("xid_window")
@@ -137,7 +139,7 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
 def test_fleet_consistency(nodes, verdicts):
     """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
     group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed
-    under the host they concern (gpuaccept/fleet.py)."""
+    under the host they concern (gpuaccept/judging/fleet.py)."""
     drivers: dict[str, list[str]] = {}
     gpus_by_host: dict[str, list] = {}
     for n in nodes:

@@ -1,12 +1,12 @@
 """health layer, configuration drift: settings that make a healthy GPU slow (probe: gpu_inventory).
 
 Pending mode changes, the enforced power limit and the application clocks, per GPU; judged by the pure
-functions of gpuaccept/drift.py. Clock locks and the power limit under load are judged in the compute layer.
+functions of gpuaccept/judging/drift.py. Clock locks and the power limit under load are judged in the compute layer.
 """
 import pytest
 
-from gpuaccept import drift
-from gpuaccept.node import HostRunner
+from gpuaccept.judging import drift
+from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.health
 

@@ -5,8 +5,8 @@ the SKU file sets a limit for and the probe did not measure is an error.
 """
 import pytest
 
-from gpuaccept.node import HostRunner
-from gpuaccept.readings import number, typed
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.judging.readings import number, typed
 
 pytestmark = pytest.mark.memory
 

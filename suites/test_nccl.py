@@ -1,18 +1,18 @@
 """nccl layer: all-reduce across every GPU of the node, one process per GPU (probe: nccl_allreduce).
 
 algbw = bytes / time and busbw = algbw * 2(n-1)/n, GB/s = 1e9 B/s, as nccl-tests defines them. The judged
-sweep runs with NCCL_ALGO=Ring, because the SKU files' floors are Ring floors (see gpuaccept.nccl_judge);
+sweep runs with NCCL_ALGO=Ring, because the SKU files' floors are Ring floors (see gpuaccept.judging.nccl);
 NCCL's own choice (NVLS on NVSwitch systems) is measured apart at the judged size and recorded. The verdict
 is read at the threshold's message size; every row is kept in results.json; ``-s`` prints the table in
 the nccl-tests layout.
 """
 import pytest
 
-from gpuaccept import nccl_judge
+from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.errors import GpuacceptError, ProbeError
-from gpuaccept.multinode import nccl_environment, pinned_env
-from gpuaccept.nccl_table import RowNotFound, format_table, row_at
-from gpuaccept.node import HostRunner
+from gpuaccept.runner.multinode import nccl_environment, pinned_env
+from gpuaccept.judging.nccl_table import RowNotFound, format_table, row_at
+from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.nccl
 

@@ -2,12 +2,12 @@
 
 A variable that switches a transport off or forces an algorithm (NCCL_P2P_DISABLE, NCCL_ALGO, ...) found in
 the ranks' environment, a login shell's, a profile file, ~/.nccl.conf or /etc/nccl.conf, without the inventory
-asking for it (``nccl_env``), fails naming the variable and where it came from. Judged by gpuaccept/drift.py.
+asking for it (``nccl_env``), fails naming the variable and where it came from. Judged by gpuaccept/judging/drift.py.
 """
 import pytest
 
-from gpuaccept import drift
-from gpuaccept.node import HostRunner
+from gpuaccept.judging import drift
+from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.nccl
 

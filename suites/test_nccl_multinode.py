@@ -1,4 +1,4 @@
-"""nccl layer, inter-node: all-reduce across the selected hosts (controller: gpuaccept.multinode; probe:
+"""nccl layer, inter-node: all-reduce across the selected hosts (controller: gpuaccept.runner.multinode; probe:
 nccl_allreduce in multi-node mode).
 
 ``--nccl-pattern ring`` (default) runs one collective over every selected host; ``pairwise`` rounds of
@@ -8,7 +8,7 @@ host, GB/s = 1e9 B/s, as nccl-tests defines them; the judged figure is the in-pl
 message size. ``-s`` prints the nccl-tests table.
 
 Group vars (read from the first selected host; Ansible merges group vars into each host's): see
-``gpuaccept.multinode.settings`` (parsed and validated by ``multinode_settings``). Host vars
+``gpuaccept.config.multinode`` (parsed and validated by ``multinode_settings``). Host vars
 ``nccl_socket_ifname``, ``nccl_ib_hca`` (exact names, passed to NCCL in its ``=`` form and judged against the
 devices NCCL reports it used) and ``nccl_env`` give each host's NCCL environment. Failures name the host they
 are about; a world whose documents disagree with what was launched is an error, with no figure.
@@ -19,13 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpuaccept import multinode as mn
-from gpuaccept import nccl_judge
+from gpuaccept.runner import multinode as mn
+from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
-from gpuaccept.nccl_table import format_table
-from gpuaccept.node import HostRunner
-from gpuaccept.thresholds import Limit, inventory_limit
-from gpuaccept.verdicts import Recorder
+from gpuaccept.judging.nccl_table import format_table
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.config.thresholds import Limit, inventory_limit
+from gpuaccept.judging.recorder import Recorder
 
 pytestmark = pytest.mark.nccl
 

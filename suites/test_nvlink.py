@@ -1,13 +1,13 @@
 """nvlink layer: links per GPU, topology matrix (probe: nvlink), P2P bandwidth matrix (probe: p2p_bandwidth).
 
-The judging is in gpuaccept/nvlink_judge.py (pure); each test asks for one probe and applies its findings.
+The judging is in gpuaccept/judging/nvlink.py (pure); each test asks for one probe and applies its findings.
 """
 import pytest
 
-from gpuaccept import drift
+from gpuaccept.judging import drift
 
-from gpuaccept import nvlink_judge
-from gpuaccept.node import HostRunner
+from gpuaccept.judging import nvlink as nvlink_judge
+from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.nvlink
 

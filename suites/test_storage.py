@@ -2,13 +2,13 @@
 every host at once, and the storage -> GPU batch journey.
 
 Probes: storage_mounts, nvme_inventory, fio_throughput, storage_to_gpu. Inventory variables (see
-gpuaccept.storage_limits): ``storage_paths`` (directories on local NVMe mounts), ``fs_paths`` (directories on
+gpuaccept.config.storage): ``storage_paths`` (directories on local NVMe mounts), ``fs_paths`` (directories on
 shared filesystems), ``nvme_count``, ``storage_limits`` (floors; a figure with no limit is recorded, not
 judged; a limit for a figure with no path to measure it is an error), ``storage_fio`` (fio sizes),
 ``storage_devices`` + ``storage_allow_destructive`` (raw device READS), and where the paths must be:
 ``storage_expect_mount``, ``storage_expect_fstype``, ``storage_allow_root_fs`` and the ``fs_*`` ones.
 Every directory is placed first (storage_mounts: mount, source, fs type, root filesystem) and judged by
-gpuaccept.storage_judging before anything is written there. GB/s = 1e9 B/s; IOPS = fio's IO/s.
+gpuaccept.judging.storage before anything is written there. GB/s = 1e9 B/s; IOPS = fio's IO/s.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpuaccept import storage_judging as sj
-from gpuaccept import storage_limits as sl
+from gpuaccept.judging import storage as sj
+from gpuaccept.config import storage as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
-from gpuaccept.node import HostRunner
+from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.storage
 

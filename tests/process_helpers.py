@@ -17,7 +17,7 @@ WATCHDOG = Path(__file__).resolve().parent.parent / "gpuaccept" / "probes" / "_w
 
 @dataclass
 class FakeHost:
-    """Duck-typed stand-in for gpuaccept.inventory.Host (the fields transports read)."""
+    """Duck-typed stand-in for gpuaccept.config.inventory.Host (the fields transports read)."""
 
     name: str
     address: str = "127.0.0.1"

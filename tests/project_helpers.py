@@ -12,8 +12,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from gpuaccept.node import save_probe
-from gpuaccept.thresholds import load_sku_file
+from gpuaccept.runner.host import save_probe
+from gpuaccept.config.thresholds import load_sku_file
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ CAPTURE_NCCL = "nccl_allreduce-e75eb842e3.json"
 def replay_folder(tmp_path: Path, captures: Path) -> Path:
     """A copy of ``captures`` (a folder of saved probe documents) in ``tmp_path``, with the stand-ins below.
 
-    A replay reads only the document saved with the arguments a suite asks for (gpuaccept.node.replay_probe).
+    A replay reads only the document saved with the arguments a suite asks for (gpuaccept.runner.host.replay_probe).
     suites/test_nccl.py now asks nccl_allreduce twice: the sweep pinned to NCCL_ALGO=Ring (the judged figures)
     and NCCL's own choice at the judged size (thresholds/h200-sxm-141gb.yaml at_bytes). The folder holds real
     documents of both calls (taken 2026-11-30), but the tests alter the 2026-11-29 sweep (CAPTURE_NCCL), so
@@ -126,7 +126,7 @@ def replay_folder(tmp_path: Path, captures: Path) -> Path:
 
 def replay_captures(tmp_path: Path, docs: dict[str, tuple[dict, dict]]) -> Path:
     """The H200 capture's gpu_inventory plus ``docs`` (probe -> (args, document)) as a replay folder."""
-    from gpuaccept.node import save_probe
+    from gpuaccept.runner.host import save_probe
     d = tmp_path / "captures"
     d.mkdir()
     shutil.copy(next(DATA.glob("gpu_inventory-*.json")), d)

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from gpuaccept.errors import CommandTimeout
-from gpuaccept.inventory import load_inventory
-from gpuaccept.node import HostRunner
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.runner.host import HostRunner
 from gpuaccept.transport import get_transport
 from process_helpers import procs_with
 from project_helpers import make_project, run_pytest

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import burnin
-from gpuaccept.thresholds import judge, load_sku_file
+from gpuaccept.judging import burnin
+from gpuaccept.config.thresholds import judge, load_sku_file
 from probe_helpers import run_probe
 from project_helpers import burnin_capture as capture, burnin_replay_folder
 
@@ -19,7 +19,7 @@ SKU = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141
 
 def failures(found: dict) -> dict[int, list[str]]:
     """Per rank the failure lines, as the recorder makes them: a Finding's own failure, or its figure judged
-    against its limit by the one judge (gpuaccept.thresholds.judge)."""
+    against its limit by the one judge (gpuaccept.config.thresholds.judge)."""
     out = {}
     for r, fs in found.items():
         lines = [f.failure for f in fs if f.failure]

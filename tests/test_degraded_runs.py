@@ -203,7 +203,7 @@ def test_hang_up_ignored_by_nohup_stays_ignored(tmp_path):
     code = ("import signal, subprocess, sys\n"
             "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
             "import pytest\n"
-            "from gpuaccept.interrupt import InterruptPlugin\n"
+            "from gpuaccept.runner.interrupt import InterruptPlugin\n"
             "class C:\n"
             "    pluginmanager = None\n"
             "p = InterruptPlugin(C())\n"
@@ -356,8 +356,8 @@ def _stamped(epoch: float, rest: str) -> str:
 
 
 def _xids(lines, args, cut):
-    from gpuaccept import nodeclock
-    from gpuaccept.xid import classify
+    from gpuaccept.runner import nodeclock
+    from gpuaccept.judging.xid import classify
     from probe_helpers import load_probe
     parse_log = load_probe("xid_events").parse_log  # the probe's own parser, as the node runs it
     return classify(nodeclock.in_window(parse_log(lines, since_epoch=args["since_epoch"])["events"], cut))
@@ -369,7 +369,7 @@ def test_xid_of_the_run_on_a_node_whose_clock_is_behind_is_seen(offset_h):
     start as the controller gives it. Before: the probe was asked for events since the controller's start and
     read none, and the GPU that fell off the bus passed test_xid_events. Now the window is the run's start on
     the node's clock (read with one ``date``), and the Xid fails the GPU."""
-    from gpuaccept import nodeclock
+    from gpuaccept.runner import nodeclock
     run_started = 1_795_989_274.0  # controller clock
     offset = offset_h * 3600
     clock = nodeclock.clock_from(run_started + 30, run_started + 30.2, run_started + 30.1 + offset, 0.0)
@@ -385,7 +385,7 @@ def test_xid_of_the_run_on_a_node_whose_clock_is_behind_is_seen(offset_h):
 def test_xid_from_before_the_run_on_a_node_whose_clock_is_ahead_is_not_the_runs():
     """A node 2 h ahead: an Xid logged an hour before the run reads as the run's on the controller's clock
     (before: failed this night's run for an old event); the run's own Xid still fails."""
-    from gpuaccept import nodeclock
+    from gpuaccept.runner import nodeclock
     run_started, offset = 1_795_989_274.0, 7200.0
     clock = nodeclock.clock_from(run_started + 5, run_started + 5.1, run_started + 5.05 + offset)
     old_event = _stamped(run_started - 3600 + offset, _field_xid_line())
@@ -397,8 +397,8 @@ def test_xid_from_before_the_run_on_a_node_whose_clock_is_ahead_is_not_the_runs(
 
 def test_hosts_with_synced_clocks_ask_the_same_window():
     """Hosts within SHARED_SLACK_S of the controller ask xid_events with equal arguments, so the fan-out still
-    runs it ahead on every host (gpuaccept.prefetch fetches only what the host's own test would ask)."""
-    from gpuaccept import nodeclock
+    runs it ahead on every host (gpuaccept.runner.prefetch fetches only what the host's own test would ask)."""
+    from gpuaccept.runner import nodeclock
     since = 1_795_989_274.0
     a = nodeclock.xid_args(since, nodeclock.NodeClock(4.2, 0.01))
     b = nodeclock.xid_args(since, nodeclock.NodeClock(-3.0, 0.2))
@@ -411,9 +411,9 @@ def test_hosts_with_synced_clocks_ask_the_same_window():
 def test_node_clock_read_over_real_sshd(tmp_path, tmp_path_factory, banner):
     """The clock of a real sshd node (this machine's: offset near 0, a small uncertainty), also when its login
     prints a banner on stdout first; a replayed host reads none (it runs nothing)."""
-    from gpuaccept import nodeclock
-    from gpuaccept.inventory import load_inventory
-    from gpuaccept.node import HostRunner
+    from gpuaccept.runner import nodeclock
+    from gpuaccept.config.inventory import load_inventory
+    from gpuaccept.runner.host import HostRunner
     from gpuaccept.transport import get_transport
     base = tmp_path_factory.mktemp("clock")
     extra = ['ForceCommand echo "Welcome to the GPU cluster"; eval "$SSH_ORIGINAL_COMMAND"'] if banner else []
@@ -437,7 +437,7 @@ def test_node_clock_read_over_real_sshd(tmp_path, tmp_path_factory, banner):
 
 
 def test_node_time_parsed_from_date_output():
-    from gpuaccept import nodeclock
+    from gpuaccept.runner import nodeclock
     assert nodeclock.parse_node_time(b"1795989274.123456789\n") == (1795989274.123456789, 0.0)
     assert nodeclock.parse_node_time(b"Welcome\n1795989274.5\n") == (1795989274.5, 0.0)
     assert nodeclock.parse_node_time(b"1795989274.%N\n") == (1795989274.0, 1.0)  # a date without %N
@@ -468,7 +468,7 @@ def test_2_killed_here(node, verdicts):
 def test_sigkilled_run_then_rerun_keeps_history_and_folders_consistent(tmp_path):
     """The controller SIGKILLed mid-run (nothing of it can clean up), then the operator reruns into a new
     folder. The history holds the killed run's finished test once and no end for it, its figures are marked
-    "(unfinished)" by ``python -m gpuaccept.history`` (before: listed like a finished run's), the rerun is
+    "(unfinished)" by ``python -m gpuaccept.reporting.history`` (before: listed like a finished run's), the rerun is
     recorded whole; the killed folder's results.jsonl has whole lines only, and merging both folders keeps
     the rerun's records."""
     import sqlite3
@@ -504,14 +504,14 @@ def test_sigkilled_run_then_rerun_keeps_history_and_folders_consistent(tmp_path)
             [("killed", "suites/test_nccl_kill.py::test_1_measured[k1]"),
              ("rerun", "suites/test_nccl_kill.py::test_1_measured[k1]"),
              ("rerun", "suites/test_nccl_kill.py::test_2_killed_here[k1]")])
-    cli = subprocess.run([sys.executable, "-m", "gpuaccept.history", "--db", str(hist), "--host", "k1", "--check",
+    cli = subprocess.run([sys.executable, "-m", "gpuaccept.reporting.history", "--db", str(hist), "--host", "k1", "--check",
                           "answer", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     rows = json.loads(cli.stdout)
     assert [(r["run"], r["value"]) for r in rows] == [("killed (unfinished)", 42.0), ("rerun", 42.0)], rows
     lines = (killed / "results.jsonl").read_text().splitlines()
     assert [json.loads(ln)["name"] for ln in lines] == ["test_1_measured[k1]"]
     merged = tmp_path / "merged"
-    m = subprocess.run([sys.executable, "-m", "gpuaccept.merge", str(killed), str(rerun), "--into", str(merged)],
+    m = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.merge", str(killed), str(rerun), "--into", str(merged)],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert m.returncode == 0, m.stderr[-2000:]
     tests = json.loads((merged / "results.json").read_text())["tests"]

@@ -1,4 +1,4 @@
-"""Configuration drift (gpuaccept/drift.py, probes nccl_env and gpu_inventory, the drift suites).
+"""Configuration drift (gpuaccept/judging/drift.py, probes nccl_env and gpu_inventory, the drift suites).
 
 GPU readings are real: the 2xH200 gpu_inventory capture (tests/data/replay-h200x2) plus the power, clock and
 pending-mode values of an H200's ``nvidia-smi -q -x`` (tests/data/h200-1gpu-nvidia-smi-q.xml, same driver),
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import drift
-from gpuaccept.thresholds import load_all
-from gpuaccept.verdicts import Recorder
+from gpuaccept.judging import drift
+from gpuaccept.config.thresholds import load_all
+from gpuaccept.judging.recorder import Recorder
 from project_helpers import DATA, alter, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -448,8 +448,8 @@ def test_real_h200_node_environment_is_judged_against_the_inventory():
 def test_real_h200_power_clocks_and_pending_modes_pass():
     """gpu_inventory as it read the device machine (2xH200, 2026-11-30): power limit 700 W = NVML default,
     application clocks 1980/3201 MHz = defaults, ECC and MIG with no pending change."""
-    from gpuaccept.readings import typed
-    from gpuaccept.thresholds import load_sku_file
+    from gpuaccept.judging.readings import typed
+    from gpuaccept.config.thresholds import load_sku_file
     doc = typed(json.loads((Path(__file__).parent / "data" / "h200x2-gpu_inventory-20261130.json").read_text()))
     sku = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
     for g in doc["gpus"]:

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from gpuaccept import xid as xidmod
+from gpuaccept.judging import xid as xidmod
 from probe_helpers import DATA, field_blocks, load_probe
 
 FIELD = DATA / "field"
@@ -146,7 +146,9 @@ def test_probe_reads_a_saved_dmesg_file_of_a_real_failure(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 # NCCL output
 
-from gpuaccept import nccl_judge, nccl_table, storage_judging  # noqa: E402
+from gpuaccept.judging import nccl as nccl_judge
+from gpuaccept.judging import nccl_table
+from gpuaccept.judging import storage as storage_judging  # noqa: E402
 from gpuaccept.probes import _nccl_log, _supervisor  # noqa: E402
 
 NCCL = field_blocks("nccl-logs.txt")

@@ -1,10 +1,10 @@
-"""Fleet-wide health (suites/test_health.py::test_fleet_consistency, judged by gpuaccept/fleet.py): the hosts at
+"""Fleet-wide health (suites/test_health.py::test_fleet_consistency, judged by gpuaccept/judging/fleet.py): the hosts at
 fault are named, in the summary and in failed-hosts.txt, not only the pseudo-host "fleet"."""
 from __future__ import annotations
 
 import json
 
-from gpuaccept.fleet import driver_split, shared_gpus
+from gpuaccept.judging.fleet import driver_split, shared_gpus
 from project_helpers import DATA, alter, make_project, replay_folder, run_pytest
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import health
-from gpuaccept.merge import merge
-from gpuaccept.readings import typed
-from gpuaccept.thresholds import load_sku_file
+from gpuaccept.judging import health
+from gpuaccept.scaleout.merge import merge
+from gpuaccept.judging.readings import typed
+from gpuaccept.config.thresholds import load_sku_file
 from project_helpers import DATA, alter, junit, make_project, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,12 +23,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuaccept.node import save_probe
+from gpuaccept.runner.host import save_probe
 
-from gpuaccept import nvlink_judge as nj
-from gpuaccept import storage_judging as sj
+from gpuaccept.judging import nvlink as nj
+from gpuaccept.judging import storage as sj
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from gpuaccept.thresholds import load_sku_file
+from gpuaccept.config.thresholds import load_sku_file
 from project_helpers import (DATA, REPO, alter, junit, make_project, replay_captures, replay_project, replay_suite,
                              run_pytest)
 
@@ -91,7 +91,7 @@ def test_slow_link_fails_naming_link_figures_and_limit_source():
 
 def test_a_sku_link_speed_floor_is_judged_where_the_file_has_one():
     import dataclasses
-    from gpuaccept.thresholds import Limit
+    from gpuaccept.config.thresholds import Limit
     lim = Limit(origin="h200-sxm-141gb", check="nvlink_link_speed_mbps", direction="min", bound=30000, unit="Mbps", source="test floor")
     sku = dataclasses.replace(H200, checks={**H200.checks, "nvlink_link_speed_mbps": lim})
     doc = _nvlink_doc()

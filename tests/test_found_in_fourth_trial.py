@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import InventoryError
-from gpuaccept.inventory import load_inventory
+from gpuaccept.config.inventory import load_inventory
 from project_helpers import make_project, run_pytest
 from sshd import free_port
 
@@ -268,7 +268,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_threshold_file_expect_values_are_typed(tmp_path, old, new, line, needle):
     """Before: each of these loaded, and the judges read the value by its truth or not at all."""
     from gpuaccept.errors import ThresholdError
-    from gpuaccept.thresholds import load_sku_file
+    from gpuaccept.config.thresholds import load_sku_file
     text = (REPO / "thresholds" / "h200-sxm-141gb.yaml").read_text()
     assert text.count(old) == 1, old
     path = tmp_path / "h200-sxm-141gb.yaml"
@@ -281,7 +281,7 @@ def test_threshold_file_expect_values_are_typed(tmp_path, old, new, line, needle
 
 
 def test_every_shipped_threshold_file_passes_the_typed_expect_check():
-    from gpuaccept.thresholds import load_all
+    from gpuaccept.config.thresholds import load_all
     assert len(load_all(str(REPO / "thresholds"))) >= 14
 
 
@@ -457,7 +457,7 @@ def test_a_first_run_against_an_unknown_host_key_reads_once_in_the_summary(tmp_p
 
 
 def test_same_reason_once_keeps_other_reasons_in_order():
-    from gpuaccept.report import same_reason_once
+    from gpuaccept.reporting.records import same_reason_once
     assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",
                              "test_b: h: unreachable", "test_c: other"]) == [
         "test_a and 1 more test: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600", "test_c: other"]

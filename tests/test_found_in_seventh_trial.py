@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpuaccept import burnin
+from gpuaccept.judging import burnin
 from probe_helpers import load_probe, run_probe
 from project_helpers import DATA, burnin_replay_folder, junit, make_project, run_pytest
 
@@ -166,7 +166,7 @@ def test_the_shortest_judged_burnin_follows_the_probes_window():
 
 
 def _sku():
-    from gpuaccept.thresholds import load_sku_file
+    from gpuaccept.config.thresholds import load_sku_file
     return load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
 
 
@@ -278,7 +278,7 @@ def _render(html: Path, shot: Path) -> str:
 
 
 def test_a_blocked_gpus_line_is_no_gpu_failure():
-    from gpuaccept.report import counted_failures
+    from gpuaccept.reporting.records import counted_failures
     e = [{"host": "h", "gpu": 1, "line": "h GPU 1 (b, serial s): x"}, {"host": "h", "gpu": 0, "line": "h GPU 0: y"}]
     msg = "h GPU 0: y\n(also blocked by preflight: ...)\n(blocked GPU) h GPU 1 (b, serial s): x"
     assert counted_failures("failed", msg, e) == [e[1]]

@@ -17,10 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuaccept import nccl_judge
-from gpuaccept.node import save_probe
+from gpuaccept.judging import nccl as nccl_judge
+from gpuaccept.runner.host import save_probe
 from gpuaccept.probes import _nccl_log, _supervisor
-from gpuaccept.thresholds import load_sku_file
+from gpuaccept.config.thresholds import load_sku_file
 from probe_helpers import field_blocks
 from project_helpers import CAPTURE_NCCL, DATA, REPO, alter, junit, make_project, replay_project, run_pytest
 

@@ -146,9 +146,9 @@ CHILD = r"""
 import json, resource, signal, sys, traceback
 resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 from gpuaccept.errors import ConfigError
-from gpuaccept.hostvars import check_hosts
-from gpuaccept.inventory import load_inventory
-from gpuaccept.thresholds import load_sku_file
+from gpuaccept.config.hostvars import check_hosts
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.config.thresholds import load_sku_file
 
 class Hang(BaseException):
     pass

@@ -1,4 +1,4 @@
-"""Health judgments (gpuaccept/health.py) on a real gpu_inventory capture from 2xH200 (tests/data), and on the
+"""Health judgments (gpuaccept/judging/health.py) on a real gpu_inventory capture from 2xH200 (tests/data), and on the
 same capture altered the way sick GPUs read: each alteration must fail with the right message, the healthy
 capture must pass."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import health
-from gpuaccept.blockers import Blocker, blockers, missing_package, readiness_problem
+from gpuaccept.judging import health
+from gpuaccept.judging.blockers import Blocker, blockers, missing_package, readiness_problem
 from gpuaccept.errors import ThresholdError
-from gpuaccept.readings import NvmlError, is_lost, number, typed, unmeasured
-from gpuaccept.sku import detect_gpu, node_sku
-from gpuaccept.thresholds import judge, load_all
-from gpuaccept.verdicts import outcome
+from gpuaccept.judging.readings import NvmlError, is_lost, number, typed, unmeasured
+from gpuaccept.judging.sku import detect_gpu, node_sku
+from gpuaccept.config.thresholds import judge, load_all
+from gpuaccept.judging.recorder import outcome
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = json.loads((REPO / "tests" / "data" / "h200x2-gpu_inventory.json").read_text())
@@ -26,7 +26,7 @@ H200 = SPECS["h200-sxm-141gb"]
 
 
 def failures(findings) -> list[str]:
-    """Failure texts of findings, figures judged by the product's one judge (gpuaccept.thresholds.judge)."""
+    """Failure texts of findings, figures judged by the product's one judge (gpuaccept.config.thresholds.judge)."""
     return [f.failure for f in findings if f.failure] + [
         f"{f.check} out of limit" for f in findings
         if f.limit is not None and judge(f.limit, f.value).kind == "fail"]
@@ -304,12 +304,12 @@ def test_a_whole_group_unreadable_keeps_nvmls_words():
 
 def test_clock_event_bits_on_the_controller_match_the_probes_copy():
     """The node's table (probes/gpu_inventory.py CLOCK_EVENT_REASONS, from nvml.h) is the source; the
-    controller's judging tables (gpuaccept/compute.py) must name the same bits."""
+    controller's judging tables (gpuaccept/judging/compute.py) must name the same bits."""
     import importlib.util
     import sys
     from pathlib import Path
 
-    from gpuaccept import compute
+    from gpuaccept.judging import compute
     probes = Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"
     sys.path.insert(0, str(probes))
     try:

@@ -1,4 +1,4 @@
-"""gpuaccept.hostvars: every inventory var gpuaccept reads, validated once, errors naming file:line, host, var."""
+"""gpuaccept.config.hostvars: every inventory var gpuaccept reads, validated once, errors naming file:line, host, var."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.hostvars import VARS, HostVarError, check_hosts
-from gpuaccept.inventory import load_inventory
-from gpuaccept.thresholds import Limit
+from gpuaccept.config.hostvars import VARS, HostVarError, check_hosts
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.config.thresholds import Limit
 
 GOOD = """[gpu]
 gpu01 ansible_host=10.0.0.1 nccl_socket_ifname=ib0 nccl_env="{'NCCL_NVLS_ENABLE': '0', 'NCCL_IB_TIMEOUT': 22}"

@@ -2,7 +2,7 @@
 variable that reaches a command line, over a real sshd node and the local connection.
 
 Each payload would create its own marker file if a shell ran any part of it. Variables are read from a real
-inventory file (YAML, so every byte of the payload is the operator's), checked by gpuaccept.hostvars as the
+inventory file (YAML, so every byte of the payload is the operator's), checked by gpuaccept.config.hostvars as the
 plugin checks them, then sent the way gpuaccept sends them:
 
 * ``nccl_env`` values, ``nccl_socket_ifname``, ``nccl_ib_hca`` -> environment of a probe (``HostRunner.probe`` with
@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuaccept import shell
+from gpuaccept.transport import shell
 from gpuaccept.errors import ConfigError, NodeError
-from gpuaccept.hostvars import check_hosts
-from gpuaccept.inventory import load_inventory
-from gpuaccept.multinode import nccl_environment, pick_port
-from gpuaccept.nccl_judge import exact_list
-from gpuaccept.node import PROBE_ENV, HostRunner
+from gpuaccept.config.hostvars import check_hosts
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.runner.multinode import nccl_environment, pick_port
+from gpuaccept.judging.nccl import exact_list
+from gpuaccept.runner.host import PROBE_ENV, HostRunner
 from gpuaccept.transport import get_transport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +200,7 @@ def test_json_argument_vars_arrive_as_text(tmp_path, target):
     hosts, err = _load(_inventory(tmp_path, {"h": base}))
     node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
     try:
-        # the probe command line of gpuaccept.node.HostRunner.probe: env, program, one JSON argument
+        # the probe command line of gpuaccept.runner.host.HostRunner.probe: env, program, one JSON argument
         args = json.dumps(sent)
         res = node.run(shell.env_command(PROBE_ENV, [node.python, "-c", ECHO_ARGV, args], cwd="/"))
         assert res.rc == 0, res

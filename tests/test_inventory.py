@@ -1,4 +1,4 @@
-"""gpuaccept.inventory, checked against ``ansible-inventory --list`` (test-only oracle)."""
+"""gpuaccept.config.inventory, checked against ``ansible-inventory --list`` (test-only oracle)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import InventoryError
-from gpuaccept.inventory import Host, load_inventory
+from gpuaccept.config.inventory import Host, load_inventory
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "inventories"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.report import host_of, layer_of
-from gpuaccept.report import CaseRecord, junit_xml_text, outliers, summary_markdown
-from gpuaccept.scheduler import host_scope
-from gpuaccept.compute import below_median_pct, clock_reasons
-from gpuaccept.sku import detect_sku
-from gpuaccept.thresholds import Limit, judge, load_all
+from gpuaccept.reporting.records import host_of, layer_of
+from gpuaccept.reporting.records import CaseRecord, junit_xml_text, outliers, summary_markdown
+from gpuaccept.scaleout.scheduler import host_scope
+from gpuaccept.judging.compute import below_median_pct, clock_reasons
+from gpuaccept.judging.sku import detect_sku
+from gpuaccept.config.thresholds import Limit, judge, load_all
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
@@ -118,7 +118,7 @@ def test_profiles_only_use_arguments_the_probes_accept():
     """Every argument a profile sets is one the probe declares (probes reject unknown keys)."""
     import re
 
-    from gpuaccept.profiles import PROBE_TIMEOUT_S, PROFILES, probe_args
+    from gpuaccept.config.profiles import PROBE_TIMEOUT_S, PROFILES, probe_args
     assert set(PROBE_TIMEOUT_S) == set(PROFILES)
     for prof, probes in PROFILES.items():
         for probe, args in probes.items():
@@ -153,7 +153,7 @@ def test_judge_reads_a_non_finite_figure_as_no_measurement(direction, value):
 
 
 def test_one_registry_serves_the_loader():
-    from gpuaccept.thresholds import CHECKS, REGISTRY
+    from gpuaccept.config.thresholds import CHECKS, REGISTRY
     assert CHECKS == {k: (c.unit, c.direction) for k, c in REGISTRY.items() if c.var is None}
     assert {c.layer for c in REGISTRY.values() if c.var is None} == {"health", "memory", "compute", "nvlink", "nccl"}
     assert all(c.description for c in REGISTRY.values())
@@ -165,10 +165,10 @@ def test_one_registry_serves_the_loader():
 def test_inventory_limits_come_from_the_registry():
     """Storage floors, GDS, the IB port rate, inter-node busbw and the pairwise slow percentage: unit and
     direction are the registry's, the var that sets each is one the configure-time check validates."""
-    from gpuaccept import storage_limits as sl
-    from gpuaccept.hostvars import VARS
-    from gpuaccept.nccl_judge import judge_round
-    from gpuaccept.thresholds import REGISTRY, inventory_limit
+    from gpuaccept.config import storage as sl
+    from gpuaccept.config.hostvars import VARS
+    from gpuaccept.judging.nccl import judge_round
+    from gpuaccept.config.thresholds import REGISTRY, inventory_limit
     inv = {k: c for k, c in REGISTRY.items() if c.var}
     assert set(inv) >= set(sl.STORAGE_CHECKS) | {"ib_rate_gbps", "internode_busbw_gbps", "below_round_median_pct"}
     assert {c.var for c in inv.values()} <= set(VARS)
@@ -185,7 +185,7 @@ def test_inventory_limits_come_from_the_registry():
 
 def test_a_threshold_file_cannot_set_an_inventory_limit(tmp_path):
     from gpuaccept.errors import ThresholdError
-    from gpuaccept.thresholds import load_sku_file
+    from gpuaccept.config.thresholds import load_sku_file
     f = tmp_path / "x.yaml"
     f.write_text("sku: x\nchecks:\n  seq_read_gbps: {min: 1, unit: GB/s, source: s}\n")
     with pytest.raises(ThresholdError, match="unknown check 'checks.seq_read_gbps'"):
@@ -203,7 +203,7 @@ def test_an_interrupted_test_reports_what_it_found_before_the_interruption():
     which the plugin builds from findings(before_interruption=True); the outcome still counts every line."""
     import types
     from gpuaccept.transport import cancel_all, reset_interruption
-    from gpuaccept.verdicts import Recorder
+    from gpuaccept.judging.recorder import Recorder
     item = types.SimpleNamespace(user_properties=[], originalname="test_allreduce_multinode")
     rec = Recorder(item, "fleet", "nccl")
     rec.for_host("f1").fail("transport SHM, expected IB")  # found before the signal

@@ -1,4 +1,4 @@
-"""gpuaccept.merge over folders of different runs: a rerun of the failed hosts merged with the original run,
+"""gpuaccept.scaleout.merge over folders of different runs: a rerun of the failed hosts merged with the original run,
 a run that did not finish (a killed controller or Slurm task), a host that left no folder at all."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.merge import main as merge_main
-from gpuaccept.report import CaseRecord, Reporter
+from gpuaccept.scaleout.merge import main as merge_main
+from gpuaccept.reporting.records import CaseRecord, Reporter
 
 
 def _hbm(host: str, value: float) -> CaseRecord:
@@ -242,7 +242,7 @@ def test_merging_runs_already_in_the_history_is_refused(tmp_path, capsys):
     on a shared checkout), then merged with --history into the same database. Before: every test and figure
     was in the database twice (the shard's run and the merged run) and the merged figures' stand-outs were
     computed against the shard runs, i.e. against themselves. After: exit 4, one line, nothing written."""
-    from gpuaccept import history
+    from gpuaccept.reporting import history
     a = _run(tmp_path / "a", 1000.0, [_hbm("gpu1", 4600.0)])
     b = _run(tmp_path / "b", 1000.0, [_hbm("gpu2", 4600.0)])
     db = tmp_path / "history.sqlite"

@@ -1,4 +1,4 @@
-"""Inter-node all-reduce (gpuaccept.multinode + the nccl_allreduce probe in multi-node mode), no mocks:
+"""Inter-node all-reduce (gpuaccept.runner.multinode + the nccl_allreduce probe in multi-node mode), no mocks:
 real sshd "nodes" on 127.0.0.20+ (conftest uses .2-.4, test_e2e .5-.8), real gloo ranks, and for the
 pairwise search a node in its own network namespace behind a rate-limited veth (tc tbf; this kernel has no
 netem, and a bandwidth cap slows a pair as surely as a delay does).
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import multinode as mn
-from gpuaccept.inventory import load_inventory
-from gpuaccept.nccl_table import parse_table
-from gpuaccept.node import HostRunner
+from gpuaccept.runner import multinode as mn
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.judging.nccl_table import parse_table
+from gpuaccept.runner.host import HostRunner
 from gpuaccept.probes._nccl_world import world_problems
 from gpuaccept.probes._supervisor import EXIT_SPLIT_WORLD, rank_evidence
 from gpuaccept.transport import get_transport
@@ -139,7 +139,7 @@ def test_different_gpu_counts_name_the_odd_host():
     """Before: 'hosts carry different GPU counts: a: 8, b: 8, c: 7, d: 8' (which one is wrong was left to the
     reader); now the odd host comes first."""
     from gpuaccept.errors import ConfigError
-    from gpuaccept.multinode.settings import GroupSettings
+    from gpuaccept.config.multinode import GroupSettings
     with pytest.raises(ConfigError, match=r"^hosts carry different GPU counts: c \(7\) differs from the 3 hosts "
                                           r"with 8 GPUs; a: 8, b: 8, c: 7, d: 8$"):
         GroupSettings().resolve({"a": 8, "b": 8, "c": 7, "d": 8}, 60)

@@ -1,4 +1,4 @@
-"""All-reduce judging (gpuaccept.nccl_judge) as pure functions, and through the nccl suite on the real 2xH200
+"""All-reduce judging (gpuaccept.judging.nccl) as pure functions, and through the nccl suite on the real 2xH200
 all-reduce document (tests/data/replay-h200x2) altered the way sick nodes read: a figure NVLS produced, a
 missing #wrong count, an HCA list matched by prefix. The NCCL INFO lines are the real ones captured on that
 node (tests/data/nccl-info-h200x2.log), altered in the test where a case needs InfiniBand devices."""
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import nccl_judge as J
+from gpuaccept.judging import nccl as J
 from gpuaccept.errors import ConfigError
-from gpuaccept.multinode import GroupSettings, multinode_settings, nccl_environment
+from gpuaccept.runner.multinode import GroupSettings, multinode_settings, nccl_environment
 from gpuaccept.probes._nccl_log import parse_nccl_log, parse_net_devices
 from gpuaccept.probes._supervisor import addresses_in, normalize_address, rank_evidence
 from project_helpers import GPU_LAYERS, alter, outcomes, replay_project, run_pytest

@@ -1,4 +1,4 @@
-"""The intra-node all-reduce probe (gpuaccept/probes/nccl_allreduce.py) and its table (gpuaccept/nccl_table.py).
+"""The intra-node all-reduce probe (gpuaccept/probes/nccl_allreduce.py) and its table (gpuaccept/judging/nccl_table.py).
 
 End to end on the CPU: the probe runs as a real subprocess with the gloo backend and real worker processes;
 a hang and a death are caused from outside (SIGSTOP / SIGKILL to one worker found under /proc), a taken port by
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import nccl_table
-from gpuaccept.nccl_table import busbw, format_table, parse_table, row_at
+from gpuaccept.judging import nccl_table
+from gpuaccept.judging.nccl_table import busbw, format_table, parse_table, row_at
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "gpuaccept" / "probes" / "nccl_allreduce.py"

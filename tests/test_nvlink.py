@@ -1,4 +1,4 @@
-"""NVLink judging (gpuaccept/nvlink_judge.py) on the real 2xH200 nvlink/p2p_bandwidth documents
+"""NVLink judging (gpuaccept/judging/nvlink.py) on the real 2xH200 nvlink/p2p_bandwidth documents
 (tests/data/replay-h200x2) and copies altered the way sick or differently-built nodes read; the P2P bandwidth
 arithmetic as a pure function; the p2p_bandwidth probe on this CUDA-less machine; NVLink pair logic."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from gpuaccept import nvlink_judge as nj
+from gpuaccept.judging import nvlink as nj
 from gpuaccept.errors import ThresholdError
-from gpuaccept.thresholds import judge, load_sku_file
+from gpuaccept.config.thresholds import judge, load_sku_file
 from probe_helpers import DATA, ROOT, load_probe, run_probe
 
 nvl = load_probe("nvlink")

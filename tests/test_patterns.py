@@ -1,4 +1,4 @@
-"""gpuaccept.patterns, table-driven and against ``ansible --list-hosts --limit`` (test-only oracle)."""
+"""gpuaccept.config.patterns, table-driven and against ``ansible --list-hosts --limit`` (test-only oracle)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import PatternError
-from gpuaccept.inventory import load_inventory
-from gpuaccept.patterns import parse_shard, select, shard, shard_of, split_pattern
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.config.patterns import parse_shard, select, shard, shard_of, split_pattern
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -1,4 +1,4 @@
-"""Prefetch across hosts (gpuaccept.prefetch) against real sshd nodes on loopback, with real probes.
+"""Prefetch across hosts (gpuaccept.runner.prefetch) against real sshd nodes on loopback, with real probes.
 
 End to end (a fresh ``python -m pytest`` per run, the operator's way): a probe one host's test runs starts at
 once on the hosts whose test of the same function is next; the documents, figures and outcomes are those of a
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import prefetch
+from gpuaccept.runner import prefetch
 from gpuaccept.errors import CommandTimeout, HostUnreachable, ProbeError
-from gpuaccept.inventory import load_inventory
-from gpuaccept.node import PROBE_DIR, HostRunner, probe_files
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.runner.host import PROBE_DIR, HostRunner, probe_files
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
 from process_helpers import procs_with
 from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
@@ -666,7 +666,7 @@ def test_stale_folders_are_swept_and_a_vanished_folder_is_shipped_again(tmp_path
         assert r.probe("nccl_env", {"login_shell": False})["errors"] == []
         ran = [c for c in commands(caplog) if "nccl_env.py" in c]
         assert len(ran) == 2 and "rc=125" in ran[0] and "mkdir -m 700" in ran[1] and "rc=0" in ran[1], ran
-        assert any("is gone" in rec.getMessage() for rec in caplog.records if rec.name == "gpuaccept.node")
+        assert any("is gone" in rec.getMessage() for rec in caplog.records if rec.name == "gpuaccept.runner.host")
         r.close()
         assert not [p for p in node.tmp.iterdir() if p.name not in made and p.name != "gpuaccept.222222222222"]
     finally:

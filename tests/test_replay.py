@@ -424,7 +424,7 @@ def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
     1.5 s document). Now only the time arguments may differ: xid_events' since_epoch, nccl_allreduce's
     deadline_s, burnin's seconds."""
     from gpuaccept.errors import ProbeError
-    from gpuaccept.node import replay_probe, save_probe
+    from gpuaccept.runner.host import replay_probe, save_probe
     d = str(tmp_path)
     save_probe(d, "xid_events", {"since_epoch": 1795989274.3}, {"events": [], "source": "kmsg"})
     save_probe(d, "pcie_link", {"seconds": 1.5}, {"gpus": [], "seconds": 1.5})

@@ -20,8 +20,9 @@ import pytest
 
 from project_helpers import DATA, GPU_LAYERS, make_project
 
-from gpuaccept import history, reporting
-from gpuaccept.report import (CaseRecord, Reporter, failed_hosts, junit_xml_text, outliers, record_dict,
+from gpuaccept.reporting import history
+from gpuaccept.plugin import reports as reporting
+from gpuaccept.reporting.records import (CaseRecord, Reporter, failed_hosts, junit_xml_text, outliers, record_dict,
                               summary_markdown)
 
 
@@ -161,7 +162,7 @@ SHAPE = {"k": 8192, "m": 8192, "n": 8192}
 
 
 def _burnin_recs(hosts: list[str], passed: set[str], changes: dict | None = None) -> list[CaseRecord]:
-    """A burn-in suite's records (gpuaccept.burnin's figures: no limit, verdict recorded), ``changes``:
+    """A burn-in suite's records (gpuaccept.judging.burnin's figures: no limit, verdict recorded), ``changes``:
     ``{(host, gpu, check): factor}``."""
     out = []
     for h in hosts:
@@ -197,7 +198,7 @@ def _nightly_recs(hosts: list[str], changes: dict | None = None, temp: float = 6
 
 @pytest.mark.parametrize("baseline", [None, "b1", "latest-pass"])
 def test_burnin_baselines_found_as_the_run_goes_equal_record_run(tmp_path, baseline):
-    """Burn-in figures as a GPU's baseline (gpuaccept.baseline) through the RunRecorder (stand-outs per batch in
+    """Burn-in figures as a GPU's baseline (gpuaccept.reporting.baseline) through the RunRecorder (stand-outs per batch in
     SQL, latest at the end in SQL) and through references() + standouts() + record_run over the whole run: the
     same stand-outs and the same tables, over a burn-in (one host's failed: no baseline), a nightly compared
     with the burn-in's start windows, a --profile burnin run with a burn-in and its own nightly figure (which
@@ -276,7 +277,7 @@ def test_burnin_baselines_found_as_the_run_goes_equal_record_run(tmp_path, basel
 
 
 def test_burnin_key_rules_in_sql_equal_gpuaccept_baseline():
-    """The SQL forms of gpuaccept.baseline's rules (used in run_standouts and _update_latest) give what its
+    """The SQL forms of gpuaccept.reporting.baseline's rules (used in run_standouts and _update_latest) give what its
     Python functions give, for the keys that map and some that must not."""
     keys = ["burnin_bf16_tflops_start[k=8192,m=8192,n=8192]", "burnin_bf16_tflops_start", "burnin_bf16_tflops_end",
             "burnin_hbm_copy_gbps_start", "burnin_hbm_copy_gbps_start[size=1]", "burnin_fp8_tflops_start[k=1]",
@@ -284,7 +285,7 @@ def test_burnin_key_rules_in_sql_equal_gpuaccept_baseline():
             "hbm_copy_bw_gbps[method=triad]", "hbm_copy_bw_gbps", "fp8_tflops[k=8192]", "bf16_tflops_x", "x[a=[1]]"]
     con = sqlite3.connect(":memory:")
     con.execute("CREATE TABLE figures (check_ TEXT, value REAL, layer TEXT)")
-    from gpuaccept import baseline
+    from gpuaccept.reporting import baseline
     for k in keys:
         nk, bk = con.execute(f"SELECT {history._sql_nightly_key('?1')}, {history._sql_burnin_key('?1')}",
                              (k,)).fetchone()
@@ -348,7 +349,7 @@ def test_sigterm_mid_run_writes_complete_whole_run_files(tmp_path):
 def test_prometheus_above_its_limit_keeps_hosts_that_did_not_pass_first(tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpuaccept.prometheus import write_textfile
+    from gpuaccept.reporting.prometheus import write_textfile
     figs = [f for r in _recs(6) for f in r.figures]
     verdicts = {f"gpu-{i:02d}": "PASS" for i in range(6)} | {"gpu-01": "FAIL"}
     path = tmp_path / "g.prom"
@@ -368,7 +369,7 @@ def test_prometheus_above_its_limit_keeps_hosts_that_did_not_pass_first(tmp_path
 def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
     """Above MAX_ROWS hosts the page has a row per host that did not pass and names the passing ones in one
     folded list; the GPU table keeps GPUs with a failing figure first and at most MAX_ROWS rows."""
-    from gpuaccept import html_report
+    from gpuaccept.reporting import html as html_report
     n = html_report.MAX_ROWS + 300
     hosts = [f"gpu{i:05d}" for i in range(n)]
     recs = []

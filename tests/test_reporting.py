@@ -21,11 +21,11 @@ import pytest
 
 from project_helpers import CPU_SUITE, DATA, GPU_LAYERS, alter, junit, make_project, replay_folder, replay_project, run_pytest
 
-from gpuaccept import history
+from gpuaccept.reporting import history
 from gpuaccept.errors import ConfigError
-from gpuaccept.limitfile import hosts_from_file
-from gpuaccept.merge import main as merge_main
-from gpuaccept.report import CaseRecord, Reporter, failed_hosts, figure_properties, host_verdicts
+from gpuaccept.config.limitfile import hosts_from_file
+from gpuaccept.scaleout.merge import main as merge_main
+from gpuaccept.reporting.records import CaseRecord, Reporter, failed_hosts, figure_properties, host_verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -182,7 +182,7 @@ def test_first_pass_baseline_follows_a_corrected_sku(tmp_path):
 def test_history_on_a_read_only_mount_is_named_so(tmp_path):
     """A good history database on a read-only mount (a bind mount remounted ro in a private mount namespace)
     and a new one in a read-only folder: the run exits 4 before any node naming the read-only filesystem;
-    ``python -m gpuaccept.history`` still reads the good one. Before: "not a gpuaccept history database
+    ``python -m gpuaccept.reporting.history`` still reads the good one. Before: "not a gpuaccept history database
     (unable to open database file)" for both (an operator deletes a good history after that), and the CLI
     could not read it."""
     unshare = shutil.which("unshare")
@@ -207,7 +207,7 @@ def test_history_on_a_read_only_mount_is_named_so(tmp_path):
         assert "not a gpuaccept history database" not in res.stderr and "Traceback" not in res.stderr + res.stdout
         assert not rep.exists()
     cli = subprocess.run([unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", f'{ro} && exec "$@"', "sh",
-                          sys.executable, "-m", "gpuaccept.history", "--db", str(db), "--serial", "S0", "--json"],
+                          sys.executable, "-m", "gpuaccept.reporting.history", "--db", str(db), "--serial", "S0", "--json"],
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert cli.returncode == 0, cli.stderr
     assert [(r["run"], r["value"]) for r in json.loads(cli.stdout)] == [("r1", 4800.0)]
@@ -282,7 +282,7 @@ def test_history_migrates_v1_and_cli(tmp_path, capsys):
 def test_prometheus_textfile_parses(tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpuaccept.prometheus import write_textfile
+    from gpuaccept.reporting.prometheus import write_textfile
     path = tmp_path / "gpuaccept.prom"
     figs = [fig("a", "hbm_read_bw_gbps", 4606.3, gpu=0, serial="1650", lim=4300),
             fig("a", "busbw_gbps", 12.5, bytes=4096), fig("a", "name", "NVIDIA H200")]
@@ -483,7 +483,7 @@ def test_progress_drops_a_finished_probe():
     was stuck)."""
     import io
 
-    from gpuaccept.reporting import Progress
+    from gpuaccept.plugin.reports import Progress
     p = Progress(io.StringIO(), tty=True, timeout_s=300)
     p.begin("gpu-07", "test_hbm_bandwidth")
     p.begin("gpu-07", "probe hbm_bandwidth", 120)
@@ -499,7 +499,7 @@ def test_progress_drops_a_finished_probe():
 def test_progress_plain_lines_and_tty_line():
     import io
 
-    from gpuaccept.reporting import Progress
+    from gpuaccept.plugin.reports import Progress
     buf = io.StringIO()
     p = Progress(buf, tty=False, timeout_s=300)
     p.begin("gpu-07", "probe nccl_allreduce", 180)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.inventory import load_inventory
-from gpuaccept.multinode import HostResult
-from gpuaccept.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, layout_arg, node_inventory,
+from gpuaccept.config.inventory import load_inventory
+from gpuaccept.runner.multinode import HostResult
+from gpuaccept.scaleout.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, layout_arg, node_inventory,
                              slurm_world, take_history, worst_exit)
-from gpuaccept.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
+from gpuaccept.scaleout.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
 from slurm_cluster import slurm_missing_reason, start_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_node_inventory_of_a_host_reached_by_ssh_host_and_sudo(tmp_path):
     """A host written with the older ``ansible_ssh_host`` is found by that address, and its node inventory
     (the local connection) drops sudo and SSH settings: become is refused with the local connection, and the
     node runs as the user Slurm started it as."""
-    from gpuaccept.hostvars import check_host
+    from gpuaccept.config.hostvars import check_host
     inv_file = tmp_path / "prod.ini"
     inv_file.write_text("[gpu]\ngpu-07 ansible_ssh_host=10.0.0.7 ansible_user=ops ansible_become=yes "
                         "ansible_become_user=root ansible_private_key_file=~/.ssh/id_fleet gpus_per_node=8\n")
@@ -188,7 +188,7 @@ def test_suite_on_every_node_of_the_allocation(cluster, tmp_path):
     inv = tmp_path / "prod.ini"
     inv.write_text("[gpu]\nn1\nn2 gpu_sku=h200-sxm-141gb\nn3\n")
     run_dir = tmp_path / "run"
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(run_dir),
                             "--inventory", str(inv), "--", "-m", "health", "-k", "test_gpu_inventory",
                             "--history", "none"],
                   cwd=REPO)
@@ -204,28 +204,28 @@ def test_suite_on_every_node_of_the_allocation(cluster, tmp_path):
     assert "n2: pytest exit code 1" in out and "n1: pytest exit code 0" in out
     n2 = (run_dir / "nodes" / "n2" / "junit-health.xml").read_text()
     assert "n2: no NVIDIA GPU found" in n2 and "declares gpu_sku=h200-sxm-141gb" in n2, n2[:2000]
-    # the join: gpuaccept.merge where it is installed, else the launcher says where the node folders are
+    # the join: gpuaccept.scaleout.merge where it is installed, else the launcher says where the node folders are
     import importlib.util
-    if importlib.util.find_spec("gpuaccept.merge"):
+    if importlib.util.find_spec("gpuaccept.scaleout.merge"):
         assert (run_dir / "merged" / "results.json").is_file(), out
     else:
-        assert "gpuaccept.merge is not installed" in out
+        assert "gpuaccept.scaleout.merge is not installed" in out
 
 
 def test_node_missing_from_inventory_stops_before_srun(cluster, tmp_path):
     inv = tmp_path / "prod.ini"
     inv.write_text("n1\nn2\n")
     run_dir = tmp_path / "run"
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(run_dir),
                             "--inventory", str(inv), "--", "-m", "health"], cwd=REPO, timeout=120)
     assert res.returncode == 4, res.stdout + res.stderr
-    err = [line for line in res.stderr.splitlines() if line.startswith("gpuaccept.slurm")]
+    err = [line for line in res.stderr.splitlines() if line.startswith("gpuaccept.scaleout.slurm")]
     assert len(err) == 1 and "n3" in err[0] and str(inv) in err[0] and "Traceback" not in res.stderr
     assert not (run_dir / "nodes").exists()
 
 
 def test_launcher_outside_an_allocation_is_bad_input(cluster, tmp_path):
-    res = cluster.run([sys.executable, "-m", "gpuaccept.slurm", "--", "-m", "health"], cwd=str(REPO),
+    res = cluster.run([sys.executable, "-m", "gpuaccept.scaleout.slurm", "--", "-m", "health"], cwd=str(REPO),
                       env={"PYTHONPATH": str(REPO)})
     assert res.returncode == 4 and "not inside a Slurm allocation" in res.stderr and "Traceback" not in res.stderr
 
@@ -240,7 +240,7 @@ def test_allreduce_through_srun(cluster, tmp_path):
     taken = blocker.getsockname()[1]
     out = tmp_path / "ar.json"
     try:
-        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend", "gloo",
+        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm_allreduce", "--backend", "gloo",
                                 "--port", str(taken), "--deadline-s", "120", "--json", str(out), "--args",
                                 json.dumps({"min_bytes": 4096, "max_bytes": 65536, "iters": 2, "warmup": 1,
                                             "reps": 1})], cwd=tmp_path, timeout=400)
@@ -260,7 +260,7 @@ def test_allreduce_through_srun(cluster, tmp_path):
 def test_allreduce_names_the_node_that_failed(cluster, tmp_path):
     """A bad probe argument on every node is a crash named per node, with the probe's message, exit 1."""
     out = tmp_path / "ar.json"
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend", "gloo",
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm_allreduce", "--backend", "gloo",
                             "--json", str(out), "--args", json.dumps({"dtype": "int7"})], cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
     doc = json.loads(out.read_text())
@@ -296,7 +296,7 @@ def test_allreduce_names_a_stalled_node(cluster, tmp_path):
     import time
     out = tmp_path / "ar.json"
     env = {**cluster.env, "PYTHONPATH": str(REPO)}
-    cmd = ["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm_allreduce", "--backend",
+    cmd = ["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.scaleout.slurm_allreduce", "--backend",
            "gloo", "--deadline-s", "120", "--stall-s", "3", "--json", str(out), "--args",
            json.dumps({"min_bytes": 1 << 20, "max_bytes": 1 << 26, "iters": 50, "warmup": 1, "reps": 5})]
     proc = subprocess.Popen(cmd, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -356,7 +356,7 @@ def test_killed_nodes_are_errors_in_the_joined_report(cluster, tmp_path):
     (tmp_path / "killer_plugin.py").write_text(KILLER)
     run_dir = tmp_path / "run"
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
-    res = cluster.run(["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.slurm", "--reports",
+    res = cluster.run(["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports",
                        str(run_dir), "--", "-p", "killer_plugin", "-m", "health", "-k", "test_gpu_inventory",
                        "--history", "none"],
                       timeout=300, cwd=str(REPO), env=env)
@@ -376,7 +376,7 @@ def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tm
     run_dir = tmp_path / "run"
     (run_dir / "nodes").mkdir(parents=True)
     (run_dir / "nodes" / "n2").write_text("not a folder\n")
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(run_dir), "--", "-m",
                             "health", "-k", "test_gpu_inventory", "--history=none"], cwd=REPO)
     out = res.stdout + res.stderr
     assert res.returncode == 3, out
@@ -384,9 +384,9 @@ def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tm
     assert _merged_verdicts(run_dir) == {"n1": "SKIP", "n2": "ERROR", "n3": "SKIP"}, out
     assert "n2: no results from this node" in (run_dir / "merged" / "summary.md").read_text()
     # launching again into the same folder is refused before srun: nothing of the first run is touched
-    again = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir), "--", "-m",
+    again = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(run_dir), "--", "-m",
                               "health", "-k", "test_gpu_inventory"], cwd=REPO)
-    err = [ln for ln in again.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    err = [ln for ln in again.stderr.splitlines() if ln.startswith("gpuaccept.scaleout.slurm")]
     assert again.returncode == 4 and len(err) == 1 and "already holds a run" in err[0], again.stdout + again.stderr
     assert (run_dir / "nodes" / "n1" / "exitcode").read_text() == "0\n"
 
@@ -395,11 +395,11 @@ def test_an_srun_arg_typo_is_bad_input_not_three_missing_nodes(cluster, tmp_path
     """--srun-arg=--gpu-per-nodes=1 (srun does not know it). Before: exit 3 and 'no exit code' for every node,
     as if the nodes had died. After: exit 4, one line saying srun stopped before any task started."""
     run_dir = tmp_path / "run"
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(run_dir),
                             "--srun-arg=--gpu-per-nodes=1", "--", "-m", "health"], cwd=REPO, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode == 4, out
-    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.scaleout.slurm")]
     assert len(err) == 1 and "before any node's task started" in err[0] and "--gpu-per-nodes=1" in err[0], out
     assert "no exit code" not in out and not (run_dir / "merged").exists()
 
@@ -420,9 +420,9 @@ def test_an_srun_arg_that_changes_the_task_layout_is_refused(cluster, tmp_path):
     pytest into the same node folder (the second refused it, or both wrote it: counted twice). After: exit 4,
     one line, before srun."""
     run_dir = tmp_path / "run"
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(run_dir),
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(run_dir),
                             "--srun-arg=--ntasks-per-node=2", "--", "-m", "health"], cwd=REPO, timeout=120)
-    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.scaleout.slurm")]
     assert res.returncode == 4 and len(err) == 1 and "--ntasks-per-node=2" in err[0], res.stdout + res.stderr
     assert "sets which nodes run a task or how many" in err[0]
     assert not (run_dir / "nodes").exists()
@@ -442,7 +442,7 @@ def test_each_job_is_one_run_in_the_history(cluster, tmp_path):
     import sqlite3
     db = tmp_path / "h.sqlite"
     for job in ("job1", "job2"):
-        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(tmp_path / job), "--",
+        res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(tmp_path / job), "--",
                                 "-m", "health", "-k", "test_gpu_inventory", "--history", str(db)], cwd=REPO)
         assert res.returncode == 0, res.stdout + res.stderr
     con = sqlite3.connect(db)
@@ -457,9 +457,9 @@ def test_a_node_matching_two_inventory_hosts_is_named_as_such(cluster, tmp_path)
     both hosts, exit 4, before srun."""
     inv = tmp_path / "prod.ini"
     inv.write_text("n1.rack-a\nn1.rack-b\nn2\nn3\n")
-    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.slurm", "--reports", str(tmp_path / "run"),
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", str(tmp_path / "run"),
                             "--inventory", str(inv), "--", "-m", "health"], cwd=REPO, timeout=120)
-    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.slurm")]
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuaccept.scaleout.slurm")]
     assert res.returncode == 4 and len(err) == 1, res.stdout + res.stderr
     assert "node n1 of the allocation matches 2 hosts" in err[0] and "n1.rack-a, n1.rack-b" in err[0], err
     assert not (tmp_path / "run" / "nodes").exists()

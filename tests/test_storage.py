@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import storage_judging as sj
-from gpuaccept import storage_limits as sl
+from gpuaccept.judging import storage as sj
+from gpuaccept.config import storage as sl
 from gpuaccept.errors import ConfigError
 from probe_helpers import sysfs_pci as _pci, write_line as _w
 from project_helpers import junit, make_project, run_pytest

@@ -1,4 +1,4 @@
-"""gpuaccept.storage_judging (pure) and the storage inventory variables that feed it (gpuaccept.storage_limits).
+"""gpuaccept.judging.storage (pure) and the storage inventory variables that feed it (gpuaccept.config.storage).
 
 Placement entries are written the way the storage_mounts probe reports them (tests/test_storage.py runs the
 probe itself on real mounts); the GPUDirect RDMA facts the way the rdma probe reports them.
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept import storage_judging as sj
-from gpuaccept import storage_limits as sl
+from gpuaccept.judging import storage as sj
+from gpuaccept.config import storage as sl
 from gpuaccept.errors import ConfigError
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuaccept.node import save_probe
+from gpuaccept.runner.host import save_probe
 from probe_helpers import sysfs_pci as _pci, write_line as _w
 from project_helpers import junit, make_project, replay_captures, replay_suite, run_pytest
 

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ThresholdError
-from gpuaccept.sku import detect_sku
-from gpuaccept.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, load_all, load_sku_file
-from gpuaccept.yamlload import load_file  # the product's loader, which refuses duplicate keys
+from gpuaccept.judging.sku import detect_sku
+from gpuaccept.config.thresholds import CHECKS, EXPECT_KEYS, SkuSpec, load_all, load_sku_file
+from gpuaccept.config.yamlload import load_file  # the product's loader, which refuses duplicate keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THRESHOLD_DIR = os.path.join(ROOT, "thresholds")
@@ -532,7 +532,7 @@ def test_detect_sku_ambiguous(tmp_path):
     assert "several" in msg and "test-sku" in msg and "test-sku-b" in msg
 
 
-# ---------------------------------------------------------------------------------------------- loader (gpuaccept.yamlload)
+# ---------------------------------------------------------------------------------------------- loader (gpuaccept.config.yamlload)
 
 def _base_text() -> str:
     return yaml.safe_dump(BASE_DOC, sort_keys=False)

@@ -321,10 +321,10 @@ import json  # noqa: E402
 import logging  # noqa: E402
 
 from gpuaccept.errors import Interrupted  # noqa: E402
-from gpuaccept.inventory import Host  # noqa: E402
-from gpuaccept.node import HostRunner  # noqa: E402
+from gpuaccept.config.inventory import Host  # noqa: E402
+from gpuaccept.runner.host import HostRunner  # noqa: E402
 from gpuaccept.transport import cancel_all, reset_interruption, running  # noqa: E402
-from gpuaccept.transport.sshconfig import parse_jump, resolve, ssh_args_options  # noqa: E402
+from gpuaccept.config.sshconfig import parse_jump, resolve, ssh_args_options  # noqa: E402
 
 def sleeper(tmp_path: Path, m1: str, m2: str) -> Path:
     """A stand-in probe: starts a child ``sleep m2`` in its group, then sleeps ``m1`` itself."""

@@ -1,4 +1,4 @@
-"""The Xid/SXid probe (xid_events) on fixture log text and real files, and gpuaccept.xid's judging.
+"""The Xid/SXid probe (xid_events) on fixture log text and real files, and gpuaccept.judging.xid's judging.
 
 Fixture logs (tests/data): kern-xid.log (Xid lines as the NVIDIA driver writes them, journalctl short-iso) and
 kern-sxid-offbus.log (the NVSwitch SXid format of NVIDIA's Fabric Manager guide, an Xid line without a number,
@@ -16,7 +16,7 @@ from fnmatch import fnmatch
 
 import pytest
 
-from gpuaccept import xid as xidmod
+from gpuaccept.judging import xid as xidmod
 from probe_helpers import DATA, ROOT, load_probe, run_probe
 
 xev = load_probe("xid_events")
@@ -311,7 +311,7 @@ def test_probe_subprocess_reads_a_file_source():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# gpuaccept.xid: NVIDIA's catalogue as data, the verdict from the immediate bucket
+# gpuaccept.judging.xid: NVIDIA's catalogue as data, the verdict from the immediate bucket
 
 
 @pytest.mark.parametrize("xid, bucket, rule, fails", [
@@ -398,7 +398,7 @@ def test_data_files_are_packaged():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# gpuaccept.xid: SXid judging from the Fabric Manager guide
+# gpuaccept.judging.xid: SXid judging from the Fabric Manager guide
 
 
 def test_sxid_verdicts_name_switch_and_link():

@@ -13,7 +13,7 @@ Live progress (optional, for probes that run minutes): :func:`progress` writes o
 that is :data:`PROGRESS_PREFIX` at the start of the line, then one JSON object on the same line. Every key is
 optional: ``done``/``total`` seconds of the probe's own work, ``gpus`` per GPU (torch index or rank as a
 string) figures named with their unit suffix (``_tflops`` TFLOP/s, ``_gbps`` GB/s, ``_c`` degrees C, ``_w`` W,
-``_mhz`` MHz), ``text`` a short note. The controller (gpuaccept.progress_channel) shows the last such line of
+``_mhz`` MHz), ``text`` a short note. The controller (gpuaccept.transport.progress) shows the last such line of
 each host on its progress display as it arrives; other stderr lines are logs as before, and the whole stderr
 still reaches the controller at the end. One process per node writes them (the probe's parent, not its ranks).
 """
@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-#: start of a live progress line on stderr (the controller's gpuaccept.progress_channel.PREFIX is this)
+#: start of a live progress line on stderr (the controller's gpuaccept.transport.progress.PREFIX is this)
 PROGRESS_PREFIX = "GPUACCEPT-PROGRESS "
 # one write per line under a lock: threads' logs and progress lines never interleave within a line
 _ERR_LOCK = threading.Lock()

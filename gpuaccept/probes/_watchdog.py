@@ -2,7 +2,7 @@
 
     python3 _watchdog.py [--watch-stdin] [--exec] DEADLINE_S GRACE_S PROBE.py [ARGS...]
 
-The controller starts every shipped probe this way (gpuaccept/node.py), as the process group leader of its
+The controller starts every shipped probe this way (gpuaccept/runner/host.py), as the process group leader of its
 command. The watchdog forks the probe into a process group of its own, announces that group on stderr as
 ``__GPUACCEPT_PGID__=<pgid>`` (before the probe runs; the controller strips the line and kills that group
 too when it times out or is interrupted), then waits. It kills the probe's group (SIGTERM, up to
@@ -32,7 +32,7 @@ The shipped folder (``$TMPDIR/gpuaccept.<12 hex>``, the watchdog's working direc
 each probe start (:func:`mark_used`). A run whose controller was SIGKILLed, or whose host froze, cannot remove its
 folder; the next run's shipping removes such folders (:func:`sweep_stale`: this user's, unused for
 :data:`STALE_S`, no process working in them). A run whose folder vanished under it ships the probes again
-(gpuaccept.node).
+(gpuaccept.runner.host).
 
 A probe that exits by itself leaves nothing behind either: whatever it left running in its group is killed.
 Exit status: the probe's (128 + N when it died of signal N); after a kill, 1 with one JSON line

@@ -39,7 +39,7 @@ Order per path (the set-up is ``_storage.scratch``, shared with storage_to_gpu a
 holding the path is looked up in /proc/self/mountinfo (longest mount point that prefixes the resolved path)
 and reported: ``mount_point``, ``mount_source``, ``fstype``, ``mount_root`` (the folder of the filesystem
 mounted there), ``device`` (major:minor) and ``root_fs`` (the same filesystem as ``/``: the OS disk; the
-controller fails such a path unless the inventory expects it, see gpuaccept/storage_limits.py);
+controller fails such a path unless the inventory expects it, see gpuaccept/config/storage.py);
 tmpfs, ramfs, overlay, squashfs and fuse* fail the path ("not a block-backed filesystem (tmpfs)") before
 anything is written -- a RAM disk must never pass as a drive; (2) free space (os.statvfs: f_bavail *
 f_frsize) minus the margin bounds the total size; with less than 64 MiB of room the path fails ("not
@@ -180,7 +180,7 @@ def timed_start(doc: dict, fig: dict, launched: float) -> float:
     """Unix time (s) at which the timed part of a fio run began: fio's report time (``timestamp_ms``, written as
     the run ends) less the run's ``runtime_ms``, so that neither fio's start-up nor its laying out of the files
     counts; ``launched`` (the time before fio was started) where fio gives no ``timestamp_ms``. What the shared-
-    filesystem aggregate compares between hosts (gpuaccept.storage_judging.Aggregate.not_concurrent): with the
+    filesystem aggregate compares between hosts (gpuaccept.judging.storage.Aggregate.not_concurrent): with the
     launch time, a host slower to lay out its files, or to start fio on a loaded node, read as a run apart."""
     ts, rt = doc.get("timestamp_ms"), fig.get("runtime_ms")
     if isinstance(ts, (int, float)) and not isinstance(ts, bool) and isinstance(rt, (int, float)) and ts > 0:

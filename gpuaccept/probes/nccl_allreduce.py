@@ -10,7 +10,7 @@ helpers beside it do the rest: ``_supervisor.py`` (spawn, supervise, report, kil
 and for one host of a multi-node world), ``_nccl.py`` (libnccl through ctypes), ``_nccl_log.py`` (NCCL's
 INFO lines: transports, algorithms, network devices) and ``_nccl_world.py`` (the multi-node world check and
 the interface toward the master, IPv4 or IPv6). ``busbw_factor`` here is the source of the busbw factor;
-the controller's ``gpuaccept.nccl_table.busbw`` is held to it by a test.
+the controller's ``gpuaccept.judging.nccl_table.busbw`` is held to it by a test.
 
 Arguments (JSON object, every key optional)
 -------------------------------------------
@@ -101,7 +101,7 @@ api torch (gloo always; nccl on request or as the fallback) is measured as follo
   256 bfloat16); the output of one more collective is compared element by element on the device with the
   expected sum; ``#wrong`` is the sum over ranks of mismatching elements (NaN counts as wrong).
 
-Multi-node mode (arguments ``nnodes`` and ``node_rank`` given; driven by :mod:`gpuaccept.multinode`)
+Multi-node mode (arguments ``nnodes`` and ``node_rank`` given; driven by :mod:`gpuaccept.runner.multinode`)
 ---------------------------------------------------------------------------------------------------
 One probe per host, all started at once by the controller; each supervises only its own ranks, with the
 deadline and kill logic above. Extra arguments:

@@ -22,7 +22,7 @@ Output::
      "loopback": [{"hca", "gpu", "bw_gbps", "bw_gbits", "error"}]}
 
 Peer memory (facts only, see :func:`peermem`; whether GPUDirect RDMA is ready is judged on the controller,
-gpuaccept/storage_judging.py ``gdr_readiness``): nvidia_peermem in /proc/modules and its state; the
+gpuaccept/judging/storage.py ``gdr_readiness``): nvidia_peermem in /proc/modules and its state; the
 peer-memory clients registered with ib_core (/sys/kernel/mm/memory_peers/<client>/version, "nv_mem" and
 "nv_mem_nc" for nvidia-peermem); kernel symbols for the dma-buf path (dma_buf_export, ib_umem_dmabuf_get)
 and the PeerDirect API (ib_register_peer_memory_client); the NVIDIA open kernel module

@@ -12,13 +12,13 @@ stdout and stderr are drained together, so a command writing megabytes to both n
 Errors raise the subclasses of gpuaccept.errors.TransportError, each naming the host.
 
 ``progress=fn`` calls ``fn(doc)`` with each live progress line the command writes to stderr, as it arrives
-(``GPUACCEPT-PROGRESS {json}``, gpuaccept.progress_channel); stderr is still returned whole at the end.
+(``GPUACCEPT-PROGRESS {json}``, gpuaccept.transport.progress); stderr is still returned whole at the end.
 
 ``hold_stdin=True`` keeps the command's stdin open (no EOF) until it ends: a command run under the node-side
 watchdog (``probes/_watchdog.py``) reads EOF there as "the controller is gone" and kills its process group.
 
 Every command in flight is in one registry (:func:`running`); :func:`cancel_all` (the interrupt handler's
-kill-all, see gpuaccept.interrupt) makes each backend kill its remote process group and raise Interrupted,
+kill-all, see gpuaccept.runner.interrupt) makes each backend kill its remote process group and raise Interrupted,
 whichever thread waits on it (multi-node ranks included). Every command is logged at DEBUG on the
 ``gpuaccept.run`` logger, in one place (:func:`tracked`): ``RUN <host> <command> rc=<rc> <seconds>s``.
 """
@@ -123,7 +123,7 @@ def running() -> list[Running]:
 def cancel_all(reason: str, abort: bool = False) -> list[str]:
     """Cancel every command in flight (``reason``: e.g. ``SIGTERM``): each backend's wait loop notices
     within 0.1 s, kills the command's remote process group and raises Interrupted; remember the reason
-    (:func:`interruption`: gpuaccept.node then starts no new command). ``abort``: a second signal (no
+    (:func:`interruption`: gpuaccept.runner.host then starts no new command). ``abort``: a second signal (no
     clean-up commands either, :func:`aborting`). Returns the hosts whose commands were cancelled. Safe to
     call from a signal handler (sets events only)."""
     _STATE["reason"] = _STATE["reason"] or reason

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from gpuaccept.probes._proc import group_alive, processes
 from gpuaccept.errors import CommandTimeout, Interrupted, TransportError
-from gpuaccept.progress_channel import ProgressLines
+from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, tracked
 
 #: seconds between SIGTERM and SIGKILL when a command times out
@@ -97,7 +97,7 @@ class LocalTransport:
         ``stdout``/``stderr`` attributes). Cancelled (gpuaccept.transport.cancel_all): the group is killed
         and Interrupted is raised. Returns a CommandResult whose ``rc`` is negative when the shell was
         killed by a signal. ``progress``: called with each live progress line of the command's stderr as it
-        arrives (gpuaccept.progress_channel; stderr is then drained by a thread of its own, and still returned
+        arrives (gpuaccept.transport.progress; stderr is then drained by a thread of its own, and still returned
         whole). Raises TransportError if /bin/sh cannot start, ValueError for stdin with ``hold_stdin``.
         """
         if hold_stdin and stdin:

@@ -13,7 +13,7 @@ next line. On timeout or interruption (gpuaccept.transport.cancel_all) every ann
 (``MaxSessions 1``) through a fresh connection; and for a command holding its stdin (``hold_stdin``) also by
 EOF on the running channel, which the watchdog takes as "kill my group".
 
-Where to connect comes from the inventory and ``~/.ssh/config`` (gpuaccept.transport.sshconfig): HostName,
+Where to connect comes from the inventory and ``~/.ssh/config`` (gpuaccept.config.sshconfig): HostName,
 Port, User, IdentityFile, and ProxyJump (each hop a connection of its own, the next one tunnelled through its
 ``direct-tcpip`` channel) or ProxyCommand (paramiko.ProxyCommand).
 """
@@ -27,8 +27,8 @@ import logging
 import os
 import re
 import select
-from ..hostvars import KNOWN_HOSTS_VARS, become_user
-from ..shell import quote as _quote
+from gpuaccept.config.hostvars import KNOWN_HOSTS_VARS, become_user
+from gpuaccept.transport.shell import quote as _quote
 import socket
 import threading
 import time
@@ -53,9 +53,9 @@ from gpuaccept.errors import (
     HostUnreachable,
     Interrupted,
 )
-from gpuaccept.progress_channel import ProgressLines
+from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, tracked
-from gpuaccept.transport.sshconfig import parse_jump, resolve
+from gpuaccept.config.sshconfig import parse_jump, resolve
 
 log = logging.getLogger(__name__)
 #: paramiko's transport logs go here (not to "paramiko.transport"): with no logging configured they
@@ -219,7 +219,7 @@ class SSHTransport:
     keys are appended to it (else to the var's file, else to ~/.ssh/known_hosts).
     ``accept_new_host_keys``: trust an unknown host key on first use; a changed key is always refused.
     ``connect_timeout``: seconds, each for TCP connect, SSH handshake and authentication.
-    ``ssh_config``: OpenSSH client config (default ``~/.ssh/config``), see gpuaccept.transport.sshconfig;
+    ``ssh_config``: OpenSSH client config (default ``~/.ssh/config``), see gpuaccept.config.sshconfig;
     inventory vars win over it. ``_jump_spec``: ProxyJump hops in front of this host (for hops themselves).
 
     The connection opens on the first run(), is kept (keepalive every KEEPALIVE_S s) and closed by
@@ -280,7 +280,7 @@ class SSHTransport:
         lists the remote process groups left behind, if known), HostKeyError, AuthError,
         CommandTimeout (the remote process group was killed, TERM then KILL), Interrupted (cancelled by
         gpuaccept.transport.cancel_all; killed the same way), TransportError. ``progress``: called (in this
-        thread) with each live progress line of the command's stderr as it arrives (gpuaccept.progress_channel).
+        thread) with each live progress line of the command's stderr as it arrives (gpuaccept.transport.progress).
         """
         with self._lock:
             return tracked(self.host.name, command,

@@ -1,0 +1,419 @@
+"""From what the INI and YAML readers saw to resolved hosts: the group graph, Ansible's variable
+precedence and each host's connection settings.
+
+The readers call :class:`Builder` (groups, children, group vars, hosts with inline vars); :meth:`Builder.finish`
+then resolves, in time linear in the inventory (hosts x groups they are in):
+
+* every group without a parent becomes a child of ``all``; a cycle of children is refused;
+* a group's hosts are its own, then its descendants' level by level (Ansible's order);
+* variables, lowest first: every group's inline vars, every group's group_vars file, the host's inline vars,
+  its host_vars file. Within each, ``all`` comes first, then the other groups by depth (longest path from
+  ``all``), then ``ansible_group_priority``, then name; later wins. So ``group_vars/all.yml`` beats
+  ``[gpu:vars]``, as in Ansible. Hosts in the same groups share one merge of their groups' vars.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections import ChainMap
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from gpuaccept.errors import InventoryError
+from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expand_hostname, looks_like_range
+from gpuaccept.config.yamlload import plain
+from gpuaccept.config.inventory.model import Host, Inventory
+from gpuaccept.config.inventory.varsfiles import VarsFiles
+
+# Variables gpuaccept reads itself: none may hold a template.
+CHECKED_VARS = (
+    "ansible_host", "ansible_ssh_host", "ansible_port", "ansible_ssh_port",
+    "ansible_user", "ansible_ssh_user", "ansible_ssh_private_key_file",
+    "ansible_private_key_file", "ansible_connection", "ansible_python_interpreter",
+    "gpu_sku", "gpus_per_node",
+)
+_CHECKED_SET = frozenset(CHECKED_VARS) | {"nccl_master_addr"}
+# Address variables: a host range written there is kept literally by Ansible (and never connects)
+ADDRESS_VARS = ("ansible_host", "ansible_ssh_host", "nccl_master_addr")
+CONNECTIONS = {"ssh": "ssh", "smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh", "local": "local"}
+_BRACKET_PORT = re.compile(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)$")
+_NAME_PORT = re.compile(r"^(.*):(\d+)$")
+
+
+@dataclass
+class _Group:
+    name: str
+    vars: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    host_set: set[str] = field(default_factory=set)
+    children: list[str] = field(default_factory=list)
+    parents: list[str] = field(default_factory=list)
+    priority: int = 1
+
+
+def split_port(pattern: str, where: str) -> tuple[str, int | None]:
+    """``name:2222`` -> (name, 2222); ``[2001:db8::1]:22`` -> (2001:db8::1, 22); a bare IPv6 address has
+    no port. Raises InventoryError for anything else with a colon."""
+    m = _BRACKET_PORT.match(pattern)
+    if m:
+        return m.group(1), _port(m.group(2), pattern, where)
+    outside = RANGE.sub("", pattern)
+    if ":" not in outside:
+        return pattern, None
+    try:
+        ipaddress.IPv6Address(pattern)
+        return pattern, None
+    except ValueError:
+        pass
+    m = _NAME_PORT.match(pattern)
+    if m and ":" not in RANGE.sub("", m.group(1)):
+        return m.group(1), _port(m.group(2), pattern, where)
+    raise InventoryError(f"{where}: bad host {pattern!r}: expected NAME, NAME:PORT, an IPv6 address or [IPV6]:PORT")
+
+
+def _port(digits: str, pattern: str, where: str) -> int:
+    port = int(digits) if len(digits) <= 5 else 0
+    if not 0 < port < 65536:
+        raise InventoryError(f"{where}: bad host {pattern!r}: port {digits} is not a TCP port")
+    return port
+
+
+def port_clash(pattern: str, port: int | None, hvars: dict[str, Any], where: str) -> None:
+    """Refuse ``n1:2222`` written with another ``ansible_port`` (or ``ansible_ssh_port``) in the same entry:
+    Ansible silently takes the variable, a reader of the line the port in the name. Raises InventoryError."""
+    if port is None:
+        return
+    for var in ("ansible_port", "ansible_ssh_port"):
+        if var in hvars and str(hvars[var]).strip() != str(port):
+            raise InventoryError(f"{where}: host {pattern!r} names port {port} and sets {var}={hvars[var]!r}; "
+                                 "write the port once")
+
+
+def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
+    """The host names a host entry stands for (ranges expanded) and its port, or InventoryError."""
+    pattern = pattern.strip()
+    if not pattern:
+        raise InventoryError(f"{where}: empty host name")
+    name, port = split_port(pattern, where)
+    why = bad_name_reason(RANGE.sub("0", name))
+    if why:
+        raise InventoryError(f"{where}: bad host {pattern!r}: {why}")
+    return expand_hostname(name, where), port
+
+
+class Builder:
+    """Collects groups, hosts and inline vars as the readers see them; :meth:`finish` resolves."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.groups: dict[str, _Group] = {}
+        self.hosts: dict[str, dict[str, Any]] = {}
+        self.host_origins: dict[str, dict[str, str]] = {}
+        self.host_where: dict[str, str] = {}
+        self.group("all")
+        self.group("ungrouped")
+        self.add_child("all", "ungrouped", self.path)
+
+    def group(self, name: str, where: str | None = None) -> _Group:
+        """The group called ``name``, created on first use (``where``, ``file:line``, names a bad name)."""
+        g = self.groups.get(name)
+        if g is None:
+            why = bad_name_reason(name)
+            if why:
+                raise InventoryError(f"{where or self.path}: bad group name {name!r}: {why.replace('host', 'group')}")
+            g = self.groups[name] = _Group(name)
+        return g
+
+    def add_child(self, parent: str, child: str, where: str) -> None:
+        if child == "all":
+            raise InventoryError(f"{where}: group 'all' cannot be a child of {parent!r}")
+        if child == parent:
+            raise InventoryError(f"{where}: group {child!r} cannot be its own child")
+        p, c = self.group(parent), self.group(child)
+        if child not in p.children:
+            p.children.append(child)
+            c.parents.append(parent)
+
+    def set_group_var(self, group: str, key: str, value: Any, where: str) -> None:
+        g = self.group(group)
+        if key == "ansible_group_priority":
+            if isinstance(value, bool) or not isinstance(value, (int, str)) or \
+                    not str(value).strip().lstrip("-").isdigit() or len(str(value).strip()) > 9:
+                raise InventoryError(f"{where}: group {group} ansible_group_priority must be an integer, got {value!r}")
+            g.priority = int(value)
+            return
+        g.vars[key] = plain(value)
+        g.origins[key] = where
+
+    def add_host(self, group: str, name: str, hvars: Mapping[str, Any], origins: Mapping[str, str],
+                 where: str) -> None:
+        known = self.hosts.get(name)
+        if known is None:
+            if len(self.hosts) >= MAX_HOSTS:
+                raise InventoryError(f"{where}: more than {MAX_HOSTS:,} hosts (gpuaccept's limit per inventory)")
+            self.hosts[name] = dict(hvars)
+            self.host_origins[name] = dict(origins)
+            self.host_where[name] = where
+        elif hvars:
+            known.update(hvars)
+            self.host_origins[name].update(origins)
+        g = self.group(group)
+        if name not in g.host_set:
+            g.host_set.add(name)
+            g.hosts.append(name)
+
+    # ---- resolution
+
+    def finish(self) -> Inventory:
+        """Resolve groups and vars into an :class:`Inventory`. Raises InventoryError (cycle, bad var)."""
+        for name in self.groups.keys() & self.hosts.keys():
+            raise InventoryError(f"{self.host_where[name]}: host {name} has the name of a group; rename one (Ansible "
+                                 f"warns here, then applies the host's vars to every host of group {name})")
+        self._reconcile_ungrouped()
+        for name, g in self.groups.items():
+            if name != "all" and not g.parents:
+                self.add_child("all", name, self.path)
+        depth = self._depths()
+        members = {name: self._group_hosts(name) for name in self.groups}
+        host_groups: dict[str, list[str]] = {h: [] for h in self.hosts}
+        for gname, hs in members.items():
+            for h in hs:
+                host_groups[h].append(gname)
+        files = VarsFiles(os.path.dirname(os.path.abspath(self.path)))
+        merged_groups: dict[tuple[str, ...], tuple[dict[str, Any], dict[str, str]]] = {}
+        hosts: dict[str, Host] = {}
+        for hname, in_groups in host_groups.items():
+            key = tuple(in_groups)
+            cached = merged_groups.get(key)
+            if cached is None:
+                ordered = ["all"] + sorted((g for g in in_groups if g != "all"),
+                                           key=lambda g: (depth[g], self.groups[g].priority, g))
+                gvars: dict[str, Any] = {}
+                gorig: dict[str, str] = {}
+                granks: dict[str, int] = {}  # alias var -> rank of the source that set it (higher wins)
+                for level, gname in enumerate(ordered):
+                    gvars.update(self.groups[gname].vars)
+                    gorig.update(self.groups[gname].origins)
+                    _rank(granks, self.groups[gname].vars, level)
+                for level, gname in enumerate(ordered, len(ordered)):
+                    fvars, forig = files.group(gname)
+                    gvars.update(fvars)
+                    gorig.update(forig)
+                    _rank(granks, fvars, level)
+                cached = merged_groups[key] = (gvars, gorig, granks)
+            gvars, gorig, granks = cached
+            fvars, forig = files.host(hname)
+            merged = {**gvars, **self.hosts[hname], **fvars}
+            origins = ChainMap(forig, self.host_origins[hname], gorig)
+            ranks = granks
+            if not _ALIAS_VARS.isdisjoint(self.hosts[hname]) or not _ALIAS_VARS.isdisjoint(fvars):
+                ranks = dict(granks)  # the host's own vars, then its host_vars file, above every group level
+                _rank(ranks, self.hosts[hname], 1_000_000)
+                _rank(ranks, fvars, 1_000_001)
+            hosts[hname] = make_host(self.path, hname, merged, origins, key, ranks)
+        check_addresses(self.path, hosts)
+        return Inventory(path=self.path, hosts=hosts, groups=members)
+
+    def _reconcile_ungrouped(self) -> None:
+        real = dict.fromkeys(self.hosts, False)
+        for name, g in self.groups.items():
+            if name not in ("all", "ungrouped"):
+                for h in g.hosts:
+                    real[h] = True
+        ung = self.groups["ungrouped"]
+        ung.hosts = [h for h in ung.hosts if not real[h]]
+        ung.host_set = set(ung.hosts)
+        ung.hosts += [h for h in self.hosts if not real[h] and h not in ung.host_set]
+        ung.host_set = set(ung.hosts)
+
+    def _depths(self) -> dict[str, int]:
+        """Longest path from ``all`` for every group (Kahn's order over the children graph); refuses a cycle."""
+        waiting = {name: len(g.parents) for name, g in self.groups.items()}
+        depth = dict.fromkeys(self.groups, 0)
+        ready = [n for n, w in waiting.items() if w == 0]
+        done = 0
+        while ready:
+            name = ready.pop()
+            done += 1
+            for c in self.groups[name].children:
+                depth[c] = max(depth[c], depth[name] + 1)
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    ready.append(c)
+        if done < len(self.groups):
+            raise InventoryError(f"{self.path}: groups form a cycle: {self._cycle(waiting)}")
+        return depth
+
+    def _cycle(self, waiting: dict[str, int]) -> str:
+        """One cycle among the groups Kahn's order could not place, as ``a -> b -> a`` (parent to child)."""
+        stuck = {n for n, w in waiting.items() if w > 0}
+        cur = next(n for n in self.groups if n in stuck)
+        trail: list[str] = []
+        seen: dict[str, int] = {}
+        while cur not in seen:  # every stuck group has a stuck parent: walk up until a group repeats
+            seen[cur] = len(trail)
+            trail.append(cur)
+            cur = next(p for p in self.groups[cur].parents if p in stuck)
+        loop = trail[seen[cur]:][::-1]
+        return " -> ".join(loop + [loop[0]])
+
+    def _group_hosts(self, name: str) -> list[str]:
+        """The group's own hosts, then its descendants' level by level (Ansible's order)."""
+        g = self.groups[name]
+        if not g.children:
+            return list(g.hosts)
+        out: list[str] = []
+        seen: set[str] = set()
+        seen_groups = {name}
+        level = [name]
+        while level:
+            nxt: list[str] = []
+            for gname in level:
+                for h in self.groups[gname].hosts:
+                    if h not in seen:
+                        seen.add(h)
+                        out.append(h)
+                for c in self.groups[gname].children:
+                    if c not in seen_groups:
+                        seen_groups.add(c)
+                        nxt.append(c)
+            level = nxt
+        return out
+
+
+#: connection vars Ansible reads under two names: (name, older ``ansible_ssh_*`` spelling that Ansible prefers)
+ALIASES = (("ansible_host", "ansible_ssh_host"), ("ansible_port", "ansible_ssh_port"),
+           ("ansible_user", "ansible_ssh_user"), ("ansible_private_key_file", "ansible_ssh_private_key_file"))
+_ALIAS_VARS = frozenset(n for pair in ALIASES for n in pair)
+
+
+def _rank(ranks: dict[str, int], source: Mapping[str, Any], rank: int) -> None:
+    """Note that ``source`` (one level of Ansible's precedence, ``rank`` higher than the ones before) sets
+    the alias vars it holds."""
+    for k in _ALIAS_VARS.intersection(source):
+        ranks[k] = rank
+
+
+def _first(v: dict[str, Any], key: str, older: str, name: str, origins: Mapping[str, str], path: str,
+           ranks: Mapping[str, int] | None) -> tuple[str, Any]:
+    """The value Ansible connects with for a connection var written ``key`` or ``older``, as (name, value).
+
+    Ansible reads both spellings and takes the older ``ansible_ssh_*`` one whenever it is set, whatever the
+    precedence level of each (``MAGIC_VARIABLE_MAPPING`` in ansible-core's constants.py, first name found
+    wins; the ssh connection plugin's option vars, last name listed wins; checked with ``ansible -vvv``,
+    ansible-core 2.19). gpuaccept takes the same. When ``key`` is set to another value at a higher or equal
+    precedence level (``ranks``: a host's own ``ansible_host`` against ``ansible_ssh_host`` in
+    ``[gpu:vars]``), the file says one machine and Ansible connects to the other: refused (InventoryError
+    naming both ``file:line``)."""
+    value, other = v.get(key), v.get(older)
+    if other is None:
+        return key, value
+    if value is not None and str(value).strip() != str(other).strip() and \
+            (ranks or {}).get(key, 0) >= (ranks or {}).get(older, 0):
+        raise InventoryError(
+            f"{origins.get(key, path)}: host {name} sets {key}={value!r}, but also {older}={other!r} (at "
+            f"{origins.get(older, path)}), which Ansible uses instead whatever the precedence: set only one of them")
+    return older, other
+
+
+def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str], groups: tuple[str, ...],
+              ranks: Mapping[str, int] | None = None) -> Host:
+    """A :class:`Host` from its merged vars. Raises InventoryError naming ``file:line`` and the host for a
+    templated or invalid connection var, for a host range written in an address var, and for a var whose two
+    spellings disagree against precedence (``ranks``: alias var -> precedence level that set it; see
+    :func:`_first`)."""
+    for key in _CHECKED_SET.intersection(v):
+        value = v[key]
+        if not isinstance(value, str):
+            continue
+        if "{{" in value or "{%" in value:
+            raise InventoryError(f"{origins.get(key, path)}: host {name} var {key} holds a Jinja template "
+                                 f"({value!r}); gpuaccept does not render templates")
+        if key in ADDRESS_VARS and "[" in value and looks_like_range(value):
+            raise InventoryError(f"{origins.get(key, path)}: host {name} var {key} holds a host range ({value!r}); "
+                                 "only host names expand ranges (Ansible would try to connect to that text): "
+                                 "list each host")
+    conn_raw = v.get("ansible_connection") or "ssh"
+    connection = CONNECTIONS.get(conn_raw) if isinstance(conn_raw, str) else None
+    if connection is None:
+        raise InventoryError(f"{origins.get('ansible_connection', path)}: host {name} ansible_connection "
+                             f"{conn_raw!r} is not supported (ssh, smart, paramiko or local)")
+    port_key, port_raw = _first(v, "ansible_port", "ansible_ssh_port", name, origins, path, ranks)
+    if port_raw is None:
+        port = 22
+    elif type(port_raw) is int:
+        port = port_raw
+    elif isinstance(port_raw, str) and port_raw.strip().isdigit() and len(port_raw.strip()) <= 5:
+        port = int(port_raw)
+    else:
+        raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} must be an integer, "
+                             f"got {port_raw!r}")
+    if not 0 < port < 65536:
+        raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} {port} is not a TCP port")
+    addr_key, address = _first(v, "ansible_host", "ansible_ssh_host", name, origins, path, ranks)
+    user_key, user = _first(v, "ansible_user", "ansible_ssh_user", name, origins, path, ranks)
+    key_key, key_file = _first(v, "ansible_private_key_file", "ansible_ssh_private_key_file", name, origins, path,
+                               ranks)
+    python = v.get("ansible_python_interpreter")
+    for k, val in ((addr_key, address), (user_key, user), (key_key, key_file),
+                   ("ansible_python_interpreter", python)):
+        if val is not None and type(val) not in (str, int, float):
+            raise InventoryError(f"{origins.get(k, path)}: host {name} var {k} must be text, "
+                                 f"got {type(val).__name__} {val!r}")
+    if address is not None:
+        why = address_problem(str(address))
+        if why:
+            raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
+    if python is None or str(python).startswith("auto"):
+        python = "python3"
+    return Host(
+        name=name,
+        address=str(address) if address is not None else name,
+        port=port,
+        user=str(user) if user is not None else None,
+        key_file=os.path.expanduser(str(key_file)) if key_file is not None else None,
+        connection=connection,
+        python=str(python),
+        vars=v,
+        groups=groups,
+        origins=origins,
+    )
+
+
+def address_problem(address: str) -> str | None:
+    """Why ``address`` (an ``ansible_host`` value) can be no address to connect to, else None: empty, holding
+    whitespace, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
+    host names; ssh and paramiko both fail with "cannot resolve [::1]" on every connection, Ansible too)."""
+    if not address.strip():
+        return "is empty"
+    if any(c.isspace() for c in address):
+        return "holds whitespace"
+    m = _BRACKET_PORT.match(address) or re.fullmatch(r"\[([0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]", address)
+    if m:
+        port = f", and {m.group(2)} in ansible_port" if m.lastindex and m.lastindex >= 2 else ""
+        return f"write the IPv6 address without brackets ({m.group(1)}){port}"
+    return None
+
+
+def _canonical(address: str) -> str:
+    """An address as compared for "the same machine twice": an IP in its canonical form (``2001:0db8::0001``
+    and ``2001:db8::1`` are one address), a name lower-cased."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower()
+
+
+def check_addresses(path: str, hosts: dict[str, Host]) -> None:
+    """Refuse two ssh hosts at one address and port (the same machine listed twice)."""
+    seen: dict[tuple[str, int], str] = {}
+    for h in hosts.values():
+        if h.connection == "local":
+            continue
+        key = (_canonical(h.address), h.port)
+        if key in seen:
+            raise InventoryError(f"{path}: hosts {seen[key]} and {h.name} both resolve to {h.address}:{h.port}; "
+                                 "list each machine once")
+        seen[key] = h.name

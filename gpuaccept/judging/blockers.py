@@ -1,0 +1,134 @@
+"""Blocked, not broken: which GPUs (or the whole host) a lower-layer check shows cannot be measured fairly.
+
+Pure function of the gpu_inventory document (and the node's SKU). A foreign compute process on a GPU, a GPU
+in another MIG mode than its SKU file expects (CUDA then sees a MIG slice of it, or none of it), a GPU
+whose NVSwitch fabric registration is not complete, a GPU NVML has no handle for, and an NVML library that
+differs from the loaded kernel module all make the memory, compute, NVLink, NCCL and GPUDirect figures of
+that GPU (or host) untrustworthy: a card shared with someone else's matmul reads slow without being slow.
+Tests of those layers are then reported as errors "blocked by <check>: <cause>" with their figures kept,
+never as a hardware failure of the card (see :func:`gpuaccept.judging.recorder.outcome`). The health layer's own
+tests (``preflight``, ``fabric``, ``gpu_inventory``, ``driver_versions``) report the cause itself and are
+not blocked.
+
+Each blocker is derived from the health judgment that reports it (gpuaccept/judging/health.py), so the rule lives
+in one place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaccept.judging import health
+from gpuaccept.judging.readings import is_error, is_lost, lost_reason, typed
+from gpuaccept.config.thresholds import SkuSpec
+
+# Layers whose figures depend on the health preconditions (pytest markers / suites/test_<layer>.py).
+DEPENDENT_LAYERS = frozenset({"memory", "compute", "nvlink", "nccl", "gpudirect", "burnin"})
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """``check``: the health test that shows the cause (its name without ``test_``); ``cause``: one line;
+    ``gpu``: the NVML index of the GPU it blocks, None for the whole host."""
+
+    check: str
+    cause: str
+    gpu: int | None = None
+
+    def message(self) -> str:
+        """``"blocked by preflight: GPU 1: foreign processes on the GPU: pid 4242 python3"``."""
+        where = f"GPU {self.gpu}: " if self.gpu is not None else ""
+        return f"blocked by {self.check}: {where}{self.cause}"
+
+
+def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
+    """Blockers of one host from its gpu_inventory document (raw or typed). Pure.
+
+    ``sku``: the host's SkuSpec, or None when it is not known (then the fabric is not judged: whether a
+    fabric is expected is a fact of the SKU file, ``expect.nvswitch``). Unreadable readings do not block
+    (the health tests report them); only states read as bad do. Returns [] for a document without NVML.
+    """
+    if not doc or not doc.get("nvml_available"):
+        return []
+    doc = typed(doc)
+    out: list[Blocker] = []
+    for f in health.driver_versions(doc):
+        if f.failure:
+            out.append(Blocker("driver_versions", f.failure))
+    for g in doc.get("gpus") or []:
+        idx = g.get("index")
+        if is_lost(g):
+            out.append(Blocker("gpu_inventory", f"no NVML handle ({lost_reason(g)})", idx))
+            continue
+        procs = g.get("compute_processes")
+        if isinstance(procs, list) and procs:
+            for f in health.preflight(g, sku) if sku is not None else health.foreign_processes(g):
+                if f.check == "compute_processes" and f.failure:
+                    out.append(Blocker("preflight", f.failure, idx))
+        if sku is not None:  # MIG mode other than the SKU file expects: a probe measures a slice, or nothing
+            for f in health.preflight(g, sku):
+                if f.check == "mig_mode" and f.failure:
+                    out.append(Blocker("preflight", f.failure, idx))
+        if sku is not None and sku.expect.get("nvswitch"):
+            fab = g.get("fabric")
+            if isinstance(fab, dict) and not is_error(fab):
+                for f in health.fabric(g, sku):
+                    if f.failure:
+                        out.append(Blocker("fabric", f.failure, idx))
+    return out
+
+
+# gpu_inventory reason codes (gpuaccept/probes/gpu_inventory.py:init_failure_reason) that mean "this node has
+# no NVIDIA GPU to test" rather than "NVML is broken here".
+NO_GPU_REASONS = frozenset({"no_driver", "driver_not_loaded", "no_gpu"})
+
+
+def driver_present(doc: dict) -> bool:
+    """True when the gpu_inventory document shows an NVIDIA kernel driver on the node (``driver_present``:
+    /proc/driver/nvidia or /dev/nvidia0 exists; older documents: a kernel module version was read)."""
+    return bool(doc.get("driver_present") or doc.get("kernel_driver_version"))
+
+
+def readiness_problem(doc: dict, python: str) -> str | None:
+    """Why a node whose NVML gave no GPU is not ready to be tested, or None when it simply has no GPU.
+
+    ``doc``: the gpu_inventory document with ``nvml_available`` false; ``python``: the interpreter the probes
+    ran under. A library/driver version mismatch, no permission or another nvmlInit failure is a problem
+    (with both versions shown); so is an NVIDIA driver on the node with no nvidia-ml-py for ``python``.
+    "No driver" and "no GPU" are not: the host has no GPU to test. Pure.
+    """
+    if doc.get("nvml_available"):
+        return None
+    code = doc.get("reason_code")
+    kmod = doc.get("kernel_driver_version") or "not loaded"
+    lib = doc.get("nvml_library_version") or "unknown"
+    if code == "no_pynvml":
+        if driver_present(doc):
+            return (f"driver present (kernel module {kmod}), nvidia-ml-py (pynvml) missing for {python}: "
+                    f"install it for that interpreter or set ansible_python_interpreter")
+        return None
+    if code in NO_GPU_REASONS or code is None:
+        return None
+    return f"NVML cannot start: {doc.get('reason') or code} (NVML library {lib}, kernel module {kmod})"
+
+
+# Python packages the probes import on the node (module name -> the package an operator installs).
+PROBE_PACKAGES = {"torch": "torch", "pynvml": "nvidia-ml-py (pynvml)"}
+
+
+def missing_package(message: str, doc: dict | None, python: str) -> str | None:
+    """An operator line for a probe that failed because the node's interpreter lacks a probe package, or None.
+
+    ``message``: the probe error (it carries Python's ``No module named 'torch'``); ``doc``: the node's
+    gpu_inventory document if known (None when it could not be read); ``python``: the probes' interpreter.
+    With the NVIDIA driver on the node this is "driver present, torch missing for /usr/bin/python3", never
+    "no NVIDIA GPU". Pure.
+    """
+    import re
+    m = re.search(r"No module named '([A-Za-z0-9_]+)", message or "")
+    if not m or m.group(1) not in PROBE_PACKAGES:
+        return None
+    pkg = PROBE_PACKAGES[m.group(1)]
+    if doc is not None and driver_present(doc):
+        return (f"driver present (kernel module {doc.get('kernel_driver_version') or 'version unknown'}), {pkg} "
+                f"missing for {python}: install it for that interpreter or set ansible_python_interpreter")
+    return f"{pkg} missing for {python}: install it for that interpreter or set ansible_python_interpreter"

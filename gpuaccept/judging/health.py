@@ -1,0 +1,266 @@
+"""Health judgments on NVML readings (pure functions, no I/O).
+
+Each function takes one GPU's document from the ``gpu_inventory`` probe (or the ``pcie_link`` probe) and the
+node's :class:`~gpuaccept.config.thresholds.SkuSpec`, and returns :class:`Finding` records: a figure to record, its
+limit if it is judged, and a failure message when the GPU is not healthy. The suites turn findings into
+verdicts; the tests feed real captures (and captures altered the way sick GPUs read) straight in.
+
+Readings arrive typed (gpuaccept.judging.readings: a value or an ``NvmlError``; the suites' ``gpus`` fixture types
+them once). A reading NVML could not take is never read as healthy: it fails in NVML's own words when the SKU
+file lists the field under ``expect.required_nvml``, and is recorded as unreadable otherwise. A GPU NVML has
+no handle for fails every per-GPU judgment as "no NVML handle (GPU is lost)".
+Sources: NVML API reference (nvmlDeviceGetRemappedRows, nvmlDeviceGetTotalEccErrors,
+nvmlDeviceGetGpuFabricInfoV), NVIDIA "GPU Memory Error Management" (row remapping: pending means a reset is
+needed to apply a remap, failure means the GPU should be replaced).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaccept.judging.compute import clock_reasons
+from gpuaccept.judging.readings import error_text, is_error, is_lost, lost_reason, number, present
+from gpuaccept.config.thresholds import Limit, SkuSpec
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A figure (``check``, ``value``, ``unit``), its ``limit`` when judged, and ``failure`` when unhealthy;
+    ``context``: what the figure is (e.g. which GPU pair), said in parentheses in a judged figure's failure line."""
+
+    check: str
+    value: Any = None
+    unit: str = ""
+    limit: Limit | None = None
+    failure: str | None = None
+    extra: dict | None = None
+    context: str | None = None
+
+
+def nvml_error(v) -> str | None:
+    """The NVML error text of a reading the probe could not take (typed or placeholder), else None."""
+    return error_text(v)
+
+
+def _required(sku: SkuSpec, field: str) -> bool:
+    return field in (sku.expect.get("required_nvml") or [])
+
+
+def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
+    """A reading NVML refused: a failure in NVML's words when the SKU file requires ``field``
+    (``expect.required_nvml``), else recorded as unreadable."""
+    why = error_text(v) or "not in the probe document"
+    if "GPU is lost" in why:  # NVML_ERROR_GPU_IS_LOST on any field: the GPU fell off the bus mid-reading
+        return Finding(check, v, failure=f"{check} unreadable: NVML says the GPU is lost ({why})")
+    if _required(sku, field):
+        return Finding(check, v, failure=f"{check} unreadable (NVML: {why}); the SKU file requires {field}")
+    return Finding(check, v, extra={"note": f"unreadable (NVML: {why}); {field} not required for {sku.sku}"})
+
+
+def _group(gpu: dict, key: str) -> dict:
+    """``gpu[key]`` as a dict of readings; when the whole group is an NVML error, every field reads as it."""
+    v = gpu.get(key)
+    if isinstance(v, dict):
+        return v
+    return _Every(v)
+
+
+class _Every(dict):
+    """A read-only mapping whose every key gives the same reading (an error, or None when missing)."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def get(self, key, default=None):
+        return self.value
+
+    def __contains__(self, key):
+        return True
+
+
+def lost(gpu: dict) -> list[Finding]:
+    """A GPU NVML listed but has no handle for: one failure, ``"no NVML handle (GPU is lost)"``."""
+    return [Finding("nvml_handle", gpu.get("nvml_error") or gpu.get("handle"),
+                    failure=f"no NVML handle ({lost_reason(gpu)})")]
+
+
+def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """ECC enabled where the SKU has it; uncorrectable ECC counts against the SKU's max: the volatile count
+    always, the aggregate (lifetime) count only on parts without row remapping (where it is recorded).
+
+    ``gpu``: one GPU of the (typed) gpu_inventory document, keys ``ecc.mode_current``, ``ecc.mode_pending``,
+    ``ecc.uncorrected_volatile``, ``ecc.uncorrected_aggregate``, ``ecc.corrected_aggregate`` (counts, from
+    nvmlDeviceGetEccMode / nvmlDeviceGetTotalEccErrors). Raises ThresholdError when the SKU file has no
+    limit for ``ecc_uncorrected_*``.
+    """
+    if is_lost(gpu):
+        return lost(gpu)
+    e = _group(gpu, "ecc")
+    out: list[Finding] = []
+    if sku.expect.get("ecc"):
+        mode = e.get("mode_current")
+        if not isinstance(mode, bool):
+            out.append(_unreadable(sku, "ecc", "ecc_mode", mode))
+        else:
+            out.append(Finding("ecc_mode", mode, failure=None if mode else "ECC is disabled"))
+            if e.get("mode_pending") is False and mode:
+                out.append(Finding("ecc_mode_pending", False, failure="ECC will be disabled at the next reset"))
+    for key in ("uncorrected_volatile", "uncorrected_aggregate"):
+        val = e.get(key)
+        check = f"ecc_{key}"
+        if number(val) is None:
+            out.append(_unreadable(sku, "ecc", check, val))
+        elif key == "uncorrected_aggregate" and sku.expect.get("row_remapping"):
+            # A lifetime count: it never resets, so judging it would fail the node at every run for an error
+            # that row remapping already dealt with. On row-remapping parts the actionable state is judged by
+            # row_remapping() (pending: reset; failure: replace; uncorrectable remaps over the limit) and the
+            # volatile count here (NVIDIA GPU Memory Error Management, "Row Remapping"). Measured: a healthy
+            # H200 with 0 remapped rows reads an aggregate of 1 (2026-11-30).
+            out.append(Finding(check, val, "errors", extra={
+                "note": "lifetime count, recorded: on row-remapping parts the remap state and the volatile "
+                        "count are judged", "limit_not_applied": sku.limit(check).describe()}))
+        else:
+            out.append(Finding(check, val, "errors", sku.limit(check)))
+    out.append(Finding("ecc_corrected_aggregate", e.get("corrected_aggregate"), "errors"))
+    return out
+
+
+def row_remapping(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """Row remapping (Ampere and later): pending → "reset needed", failure → "replace the GPU", uncorrectable
+    remaps judged against the SKU's max, correctable ones recorded. Retired pages on older SKUs.
+
+    ``gpu``: keys ``remapped_rows.{correctable,uncorrectable,pending,failure}`` (nvmlDeviceGetRemappedRows)
+    or ``retired_pages.{double_bit,pending}`` (nvmlDeviceGetRetiredPages*)."""
+    if is_lost(gpu):
+        return lost(gpu)
+    if not sku.expect.get("row_remapping", False):
+        pages = _group(gpu, "retired_pages")
+        dbl = pages.get("double_bit")
+        out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl) if number(dbl) is None else
+               Finding("retired_pages_double_bit", dbl, "pages", sku.checks.get("retired_pages_double_bit"))]
+        if pages.get("pending") is True:
+            out.append(Finding("retired_pages_pending", True, failure="page retirement pending: reset needed"))
+        return out
+    rows = _group(gpu, "remapped_rows")
+    if not isinstance(rows.get("pending"), bool):
+        return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending"))]
+    out = [Finding("remapped_rows_correctable", rows.get("correctable"), "rows"),
+           Finding("remapped_rows_uncorrectable", rows.get("uncorrectable"), "rows",
+                   sku.limit("remapped_rows_uncorrectable"))]
+    if rows.get("pending"):
+        out.append(Finding("remap_pending", True, failure="row remap pending: reset needed"))
+    if rows.get("failure") is True:
+        out.append(Finding("remap_failure", True, failure="row remap failure: replace the GPU"))
+    return out
+
+
+def pcie_link(link: dict, sku: SkuSpec) -> list[Finding]:
+    """PCIe gen and width (read under load by the pcie_link probe) against the SKU's expected link."""
+    out = []
+    for key, check in (("gen", "pcie_gen"), ("width", "pcie_width")):
+        val = link.get(key)
+        extra = {"max": link.get(f"{key}_max"), "idle": link.get(f"{key}_idle")}
+        if number(val) is None:
+            out.append(Finding(check, val, failure=f"PCIe {key} unreadable under load "
+                                                   f"(NVML: {error_text(val) or 'not in the probe document'})"))
+        else:
+            lim = sku.checks.get(check)  # a SKU without a PCIe host link (GH200: NVLink-C2C) sets none
+            out.append(Finding(check, val, limit=lim, extra=extra if lim else {
+                **extra, "note": f"recorded, not judged: {sku.sku} sets no {check} limit"}))
+    return out
+
+
+def temperature(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """GPU temperature (``temp_c``, nvmlDeviceGetTemperature, C) against the SKU's ``temp_c`` max; an
+    unreadable temperature is recorded as such (temperature is not an ``expect.required_nvml`` field unless
+    the SKU file lists ``temp_c`` there). Raises ThresholdError when the SKU file has no ``temp_c``."""
+    if is_lost(gpu):
+        return lost(gpu)
+    t = gpu.get("temp_c")
+    if number(t) is None:
+        return [_unreadable(sku, "temp_c", "temp_c", t)]
+    return [Finding("temp_c", t, "C", sku.limit("temp_c"))]
+
+
+def foreign_processes(gpu: dict) -> list[Finding]:
+    """Compute processes on the GPU (nvmlDeviceGetComputeRunningProcesses): any is foreign while the suite
+    measures (one host's probes never run at once)."""
+    procs = gpu.get("compute_processes")
+    if not isinstance(procs, list):
+        return [Finding("compute_processes", procs, extra={"note": f"unreadable (NVML: {error_text(procs)})"})]
+    return [Finding("compute_processes", len(procs), "processes", failure="foreign processes on the GPU: " +
+                    ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in procs) if procs else None)]
+
+
+def idle_clock_events(gpu: dict) -> list[Finding]:
+    """Hardware clock slowdowns active while the GPU idles (``clocks_event_reasons``, the
+    nvmlDeviceGetCurrentClocksEventReasons mask read by gpu_inventory, no load running): HW slowdown, HW
+    thermal slowdown or HW power brake (gpuaccept.judging.compute.CLOCK_REASONS_FAIL) asserted on an idle card means
+    an overheating card, a failing power supply or an external brake signal; every later figure of the card
+    is throttled. Software reasons (power cap, SW thermal, sync boost) are recorded; an unreadable mask is
+    recorded with NVML's words (the compute layer reads the mask again under load)."""
+    mask = gpu.get("clocks_event_reasons")
+    if number(mask) is None:
+        return [Finding("idle_clocks_event_reasons", mask,
+                        extra={"note": f"unreadable (NVML: {error_text(mask) or 'not in the probe document'})"})]
+    failing, seen = clock_reasons(mask)
+    return [Finding("idle_clocks_event_reasons", f"0x{int(mask):x}", extra={"active": failing + seen} if failing
+                    or seen else None, failure=(f"{', '.join(failing)} active while idle (clocks event reasons "
+                                                f"0x{int(mask):x}): the GPU is throttled before any load")
+                    if failing else None)]
+
+
+def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """No foreign processes on the GPU, persistence mode on, MIG mode as the SKU expects, no hardware clock
+    slowdown while idle (:func:`idle_clock_events`)."""
+    if is_lost(gpu):
+        return lost(gpu)
+    out = foreign_processes(gpu) + idle_clock_events(gpu)
+    pm = gpu.get("persistence_mode")
+    want_pm = sku.expect.get("persistence_mode", True)
+    out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None)
+               if isinstance(pm, bool) else _unreadable(sku, "persistence_mode", "persistence_mode", pm))
+    raw = gpu.get("mig_mode")
+    mig = raw.get("current") if isinstance(raw, dict) else raw
+    want = bool(sku.expect.get("mig_mode", False))
+    if isinstance(mig, bool):
+        out.append(Finding("mig_mode", mig, failure=f"MIG mode is {'on' if mig else 'off'}, the SKU file expects "
+                                                    f"{'on' if want else 'off'}" if mig != want else None))
+    elif want:
+        out.append(Finding("mig_mode", mig, failure="the SKU file expects MIG mode on, and NVML cannot read it"))
+    else:  # "Not Supported" on GPUs without MIG: recorded in NVML's words
+        out.append(_unreadable(sku, "mig_mode", "mig_mode", mig))
+    return out
+
+
+def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
+    """NVSwitch fabric registration (NVML GPU fabric info): state completed and status success."""
+    if is_lost(gpu):
+        return lost(gpu)
+    fab = gpu.get("fabric")
+    if not isinstance(fab, dict) or is_error(fab):
+        return [_unreadable(sku, "fabric", "fabric_state", fab)]
+    state, status = str(fab.get("state")).lower(), str(fab.get("status")).lower()
+    bad = state != "completed" or status not in ("none", "success")
+    return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status")},
+                    failure=f"fabric state {fab.get('state')}, status {fab.get('status')}" if bad else None)]
+
+
+def gpu_count(found, declared) -> Finding:
+    """GPUs NVML gave a handle for against the inventory's ``gpus_per_node`` (None: recorded only).
+
+    ``found``: a count, or the gpu_inventory GPU list (lost GPUs do not count)."""
+    n = len(present(found)) if isinstance(found, list) else int(found)
+    bad = declared is not None and int(declared) != n
+    return Finding("gpu_count", n, "GPUs", failure=f"gpu_count {n} != gpus_per_node {declared}" if bad else None)
+
+
+def driver_versions(doc: dict) -> list[Finding]:
+    """The NVML library's driver version against the loaded kernel module's (a mismatch breaks CUDA)."""
+    lib, kmod = doc.get("driver"), doc.get("kernel_driver_version")
+    bad = isinstance(lib, str) and isinstance(kmod, str) and lib != kmod
+    return [Finding("nvml_driver_version", lib), Finding(
+        "kernel_driver_version", kmod,
+        failure=f"NVML library / kernel driver mismatch: library {lib}, kernel module {kmod} (reboot or reload)"
+        if bad else None)]

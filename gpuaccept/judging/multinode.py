@@ -1,0 +1,320 @@
+"""Inter-node all-reduce, pure part: what to run, who broke it, how to pair hosts (no I/O).
+
+The results of one collective (:class:`HostResult`, :class:`Collective`), how one collective runs
+(:class:`Settings`), the NCCL environment of a host (:func:`nccl_environment`), the kill pattern
+(:func:`kill_command`), culprits (:func:`blame`), figures (:func:`busbw_at`, :func:`judge_figures`, through
+:mod:`gpuaccept.judging.nccl`) and the pairwise planning. Launching and killing live in
+:mod:`gpuaccept.runner.multinode.launch`; the group vars in :mod:`gpuaccept.config.multinode`.
+"""
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import uuid
+from dataclasses import dataclass, field
+
+from gpuaccept.judging import nccl as nccl_judge
+from gpuaccept.errors import ConfigError
+from gpuaccept.judging.nccl_table import RowNotFound, row_at
+from gpuaccept.probes._supervisor import normalize_address
+from gpuaccept.config.multinode import CALL_MARGIN_S, DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, Settings
+
+PROBE = "nccl_allreduce"
+MARKER_PREFIX = "gpuaccept-ar-"
+
+
+def nccl_environment(host_vars: dict) -> dict[str, str]:
+    """NCCL variables for a host's ranks from its inventory vars: ``nccl_socket_ifname`` → NCCL_SOCKET_IFNAME,
+    ``nccl_ib_hca`` → NCCL_IB_HCA, both in NCCL's exact-name form (``=mlx5_1``, not the prefix ``mlx5_1``
+    that also takes ``mlx5_10``: :func:`gpuaccept.judging.nccl.exact_list`), and the ``nccl_env`` mapping for
+    anything else (e.g. NCCL_NVLS_ENABLE), passed as written. Raises ConfigError naming the var on a malformed
+    list."""
+    env = {str(k): str(v) for k, v in (host_vars.get("nccl_env") or {}).items()}
+    for var, name in (("nccl_socket_ifname", "NCCL_SOCKET_IFNAME"), ("nccl_ib_hca", "NCCL_IB_HCA")):
+        if host_vars.get(var):
+            try:
+                env[name] = nccl_judge.exact_list(host_vars[var])
+            except ValueError as e:
+                raise ConfigError(f"host var {var}: {e}") from None
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class HostResult:
+    """One host's share of one collective. ``kind``: ``ok`` | ``failed`` (the probe's document says so) |
+    ``aborted`` (we aborted it) | ``unreachable`` | ``timeout`` (the SSH call outlived its limit) |
+    ``crashed`` (the probe raised: bad arguments, no interpreter). ``error``: one line, without the host."""
+
+    host: str
+    kind: str
+    doc: dict | None = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Collective:
+    """Outcome of :func:`run_collective`. ``doc``: node 0's document when ``ok``; ``culprits``: ``[(host,
+    reason)]``; ``singled_out``: False when no evidence points at particular hosts (every failing host is
+    listed); ``message``: one line per culprit, each starting with the host name. ``world_problems``: the
+    collective ran, but the hosts' documents disagree with what was launched (:func:`world_failure`): then
+    ``ok`` is False, no figure is taken, and the verdict is an error."""
+
+    hosts: list[str]
+    ok: bool
+    results: dict[str, HostResult]
+    doc: dict | None = None
+    culprits: list[tuple[str, str]] = field(default_factory=list)
+    singled_out: bool = True
+    message: str = ""
+    marker: str = ""
+    world_problems: list[str] = field(default_factory=list)
+    master_addr: str = ""
+    master_port: int | None = None
+    attempts: int = 0
+    wall_s: float = 0.0
+
+
+
+
+
+def new_marker() -> str:
+    """A string unique to one collective, e.g. ``gpuaccept-ar-3f9c2a61d0b4``."""
+    return MARKER_PREFIX + uuid.uuid4().hex[:12]
+
+
+def kill_command(marker: str, signal_name: str = "KILL", probes_only: bool = False) -> str:
+    """Shell command killing this collective's processes on a host with ``pkill -f``. ``probes_only``: the
+    probe processes (``python nccl_allreduce.py {...marker...}``), which then kill their own ranks and report;
+    else probes and workers (``... nccl_allreduce.py --worker {...}``). The pattern is a regex that matches
+    neither the transport's shell wrapper (there the JSON follows a quote) nor the pkill command line itself
+    (there the dot is written ``[.]``)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", marker):
+        raise ValueError(f"marker must be [A-Za-z0-9_-]+, got {marker!r}")
+    worker = "" if probes_only else "(--worker )?"
+    pattern = f"^[^ ]+ ([^ ]*/)?{PROBE}[.]py {worker}[{{].*{marker}"
+    return f"pkill -{signal_name} -f {shlex.quote(pattern)}; true"
+
+
+def master_address(host_vars: dict, address: str) -> str:
+    """The rendezvous address: the first host's ``nccl_master_addr`` var, else its address (``ansible_host``);
+    IPv6 literals without brackets (``[fd00::1]`` -> ``fd00::1``: torch's ``MASTER_ADDR`` and
+    ``getaddrinfo`` take the bare form)."""
+    return str(host_vars.get("nccl_master_addr") or address).strip().strip("[]")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# culprits (pure)
+# ---------------------------------------------------------------------------------------------------------
+
+def _local_reason(doc: dict) -> str:
+    bad = [r for r in doc.get("ranks") or [] if r.get("evidence") == "local"]
+    parts = [f"rank {r['rank']} in '{r.get('phase')}': {r.get('reason')}" for r in bad[:3]]
+    return "; ".join(parts) or str(doc.get("error"))
+
+
+def blame(results: dict[str, HostResult], order: list[str],
+          addresses: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], bool]:
+    """Who broke a collective: ``([(host, reason)], singled_out)`` from the hosts' results (pure).
+
+    1. hosts whose call raised (``unreachable``, ``timeout``: stopped answering, ``crashed``) and hosts
+       whose own ranks stalled or died (document ``evidence: local``), in ``order``;
+    2. else hosts whose address (``addresses``: inventory address, plus each document's ``local_address``)
+       the others' network errors name (``peer_addresses``), when the address maps to one host only;
+    3. else every host that did not succeed, with ``singled_out`` False (an aborted host without evidence
+       of its own is left out unless nothing else is left).
+    Hosts missing from ``results`` (never launched) are ignored."""
+    first: list[tuple[str, str]] = []
+    for h in order:
+        r = results.get(h)
+        if r is None:
+            continue
+        if r.kind in ("unreachable", "timeout", "crashed"):
+            first.append((h, r.error))
+        elif r.kind in ("failed", "aborted") and (r.doc or {}).get("evidence") == "local":
+            first.append((h, _local_reason(r.doc)))
+    if first:
+        return first, True
+    owners: dict[str, set[str]] = {}
+    for h in order:
+        r = results.get(h)
+        for a in {(addresses or {}).get(h), (r.doc or {}).get("local_address") if r else None} - {None}:
+            owners.setdefault(normalize_address(a), set()).add(h)
+    named: dict[str, list[str]] = {}
+    for h in order:
+        r = results.get(h)
+        if r is None or r.kind != "failed" or (r.doc or {}).get("evidence") != "peer":
+            continue
+        for a in r.doc.get("peer_addresses") or []:
+            who = owners.get(normalize_address(a), set())
+            if len(who) == 1 and h not in who:
+                named.setdefault(next(iter(who)), []).append(h)
+    if named:
+        return [(h, f"named by the network errors of {', '.join(sorted(set(named[h])))}")
+                for h in order if h in named], True
+    bad = [(h, results[h].error) for h in order if h in results and results[h].kind in ("failed",)]
+    if not bad:
+        bad = [(h, results[h].error) for h in order if h in results and results[h].kind != "ok"]
+    return bad, False
+
+
+def describe_failure(col: Collective) -> str:
+    """One line per culprit, host first: ``mn2: stopped answering: ... (all-reduce over mn1, mn2, mn3)``."""
+    over = f"all-reduce over {', '.join(col.hosts)}"
+    if not col.culprits:
+        return f"{over} failed"
+    if not col.singled_out:
+        lines = [f"{over} failed and no host is singled out:"]
+        return "\n".join(lines + [f"{h}: {why}" for h, why in col.culprits])
+    return "\n".join(f"{h}: {why} ({over})" for h, why in col.culprits)
+
+
+def world_failure(col: Collective, ranks_per_node: int) -> list[str]:
+    """How the hosts' documents of a collective that succeeded disagree with what was launched (see
+    :func:`gpuaccept.judging.nccl.world_problems`); empty when they agree."""
+    return nccl_judge.world_problems(col.hosts, ranks_per_node, col.marker,
+                                     {h: r.doc or {} for h, r in col.results.items()})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# figures and judging (pure)
+# ---------------------------------------------------------------------------------------------------------
+
+def busbw_at(doc: dict, nbytes: int | None) -> tuple[float | None, dict]:
+    """``(in-place busbw GB/s, row)`` at ``nbytes`` (else the nearest smaller size; None: the largest)."""
+    rows = doc.get("rows") or []
+    if not rows:
+        return None, {}
+    try:
+        row = row_at(doc, nbytes) if nbytes else max(rows, key=lambda r: r["bytes"])
+    except RowNotFound:
+        return None, {}
+    return row.get("ip_busbw_gbps"), row
+
+
+
+def judge_figures(figures: dict, limit: float | None, slow_pct: float = DEFAULT_SLOW_PCT,
+                  pool: list[float] | None = None) -> dict:
+    """Pass/fail of each figure of one round (pairs or rails), ``{key: (passed, why)}``: the one rule of
+    :func:`gpuaccept.judging.nccl.judge_round`."""
+    return nccl_judge.judge_round(figures, limit, slow_pct, pool)
+
+
+def transport_problem(transports: dict, expect: str | None) -> str | None:
+    """Why a host's NCCL network channels do not match ``expect``: the one rule of
+    :func:`gpuaccept.judging.nccl.transport_problem`, on the ``NET/...`` channels only."""
+    return nccl_judge.transport_problem(transports, expect, network_only=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pairwise pattern: pure planning
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class PairResult:
+    """One pair of one round: ``busbw`` GB/s (None when the collective failed), ``passed``, ``why``."""
+
+    round: int
+    pair: tuple[str, str]
+    busbw: float | None
+    passed: bool
+    why: str
+    wall_s: float = 0.0
+    culprits: list = field(default_factory=list)
+    world_problems: list = field(default_factory=list)
+
+
+def random_pairs(hosts: list[str], rng: random.Random) -> tuple[list[tuple[str, str]], list[str]]:
+    """Disjoint random pairs of ``hosts`` and the host left over when their number is odd."""
+    h = list(hosts)
+    rng.shuffle(h)
+    pairs = [(h[i], h[i + 1]) for i in range(0, len(h) - 1, 2)]
+    return pairs, h[len(pairs) * 2:]
+
+
+def pairwise_status(hosts: list[str], history: list[PairResult], dead: set[str] = frozenset()) -> dict:
+    """Where each host stands after the rounds so far (pure): ``good`` (passed at least one pair),
+    ``named`` (never passed, and failed with a good partner, or its probe call raised: ``dead``),
+    ``unresolved`` (neither), and ``ratio`` {host: (passed, pairs)}."""
+    ratio = {h: [0, 0] for h in hosts}
+    for p in history:
+        for h in p.pair:
+            ratio[h][1] += 1
+            ratio[h][0] += int(p.passed)
+    good = {h for h in hosts if ratio[h][0] > 0}
+    named = set()
+    for p in history:
+        if p.passed:
+            continue
+        for h, partner in (p.pair, p.pair[::-1]):
+            if h not in good and partner in good:
+                named.add(h)
+    named |= set(dead) - good
+    unresolved = [h for h in hosts if h not in good and h not in named]
+    return {"good": sorted(good), "named": [h for h in hosts if h in named], "unresolved": unresolved,
+            "ratio": {h: tuple(v) for h, v in ratio.items()}}
+
+
+def next_pairs(hosts: list[str], history: list[PairResult], rng: random.Random,
+               dead: set[str] = frozenset()) -> list[tuple[str, str]]:
+    """The next round (pure): each unresolved host with a distinct good host (one it has not met yet when
+    possible), every other host still in play paired at random; named and dead hosts sit out."""
+    st = pairwise_status(hosts, history, dead)
+    met = {h: set() for h in hosts}
+    for p in history:
+        met[p.pair[0]].add(p.pair[1])
+        met[p.pair[1]].add(p.pair[0])
+    free_good = [h for h in hosts if h in st["good"] and h not in dead]
+    rng.shuffle(free_good)
+    pairs = []
+    for u in st["unresolved"]:
+        if not free_good:
+            break
+        fresh = [g for g in free_good if g not in met[u]]
+        g = (fresh or free_good)[0]
+        free_good.remove(g)
+        pairs.append((u, g))
+    placed = {h for p in pairs for h in p}
+    rest = [h for h in hosts if h not in placed and h not in st["named"] and h not in dead]
+    more, _ = random_pairs(rest, rng)
+    return pairs + more
+
+
+# ---------------------------------------------------------------------------------------------------------
+# patterns: run
+# ---------------------------------------------------------------------------------------------------------
+
+def pinned_env(host_env: dict | None = None) -> dict:
+    """``{"NCCL_ALGO": "Ring"}`` (:data:`gpuaccept.judging.nccl.PIN_ENV`) unless ``host_env`` (the first host's
+    :func:`nccl_environment`) sets NCCL_ALGO itself: the inter-node limit is a Ring figure, and a row another
+    algorithm produced is not judged against it (an error, see :func:`gpuaccept.judging.nccl.algorithm_problem`)."""
+    return {} if "NCCL_ALGO" in (host_env or {}) else dict(nccl_judge.PIN_ENV)
+
+
+@dataclass
+class PairwiseReport:
+    """Outcome of :func:`gpuaccept.runner.multinode.launch.pairwise`: ``seed``, every pair of every round, the final
+    ``status`` (:func:`pairwise_status`), ``named`` hosts with their reasons, round wall times (s)."""
+
+    seed: int
+    pairs: list[PairResult]
+    status: dict
+    named: list[tuple[str, str]]
+    round_wall_s: list[float]
+    dead: list[str]
+
+
+@dataclass
+class RailResult:
+    """One rail (local GPU index ``rail`` on every host, alone): figure, verdict and the collective."""
+
+    rail: int
+    busbw: float | None
+    passed: bool
+    why: str
+    collective: Collective

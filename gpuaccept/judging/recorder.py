@@ -1,0 +1,266 @@
+"""Recording figures and judging them inside a suite test.
+
+A :class:`Recorder` is bound to one test item and one host. Every figure recorded becomes a record in
+``results.json`` and a property of the JUnit testcase (carried in the item's ``user_properties``, which
+pytest-xdist ships to the controller). Judging goes through the one pure judge,
+:func:`gpuaccept.config.thresholds.judge`.
+
+The test's outcome is decided once, by :func:`outcome`, from what was recorded; the plugin's
+``pytest_runtest_makereport`` hook applies it whether the suite called :meth:`Recorder.finish`, returned
+early or skipped, so a recorded failure can not be lost:
+
+- a figure outside its limit, or a :meth:`Recorder.fail`, on a GPU (or host) that nothing blocks → FAILED,
+  one line per failure naming host, GPU index, PCI bus id, serial, figure, limit and unit;
+- otherwise, in a dependent layer (:data:`gpuaccept.judging.blockers.DEPENDENT_LAYERS`) of a host with blockers
+  (foreign process, fabric not ready, GPU lost, driver mismatch) → ERROR "blocked by <check>: <cause>",
+  figures kept and listed under it;
+- otherwise a measurement gap (:meth:`Recorder.error`: a required figure not measured, an NVML GPU missing
+  from a probe's list, a figure with no value) → ERROR;
+- otherwise PASSED (or the suite's own skip).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gpuaccept.judging.blockers import DEPENDENT_LAYERS, Blocker
+from gpuaccept.judging.drift import bus_key, nvml_gpu_for
+from gpuaccept.judging.readings import describe_gpu, to_json, unmeasured
+from gpuaccept.config.thresholds import Limit, judge
+from typing import Callable
+
+FIGURE_KEY = "gpuaccept.figure"
+#: user_properties key of each failure line with the GPU it names (``{host, gpu, pci_bus_id, serial, line}``):
+#: the reports give a verdict per GPU from these (gpuaccept.reporting.records.gpu_verdicts), not only per test
+FAILURE_KEY = "gpuaccept.failure"
+
+
+def gpu_label(gpu: dict | None) -> str:
+    """``"GPU 3 (0000:19:00.0, serial 1650...)"`` from a probe's per-GPU dict; ``""`` for node figures.
+    Unreadable fields (NVML errors) are left out."""
+    if not gpu:
+        return ""
+    bus, serial = gpu.get("pci_bus_id"), gpu.get("serial")
+    parts = [p for p in (bus if isinstance(bus, str) else None,
+                         f"serial {serial}" if isinstance(serial, str) and serial else None) if p]
+    return f"GPU {gpu.get('index', '?')}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+@dataclass
+class Outcome:
+    """What a test's records add up to: ``kind`` "passed" | "failed" | "error"; ``message``: one line per
+    cause (empty when passed); ``blocked``: the blockers that made it an error."""
+
+    kind: str
+    message: str = ""
+    blocked: list[Blocker] = field(default_factory=list)
+
+
+def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers: list[Blocker],
+            layer: str) -> Outcome:
+    """The outcome of one test from its records. Pure.
+
+    ``failures``: (GPU index or None for a node figure, message line); ``errors``: measurement-gap lines;
+    ``blockers``: the host's blockers (they apply only when ``layer`` is a dependent layer). A failure is
+    blocked when it is on a blocked GPU, when a blocker covers the whole host, or when it is a node figure
+    (a collective or a coverage line involves every GPU) on a host with any blocker.
+    """
+    applied = list(blockers) if layer in DEPENDENT_LAYERS else []
+    host_wide = any(b.gpu is None for b in applied)
+    blocked_gpus = {b.gpu for b in applied if b.gpu is not None}
+
+    def is_blocked(gpu):
+        return bool(applied) and (host_wide or gpu is None or gpu in blocked_gpus)
+
+    hard = [m for g, m in failures if not is_blocked(g)]
+    soft = [m for g, m in failures if is_blocked(g)]
+    if hard:
+        lines = hard + errors + [f"(also {b.message()})" for b in applied] + [f"(blocked GPU) {m}" for m in soft]
+        return Outcome("failed", "\n".join(lines))
+    if applied:
+        lines = [b.message() for b in applied] + [f"figure kept: {m}" for m in soft] + errors
+        return Outcome("error", "\n".join(lines), applied)
+    if errors:
+        return Outcome("error", "\n".join(errors))
+    return Outcome("passed")
+
+
+class Recorder:
+    """Collects the figures and verdicts of one test.
+
+    ``item``: the pytest item; ``host``: host name ("fleet" for a test over all hosts); ``layer``: marker;
+    ``gpu_ids`` maps a GPU index to its identity (pci_bus_id, serial, uuid) from the gpu_inventory probe, so
+    figures from any probe name the GPU the same way; ``blockers``: the host's (gpuaccept.judging.blockers). A figure
+    carrying a PCI bus id is attributed by it (NVML's index, serial, UUID of that bus id), never by a torch
+    index, which follows CUDA_DEVICE_ORDER.
+    """
+
+    def __init__(self, item: pytest.Item, host: str, layer: str, gpu_ids: dict[int, dict] | None = None,
+                 blockers: list[Blocker] | None = None, interrupted: Callable[[], str | None] | None = None):
+        self.item = item
+        # the run's interruption as the runner sees it (gpuaccept.transport.interruption): the signal's name
+        # once the run was interrupted, else None; the plugin hands it in, judging never asks the transport
+        self._interrupted = interrupted or (lambda: None)
+        self.host = host
+        self.layer = layer
+        self.gpu_ids = gpu_ids or {}
+        self.blockers = list(blockers or [])
+        self.failures: list[str] = []  # lines; read through failed()/lines(), written through fail()
+        self._failure_gpu: list[int | None] = []
+        self.errors: list[str] = []
+        # (failures, errors) counted when the first of them was recorded after the run was interrupted
+        # (SIGINT/SIGTERM, gpuaccept.runner.interrupt): those later lines are what the killed commands caused
+        self._cut: dict[str, tuple[int, int] | None] = {"at": None}
+
+    # -- identity -----------------------------------------------------------------------------
+    def _gpu(self, gpu: dict | int | None) -> dict | None:
+        g = self._gpu_ids(gpu)
+        if g is None:
+            return None
+        # an identity NVML could not read ("Not Supported" serial: an NvmlError) is unknown, never a name: it
+        # would key every such GPU of the fleet to one history subject
+        return {k: (v if k == "index" or (isinstance(v, str) and v) else None) for k, v in g.items()}
+
+    def _gpu_ids(self, gpu: dict | int | None) -> dict | None:
+        if gpu is None:
+            return None
+        if isinstance(gpu, int):
+            gpu = {"index": gpu}
+        if bus_key(gpu.get("pci_bus_id")) is not None:  # by bus id: a torch index follows CUDA_DEVICE_ORDER
+            ident = nvml_gpu_for(gpu, list(self.gpu_ids.values()))
+            if ident is not None:
+                return {k: ident.get(k) for k in ("index", "pci_bus_id", "serial", "uuid")}
+            return {k: v for k, v in gpu.items() if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}
+        ident = self.gpu_ids.get(gpu.get("index"), {})
+        return {**{k: ident.get(k) for k in ("pci_bus_id", "serial", "uuid")}, **{k: v for k, v in gpu.items()
+                if k in ("index", "pci_bus_id", "serial", "uuid") and v is not None}}
+
+    def _where(self, g: dict | None, host: str | None = None) -> str:
+        return f"{host or self.host}{' ' + gpu_label(g) if g else ''}"
+
+    def for_host(self, host: str) -> "Recorder":
+        """A recorder for another host's figures in the same test (multi-host tests): filed under ``host``;
+        its failures and errors are this test's (the plugin's outcome sees them even if the test ends early),
+        and, like the test's own, those recorded once the run was interrupted are left out of an interrupted
+        test's message (:meth:`findings`): a collective cut by SIGTERM is reported once, as interrupted, not
+        once more per host whose ranks were killed."""
+        other = Recorder(self.item, host, self.layer, interrupted=self._interrupted)
+        other.failures, other._failure_gpu, other.errors = self.failures, self._failure_gpu, self.errors
+        other._cut = self._cut
+        return other
+
+    # -- recording -----------------------------------------------------------------------------
+    def record(self, check: str, value: Any, unit: str = "", gpu: dict | int | None = None,
+               limit: Limit | None = None, extra: dict | None = None, figure: str | None = None,
+               context: str | None = None) -> bool:
+        """Record one figure; judge it when ``limit`` is given. Returns True when it passed (or unjudged).
+
+        ``figure``: the figure's name in the failure line, default ``check``; ``context``: what the figure is
+        (dtype, direction, size), appended to the failure line in parentheses.
+        The record (results.json) is ``{host, layer, test, check, gpu, pci_bus_id, serial, value, unit,
+        limit: {min|max: bound, source} | None, verdict: pass|fail|error|recorded[, extra]}``; ``unit`` is the
+        limit's unit when judged. A judged figure with no value (None, an NVML error) is an error of the
+        measurement ("no value measured"), never a pass.
+        """
+        g = self._gpu(gpu)
+        rec = {"host": self.host, "layer": self.layer, "test": self.item.originalname, "check": check,
+               "gpu": g.get("index") if g else None, "pci_bus_id": g.get("pci_bus_id") if g else None,
+               "serial": g.get("serial") if g else None, "value": to_json(value),
+               "unit": limit.unit if limit else unit, "limit": None, "verdict": "recorded"}
+        if extra:
+            rec["extra"] = to_json(extra)
+        passed = True
+        if limit is not None:
+            v = judge(limit, value, figure or check, context)
+            rec["limit"] = {limit.direction: limit.bound, "source": limit.source}
+            rec["verdict"] = {"pass": "pass", "fail": "fail"}.get(v.kind, "error")
+            passed = v.passed
+            if v.kind == "missing":
+                self.error(v.message, gpu=g)
+            elif not passed:
+                self._add_failure(f"{self._where(g)}: {v.message}", g)
+        self.item.user_properties.append((FIGURE_KEY, rec))
+        return passed
+
+    def apply(self, findings, gpu: dict | int | None = None) -> None:
+        """Record each :class:`gpuaccept.judging.health.Finding` (judging those with a limit) and add its failure."""
+        for f in findings:
+            self.record(f.check, f.value, f.unit, gpu=gpu, limit=f.limit, extra=f.extra,
+                        context=getattr(f, "context", None))
+            if f.failure:
+                self.fail(f.failure, gpu=gpu)
+
+    def _note_interruption(self) -> None:
+        if self._cut["at"] is None and self._interrupted() is not None:
+            self._cut["at"] = (len(self.failures), len(self.errors))
+
+    def _add_failure(self, line: str, g: dict | None, host: str | None = None) -> None:
+        self._note_interruption()
+        self.failures.append(line)
+        self._failure_gpu.append(g.get("index") if g else None)
+        self.item.user_properties.append((FAILURE_KEY, {
+            "host": host or self.host, "gpu": g.get("index") if g else None,
+            "pci_bus_id": g.get("pci_bus_id") if g else None, "serial": g.get("serial") if g else None,
+            "line": line}))
+
+    def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None) -> None:
+        """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed").
+        ``host``: another host's name, in tests over several hosts."""
+        g = self._gpu(gpu)
+        self._add_failure(f"{self._where(g, host)}: {message}", g, host)
+
+    def error(self, message: str, gpu: dict | int | None = None) -> None:
+        """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is
+        an ERROR unless it also has a hardware failure."""
+        self._note_interruption()
+        self.errors.append(f"{self._where(self._gpu(gpu))}: {message}")
+
+    def expect_gpus(self, nvml_gpus: list[dict], measured: list | None, probe: str) -> None:
+        """Every NVML GPU with a handle must have an entry in the probe's per-GPU list ``measured``; each
+        missing one is an error naming its index and PCI bus id (an empty list is never a pass)."""
+        for g in unmeasured(nvml_gpus, measured if isinstance(measured, list) else []):
+            self.error(f"{probe} measured no figure for {describe_gpu(g)}: every GPU NVML lists must be "
+                       f"measured (CUDA_VISIBLE_DEVICES on the node?)")
+
+    # -- reading -------------------------------------------------------------------------------
+    def block(self, check: str, cause: str, gpu: int | None = None) -> None:
+        """A precondition found broken during the test itself (e.g. a foreign process that appeared on a GPU
+        halfway through a burn-in): this test's figures on that GPU (or host, ``gpu`` None) are kept but
+        cannot be trusted, so the test is an ERROR "blocked by <check>: ...", not a hardware failure."""
+        self.blockers.append(Blocker(check, cause, gpu))
+
+    def failed(self) -> bool:
+        """True when a failure was recorded."""
+        return bool(self.failures)
+
+    def lines(self) -> list[str]:
+        """The failure lines so far."""
+        return list(self.failures)
+
+    def findings(self, before_interruption: bool = False) -> list[str]:
+        """The failure lines, then the measurement-gap lines. ``before_interruption``: only those recorded
+        before the run was interrupted (what an interrupted test had found; the failures of the commands the
+        interruption killed are its consequence, and the test is already an error saying so)."""
+        cut = self._cut["at"] if before_interruption else None
+        if cut is None:
+            return self.failures + self.errors
+        return self.failures[:cut[0]] + self.errors[:cut[1]]
+
+    def outcome(self) -> Outcome:
+        """What this test's records add up to (see :func:`outcome`)."""
+        gpus = self._failure_gpu + [None] * (len(self.failures) - len(self._failure_gpu))
+        return outcome(list(zip(gpus, self.failures)), self.errors, self.blockers, self.layer)
+
+    def finish(self) -> None:
+        """Stop the test now when it has failures or errors (the plugin's report hook classifies it; calling
+        this is optional: the hook applies the same outcome to a test that returned or skipped)."""
+        out = self.outcome()
+        if out.kind != "passed":
+            pytest.fail(out.message, pytrace=False)
+
+
+# Former name (deprecated: it differed from Verdict, one comparison, by a letter), kept so that suites written
+# outside this repository against it keep working; nothing here uses it.
+Verdicts = Recorder

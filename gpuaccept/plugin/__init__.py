@@ -1,0 +1,468 @@
+"""The pytest plugin: options, the per-host parametrization, fixtures, scheduling and reports.
+
+Installed as a pytest11 entry point named ``gpuaccept.plugin`` (so ``--inventory /elsewhere/prod.ini`` is a
+known option before pytest chooses its rootdir: otherwise pytest takes that path for a test path and roots
+the run in /elsewhere), and also named by the repository's conftest.py for runs without installation.
+It stays dormant unless the ini file sets ``gpuaccept_suites = true`` (the repository's pytest.ini does),
+so installing gpuaccept changes no other pytest project.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
+from gpuaccept.errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
+from gpuaccept.config.hostvars import check_hosts
+from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
+from gpuaccept.config.inventory import Inventory, load_inventory
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner import fanout
+from gpuaccept.runner import interrupt
+from gpuaccept.runner import prefetch
+from gpuaccept.runner import progress_relay
+from gpuaccept.runner import host as node_module
+from gpuaccept.config.patterns import shard
+from gpuaccept.config.profiles import PROFILES, probe_timeout
+from gpuaccept.reporting.records import ERROR_KEY, LAYERS, layer_of
+from gpuaccept.plugin.reports import ReportPlugin, list_hosts_text
+from gpuaccept.config.limitfile import hosts_from_file
+from gpuaccept.config.thresholds import load_all
+from gpuaccept.transport import get_transport, interruption
+from gpuaccept.judging.readings import typed
+from gpuaccept.judging.sku import node_sku
+from gpuaccept.judging.recorder import Recorder
+
+STATE = pytest.StashKey[dict]()
+RECORDER = pytest.StashKey[Recorder]()
+
+
+class DeclaredGpuMissing(Exception):
+    """The inventory declares GPUs for a host that shows none: a failure of the host, not of the run."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("gpuaccept_suites", "run the gpuaccept suites (activates this plugin)", type="bool", default=False)
+    g = parser.getgroup("gpuaccept", "GPU cluster acceptance")
+    g.addoption("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
+    g.addoption("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
+    g.addoption("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
+    g.addoption("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
+    g.addoption("--thresholds", default=None, help="threshold folder; default thresholds/")
+    g.addoption("--probe-timeout", type=float, default=None,
+                help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
+    g.addoption("--accept-new-host-keys", action="store_true", default=False,
+                help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
+    g.addoption("--profile", default="standard", choices=sorted(PROFILES),
+                help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
+    g.addoption("--xid-window", type=float, default=None,
+                help="read XID events from this many seconds before the run began (default: since the run began)")
+    g.addoption("--burnin-minutes", type=float, default=None,
+                help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
+    g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+    g.addoption("--forks", type=int, default=None, metavar="N",
+                help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
+                     "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
+                     "at a time, as the tests reach it); without -n only")
+    g.addoption("--shard", default=None, metavar="I/K",
+                help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
+    g.addoption("--list-hosts", action="store_true", default=False,
+                help="print the selected hosts (ansible_host, SKU, GPUs declared) and exit: touches no node, writes nothing")
+    g.addoption("--history", default=None,
+                help="history database (SQLite), default reports/history.sqlite; 'none' keeps no history")
+    g.addoption("--baseline", default=None, metavar="RUN_ID|latest-pass",
+                help="stand-outs: compare with this run (or each GPU's last passing figure) when a GPU has no burn-in run")
+    g.addoption("--standout-pct", type=float, default=None,
+                help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
+    g.addoption("--prometheus-textfile", default=None, metavar="PATH",
+                help="also write the run's figures for node_exporter's textfile collector (atomic)")
+    g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
+                help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
+    g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    """Keep the repository's pytest.ini when an option names a file elsewhere.
+
+    pytest chooses its rootdir and ini file before it knows plugin options, so in
+    ``pytest --inventory /etc/fleet/prod.ini`` it takes the inventory for a test path, roots the run in
+    /etc/fleet and never reads ./pytest.ini. When that happened and the invocation folder holds the suites'
+    pytest.ini, run the same command again with ``-c ./pytest.ini`` (a public option) before anything ran.
+    """
+    inv_dir = early_config.invocation_params.dir
+    ini = inv_dir / "pytest.ini"
+    if (early_config.inipath is not None or os.environ.get("GPUACCEPT_REEXEC") or not ini.is_file()
+            or list(args) != sys.argv[1:] or "gpuaccept_suites" not in ini.read_text(errors="replace")):
+        return
+    os.environ["GPUACCEPT_REEXEC"] = "1"
+    capman = early_config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:  # give the new process the real stdout/stderr, not pytest's capture files
+        capman.stop_global_capturing()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "pytest", "-c", str(ini), *args])
+
+
+# numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
+_NUMERIC_OPTIONS = {"probe_timeout": (0.0, False, None), "xid_window": (0.0, True, None),
+                    "standout_pct": (0.0, False, 100.0), "burnin_minutes": (0.0, False, None),
+                    "forks": (0.0, True, None)}
+
+
+def check_options(config: pytest.Config) -> None:
+    """Refuse a numeric option that is not a finite number in its range, and a --prometheus-textfile whose
+    folder cannot be written, before any node is touched. Raises ConfigError (one line, exit 4)."""
+    import math
+    check_empty_options(config.getoption)
+    for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
+        v = config.getoption(name, None)
+        if v is None:
+            continue
+        ok = math.isfinite(v) and (v >= low if low_ok else v > low) and (high is None or v < high)
+        if not ok:
+            rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
+    from gpuaccept.judging.burnin import minutes_refusal  # a burn-in too short to be judged (gpuaccept/judging/burnin.py)
+    why = minutes_refusal(config.getoption("burnin_minutes", None))
+    if why:
+        raise ConfigError(why)
+    prom = config.getoption("prometheus_textfile", None)
+    if prom:
+        folder = os.path.dirname(os.path.abspath(prom))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
+
+
+def _root(config: pytest.Config, path: str | None, default: str) -> str:
+    if path:
+        return os.path.abspath(path)
+    return str(config.rootpath / default)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getini("gpuaccept_suites") or config.option.help:
+        return
+    for layer in LAYERS:
+        config.addinivalue_line("markers", f"{layer}: the {layer} layer")
+    inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
+    try:
+        check_options(config)
+        specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
+        sku = config.getoption("sku")
+        if sku and sku not in specs:
+            raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
+        shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
+        inv: Inventory = load_inventory(*shared) if shared else load_inventory(inv_path)
+        limit = config.getoption("limit")
+        raw = list(config.invocation_params.args)
+        if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
+            raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
+        if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
+            wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
+            hosts = [h for h in inv.select(None) if h.name in wanted]
+        else:
+            hosts = inv.select(limit)
+        hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
+        hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
+        check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
+                               config.getoption("accept_new_host_keys"))
+        check_local_addresses(hosts, inv_path)
+    except ConfigError as e:
+        raise pytest.UsageError(str(e)) from None
+    state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
+                             "started": time.time()}
+    state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.config.hostvars), checked above
+    if _is_worker(config):
+        state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
+        state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
+        progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
+    config.stash[STATE] = state
+    if not _is_worker(config) and not config.getoption("list_hosts"):
+        try:  # the report hooks, as an object holding this run's report config
+            config.pluginmanager.register(ReportPlugin(config, state, inv_path), "gpuaccept-reporting")
+        except ConfigError as e:
+            raise pytest.UsageError(str(e)) from None
+    interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
+
+
+def _state(config: pytest.Config) -> dict | None:
+    """This run's state, or None when the plugin is dormant (no ``gpuaccept_suites`` in the ini)."""
+    return config.stash.get(STATE, None)
+
+
+def pytest_configure_node(node) -> None:  # xdist hook (controller side): share the run's start time
+    worker = node  # xdist calls its worker controller "node"; the hook's argument name is fixed by xdist
+    st = _state(worker.config)
+    if st is not None:
+        worker.workerinput["gpuaccept_started"] = st["started"]
+        worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
+        worker.workerinput["gpuaccept_inventory"] = (st["inventory"].path, st["inventory"].text)
+        if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
+            st.setdefault("progress_dir", progress_relay.make_dir())
+            worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Hosts in parallel, one host's tests in sequence (see gpuaccept.scaleout.scheduler)."""
+    if _state(config) is not None and config.getoption("dist") in ("load", "loadscope", "loadgroup", "loadfile",
+                                                                    "worksteal"):
+        from gpuaccept.scaleout.scheduler import HostScheduling
+        return HostScheduling(config, log)
+    return None
+
+
+# -- parametrization and fixtures --------------------------------------------------------------------
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node" in metafunc.fixturenames and _state(metafunc.config) is not None:
+        names = [h.name for h in metafunc.config.stash[STATE]["hosts"]]
+        metafunc.parametrize("node", names, ids=names, indirect=True)
+
+
+def _get_node(config: pytest.Config, name: str) -> HostRunner:
+    st = config.stash[STATE]
+    if name not in st["nodes"]:
+        host = st["inventory"].hosts[name]
+        kh = config.getoption("known_hosts")
+        accept = config.getoption("accept_new_host_keys")
+        st["nodes"][name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
+                                 st["specs"], probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
+                                 st.get("probe_dir"))
+    return st["nodes"][name]
+
+
+@pytest.fixture
+def node(request) -> HostRunner:
+    """The host under test (one test per selected host), with its transport and cached probes."""
+    return _get_node(request.config, request.param)
+
+
+@pytest.fixture
+def nodes(request) -> list[HostRunner]:
+    """Every selected host, for fleet-wide and multi-node tests."""
+    return [_get_node(request.config, h.name) for h in request.config.stash[STATE]["hosts"]]
+
+
+@pytest.fixture
+def run_started(request) -> float:
+    """Unix time at which this run began (the controller's clock)."""
+    return request.config.stash[STATE]["started"]
+
+
+@pytest.fixture
+def gpus(request, node: HostRunner) -> list[dict]:
+    """The host's GPUs from NVML (gpu_inventory probe), readings typed (gpuaccept.judging.readings), lost GPUs
+    included (``lost: true``). Skips "no NVIDIA GPU on <host>" when the host has none (no driver, no GPU)
+    and the inventory declares none; an error when NVML is broken there (version mismatch, no permission)
+    or the driver is present without nvidia-ml-py; fails when the inventory declares gpu_sku/gpus_per_node."""
+    doc = node.gpu_inventory()
+    found = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
+    if not found:
+        why = doc.get("reason") or "NVML sees no GPU"
+        problem = readiness_problem(doc, node.python)
+        if problem:
+            raise ProbeError(node.name, problem)
+        if node.gpus_declared:
+            said = [f"{k}={node.host.vars[k]}" for k in ("gpu_sku", "gpus_per_node") if node.host.vars.get(k)]
+            raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but " + (
+                f"the inventory declares {' '.join(said)}" if said else f"--sku {node.sku_override} declares one"))
+        pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
+    return found
+
+
+def _node_sku(node: HostRunner, gpus: list[dict]):
+    return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
+
+
+@pytest.fixture
+def sku(node: HostRunner, gpus):
+    """The host's SkuSpec (thresholds file): --sku, inventory gpu_sku, or detected from NVML (gpuaccept.judging.sku)."""
+    return _node_sku(node, gpus)
+
+
+@pytest.fixture
+def verdicts(request) -> Recorder:
+    """Figure recorder and judge for this test (see gpuaccept.judging.recorder). In a dependent layer it carries
+    the host's blockers (gpuaccept.judging.blockers), which turn the test into "blocked by <check>" errors."""
+    item = request.node  # pytest's test item (pytest calls it "node"; our host runner is the fixture "node")
+    host = item.callspec.params.get("node") if hasattr(item, "callspec") else None
+    layer = layer_of(item.nodeid)
+    gpu_ids, found = {}, []
+    if host is not None and "gpus" in request.fixturenames:
+        found = request.getfixturevalue("gpus")
+        gpu_ids = {g.get("index"): g for g in found}
+    blocks = []
+    if found and layer in DEPENDENT_LAYERS:
+        node = request.getfixturevalue("node")
+        try:
+            spec = _node_sku(node, found)
+        except ThresholdError:
+            spec = None  # the test itself reports the SKU problem; the fabric is then not judged here
+        blocks = blockers(node.gpu_inventory(), spec)
+    rec = Recorder(item, host or "fleet", layer, gpu_ids, blocks, interrupted=interruption)
+    item.stash[RECORDER] = rec
+    return rec
+
+
+# -- outcomes and reports ------------------------------------------------------------------------
+def _quiet_excinfo(msg: str) -> pytest.ExceptionInfo:
+    """An ExceptionInfo pytest reports as ``msg`` alone, without formatting a traceback (``pytest.fail`` with
+    ``pytrace=False``, raised here so that it has the one-frame traceback pytest requires)."""
+    try:
+        pytest.fail(msg, pytrace=False)
+    except pytest.fail.Exception:
+        return pytest.ExceptionInfo.from_current()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Our own errors (unreachable host, crashed probe, timeout, bad SKU) become one clean line and are
+    marked so the reports count them as errors rather than failures. The outcome of a test that recorded
+    figures is decided here, once, from its Recorder (gpuaccept.judging.recorder.outcome): a recorded failure fails
+    the test even when it returned or skipped, and a blocked test is an error "blocked by <check>".
+
+    Our own errors are a diagnosis, not a bug: pytest is not asked to format their traceback (it parses the
+    source of every frame, ~50 deep through paramiko: 55 ms of CPU per error, 21 s for 32 dead hosts' 384
+    health tests), only to report a message that the lines below replace."""
+    orig = call.excinfo
+    if orig is not None and orig.errisinstance((GpuacceptError, DeclaredGpuMissing)):
+        call.excinfo = _quiet_excinfo(str(orig.value))
+    try:
+        outcome = yield
+    finally:
+        call.excinfo = orig
+    rep = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(DeclaredGpuMissing):
+        rep.when = "call"  # reported as a failure (the host is bad), not as a setup error
+        rep.longrepr = str(call.excinfo.value)
+        return
+    if _state(item.config) is None:
+        return
+    rec = item.stash.get(RECORDER, None)
+    if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
+        lines = [_missing_package(item, str(call.excinfo.value)) or str(call.excinfo.value)]
+        if rec is not None and call.when == "call":
+            out = rec.outcome()
+            lines = [b.message() for b in out.blocked] + lines + rec.findings(
+                before_interruption=call.excinfo.errisinstance(Interrupted))
+        rep.longrepr = "\n".join(lines)
+        rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        return
+    if call.excinfo is not None and not call.excinfo.errisinstance(
+            (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
+        # A Python error in gpuaccept's own code while judging this host: an ERROR with one line saying so and
+        # where, never a FAILURE of the node (the traceback stays in pytest's own terminal report). A plain
+        # ``assert`` in a suite (an operator's own check, testinfra-style) stays pytest's failure.
+        e = call.excinfo.value
+        tb = call.excinfo.traceback[-1] if call.excinfo.traceback else None
+        where = f" at {os.path.basename(str(tb.path))}:{tb.lineno + 1}" if tb is not None else ""
+        line = f"internal error in gpuaccept{where}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        head = [b.message() for b in rec.outcome().blocked] if rec is not None else []
+        rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
+        rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        return
+    if rec is None or call.when != "call":
+        return
+    out = rec.outcome()
+    finished = call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
+    skipped = call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)
+    if out.kind == "passed" or (skipped and not (rec.failures or rec.errors)):
+        return  # the suite's own pass or skip (a skip with blockers only is still inapplicable)
+    rep.outcome = "failed"
+    rep.longrepr = out.message
+    if out.kind == "error":
+        rep.user_properties.append((ERROR_KEY, out.message))
+
+
+def pytest_report_teststatus(report, config):
+    """pytest's own terminal counts and letters: a report marked as one of our errors (ERROR_KEY: unreachable
+    host, crashed probe, timeout, blocked by a precondition, a measurement gap, interrupted) is counted under
+    "errors" and listed as ERROR, as JUnit and summary.md count it, not under "failed". The report itself is
+    left as it is (a failed call), so the exit code, ``--lf`` and the report files are unchanged."""
+    if report.failed and any(k == ERROR_KEY for k, _ in getattr(report, "user_properties", ()) or ()):
+        return "error", "E", "ERROR"
+    return None
+
+
+def _missing_package(item, message: str) -> str | None:
+    """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
+    package (gpuaccept.judging.blockers.missing_package), else None."""
+    node = item.funcargs.get("node") if hasattr(item, "funcargs") else None
+    if not isinstance(node, HostRunner) or "No module named" not in message:
+        return None
+    try:
+        doc = node.gpu_inventory()
+    except Exception:  # noqa: BLE001 - the probe error itself is the answer then
+        doc = None
+    line = missing_package(message, doc, node.python)
+    return f"{node.name}: {line}" if line else None
+
+
+def _forks(config: pytest.Config) -> int:
+    forks = config.getoption("forks")
+    return fanout.DEFAULT_FORKS if forks is None else max(0, forks)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    """Fan-out (gpuaccept.runner.fanout): connect, ship and run gpu_inventory on every host the selected GPU tests
+    need, ``--forks`` at a time, while the tests start; the tests then find the document waiting. Later probes
+    are fetched ahead across hosts (gpuaccept.runner.prefetch). Only in a run without xdist workers (each worker
+    would connect to every host)."""
+    config = session.config
+    if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
+            or not _forks(config) or config.option.collectonly or not session.items:
+        return  # --collect-only and an empty selection touch no node
+    names = []
+    for it in session.items:
+        name = getattr(getattr(it, "callspec", None), "params", {}).get("node")
+        if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
+            names.append(name)
+    fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
+    # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
+    pf = _state(config)["prefetch"] = prefetch.Prefetcher(prefetch.describe(session.items),
+                                                          lambda n: _get_node(config, n), _forks(config))
+    node_module.PROBE_HOOK[:] = [pf.probe]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Tell the prefetcher (gpuaccept.runner.prefetch) which test runs: its results are that test's to take."""
+    pf = (_state(item.config) or {}).get("prefetch")
+    if pf is None:
+        return (yield)
+    pf.begin(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        pf.end(item.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    st = session.config.stash.get(STATE, None)
+    if st is None:
+        return
+    if st.get("prefetch") is not None:  # results fetched ahead that no test took: dropped, their probes killed
+        node_module.PROBE_HOOK[:] = []
+        st.pop("prefetch").close()
+    fanout.close_all(list(st["nodes"].values()), _forks(session.config) or 1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder."""
+    if not config.getoption("list_hosts", False) or not config.getini("gpuaccept_suites"):
+        return None
+    config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
+    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE]["hosts"]))
+    return 0

@@ -1,0 +1,613 @@
+"""The report side of the pytest plugin: one :class:`ReportPlugin` object per run, holding its configuration
+(as pytest's own ``junitxml.LogXML`` does), registered by ``gpuaccept.plugin.pytest_configure`` on the
+controller only (never in an xdist worker: workers' reports reach the controller's hooks).
+
+What it owns: the report folder's life (a folder is made only for a run that runs tests: ``--collect-only``,
+``--list-hosts`` and a selection that deselects everything leave none and do not move ``reports/latest``;
+a ``--reports`` folder that already holds a run is refused), the records of finished tests
+(gpuaccept.reporting.records.Reporter), and at the end the history database (gpuaccept.reporting.history), ``report.html``
+(gpuaccept.reporting.html) and the Prometheus textfile (gpuaccept.reporting.prometheus). Also the progress display: per
+host the probe or test running and its elapsed time against its timeout, in place on a terminal, plain lines
+otherwise.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from gpuaccept.runner import host as node_mod
+from gpuaccept.errors import ConfigError
+from gpuaccept.config.profiles import probe_timeout
+from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
+                     load_previous_figures, no_gc, outliers)
+
+# Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
+PLAIN_EVERY_S = 30.0
+TTY_EVERY_S = 1.0
+
+
+def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
+    """The run's report folder, created now: ``--reports DIR`` (refused with ConfigError when it already
+    holds a run) or ``reports/<UTC timestamp>[-n]`` (mkdir is atomic: two runs started in the same second get
+    two folders). Returns ``(path, created)``; ``created`` says the folder is new (removed again if no test
+    runs)."""
+    rdir = config.getoption("reports")
+    if rdir is None:
+        base = str(config.rootpath / "reports")
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for n in range(1000):
+            path = os.path.join(base, stamp + (f"-{n}" if n else ""))
+            try:
+                os.makedirs(path)
+                return path, True
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise ConfigError(f"reports folder {path}: cannot create: {e.strerror}") from None
+        raise ConfigError(f"reports folder {base}: 1000 runs started in the same second")
+    rdir = os.path.abspath(rdir)
+    existed = os.path.isdir(rdir)
+    if existed:
+        found = holds_run(rdir)
+        if found:
+            raise ConfigError(f"--reports {rdir}: already holds a run ({found}); give a new or empty folder")
+    try:
+        os.makedirs(rdir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--reports {rdir}: cannot create: {e.strerror}") from None
+    return rdir, not existed
+
+
+def point_latest(rdir: str) -> None:
+    """Point ``<parent>/latest`` at ``rdir`` (atomically: symlink + rename); leaves a real folder alone."""
+    parent = os.path.dirname(os.path.abspath(rdir))
+    link = os.path.join(parent, "latest")
+    if os.path.islink(link) or not os.path.exists(link):
+        tmp = f"{link}.tmp{os.getpid()}"
+        try:
+            os.symlink(os.path.basename(os.path.abspath(rdir)), tmp)
+            os.replace(tmp, link)
+        except OSError:
+            pass
+
+
+class Progress:
+    """Per host what runs and for how long. ``stream``: where to write; ``tty``: rewrite one line in place
+    (every :data:`TTY_EVERY_S`) instead of plain start/still-running/end lines."""
+
+    def __init__(self, stream, tty: bool, timeout_s: float, relay_dir: str | None = None):
+        from gpuaccept.runner.progress_relay import ControllerReader
+        self.relay = ControllerReader(relay_dir) if relay_dir else None  # xdist workers' probes (progress_relay)
+        self.stream = stream
+        self.tty = tty
+        self.timeout_s = timeout_s
+        self.running: dict[str, list] = {}  # host -> [what, started, last plain line, timeout, entry it covers]
+        self.detail: dict[str, str] = {}  # host -> the running probe's last live progress, rendered
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._width = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="gpuaccept-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+        if self.tty and self._width:
+            self._write("\r" + " " * self._width + "\r")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def begin(self, host: str, what: str, timeout_s: float | None = None) -> None:
+        """``host`` starts ``what`` (a test, or a probe within it with its ``timeout_s``). A test has no timeout
+        of its own (each probe in it has one), so its plain line names none: a burn-in test's line used to say
+        the default probe timeout, 300 s, for an hour's load."""
+        now = time.monotonic()
+        with self._lock:
+            self.running[host] = [what, now, now, timeout_s or self.timeout_s, self.running.get(host)]
+            self.detail.pop(host, None)
+        if not self.tty:
+            self._write(f"[gpuaccept] {host}: {what} started"
+                        + (f" (timeout {timeout_s:.0f} s)\n" if timeout_s else "\n"))
+
+    def update(self, host: str, probe: str, doc: dict) -> None:
+        """A live progress line of ``probe`` running on ``host`` (gpuaccept.transport.progress): shown instead of
+        the elapsed time, ``gpu07: burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C``; in plain mode at
+        most every PLAIN_EVERY_S per host, as the host's "still running" line."""
+        from gpuaccept.transport.progress import render
+        text = render(probe, doc)
+        with self._lock:
+            if host in self.running:
+                self.detail[host] = text
+
+    def done(self, host: str, what: str) -> None:
+        """``what`` (a probe) ended on ``host``: the host shows what it covered again (its test), or nothing (a
+        probe fetched ahead, whose test has not started). No line: the test's end line follows."""
+        with self._lock:
+            cur = self.running.get(host)
+            if cur is not None and cur[0] == what:
+                if cur[4] is not None:
+                    self.running[host] = cur[4]
+                else:
+                    del self.running[host]
+                self.detail.pop(host, None)
+
+    def end(self, host: str, outcome: str) -> None:
+        with self._lock:
+            cur = self.running.pop(host, None)
+            self.detail.pop(host, None)
+        if cur and not self.tty:
+            self._write(f"[gpuaccept] {host}: {cur[0]} {outcome} after {time.monotonic() - cur[1]:.1f} s\n")
+
+    def line(self) -> str:
+        """The in-place status line: ``host what 12s/300s | ...``."""
+        now = time.monotonic()
+        with self._lock:
+            items = sorted(self.running.items())
+            detail = dict(self.detail)
+        parts = [f"{h} {detail[h]}" if h in detail else f"{h} {w} {now - t0:.0f}s/{to:.0f}s"
+                 for h, (w, t0, _, to, _) in items]
+        return f"[gpuaccept] {len(items)} running: " + " | ".join(parts) if parts else ""
+
+    def _loop(self) -> None:
+        while not self._stop.wait(TTY_EVERY_S):
+            if self.relay is not None:
+                self.relay.poll(self.begin, self.update)
+            if self.tty:
+                text = self.line()
+                cols = 120
+                try:
+                    cols = os.get_terminal_size(self.stream.fileno()).columns
+                except (OSError, ValueError, AttributeError):
+                    pass
+                text = text[:max(20, cols - 1)]
+                self._write("\r" + text.ljust(self._width) + "\r" if text or self._width else "")
+                self._width = len(text)
+            else:
+                now = time.monotonic()
+                with self._lock:
+                    late = [(h, c, self.detail.get(h)) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
+                    for _, c, _ in late:
+                        c[2] = now
+                for h, (w, t0, _, to, _), detail in late:
+                    self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n" if detail else
+                                f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
+
+
+def _id_of(name: str) -> str:
+    """The id pytest gives a parameter value ``name`` (non-ASCII escaped, as in ``_pytest.compat``)."""
+    try:
+        from _pytest.compat import ascii_escaped
+    except ImportError:  # pragma: no cover - pytest moved it: ids of ASCII names are the names
+        return name
+    return ascii_escaped(name)
+
+
+def _real_stderr():
+    """A stream on a copy of file descriptor 2 taken now (pytest_configure: pytest's capture is suspended), so
+    that the progress display still reaches the operator while pytest's fd capture redirects fd 2 during a test
+    (``sys.__stderr__`` writes to fd 2 and was captured then: a one-host run without -n showed nothing while a
+    probe ran). None when there is no stderr."""
+    try:
+        err = sys.__stderr__
+        if err is None:
+            return None
+        fd = os.dup(err.fileno())
+        return os.fdopen(fd, "w", encoding=getattr(err, "encoding", None) or "utf-8", errors="replace", buffering=1)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class ReportPlugin:
+    """The report hooks of one run, with their configuration. Made by ``gpuaccept.plugin.pytest_configure``:
+
+    ``state``: the plugin's run state (inventory, hosts, started); ``inv_path``: the inventory file. Reads the
+    options --reports, --history, --baseline, --standout-pct, --prometheus-textfile, --progress, --profile.
+    Raises ConfigError (exit 4 before any node is touched) for a --reports folder that holds a run.
+    """
+
+    def __init__(self, config: pytest.Config, state: dict, inv_path: str):
+        self._error_key, self._layer_of = ERROR_KEY, layer_of
+        # pytest writes a parameter id in ASCII ("gpu-\\xe91" for "gpu-é1"): map ids back to inventory names
+        self._host_names = {_id_of(h.name): h.name for h in state["hosts"]}
+        self.config = config
+        self.state = state
+        self.partial: dict[str, dict] = {}
+        self.collect_only = bool(config.getoption("collectonly", False))
+        self.began = False
+        self.created = False
+        self.progress: Progress | None = None
+        self.reporter: Reporter | None = None
+        self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
+        self._stderr = None
+        self.history: HistorySink | None = None
+        if self.collect_only:
+            return
+        self._stderr = _real_stderr()
+        self._check_baseline()  # before the history is created: "no history database" must stay that
+        self._check_history()
+        latest = config.rootpath / "reports" / "latest"
+        previous = os.path.realpath(latest) if os.path.isdir(latest) else None
+        rdir, self.created = reserve_folder(config)
+        self.run_id = os.path.basename(os.path.normpath(rdir))
+        state["probe_dir"] = os.path.join(rdir, "probes")  # every probe's raw document, per host
+        hosts = state["hosts"]
+        host_sku = {h.name: h.vars.get("gpu_sku") for h in hosts if h.vars.get("gpu_sku")}
+        if config.getoption("sku"):
+            host_sku = {h.name: config.getoption("sku") for h in hosts}
+        self.reporter = Reporter(rdir, self.run_id, {
+            "inventory": inv_path, "limit": config.getoption("limit"), "hosts": [h.name for h in hosts],
+            "started": state["started"], "previous_run": previous, "profile": config.getoption("profile"),
+            "host_sku": host_sku})  # the previous run's figures are read at the end, and only without history
+        if self._opt("history") != "none":  # the run's rows go into the database as they arrive
+            self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"),
+                                       self._opt("baseline"), self._opt("standout_pct"))
+            self.reporter.sinks.append(self.history)
+
+    def _check_history(self) -> None:
+        """The history database (``--history``, default ``reports/history.sqlite``) must open, created if new,
+        before any node is touched: a typo (a text file, a folder, an unwritable path) is exit 4 in one line,
+        not an error found after an hour of burn-in whose figures then never reach the history."""
+        if self._opt("history") == "none":
+            return
+        from gpuaccept.reporting import history
+        try:
+            history.connect(self.history_path).close()
+        except history.HistoryError as e:
+            raise ConfigError(f"--history: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"--history {self.history_path}: cannot be created ({e.strerror or e})") from None
+
+    def _check_baseline(self) -> None:
+        """``--baseline RUN_ID`` must name a run of the history database; ConfigError (exit 4) otherwise,
+        before any node is touched (a stand-out list against nothing would read as "no stand-outs")."""
+        from gpuaccept.reporting import history
+        baseline = self._opt("baseline")
+        if baseline and self._opt("history") == "none":  # the baseline is read from the history: none to read
+            raise ConfigError(f"--baseline {baseline} compares with runs of the history database, and --history "
+                              "none keeps none: leave one of the two out")
+        if not baseline or baseline == "latest-pass":
+            return
+        try:
+            found = history.run_exists(self.history_path, baseline)
+        except history.HistoryError as e:
+            raise ConfigError(f"--baseline {baseline}: {e}") from None
+        if not found:
+            raise ConfigError(f"--baseline {baseline}: no such run in {self.history_path} "
+                              f"(python -m gpuaccept.reporting.history --host HOST lists runs)")
+
+    def _opt(self, name: str, default: Any = None) -> Any:
+        try:
+            return self.config.getoption(name)
+        except ValueError:
+            return default
+
+    # -- the run's life ----------------------------------------------------------------------------
+    def _begin(self) -> None:
+        """First sign that tests will run: move reports/latest here, start the progress display."""
+        if self.began or self.reporter is None:
+            return
+        self.began = True
+        if self.config.getoption("reports") is None:
+            point_latest(self.reporter.dir)
+        mode = self._opt("progress", "auto")
+        stream = self._stderr or sys.__stderr__
+        if mode != "off" and stream is not None:
+            tty = mode == "tty" or (mode == "auto" and stream.isatty())
+            self.progress = Progress(stream, tty, probe_timeout(self.config), self.state.get("progress_dir"))
+            self.progress.start()
+            node_mod.PROBE_STARTED.append(self._probe_started)
+            node_mod.PROBE_PROGRESS.append(self._probe_progress)
+            node_mod.PROBE_FINISHED.append(self._probe_finished)
+
+    def _probe_started(self, host: str, probe: str, timeout_s: float) -> None:
+        if self.progress is not None:
+            self.progress.begin(host, f"probe {probe}", timeout_s)
+
+    def _probe_finished(self, host: str, probe: str) -> None:
+        if self.progress is not None:
+            self.progress.done(host, f"probe {probe}")
+
+    def _probe_progress(self, host: str, probe: str, doc: dict) -> None:
+        if self.progress is not None:
+            self.progress.update(host, probe, doc)
+
+    def pytest_collection_finish(self, session) -> None:
+        if self.reporter is None:
+            return
+        for it in session.items:  # after -k/-m deselection: only what will run is expected
+            self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
+        if session.items:
+            self._begin()
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        if self.reporter is None:
+            return
+        for nid in ids:
+            self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
+        if ids:
+            self._begin()
+
+    def pytest_runtest_logstart(self, nodeid, location) -> None:
+        if self.progress is not None:
+            self.progress.begin(self._host_of(nodeid) or "fleet", nodeid.split("::")[-1].split("[")[0])
+
+    def _message(self, report) -> str:
+        if report.skipped and isinstance(report.longrepr, tuple):
+            return str(report.longrepr[2]).removeprefix("Skipped: ")
+        ours = [v for k, v in report.user_properties if k == self._error_key]
+        if ours:
+            return ours[-1]
+        # xdist prefixes a worker's failure text with "[gw0] linux -- Python ..."; drop that line
+        lines = [ln for ln in (report.longreprtext or "").splitlines() if not re.match(r"\[gw\d+\] ", ln)]
+        text = "\n".join(lines).strip()
+        return text if len(text) < 4000 else text[-4000:]
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if self.reporter is None:
+            return
+        self._begin()
+        part = self.partial.setdefault(report.nodeid, {"outcome": "passed", "message": "", "duration": 0.0,
+                                                       "props": []})
+        part["duration"] += getattr(report, "duration", 0.0) or 0.0
+        part["props"] = list(report.user_properties) or part["props"]
+        if report.skipped and part["outcome"] == "passed":
+            part["outcome"], part["message"] = "skipped", self._message(report)
+        elif report.failed:
+            is_ours = any(k == self._error_key for k, _ in report.user_properties)
+            kind = "failed" if report.when == "call" and not is_ours else "error"
+            if part["outcome"] not in ("failed", "error"):
+                part["outcome"], part["message"] = kind, self._message(report)
+        if report.when == "teardown":
+            self._finalize(report.nodeid, complete=True)
+            if self.progress is not None:
+                self.progress.end(self._host_of(report.nodeid) or "fleet", self.reporter.records[report.nodeid].outcome)
+
+    def _finalize(self, nodeid: str, complete: bool, reason: str = "") -> None:
+        part = self.partial.pop(nodeid)
+        if not complete and part["outcome"] == "passed":
+            # started, never torn down: interrupted, or its worker died. Never a pass.
+            part["outcome"], part["message"] = "error", f"not finished: {reason}"
+        figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
+        failing = counted_failures(part["outcome"], part["message"],
+                                   [v for k, v in part["props"] if k == "gpuaccept.failure"])
+        self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
+                                     part["outcome"], part["message"], round(part["duration"], 3), figs,
+                                     failures=failing))
+
+    def _host_of(self, nodeid: str) -> str | None:
+        """The inventory name of a test id's host parameter (None for a fleet test)."""
+        raw = host_of(nodeid)
+        return self._host_names.get(raw, raw) if raw is not None else None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        from gpuaccept.runner.progress_relay import remove_dir
+        remove_dir(self.state.pop("progress_dir", None))
+        if self.progress is not None:
+            self.progress.stop()
+        if self._stderr is not None:
+            try:
+                self._stderr.close()
+            except OSError:
+                pass
+        # registered in _begin whenever the display started, whichever stream it writes to
+        if self._probe_started in node_mod.PROBE_STARTED:
+            node_mod.PROBE_STARTED.remove(self._probe_started)
+        if self._probe_progress in node_mod.PROBE_PROGRESS:
+            node_mod.PROBE_PROGRESS.remove(self._probe_progress)
+        if self._probe_finished in node_mod.PROBE_FINISHED:
+            node_mod.PROBE_FINISHED.remove(self._probe_finished)
+        rep = self.reporter
+        if rep is None:
+            return
+        if not self.began and not rep.records:
+            self._discard()  # nothing ran (deselected everything, or collection failed): leave no folder
+            return
+        reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
+        rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
+        for nodeid in list(self.partial):
+            self._finalize(nodeid, complete=False, reason=reason)
+        for nodeid, (host, layer) in rep.expected.items():
+            if nodeid not in rep.records:
+                rep.add(CaseRecord(nodeid, nodeid.split("::")[-1], host, layer, "error", f"not run: {reason}"))
+        self._finish(rep)
+        if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write("\n")  # after pytest's "[100%]", which ensure_newline() does not see
+                tr.write_line(f"ERROR: gpuaccept reports: {rep.write_error}", red=True)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        elif rep.write_recovered:  # a full disk that came back, a folder deleted under the run: all written since
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write("\n")  # after pytest's "[100%]", which ensure_newline() does not see
+                tr.write_line(f"gpuaccept reports: during the run: {rep.write_recovered}; every record was written "
+                              "again since: the reports are complete", yellow=True)
+
+    def _discard(self) -> None:
+        d = self.reporter.dir
+        if self.created:
+            try:
+                os.rmdir(d)  # only when empty: never removes what someone else put there
+            except OSError:
+                pass
+
+    def _finish(self, rep: Reporter) -> None:
+        """History comparison and recording, then the whole-run files, report.html and the textfile."""
+        finish_reports(rep, self.history, self._opt("prometheus_textfile"))
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
+        rep = self.reporter
+        if rep is None or not self.began:
+            return
+        recs = list(rep.records.values())
+        hv = rep.host_verdicts()
+        bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
+        fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
+        terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
+        if bad:
+            terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
+                                        f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
+        if fleet:
+            terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+
+
+# The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
+# commit per test cost 40 us CPU more per test at 10,000 hosts; the end of the run then has at most this much
+# of the run's rows left to insert). Chosen.
+HISTORY_EVERY_S = 1.0
+
+
+class HistorySink:
+    """The history database as a :attr:`Reporter.sinks` entry: each record's rows made when it arrives and
+    inserted within :data:`HISTORY_EVERY_S` (one transaction per batch; WAL, synchronous=NORMAL), without
+    waiting when another run holds the database (then they go with the next batch, the periodic rewrite or the
+    end), so the end of the run has only the run row and the stand-outs left (gpuaccept.reporting.history.RunRecorder).
+    The first error stops it and is kept in :attr:`error` (reported at the end as the history's; the run's
+    verdicts stand)."""
+
+    def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
+                 baseline: str | None = None, standout_pct: float | None = None):
+        from gpuaccept.reporting import history
+        self.path = path
+        self.recorder = history.RunRecorder(path, run_id, started, profile, baseline,
+                                            standout_pct or history.STANDOUT_PCT)
+        self.error: str | None = None
+        self._next = 0.0
+
+    def add(self, r) -> None:
+        if self.error is None:
+            self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                               "message": r.message}, r.figures)
+            if time.monotonic() >= self._next:
+                self.flush()
+
+    def flush(self) -> None:
+        self._next = time.monotonic() + HISTORY_EVERY_S
+        self.guard(self.recorder.flush)
+
+    def guard(self, fn, *args, **kw) -> Any:
+        """``fn(*args, **kw)``; on a database error remember it, drop the pending rows and return None."""
+        if self.error is not None:
+            return None
+        from gpuaccept.reporting import history
+        try:
+            return fn(*args, **kw)
+        except (history.HistoryError, OSError) as e:
+            self.error = f"history {self.path}: {e}"
+        except Exception as e:  # sqlite3.Error: the run's verdicts stand; the history is reported as lost
+            self.error = f"history {self.path}: {type(e).__name__}: {e}"
+        self.recorder.figures, self.recorder.tests = [], []
+        return None
+
+
+def finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None = None,
+                   timings: dict[str, float] | None = None) -> None:
+    """The end of a run's reports (also on interrupt): stand-outs (found as the rows reached the history
+    database through ``hist``, else against the previous run's results.json) and the run's end in the history, then the
+    whole-run files (:meth:`Reporter.flush`), report.html and, with ``prometheus_path``, the textfile.
+    Failures to write are kept in ``rep.write_error`` (the first one), never raised. ``timings``: filled with
+    the wall seconds of each part (history, files, html, prometheus), for benchmarks/report_scale.py."""
+    with no_gc():
+        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings)
+
+
+def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None,
+                    timings: dict[str, float]) -> None:
+    finished = time.time()
+    t0 = time.perf_counter()
+    hv = rep.host_verdicts()
+    verdicts = {h: v["verdict"] for h, v in hv.items()}
+    run_verdict = ("ERROR" if "ERROR" in verdicts.values() else "FAIL" if "FAIL" in verdicts.values() else "PASS")
+    from gpuaccept.reporting import html as html_report
+    figures = rep.figures()
+    sparks: dict[tuple, list[float]] = {}
+    stand: list[dict] = []
+    ending = None
+    if hist is not None:
+        from gpuaccept.reporting import history
+        got = hist.guard(hist.recorder.finish_rows)
+        stand = (got or []) + hist.recorder.fleet_outliers()
+        if hist.error is None:  # the run row and latest: in a thread, beside the files (joined below)
+            end = {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"), "report_dir": rep.dir,
+                   "verdict": run_verdict}
+            ending = threading.Thread(target=hist.guard, args=(hist.recorder.record_end, end, verdicts),
+                                      name="gpuaccept-history-end")
+            ending.start()
+        con = hist.recorder.con
+        if hist.error is None and con is not None:
+            def spark():
+                for key, f in html_report.spark_keys(figures, rep.gpu_table()):
+                    sparks[key] = [v for _, v, _ in history.series(con, history.subject_of(f), history.check_of(f))]
+            hist.guard(spark)
+    else:
+        # against the previous run's results.json, read only now (at 10,000 hosts it holds 1.84 M figures: GBs
+        # of memory for the whole run, and for nothing when the history database is kept)
+        prev = rep.meta.get("previous_run")
+        stand = outliers(figures, rep.previous or (load_previous_figures(prev) if prev else []))
+    rep.final_standouts = stand
+    timings["history"] = time.perf_counter() - t0
+    try:
+        _write_files(rep, figures, stand, sparks, hv, verdicts, finished, prometheus_path, t0, timings)
+    finally:
+        if hist is not None:
+            t1 = time.perf_counter()
+            if ending is not None:
+                ending.join()
+            hist.recorder.close()
+            if hist.error:
+                rep.write_error = rep.write_error or hist.error
+            timings["history end"] = time.perf_counter() - t1  # waited for the thread after everything else
+
+
+def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: dict, hv: dict,
+                 verdicts: dict[str, str], finished: float, prometheus_path: str | None, t0: float,
+                 timings: dict[str, float]) -> None:
+    sinks, rep.sinks = rep.sinks, []  # the history is complete: the final rewrite writes files only
+    rep.flush(final=True)
+    rep.sinks = sinks
+    rep.close_jsonl()
+    timings["files"] = time.perf_counter() - t0 - timings["history"]
+    from gpuaccept.reporting import html as html_report
+    recs = list(rep.records.values())
+    try:
+        rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
+            rep.run_id, rep.meta, recs, figures, stand, sparks, hv=hv, table=rep.gpu_table())))
+    except ImportError as e:  # a plotting library missing on the controller: every other report stands
+        rep.write_error = rep.write_error or f"report.html not written: {e} (pip install -e . installs it)"
+    timings["html"] = time.perf_counter() - t0 - timings["history"] - timings["files"]
+    if prometheus_path:
+        from gpuaccept.reporting import prometheus
+        try:
+            prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
+                                      figures, verdicts)
+        except OSError as e:
+            rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
+    timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]
+
+
+def list_hosts_text(hosts) -> str:
+    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
+    lines = [f"  hosts ({len(hosts)}):"]
+    for h in hosts:
+        addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
+        where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
+        lines.append(f"    {h.name}  {where}  connection={h.connection}  "
+                     f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
+    return "\n".join(lines)

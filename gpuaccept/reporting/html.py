@@ -1,0 +1,194 @@
+"""``report.html``: one self-contained page per run that opens from disk with no network.
+
+Rendered with Jinja2 (``gpuaccept/reporting/templates/report.html.j2``, autoescaped); plots are pygal charts rendered to
+inline SVG with pygal's tooltip script left out (``js=[]``), so nothing is fetched at view time. Content: a
+per-host verdict table, a host x check heatmap coloured by value/limit, for all-reduce busbw against message
+size per host (x: log2 of the message size, labelled in bytes) with the floor drawn, and a per-GPU table with
+sparklines of the same serial's earlier runs from the history database.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jinja2
+
+from gpuaccept.reporting.records import CaseRecord, GpuTable, _fmt, _limit_s, _line_text, failing_gpus_text, host_verdicts
+
+# Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
+# is not read; the tables still list everything). Chosen.
+MAX_SPARK_GPUS = 256
+MAX_BUSBW_HOSTS = 64
+# Above this many hosts (host and heatmap rows) or GPUs (GPU table rows) the page has rows only for hosts that
+# did not pass; the passing hosts are named in one folded list (<details>) and counted (the page stays a few MB
+# and opens at once at 10,000 hosts; results.json and summary.md have every host). Chosen.
+MAX_ROWS = 1024
+SPARK_CHECKS = 4  # sparklines for the first few judged per-GPU checks of the table
+
+def _style():
+    """pygal's chart style (pygal is imported here, not at module load, so that a missing plotting
+    library costs report.html alone, never the run's other reports)."""
+    from pygal.style import Style
+    return Style(background="white", plot_background="white", font_family="sans-serif",
+                 colors=("#1f6feb", "#b3261e", "#137333", "#8a1c7c", "#d97706"))
+
+
+def _ratio_color(ratio: float, kind: str) -> str:
+    """Heatmap colour: red outside the limit, amber within 10 % of it, green with margin."""
+    margin = (ratio - 1.0) if kind == "min" else (1.0 - ratio)
+    if margin < 0:
+        return "#f4b4ae"
+    if margin < 0.10:
+        return "#fde68a"
+    return "#bbf7d0"
+
+
+def heatmap(figures: list[dict], only: set | None = None) -> dict:
+    """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure).
+    ``only``: rows for these hosts alone (the columns are still every check judged anywhere)."""
+    checks: list[str] = []
+    seen: set[str] = set()
+    cells: dict[tuple[str, str], dict] = {}
+    for f in figures:
+        if only is not None and str(f.get("host")) not in only:
+            if f["check"] not in seen:  # a column, if some figure of the check is judged numerically
+                lim = f.get("limit") or {}
+                kind = "min" if "min" in lim else "max" if "max" in lim else None
+                v = f.get("value")
+                if kind is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and lim[kind]:
+                    seen.add(f["check"])
+                    checks.append(f["check"])
+            continue
+        lim = f.get("limit") or {}
+        kind = "min" if "min" in lim else "max" if "max" in lim else None
+        v = f.get("value")
+        if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not lim[kind]:
+            continue
+        ratio = float(v) / float(lim[kind])
+        if f["check"] not in seen:
+            seen.add(f["check"])
+            checks.append(f["check"])
+        key = (str(f.get("host")), f["check"])
+        old = cells.get(key)
+        worse = old is None or (ratio < old["ratio"] if kind == "min" else ratio > old["ratio"])
+        if worse:
+            cells[key] = {"check": f["check"], "ratio": ratio, "kind": kind,
+                          "verdict": "fail" if f.get("verdict") == "fail" or (old and old["verdict"] == "fail") else "pass",
+                          "color": _ratio_color(ratio, kind),
+                          "title": f"{f.get('host')} {f['check']}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
+                                   f"{_fmt(v)} {f.get('unit') or ''} vs {_limit_s(lim)}"}
+        elif f.get("verdict") == "fail":
+            old["verdict"] = "fail"
+    hosts = sorted({h for h, _ in cells})
+    return {"checks": checks, "rows": [{"host": h, "cells": [cells.get((h, c)) for c in checks]} for h in hosts]}
+
+
+def _size_label(log2b: float) -> str:
+    b = 2 ** round(log2b)
+    for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= n:
+            return f"{b // n} {unit}"
+    return f"{b} B"
+
+
+def busbw_plots(figures: list[dict]) -> list[dict]:
+    """Per host an XY chart of in-place busbw (GB/s) against log2(message bytes), with the busbw floor
+    (``allreduce_busbw_gbps``' min limit) as a second series. Inline SVG strings."""
+    tables: dict[str, list] = {}
+    floors: dict[str, float] = {}
+    for f in figures:
+        if f["check"] == "allreduce_table" and isinstance(f.get("value"), list):
+            tables.setdefault(str(f.get("host")), f["value"])
+        if f["check"] == "allreduce_busbw_gbps" and "min" in (f.get("limit") or {}):
+            floors[str(f.get("host"))] = float(f["limit"]["min"])
+    out = []
+    for host in sorted(tables)[:MAX_BUSBW_HOSTS]:
+        pts = [(math.log2(r["bytes"]), float(r["ip_busbw_gbps"])) for r in tables[host]
+               if isinstance(r, dict) and r.get("bytes") and isinstance(r.get("ip_busbw_gbps"), (int, float))]
+        if not pts:
+            continue
+        import pygal
+        chart = pygal.XY(js=[], style=_style(), width=560, height=300, show_legend=True, legend_at_bottom=True,
+                         title=f"{host}: all-reduce busbw (in place)", x_title="message size (log scale)",
+                         y_title="busbw GB/s", x_value_formatter=_size_label, explicit_size=True,
+                         x_labels=sorted({round(x) for x, _ in pts})[::2], disable_xml_declaration=True,
+                         include_x_axis=True)
+        chart.add("busbw", pts)
+        if host in floors:
+            xs = [p[0] for p in pts]
+            chart.add(f"floor {floors[host]:g} GB/s", [(min(xs), floors[host]), (max(xs), floors[host])],
+                      show_dots=False, stroke_style={"dasharray": "6,4", "width": 2})
+        out.append({"host": host, "svg": chart.render(is_unicode=True)})
+    return out
+
+
+def sparkline(values: list[float]) -> str:
+    """A small inline SVG line of ``values`` (oldest first)."""
+    import pygal
+    chart = pygal.Line(js=[], style=_style(), width=120, height=24, explicit_size=True, show_dots=True,
+                       dots_size=1.5, disable_xml_declaration=True)
+    chart.add("", values)
+    return chart.render_sparkline(is_unicode=True, js=[])
+
+
+def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
+           history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
+           table: GpuTable | None = None) -> str:
+    """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``; ``hv`` and
+    ``table``: :func:`host_verdicts` of ``recs`` and the :class:`GpuTable` of ``figures`` when kept."""
+    hosts = list(meta.get("hosts") or [])
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
+    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
+    host_rows = [{"name": h, **hv[h], "failing_gpus": failing_gpus_text(hv[h])}
+                 for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
+    failing_gpus = [{"host": h, **g, "why": [_line_text(ln) for ln in g["lines"]]}
+                    for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h == "fleet":
+            continue
+        tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    n_hosts = len([h for h in hv if h != "fleet"])
+    passing: list[str] = []
+    if len(host_rows) > MAX_ROWS:  # a fleet: a row per host that did not pass, the passing ones by name only
+        passing = [r["name"] for r in host_rows if r["verdict"] == "PASS"]
+        host_rows = [r for r in host_rows if r["verdict"] != "PASS"]
+    table = table if table is not None else GpuTable().add(figures)
+    left_out, total = 0, table.count()
+    bad = {h for h, v in hv.items() if v["verdict"] != "PASS"}
+    checks, rows = table.table(bad if total > MAX_ROWS else None)
+    if total > MAX_ROWS:
+        keep = rows  # the GPUs of hosts that did not pass (a failing figure makes its host fail)
+        if len(keep) > MAX_ROWS:  # many hosts failed: the GPUs with a failing figure first, MAX_ROWS in all
+            failing = [any(f.get("verdict") == "fail" for f in r["cells"].values()) for r in keep]
+            keep = ([r for r, x in zip(keep, failing) if x] + [r for r, x in zip(keep, failing) if not x])[:MAX_ROWS]
+        left_out, rows = total - len(keep), keep
+    heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None)
+    sparks: dict[tuple, str] = {}
+    if history and len(rows) <= MAX_SPARK_GPUS:
+        for key, vals in history.items():
+            if len(vals) >= 2:
+                sparks[key] = sparkline(vals)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    failures = [{"outcome": r.outcome, "nodeid": r.nodeid,
+                 "first": (r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome,
+                 "rest": (r.message or "").splitlines()[1:21]}  # every GPU's line, as summary.md (20 at most)
+                for r in recs if r.outcome in ("failed", "error")]
+    return env.get_template("report.html.j2").render(
+        run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
+        tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
+        heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
+        standouts=standouts, failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=_fmt, limit_s=_limit_s)
+
+
+def spark_keys(figures: list[dict], table: GpuTable | None = None) -> list[tuple[tuple[str, str, Any, str], dict]]:
+    """``((serial, host, gpu, check), figure)`` of the per-GPU cells that get a sparkline (first few checks);
+    ``table``: the :class:`GpuTable` of ``figures`` when kept."""
+    table = table if table is not None else GpuTable().add(figures)
+    if table.count() > MAX_SPARK_GPUS:
+        return []
+    checks, rows = table.table()
+    return [((row["serial"] or "", row["host"], row["gpu"], c), row["cells"][c]) for row in rows
+            for c in checks[:SPARK_CHECKS] if c in row["cells"]]

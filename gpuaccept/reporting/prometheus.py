@@ -1,0 +1,112 @@
+"""The run's figures for Prometheus, in node_exporter's textfile-collector format (``--prometheus-textfile``).
+
+Written with ``prometheus_client``: a private ``CollectorRegistry`` holding one custom collector (metric
+families made at collection, as prometheus_client documents for proxies/exporters) and ``write_to_textfile``,
+which writes a temporary file and renames it over the target, so the collector never reads half a file.
+
+Metrics (all gauges):
+- ``gpuaccept_<check>`` per numeric figure, labels host, gpu, pci_bus_id, serial, sku, unit (and ``extra`` for
+  figures that repeat per message size or pair, e.g. ``bytes=4096``); the check name is sanitised to
+  ``[a-zA-Z0-9_]``;
+- ``gpuaccept_figure_pass`` 1/0 per judged figure (same labels plus check);
+- ``gpuaccept_host_verdict`` per host: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP (label ``verdict`` spells it);
+- ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``, label run_id;
+- ``gpuaccept_figures_not_exported``: figures left out above :data:`MAX_FIGURES` (passing hosts' first).
+"""
+from __future__ import annotations
+
+import re
+
+from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client.core import GaugeMetricFamily
+
+from gpuaccept.reporting.history import _num, check_of
+
+VERDICT_CODE = {"PASS": 0, "FAIL": 1, "ERROR": 2, "SKIP": 3}
+# At most this many figures become series (two samples each: the value and figure_pass); above it, the
+# figures of hosts that did not pass come first and the rest are counted in gpuaccept_figures_not_exported.
+# prometheus_client's writer formats about 25,000 samples a second on the 2-core development machine
+# (1.84 million figures: 70 s and a 600 MB file, which node_exporter would read at every scrape); 100,000
+# figures: about 8 s and 30 MB. The history database keeps every figure. Chosen.
+MAX_FIGURES = 100_000
+LABELS = ("host", "gpu", "pci_bus_id", "serial", "sku", "unit", "extra")
+
+
+def metric_name(check: str) -> str:
+    """``gpuaccept_<check>`` with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``."""
+    return "gpuaccept_" + re.sub(r"[^a-zA-Z0-9_]", "_", check)
+
+
+class _RunCollector:
+    """The run's metric families, made when the registry is collected (a custom collector: one sample per
+    figure, without the per-child lock and value object that ``Gauge.labels()`` keeps; at 1.84 million figures
+    that is the difference between seconds and minutes, and gigabytes of memory)."""
+
+    def __init__(self, run_id: str, started: float, finished: float, figures: list[dict],
+                 host_verdicts: dict[str, str], left_out: int):
+        self.args = (run_id, started, finished, figures, host_verdicts)
+        self.left_out = left_out
+
+    def describe(self):
+        return []  # names are not checked for clashes: the registry holds this collector alone
+
+    def collect(self):
+        run_id, started, finished, figures, host_verdicts = self.args
+        fams: dict[str, GaugeMetricFamily] = {}
+        passed = GaugeMetricFamily("gpuaccept_figure_pass", "1 when the figure is within its limit, 0 when not",
+                                   labels=LABELS + ("check",))
+        seen: set[tuple] = set()
+        for f in figures:
+            v = _num(f.get("value"))
+            if v is None:
+                continue
+            name = metric_name(f["check"])
+            fam = fams.get(name)
+            if fam is None:
+                fam = fams[name] = GaugeMetricFamily(name, f"gpuaccept figure {f['check']} (unit in label 'unit')",
+                                                     labels=LABELS)
+            extra = check_of(f)[len(f["check"]):].strip("[]")
+            labels = [str(f.get("host") or ""), "" if f.get("gpu") is None else str(f["gpu"]),
+                      str(f.get("pci_bus_id") or ""), str(f.get("serial") or ""), str(f.get("sku") or ""),
+                      str(f.get("unit") or ""), extra]
+            key = (name, *labels)
+            if key in seen:  # a figure recorded twice in one run: keep the first
+                continue
+            seen.add(key)
+            fam.add_metric(labels, v)
+            if f.get("verdict") in ("pass", "fail"):
+                passed.add_metric(labels + [f["check"]], 1 if f["verdict"] == "pass" else 0)
+        yield passed
+        yield from fams.values()
+        hv = GaugeMetricFamily("gpuaccept_host_verdict", "host verdict: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP",
+                               labels=("host", "verdict"))
+        for host, verdict in host_verdicts.items():
+            hv.add_metric([host, verdict], VERDICT_CODE.get(verdict, 2))
+        yield hv
+        fam = GaugeMetricFamily("gpuaccept_figures_not_exported", "figures of the run not written here (above the "
+                                "limit: passing hosts' first; the history database has them)",
+                                labels=("run_id",))
+        fam.add_metric([run_id], self.left_out)
+        yield fam
+        for name, doc, value in (("gpuaccept_run_timestamp_seconds", "start of the run, Unix time", started),
+                                 ("gpuaccept_run_duration_seconds", "duration of the run, seconds",
+                                  max(0.0, finished - started))):
+            fam = GaugeMetricFamily(name, doc, labels=("run_id",))
+            fam.add_metric([run_id], value)
+            yield fam
+
+
+def write_textfile(path: str, run_id: str, started: float, finished: float, figures: list[dict],
+                   host_verdicts: dict[str, str], max_figures: int = MAX_FIGURES) -> None:
+    """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out, and above
+    ``max_figures`` (default :data:`MAX_FIGURES`) figures those of passing hosts first (counted in
+    ``gpuaccept_figures_not_exported``)."""
+    left_out = 0
+    if len(figures) > max_figures:
+        bad = [f for f in figures if host_verdicts.get(str(f.get("host"))) != "PASS"]
+        good = [f for f in figures if host_verdicts.get(str(f.get("host"))) == "PASS"]
+        keep = (bad + good)[:max_figures]
+        left_out, figures = len(figures) - len(keep), keep
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts, left_out))
+    write_to_textfile(path, reg)

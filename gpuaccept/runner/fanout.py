@@ -1,0 +1,55 @@
+"""Fan-out over hosts, like Ansible's forks: the work every selected host needs first, on all of them at once.
+
+Without it the hosts are visited one after another as pytest reaches their tests: connect, ship the probes,
+run ``gpu_inventory`` (which every GPU test's ``gpus`` fixture needs), then the next host — about 0.6 s per
+host of waiting on the network and the node's Python start-up (shared/notes/scale-profile.md, 32 sshd nodes:
+18.2 of 22.7 s). :func:`warm_up` starts that first step on every host in a bounded pool of daemon threads and
+returns at once; tests then find the document cached (``HostRunner.cached_probe``) or wait on the host's lock for
+the one run in flight, so no host is ever probed twice and one host's probes never overlap. :func:`close_all`
+removes the shipped folders and closes the connections in the same pool at the end.
+
+On an SSH host the probes are shipped and ``gpu_inventory`` run in one remote command
+(``HostRunner.probe_now``). Every later probe is fetched ahead across hosts by gpuaccept.runner.prefetch, in a pool of
+the same size.
+
+``forks``: the pool's size (``--forks``, default :data:`DEFAULT_FORKS`), which bounds open connections too.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterable
+
+DEFAULT_FORKS = 32  # Ansible's default is 5; gpuaccept's work per host is seconds of waiting, not CPU
+
+
+def _pool(items: list, fn: Callable, forks: int) -> list[threading.Thread]:
+    """Run ``fn(item)`` for each item with at most ``forks`` at a time, in daemon threads; return them."""
+    gate = threading.BoundedSemaphore(max(1, forks))
+
+    def body(item):
+        with gate:
+            try:
+                fn(item)
+            except Exception:  # noqa: BLE001 - the host's own tests report the same cached error
+                pass
+
+    threads = [threading.Thread(target=body, args=(it,), daemon=True, name=f"gpuaccept-fanout-{i}")
+               for i, it in enumerate(items)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def warm_up(nodes: Iterable, forks: int = DEFAULT_FORKS) -> list[threading.Thread]:
+    """Start ``gpu_inventory`` (connect, ship, probe; cached with its error) on every node at once.
+
+    ``nodes``: :class:`gpuaccept.runner.host.HostRunner` objects. Returns the threads (daemons: an interrupted run does not
+    wait for them; the transports' own timeouts and the node-side watchdog bound what they leave running)."""
+    return _pool([n for n in nodes if not getattr(n, "replay_dir", None)], lambda n: n.gpu_inventory(), forks)
+
+
+def close_all(nodes: Iterable, forks: int = DEFAULT_FORKS, timeout: float = 60.0) -> None:
+    """``HostRunner.close()`` on every node, ``forks`` at a time; waits at most ``timeout`` seconds in all."""
+    threads = _pool(list(nodes), lambda n: n.close(), forks)
+    for t in threads:
+        t.join(timeout=max(0.1, timeout / max(1, len(threads))))

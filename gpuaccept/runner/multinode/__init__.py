@@ -1,0 +1,20 @@
+"""Inter-node all-reduce on the controller: :mod:`.plan` (pure: results, culprits, figures, pairing),
+:mod:`.launch` (I/O: launch one probe per host, abort, sweep, run the patterns) and :mod:`.settings` (the
+group vars, parsed and validated without touching a node). Everything is re-exported here, so
+``from gpuaccept import multinode as mn`` reaches all of it."""
+from gpuaccept.runner.multinode.launch import (ABORT_GRACE_S, KILL_TIMEOUT_S, PORT_ATTEMPTS, abort, pairwise, pick_port, rails, ring,
+                     run_collective, run_concurrently, sweep)
+from gpuaccept.judging.multinode import (CALL_MARGIN_S, DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, MARKER_PREFIX, PROBE, Collective,
+                   HostResult, PairResult, PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure,
+                   judge_figures, kill_command, master_address, nccl_environment, new_marker, next_pairs,
+                   pairwise_status, random_pairs, transport_problem, pinned_env, world_failure)
+from gpuaccept.config.multinode import GroupSettings, multinode_settings
+
+__all__ = [
+    "ABORT_GRACE_S", "KILL_TIMEOUT_S", "PORT_ATTEMPTS", "abort", "pairwise", "pick_port", "rails", "ring",
+    "run_collective", "run_concurrently", "sweep", "CALL_MARGIN_S", "DEFAULT_PAIRWISE_ROUNDS", "DEFAULT_SLOW_PCT",
+    "MARKER_PREFIX", "PROBE", "Collective", "HostResult", "PairResult", "PairwiseReport", "RailResult", "Settings",
+    "blame", "busbw_at", "describe_failure", "judge_figures", "kill_command", "master_address", "nccl_environment",
+    "new_marker", "next_pairs", "pairwise_status", "random_pairs", "transport_problem", "pinned_env",
+    "world_failure", "GroupSettings", "multinode_settings",
+]
