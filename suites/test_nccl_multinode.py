@@ -21,11 +21,13 @@ import pytest
 
 from gpuaccept.runner import multinode as mn
 from gpuaccept.judging import nccl as nccl_judge
-from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
+from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
 from gpuaccept.judging.nccl_table import format_table
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.config.thresholds import Limit, inventory_limit
+from gpuaccept.judging.readings import typed
 from gpuaccept.judging.recorder import Recorder
+from gpuaccept.judging.sku import node_sku
 
 pytestmark = pytest.mark.nccl
 
@@ -51,6 +53,20 @@ def _settings(nodes: list[HostRunner]) -> tuple[mn.Settings, mn.GroupSettings, l
     except ConfigError as e:  # the hosts disagree with each other (GPU counts): the fleet fails, as before
         pytest.fail(str(e), pytrace=False)
     return st, group, notes
+
+
+def _pair_floor(node: HostRunner) -> Limit | None:
+    """The first host's SKU file floor for a pair (``checks.internode_pair_busbw_gbps``), None when its file
+    has none or its SKU is unknown (the single-node tests report that)."""
+    try:
+        doc = node.gpu_inventory()
+        gpus = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
+        if not gpus and not node.host.vars.get("gpu_sku") and not node.sku_override:
+            return None
+        return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"),
+                        gpus).checks.get("internode_pair_busbw_gbps")
+    except (GpuacceptError, ThresholdError):
+        return None
 
 
 def _limit(group: mn.GroupSettings, at: int) -> Limit | None:
@@ -159,7 +175,8 @@ def _ring(nodes, verdicts, st, group, notes):
 
 
 def _pairwise(nodes, verdicts, st, group, notes):
-    rep = mn.pairwise(nodes, st, group.at_bytes, group.limit_gbps, group.slow_pct, group.seed, group.rounds)
+    floor = _pair_floor(nodes[0]) if group.limit_gbps is None else None
+    rep = mn.pairwise(nodes, st, group.at_bytes, group.limit_gbps, group.slow_pct, group.seed, group.rounds, floor)
     verdicts.record("pairwise_seed", rep.seed, extra={"round_wall_s": rep.round_wall_s})
     for p in rep.pairs:
         verdicts.record("pairwise_busbw_gbps", p.busbw, "GB/s", extra={
@@ -174,6 +191,8 @@ def _pairwise(nodes, verdicts, st, group, notes):
                                     extra={"passed": passed, "pairs": total, "seed": rep.seed})
     for h, why in rep.named:
         verdicts.for_host(h).fail(f"pairwise all-reduce: {why} (seed {rep.seed})")
+    if rep.no_reference:  # the median is slow itself: nothing singles a host out, and saying nothing hides it
+        verdicts.fail(f"pairwise all-reduce: {rep.no_reference} (seed {rep.seed})")
     if not rep.named and rep.status["unresolved"]:
         bad = [p for p in rep.pairs if not p.passed]
         verdicts.fail(f"pairwise all-reduce: no pair passed to single out a host (seed {rep.seed}); unresolved: "

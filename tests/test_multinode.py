@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.runner import multinode as mn
+from gpuaccept.judging import nccl as J
+from gpuaccept.config.thresholds import Limit
 from gpuaccept.config.inventory import load_inventory
 from gpuaccept.judging.nccl_table import parse_table
 from gpuaccept.runner.host import HostRunner
@@ -159,6 +161,93 @@ def test_default_fails_a_link_at_half_speed_and_passes_noise():
 def test_judge_figures(figures, limit, pct, pool, failing):
     got = mn.judge_figures(figures, limit, pct, pool)
     assert sorted(k for k, (ok, _) in got.items() if not ok) == failing
+
+
+# ------------------------------------------------------------- blame when most hosts are slow (issue 28)
+
+PAIR_FLOOR = Limit("test-sku", "internode_pair_busbw_gbps", "min", 5.0, "GB/s", "made-up pair floors",
+                   min_by_transport={"IB": 60.0, "NET/IB/GDRDMA": 80.0, "Socket": 2.0})
+IB_GDR = {"NET/IB/0/GDRDMA": 16, "NET/IB/1/GDRDMA": 16, "P2P/CUMEM": 8}
+
+
+@pytest.mark.parametrize("transports, bound", [
+    (IB_GDR, 80.0),                                   # the longest key every network channel matches
+    ({"NET/IB/0": 16, "P2P/CUMEM": 8}, 60.0),          # InfiniBand without GPUDirect RDMA
+    ({"NET/IBext_v8/0/GDRDMA": 16}, 80.0),             # NVIDIA's IB net plugin counts as IB
+    ({"NET/Socket/0": 4}, 2.0),
+    ({"NET/IB/0/GDRDMA": 8, "NET/Socket/0": 8}, 5.0),  # mixed: no key fits every channel, the plain min
+    ({"P2P/CUMEM": 8}, None),                          # no network channel: nothing says which floor
+])
+def test_pair_floor_is_the_sku_floor_for_the_pairs_transport(transports, bound):
+    got = J.pair_floor(PAIR_FLOOR, transports)
+    assert (got.bound if got else None) == bound
+    assert J.pair_floor(None, transports) is None
+
+
+def _search(n: int, slow: int, floor, seed: int = 3, fast_gbps: float = 90.0, slow_gbps: float = 36.0):
+    """The pairwise search of gpuaccept.runner.multinode.launch.pairwise, every collective replaced by the figure a
+    pair of healthy hosts (``fast_gbps``) or one with a slow host (``slow_gbps``) gives, judged by the real
+    judge_figures / pair_floor / no_reference."""
+    rng = random.Random(seed)
+    hosts = [f"h{i:04d}" for i in range(n)]
+    sick = set(rng.sample(hosts, slow))
+    history, by_floor = [], set()
+    pairs, _ = mn.random_pairs(hosts, rng)
+    for rnd in range(1, 9):
+        figures = {p: slow_gbps if set(p) & sick else fast_gbps for p in pairs}
+        results = {p: {h: mn.HostResult(h, "ok", {"transports": IB_GDR}) for h in p} for p in pairs}
+        floors = {p: mn.pair_floor(floor, results[p]) for p in pairs}
+        by_floor |= {(rnd, p) for p in pairs if floors[p] is not None}
+        pool = [x.busbw for x in history]
+        verdict = mn.judge_figures(figures, None, mn.DEFAULT_SLOW_PCT, pool, floors)
+        history += [mn.PairResult(rnd, p, figures[p], *verdict[p]) for p in pairs]
+        st = mn.pairwise_status(hosts, history)
+        if not st["unresolved"] or not st["good"]:
+            break
+        pairs = mn.next_pairs(hosts, history, rng)
+    return sick, mn.pairwise_status(hosts, history), mn.no_reference(history, None, by_floor), history
+
+
+def test_slow_majority_is_named_against_the_sku_floor_for_its_transport():
+    """400 of 1,024 hosts slow, no nccl_internode_busbw_gbps: most pairs hold a slow host, so the round's median
+    is a slow figure and the median rule named nobody. With the SKU file's floor for the pairs' transport
+    (NET/IB/GDRDMA 80 GB/s) every slow host is named and no healthy one, and the failure names that floor."""
+    sick, st, note, history = _search(1024, 400, PAIR_FLOOR)
+    assert set(st["named"]) == sick and not st["unresolved"], (len(st["named"]), len(st["unresolved"]))
+    assert note == ""
+    failed = next(p for p in history if not p.passed)
+    assert "< min 80 GB/s" in failed.why and "test-sku.yaml checks.internode_pair_busbw_gbps" in failed.why
+
+
+def test_slow_majority_without_a_floor_says_no_reference():
+    """The same fleet with no floor anywhere: no host is named (nothing says whether the fast or the slow side
+    is right), and the search says so instead of passing everyone silently; the hosts never in a fast pair
+    are counted (every slow host, and the healthy ones that met only slow partners in the one round)."""
+    sick, st, note, history = _search(1024, 400, None)
+    assert st["named"] == [], st["named"][:5]
+    assert note.startswith("no reference: most pairs are slow: "), note
+    m = re.search(r": (\d+) of (\d+) pairs are under 70% of the (\d+) fastest \(their median 90 GB/s\) and the "
+                  r"median 36 GB/s is one of them", note)
+    assert m and int(m.group(1)) + int(m.group(3)) == int(m.group(2)) == 512, note
+    never = {h for p in history for h in p.pair} - {h for p in history if p.busbw == 90.0 for h in p.pair}
+    assert never >= sick and f"({len(never)} in all)" in note and min(never) in note
+
+
+@pytest.mark.parametrize("slow", [0, 8, 40])
+def test_a_slow_minority_keeps_the_median_rule(slow):
+    """When the pairs with a slow host are a minority (under 1 - sqrt(1/2), about 29 %, of the hosts slow: the
+    median is a healthy pair) the median rule names them as before and nothing is said about a reference."""
+    sick, st, note, _ = _search(256, slow, None)
+    assert note == "" and set(st["named"]) == sick and not st["unresolved"]
+
+
+def test_no_reference_is_not_said_for_noise_or_with_a_limit():
+    hist = [mn.PairResult(1, (f"a{i}", f"b{i}"), v, True, "") for i, v in enumerate([40.0, 41.0, 30.0, 29.0, 39.0])]
+    assert mn.no_reference(hist, None, set()) == ""  # the spread of a healthy fleet: 29 is 71% of 41
+    slow = hist + [mn.PairResult(1, (f"c{i}", f"d{i}"), 10.0, True, "") for i in range(6)]
+    assert mn.no_reference(slow, None, set()).startswith("no reference: most pairs are slow: 6 of 11 pairs")
+    assert mn.no_reference(slow, 35.0, set()) == ""  # an absolute limit judges them
+    assert J.slow_majority({"only": 10.0}, 70) is None
 
 
 TRANSPORTS = [

@@ -363,6 +363,8 @@ BASE_DOC = {
         "temp_c": {"max": 85, "unit": "C", "source": "made-up fleet action level"},
         "allreduce_busbw_gbps": {"min": 100, "at_bytes": 4294967296, "min_by_world_size": {2: 110},
                                  "unit": "GB/s", "source": "made-up all-reduce floor"},
+        "internode_pair_busbw_gbps": {"min": 5, "min_by_transport": {"IB": 40, "NET/IB/GDRDMA": 80, "Socket": 2},
+                                      "unit": "GB/s", "source": "made-up inter-node pair floors"},
     },
 }
 
@@ -383,6 +385,8 @@ def test_base_doc_loads(tmp_path):
     spec = load_sku_file(_write(tmp_path, BASE_DOC))
     assert spec.limit("hbm_read_bw_gbps").bound == 850
     assert spec.limit("allreduce_busbw_gbps").for_world_size(2).bound == 110
+    pair = spec.limit("internode_pair_busbw_gbps")
+    assert [pair.for_transport(t).bound for t in ("IB", "NET/IB/GDRDMA", "Socket", "RoCE", None)] == [40, 80, 2, 5, 5]
 
 
 def _set(d, keys, value):
@@ -422,6 +426,10 @@ BAD_DOCS = [
     ("check not a mapping", lambda d: _set(d, ["checks", "temp_c"], 85), ["temp_c"]),
     ("world sizes as strings", lambda d: _set(d, ["checks", "allreduce_busbw_gbps", "min_by_world_size"], {"2": 110}),
      ["allreduce_busbw_gbps", "min_by_world_size"]),
+    ("transport floors as a list", lambda d: _set(d, ["checks", "internode_pair_busbw_gbps", "min_by_transport"],
+                                                  [40, 2]), ["internode_pair_busbw_gbps", "min_by_transport"]),
+    ("transport floor not a number", lambda d: _set(d, ["checks", "internode_pair_busbw_gbps", "min_by_transport"],
+                                                    {"IB": "40"}), ["min_by_transport", "NCCL transport"]),
     ("unknown top-level key", lambda d: _set(d, ["thresholds"], {}), ["thresholds"]),
     ("unknown expect key", lambda d: _set(d, ["expect", "nvlinks"], 18), ["expect.nvlinks"]),
     ("unknown detect key", lambda d: _set(d, ["detect", "pci_ids"], ["0x233510de"]), ["detect.pci_ids"]),
@@ -436,6 +444,7 @@ BAD_DOC_LINES = {
     "string bound": "min: '850'", "max on a min check": "hbm_read_bw_gbps:", "min on a max check": "temp_c:",
     "unknown check field": "fraction:", "check not a mapping": "temp_c: 85",
     "world sizes as strings": "min_by_world_size:", "unknown top-level key": "thresholds:",
+    "transport floors as a list": "min_by_transport:", "transport floor not a number": "min_by_transport:",
     "unknown expect key": "nvlinks:", "unknown detect key": "pci_ids:", "sku differs from stem": "sku: other-sku",
 }
 

@@ -80,6 +80,8 @@ REGISTRY: dict[str, Check] = {
     "p2p_bidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, both directions at once"),
     # nccl
     "allreduce_busbw_gbps": Check("GB/s", "min", "nccl", "all-reduce bus bandwidth (nccl-tests busbw)"),
+    "internode_pair_busbw_gbps": Check("GB/s", "min", "nccl", "inter-node all-reduce busbw of one pair of hosts "
+                                                              "(Ring, pairwise pattern), by NCCL network transport"),
     # limits set by inventory variables (gpuaccept/config/storage.py, gpuaccept/config/multinode/__init__.py)
     "seq_read_gbps": Check("GB/s", "min", "storage", "per local path, sequential read, 1 MiB blocks",
                            "storage_limits"),
@@ -107,7 +109,8 @@ REGISTRY: dict[str, Check] = {
 # check key -> (unit, direction) of the checks a threshold file may set, the view the loader reads.
 CHECKS: dict[str, tuple[str, str]] = {k: (c.unit, c.direction) for k, c in REGISTRY.items() if c.var is None}
 
-CHECK_FIELDS = {"min", "max", "unit", "source", "fraction_of_datasheet", "at_bytes", "min_by_world_size", "note"}
+CHECK_FIELDS = {"min", "max", "unit", "source", "fraction_of_datasheet", "at_bytes", "min_by_world_size",
+                "min_by_transport", "note"}
 EXPECT_KEYS = {
     "gpus_per_node", "pcie_gen", "pcie_width", "nvlink_links", "nvswitch", "mig_mode", "fp8", "fp64_tensor",
     "required_nvml", "nccl_transport", "ecc", "persistence_mode", "row_remapping", "cuda_capability",
@@ -138,6 +141,7 @@ class Limit:
     source: str
     at_bytes: int | None = None
     min_by_world_size: dict[int, float] | None = None
+    min_by_transport: dict[str, float] | None = None
 
     @property
     def sku(self) -> str:
@@ -149,6 +153,14 @@ class Limit:
         if self.min_by_world_size and n in self.min_by_world_size:
             return replace(self, direction="min", bound=float(self.min_by_world_size[n]), min_by_world_size=None)
         return self
+
+    def for_transport(self, transport: str | None) -> "Limit":
+        """This limit with the bound the file gives for NCCL network transport ``transport`` (a key of
+        ``min_by_transport`` as written, e.g. ``"IB"``, ``"NET/IB/GDRDMA"``, ``"Socket"``; None or a key not
+        listed: the plain bound)."""
+        if transport and self.min_by_transport and transport in self.min_by_transport:
+            return replace(self, bound=float(self.min_by_transport[transport]), min_by_transport=None)
+        return replace(self, min_by_transport=None) if self.min_by_transport else self
 
     def describe(self) -> str:
         """``">= 4300 GB/s"`` style text of the bound."""
@@ -351,11 +363,18 @@ def _load_check(path: str, sku: str, check: str, entry: Any, checks: Any = None)
             type(k) is int and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in mbw.items())):
         raise _err(path, f"checks.{check}.min_by_world_size: expected a mapping of world size to number",
                    entry, "min_by_world_size")
+    mbt = entry.get("min_by_transport")
+    if mbt is not None and not (isinstance(mbt, dict) and mbt and all(
+            isinstance(k, str) and k and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for k, v in mbt.items())):
+        raise _err(path, f"checks.{check}.min_by_transport: expected a mapping of NCCL transport (IB, Socket, "
+                         f"NET/IB/GDRDMA...) to a number >= 0", entry, "min_by_transport")
     for key in ("at_bytes", "fraction_of_datasheet"):
         val = entry.get(key)
         if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))):
             raise _err(path, f"checks.{check}.{key}: expected a number, got {val!r}", entry, key)
-    return Limit(sku, check, direction, float(bound), unit, str(entry["source"]), entry.get("at_bytes"), mbw)
+    return Limit(sku, check, direction, float(bound), unit, str(entry["source"]), entry.get("at_bytes"), mbw,
+                 dict(mbt) if mbt else None)
 
 
 def load_all(directory: str) -> dict[str, SkuSpec]:

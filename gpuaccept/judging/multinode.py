@@ -199,10 +199,45 @@ def busbw_at(doc: dict, nbytes: int | None) -> tuple[float | None, dict]:
 
 
 def judge_figures(figures: dict, limit: float | None, slow_pct: float = DEFAULT_SLOW_PCT,
-                  pool: list[float] | None = None) -> dict:
+                  pool: list[float] | None = None, floors: dict | None = None) -> dict:
     """Pass/fail of each figure of one round (pairs or rails), ``{key: (passed, why)}``: the one rule of
-    :func:`gpuaccept.judging.nccl.judge_round`."""
-    return nccl_judge.judge_round(figures, limit, slow_pct, pool)
+    :func:`gpuaccept.judging.nccl.judge_round` (``floors``: ``{key: Limit}``, the SKU file's floor for each
+    pair's transport, :func:`pair_floor`)."""
+    return nccl_judge.judge_round(figures, limit, slow_pct, pool, floors=floors)
+
+
+def pair_floor(floor, results: dict[str, HostResult]):
+    """The SKU file's floor (``checks.internode_pair_busbw_gbps`` Limit, or None) for one pair's collective,
+    from the transports both hosts' documents report (:func:`gpuaccept.judging.nccl.pair_floor`)."""
+    transports: dict = {}
+    for r in results.values():
+        for t, n in ((r.doc or {}).get("transports") or {}).items():
+            transports[t] = transports.get(t, 0) + (n or 0)
+    return nccl_judge.pair_floor(floor, transports)
+
+
+def no_reference(history: list["PairResult"], limit: float | None, judged_by_floor: set,
+                 slow_pct: float = DEFAULT_SLOW_PCT) -> str:
+    """The pairwise search's "no reference: most pairs are slow: ..." line (empty when it does not apply):
+    with no ``limit`` (GB/s), :func:`gpuaccept.judging.nccl.slow_majority` over the first round's pairs not
+    judged against a SKU floor (``judged_by_floor``: ``{(round, pair)}``): the first round is the one that pairs
+    every host at random, later ones pair suspects on purpose. The hosts never in a fast pair are listed."""
+    if limit is not None or not history:
+        return ""
+    first = min(p.round for p in history)
+    figures = {(p.round, p.pair): p.busbw for p in history
+               if p.round == first and (p.round, p.pair) not in judged_by_floor}
+    line = nccl_judge.slow_majority(figures, slow_pct)
+    if not line:
+        return ""
+    vals = sorted(v for v in figures.values() if v is not None)
+    share = float(slow_pct) / 100.0
+    fast = [v for v in vals if nccl_judge._median(vals) < v * share]
+    cut = nccl_judge._median(fast) * share
+    in_fast = {h for p in history if p.busbw is not None and p.busbw >= cut for h in p.pair}
+    slow_hosts = sorted({h for p in history for h in p.pair} - in_fast)
+    more = f", ... ({len(slow_hosts)} in all)" if len(slow_hosts) > 8 else ""
+    return f"{line}; hosts never in a fast pair: {', '.join(slow_hosts[:8])}{more}" if slow_hosts else line
 
 
 def transport_problem(transports: dict, expect: str | None) -> str | None:
@@ -299,7 +334,8 @@ def pinned_env(host_env: dict | None = None) -> dict:
 @dataclass
 class PairwiseReport:
     """Outcome of :func:`gpuaccept.runner.multinode.launch.pairwise`: ``seed``, every pair of every round, the final
-    ``status`` (:func:`pairwise_status`), ``named`` hosts with their reasons, round wall times (s)."""
+    ``status`` (:func:`pairwise_status`), ``named`` hosts with their reasons, round wall times (s), and
+    ``no_reference``: the line of :func:`no_reference` when most pairs are slow and nothing judges them."""
 
     seed: int
     pairs: list[PairResult]
@@ -307,6 +343,7 @@ class PairwiseReport:
     named: list[tuple[str, str]]
     round_wall_s: list[float]
     dead: list[str]
+    no_reference: str = ""
 
 
 @dataclass

@@ -17,8 +17,10 @@ single-node suite (``suites/test_nccl.py``) and the multi-node code (``gpuaccept
   2026-11-30). gpuaccept passes the inventory's names in the ``=`` form and judges the devices NCCL's INFO
   lines say it used.
 * **The world** (:func:`world_problems`): every host's document must describe the world that was launched.
-* **A round's median** (:func:`judge_round`): pairs or rails judged against a limit, else against the
-  round's median through :func:`gpuaccept.judging.compute.below_median_pct` and :func:`gpuaccept.config.thresholds.judge`.
+* **A round's median** (:func:`judge_round`): pairs or rails judged against a limit, else against the SKU
+  file's floor for the pair's transport (:func:`pair_floor`), else against the round's median through
+  :func:`gpuaccept.judging.compute.below_median_pct` and :func:`gpuaccept.config.thresholds.judge`; a median
+  that is itself slow is said (:func:`slow_majority`: "no reference: most pairs are slow").
 """
 from __future__ import annotations
 
@@ -302,14 +304,24 @@ def same_address(a, b) -> bool:
 
 
 def judge_round(figures: dict, limit: float | None, slow_pct: float, pool: list[float] | None = None,
-                source: str = "group var nccl_internode_busbw_gbps") -> dict:
+                source: str = "group var nccl_internode_busbw_gbps", floors: dict | None = None) -> dict:
     """Pass/fail of each figure (busbw GB/s, None: the collective failed) of one round of pairs or rails,
     ``{key: (passed, why)}`` (pure). With ``limit`` (GB/s) each figure is judged against it
     (:func:`gpuaccept.config.thresholds.judge`); without, against the round's median: a figure more than
     ``100 - slow_pct`` % below it fails (:func:`gpuaccept.judging.compute.below_median_pct`, the node-median rule
     of the compute layer); with fewer than 2 figures in the round the median also takes ``pool`` (earlier
-    rounds' figures)."""
+    rounds' figures). ``floors`` ``{key: Limit}``: without ``limit``, the figures of those keys are judged
+    against their SKU file's floor for the pair's transport (:func:`pair_floor`) instead of the median, which
+    then takes only the other figures."""
     out = {}
+    if limit is None and floors:
+        for key, lim in floors.items():
+            if key in figures and lim is not None:
+                v = figures[key]
+                verdict = judge(lim, v) if v is not None else None
+                out[key] = (False, "the collective failed") if verdict is None else (verdict.passed, verdict.message)
+        rest = {k: v for k, v in figures.items() if k not in out}
+        return {**out, **(judge_round(rest, None, slow_pct, pool, source) if rest else {})}
     if limit is not None:
         lim = inventory_limit("internode_busbw_gbps", limit, source)
         for key, v in figures.items():
@@ -338,3 +350,48 @@ def judge_round(figures: dict, limit: float | None, slow_pct: float, pool: list[
             out[key] = (v_.passed, f"busbw {v:.4g} GB/s is {100.0 * v / median:.0f}% of the round's median "
                                    f"{median:.4g} GB/s (fails below {slow_pct:g}%)")
     return out
+
+
+def pair_floor(limit, transports: dict | None):
+    """The SKU file's floor (``checks.internode_pair_busbw_gbps``, a :class:`~gpuaccept.config.thresholds.Limit`
+    or None) for a pair whose NCCL channels are ``transports`` (both hosts' ``{"NET/IB/0/GDRDMA": 8, ...}``):
+    the first key of its ``min_by_transport`` that every network channel matches by the rule of
+    :func:`transport_problem` (``IB`` matches ``NET/IB/0`` and ``NET/IBext_v8/1``, ``NET/IB/GDRDMA`` only the
+    GPUDirect RDMA ones), longest key first; else the plain ``min``. None when the file has no such check, or
+    no network channel was reported (nothing says which transport the figure belongs to)."""
+    if limit is None:
+        return None
+    net = {t: n for t, n in (transports or {}).items() if str(t).upper().startswith("NET/")}
+    if not net:
+        return None
+    for key in sorted(limit.min_by_transport or {}, key=lambda k: (-len(k.split("/")), k)):
+        if transport_problem(net, key, network_only=True) is None:
+            return limit.for_transport(key)
+    return limit.for_transport(None)
+
+
+def slow_majority(figures: dict, slow_pct: float, what: str = "pairs") -> str | None:
+    """``"no reference: most pairs are slow: ..."`` when the median of ``figures`` (``{key: busbw GB/s or
+    None}``) is itself slow: some figures are so much faster that the median is under ``slow_pct`` % of them
+    (so at least half the figures are), and the median rule of :func:`judge_round` passes the slow majority.
+    Without an absolute floor nothing says which side is right, so no host is named. None otherwise (fewer
+    than 2 figures, or no figure that fast). Pure."""
+    vals = sorted(v for v in figures.values() if v is not None)
+    if len(vals) < 2:
+        return None
+    share = float(slow_pct) / 100.0
+    median = _median(vals)
+    fast = [v for v in vals if median < v * share]
+    if not fast:
+        return None
+    ref = _median(fast)
+    slow = [v for v in vals if v < ref * share]
+    return (f"no reference: most {what} are slow: {len(slow)} of {len(vals)} {what} are under {slow_pct:g}% of the "
+            f"{len(fast)} fastest (their median {ref:.4g} GB/s) and the median {median:.4g} GB/s is one of them, "
+            f"so it judges nothing; set group var nccl_internode_busbw_gbps, or give the SKU file "
+            f"checks.internode_pair_busbw_gbps")
+
+
+def _median(ordered: list[float]) -> float:
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -7,7 +7,7 @@ from gpuaccept.runner.multinode.launch import (ABORT_GRACE_S, KILL_TIMEOUT_S, PO
 from gpuaccept.judging.multinode import (CALL_MARGIN_S, DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, MARKER_PREFIX, PROBE, Collective,
                    HostResult, PairResult, PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure,
                    judge_figures, kill_command, master_address, nccl_environment, new_marker, next_pairs,
-                   pairwise_status, random_pairs, transport_problem, pinned_env, world_failure)
+                   no_reference, pair_floor, pairwise_status, random_pairs, transport_problem, pinned_env, world_failure)
 from gpuaccept.config.multinode import GroupSettings, multinode_settings
 
 __all__ = [
@@ -15,6 +15,6 @@ __all__ = [
     "run_collective", "run_concurrently", "sweep", "CALL_MARGIN_S", "DEFAULT_PAIRWISE_ROUNDS", "DEFAULT_SLOW_PCT",
     "MARKER_PREFIX", "PROBE", "Collective", "HostResult", "PairResult", "PairwiseReport", "RailResult", "Settings",
     "blame", "busbw_at", "describe_failure", "judge_figures", "kill_command", "master_address", "nccl_environment",
-    "new_marker", "next_pairs", "pairwise_status", "random_pairs", "transport_problem", "pinned_env",
+    "new_marker", "next_pairs", "no_reference", "pair_floor", "pairwise_status", "random_pairs", "transport_problem", "pinned_env",
     "world_failure", "GroupSettings", "multinode_settings",
 ]

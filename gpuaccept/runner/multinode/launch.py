@@ -52,7 +52,7 @@ from gpuaccept.transport import running
 from gpuaccept.judging.multinode import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
                    kill_command, master_address, new_marker, next_pairs, nccl_environment, pairwise_status,
-                   pinned_env, random_pairs, world_failure)
+                   no_reference, pair_floor, pinned_env, random_pairs, world_failure)
 
 #: seconds the other hosts get to report their own evidence after the first failure, before they are aborted
 ABORT_GRACE_S = 3.0
@@ -271,11 +271,14 @@ def run_concurrently(groups: list[list[HostRunner]], st: Settings) -> list[Colle
 
 def pairwise(nodes: list[HostRunner], st: Settings, at_bytes: int | None, limit: float | None,
              slow_pct: float = DEFAULT_SLOW_PCT, seed: int | None = None,
-             max_rounds: int = DEFAULT_PAIRWISE_ROUNDS) -> PairwiseReport:
+             max_rounds: int = DEFAULT_PAIRWISE_ROUNDS, floor=None) -> PairwiseReport:
     """Rounds of disjoint pairs (see the module docstring). Round 1 pairs every host at random (``seed``,
     recorded; random when None); later rounds re-pair the unresolved hosts with hosts that passed, until
     none is unresolved, no host passed, or ``max_rounds``. A host whose probe call raised (unreachable,
-    stopped answering) is named at once and sits out the later rounds."""
+    stopped answering) is named at once and sits out the later rounds. Without ``limit`` (GB/s) a pair is
+    judged against ``floor`` (the SKU file's ``checks.internode_pair_busbw_gbps`` Limit, or None) for its
+    transport when there is one, else against the round's median; a median that is itself slow is said in
+    the report's ``no_reference``."""
     seed = random.SystemRandom().randrange(1 << 31) if seed is None else int(seed)
     rng = random.Random(seed)
     by_name = {n.name: n for n in nodes}
@@ -283,6 +286,7 @@ def pairwise(nodes: list[HostRunner], st: Settings, at_bytes: int | None, limit:
     history: list[PairResult] = []
     dead: dict[str, str] = {}
     walls = []
+    by_floor: set = set()
     pairs, _ = random_pairs(hosts, rng)
     for rnd in range(1, max_rounds + 1):
         if not pairs:
@@ -290,14 +294,17 @@ def pairwise(nodes: list[HostRunner], st: Settings, at_bytes: int | None, limit:
         t0 = time.monotonic()
         cols = run_concurrently([[by_name[a], by_name[b]] for a, b in pairs], st)
         walls.append(round(time.monotonic() - t0, 3))
-        figures = {}
+        figures, floors = {}, {}
         for pair, col in zip(pairs, cols):
             figures[pair] = busbw_at(col.doc, at_bytes)[0] if col.ok else None
+            floors[pair] = pair_floor(floor, col.results) if col.ok and limit is None else None
+            if floors[pair] is not None:
+                by_floor.add((rnd, pair))
             for h, r in col.results.items():
                 if r.kind in ("unreachable", "timeout"):
                     dead.setdefault(h, r.error)
         pool = [p.busbw for p in history if p.busbw is not None]
-        verdict = judge_figures(figures, limit, slow_pct, pool)
+        verdict = judge_figures(figures, limit, slow_pct, pool, floors)
         for pair, col in zip(pairs, cols):
             passed, why = verdict[pair]
             if not col.ok:
@@ -319,7 +326,8 @@ def pairwise(nodes: list[HostRunner], st: Settings, at_bytes: int | None, limit:
         good_partners = [x for x in partners if x in status["good"]]
         named.append((h, f"failed with good partner(s) {', '.join(good_partners)}: "
                          + "; ".join(p.why for p in bad if (set(p.pair) - {h}) & set(good_partners))))
-    return PairwiseReport(seed, history, status, named, walls, sorted(dead))
+    return PairwiseReport(seed, history, status, named, walls, sorted(dead),
+                          no_reference(history, limit, by_floor, slow_pct))
 
 
 
