@@ -1,0 +1,302 @@
+"""The controller's side of the node-side agent (``gpuaccept/probes/_agent.py``): one session per host and run.
+
+:class:`Agent` starts the agent with one command (:func:`start_command`): make a fresh folder, ``exec`` the
+node's Python on :data:`BOOT`, which reads every probe file from stdin (one frame: zlib-compressed JSON of
+``{file name: text}``, made once per run: :func:`payload`), writes them into the folder and serves. Then each
+probe is one ``run`` request on that session (:meth:`Agent.probe`, returning the
+:class:`~gpuaccept.transport.CommandResult` a probe command returned before, so the parsing is unchanged),
+and :meth:`Agent.close` asks the agent to remove its folder and exit, in the same session.
+
+Limits: a probe past its limit gets a ``kill`` request (the agent kills its process group and answers with
+what the probe printed) and raises CommandTimeout; a cancelled command (gpuaccept.transport.cancel_all) the
+same, raising Interrupted. An agent that does not answer within :data:`KILL_WAIT_S` has its session closed:
+EOF on its stdin makes it kill everything and remove its folder by itself. A session lost mid-probe raises
+HostUnreachable with the groups left behind (``pgids``: the probe's, then the agent's). Every request is in
+the registry of commands in flight (gpuaccept.transport.tracked), labelled ``probe <name>``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import threading
+import time
+import zlib
+from typing import Any, Callable
+
+from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted, ProbeError
+from gpuaccept.transport import CommandResult, Running, shell, tracked
+from gpuaccept.transport.progress import ProgressLines
+from gpuaccept.transport.session import Session, open_session
+
+PROBE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes")
+MAGIC = b"__GPUACCEPT_AGENT__\n"
+#: seconds to wait for the agent's ``ready`` after the start command (connect excluded: the transport bounds it)
+START_TIMEOUT_S = 60.0
+#: seconds the agent gets to answer a ``kill`` (its kill takes up to 1.5 s, _watchdog.KILL_GRACE_S, plus reading
+#: the pipes, 1 s)
+KILL_WAIT_S = 6.0
+#: seconds the agent gets to remove its folder and say ``bye``
+EXIT_WAIT_S = 30.0
+#: exit status of BOOT when stdin ended before the files (the start command never got them)
+BOOT_NO_FILES = 3
+
+#: the Python run as ``python -c BOOT`` in the new folder: read one frame of files, write them, serve
+BOOT = ("import os, sys, json, zlib\n"
+        "def r(n):\n"
+        "    b = b''\n"
+        "    while len(b) < n:\n"
+        "        c = os.read(0, n - len(b))\n"
+        "        if not c: sys.exit(3)\n"
+        "        b += c\n"
+        "    return b\n"
+        "for k, v in json.loads(zlib.decompress(r(int.from_bytes(r(4), 'big')))).items():\n"
+        "    with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
+        "sys.path.insert(0, '')\n"
+        "import _agent\n"
+        "sys.exit(_agent.main())\n")
+
+
+@functools.lru_cache(maxsize=1)
+def payload() -> bytes:
+    """The frame of every probe file (``gpuaccept/probes/*.py``): length, then zlib (level 6) of the JSON
+    ``{name: text}``; made once per run."""
+    files = {}
+    for fn in sorted(os.listdir(PROBE_DIR)):
+        if fn.endswith(".py"):
+            with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
+                files[fn] = f.read()
+    data = zlib.compress(json.dumps(files).encode(), 6)
+    return len(data).to_bytes(4, "big") + data
+
+
+def encode(doc: dict) -> bytes:
+    """One frame (the agent's format, ``_agent.encode``)."""
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    return len(data).to_bytes(4, "big") + data
+
+
+def start_command(python: str, env: dict[str, str]) -> tuple[str, str]:
+    """``(command, folder name)``: make ``$TMPDIR/gpuaccept.<12 hex>`` (``mkdir -m 700``), enter it, exec
+    ``python -c BOOT`` with ``env`` (every word quoted, gpuaccept.transport.shell)."""
+    d = f"gpuaccept.{secrets.token_hex(6)}"
+    return (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && '
+            + shell.env_command(env, [python, "-c", BOOT], exec_=True)), d
+
+
+class Agent:
+    """One host's agent. ``name``: the host (for errors); ``transport``: its transport (SSH or local);
+    ``python``: the node's interpreter; ``env``: the variables every probe gets (PYTHONUNBUFFERED...).
+    Not thread-safe: the host's lock (HostRunner.lock) serialises its use."""
+
+    def __init__(self, name: str, transport: Any, python: str, env: dict[str, str]):
+        self.name, self.transport, self.python, self.env = name, transport, python, dict(env)
+        self.session: Session | None = None
+        self.folder: str | None = None  # the folder name (below $TMPDIR) once started
+        self.dir: str | None = None  # its full path on the node, from the agent's ready
+        self.pid: int | None = None
+        self._frames = _Frames()
+        self._ids = iter(range(1, 1 << 62))
+        self._lock = threading.Lock()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the agent was started and its session not lost or closed."""
+        return self.session is not None
+
+    # -- start --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the agent (one command), ship the probes, wait for ``ready``. Raises ProbeError "could not ship
+        probes: ..." (no interpreter, the folder could not be made, the agent died), the transport's connection
+        errors."""
+        cmd, self.folder = start_command(self.python, self.env)
+        self.session = open_session(self.transport, cmd)
+        self._frames = _Frames()
+        try:
+            self.session.send(payload())
+            doc = self._next(time.monotonic() + START_TIMEOUT_S, None)
+        except HostUnreachable:
+            doc = None
+        if doc is None or doc.get("op") != "ready":
+            why = self._start_failure()
+            self._drop()
+            raise ProbeError(self.name, f"could not ship probes: {why}")
+        self.dir, self.pid = doc.get("dir"), doc.get("pid")
+
+    def _start_failure(self) -> str:
+        s = self.session
+        rc = s.exit_status(2.0) if s is not None else None
+        err = [ln for ln in (s.stderr() if s else b"").decode(errors="replace").strip().splitlines() if ln.strip()]
+        if rc == 127:
+            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)"
+        tail = err[-1][:300] if err else ""
+        if rc is None:
+            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else "")
+        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else "")
+
+    # -- frames -------------------------------------------------------------------------------
+    def _next(self, deadline: float, running: Running | None) -> dict | None:
+        """The next frame from the agent by ``deadline`` (monotonic s), else None; b"" (the session ended):
+        HostUnreachable; ``running`` cancelled: raises _Stop."""
+        s = self.session
+        assert s is not None
+        while True:
+            got = self._frames.pop()
+            if got is not None:
+                return got
+            if running is not None and running.cancelled.is_set():
+                raise _Stop("cancelled")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            data = s.recv(min(left, 0.1))
+            if data == b"":
+                raise HostUnreachable(self.name, "the agent's session ended")
+            if data:
+                self._frames.feed(data)
+
+    # -- probes -------------------------------------------------------------------------------
+    def probe(self, name: str, argv: list[str], limit: float, grace: float, env: dict[str, str],
+              exec_probe: bool = False, progress: Callable[[dict], None] | None = None) -> CommandResult:
+        """Run ``argv`` (``["<name>.py", "<json args>"]``) as probe ``name`` under the agent, ``limit`` s of wall
+        clock here (the agent kills it at ``limit + grace`` on its own), ``env`` laid over the agent's.
+        Returns its CommandResult (stdout, stderr as the probe wrote them; rc 1 with the watchdog's failure
+        line when the agent killed it). Raises CommandTimeout or Interrupted (the probe's group killed; what it
+        printed in ``stdout``/``stderr`` attributes), HostUnreachable (``pgids``: groups left behind)."""
+        if self.session is None:
+            self.start()
+        label = f"probe {name}"
+        return tracked(self.name, f"agent {self.dir}: {shell.command(argv)}",
+                       lambda r: self._probe(r, argv, limit, grace, env, exec_probe, progress, label), label)
+
+    def _probe(self, running: Running, argv, limit, grace, env, exec_probe, progress, label) -> CommandResult:
+        rid = next(self._ids)
+        lines = ProgressLines(progress) if progress is not None else None
+        start = time.monotonic()
+        pgids: list[int] = []
+        self.session.send(encode({"op": "run", "id": rid, "argv": argv, "deadline_s": limit, "grace_s": grace,
+                                  "env": env, "exec": exec_probe}))
+        try:
+            while True:
+                doc = self._next(start + limit, running)
+                if doc is None:
+                    raise _Stop("timeout")
+                if doc.get("id") != rid:
+                    continue
+                op = doc.get("op")
+                if op == "started":
+                    pgids = [int(doc["pgid"])]
+                elif op == "progress" and lines is not None:
+                    lines.feed(doc.get("line", "").encode("latin-1") + b"\n")
+                elif op == "done":
+                    return _result(doc)
+        except HostUnreachable as e:
+            self._drop()
+            lost = HostUnreachable(self.name, f"connection lost during command ({e.msg}): {label}")
+            lost.pgids = pgids + ([self.session_pgid] if self.session_pgid else [])  # type: ignore[attr-defined]
+            raise lost from None
+        except _Stop as stop:
+            return self._stop(rid, stop.args[0], running, limit, label)
+
+    @property
+    def session_pgid(self) -> int | None:
+        """The agent's process group on the node (the transport wrapper's announcement), once known."""
+        return getattr(self, "_pgid", None) or (self.session.pgid if self.session is not None else None)
+
+    def _stop(self, rid: int, what: str, running: Running, limit: float, label: str) -> CommandResult:
+        """Kill request ``rid`` (``what``: "timeout" | "cancelled") and raise CommandTimeout / Interrupted."""
+        why = (f"the controller's limit of {limit:g} s passed" if what == "timeout"
+               else f"the run was interrupted ({running.reason})")
+        done, how = None, ""
+        try:
+            self.session.send(encode({"op": "kill", "id": rid, "why": f"{why}; its process group was killed"}))
+            end = time.monotonic() + KILL_WAIT_S
+            while done is None:
+                doc = self._next(end, None)
+                if doc is None:
+                    break
+                if doc.get("id") == rid and doc.get("op") == "done":
+                    done = doc
+        except HostUnreachable:
+            pass
+        if done is None:
+            how = "; the agent did not confirm the kill: its session was closed (it kills its probes on EOF)"
+            self._drop()
+        res = _result(done) if done else CommandResult(-1, b"", b"", 0.0)
+        if what == "timeout":
+            exc: Exception = CommandTimeout(self.name, f"command timed out after {limit:g}s: {label}{how}")
+        else:
+            exc = Interrupted(self.name, f"interrupted ({running.reason}) while running on {self.name}: {label}"
+                                         f" (process group killed){how}")
+        exc.stdout, exc.stderr = res.stdout, res.stderr  # type: ignore[attr-defined]
+        raise exc
+
+    # -- end ----------------------------------------------------------------------------------
+    def close(self, timeout: float = EXIT_WAIT_S) -> bool:
+        """Ask the agent to kill what still runs, remove its folder and exit (same session); True when it said
+        the folder is gone. The session is closed in any case (EOF: an agent that did not answer cleans up on
+        its own)."""
+        if self.session is None:
+            return False
+        removed = False
+        try:
+            self.session.send(encode({"op": "exit"}))
+            end = time.monotonic() + timeout
+            while True:
+                doc = self._next(end, None)
+                if doc is None:
+                    break
+                if doc.get("op") == "bye":
+                    removed = bool(doc.get("removed"))
+                    break
+        except HostUnreachable:
+            pass
+        if self.session is not None:
+            self.session.exit_status(min(2.0, timeout))
+        self._drop()
+        return removed
+
+    def _drop(self) -> None:
+        if self.session is not None:
+            self._pgid = self.session.pgid
+            self.session.close()
+        self.session = None
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Frames:
+    """Frames of the agent's stdout: everything before :data:`MAGIC` (a login shell's banner) is skipped."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.synced = False
+        self.ready: list[dict] = []
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        if not self.synced:
+            i = self.buf.find(MAGIC)
+            if i < 0:
+                del self.buf[:max(0, len(self.buf) - len(MAGIC))]
+                return
+            del self.buf[:i + len(MAGIC)]
+            self.synced = True
+        while len(self.buf) >= 4:
+            n = int.from_bytes(self.buf[:4], "big")
+            if len(self.buf) < 4 + n:
+                break
+            doc = json.loads(bytes(self.buf[4:4 + n]).decode())
+            del self.buf[:4 + n]
+            self.ready.append(doc)
+
+    def pop(self) -> dict | None:
+        return self.ready.pop(0) if self.ready else None
+
+
+def _result(doc: dict) -> CommandResult:
+    return CommandResult(int(doc.get("rc", -1)), str(doc.get("stdout", "")).encode("latin-1"),
+                         str(doc.get("stderr", "")).encode("latin-1"), float(doc.get("seconds") or 0.0))

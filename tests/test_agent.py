@@ -1,0 +1,246 @@
+"""The node-side agent (gpuaccept/probes/_agent.py) and its controller side (gpuaccept/runner/agent.py), over the
+local connection and real sshd (tests/sshd.py); no mocks. One session and one Python per host: every probe is
+a forked child of the one agent, and the folder goes at the end inside that session."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted
+from gpuaccept.runner.agent import Agent, encode
+from gpuaccept.transport import cancel_all, get_transport, reset_interruption
+from process_helpers import FakeHost, assert_gone, host_for, live_pids, marker, wait_started
+from sshd import start_sshd, write_known_hosts
+
+ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return home
+
+
+@pytest.fixture(params=["local", "ssh"])
+def transport(request, sshd_nodes, known_hosts):
+    if request.param == "local":
+        t = get_transport(FakeHost(name="ctl", address="localhost", connection="local"))
+    else:
+        t = get_transport(host_for(sshd_nodes[0]), known_hosts=known_hosts)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def agent(transport):
+    a = Agent(transport.host.name, transport, sys.executable, ENV)
+    a.start()
+    yield a
+    a.close()
+
+
+def _probe(tmp_path: Path, name: str, body: str) -> str:
+    p = tmp_path / f"{name}.py"
+    p.write_text(body)
+    return str(p)
+
+
+def sleeper(tmp_path: Path, m1: str, m2: str) -> str:
+    """A stand-in probe: starts a child ``sleep m2`` in its group, then sleeps ``m1`` itself."""
+    return _probe(tmp_path, "sleeper", f"import subprocess, time\nsubprocess.Popen(['sleep', '{m2}'])\n"
+                                       f"time.sleep({m1})\n")
+
+
+SHOWS = ("import json, os, sys\n"
+         "print('log line', file=sys.stderr)\n"
+         "print(json.dumps({'argv': sys.argv[1:], 'ppid': os.getppid(), 'own_group': os.getpgrp() == os.getpid(),\n"
+         "                  'cmdline': open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode(),\n"
+         "                  'stdin': sys.stdin.read(), 'env': os.environ.get('GPUACCEPT_T')}))\n")
+
+
+def test_probes_run_as_children_of_one_agent(agent, tmp_path, caplog):
+    """Three probes, one shipped folder, one agent: each probe is a forked child of the agent (its command line
+    is the agent's ``python -c``, not a new interpreter), in its own process group, with its arguments, its
+    environment and /dev/null as stdin; a real probe from the shipped folder runs too. Every probe is one
+    tracked command labelled ``probe <name>``."""
+    caplog.set_level(logging.DEBUG, logger="gpuaccept.run")
+    assert os.path.isdir(agent.dir) and {"_agent.py", "_watchdog.py", "gpu_inventory.py"} <= set(os.listdir(agent.dir))
+    shows = _probe(tmp_path, "shows", SHOWS)
+    docs = []
+    for i in range(3):
+        r = agent.probe("shows", [shows, json.dumps({"i": i})], 30, 5, {"GPUACCEPT_T": f"t{i}"})
+        assert (r.rc, r.stderr) == (0, b"log line\n")
+        docs.append(json.loads(r.stdout))
+    assert [d["argv"] for d in docs] == [[json.dumps({"i": i})] for i in range(3)]
+    assert {d["ppid"] for d in docs} == {agent.pid} and all(d["own_group"] for d in docs)
+    assert {d["cmdline"] for d in docs} == {"-c"} and [d["env"] for d in docs] == ["t0", "t1", "t2"]
+    assert {d["stdin"] for d in docs} == {""}
+    real = agent.probe("storage_mounts", ["storage_mounts.py", json.dumps({"paths": [str(tmp_path)]})], 60, 5, {})
+    assert real.rc == 0 and json.loads(real.stdout.decode().splitlines()[-1])["paths"][0]["path"] == str(tmp_path)
+    runs = [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
+    assert len(runs) == 4 and all(r.startswith(f"RUN {agent.name} agent {agent.dir}: ") for r in runs), runs
+
+
+def test_a_failing_probe_is_reported_as_it_failed(agent, tmp_path):
+    boom = _probe(tmp_path, "boom", "def f():\n    raise KeyError('boom')\nf()\n")
+    r = agent.probe("boom", [boom], 30, 5, {})
+    assert r.rc == 1 and r.stderr.decode().strip().splitlines()[-1] == "KeyError: 'boom'"
+    says = _probe(tmp_path, "says", "import sys\nsys.exit('probe says no')\n")
+    r = agent.probe("says", [says], 30, 5, {})
+    assert r.rc == 1 and r.stderr.decode().strip() == "probe says no"
+    seven = _probe(tmp_path, "seven", "import sys\nprint('x')\nsys.exit(7)\n")
+    r = agent.probe("seven", [seven], 30, 5, {})
+    assert (r.rc, r.stdout) == (7, b"x\n")
+
+
+def test_progress_lines_arrive_while_the_probe_runs(agent, tmp_path):
+    """A probe writing progress lines to stderr: each reaches the callback as it is written, well before the
+    probe ends; the stderr returned at the end still holds them."""
+    p = _probe(tmp_path, "ticks", "import sys, time\nfor i in range(3):\n"
+                                  "    print('GPUACCEPT-PROGRESS ' + '{\"done\": %d, \"total\": 3}' % i, file=sys.stderr)\n"
+                                  "    time.sleep(0.4)\nprint('{}')\n")
+    seen = []
+    t0 = time.monotonic()
+    r = agent.probe("ticks", [p], 30, 5, {}, progress=lambda doc: seen.append((time.monotonic() - t0, doc)))
+    took = time.monotonic() - t0
+    assert [d for _, d in seen] == [{"done": 0.0, "total": 3.0}, {"done": 1.0, "total": 3.0},
+                                    {"done": 2.0, "total": 3.0}]
+    assert seen[0][0] < took - 0.6, (seen, took)  # the first line came while the probe still had 0.8 s to run
+    assert r.rc == 0 and r.stderr.count(b"GPUACCEPT-PROGRESS") == 3
+
+
+def test_a_probe_past_its_limit_is_killed_with_its_group(agent, tmp_path):
+    """The controller's limit (1 s): the agent kills the probe's group, the child it started included, answers
+    with the watchdog's failure line, and serves the next probe (the same agent)."""
+    m1, m2 = marker(), marker()
+    probe = sleeper(tmp_path, m1, m2)
+    t0 = time.monotonic()
+    with pytest.raises(CommandTimeout, match=r"command timed out after 1s: probe sleeper$") as ei:
+        agent.probe("sleeper", [probe], 1, 30, {})
+    assert time.monotonic() - t0 < 1 + 3 + 2
+    assert b"node watchdog: the controller's limit of 1 s passed" in ei.value.stdout
+    assert_gone(m1, within=1)
+    assert_gone(m2, within=1)
+    pid = agent.pid
+    assert agent.alive and agent.probe("shows", [_probe(tmp_path, "shows", SHOWS)], 30, 5, {}).rc == 0
+    assert agent.pid == pid
+
+
+def test_the_agent_kills_at_the_deadline_on_its_own(agent, tmp_path):
+    """A request whose deadline (0.5 s + 0.5 s grace) comes long before the controller would act: the agent's own
+    watchdog rule kills the group and answers."""
+    m1, m2 = marker(), marker()
+    agent.session.send(encode({"op": "run", "id": 99, "argv": [sleeper(tmp_path, m1, m2)], "deadline_s": 0.5,
+                               "grace_s": 0.5}))
+    end = time.monotonic() + 10
+    done = None
+    while done is None:
+        doc = agent._next(end, None)
+        assert doc is not None, "no answer from the agent"
+        done = doc if doc.get("op") == "done" else None
+    assert done["rc"] == 1 and "ran past its deadline" in done["stdout"] and done["seconds"] < 3
+    assert_gone(m1, within=1)
+    assert_gone(m2, within=1)
+
+
+def test_interrupt_kills_the_probe(agent, tmp_path):
+    m1, m2 = marker(), marker()
+    probe = sleeper(tmp_path, m1, m2)
+    threading.Thread(target=lambda: (wait_started(m2, within=10), cancel_all("SIGTERM")), daemon=True).start()
+    try:
+        with pytest.raises(Interrupted, match=r"interrupted \(SIGTERM\) while running on .*: probe sleeper"):
+            agent.probe("sleeper", [probe], 60, 5, {})
+    finally:
+        reset_interruption()
+    assert_gone(m1, within=1)
+    assert_gone(m2, within=1)
+
+
+def test_close_removes_the_folder_in_the_same_session(transport, tmp_path, caplog):
+    """close(): the agent kills what still runs, removes its folder, says so and exits; no other command."""
+    caplog.set_level(logging.DEBUG, logger="gpuaccept.run")
+    a = Agent(transport.host.name, transport, sys.executable, ENV)
+    a.start()
+    folder, pid = a.dir, a.pid
+    assert os.path.isdir(folder)
+    assert a.close() is True and not os.path.exists(folder) and not a.alive
+    assert_pid_gone(pid)
+    assert [r for r in caplog.records if r.name == "gpuaccept.run"] == []  # not one run() for the cleanup
+
+
+def assert_pid_gone(pid: int, within: float = 5.0) -> None:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs")
+
+
+def test_controller_gone_leaves_nothing_and_removes_the_folder(transport, tmp_path):
+    """The controller's end of the session goes (stdin EOF) while a probe runs: the agent kills the probe's group,
+    removes its folder and exits by itself."""
+    a = Agent(transport.host.name, transport, sys.executable, ENV)
+    a.start()
+    m1, m2 = marker(), marker()
+    a.session.send(encode({"op": "run", "id": 1, "argv": [sleeper(tmp_path, m1, m2)], "deadline_s": 600,
+                           "grace_s": 15}))
+    wait_started(m2, within=10)
+    folder, pid = a.dir, a.pid
+    a.session.close()
+    assert_gone(m1, within=5)
+    assert_gone(m2, within=5)
+    assert_pid_gone(pid)
+    end = time.monotonic() + 5
+    while os.path.exists(folder) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not os.path.exists(folder)
+
+
+def test_connection_lost_mid_probe(tmp_path):
+    """The SSH connection drops (its sshd session processes die) while a probe runs: HostUnreachable naming the
+    groups left behind, and the agent, its stdin gone, kills the probe and removes its folder on its own."""
+    node = start_sshd(tmp_path, address="127.0.0.14")
+    try:
+        t = get_transport(host_for(node), known_hosts=write_known_hosts(tmp_path / "kh", [node]))
+        a = Agent(node.name, t, sys.executable, ENV)
+        a.start()
+        folder = a.dir
+        m1, m2 = marker(), marker()
+        probe = sleeper(tmp_path, m1, m2)
+        threading.Thread(target=lambda: (wait_started(m2, within=10),
+                                          [os.kill(p, 9) for p in node.session_processes()]), daemon=True).start()
+        with pytest.raises(HostUnreachable, match="connection lost during command") as ei:
+            a.probe("sleeper", [probe], 60, 5, {})
+        assert len(ei.value.pgids) == 2 and not a.alive
+        assert_gone(m1, within=5)
+        assert_gone(m2, within=5)
+        end = time.monotonic() + 5
+        while os.path.exists(folder) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not os.path.exists(folder)
+        assert not live_pids(folder)
+    finally:
+        node.stop()
+
+
+def test_no_interpreter_is_one_clear_line(transport):
+    from gpuaccept.errors import ProbeError
+    a = Agent(transport.host.name, transport, "/nonexistent/python3", ENV)
+    with pytest.raises(ProbeError, match=r"could not ship probes: python interpreter '/nonexistent/python3' not "
+                                         r"found \(set ansible_python_interpreter\)$"):
+        a.start()
+    assert not a.alive
