@@ -92,12 +92,16 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     pytest chooses its rootdir and ini file before it knows plugin options, so in
     ``pytest --inventory /etc/fleet/prod.ini`` it takes the inventory for a test path, roots the run in
     /etc/fleet and never reads ./pytest.ini. When that happened and the invocation folder holds the suites'
-    pytest.ini, run the same command again with ``-c ./pytest.ini`` (a public option) before anything ran.
+    pytest.ini, that ini file is adopted in this process (:func:`_adopt_ini`: rootdir, ini values, its
+    ``addopts``), before any conftest or test is read; only where this pytest lacks what that needs is the
+    same command run again with ``-c ./pytest.ini`` (a public option).
     """
     inv_dir = early_config.invocation_params.dir
     ini = inv_dir / "pytest.ini"
     if (early_config.inipath is not None or os.environ.get("GPUACCEPT_REEXEC") or not ini.is_file()
             or list(args) != sys.argv[1:] or "gpuaccept_suites" not in ini.read_text(errors="replace")):
+        return
+    if _adopt_ini(early_config, parser, args, ini):
         return
     os.environ["GPUACCEPT_REEXEC"] = "1"
     capman = early_config.pluginmanager.getplugin("capturemanager")
@@ -106,6 +110,38 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "pytest", "-c", str(ini), *args])
+
+
+def _adopt_ini(early_config, parser, args: list, ini) -> bool:
+    """Make ``ini`` this run's ini file in place, as ``-c ini`` would have (pytest 8 and 9: the rootdir, ini file
+    and values of ``Config``, its ``addopts`` put in front of ``args``, ``-p`` among them applied, the
+    conftest cut-off moved to the ini's folder). False, with nothing changed, where this pytest lacks a part
+    of that (private attributes of ``_pytest.config``): the caller then starts pytest again."""
+    import copy
+
+    try:
+        from _pytest.config.findpaths import determine_setup
+        ns = early_config.known_args_namespace
+        needed = ("_rootpath", "_inipath", "_inicfg", "_inicache")
+        if not all(hasattr(early_config, a) for a in needed):
+            return False
+        rootpath, inipath, inicfg, *_ = determine_setup(
+            inifile=str(ini), override_ini=ns.override_ini, args=[], rootdir_cmd_arg=ns.rootdir or None,
+            invocation_dir=early_config.invocation_params.dir)
+    except Exception:  # noqa: BLE001 - another pytest: the public way (a second start) still works
+        return False
+    old_root = str(early_config.rootpath)
+    early_config._rootpath, early_config._inipath, early_config._inicfg = rootpath, inipath, inicfg
+    early_config._inicache.clear()
+    parser.extra_info["rootdir"], parser.extra_info["inifile"] = str(rootpath), str(inipath)
+    addopts = list(early_config.getini("addopts"))
+    if addopts:
+        args[:] = addopts + list(args)
+        early_config.pluginmanager.consider_preparse(addopts, exclude_only=False)  # -p no:cacheprovider
+    early_config.known_args_namespace = parser.parse_known_args(args, namespace=copy.copy(early_config.option))
+    if early_config.known_args_namespace.confcutdir in (None, old_root):
+        early_config.known_args_namespace.confcutdir = str(inipath.parent)
+    return True
 
 
 # numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
