@@ -274,3 +274,39 @@ def test_a_rerun_of_many_hosts_is_one_note(tmp_path, capsys):
     note = [ln for ln in capsys.readouterr().out.splitlines() if "the later run wins" in ln]
     assert len(note) == 1 and note[0].startswith("gpu00, gpu01,") and "gpu19 and 5 more:" in note[0], note
     assert _verdicts(tmp_path / "m") == {h: "PASS" for h in hosts}
+
+
+def test_merged_summary_counts_hosts_not_the_fleet_and_groups_skips_across_hosts(tmp_path, capsys):
+    """Two nodes' folders, as Slurm leaves them (each node its own run, each with the fleet-wide tests): the merged
+    summary lists the 2 hosts (the fleet-wide tests on a line of their own, not as a host) and one line for the
+    skip both hosts share, although each message names its own host."""
+    def nvme_skip(h):
+        return CaseRecord(f"suites/test_storage.py::test_nvme[{h}]", f"test_nvme[{h}]", h, "storage", "skipped",
+                          f"no NVMe on {h} (lsblk lists none)")
+    fleet = CaseRecord("suites/test_health.py::test_driver_consistent", "test_driver_consistent", None, "health",
+                       "passed")
+    folders = []
+    for i, h in enumerate(("node-1", "node-10")):
+        rep = Reporter(str(tmp_path / h), h, {"hosts": [h], "inventory": "localhost.ini", "started": 1000.0 + i})
+        for r in (_hbm(h, 4600.0), nvme_skip(h), fleet):
+            rep.add(r)
+        rep.close("x")
+        folders.append(str(tmp_path / h))
+    out = tmp_path / "merged"
+    assert merge_main([*folders, "--into", str(out)]) == 0
+    assert "2 hosts (0 failed or errored)" in capsys.readouterr().out
+    text = (out / "summary.md").read_text()
+    head = text.split("\n## ")[0]
+    assert ", 2 hosts, " in head and "**PASS** 2 hosts" in head
+    assert _verdicts(out) == {"node-1": "PASS", "node-10": "PASS"}, head
+    assert "- fleet-wide tests: **PASS**" in head
+    skipped = text.split("## Skipped\n\n")[1].split("\n\n")[0].splitlines()
+    assert skipped == ["- test_nvme: no NVMe on <host> (lsblk lists none) (2 hosts: node-1, node-10)"], skipped
+
+
+def test_host_free_names_only_the_whole_host():
+    from gpuaccept.reporting.grouping import host_free
+    assert host_free("gpu-1: no NVMe on gpu-1, unlike gpu-10 and gpu-1.example", "gpu-1") == \
+        "<host>: no NVMe on <host>, unlike gpu-10 and gpu-1.example"
+    assert host_free("no NVMe on gpu-1.", "gpu-1") == "no NVMe on <host>."
+    assert host_free("nothing", None) == "nothing"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuaccept.errors import ERROR_KEY
+from gpuaccept.reporting.grouping import skip_lines
 
 LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
 
@@ -970,13 +971,14 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts")
     out.append("")
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
-    for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
+    # the fleet-wide tests (no host in their id) are no host: their line comes after the hosts'
+    for h in sorted(hv, key=lambda h: (h == "fleet", order[hv[h]["verdict"]], h)):
         v = hv[h]
         grouped = same_reason_once(v["reasons"])
         reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
         gpus = failing_gpus_text(v)
-        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "")
-                   + (f" — {gpus}" if gpus else ""))
+        out.append((f"- fleet-wide tests: **{v['verdict']}**" if h == "fleet" else f"- **{v['verdict']}** `{h}`")
+                   + (f": {reasons}" if reasons else "") + (f" — {gpus}" if gpus else ""))
     failing = [(h, g) for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     if failing:
         out += ["", "## Failing GPUs", "", "| host | GPU | PCI bus id | serial | verdict | tests | why |",
@@ -1035,15 +1037,9 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
             out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
                        f"{o.get('sku') or ''} | {_fmt(o['value'])} {o.get('unit') or ''} | {_fmt(o['reference'])} | "
                        f"{o['pct']}% | {o.get('mads', '')} |")
-    skipped: dict[str, list[str]] = {}
-    for r in recs:
-        if r.outcome == "skipped":
-            skipped.setdefault(f"{r.name.split('[')[0]}: {r.message}", []).append(r.host or "fleet")
+    skipped = skip_lines(recs)  # one line per reason across hosts (gpuaccept.reporting.grouping)
     if skipped:
-        out += ["", "## Skipped", ""]
-        for why, hs in skipped.items():
-            out.append(f"- {why} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
-                       f"{', ...' if len(hs) > 8 else ''})")
+        out += ["", "## Skipped", ""] + skipped
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for r in recs:
         c = counts.setdefault((r.host or "fleet", r.layer), {})
