@@ -27,6 +27,7 @@ from gpuaccept.runner import prefetch
 from gpuaccept.runner import progress_relay
 from gpuaccept.runner import host as node_module
 from gpuaccept.config.patterns import shard
+from gpuaccept.scaleout.sizing import advice as sizing_advice
 from gpuaccept.config.profiles import PROFILES, probe_timeout
 from gpuaccept.reporting.records import ERROR_KEY, LAYERS, layer_of
 from gpuaccept.plugin.reports import ReportPlugin, list_hosts_text
@@ -447,6 +448,16 @@ def _missing_package(item, message: str) -> str | None:
 def _forks(config: pytest.Config) -> int:
     forks = config.getoption("forks")
     return fanout.DEFAULT_FORKS if forks is None else max(0, forks)
+
+
+def pytest_report_collectionfinish(config, start_path, items) -> list[str]:
+    """Above the hosts one controller takes (gpuaccept.scaleout.sizing), one line after "collected N items" that
+    sends the operator to shards: ``--collect-only`` at that count says so, and so does the run."""
+    st = _state(config)
+    if st is None or _is_worker(config):
+        return []
+    line = sizing_advice(len(st["hosts"]), config.getoption("shard"))
+    return [line] if line else []
 
 
 @pytest.hookimpl(trylast=True)
