@@ -175,7 +175,8 @@ def test_close_removes_the_folder_in_the_same_session(transport, tmp_path, caplo
     assert os.path.isdir(folder)
     assert a.close() is True and not os.path.exists(folder) and not a.alive
     assert_pid_gone(pid)
-    assert [r for r in caplog.records if r.name == "gpuaccept.run"] == []  # not one run() for the cleanup
+    runs = [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
+    assert len(runs) == 1 and "mkdir -m 700" in runs[0], runs  # the start only: no command for the cleanup
 
 
 def assert_pid_gone(pid: int, within: float = 5.0) -> None:

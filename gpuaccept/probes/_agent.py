@@ -33,7 +33,8 @@ for a probe found by its command line), its stdout and stderr on pipes the agent
 left in its group when it exits. A killed probe's result is rc 1 with the watchdog's line
 ``{"failed": true, "msg": "node watchdog: ..."}`` after what it printed.
 
-The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
+A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the
+files BOOT read. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
 or the controller is gone), when its parent changes (the sshd session died), on SIGHUP, SIGTERM or SIGINT, and
 on ``exit`` (then it answers ``bye`` first). Standard library only; Linux for the process-group scan.
 """
@@ -254,7 +255,7 @@ def _on_signal(signum, _frame) -> None:
     _signalled.append(signum)
 
 
-def serve(folder: str) -> int:
+def serve(folder: str, files: dict | None = None) -> int:
     """The agent's loop (see the module docstring) in ``folder``; returns the exit status (0 after ``exit``,
     1 when the controller went away or a signal came)."""
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
@@ -287,6 +288,7 @@ def serve(folder: str) -> int:
                 for req in frames.feed(data):
                     op = req.get("op")
                     if op == "run":
+                        restore(folder, files)
                         p = start(req)
                         probes[p.id] = p
                     elif op == "kill" and req.get("id") in probes:
@@ -318,6 +320,21 @@ def serve(folder: str) -> int:
     return 1
 
 
-def main() -> int:
-    """Serve in the working directory (the shipped folder)."""
-    return serve(os.getcwd())
+def main(files: dict | None = None) -> int:
+    """Serve in the working directory (the shipped folder); ``files`` (name -> text, as shipped) write it again
+    when it vanished under the agent (a /tmp cleaner)."""
+    return serve(os.getcwd(), files)
+
+
+def restore(folder: str, files: dict | None) -> None:
+    """Make ``folder`` again (``mkdir -m 700``) with ``files`` when it is gone, and enter it (best effort)."""
+    if not files or os.path.isdir(folder):
+        return
+    try:
+        os.mkdir(folder, 0o700)
+        for name, text in files.items():
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        os.chdir(folder)
+    except OSError:
+        pass

@@ -51,11 +51,12 @@ BOOT = ("import os, sys, json, zlib\n"
         "        if not c: sys.exit(3)\n"
         "        b += c\n"
         "    return b\n"
-        "for k, v in json.loads(zlib.decompress(r(int.from_bytes(r(4), 'big')))).items():\n"
+        "files = json.loads(zlib.decompress(r(int.from_bytes(r(4), 'big'))))\n"
+        "for k, v in files.items():\n"
         "    with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
         "sys.path.insert(0, '')\n"
         "import _agent\n"
-        "sys.exit(_agent.main())\n")
+        "sys.exit(_agent.main(files))\n")
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,23 +107,45 @@ class Agent:
         return self.session is not None
 
     # -- start --------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the agent (one command), ship the probes, wait for ``ready``. Raises ProbeError "could not ship
-        probes: ..." (no interpreter, the folder could not be made, the agent died), the transport's connection
-        errors."""
+    def start(self, timeout: float = START_TIMEOUT_S, label: str = "start the agent") -> None:
+        """Start the agent (one command, tracked and logged as ``label``), ship the probes, wait up to ``timeout``
+        s for ``ready``. Raises ProbeError "could not ship probes: ..." (no interpreter, the folder could not be
+        made, the agent exited), CommandTimeout (no answer: the session is closed), Interrupted, the
+        transport's connection errors."""
         cmd, self.folder = start_command(self.python, self.env)
+        tracked(self.name, cmd, lambda r: self._start(r, cmd, timeout, label),
+                label if label == "start the agent" else f"start the agent for {label}")
+
+    def _start(self, running: Running, cmd: str, timeout: float, label: str) -> CommandResult:
+        t0 = time.monotonic()
         self.session = open_session(self.transport, cmd)
         self._frames = _Frames()
         try:
             self.session.send(payload())
-            doc = self._next(time.monotonic() + START_TIMEOUT_S, None)
-        except HostUnreachable:
+            doc = self._next(t0 + timeout, running)
+        except HostUnreachable as e:
             doc = None
+            if self.session is not None and self.session.exit_status(0.5) in (None, -1):  # no exit status: lost
+                pgid = self.session.pgid
+                self._drop()
+                lost = HostUnreachable(self.name, f"connection lost during command ({e.msg}): {label} (the agent "
+                                                  "was starting)")
+                lost.pgids = [pgid] if pgid else []  # type: ignore[attr-defined]
+                raise lost from None
+        except _Stop:
+            self._drop()
+            raise Interrupted(self.name, f"interrupted ({running.reason}) while running on {self.name}: {label} "
+                                         "(the agent was starting)") from None
+        if doc is None and self.session is not None and self.session.exit_status(0.5) is None:
+            self._drop()
+            raise CommandTimeout(self.name, f"command timed out after {timeout:g}s: {label}; the agent did not "
+                                            "start (no answer from the node)")
         if doc is None or doc.get("op") != "ready":
             why = self._start_failure()
             self._drop()
             raise ProbeError(self.name, f"could not ship probes: {why}")
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
+        return CommandResult(0, b"", b"", time.monotonic() - t0)
 
     def _start_failure(self) -> str:
         s = self.session
@@ -164,9 +187,9 @@ class Agent:
         Returns its CommandResult (stdout, stderr as the probe wrote them; rc 1 with the watchdog's failure
         line when the agent killed it). Raises CommandTimeout or Interrupted (the probe's group killed; what it
         printed in ``stdout``/``stderr`` attributes), HostUnreachable (``pgids``: groups left behind)."""
-        if self.session is None:
-            self.start()
         label = f"probe {name}"
+        if self.session is None:
+            self.start(min(limit, START_TIMEOUT_S), label)
         return tracked(self.name, f"agent {self.dir}: {shell.command(argv)}",
                        lambda r: self._probe(r, argv, limit, grace, env, exec_probe, progress, label), label)
 

@@ -36,6 +36,7 @@ from gpuaccept.config.profiles import probe_args
 from gpuaccept.config.thresholds import SkuSpec
 from gpuaccept.transport import CommandResult
 from gpuaccept.transport import aborting, interruption, short_command
+from gpuaccept.runner.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +309,7 @@ class HostRunner:
         self._dir: str | None = None
         self._shipped: list[str] = []  # folder names (below the node's $TMPDIR) created for the probes, for close()
         self._have: set[str] = set()  # probe files in the folder self._dir (see probe_files)
+        self._agent: Agent | None = None  # the node-side agent serving this host's probes (gpuaccept.runner.agent)
         self._started: dict[str, float] = {}  # probe name -> Unix time its last run here started
         self._dead: Exception | None = None
         self._dead_at = ""  # UTC time of day the host was written off
@@ -323,14 +325,16 @@ class HostRunner:
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
             cleanup: str | None = None, rerun: bool = True,
-            progress: Callable[[dict], None] | None = None, label: str | None = None) -> CommandResult:
+            progress: Callable[[dict], None] | None = None, label: str | None = None,
+            call: Callable[[Any], CommandResult] | None = None) -> CommandResult:
         """Run a shell command on the host (``timeout`` s, default the probe timeout; ``hold_stdin``: see
         gpuaccept.transport). A connection lost mid-command is retried once on a fresh connection, after
         killing the groups it left and running ``cleanup`` (a shell command, e.g. removing a half-written
         folder); the command is then run again, unless ``rerun`` is False (one rank of a multi-host
         collective: its peers are gone), when the loss is raised as HostUnreachable and the host stays in
         the run (``progress``: the transport's live progress callback; ``label``: what messages call the command,
-        e.g. ``probe gpu_inventory``, in place of its shell text). Raises the TransportError
+        e.g. ``probe gpu_inventory``, in place of its shell text; ``call``: ``call(transport)`` in place of the
+        transport's ``run``, under the same rules: the probe request of the host's agent). Raises the TransportError
         subclasses (sticky for this run once the host proved
         unreachable, its key refused or auth failed), Interrupted once the run is interrupted."""
         if self.replay_dir:
@@ -346,10 +350,11 @@ class HostRunner:
             if self._transport is None:
                 self._transport = self._factory(self.host)
             timeout = timeout or self.probe_timeout
+            call = call or (lambda t: t.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
+                                            progress=progress, label=label))
             try:
                 try:
-                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
-                                               progress=progress, label=label)
+                    return call(self._transport)
                 except HostUnreachable as lost:
                     if getattr(lost, "pgids", None) is None or interruption():
                         raise
@@ -357,8 +362,7 @@ class HostRunner:
                     if not rerun:
                         raise _Reported(HostUnreachable(self.name, f"{lost.msg} (reconnected; the lost command's "
                                                                    "processes were killed; not run again)")) from None
-                    return self._transport.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
-                                               progress=progress, label=label)
+                    return call(self._transport)
             except _Reported as r:
                 raise r.error from None
             except _STICKY as e:
@@ -420,8 +424,22 @@ class HostRunner:
         return f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && ', f'rm -rf "${{TMPDIR:-/tmp}}/{d}"'
 
     def _ensure_shipped(self) -> str:
-        """The folder holding every probe file, shipped now when there is none (one command; the local
-        connection's way, where a pipe cannot feed the tar stream and then be held open for the watchdog)."""
+        """The folder holding every probe file: the host's agent's (started now when it is not running)."""
+        self.run("agent", label="start the agent", call=lambda t: self._agent_on(t).dir or "")
+        return self._agent.dir
+
+    def _agent_on(self, transport, start: bool = True) -> Agent:
+        """The host's agent on ``transport``; ``start``: started now (probes shipped in the same command) when
+        none runs (else :meth:`Agent.probe` starts it under the probe's limit)."""
+        if self._agent is None or self._agent.transport is not transport:
+            self._agent = Agent(self.name, transport, self.python, PROBE_ENV)
+        if start and not self._agent.alive:
+            self._agent.start()
+        return self._agent
+
+    def _ship_with_tar(self) -> str:
+        """The folder holding every probe file, shipped as a tar stream in one command (the way before the
+        agent; kept for callers of the plain command path)."""
         if self._dir is None:
             py = shell.quote(self.python)
             make, cleanup = self._new_folder()
@@ -537,13 +555,27 @@ class HostRunner:
 
     def _probe_command(self, name: str, args: dict, limit: float, env: dict[str, str] | None, rerun: bool,
                        progress: Callable[[dict], None]) -> CommandResult:
-        """The node command of :meth:`probe_now` (the caller holds the host's lock): over SSH, the files the
-        probe needs and the host lacks are shipped with it (:func:`probe_files`: a first probe ships a sixth of
-        the folder); a probe whose files are all there runs in the folder; a folder that vanished is shipped
-        again."""
+        """The probe request of :meth:`probe_now` (the caller holds the host's lock) to the host's agent
+        (gpuaccept.runner.agent: one session and one Python per host, the probes shipped when it starts), under
+        :meth:`run`'s rules (a lost connection retried once on a fresh one, hosts written off). A probe whose args
+        carry a ``marker`` is exec'd (found on the node by its command line). Raises ValueError for an
+        environment variable name that is not one (gpuaccept.transport.shell)."""
+        env = dict(env or {})
+        for k in env:
+            why = shell.bad_env_name(k)
+            if why:
+                raise ValueError(f"environment variable {why}")
+        argv = [f"{name}.py", json.dumps(args or {})]
+        return self.run(f"probe {name}", timeout=limit, rerun=rerun, label=f"probe {name}",
+                        call=lambda t: self._agent_on(t, False).probe(name, argv, limit, WATCHDOG_GRACE_S, env,
+                                                              "marker" in (args or {}), progress))
+
+    def _probe_command_shipped(self, name: str, args: dict, limit: float, env: dict[str, str] | None, rerun: bool,
+                               progress: Callable[[dict], None]) -> CommandResult:
+        """:meth:`_probe_command` the way before the agent: one command per probe (kept until the runner's split)."""
         for attempt in (1, 2):
             if self.host.connection == "local":  # a pipe cannot feed and hold stdin: every file, first
-                d, missing = self._ensure_shipped(), ()
+                d, missing = self._ship_with_tar(), ()
             else:
                 d = self._dir
                 missing = tuple(f for f in probe_files(name) if f not in self._have)
@@ -596,8 +628,15 @@ class HostRunner:
         return bool(self.sku_override or v.get("gpu_sku") or v.get("gpus_per_node"))
 
     def close(self) -> None:
-        """Remove the shipped probes (best effort; not after a second interrupt) and close the transport."""
+        """Ask the agent to remove its folder and exit (in its session), remove folders shipped the older way
+        (best effort; neither after a second interrupt) and close the transport."""
         with self._lock:
+            if self._agent is not None:  # it removes its folder and exits, in its own session
+                if self._agent.alive and self._dead is None and not aborting():
+                    self._agent.close(CLEANUP_TIMEOUT_S if not interruption() else 5.0)
+                elif self._agent.session is not None:
+                    self._agent._drop()  # EOF: the agent kills its probes and removes its folder by itself
+                self._agent = None
             if self._transport is not None:
                 if self._shipped and self._dead is None and not aborting():
                     try:  # every folder made for the probes (one, unless a ship failed or timed out)
