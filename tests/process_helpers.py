@@ -12,6 +12,8 @@ from pathlib import Path
 
 from sshd import SshNode
 
+from gpuaccept.config.hostvars import become_user, known_hosts_file
+
 WATCHDOG = Path(__file__).resolve().parent.parent / "gpuaccept" / "probes" / "_watchdog.py"
 
 
@@ -28,6 +30,12 @@ class FakeHost:
     python: str = sys.executable
     vars: dict = field(default_factory=dict)
     groups: list = field(default_factory=list)
+    become_user: str | None = None
+    known_hosts: str | None = None
+
+    def __post_init__(self) -> None:  # read from vars as the inventory reader does
+        self.become_user = self.become_user or become_user(self.vars)
+        self.known_hosts = self.known_hosts or known_hosts_file(self.vars)
 
 
 def host_for(node: SshNode, **kw) -> FakeHost:

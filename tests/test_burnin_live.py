@@ -218,7 +218,7 @@ def _runner(tmp_path: Path, line: str) -> HostRunner:
     host = list(load_inventory(str(inv)).hosts.values())[0]
     kh = str(tmp_path.parent / "kh")
     return HostRunner(host, lambda h: get_transport(h, known_hosts=os.environ.get("GPUACCEPT_TEST_KH", kh)),
-                      {}, probe_timeout=120)
+                      probe_timeout=120)
 
 
 @pytest.mark.parametrize("where", ["local", "ssh"])

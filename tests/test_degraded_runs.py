@@ -423,14 +423,14 @@ def test_node_clock_read_over_real_sshd(tmp_path, tmp_path_factory, banner):
         inv = tmp_path / "inv.ini"
         inv.write_text("[gpu]\n" + n.inventory_line() + "\nreplayed ansible_connection=local gpuaccept_replay=/nonexistent\n")
         hosts = load_inventory(str(inv)).hosts
-        node = HostRunner(hosts["c1"], lambda h: get_transport(h, known_hosts=kh), {}, probe_timeout=60)
+        node = HostRunner(hosts["c1"], lambda h: get_transport(h, known_hosts=kh), probe_timeout=60)
         try:
             clock = nodeclock.read_clock(node)
         finally:
             node.close()
         assert clock is not None and abs(clock.offset_s) < clock.uncertainty_s + 0.05, clock
         assert clock.uncertainty_s < 5
-        replayed = HostRunner(hosts["replayed"], lambda h: get_transport(h), {}, probe_timeout=60)
+        replayed = HostRunner(hosts["replayed"], lambda h: get_transport(h), probe_timeout=60)
         assert nodeclock.read_clock(replayed) is None
     finally:
         n.stop()

@@ -40,7 +40,7 @@ def _nodes(base: Path, sshds: list[SshNode], kh: str, extra: str = "") -> list[H
     inv = base / "inventory.ini"
     inv.write_text("[gpu]\n" + "\n".join(s.inventory_line() for s in sshds) + "\n" + extra)
     hosts = load_inventory(str(inv)).hosts.values()
-    return [HostRunner(h, lambda h: get_transport(h, known_hosts=kh), {}, 120) for h in hosts]
+    return [HostRunner(h, lambda h: get_transport(h, known_hosts=kh), 120) for h in hosts]
 
 
 def _cmdline(pid: int) -> str:

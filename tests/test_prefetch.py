@@ -357,7 +357,7 @@ def runners(sshd_nodes, known_hosts, tmp_path):
         hosts = load_inventory(str(inv)).hosts
         out = {}
         for n in sshd_nodes:
-            r = HostRunner(hosts[n.name], lambda h: get_transport(h, known_hosts=known_hosts), {},
+            r = HostRunner(hosts[n.name], lambda h: get_transport(h, known_hosts=known_hosts),
                            probe_timeout=60, save_dir=str(tmp_path / f"probes{len(made)}"))
             out[n.name] = r
             made.append(r)
@@ -538,7 +538,7 @@ def test_a_gpu_test_gets_its_gpu_inventory_first_on_the_other_host(runners):
 def runner_on(node, kh: str, python: str = sys.executable) -> HostRunner:
     inv = node.dir / "inv.ini"
     inv.write_text(f"[gpu]\n{node.inventory_line(python=python)}\n")
-    return HostRunner(load_inventory(str(inv)).hosts[node.name], lambda h: get_transport(h, known_hosts=kh), {},
+    return HostRunner(load_inventory(str(inv)).hosts[node.name], lambda h: get_transport(h, known_hosts=kh),
                       probe_timeout=60)
 
 

@@ -446,7 +446,7 @@ def test_maxsessions_1_timeout_still_kills(tmp_path):
         assert t.run("echo next").stdout == b"next\n"
         # the same through a HostRunner: a timeout, then the host answers (not "stopped answering")
         h = Host("hardened", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=1)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), probe_timeout=1)
         with pytest.raises(CommandTimeout):
             n.run(f"sleep {m}")
         assert_gone(m)
@@ -465,7 +465,7 @@ def test_dropped_connection_retried_once(tmp_path):
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         h = Host("flaky", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=60)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), probe_timeout=60)
         assert n.run("true").rc == 0
         threading.Thread(target=lambda: (wait_started(m, comm="sleep"), [os.kill(p, 9) for p in node.session_processes()]),
                          daemon=True).start()
@@ -474,7 +474,7 @@ def test_dropped_connection_retried_once(tmp_path):
         assert_gone(m)  # without the kill by pgid it would sleep on (its session is gone, not it)
         n.close()
         # and when the reconnect fails, the host is written off
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh, connect_timeout=3), {}, probe_timeout=60)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh, connect_timeout=3), probe_timeout=60)
         assert n.run("true").rc == 0
         threading.Thread(target=lambda: (wait_started(m, comm="sleep"), node.stop()), daemon=True).start()
         with pytest.raises(HostUnreachable, match="a fresh connection failed too"):
@@ -492,7 +492,7 @@ def test_ship_obeys_probe_timeout(tmp_path):
     hang.write_text("#!/bin/sh\nsleep 1000.123457\n")
     hang.chmod(0o755)
     h = Host("ctl", "localhost", 22, None, None, "local", str(hang), {"ansible_python_interpreter": str(hang)}, ("all",))
-    n = HostRunner(h, get_transport, {}, probe_timeout=2)
+    n = HostRunner(h, get_transport, probe_timeout=2)
     t0 = time.monotonic()
     with pytest.raises(CommandTimeout, match="timed out after 2s"):
         n.probe("gpu_inventory")
@@ -593,7 +593,7 @@ def test_dropped_connection_of_a_collective_rank_is_not_rerun(tmp_path):
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         h = Host("rank1", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=120)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), probe_timeout=120)
         args = {"backend": "gloo", "nnodes": 2, "node_rank": 1, "ranks_per_node": 1, "master_addr": "127.0.0.1",
                 "master_port": free_port("127.0.0.1"), "hosts": ["rank0", "rank1"], "host": "rank1",
                 "deadline_s": 100, "timeout_s": 100, "marker": "gpuaccept-ar-0123456789ab"}

@@ -125,8 +125,8 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
-#: host vars naming an extra known_hosts file for a host, the first set one wins (read by
-#: gpuaccept.transport.ssh when it connects and by gpuaccept.config.inputcheck before any node is touched)
+#: host vars naming an extra known_hosts file for a host, the first set one wins (:func:`known_hosts_file`, read
+#: into the inventory's Host for the transport; gpuaccept.config.inputcheck checks the file before any node is touched)
 KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
 
 #: Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool: BOOLEANS_TRUE / BOOLEANS_FALSE)
@@ -163,10 +163,20 @@ def _no_login_password(value: Any) -> Any:
 def become_user(host_vars: Mapping[str, Any]) -> str | None:
     """The user every command on the host runs as, through ``sudo -n -u USER`` (gpuaccept.transport.ssh), or None
     when the host does not set ``ansible_become`` true. ``ansible_become_user`` defaults to root, as in Ansible.
-    Values as :func:`check_host` accepted them (raises _Bad for a non-boolean ``ansible_become``)."""
-    if host_vars.get("ansible_become") is None or not _ansible_bool(host_vars["ansible_become"]):
+    Read once per host when the inventory is loaded (:attr:`gpuaccept.config.inventory.Host.become_user`); a
+    value :func:`check_host` refuses reads as None here (the run stops on it before any node is touched)."""
+    try:
+        if host_vars.get("ansible_become") is None or not _ansible_bool(host_vars["ansible_become"]):
+            return None
+        return _word(host_vars.get("ansible_become_user") or "root")
+    except _Bad:
         return None
-    return _word(host_vars.get("ansible_become_user") or "root")
+
+
+def known_hosts_file(host_vars: Mapping[str, Any]) -> str | None:
+    """The extra known_hosts file the host names (the first set var of :data:`KNOWN_HOSTS_VARS`), as written, or
+    None. Read once per host when the inventory is loaded (:attr:`gpuaccept.config.inventory.Host.known_hosts`)."""
+    return next((str(host_vars[v]) for v in KNOWN_HOSTS_VARS if host_vars.get(v)), None)
 
 
 def _words(value: Any) -> list[str]:
