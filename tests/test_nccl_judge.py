@@ -187,12 +187,12 @@ def test_multinode_settings_parses_and_refuses():
     st, notes = g.resolve({}, 300)
     assert st.ranks_per_node == 8 and st.args["iters"] == 5 and st.args["backend"] == "nccl" and notes == []
     assert multinode_settings({}).needs_gpu_counts()
-    for bad, words in ((({"nccl_backend": "mpi"}), "nccl_backend must be nccl or gloo"),
-                       ({"nccl_internode_busbw_gbps": "fast"}, "nccl_internode_busbw_gbps must be a number"),
-                       ({"nccl_ranks_per_node": 2.5}, "whole number"),
-                       ({"nccl_pairwise_slow_pct": 120}, "within 0..100"),
+    for bad, words in ((({"nccl_backend": "mpi"}), "nccl_backend: expected one of nccl, gloo"),
+                       ({"nccl_internode_busbw_gbps": "fast"}, "nccl_internode_busbw_gbps: expected a number"),
+                       ({"nccl_ranks_per_node": 2.5}, "expected an integer"),
+                       ({"nccl_pairwise_slow_pct": 120}, "between 0 and 100"),
                        ({"nccl_internode_probe_args": {"iter": 5}}, "unknown argument(s) iter"),
-                       ({"nccl_internode_probe_args": [1]}, "must be a mapping"),
+                       ({"nccl_internode_probe_args": [1]}, "expected a mapping"),
                        ({"nccl_ib_hca": "mlx5_0:one"}, "host var nccl_ib_hca")):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
             multinode_settings(bad)
