@@ -275,8 +275,11 @@ class _Parser:
 
     def feed(self, line: str, epoch, ts_text) -> None:
         """One log line (``epoch``/``ts_text``: its timestamp as :func:`parse_timestamp` read it)."""
-        if self._sxid(line, epoch, ts_text) or self._aer(line, epoch, ts_text):
-            return
+        for regex, whole_line in ((SXID_RE, self._sxid), (AER_GPU_RE, self._aer)):
+            m = regex.search(line)
+            if m:
+                whole_line(m, line, epoch, ts_text)
+                return
         nvrm = _nvrm_part(line)
         if nvrm is None:
             return
@@ -284,22 +287,22 @@ class _Parser:
         if self._off_bus_parts(nvrm, body, line, epoch, ts_text):
             return
         near = _near(self.open_ev, epoch, CONTINUATION_WINDOW_S)
-        for step in (self._xid, self._xid_no_number, self._init_failed, self._init_minor, self._gpu_uuid,
-                     self._fallen_off):
-            if step(nvrm, body, line, epoch, ts_text, near):
+        for regex, nvrm_line in ((XID_RE, self._xid), (XID_NO_NUMBER_RE, self._xid_no_number),
+                                 (INIT_FAIL_RE, self._init_failed), (INIT_MINOR_RE, self._init_minor),
+                                 (GPU_AT_UUID_RE, self._gpu_uuid), (OFF_BUS_RE, self._fallen_off)):
+            m = regex.search(nvrm)
+            if m:
+                nvrm_line(m, body, line, epoch, ts_text, near)
                 return
         self._continuation(nvrm, body, near)
 
-    def _sxid(self, line: str, epoch, ts_text) -> bool:
-        m = SXID_RE.search(line)
-        if not m:
-            return False
+    def _sxid(self, m, line: str, epoch, ts_text) -> None:
         sxid, rest = int(m.group("sxid")), m.group("rest").strip()
         head = SXID_HEAD_RE.match(rest)
         key = (m.group("switch"), sxid)
         if head is None and _near(self.open_sx.get(key), epoch, CONTINUATION_WINDOW_S):
             self.open_sx[key]["continuation"].append(rest)
-            return True
+            return
         link = head.group("link") if head else (SXID_LINK_RE.search(rest).group("link")
                                                if SXID_LINK_RE.search(rest) else None)
         sev = head.group("sev") if head else None
@@ -311,12 +314,8 @@ class _Parser:
               "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
         self.sxids.append(sx)
         self.open_sx[key] = sx
-        return True
 
-    def _aer(self, line: str, epoch, ts_text) -> bool:
-        m = AER_GPU_RE.search(line)
-        if not m:
-            return False
+    def _aer(self, m, line: str, epoch, ts_text) -> None:
         # an uncorrectable PCIe error reached this GPU and the driver cannot recover from it
         pci = normalize_pci(m.group("pci"))
         seen = next((e for e in self.events if e.get("fault") == "pcie_uncorrected" and e["pci_bus_id"] == pci),
@@ -325,11 +324,10 @@ class _Parser:
             seen["repeats"] += 1
             if m.group("what") not in seen["continuation"] and m.group("what") != seen["msg"]:
                 seen["continuation"].append(m.group("what"))
-            return True
+            return
         ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("what"), line, self.uuids)
         ev.update(fault="pcie_uncorrected", repeats=1)
         self.events.append(ev)
-        return True
 
     def _finish_off_bus(self) -> None:
         off_bus, open_ev = self.off_bus, self.open_ev
@@ -362,10 +360,7 @@ class _Parser:
             self.off_bus = None
         return True
 
-    def _xid(self, nvrm: str, body: str, line: str, epoch, ts_text, near: bool) -> bool:
-        m = XID_RE.search(nvrm)
-        if not m:
-            return False
+    def _xid(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
         open_ev = self.open_ev
         pci = normalize_pci(m.group("pci"))
         xid = int(m.group("xid"))
@@ -374,29 +369,21 @@ class _Parser:
             if open_ev.get("inferred") and xid == 79:  # the Xid 79 line came after the off-bus line
                 open_ev["continuation"].insert(0, open_ev["msg"])
                 open_ev.update(inferred=False, pid=pid, process_name=name, msg=msg, line=line)
-                return True
+                return
             if _near(open_ev, epoch, SAME_XID_MERGE_S):
                 open_ev["continuation"].append(msg)  # one multi-line report (e.g. Xid 13 SM + ESR lines)
                 if open_ev["pid"] is None and pid is not None:
                     open_ev.update(pid=pid, process_name=name)
-                return True
+                return
         self.open_ev = _new_event(epoch, ts_text, m.group("pci"), xid, msg, line, self.uuids, pid=pid, name=name)
         self.events.append(self.open_ev)
-        return True
 
-    def _xid_no_number(self, nvrm: str, body: str, line: str, epoch, ts_text, near: bool) -> bool:
-        m = XID_NO_NUMBER_RE.search(nvrm)
-        if not m:
-            return False
+    def _xid_no_number(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
         # "NVRM: Xid (PCI:...)" without a readable number: kept with its raw text
         self.open_ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("rest").strip(), line, self.uuids)
         self.events.append(self.open_ev)
-        return True
 
-    def _init_failed(self, nvrm: str, body: str, line: str, epoch, ts_text, near: bool) -> bool:
-        m = INIT_FAIL_RE.search(nvrm)
-        if not m:
-            return False
+    def _init_failed(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
         # "RmInitAdapter failed!": the driver could not bring the GPU up
         pci_raw = m.group("pci") or ""
         pci = normalize_pci(pci_raw) if pci_raw else None
@@ -404,50 +391,37 @@ class _Parser:
         if seen is not None:  # the driver retries at every open: one event per GPU, with a count
             seen["repeats"] += 1
             self.open_ev = seen
-            return True
+            return
         self.open_ev = _new_event(epoch, ts_text, pci_raw, None, body, line, self.uuids)
         self.open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=m.group("code"), repeats=1)
         self.events.append(self.open_ev)
-        return True
 
-    def _init_minor(self, nvrm: str, body: str, line: str, epoch, ts_text, near: bool) -> bool:
-        m = INIT_MINOR_RE.search(nvrm)
-        if not m:
-            return False
+    def _init_minor(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
         # "rm_init_adapter failed, device minor number N": the second line of that report
         open_ev = self.open_ev
         pci = normalize_pci(m.group("pci")) if m.group("pci") else None
         if near and open_ev.get("fault") == "init_failed" and pci in (None, open_ev["pci_bus_id"]):
             if body not in open_ev["continuation"]:
                 open_ev["continuation"].append(body)
-            return True
+            return
         if any(e.get("fault") == "init_failed" and e["pci_bus_id"] == pci for e in self.events):
-            return True
+            return
         self.open_ev = _new_event(epoch, ts_text, m.group("pci") or "", None, body, line, self.uuids)
         self.open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=None, repeats=1)
         self.events.append(self.open_ev)
-        return True
 
-    def _gpu_uuid(self, nvrm: str, body: str, line: str, epoch, ts_text, near: bool) -> bool:
-        m = GPU_AT_UUID_RE.search(nvrm)
-        if not m:
-            return False
+    def _gpu_uuid(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
         self.uuids[normalize_pci(m.group("pci"))] = m.group("uuid")
         self.open_ev = None  # announces the next Xid on that GPU
-        return True
 
-    def _fallen_off(self, nvrm: str, body: str, line: str, epoch, ts_text, near: bool) -> bool:
-        m = OFF_BUS_RE.search(nvrm)
-        if not m:
-            return False
+    def _fallen_off(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
         open_ev = self.open_ev
         pci = normalize_pci(m.group("pci"))
         if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == 79:
             open_ev["continuation"].append(body)
-            return True
+            return
         self.open_ev = _new_event(epoch, ts_text, m.group("pci"), 79, body, line, self.uuids, inferred=True)
         self.events.append(self.open_ev)
-        return True
 
     def _continuation(self, nvrm: str, body: str, near: bool) -> None:
         """Any other NVRM line: the open event's continuation, unless it is too late or about another GPU."""
