@@ -71,6 +71,14 @@ def run_pytest(root: Path, *args: str, env: dict | None = None, timeout: float =
                           text=True, timeout=timeout)
 
 
+def strict_json(text: str):
+    """``text`` parsed as JSON the way strict parsers (jq, JSON.parse) read it: the tokens NaN, Infinity and
+    -Infinity, which Python's json accepts, raise ValueError."""
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
 def junit(path: Path) -> list[dict]:
     """Testcases of a junit file: name, classname, outcome, properties."""
     out = []
