@@ -13,7 +13,7 @@ import pytest
 from gpuaccept.judging import burnin
 from gpuaccept.config.thresholds import judge, load_sku_file
 from probe_helpers import load_probe, run_probe
-from project_helpers import burnin_capture as capture, burnin_replay_folder
+from project_helpers import burnin_capture as capture, burnin_replay_folder, junit, make_project, run_pytest
 
 SKU = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
 
@@ -255,7 +255,7 @@ def test_probe_keeps_the_windows_of_a_burnin_whose_worker_died_and_names_that_ra
     """Rank 1 of 3 exits with code 3 twelve seconds into the load (ALTERED: the probe's test-only fault_rank);
     before, the probe failed as a whole (rc 1, no window kept)."""
     rc, doc, err = run_probe("burnin", {"device": "cpu", "seconds": 60, "gpus": 3, "stall_s": 20,
-                                        "fault_rank": {"rank": 1, "after_s": 12.0, "how": "exit"}}, timeout=180)
+                                        "fault_rank": {"rank": 1, "after_s": 12.0, "how": "exit"}}, timeout=600)
     assert rc == 0, doc
     st = doc["stopped"]
     assert st["rank"] == 1 and st["how"] == "exited with 3", st
@@ -274,7 +274,7 @@ def test_probe_reports_a_hung_load_once_no_window_arrives_for_stall_s():
     all-reduce; the probe stops the load after stall_s without a window, keeps what was measured, and says
     that it stalled (before: it ran on to seconds + 120 s and failed "rank None (GPU ?) ended with deadline")."""
     rc, doc, _ = run_probe("burnin", {"device": "cpu", "seconds": 120, "gpus": 3, "stall_s": 8,
-                                      "fault_rank": {"rank": 1, "after_s": 12.0, "how": "hang"}}, timeout=180)
+                                      "fault_rank": {"rank": 1, "after_s": 12.0, "how": "hang"}}, timeout=600)
     assert rc == 0, doc
     st = doc["stopped"]
     assert st["how"] == "stopped reporting (no window from any GPU for 8 s)", st

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from project_helpers import junit, run_pytest, strict_json
+from project_helpers import junit, make_project, run_pytest, strict_json
 
 
 def _multinode_run(tmp_path, base, sshds, pythons: dict[int, str] | None = None):
