@@ -55,7 +55,7 @@ def _settings(nodes: list[HostRunner]) -> tuple[mn.Settings, mn.GroupSettings, l
     return st, group, notes
 
 
-def _pair_floor(node: HostRunner) -> Limit | None:
+def _pair_floor(node: HostRunner, specs: dict) -> Limit | None:
     """The first host's SKU file floor for a pair (``checks.internode_pair_busbw_gbps``), None when its file
     has none or its SKU is unknown (the single-node tests report that)."""
     try:
@@ -63,7 +63,7 @@ def _pair_floor(node: HostRunner) -> Limit | None:
         gpus = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
         if not gpus and not node.host.vars.get("gpu_sku") and not node.sku_override:
             return None
-        return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"),
+        return node_sku(node.name, specs, node.sku_override, node.host.vars.get("gpu_sku"),
                         gpus).checks.get("internode_pair_busbw_gbps")
     except (GpuacceptError, ThresholdError):
         return None
@@ -174,8 +174,8 @@ def _ring(nodes, verdicts, st, group, notes):
     return errors
 
 
-def _pairwise(nodes, verdicts, st, group, notes):
-    floor = _pair_floor(nodes[0]) if group.limit_gbps is None else None
+def _pairwise(nodes, verdicts, st, group, notes, specs=None):
+    floor = _pair_floor(nodes[0], specs or {}) if group.limit_gbps is None else None
     rep = mn.pairwise(nodes, st, group.at_bytes, group.limit_gbps, group.slow_pct, group.seed, group.rounds, floor)
     verdicts.record("pairwise_seed", rep.seed, extra={"round_wall_s": rep.round_wall_s})
     for p in rep.pairs:
@@ -234,7 +234,10 @@ def test_allreduce_multinode(nodes: list[HostRunner], verdicts, request):
         pytest.skip(f"inter-node all-reduce needs at least 2 hosts; {len(nodes)} selected")
     st, group, notes = _settings(nodes)  # a malformed group var: ConfigError, reported as an error
     pattern = request.config.getoption("nccl_pattern")
-    errors = {"ring": _ring, "pairwise": _pairwise, "rails": _rails}[pattern](nodes, verdicts, st, group, notes)
+    if pattern == "pairwise":  # the SKU files' pair floors judge a pair when no group var limit does
+        errors = _pairwise(nodes, verdicts, st, group, notes, request.getfixturevalue("specs"))
+    else:
+        errors = {"ring": _ring, "rails": _rails}[pattern](nodes, verdicts, st, group, notes)
     verdicts.finish()
     if errors:
         raise ProbeError(verdicts.host, "; ".join(errors))

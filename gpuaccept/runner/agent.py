@@ -28,9 +28,9 @@ from typing import Any, Callable
 from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted, ProbeError
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
+from gpuaccept.runner.ship import PROBE_DIR
 from gpuaccept.transport.session import Session, open_session
 
-PROBE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes")
 MAGIC = b"__GPUACCEPT_AGENT__\n"
 #: seconds to wait for the agent's ``ready`` after the start command (connect excluded: the transport bounds it)
 START_TIMEOUT_S = 60.0
