@@ -150,7 +150,7 @@ def run(root: Path, inv: Path, kh: str, tag: str, *extra: str, env: dict | None 
 
 
 RUN_LINE = re.compile(r"^(\d+\.\d+) gpuaccept\.run RUN (\S+) (.*?) rc=(\S+) (\d+\.\d+)s$", re.M | re.S)
-PROBE_IN = re.compile(r"--watch-stdin \S+ \S+ (\w+)\.py")
+PROBE_IN = re.compile(r"^agent \S+: (\w+)\.py ")  # a probe request to the host's agent (gpuaccept.runner.agent)
 
 
 def probe_runs(log: Path) -> list[tuple[str, str, float, float]]:

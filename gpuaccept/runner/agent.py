@@ -2,7 +2,7 @@
 
 :class:`Agent` starts the agent with one command (:func:`start_command`): make a fresh folder, ``exec`` the
 node's Python on :data:`BOOT`, which reads every probe file from stdin (one frame: zlib-compressed JSON of
-``{file name: text}``, made once per run: :func:`payload`), writes them into the folder and serves. Then each
+``{file name: text}``, made once per run: :func:`gpuaccept.runner.ship.payload`), writes them into the folder and serves. Then each
 probe is one ``run`` request on that session (:meth:`Agent.probe`, returning the
 :class:`~gpuaccept.transport.CommandResult` a probe command returned before, so the parsing is unchanged),
 and :meth:`Agent.close` asks the agent to remove its folder and exit, in the same session.
@@ -16,19 +16,16 @@ the registry of commands in flight (gpuaccept.transport.tracked), labelled ``pro
 """
 from __future__ import annotations
 
-import functools
 import json
-import os
 import secrets
 import threading
 import time
-import zlib
 from typing import Any, Callable
 
 from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted, ProbeError
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
-from gpuaccept.runner.ship import PROBE_DIR
+from gpuaccept.runner.ship import payload
 from gpuaccept.transport.session import Session, open_session
 
 MAGIC = b"__GPUACCEPT_AGENT__\n"
@@ -57,19 +54,6 @@ BOOT = ("import os, sys, json, zlib\n"
         "sys.path.insert(0, '')\n"
         "import _agent\n"
         "sys.exit(_agent.main(files))\n")
-
-
-@functools.lru_cache(maxsize=1)
-def payload() -> bytes:
-    """The frame of every probe file (``gpuaccept/probes/*.py``): length, then zlib (level 6) of the JSON
-    ``{name: text}``; made once per run."""
-    files = {}
-    for fn in sorted(os.listdir(PROBE_DIR)):
-        if fn.endswith(".py"):
-            with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
-                files[fn] = f.read()
-    data = zlib.compress(json.dumps(files).encode(), 6)
-    return len(data).to_bytes(4, "big") + data
 
 
 def encode(doc: dict) -> bytes:
