@@ -180,7 +180,7 @@ class LocalSession(Session):
             self.proc.stdin.close()
         except OSError:
             pass
-        if self.exit_status(5.0) is None:  # it did not end on EOF: its whole group goes
+        if self.exit_status(1.0) is None:  # it did not end on EOF: its whole group goes (TERM: the agent cleans up)
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
                     os.killpg(self.pgid, sig)
