@@ -105,8 +105,10 @@ class Agent:
         self.session = open_session(self.transport, cmd)
         self._frames = _Frames()
         try:
-            self.session.send(payload())
+            self.session.send(payload(), timeout)
             doc = self._next(t0 + timeout, running)
+        except TimeoutError:  # the node did not even read the files: a hung interpreter or node
+            doc = None
         except HostUnreachable as e:
             doc = None
             if self.session is not None and self.session.exit_status(0.5) in (None, -1):  # no exit status: lost

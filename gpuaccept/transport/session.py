@@ -29,8 +29,9 @@ class Session:
 
     pgid: int | None = None
 
-    def send(self, data: bytes) -> None:
-        """Write ``data`` to the command's stdin (all of it). Raises HostUnreachable when the stream is gone."""
+    def send(self, data: bytes, timeout: float = 60.0) -> None:
+        """Write ``data`` to the command's stdin (all of it) within ``timeout`` s. Raises HostUnreachable when the
+        stream is gone, TimeoutError when the command did not read it in time (a hung node)."""
         raise NotImplementedError
 
     def recv(self, timeout: float) -> bytes | None:
@@ -84,9 +85,21 @@ class SshSession(Session):
                 break
             self._err.feed(data)
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        view = memoryview(data)
         try:
-            self.chan.sendall(data)
+            while view:
+                if self.chan.closed:
+                    raise EOFError("channel closed")
+                if self.chan.send_ready():
+                    view = view[self.chan.send(view[:1 << 15]):]
+                elif time.monotonic() >= end:
+                    raise TimeoutError(f"the node read {len(data) - len(view)} of {len(data)} bytes in {timeout:g} s")
+                else:
+                    time.sleep(0.01)
+        except TimeoutError:
+            raise
         except Exception as e:  # noqa: BLE001 - paramiko raises socket.error, SSHException, EOFError
             raise HostUnreachable(self.name, f"connection lost while writing to the agent: {e}") from None
 
@@ -150,11 +163,25 @@ class LocalSession(Session):
                 return
             self._err += data
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        fd = self.proc.stdin.fileno()
+        view = memoryview(data)
         try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            os.set_blocking(fd, False)
+            while view:
+                if not select.select([], [fd], [], max(0.0, min(0.1, end - time.monotonic())))[1]:
+                    if time.monotonic() >= end:
+                        raise TimeoutError(f"the command read {len(data) - len(view)} of {len(data)} bytes in "
+                                           f"{timeout:g} s")
+                    continue
+                try:
+                    view = view[os.write(fd, view[:1 << 16]):]
+                except BlockingIOError:
+                    continue
         except (OSError, ValueError) as e:
+            if isinstance(e, TimeoutError):
+                raise
             raise HostUnreachable(self.name, f"the agent's stdin is gone: {e}") from None
 
     def recv(self, timeout: float) -> bytes | None:
