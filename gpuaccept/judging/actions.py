@@ -277,13 +277,24 @@ def entry_action(test: str | None, entry: dict) -> dict:
     return for_finding(test, entry.get("check"), gpu=entry.get("pci_bus_id") or entry.get("gpu")).to_dict()
 
 
+def figure_action(test: str | None, fig: dict) -> dict:
+    """The action of one failing figure record (``{check, value, gpu, pci_bus_id, limit: {min|max}, extra}``)."""
+    lim = fig.get("limit") if isinstance(fig.get("limit"), dict) else {}
+    direction = "min" if "min" in lim else "max" if "max" in lim else None
+    return for_finding(test, fig.get("check"), fig.get("value"), fig.get("extra"),
+                       fig.get("pci_bus_id") or fig.get("gpu"), direction).to_dict()
+
+
 def for_case(outcome: str, test: str | None, message: str = "", failures: list[dict] | None = None,
-             error_kind: str | None = None) -> dict | None:
+             error_kind: str | None = None, figures: list[dict] | None = None) -> dict | None:
     """The action of one test record: None unless ``failed`` or ``error``; a failed test's strongest failure
-    entry (:func:`entry_action`; none recorded, as for a plain ``assert``: its test's row); an error's
+    entry (:func:`entry_action`); without entries, its strongest failing figure of ``figures``
+    (:func:`figure_action`); without either, as for a plain ``assert``, its test's row. An error's
     :func:`for_error`."""
     if outcome == "failed":
         acts = [entry_action(test, e) for e in failures or [] if isinstance(e, dict)]
+        acts = acts or [figure_action(test, f) for f in figures or [] if isinstance(f, dict)
+                        and f.get("verdict") == "fail"]
         return strongest(acts) or for_finding(test).to_dict()
     if outcome == "error":
         return for_error(error_kind, message).to_dict()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from gpuaccept.errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
+from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from gpuaccept.config.hostvars import check_hosts
 from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from gpuaccept.config.inventory import Inventory, load_inventory
@@ -357,6 +357,7 @@ def pytest_runtest_makereport(item, call):
                 before_interruption=call.excinfo.errisinstance(Interrupted))
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, type(call.excinfo.value).__name__))
         return
     if call.excinfo is not None and not call.excinfo.errisinstance(
             (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
@@ -370,6 +371,7 @@ def pytest_runtest_makereport(item, call):
         head = [b.message() for b in rec.outcome().blocked] if rec is not None else []
         rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, "internal"))
         return
     if rec is None or call.when != "call":
         return

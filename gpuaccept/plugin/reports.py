@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from gpuaccept.runner import host as node_mod
-from gpuaccept.errors import ConfigError
+from gpuaccept.errors import ERROR_KIND_KEY, ConfigError
+from gpuaccept.judging import actions
 from gpuaccept.config.profiles import probe_timeout
-from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
+from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, action_hosts, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
 
 # Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
@@ -385,9 +386,12 @@ class ReportPlugin:
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         failing = counted_failures(part["outcome"], part["message"],
                                    [v for k, v in part["props"] if k == "gpuaccept.failure"])
-        self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
+        kind = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None)
+        name = nodeid.split("::")[-1]
+        self.reporter.add(CaseRecord(nodeid, name, self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs,
-                                     failures=failing))
+                                     failures=failing, action=actions.for_case(part["outcome"], name, part["message"],
+                                                                               failing, kind, figs)))
 
     def _host_of(self, nodeid: str) -> str | None:
         """The inventory name of a test id's host parameter (None for a fleet test)."""
@@ -464,6 +468,11 @@ class ReportPlugin:
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
+        lists = action_hosts(hv, rep.meta.get("hosts"))
+        for act in reversed(actions.strength()):  # the strongest first: what needs hands before what waits
+            if lists[act]:
+                terminalreporter.write_line(f"gpuaccept: {len(lists[act])} host(s) to {act}: "
+                                            f"{os.path.join(rep.dir, f'hosts-{act}.txt')}")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
 
@@ -596,7 +605,8 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         from gpuaccept.reporting import prometheus
         try:
             prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
-                                      figures, verdicts)
+                                      figures, verdicts, host_actions={h: (v.get("action") or {}).get("action")
+                                                                       for h, v in hv.items()})
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuaccept.errors import ERROR_KEY
+from gpuaccept.judging import actions
 
 LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
 
@@ -72,9 +73,20 @@ class CaseRecord:
     duration_s: float = 0.0
     figures: list[dict] = field(default_factory=list)
     run_id: str = ""
-    #: the failure lines that made it fail, each with the GPU it names: ``{host, gpu, pci_bus_id, serial, line}``
-    #: (:func:`counted_failures`; empty unless failed)
+    #: the failure lines that made it fail, each with the GPU it names and its action: ``{host, gpu, pci_bus_id,
+    #: serial, line, check, action}`` (:func:`counted_failures`; empty unless failed)
     failures: list[dict] = field(default_factory=list)
+    #: what to do next (gpuaccept.judging.actions, ``{action, reason, source[, setting, command]}``): decided when
+    #: the record was made; None for a record made without it (read back by :func:`record_action`)
+    action: dict | None = None
+
+
+def record_action(r: CaseRecord) -> dict | None:
+    """The action of a record: the one it carries, else decided now from its outcome, message and failure
+    entries (:func:`gpuaccept.judging.actions.for_case`; records made before actions, "not run" records)."""
+    if r.action is not None or r.outcome not in ("failed", "error"):
+        return r.action
+    return actions.for_case(r.outcome, r.name, r.message, r.failures, figures=r.figures)
 
 
 def counted_failures(outcome: str, message: str, entries: list[dict]) -> list[dict]:
@@ -98,7 +110,12 @@ def record_dict(r: CaseRecord) -> dict:
     every figure and cost 10x the JSON encoding at 10,000 hosts)."""
     return {"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
             "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id,
-            **({"failures": r.failures} if r.failures else {})}
+            **({"failures": r.failures} if r.failures else {}), **_action_field(r)}
+
+
+def _action_field(r: CaseRecord) -> dict:
+    act = record_action(r)
+    return {"action": act} if act else {}
 
 
 @contextlib.contextmanager
@@ -121,7 +138,7 @@ def record_json(r: CaseRecord) -> tuple[str, str]:
     (``ensure_ascii``): character offsets are byte offsets."""
     head = json.dumps({"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                        "message": r.message, "duration_s": r.duration_s, "run_id": r.run_id,
-                       **({"failures": r.failures} if r.failures else {})}, default=str)
+                       **({"failures": r.failures} if r.failures else {}), **_action_field(r)}, default=str)
     return head[:-1] + ', "figures": ', json.dumps(r.figures, default=str)
 
 
@@ -435,6 +452,9 @@ class Reporter:
             self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
                                                              "".join(h + "\n" for h in failed_hosts(recs, hosts, hv))))
+        for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
+            self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
+                                                                  "".join(h + "\n" for h in names)))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
         """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],
@@ -552,7 +572,9 @@ def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None)
 
 
 def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
-    """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}}`` (pure).
+    """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}, "action": dict |
+    None, "findings": [action dict]}`` (pure): ``action`` the strongest of its findings'
+    (gpuaccept.judging.actions.host_action), None when nothing failed or errored.
 
     ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
     else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
@@ -602,11 +624,16 @@ class HostVerdicts:
             for f in r.figures:
                 if f.get("gpu") is not None:
                     seen.add(f["gpu"])
+        act = record_action(r) if r.outcome in ("failed", "error") else None
         for h in targets:
             v = self.out.get(h)
             if v is None:
                 v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
+            if act is not None:  # this host's failure lines in a fleet-wide test, else the record's
+                mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] \
+                    if r.host is None and r.outcome == "failed" else []
+                v.setdefault("findings", []).extend(mine or [act])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
                 if r.outcome == "error" and (r.message or "").startswith("blocked by "):
@@ -626,6 +653,7 @@ class HostVerdicts:
             c = v["counts"]
             v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
                             "PASS" if c.get("passed") else "SKIP")
+            v["action"] = actions.host_action(v.get("findings") or [])
         for h, v in self.out.items():
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
@@ -671,6 +699,28 @@ def same_reason_once(reasons: list[str]) -> list[str]:
         more = len(names) - 1
         out += [f"{names[0]}" + (f" and {more} more test{'s' if more > 1 else ''}" if more else "") + f": {text}"] \
             if named else [text] * len(names)
+    return out
+
+
+def action_text(act: dict | None) -> str:
+    """A host's or record's action for a line a person reads (pure): ``"drain-rma (row remapping failure: ...)"``,
+    with a fix-config's setting and command: ``"fix-config (power limit ...; enforced power limit: `nvidia-smi -i
+    0000:19:00.0 -pl 700`)"``; ``""`` without one."""
+    if not act:
+        return ""
+    how = "; ".join(p for p in (act.get("setting"), f"`{act['command']}`" if act.get("command") else None) if p)
+    return f"{act['action']} ({act.get('reason', '')}{'; ' + how if how else ''})"
+
+
+def action_hosts(hv: dict, hosts: list[str] | None = None) -> dict[str, list[str]]:
+    """Per action name (every one, weakest first): the hosts whose action it is, in selection order, as
+    ``hosts-<action>.txt`` lists them (pure). ``hv``: :func:`host_verdicts`. "fleet" is no host."""
+    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    out: dict[str, list[str]] = {a: [] for a in actions.strength()}
+    for h in order:
+        act = (hv.get(h) or {}).get("action") if h != "fleet" else None
+        if act and act.get("action") in out:
+            out[act["action"]].append(h)
     return out
 
 
@@ -738,6 +788,15 @@ def figure_properties(fleet_wide: bool, figures: list[dict]) -> list[tuple[str, 
     return out
 
 
+def action_properties(act: dict | None) -> list[tuple[str, str]]:
+    """JUnit properties of a testcase's action (pure): ``gpuaccept.action`` and ``gpuaccept.action.<field>`` for
+    reason, source, setting, command; none without an action."""
+    if not act:
+        return []
+    return [("gpuaccept.action", str(act["action"]))] + [
+        (f"gpuaccept.action.{k}", str(act[k])) for k in ("reason", "source", "setting", "command") if act.get(k)]
+
+
 _XML_SPECIAL = re.compile(r'[\x00-\x1f&<>"]')
 _XML_BAD = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -777,10 +836,10 @@ def junit_testcase(layer: str, r: CaseRecord) -> str:
     classname = f"{layer}.{r.host or 'fleet'}"
     out = [f'    <testcase name={_xml_attr(r.name)} classname={_xml_attr(classname)} '
            f'file={_xml_attr(r.nodeid.split("::")[0])} time="{r.duration_s:.3f}">']
-    if r.figures:
+    props = action_properties(record_action(r)) + (figure_properties(r.host is None, r.figures) if r.figures else [])
+    if props:
         out.append("      <properties>")
-        out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />"
-                for n, v in figure_properties(r.host is None, r.figures)]
+        out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />" for n, v in props]
         out.append("      </properties>")
     first = r.message.splitlines()[0] if r.message.strip() else r.outcome
     if r.outcome in ("failed", "error"):
@@ -975,8 +1034,17 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         grouped = same_reason_once(v["reasons"])
         reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
         gpus = failing_gpus_text(v)
-        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "")
-                   + (f" — {gpus}" if gpus else ""))
+        act = action_text(v.get("action"))
+        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "") + (f" — {gpus}" if gpus else "")
+                   + (f" → **{act.split(' ', 1)[0]}** {act.split(' ', 1)[1]}" if act else ""))
+    lists = {a: hs for a, hs in action_hosts(hv, hosts).items() if hs}
+    if lists:
+        out += ["", "## Next steps", "", "| action | hosts | list |", "|---|---|---|"]
+        for a in reversed(actions.strength()):
+            if a in lists:
+                hs = lists[a]
+                out.append(f"| {a} | {len(hs)}: {', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''} | "
+                           f"`hosts-{a}.txt` |")
     failing = [(h, g) for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     if failing:
         out += ["", "## Failing GPUs", "", "| host | GPU | PCI bus id | serial | verdict | tests | why |",
