@@ -82,6 +82,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="also write the run's figures for node_exporter's textfile collector (atomic)")
     g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
                 help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
+    g.addoption("--slurm-drain", action="store_true", default=False,
+                help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
+                     "(a dry run printing the scontrol commands unless --slurm-apply)")
+    g.addoption("--slurm-resume", action="store_true", default=False,
+                help="after the run, resume hosts gpuaccept drained that now pass every test that failed "
+                     "(a dry run unless --slurm-apply); drains set by others are never touched")
+    g.addoption("--slurm-apply", action="store_true", default=False,
+                help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -177,6 +185,12 @@ def pytest_configure(config: pytest.Config) -> None:
         check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
                                config.getoption("accept_new_host_keys"))
         check_local_addresses(hosts, inv_path)
+        slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
+        if config.getoption("slurm_apply") and not slurm:
+            raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
+        if slurm and not _is_worker(config):
+            from gpuaccept.scaleout.drain import check_ready
+            check_ready()  # scontrol missing or the controller down: refused before any node is touched
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},

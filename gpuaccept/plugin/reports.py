@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -228,6 +229,7 @@ class ReportPlugin:
         self.config = config
         self.state = state
         self.partial: dict[str, dict] = {}
+        self.slurm_lines: list[str] = []  # the Slurm step's lines (gpuaccept.scaleout.drain), said at the end
         self.collect_only = bool(config.getoption("collectonly", False))
         self.began = False
         self.created = False
@@ -453,8 +455,20 @@ class ReportPlugin:
                 pass
 
     def _finish(self, rep: Reporter) -> None:
-        """History comparison and recording, then the whole-run files, report.html and the textfile."""
+        """History comparison and recording, then the whole-run files, report.html and the textfile; then the
+        Slurm step when asked (gpuaccept.scaleout.drain: its lines are printed in the terminal summary)."""
         finish_reports(rep, self.history, self._opt("prometheus_textfile"))
+        if self._opt("slurm_drain") or self._opt("slurm_resume"):
+            from gpuaccept.scaleout import drain
+            hosts = list(rep.meta.get("hosts") or [])
+            hostvars = self.state.get("hostvars") or {}
+            names = {h: drain.node_name(h, hostvars.get(h)) for h in hosts}
+            try:
+                drain.run_step(rep.dir, rep.run_id, rep.host_verdicts(), hosts, list(rep.records.values()), names,
+                               bool(self._opt("slurm_drain")), bool(self._opt("slurm_resume")),
+                               bool(self._opt("slurm_apply")), write=self.slurm_lines.append)
+            except (ConfigError, OSError, subprocess.SubprocessError) as e:
+                self.slurm_lines.append(f"gpuaccept slurm: not done: {e}")
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter
@@ -475,6 +489,8 @@ class ReportPlugin:
                                             f"{os.path.join(rep.dir, f'hosts-{act}.txt')}")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+        for line in self.slurm_lines:
+            terminalreporter.write_line(line)
 
 
 # The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
