@@ -118,6 +118,7 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
                      "--slurm-drain", *SELECTION, env=_env(cluster), timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out[-4000:]
+    print("\n".join(ln for ln in out.splitlines() if ln.startswith(("gpuaccept", "  "))))
     assert "gpuaccept slurm: dry run (--slurm-apply makes these calls)" in out, out[-4000:]
     assert "scontrol update NodeName=n1 State=DRAIN 'Reason=gpuaccept night1: drain-rma: " in out, out[-4000:]
     assert _nodes(cluster) == before
@@ -159,6 +160,7 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
                      "row_remapping", env=_env(cluster), timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
+    print("\n".join(ln for ln in out.splitlines() if "slurm" in ln or ln.startswith("  ")))
     assert "h-rma: not resumed: this run did not pass test_row_remapping, which failed in run night1" in out, out[-3000:]
     now = _nodes(cluster)
     assert "DRAIN" not in now["n2"][0] and "DRAIN" in now["n1"][0] and now["n7"] == after["n7"], now

@@ -191,7 +191,7 @@ def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[s
         missing = sorted(needed_tests(doc, h) - set(passed.get(h) or ()))
         if missing:
             steps.append(Step(h, node, None, f"not resumed: this run did not pass {', '.join(missing)}, which "
-                                             f"failed in run {rid} (rerun them with the burn-in)"))
+                                             f"failed in run {rid} (rerun it, with the burn-in)"))
             continue
         steps.append(Step(h, node, ("scontrol", "update", f"NodeName={node}", "State=RESUME"),
                           f"passes every test that failed in run {rid}: resume"))
