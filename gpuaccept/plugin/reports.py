@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ import pytest
 
 from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ERROR_KIND_KEY, ConfigError
-from gpuaccept.judging import actions
+from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, action_hosts, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
@@ -388,12 +387,11 @@ class ReportPlugin:
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         failing = counted_failures(part["outcome"], part["message"],
                                    [v for k, v in part["props"] if k == "gpuaccept.failure"])
-        kind = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None)
-        name = nodeid.split("::")[-1]
+        kind, name = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None), nodeid.split("::")[-1]
         self.reporter.add(CaseRecord(nodeid, name, self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs,
-                                     failures=failing, action=actions.for_case(part["outcome"], name, part["message"],
-                                                                               failing, kind, figs)))
+                                     failures=failing, action=for_case(part["outcome"], name, part["message"],
+                                                                       failing, kind, figs)))
 
     def _host_of(self, nodeid: str) -> str | None:
         """The inventory name of a test id's host parameter (None for a fleet test)."""
@@ -459,16 +457,9 @@ class ReportPlugin:
         Slurm step when asked (gpuaccept.scaleout.drain: its lines are printed in the terminal summary)."""
         finish_reports(rep, self.history, self._opt("prometheus_textfile"))
         if self._opt("slurm_drain") or self._opt("slurm_resume"):
-            from gpuaccept.scaleout import drain
-            hosts = list(rep.meta.get("hosts") or [])
-            hostvars = self.state.get("hostvars") or {}
-            names = {h: drain.node_name(h, hostvars.get(h)) for h in hosts}
-            try:
-                drain.run_step(rep.dir, rep.run_id, rep.host_verdicts(), hosts, list(rep.records.values()), names,
-                               bool(self._opt("slurm_drain")), bool(self._opt("slurm_resume")),
-                               bool(self._opt("slurm_apply")), write=self.slurm_lines.append)
-            except (ConfigError, OSError, subprocess.SubprocessError) as e:
-                self.slurm_lines.append(f"gpuaccept slurm: not done: {e}")
+            from gpuaccept.scaleout.drain import after_run
+            self.slurm_lines = after_run(rep, self.state.get("hostvars") or {}, *(
+                bool(self._opt(o)) for o in ("slurm_drain", "slurm_resume", "slurm_apply")))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter
@@ -482,14 +473,12 @@ class ReportPlugin:
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
-        lists = action_hosts(hv, rep.meta.get("hosts"))
-        for act in reversed(actions.strength()):  # the strongest first: what needs hands before what waits
-            if lists[act]:
-                terminalreporter.write_line(f"gpuaccept: {len(lists[act])} host(s) to {act}: "
-                                            f"{os.path.join(rep.dir, f'hosts-{act}.txt')}")
+        for act, names in reversed(list(action_hosts(hv, rep.meta.get("hosts")).items())):  # strongest first
+            if names:
+                terminalreporter.write_line(f"gpuaccept: {len(names)} host(s) to {act}: {rep.dir}/hosts-{act}.txt")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
-        for line in self.slurm_lines:
+        for line in self.slurm_lines:  # gpuaccept.scaleout.drain: the dry run's commands, or the calls made
             terminalreporter.write_line(line)
 
 

@@ -282,6 +282,20 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
     return steps, failed
 
 
+def after_run(rep, hostvars: Mapping[str, Mapping], drain: bool, resume: bool, apply: bool) -> list[str]:
+    """The Slurm step at the end of a pytest run (``--slurm-drain``, ``--slurm-resume``, ``--slurm-apply``): the
+    lines :func:`run_step` wrote, for the terminal summary; a scontrol that fails now is one line saying so.
+    ``rep``: the run's :class:`gpuaccept.reporting.records.Reporter`; ``hostvars``: host -> its parsed vars."""
+    hosts = list(rep.meta.get("hosts") or [])
+    lines: list[str] = []
+    try:
+        run_step(rep.dir, rep.run_id, rep.host_verdicts(), hosts, list(rep.records.values()),
+                 {h: node_name(h, hostvars.get(h)) for h in hosts}, drain, resume, apply, write=lines.append)
+    except (ConfigError, OSError, subprocess.SubprocessError) as e:
+        lines.append(f"gpuaccept slurm: not done: {e}")
+    return lines
+
+
 def _records(results: dict) -> list[CaseRecord]:
     fields = set(CaseRecord.__dataclass_fields__)
     return [CaseRecord(**{k: v for k, v in t.items() if k in fields}) for t in results.get("tests") or []]
