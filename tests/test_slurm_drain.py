@@ -134,6 +134,11 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
     assert "nvidia-smi -i 00000000:00:07.0 -pl 700" in summary
     assert (runs / "night1" / "hosts-drain-rma.txt").read_text() == "h-rma\nh-ops\n"
     assert (runs / "night1" / "hosts-check-network.txt").read_text() == "h-net\n"
+    html = (runs / "night1" / "report.html").read_text()
+    assert 'data-host="h-reboot" data-verdict="FAIL" data-action="reboot"' in html
+    junit = (runs / "night1" / "junit-health.xml").read_text()
+    assert '<property name="gpuaccept.action" value="reset-gpu" />' in junit
+    assert '<property name="gpuaccept.action.command" value="nvidia-smi -i 00000000:00:07.0 -pl 700" />' in junit
 
     # 2. the drain, from the finished run's folder: exactly the drain-rma, reset-gpu and reboot hosts
     res = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.drain", str(runs / "night1"), "--drain",
