@@ -519,7 +519,7 @@ def test_progress_plain_lines_and_tty_line():
 
 
 def test_same_reason_once_keeps_other_reasons_in_order():
-    from gpuaccept.reporting.records import same_reason_once
+    from gpuaccept.reporting.verdicts import same_reason_once
     assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",
                              "test_b: h: unreachable", "test_c: other"]) == [
         "test_a and 1 more test: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600", "test_c: other"]
