@@ -15,7 +15,11 @@ from pathlib import Path
 from gpuaccept.config.thresholds import load_sku_file
 from gpuaccept.judging import actions, drift, health
 from gpuaccept.judging import xid as xidmod
-from gpuaccept.reporting.records import CaseRecord, Reporter, host_verdicts, junit_xml_text, summary_markdown
+from gpuaccept.reporting.junit import junit_xml_text
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.summary import summary_markdown
+from gpuaccept.reporting.verdicts import host_verdicts
 from probe_helpers import DATA, load_probe
 
 REPO = Path(__file__).resolve().parent.parent

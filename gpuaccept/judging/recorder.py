@@ -34,7 +34,7 @@ from typing import Callable
 
 FIGURE_KEY = "gpuaccept.figure"
 #: user_properties key of each failure line with the GPU it names (``{host, gpu, pci_bus_id, serial, line, check,
-#: action}``): the reports give a verdict per GPU from these (gpuaccept.reporting.records.gpu_verdicts), not only
+#: action}``): the reports give a verdict per GPU from these (gpuaccept.reporting.verdicts.host_verdicts), not only
 #: per test, and the action decided where the failure was found (gpuaccept.judging.actions)
 FAILURE_KEY = "gpuaccept.failure"
 

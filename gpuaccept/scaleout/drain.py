@@ -31,7 +31,8 @@ from typing import Callable, Mapping
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.judging.actions import base_test_name, drain_actions
-from gpuaccept.reporting.records import CaseRecord, host_verdicts, same_reason_once
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.verdicts import host_verdicts, same_reason_once
 from gpuaccept.transport.shell import command as shell_command
 
 #: every drain reason of ours starts with this (and only ours are resumed or replaced)
