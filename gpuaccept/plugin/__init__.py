@@ -477,7 +477,7 @@ def pytest_report_collectionfinish(config, start_path, items) -> list[str]:
     st = _state(config)
     if st is None or _is_worker(config):
         return []
-    line = sizing_advice(len(st["hosts"]), config.getoption("shard"))
+    line = sizing_advice(len(st.hosts), config.getoption("shard"))
     return [line] if line else []
 
 

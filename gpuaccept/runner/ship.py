@@ -2,7 +2,7 @@
 files a probe needs.
 
 The agent (gpuaccept.runner.agent, ``probes/_agent.py``) gets every probe file at its start (:func:`payload`:
-119 KB compressed, made once per run). A probe's helpers are the ``_*.py`` files beside it that it imports
+about 125 KB compressed, made once per run). A probe's helpers are the ``_*.py`` files beside it that it imports
 (:func:`probe_files`, found with :mod:`ast`): every file a probe needs must be among those shipped. Pure but
 for reading gpuaccept/probes.
 """
