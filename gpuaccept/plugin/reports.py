@@ -24,6 +24,7 @@ import pytest
 from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.profiles import probe_timeout
+from gpuaccept.reporting.records import interruption_text
 from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
 
@@ -420,6 +421,13 @@ class ReportPlugin:
             return
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
         rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
+        stop = session.config.pluginmanager.get_plugin("gpuaccept-interrupt")
+        if rep.meta["interrupted"] or getattr(stop, "reason", None):  # the banner of summary.md and report.html
+            rep.meta["interrupted"] = True
+            rep.meta["interruption"] = {
+                "signal": getattr(stop, "reason", None) or "KeyboardInterrupt",
+                "at": getattr(stop, "at", None) or time.time(), "running": sorted(self.partial),
+                "unfinished": len(self.partial) + len([n for n in rep.expected if n not in rep.records])}
         for nodeid in list(self.partial):
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
@@ -460,6 +468,9 @@ class ReportPlugin:
         hv = rep.host_verdicts()
         bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
         fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
+        stop = interruption_text(rep.meta)
+        if stop:
+            terminalreporter.write_line(f"gpuaccept: INTERRUPTED {stop}", red=True)
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "

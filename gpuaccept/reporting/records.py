@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuaccept.errors import ERROR_KEY
+from gpuaccept.judging import verdict_order
 
 LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
 
@@ -434,7 +435,7 @@ class Reporter:
         self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
             self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
-                                                             "".join(h + "\n" for h in failed_hosts(recs, hosts, hv))))
+                                                             failed_hosts_text(recs, hosts, hv)))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
         """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],
@@ -476,7 +477,7 @@ class Reporter:
         tmp = f"{path}.tmp{os.getpid()}"
         try:
             with open(tmp, "wb") as out:
-                out.write(junit_header(layer, recs).encode())
+                out.write(junit_header(layer, recs, self.host_verdicts(), self.meta).encode())
                 _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
                 out.write(JUNIT_FOOTER.encode())
@@ -551,11 +552,25 @@ def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None)
     return out
 
 
-def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
-    """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}}`` (pure).
+#: how a test that did not finish reads (gpuaccept.plugin.reports: "not finished: run interrupted", "not run: ...";
+#: an interrupted test: gpuaccept.runner.interrupt "interrupted (SIGTERM) while running on ...")
+_UNFINISHED = re.compile(r"^(not finished: |not run: )|interrupted \(SIG[A-Z]+\)")
 
-    ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
-    else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
+
+def unfinished(message: str) -> bool:
+    """True when a test's message says it did not finish (interrupted, never run, its worker died)."""
+    return bool(_UNFINISHED.search(message or ""))
+
+
+def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
+    """Per host: ``{"verdict": FAIL|ERROR|PASS|SKIP, "reasons": [str], "counts": {outcome: n}, "blocked": n,
+    "shape": str|None}`` (pure).
+
+    The one verdict order (gpuaccept.judging.verdict_order): FAIL when any of its tests failed (a proven
+    fault; the tests it blocked are counted in ``blocked``, "and N tests blocked"), else ERROR when any
+    errored (not measured, with its cause), else PASS when any passed, else SKIP. ``shape``: the node shape
+    its gpu_inventory test recorded (gpuaccept.judging.shape). A fleet-wide test that did not finish (an
+    interrupted run) counts as an error of every selected host. Fleet-wide tests (no host in the id) count against the hosts their
     failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
     passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
     test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
@@ -578,7 +593,9 @@ class HostVerdicts:
 
     def add(self, r: CaseRecord) -> None:
         targets = [r.host] if r.host else ["fleet"]
-        if not r.host and r.outcome in ("failed", "error"):
+        if not r.host and r.outcome == "error" and unfinished(r.message):  # every host it held was cut off
+            targets += [h for h in self.names if h not in targets]
+        elif not r.host and r.outcome in ("failed", "error"):
             targets += _fleet_hosts_named(r.message or "", self.names, self.known)
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
@@ -602,11 +619,15 @@ class HostVerdicts:
             for f in r.figures:
                 if f.get("gpu") is not None:
                     seen.add(f["gpu"])
+                elif f.get("check") == "node_shape" and isinstance(f.get("value"), str):
+                    self.out.setdefault(r.host, {"verdict": "SKIP", "reasons": [], "counts": {}})["shape"] = f["value"]
         for h in targets:
             v = self.out.get(h)
             if v is None:
                 v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
+            if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+                v["blocked"] = v.get("blocked", 0) + 1
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
                 if r.outcome == "error" and (r.message or "").startswith("blocked by "):
@@ -623,9 +644,7 @@ class HostVerdicts:
 
     def result(self) -> dict[str, dict]:
         for v in self.out.values():
-            c = v["counts"]
-            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
-                            "PASS" if c.get("passed") else "SKIP")
+            v["verdict"] = verdict_order.from_counts(v["counts"])
         for h, v in self.out.items():
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
@@ -675,11 +694,29 @@ def same_reason_once(reasons: list[str]) -> list[str]:
 
 
 def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:
-    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
+    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure); a
+    host whose tests did not finish (an interrupted run) is an error, so it is listed.
     ``hv``: :func:`host_verdicts` of the same records when already computed."""
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
-    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in ("FAIL", "ERROR")]
+    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in verdict_order.NOT_PASSED]
+
+
+#: the comment failed-hosts.txt carries for each fleet-wide test that failed, with the hosts it ran on
+#: (gpuaccept.config.limitfile.fleet_tests reads it back: a rerun of fewer hosts cannot repeat that test)
+FLEET_LINE = "# fleet-wide {test} did not pass on: {hosts}"
+
+
+def failed_hosts_text(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> str:
+    """failed-hosts.txt: the :func:`failed_hosts`, one a line, then a :data:`FLEET_LINE` comment per
+    fleet-wide test that failed or errored, naming the selection it ran on (its partners). Pure."""
+    bad = failed_hosts(recs, hosts, hv)
+    out = "".join(h + "\n" for h in bad)
+    if bad:
+        for r in recs:
+            if r.host is None and r.outcome in ("failed", "error") and hosts:
+                out += FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n"
+    return out
 
 
 # -- JUnit ---------------------------------------------------------------------------------------
@@ -759,16 +796,29 @@ def _xml_attr(v: str) -> str:
 JUNIT_FOOTER = "  </testsuite>\n</testsuites>\n"
 
 
-def junit_header(layer: str, recs: list[CaseRecord]) -> str:
-    """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline)."""
+def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None) -> str:
+    """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline).
+    With ``hv`` (:func:`host_verdicts`), the testsuite's properties carry ``gpuaccept.host_verdict.<host>``
+    for each host of the layer's records (the one verdict order) and, for an interrupted run (``meta``),
+    ``gpuaccept.interrupted``."""
     counts = {"failed": 0, "error": 0, "skipped": 0}
     for r in recs:
         if r.outcome in counts:
             counts[r.outcome] += 1
+    props = []
+    if hv:
+        for h in dict.fromkeys(r.host or "fleet" for r in recs):
+            if h in hv:
+                props.append((f"gpuaccept.host_verdict.{h}", hv[h]["verdict"]))
+    stop = interruption_text(meta or {})
+    if stop:
+        props.append(("gpuaccept.interrupted", f"INTERRUPTED {stop}"))
+    block = ("    <properties>\n" + "".join(f"      <property name={_xml_attr(n)} value={_xml_attr(v)} />\n"
+                                           for n, v in props) + "    </properties>\n") if props else ""
     return ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites>\n"
             f'  <testsuite name={_xml_attr(layer)} tests="{len(recs)}" failures="{counts["failed"]}" '
             f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(r.duration_s for r in recs):.3f}" '
-            f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n')
+            f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n' + block)
 
 
 def junit_testcase(layer: str, r: CaseRecord) -> str:
@@ -952,6 +1002,35 @@ class GpuTable:
         return checks, out
 
 
+def interruption_text(meta: dict) -> str:
+    """``"by SIGTERM at 2026-12-01 23:40:02 UTC while running test_allreduce_multinode; 3 tests not finished"``
+    from the run's ``meta["interruption"]`` (gpuaccept.plugin.reports), or ``""`` for a run that finished."""
+    i = meta.get("interruption")
+    if not isinstance(i, dict):
+        return "by an interruption (the run did not finish)" if meta.get("interrupted") else ""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(i["at"])) if isinstance(i.get("at"), (int, float)) else "?"
+    running = [str(n).split("::")[-1] for n in i.get("running") or []]
+    what = (f" while running {', '.join(running[:4])}{', ...' if len(running) > 4 else ''}" if running
+            else " between tests")
+    left = i.get("unfinished")
+    return f"by {i.get('signal') or 'a signal'} at {at}{what}" + (f"; {left} tests not finished" if left else "")
+
+
+def host_line(h: str, v: dict) -> str:
+    """A host's verdict line of summary.md: verdict, name, its node shape, first reasons, failing GPUs and,
+    for a FAIL whose fault blocked other tests, "and N tests blocked" (pure)."""
+    reasons = v["reasons"]
+    blocked = v.get("blocked", 0) if v["verdict"] == "FAIL" else 0
+    if blocked:  # the proven fault is the reason; the tests it blocked are counted, not listed again
+        reasons = [r for r in reasons if ": blocked by " not in r]
+    grouped = same_reason_once(reasons)
+    text = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
+    gpus = failing_gpus_text(v)
+    return (f"- **{v['verdict']}** `{h}`" + (f": {text}" if text else "") + (f" — {gpus}" if gpus else "")
+            + (f" — and {blocked} test{'s' if blocked != 1 else ''} blocked" if blocked else "")
+            + (f" — shape judged: {v['shape']}" if v.get("shape") else ""))
+
+
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
                      hv: dict | None = None, table: GpuTable | None = None) -> str:
     """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
@@ -967,16 +1046,15 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts")
+    stop = interruption_text(meta)
+    if stop:
+        out[0:0] = [f"**INTERRUPTED** {stop}", ""]
+    out.append(("**INTERRUPTED** " if stop else "") + " ".join(
+        f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + " hosts")
     out.append("")
-    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
-    for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
+    for h in sorted(hv, key=lambda h: verdict_order.sort_key(hv[h]["verdict"], h)):
         v = hv[h]
-        grouped = same_reason_once(v["reasons"])
-        reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
-        gpus = failing_gpus_text(v)
-        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "")
-                   + (f" — {gpus}" if gpus else ""))
+        out.append(host_line(h, v))
     failing = [(h, g) for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     if failing:
         out += ["", "## Failing GPUs", "", "| host | GPU | PCI bus id | serial | verdict | tests | why |",
@@ -1011,6 +1089,15 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
                                                    f"{_fmt(f['value'])} ({_limit_s(f.get('limit'))})"))
             out.append(f"| {row['host']} | {row['gpu']} | {row['pci_bus_id'] or ''} | {row['serial'] or ''} | "
                        + " | ".join(cells) + " |")
+    unstable = [f for r in recs for f in r.figures if f.get("verdict") == "unstable"]
+    if unstable:
+        out += ["", "## Unstable figures (outside the limit once, within it when measured again)", "",
+                "| host | GPU | check | first | second | limit |", "|---|---|---|---|---|---|"]
+        for f in unstable:
+            again = ((f.get("extra") or {}).get("confirmation") or {}).get("value")
+            out.append(f"| {f.get('host')} | {'' if f.get('gpu') is None else f['gpu']} | {f['check']} | "
+                       f"{_fmt(f.get('value'))} {f.get('unit') or ''} | {_fmt(again)} {f.get('unit') or ''} | "
+                       f"{_limit_s(f.get('limit'))} |")
     bad = [r for r in recs if r.outcome in ("failed", "error")]
     if bad:
         out += ["", "## Failures and errors", ""]
