@@ -630,8 +630,8 @@ class HostVerdicts:
                 v["blocked"] = v.get("blocked", 0) + 1
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
-                if r.outcome == "error" and (r.message or "").startswith("blocked by "):
-                    figs = []  # kept figures of a blocked test are no reason: the blocker is (verdicts.outcome)
+                if r.outcome == "error" and (r.message or "").startswith(("blocked by ", "disturbed: ")):
+                    figs = []  # kept figures of a blocked or disturbed test are no reason: the cause is
                 for f in figs[:3]:
                     v["reasons"].append(f"{r.layer}/{f['check']}{_gpu_s(f)}: {_fmt(f['value'])} {f.get('unit') or ''} "
                                         f"vs {_limit_s(f.get('limit'))}".replace("  ", " "))
