@@ -426,7 +426,7 @@ class ReportPlugin:
             rep.meta["interrupted"] = True
             rep.meta["interruption"] = {
                 "signal": getattr(stop, "reason", None) or "KeyboardInterrupt",
-                "at": getattr(stop, "at", None) or time.time(), "running": sorted(self.partial),
+                "at": getattr(stop, "at", None) or time.time(), "running": sorted(set(self.partial) | ({stop.running} if getattr(stop, "running", None) else set())),
                 "unfinished": len(self.partial) + len([n for n in rep.expected if n not in rep.records])}
         for nodeid in list(self.partial):
             self._finalize(nodeid, complete=False, reason=reason)
