@@ -44,6 +44,7 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
         verdicts.fail(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B) failed: "
                       f"{broke}")
         verdicts.finish()
+    verdicts.conditions(doc, gpus)
     table = format_table(doc)
     print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
           f"{'NCCL_ALGO=' + pin['NCCL_ALGO'] if pin else 'NCCL_ALGO from the inventory'}\n{table}")

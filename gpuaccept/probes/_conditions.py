@@ -63,12 +63,13 @@ def process_name(pid: int) -> str | None:
 
 
 class Watch:
-    """Samples the processes on the GPUs ``bus_ids`` (NVML-style PCI bus ids; None entries skipped) from
-    :meth:`start` to :meth:`stop`; :meth:`result` is the document above. Never raises: NVML missing or
-    failing makes ``state`` say why."""
+    """Samples the processes on the GPUs ``bus_ids`` (NVML-style PCI bus ids; None entries skipped; None:
+    every GPU NVML lists, for a probe whose ranks pick their GPUs) from :meth:`start` to :meth:`stop`;
+    :meth:`result` is the document above. Never raises: NVML missing or failing makes ``state`` say why."""
 
     def __init__(self, bus_ids, interval_s: float = INTERVAL_S):
-        self.bus_ids = [b for b in bus_ids if b]
+        self.every = bus_ids is None
+        self.bus_ids = [] if bus_ids is None else [b for b in bus_ids if b]
         self.interval_s = interval_s
         self.me = os.getpid()
         self.state = "not started"
@@ -83,13 +84,17 @@ class Watch:
         self._t1: float | None = None
 
     def start(self) -> "Watch":
-        if not self.bus_ids:
+        if not self.bus_ids and not self.every:
             self.state = "not sampled: no GPU bus id (cpu device)"
             return self
         try:
             import pynvml as nv
             nv.nvmlInit()
             self.nv = nv
+            if self.every:
+                self.bus_ids = [nv.nvmlDeviceGetPciInfo(nv.nvmlDeviceGetHandleByIndex(i)).busId
+                                for i in range(nv.nvmlDeviceGetCount())]
+                self.bus_ids = [b.decode() if isinstance(b, bytes) else b for b in self.bus_ids]
             for bus in self.bus_ids:
                 h = nv.nvmlDeviceGetHandleByPciBusId(bus)
                 try:

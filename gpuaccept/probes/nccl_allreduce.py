@@ -178,6 +178,7 @@ import time
 from collections import Counter
 
 try:
+    from _conditions import Watch
     from _nccl import NCCL_DTYPE, NCCL_SUM, NCCL_UNIQUE_ID_BYTES, NcclError, nccl_dtype_enum, pick_nccl_library
     from _nccl_log import algos_for, parse_nccl_log
     from _nccl_world import all_gather_json, local_interface, world_problems
@@ -186,6 +187,7 @@ try:
                              is_addr_in_use, kill_all, last_line, rank_evidence, run_ranks, terminate_on_signals,
                              worker_main)
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
+    from ._conditions import Watch
     from ._nccl import NCCL_DTYPE, NCCL_SUM, NCCL_UNIQUE_ID_BYTES, NcclError, nccl_dtype_enum, pick_nccl_library
     from ._nccl_log import algos_for, parse_nccl_log
     from ._nccl_world import all_gather_json, local_interface, world_problems
@@ -502,6 +504,18 @@ def _main_single(cfg: dict) -> dict:
     env = worker_env(dict(os.environ), cfg["env"], notes)
     t0 = time.monotonic()
     deadline = t0 + cfg["deadline_s"]
+    # the GPUs' other users while the ranks (this probe's children) run (_conditions.py); gloo loads no GPU
+    watch = Watch(None if cfg["backend"] == "nccl" else []).start()
+    try:
+        doc = _run_single(cfg, notes, env, t0, deadline)
+    finally:
+        watch.stop()
+    doc["conditions"] = watch.result()
+    return doc
+
+
+def _run_single(cfg: dict, notes: list[str], env: dict, t0: float, deadline: float) -> dict:
+    """The rendezvous attempts of :func:`_main_single`; its document."""
     with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
         port = cfg["master_port"] or free_port()
         for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
