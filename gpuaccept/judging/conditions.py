@@ -31,8 +31,9 @@ def _foreign(c: dict, g: dict) -> list[dict]:
             and (c.get("own_seen") or f.get("visible"))]
 
 
-def describe(f: dict) -> str:
-    """``"pid 4711 (python3), SM up to 100%, 874 MiB"`` of one foreign-process entry."""
+def describe(f: dict, pid: bool = True) -> str:
+    """``"pid 4711 (python3), SM up to 100%, 874 MiB, seen 0-2.1 s into the probe"`` of one foreign-process
+    entry (``pid`` False: without its ``pid ... (name)`` head)."""
     parts = []
     if isinstance(f.get("sm_util_pct_max"), int):
         parts.append(f"SM up to {f['sm_util_pct_max']}%")
@@ -42,7 +43,8 @@ def describe(f: dict) -> str:
         parts.append(f"{f['used_memory_bytes'] / MIB:.0f} MiB")
     if isinstance(f.get("first_s"), (int, float)):
         parts.append(f"seen {f['first_s']:g}-{f.get('last_s', f['first_s']):g} s into the probe")
-    return f"pid {f.get('pid')} ({f.get('name') or '?'})" + (f", {', '.join(parts)}" if parts else "")
+    head = f"pid {f.get('pid')} ({f.get('name') or '?'})"
+    return (head + (f", {', '.join(parts)}" if parts else "")) if pid else ", ".join(parts)
 
 
 def disturbances(doc: dict, nvml_gpus: list[dict]) -> list[tuple[int | None, str]]:
@@ -59,10 +61,11 @@ def disturbances(doc: dict, nvml_gpus: list[dict]) -> list[tuple[int | None, str
         if not procs:
             continue
         idx = by_bus.get(bus_key(g.get("pci_bus_id")), g.get("nvml_index"))
-        who = "; ".join(describe(f) for f in procs[:4]) + (f"; +{len(procs) - 4} more" if len(procs) > 4 else "")
+        who = describe(procs[0], pid=False) if len(procs) == 1 else \
+            "; ".join(describe(f) for f in procs[:4]) + (f"; +{len(procs) - 4} more" if len(procs) > 4 else "")
         pids = ", ".join(f"pid {f.get('pid')} ({f.get('name') or '?'})" for f in procs[:4])
-        out.append((idx, f"disturbed: {pids} used GPU {idx} during the measurement ({who}): the figures "
-                         f"are kept, not judged"))
+        out.append((idx, f"disturbed: {pids} used GPU {idx} during the measurement" + (f" ({who})" if who else "")
+                         + ": the figures are kept, not judged"))
     return out
 
 
