@@ -243,10 +243,11 @@ def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
 def test_pytest_counts_our_errors_as_errors(tmp_path):
     """pytest's own terminal line counts a blocked test (and every other ERROR of ours) under "errors", as
     JUnit and summary.md do. A failed preflight and a compute test blocked by it: before "2 failed", after
-    "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before."""
-    def foreign(doc):
-        doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
-    inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": foreign}))
+    "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before. (A foreign process
+    is busy, an ERROR itself since issue 22: the proven fault here is GPU 1 left in compute mode Prohibited.)"""
+    def prohibited(doc):
+        doc["gpus"][1]["compute_mode"] = "Prohibited"
+    inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": prohibited}))
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k",
                      "test_preflight or test_launch_overhead", "--junitxml", str(tmp_path / "pytest.xml"))
