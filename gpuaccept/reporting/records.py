@@ -842,12 +842,13 @@ def junit_testcase(layer: str, r: CaseRecord) -> str:
     return "\n".join(out)
 
 
-def junit_xml_text(layer: str, recs: list[CaseRecord]) -> str:
+def junit_xml_text(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None) -> str:
     """One testsuite named ``layer``; a testcase per record (classname ``<layer>.<host|fleet>``); figures as
     ``<properties>`` (see :func:`figure_properties`). Written as text in one pass (linear in the records;
     ElementTree's indent and serialiser took seconds at 10,000 hosts). :class:`Reporter` writes the same text
-    from each record's <testcase>, rendered once when the record arrives."""
-    return junit_header(layer, recs) + "".join(junit_testcase(layer, r) for r in recs) + JUNIT_FOOTER
+    from each record's <testcase>, rendered once when the record arrives. ``hv``, ``meta``: the run's host
+    verdicts and meta, for the testsuite's properties (:func:`junit_header`)."""
+    return junit_header(layer, recs, hv, meta) + "".join(junit_testcase(layer, r) for r in recs) + JUNIT_FOOTER
 
 
 # -- summary ---------------------------------------------------------------------------------------
