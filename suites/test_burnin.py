@@ -27,7 +27,7 @@ STARTUP_S = 300.0
 
 def _series_path(config, host: str) -> str | None:
     from gpuaccept.plugin import STATE
-    probe_dir = (config.stash.get(STATE, None) or {}).get("probe_dir")
+    probe_dir = getattr(config.stash.get(STATE, None), "probe_dir", None)
     if not probe_dir:
         return None
     # named like the host's probe folder (<reports>/probes/<host>): host names are checked at load

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.reporting.records import host_of, layer_of
-from gpuaccept.reporting.records import CaseRecord, junit_xml_text, outliers, summary_markdown
+from gpuaccept.judging.standouts import outliers
+from gpuaccept.reporting.junit import junit_xml_text
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.summary import summary_markdown
 from gpuaccept.scaleout.scheduler import host_scope
 from gpuaccept.judging.compute import below_median_pct, clock_reasons
 from gpuaccept.judging.sku import detect_sku
@@ -71,7 +74,7 @@ def test_outliers_peers_and_history():
             for h, v in [("a", 660), ("b", 665), ("c", 580), ("d", 662)]]
     prev = [{"host": "a", "check": "bf16_tflops", "gpu": 0, "value": 800}]
     got = {(o["host"], o["against"]) for o in outliers(figs, prev)}
-    assert got == {("a", "history"), ("c", "peers")}
+    assert got == {("a", "previous"), ("c", "fleet")}  # the one engine's names (gpuaccept.judging.standouts)
     crc = [{"host": h, "check": "nvlink_crc_errors_per_s", "gpu": 0, "value": v, "limit": {"max": 100}}
            for h, v in [("a", 0.5), ("b", 0.5), ("c", 1.0)]]
     assert outliers(crc, []) == []
@@ -202,10 +205,10 @@ def test_an_interrupted_test_reports_what_it_found_before_the_interruption():
     was interrupted (the failures of the ranks SIGTERM killed) stay out of the interrupted test's message,
     which the plugin builds from findings(before_interruption=True); the outcome still counts every line."""
     import types
-    from gpuaccept.transport import cancel_all, reset_interruption
+    from gpuaccept.transport import cancel_all, interruption, reset_interruption
     from gpuaccept.judging.recorder import Recorder
     item = types.SimpleNamespace(user_properties=[], originalname="test_allreduce_multinode")
-    rec = Recorder(item, "fleet", "nccl")
+    rec = Recorder(item, "fleet", "nccl", interrupted=interruption)  # as the plugin hands it in
     rec.for_host("f1").fail("transport SHM, expected IB")  # found before the signal
     assert rec.findings(before_interruption=True) == rec.findings() == ["f1: transport SHM, expected IB"]
     try:

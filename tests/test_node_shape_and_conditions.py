@@ -26,8 +26,9 @@ from gpuaccept.judging.blockers import blockers
 from gpuaccept.judging.confirm import confirm_held
 from gpuaccept.judging.readings import typed
 from gpuaccept.judging.recorder import UNSTABLE_KEY, Recorder
-from gpuaccept.reporting.records import (CaseRecord, failed_hosts, failed_hosts_text, host_verdicts,
-                                         summary_markdown)
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.summary import summary_markdown
+from gpuaccept.reporting.verdicts import failed_hosts, failed_hosts_text, host_verdicts
 from gpuaccept.runner.host import save_probe
 from project_helpers import DATA, REPO, alter, junit, make_project, replay_folder, run_pytest
 

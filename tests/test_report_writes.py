@@ -22,9 +22,12 @@ from project_helpers import DATA, GPU_LAYERS, make_project
 
 from gpuaccept.reporting import history
 from gpuaccept.plugin import reports as reporting
-from gpuaccept.reporting.records import failed_hosts_text, host_verdicts
-from gpuaccept.reporting.records import (CaseRecord, Reporter, failed_hosts, junit_xml_text, outliers, record_dict,
-                              summary_markdown)
+from gpuaccept.judging.standouts import outliers
+from gpuaccept.reporting.junit import junit_xml_text
+from gpuaccept.reporting.records import CaseRecord, record_dict
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.summary import summary_markdown
+from gpuaccept.reporting.verdicts import failed_hosts, failed_hosts_text, host_verdicts
 
 
 def _recs(n_hosts: int, tag: str = "") -> list[CaseRecord]:
@@ -402,7 +405,7 @@ def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
 def test_without_history_stand_outs_against_the_previous_run_folder(tmp_path):
     """--history none: the previous run's results.json (reports/latest) is read at the end, and a GPU whose
     pinned H2D bandwidth is 12 % below its figure there (still above its 48 GB/s floor) is a stand-out
-    "history" in summary.md."""
+    "previous" in summary.md, under the same check key as the history database gives it."""
     from project_helpers import alter, replay_folder, replay_project, run_pytest
     inv = replay_project(tmp_path, DATA)
     args = ["--inventory", str(inv), "-k", "pcie_bandwidth", "--history", "none"]
@@ -418,8 +421,8 @@ def test_without_history_stand_outs_against_the_previous_run_folder(tmp_path):
     second = run_pytest(tmp_path, *args)
     assert second.returncode == 0, second.stdout[-3000:]
     md = (tmp_path / "reports" / "latest" / "summary.md").read_text()
-    rows = [ln for ln in md.splitlines() if ln.startswith("| h200-a | h2d_bw_gbps |")]
-    assert len(rows) == 1 and "| 1 |" in rows[0] and "| history |" in rows[0] and "| 12.0% |" in rows[0], md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| h200-a | h2d_bw_gbps[")]
+    assert len(rows) == 1 and "| 1 |" in rows[0] and "| previous |" in rows[0] and "| 12.0% |" in rows[0], md
     assert not (tmp_path / "reports" / "history.sqlite").exists()
 
 
@@ -428,14 +431,20 @@ def test_runs_creating_one_history_at_once_all_open_it(tmp_path):
     moment: each of eight processes, released together, opens it (no "table runs already exists"), and the
     schema is made once."""
     db, go = tmp_path / "shared" / "history.sqlite", tmp_path / "go"
+    ready = tmp_path / "ready"
+    ready.mkdir()
     code = ("import os, sys, time\n"
-            "from gpuaccept import history\n"
+            "from gpuaccept.reporting import history\n"
+            f"open(os.path.join({str(ready)!r}, str(os.getpid())), 'w').close()\n"
             f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
             f"history.connect({str(db)!r}).close()\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
              for _ in range(8)]
-    time.sleep(1.0)  # all eight importing gpuaccept and waiting
+    end = time.monotonic() + 120  # until all eight have imported gpuaccept and wait
+    while len(list(ready.iterdir())) < 8 and time.monotonic() < end and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    assert len(list(ready.iterdir())) == 8, [p.stderr.read()[-300:] for p in procs if p.poll() is not None]
     go.write_text("")
     errs = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
     assert [rc for rc, _ in errs] == [0] * 8, [e[-300:] for _, e in errs if e]

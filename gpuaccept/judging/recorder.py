@@ -33,7 +33,7 @@ from typing import Callable
 
 FIGURE_KEY = "gpuaccept.figure"
 #: user_properties key of each failure line with the GPU it names (``{host, gpu, pci_bus_id, serial, line}``):
-#: the reports give a verdict per GPU from these (gpuaccept.reporting.records.gpu_verdicts), not only per test
+#: the reports give a verdict per GPU from these (gpuaccept.reporting.verdicts.host_verdicts), not only per test
 FAILURE_KEY = "gpuaccept.failure"
 #: user_properties key of each figure found below its floor once and not again (``{host, gpu, pci_bus_id,
 #: serial, check, first, second, unit, line}``): recorded as unstable, not as a failure (gpuaccept.judging.confirm)

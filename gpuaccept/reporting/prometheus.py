@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
 
 from gpuaccept.judging import verdict_order
-from gpuaccept.reporting.history import _num, check_of
+from gpuaccept.judging.readings import number
+from gpuaccept.judging.standouts import check_of
 
 VERDICT_CODE = verdict_order.PROMETHEUS_CODE
 # At most this many figures become series (two samples each: the value and figure_pass); above it, the
@@ -59,7 +60,7 @@ class _RunCollector:
                                    labels=LABELS + ("check",))
         seen: set[tuple] = set()
         for f in figures:
-            v = _num(f.get("value"))
+            v = number(f.get("value"))
             if v is None:
                 continue
             name = metric_name(f["check"])

@@ -1,0 +1,195 @@
+"""``summary.md``, the page a person reads first (pure): one verdict line per host, the failing GPUs, a per-GPU
+table (figures against limits), failures, stand-outs and peer outliers (gpuaccept.judging.standouts),
+skipped checks grouped by reason, and the counts per host and layer.
+"""
+from __future__ import annotations
+
+from gpuaccept.judging import verdict_order
+from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.text import fmt, limit_text
+from gpuaccept.reporting.verdicts import (failing_gpus_text, host_verdicts, interruption_text, line_text,
+                                          same_reason_once)
+
+# summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
+# (a page a person reads; results.json and report.html keep the rest). Chosen.
+SUMMARY_MAX_GPU_ROWS = 1024
+
+
+def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
+                     hv: dict | None = None, table: GpuTable | None = None) -> str:
+    """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
+    against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``slow``: the
+    stand-out and peer-outlier records (gpuaccept.judging.standouts); ``hv`` (:func:`host_verdicts` of
+    ``recs``) and ``table`` (the :class:`GpuTable` of their figures): kept, when given."""
+    hosts = list(meta.get("hosts") or [])
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
+    out = [f"# gpuaccept run {run_id}", "",
+           f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
+           f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
+           ""]
+    stop = interruption_text(meta)
+    if stop:
+        out[0:0] = [f"**INTERRUPTED** {stop}", ""]
+    out += _host_lines(hv, "**INTERRUPTED** " if stop else "")
+    out += _failing_gpus(hv)
+    if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
+        out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
+    out += _gpu_rows(hv, table if table is not None else GpuTable().add([f for r in recs for f in r.figures]))
+    out += _unstable(recs)
+    out += _failures(recs)
+    out += _standouts(slow or [])
+    out += _skipped(recs)
+    out += _counts(recs)
+    out += ["", "Every figure: `results.json`; plots: `report.html`."]
+    return "\n".join(out) + "\n"
+
+
+def _host_lines(hv: dict, head: str = "") -> list[str]:
+    """The run line (``head``, e.g. INTERRUPTED, then the tally of host verdicts), then one line per host in
+    the one verdict order (FAIL, ERROR, PASS, SKIP; by name; gpuaccept.judging.verdict_order)."""
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h != "fleet":
+            tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + " hosts", ""]
+    for h in sorted(hv, key=lambda h: verdict_order.sort_key(hv[h]["verdict"], h)):
+        out.append(host_line(h, hv[h]))
+    return out
+
+
+def host_line(h: str, v: dict) -> str:
+    """A host's verdict line of summary.md: verdict, name, first reasons, failing GPUs, for a FAIL whose fault
+    blocked other tests "and N tests blocked", and the node shape judged (pure)."""
+    reasons = v["reasons"]
+    blocked = v.get("blocked", 0) if v["verdict"] == "FAIL" else 0
+    if blocked:  # the proven fault is the reason; the tests it blocked are counted, not listed again
+        reasons = [r for r in reasons if ": blocked by " not in r]
+    grouped = same_reason_once(reasons)
+    text = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
+    gpus = failing_gpus_text(v)
+    return (f"- **{v['verdict']}** `{h}`" + (f": {text}" if text else "") + (f" — {gpus}" if gpus else "")
+            + (f" — and {blocked} test{'s' if blocked != 1 else ''} blocked" if blocked else "")
+            + (f" — shape judged: {v['shape']}" if v.get("shape") else ""))
+
+
+def _unstable(recs: list[CaseRecord]) -> list[str]:
+    """Figures outside their limit once and within it when measured again (gpuaccept.judging.confirm)."""
+    unstable = [f for r in recs for f in r.figures if f.get("verdict") == "unstable"]
+    if not unstable:
+        return []
+    out = ["", "## Unstable figures (outside the limit once, within it when measured again)", "",
+           "| host | GPU | check | first | second | limit |", "|---|---|---|---|---|---|"]
+    for f in unstable:
+        again = ((f.get("extra") or {}).get("confirmation") or {}).get("value")
+        out.append(f"| {f.get('host')} | {'' if f.get('gpu') is None else f['gpu']} | {f['check']} | "
+                   f"{fmt(f.get('value'))} {f.get('unit') or ''} | {fmt(again)} {f.get('unit') or ''} | "
+                   f"{limit_text(f.get('limit'))} |")
+    return out
+
+
+def _failing_gpus(hv: dict) -> list[str]:
+    """The "Failing GPUs" table (at most :data:`SUMMARY_MAX_GPU_ROWS` rows), or nothing."""
+    failing = [(h, g) for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
+    if not failing:
+        return []
+    out = ["", "## Failing GPUs", "", "| host | GPU | PCI bus id | serial | verdict | tests | why |",
+           "|---|---|---|---|---|---|---|"]
+    for h, g in failing[:SUMMARY_MAX_GPU_ROWS]:
+        why = "; ".join(line_text(ln) for ln in g["lines"][:6]) + \
+            (f"; +{len(g['lines']) - 6} more" if len(g["lines"]) > 6 else "")
+        out.append(f"| {h} | {g['gpu']} | {g.get('pci_bus_id') or ''} | {g.get('serial') or ''} | FAIL | "
+                   f"{', '.join(g['tests'])} | {why.replace('|', '/')} |")
+    if len(failing) > SUMMARY_MAX_GPU_ROWS:
+        out.append(f"\n{len(failing) - SUMMARY_MAX_GPU_ROWS} more failing GPUs: results.json has them.")
+    return out
+
+
+def _gpu_rows(hv: dict, table: GpuTable) -> list[str]:
+    """The "GPUs" table: every GPU, or above :data:`SUMMARY_MAX_GPU_ROWS` the GPUs of hosts that did not pass."""
+    left_out, total = 0, table.count()
+    if total > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
+        checks, rows = table.table({h for h, v in hv.items() if v["verdict"] != "PASS"})
+        left_out = total - len(rows)
+    else:
+        checks, rows = table.table()
+    if not rows and not left_out:
+        return []
+    out = ["", "## GPUs", ""] + ([f"{left_out} GPUs of passing hosts not listed (results.json has them).", ""]
+                                 if left_out else []) + [
+        "| host | GPU | PCI bus id | serial | " + " | ".join(checks) + " |",
+        "|---|---|---|---|" + "---|" * len(checks)]
+    for row in rows:
+        cells = []
+        for c in checks:
+            f = row["cells"].get(c)
+            cells.append("" if f is None else (f"**{fmt(f['value'])} ✗** ({limit_text(f.get('limit'))})"
+                                               if f["verdict"] == "fail" else
+                                               f"{fmt(f['value'])} ({limit_text(f.get('limit'))})"))
+        out.append(f"| {row['host']} | {row['gpu']} | {row['pci_bus_id'] or ''} | {row['serial'] or ''} | "
+                   + " | ".join(cells) + " |")
+    return out
+
+
+def _failures(recs: list[CaseRecord]) -> list[str]:
+    """Each failed or errored test with its message (first line, then up to 20 more)."""
+    bad = [r for r in recs if r.outcome in ("failed", "error")]
+    if not bad:
+        return []
+    out = ["", "## Failures and errors", ""]
+    for r in bad:
+        first, *rest = (r.message or r.outcome).splitlines() or [r.outcome]
+        out.append(f"- **{r.outcome.upper()}** `{r.nodeid}`: {first}")
+        out += [f"  - {ln}" for ln in rest[:20]]
+    return out
+
+
+def _standouts(slow: list[dict]) -> list[str]:
+    """The stand-outs (against a reference of the same GPU) and the peer outliers (``against: "fleet"``)."""
+    out = []
+    stand = [o for o in slow if o.get("against") != "fleet"]
+    fleet = [o for o in slow if o.get("against") == "fleet"]
+    if stand:
+        out += ["", "## Stand-outs (within limits, but slower than before or than peers)", "",
+                "| host | check | GPU | serial | value | against | reference | worse by |",
+                "|---|---|---|---|---|---|---|---|"]
+        for o in sorted(stand, key=lambda o: (str(o["host"]), o["check"], str(o.get("gpu")))):
+            out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
+                       f"{o.get('serial') or ''} | {fmt(o['value'])} {o.get('unit') or ''} | {o['against']} | "
+                       f"{fmt(o['reference'])} | {o['pct']}% |")
+    if fleet:
+        out += ["", "## Fleet outliers (below the median of the same SKU and check)", "",
+                "| host | check | GPU | SKU | value | fleet median | below by | MADs |", "|---|---|---|---|---|---|---|---|"]
+        for o in fleet:
+            out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
+                       f"{o.get('sku') or ''} | {fmt(o['value'])} {o.get('unit') or ''} | {fmt(o['reference'])} | "
+                       f"{o['pct']}% | {o.get('mads', '')} |")
+    return out
+
+
+def _skipped(recs: list[CaseRecord]) -> list[str]:
+    """Skipped tests grouped by test name and reason, with the hosts (first 8)."""
+    skipped: dict[str, list[str]] = {}
+    for r in recs:
+        if r.outcome == "skipped":
+            skipped.setdefault(f"{r.name.split('[')[0]}: {r.message}", []).append(r.host or "fleet")
+    if not skipped:
+        return []
+    out = ["", "## Skipped", ""]
+    for why, hs in skipped.items():
+        out.append(f"- {why} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
+                   f"{', ...' if len(hs) > 8 else ''})")
+    return out
+
+
+def _counts(recs: list[CaseRecord]) -> list[str]:
+    """Outcomes per host and layer."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in recs:
+        c = counts.setdefault((r.host or "fleet", r.layer), {})
+        c[r.outcome] = c.get(r.outcome, 0) + 1
+    out = ["", "## Counts", "", "| host | layer | passed | failed | error | skipped |", "|---|---|---|---|---|---|"]
+    for (host, layer), c in sorted(counts.items()):
+        out.append(f"| {host} | {layer} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} "
+                   f"| {c.get('skipped', 0)} |")
+    return out

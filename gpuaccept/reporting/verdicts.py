@@ -1,0 +1,208 @@
+"""Verdicts per host and per GPU from a run's records (pure): :func:`host_verdicts` (kept up to date record by
+record in :class:`HostVerdicts`), the failing GPUs of a host (:func:`failing_gpus_text`), a host's reasons
+with one cause said once (:func:`same_reason_once`) and the hosts failed-hosts.txt lists (:func:`failed_hosts`).
+"""
+from __future__ import annotations
+
+import re
+
+from gpuaccept.judging import verdict_order
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.text import fmt, gpu_text, limit_text
+
+
+def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None) -> list[str]:
+    """Hosts of the run named at the start of a line of a fleet-wide test's message (``"gpu-07: ..."``,
+    the form every verdict message takes). ``known``: ``set(hosts)``, when kept."""
+    known = set(hosts) if known is None else known
+    out = []
+    for ln in message.splitlines():
+        m = re.match(r"\s*-?\s*([^\s:]+)[\s:]", ln)
+        if m and m.group(1) in known and m.group(1) not in out:
+            out.append(m.group(1))
+    return out
+
+
+#: how a test that did not finish reads (gpuaccept.plugin.reports: "not finished: run interrupted", "not run: ...";
+#: an interrupted test: gpuaccept.runner.interrupt "interrupted (SIGTERM) while running on ...")
+_UNFINISHED = re.compile(r"^(not finished: |not run: )|interrupted \(SIG[A-Z]+\)")
+
+
+def unfinished(message: str) -> bool:
+    """True when a test's message says it did not finish (interrupted, never run, its worker died)."""
+    return bool(_UNFINISHED.search(message or ""))
+
+
+def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
+    """Per host: ``{"verdict": FAIL|ERROR|PASS|SKIP, "reasons": [str], "counts": {outcome: n}, "blocked": n,
+    "shape": str|None}`` (pure).
+
+    The one verdict order (gpuaccept.judging.verdict_order): FAIL when any of its tests failed (a proven
+    fault; the tests it blocked are counted in ``blocked``, "and N tests blocked"), else ERROR when any
+    errored (not measured, with its cause), else PASS when any passed, else SKIP. ``shape``: the node shape
+    its gpu_inventory test recorded (gpuaccept.judging.shape). A fleet-wide test that did not finish (an
+    interrupted run) counts as an error of every selected host. Fleet-wide tests (no host in the id) count against the hosts their
+    failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
+    passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
+    test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
+    """
+    hv = HostVerdicts(hosts)
+    for r in recs:
+        hv.add(r)
+    return hv.result()
+
+
+class HostVerdicts:
+    """:func:`host_verdicts` kept up to date record by record (:meth:`add`: O(the record), :meth:`result`:
+    O(hosts)), so that a whole-run write does not walk every record again."""
+
+    def __init__(self, hosts: list[str] | None = None):
+        self.names = list(hosts or [])
+        self.known = set(self.names)
+        self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
+        self.seen: dict[str, set] = {}  # host -> GPU indices with a figure (how many GPUs the host showed)
+
+    def add(self, r: CaseRecord) -> None:
+        """Count record ``r`` for its host (a fleet-wide test: for ``fleet`` and the hosts it names or that took
+        part), with its reasons and the GPUs its failure lines name."""
+        targets = [r.host] if r.host else ["fleet"]
+        if not r.host and r.outcome == "error" and unfinished(r.message):  # every host it held was cut off
+            targets += [h for h in self.names if h not in targets]
+        elif not r.host and r.outcome in ("failed", "error"):
+            targets += _fleet_hosts_named(r.message or "", self.names, self.known)
+        elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
+            targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
+        for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
+            h = e.get("host") if e.get("host") in self.known or r.host is None else r.host
+            if h is None or e.get("gpu") is None:
+                continue
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
+            gpus = v.setdefault("gpus", {})
+            g = gpus.setdefault(e["gpu"], {"gpu": e["gpu"], "pci_bus_id": None, "serial": None, "tests": [],
+                                           "lines": []})
+            g["pci_bus_id"] = g["pci_bus_id"] or e.get("pci_bus_id")
+            g["serial"] = g["serial"] or e.get("serial")
+            if r.name.split("[")[0] not in g["tests"]:
+                g["tests"].append(r.name.split("[")[0])
+            g["lines"].append(e["line"])
+        if r.host is not None:
+            seen = self.seen.setdefault(r.host, set())
+            for f in r.figures:
+                if f.get("gpu") is not None:
+                    seen.add(f["gpu"])
+                elif f.get("check") == "node_shape" and isinstance(f.get("value"), str):
+                    self.out.setdefault(r.host, {"verdict": "SKIP", "reasons": [], "counts": {}})["shape"] = f["value"]
+        for h in targets:
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
+            v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
+            if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+                v["blocked"] = v.get("blocked", 0) + 1
+            if r.outcome in ("failed", "error"):
+                figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
+                if r.outcome == "error" and (r.message or "").startswith(("blocked by ", "disturbed: ")):
+                    figs = []  # kept figures of a blocked or disturbed test are no reason: the cause is
+                for f in figs[:3]:
+                    v["reasons"].append(f"{r.layer}/{f['check']}{gpu_text(f)}: {fmt(f['value'])} {f.get('unit') or ''} "
+                                        f"vs {limit_text(f.get('limit'))}".replace("  ", " "))
+                first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
+                if not r.host and h != "fleet":  # a fleet-wide test: the line about this host, not another's
+                    first = next((ln for ln in (r.message or "").splitlines() if _fleet_hosts_named(ln, [h])),
+                                 first)
+                if not figs:
+                    v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
+
+    def result(self) -> dict[str, dict]:
+        """The verdicts so far, as :func:`host_verdicts` returns them (the same dict, updated in place)."""
+        for v in self.out.values():
+            v["verdict"] = verdict_order.from_counts(v["counts"])
+        for h, v in self.out.items():
+            if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
+                seen = self.seen.get(h, set())
+                v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
+        return self.out
+
+
+def gpu_name(g: dict) -> str:
+    """``"GPU 1 (00000000:00:07.0, serial 1650000000002)"`` of a failing-GPU entry of :func:`host_verdicts`."""
+    parts = [p for p in (g.get("pci_bus_id"), f"serial {g['serial']}" if g.get("serial") else None) if p]
+    return f"GPU {g['gpu']}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def failing_gpus_text(v: dict) -> str:
+    """The GPUs a host failed on, for its verdict line (pure): ``"1 of 8 GPUs failing: GPU 3 (0000:19:00.0,
+    serial 1650...)"``; ``""`` when no failure line names a GPU (a node figure: the node at large)."""
+    gpus = sorted((v.get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))
+    if not gpus:
+        return ""
+    of = f" of {v['gpus_seen']}" if v.get("gpus_seen") else ""
+    return f"{len(gpus)}{of} GPU{'s' if len(gpus) > 1 or of else ''} failing: " + ", ".join(gpu_name(g) for g in gpus[:16]) + \
+        (f", +{len(gpus) - 16} more" if len(gpus) > 16 else "")
+
+
+def line_text(line: str) -> str:
+    """A failure line without its ``host GPU i (bus, serial): `` head (the GPU verdict row names the GPU)."""
+    head, sep, rest = line.partition("): ")
+    return rest if sep and " GPU " in head else line
+
+
+def same_reason_once(reasons: list[str]) -> list[str]:
+    """A host's reasons with the tests that stopped for one same cause joined (pure): an unknown host key or an
+    unreachable host makes every test of the host an ERROR with the same message, which read three times over
+    before "+9 more". ``["test_a: box1: unreachable", "test_b: box1: unreachable"]`` ->
+    ``["test_a and 1 more test: box1: unreachable"]``; other reasons are kept as they are, in order."""
+    tests: dict[tuple[bool, str], list[str]] = {}  # (a test's message?, text) -> test names, in first-seen order
+    for r in reasons:
+        name, sep, why = r.partition(": ")
+        named = bool(sep) and name.startswith("test_") and " " not in name
+        tests.setdefault((named, why if named else r), []).append(name)
+    out = []
+    for (named, text), names in tests.items():
+        more = len(names) - 1
+        out += [f"{names[0]}" + (f" and {more} more test{'s' if more > 1 else ''}" if more else "") + f": {text}"] \
+            if named else [text] * len(names)
+    return out
+
+
+def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:
+    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
+    ``hv``: :func:`host_verdicts` of the same records when already computed."""
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
+    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in verdict_order.NOT_PASSED]
+
+
+#: the comment failed-hosts.txt carries for each fleet-wide test that failed, with the hosts it ran on
+#: (gpuaccept.config.limitfile.fleet_tests reads it back: a rerun of fewer hosts cannot repeat that test)
+FLEET_LINE = "# fleet-wide {test} did not pass on: {hosts}"
+
+
+def failed_hosts_text(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> str:
+    """failed-hosts.txt: the :func:`failed_hosts`, one a line, then a :data:`FLEET_LINE` comment per
+    fleet-wide test that failed or errored, naming the selection it ran on (its partners). Pure."""
+    bad = failed_hosts(recs, hosts, hv)
+    out = "".join(h + "\n" for h in bad)
+    if bad:
+        for r in recs:
+            if r.host is None and r.outcome in ("failed", "error") and hosts:
+                out += FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n"
+    return out
+
+
+def interruption_text(meta: dict) -> str:
+    """``"by SIGTERM at 2026-12-01 23:40:02 UTC while running test_allreduce_multinode; 3 tests not finished"``
+    from the run's ``meta["interruption"]`` (gpuaccept.plugin.reports), or ``""`` for a run that finished."""
+    import time
+    i = meta.get("interruption")
+    if not isinstance(i, dict):
+        return "by an interruption (the run did not finish)" if meta.get("interrupted") else ""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(i["at"])) if isinstance(i.get("at"), (int, float)) else "?"
+    running = [str(n).split("::")[-1] for n in i.get("running") or []]
+    what = (f" while running {', '.join(running[:4])}{', ...' if len(running) > 4 else ''}" if running
+            else " between tests")
+    left = i.get("unfinished")
+    return f"by {i.get('signal') or 'a signal'} at {at}{what}" + (f"; {left} tests not finished" if left else "")
+
