@@ -489,8 +489,9 @@ def test_gpu_in_mig_mode_blocks_its_figures_instead_of_failing_them_as_slow(tmp_
     assert compute["outcome"] == "error", compute
     assert compute["message"].startswith("blocked by preflight: GPU 1: MIG mode is on, the SKU file expects off")
     assert any(f["check"] == "bf16_tflops" and f["gpu"] == 1 for f in compute["figures"])  # kept
-    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **ERROR** `h200-a`"))
-    assert "blocked by preflight: GPU 1: MIG mode is on" in line and "bf16_tflops GPU 1" not in line, line
+    # the one verdict order (issue 22): the proven fault makes the host FAIL, the test it blocked counted
+    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **FAIL** `h200-a`"))
+    assert "MIG mode is on" in line and "and 1 test blocked" in line and "bf16_tflops GPU 1" not in line, line
 
 
 def test_damaged_saved_document_is_an_error_in_one_line(tmp_path):
