@@ -47,7 +47,7 @@ python3 benchmarks/foreign_load.py idle & L=$!; sleep 4; echo "idle foreign pid 
 run idle -m "$SEL"; kill $L; wait $L 2>/dev/null
 # a failing figure's confirmation: floors raised in a copy of the thresholds
 mkdir -p /tmp/thr && cp thresholds/*.yaml /tmp/thr/ && sed -i 's/hbm_read_bw_gbps: {min: 4300/hbm_read_bw_gbps: {min: 6000/; s/bf16_tflops: {min: 600/bf16_tflops: {min: 900/' /tmp/thr/h200-sxm-141gb.yaml
-run confirm --thresholds /tmp/thr -k "test_hbm_bandwidth or test_tensor_tflops or gpu_inventory"
+run confirm --thresholds=/tmp/thr -k "test_hbm_bandwidth or test_tensor_tflops or gpu_inventory"
 python3 - <<'PY'
 import json
 d = json.load(open("/tmp/rep-confirm/results.json"))
