@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuaccept.judging import burnin
+from gpuaccept.judging import actions, burnin
 from gpuaccept.judging import drift
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import Interrupted, ProbeError
@@ -67,7 +67,8 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     for ev in events:
         if ev.get("fails"):
             verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
-                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus))
+                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus), check="burnin_xid_events",
+                          action=actions.for_xid(ev))
     verdicts.finish()
 
 

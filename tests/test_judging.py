@@ -93,8 +93,12 @@ def test_junit_has_figures_as_properties():
     cases = suite.findall("testcase")
     assert [c.get("classname") for c in cases] == ["memory.gpu-07", "memory.gpu-08"]
     props = {p.get("name"): p.get("value") for p in cases[0].iter("property")}
-    assert props == {"gpu3.hbm_read_bw_gbps": "3812.0", "gpu3.hbm_read_bw_gbps.unit": "GB/s",
-                     "gpu3.hbm_read_bw_gbps.min": "4300", "gpu3.hbm_read_bw_gbps.verdict": "fail"}
+    assert {k: v for k, v in props.items() if not k.startswith("gpuaccept.action")} == {
+        "gpu3.hbm_read_bw_gbps": "3812.0", "gpu3.hbm_read_bw_gbps.unit": "GB/s",
+        "gpu3.hbm_read_bw_gbps.min": "4300", "gpu3.hbm_read_bw_gbps.verdict": "fail"}
+    # the action of the failing figure (a slow figure: gpuaccept/data/actions.yaml), and of the unreachable host
+    assert props["gpuaccept.action"] == "drain-rma" and "slow figure" in props["gpuaccept.action.reason"]
+    assert {p.get("name"): p.get("value") for p in cases[1].iter("property")}["gpuaccept.action"] == "rerun"
     assert cases[0].find("failure").get("message").startswith("gpu-07 GPU 3")
     md = summary_markdown("run", {"inventory": "x"}, recs)
     assert "| gpu-07 | memory | 0 | 1 | 0 | 0 |" in md and "**ERROR**" in md

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from gpuaccept.errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
+from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from gpuaccept.config.hostvars import check_hosts
 from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from gpuaccept.config.inventory import Inventory, load_inventory
@@ -82,6 +82,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="also write the run's figures for node_exporter's textfile collector (atomic)")
     g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
                 help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
+    g.addoption("--slurm-drain", action="store_true", default=False,
+                help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
+                     "(a dry run printing the scontrol commands unless --slurm-apply)")
+    g.addoption("--slurm-resume", action="store_true", default=False,
+                help="after the run, resume hosts gpuaccept drained that now pass every test that failed "
+                     "(a dry run unless --slurm-apply); drains set by others are never touched")
+    g.addoption("--slurm-apply", action="store_true", default=False,
+                help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -177,6 +185,12 @@ def pytest_configure(config: pytest.Config) -> None:
         check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
                                config.getoption("accept_new_host_keys"))
         check_local_addresses(hosts, inv_path)
+        slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
+        if config.getoption("slurm_apply") and not slurm:
+            raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
+        if slurm and not _is_worker(config):
+            from gpuaccept.scaleout.drain import check_ready
+            check_ready()  # scontrol missing or the controller down: refused before any node is touched
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     state = RunState(inventory=inv, hosts=hosts, specs=specs, hostvars=hostvars, started=time.time())
@@ -366,6 +380,7 @@ def pytest_runtest_makereport(item, call):
                 before_interruption=call.excinfo.errisinstance(Interrupted))
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, type(call.excinfo.value).__name__))
         return
     if call.excinfo is not None and not call.excinfo.errisinstance(
             (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
@@ -379,6 +394,7 @@ def pytest_runtest_makereport(item, call):
         head = [b.message() for b in rec.outcome().blocked] if rec is not None else []
         rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, "internal"))
         return
     if rec is None or call.when != "call":
         return

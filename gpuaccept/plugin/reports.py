@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from gpuaccept.runner import host as node_mod
-from gpuaccept.errors import ConfigError
+from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
+from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
-from gpuaccept.errors import ERROR_KEY
 from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
 from gpuaccept.plugin.progress import Progress, real_stderr
 from gpuaccept.plugin.state import RunState
@@ -31,7 +31,7 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
-from gpuaccept.reporting.verdicts import failed_hosts, interruption_text
+from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
@@ -103,6 +103,7 @@ class ReportPlugin:
         self.config = config
         self.state = state
         self.partial: dict[str, dict] = {}
+        self.slurm_lines: list[str] = []  # the Slurm step's lines (gpuaccept.scaleout.drain), said at the end
         self.collect_only = bool(config.getoption("collectonly", False))
         self.began = False
         self.created = False
@@ -261,9 +262,11 @@ class ReportPlugin:
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         failing = counted_failures(part["outcome"], part["message"],
                                    [v for k, v in part["props"] if k == "gpuaccept.failure"])
-        self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
+        kind, name = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None), nodeid.split("::")[-1]
+        self.reporter.add(CaseRecord(nodeid, name, self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs,
-                                     failures=failing))
+                                     failures=failing, action=for_case(part["outcome"], name, part["message"],
+                                                                       failing, kind, figs)))
 
     def _host_of(self, nodeid: str) -> str | None:
         """The inventory name of a test id's host parameter (None for a fleet test)."""
@@ -334,8 +337,13 @@ class ReportPlugin:
                 pass
 
     def _finish(self, rep: Reporter) -> None:
-        """History comparison and recording, then the whole-run files, report.html and the textfile."""
+        """History comparison and recording, then the whole-run files, report.html and the textfile; then the
+        Slurm step when asked (gpuaccept.scaleout.drain: its lines are printed in the terminal summary)."""
         finish_reports(rep, self.history, self._opt("prometheus_textfile"), standout_pct=self._opt("standout_pct"))
+        if self._opt("slurm_drain") or self._opt("slurm_resume"):
+            from gpuaccept.scaleout.drain import after_run
+            self.slurm_lines = after_run(rep, self.state.hostvars or {}, *(
+                bool(self._opt(o)) for o in ("slurm_drain", "slurm_resume", "slurm_apply")))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter
@@ -352,8 +360,13 @@ class ReportPlugin:
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
+        for act, names in reversed(list(action_hosts(hv, rep.meta.get("hosts")).items())):  # strongest first
+            if names:
+                terminalreporter.write_line(f"gpuaccept: {len(names)} host(s) to {act}: {rep.dir}/hosts-{act}.txt")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+        for line in self.slurm_lines:  # gpuaccept.scaleout.drain: the dry run's commands, or the calls made
+            terminalreporter.write_line(line)
 
 
 # The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
@@ -490,7 +503,8 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         from gpuaccept.reporting import prometheus
         try:
             prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
-                                      figures, verdicts)
+                                      figures, verdicts, host_actions={h: (v.get("action") or {}).get("action")
+                                                                       for h, v in hv.items()})
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]

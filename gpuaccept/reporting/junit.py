@@ -8,7 +8,7 @@ import re
 import time
 
 from gpuaccept.judging.standouts import distinguisher, prop_value
-from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.records import CaseRecord, record_action
 
 
 def figure_properties(fleet_wide: bool, figures: list[dict]) -> list[tuple[str, str]]:
@@ -96,16 +96,25 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
             f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n' + block)
 
 
+def action_properties(act: dict | None) -> list[tuple[str, str]]:
+    """JUnit properties of a testcase's action (pure): ``gpuaccept.action`` and ``gpuaccept.action.<field>`` for
+    reason, source, setting, command; none without an action."""
+    if not act:
+        return []
+    return [("gpuaccept.action", str(act["action"]))] + [
+        (f"gpuaccept.action.{k}", str(act[k])) for k in ("reason", "source", "setting", "command") if act.get(k)]
+
+
 def junit_testcase(layer: str, r: CaseRecord) -> str:
     """One record's <testcase> element (classname ``<layer>.<host|fleet>``, figures as properties; see
     :func:`figure_properties`), indented, ending in a newline."""
     classname = f"{layer}.{r.host or 'fleet'}"
     out = [f'    <testcase name={_xml_attr(r.name)} classname={_xml_attr(classname)} '
            f'file={_xml_attr(r.nodeid.split("::")[0])} time="{r.duration_s:.3f}">']
-    if r.figures:
+    props = action_properties(record_action(r)) + (figure_properties(r.host is None, r.figures) if r.figures else [])
+    if props:
         out.append("      <properties>")
-        out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />"
-                for n, v in figure_properties(r.host is None, r.figures)]
+        out += [f"        <property name={_xml_attr(n)} value={_xml_attr(v)} />" for n, v in props]
         out.append("      </properties>")
     first = r.message.splitlines()[0] if r.message.strip() else r.outcome
     if r.outcome in ("failed", "error"):

@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from gpuaccept.judging import actions
+
 LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
 
 
@@ -40,9 +42,25 @@ class CaseRecord:
     duration_s: float = 0.0
     figures: list[dict] = field(default_factory=list)
     run_id: str = ""
-    #: the failure lines that made it fail, each with the GPU it names: ``{host, gpu, pci_bus_id, serial, line}``
-    #: (:func:`counted_failures`; empty unless failed)
+    #: the failure lines that made it fail, each with the GPU it names and its action: ``{host, gpu, pci_bus_id,
+    #: serial, line, check, action}`` (:func:`counted_failures`; empty unless failed)
     failures: list[dict] = field(default_factory=list)
+    #: what to do next (gpuaccept.judging.actions, ``{action, reason, source[, setting, command]}``): decided when
+    #: the record was made; None for a record made without it (read back by :func:`record_action`)
+    action: dict | None = None
+
+
+def record_action(r: CaseRecord) -> dict | None:
+    """The action of a record: the one it carries, else decided now from its outcome, message, failure entries
+    and figures (:func:`gpuaccept.judging.actions.for_case`; records made before actions, "not run" records)."""
+    if r.action is not None or r.outcome not in ("failed", "error"):
+        return r.action
+    return actions.for_case(r.outcome, r.name, r.message, r.failures, figures=r.figures)
+
+
+def _action_field(r: CaseRecord) -> dict:
+    act = record_action(r)
+    return {"action": act} if act else {}
 
 
 def counted_failures(outcome: str, message: str, entries: list[dict]) -> list[dict]:
@@ -66,7 +84,7 @@ def record_dict(r: CaseRecord) -> dict:
     every figure and cost 10x the JSON encoding at 10,000 hosts)."""
     return {"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
             "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id,
-            **({"failures": r.failures} if r.failures else {})}
+            **({"failures": r.failures} if r.failures else {}), **_action_field(r)}
 
 
 @contextlib.contextmanager
@@ -89,6 +107,6 @@ def record_json(r: CaseRecord) -> tuple[str, str]:
     (``ensure_ascii``): character offsets are byte offsets."""
     head = json.dumps({"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                        "message": r.message, "duration_s": r.duration_s, "run_id": r.run_id,
-                       **({"failures": r.failures} if r.failures else {})}, default=str)
+                       **({"failures": r.failures} if r.failures else {}), **_action_field(r)}, default=str)
     return head[:-1] + ', "figures": ', json.dumps(r.figures, default=str)
 

@@ -8,7 +8,8 @@ seconds and never more often than keeps their cost under 1/:data:`FLUSH_COST_RAT
 spools), not serialised again, so a rewrite is a copy of bytes plus the per-host pages:
 ``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (gpuaccept.reporting.junit),
 ``<dir>/summary.md`` (gpuaccept.reporting.summary) and ``<dir>/failed-hosts.txt`` (hosts with a failure or an
-error, one per line, for ``--limit @failed-hosts.txt``; gpuaccept.reporting.verdicts).
+error, one per line, for ``--limit @failed-hosts.txt``; gpuaccept.reporting.verdicts), and beside it one
+``hosts-<action>.txt`` per action (gpuaccept.judging.actions: the hosts whose action it is, empty when none).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json
 from gpuaccept.reporting.summary import summary_markdown
-from gpuaccept.reporting.verdicts import HostVerdicts, failed_hosts, failed_hosts_text
+from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts, failed_hosts_text
 
 # Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
 # summary.md sees news within this; chosen, not measured).
@@ -316,6 +317,9 @@ class Reporter:
             self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
                                                              failed_hosts_text(recs, hosts, hv)))
+        for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
+            self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
+                                                                  "".join(h + "\n" for h in names)))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
         """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],

@@ -8,8 +8,9 @@ from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.text import fmt, limit_text
-from gpuaccept.reporting.verdicts import (failing_gpus_text, host_verdicts, interruption_text, line_text,
-                                          same_reason_once)
+from gpuaccept.reporting.verdicts import interruption_text
+from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text, host_verdicts, line_text,
+                                         same_reason_once)
 
 # summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
 # (a page a person reads; results.json and report.html keep the rest). Chosen.
@@ -32,6 +33,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     if stop:
         out[0:0] = [f"**INTERRUPTED** {stop}", ""]
     out += _host_lines(hv, "**INTERRUPTED** " if stop else "")
+    out += _next_steps(hv, hosts)
     out += _failing_gpus(hv)
     if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
@@ -60,7 +62,8 @@ def _host_lines(hv: dict, head: str = "") -> list[str]:
 
 def host_line(h: str, v: dict) -> str:
     """A host's verdict line of summary.md: verdict, name, first reasons, failing GPUs, for a FAIL whose fault
-    blocked other tests "and N tests blocked", and the node shape judged (pure)."""
+    blocked other tests "and N tests blocked", what to do next (gpuaccept.judging.actions) and the node shape
+    judged (pure)."""
     reasons = v["reasons"]
     blocked = v.get("blocked", 0) if v["verdict"] == "FAIL" else 0
     if blocked:  # the proven fault is the reason; the tests it blocked are counted, not listed again
@@ -68,8 +71,10 @@ def host_line(h: str, v: dict) -> str:
     grouped = same_reason_once(reasons)
     text = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
     gpus = failing_gpus_text(v)
+    act = action_text(v.get("action"))  # "drain-rma (why)": what to do next (gpuaccept.judging.actions)
     return (f"- **{v['verdict']}** `{h}`" + (f": {text}" if text else "") + (f" — {gpus}" if gpus else "")
             + (f" — and {blocked} test{'s' if blocked != 1 else ''} blocked" if blocked else "")
+            + (f" → **{act.split(' ', 1)[0]}** {act.split(' ', 1)[1]}" if act else "")
             + (f" — shape judged: {v['shape']}" if v.get("shape") else ""))
 
 
@@ -85,6 +90,18 @@ def _unstable(recs: list[CaseRecord]) -> list[str]:
         out.append(f"| {f.get('host')} | {'' if f.get('gpu') is None else f['gpu']} | {f['check']} | "
                    f"{fmt(f.get('value'))} {f.get('unit') or ''} | {fmt(again)} {f.get('unit') or ''} | "
                    f"{limit_text(f.get('limit'))} |")
+    return out
+
+
+def _next_steps(hv: dict, hosts: list[str]) -> list[str]:
+    """The "Next steps" table: per action, strongest first, its hosts and the hosts-<action>.txt listing them."""
+    lists = {a: hs for a, hs in action_hosts(hv, hosts).items() if hs}
+    if not lists:
+        return []
+    out = ["", "## Next steps", "", "| action | hosts | list |", "|---|---|---|"]
+    for a in reversed(list(lists)):
+        hs = lists[a]
+        out.append(f"| {a} | {len(hs)}: {', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''} | `hosts-{a}.txt` |")
     return out
 
 

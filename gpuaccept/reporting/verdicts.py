@@ -1,13 +1,15 @@
 """Verdicts per host and per GPU from a run's records (pure): :func:`host_verdicts` (kept up to date record by
 record in :class:`HostVerdicts`), the failing GPUs of a host (:func:`failing_gpus_text`), a host's reasons
-with one cause said once (:func:`same_reason_once`) and the hosts failed-hosts.txt lists (:func:`failed_hosts`).
+with one cause said once (:func:`same_reason_once`), the hosts failed-hosts.txt lists (:func:`failed_hosts`), and
+each host's action (gpuaccept.judging.actions): said in a line (:func:`action_text`), listed per action
+(:func:`action_hosts`, the hosts-<action>.txt files).
 """
 from __future__ import annotations
 
 import re
 
-from gpuaccept.judging import verdict_order
-from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.judging import actions, verdict_order
+from gpuaccept.reporting.records import CaseRecord, record_action
 from gpuaccept.reporting.text import fmt, gpu_text, limit_text
 
 
@@ -34,8 +36,9 @@ def unfinished(message: str) -> bool:
 
 
 def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
-    """Per host: ``{"verdict": FAIL|ERROR|PASS|SKIP, "reasons": [str], "counts": {outcome: n}, "blocked": n,
-    "shape": str|None}`` (pure).
+    """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}, "action": dict |
+    None, "findings": [action dict]}`` (pure): ``action`` the strongest of its findings'
+    (gpuaccept.judging.actions.host_action), None when nothing failed or errored.
 
     The one verdict order (gpuaccept.judging.verdict_order): FAIL when any of its tests failed (a proven
     fault; the tests it blocked are counted in ``blocked``, "and N tests blocked"), else ERROR when any
@@ -94,6 +97,7 @@ class HostVerdicts:
                     seen.add(f["gpu"])
                 elif f.get("check") == "node_shape" and isinstance(f.get("value"), str):
                     self.out.setdefault(r.host, {"verdict": "SKIP", "reasons": [], "counts": {}})["shape"] = f["value"]
+        act = record_action(r) if r.outcome in ("failed", "error") else None
         for h in targets:
             v = self.out.get(h)
             if v is None:
@@ -101,10 +105,14 @@ class HostVerdicts:
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
             if r.outcome == "error" and (r.message or "").startswith("blocked by "):
                 v["blocked"] = v.get("blocked", 0) + 1
+            if act is not None:  # this host's failure lines in a fleet-wide test, else the record's
+                mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] \
+                    if r.host is None and r.outcome == "failed" else []
+                v.setdefault("findings", []).extend(mine or [act])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
                 if r.outcome == "error" and (r.message or "").startswith(("blocked by ", "disturbed: ")):
-                    figs = []  # kept figures of a blocked or disturbed test are no reason: the cause is
+                    figs = []  # kept figures of a blocked test are no reason: the blocker is (verdicts.outcome)
                 for f in figs[:3]:
                     v["reasons"].append(f"{r.layer}/{f['check']}{gpu_text(f)}: {fmt(f['value'])} {f.get('unit') or ''} "
                                         f"vs {limit_text(f.get('limit'))}".replace("  ", " "))
@@ -119,6 +127,7 @@ class HostVerdicts:
         """The verdicts so far, as :func:`host_verdicts` returns them (the same dict, updated in place)."""
         for v in self.out.values():
             v["verdict"] = verdict_order.from_counts(v["counts"])
+            v["action"] = actions.host_action(v.get("findings") or [])
         for h, v in self.out.items():
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
@@ -164,6 +173,28 @@ def same_reason_once(reasons: list[str]) -> list[str]:
         more = len(names) - 1
         out += [f"{names[0]}" + (f" and {more} more test{'s' if more > 1 else ''}" if more else "") + f": {text}"] \
             if named else [text] * len(names)
+    return out
+
+
+def action_text(act: dict | None) -> str:
+    """A host's or record's action for a line a person reads (pure): ``"drain-rma (row remapping failure: ...)"``,
+    with a fix-config's setting and command: ``"fix-config (power limit ...; enforced power limit: `nvidia-smi -i
+    0000:19:00.0 -pl 700`)"``; ``""`` without one."""
+    if not act:
+        return ""
+    how = "; ".join(p for p in (act.get("setting"), f"`{act['command']}`" if act.get("command") else None) if p)
+    return f"{act['action']} ({act.get('reason', '')}{'; ' + how if how else ''})"
+
+
+def action_hosts(hv: dict, hosts: list[str] | None = None) -> dict[str, list[str]]:
+    """Per action name (every one, weakest first): the hosts whose action it is, in selection order, as
+    ``hosts-<action>.txt`` lists them (pure). ``hv``: :func:`host_verdicts`. "fleet" is no host."""
+    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    out: dict[str, list[str]] = {a: [] for a in actions.strength()}
+    for h in order:
+        act = (hv.get(h) or {}).get("action") if h != "fleet" else None
+        if act and act.get("action") in out:
+            out[act["action"]].append(h)
     return out
 
 
