@@ -259,7 +259,7 @@ def test_a_proven_fault_is_fail_whatever_else_was_selected():
     assert hv["a"]["verdict"] == "FAIL" and hv["a"]["blocked"] == 2
     md = summary_markdown("r", {"hosts": ["a"]}, everything)
     line = next(ln for ln in md.splitlines() if ln.startswith("- **FAIL** `a`"))
-    assert line.endswith("and 2 tests blocked") and "test_hbm_bandwidth" not in line
+    assert " — and 2 tests blocked" in line and "test_hbm_bandwidth" not in line
     assert verdict_order.strongest(["SKIP", "PASS", "ERROR", "FAIL"]) == "FAIL"
     assert verdict_order.strongest(["PASS", "ERROR"]) == "ERROR"
     assert [verdict_order.PROMETHEUS_CODE[v] for v in verdict_order.ORDER] == [3, 2, 1, 0]
