@@ -87,6 +87,18 @@ def _word(value: Any) -> str:
     return text
 
 
+def _address(value: Any) -> str:
+    """A host name or IP address (``nccl_master_addr``): one word that an address can be
+    (gpuaccept.config.inventory.resolve.address_problem: no ``$ ( ) ;``, brackets or leading ``-``)."""
+    from gpuaccept.config.inventory.resolve import address_problem
+
+    text = _word(value) if not isinstance(value, (int, float)) or isinstance(value, bool) else str(value)
+    why = address_problem(text)
+    if why:
+        raise _Bad(f"{text!r}: {why}")
+    return text
+
+
 def _number(lo: float | None = None, hi: float | None = None, integer: bool = False) -> Callable[[Any], Any]:
     """A number (or text that reads as one, as the suites' ``int()``/``float()`` do), finite, in [lo, hi]."""
     kind = "an integer" if integer else "a number"
@@ -291,7 +303,7 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "nccl_env": _plain(_nccl_env),
     "nccl_backend": _plain(_one_of("nccl", "gloo")),
     "nccl_expect_transport": _plain(_text),
-    "nccl_master_addr": _plain(_word),
+    "nccl_master_addr": _plain(_address),
     "nccl_internode_busbw_gbps": _plain(_number(0)),
     "nccl_internode_at_bytes": _plain(_number(1, integer=True)),
     "nccl_internode_probe_args": _plain(_mapping),

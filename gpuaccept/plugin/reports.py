@@ -23,6 +23,7 @@ import pytest
 
 from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.outputs import check_report_folder
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
@@ -33,8 +34,8 @@ TTY_EVERY_S = 1.0
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
-    """The run's report folder, created now: ``--reports DIR`` (refused with ConfigError when it already
-    holds a run) or ``reports/<UTC timestamp>[-n]`` (mkdir is atomic: two runs started in the same second get
+    """The run's report folder, created now: ``--reports DIR`` (refused with ConfigError unless new or empty,
+    and not the root or a system folder: gpuaccept.config.outputs) or ``reports/<UTC timestamp>[-n]`` (mkdir is atomic: two runs started in the same second get
     two folders). Returns ``(path, created)``; ``created`` says the folder is new (removed again if no test
     runs)."""
     rdir = config.getoption("reports")
@@ -57,6 +58,7 @@ def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
         found = holds_run(rdir)
         if found:
             raise ConfigError(f"--reports {rdir}: already holds a run ({found}); give a new or empty folder")
+    check_report_folder(rdir)  # not / or a system folder; new or empty: nothing there the run would follow
     try:
         os.makedirs(rdir, exist_ok=True)
     except OSError as e:
@@ -257,6 +259,18 @@ class ReportPlugin:
             self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"),
                                        self._opt("baseline"), self._opt("standout_pct"))
             self.reporter.sinks.append(self.history)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session) -> None:
+        """The run's first lines say where it writes: the report folder and the history database (its
+        default, ``reports/history.sqlite`` under the suite's folder, is outside a ``--reports`` folder)."""
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None or self.reporter is None:
+            return
+        given = self._opt("history")
+        hist = "none (--history none)" if given == "none" else self.history_path + (
+            "" if given else " (the default; --history PATH or --history none to change)")
+        tr.write_line(f"gpuaccept: reports in {self.reporter.dir}; history in {hist}")
 
     def _check_history(self) -> None:
         """The history database (``--history``, default ``reports/history.sqlite``) must open, created if new,

@@ -43,8 +43,13 @@ RESOLVE_STEPS_BASE = 1_000_000
 RESOLVE_STEPS_PER_ITEM = 20
 #: groups nest at most this many levels below ``all`` (chosen: fleets nest a few levels: site, pod, rack, role)
 MAX_NESTING = 100
-_BRACKET_PORT = re.compile(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)$")
-_NAME_PORT = re.compile(r"^(.*):(\d+)$")
+_BRACKET_PORT = re.compile(r"^\[([0-9A-Fa-f:.]+)\]:([0-9]+)$")
+_NAME_PORT = re.compile(r"^(.*):([0-9]+)$")  # ASCII digits: int() would read "２２" (fullwidth) as 22
+_PORT_TEXT = re.compile(r"[0-9]{1,5}")  # a port written as text: ASCII digits only, as Ansible's int() of it
+# what a host address (a DNS name, IPv4, IPv6 with a %zone) holds: letters, digits, . - _ : %
+_ADDRESS_CHAR = re.compile(r"[^\w.:%-]")
+# a login name: letters, digits, . _ - @ (user@REALM) and \ (DOMAIN\user); a trailing $ (machine accounts)
+_USER = re.compile(r"[\w.@\\][\w.@\\-]*\$?")
 
 
 @dataclass
@@ -377,10 +382,10 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         port = 22
     elif type(port_raw) is int:
         port = port_raw
-    elif isinstance(port_raw, str) and port_raw.strip().isdigit() and len(port_raw.strip()) <= 5:
+    elif isinstance(port_raw, str) and _PORT_TEXT.fullmatch(port_raw.strip()):
         port = int(port_raw)
     else:
-        raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} must be an integer, "
+        raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} must be an integer in ASCII digits, "
                              f"got {port_raw!r}")
     if not 0 < port < 65536:
         raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} {port} is not a TCP port")
@@ -398,6 +403,9 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         why = address_problem(str(address))
         if why:
             raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
+    if user is not None and not _USER.fullmatch(str(user)):
+        raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {str(user)!r}: cannot be a user "
+                             "name (letters, digits, . _ - @ and \\, not starting with -; a $ only at the end)")
     if python is None or str(python).startswith("auto"):
         python = "python3"
     return Host(
@@ -415,8 +423,9 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
 
 
 def address_problem(address: str) -> str | None:
-    """Why ``address`` (an ``ansible_host`` value) can be no address to connect to, else None: empty, holding
-    whitespace, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
+    """Why ``address`` (an ``ansible_host`` or ``nccl_master_addr`` value) can be no address to connect to,
+    else None: empty, holding whitespace or a character no host name or IP address holds (``$ ( ) ;``...),
+    starting with ``-``, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
     host names; ssh and paramiko both fail with "cannot resolve [::1]" on every connection, Ansible too)."""
     if not address.strip():
         return "is empty"
@@ -426,6 +435,12 @@ def address_problem(address: str) -> str | None:
     if m:
         port = f", and {m.group(2)} in ansible_port" if m.lastindex and m.lastindex >= 2 else ""
         return f"write the IPv6 address without brackets ({m.group(1)}){port}"
+    bad = _ADDRESS_CHAR.search(address)
+    if bad:
+        return (f"{bad.group()!r} cannot be in a host name or IP address (letters, digits, '.', '-', '_', ':' and "
+                "'%' can)")
+    if address.startswith("-"):
+        return "starts with '-' (ssh would read it as an option)"
     return None
 
 
