@@ -413,9 +413,18 @@ def test_same_range_listed_twice_counts_once(tmp_path):
 
 
 def test_deep_children_chain_is_no_recursion(tmp_path):
-    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(3000)]
+    """A chain of groups as deep as gpuaccept reads (100 below all) resolves without recursion; a deeper one
+    (3,000: each group walks its descendants, time quadratic in the chain) is refused at once, naming the
+    line of the deepest group."""
+    from gpuaccept.config.inventory.resolve import MAX_NESTING
+
+    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(MAX_NESTING - 1)]
     inv = load_inventory(str(write(tmp_path, "deep.ini", "\n".join(lines) + "\n")))
-    assert inv.hosts["h"].groups[:3] == ("all", "g0", "g1") and len(inv.hosts["h"].groups) == 3002
+    assert inv.hosts["h"].groups[:3] == ("all", "g0", "g1") and len(inv.hosts["h"].groups) == MAX_NESTING + 1
+    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(3000)]
+    msg = load_error(write(tmp_path, "deeper.ini", "\n".join(lines) + "\n"))
+    assert msg.startswith(f"{tmp_path / 'deeper.ini'}:1: group g0 is nested 3001 levels below all; gpuaccept "
+                          f"reads at most {MAX_NESTING}"), msg
 
 
 # -- values that can only fail later, names that deceive (issue 26.4, 26.5) ----------------------------------

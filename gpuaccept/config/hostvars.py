@@ -92,7 +92,7 @@ def _address(value: Any) -> str:
     (gpuaccept.config.inventory.resolve.address_problem: no ``$ ( ) ;``, brackets or leading ``-``)."""
     from gpuaccept.config.inventory.resolve import address_problem
 
-    text = _word(value) if not isinstance(value, (int, float)) or isinstance(value, bool) else str(value)
+    text = _word(value)
     why = address_problem(text)
     if why:
         raise _Bad(f"{text!r}: {why}")
