@@ -439,6 +439,7 @@ class ReportPlugin:
         for nodeid, (host, layer) in rep.expected.items():
             if nodeid not in rep.records:
                 rep.add(CaseRecord(nodeid, nodeid.split("::")[-1], host, layer, "error", f"not run: {reason}"))
+        _count_in_terminal(session, rep)
         self._finish(rep)
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
             tr = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -480,6 +481,25 @@ class ReportPlugin:
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+
+
+#: pytest's terminal categories that its closing line counts (pytest's terminal.py KNOWN_TYPES, less warnings)
+_COUNTED = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
+
+
+def _count_in_terminal(session, rep: Reporter) -> None:
+    """Give pytest's closing line the tests it never reported (an interrupt stopped the run before they
+    started, or while they ran): each as an error with the reports' message, so that the closing line, JUnit,
+    results.json and summary.md count the same ("8 errors", not "1 error")."""
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return
+    counted = {getattr(r, "nodeid", None) for key in _COUNTED for r in tr.stats.get(key, ())}
+    for nodeid, rec in rep.records.items():
+        if nodeid not in counted and rec.outcome == "error":
+            tr.stats.setdefault("error", []).append(pytest.TestReport(
+                nodeid, (nodeid.split("::")[0], None, nodeid.split("::")[-1]), {}, "failed", rec.message, "setup",
+                user_properties=[(ERROR_KEY, rec.message)]))
 
 
 # The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
