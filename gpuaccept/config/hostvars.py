@@ -92,8 +92,8 @@ def _word(value: Any) -> str:
 
 def _address(value: Any) -> str:
     """A host name or IP address (``nccl_master_addr``): one word that an address can be
-    (gpuaccept.config.inventory.resolve.address_problem: no ``$ ( ) ;``, brackets or leading ``-``)."""
-    from gpuaccept.config.inventory.resolve import address_problem
+    (gpuaccept.config.addresses.address_problem: no ``$ ( ) ;``, brackets or leading ``-``)."""
+    from gpuaccept.config.addresses import address_problem
 
     text = _word(value)
     why = address_problem(text)

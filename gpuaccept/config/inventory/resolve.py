@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuaccept.errors import InventoryError
+from gpuaccept.config.addresses import BRACKET_PORT as _BRACKET_PORT, address_problem, user_problem
 from gpuaccept.config.hostvars import become_user, known_hosts_file
 from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expand_hostname, looks_like_range
 from gpuaccept.config.yamlload import plain
@@ -44,13 +45,8 @@ RESOLVE_STEPS_BASE = 1_000_000
 RESOLVE_STEPS_PER_ITEM = 20
 #: groups nest at most this many levels below ``all`` (chosen: fleets nest a few levels: site, pod, rack, role)
 MAX_NESTING = 100
-_BRACKET_PORT = re.compile(r"^\[([0-9A-Fa-f:.]+)\]:([0-9]+)$")
 _NAME_PORT = re.compile(r"^(.*):([0-9]+)$")  # ASCII digits: int() would read "２２" (fullwidth) as 22
 _PORT_TEXT = re.compile(r"[0-9]{1,5}")  # a port written as text: ASCII digits only, as Ansible's int() of it
-# what a host address (a DNS name, IPv4, IPv6 with a %zone) holds: letters, digits, . - _ : %
-_ADDRESS_CHAR = re.compile(r"[^\w.:%-]")
-# a login name: letters, digits, . _ - @ (user@REALM) and \ (DOMAIN\user); a trailing $ (machine accounts)
-_USER = re.compile(r"[\w.@\\][\w.@\\-]*\$?")
 
 
 @dataclass
@@ -404,9 +400,9 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         why = address_problem(str(address))
         if why:
             raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
-    if user is not None and not _USER.fullmatch(str(user)):
-        raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {str(user)!r}: cannot be a user "
-                             "name (letters, digits, . _ - @ and \\, not starting with -; a $ only at the end)")
+    why = user_problem(str(user)) if user is not None else None
+    if why:
+        raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {str(user)!r}: {why}")
     if python is None or str(python).startswith("auto"):
         python = "python3"
     return Host(
@@ -423,28 +419,6 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         become_user=become_user(v),
         known_hosts=known_hosts_file(v),
     )
-
-
-def address_problem(address: str) -> str | None:
-    """Why ``address`` (an ``ansible_host`` or ``nccl_master_addr`` value) can be no address to connect to,
-    else None: empty, holding whitespace or a character no host name or IP address holds (``$ ( ) ;``...),
-    starting with ``-``, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
-    host names; ssh and paramiko both fail with "cannot resolve [::1]" on every connection, Ansible too)."""
-    if not address.strip():
-        return "is empty"
-    if any(c.isspace() for c in address):
-        return "holds whitespace"
-    m = _BRACKET_PORT.match(address) or re.fullmatch(r"\[([0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]", address)
-    if m:
-        port = f", and {m.group(2)} in ansible_port" if m.lastindex and m.lastindex >= 2 else ""
-        return f"write the IPv6 address without brackets ({m.group(1)}){port}"
-    bad = _ADDRESS_CHAR.search(address)
-    if bad:
-        return (f"{bad.group()!r} cannot be in a host name or IP address (letters, digits, '.', '-', '_', ':' and "
-                "'%' can)")
-    if address.startswith("-"):
-        return "starts with '-' (ssh would read it as an option)"
-    return None
 
 
 def _canonical(address: str) -> str:
