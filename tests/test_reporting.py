@@ -25,7 +25,10 @@ from gpuaccept.reporting import history
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.scaleout.merge import main as merge_main
-from gpuaccept.reporting.records import CaseRecord, Reporter, failed_hosts, figure_properties, host_verdicts
+from gpuaccept.reporting.junit import figure_properties
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.verdicts import failed_hosts, host_verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -483,7 +486,7 @@ def test_progress_drops_a_finished_probe():
     was stuck)."""
     import io
 
-    from gpuaccept.plugin.reports import Progress
+    from gpuaccept.plugin.progress import Progress
     p = Progress(io.StringIO(), tty=True, timeout_s=300)
     p.begin("gpu-07", "test_hbm_bandwidth")
     p.begin("gpu-07", "probe hbm_bandwidth", 120)
@@ -499,7 +502,7 @@ def test_progress_drops_a_finished_probe():
 def test_progress_plain_lines_and_tty_line():
     import io
 
-    from gpuaccept.plugin.reports import Progress
+    from gpuaccept.plugin.progress import Progress
     buf = io.StringIO()
     p = Progress(buf, tty=False, timeout_s=300)
     p.begin("gpu-07", "probe nccl_allreduce", 180)
@@ -516,7 +519,7 @@ def test_progress_plain_lines_and_tty_line():
 
 
 def test_same_reason_once_keeps_other_reasons_in_order():
-    from gpuaccept.reporting.records import same_reason_once
+    from gpuaccept.reporting.verdicts import same_reason_once
     assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",
                              "test_b: h: unreachable", "test_c: other"]) == [
         "test_a and 1 more test: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600", "test_c: other"]

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 import pytest
 
 from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from gpuaccept.errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
+from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
 from gpuaccept.config.hostvars import check_hosts
 from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from gpuaccept.config.inventory import Inventory, load_inventory
@@ -28,8 +27,10 @@ from gpuaccept.runner import progress_relay
 from gpuaccept.runner import host as node_module
 from gpuaccept.config.patterns import shard
 from gpuaccept.config.profiles import PROFILES, probe_timeout
-from gpuaccept.reporting.records import ERROR_KEY, LAYERS, layer_of
+from gpuaccept.errors import ERROR_KEY
+from gpuaccept.reporting.records import LAYERS, layer_of
 from gpuaccept.plugin.reports import ReportPlugin, list_hosts_text
+from gpuaccept.plugin.state import STATE, RunState
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.config.thresholds import load_all
 from gpuaccept.transport import get_transport, interruption
@@ -37,7 +38,6 @@ from gpuaccept.judging.readings import typed
 from gpuaccept.judging.sku import node_sku
 from gpuaccept.judging.recorder import Recorder
 
-STATE = pytest.StashKey[dict]()
 RECORDER = pytest.StashKey[Recorder]()
 
 
@@ -82,6 +82,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="also write the run's figures for node_exporter's textfile collector (atomic)")
     g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
                 help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
+    g.addoption("--slurm-drain", action="store_true", default=False,
+                help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
+                     "(a dry run printing the scontrol commands unless --slurm-apply)")
+    g.addoption("--slurm-resume", action="store_true", default=False,
+                help="after the run, resume hosts gpuaccept drained that now pass every test that failed "
+                     "(a dry run unless --slurm-apply); drains set by others are never touched")
+    g.addoption("--slurm-apply", action="store_true", default=False,
+                help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
     g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -177,14 +185,18 @@ def pytest_configure(config: pytest.Config) -> None:
         check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
                                config.getoption("accept_new_host_keys"))
         check_local_addresses(hosts, inv_path)
+        slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
+        if config.getoption("slurm_apply") and not slurm:
+            raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
+        if slurm and not _is_worker(config):
+            from gpuaccept.scaleout.drain import check_ready
+            check_ready()  # scontrol missing or the controller down: refused before any node is touched
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
-    state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
-                             "started": time.time()}
-    state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.config.hostvars), checked above
+    state = RunState(inventory=inv, hosts=hosts, specs=specs, hostvars=hostvars, started=time.time())
     if _is_worker(config):
-        state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
-        state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
+        state.started = config.workerinput.get("gpuaccept_started", state.started)
+        state.probe_dir = config.workerinput.get("gpuaccept_probe_dir")
         progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
     if not _is_worker(config) and not config.getoption("list_hosts"):
@@ -195,7 +207,7 @@ def pytest_configure(config: pytest.Config) -> None:
     interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
 
 
-def _state(config: pytest.Config) -> dict | None:
+def _state(config: pytest.Config) -> RunState | None:
     """This run's state, or None when the plugin is dormant (no ``gpuaccept_suites`` in the ini)."""
     return config.stash.get(STATE, None)
 
@@ -204,12 +216,12 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
     worker = node  # xdist calls its worker controller "node"; the hook's argument name is fixed by xdist
     st = _state(worker.config)
     if st is not None:
-        worker.workerinput["gpuaccept_started"] = st["started"]
-        worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
-        worker.workerinput["gpuaccept_inventory"] = (st["inventory"].path, st["inventory"].text)
+        worker.workerinput["gpuaccept_started"] = st.started
+        worker.workerinput["gpuaccept_probe_dir"] = st.probe_dir
+        worker.workerinput["gpuaccept_inventory"] = (st.inventory.path, st.inventory.text)
         if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
-            st.setdefault("progress_dir", progress_relay.make_dir())
-            worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]
+            st.progress_dir = st.progress_dir or progress_relay.make_dir()
+            worker.workerinput["gpuaccept_progress_dir"] = st.progress_dir
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -224,20 +236,20 @@ def pytest_xdist_make_scheduler(config, log):
 # -- parametrization and fixtures --------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node" in metafunc.fixturenames and _state(metafunc.config) is not None:
-        names = [h.name for h in metafunc.config.stash[STATE]["hosts"]]
+        names = [h.name for h in metafunc.config.stash[STATE].hosts]
         metafunc.parametrize("node", names, ids=names, indirect=True)
 
 
 def _get_node(config: pytest.Config, name: str) -> HostRunner:
     st = config.stash[STATE]
-    if name not in st["nodes"]:
-        host = st["inventory"].hosts[name]
+    if name not in st.nodes:
+        host = st.inventory.hosts[name]
         kh = config.getoption("known_hosts")
         accept = config.getoption("accept_new_host_keys")
-        st["nodes"][name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
-                                 probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
-                                 st.get("probe_dir"))
-    return st["nodes"][name]
+        st.nodes[name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
+                                    probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
+                                    st.probe_dir)
+    return st.nodes[name]
 
 
 @pytest.fixture
@@ -249,13 +261,13 @@ def node(request) -> HostRunner:
 @pytest.fixture
 def nodes(request) -> list[HostRunner]:
     """Every selected host, for fleet-wide and multi-node tests."""
-    return [_get_node(request.config, h.name) for h in request.config.stash[STATE]["hosts"]]
+    return [_get_node(request.config, h.name) for h in request.config.stash[STATE].hosts]
 
 
 @pytest.fixture
 def run_started(request) -> float:
     """Unix time at which this run began (the controller's clock)."""
-    return request.config.stash[STATE]["started"]
+    return request.config.stash[STATE].started
 
 
 @pytest.fixture
@@ -280,14 +292,14 @@ def gpus(request, node: HostRunner) -> list[dict]:
 
 
 def _node_sku(config: pytest.Config, node: HostRunner, gpus: list[dict]):
-    specs = config.stash[STATE]["specs"]
+    specs = config.stash[STATE].specs
     return node_sku(node.name, specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
 
 
 @pytest.fixture
 def specs(request) -> dict:
     """The loaded threshold files: SKU name -> SkuSpec (gpuaccept.config.thresholds.load_all)."""
-    return request.config.stash[STATE]["specs"]
+    return request.config.stash[STATE].specs
 
 
 @pytest.fixture
@@ -364,6 +376,7 @@ def pytest_runtest_makereport(item, call):
                 before_interruption=call.excinfo.errisinstance(Interrupted))
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, type(call.excinfo.value).__name__))
         return
     if call.excinfo is not None and not call.excinfo.errisinstance(
             (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
@@ -377,6 +390,7 @@ def pytest_runtest_makereport(item, call):
         head = [b.message() for b in rec.outcome().blocked] if rec is not None else []
         rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, "internal"))
         return
     if rec is None or call.when != "call":
         return
@@ -437,7 +451,7 @@ def pytest_collection_finish(session) -> None:
             names.append(name)
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
     # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
-    pf = _state(config)["prefetch"] = prefetch.Prefetcher(prefetch.describe(session.items),
+    pf = _state(config).prefetch = prefetch.Prefetcher(prefetch.describe(session.items),
                                                           lambda n: _get_node(config, n), _forks(config))
     node_module.PROBE_HOOK[:] = [pf.probe]
 
@@ -445,7 +459,8 @@ def pytest_collection_finish(session) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Tell the prefetcher (gpuaccept.runner.prefetch) which test runs: its results are that test's to take."""
-    pf = (_state(item.config) or {}).get("prefetch")
+    st = _state(item.config)
+    pf = st.prefetch if st is not None else None
     if pf is None:
         return (yield)
     pf.begin(item.nodeid)
@@ -459,10 +474,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
-    if st.get("prefetch") is not None:  # results fetched ahead that no test took: dropped, their probes killed
+    if st.prefetch is not None:  # results fetched ahead that no test took: dropped, their probes killed
         node_module.PROBE_HOOK[:] = []
-        st.pop("prefetch").close()
-    fanout.close_all(list(st["nodes"].values()), _forks(session.config) or 1)
+        pf, st.prefetch = st.prefetch, None
+        pf.close()
+    fanout.close_all(list(st.nodes.values()), _forks(session.config) or 1)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -471,5 +487,5 @@ def pytest_cmdline_main(config: pytest.Config):
     if not config.getoption("list_hosts", False) or not config.getini("gpuaccept_suites"):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
-    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE]["hosts"]))
+    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE].hosts))
     return 0
