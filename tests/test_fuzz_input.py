@@ -226,3 +226,116 @@ def test_plugin_exits_4_without_traceback(tmp_path, label, text):
     assert "Traceback" not in out
     err = [ln for ln in res.stderr.splitlines() if ln.startswith("ERROR:")]
     assert len(err) == 1 and str(inv) in err[0], res.stderr
+
+
+# -- inputs that take unbounded time (issue 26.1) --------------------------------------------------------
+# The worst input of each kind a loading step met, at a size where the old code took from seconds to minutes.
+# Each is loaded in one child process the way pytest_configure does (load, select with its --limit, the host
+# variable check) and must end, accepted or refused with one line naming the file, within CPU_BOUND_S of CPU
+# (process time, not wall: the machine may be loaded). Measured when written: each under 1.7 s of CPU on a
+# loaded 2-core machine; the old code took 8.6 s to minutes.
+CPU_BOUND_S = 8.0
+MB = 1 << 20
+
+
+def _worst_inputs() -> list[tuple[str, str, str | None]]:
+    """(label, INI text, --limit or None)."""
+    many = 10000
+    return [
+        ("quoted_1mb_value", '[g]\nh1 ansible_connection=local x="' + "a b " * (MB // 4) + '"\n', None),
+        ("unquoted_1mb_vars_value", "[g]\nh1 ansible_connection=local\n[g:vars]\nx=" + "a b " * (MB // 4) + "\n",
+         None),
+        ("ssh_args_1mb", "[g]\nh1\n[g:vars]\nansible_ssh_common_args='" + "-o a=b " * (MB // 7) + "'\n", None),
+        ("long_var_name", "[g]\nh1 ansible_connection=local " + "nccl_env" * (MB // 8) + "=1\n", None),
+        ("children_20000", "[p:children]\n" + "".join(f"c{i}\n" for i in range(20000))
+         + "".join(f"[c{i}]\nh{i} ansible_connection=local\n" for i in range(20000)), None),
+        ("nested_chain_20000", "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(20000))
+         + "[g20000]\nh1 ansible_connection=local\n", None),
+        ("vars_only_sections_5000", "".join(f"[c{i}:vars]\nx=1\n" for i in range(5000))
+         + "[p:children]\n" + "".join(f"c{i}\n" for i in range(5000))
+         + "".join(f"[c{i}]\nh{i} ansible_connection=local\n" for i in range(5000)), None),
+        ("operator_vars_10x10000", "[g]\n" + "".join(
+            f"h{i} ansible_connection=local rack_slot={i} pdu_feed=a asset_tag=b row_label=c cooling_loop=d "
+            f"switch_port=e bmc_address=f purchase_order=g warranty_end=h owner_team=i\n" for i in range(many)),
+         "g"),
+        ("regex_backtracking_40", "[g]\n" + "a" * 40 + " ansible_connection=local\n", "~(a|a)*b|" + "a" * 40),
+        ("regex_nested_repeat_10000_hosts", "[g]\n" + "".join(f"{'a' * 30}{i} ansible_connection=local\n"
+                                                               for i in range(many)), "~((a+)+)+b|g"),
+    ]
+
+
+WORST_CHILD = r"""
+import json, signal, sys, time
+from gpuaccept.errors import ConfigError
+from gpuaccept.config.hostvars import check_hosts
+from gpuaccept.config.inventory import load_inventory
+
+def hang(signum, frame):
+    raise TimeoutError()
+
+signal.signal(signal.SIGALRM, hang)
+for case in json.load(open(sys.argv[1])):
+    signal.alarm(300)  # a hang, not a speed target: the assertion is on CPU seconds
+    t0 = time.process_time()
+    try:
+        inv = load_inventory(case["path"])
+        check_hosts(inv.select(case["limit"]), case["path"], None)
+        out = {"outcome": "ok"}
+    except ConfigError as err:
+        out = {"outcome": "refused", "msg": str(err)}
+    except TimeoutError:
+        out = {"outcome": "hang"}
+    signal.alarm(0)
+    print(json.dumps({**case, **out, "cpu_s": time.process_time() - t0}), flush=True)
+"""
+
+
+def test_worst_inputs_load_in_bounded_cpu_time(tmp_path):
+    cases = []
+    for label, text, limit in _worst_inputs():
+        path = tmp_path / label / "inventory.ini"
+        path.parent.mkdir()
+        path.write_text(text)
+        cases.append({"label": label, "path": str(path), "limit": limit})
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    proc = subprocess.run([sys.executable, "-c", WORST_CHILD, str(tmp_path / "cases.json")], capture_output=True,
+                          text=True, timeout=300 * len(cases), env={**os.environ, "PYTHONPATH": str(REPO)})
+    results = {r["label"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert len(results) == len(cases), proc.stderr[-3000:]
+    slow = {k: round(r["cpu_s"], 2) for k, r in results.items() if r["cpu_s"] > CPU_BOUND_S or r["outcome"] == "hang"}
+    assert not slow, f"CPU seconds over {CPU_BOUND_S}: {slow}"
+    for r in results.values():
+        if r["outcome"] == "refused":
+            assert "\n" not in r["msg"] and r["msg"].startswith(r["path"]), r["msg"][:300]
+    # the kinds that are refused, and why; the others load
+    assert results["nested_chain_20000"]["outcome"] == "refused" and "levels below all" in \
+        results["nested_chain_20000"]["msg"]
+    assert results["long_var_name"]["outcome"] == "ok"  # not taken for a typo of nccl_env: it is no typo
+    assert results["operator_vars_10x10000"]["outcome"] == "ok"
+    assert results["regex_backtracking_40"]["outcome"] == "ok"
+    print({k: round(r["cpu_s"], 3) for k, r in results.items()})  # the CPU seconds, for the closing note
+
+
+def test_shell_words_split_as_shlex_does():
+    """gpuaccept.config.shellwords.split_words against the standard library's shlex.split on random lines of
+    the characters that mean something to it: the same words, or the same error."""
+    import shlex
+
+    from gpuaccept.config.shellwords import split_words
+
+    rng = random.Random(SEED)
+    compared = 0
+    for _ in range(20000):
+        line = "".join(rng.choice("ab '\"\\#\t=") for _ in range(rng.randrange(14)))
+        for comments in (True, False):
+            try:
+                want = ("ok", shlex.split(line, comments=comments))
+            except ValueError as e:
+                want = ("error", str(e))
+            try:
+                got = ("ok", split_words(line, comments))
+            except ValueError as e:
+                got = ("error", str(e))
+            assert got == want, (line, comments)
+            compared += 1
+    assert compared == 40000

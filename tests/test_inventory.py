@@ -414,9 +414,84 @@ def test_same_range_listed_twice_counts_once(tmp_path):
 
 
 def test_deep_children_chain_is_no_recursion(tmp_path):
-    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(3000)]
+    """A chain of groups as deep as gpuaccept reads (100 below all) resolves without recursion; a deeper one
+    (3,000: each group walks its descendants, time quadratic in the chain) is refused at once, naming the
+    line of the deepest group."""
+    from gpuaccept.config.inventory.resolve import MAX_NESTING
+
+    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(MAX_NESTING - 1)]
     inv = load_inventory(str(write(tmp_path, "deep.ini", "\n".join(lines) + "\n")))
-    assert inv.hosts["h"].groups[:3] == ("all", "g0", "g1") and len(inv.hosts["h"].groups) == 3002
+    assert inv.hosts["h"].groups[:3] == ("all", "g0", "g1") and len(inv.hosts["h"].groups) == MAX_NESTING + 1
+    lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(3000)]
+    msg = load_error(write(tmp_path, "deeper.ini", "\n".join(lines) + "\n"))
+    assert msg.startswith(f"{tmp_path / 'deeper.ini'}:1: group g0 is nested 3001 levels below all; gpuaccept "
+                          f"reads at most {MAX_NESTING}"), msg
+
+
+# -- values that can only fail later, names that deceive (issue 26.4, 26.5) ----------------------------------
+@pytest.mark.parametrize("line,needle", [
+    ("h1 ansible_host=$(id)", "ansible_host '$(id)': '$' cannot be in a host name or IP address"),
+    ("h1 ansible_host=10.0.0.1;reboot", "';' cannot be in a host name"),
+    ("h1 ansible_host=-oProxyCommand=x", "'=' cannot be in a host name"),
+    ("h1 ansible_host=-evil", "starts with '-'"),
+    ("h1 'ansible_host=a b'", "holds whitespace"),
+    ("h1 ansible_user=$(id)", "ansible_user '$(id)': cannot be a user name"),
+    ("h1 'ansible_user=ops team'", "cannot be a user name"),
+    ("h1 ansible_user=-l", "cannot be a user name"),
+    ("h1 ansible_port=２２", "must be an integer in ASCII digits, got '２２'"),
+    ("h1:２２", "bad host 'h1:２２'"),
+    ("h1 ansible_ssh_port=٢٢", "must be an integer in ASCII digits"),
+    ("h\u202e1", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ("gpu\u200b01", "U+200B (ZERO WIDTH SPACE)"),
+    ("gpu\u2066x\u2069", "U+2066"),
+    ("gpu\ufeff1", "U+FEFF"),
+])
+def test_values_and_names_refused_at_load(tmp_path, line, needle):
+    msg = load_error(write(tmp_path, "inv.ini", f"[gpu]\n{line}\n"))
+    assert msg.startswith(f"{tmp_path / 'inv.ini'}:2: ") and needle in msg, msg
+
+
+def test_bidi_control_in_a_group_name_refused(tmp_path):
+    msg = load_error(write(tmp_path, "inv.ini", "[gpu\u202e]\nh1\n"))
+    assert ":1: bad group name" in msg and "U+202E" in msg, msg
+
+
+@pytest.mark.parametrize("line,user,address,port", [
+    ("h1 ansible_host=fe80::1%eth0 ansible_user=svc$", "svc$", "fe80::1%eth0", 22),
+    ("h1 ansible_host=node-1.example.com ansible_user=ops@CORP.EXAMPLE ansible_port=2222", "ops@CORP.EXAMPLE",
+     "node-1.example.com", 2222),
+    ("h1 ansible_host=10.0.0.1 ansible_user=CORP\\\\ops", "CORP\\ops", "10.0.0.1", 22),
+    ("grüße01 ansible_user=jürgen", "jürgen", "grüße01", 22),  # other non-ASCII letters stay allowed
+])
+def test_real_addresses_and_users_load(tmp_path, line, user, address, port):
+    h = next(iter(load_inventory(str(write(tmp_path, "inv.ini", f"[gpu]\n{line}\n"))).hosts.values()))
+    assert (h.user, h.address, h.port) == (user, address, port)
+
+
+def test_nccl_master_addr_must_be_an_address(tmp_path):
+    from gpuaccept.config.hostvars import HostVarError, check_hosts
+
+    inv = load_inventory(str(write(tmp_path, "inv.ini", "[gpu]\nh1 nccl_master_addr='a(b)'\n")))
+    with pytest.raises(HostVarError, match=r"inv.ini:2: host h1 var nccl_master_addr: 'a\(b\)': '\(' cannot be"):
+        check_hosts(inv.select(None), str(tmp_path / "inv.ini"))
+
+
+def test_did_you_mean_is_asked_once_per_name(tmp_path):
+    """Issue 28.2: 2,000 hosts carrying the same ten variables of the operator's own: the near-miss check
+    compares each name with gpuaccept's once, not once per host."""
+    from gpuaccept.config import hostvars
+
+    own = ("rack_slot", "pdu_feed", "asset_tag", "row_label", "cooling_loop", "switch_port", "bmc_address",
+           "purchase_order", "warranty_end", "owner_team")
+    text = "[gpu]\n" + "".join(f"g{i} ansible_connection=local " + " ".join(f"{v}={i}" for v in own) + "\n"
+                               for i in range(2000))
+    inv = load_inventory(str(write(tmp_path, "inv.ini", text)))
+    hostvars._near_miss.cache_clear()
+    hostvars.check_hosts(inv.select(None), str(tmp_path / "inv.ini"))
+    info = hostvars._near_miss.cache_info()
+    unknown = {v for h in inv.select(None) for v in h.vars if v not in hostvars.VARS}  # own + ansible_connection
+    assert len(unknown) == len(own) + 1
+    assert info.misses == len(unknown) and info.hits == len(unknown) * 1999, info
 
 
 def test_a_semicolon_comment_after_a_host_says_how_to_write_it(tmp_path):

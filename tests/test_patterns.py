@@ -233,6 +233,94 @@ def test_shard_option_splits_the_collected_tests(tmp_path):
     assert bad.returncode == 4 and "--shard '4/3'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+# -- ~ patterns: the linear matcher against Python's re (issue 26.1) ------------------------------------------
+_ATOMS = ["a", "b", "-", ".", "\\.", "\\d", "\\w", "\\s", "\\D", "\\W", "[ab]", "[^a]", "[a-c0-9]", "[\\d-]", "[]a]",
+          "[^]]", "^", "$", "\\A", "\\Z", "\\x61", "\\n", "1", "é", "{", "}", "[\\w.]", "\\-", "[\\n]"]
+_QUANT = ["", "", "", "*", "+", "?", "*?", "+?", "??", "{2}", "{1,3}", "{,2}", "{2,}", "{0}", "{1,2}?", "{,}"]
+
+
+def _random_pattern(rng, depth: int = 0) -> str:
+    parts = []
+    for _ in range(rng.randrange(1, 4)):
+        if depth < 2 and rng.random() < 0.3:
+            inner = "|".join(_random_pattern(rng, depth + 1) for _ in range(rng.randrange(1, 3)))
+            atom = rng.choice(["(", "(?:", f"(?P<g{rng.randrange(10 ** 6)}>"]) + inner + ")"
+        else:
+            atom = rng.choice(_ATOMS)
+        parts.append(atom + rng.choice(_QUANT))
+    return "".join(parts)
+
+
+def test_linear_regex_answers_as_python_re():
+    """Random patterns of what the matcher reads, against random names: the same answer as ``re.match``.
+    Python's re itself backtracks exponentially on some of them (which is the point): a pattern it does not
+    answer within 2 s for all names is left out of the comparison."""
+    import random
+    import re
+    import signal
+    import warnings
+
+    from gpuaccept.config.saferegex import compile_limit_regex
+
+    class Slow(Exception):
+        pass
+
+    def slow(*_):
+        raise Slow()
+
+    rng = random.Random(20261201)
+    names = ["".join(rng.choice("ab-1.é \n") for _ in range(rng.randrange(7))) for _ in range(60)]
+    old = signal.signal(signal.SIGALRM, slow)
+    compared = 0
+    try:
+        for _ in range(1500):
+            pattern = _random_pattern(rng)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    rx = re.compile(pattern)
+                except re.error:
+                    continue
+            signal.alarm(2)
+            try:
+                want = [bool(rx.match(n)) for n in names]
+            except Slow:
+                continue
+            finally:
+                signal.alarm(0)
+            lin = compile_limit_regex(pattern)
+            got = [lin.match(n) for n in names]
+            assert got == want, (pattern, [n for n, g, w in zip(names, got, want) if g != w])
+            compared += len(names)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert compared > 30000, compared
+
+
+@pytest.mark.parametrize("pattern,needle", [
+    ("~(?i)gpu", "inline flags"), ("~(gpu)\\1", "back-reference"), ("~gpu(?=0)", "look-ahead"),
+    ("~gpu(?<=u)", "look-behind"), ("~\\bgpu", "word-boundary"), ("~gpu0*+", "possessive"),
+    ("~(?>gpu)", "atomic group"), ("~a{1000}{1000}", "multiple repeat"), ("~(a{100}){100}", "states"),
+])
+def test_limit_regex_constructs_refused(pattern, needle):
+    with pytest.raises(PatternError) as e:
+        select(pattern, HOSTS, GROUPS)
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_limit_regex_backtracking_pattern_is_answered():
+    """``~(a|a)*b`` against a host of 40 ``a`` ran for minutes in Python's re; here it is answered (no host
+    ends in b, so only the other branch selects; a term that names nothing is refused) and the ordinary ~ terms
+    select as before."""
+    hosts = ["a" * 40, "gpu01", "gpu02", "cpu01"]
+    groups = {"all": hosts, "gpu": ["gpu01", "gpu02"]}
+    assert select("~(a|a)*b|gpu0[2-9]", hosts, groups) == ["gpu02"]
+    with pytest.raises(PatternError, match="names no group or host"):
+        select("~(a|a)*b", hosts, groups)
+    assert select("~(a|a)*$", hosts, groups) == ["a" * 40]
+    assert select("~(gpu|cpu)0\\d$:!gpu", hosts, groups) == ["cpu01"]
+
+
 def test_a_limit_mixing_commas_and_colons_says_how_ansible_reads_it(tmp_path):
     """Ansible splits a pattern on commas only when it has one, so in 'gpu:!drained,!g1' the first term is the
     name 'gpu:!drained', which matches nothing (Ansible warns, then finds no host). Before: "term 'gpu:!drained'

@@ -9,6 +9,7 @@ or two ranges multiplied are refused at once, in constant memory.
 from __future__ import annotations
 
 import re
+import unicodedata
 import string
 
 from gpuaccept.errors import InventoryError
@@ -21,6 +22,9 @@ MAX_HOSTS = 100_000
 RANGE = re.compile(r"\[([^\[\]]*)\]")
 # an Ansible range inside a value: [1:3], [01:10:2], [a:f]
 _RANGE_IN_VALUE = re.compile(r"\[(?:\d*:\d+|[A-Za-z]?:[A-Za-z])(?::\d+)?\]")
+#: Unicode general categories refused in host and group names (Unicode 15 chapter 4.5): Cf format (U+200B..U+200F,
+#: U+202A..U+202E, U+2066..U+2069, U+FEFF), Zl and Zp separators, Co private use, Cn unassigned, Cs surrogates
+_DECEPTIVE_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Co", "Cn", "Cs"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -109,7 +113,10 @@ def looks_like_range(value: str) -> bool:
 
 def bad_name_reason(name: str) -> str | None:
     """Why ``name`` cannot be a host name, or None. A host name becomes a folder name in the reports
-    (``probes/<host>/``), so ``/``, ``\\``, ``..``, control characters and the empty name are refused."""
+    (``probes/<host>/``), so ``/``, ``\\``, ``..``, control characters and the empty name are refused; it is
+    shown in terminals and reports, so are the characters of Unicode categories :data:`_DECEPTIVE_CATEGORIES`
+    (bidirectional controls such as U+202E, zero-width characters, the BOM, line and paragraph separators,
+    private-use and unassigned code points). Other non-ASCII letters are fine."""
     if not name.strip():
         return "an empty host name"
     if "/" in name or "\\" in name:
@@ -119,4 +126,10 @@ def bad_name_reason(name: str) -> str | None:
     m = _CONTROL.search(name)
     if m:
         return f"a host name with control character U+{ord(m.group()):04X}"
+    if not name.isascii():
+        for ch in name:  # bidirectional controls (U+202E reorders the text after it), zero-width and other
+            if unicodedata.category(ch) in _DECEPTIVE_CATEGORIES:  # format characters, unassigned code points
+                what = unicodedata.name(ch, "unassigned")
+                return (f"a host name with U+{ord(ch):04X} ({what}), an invisible or text-reordering character "
+                        "(it would reorder or hide text in terminals, test ids and summary.md)")
     return None

@@ -15,6 +15,7 @@ to take literally.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -86,6 +87,18 @@ def _word(value: Any) -> str:
     text = _text(value)
     if any(c.isspace() for c in text):
         raise _Bad(f"expected one word, got {value!r}")
+    return text
+
+
+def _address(value: Any) -> str:
+    """A host name or IP address (``nccl_master_addr``): one word that an address can be
+    (gpuaccept.config.addresses.address_problem: no ``$ ( ) ;``, brackets or leading ``-``)."""
+    from gpuaccept.config.addresses import address_problem
+
+    text = _word(value)
+    why = address_problem(text)
+    if why:
+        raise _Bad(f"{text!r}: {why}")
     return text
 
 
@@ -351,7 +364,7 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "nccl_env": _plain(_nccl_env),
     "nccl_backend": _plain(_one_of("nccl", "gloo")),
     "nccl_expect_transport": _plain(_text),
-    "nccl_master_addr": _plain(_word),
+    "nccl_master_addr": _plain(_address),
     "nccl_internode_busbw_gbps": _plain(_number(0)),
     "nccl_internode_at_bytes": _plain(_number(1, integer=True)),
     "nccl_internode_probe_args": _plain(_probe_args),
@@ -379,31 +392,52 @@ ANSIBLE_VARS = ("ansible_connection", "ansible_group_priority", "ansible_host", 
                 "ansible_ssh_private_key_file", "ansible_ssh_user", "ansible_user")
 
 
-def _edits(a: str, b: str) -> int:
-    """Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of two neighbours."""
-    prev2, prev = None, list(range(len(b) + 1))
+def _edits(a: str, b: str, limit: int) -> int | None:
+    """Optimal-string-alignment distance of ``a`` and ``b`` (insertions, deletions, substitutions and swaps
+    of two neighbours) when it is at most ``limit``, else None. Only the cells within ``limit`` of the
+    diagonal are computed, and a row whose every cell is past ``limit`` ends it: O(len(a) x limit)."""
+    if abs(len(a) - len(b)) > limit:
+        return None
+    over = limit + 1  # any cost above limit, kept as this
+    prev2: list[int] | None = None
+    prev = [j if j <= limit else over for j in range(len(b) + 1)]
     for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        cur = [over] * (len(b) + 1)
+        cur[0] = i if i <= limit else over
+        lo, hi = max(1, i - limit), min(len(b), i + limit)
+        for j in range(lo, hi + 1):
+            cb = b[j - 1]
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if prev2 is not None and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = min(v, over)
+        if min(cur[lo - 1:hi + 1]) > limit:
+            return None
         prev2, prev = prev, cur
-    return prev[-1]
+    return prev[-1] if prev[-1] <= limit else None
 
 
+#: the names a typo is compared with (:func:`_near_miss`), with the number of edits each allows
+_KNOWN_NAMES = tuple((known, 2 if len(known) >= 10 else 1) for known in (*VARS, *ANSIBLE_VARS))
+
+
+@functools.lru_cache(maxsize=4096)
 def _near_miss(var: str) -> str | None:
     """The gpuaccept or Ansible connection variable ``var`` looks like a typo of, else None (then it is the
     operator's own). A typo: one edit away (a letter added, dropped, changed, or two neighbours swapped:
     ``nccl_evn``, ``ncl_env``), two for names of 10 letters or more (``nvme_cnt``); names under 6 letters are
-    never taken for typos."""
-    if not isinstance(var, str) or len(var) < 6 or var in ANSIBLE_VARS:
+    never taken for typos. Answered once per distinct name (cached: 10,000 hosts carrying an operator
+    variable of their own ask the same question 10,000 times); a name whose length differs from a known one
+    by more than its allowed edits is not compared with it (the distance is at least the difference), so a
+    long name costs nothing."""
+    if len(var) < 6 or var in ANSIBLE_VARS:
         return None
     best = None
-    for known in (*VARS, *ANSIBLE_VARS):
-        d = _edits(var, known)
-        allowed = 2 if len(known) >= 10 else 1
-        if 0 < d <= allowed and (best is None or d < best[0]):
+    for known, allowed in _KNOWN_NAMES:
+        if abs(len(var) - len(known)) > allowed:  # the distance is at least the difference: not a typo of it
+            continue
+        d = _edits(var, known, allowed)
+        if d and (best is None or d < best[0]):
             best = (d, known)
     return best[1] if best else None
 
@@ -424,7 +458,7 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
     for var, value in host.vars.items():
         check = VARS.get(var)
         if check is None:
-            near = _near_miss(var)
+            near = _near_miss(var) if isinstance(var, str) else None
             if near:
                 where = host.where(var, default_where) if hasattr(host, "where") else default_where
                 raise HostVarError(f"{where}: host {host.name} var {var}: not a variable gpuaccept knows; did you mean "

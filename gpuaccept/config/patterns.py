@@ -5,7 +5,9 @@ no comma, by colons outside brackets (``a:b``). Each term is one of:
 
 * a group or host name: ``gpu``, ``gpu001``, ``all``;
 * a shell wildcard matched against group and host names: ``gpu*``, ``*.rack1``;
-* a regular expression after ``~`` (``re.match``, so anchored at the start): ``~gpu0[12]``;
+* a regular expression after ``~`` (``re.match``, so anchored at the start): ``~gpu0[12]``, matched by
+  :mod:`gpuaccept.config.saferegex` in time linear in each name (Ansible's Python ``re`` backtracks:
+  ``~(a|a)*b`` against 40 ``a`` ran for minutes); back-references, look-around and inline flags are refused;
 * any of the above followed by a subscript picking hosts by position in what
   it matched: ``gpu[0]``, ``gpu[-1]``, ``gpu[1:3]`` (inclusive, like Ansible),
   ``gpu[2:]``, ``gpu[:3]``.
@@ -30,12 +32,14 @@ inventory would expand it (Ansible would warn and match nothing).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import ipaddress
 import re
 
 from gpuaccept.errors import ConfigError, PatternError
 from gpuaccept.config.hostranges import expand_hostname
+from gpuaccept.config.saferegex import LinearRegex, UnsupportedRegex, compile_limit_regex
 
 __all__ = ["parse_shard", "select", "shard", "shard_of", "split_pattern"]
 
@@ -87,13 +91,24 @@ def _names_matching(expr: str, names) -> list[str]:
     if not expr.startswith("~") and not _WILD.search(expr):
         return [expr] if expr in names else []
     if expr.startswith("~"):
-        try:
-            rx = re.compile(expr[1:])
-        except re.error as err:
-            raise PatternError(f"bad regular expression {expr!r} in --limit: {err}") from None
-        return [n for n in names if rx.match(n)]
+        lin = _linear(expr)
+        return [n for n in names if lin.match(n)]
     rx = re.compile(fnmatch.translate(expr))
     return [n for n in names if rx.match(n)]
+
+
+@functools.lru_cache(maxsize=64)
+def _linear(expr: str) -> LinearRegex:
+    """The ``~`` term ``expr`` compiled for the linear matcher (:mod:`gpuaccept.config.saferegex`), once per
+    pattern (its groups and its hosts share the states it builds). Raises PatternError."""
+    try:
+        return compile_limit_regex(expr[1:])
+    except re.error as err:
+        raise PatternError(f"bad regular expression {expr!r} in --limit: {err}") from None
+    except UnsupportedRegex as err:
+        raise PatternError(f"--limit term {expr!r}: {err} is not supported: gpuaccept matches ~ patterns without "
+                           "backtracking, in time linear in each name (literals, ., classes, groups, |, repeats, "
+                           "^ $ \\A \\Z)") from None
 
 
 def _split_subscript(term: str) -> tuple[str, tuple[int, int | None] | int | None]:

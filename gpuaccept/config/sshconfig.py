@@ -10,12 +10,12 @@ apart from reading the config file.
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 import paramiko
 
+from gpuaccept.config.shellwords import split_words
 from gpuaccept.errors import ConfigError
 
 #: inventory vars whose ``-o Key=Value`` / ``-J jump`` options reach ssh (Ansible's ssh connection plugin)
@@ -41,10 +41,10 @@ class Target:
 def ssh_args_options(text: str, where: str = "ansible_ssh_common_args") -> list[tuple[str, str]]:
     """``-o Key=Value``, ``-oKey=Value``, ``-o 'Key Value'`` and ``-J jump`` from an ssh argument string, as
     ``[(key lower-case, value)]`` in order, keeping only :data:`_OPTIONS`. Raises ConfigError naming ``where``
-    for text that shlex cannot split. Example: ``'-o ProxyJump=b1 -o ControlMaster=auto'`` →
+    for text that cannot be split as a shell would (:func:`~gpuaccept.config.shellwords.split_words`). Example: ``'-o ProxyJump=b1 -o ControlMaster=auto'`` →
     ``[("proxyjump", "b1")]``."""
     try:
-        words = shlex.split(text or "")
+        words = split_words(text or "", comments=False)
     except ValueError as e:
         raise ConfigError(f"{where}: cannot split {text!r}: {e}") from None
     out: list[tuple[str, str]] = []

@@ -22,6 +22,7 @@ import pytest
 
 from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
+from gpuaccept.config.outputs import check_report_folder
 from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
@@ -31,12 +32,12 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
-from gpuaccept.reporting.verdicts import action_hosts, failed_hosts
+from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
-    """The run's report folder, created now: ``--reports DIR`` (refused with ConfigError when it already
-    holds a run) or ``reports/<UTC timestamp>[-n]`` (mkdir is atomic: two runs started in the same second get
+    """The run's report folder, created now: ``--reports DIR`` (refused with ConfigError unless new or empty,
+    and not the root or a system folder: gpuaccept.config.outputs) or ``reports/<UTC timestamp>[-n]`` (mkdir is atomic: two runs started in the same second get
     two folders). Returns ``(path, created)``; ``created`` says the folder is new (removed again if no test
     runs)."""
     rdir = config.getoption("reports")
@@ -59,6 +60,7 @@ def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
         found = holds_run(rdir)
         if found:
             raise ConfigError(f"--reports {rdir}: already holds a run ({found}); give a new or empty folder")
+    check_report_folder(rdir)  # not / or a system folder; new or empty: nothing there the run would follow
     try:
         os.makedirs(rdir, exist_ok=True)
     except OSError as e:
@@ -134,6 +136,18 @@ class ReportPlugin:
             self.history = HistorySink(self.history_path, self.run_id, state.started, config.getoption("profile"),
                                        self._opt("baseline"), self._opt("standout_pct"))
             self.reporter.sinks.append(self.history)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session) -> None:
+        """The run's first lines say where it writes: the report folder and the history database (its
+        default, ``reports/history.sqlite`` under the suite's folder, is outside a ``--reports`` folder)."""
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None or self.reporter is None:
+            return
+        given = self._opt("history")
+        hist = "none (--history none)" if given == "none" else self.history_path + (
+            "" if given else " (the default; --history PATH or --history none to change)")
+        tr.write_line(f"gpuaccept: reports in {self.reporter.dir}; history in {hist}")
 
     def _check_history(self) -> None:
         """The history database (``--history``, default ``reports/history.sqlite``) must open, created if new,
@@ -300,11 +314,20 @@ class ReportPlugin:
             return
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
         rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
+        stop = session.config.pluginmanager.get_plugin("gpuaccept-interrupt")
+        if rep.meta["interrupted"] or getattr(stop, "reason", None):  # the banner of summary.md and report.html
+            rep.meta["interrupted"] = True
+            rep.meta["interruption"] = {
+                "signal": getattr(stop, "reason", None) or "KeyboardInterrupt",
+                "at": getattr(stop, "at", None) or time.time(),
+                "running": sorted(set(self.partial) | ({stop.running} if getattr(stop, "running", None) else set())),
+                "unfinished": len(self.partial) + len([n for n in rep.expected if n not in rep.records])}
         for nodeid in list(self.partial):
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
             if nodeid not in rep.records:
                 rep.add(CaseRecord(nodeid, nodeid.split("::")[-1], host, layer, "error", f"not run: {reason}"))
+        _count_in_terminal(session, rep)
         self._finish(rep)
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
             tr = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -345,6 +368,9 @@ class ReportPlugin:
         hv = rep.host_verdicts()
         bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
         fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
+        stop = interruption_text(rep.meta)
+        if stop:
+            terminalreporter.write_line(f"gpuaccept: INTERRUPTED {stop}", red=True)
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
@@ -356,6 +382,25 @@ class ReportPlugin:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
         for line in self.slurm_lines:  # gpuaccept.scaleout.drain: the dry run's commands, or the calls made
             terminalreporter.write_line(line)
+
+
+#: pytest's terminal categories that its closing line counts (pytest's terminal.py KNOWN_TYPES, less warnings)
+_COUNTED = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
+
+
+def _count_in_terminal(session, rep: Reporter) -> None:
+    """Give pytest's closing line the tests it never reported (an interrupt stopped the run before they
+    started, or while they ran): each as an error with the reports' message, so that the closing line, JUnit,
+    results.json and summary.md count the same ("8 errors", not "1 error")."""
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return
+    counted = {getattr(r, "nodeid", None) for key in _COUNTED for r in tr.stats.get(key, ())}
+    for nodeid, rec in rep.records.items():
+        if nodeid not in counted and rec.outcome == "error":
+            tr.stats.setdefault("error", []).append(pytest.TestReport(
+                nodeid, (nodeid.split("::")[0], None, nodeid.split("::")[-1]), {}, "failed", rec.message, "setup",
+                user_properties=[(ERROR_KEY, rec.message)]))
 
 
 # The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a

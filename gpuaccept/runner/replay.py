@@ -45,16 +45,48 @@ def _replay_match(directory: str, name: str, args: dict | None) -> list[str]:
     return out
 
 
-def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
-    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args), best effort."""
+def _folder_fd(directory: str) -> int:
+    """An open descriptor of ``directory`` (``<report folder>/probes/<host>``), its last two parts made here
+    when missing and opened without following a symlink: a ``probes`` or host entry that is a symlink (made by
+    someone else under the report folder) raises OSError instead of sending the documents where it points.
+    The report folder itself is the operator's (gpuaccept.config.outputs checked it)."""
+    top, leaf = os.path.split(os.path.normpath(directory))
+    base, mid = os.path.split(top)
+    fd = os.open(base or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, _probe_key(name, args) + ".json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"probe": name, "args": args or {}, "doc": doc}, f, indent=1, default=str)
-        os.replace(path + ".tmp", path)
+        for part in (mid, leaf):
+            try:
+                os.mkdir(part, dir_fd=fd)
+            except FileExistsError:
+                pass
+            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
+    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args), best effort.
+    Nothing under the report folder is followed through a symlink (:func:`_folder_fd`; the file itself is
+    created with O_NOFOLLOW and renamed into place): such a document is not kept."""
+    try:
+        fd = _folder_fd(directory)
     except OSError:
-        pass  # the figures still reach results.json; a full disk must not fail the measurement
+        return  # the figures still reach results.json; a full disk must not fail the measurement
+    try:
+        final = _probe_key(name, args) + ".json"
+        tmp = final + ".tmp"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"probe": name, "args": args or {}, "doc": doc}, f, indent=1, default=str)
+        os.replace(tmp, final, src_dir_fd=fd, dst_dir_fd=fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dict:

@@ -16,7 +16,14 @@ a key written twice (YAML mapping, INI host line or ``[g:vars]`` section), range
 end, Jinja templates in the connection variables, a host range inside an address variable
 (``ansible_host=10.0.0.[1:3]``), a host with the name of a group (Ansible warns, then sets that host's
 inline vars on the group, so every host of the group gets them), two hosts at one address:port, host and group names with ``/``, ``..`` or
-control characters (they become folder names), more than 100,000 hosts.
+control characters (they become folder names) or bidirectional, zero-width and other format characters (they
+reorder or hide text where the name is shown), an ``ansible_host`` with a character no address holds (``$ ( )
+;``), an ``ansible_user`` no login name can be, a port not in ASCII digits (``２２``), groups nested more than
+100 levels, more than 100,000 hosts.
+
+Every step takes time linear in the file (tests/test_fuzz_input.py holds the worst input of each kind, with a
+bound on CPU seconds): INI lines are split without :mod:`shlex` (:mod:`gpuaccept.config.shellwords`), and
+resolving which hosts each group holds runs under a step budget linear in the file (:mod:`.resolve`).
 """
 from __future__ import annotations
 

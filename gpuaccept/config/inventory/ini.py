@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import ast
 import re
-import shlex
 import warnings
 from typing import Any
 
 from gpuaccept.errors import InventoryError
 from gpuaccept.config.inventory.resolve import Builder, host_names, port_clash
+from gpuaccept.config.shellwords import split_words
 
 _SECTION = re.compile(r"^\[(?P<name>[^\[\]:\s]+)(?::(?P<kind>[^\[\]\s]+))?\]\s*(?:[#;].*)?$")
 # a host line in bracket form: [2001:db8::12]:2200 (Ansible reads it as a host, not a section)
 _BRACKET_HOST = re.compile(r"^\[[0-9A-Fa-f:.]+\]:\d+(?:\s|$)")
-# characters after which a line needs shlex; without them str.split() gives the same tokens
+# characters after which a line needs shell-style splitting; without them str.split() gives the same tokens
 _NEEDS_SHLEX = re.compile(r"['\"\\#]|[^\x21-\x7e \t]")
 # values that cannot be a Python literal other than these: words that start with a letter
 _WORD = re.compile(r"[A-Za-z_][^'\"()\[\]{},]*")
@@ -95,8 +95,9 @@ def parse_ini(b: Builder, text: str) -> None:
         if child not in declared:
             raise InventoryError(f"{where}: [{parent}:children] names group {child!r}, which has no section")
         b.add_child(parent, child, where)
+    children = {c for _, c, _ in pending}
     for name, where in vars_only.items():
-        if name not in declared and not any(c == name for _, c, _ in pending):
+        if name not in declared and name not in children:
             raise InventoryError(f"{where}: section [{name}:vars] is for group {name!r}, which is defined nowhere")
 
 
@@ -124,7 +125,7 @@ def _split(line: str, where: str) -> list[str]:
     if not _NEEDS_SHLEX.search(line):
         return line.split()
     try:
-        return shlex.split(line, comments=True)
+        return split_words(line, comments=True)
     except ValueError as err:
         raise InventoryError(f"{where}: cannot split line: {err}") from None
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuaccept.errors import InventoryError
+from gpuaccept.config.addresses import BRACKET_PORT as _BRACKET_PORT, address_problem, user_problem
 from gpuaccept.config.hostvars import become_user, known_hosts_file
 from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expand_hostname, looks_like_range
 from gpuaccept.config.yamlload import plain
@@ -38,8 +39,14 @@ _CHECKED_SET = frozenset(CHECKED_VARS) | {"nccl_master_addr"}
 # Address variables: a host range written there is kept literally by Ansible (and never connects)
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host", "nccl_master_addr")
 CONNECTIONS = {"ssh": "ssh", "smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh", "local": "local"}
-_BRACKET_PORT = re.compile(r"^\[([0-9A-Fa-f:.]+)\]:(\d+)$")
-_NAME_PORT = re.compile(r"^(.*):(\d+)$")
+#: the step budget of resolving group membership (Builder._budget): a base and a number per item of the file,
+#: chosen so that 100,000 hosts in 1,000 racks under a few roles use under a tenth of it
+RESOLVE_STEPS_BASE = 1_000_000
+RESOLVE_STEPS_PER_ITEM = 20
+#: groups nest at most this many levels below ``all`` (chosen: fleets nest a few levels: site, pod, rack, role)
+MAX_NESTING = 100
+_NAME_PORT = re.compile(r"^(.*):([0-9]+)$")  # ASCII digits: int() would read "２２" (fullwidth) as 22
+_PORT_TEXT = re.compile(r"[0-9]{1,5}")  # a port written as text: ASCII digits only, as Ansible's int() of it
 
 
 @dataclass
@@ -50,8 +57,10 @@ class _Group:
     hosts: list[str] = field(default_factory=list)
     host_set: set[str] = field(default_factory=set)
     children: list[str] = field(default_factory=list)
+    child_set: set[str] = field(default_factory=set)
     parents: list[str] = field(default_factory=list)
     priority: int = 1
+    where: str = ""  # file:line where the group first appears, named when resolving it is refused
 
 
 def split_port(pattern: str, where: str) -> tuple[str, int | None]:
@@ -124,7 +133,7 @@ class Builder:
             why = bad_name_reason(name)
             if why:
                 raise InventoryError(f"{where or self.path}: bad group name {name!r}: {why.replace('host', 'group')}")
-            g = self.groups[name] = _Group(name)
+            g = self.groups[name] = _Group(name, where=where or self.path)
         return g
 
     def add_child(self, parent: str, child: str, where: str) -> None:
@@ -133,7 +142,8 @@ class Builder:
         if child == parent:
             raise InventoryError(f"{where}: group {child!r} cannot be its own child")
         p, c = self.group(parent), self.group(child)
-        if child not in p.children:
+        if child not in p.child_set:
+            p.child_set.add(child)
             p.children.append(child)
             c.parents.append(parent)
 
@@ -177,7 +187,8 @@ class Builder:
             if name != "all" and not g.parents:
                 self.add_child("all", name, self.path)
         depth = self._depths()
-        members = {name: self._group_hosts(name) for name in self.groups}
+        budget = [self._budget()]
+        members = {name: self._group_hosts(name, budget) for name in self.groups}
         host_groups: dict[str, list[str]] = {h: [] for h in self.hosts}
         for gname, hs in members.items():
             for h in hs:
@@ -245,6 +256,11 @@ class Builder:
                     ready.append(c)
         if done < len(self.groups):
             raise InventoryError(f"{self.path}: groups form a cycle: {self._cycle(waiting)}")
+        deepest = max(depth, key=depth.__getitem__)
+        if depth[deepest] > MAX_NESTING:
+            raise InventoryError(f"{self.groups[deepest].where}: group {deepest} is nested {depth[deepest]} levels "
+                                 f"below all; gpuaccept reads at most {MAX_NESTING} (each group's hosts are found by "
+                                 "walking its descendants: a deeper chain costs time quadratic in its length)")
         return depth
 
     def _cycle(self, waiting: dict[str, int]) -> str:
@@ -260,8 +276,18 @@ class Builder:
         loop = trail[seen[cur]:][::-1]
         return " -> ".join(loop + [loop[0]])
 
-    def _group_hosts(self, name: str) -> list[str]:
-        """The group's own hosts, then its descendants' level by level (Ansible's order)."""
+    def _budget(self) -> int:
+        """Steps (a group or a host looked at) :meth:`_group_hosts` may take for the whole inventory: each group
+        walks its descendants, so a chain of n nested groups costs n²/2 steps (a chain of 5,000 took 13 s).
+        :data:`RESOLVE_STEPS_BASE` plus :data:`RESOLVE_STEPS_PER_ITEM` per group, child link and host entry
+        of the file: linear in the inventory, and far above what a fleet's racks and roles take."""
+        items = sum(1 + len(g.children) + len(g.hosts) for g in self.groups.values())
+        return RESOLVE_STEPS_BASE + RESOLVE_STEPS_PER_ITEM * items
+
+    def _group_hosts(self, name: str, budget: list[int]) -> list[str]:
+        """The group's own hosts, then its descendants' level by level (Ansible's order). ``budget``: [steps
+        left] for the whole inventory (:meth:`_budget`), spent here; raises InventoryError naming the group
+        when it runs out."""
         g = self.groups[name]
         if not g.children:
             return list(g.hosts)
@@ -271,7 +297,14 @@ class Builder:
         level = [name]
         while level:
             nxt: list[str] = []
+            budget[0] -= len(level)
+            if budget[0] < 0:
+                raise InventoryError(f"{g.where}: group {name}: its children nest so deep or so wide that resolving "
+                                     f"the inventory's groups takes more than {self._budget():,} steps (linear "
+                                     "in the file's size); flatten the nesting (Ansible inventories seldom nest "
+                                     "more than a few levels)")
             for gname in level:
+                budget[0] -= len(self.groups[gname].hosts)
                 for h in self.groups[gname].hosts:
                     if h not in seen:
                         seen.add(h)
@@ -346,10 +379,10 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         port = 22
     elif type(port_raw) is int:
         port = port_raw
-    elif isinstance(port_raw, str) and port_raw.strip().isdigit() and len(port_raw.strip()) <= 5:
+    elif isinstance(port_raw, str) and _PORT_TEXT.fullmatch(port_raw.strip()):
         port = int(port_raw)
     else:
-        raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} must be an integer, "
+        raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} must be an integer in ASCII digits, "
                              f"got {port_raw!r}")
     if not 0 < port < 65536:
         raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} {port} is not a TCP port")
@@ -367,6 +400,9 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         why = address_problem(str(address))
         if why:
             raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
+    why = user_problem(str(user)) if user is not None else None
+    if why:
+        raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {str(user)!r}: {why}")
     if python is None or str(python).startswith("auto"):
         python = "python3"
     return Host(
@@ -383,21 +419,6 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         become_user=become_user(v),
         known_hosts=known_hosts_file(v),
     )
-
-
-def address_problem(address: str) -> str | None:
-    """Why ``address`` (an ``ansible_host`` value) can be no address to connect to, else None: empty, holding
-    whitespace, or an IPv6 address in brackets (``[2001:db8::7]``, ``[::1]:2200``: brackets belong to INI
-    host names; ssh and paramiko both fail with "cannot resolve [::1]" on every connection, Ansible too)."""
-    if not address.strip():
-        return "is empty"
-    if any(c.isspace() for c in address):
-        return "holds whitespace"
-    m = _BRACKET_PORT.match(address) or re.fullmatch(r"\[([0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]", address)
-    if m:
-        port = f", and {m.group(2)} in ansible_port" if m.lastindex and m.lastindex >= 2 else ""
-        return f"write the IPv6 address without brackets ({m.group(1)}){port}"
-    return None
 
 
 def _canonical(address: str) -> str:

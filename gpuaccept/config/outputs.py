@@ -1,0 +1,82 @@
+"""Where a run may write, checked before any node is touched: the ``--reports`` folder.
+
+A report folder is one the operator means for this run: new, or an existing folder that is empty (a fresh
+filesystem's ``lost+found`` aside), and neither the root nor a system folder. So ``--reports=/`` (six files
+written into ``/`` as root), ``--reports ~`` or ``--reports /etc/x`` are refused, and so is a folder holding
+anything, a symlink above all: ``probes -> /elsewhere`` left in it would have sent every host's probe
+documents elsewhere. What the run makes under the folder afterwards is opened without following symlinks
+(gpuaccept.runner.host.save_probe).
+"""
+from __future__ import annotations
+
+import os
+
+from gpuaccept.errors import ConfigError
+
+__all__ = ["SYSTEM_TREES", "TOP_FOLDERS", "check_report_folder", "system_folder_problem"]
+
+#: folders of the operating system (the Filesystem Hierarchy Standard 3.0, chapters 3 and 6): neither they nor
+#: any folder inside them is a report folder
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+                "/sys", "/usr")
+#: shared top-level folders (FHS 3.0): a folder inside them is fine, the folder itself is not the run's
+TOP_FOLDERS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var", "/var/lib", "/var/log",
+               "/var/tmp")
+#: entries an empty folder may hold: a fresh ext2/3/4 filesystem's own
+_EMPTY_OK = ("lost+found",)
+
+
+def _real(path: str) -> str:
+    """``path`` absolute, with the symlinks of the part that exists resolved (the rest is created later)."""
+    return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def system_folder_problem(path: str) -> str | None:
+    """Why ``path`` (resolved) is no folder a run should write its reports into, or None: the root, a system
+    folder or one inside it (:data:`SYSTEM_TREES`), a shared top-level folder itself (:data:`TOP_FOLDERS`), or
+    the home folder itself."""
+    real = _real(path)
+    where = f" ({real})" if real != os.path.abspath(path) else ""
+    if real == "/":
+        return f"is the root folder{where}"
+    for tree in SYSTEM_TREES:
+        if real == tree or real.startswith(tree + "/"):
+            return f"is {'the' if real == tree else 'inside the'} system folder {tree}{where}"
+    if real in TOP_FOLDERS or real == _real("~"):
+        return f"is the shared folder {real} itself{where}; give a folder of its own inside it"
+    return None
+
+
+def check_report_folder(path: str, option: str = "--reports") -> None:
+    """Refuse ``path`` as a run's report folder unless it is new, or an existing empty folder, and not the
+    root or a system folder (:func:`system_folder_problem`).
+
+    The caller says "already holds a run" first, for a folder holding a run's files (their names belong to
+    gpuaccept.reporting.records).
+
+    Raises:
+        ConfigError: one line, ``<option> <path>: <why>``: the root or a system folder; not a folder; holding
+            a symlink (names it and where it points: the run did not make it, and would follow it); holding
+            anything else (names up to 5 entries).
+    """
+    shown = os.path.abspath(path)
+    why = system_folder_problem(path)
+    if why:
+        raise ConfigError(f"{option} {shown}: {why}: give a new or empty folder of this run's own")
+    if not os.path.lexists(shown):
+        return
+    if not os.path.isdir(shown):
+        raise ConfigError(f"{option} {shown}: exists and is not a folder")
+    try:
+        names = sorted(n for n in os.listdir(shown) if n not in _EMPTY_OK)
+    except OSError as e:
+        raise ConfigError(f"{option} {shown}: cannot be read: {e.strerror or e}") from None
+    if not names:
+        return
+    links = [n for n in names if os.path.islink(os.path.join(shown, n))]
+    if links:
+        target = os.readlink(os.path.join(shown, links[0]))
+        raise ConfigError(f"{option} {shown}: holds a symlink {links[0]} -> {target} that this run did not make "
+                          "(the reports would be written where it points); give a new or empty folder")
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise ConfigError(f"{option} {shown}: is not empty (holds {listed}); give a new or empty folder")
