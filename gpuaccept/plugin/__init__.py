@@ -32,6 +32,8 @@ from gpuaccept.reporting.records import ERROR_KEY, LAYERS, layer_of
 from gpuaccept.plugin.reports import ReportPlugin, list_hosts_text
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.config.thresholds import load_all
+from gpuaccept.config.sitelimits import layer_site
+from gpuaccept.config.paths import SUITES_DIR, shipped
 from gpuaccept.transport import get_transport, interruption
 from gpuaccept.judging.readings import typed
 from gpuaccept.judging.sku import node_sku
@@ -47,12 +49,17 @@ class DeclaredGpuMissing(Exception):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuaccept_suites", "run the gpuaccept suites (activates this plugin)", type="bool", default=False)
+    parser.addini("gpuaccept_packaged_suites", "with no test path given, collect the suites shipped in the package "
+                  "(set by the gpuaccept command)", type="bool", default=False)
     g = parser.getgroup("gpuaccept", "GPU cluster acceptance")
     g.addoption("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
     g.addoption("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
     g.addoption("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
     g.addoption("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
-    g.addoption("--thresholds", default=None, help="threshold folder; default thresholds/")
+    g.addoption("--thresholds", default=None,
+                help="threshold folder; default ./thresholds when the project has one, else the files shipped")
+    g.addoption("--site-thresholds", default=None, metavar="FILE",
+                help="a YAML naming only the checks a site changes, per SKU, layered over the threshold files")
     g.addoption("--probe-timeout", type=float, default=None,
                 help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
     g.addoption("--accept-new-host-keys", action="store_true", default=False,
@@ -139,9 +146,22 @@ def check_options(config: pytest.Config) -> None:
 
 
 def _root(config: pytest.Config, path: str | None, default: str) -> str:
+    """``path`` made absolute, else the project's own ``<rootdir>/<default>`` when it exists, else the one
+    shipped in the package (gpuaccept/config/paths.py): an installed gpuaccept runs from any folder."""
     if path:
         return os.path.abspath(path)
-    return str(config.rootpath / default)
+    own = config.rootpath / default
+    return str(own) if own.exists() else shipped(default)
+
+
+def active(config: pytest.Config) -> bool:
+    """Whether this run is gpuaccept's: the ini sets ``gpuaccept_suites`` (the repository's pytest.ini, the
+    ``gpuaccept`` command), or ``--pyargs`` names the package or its suites (``pytest --pyargs gpuaccept``)."""
+    if config.getini("gpuaccept_suites"):
+        return True
+    return bool(config.option.pyargs) and any(
+        str(a).split("::")[0] in ("gpuaccept", "gpuaccept.suites") or str(a).startswith("gpuaccept.suites.")
+        for a in config.args)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -150,20 +170,25 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if not config.getini("gpuaccept_suites") or config.option.help:
+    if not active(config) or config.option.help:
         return
+    if config.getini("gpuaccept_packaged_suites") and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = [SUITES_DIR]  # the gpuaccept command without a test path: the shipped suites
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: the {layer} layer")
     inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
     try:
         check_options(config)
         specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
+        if config.getoption("site_thresholds"):  # a site's changes, check by check (gpuaccept/config/sitelimits.py)
+            specs = layer_site(config.getoption("site_thresholds"), specs)
         sku = config.getoption("sku")
         if sku and sku not in specs:
             raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
         shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
         inv: Inventory = load_inventory(*shared) if shared else load_inventory(inv_path)
         limit = config.getoption("limit")
+        limit_warnings: list[str] = []  # an unmatched &/! term: ignored with a warning, as Ansible
         raw = list(config.invocation_params.args)
         if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
             raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
@@ -171,7 +196,7 @@ def pytest_configure(config: pytest.Config) -> None:
             wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
             hosts = [h for h in inv.select(None) if h.name in wanted]
         else:
-            hosts = inv.select(limit)
+            hosts = inv.select(limit, warnings=limit_warnings)
         hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
         hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
         check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
@@ -179,7 +204,10 @@ def pytest_configure(config: pytest.Config) -> None:
         check_local_addresses(hosts, inv_path)
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
-    state: dict[str, Any] = {"inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
+    if not _is_worker(config):
+        for line in limit_warnings:
+            sys.stderr.write(f"[WARNING] {line}\n")
+    state: dict[str, Any] = {"warnings": limit_warnings, "inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
                              "started": time.time()}
     state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.config.hostvars), checked above
     if _is_worker(config):
@@ -210,6 +238,17 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
         if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
             st.setdefault("progress_dir", progress_relay.make_dir())
             worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The burn-in layer runs only when asked for by marker (``-m burnin``): a burn-in holds a node for many
+    minutes, and a plain ``pytest`` (the main job) must not start one by surprise."""
+    if _state(config) is None or "burnin" in (config.option.markexpr or ""):
+        return
+    keep = [it for it in items if it.get_closest_marker("burnin") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it.get_closest_marker("burnin") is not None])
+        items[:] = keep
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -461,7 +500,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config):
     """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder."""
-    if not config.getoption("list_hosts", False) or not config.getini("gpuaccept_suites"):
+    if not config.getoption("list_hosts", False) or not active(config):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
     config.get_terminal_writer().line(list_hosts_text(config.stash[STATE]["hosts"]))

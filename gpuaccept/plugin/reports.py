@@ -39,7 +39,7 @@ def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
     runs)."""
     rdir = config.getoption("reports")
     if rdir is None:
-        base = str(config.rootpath / "reports")
+        base = str(config.invocation_params.dir / "reports")  # ./reports of the folder it runs in
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         for n in range(1000):
             path = os.path.join(base, stamp + (f"-{n}" if n else ""))
@@ -232,7 +232,7 @@ class ReportPlugin:
         self.created = False
         self.progress: Progress | None = None
         self.reporter: Reporter | None = None
-        self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
+        self.history_path = self._opt("history") or str(config.invocation_params.dir / "reports" / "history.sqlite")
         self._stderr = None
         self.history: HistorySink | None = None
         if self.collect_only:
@@ -240,7 +240,7 @@ class ReportPlugin:
         self._stderr = _real_stderr()
         self._check_baseline()  # before the history is created: "no history database" must stay that
         self._check_history()
-        latest = config.rootpath / "reports" / "latest"
+        latest = config.invocation_params.dir / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
         rdir, self.created = reserve_folder(config)
         self.run_id = os.path.basename(os.path.normpath(rdir))
