@@ -1,5 +1,5 @@
 """Installed, runnable anywhere: the suites and threshold files ship inside the package, the ``gpuaccept``
-command (gpuaccept/plugin/cli.py) and ``pytest --pyargs gpuaccept`` run them from an operator's folder with
+command (gpuaccept/cli.py) and ``pytest --pyargs gpuaccept`` run them from an operator's folder with
 its own inventory, reports go to ``./reports`` there, and a site file changes some checks of a SKU
 (gpuaccept/config/sitelimits.py) with its provenance in the failure line."""
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_gpuaccept_command_runs_the_shipped_suites_from_any_folder(tmp_path):
     """Before: from an ops folder, ``python -m pytest --inventory nightly.ini -m health`` collected 0 items
     (exit 5); the example inventories showed a ``gpuaccept`` command that did not exist."""
     ops = _ops_folder(tmp_path)
-    res = _run(ops, "-m", "gpuaccept.plugin.cli", "-i", "nightly.ini", "-m", "health", "-k", "gpu_inventory or fleet")
+    res = _run(ops, "-m", "gpuaccept.cli", "-i", "nightly.ini", "-m", "health", "-k", "gpu_inventory or fleet")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     tests = _tests_run(ops)
     assert sorted(t["nodeid"] for t in tests) == ["test_health.py::test_fleet_consistency",
@@ -66,7 +66,7 @@ def test_pytest_pyargs_runs_the_shipped_suites(tmp_path):
 def test_every_pytest_option_passes_through(tmp_path):
     """``--collect-only -q`` and ``-k`` reach pytest: the ids listed, no node touched, no report folder."""
     ops = _ops_folder(tmp_path)
-    res = _run(ops, "-m", "gpuaccept.plugin.cli", "--inventory=nightly.ini", "--collect-only", "-q", "-k", "ecc")
+    res = _run(ops, "-m", "gpuaccept.cli", "--inventory=nightly.ini", "--collect-only", "-q", "-k", "ecc")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert re.findall(r"^\S*test_health\.py::test_ecc\[h\d\]$", res.stdout, re.M) == [
         "test_health.py::test_ecc[h1]", "test_health.py::test_ecc[h2]"]
@@ -75,7 +75,7 @@ def test_every_pytest_option_passes_through(tmp_path):
 
 def test_the_console_script_is_declared():
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert meta["project"]["scripts"]["gpuaccept"] == "gpuaccept.plugin.cli:main"
+    assert meta["project"]["scripts"]["gpuaccept"] == "gpuaccept.cli:main"
     data = meta["tool"]["setuptools"]["package-data"]["gpuaccept"]
     assert "thresholds/*.yaml" in data and "data/inventory/*.ini" in data
     assert os.path.isfile(os.path.join(SUITES_DIR, "__init__.py"))  # a package: shipped with the code
@@ -103,7 +103,7 @@ def test_the_example_inventories_show_the_real_command(inventory, tmp_path):
     assert lines
     for line in lines:
         argv = shlex.split(line)[1:]
-        res = _run(REPO, "-m", "gpuaccept.plugin.cli", *argv, "--list-hosts", env={"HOME": str(tmp_path)})
+        res = _run(REPO, "-m", "gpuaccept.cli", *argv, "--list-hosts", env={"HOME": str(tmp_path)})
         assert res.returncode == 0, (line, res.stderr[-2000:])
         assert "gpu0" in res.stdout, (line, res.stdout)
 
@@ -169,3 +169,27 @@ def test_a_site_limit_fails_a_replayed_capture_naming_the_site_file(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "bad"), "--site-thresholds",
                      "nosuch.yaml", "-k", "hbm_bandwidth")
     assert res.returncode == 4 and "nosuch.yaml" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+# -- quick to refuse -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,rc,needle", [
+    (["-i", "typo.ini"], 4, "typo.ini:2: host n1 var gpus_per_nodes: not a variable gpuaccept knows"),
+    (["-i", "nightly.ini", "--limit", "ghost"], 4, "term 'ghost' names no group or host"),
+    (["-i", "nightly.ini", "--probe-timeout", "-1"], 4, "--probe-timeout -1.0: expected a number > 0"),
+    (["-i", "nightly.ini", "--list-hosts", "--limit", "gpu:!drained"], 0, "term '!drained' names no group or host"),
+])
+def test_the_command_refuses_before_pytest_starts(tmp_path, args, rc, needle):
+    """The gpuaccept command's check (gpuaccept.cli.precheck) answers bad input and --list-hosts without
+    importing pytest (benchmarks/refusal_cpu.py: about 0.3 s of CPU against 0.8 s through pytest), with the
+    same line as the plugin's."""
+    ops = _ops_folder(tmp_path)
+    (ops / "typo.ini").write_text("[gpu]\nn1 ansible_connection=local gpus_per_nodes=8\n")
+    code = f"import sys; from gpuaccept.cli import main; rc = main({args!r}); print('pytest' in sys.modules); sys.exit(rc)"
+    res = _run(ops, "-c", code)
+    assert res.returncode == rc and res.stdout.splitlines()[-1] == "False", res.stdout + res.stderr
+    assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+    via_pytest = _run(ops, "-m", "pytest", "-p", "gpuaccept.plugin", "-o", "gpuaccept_suites=true", *(
+        ["--inventory" if a == "-i" else a for a in args]))
+    assert via_pytest.returncode == rc and needle in via_pytest.stderr, via_pytest.stderr
+    if rc == 0:
+        assert res.stdout.splitlines()[:-1] == via_pytest.stdout.splitlines(), (res.stdout, via_pytest.stdout)

@@ -188,7 +188,7 @@ WARN_ORACLE = [
     ("inventory/example.ini", "gpu:!ghost", ["ghost"]),
     ("inventory/example.ini", "gpu:!drained:!retired", ["retired"]),
     ("inventory/example.ini", "!nosuch*", ["nosuch*"]),
-    ("tests/inventories/nested3.ini", "hall:!row_z:!~zz.*", ["row_z", "~zz.*"]),
+    ("tests/inventories/nested3.ini", "hall:!row_z", ["row_z"]),
 ]
 # Subscripts only on groups whose order Ansible keeps stable: for a group with
 # nested child groups, Ansible's own host order changes from run to run.

@@ -15,32 +15,19 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
 from gpuaccept.errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
-from gpuaccept.config.hostvars import check_hosts
-from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
-from gpuaccept.config.inventory import Inventory, load_inventory
-from gpuaccept.runner.host import HostRunner
-from gpuaccept.runner import fanout
-from gpuaccept.runner import interrupt
-from gpuaccept.runner import prefetch
-from gpuaccept.runner import progress_relay
-from gpuaccept.runner import host as node_module
-from gpuaccept.config.patterns import shard
-from gpuaccept.config.profiles import PROFILES, probe_timeout
+from gpuaccept.config.profiles import probe_timeout
+from gpuaccept.config.paths import SUITES_DIR
+from gpuaccept.config import selection
+from gpuaccept.config.options import add_options
+from gpuaccept.config.selection import list_hosts_text
 from gpuaccept.reporting.records import ERROR_KEY, LAYERS, layer_of
-from gpuaccept.plugin.reports import ReportPlugin, list_hosts_text
-from gpuaccept.config.limitfile import hosts_from_file
-from gpuaccept.config.thresholds import load_all
-from gpuaccept.config.sitelimits import layer_site
-from gpuaccept.config.paths import SUITES_DIR, shipped
-from gpuaccept.transport import get_transport, interruption
-from gpuaccept.judging.readings import typed
-from gpuaccept.judging.sku import node_sku
-from gpuaccept.judging.recorder import Recorder
+# Imported where first used, so that a refusal and --list-hosts load none of them (benchmarks/refusal_cpu.py):
+# gpuaccept.runner.{host, fanout, interrupt, prefetch, progress_relay}, gpuaccept.plugin.reports,
+# gpuaccept.transport, gpuaccept.judging.{blockers, readings, sku, recorder}.
 
 STATE = pytest.StashKey[dict]()
-RECORDER = pytest.StashKey[Recorder]()
+RECORDER = pytest.StashKey["Recorder"]()
 
 
 class DeclaredGpuMissing(Exception):
@@ -52,44 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuaccept_packaged_suites", "with no test path given, collect the suites shipped in the package "
                   "(set by the gpuaccept command)", type="bool", default=False)
     g = parser.getgroup("gpuaccept", "GPU cluster acceptance")
-    g.addoption("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
-    g.addoption("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
-    g.addoption("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
-    g.addoption("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
-    g.addoption("--thresholds", default=None,
-                help="threshold folder; default ./thresholds when the project has one, else the files shipped")
-    g.addoption("--site-thresholds", default=None, metavar="FILE",
-                help="a YAML naming only the checks a site changes, per SKU, layered over the threshold files")
-    g.addoption("--probe-timeout", type=float, default=None,
-                help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
-    g.addoption("--accept-new-host-keys", action="store_true", default=False,
-                help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
-    g.addoption("--profile", default="standard", choices=sorted(PROFILES),
-                help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
-    g.addoption("--xid-window", type=float, default=None,
-                help="read XID events from this many seconds before the run began (default: since the run began)")
-    g.addoption("--burnin-minutes", type=float, default=None,
-                help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
-    g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
-    g.addoption("--forks", type=int, default=None, metavar="N",
-                help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
-                     "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
-                     "at a time, as the tests reach it); without -n only")
-    g.addoption("--shard", default=None, metavar="I/K",
-                help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
-    g.addoption("--list-hosts", action="store_true", default=False,
-                help="print the selected hosts (ansible_host, SKU, GPUs declared) and exit: touches no node, writes nothing")
-    g.addoption("--history", default=None,
-                help="history database (SQLite), default reports/history.sqlite; 'none' keeps no history")
-    g.addoption("--baseline", default=None, metavar="RUN_ID|latest-pass",
-                help="stand-outs: compare with this run (or each GPU's last passing figure) when a GPU has no burn-in run")
-    g.addoption("--standout-pct", type=float, default=None,
-                help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
-    g.addoption("--prometheus-textfile", default=None, metavar="PATH",
-                help="also write the run's figures for node_exporter's textfile collector (atomic)")
-    g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
-                help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
-    g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
+    add_options(g.addoption)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -115,43 +65,15 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "pytest", "-c", str(ini), *args])
 
 
-# numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
-_NUMERIC_OPTIONS = {"probe_timeout": (0.0, False, None), "xid_window": (0.0, True, None),
-                    "standout_pct": (0.0, False, 100.0), "burnin_minutes": (0.0, False, None),
-                    "forks": (0.0, True, None)}
-
-
 def check_options(config: pytest.Config) -> None:
-    """Refuse a numeric option that is not a finite number in its range, and a --prometheus-textfile whose
-    folder cannot be written, before any node is touched. Raises ConfigError (one line, exit 4)."""
-    import math
-    check_empty_options(config.getoption)
-    for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
-        v = config.getoption(name, None)
-        if v is None:
-            continue
-        ok = math.isfinite(v) and (v >= low if low_ok else v > low) and (high is None or v < high)
-        if not ok:
-            rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
-    from gpuaccept.judging.burnin import minutes_refusal  # a burn-in too short to be judged (gpuaccept/judging/burnin.py)
-    why = minutes_refusal(config.getoption("burnin_minutes", None))
-    if why:
-        raise ConfigError(why)
-    prom = config.getoption("prometheus_textfile", None)
-    if prom:
-        folder = os.path.dirname(os.path.abspath(prom))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
-
-
-def _root(config: pytest.Config, path: str | None, default: str) -> str:
-    """``path`` made absolute, else the project's own ``<rootdir>/<default>`` when it exists, else the one
-    shipped in the package (gpuaccept/config/paths.py): an installed gpuaccept runs from any folder."""
-    if path:
-        return os.path.abspath(path)
-    own = config.rootpath / default
-    return str(own) if own.exists() else shipped(default)
+    """Refuse a bad option value before any node is touched (gpuaccept.config.selection.check_options), and a
+    burn-in too short to be judged (gpuaccept.judging.burnin.minutes_refusal). Raises ConfigError."""
+    selection.check_options(config.getoption)
+    if config.getoption("burnin_minutes", None) is not None:
+        from gpuaccept.judging.burnin import minutes_refusal
+        why = minutes_refusal(config.getoption("burnin_minutes", None))
+        if why:
+            raise ConfigError(why)
 
 
 def active(config: pytest.Config) -> bool:
@@ -176,50 +98,34 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args = [SUITES_DIR]  # the gpuaccept command without a test path: the shipped suites
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: the {layer} layer")
-    inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
-    try:
+    shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
+    try:  # everything refused before a node is touched: one line, exit 4 (gpuaccept.config.selection)
         check_options(config)
-        specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
-        if config.getoption("site_thresholds"):  # a site's changes, check by check (gpuaccept/config/sitelimits.py)
-            specs = layer_site(config.getoption("site_thresholds"), specs)
-        sku = config.getoption("sku")
-        if sku and sku not in specs:
-            raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
-        shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
-        inv: Inventory = load_inventory(*shared) if shared else load_inventory(inv_path)
-        limit = config.getoption("limit")
-        limit_warnings: list[str] = []  # an unmatched &/! term: ignored with a warning, as Ansible
-        raw = list(config.invocation_params.args)
-        if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
-            raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
-        if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
-            wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
-            hosts = [h for h in inv.select(None) if h.name in wanted]
-        else:
-            hosts = inv.select(limit, warnings=limit_warnings)
-        hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
-        hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
-        check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
-                               config.getoption("accept_new_host_keys"))
-        check_local_addresses(hosts, inv_path)
+        sel = selection.select(config.getoption, config.rootpath, list(config.invocation_params.args), shared)
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
+    inv, hosts, specs, hostvars, inv_path = sel.inventory, sel.hosts, sel.specs, sel.hostvars, sel.inv_path
     if not _is_worker(config):
-        for line in limit_warnings:
+        for line in sel.warnings:
             sys.stderr.write(f"[WARNING] {line}\n")
-    state: dict[str, Any] = {"warnings": limit_warnings, "inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
+    state: dict[str, Any] = {"warnings": sel.warnings, "inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
                              "started": time.time()}
     state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.config.hostvars), checked above
     if _is_worker(config):
         state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
         state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
+        from gpuaccept.runner import progress_relay
         progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
     if not _is_worker(config) and not config.getoption("list_hosts"):
+        from gpuaccept.plugin.reports import ReportPlugin
         try:  # the report hooks, as an object holding this run's report config
             config.pluginmanager.register(ReportPlugin(config, state, inv_path), "gpuaccept-reporting")
         except ConfigError as e:
             raise pytest.UsageError(str(e)) from None
+    if config.getoption("list_hosts"):
+        return  # prints and exits (pytest_cmdline_main): nothing to interrupt
+    from gpuaccept.runner import interrupt
     interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
 
 
@@ -236,6 +142,7 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
         worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
         worker.workerinput["gpuaccept_inventory"] = (st["inventory"].path, st["inventory"].text)
         if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
+            from gpuaccept.runner import progress_relay
             st.setdefault("progress_dir", progress_relay.make_dir())
             worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]
 
@@ -268,6 +175,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _get_node(config: pytest.Config, name: str) -> HostRunner:
+    from gpuaccept.runner.host import HostRunner
+    from gpuaccept.transport import get_transport
     st = config.stash[STATE]
     if name not in st["nodes"]:
         host = st["inventory"].hosts[name]
@@ -303,6 +212,8 @@ def gpus(request, node: HostRunner) -> list[dict]:
     included (``lost: true``). Skips "no NVIDIA GPU on <host>" when the host has none (no driver, no GPU)
     and the inventory declares none; an error when NVML is broken there (version mismatch, no permission)
     or the driver is present without nvidia-ml-py; fails when the inventory declares gpu_sku/gpus_per_node."""
+    from gpuaccept.judging.blockers import readiness_problem
+    from gpuaccept.judging.readings import typed
     doc = node.gpu_inventory()
     found = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
     if not found:
@@ -319,6 +230,7 @@ def gpus(request, node: HostRunner) -> list[dict]:
 
 
 def _node_sku(node: HostRunner, gpus: list[dict]):
+    from gpuaccept.judging.sku import node_sku
     return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
 
 
@@ -332,6 +244,9 @@ def sku(node: HostRunner, gpus):
 def verdicts(request) -> Recorder:
     """Figure recorder and judge for this test (see gpuaccept.judging.recorder). In a dependent layer it carries
     the host's blockers (gpuaccept.judging.blockers), which turn the test into "blocked by <check>" errors."""
+    from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers
+    from gpuaccept.judging.recorder import Recorder
+    from gpuaccept.transport import interruption
     item = request.node  # pytest's test item (pytest calls it "node"; our host runner is the fixture "node")
     host = item.callspec.params.get("node") if hasattr(item, "callspec") else None
     layer = layer_of(item.nodeid)
@@ -436,6 +351,8 @@ def pytest_report_teststatus(report, config):
 def _missing_package(item, message: str) -> str | None:
     """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
     package (gpuaccept.judging.blockers.missing_package), else None."""
+    from gpuaccept.judging.blockers import missing_package
+    from gpuaccept.runner.host import HostRunner
     node = item.funcargs.get("node") if hasattr(item, "funcargs") else None
     if not isinstance(node, HostRunner) or "No module named" not in message:
         return None
@@ -448,6 +365,7 @@ def _missing_package(item, message: str) -> str | None:
 
 
 def _forks(config: pytest.Config) -> int:
+    from gpuaccept.runner import fanout
     forks = config.getoption("forks")
     return fanout.DEFAULT_FORKS if forks is None else max(0, forks)
 
@@ -467,6 +385,8 @@ def pytest_collection_finish(session) -> None:
         name = getattr(getattr(it, "callspec", None), "params", {}).get("node")
         if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
             names.append(name)
+    from gpuaccept.runner import fanout, prefetch
+    from gpuaccept.runner import host as node_module
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
     # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
     pf = _state(config)["prefetch"] = prefetch.Prefetcher(prefetch.describe(session.items),
@@ -491,6 +411,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
+    from gpuaccept.runner import fanout
+    from gpuaccept.runner import host as node_module
     if st.get("prefetch") is not None:  # results fetched ahead that no test took: dropped, their probes killed
         node_module.PROBE_HOOK[:] = []
         st.pop("prefetch").close()

@@ -24,6 +24,7 @@ import pytest
 from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.profiles import probe_timeout
+from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
 from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
 
@@ -600,14 +601,3 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]
-
-
-def list_hosts_text(hosts) -> str:
-    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
-    lines = [f"  hosts ({len(hosts)}):"]
-    for h in hosts:
-        addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
-        where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
-        lines.append(f"    {h.name}  {where}  connection={h.connection}  "
-                     f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
-    return "\n".join(lines)
