@@ -15,7 +15,7 @@ from gpuaccept.errors import InventoryError
 
 __all__ = ["MAX_HOSTS", "RANGE", "bad_name_reason", "count", "expand_hostname", "looks_like_range"]
 
-#: most hosts one inventory (or one range) may hold; stated in README.md ("Inventory limits")
+#: most hosts one inventory (or one range) may hold; stated in docs/inventory.md (what is refused up front)
 MAX_HOSTS = 100_000
 
 RANGE = re.compile(r"\[([^\[\]]*)\]")

@@ -262,7 +262,7 @@ def _plain(fn: Callable[[Any], Any]) -> Callable[[Any, str], Any]:
     return lambda value, host: fn(value)
 
 
-#: var -> validator(value, host) returning the parsed value; raises _Bad. Where each var is used is in README.md
+#: var -> validator(value, host) returning the parsed value; raises _Bad. Where each var is used is in docs/inventory.md
 VARS: dict[str, Callable[[Any, str], Any]] = {
     # GPU identity
     "gpu_sku": _plain(_word),
