@@ -288,6 +288,8 @@ def pytest_runtest_makereport(item, call):
     Our own errors are a diagnosis, not a bug: pytest is not asked to format their traceback (it parses the
     source of every frame, ~50 deep through paramiko: 55 ms of CPU per error, 21 s for 32 dead hosts' 384
     health tests), only to report a message that the lines below replace."""
+    if call.when == "call":
+        _take_replay_notes(item)
     orig = call.excinfo
     if orig is not None and orig.errisinstance((GpuacceptError, DeclaredGpuMissing)):
         call.excinfo = _quiet_excinfo(str(orig.value))
@@ -336,6 +338,20 @@ def pytest_runtest_makereport(item, call):
     rep.longrepr = out.message
     if out.kind == "error":
         rep.user_properties.append((ERROR_KEY, out.message))
+
+
+def _take_replay_notes(item) -> None:
+    """The notes of the test's replayed host (why a saved document with other arguments answered a probe:
+    gpuaccept.runner.replay) as ``replay_note`` figures of its Recorder, so that results.json and summary.md
+    say so; each note once, on the test that read the document."""
+    rec = item.stash.get(RECORDER, None)
+    node = getattr(item, "funcargs", {}).get("node")
+    notes = getattr(node, "replay_notes", None)
+    if rec is None or not notes:
+        return
+    for note in notes:
+        rec.record("replay_note", note)
+    notes.clear()
 
 
 def pytest_report_teststatus(report, config):

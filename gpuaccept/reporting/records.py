@@ -77,6 +77,34 @@ class CaseRecord:
     failures: list[dict] = field(default_factory=list)
 
 
+def skip_reason(host: str | None, message: str) -> str:
+    """A skip's reason with its host taken out, so that one reason groups across hosts (pure):
+    ``"no NVIDIA GPU on gpu-07 (no driver)"`` -> ``"no NVIDIA GPU (no driver)"``; ``"no NVMe on gpu-07"`` ->
+    ``"no NVMe"``; another mention of the host becomes ``<host>``."""
+    why = " ".join(str(message or "skipped").split())
+    if why.startswith("Skipped: "):
+        why = why[len("Skipped: "):]
+    if host:
+        why = re.sub(rf"\s+(?:on|for) {re.escape(host)}\b", "", why)
+        why = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", "<host>", why)
+    return why
+
+
+def skip_groups(recs: list["CaseRecord"]) -> dict[str, tuple[list[str], int]]:
+    """Skipped tests grouped by reason across hosts and tests (pure): reason -> (hosts in order, tests), the
+    reasons most hosts share first (``"no NVMe": (212 hosts, 212 tests)``)."""
+    groups: dict[str, tuple[list[str], list[int]]] = {}
+    for r in recs:
+        if r.outcome != "skipped":
+            continue
+        hs, n = groups.setdefault(skip_reason(r.host, r.message), ([], [0]))
+        if (r.host or "fleet") not in hs:
+            hs.append(r.host or "fleet")
+        n[0] += 1
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1][0]), -kv[1][1][0]))
+    return {why: (hs, n[0]) for why, (hs, n) in ordered}
+
+
 def counted_failures(outcome: str, message: str, entries: list[dict]) -> list[dict]:
     """The failure lines (``gpuaccept.judging.recorder.FAILURE_KEY`` entries) that count for a test's verdict (pure):
     none unless it ``failed``; a line the outcome kept only as "(blocked GPU) ..." or "figure kept: ..." (a GPU
@@ -1035,15 +1063,24 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
             out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
                        f"{o.get('sku') or ''} | {_fmt(o['value'])} {o.get('unit') or ''} | {_fmt(o['reference'])} | "
                        f"{o['pct']}% | {o.get('mads', '')} |")
-    skipped: dict[str, list[str]] = {}
+    replayed: dict[str, list[str]] = {}
     for r in recs:
-        if r.outcome == "skipped":
-            skipped.setdefault(f"{r.name.split('[')[0]}: {r.message}", []).append(r.host or "fleet")
-    if skipped:
-        out += ["", "## Skipped", ""]
-        for why, hs in skipped.items():
-            out.append(f"- {why} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
+        for f in r.figures:
+            if f.get("check") == "replay_note" and isinstance(f.get("value"), str):
+                hs = replayed.setdefault(f["value"], [])
+                if (r.host or "fleet") not in hs:
+                    hs.append(r.host or "fleet")
+    if replayed:
+        out += ["", "## Replayed from documents saved with other arguments", ""]
+        for note, hs in replayed.items():
+            out.append(f"- {note} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
                        f"{', ...' if len(hs) > 8 else ''})")
+    skips = skip_groups(recs)
+    if skips:
+        out += ["", "## Skipped", ""]
+        for why, (hs, tests) in skips.items():
+            out.append(f"- {why}: {len(hs)} host{'s' if len(hs) != 1 else ''} ({', '.join(hs[:8])}"
+                       f"{', ...' if len(hs) > 8 else ''}), {tests} test{'s' if tests != 1 else ''}")
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for r in recs:
         c = counts.setdefault((r.host or "fleet", r.layer), {})

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import hashlib
 import io
 import json
 import logging
@@ -200,79 +199,9 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
     return doc
 
 
-def _probe_key(name: str, args: dict | None) -> str:
-    digest = hashlib.sha1(json.dumps(args or {}, sort_keys=True).encode()).hexdigest()[:10]
-    return f"{name}-{digest}"
-
-
-#: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
-#: document without them. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's
-#: deadline_s is derived from --probe-timeout (suites/test_nccl.py); burnin's seconds from --burnin-minutes (its
-#: document carries seconds_requested and its windows, which the judging reads). Every other argument must match.
-REPLAY_TIME_ARGS = {"xid_events": ("since_epoch",), "nccl_allreduce": ("deadline_s",), "burnin": ("seconds",)}
-
-
-def _replay_match(directory: str, name: str, args: dict | None) -> list[str]:
-    """The saved documents of ``name`` in ``directory`` whose arguments equal ``args`` but for the probe's
-    :data:`REPLAY_TIME_ARGS` (file names, sorted); a file that cannot be read is no match."""
-    ignored = REPLAY_TIME_ARGS.get(name)
-    if not ignored or not os.path.isdir(directory):
-        return []
-    want = {k: v for k, v in (args or {}).items() if k not in ignored}
-    out = []
-    for f in sorted(os.listdir(directory)):
-        if not (f.startswith(name + "-") and f.endswith(".json")):
-            continue
-        try:
-            with open(os.path.join(directory, f), encoding="utf-8") as fh:
-                saved = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        got = saved.get("args") if isinstance(saved, dict) else None
-        if isinstance(got, dict) and {k: v for k, v in got.items() if k not in ignored} == want:
-            out.append(f)
-    return out
-
-
-def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
-    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args), best effort."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, _probe_key(name, args) + ".json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"probe": name, "args": args or {}, "doc": doc}, f, indent=1, default=str)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # the figures still reach results.json; a full disk must not fail the measurement
-
-
-def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dict:
-    """The probe document saved for ``name`` with ``args``; for a probe of :data:`REPLAY_TIME_ARGS`, the one
-    whose arguments match but for those (a saved xid_events window began at another time). A document saved
-    with other arguments is another measurement and is never read in its place.
-
-    Raises ProbeError naming the folder when there is none (or several match), and as a live probe would for a
-    saved failure.
-    """
-    path = os.path.join(directory, _probe_key(name, args) + ".json")
-    if not os.path.exists(path):
-        saved = _replay_match(directory, name, args)
-        if len(saved) != 1:
-            raise ProbeError(host, f"{name}: no saved document for arguments {json.dumps(args or {}, sort_keys=True)} "
-                                   f"in {directory} (replay)")
-        path = os.path.join(directory, saved[0])
-    try:
-        with open(path, encoding="utf-8") as f:
-            saved_doc = json.load(f)
-        doc = saved_doc["doc"] if isinstance(saved_doc, dict) else None
-    except (OSError, ValueError, KeyError) as e:
-        raise ProbeError(host, f"{name}: saved document {path} unreadable: {type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:200]} (replay)") from None
-    if not isinstance(doc, dict):
-        raise ProbeError(host, f"{name}: saved document {path} holds no probe document (replay)")
-    if doc.get("failed"):
-        raise ProbeError(host, f"{name}: {doc.get('msg')} (replayed)")
-    return doc
+# saving documents and answering from them: gpuaccept/runner/replay.py (names kept here for their callers)
+from gpuaccept.runner.replay import TIME_ARGS as REPLAY_TIME_ARGS  # noqa: E402,F401
+from gpuaccept.runner.replay import probe_key as _probe_key, replay_probe, save_probe  # noqa: E402,F401
 
 
 class _Reported(Exception):
@@ -319,6 +248,8 @@ class HostRunner:
         self.profile = profile
         self.save_dir = save_dir
         self.replay_dir = host.vars.get("gpuaccept_replay")
+        #: why a saved document with other arguments answered a probe (gpuaccept.runner.replay), for the report
+        self.replay_notes: list[str] = []
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
@@ -503,7 +434,7 @@ class HostRunner:
             raise ValueError(f"no probe named {name}")
         args = probe_args(self.profile, name, args)
         if self.replay_dir:
-            return replay_probe(self.name, self.replay_dir, name, args)
+            return replay_probe(self.name, self.replay_dir, name, args, self.replay_notes)
         hook = PROBE_HOOK[-1] if PROBE_HOOK else None
         if hook is not None:
             return hook(self, name, args, timeout, env)
