@@ -297,6 +297,15 @@ def test_prometheus_textfile_parses(tmp_path):
     assert verdicts == {"a": 0, "b": 2}
     assert fams["gpuaccept_run_duration_seconds"].samples[0].value == 60
     assert not list(tmp_path.glob("*.tmp*"))  # written through a temporary file and renamed
+    # stable series: a second night's run writes the same series (no run id in any label), newer values
+    first = {(f.name, tuple(sorted(s.labels.items()))) for f in fams.values() for s in f.samples}
+    assert not any("run_id" in dict(labels) for _, labels in first)
+    last = {s.labels["host"]: s.value for s in fams["gpuaccept_last_run_timestamp_seconds"].samples}
+    assert last == {"a": 1000.0, "b": 1000.0}
+    write_textfile(str(path), "run2", 87400.0, 87460.0, figs, {"a": "PASS", "b": "ERROR"})
+    fams2 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    assert {(f.name, tuple(sorted(s.labels.items()))) for f in fams2.values() for s in f.samples} == first
+    assert fams2["gpuaccept_run_timestamp_seconds"].samples[0].value == 87400.0
 
 
 # -- merge ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
-from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
+from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, gpu_figures_judged, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
 
 # Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
@@ -76,6 +76,23 @@ def point_latest(rdir: str) -> None:
             os.replace(tmp, link)
         except OSError:
             pass
+
+
+def run_line(hv: dict[str, dict], recs: list) -> str:
+    """The run's verdict line (pure): ``"gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged"``. The run reads
+    the worst of its hosts' verdicts in the verdict order (FAIL > ERROR > PASS > SKIP): a run none of whose
+    hosts judged a figure reads SKIP, never PASS."""
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h != "fleet":
+            tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    order = ("FAIL", "ERROR", "PASS", "SKIP")
+    verdict = next((k for k in order if tally.get(k)), "SKIP")
+    if hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR") and order.index(hv["fleet"]["verdict"]) < order.index(verdict):
+        verdict = hv["fleet"]["verdict"]
+    parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in order if tally.get(k))
+    n = gpu_figures_judged(recs)
+    return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
 
 
 class Progress:
@@ -462,6 +479,7 @@ class ReportPlugin:
         bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
         fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
+        terminalreporter.write_line(run_line(hv, recs))
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")

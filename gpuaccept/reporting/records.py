@@ -603,6 +603,8 @@ class HostVerdicts:
         self.known = set(self.names)
         self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
         self.seen: dict[str, set] = {}  # host -> GPU indices with a figure (how many GPUs the host showed)
+        self.judged: dict[str, int] = {}  # host -> its passed tests that judged something (a figure or an assert)
+        self.gpu_judged = 0  # figures of a GPU judged against a limit (pass or fail), the whole run
 
     def add(self, r: CaseRecord) -> None:
         targets = [r.host] if r.host else ["fleet"]
@@ -625,6 +627,10 @@ class HostVerdicts:
             if r.name.split("[")[0] not in g["tests"]:
                 g["tests"].append(r.name.split("[")[0])
             g["lines"].append(e["line"])
+        self.gpu_judged += sum(1 for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
+        if r.outcome == "passed" and judged_something(r):
+            for h in targets:
+                self.judged[h] = self.judged.get(h, 0) + 1
         if r.host is not None:
             seen = self.seen.setdefault(r.host, set())
             for f in r.figures:
@@ -652,13 +658,28 @@ class HostVerdicts:
     def result(self) -> dict[str, dict]:
         for v in self.out.values():
             c = v["counts"]
-            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else
-                            "PASS" if c.get("passed") else "SKIP")
+            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else "SKIP")
         for h, v in self.out.items():
+            if v["verdict"] == "SKIP" and self.judged.get(h):
+                v["verdict"] = "PASS"  # nothing measured is not PASS: a pass that judged no figure leaves SKIP
+            elif v["verdict"] == "SKIP" and v["counts"].get("passed"):
+                v["reasons"].append("passed tests judged no figure (recorded only)")
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
         return self.out
+
+
+def judged_something(r: CaseRecord) -> bool:
+    """Whether a passed test judged anything (pure): a figure against a limit (verdict pass or fail), or no
+    figure at all (an operator's own ``assert``, testinfra-style, is the judgement). A test that only recorded
+    figures (NCCL variables seen, driver versions) judged nothing: its host is not PASS by it alone."""
+    return not r.figures or any(f.get("verdict") in ("pass", "fail") for f in r.figures)
+
+
+def gpu_figures_judged(recs: list[CaseRecord]) -> int:
+    """How many figures of a GPU were judged against a limit (pass or fail) in ``recs`` (pure)."""
+    return sum(1 for r in recs for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
 
 
 def gpu_name(g: dict) -> str:
@@ -995,7 +1016,8 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts")
+    out.append(" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts"
+               + f", {gpu_figures_judged(recs)} GPU figures judged")
     out.append("")
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
