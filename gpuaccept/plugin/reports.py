@@ -25,12 +25,10 @@ from gpuaccept.runner import host as node_mod
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
-from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, gpu_figures_judged, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
+from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, gpu_figures_judged, judged_something, skip_groups, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
                      load_previous_figures, no_gc, outliers)
 
-# Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
-PLAIN_EVERY_S = 30.0
-TTY_EVERY_S = 1.0
+from gpuaccept.plugin.console import PLAIN_EVERY_S, TTY_EVERY_S, Progress  # noqa: E402,F401 - the console
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
@@ -78,6 +76,10 @@ def point_latest(rdir: str) -> None:
             pass
 
 
+#: skip reasons listed in the console, most hosts first (summary.md lists them all). Chosen.
+SKIP_LINES = 10
+
+
 def run_line(hv: dict[str, dict], recs: list) -> str:
     """The run's verdict line (pure): ``"gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged"``. The run reads
     the worst of its hosts' verdicts in the verdict order (FAIL > ERROR > PASS > SKIP): a run none of whose
@@ -93,117 +95,6 @@ def run_line(hv: dict[str, dict], recs: list) -> str:
     parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in order if tally.get(k))
     n = gpu_figures_judged(recs)
     return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
-
-
-class Progress:
-    """Per host what runs and for how long. ``stream``: where to write; ``tty``: rewrite one line in place
-    (every :data:`TTY_EVERY_S`) instead of plain start/still-running/end lines."""
-
-    def __init__(self, stream, tty: bool, timeout_s: float, relay_dir: str | None = None):
-        from gpuaccept.runner.progress_relay import ControllerReader
-        self.relay = ControllerReader(relay_dir) if relay_dir else None  # xdist workers' probes (progress_relay)
-        self.stream = stream
-        self.tty = tty
-        self.timeout_s = timeout_s
-        self.running: dict[str, list] = {}  # host -> [what, started, last plain line, timeout, entry it covers]
-        self.detail: dict[str, str] = {}  # host -> the running probe's last live progress, rendered
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._width = 0
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="gpuaccept-progress", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=2)
-        if self.tty and self._width:
-            self._write("\r" + " " * self._width + "\r")
-
-    def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except (OSError, ValueError):
-            pass
-
-    def begin(self, host: str, what: str, timeout_s: float | None = None) -> None:
-        """``host`` starts ``what`` (a test, or a probe within it with its ``timeout_s``). A test has no timeout
-        of its own (each probe in it has one), so its plain line names none: a burn-in test's line used to say
-        the default probe timeout, 300 s, for an hour's load."""
-        now = time.monotonic()
-        with self._lock:
-            self.running[host] = [what, now, now, timeout_s or self.timeout_s, self.running.get(host)]
-            self.detail.pop(host, None)
-        if not self.tty:
-            self._write(f"[gpuaccept] {host}: {what} started"
-                        + (f" (timeout {timeout_s:.0f} s)\n" if timeout_s else "\n"))
-
-    def update(self, host: str, probe: str, doc: dict) -> None:
-        """A live progress line of ``probe`` running on ``host`` (gpuaccept.transport.progress): shown instead of
-        the elapsed time, ``gpu07: burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C``; in plain mode at
-        most every PLAIN_EVERY_S per host, as the host's "still running" line."""
-        from gpuaccept.transport.progress import render
-        text = render(probe, doc)
-        with self._lock:
-            if host in self.running:
-                self.detail[host] = text
-
-    def done(self, host: str, what: str) -> None:
-        """``what`` (a probe) ended on ``host``: the host shows what it covered again (its test), or nothing (a
-        probe fetched ahead, whose test has not started). No line: the test's end line follows."""
-        with self._lock:
-            cur = self.running.get(host)
-            if cur is not None and cur[0] == what:
-                if cur[4] is not None:
-                    self.running[host] = cur[4]
-                else:
-                    del self.running[host]
-                self.detail.pop(host, None)
-
-    def end(self, host: str, outcome: str) -> None:
-        with self._lock:
-            cur = self.running.pop(host, None)
-            self.detail.pop(host, None)
-        if cur and not self.tty:
-            self._write(f"[gpuaccept] {host}: {cur[0]} {outcome} after {time.monotonic() - cur[1]:.1f} s\n")
-
-    def line(self) -> str:
-        """The in-place status line: ``host what 12s/300s | ...``."""
-        now = time.monotonic()
-        with self._lock:
-            items = sorted(self.running.items())
-            detail = dict(self.detail)
-        parts = [f"{h} {detail[h]}" if h in detail else f"{h} {w} {now - t0:.0f}s/{to:.0f}s"
-                 for h, (w, t0, _, to, _) in items]
-        return f"[gpuaccept] {len(items)} running: " + " | ".join(parts) if parts else ""
-
-    def _loop(self) -> None:
-        while not self._stop.wait(TTY_EVERY_S):
-            if self.relay is not None:
-                self.relay.poll(self.begin, self.update)
-            if self.tty:
-                text = self.line()
-                cols = 120
-                try:
-                    cols = os.get_terminal_size(self.stream.fileno()).columns
-                except (OSError, ValueError, AttributeError):
-                    pass
-                text = text[:max(20, cols - 1)]
-                self._write("\r" + text.ljust(self._width) + "\r" if text or self._width else "")
-                self._width = len(text)
-            else:
-                now = time.monotonic()
-                with self._lock:
-                    late = [(h, c, self.detail.get(h)) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
-                    for _, c, _ in late:
-                        c[2] = now
-                for h, (w, t0, _, to, _), detail in late:
-                    self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n" if detail else
-                                f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
 
 
 def _id_of(name: str) -> str:
@@ -351,14 +242,26 @@ class ReportPlugin:
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
         if session.items:
             self._begin()
+            self._expect_tests([it.nodeid for it in session.items])
+
+    def _expect_tests(self, nodeids) -> None:
+        """Tell the console how many tests each host runs (its line comes with the last)."""
+        if self.progress is None:
+            return
+        per: dict[str, int] = {}
+        for nid in nodeids:
+            h = self._host_of(nid) or "fleet"
+            per[h] = per.get(h, 0) + 1
+        self.progress.expect(per)
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         if self.reporter is None:
             return
         for nid in ids:
             self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
-        if ids:
+        if ids and not self.began:
             self._begin()
+            self._expect_tests(ids)  # every worker collects the same ids: counted once
 
     def pytest_runtest_logstart(self, nodeid, location) -> None:
         if self.progress is not None:
@@ -393,7 +296,10 @@ class ReportPlugin:
         if report.when == "teardown":
             self._finalize(report.nodeid, complete=True)
             if self.progress is not None:
-                self.progress.end(self._host_of(report.nodeid) or "fleet", self.reporter.records[report.nodeid].outcome)
+                r = self.reporter.records[report.nodeid]
+                first = (r.message or "").strip().splitlines()[0] if (r.message or "").strip() else ""
+                self.progress.end(self._host_of(report.nodeid) or "fleet", r.outcome,
+                                  f"{r.name.split('[')[0]}: {first}" if first else "", judged_something(r))
 
     def _finalize(self, nodeid: str, complete: bool, reason: str = "") -> None:
         part = self.partial.pop(nodeid)
@@ -479,6 +385,12 @@ class ReportPlugin:
         bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
         fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
+        groups = skip_groups(recs)
+        for why, (hs, n) in list(groups.items())[:SKIP_LINES]:
+            terminalreporter.write_line(f"gpuaccept: skipped: {why}: {len(hs)} host{'s' if len(hs) != 1 else ''}, "
+                                        f"{n} test{'s' if n != 1 else ''}")
+        if len(groups) > SKIP_LINES:
+            terminalreporter.write_line(f"gpuaccept: skipped: {len(groups) - SKIP_LINES} more reasons in summary.md")
         terminalreporter.write_line(run_line(hv, recs))
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
