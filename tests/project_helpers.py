@@ -38,7 +38,7 @@ def test_gloo_allreduce(node, verdicts):
 def test_wait_for_go(node, verdicts):
     go = os.environ.get("E2E_GO")
     if go:
-        res = node.run(f"while [ ! -e {go} ]; do sleep 0.1; done; echo went", timeout=60)
+        res = node.run(f"while [ ! -e {go} ]; do sleep 0.1; done; echo went", timeout=600)
         assert res.stdout.strip() == b"went"
     verdicts.record("waited", True)
 
@@ -71,8 +71,16 @@ def run_pytest(root: Path, *args: str, env: dict | None = None, timeout: float =
                           text=True, timeout=timeout)
 
 
+def strict_json(text: str):
+    """``text`` parsed as JSON the way strict parsers (jq, JSON.parse) read it: the tokens NaN, Infinity and
+    -Infinity, which Python's json accepts, raise ValueError."""
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
 def junit(path: Path) -> list[dict]:
-    """Testcases of a junit file: name, classname, outcome, properties."""
+    """Testcases of a junit file: name, classname, outcome, properties, message, text, time (s)."""
     out = []
     for tc in ET.parse(path).getroot().iter("testcase"):
         outcome = "passed"
@@ -82,7 +90,8 @@ def junit(path: Path) -> list[dict]:
         props = {p.get("name"): p.get("value") for p in tc.iter("property")}
         out.append({"name": tc.get("name"), "classname": tc.get("classname"), "outcome": outcome,
                     "props": props, "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None),
-                    "text": next((c.text or "" for c in tc if c.tag in ("failure", "error")), "")})
+                    "text": next((c.text or "" for c in tc if c.tag in ("failure", "error")), ""),
+                    "time": float(tc.get("time") or 0)})
     return out
 
 

@@ -138,7 +138,7 @@ def test_terminal_hang_up_is_an_interruption_with_complete_reports(tmp_path, tmp
         import sqlite3
         with sqlite3.connect(hist) as db:  # the run row is written at the end: the run did end
             assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
-        end = time.time() + 15
+        end = time.time() + 60
         while left_on(nodes) and time.time() < end:
             time.sleep(0.2)
         assert left_on(nodes) == []
@@ -423,14 +423,14 @@ def test_node_clock_read_over_real_sshd(tmp_path, tmp_path_factory, banner):
         inv = tmp_path / "inv.ini"
         inv.write_text("[gpu]\n" + n.inventory_line() + "\nreplayed ansible_connection=local gpuaccept_replay=/nonexistent\n")
         hosts = load_inventory(str(inv)).hosts
-        node = HostRunner(hosts["c1"], lambda h: get_transport(h, known_hosts=kh), {}, probe_timeout=60)
+        node = HostRunner(hosts["c1"], lambda h: get_transport(h, known_hosts=kh), probe_timeout=60)
         try:
             clock = nodeclock.read_clock(node)
         finally:
             node.close()
         assert clock is not None and abs(clock.offset_s) < clock.uncertainty_s + 0.05, clock
         assert clock.uncertainty_s < 5
-        replayed = HostRunner(hosts["replayed"], lambda h: get_transport(h), {}, probe_timeout=60)
+        replayed = HostRunner(hosts["replayed"], lambda h: get_transport(h), probe_timeout=60)
         assert nodeclock.read_clock(replayed) is None
     finally:
         n.stop()

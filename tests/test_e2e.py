@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuaccept.runner.interrupt import SAME_SIGNAL_S
 from project_helpers import junit, make_project, run_pytest
 from process_helpers import procs_with
 from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
@@ -38,12 +39,12 @@ def test_three_nodes_in_parallel(tmp_path, sshd_nodes, known_hosts):
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
                      "-n", "3", "-k", "gloo or whoami or gpu_inventory")
-    assert res.returncode == 1 or res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]  # nothing fails: gloo, whoami pass
     cases = junit(rep / "junit-nccl.xml")
     gloo = [c for c in cases if c["name"].startswith("test_gloo_allreduce")]
     assert sorted(c["classname"] for c in gloo) == ["nccl.node1", "nccl.node2", "nccl.node3"]
     assert all(c["outcome"] == "passed" for c in gloo), gloo
-    assert all(float(c["props"]["busbw_gbps[bytes=4096]"]) >= 0 for c in gloo)
+    assert all(float(c["props"]["busbw_gbps[bytes=4096]"]) > 0 for c in gloo), gloo  # a measured figure
     # the health layer ran too (its GPU checks skip here: no GPU on the nodes, none declared)
     health = junit(rep / "junit-health.xml")
     assert {c["classname"] for c in health if c["name"].startswith("test_gpu_inventory")} == \
@@ -79,13 +80,9 @@ def test_node_killed_mid_run(tmp_path, tmp_path_factory):
 
         t = threading.Thread(target=target)
         t.start()
-        deadline = time.time() + 60
         # wait until every host's waiting command is running (a shell loop polling for GO under each sshd)
-        while time.time() < deadline:
-            if all(len(n.processes()) > 1 for n in nodes):
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)
+        _wait_until(lambda: all(n.command_processes(str(go)) for n in nodes) or not t.is_alive(), 120)
+        assert all(n.command_processes(str(go)) for n in nodes), result.get("res") and result["res"].stdout[-3000:]
         nodes[1].stop()
         go.touch()
         t.join(120)
@@ -112,14 +109,15 @@ def test_probe_timeout_kills_remote_command(tmp_path, sshd_nodes, known_hosts):
     t0 = time.time()
     res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
                      "--probe-timeout", "3", "-k", "hangs")
-    assert time.time() - t0 < 60
+    # killed at its 3 s timeout, not left to its 1000 s: the bound allows a pytest start on a loaded machine
+    # (benchmarks/timing_bounds.py has the tight figure)
+    assert time.time() - t0 < 120
     assert res.returncode == 1
     case = [c for c in junit(rep / "junit-health.xml") if c["name"].startswith("test_hangs")][0]
     assert case["outcome"] == "error"
     assert "node1" in case["message"] and "timed out" in case["message"]
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", f"sleep 1000 # {marker}"], capture_output=True, text=True)
-    assert left.stdout.strip() == "", f"left behind: {left.stdout}"
+    _wait_until(lambda: not procs_with(f"sleep 1000 # {marker}"), 30)
+    assert procs_with(f"sleep 1000 # {marker}") == [], "left behind"
 
 
 def test_changed_host_key_refused(tmp_path, sshd_nodes, known_hosts, tmp_path_factory):
@@ -168,15 +166,15 @@ def test_interrupt_keeps_results(tmp_path, sshd_nodes, known_hosts):
                             cwd=tmp_path, env={**os.environ, "E2E_GO": str(go)}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     jsonl = rep / "results.jsonl"
-    deadline = time.time() + 90
-    while time.time() < deadline and not procs_with(str(go)):  # test_wait_for_go's loop runs on the node
-        time.sleep(0.2)
+    # test_wait_for_go's loop runs on the node
+    _wait_until(lambda: procs_with(str(go)) or proc.poll() is not None, 180)
     assert procs_with(str(go)), "the wait loop never started"
     assert "test_gloo_allreduce" in jsonl.read_text()
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    assert time.time() - t0 < 15
+    out, _ = proc.communicate(timeout=300)
+    # stopped by the signal, not by the wait loop's own 600 s timeout (the tight figure: benchmarks/timing_bounds.py)
+    assert time.time() - t0 < 120
     assert proc.returncode == 2, out[-2000:]
     assert procs_with(str(go)) == []  # the remote loop was killed, not left spinning
     doc = json.loads((rep / "results.json").read_text())
@@ -224,8 +222,16 @@ pytestmark = pytest.mark.nccl
 def test_1_busy(node):
     node.run("true")
     open(os.environ["E2E_BUSY"], "w").close()
-    time.sleep(60)   # busy on the controller: only a second signal stops this at once
+    time.sleep(600)   # busy on the controller: only a second signal stops this at once
 """
+
+
+def _wait_until(done, within: float) -> None:
+    """Poll ``done()`` every 0.1 s until it is true or ``within`` seconds passed (the caller asserts on what
+    happened)."""
+    end = time.monotonic() + within
+    while not done() and time.monotonic() < end:
+        time.sleep(0.1)
 
 
 def _ppid(pid: int) -> int | None:
@@ -290,7 +296,7 @@ def test_signal_mid_probe(tmp_path, tmp_path_factory, sig, xdist, addresses):
         assert len(workers) == (2 if xdist else 0)
         t0 = time.time()
         proc.send_signal(getattr(signal, sig))
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=300)
         seconds = time.time() - t0
         left = left_on(nodes)
         assert [w for w in workers if _ppid(w) is not None] == []  # xdist workers are gone too
@@ -298,7 +304,8 @@ def test_signal_mid_probe(tmp_path, tmp_path_factory, sig, xdist, addresses):
         print(FAULT_ROWS[-1])
         assert proc.returncode == 2, out[-3000:]
         assert "passed" not in json.dumps([t["outcome"] for t in json.loads((rep / "results.json").read_text())["tests"]]), out[-5000:]
-        assert seconds < 20, seconds
+        # within seconds, not at the 600 s probe timeout (the tight figure: benchmarks/timing_bounds.py)
+        assert seconds < 120, seconds
         assert left == 0, [procs_with(str(n.tmp)) for n in nodes]
         doc = json.loads((rep / "results.json").read_text())
         tests = {(t["host"], t["name"].split("[")[0]): t for t in doc["tests"]}
@@ -334,19 +341,22 @@ def test_second_signal_aborts_at_once(tmp_path, tmp_path_factory):
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
                                  "--reports", str(rep), "-k", "busy"], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env={**os.environ, "E2E_BUSY": str(busy)})
-        end = time.time() + 60
-        while time.time() < end and not busy.exists() and proc.poll() is None:
-            time.sleep(0.1)
+        _wait_until(lambda: busy.exists() or proc.poll() is not None, 180)
         assert busy.exists(), proc.communicate()[0][-2000:]
+        busy_at = time.time()
         proc.send_signal(signal.SIGTERM)
-        time.sleep(2)
+        # a signal within SAME_SIGNAL_S of the first is the same interruption: wait well past it
+        time.sleep(3 * SAME_SIGNAL_S)
         assert proc.poll() is None  # still busy: a first signal does not cut a test short on the controller
         t0 = time.time()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=300)
         FAULT_ROWS.append(f"| SIGTERM twice | {proc.returncode} | {time.time() - t0:.1f} | {left_on(nodes)} |")
         print(FAULT_ROWS[-1])
-        assert time.time() - t0 < 5
+        # at once: not when the busy test's 600 s sleep ends. The bound holds on a loaded 2-core machine (27.6 s
+        # measured at load average 20: the abort still writes the reports and cleans the node over SSH); the
+        # tight figure is benchmarks/timing_bounds.py's
+        assert time.time() - t0 < 120 and time.time() < busy_at + 300
         assert proc.returncode == 2, out[-2000:]
         t = json.loads((rep / "results.json").read_text())["tests"][0]
         assert t["outcome"] == "error" and t["message"] == "interrupted (SIGTERM) while running on f1", t
@@ -370,17 +380,16 @@ def test_sigterm_stops_a_multinode_collective(tmp_path, tmp_path_factory):
                                  "--reports", str(rep), "-k", "multinode", "--probe-timeout", "600"],
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_for_ranks(nodes, proc)
-        time.sleep(1.0)
         t0 = time.time()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=120)
         seconds = time.time() - t0
         left = left_on(nodes)
         FAULT_ROWS.append(f"| SIGTERM during a 2-host all-reduce | {proc.returncode} | {seconds:.1f} | {left} |")
         print(FAULT_ROWS[-1])
         assert proc.returncode == 2, out[-3000:]
         assert left == 0, [procs_with(str(n.tmp)) for n in nodes]
-        assert seconds < 20
+        assert seconds < 120  # within seconds, not at the 600 s probe timeout (tight: benchmarks/timing_bounds.py)
         t = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
                  if t["name"] == "test_allreduce_multinode")
         assert t["outcome"] == "error" and t["message"] == "interrupted (SIGTERM) while running on f1, f2", t
@@ -405,13 +414,14 @@ def test_controller_sigkilled_node_cleans_itself(tmp_path, tmp_path_factory):
         t0 = time.time()
         proc.kill()
         proc.communicate(timeout=30)
-        while left_on(nodes) and time.time() - t0 < 15:
-            time.sleep(0.1)
+        _wait_until(lambda: not left_on(nodes), 120)
         seconds = time.time() - t0
         FAULT_ROWS.append(f"| SIGKILL of the controller | -9 | {seconds:.1f} (node clean) | {left_on(nodes)} |")
         print(FAULT_ROWS[-1])
         assert left_on(nodes) == 0, [procs_with(str(n.tmp)) for n in nodes]
-        assert seconds < 10
+        # within seconds of the connection going (stdin EOF, then KILL_GRACE_S), not at the watchdog's own
+        # 600 s + grace deadline (tight: benchmarks/timing_bounds.py)
+        assert seconds < 60
     finally:
         for n in nodes:
             n.stop()
@@ -493,13 +503,11 @@ def test_hung_node_is_reported_not_waited_on(tmp_path, tmp_path_factory):
         t = threading.Thread(target=lambda: result.update(res=run_pytest(
             tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep), "-n", "2",
             "--probe-timeout", "5", "-k", "slow or next or last")))
-        t0 = time.time()
         t.start()
-        while time.time() - t0 < 30 and len(nodes[1].processes()) < 2:
-            time.sleep(0.1)
+        _wait_until(lambda: nodes[1].command_processes("sleep 3") or not t.is_alive(), 180)
+        assert nodes[1].command_processes("sleep 3"), "h2's test_1_slow never ran"  # mid-run: freeze it now
         nodes[1].freeze()
-        t.join(120)
-        elapsed = time.time() - t0
+        t.join(300)
         res = result["res"]
         assert res.returncode == 1, res.stdout[-2000:]
         cases = {(c["classname"], c["name"].split("[")[0]): c for c in junit(rep / "junit-health.xml")}
@@ -508,8 +516,11 @@ def test_hung_node_is_reported_not_waited_on(tmp_path, tmp_path_factory):
         for n in ("test_2_next", "test_3_last"):
             c = cases[("health.h2", n)]
             assert c["outcome"] == "error" and c["message"].startswith("h2: ") and "answering" in c["message"], c
-        # one timeout (5 s) + kill budget + one liveness check (15 s), not three timeouts in a row
-        assert elapsed < 60, elapsed
+        # one timeout (5 s) + kill budget + one liveness check (15 s) in test_1_slow, not three timeouts in a row:
+        # the later two take less than the 5 s probe timeout each (JUnit's own times; a loaded machine's
+        # start-up of pytest and its workers is not in them)
+        assert [cases[("health.h2", n)]["time"] < 5 for n in ("test_2_next", "test_3_last")] == [True, True], \
+            [cases[("health.h2", n)]["time"] for n in ("test_1_slow", "test_2_next", "test_3_last")]
     finally:
         for n in nodes:
             n.thaw() if hasattr(n, "thaw") else None

@@ -279,3 +279,43 @@ def test_printk_caller_id_after_the_dmesg_time_is_split_off():
         "[   36.772366][  T291]", "pcieport 0000:00:00.0: AER: Multiple Correctable error message received from "
                                   "0000:00:00.0")
     assert xev.parse_log([line], SINCE)["events"] == []  # a corrected error on a port is no GPU event
+
+
+# -- NCCL's "NET/IB : No device found." and its bare version line -----------------------------------------
+
+def test_nccl_2_19_without_an_hca_is_read_as_no_device_with_its_version():
+    got = _nccl_log.parse_nccl_log(NCCL["nccl-2.19-no-ib-device-socket-fallback"])
+    assert (got["nccl_version"], got["nccl_version_full"]) == ("2.19.3", "2.19.3+cuda12.3")
+    nd = got["net_devices"]
+    assert nd["ib"] == [] and nd["ib_said"] == "NET/IB : No device found."
+    assert nd["socket"] == [{"name": "ens7", "address": "10.128.0.32"}]
+    assert nccl_judge.net_device_problems(nd, "mlx5_0", None) == [
+        'NCCL found none of the IB devices nccl_ib_hca lists (mlx5_0): NCCL says "NET/IB : No device found."']
+    assert nccl_judge.net_device_problems(nd, None, "ens7") == []  # no HCA asked for: nothing to fail
+
+
+def test_a_torch_error_naming_the_nccl_version_is_not_the_version_line():
+    # torch ends its NCCL errors with ", NCCL version 2.21.5": that is not NCCL's own version line
+    got = _nccl_log.parse_nccl_log(NCCL["torch-internal-error-last-error-empty"])
+    assert got["nccl_version"] is None
+
+
+# -- NCCL_SOCKET_IFNAME naming an interface the host lacks: this host's fault, said so -----------------------
+
+def test_socket_ifname_without_a_match_is_the_hosts_own_fault():
+    """NCCL 2.27.7 (NVIDIA/nccl#1837) ends in "ncclSocketInit: connecting to address  with family 59936 ...":
+    a socket error, so the rank was read as the victim of a peer ("peer" evidence, no address to blame)."""
+    text = "\n".join(NCCL["socket-ifname-missing-interface-nccl-2.27"])
+    kind, why, addrs = _supervisor.rank_evidence(1, "exited", 0.0, None, text)
+    assert (kind, addrs) == ("local", [])
+    assert why == ("rc 1: [trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither "
+                   "AF_INET(2) nor AF_INET6(10) (NCCL_SOCKET_IFNAME set to eth2 matched no interface of this host)")
+
+
+def test_socket_ifname_that_matched_is_not_blamed():
+    # the 2xH200 capture's real lines (it found eth0), ALTERED: NCCL's ENV line for the variable added
+    real = (DATA / "nccl-info-h200x2.log").read_text().splitlines()
+    lines = ["vm:720:720 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to =eth0"] + real
+    assert _nccl_log.socket_ifname_unmatched(lines) is None
+    assert _nccl_log.socket_ifname_unmatched(lines[:1]) == ("NCCL_SOCKET_IFNAME set to =eth0 matched "
+                                                                    "no interface of this host")

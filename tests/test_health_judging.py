@@ -17,6 +17,8 @@ from gpuaccept.judging.readings import NvmlError, is_lost, number, typed, unmeas
 from gpuaccept.judging.sku import detect_gpu, node_sku
 from gpuaccept.config.thresholds import judge, load_all
 from gpuaccept.judging.recorder import outcome
+from gpuaccept.config.thresholds import load_sku_file
+from project_helpers import DATA, alter, run_pytest, strict_json
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = json.loads((REPO / "tests" / "data" / "h200x2-gpu_inventory.json").read_text())
@@ -321,3 +323,39 @@ def test_clock_event_bits_on_the_controller_match_the_probes_copy():
     node = dict(mod.CLOCK_EVENT_REASONS)
     for bit, name in {**compute.CLOCK_REASONS_FAIL, **compute.CLOCK_REASONS_RECORD}.items():
         assert node[name.lower().replace(" ", "_")] == bit, name
+
+
+def _no_driver(doc):  # ALTERED: the document gpu_inventory writes on a node without the NVIDIA driver
+    doc.update(nvml_available=False, gpus=[], driver_present=False, reason_code="no_driver",
+               reason="no NVIDIA driver (libnvidia-ml.so not found)")
+    for k in ("driver", "nvml_version", "cuda_driver_version", "gpu_count", "kernel_driver_version"):
+        doc.pop(k, None)
+
+
+@pytest.mark.parametrize("declared,args,needle", [
+    ("gpus_per_node=2", (), "but the inventory declares gpus_per_node=2"),
+    ("", ("--sku", "h200-sxm-141gb"), "but --sku h200-sxm-141gb declares one"),
+])
+def test_declared_gpu_missing_names_only_what_declared_it(tmp_path, declared, args, needle):
+    """the failure read "declares gpu_sku=None gpus_per_node=8", and with
+    --sku (no inventory var) "declares gpu_sku=None gpus_per_node=None": the line named declarations that
+    were never made and not the one that was."""
+    from project_helpers import make_project, replay_folder
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    folder = replay_folder(tmp_path, alter(tmp_path, "gpu_inventory", _no_driver))
+    inv.write_text(f"h-a ansible_connection=local gpuaccept_replay={folder} {declared}\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_gpu_inventory", *args)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    test = next(t for t in strict_json((rep / "results.json").read_text())["tests"] if "test_gpu_inventory" in t["nodeid"])
+    assert test["outcome"] == "failed" and "h-a: no NVIDIA GPU found (no NVIDIA driver" in test["message"], test
+    assert needle in test["message"] and "None" not in test["message"], test["message"]
+
+
+def test_a_field_reading_gpu_is_lost_fails_even_when_not_required():
+    doc = typed(json.loads((DATA / "gpu_inventory-bf21a9e8fb.json").read_text())["doc"])
+    sku = load_sku_file(str(REPO / "thresholds" / "h200-sxm-141gb.yaml"))
+    g = dict(doc["gpus"][1])
+    g["temp_c"] = typed({"nvml_error": "GPU is lost"})
+    found = health.temperature(g, sku)
+    assert found[0].failure and "the GPU is lost" in found[0].failure

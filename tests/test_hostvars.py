@@ -9,6 +9,7 @@ import pytest
 from gpuaccept.config.hostvars import VARS, HostVarError, check_hosts
 from gpuaccept.config.inventory import load_inventory
 from gpuaccept.config.thresholds import Limit
+from project_helpers import make_project, run_pytest
 
 GOOD = """[gpu]
 gpu01 ansible_host=10.0.0.1 nccl_socket_ifname=ib0 nccl_env="{'NCCL_NVLS_ENABLE': '0', 'NCCL_IB_TIMEOUT': 22}"
@@ -127,3 +128,28 @@ def test_every_validator_refuses_a_non_finite_number():
             with pytest.raises(Exception) as info:
                 check(value, "h")
             assert type(info.value).__name__ == "_Bad", (var, value)
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("gpu1 ansible_connection=local gpus_per_nod=8", "var gpus_per_nod: not a variable gpuaccept knows; did you mean gpus_per_node?"),
+    ("gpu1 ansible_connection=local gpu_skus=h200-sxm-141gb", "did you mean gpu_sku?"),
+    # second trial: a node missing drives passed with nvme_cnt; NCCL and connection typos were dropped silently
+    ("gpu1 ansible_connection=local nvme_cnt=8", "var nvme_cnt: not a variable gpuaccept knows; did you mean nvme_count?"),
+    ("gpu1 ansible_connection=local nccl_evn={}", "did you mean nccl_env?"),
+    ("gpu1 ansible_connection=local ncl_env={}", "did you mean nccl_env?"),
+    ("gpu1 ansible_connection=local ansible_python_interpeter=/x/python", "did you mean ansible_python_interpreter?"),
+    ("gpu1 ansible_connection=local ansible_prot=22", "did you mean ansible_port?"),
+])
+def test_typo_of_a_declaring_var_exits_4(tmp_path, line, needle):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(line + "\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
+    assert res.returncode == 4 and needle in res.stderr, res.stderr[-1000:]
+
+
+def test_operators_own_vars_are_left_alone(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("gpu1 ansible_connection=local rack=r07 gpu_vendor_note=spare owner=ml-infra datacenter=dc2 "
+                   "owner_team=infra gpu_model=h200 ansible_become=true nccl_debug_note=x\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--collect-only", "-q")
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]

@@ -125,7 +125,7 @@ def test_env_values_reach_the_probe_as_text(tmp_path, target):
     env_vars = {f"P{i}": p for i, (p, _) in enumerate(payloads)}
     hosts, err = _load(_inventory(tmp_path, {"h": {**base, "nccl_env": env_vars}}))
     assert err is None, err
-    node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
+    node = HostRunner(hosts[0], factory, probe_timeout=60)
     try:
         env = nccl_environment(hosts[0].vars)
         assert env == env_vars
@@ -150,7 +150,7 @@ def test_env_vars_are_refused_or_reach_the_probe_as_text(tmp_path, target, var):
             assert f"var {var}" in str(err) and "\n" not in str(err)
             refused += 1
             continue
-        node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
+        node = HostRunner(hosts[0], factory, probe_timeout=60)
         try:
             env = nccl_environment(hosts[0].vars)
             res = node.run(shell.env_command({**PROBE_ENV, **env}, ["printenv", ENV_VARS[var]]))
@@ -171,7 +171,7 @@ def test_python_interpreter_is_one_word(tmp_path, target):
         if err is not None:
             assert "ansible_python_interpreter" in str(err)
             continue
-        node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
+        node = HostRunner(hosts[0], factory, probe_timeout=60)
         try:
             assert node.python == p
             with pytest.raises(NodeError):
@@ -198,7 +198,7 @@ def test_json_argument_vars_arrive_as_text(tmp_path, target):
             sent.append({var: hosts[0].vars[var]})
     assert sent, "every payload was refused: nothing tested the command line"
     hosts, err = _load(_inventory(tmp_path, {"h": base}))
-    node = HostRunner(hosts[0], factory, {}, probe_timeout=60)
+    node = HostRunner(hosts[0], factory, probe_timeout=60)
     try:
         # the probe command line of gpuaccept.runner.host.HostRunner.probe: env, program, one JSON argument
         args = json.dumps(sent)

@@ -14,6 +14,7 @@ import pytest
 
 from gpuaccept.errors import InventoryError
 from gpuaccept.config.inventory import Host, load_inventory
+from project_helpers import make_project, run_pytest
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "inventories"
@@ -416,3 +417,61 @@ def test_deep_children_chain_is_no_recursion(tmp_path):
     lines = ["[g0]", "h"] + [f"[g{i + 1}:children]\ng{i}" for i in range(3000)]
     inv = load_inventory(str(write(tmp_path, "deep.ini", "\n".join(lines) + "\n")))
     assert inv.hosts["h"].groups[:3] == ("all", "g0", "g1") and len(inv.hosts["h"].groups) == 3002
+
+
+def test_a_semicolon_comment_after_a_host_says_how_to_write_it(tmp_path):
+    """Ansible and gpuaccept both refuse ``n1 ansible_host=10.0.0.1 ; rack 3``; the line now says why."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\nn1 ansible_host=10.0.0.1 ; rack 3\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value) == (f"{inv}:2: expected key=value host variable, got ';'; ';' starts a comment only at the "
+                              f"start of a line (as in Ansible): write '#'")
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("[2001:db8::7]", "write the IPv6 address without brackets (2001:db8::7)"),
+    ("[::1]:2200", "write the IPv6 address without brackets (::1), and 2200 in ansible_port"),
+    ('"10.0.0.4 "', "holds whitespace"),
+    ('""', "is empty"),
+])
+def test_an_address_no_connection_can_use_is_refused_at_load(tmp_path, value, needle):
+    """Before: loaded, then every test of the host was an ERROR "cannot resolve [::1]" (ansible fails the same
+    way: "Could not resolve hostname [::1]"), after the other hosts had been contacted."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[gpu]\nv6 ansible_host={value}\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value).startswith(f"{inv}:2: host v6 ansible_host ") and str(err.value).endswith(needle), err.value
+    inv.write_text("[gpu]\nv6 ansible_host=2001:db8::7\n[2001:db8::8]:2200\n")  # the forms that work
+    assert [(h.address, h.port) for h in load_inventory(str(inv)).hosts.values()] == [("2001:db8::7", 22),
+                                                                                      ("2001:db8::8", 2200)]
+
+
+def test_one_ipv6_machine_written_two_ways_is_listed_once(tmp_path):
+    """``2001:db8::1`` and ``2001:0db8:0:0::0001`` are one address: before, both hosts loaded and the machine was
+    tested twice (two names for one node: the other node never tested)."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\na ansible_host=2001:db8::1\nb ansible_host=2001:0db8:0:0::0001\n")
+    with pytest.raises(InventoryError) as err:
+        load_inventory(str(inv))
+    assert str(err.value) == f"{inv}: hosts a and b both resolve to 2001:0db8:0:0::0001:22; list each machine once"
+
+
+def test_a_local_host_with_another_machines_address_is_refused(tmp_path):
+    """``[all:vars] ansible_connection=local`` left in a fleet inventory: before, every node's tests ran on the
+    controller and were filed under the node's name (16 nodes, none touched). An address of this machine
+    (loopback), a name, or a replayed host stays allowed."""
+    import socket
+    far = "203.0.113.77"  # TEST-NET-3 (RFC 5737): on no interface of this machine, checked here
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, pytest.raises(OSError):
+        s.bind((far, 0))
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"[gpu]\nn1 ansible_host=127.0.0.5\nn2 ansible_host={far}\nn3 ansible_host=n3.example\n"
+                   "[all:vars]\nansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert (f"ERROR: {inv}:3: host n2: ansible_host {far} is another machine, but ansible_connection=local (at "
+            f"{inv}:6) runs its probes on this controller") in res.stderr, res.stderr
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--limit", "n1,n3", "--list-hosts")
+    assert res.returncode == 0 and "n1" in res.stdout and "n3" in res.stdout, res.stdout + res.stderr

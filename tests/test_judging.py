@@ -202,10 +202,10 @@ def test_an_interrupted_test_reports_what_it_found_before_the_interruption():
     was interrupted (the failures of the ranks SIGTERM killed) stay out of the interrupted test's message,
     which the plugin builds from findings(before_interruption=True); the outcome still counts every line."""
     import types
-    from gpuaccept.transport import cancel_all, reset_interruption
+    from gpuaccept.transport import cancel_all, interruption, reset_interruption
     from gpuaccept.judging.recorder import Recorder
     item = types.SimpleNamespace(user_properties=[], originalname="test_allreduce_multinode")
-    rec = Recorder(item, "fleet", "nccl")
+    rec = Recorder(item, "fleet", "nccl", interrupted=interruption)  # as the plugin hands it in
     rec.for_host("f1").fail("transport SHM, expected IB")  # found before the signal
     assert rec.findings(before_interruption=True) == rec.findings() == ["f1: transport SHM, expected IB"]
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.scaleout.merge import main as merge_main
+from gpuaccept.scaleout.merge import main as merge_main, merge
 from gpuaccept.reporting.records import CaseRecord, Reporter
 
 
@@ -274,3 +274,23 @@ def test_a_rerun_of_many_hosts_is_one_note(tmp_path, capsys):
     note = [ln for ln in capsys.readouterr().out.splitlines() if "the later run wins" in ln]
     assert len(note) == 1 and note[0].startswith("gpu00, gpu01,") and "gpu19 and 5 more:" in note[0], note
     assert _verdicts(tmp_path / "m") == {h: "PASS" for h in hosts}
+
+
+def test_merge_keeps_the_worst_outcome_of_a_fleet_wide_test(tmp_path):
+    def folder(name: str, outcome: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        rec = {"nodeid": "suites/test_health.py::test_fleet_consistency", "name": "test_fleet_consistency",
+               "host": None, "layer": "health", "outcome": outcome, "message": "drivers differ" if outcome ==
+               "failed" else "", "duration_s": 0.1, "figures": []}
+        (d / "results.json").write_text(json.dumps({"run_id": name, "meta": {"hosts": []}, "tests": [rec],
+                                                    "figures": []}))
+        return d
+    failed, skipped = folder("a", "failed"), folder("b", "skipped")
+    for order in ((failed, skipped), (skipped, failed)):
+        out = tmp_path / f"m-{order[0].name}"
+        merge([str(d) for d in order], str(out))
+        tests = json.loads((out / "results.json").read_text())["tests"]
+        assert [t["outcome"] for t in tests] == ["failed"], tests
+    with pytest.raises(ValueError, match="named twice"):
+        merge([str(failed), str(failed)], str(tmp_path / "m2"))

@@ -40,7 +40,7 @@ def _nodes(base: Path, sshds: list[SshNode], kh: str, extra: str = "") -> list[H
     inv = base / "inventory.ini"
     inv.write_text("[gpu]\n" + "\n".join(s.inventory_line() for s in sshds) + "\n" + extra)
     hosts = load_inventory(str(inv)).hosts.values()
-    return [HostRunner(h, lambda h: get_transport(h, known_hosts=kh), {}, 120) for h in hosts]
+    return [HostRunner(h, lambda h: get_transport(h, known_hosts=kh), 120) for h in hosts]
 
 
 def _cmdline(pid: int) -> str:
@@ -62,8 +62,9 @@ def _procs(*needles: str) -> list[int]:
 
 
 def _leftovers(marker: str) -> list[str]:
-    """Probes or workers of a collective still alive (zombies excluded), after a short settling time."""
-    end = time.monotonic() + 10
+    """Probes or workers of a collective still alive (zombies excluded), after a settling time (60 s at most:
+    returns as soon as none is left)."""
+    end = time.monotonic() + 60
     while True:
         left = [p for p in _procs("nccl_allreduce", marker) if _state(p) not in ("Z", "?")]
         if not left or time.monotonic() > end:
@@ -316,8 +317,8 @@ def test_stopped_node_is_blamed(tmp_path, tmp_path_factory):
         nodes = _nodes(tmp_path, sshds, write_known_hosts(base / "kh", sshds))
         sshds[1].stop()
         t0 = time.monotonic()
-        col = mn.ring(nodes, mn.Settings(GLOO, 1, deadline_s=60, stall_s=20))
-        assert not col.ok and time.monotonic() - t0 < 45
+        col = mn.ring(nodes, mn.Settings(GLOO, 1, deadline_s=300, stall_s=20))
+        assert not col.ok and time.monotonic() - t0 < 120  # at once, not at the 300 s deadline
         assert [h for h, _ in col.culprits] == ["st2"] and col.singled_out
         assert col.message.startswith("st2: unreachable") and "\n" not in col.message
         assert {h: r.kind for h, r in col.results.items()} == {"st1": "aborted", "st2": "unreachable",
@@ -334,12 +335,12 @@ def test_hung_rank_is_blamed(tmp_path, rig):
     nodes = _nodes(tmp_path, sshds, kh)
     out: dict = {}
     t = threading.Thread(target=lambda: out.setdefault("col", mn.ring(
-        nodes, mn.Settings({**GLOO, "iters": 200}, 1, deadline_s=60, stall_s=4))))
+        nodes, mn.Settings({**GLOO, "iters": 200}, 1, deadline_s=300, stall_s=4))))
     t0 = time.monotonic()
     t.start()
     stopped: list[int] = []
     try:
-        end = time.monotonic() + 40
+        end = time.monotonic() + 180
         phase = ""
         while time.monotonic() < end and " B " not in phase:  # mid-collective: "65536 B in-place" or the like
             # this rig's mn3 only: another test's world may run ranks on a host of the same name beside it
@@ -356,7 +357,7 @@ def test_hung_rank_is_blamed(tmp_path, rig):
         for p in found:
             os.kill(p, signal.SIGSTOP)
         stopped = found
-        t.join(90)
+        t.join(400)
         col = out["col"]
         assert not col.ok and [h for h, _ in col.culprits] == ["mn3"], col.message
         assert col.message.startswith("mn3: rank 2 in '") and " B " in col.message and "stopped" in col.message, \
@@ -365,7 +366,7 @@ def test_hung_rank_is_blamed(tmp_path, rig):
         for h in ("mn1", "mn2"):  # their ranks lost mn3 (network errors: "peer"), or we aborted them first
             r = col.results[h]
             assert r.kind in ("failed", "aborted") and r.doc["evidence"] in ("peer", "none"), (h, r)
-        assert time.monotonic() - t0 < 60
+        assert time.monotonic() - t0 < 150  # within the stall time, not at the 300 s deadline
         assert _leftovers(col.marker) == []
     finally:
         for p in stopped:  # only if the product failed to: never leave a stopped process behind
@@ -386,10 +387,10 @@ def test_host_frozen_after_joining_is_named_without_waiting_for_its_timeout(tmp_
         nodes = _nodes(tmp_path, sshds, write_known_hosts(base / "kh", sshds))
         out: dict = {}
         t = threading.Thread(target=lambda: out.setdefault("col", mn.ring(
-            nodes, mn.Settings({**GLOO, "iters": 100}, 1, deadline_s=60, stall_s=20))))
+            nodes, mn.Settings({**GLOO, "iters": 100}, 1, deadline_s=300, stall_s=20))))
         t0 = time.monotonic()
         t.start()
-        end, phase = time.monotonic() + 40, ""
+        end, phase = time.monotonic() + 180, ""
         while time.monotonic() < end and " B " not in phase:  # fz2's rank is in the timed collectives
             mine = set(sshds[1].processes())
             for p in [p for p in _procs("--worker", mn.MARKER_PREFIX, '"host": "fz2"') if p in mine]:
@@ -401,14 +402,16 @@ def test_host_frozen_after_joining_is_named_without_waiting_for_its_timeout(tmp_
             time.sleep(0.02)
         assert " B " in phase, f"fz2's rank never reached the timed collectives (phase {phase!r})"
         sshds[1].freeze()
-        t.join(60)
+        frozen_at = time.monotonic()
+        t.join(400)
         col = out["col"]
         assert not col.ok and [h for h, _ in col.culprits] == ["fz2"], col.message
         r = col.results["fz2"]
         assert r.kind == "timeout" and r.error.startswith("stopped answering: every other host finished the "
                                                           "collective"), r
         assert all(col.results[h].kind == "ok" for h in ("fz1", "fz3")), col.results
-        assert time.monotonic() - t0 < 70  # the call's own timeout is 60 + 30 s, then the sweep
+        # LAGGARD_MIN_S (5 s) after the others finished, not at the call's own timeout (300 + 30 s)
+        assert time.monotonic() - frozen_at < 120
     finally:
         sshds[1].thaw()
         for sd in sshds:
@@ -517,7 +520,7 @@ def test_pairwise_finds_the_slow_node(tmp_path, tmp_path_factory, slow_link):
         # this test's ranks only (their specs name its hosts; other tests run beside it under -n), after the
         # node-side watchdog's grace: the connections dropped when the servers stopped
         mine = ('"pw1"', '"pw2"', '"pw3"', '"pw4"', '"pw5"', '"slow3"')
-        end = time.monotonic() + 15
+        end = time.monotonic() + 60
         while True:
             left = [p for p in _procs("nccl_allreduce", mn.MARKER_PREFIX, "--worker")
                     if _state(p) not in ("Z", "?") and any(h in (_cmdline(p) or "") for h in mine)]

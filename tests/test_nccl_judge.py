@@ -5,6 +5,9 @@ node (tests/data/nccl-info-h200x2.log), altered in the test where a case needs I
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +15,17 @@ import pytest
 from gpuaccept.judging import nccl as J
 from gpuaccept.errors import ConfigError
 from gpuaccept.runner.multinode import GroupSettings, multinode_settings, nccl_environment
+from gpuaccept.config.thresholds import load_sku_file
+from gpuaccept.probes import _nccl_log, _supervisor
+from gpuaccept.runner.host import save_probe
 from gpuaccept.probes._nccl_log import parse_nccl_log, parse_net_devices
 from gpuaccept.probes._supervisor import addresses_in, normalize_address, rank_evidence
-from project_helpers import GPU_LAYERS, alter, outcomes, replay_project, run_pytest
+from probe_helpers import field_blocks
+from project_helpers import CAPTURE_NCCL, GPU_LAYERS, REPO, alter, junit, outcomes, replay_project, run_pytest
 
 DATA = Path(__file__).resolve().parent / "data"
 REAL = (DATA / "nccl-info-h200x2.log").read_text().splitlines()
+NCCL = field_blocks("nccl-logs.txt")
 
 
 # ------------------------------------------------------------------------------------ algorithm per row
@@ -187,12 +195,12 @@ def test_multinode_settings_parses_and_refuses():
     st, notes = g.resolve({}, 300)
     assert st.ranks_per_node == 8 and st.args["iters"] == 5 and st.args["backend"] == "nccl" and notes == []
     assert multinode_settings({}).needs_gpu_counts()
-    for bad, words in ((({"nccl_backend": "mpi"}), "nccl_backend must be nccl or gloo"),
-                       ({"nccl_internode_busbw_gbps": "fast"}, "nccl_internode_busbw_gbps must be a number"),
-                       ({"nccl_ranks_per_node": 2.5}, "whole number"),
-                       ({"nccl_pairwise_slow_pct": 120}, "within 0..100"),
+    for bad, words in ((({"nccl_backend": "mpi"}), "nccl_backend: expected one of nccl, gloo"),
+                       ({"nccl_internode_busbw_gbps": "fast"}, "nccl_internode_busbw_gbps: expected a number"),
+                       ({"nccl_ranks_per_node": 2.5}, "expected an integer"),
+                       ({"nccl_pairwise_slow_pct": 120}, "between 0 and 100"),
                        ({"nccl_internode_probe_args": {"iter": 5}}, "unknown argument(s) iter"),
-                       ({"nccl_internode_probe_args": [1]}, "must be a mapping"),
+                       ({"nccl_internode_probe_args": [1]}, "expected a mapping"),
                        ({"nccl_ib_hca": "mlx5_0:one"}, "host var nccl_ib_hca")):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
             multinode_settings(bad)
@@ -261,3 +269,160 @@ def test_interface_outside_the_inventory_list_fails(tmp_path):
     _, got, _ = _run(tmp_path, alter(tmp_path, "nccl_allreduce", devices), "nccl_socket_ifname=eth1")
     assert got["outcome"] == "failure", got
     assert "h200-a: NCCL used socket interfaces eth0 not in nccl_socket_ifname (eth1)" in got["message"]
+
+
+H200 = REPO / "thresholds" / "h200-sxm-141gb.yaml"
+
+
+# -- the failure line names the row, the world size and the threshold file --------------------------------
+
+def test_size_text_is_bytes_with_the_binary_size():
+    assert J.size_text(4294967296) == "4294967296 B (4 GiB)"
+    assert J.size_text(1048576) == "1048576 B (1 MiB)"
+    assert J.size_text(1000) == "1000 B"
+    assert J.size_text(None) == "None B"
+
+
+def test_floor_context_says_which_floor_of_the_file():
+    limit = load_sku_file(str(H200)).limit("allreduce_busbw_gbps")  # min 300, min_by_world_size {2,4,8}
+    row = {"bytes": 4294967296}
+    assert J.floor_context(row, 2, limit) == (
+        "in-place busbw at 4294967296 B (4 GiB), world size 2, Ring; floor for world size 2")
+    # 3 GPUs: the file has no floor for 3, so its plain min is used, and the line must not claim otherwise
+    assert J.floor_context(row, 3, limit, extra="2 hosts").endswith("world size 3, Ring; 2 hosts")
+
+
+def test_slow_allreduce_failure_line_reads_like_the_table(tmp_path):
+    """The 2xH200 capture, ALTERED: the 4 GiB in-place busbw (and algbw: world size 2, factor 1) set to 250
+    GB/s, under the file's floor of 310 GB/s for world size 2."""
+    def slow_4gib(doc):
+        row = doc["rows"][-1]
+        assert row["bytes"] == 4294967296
+        row["ip_busbw_gbps"] = row["ip_algbw_gbps"] = 250.0
+
+    inv = replay_project(tmp_path, alter(tmp_path, "nccl_allreduce", slow_4gib))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "nccl and not multinode",
+                     "-s")
+    case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_allreduce["))
+    assert case["outcome"] == "failure", case
+    assert case["message"] == (
+        "h200-a: allreduce_busbw_gbps 250 GB/s < min 310 GB/s (in-place busbw at 4294967296 B (4 GiB), world "
+        "size 2, Ring; floor for world size 2) [limit: h200-sxm-141gb.yaml checks.allreduce_busbw_gbps]")
+    # the row it names is the one -s printed: nccl-tests' columns, in-place busbw 250.00
+    row = next(ln for ln in res.stdout.splitlines() if ln.lstrip().startswith("4294967296 "))
+    assert row.split()[-3:] == ["250.00", "250.00", "0"]
+
+
+def test_missing_hca_on_older_nccl_fails_the_host(tmp_path):
+    """The 2xH200 capture, ALTERED: its NCCL devices replaced by what the NCCL 2.19.3 field sample says (no
+    HCA, Socket over ens7); the inventory names mlx5_0. Before: PASS (IB read as not initialised)."""
+    def nccl_2_19(doc):
+        doc["net_devices"] = _nccl_log.parse_net_devices(NCCL["nccl-2.19-no-ib-device-socket-fallback"])
+
+    inv = replay_project(tmp_path, alter(tmp_path, "nccl_allreduce", nccl_2_19), "nccl_ib_hca=mlx5_0")
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_allreduce and not multinode")
+    case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_allreduce["))
+    assert case["outcome"] == "failure", case
+    assert case["message"] == ('h200-a: NCCL found none of the IB devices nccl_ib_hca lists (mlx5_0): NCCL says '
+                               '"NET/IB : No device found."')
+
+
+# -- ranks that hang or die on one node: a failure in the probe's (and NCCL's) words; a probe that could not
+# -- run stays an error, on both calls of the suite ----------------------------------------------------------
+
+def _replay_with(tmp_path, sweep=None, at_size=None, extra_vars: str = ""):
+    """A replay project whose saved nccl_allreduce documents for the suite's two calls (the pinned sweep, NCCL's
+    own choice at the judged size) are replaced by ``sweep`` / ``at_size`` when given (documents as the probe
+    prints them: a failed one is ``{"failed": true, "msg": ...}``)."""
+    inv = replay_project(tmp_path, DATA / "replay-h200x2", extra_vars)
+    folder = Path(inv.read_text().split("gpuaccept_replay=", 1)[1].split()[0])
+    saved = json.loads((DATA / "replay-h200x2" / CAPTURE_NCCL).read_text())
+    args = {k: v for k, v in saved["args"].items() if k != "deadline_s"}
+    at = load_sku_file(str(H200)).limit("allreduce_busbw_gbps").at_bytes
+    for doc, call in ((sweep, {"env": {"NCCL_ALGO": "Ring"}}), (at_size, {"min_bytes": at, "max_bytes": at})):
+        if doc is not None:
+            save_probe(str(folder), "nccl_allreduce", {**args, **call}, doc)
+    return inv
+
+
+def _allreduce_case(tmp_path, inv):
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_allreduce and not multinode")
+    return next(c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_allreduce["))
+
+
+def _real_missing_interface_failure() -> dict:
+    """The probe run for real with 2 gloo ranks told to use an interface this machine lacks
+    (GLOO_SOCKET_IFNAME, gloo's NCCL_SOCKET_IFNAME): both ranks die; the document it prints."""
+    args = {"backend": "gloo", "world_size": 2, "min_bytes": 1024, "max_bytes": 4096, "iters": 2, "warmup": 1,
+            "reps": 1, "deadline_s": 60, "env": {"GLOO_SOCKET_IFNAME": "nosuchif0"}}
+    p = subprocess.run([sys.executable, str(REPO / "gpuaccept" / "probes" / "nccl_allreduce.py"), json.dumps(args)],
+                       capture_output=True, text=True, timeout=120)
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert p.returncode == 1 and doc["failed"] is True, p.stderr[-2000:]
+    return doc
+
+
+def test_collective_failure_tells_broken_ranks_from_a_probe_that_could_not_run():
+    real = _real_missing_interface_failure()["msg"]
+    assert J.collective_failure("nccl_allreduce: " + real) == real
+    hung = _supervisor.hang_message([{"rank": 0, "step": 5, "phase": "allreduce 4194304 B"},
+                                     {"rank": 1, "step": 3, "phase": "warmup 4194304 B", "state": "T"}], 290)
+    assert J.collective_failure(f"nccl_allreduce: {hung} (replayed)").startswith("all-reduce hung: ")
+    for could_not_run in ("nccl_allreduce: rendezvous failed: port in use on 3 attempts",
+                          "nccl_allreduce: probe terminated by SIGTERM; killed all ranks",
+                          "nccl_allreduce: no JSON document (rc 1): ModuleNotFoundError: No module named 'torch'"):
+        assert J.collective_failure(could_not_run) is None
+
+
+def test_ranks_that_die_on_the_node_fail_it_with_their_words(tmp_path):
+    """Before: ERROR "nccl_allreduce: rank 0 exited with rc 1: ..." (as if nothing had been judged), while the
+    same death in the second call (NCCL's own algorithm) was a FAILURE."""
+    doc = _real_missing_interface_failure()
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, sweep=doc))
+    assert case["outcome"] == "failure", case
+    assert re.match(r"h200-a: all-reduce over 2 GPUs \(NCCL_ALGO=Ring, 1048576\.\.4294967296 B\) failed: rank [01] "
+                    r"exited with rc 1: ", case["message"]), case["message"]  # whichever rank died first
+    assert "Unable to find address for: nosuchif0" in case["message"]
+
+
+def test_a_probe_that_could_not_run_the_second_call_is_an_error_not_a_failure(tmp_path):
+    """Before: FAIL "all-reduce with NCCL's own algorithm choice failed: ..." for a probe that never started
+    its ranks (here: the rendezvous port taken on every attempt)."""
+    busy = {"failed": True, "msg": "rendezvous failed: port in use on 3 attempts"}
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, at_size=busy))
+    assert case["outcome"] == "error", case
+    assert "all-reduce with NCCL's own algorithm choice at 4294967296 B not measured" in case["message"]
+    assert "port in use on 3 attempts" in case["message"]
+
+
+def test_hang_in_the_second_call_fails_naming_the_slowest_rank(tmp_path):
+    hung = _supervisor.hang_message([{"rank": 0, "step": 5, "phase": "allreduce 4294967296 B"},
+                                     {"rank": 1, "step": 3, "phase": "warmup 4294967296 B", "state": "T"}], 290)
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, at_size={"failed": True, "msg": hung}))
+    assert case["outcome"] == "failure", case
+    assert ("all-reduce with NCCL's own algorithm choice at 4294967296 B failed: all-reduce hung: ranks [0, 1] did "
+            "not finish within 290s; killed all ranks; slowest: rank 1 in 'warmup 4294967296 B' (process stopped)"
+            ) in case["message"]
+
+
+def test_wrong_elements_name_their_row_and_column(tmp_path):
+    def wrong(doc):  # ALTERED: 12 wrong elements in the 4 GiB in-place cell, 3 in the 1 MiB out-of-place one
+        doc["rows"][-1]["ip_wrong"], doc["rows"][0]["oop_wrong"] = 12, 3
+        doc["wrong_total"] = 15
+    inv = replay_project(tmp_path, alter(tmp_path, "nccl_allreduce", wrong))
+    case = _allreduce_case(tmp_path, inv)
+    assert case["outcome"] == "failure", case
+    assert case["message"] == ("h200-a: all-reduce over 2 GPUs produced 15 wrong elements (#wrong 3 at 1048576 B "
+                               "(1 MiB) out-of-place, 12 at 4294967296 B (4 GiB) in-place)")
+
+
+def test_nccl_versions_that_differ_are_named_per_host():
+    """NCCL's WARN "Mismatched NCCL version detected : rank 1 version 22705 rank 0 version 22703" names ranks and
+    codes; the failed collective now also names which host runs which version (from each host's document)."""
+    assert J.version_problem({"a": "2.27.5", "b": "2.27.3", "c": "2.27.5", "d": None}) == (
+        "NCCL versions differ between hosts: 2.27.5 on a, c; 2.27.3 on b")
+    assert J.version_problem({"a": "2.27.5", "b": "2.27.5", "c": None}) is None
+    assert J.version_problem({}) is None

@@ -13,6 +13,7 @@ from gpuaccept.judging import nvlink as nj
 from gpuaccept.errors import ThresholdError
 from gpuaccept.config.thresholds import judge, load_sku_file
 from probe_helpers import DATA, ROOT, load_probe, run_probe
+from project_helpers import alter, junit, replay_project, run_pytest
 
 nvl = load_probe("nvlink")
 p2p = load_probe("p2p_bandwidth")
@@ -198,3 +199,124 @@ def test_pair_nvlink_through_nvswitch():
     assert nvl.topo_label(dict(got, common_ancestor="SYS")) == "NV17"
     none = nvl.pair_nvlink([], [], "00000000:18:00.0", "00000000:2A:00.0", set(), None)
     assert nvl.topo_label(dict(none, common_ancestor="SYS")) == "SYS"
+
+
+def _nvlink_doc() -> dict:
+    return json.loads((REPLAY / "nvlink-80c5152746.json").read_text())["doc"]  # sample_seconds 2.0
+
+
+def _half_speed_link_3_of_gpu_1(doc):
+    """ALTERED: GPU 1's NVLink 3 at half the 26562 Mbps all 36 links of the capture read (still active)."""
+    lk = doc["gpus"][1]["links"][3]
+    assert lk["link"] == 3 and lk["active"] is True and lk["speed_mbps"] == 26562
+    lk["speed_mbps"] = 13281
+
+
+# -- NVLink at a reduced speed ------------------------------------------------------------------------------
+
+def test_node_link_speed_is_what_most_links_trained_at():
+    doc = _nvlink_doc()
+    assert nj.node_link_speed(doc["gpus"]) == (26562, 36)
+    _half_speed_link_3_of_gpu_1(doc)
+    assert nj.node_link_speed(doc["gpus"]) == (26562, 35)
+    assert nj.node_link_speed([]) is None
+    # an unreadable speed (the H200's speed_mbps_common reads "Not Supported") is no reference
+    for g in doc["gpus"]:
+        for lk in g["links"]:
+            lk["speed_mbps"] = {"nvml_error": "Not Supported"}
+    assert nj.node_link_speed(doc["gpus"]) is None
+
+
+def test_healthy_links_have_no_speed_failure():
+    doc = _nvlink_doc()
+    speed = nj.node_link_speed(doc["gpus"])
+    for g in doc["gpus"]:
+        assert [f.failure for f in nj.links(g, H200, doc["sample_seconds"], speed) if f.failure] == []
+
+
+def test_slow_link_fails_naming_link_figures_and_limit_source():
+    doc = _nvlink_doc()
+    _half_speed_link_3_of_gpu_1(doc)
+    speed = nj.node_link_speed(doc["gpus"])
+    assert [f.failure for f in nj.links(doc["gpus"][0], H200, 2.0, speed) if f.failure] == []
+    got = [f for f in nj.links(doc["gpus"][1], H200, 2.0, speed) if f.failure]
+    assert [(f.check, f.value, f.extra["link"]) for f in got] == [("nvlink_link_speed_mbps", 13281, 3)]
+    assert got[0].failure == ("NVLink 3 at 13281 Mbps (remote FFFFFFFF:FF:FF.0), below the 26562 Mbps of 35 "
+                              "other active links of this node [limit: the node's own links, "
+                              "NVML_FI_DEV_NVLINK_GET_SPEED]")
+
+
+def test_a_sku_link_speed_floor_is_judged_where_the_file_has_one():
+    import dataclasses
+    from gpuaccept.config.thresholds import Limit
+    lim = Limit(origin="h200-sxm-141gb", check="nvlink_link_speed_mbps", direction="min", bound=30000, unit="Mbps", source="test floor")
+    sku = dataclasses.replace(H200, checks={**H200.checks, "nvlink_link_speed_mbps": lim})
+    doc = _nvlink_doc()
+    judged = [f for f in nj.links(doc["gpus"][0], sku, 2.0, nj.node_link_speed(doc["gpus"]))
+              if f.check == "nvlink_link_speed_mbps"]
+    assert len(judged) == 18 and all(f.limit is lim and f.value == 26562 for f in judged)
+
+
+def test_half_speed_nvlink_fails_the_nvlink_layer(tmp_path):
+    """Before: test_nvlink_links passed on this node (only the active-link count was judged)."""
+    inv = replay_project(tmp_path, alter(tmp_path, "nvlink", _half_speed_link_3_of_gpu_1))
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "nvlink")
+    cases = {c["name"]: c for c in junit(rep / "junit-nvlink.xml")}
+    case = cases["test_nvlink_links[h200-a]"]
+    assert case["outcome"] == "failure", case
+    assert case["message"].startswith("h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): NVLink 3 at 13281 "
+                                      "Mbps (remote FFFFFFFF:FF:FF.0), below the 26562 Mbps of 35 other active "
+                                      "links"), case["message"]
+    assert cases["test_nvlink_topology[h200-a]"]["outcome"] == "passed"
+
+
+# -- P2P unsupported between two GPUs: the lines name the pair, and say why ----------------------------------
+
+def _no_peer_access(doc):
+    """ALTERED: CUDA says no peer access between the two H200s (as with NVLink P2P off or an IOMMU in the way);
+    the copies then go through host memory at PCIe-like speed."""
+    for p in doc["pairs"]:
+        p["peer_access"] = False
+        p["unidir_gbps"], p["bidir_gbps"] = 21.3, 30.2
+
+
+def test_p2p_without_peer_access_names_each_pair_and_the_cause(tmp_path):
+    """Before: four lines 'h200-a: p2p_unidir_bw_gbps 21.3 GB/s < min 340 GB/s [...]', two of each alike, no
+    pair, no bus id, and nothing about peer access."""
+    inv = replay_project(tmp_path, alter(tmp_path, "p2p_bandwidth", _no_peer_access))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "nvlink")
+    case = {c["name"]: c for c in junit(rep / "junit-nvlink.xml")}["test_p2p_bandwidth[h200-a]"]
+    assert case["outcome"] == "failure", case
+    a, b = "GPU 0 (00000000:00:06.0)", "GPU 1 (00000000:00:07.0)"
+    assert case["message"] == (f"h200-a: P2P {a} -> {b}: CUDA peer access not available "
+                               "(torch.cuda.can_device_access_peer False): copies staged through host memory; the "
+                               "SKU expects NVLink P2P between every pair")
+    # each pair's line, told apart by its direction (pytest prints the failure text once more where CI is set)
+    lines = {ln for ln in res.stdout.splitlines() if ln.startswith("h200-a: p2p_unidir_bw_gbps")}
+    assert lines == {f"h200-a: p2p_unidir_bw_gbps 21.3 GB/s < min 340 GB/s ({x} -> {y}) "
+                     "[limit: h200-sxm-141gb.yaml checks.p2p_unidir_bw_gbps]" for x, y in ((a, b), (b, a))}
+
+
+def test_healthy_p2p_has_no_failure():
+    doc = json.loads((REPLAY / "p2p_bandwidth-bf21a9e8fb.json").read_text())["doc"]
+    got = nj.p2p_bandwidth(doc, H200, [0, 1])
+    assert [f.failure for f in got if f.failure] == []
+    assert [f.context for f in got if f.check == "p2p_unidir_bw_gbps"] == ["GPU 0 -> GPU 1", "GPU 1 -> GPU 0"]
+
+
+# -- a GPU pair without NVLink P2P: the topology line names both bus ids -------------------------------------
+
+def test_topology_failure_names_bus_ids():
+    """ALTERED: the capture's one pair read as NVML would with P2P off (statuses 'not supported') over PHB.
+    Before: 'GPU 0 <-> GPU 1 not NVLink-connected ...', no bus id."""
+    doc = json.loads((REPLAY / "nvlink-bf21a9e8fb.json").read_text())["doc"]
+    pair = doc["pairs"][0]
+    pair.update(nvlink=False, p2p={"read": "not supported", "write": "not supported", "nvlink": "not supported"})
+    got = [f.failure for f in nj.topology(doc["pairs"], H200, doc["gpus"]) if f.failure]
+    assert got == ["GPU 0 (00000000:00:06.0) <-> GPU 1 (00000000:00:07.0) not NVLink-connected (topology PHB); "
+                   "GPU 0 (00000000:00:06.0) <-> GPU 1 (00000000:00:07.0) P2P not available: "
+                   "{'read': 'not supported', 'write': 'not supported'}"]
+    assert [f.failure for f in nj.topology(json.loads((REPLAY / "nvlink-bf21a9e8fb.json").read_text())["doc"]["pairs"],
+                                           H200, doc["gpus"])] == [None]

@@ -290,3 +290,17 @@ def test_shard_option_splits_the_collected_tests(tmp_path):
     assert sorted(seen) == [f"h{i:02d}" for i in range(12) if i != 3]
     bad = collect("--shard", "4/3")
     assert bad.returncode == 4 and "--shard '4/3'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_limit_mixing_commas_and_colons_says_how_ansible_reads_it(tmp_path):
+    """Ansible splits a pattern on commas only when it has one, so in 'gpu:!drained,!g1' the first term is the
+    name 'gpu:!drained', which matches nothing (Ansible warns, then finds no host). Before: "term 'gpu:!drained'
+    names no group or host", which read as if the group were missing."""
+    from gpuaccept.errors import PatternError
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\ng[1:4]\n[drained]\ng2\n")
+    with pytest.raises(PatternError) as err:
+        load_inventory(str(inv)).select("gpu[0:2]:!drained,!g1")
+    assert str(err.value).endswith("(with a comma in the pattern, ':' does not separate terms, as in Ansible: write "
+                                   "'gpu[0:2],!drained,!g1')"), err.value
+    assert [h.name for h in load_inventory(str(inv)).select("gpu[0:2],!drained,!g1")] == ["g3"]

@@ -296,7 +296,7 @@ def test_a_guess_no_test_takes_is_killed(tmp_path, tmp_path_factory, bare_python
         finally:
             if proc.poll() is None:
                 proc.kill()
-        assert time.time() - t0 < 20
+        assert time.time() - t0 < 60  # p2's guess killed at once, not left to its 600 s probe timeout
         assert proc.returncode == 1, out[-3000:]
         o = outcomes(rep)
         assert o[("p1", "test_long")]["outcome"] == "error" and "torch" in o[("p1", "test_long")]["message"]
@@ -321,13 +321,13 @@ def test_sigterm_while_probes_are_fetched_ahead_leaves_nothing(tmp_path, tmp_pat
             assert all(ranks_on(n) >= 2 for n in nodes), [ranks_on(n) for n in nodes]
             t0 = time.time()
             proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=60)
+            out, _ = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
                 proc.kill()
         seconds = time.time() - t0
         assert proc.returncode == 2, out[-3000:]
-        assert seconds < 20, seconds
+        assert seconds < 60, seconds  # within seconds, not at the 600 s probe timeout
         assert [procs_in(n.tmp) for n in nodes] == [[], [], []]
         o = outcomes(rep)
         assert len(o) == 6 and all(t["outcome"] == "error" for t in o.values()), o
@@ -357,7 +357,7 @@ def runners(sshd_nodes, known_hosts, tmp_path):
         hosts = load_inventory(str(inv)).hosts
         out = {}
         for n in sshd_nodes:
-            r = HostRunner(hosts[n.name], lambda h: get_transport(h, known_hosts=known_hosts), {},
+            r = HostRunner(hosts[n.name], lambda h: get_transport(h, known_hosts=known_hosts),
                            probe_timeout=60, save_dir=str(tmp_path / f"probes{len(made)}"))
             out[n.name] = r
             made.append(r)
@@ -473,7 +473,7 @@ def test_prefetch_waits_for_a_running_guess_and_never_overlaps_a_host(runners):
                    prefetch.probe_key("launch_overhead", slow, None, None))
         pf.end(seq[0].nodeid)
         job = pf._slots[seq[1].nodeid][0]
-        end = time.time() + 30
+        end = time.time() + 120
         while job.state == "queued" and time.time() < end:
             time.sleep(0.01)
         assert job.state == "running"
@@ -538,7 +538,7 @@ def test_a_gpu_test_gets_its_gpu_inventory_first_on_the_other_host(runners):
 def runner_on(node, kh: str, python: str = sys.executable) -> HostRunner:
     inv = node.dir / "inv.ini"
     inv.write_text(f"[gpu]\n{node.inventory_line(python=python)}\n")
-    return HostRunner(load_inventory(str(inv)).hosts[node.name], lambda h: get_transport(h, known_hosts=kh), {},
+    return HostRunner(load_inventory(str(inv)).hosts[node.name], lambda h: get_transport(h, known_hosts=kh),
                       probe_timeout=60)
 
 
@@ -686,7 +686,7 @@ def test_first_probe_whose_connection_drops_is_shipped_again(tmp_path, caplog):
         r = runner_on(node, kh)
 
         def drop_once():
-            end = time.time() + 30
+            end = time.time() + 120
             while time.time() < end and not any("launch_overhead.py" in c for c in procs_in(node.tmp)):
                 time.sleep(0.02)
             for p in node.session_processes():

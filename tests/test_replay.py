@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from project_helpers import (DATA, GPU_LAYERS, alter, junit, make_project, outcomes, replay_folder, replay_project,
-                             run_pytest)
+                             run_pytest, strict_json)
 
 
 def test_healthy_h200_capture_passes(tmp_path):
@@ -443,3 +443,86 @@ def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
     save_probe(d, "xid_events", {"since_epoch": 5.0}, {"events": [1]})  # two windows saved: which one is meant?
     with pytest.raises(ProbeError, match="xid_events: no saved document"):
         replay_probe("h", d, "xid_events", {"since_epoch": 6.0})
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_non_finite_hbm_figure_is_an_error_and_results_stay_json(tmp_path, value):
+    """read_gbps Infinity PASSED the 4300 GB/s floor, NaN FAILED as slow HBM,
+    and results.json / results.jsonl carried the tokens Infinity / NaN, which jq and JSON.parse refuse."""
+    def change(doc):
+        doc["gpus"][1]["read_gbps"] = value  # ALTERED: GPU 1's HBM read figure is not a number
+    inv = replay_project(tmp_path, alter(tmp_path, "hbm_bandwidth", change))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "hbm_bandwidth")
+    assert res.returncode == 1, res.stdout[-3000:]
+    results = strict_json((rep / "results.json").read_text())
+    for line in (rep / "results.jsonl").read_text().splitlines():
+        strict_json(line)
+    test = next(t for t in results["tests"] if "test_hbm_bandwidth" in t["nodeid"])
+    assert test["outcome"] == "error", test
+    assert f"hbm_read_bw_gbps: {value} is no measurement (limit >= 4300 GB/s)" in test["message"]
+    fig = next(f for f in test["figures"] if f["check"] == "hbm_read_bw_gbps" and f["gpu"] == 1)
+    assert fig["value"] == str(value) and fig["verdict"] == "error"
+
+
+def test_gpu_in_mig_mode_blocks_its_figures_instead_of_failing_them_as_slow(tmp_path):
+    """GPU 1 left in MIG mode, CUDA measuring one slice of it (1/7 of the
+    figures): compute and memory FAILED as slow hardware and h200-a's summary line began "compute/bf16_tflops GPU 1:
+    95.17 TFLOP/s vs >= 600". Now they are ERRORS "blocked by preflight: GPU 1: MIG mode is on", the figures kept,
+    and test_preflight is the one failure."""
+    def mig(doc):  # ALTERED: nvidia-smi -i 1 -mig 1, applied
+        doc["gpus"][1]["mig_mode"] = {"current": True, "pending": True}
+
+    def slice_(doc):  # ALTERED: what a 1g MIG slice of GPU 1 would measure
+        for fig in doc["gpus"][1]["dtypes"].values():
+            fig["tflops"] = fig["tflops"] / 7
+    src = alter(tmp_path, "matmul_tflops", slice_, src=alter(tmp_path, "gpu_inventory", mig))
+    inv = replay_project(tmp_path, src)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "tensor_tflops or preflight")
+    assert res.returncode == 1, res.stdout[-3000:]
+    tests = {t["nodeid"].split("::")[-1]: t for t in strict_json((rep / "results.json").read_text())["tests"]}
+    assert tests["test_preflight[h200-a]"]["outcome"] == "failed"
+    compute = tests["test_tensor_tflops[h200-a]"]
+    assert compute["outcome"] == "error", compute
+    assert compute["message"].startswith("blocked by preflight: GPU 1: MIG mode is on, the SKU file expects off")
+    assert any(f["check"] == "bf16_tflops" and f["gpu"] == 1 for f in compute["figures"])  # kept
+    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **ERROR** `h200-a`"))
+    assert "blocked by preflight: GPU 1: MIG mode is on" in line and "bf16_tflops GPU 1" not in line, line
+
+
+def test_damaged_saved_document_is_an_error_in_one_line(tmp_path):
+    captures = tmp_path / "captures"
+    shutil.copytree(DATA, captures)
+    f = next(captures.glob("pcie_link-*.json"))
+    f.write_text(f.read_text()[:200])  # cut short
+    for g in captures.glob("nvlink-*.json"):
+        saved = json.loads(g.read_text())
+        saved["doc"] = None
+        g.write_text(json.dumps(saved))
+    inv = replay_project(tmp_path, captures)
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "pcie_link or nvlink_links")
+    got = outcomes(rep)
+    for name in ("test_pcie_link", "test_nvlink_links"):
+        assert got[name]["outcome"] == "error", got[name]
+        text = got[name]["text"]
+        assert "(replay)" in text and "Traceback" not in text and "object at 0x" not in text, text
+    assert "unreadable: JSONDecodeError" in got["test_pcie_link"]["text"]
+    assert "holds no probe document" in got["test_nvlink_links"]["text"]
+
+
+def test_multinode_allreduce_over_replayed_hosts_is_skipped_not_blamed_on_the_first(tmp_path):
+    """over replayed hosts the inter-node all-reduce FAILED with "h-a:
+    replayed host ... runs no commands", making the healthy h-a a failed host; a collective cannot be replayed."""
+    from project_helpers import replay_folder
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("".join(f"h-{c} ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, DATA)} "
+                           "gpu_sku=h200-sxm-141gb gpus_per_node=2\n" for c in "ab"))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "multinode")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    test = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
+                if t["nodeid"].endswith("test_allreduce_multinode"))
+    assert test["outcome"] == "skipped" and "replay saved documents" in test["message"], test
+    assert not (rep / "failed-hosts.txt").exists() or (rep / "failed-hosts.txt").read_text().strip() == ""

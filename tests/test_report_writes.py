@@ -425,14 +425,20 @@ def test_runs_creating_one_history_at_once_all_open_it(tmp_path):
     moment: each of eight processes, released together, opens it (no "table runs already exists"), and the
     schema is made once."""
     db, go = tmp_path / "shared" / "history.sqlite", tmp_path / "go"
+    ready = tmp_path / "ready"
+    ready.mkdir()
     code = ("import os, sys, time\n"
-            "from gpuaccept import history\n"
+            "from gpuaccept.reporting import history\n"
+            f"open(os.path.join({str(ready)!r}, str(os.getpid())), 'w').close()\n"
             f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
             f"history.connect({str(db)!r}).close()\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
              for _ in range(8)]
-    time.sleep(1.0)  # all eight importing gpuaccept and waiting
+    end = time.monotonic() + 120  # until all eight have imported gpuaccept and wait
+    while len(list(ready.iterdir())) < 8 and time.monotonic() < end and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    assert len(list(ready.iterdir())) == 8, [p.stderr.read()[-300:] for p in procs if p.poll() is not None]
     go.write_text("")
     errs = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
     assert [rc for rc, _ in errs] == [0] * 8, [e[-300:] for _, e in errs if e]

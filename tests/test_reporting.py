@@ -541,3 +541,43 @@ def test_progress_plain_lines_and_tty_line():
     t = Progress(tty, tty=True, timeout_s=300)
     t.begin("gpu-07", "probe hbm_bandwidth")
     assert tty.getvalue() == ""  # in place on a terminal: no line per event, the status line is rewritten
+
+
+def test_same_reason_once_keeps_other_reasons_in_order():
+    from gpuaccept.reporting.records import same_reason_once
+    assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",
+                             "test_b: h: unreachable", "test_c: other"]) == [
+        "test_a and 1 more test: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600", "test_c: other"]
+
+
+def test_non_ascii_host_and_unreadable_serial_keep_one_host_and_a_history(tmp_path):
+    """a host named "gpu-é1" was two hosts in the reports (pytest's id
+    "gpu-\\xe91" for its tests, the inventory name for its figures) and failed-hosts.txt named one --limit
+    refused; a GPU whose NVML serial reads "Not Supported" stopped the history recording anything (the NvmlError
+    bound as the serial) and would have keyed every such GPU to one subject. Replayed 2xH200 captures, one GPU's
+    bf16 made slow (ALTERED: 450 TFLOP/s) and both serials unreadable (ALTERED: "Not Supported")."""
+    def change(doc):
+        for g in doc.get("gpus") or []:
+            g["serial"] = {"nvml_error": "Not Supported"}
+    def slow_gpu1(doc):
+        doc["gpus"][1]["dtypes"]["bf16"]["tflops"] = 450.0
+    slow = alter(tmp_path, "matmul_tflops", slow_gpu1, src=alter(tmp_path, "gpu_inventory", change))
+    from project_helpers import replay_folder
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"gpu-é1 ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, slow)} "
+                   "gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    rep, db = tmp_path / "rep", tmp_path / "h.sqlite"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", str(db), "-m", "compute")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    doc = json.loads((rep / "results.json").read_text())
+    assert {t["host"] for t in doc["tests"]} == {"gpu-é1"}, {t["host"] for t in doc["tests"]}
+    assert {f["host"] for f in doc["figures"]} == {"gpu-é1"}
+    assert all(f.get("serial") is None for f in doc["figures"] if f.get("gpu") is not None)
+    assert (rep / "failed-hosts.txt").read_text(encoding="utf-8").split() == ["gpu-é1"]
+    rerun = run_pytest(tmp_path, "--inventory", str(inv), f"--limit=@{rep / 'failed-hosts.txt'}", "--list-hosts")
+    assert rerun.returncode == 0 and "gpu-é1" in rerun.stdout, rerun.stdout[-1000:] + rerun.stderr[-1000:]
+    import sqlite3
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    subjects = {r[0] for r in con.execute("SELECT DISTINCT subject FROM figures WHERE gpu IS NOT NULL")}
+    assert subjects == {"host:gpu-é1:gpu0", "host:gpu-é1:gpu1"}, subjects

@@ -351,7 +351,7 @@ def test_sigterm_mid_fio_removes_files(tmp_path):
     proc = subprocess.Popen([sys.executable, "fio_throughput.py", json.dumps(args)], cwd=PROBES,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 120
         while time.time() < deadline:
             work = leftovers(tmp_path)
             if work and any(True for _ in (tmp_path / work[0]).glob("gpuaccept.*")):
@@ -413,7 +413,7 @@ def test_fio_stopped_by_a_signal_is_not_a_measurement(tmp_path):
     proc = subprocess.Popen([sys.executable, "fio_throughput.py", json.dumps(args)], cwd=PROBES,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 120
         fio = []
         while time.time() < deadline and not fio:
             fio = _children(proc.pid, "fio", "--name=seq_read")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpuaccept.judging import storage as sj
 from gpuaccept.runner.host import save_probe
 from probe_helpers import sysfs_pci as _pci, write_line as _w
 from project_helpers import junit, make_project, replay_captures, replay_suite, run_pytest
@@ -172,3 +173,123 @@ def test_storage_to_gpu_every_nvml_gpu_measured(tmp_path):
     assert case["message"] == ("h200-a: storage_to_gpu gave no figure for GPU 1 (00000000:00:07.0) of the 2 GPUs "
                                "NVML lists (CUDA_VISIBLE_DEVICES on the node?)")
     assert [f["gpu"] for f in got["_figures"] if f["check"] == "storage_to_gpu_gbps"] == [0]
+
+
+# -- an InfiniBand port at a lower rate ---------------------------------------------------------------------
+
+COMPUTE, STORAGE = "MT_0000000838", "MT_0000000970"  # board_id texts of two parts (a compute, a storage HCA)
+
+
+def _ib_node(root, ports: dict[str, tuple]) -> dict:
+    """The rdma probe on a sysfs/proc tree: both H200s and one HCA per entry of ``ports`` (name -> (state,
+    link_layer, rate file text[, board_id], default COMPUTE)), each behind the one PCIe switch, port 1 LinkUp,
+    hca_type MT4129; nvidia-peermem registered."""
+    sysfs, proc = root / "sys", root / "proc"
+    _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:00.0", "0000:00:06.0"])
+    _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", "0000:11:02.0", "0000:00:07.0"])
+    for i, (name, (state, layer, rate, *board)) in enumerate(ports.items()):
+        nic = _pci(sysfs, ["0000:00:01.0", "0000:10:00.0", f"0000:11:0{3 + i}.0", f"0000:{0x13 + i:02x}:00.0"])
+        ib = sysfs / "class" / "infiniband" / name
+        ib.mkdir(parents=True)
+        (ib / "device").symlink_to(nic)
+        _w(ib / "hca_type", "MT4129")
+        _w(ib / "board_id", board[0] if board else COMPUTE)
+        for k, v in (("state", state), ("phys_state", "5: LinkUp"), ("link_layer", layer), ("rate", rate)):
+            _w(ib / "ports" / "1" / k, v)
+    _w(proc / "modules", "nvidia_peermem 16384 0 - Live 0xffffffffc0e8e000 (OE)")
+    _w(proc / "kallsyms", "ffffffff8a0 T dma_buf_export")
+    _w(sysfs / "kernel" / "mm" / "memory_peers" / "nv_mem" / "version", "2.0")
+    return run_probe("rdma", {"sysfs": str(sysfs), "proc": str(proc), "gpu_bus_ids": NVML_IDS})
+
+
+NDR, HDR = "400 Gb/sec (4X NDR)", "200 Gb/sec (4X HDR)"
+
+
+UP = "4: ACTIVE"
+
+
+def test_slow_ports_unit(tmp_path):
+    doc = _ib_node(tmp_path / "a", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", HDR),
+                                    "mlx5_2": (UP, "InfiniBand", NDR), "mlx5_3": (UP, "Ethernet", "100 Gb/sec (4X EDR)"),
+                                    # a storage HCA of another board on an HDR fabric: healthy, not compared
+                                    "mlx5_4": (UP, "InfiniBand", HDR, STORAGE), "mlx5_5": (UP, "InfiniBand", HDR, STORAGE)})
+    assert [d["board_id"] for d in doc["devices"]] == [COMPUTE] * 4 + [STORAGE] * 2
+    assert sj.slow_ports(doc["devices"]) == [
+        "mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 2 other "
+        f"InfiniBand port(s) of this node (board {COMPUTE}) [limit: the node's own ports; inventory var ib_rate_gbps "
+        "sets a fixed floor, ib_hcas the HCAs judged]"]
+    # the Ethernet port (a management NIC) is compared only when ib_hcas lists it; alone in its layer: no reference
+    assert len(sj.slow_ports(doc["devices"], ["mlx5_0", "mlx5_3"])) == 0
+    assert sj.slow_ports(doc["devices"], ["mlx5_0", "mlx5_2"]) == []
+    # a DOWN port is test_rdma_ports' own failure, not a rate: not compared
+    down = _ib_node(tmp_path / "b", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": ("1: DOWN", "InfiniBand", HDR)})
+    assert sj.slow_ports(down["devices"]) == []
+
+
+def test_hdr_port_on_an_ndr_node_fails_rdma_ports(tmp_path):
+    """Before: passed (no ib_rate_gbps in the inventory). The healthy node (both NDR) still passes."""
+    for name, second, want in (("sick", HDR, "failure"), ("healthy", NDR, "passed")):
+        t = tmp_path / name
+        doc = _ib_node(t / "tree", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", second)})
+        (t / "p").mkdir()
+        got = replay_suite(t / "p", replay_captures(t / "p", {"rdma": ({}, doc)}), "test_gpudirect.py",
+                     extra_vars="ib_hcas='[\"mlx5_0\",\"mlx5_1\"]'", k="rdma_ports")
+        case = got["test_rdma_ports"]
+        assert case["outcome"] == want, case
+    assert case["message"] is None  # the healthy node's
+    # no ib_hcas either: the node's InfiniBand ports are compared
+    doc = _ib_node(tmp_path / "bare", {"mlx5_0": (UP, "InfiniBand", NDR), "mlx5_1": (UP, "InfiniBand", HDR)})
+    (tmp_path / "bare" / "p").mkdir()
+    bare = tmp_path / "bare" / "p"
+    sick = replay_suite(bare, replay_captures(bare, {"rdma": ({}, doc)}), "test_gpudirect.py",
+                        k="rdma_ports")["test_rdma_ports"]
+    assert sick["message"] == (
+        "h200-a: mlx5_1 port 1 (InfiniBand, 0000:14:00.0): rate 200 Gb/sec (4X HDR), below the 400 Gb/s of 1 other "
+        f"InfiniBand port(s) of this node (board {COMPUTE}) [limit: the node's own ports; inventory var "
+        "ib_rate_gbps sets a fixed floor, ib_hcas the HCAs judged]")
+
+
+# -- GDS installed but not used: nvidia-fs loaded, its counters still ------------------------------------------
+
+def _gds_run(tmp_path, reads: int | None, allow_compat: bool = False) -> dict:
+    """test_gds on the 2xH200 replay with a gds document of mode nvidia-fs (cuFile found, nvidia-fs loaded) whose
+    two GPUs moved 1 GiB each way at the figures below; ``reads``: the nvidia-fs read-op delta of each GPU
+    (writes 256). The detection part is the probe's own output on this machine, ALTERED as written."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(parents=True)
+    doc = run_probe("gds", {})
+    doc["cufile"] = {**doc["cufile"], "found": True, "paths": ["libcufile.so"]}
+    doc["nvidia_fs"] = {**doc["nvidia_fs"], "loaded": True, "version": "2.26", "proc": True}
+    doc["mode"] = "nvidia-fs"
+    doc["gpus"] = [{"index": i, "name": "NVIDIA H200", "pci_bus_id": bus, "bytes": 1 << 30,
+                    "gds_write_gbps": 6.1, "gds_read_gbps": 6.4, "bounce_read_gbps": 6.3, "verified": True,
+                    "nvidia_fs_ops": {"reads": reads, "writes": 256}} for i, bus in enumerate(NVML_IDS)]
+    where = run_probe("storage_mounts", {"paths": [str(scratch)]})
+    (tmp_path / "p").mkdir()
+    caps = replay_captures(tmp_path / "p", {"storage_mounts": ({"paths": [str(scratch)]}, where),
+                                     "gds": ({"path": str(scratch), "gpus": "all"}, doc)})
+    extra = f"gds_paths={scratch} gds_allow_root_fs=true" + (" gds_allow_compat=true" if allow_compat else "")
+    return replay_suite(tmp_path / "p", caps, "test_gpudirect.py", k="test_gds", extra_vars=extra)["test_gds"]
+
+
+def test_gds_bypass_unit():
+    assert sj.gds_bypass("nvidia-fs", {"reads": 0, "writes": 256}).startswith(
+        "GDS transfer bypassed nvidia-fs: the module is loaded but its reads counter(s) did not move")
+    assert sj.gds_bypass("nvidia-fs", {"reads": 256, "writes": 256}) is None
+    assert sj.gds_bypass("nvidia-fs", {"reads": None, "writes": None}) is None  # IO stats off: nothing known
+    assert sj.gds_bypass("nvidia-fs", None) is None
+    assert sj.gds_bypass("compat", {"reads": 0, "writes": 0}) is None  # compat is judged on its own
+    # P2PDMA enabled in kernel and cufile.json: cuFile may go direct past nvidia-fs, a healthy node
+    both = {"kernel": True, "cufile_json_use_pci_p2pdma": True}
+    assert sj.gds_bypass("nvidia-fs", {"reads": 0, "writes": 0}, both) is None
+    assert sj.gds_bypass("nvidia-fs", {"reads": 0, "writes": 9}, {**both, "kernel": False}) is not None
+
+
+def test_gds_that_bypassed_nvidia_fs_fails(tmp_path):
+    """Before: passed (mode 'nvidia-fs' from the loaded module; the op counters were recorded, never read)."""
+    case = _gds_run(tmp_path / "sick", reads=0)
+    assert case["outcome"] == "failure", case
+    assert case["message"].startswith("h200-a GPU 0 (00000000:00:06.0, serial 1650000000001): GDS transfer "
+                                      "bypassed nvidia-fs: the module is loaded but its reads counter(s)"), case
+    assert _gds_run(tmp_path / "allowed", reads=0, allow_compat=True)["outcome"] == "passed"
+    assert _gds_run(tmp_path / "healthy", reads=256)["outcome"] == "passed"

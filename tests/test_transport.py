@@ -18,7 +18,7 @@ from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreac
 from gpuaccept.transport import CommandResult, get_transport
 from gpuaccept.transport.local import LocalTransport
 from gpuaccept.transport.ssh import KILL_BUDGET_S, SSHTransport, fingerprint
-from process_helpers import WATCHDOG, FakeHost, assert_gone, host_for, live_pids, marker, wait_started
+from process_helpers import LOADED_SLACK_S, WATCHDOG, FakeHost, assert_gone, host_for, live_pids, marker, wait_started
 from sshd import SSH_KEYGEN, SshNode, free_port, start_sshd, write_known_hosts
 
 MiB = 1024 * 1024
@@ -92,7 +92,7 @@ def test_timeout_kills_group(transport):
     with pytest.raises(CommandTimeout) as ei:
         transport.run(f"echo started; sleep {m}", timeout=1)
     elapsed = time.monotonic() - t0
-    assert elapsed < 1 + 3, elapsed
+    assert elapsed < 1 + LOADED_SLACK_S, elapsed  # killed at its timeout, not left to sleep 1000 s
     assert str(ei.value).startswith(f"{transport.host.name}: command timed out after 1s: echo started; sleep")
     assert ei.value.stdout == b"started\n"
     assert_gone(m)
@@ -106,7 +106,7 @@ def test_timeout_kills_term_ignoring_command_and_background_children(transport):
     with pytest.raises(CommandTimeout):
         transport.run(cmd, timeout=1)
     elapsed = time.monotonic() - t0
-    assert elapsed < 1 + 2 + 3, elapsed  # timeout + TERM grace + slack
+    assert elapsed < 1 + 2 + LOADED_SLACK_S, elapsed  # timeout + TERM grace + slack
     for m in (m1, m2, m3):
         assert_gone(m)
 
@@ -223,11 +223,11 @@ def test_bad_key_files(sshd_nodes, known_hosts, tmp_path):
 
 def test_connection_refused():
     port = free_port("127.0.0.9")
-    t = get_transport(FakeHost(name="ghost", address="127.0.0.9", port=port, user="root"), connect_timeout=3)
+    t = get_transport(FakeHost(name="ghost", address="127.0.0.9", port=port, user="root"), connect_timeout=60)
     t0 = time.monotonic()
     with pytest.raises(HostUnreachable, match=f"ghost: cannot connect to \\[127.0.0.9\\]:{port}: .*refused"):
         t.run("true")
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < LOADED_SLACK_S  # refused at once, not after the 60 s connect timeout
 
 
 def test_dns_failure():
@@ -249,13 +249,13 @@ def test_sshd_killed_between_runs(tmp_path):
     node = start_sshd(tmp_path, address="127.0.0.5")
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
-        t = get_transport(host_for(node), known_hosts=kh, connect_timeout=3)
+        t = get_transport(host_for(node), known_hosts=kh, connect_timeout=60)
         assert t.run("echo up").stdout == b"up\n"
         node.stop()
         t0 = time.monotonic()
         with pytest.raises(HostUnreachable, match=f"{node.name}: "):
             t.run("echo up")
-        assert time.monotonic() - t0 < 2
+        assert time.monotonic() - t0 < LOADED_SLACK_S  # at once, not after the 60 s connect timeout
         with pytest.raises(HostUnreachable):  # and again: no hang, no retry loop
             t.run("echo up")
         t.close()
@@ -269,11 +269,12 @@ def test_connection_lost_during_command(tmp_path):
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         t = get_transport(host_for(node), known_hosts=kh)
-        threading.Timer(0.5, lambda: (wait_started(m, comm="sleep"), node.stop())).start()
-        t0 = time.monotonic()
+        stopping: list[float] = []
+        threading.Thread(target=lambda: (wait_started(m, comm="sleep"), stopping.append(time.monotonic()),
+                                         node.stop()), daemon=True).start()
         with pytest.raises(HostUnreachable, match="connection lost during command"):
-            t.run(f"sleep {m}", timeout=30)
-        assert time.monotonic() - t0 < 3
+            t.run(f"sleep {m}", timeout=120)
+        assert time.monotonic() - stopping[0] < LOADED_SLACK_S  # noticed at once, not at the 120 s timeout
     finally:
         node.stop()
         assert_gone(m)
@@ -291,13 +292,13 @@ def test_hung_remote_still_bounded(tmp_path):
         t0 = time.monotonic()
         with pytest.raises((CommandTimeout, HostUnreachable)) as ei:
             t.run(f"sleep {m}", timeout=2)
-        assert time.monotonic() - t0 < 2 + KILL_BUDGET_S + 2
+        assert time.monotonic() - t0 < 2 + KILL_BUDGET_S + LOADED_SLACK_S  # bounded: not the 1000 s sleep
         assert "could not confirm the remote processes were killed" in str(ei.value)
         # still frozen: the next run reconnects, gets no SSH banner, fails within connect_timeout
         t0 = time.monotonic()
         with pytest.raises(HostUnreachable, match=f"{node.name}: "):
             t.run("true")
-        assert time.monotonic() - t0 < 2 + 2
+        assert time.monotonic() - t0 < 2 + LOADED_SLACK_S  # the 2 s connect timeout, not a hang
         t.close()
     finally:
         node.thaw()
@@ -344,7 +345,7 @@ def test_cancel_all_kills_and_raises_interrupted(transport):
             transport.run(f"sleep {m}", timeout=60)
     finally:
         reset_interruption()
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 2 * LOADED_SLACK_S  # by the cancel, not the 60 s timeout
     assert str(ei.value).startswith(f"interrupted (SIGTERM) while running on {transport.host.name}: sleep")
     assert_gone(m)
     assert running() == []
@@ -366,12 +367,12 @@ def test_watchdog_kills_its_group_at_deadline(transport, tmp_path):
     probe = sleeper(tmp_path, m1, m2)
     t0 = time.monotonic()
     r = transport.run(f"exec {sys.executable} {WATCHDOG} --watch-stdin 1 0.5 {probe}", timeout=60, hold_stdin=True)
-    assert time.monotonic() - t0 < 1.5 + 1.5 + 3
+    assert time.monotonic() - t0 < 1.5 + 1.5 + LOADED_SLACK_S  # the watchdog's deadline, not the 60 s timeout
     doc = json.loads(r.stdout.decode().splitlines()[-1])
     assert r.rc == 1 and doc["failed"] and "past its deadline (1 s + 0.5 s grace)" in doc["msg"]
     assert b"__GPUACCEPT_PGID__" not in r.stderr  # the announced group was taken out of stderr
-    assert_gone(m1, within=1)
-    assert_gone(m2, within=1)
+    assert_gone(m1)
+    assert_gone(m2)
 
 
 def test_watchdog_passes_the_probe_through(transport, tmp_path):
@@ -425,8 +426,8 @@ def test_watchdog_kills_on_connection_loss(tmp_path, known_hosts):
         with pytest.raises(HostUnreachable, match="connection lost during command") as ei:
             t.run(f"exec {sys.executable} {WATCHDOG} --watch-stdin 600 15 {probe}", timeout=60, hold_stdin=True)
         assert len(ei.value.pgids) == 2  # the wrapper's group and the probe's own, both announced
-        assert_gone(m1, within=4)
-        assert_gone(m2, within=4)
+        assert_gone(m1)
+        assert_gone(m2)
     finally:
         node.stop()
 
@@ -446,7 +447,7 @@ def test_maxsessions_1_timeout_still_kills(tmp_path):
         assert t.run("echo next").stdout == b"next\n"
         # the same through a HostRunner: a timeout, then the host answers (not "stopped answering")
         h = Host("hardened", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=1)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), probe_timeout=1)
         with pytest.raises(CommandTimeout):
             n.run(f"sleep {m}")
         assert_gone(m)
@@ -465,7 +466,7 @@ def test_dropped_connection_retried_once(tmp_path):
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         h = Host("flaky", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=60)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), probe_timeout=60)
         assert n.run("true").rc == 0
         threading.Thread(target=lambda: (wait_started(m, comm="sleep"), [os.kill(p, 9) for p in node.session_processes()]),
                          daemon=True).start()
@@ -474,7 +475,7 @@ def test_dropped_connection_retried_once(tmp_path):
         assert_gone(m)  # without the kill by pgid it would sleep on (its session is gone, not it)
         n.close()
         # and when the reconnect fails, the host is written off
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh, connect_timeout=3), {}, probe_timeout=60)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh, connect_timeout=3), probe_timeout=60)
         assert n.run("true").rc == 0
         threading.Thread(target=lambda: (wait_started(m, comm="sleep"), node.stop()), daemon=True).start()
         with pytest.raises(HostUnreachable, match="a fresh connection failed too"):
@@ -492,11 +493,11 @@ def test_ship_obeys_probe_timeout(tmp_path):
     hang.write_text("#!/bin/sh\nsleep 1000.123457\n")
     hang.chmod(0o755)
     h = Host("ctl", "localhost", 22, None, None, "local", str(hang), {"ansible_python_interpreter": str(hang)}, ("all",))
-    n = HostRunner(h, get_transport, {}, probe_timeout=2)
+    n = HostRunner(h, get_transport, probe_timeout=2)
     t0 = time.monotonic()
     with pytest.raises(CommandTimeout, match="timed out after 2s"):
         n.probe("gpu_inventory")
-    assert time.monotonic() - t0 < 2 + 3
+    assert time.monotonic() - t0 < 2 + LOADED_SLACK_S  # the 2 s --probe-timeout, not a fixed minute
     assert_gone("1000.123457")
 
 
@@ -593,17 +594,18 @@ def test_dropped_connection_of_a_collective_rank_is_not_rerun(tmp_path):
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         h = Host("rank1", node.address, node.port, "root", node.key_file, "ssh", sys.executable, {}, ("all",))
-        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), {}, probe_timeout=120)
+        n = HostRunner(h, lambda host: get_transport(host, known_hosts=kh), probe_timeout=120)
         args = {"backend": "gloo", "nnodes": 2, "node_rank": 1, "ranks_per_node": 1, "master_addr": "127.0.0.1",
                 "master_port": free_port("127.0.0.1"), "hosts": ["rank0", "rank1"], "host": "rank1",
                 "deadline_s": 100, "timeout_s": 100, "marker": "gpuaccept-ar-0123456789ab"}
-        threading.Thread(target=lambda: (wait_started("gpuaccept-ar-0123456789ab", within=30), time.sleep(1),
+        killing: list[float] = []
+        threading.Thread(target=lambda: (wait_started("gpuaccept-ar-0123456789ab", within=120), time.sleep(1),
+                                         killing.append(time.monotonic()),
                                          [os.kill(p, 9) for p in node.session_processes()]), daemon=True).start()
-        t0 = time.monotonic()
         with pytest.raises(HostUnreachable, match="rank1: connection lost during command.*not run again"):
             n.probe("nccl_allreduce", args)
-        assert time.monotonic() - t0 < 30
-        assert_gone("gpuaccept-ar-0123456789ab", within=5)
+        assert time.monotonic() - killing[0] < 2 * LOADED_SLACK_S  # at once, not run again alone to its 100 s
+        assert_gone("gpuaccept-ar-0123456789ab")
         assert n.run("echo still-in").stdout == b"still-in\n"
         n.close()
     finally:

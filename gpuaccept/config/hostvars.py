@@ -6,7 +6,9 @@ variable and what is wrong (``inventory.ini:12: host gpu07 var storage_limits: u
 (known: ...)``). A variable gpuaccept does not know is left alone: inventories carry Ansible's own.
 
 The storage variables are checked by :mod:`gpuaccept.config.storage` (its validators, called here, are the
-ones the suites use); the connection variables by the inventory reader. Numbers must be finite (a limit of
+ones the suites use); the connection variables by the inventory reader. Every other variable has its one
+validator in :data:`VARS`; a layer that reads a var typed asks :func:`parse_vars` (gpuaccept.config.multinode
+does for the inter-node all-reduce vars), so a value is judged by one rule wherever it is read. Numbers must be finite (a limit of
 infinity or NaN would switch its check off). Environment variable names in ``nccl_env`` must be portable
 names (:data:`ENV_NAME`): a name is the one part of ``NAME=value`` the shell cannot be told
 to take literally.
@@ -35,7 +37,8 @@ def bad_env_name(name: Any) -> str | None:
     return None
 
 
-__all__ = ["VARS", "HostVarError", "check_host", "check_hosts"]
+__all__ = ["VARS", "HostVarError", "check_host", "check_hosts", "parse_vars", "parse_device_list", "PROBE_ARG_KEYS",
+           "become_user", "known_hosts_file"]
 
 
 class HostVarError(ConfigError):
@@ -125,8 +128,8 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
-#: host vars naming an extra known_hosts file for a host, the first set one wins (read by
-#: gpuaccept.transport.ssh when it connects and by gpuaccept.config.inputcheck before any node is touched)
+#: host vars naming an extra known_hosts file for a host, the first set one wins (:func:`known_hosts_file`, read
+#: into the inventory's Host for the transport; gpuaccept.config.inputcheck checks the file before any node is touched)
 KNOWN_HOSTS_VARS = ("gpuaccept_known_hosts", "ansible_ssh_known_hosts_file")
 
 #: Ansible's boolean spellings (ansible.module_utils.parsing.convert_bool: BOOLEANS_TRUE / BOOLEANS_FALSE)
@@ -163,10 +166,68 @@ def _no_login_password(value: Any) -> Any:
 def become_user(host_vars: Mapping[str, Any]) -> str | None:
     """The user every command on the host runs as, through ``sudo -n -u USER`` (gpuaccept.transport.ssh), or None
     when the host does not set ``ansible_become`` true. ``ansible_become_user`` defaults to root, as in Ansible.
-    Values as :func:`check_host` accepted them (raises _Bad for a non-boolean ``ansible_become``)."""
-    if host_vars.get("ansible_become") is None or not _ansible_bool(host_vars["ansible_become"]):
+    Read once per host when the inventory is loaded (:attr:`gpuaccept.config.inventory.Host.become_user`); a
+    value :func:`check_host` refuses reads as None here (the run stops on it before any node is touched)."""
+    try:
+        if host_vars.get("ansible_become") is None or not _ansible_bool(host_vars["ansible_become"]):
+            return None
+        return _word(host_vars.get("ansible_become_user") or "root")
+    except _Bad:
         return None
-    return _word(host_vars.get("ansible_become_user") or "root")
+
+
+def known_hosts_file(host_vars: Mapping[str, Any]) -> str | None:
+    """The extra known_hosts file the host names (the first set var of :data:`KNOWN_HOSTS_VARS`), as written, or
+    None. Read once per host when the inventory is loaded (:attr:`gpuaccept.config.inventory.Host.known_hosts`)."""
+    return next((str(host_vars[v]) for v in KNOWN_HOSTS_VARS if host_vars.get(v)), None)
+
+
+def parse_device_list(value) -> tuple[bool, list[tuple[str, int | None]]]:
+    """An inventory device list (``"mlx5_0,mlx5_3:1"``, ``["eth0"]``, ``"^=docker0"``) as ``(exclude,
+    [(name, port or None)])``. A leading ``^`` excludes; a leading ``=`` (exact names, NCCL's form) is
+    accepted and dropped: gpuaccept always passes exact names. Raises ValueError on an empty name or a
+    port that is not a number."""
+    if isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+        text = ",".join(items)
+    else:
+        text = str(value).strip()
+    exclude = text.startswith("^")
+    text = text.lstrip("^").lstrip("=")
+    out = []
+    for part in text.split(","):
+        part = part.strip().lstrip("=")
+        name, _, port = part.partition(":")
+        if not name:
+            raise ValueError(f"empty device name in {value!r}")
+        if port and not port.isdigit():
+            raise ValueError(f"port of {part!r} must be a number in {value!r}")
+        out.append((name, int(port) if port else None))
+    return exclude, out
+
+
+def _device_list(value: Any) -> str:
+    """``nccl_socket_ifname`` / ``nccl_ib_hca``: one word that :func:`parse_device_list` reads."""
+    text = _word(value)
+    try:
+        parse_device_list(text)
+    except ValueError as e:
+        raise _Bad(str(e)) from None
+    return text
+
+
+#: probe arguments an inventory may set through nccl_internode_probe_args (the rest belong to the launcher,
+#: gpuaccept.runner.multinode)
+PROBE_ARG_KEYS = {"backend", "min_bytes", "max_bytes", "factor", "iters", "warmup", "reps", "dtype", "timeout_s", "api",
+                  "timer", "graph", "graph_max_bytes", "oop"}
+
+
+def _probe_args(value: Any) -> dict:
+    out = _mapping(value)
+    unknown = sorted(set(out) - PROBE_ARG_KEYS)
+    if unknown:
+        raise _Bad(f"unknown argument(s) {', '.join(map(str, unknown))} (known: {', '.join(sorted(PROBE_ARG_KEYS))})")
+    return out
 
 
 def _words(value: Any) -> list[str]:
@@ -285,15 +346,15 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "ansible_ssh_pass": _plain(_no_login_password),
     "ansible_ssh_password": _plain(_no_login_password),
     # NCCL, single and multi-node (suites/test_nccl.py, suites/test_nccl_multinode.py)
-    "nccl_socket_ifname": _plain(_word),
-    "nccl_ib_hca": _plain(_word),
+    "nccl_socket_ifname": _plain(_device_list),
+    "nccl_ib_hca": _plain(_device_list),
     "nccl_env": _plain(_nccl_env),
     "nccl_backend": _plain(_one_of("nccl", "gloo")),
     "nccl_expect_transport": _plain(_text),
     "nccl_master_addr": _plain(_word),
     "nccl_internode_busbw_gbps": _plain(_number(0)),
     "nccl_internode_at_bytes": _plain(_number(1, integer=True)),
-    "nccl_internode_probe_args": _plain(_mapping),
+    "nccl_internode_probe_args": _plain(_probe_args),
     "nccl_pairwise_slow_pct": _plain(_number(0, 100)),
     "nccl_pairwise_seed": _plain(_number(integer=True)),
     "nccl_pairwise_rounds": _plain(_number(1, 1000, integer=True)),
@@ -393,6 +454,23 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
             raise HostVarError(f"{where}: host {host.name} var ansible_become: not with ansible_connection=local: "
                                f"the local host's probes run as the user running pytest ({me}), not as "
                                f"{out.get('ansible_become_user', 'root')} (run pytest as that user instead)")
+    return out
+
+
+def parse_vars(host_vars: Mapping[str, Any], names: Iterable[str], label: Callable[[str], str]) -> dict[str, Any]:
+    """The vars ``names`` that ``host_vars`` sets (not None), parsed by their validators in :data:`VARS`: what
+    :func:`check_host` accepted before any node was touched, read again by a layer that needs the values
+    typed (gpuaccept.config.multinode). Raises ConfigError ``<label(var)>: <what is wrong>`` (``label``: e.g.
+    ``lambda v: f"group var {v}"``)."""
+    out: dict[str, Any] = {}
+    for var in names:
+        value = host_vars.get(var)
+        if value is None:
+            continue
+        try:
+            out[var] = VARS[var](value, "")
+        except _Bad as err:
+            raise ConfigError(f"{label(var)}{'' if err.attached else ': '}{err}") from None
     return out
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuaccept.config.hostvars import PROBE_ARG_KEYS, parse_device_list, parse_vars  # noqa: F401 (names of this layer)
 from gpuaccept.errors import ConfigError
 
 #: seconds added to the probe's own deadline for the SSH call (start-up, shipping, the probe's kill grace)
@@ -67,34 +68,7 @@ class Settings:
         return self.deadline_s + CALL_MARGIN_S
 
 
-def parse_device_list(value) -> tuple[bool, list[tuple[str, int | None]]]:
-    """An inventory device list (``"mlx5_0,mlx5_3:1"``, ``["eth0"]``, ``"^=docker0"``) as ``(exclude,
-    [(name, port or None)])``. A leading ``^`` excludes; a leading ``=`` (exact names, NCCL's form) is
-    accepted and dropped: gpuaccept always passes exact names. Raises ValueError on an empty name or a
-    port that is not a number."""
-    if isinstance(value, (list, tuple)):
-        items = [str(v).strip() for v in value]
-        text = ",".join(items)
-    else:
-        text = str(value).strip()
-    exclude = text.startswith("^")
-    text = text.lstrip("^").lstrip("=")
-    out = []
-    for part in text.split(","):
-        part = part.strip().lstrip("=")
-        name, _, port = part.partition(":")
-        if not name:
-            raise ValueError(f"empty device name in {value!r}")
-        if port and not port.isdigit():
-            raise ValueError(f"port of {part!r} must be a number in {value!r}")
-        out.append((name, int(port) if port else None))
-    return exclude, out
-
 MiB = 1 << 20
-#: probe arguments an inventory may set through nccl_internode_probe_args (the rest belong to the launcher)
-PROBE_ARG_KEYS = {"backend", "min_bytes", "max_bytes", "factor", "iters", "warmup", "reps", "dtype", "timeout_s", "api",
-                  "timer", "graph", "graph_max_bytes", "oop"}
-
 
 @dataclass(frozen=True)
 class GroupSettings:
@@ -161,57 +135,28 @@ class GroupSettings:
         return Settings(args, rpn or 1, deadline_s=timeout, stall_s=self.stall_s), notes
 
 
-def _num(vars_: dict, key: str, kind=float, default=None, lo: float | None = None):
-    """``vars_[key]`` as ``kind`` (default when absent or null); ConfigError naming the var otherwise."""
-    v = vars_.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        raise ConfigError(f"group var {key} must be a number, got {v!r}")
-    try:
-        out = kind(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"group var {key} must be a number, got {v!r}") from None
-    if kind is int and isinstance(v, float) and v != out:
-        raise ConfigError(f"group var {key} must be a whole number, got {v!r}")
-    if lo is not None and out < lo:
-        raise ConfigError(f"group var {key} must be >= {lo:g}, got {v!r}")
-    return out
+#: the vars :func:`multinode_settings` reads; validated by gpuaccept.config.hostvars (one validator per var), the
+#: device lists (``nccl_socket_ifname``, ``nccl_ib_hca``) as host vars, the others as group vars
+GROUP_VARS = ("nccl_backend", "nccl_internode_probe_args", "nccl_pairwise_slow_pct", "nccl_ranks_per_node",
+              "gpus_per_node", "nccl_internode_busbw_gbps", "nccl_internode_at_bytes", "nccl_expect_transport",
+              "nccl_pairwise_seed", "nccl_pairwise_rounds", "nccl_round_timeout_s", "nccl_stall_s", "nccl_master_addr")
+HOST_VARS = ("nccl_socket_ifname", "nccl_ib_hca")
 
 
 def multinode_settings(host_vars: dict) -> GroupSettings:
-    """The inter-node all-reduce vars of one host's merged vars, validated (pure). Raises ConfigError with one
-    line naming the var: a number that is not one, a backend other than nccl/gloo, probe arguments that are
-    not a mapping of known keys, a slow percentage outside 0..100, a malformed ``nccl_socket_ifname`` or
+    """The inter-node all-reduce vars of one host's merged vars, validated (pure) by their validators in
+    gpuaccept.config.hostvars, the ones the run's check before any node is touched uses. Raises ConfigError
+    with one line naming the var: a number that is not one, a backend other than nccl/gloo, probe arguments that
+    are not a mapping of known keys, a slow percentage outside 0..100, a malformed ``nccl_socket_ifname`` or
     ``nccl_ib_hca`` list."""
     v = host_vars or {}
-    backend = v.get("nccl_backend")
-    if backend not in (None, "nccl", "gloo"):
-        raise ConfigError(f"group var nccl_backend must be nccl or gloo, got {backend!r}")
-    extra = v.get("nccl_internode_probe_args") or {}
-    if not isinstance(extra, dict):
-        raise ConfigError("group var nccl_internode_probe_args must be a mapping of probe arguments")
-    unknown = sorted(set(extra) - PROBE_ARG_KEYS)
-    if unknown:
-        raise ConfigError(f"group var nccl_internode_probe_args: unknown argument(s) {', '.join(map(str, unknown))} "
-                          f"(known: {', '.join(sorted(PROBE_ARG_KEYS))})")
-    slow = _num(v, "nccl_pairwise_slow_pct", default=DEFAULT_SLOW_PCT, lo=0)
-    if slow > 100:
-        raise ConfigError(f"group var nccl_pairwise_slow_pct must be within 0..100, got {slow:g}")
-    for var in ("nccl_socket_ifname", "nccl_ib_hca"):
-        if v.get(var):
-            try:
-                parse_device_list(v[var])
-            except ValueError as e:
-                raise ConfigError(f"host var {var}: {e}") from None
-    expect = v.get("nccl_expect_transport")
-    master = v.get("nccl_master_addr")
+    got = parse_vars(v, GROUP_VARS, lambda var: f"group var {var}")
+    parse_vars(v, [var for var in HOST_VARS if v.get(var)], lambda var: f"host var {var}")
     return GroupSettings(
-        backend=backend, ranks_per_node=_num(v, "nccl_ranks_per_node", int, lo=1),
-        gpus_per_node=_num(v, "gpus_per_node", int, lo=0), limit_gbps=_num(v, "nccl_internode_busbw_gbps", lo=0),
-        at_bytes=_num(v, "nccl_internode_at_bytes", int, lo=1),
-        expect_transport=None if expect in (None, "") else str(expect), slow_pct=slow,
-        seed=_num(v, "nccl_pairwise_seed", int),
-        rounds=_num(v, "nccl_pairwise_rounds", int, DEFAULT_PAIRWISE_ROUNDS, lo=1), probe_args=dict(extra),
-        round_timeout_s=_num(v, "nccl_round_timeout_s", int, lo=1), stall_s=_num(v, "nccl_stall_s", int, 60, lo=1),
-        master_addr=None if master in (None, "") else str(master))
+        backend=got.get("nccl_backend"), ranks_per_node=got.get("nccl_ranks_per_node"),
+        gpus_per_node=got.get("gpus_per_node"), limit_gbps=got.get("nccl_internode_busbw_gbps"),
+        at_bytes=got.get("nccl_internode_at_bytes"), expect_transport=got.get("nccl_expect_transport"),
+        slow_pct=got.get("nccl_pairwise_slow_pct", DEFAULT_SLOW_PCT), seed=got.get("nccl_pairwise_seed"),
+        rounds=got.get("nccl_pairwise_rounds", DEFAULT_PAIRWISE_ROUNDS),
+        probe_args=dict(got.get("nccl_internode_probe_args") or {}), round_timeout_s=got.get("nccl_round_timeout_s"),
+        stall_s=got.get("nccl_stall_s", 60), master_addr=got.get("nccl_master_addr"))

@@ -98,7 +98,7 @@ def floor_context(row: dict, world_size: int, limit, algo: str = "Ring", extra: 
 #: how the nccl_allreduce probe says that its ranks started and the collective itself broke, as opposed to a
 #: probe that could not run (bad arguments, rendezvous port taken, terminated by the controller): a rank hung
 #: (``probes/_supervisor.py`` ``hang_message``: "all-reduce hung: ranks [...]"), stalled
-#: (``probes/nccl_allreduce.py`` ``_failure_message``: "rank(s) [...] stalled") or exited with an error or a
+#: (``probes/_allreduce_document.py`` ``failure_message``: "rank(s) [...] stalled") or exited with an error or a
 #: signal (``_supervisor.Worker.describe_exit``: "rank R exited with rc X ...", with NCCL's WARN lines)
 _COLLECTIVE_BROKE = re.compile(r"(?:^|: )((?:all-reduce hung: |rank\(s\) \[[\d, ]*\] stalled|"
                                r"rank \d+ exited with rc ).*)$", re.S)

@@ -45,7 +45,7 @@ def busbw(algbw_gbps: float, world_size: int) -> float:
     ``factor = 2*(nranks - 1)/nranks``, NVIDIA/nccl-tests commit a0b82b2, read 2026-11-30): the factor is
     exact for Ring, while an NVLS (NVSwitch multicast) figure can exceed the one-way link rate, so a busbw is
     judged only against a floor for the algorithm that produced it (``gpuaccept.judging.nccl``). One rank gives
-    0: nothing crosses a link. The node-side copy, ``probes/nccl_allreduce.py`` ``busbw_factor``, is the
+    0: nothing crosses a link. The node-side copy, ``probes/_allreduce_figures.py`` ``busbw_factor``, is the
     source; ``tests/test_nccl_probe.py`` holds this one to it. Raises ValueError for a world size < 1.
     """
     if world_size < 1:

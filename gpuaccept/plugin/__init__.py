@@ -183,7 +183,7 @@ def _get_node(config: pytest.Config, name: str) -> HostRunner:
         kh = config.getoption("known_hosts")
         accept = config.getoption("accept_new_host_keys")
         st["nodes"][name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
-                                 st["specs"], probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
+                                 probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
                                  st.get("probe_dir"))
     return st["nodes"][name]
 
@@ -229,15 +229,22 @@ def gpus(request, node: HostRunner) -> list[dict]:
     return found
 
 
-def _node_sku(node: HostRunner, gpus: list[dict]):
+def _node_sku(config: pytest.Config, node: HostRunner, gpus: list[dict]):
     from gpuaccept.judging.sku import node_sku
-    return node_sku(node.name, node.specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
+    specs = config.stash[STATE]["specs"]
+    return node_sku(node.name, specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
 
 
 @pytest.fixture
-def sku(node: HostRunner, gpus):
+def specs(request) -> dict:
+    """The loaded threshold files: SKU name -> SkuSpec (gpuaccept.config.thresholds.load_all)."""
+    return request.config.stash[STATE]["specs"]
+
+
+@pytest.fixture
+def sku(request, node: HostRunner, gpus):
     """The host's SkuSpec (thresholds file): --sku, inventory gpu_sku, or detected from NVML (gpuaccept.judging.sku)."""
-    return _node_sku(node, gpus)
+    return _node_sku(request.config, node, gpus)
 
 
 @pytest.fixture
@@ -258,7 +265,7 @@ def verdicts(request) -> Recorder:
     if found and layer in DEPENDENT_LAYERS:
         node = request.getfixturevalue("node")
         try:
-            spec = _node_sku(node, found)
+            spec = _node_sku(request.config, node, found)
         except ThresholdError:
             spec = None  # the test itself reports the SKU problem; the fabric is then not judged here
         blocks = blockers(node.gpu_inventory(), spec)

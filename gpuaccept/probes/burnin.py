@@ -111,7 +111,84 @@ def _tensor_bytes(t) -> bytes:
     return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
 
 
+def _say(doc: dict) -> None:
+    """One ``@@<json>`` line to the parent (windows, SDC hashes, hello)."""
+    sys.stdout.write("@@" + json.dumps(doc) + "\n")
+    sys.stdout.flush()
+
+
+def _hello(torch, dev, cuda: bool, rank: int) -> None:
+    """The rank's hello: its GPU's PCI bus id and name (the parent matches NVML handles by bus id)."""
+    if cuda:
+        p = torch.cuda.get_device_properties(dev)
+        try:
+            bus = from_parts(p.pci_domain_id, p.pci_bus_id, p.pci_device_id)
+        except AttributeError:
+            bus = None
+        _say({"hello": rank, "pci_bus_id": bus, "name": p.name})
+    else:
+        _say({"hello": rank, "pci_bus_id": None, "name": "cpu"})
+
+
+def _fault(fault: dict, rank: int, since_load_s: float) -> None:
+    """``fault_rank`` (tests only): this rank exits with 3 or hangs once ``after_s`` of load have passed."""
+    if fault.get("rank") == rank and since_load_s >= float(fault.get("after_s", 0.0)):
+        if fault.get("how") == "hang":  # a hung GPU: the process stays, answering nothing
+            while True:
+                time.sleep(3600)
+        sys.stderr.write("fault_rank: CUDA error: unspecified launch failure (simulated lost device)\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def _new_window(t0: float) -> dict:
+    return {"t0": t0, "flop": {}, "mm_s": {}, "hbm_b": 0.0, "hbm_s": 0.0, "ar_b": 0.0, "ar_s": 0.0}
+
+
+def _window_doc(win: dict, rank: int, t_now: float, factor: float) -> dict:
+    """The window line of one rank: TFLOP/s per dtype, HBM copy GB/s, all-reduce busbw GB/s (None: not measured)."""
+    out = {"window": True, "rank": rank, "t0": round(win["t0"], 3), "t1": round(t_now, 3)}
+    for kd in win["flop"]:
+        out[f"{kd}_tflops"] = round(win["flop"][kd] / win["mm_s"][kd] / 1e12, 4) if win["mm_s"][kd] else None
+    out["hbm_copy_gbps"] = round(win["hbm_b"] / win["hbm_s"] / 1e9, 3) if win["hbm_s"] else None
+    out["allreduce_busbw_gbps"] = (round(win["ar_b"] / win["ar_s"] / 1e9 * factor, 3)
+                                   if win["ar_s"] else None)
+    return out
+
+
+def _join(torch, dist, cfg: dict):
+    """This rank's device (``cuda_index``, or the CPU with one thread), its process group joined; returns the
+    device."""
+    import datetime
+
+    cuda = cfg["device"] == "cuda"
+    if cuda:
+        torch.cuda.set_device(cfg["cuda_index"])
+        dev = torch.device("cuda", cfg["cuda_index"])
+    else:
+        torch.set_num_threads(1)
+        dev = torch.device("cpu")
+    # the CPU (gloo) load meets through a file in the probe's own folder: no port that another program can take
+    # between _free_port() and the bind (EADDRINUSE, seen with parallel test runs); the GPU load keeps TCP
+    init = f"tcp://127.0.0.1:{cfg['port']}" if cuda else f"file://{cfg['store']}"
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=init, rank=cfg["rank"],
+                            world_size=cfg["world_size"], timeout=datetime.timedelta(seconds=STARTUP_GRACE_S))
+    return dev
+
+
+def _sdc_product(torch, sa, sb, flip: bool):
+    """The SDC round's deterministic fp32 product of ``sa`` and ``sb`` (``flip``: one bit flipped, tests only)."""
+    torch.use_deterministic_algorithms(True)
+    res = torch.mm(sa, sb)
+    torch.use_deterministic_algorithms(False)
+    if flip:
+        res.view(torch.int32).view(-1)[0] ^= 1
+    return res
+
+
 def _worker(cfg: dict) -> None:
+    """One rank of the load (``burnin.py --worker '<cfg>'``): steps in lockstep until the deadline, the parent's
+    stop file or the parent's death; windows and SDC hashes reported on stdout (:func:`_say`)."""
     import torch
     import torch.distributed as dist
 
@@ -122,33 +199,8 @@ def _worker(cfg: dict) -> None:
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)
     parent = os.getppid()
-    if cuda:
-        torch.cuda.set_device(cfg["cuda_index"])
-        dev = torch.device("cuda", cfg["cuda_index"])
-    else:
-        torch.set_num_threads(1)
-        dev = torch.device("cpu")
-    import datetime
-    # the CPU (gloo) load meets through a file in the probe's own folder: no port that another program can take
-    # between _free_port() and the bind (EADDRINUSE, seen with parallel test runs); the GPU load keeps TCP
-    init = f"tcp://127.0.0.1:{cfg['port']}" if cuda else f"file://{cfg['store']}"
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=init,
-                            rank=rank, world_size=world, timeout=datetime.timedelta(seconds=STARTUP_GRACE_S))
-
-    def say(doc: dict) -> None:
-        sys.stdout.write("@@" + json.dumps(doc) + "\n")
-        sys.stdout.flush()
-
-    bus = None
-    if cuda:
-        p = torch.cuda.get_device_properties(dev)
-        try:
-            bus = from_parts(p.pci_domain_id, p.pci_bus_id, p.pci_device_id)
-        except AttributeError:
-            bus = None
-        say({"hello": rank, "pci_bus_id": bus, "name": p.name})
-    else:
-        say({"hello": rank, "pci_bus_id": None, "name": "cpu"})
+    dev = _join(torch, dist, cfg)
+    _hello(torch, dev, cuda, rank)
 
     m, n, k = cfg["m"], cfg["n"], cfg["k"]
     g = torch.Generator(device="cpu").manual_seed(1234 + rank)
@@ -195,35 +247,24 @@ def _worker(cfg: dict) -> None:
     dist.broadcast(t_load, 0)
     deadline = float(t_load.item()) + cfg["seconds"]
     if rank == 0:
-        say({"load_started": round(float(t_load.item()) - t_start, 3)})
+        _say({"load_started": round(float(t_load.item()) - t_start, 3)})
     sdc_round, next_sdc = 0, time.time()
-    win = {"t0": time.time() - t_start, "flop": {}, "mm_s": {}, "hbm_b": 0.0, "hbm_s": 0.0, "ar_b": 0.0,
-           "ar_s": 0.0}
+    win = _new_window(time.time() - t_start)
     step = 0
     flop_one = 2.0 * m * n * k
     factor = busbw_factor(world)
     fault = cfg.get("fault_rank") if isinstance(cfg.get("fault_rank"), dict) else {}
     while True:
         now = time.time()
-        if fault.get("rank") == rank and now - float(t_load.item()) >= float(fault.get("after_s", 0.0)):
-            if fault.get("how") == "hang":  # a hung GPU: the process stays, answering nothing
-                while True:
-                    time.sleep(3600)
-            sys.stderr.write("fault_rank: CUDA error: unspecified launch failure (simulated lost device)\n")
-            sys.stderr.flush()
-            os._exit(3)
+        _fault(fault, rank, now - float(t_load.item()))
         gone = os.getppid() != parent
         flag[0] = 1.0 if (now >= deadline or gone or (rank == 0 and os.path.exists(stop_file))) else 0.0
         flag[1] = 1.0 if (rank == 0 and now >= next_sdc) else 0.0
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # lockstep: every rank stops and checks together
         stop, do_sdc = flag[0].item() > 0, flag[1].item() > 0
         if do_sdc:
-            torch.use_deterministic_algorithms(True)
-            res = torch.mm(sa, sb)
-            torch.use_deterministic_algorithms(False)
-            if cfg.get("flip_bit_rank") == rank:
-                res.view(torch.int32).view(-1)[0] ^= 1
-            say({"sdc": sdc_round, "rank": rank, "t": time.time() - t_start, "hash": sdc_digest(_tensor_bytes(res))})
+            res = _sdc_product(torch, sa, sb, cfg.get("flip_bit_rank") == rank)
+            _say({"sdc": sdc_round, "rank": rank, "t": time.time() - t_start, "hash": sdc_digest(_tensor_bytes(res))})
             sdc_round += 1
             next_sdc = time.time() + cfg["sdc_interval_s"]
         kind = "fp8" if fp8 and step % 2 else "bf16"
@@ -249,14 +290,8 @@ def _worker(cfg: dict) -> None:
         step += 1
         t_now = time.time() - t_start
         if stop or t_now - win["t0"] >= cfg["window_s"]:
-            out = {"window": True, "rank": rank, "t0": round(win["t0"], 3), "t1": round(t_now, 3)}
-            for kd in win["flop"]:
-                out[f"{kd}_tflops"] = round(win["flop"][kd] / win["mm_s"][kd] / 1e12, 4) if win["mm_s"][kd] else None
-            out["hbm_copy_gbps"] = round(win["hbm_b"] / win["hbm_s"] / 1e9, 3) if win["hbm_s"] else None
-            out["allreduce_busbw_gbps"] = (round(win["ar_b"] / win["ar_s"] / 1e9 * factor, 3)
-                                           if win["ar_s"] else None)
-            say(out)
-            win = {"t0": t_now, "flop": {}, "mm_s": {}, "hbm_b": 0.0, "hbm_s": 0.0, "ar_b": 0.0, "ar_s": 0.0}
+            _say(_window_doc(win, rank, t_now, factor))
+            win = _new_window(t_now)
         if stop:
             break
     # every rank past its last collective, then out without tearing the group down: gloo's teardown aborts
@@ -419,7 +454,9 @@ def _cuda_count() -> int:
         raise ProbeFailed(f"torch could not count GPUs: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
 
 
-def main(args: dict) -> dict:
+def _settings(args: dict) -> tuple[str, dict, list[int]]:
+    """``(device, configuration, CUDA indices of the ranks)`` from the probe's arguments (defaults per device).
+    Raises ProbeFailed for an unknown argument, a device other than cuda/cpu, or no visible CUDA device."""
     reject_unknown(args, ARG_KEYS)
     device = args.get("device", "cuda")
     if device not in ("cuda", "cpu"):
@@ -433,6 +470,172 @@ def main(args: dict) -> dict:
         indices = list(range(count)) if gpus in (None, "all") else list(gpus)
     else:
         indices = list(range(int(gpus))) if isinstance(gpus, int) else [0, 1]
+    return device, cfg, indices
+
+
+class _Collector:
+    """What the ranks report (their ``@@`` lines, parsed, in arrival order) and the last lines of their stderr,
+    read by one pump thread per stream; writes the live progress lines (one per window round)."""
+
+    def __init__(self, cfg: dict, world: int):
+        self.cfg, self.world = cfg, world
+        self.lines: list[dict] = []
+        self.errs: dict[int, list[str]] = {r: [] for r in range(world)}
+        self.lock = threading.Lock()
+        self.live = {"telemetry": None, "row": 0, "windows": {}, "shown": 0}  # for the live progress lines
+        self.last_window = None  # monotonic time the latest window of any rank arrived (stall detection)
+
+    def hellos(self) -> dict[int, dict]:
+        """rank -> its hello line (PCI bus id, name), for the ranks that said it."""
+        with self.lock:
+            return {d["hello"]: d for d in self.lines if "hello" in d}
+
+    def live_progress(self, rank: int, window: dict) -> None:
+        """One progress line per window round, once every rank has reported it (only this parent process
+        writes them; the ranks talk to it): each GPU's latest bf16/fp8 TFLOP/s and its highest GPU
+        temperature sampled since the previous line."""
+        live, world = self.live, self.world
+        with self.lock:
+            live["windows"].setdefault(rank, []).append(window)
+            done = min(len(live["windows"].get(r, [])) for r in range(world))
+            if done <= live["shown"]:
+                return
+            live["shown"] = done
+            gpus = {str(r): {k: live["windows"][r][done - 1][k] for k in ("bf16_tflops", "fp8_tflops")
+                             if isinstance(live["windows"][r][done - 1].get(k), (int, float))} for r in range(world)}
+            tel = live["telemetry"]
+            rows = tel.rows[live["row"]:] if tel is not None else []
+            live["row"] += len(rows)
+            load0 = next((d["load_started"] for d in self.lines if "load_started" in d), 0.0)
+        temp_i = 2 + TELEMETRY_FIELDS.index("temp_c")
+        for row in rows:
+            g = gpus.get(str(row[1]))
+            if g is not None and isinstance(row[temp_i], (int, float)):
+                g["temp_c"] = max(g.get("temp_c", row[temp_i]), row[temp_i])
+        total = float(self.cfg["seconds"])  # the last step may overrun the load's end: shown as done, not past it
+        progress({"done": round(min(total, max(0.0, window["t1"] - load0)), 1), "total": total, "gpus": gpus})
+
+    def pump_out(self, rank, stream):
+        for line in stream:
+            if line.startswith("@@"):
+                try:
+                    doc = json.loads(line[2:])
+                except ValueError:
+                    continue
+                with self.lock:
+                    self.lines.append(doc)
+                    if doc.get("window"):  # counted from the first window (start-up has the deadline)
+                        self.last_window = time.monotonic()
+                if doc.get("window"):
+                    vals = ", ".join(f"{k} {v}" for k, v in doc.items() if k.endswith(("tflops", "gbps")) and v)
+                    log(f"burnin {doc['t1'] / 60:.1f}/{self.cfg['seconds'] / 60:.1f} min rank {rank}: {vals}")
+                    self.live_progress(rank, doc)
+
+    def pump_err(self, rank, stream):
+        for line in stream:
+            self.errs[rank].append(line.rstrip())
+            del self.errs[rank][:-20]
+
+
+def _start_telemetry(col: _Collector, world: int, t_start: float, cfg: dict, procs) -> tuple:
+    """``(telemetry thread or None, pynvml or None, nvml state)``: NVML sampling of the ranks' GPUs, matched to
+    them by the PCI bus id of their hellos (whatever CUDA_DEVICE_ORDER says), after waiting up to
+    STARTUP_GRACE_S for every hello (or a rank's failure)."""
+    hello_deadline = time.time() + STARTUP_GRACE_S
+    while time.time() < hello_deadline:
+        if len(col.hellos()) == world or any(p.poll() not in (None, 0) for p in procs):
+            break
+        time.sleep(0.2)
+    hellos = col.hellos()
+    try:
+        import pynvml as nv
+        nv.nvmlInit()
+        handles = {}
+        for rank in range(world):
+            bus = (hellos.get(rank) or {}).get("pci_bus_id")
+            if bus:
+                handles[rank] = nv.nvmlDeviceGetHandleByPciBusId(bus)
+        telemetry = Telemetry(nv, handles, t_start, float(cfg["sample_s"]), {p.pid for p in procs})
+        telemetry.start()
+        col.live["telemetry"] = telemetry
+        return telemetry, nv, "ok"
+    except Exception as e:  # noqa: BLE001 - the load still runs; the verdict says telemetry is missing
+        return None, None, f"unavailable: {type(e).__name__}: {e}"
+
+
+def _supervise(procs, exited: dict, col: _Collector, limit: float, stall_s: float, interrupted: dict):
+    """Wait for the ranks; ``(rank or None, rc or "deadline" / "stalled")`` of what stopped the load (the first
+    rank to end badly, the deadline ``limit`` (Unix time), no window for ``stall_s``), or None when it ran out."""
+    while any(p.poll() is None for p in procs):
+        bad = sorted(((r, p.returncode) for r, p in enumerate(procs) if p.poll() not in (None, 0)),
+                     key=lambda b: exited.get(b[0], float("inf")))  # the first to end (the others follow it)
+        with col.lock:
+            seen = col.last_window
+        if bad or time.time() > limit:
+            return bad[0] if bad else (None, "deadline")
+        if seen is not None and time.monotonic() - seen > stall_s and not interrupted["sig"]:
+            return (None, "stalled")
+        time.sleep(0.2)
+    return None
+
+
+def _gpus_out(world: int, indices: list[int], hellos: dict, telemetry, nv) -> list[dict]:
+    """The document's ``gpus``: per rank its CUDA index, PCI bus id, name, and with telemetry its NVML
+    temperature thresholds, active NVLinks and foreign processes."""
+    out = []
+    for r in range(world):
+        g = {"rank": r, "index": indices[r], "pci_bus_id": (hellos.get(r) or {}).get("pci_bus_id"),
+             "name": (hellos.get(r) or {}).get("name")}
+        if telemetry is not None and r in telemetry.handles:
+            g["thresholds"] = _thresholds(nv, telemetry.handles[r])
+            g["nvlink_active_links"] = len(telemetry.links.get(r, []))
+            if r in telemetry.foreign:
+                g["foreign_processes"] = telemetry.foreign[r]
+        out.append(g)
+    return out
+
+
+def _stopped(failed: tuple, col: _Collector, world: int, indices: list[int], hellos: dict, stall_s: float,
+             t_failed: float) -> dict:
+    """The document's ``stopped`` (see the module docstring) for what stopped the load, ``failed`` (as
+    :func:`_supervise`). Raises ProbeFailed when no window was measured (the load never ran)."""
+    rank, rc = failed
+    lines, errs = col.lines, col.errs
+    windows = [d for d in lines if d.get("window")]
+    if not windows:  # nothing measured: the load never ran (set-up failure), the probe fails as a whole
+        tail = " | ".join(errs.get(rank, [])[-3:]) if rank is not None else ""
+        bus = (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None
+        raise ProbeFailed(f"burn-in worker rank {rank} (CUDA device {indices[rank] if rank is not None else '?'}"
+                          f"{', ' + bus if bus else ''}) ended with {rc} before any window was measured: "
+                          f"{tail[-400:] or 'no output'}")
+    counts = {r: sum(1 for d in windows if d["rank"] == r) for r in range(world)}
+    if rank is None and len(set(counts.values())) > 1:  # one rank fell behind the others: that one
+        low = min(counts.values())
+        behind = [r for r, c in counts.items() if c == low]
+        rank = behind[0] if len(behind) == 1 else None
+    how = ({"stalled": f"stopped reporting (no window from any GPU for {stall_s:g} s)",
+            "deadline": "still running past the deadline"}.get(rc) if isinstance(rc, str) else
+           f"killed by signal {-rc}" if rc < 0 else f"exited with {rc}")
+    return {"rank": rank, "index": indices[rank] if rank is not None else None,
+            "pci_bus_id": (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None,
+            "how": how, "t": round(max(d["t1"] for d in windows) if rc == "stalled" else t_failed, 2),
+            "windows": {str(r): c for r, c in counts.items()},
+            "stderr": " | ".join(errs.get(rank, [])[-3:])[-400:] if rank is not None else ""}
+
+
+def _sdc_rounds(lines: list[dict]) -> list[dict]:
+    """The document's ``sdc``: per round its time and every rank's hash, in round order."""
+    sdc: dict[int, dict] = {}
+    for d in lines:
+        if "sdc" in d:
+            sdc.setdefault(d["sdc"], {"round": d["sdc"], "t": d["t"], "hashes": {}})["hashes"][str(d["rank"])] = d["hash"]
+    return [sdc[r] for r in sorted(sdc)]
+
+
+def main(args: dict) -> dict:
+    """The burn-in (see the module docstring): the ranks started, supervised and stopped, telemetry sampled
+    meanwhile; returns the document. Raises ProbeFailed for bad arguments or a load that never ran."""
+    device, cfg, indices = _settings(args)
     world = len(indices)
     tmp = tempfile.mkdtemp(prefix="burnin-")
     stop_file = os.path.join(tmp, "stop")
@@ -454,57 +657,7 @@ def main(args: dict) -> dict:
                 "store": store, "t_start": t_start, "stop_file": stop_file}
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(wcfg)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True))
-    lines: list[dict] = []
-    errs: dict[int, list[str]] = {r: [] for r in range(world)}
-    lock = threading.Lock()
-    live = {"telemetry": None, "row": 0, "windows": {}, "shown": 0}  # for the live progress lines
-    last_window = {"at": None}  # monotonic time the latest window of any rank arrived (stall detection)
-
-    def live_progress(rank: int, window: dict) -> None:
-        """One progress line per window round, once every rank has reported it (only this parent process
-        writes them; the ranks talk to it): each GPU's latest bf16/fp8 TFLOP/s and its highest GPU
-        temperature sampled since the previous line."""
-        with lock:
-            live["windows"].setdefault(rank, []).append(window)
-            done = min(len(live["windows"].get(r, [])) for r in range(world))
-            if done <= live["shown"]:
-                return
-            live["shown"] = done
-            gpus = {str(r): {k: live["windows"][r][done - 1][k] for k in ("bf16_tflops", "fp8_tflops")
-                             if isinstance(live["windows"][r][done - 1].get(k), (int, float))} for r in range(world)}
-            tel = live["telemetry"]
-            rows = tel.rows[live["row"]:] if tel is not None else []
-            live["row"] += len(rows)
-            load0 = next((d["load_started"] for d in lines if "load_started" in d), 0.0)
-        temp_i = 2 + TELEMETRY_FIELDS.index("temp_c")
-        for row in rows:
-            g = gpus.get(str(row[1]))
-            if g is not None and isinstance(row[temp_i], (int, float)):
-                g["temp_c"] = max(g.get("temp_c", row[temp_i]), row[temp_i])
-        total = float(cfg["seconds"])  # the last step may overrun the load's end: shown as done, not past it
-        progress({"done": round(min(total, max(0.0, window["t1"] - load0)), 1), "total": total, "gpus": gpus})
-
-    def pump_out(rank, stream):
-        for line in stream:
-            if line.startswith("@@"):
-                try:
-                    doc = json.loads(line[2:])
-                except ValueError:
-                    continue
-                with lock:
-                    lines.append(doc)
-                    if doc.get("window"):  # counted from the first window (start-up has the deadline)
-                        last_window["at"] = time.monotonic()
-                if doc.get("window"):
-                    vals = ", ".join(f"{k} {v}" for k, v in doc.items() if k.endswith(("tflops", "gbps")) and v)
-                    log(f"burnin {doc['t1'] / 60:.1f}/{cfg['seconds'] / 60:.1f} min rank {rank}: {vals}")
-                    live_progress(rank, doc)
-
-    def pump_err(rank, stream):
-        for line in stream:
-            errs[rank].append(line.rstrip())
-            del errs[rank][:-20]
-
+    col = _Collector(cfg, world)
     pumps = []
     exited: dict[int, float] = {}  # rank -> monotonic time its process ended: the first one is the cause
 
@@ -514,52 +667,15 @@ def main(args: dict) -> dict:
 
     for r, p in enumerate(procs):
         threading.Thread(target=waiter, args=(r, p), daemon=True).start()
-        for fn, st in ((pump_out, p.stdout), (pump_err, p.stderr)):
+        for fn, st in ((col.pump_out, p.stdout), (col.pump_err, p.stderr)):
             th = threading.Thread(target=fn, args=(r, st), daemon=True)
             th.start()
             pumps.append(th)
-    # NVML telemetry, matched to the workers by PCI bus id (whatever CUDA_DEVICE_ORDER says)
-    telemetry, nv, gpus_out, nvml_state = None, None, [], "not used (cpu)"
-    hello_deadline = time.time() + STARTUP_GRACE_S
-    while device == "cuda" and time.time() < hello_deadline:
-        with lock:
-            hellos = {d["hello"]: d for d in lines if "hello" in d}
-        if len(hellos) == world or any(p.poll() not in (None, 0) for p in procs):
-            break
-        time.sleep(0.2)
-    with lock:
-        hellos = {d["hello"]: d for d in lines if "hello" in d}
-    if device == "cuda":
-        try:
-            import pynvml as nv
-            nv.nvmlInit()
-            handles = {}
-            for rank in range(world):
-                bus = (hellos.get(rank) or {}).get("pci_bus_id")
-                if bus:
-                    handles[rank] = nv.nvmlDeviceGetHandleByPciBusId(bus)
-            telemetry = Telemetry(nv, handles, t_start, float(cfg["sample_s"]), {p.pid for p in procs})
-            telemetry.start()
-            live["telemetry"] = telemetry
-            nvml_state = "ok"
-        except Exception as e:  # noqa: BLE001 - the load still runs; the verdict says telemetry is missing
-            nvml_state = f"unavailable: {type(e).__name__}: {e}"
-            telemetry = None
+    telemetry, nv, nvml_state = (_start_telemetry(col, world, t_start, cfg, procs) if device == "cuda"
+                                 else (None, None, "not used (cpu)"))
     limit = t_start + float(cfg["seconds"]) + STARTUP_GRACE_S
     stall_s = float(cfg.get("stall_s") or max(120.0, 6.0 * float(cfg["window_s"])))
-    failed = None
-    while any(p.poll() is None for p in procs):
-        bad = sorted(((r, p.returncode) for r, p in enumerate(procs) if p.poll() not in (None, 0)),
-                     key=lambda b: exited.get(b[0], float("inf")))  # the first to end (the others follow it)
-        with lock:
-            seen = last_window["at"]
-        if bad or time.time() > limit:
-            failed = bad[0] if bad else (None, "deadline")
-            break
-        if seen is not None and time.monotonic() - seen > stall_s and not interrupted["sig"]:
-            failed = (None, "stalled")
-            break
-        time.sleep(0.2)
+    failed = _supervise(procs, exited, col, limit, stall_s, interrupted)
     t_failed = time.time() - t_start
     if failed is None:
         bad = sorted(((r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0),
@@ -575,17 +691,8 @@ def main(args: dict) -> dict:
         th.join(timeout=5)
     if telemetry is not None:
         telemetry.stop()
-    with lock:
-        hellos = {d["hello"]: d for d in lines if "hello" in d}
-    for r in range(world):
-        g = {"rank": r, "index": indices[r], "pci_bus_id": (hellos.get(r) or {}).get("pci_bus_id"),
-             "name": (hellos.get(r) or {}).get("name")}
-        if telemetry is not None and r in telemetry.handles:
-            g["thresholds"] = _thresholds(nv, telemetry.handles[r])
-            g["nvlink_active_links"] = len(telemetry.links.get(r, []))
-            if r in telemetry.foreign:
-                g["foreign_processes"] = telemetry.foreign[r]
-        gpus_out.append(g)
+    hellos = col.hellos()
+    gpus_out = _gpus_out(world, indices, hellos, telemetry, nv)
     if nv is not None and nvml_state == "ok":
         try:
             nv.nvmlShutdown()
@@ -599,37 +706,15 @@ def main(args: dict) -> dict:
     os.rmdir(tmp)
     stopped = None
     if failed is not None and not interrupted["sig"]:
-        rank, rc = failed
-        windows = [d for d in lines if d.get("window")]
-        if not windows:  # nothing measured: the load never ran (set-up failure), the probe fails as a whole
-            tail = " | ".join(errs.get(rank, [])[-3:]) if rank is not None else ""
-            bus = (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None
-            raise ProbeFailed(f"burn-in worker rank {rank} (CUDA device {indices[rank] if rank is not None else '?'}"
-                              f"{', ' + bus if bus else ''}) ended with {rc} before any window was measured: "
-                              f"{tail[-400:] or 'no output'}")
-        counts = {r: sum(1 for d in windows if d["rank"] == r) for r in range(world)}
-        if rank is None and len(set(counts.values())) > 1:  # one rank fell behind the others: that one
-            low = min(counts.values())
-            behind = [r for r, c in counts.items() if c == low]
-            rank = behind[0] if len(behind) == 1 else None
-        how = ({"stalled": f"stopped reporting (no window from any GPU for {stall_s:g} s)",
-                "deadline": "still running past the deadline"}.get(rc) if isinstance(rc, str) else
-               f"killed by signal {-rc}" if rc < 0 else f"exited with {rc}")
-        stopped = {"rank": rank, "index": indices[rank] if rank is not None else None,
-                   "pci_bus_id": (hellos.get(rank) or {}).get("pci_bus_id") if rank is not None else None,
-                   "how": how, "t": round(max(d["t1"] for d in windows) if rc == "stalled" else t_failed, 2), "windows": {str(r): c for r, c in counts.items()},
-                   "stderr": " | ".join(errs.get(rank, [])[-3:])[-400:] if rank is not None else ""}
-    sdc: dict[int, dict] = {}
-    for d in lines:
-        if "sdc" in d:
-            sdc.setdefault(d["sdc"], {"round": d["sdc"], "t": d["t"], "hashes": {}})["hashes"][str(d["rank"])] = d["hash"]
+        stopped = _stopped(failed, col, world, indices, hellos, stall_s, t_failed)
+    lines = col.lines
     return {"device": device, "world_size": world, "seconds_requested": cfg["seconds"],
             "wall_s": round(time.time() - t_start, 2),
             "load_started_s": next((d["load_started"] for d in lines if "load_started" in d), None),
             "interrupted": interrupted["sig"], "stopped": stopped, "nvml": nvml_state,
             "config": {k: cfg[k] for k in sorted(CUDA_DEFAULTS)},
             "gpus": gpus_out, "windows": [{k: v for k, v in d.items() if k != "window"} for d in lines if d.get("window")],
-            "sdc": [sdc[r] for r in sorted(sdc)],
+            "sdc": _sdc_rounds(lines),
             "telemetry": {"fields": ["t", "rank", *TELEMETRY_FIELDS], "rows": telemetry.rows if telemetry else [],
                           "errors": telemetry.errors if telemetry else {}}}
 

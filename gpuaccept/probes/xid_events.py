@@ -248,25 +248,7 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
     is its continuation (matched per switch and SXid: the driver interleaves the lines of several switches);
     one with no such event before it is an event with ``severity`` None.
     """
-    events: list = []
-    sxids: list = []
-    scanned = 0
-    open_ev = None
-    open_sx: dict = {}  # (switch, SXid) -> its latest event: the driver interleaves several switches' lines
-    off_bus = None  # {"pci_raw", "epoch", "ts", "line", "parts"}: a "The NVIDIA GPU <bdf>" line waiting for its end
-    uuids: dict = {}
-
-    def finish_off_bus():
-        nonlocal open_ev
-        pci = normalize_pci(off_bus["pci_raw"])
-        if _near(open_ev, off_bus["epoch"], CONTINUATION_WINDOW_S) and open_ev["pci_bus_id"] == pci \
-                and open_ev["xid"] == 79:
-            open_ev["continuation"].append(" ".join(off_bus["parts"]))
-            return
-        open_ev = _new_event(off_bus["epoch"], off_bus["ts"], off_bus["pci_raw"], 79, " ".join(off_bus["parts"]),
-                             off_bus["line"], uuids, inferred=True)
-        events.append(open_ev)
-
+    parser = _Parser()
     for raw in lines:
         line = raw.rstrip("\r\n")
         if not line.strip() or line.startswith("-- "):  # journalctl "-- No entries --", "-- Boot ... --"
@@ -274,145 +256,184 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
         epoch, ts_text, _ = parse_timestamp(line, now)
         if since_epoch is not None and epoch is not None and epoch < since_epoch:
             continue
-        scanned += 1
+        parser.scanned += 1
+        parser.feed(line, epoch, ts_text)
+    return {"events": parser.events, "sxid_events": parser.sxids, "lines_scanned": parser.scanned}
 
-        m = SXID_RE.search(line)
-        if m:
-            sxid, rest = int(m.group("sxid")), m.group("rest").strip()
-            head = SXID_HEAD_RE.match(rest)
-            key = (m.group("switch"), sxid)
-            if head is None and _near(open_sx.get(key), epoch, CONTINUATION_WINDOW_S):
-                open_sx[key]["continuation"].append(rest)
-                continue
-            link = head.group("link") if head else (SXID_LINK_RE.search(rest).group("link")
-                                                   if SXID_LINK_RE.search(rest) else None)
-            sev = head.group("sev") if head else None
-            sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
-                       "switch": m.group("switch"), "pci_bus_id": normalize_pci(m.group("pci")),
-                       "pci_raw": m.group("pci"), "sxid": sxid,
-                       "severity": ("Fatal" if sev.lower() == "fatal" else "Non-fatal") if sev else None,
-                       "link": int(link) if link is not None else None,
-                       "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
-            sxids.append(sx)
-            open_sx[key] = sx
-            continue
 
-        m = AER_GPU_RE.search(line)
-        if m:  # an uncorrectable PCIe error reached this GPU and the driver cannot recover from it
-            pci = normalize_pci(m.group("pci"))
-            seen = next((e for e in events if e.get("fault") == "pcie_uncorrected" and e["pci_bus_id"] == pci), None)
-            if seen is not None:
-                seen["repeats"] += 1
-                if m.group("what") not in seen["continuation"] and m.group("what") != seen["msg"]:
-                    seen["continuation"].append(m.group("what"))
-                continue
-            ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("what"), line, uuids)
-            ev.update(fault="pcie_uncorrected", repeats=1)
-            events.append(ev)
-            continue
+class _Parser:
+    """The state of :func:`parse_log` over one log: the events so far and the ones a later line may continue."""
 
+    def __init__(self) -> None:
+        self.events: list = []
+        self.sxids: list = []
+        self.scanned = 0
+        self.open_ev = None
+        self.open_sx: dict = {}  # (switch, SXid) -> its latest event: the driver interleaves several switches' lines
+        self.off_bus = None  # {"pci_raw", "epoch", "ts", "line", "parts"}: a "The NVIDIA GPU <bdf>" line waiting for its end
+        self.uuids: dict = {}
+
+    def feed(self, line: str, epoch, ts_text) -> None:
+        """One log line (``epoch``/``ts_text``: its timestamp as :func:`parse_timestamp` read it)."""
+        for regex, whole_line in ((SXID_RE, self._sxid), (AER_GPU_RE, self._aer)):
+            m = regex.search(line)
+            if m:
+                whole_line(m, line, epoch, ts_text)
+                return
         nvrm = _nvrm_part(line)
         if nvrm is None:
-            continue
+            return
         body = nvrm[len("NVRM: "):]
+        if self._off_bus_parts(nvrm, body, line, epoch, ts_text):
+            return
+        near = _near(self.open_ev, epoch, CONTINUATION_WINDOW_S)
+        for regex, nvrm_line in ((XID_RE, self._xid), (XID_NO_NUMBER_RE, self._xid_no_number),
+                                 (INIT_FAIL_RE, self._init_failed), (INIT_MINOR_RE, self._init_minor),
+                                 (GPU_AT_UUID_RE, self._gpu_uuid), (OFF_BUS_RE, self._fallen_off)):
+            m = regex.search(nvrm)
+            if m:
+                nvrm_line(m, body, line, epoch, ts_text, near)
+                return
+        self._continuation(nvrm, body, near)
 
-        if off_bus is not None:  # the rest of nv.c's three-line message
-            if _near(off_bus, epoch, CONTINUATION_WINDOW_S) and not THE_GPU_RE.search(nvrm) \
+    def _sxid(self, m, line: str, epoch, ts_text) -> None:
+        sxid, rest = int(m.group("sxid")), m.group("rest").strip()
+        head = SXID_HEAD_RE.match(rest)
+        key = (m.group("switch"), sxid)
+        if head is None and _near(self.open_sx.get(key), epoch, CONTINUATION_WINDOW_S):
+            self.open_sx[key]["continuation"].append(rest)
+            return
+        link = head.group("link") if head else (SXID_LINK_RE.search(rest).group("link")
+                                               if SXID_LINK_RE.search(rest) else None)
+        sev = head.group("sev") if head else None
+        sx = {"time": iso_utc(epoch) if epoch is not None else ts_text, "epoch": epoch,
+              "switch": m.group("switch"), "pci_bus_id": normalize_pci(m.group("pci")),
+              "pci_raw": m.group("pci"), "sxid": sxid,
+              "severity": ("Fatal" if sev.lower() == "fatal" else "Non-fatal") if sev else None,
+              "link": int(link) if link is not None else None,
+              "msg": (head.group("msg") if head else rest).strip(), "continuation": [], "line": line}
+        self.sxids.append(sx)
+        self.open_sx[key] = sx
+
+    def _aer(self, m, line: str, epoch, ts_text) -> None:
+        # an uncorrectable PCIe error reached this GPU and the driver cannot recover from it
+        pci = normalize_pci(m.group("pci"))
+        seen = next((e for e in self.events if e.get("fault") == "pcie_uncorrected" and e["pci_bus_id"] == pci),
+                    None)
+        if seen is not None:
+            seen["repeats"] += 1
+            if m.group("what") not in seen["continuation"] and m.group("what") != seen["msg"]:
+                seen["continuation"].append(m.group("what"))
+            return
+        ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("what"), line, self.uuids)
+        ev.update(fault="pcie_uncorrected", repeats=1)
+        self.events.append(ev)
+
+    def _finish_off_bus(self) -> None:
+        off_bus, open_ev = self.off_bus, self.open_ev
+        pci = normalize_pci(off_bus["pci_raw"])
+        if _near(open_ev, off_bus["epoch"], CONTINUATION_WINDOW_S) and open_ev["pci_bus_id"] == pci \
+                and open_ev["xid"] == 79:
+            open_ev["continuation"].append(" ".join(off_bus["parts"]))
+            return
+        self.open_ev = _new_event(off_bus["epoch"], off_bus["ts"], off_bus["pci_raw"], 79, " ".join(off_bus["parts"]),
+                                  off_bus["line"], self.uuids, inferred=True)
+        self.events.append(self.open_ev)
+
+    def _off_bus_parts(self, nvrm: str, body: str, line: str, epoch, ts_text) -> bool:
+        """nv.c's "The NVIDIA GPU <bdf>" message: its first line, and the rest of its three lines."""
+        if self.off_bus is not None:  # the rest of nv.c's three-line message
+            if _near(self.off_bus, epoch, CONTINUATION_WINDOW_S) and not THE_GPU_RE.search(nvrm) \
                     and not XID_NO_NUMBER_RE.search(nvrm):
-                off_bus["parts"].append(body)
+                self.off_bus["parts"].append(body)
                 if FALLEN_TEXT in body:
-                    finish_off_bus()
-                    off_bus = None
-                continue
-            off_bus = None  # never said "fallen off the bus": some other message
-
+                    self._finish_off_bus()
+                    self.off_bus = None
+                return True
+            self.off_bus = None  # never said "fallen off the bus": some other message
         m = THE_GPU_RE.search(nvrm)
-        if m:
-            off_bus = {"pci_raw": m.group("pci"), "epoch": epoch, "ts": ts_text, "line": line, "parts": [body]}
-            if FALLEN_TEXT in body:  # the one-line form
-                finish_off_bus()
-                off_bus = None
-            continue
+        if not m:
+            return False
+        self.off_bus = {"pci_raw": m.group("pci"), "epoch": epoch, "ts": ts_text, "line": line, "parts": [body]}
+        if FALLEN_TEXT in body:  # the one-line form
+            self._finish_off_bus()
+            self.off_bus = None
+        return True
 
-        near = _near(open_ev, epoch, CONTINUATION_WINDOW_S)
-        m = XID_RE.search(nvrm)
-        if m:
-            pci = normalize_pci(m.group("pci"))
-            xid = int(m.group("xid"))
-            pid, name, msg = parse_xid_rest(m.group("rest") or "")
-            if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == xid:
-                if open_ev.get("inferred") and xid == 79:  # the Xid 79 line came after the off-bus line
-                    open_ev["continuation"].insert(0, open_ev["msg"])
-                    open_ev.update(inferred=False, pid=pid, process_name=name, msg=msg, line=line)
-                    continue
-                if _near(open_ev, epoch, SAME_XID_MERGE_S):
-                    open_ev["continuation"].append(msg)  # one multi-line report (e.g. Xid 13 SM + ESR lines)
-                    if open_ev["pid"] is None and pid is not None:
-                        open_ev.update(pid=pid, process_name=name)
-                    continue
-            open_ev = _new_event(epoch, ts_text, m.group("pci"), xid, msg, line, uuids, pid=pid, name=name)
-            events.append(open_ev)
-            continue
+    def _xid(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
+        open_ev = self.open_ev
+        pci = normalize_pci(m.group("pci"))
+        xid = int(m.group("xid"))
+        pid, name, msg = parse_xid_rest(m.group("rest") or "")
+        if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == xid:
+            if open_ev.get("inferred") and xid == 79:  # the Xid 79 line came after the off-bus line
+                open_ev["continuation"].insert(0, open_ev["msg"])
+                open_ev.update(inferred=False, pid=pid, process_name=name, msg=msg, line=line)
+                return
+            if _near(open_ev, epoch, SAME_XID_MERGE_S):
+                open_ev["continuation"].append(msg)  # one multi-line report (e.g. Xid 13 SM + ESR lines)
+                if open_ev["pid"] is None and pid is not None:
+                    open_ev.update(pid=pid, process_name=name)
+                return
+        self.open_ev = _new_event(epoch, ts_text, m.group("pci"), xid, msg, line, self.uuids, pid=pid, name=name)
+        self.events.append(self.open_ev)
 
-        m = XID_NO_NUMBER_RE.search(nvrm)
-        if m:  # "NVRM: Xid (PCI:...)" without a readable number: kept with its raw text
-            open_ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("rest").strip(), line, uuids)
-            events.append(open_ev)
-            continue
+    def _xid_no_number(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
+        # "NVRM: Xid (PCI:...)" without a readable number: kept with its raw text
+        self.open_ev = _new_event(epoch, ts_text, m.group("pci"), None, m.group("rest").strip(), line, self.uuids)
+        self.events.append(self.open_ev)
 
-        m = INIT_FAIL_RE.search(nvrm)
-        if m:  # "RmInitAdapter failed!": the driver could not bring the GPU up
-            pci_raw = m.group("pci") or ""
-            pci = normalize_pci(pci_raw) if pci_raw else None
-            seen = next((e for e in events if e.get("fault") == "init_failed" and e["pci_bus_id"] == pci), None)
-            if seen is not None:  # the driver retries at every open: one event per GPU, with a count
-                seen["repeats"] += 1
-                open_ev = seen
-                continue
-            open_ev = _new_event(epoch, ts_text, pci_raw, None, body, line, uuids)
-            open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=m.group("code"), repeats=1)
-            events.append(open_ev)
-            continue
+    def _init_failed(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
+        # "RmInitAdapter failed!": the driver could not bring the GPU up
+        pci_raw = m.group("pci") or ""
+        pci = normalize_pci(pci_raw) if pci_raw else None
+        seen = next((e for e in self.events if e.get("fault") == "init_failed" and e["pci_bus_id"] == pci), None)
+        if seen is not None:  # the driver retries at every open: one event per GPU, with a count
+            seen["repeats"] += 1
+            self.open_ev = seen
+            return
+        self.open_ev = _new_event(epoch, ts_text, pci_raw, None, body, line, self.uuids)
+        self.open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=m.group("code"), repeats=1)
+        self.events.append(self.open_ev)
 
-        m = INIT_MINOR_RE.search(nvrm)
-        if m:  # "rm_init_adapter failed, device minor number N": the second line of that report
-            pci = normalize_pci(m.group("pci")) if m.group("pci") else None
-            if near and open_ev.get("fault") == "init_failed" and pci in (None, open_ev["pci_bus_id"]):
-                if body not in open_ev["continuation"]:
-                    open_ev["continuation"].append(body)
-                continue
-            if any(e.get("fault") == "init_failed" and e["pci_bus_id"] == pci for e in events):
-                continue
-            open_ev = _new_event(epoch, ts_text, m.group("pci") or "", None, body, line, uuids)
-            open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=None, repeats=1)
-            events.append(open_ev)
-            continue
-
-        m = GPU_AT_UUID_RE.search(nvrm)
-        if m:
-            uuids[normalize_pci(m.group("pci"))] = m.group("uuid")
-            open_ev = None  # announces the next Xid on that GPU
-            continue
-
-        m = OFF_BUS_RE.search(nvrm)
-        if m:
-            pci = normalize_pci(m.group("pci"))
-            if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == 79:
+    def _init_minor(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
+        # "rm_init_adapter failed, device minor number N": the second line of that report
+        open_ev = self.open_ev
+        pci = normalize_pci(m.group("pci")) if m.group("pci") else None
+        if near and open_ev.get("fault") == "init_failed" and pci in (None, open_ev["pci_bus_id"]):
+            if body not in open_ev["continuation"]:
                 open_ev["continuation"].append(body)
-                continue
-            open_ev = _new_event(epoch, ts_text, m.group("pci"), 79, body, line, uuids, inferred=True)
-            events.append(open_ev)
-            continue
+            return
+        if any(e.get("fault") == "init_failed" and e["pci_bus_id"] == pci for e in self.events):
+            return
+        self.open_ev = _new_event(epoch, ts_text, m.group("pci") or "", None, body, line, self.uuids)
+        self.open_ev.update(pci_bus_id=pci, fault="init_failed", init_code=None, repeats=1)
+        self.events.append(self.open_ev)
 
+    def _gpu_uuid(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
+        self.uuids[normalize_pci(m.group("pci"))] = m.group("uuid")
+        self.open_ev = None  # announces the next Xid on that GPU
+
+    def _fallen_off(self, m, body: str, line: str, epoch, ts_text, near: bool) -> None:
+        open_ev = self.open_ev
+        pci = normalize_pci(m.group("pci"))
+        if near and open_ev["pci_bus_id"] == pci and open_ev["xid"] == 79:
+            open_ev["continuation"].append(body)
+            return
+        self.open_ev = _new_event(epoch, ts_text, m.group("pci"), 79, body, line, self.uuids, inferred=True)
+        self.events.append(self.open_ev)
+
+    def _continuation(self, nvrm: str, body: str, near: bool) -> None:
+        """Any other NVRM line: the open event's continuation, unless it is too late or about another GPU."""
+        open_ev = self.open_ev
         if open_ev is None or not near:
-            open_ev = None
-            continue
+            self.open_ev = None
+            return
         other = [normalize_pci(p.group("pci")) for p in ANY_PCI_RE.finditer(nvrm)]
         if any(p != open_ev["pci_bus_id"] for p in other):
-            open_ev = None  # a line about another GPU ends the message
-            continue
+            self.open_ev = None  # a line about another GPU ends the message
+            return
         open_ev["continuation"].append(body)
-    return {"events": events, "sxid_events": sxids, "lines_scanned": scanned}
 
 
 def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None = None) -> tuple[list, int]:

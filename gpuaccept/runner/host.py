@@ -14,15 +14,11 @@ off only when that reconnect fails. Once the run is interrupted (gpuaccept.runne
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import io
 import json
 import logging
 import os
 import secrets
-import tarfile
 import sys
 import threading
 import time
@@ -32,13 +28,20 @@ from gpuaccept.transport import shell
 from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, Interrupted, ProbeError
 from gpuaccept.config.inventory import Host
 from gpuaccept.config.profiles import probe_args
-from gpuaccept.config.thresholds import SkuSpec
 from gpuaccept.transport import CommandResult
 from gpuaccept.transport import aborting, interruption, short_command
+from gpuaccept.runner.parse import parse_probe_output, partial_document
+from gpuaccept.runner.replay import replay_probe, save_probe
+from gpuaccept.runner.ship import (DIR_MARKER, PROBE_DIR, SHIP_FAILED_MARKER, UNPACK_AND_WATCH, UNPACK_MORE_AND_WATCH,
+                                   WATCHDOG_GRACE_S, enter_folder, folder_gone, probe_archive, probe_files,
+                                   probe_files_all, watchdog_args)
+
+__all__ = ["HostRunner", "PROBE_DIR", "PROBE_ENV", "PROBE_STARTED", "PROBE_PROGRESS", "PROBE_FINISHED", "PROBE_HOOK",
+           "WATCHDOG_GRACE_S", "DEADLINE_ARGS", "probe_deadline", "probe_files", "parse_probe_output",
+           "replay_probe", "save_probe"]
 
 log = logging.getLogger(__name__)
 
-PROBE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes")
 # Variables a probe run gets on every node: unbuffered logs, no .pyc litter in the shipped folder.
 PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 # Connection failures after which a host is not retried for the rest of the run (each retry would
@@ -46,9 +49,6 @@ PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 _STICKY = (HostUnreachable, HostKeyError, AuthError)
 # After a timeout, how long a trivial command may take before the host is declared hung, seconds.
 LIVENESS_TIMEOUT_S = 15.0
-#: seconds the node-side watchdog waits past a probe's own timeout before it kills the probe's group itself:
-#: the controller's kill (gpuaccept.transport.ssh.KILL_BUDGET_S, 6 s) plus margin comes first
-WATCHDOG_GRACE_S = 15.0
 #: seconds for removing the shipped folder at the end of the run (per host)
 CLEANUP_TIMEOUT_S = 30.0
 
@@ -63,145 +63,17 @@ PROBE_FINISHED: list[Callable[[str, str], None]] = []
 # fn(runner, name, args, timeout, env) in place of HostRunner.probe_now, it answers from a result fetched ahead
 # or runs the probe here and starts the same one on the other hosts whose test is next.
 PROBE_HOOK: list[Callable[..., dict]] = []
-#: first stdout line of the command that ships the probes and runs the first one: ``<marker><folder>``
-DIR_MARKER = b"__GPUACCEPT_DIR__="
-#: stderr line of that command when the probes could not be unpacked (then exit status 125)
-SHIP_FAILED_MARKER = "__GPUACCEPT_SHIP_FAILED__ "
-#: stderr line of a probe command whose shipped folder is gone (then exit status 125): the probes are shipped again
-FOLDER_GONE_MARKER = "__GPUACCEPT_FOLDER_GONE__"
+#: probe -> the argument that carries its own wall-clock deadline (s): :meth:`HostRunner.probe` sets it from the
+#: limit it runs the probe under (:func:`probe_deadline`) where the caller gives none
+DEADLINE_ARGS = {"nccl_allreduce": "deadline_s"}
 
 
-def _unpack_and_watch(sweep: bool) -> str:
-    """Python code run in the shipped folder as ``python -c CODE --watch-stdin DEADLINE GRACE PROBE.py ARGS``:
-    unpack the probe files' tar stream from stdin, then become the node-side watchdog (probes/_watchdog.py) in
-    the same Python (one interpreter start fewer); the watchdog reads the rest of stdin, held open by the
-    controller, for EOF. ``sweep``: first remove other runs' stale folders (_watchdog.sweep_stale), once per
-    host and run. The garbage collector stays off until the watchdog forks the probe (see _watchdog.main)."""
-    return ("import gc, sys, tarfile\n"
-            "gc.disable()\n"
-            "try:\n"
-            "    tarfile.open(fileobj=sys.stdin.buffer, mode='r|').extractall()\n"
-            "except Exception as e:\n"
-            f"    sys.stderr.write('{SHIP_FAILED_MARKER}%s: %s\\n' % (type(e).__name__, e))\n"
-            "    sys.exit(125)\n"
-            "sys.path.insert(0, '')\n"
-            "import _watchdog\n"
-            + ("_watchdog.sweep_stale()\n" if sweep else "")
-            + "sys.exit(_watchdog.main(sys.argv[1:]))\n")
-
-
-#: the first command on a host: unpack into the new folder, sweep stale folders, watch the probe
-UNPACK_AND_WATCH = _unpack_and_watch(sweep=True)
-#: a later probe that needs files not shipped yet: unpack them beside the others, watch the probe
-UNPACK_MORE_AND_WATCH = _unpack_and_watch(sweep=False)
-
-
-def watchdog_args(name: str, args: dict | None, limit: float) -> list[str]:
-    """The node-side watchdog's arguments for probe ``name`` with ``args`` under a ``limit`` s deadline
-    (probes/_watchdog.py): it watches stdin for EOF, and execs a probe whose args carry a ``marker`` (found on
-    the node by its command line, ``pkill -f``: gpuaccept.judging.multinode.kill_command) instead of forking it."""
-    return ["--watch-stdin", *(["--exec"] if "marker" in (args or {}) else []), f"{limit:g}",
-            f"{WATCHDOG_GRACE_S:g}", f"{name}.py", json.dumps(args or {})]
-
-
-@functools.lru_cache(maxsize=None)
-def probe_files(name: str) -> tuple[str, ...]:
-    """The files of gpuaccept/probes that probe ``name`` needs on a node, sorted: ``<name>.py``, the node-side
-    watchdog, and every ``_*.py`` helper they import (at any depth, inside functions too; found with
-    :mod:`ast`, so a helper imported only under a condition is shipped all the same). Raises ValueError for
-    a probe that does not exist."""
-    if not os.path.isfile(os.path.join(PROBE_DIR, f"{name}.py")):
-        raise ValueError(f"no probe named {name}")
-    need: set[str] = set()
-    todo = [f"{name}.py", "_watchdog.py"]
-    while todo:
-        fn = todo.pop()
-        if fn in need:
-            continue
-        need.add(fn)
-        with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
-            tree = ast.parse(f.read(), fn)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                mods = [node.module]
-            else:
-                continue
-            todo += [f"{m}.py" for m in mods if m.startswith("_") and os.path.isfile(os.path.join(PROBE_DIR, f"{m}.py"))]
-    return tuple(sorted(need))
-
-
-def probe_files_all() -> tuple[str, ...]:
-    """Every probe file (``*.py`` in gpuaccept/probes), sorted."""
-    return tuple(sorted(fn for fn in os.listdir(PROBE_DIR) if fn.endswith(".py")))
-
-
-@functools.lru_cache(maxsize=None)
-def probe_archive(files: tuple[str, ...] | None = None) -> bytes:
-    """An uncompressed tar stream of ``files`` (names in gpuaccept/probes; default every ``*.py`` there), made
-    once per run and list of files."""
-    files = probe_files_all() if files is None else files
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for fn in files:
-            tar.add(os.path.join(PROBE_DIR, fn), arcname=fn)
-    return buf.getvalue()
-
-
-def _enter_folder(folder: str) -> str:
-    """Shell prefix that enters the shipped ``folder``, or exits 125 saying :data:`FOLDER_GONE_MARKER` where it
-    is gone (removed by a /tmp cleaner): :func:`_folder_gone` tells that result apart, and the probes are
-    shipped again."""
-    return f"cd {shell.quote(folder)} 2>/dev/null || {{ echo {FOLDER_GONE_MARKER} >&2; exit 125; }}; "
-
-
-def _folder_gone(res: CommandResult) -> bool:
-    """Whether ``res`` is a command that found its shipped folder gone (:func:`_enter_folder`)."""
-    return res.rc == 125 and FOLDER_GONE_MARKER.encode() in res.stderr
-
-
-def partial_document(stdout: bytes) -> dict | None:
-    """The document a probe printed as it was stopped (SIGTERM: a burn-in prints the windows it measured, with
-    ``"interrupted"``), from the stdout of an interrupted command; None when it printed none. The node-side
-    watchdog's own line after it (``{"failed": true, "msg": "node watchdog: ..."}``) and failure lines are
-    skipped: only a probe's result counts."""
-    for line in reversed(stdout.decode(errors="replace").splitlines()):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and not doc.get("failed"):
-            return doc
-    return None
-
-
-def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -> dict:
-    """Turn a probe's CommandResult into its JSON document, or raise ProbeError naming host and cause.
-
-    The document is the last non-empty stdout line. rc 127 means the interpreter is missing.
-    """
-    lines = [ln for ln in res.stdout.decode(errors="replace").splitlines() if ln.strip()]
-    err_tail = (res.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
-    if res.rc == 127 and not lines:
-        raise ProbeError(host, f"{probe}: python interpreter '{python}' not found "
-                               f"(set ansible_python_interpreter): {err_tail}")
-    doc = None
-    if lines:
-        try:
-            doc = json.loads(lines[-1])
-        except ValueError:
-            doc = None
-    if not isinstance(doc, dict):
-        raise ProbeError(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}")
-    if doc.get("failed") or res.rc != 0:
-        raise ProbeError(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}")
-    return doc
-
-
-# saving documents and answering from them: gpuaccept/runner/replay.py (names kept here for their callers)
-from gpuaccept.runner.replay import TIME_ARGS as REPLAY_TIME_ARGS  # noqa: E402,F401
-from gpuaccept.runner.replay import probe_key as _probe_key, replay_probe, save_probe  # noqa: E402,F401
+def probe_deadline(limit_s: float) -> int:
+    """The deadline (whole s) of a probe of :data:`DEADLINE_ARGS` run under a ``limit_s`` s limit: 10 % or 10 s
+    (whichever is more) before it, at least 20 s. The probe's own deadline fires first, so a hang is reported
+    with the probe's account of it (which ranks hung, in which phase) rather than as the runner's plain timeout;
+    both kill every rank. Example: 300 s -> 270 s."""
+    return max(20, int(limit_s - max(10.0, 0.1 * limit_s)))
 
 
 class _Reported(Exception):
@@ -216,15 +88,14 @@ class HostRunner:
     """A host plus its transport, with probe results cached for the run.
 
     ``transport_factory(host)`` returns a transport (see gpuaccept.transport). ``probe_timeout`` is the
-    default wall-clock limit in seconds for one probe. ``sku_override`` is ``--sku``; ``specs`` maps SKU
-    name to SkuSpec (loaded threshold files). ``profile`` names a gpuaccept.config.profiles entry. ``save_dir``: where
+    default wall-clock limit in seconds for one probe. ``sku_override`` is ``--sku`` (a host with one has GPUs:
+    :attr:`gpus_declared`). ``profile`` names a gpuaccept.config.profiles entry. ``save_dir``: where
     every probe document is kept (``<save_dir>/<host>/<probe>-<args digest>.json``). A host whose inventory sets
     ``gpuaccept_replay: DIR`` runs nothing: its probes answer from documents saved that way (a past run's
     ``probes/<host>`` folder), so a run can be judged again, e.g. against new thresholds.
     """
 
-    def __init__(self, host: Host, transport_factory: Callable[[Host], Any], specs: dict[str, SkuSpec],
-                 probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard",
+    def __init__(self, host: Host, transport_factory: Callable[[Host], Any], probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard",
                  save_dir: str | None = None):
         self.host = host
         self.name = host.name
@@ -242,7 +113,6 @@ class HostRunner:
         self._dead_at = ""  # UTC time of day the host was written off
         self._cache: dict[str, dict] = {}
         self._lock = threading.RLock()
-        self.specs = specs
         self.probe_timeout = probe_timeout
         self.sku_override = sku_override
         self.profile = profile
@@ -386,14 +256,14 @@ class HostRunner:
             make, cleanup = self._new_folder()
             code = UNPACK_AND_WATCH
         else:
-            make = _enter_folder(self._dir) + 'd="$PWD" && '
+            make = enter_folder(self._dir) + 'd="$PWD" && '
             cleanup, code = None, UNPACK_MORE_AND_WATCH
         cmd = (make + f'echo "{DIR_MARKER.decode()}$d" && '
                + shell.env_command({**PROBE_ENV, **env},
                                    [self.python, "-c", code, *watchdog_args(name, args, limit)], exec_=True))
         res = self.run(cmd, stdin=probe_archive(files), timeout=limit, hold_stdin=True,
                        cleanup=cleanup, rerun=rerun, progress=progress, label=f"probe {name}")
-        if self._dir is not None and _folder_gone(res):
+        if self._dir is not None and folder_gone(res):
             return res
         # the marker line, wherever it is: a login shell may print a banner first (ForceCommand, ~/.bashrc)
         before, marker, after = (b"\n" + res.stdout).partition(b"\n" + DIR_MARKER)
@@ -423,8 +293,9 @@ class HostRunner:
 
         ``timeout``: seconds of wall clock (default the node's ``probe_timeout``): the controller kills the
         probe's process groups then, and the node-side watchdog WATCHDOG_GRACE_S later on its own. ``env``:
-        extra environment variables for the probe, laid over PROBE_ENV (values are quoted here).
-        With the run's prefetcher (:data:`PROBE_HOOK`) the result may have been fetched ahead, while another
+        extra environment variables for the probe, laid over PROBE_ENV (values are quoted here). A probe of
+        :data:`DEADLINE_ARGS` gets its deadline argument from ``timeout`` (:func:`probe_deadline`) unless ``args``
+        sets one. With the run's prefetcher (:data:`PROBE_HOOK`) the result may have been fetched ahead, while another
         host's test ran the same probe: it is taken from there (waiting for it if still running; its error raised
         here as if it had happened now), else the probe runs now (:meth:`probe_now`).
         Raises ProbeError (crash, no JSON, ``failed``, killed by the watchdog), CommandTimeout, Interrupted,
@@ -433,6 +304,9 @@ class HostRunner:
         if not os.path.exists(os.path.join(PROBE_DIR, f"{name}.py")):
             raise ValueError(f"no probe named {name}")
         args = probe_args(self.profile, name, args)
+        deadline_arg = DEADLINE_ARGS.get(name)
+        if deadline_arg and deadline_arg not in args:
+            args[deadline_arg] = probe_deadline(timeout or self.probe_timeout)
         if self.replay_dir:
             return replay_probe(self.name, self.replay_dir, name, args, self.replay_notes)
         hook = PROBE_HOOK[-1] if PROBE_HOOK else None
@@ -482,13 +356,13 @@ class HostRunner:
                 res = self._ship_and_run(name, args, limit, env or {}, rerun, progress, missing)
             else:
                 # exec: the watchdog leads the command's process group; it runs the probe in a group of its own
-                cmd = (_enter_folder(d)
+                cmd = (enter_folder(d)
                        + shell.env_command({**PROBE_ENV, **(env or {})},
                                            [self.python, "_watchdog.py", *watchdog_args(name, args, limit)],
                                            exec_=True))
                 res = self.run(cmd, timeout=limit, hold_stdin=True, rerun=rerun, progress=progress,
                                label=f"probe {name}")
-            if not (_folder_gone(res) and attempt == 1):
+            if not (folder_gone(res) and attempt == 1):
                 break
             log.warning("%s: the shipped probes folder %s is gone (removed by a /tmp cleaner?); shipping again",
                         self.name, d)

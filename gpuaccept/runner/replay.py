@@ -31,9 +31,10 @@ from gpuaccept.errors import ProbeError
 
 #: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
 #: document without them, silently. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's
-#: deadline_s is derived from --probe-timeout (suites/test_nccl.py); burnin's seconds from --burnin-minutes (its
-#: document carries seconds_requested and its windows, which the judging reads).
+#: deadline_s the runner's (gpuaccept.runner.host.probe_deadline, from --probe-timeout); burnin's seconds from
+#: --burnin-minutes (its document carries seconds_requested and its windows, which the judging reads).
 TIME_ARGS = {"xid_events": ("since_epoch",), "nccl_allreduce": ("deadline_s",), "burnin": ("seconds",)}
+REPLAY_TIME_ARGS = TIME_ARGS  # the name its callers know
 
 #: probe -> the arguments a profile sets (gpuaccept.config.profiles.PROFILES): how long or how many times it
 #: measures, the same sizes. A replay under another profile reads the document, with a note.
@@ -68,6 +69,9 @@ def probe_key(name: str, args: dict | None) -> str:
     """``<probe>-<first 10 hex of the SHA-1 of the sorted-key JSON of args>``: the saved document's file stem."""
     digest = hashlib.sha1(json.dumps(args or {}, sort_keys=True).encode()).hexdigest()[:10]
     return f"{name}-{digest}"
+
+
+_probe_key = probe_key  # the name its callers know
 
 
 def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:

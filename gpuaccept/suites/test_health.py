@@ -45,7 +45,7 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
         verdicts.fail("NVML sees " + ", ".join(str(g.get("pci_bus_id")) for g in present(gpus)))
 
 
-def test_gpu_sku(node: HostRunner, gpus, sku, verdicts):
+def test_gpu_sku(node: HostRunner, gpus, sku, specs, verdicts):
     """The SKU detected from NVML name, memory size and PCI device id (the readable ones) matches the one the
     run expects."""
     for g in gpus:
@@ -53,7 +53,7 @@ def test_gpu_sku(node: HostRunner, gpus, sku, verdicts):
             verdicts.apply(health.lost(g), gpu=g)
             continue
         try:
-            seen = detect_gpu(node.specs, g)
+            seen = detect_gpu(specs, g)
         except ThresholdError as e:
             verdicts.fail(str(e), gpu=g)
             continue
@@ -136,7 +136,7 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     verdicts.finish()
 
 
-def test_fleet_consistency(nodes, verdicts):
+def test_fleet_consistency(nodes, specs, verdicts):
     """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
     group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed
     under the host they concern (gpuaccept/judging/fleet.py)."""
@@ -156,7 +156,7 @@ def test_fleet_consistency(nodes, verdicts):
         gpus_by_host[n.name] = readable
         if declared and readable:
             try:
-                seen = detect_gpu(n.specs, readable[0])
+                seen = detect_gpu(specs, readable[0])
             except ThresholdError as e:
                 verdicts.fail(str(e), host=n.name)
                 continue

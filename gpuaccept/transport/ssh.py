@@ -1,17 +1,11 @@
 """SSHTransport: run commands on a remote host over one reused paramiko connection.
 
-Remote side of one run (built by :func:`wrap_command`, the only place that quotes for the shell)::
-
-    exec [sudo -n -u '<become user>' --] /bin/sh -c '<INNER>' sh '<command>' '<INNER>'
-
-INNER makes sure the shell leads its own process group (OpenSSH already starts sessions with
-setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
-first line it writes to stderr (stripped from the result), then ``eval``s the command. A command run under
-the node-side watchdog (``probes/_watchdog.py``) announces its probe's own process group the same way, on the
-next line. On timeout or interruption (gpuaccept.transport.cancel_all) every announced group gets
-``kill -TERM``, up to 2 s of grace, then ``kill -KILL``: through a second channel; where the server refuses one
-(``MaxSessions 1``) through a fresh connection; and for a command holding its stdin (``hold_stdin``) also by
-EOF on the running channel, which the watchdog takes as "kill my group".
+Each command runs inside the wrapper of :mod:`gpuaccept.transport.ssh_command` (as the host's ``become_user``
+where it has one), which announces the remote process groups. On timeout or interruption
+(gpuaccept.transport.cancel_all) every announced group gets ``kill -TERM``, up to 2 s of grace, then
+``kill -KILL``: through a second channel; where the server refuses one (``MaxSessions 1``) through a fresh
+connection; and for a command holding its stdin (``hold_stdin``) also by EOF on the running channel, which the
+watchdog takes as "kill my group". Host keys: :mod:`gpuaccept.transport.ssh_hostkeys`.
 
 Where to connect comes from the inventory and ``~/.ssh/config`` (gpuaccept.config.sshconfig): HostName,
 Port, User, IdentityFile, and ProxyJump (each hop a connection of its own, the next one tunnelled through its
@@ -19,16 +13,10 @@ Port, User, IdentityFile, and ProxyJump (each hop a connection of its own, the n
 """
 from __future__ import annotations
 
-import base64
-import fcntl
 import getpass
-import hashlib
 import logging
 import os
-import re
 import select
-from gpuaccept.config.hostvars import KNOWN_HOSTS_VARS, become_user
-from gpuaccept.transport.shell import quote as _quote
 import socket
 import threading
 import time
@@ -36,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import paramiko
-from paramiko.hostkeys import HostKeyEntry
 from paramiko.ssh_exception import (
     AuthenticationException,
     BadHostKeyException,
@@ -55,7 +42,12 @@ from gpuaccept.errors import (
 )
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, tracked
+from gpuaccept.transport.ssh_command import KILL_GRACE_S, PGID_MARKER, StderrSplitter, kill_group_command, wrap_command
+from gpuaccept.transport.ssh_hostkeys import HostKeyPolicy, KnownHosts, fingerprint
 from gpuaccept.config.sshconfig import parse_jump, resolve
+
+__all__ = ["SSHTransport", "KEEPALIVE_S", "KILL_BUDGET_S", "KILL_GRACE_S", "PGID_MARKER", "PARAMIKO_LOG",
+           "fingerprint", "kill_group_command", "wrap_command"]
 
 log = logging.getLogger(__name__)
 #: paramiko's transport logs go here (not to "paramiko.transport"): with no logging configured they
@@ -75,95 +67,8 @@ logging.getLogger(PARAMIKO_LOG).addFilter(_when_debugging)
 
 #: seconds between the SSH keepalive packets sent on an idle connection
 KEEPALIVE_S = 5
-#: seconds between SIGTERM and SIGKILL of the remote process group on timeout
-KILL_GRACE_S = 2.0
 #: seconds allowed for the whole remote kill (open channel, TERM, grace, KILL) after a timeout
 KILL_BUDGET_S = 6.0
-
-PGID_MARKER = "__GPUACCEPT_PGID__="
-_MARKER_RE = re.compile(rb"^" + re.escape(PGID_MARKER.encode()) + rb"(\d+)\n", re.M)
-_MARKER_SCAN_LIMIT = 64 * 1024
-
-# $1: the command, $2: this script. Runs under /bin/sh whatever the login shell is.
-_INNER = (
-    'pg=$(cut -d" " -f5 /proc/$$/stat 2>/dev/null); '
-    'if [ "$pg" != "$$" ] && [ -z "${GPUACCEPT_SETSID:-}" ] && command -v setsid >/dev/null 2>&1; then '
-    'GPUACCEPT_SETSID=1 exec setsid /bin/sh -c "$2" "$0" "$1" "$2"; fi; '
-    f'unset GPUACCEPT_SETSID; echo "{PGID_MARKER}$$" >&2; '
-    '__gpuaccept_cmd=$1; set --; eval "$__gpuaccept_cmd"'
-)
-
-
-def wrap_command(command: str, become: str | None = None) -> str:
-    """The remote command line for ``command``: see the module docstring. ``become``: a user to run it as,
-    through ``sudo -n -u USER --`` (the inventory's ``ansible_become``; never a password: sudo fails at once
-    with "a password is required" where the login user has no passwordless sudo)."""
-    q = _quote
-    sudo = f"sudo -n -u {q(become)} -- " if become else ""
-    return f"exec {sudo}/bin/sh -c {q(_INNER)} sh {q(command)} {q(_INNER)}"
-
-
-def kill_group_command(pgid: int | list[int], grace_s: float = KILL_GRACE_S) -> str:
-    """Remote command line that TERMs process group(s) ``pgid``, waits up to ``grace_s`` seconds for their
-    live (non-zombie) members to exit, then KILLs them. Uses the ``kill -TERM -PGID`` form (dash's kill
-    takes no ``--``); liveness from /proc with awk, else ``kill -0``. Raises ValueError for a pgid <= 1."""
-    pgids = [int(p) for p in (pgid if isinstance(pgid, (list, tuple)) else [pgid])]
-    if not pgids or any(p <= 1 for p in pgids):
-        raise ValueError(f"refusing to kill process group(s) {pgids}")
-    steps = max(1, int(grace_s * 10))
-    plist = " ".join(str(p) for p in pgids)
-    script = (
-        f"ps_=' {plist} '; "
-        "alive() { "
-        "if [ -r /proc/self/stat ] && command -v awk >/dev/null 2>&1; then "
-        "cat /proc/[0-9]*/stat 2>/dev/null | "
-        "awk -v p=\"$ps_\" '{ sub(/.*\\) /, \"\"); if (index(p, \" \" $3 \" \") && $1 != \"Z\" && $1 != \"X\") f = 1 } END { exit !f }'; "
-        "else for p in $ps_; do kill -0 -$p 2>/dev/null && return 0; done; return 1; fi; }; "
-        "for p in $ps_; do kill -TERM -$p 2>/dev/null; done; i=0; "
-        f"while [ $i -lt {steps} ] && alive; do sleep 0.1; i=$((i+1)); done; "
-        "for p in $ps_; do kill -KILL -$p 2>/dev/null; done; true"
-    )
-    return f"exec /bin/sh -c {_quote(script)}"
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH-style ``SHA256:<base64>`` fingerprint of ``key``."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class _StderrSplitter:
-    """Collects stderr, pulling out ``__GPUACCEPT_PGID__=<n>`` lines (the wrapper's pgid, then the watched
-    probe's own group) from the first 64 KiB."""
-
-    def __init__(self) -> None:
-        self.pgids: list[int] = []
-        self._head = bytearray()
-        self._chunks: list[bytes] = []
-        self._scanning = True
-
-    @property
-    def pgid(self) -> int | None:
-        return self.pgids[0] if self.pgids else None
-
-    def feed(self, data: bytes) -> None:
-        if not self._scanning:
-            self._chunks.append(data)
-            return
-        self._head += data
-        while True:
-            m = _MARKER_RE.search(self._head)
-            if not m:
-                break
-            self.pgids.append(int(m.group(1)))
-            del self._head[m.start() : m.end()]
-        if len(self.pgids) >= 2 or len(self._head) > _MARKER_SCAN_LIMIT:
-            self._chunks.append(bytes(self._head))
-            self._head = bytearray()
-            self._scanning = False
-
-    def value(self) -> bytes:
-        return b"".join(self._chunks) + bytes(self._head)
 
 
 class _Watchdog:
@@ -192,31 +97,13 @@ class _Watchdog:
             self._timer = None
 
 
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Unknown host key: refuse (HostKeyError), or with accept_new accept and record it."""
-
-    def __init__(self, owner: "SSHTransport"):
-        self.owner = owner
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        o = self.owner
-        if not o.accept_new_host_keys:
-            raise HostKeyError(
-                o.host.name,
-                f"unknown host key for {o.display} ({key.get_name()} {fingerprint(key)}); to trust it on "
-                f"first use rerun with --accept-new-host-keys, or add it to known_hosts",
-            )
-        o._record_host_key(hostname, key)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
 class SSHTransport:
     """Runs commands on ``host`` over SSH (paramiko), one connection reused across runs.
 
-    ``host``: inventory Host (name, address, port, user, key_file, vars are used).
-    ``known_hosts``: path of an extra known_hosts file, read besides ~/.ssh/known_hosts (and the file
-    named by the host var ``gpuaccept_known_hosts`` / ``ansible_ssh_known_hosts_file``); newly accepted
-    keys are appended to it (else to the var's file, else to ~/.ssh/known_hosts).
+    ``host``: inventory Host (name, address, port, user, key_file, vars, become_user, known_hosts are used).
+    ``known_hosts``: path of an extra known_hosts file, read besides ~/.ssh/known_hosts (and the host's own
+    ``Host.known_hosts``, from the host var ``gpuaccept_known_hosts`` / ``ansible_ssh_known_hosts_file``); newly
+    accepted keys are appended to it (else to the host's file, else to ~/.ssh/known_hosts).
     ``accept_new_host_keys``: trust an unknown host key on first use; a changed key is always refused.
     ``connect_timeout``: seconds, each for TCP connect, SSH handshake and authentication.
     ``ssh_config``: OpenSSH client config (default ``~/.ssh/config``), see gpuaccept.config.sshconfig;
@@ -253,16 +140,10 @@ class SSHTransport:
         self._jump: SSHTransport | None = None
         self.display = f"[{self.address}]:{self.port}"
         self.hostkey_name = self.address if self.port == 22 else self.display
-        hvars = getattr(host, "vars", None) or {}
         #: the user commands run as (sudo -n; inventory ansible_become), or None: the login user
-        self.become = become_user(hvars) if _jump_spec is None else None
-        var_file = next((hvars[v] for v in KNOWN_HOSTS_VARS if hvars.get(v)), None)
-        extra = [os.path.expanduser(str(p)) for p in (known_hosts, var_file) if p]
-        self.user_known_hosts = os.path.expanduser("~/.ssh/known_hosts")
-        #: known_hosts files read, in order
-        self.known_hosts_files = [self.user_known_hosts] + [p for p in extra if p != self.user_known_hosts]
-        #: file that newly accepted keys are appended to
-        self.known_hosts_target = extra[0] if extra else self.user_known_hosts
+        self.become = getattr(host, "become_user", None) if _jump_spec is None else None
+        #: the known_hosts files read and written (``keys.files``: in order; ``keys.target``: where new keys go)
+        self.keys = KnownHosts(host.name, [known_hosts, getattr(host, "known_hosts", None)])
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
 
@@ -376,10 +257,8 @@ class SSHTransport:
         sock = self._proxy_sock()
         client = paramiko.SSHClient()
         client.set_log_channel(PARAMIKO_LOG)
-        revoked: dict[str, str] = {}
-        for path in self.known_hosts_files:
-            self._load_known_hosts(path, client.get_host_keys(), revoked)
-        client.set_missing_host_key_policy(_HostKeyPolicy(self))
+        revoked = self.keys.load_into(client.get_host_keys())
+        client.set_missing_host_key_policy(HostKeyPolicy(name, self.display, self.accept_new_host_keys, self.keys))
         if key_file and pkey is not None:
             auth_desc = f"key file {key_file}"
             kwargs: dict[str, Any] = dict(pkey=pkey, allow_agent=False, look_for_keys=False)
@@ -407,7 +286,7 @@ class SSHTransport:
             raise
         except BadHostKeyException as e:
             client.close()
-            raise HostKeyError(name, self._changed_key_message(e.key, e.expected_key)) from None
+            raise HostKeyError(name, self.keys.changed_key_message(self.display, self.hostkey_name, e.key, e.expected_key)) from None
         except AuthenticationException as e:
             client.close()
             if "timeout" in str(e).lower():  # the server stopped answering mid-handshake: not a key problem
@@ -461,79 +340,6 @@ class SSHTransport:
         transport.set_keepalive(KEEPALIVE_S)
         return client
 
-    def _load_known_hosts(self, path: str, into: paramiko.HostKeys, revoked: dict[str, str]) -> None:
-        """Add the plain and hashed entries of known_hosts file ``path`` to ``into``; record
-        ``@revoked`` keys (base64 -> path) in ``revoked``. Skips ``@cert-authority`` lines, wildcard
-        patterns and malformed lines (paramiko would refuse the whole file). Missing file: nothing.
-        Raises HostKeyError when the file exists but cannot be read."""
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                lines = f.readlines()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise HostKeyError(self.host.name, f"cannot read known_hosts file {path}: {e.strerror or e}") from None
-        for lineno, line in enumerate(lines, start=1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("@"):
-                fields = line.split()
-                if fields[0] == "@revoked" and len(fields) >= 4:
-                    revoked[fields[3]] = f"{path}:{lineno}"
-                continue
-            try:
-                entry = HostKeyEntry.from_line(line, lineno)
-            except Exception as e:
-                log.debug("%s:%d: skipped known_hosts line: %s", path, lineno, e)
-                continue
-            if entry is None or entry.key is None:
-                continue
-            for hostname in entry.hostnames:
-                if not any(c in hostname for c in "*?!"):
-                    into.add(hostname, entry.key.get_name(), entry.key)
-
-    def _changed_key_message(self, got: paramiko.PKey, expected: paramiko.PKey) -> str:
-        where = ""
-        for path in self.known_hosts_files:
-            hk = paramiko.HostKeys()
-            try:
-                self._load_known_hosts(path, hk, {})
-            except HostKeyError:
-                continue
-            if hk.lookup(self.hostkey_name):
-                where = f" -f {_quote(path)}"
-                break
-        return (
-            f"host key for {self.display} CHANGED (server offers {got.get_name()} {fingerprint(got)}, "
-            f"known_hosts has {fingerprint(expected)}); possible man-in-the-middle; remove the old key "
-            f"with ssh-keygen -R {_quote(self.hostkey_name)}{where} if the change is expected"
-        )
-
-    def _record_host_key(self, hostname: str, key: paramiko.PKey) -> None:
-        """Append ``hostname key`` to known_hosts_target (locked; skipped if already there)."""
-        path = self.known_hosts_target
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        try:
-            parent = os.path.dirname(path) or "."
-            if not os.path.isdir(parent):
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-            with os.fdopen(fd, "r+b") as f:
-                fcntl.flock(f, fcntl.LOCK_EX)
-                f.seek(0)
-                existing = f.read()
-                if line.encode() in existing.splitlines(keepends=True) or (
-                    line.encode().rstrip(b"\n") in existing.splitlines()
-                ):
-                    return
-                prefix = b"\n" if existing and not existing.endswith(b"\n") else b""
-                f.write(prefix + line.encode())
-                f.flush()
-            log.warning("%s: accepted new host key %s for %s into %s", self.host.name, fingerprint(key), hostname, path)
-        except OSError as e:
-            log.warning("%s: accepted host key for %s but could not record it in %s: %s", self.host.name, hostname, path, e)
-
     def _start(self, command: str, watchdog: _Watchdog) -> paramiko.Channel:
         """Connect if needed and start ``command``; reconnect once if a reused connection is stale."""
         for attempt in (0, 1):
@@ -579,7 +385,7 @@ class SSHTransport:
         deadline = start + timeout
         watchdog.arm(timeout + 2 * KILL_BUDGET_S + 2.0, client)
         out: list[bytes] = []
-        err = _StderrSplitter()
+        err = StderrSplitter()
         lines = ProgressLines(progress) if progress is not None else None
         try:
             chan.settimeout(1.0)

@@ -15,6 +15,9 @@ class Host:
     ``vars`` holds every variable as Ansible merges them (left out of the hash, so hosts can go in sets);
     ``groups`` every group the host is in, transitively, ``all`` first, then in the order groups were
     defined; ``origins`` maps a variable to the ``file:line`` that set it (for error messages; not compared).
+    ``become_user``: the user commands run as through ``sudo -n`` (``ansible_become``), None for the login user;
+    ``known_hosts``: the extra known_hosts file the host vars name, or None; both read from ``vars`` once, by
+    :mod:`gpuaccept.config.hostvars`, for the SSH transport (not compared: they follow from ``vars``).
     """
 
     name: str
@@ -27,6 +30,8 @@ class Host:
     vars: Mapping[str, Any] = field(hash=False)
     groups: tuple[str, ...]
     origins: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False, repr=False)
+    become_user: str | None = field(default=None, hash=False, compare=False, repr=False)
+    known_hosts: str | None = field(default=None, hash=False, compare=False, repr=False)
 
     def where(self, var: str, default: str = "") -> str:
         """``file:line`` that set ``var`` for this host (``default`` when unknown)."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuaccept.errors import InventoryError
+from gpuaccept.config.hostvars import become_user, known_hosts_file
 from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expand_hostname, looks_like_range
 from gpuaccept.config.yamlload import plain
 from gpuaccept.config.inventory.model import Host, Inventory
@@ -379,6 +380,8 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         vars=v,
         groups=groups,
         origins=origins,
+        become_user=become_user(v),
+        known_hosts=known_hosts_file(v),
     )
 
 

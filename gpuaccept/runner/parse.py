@@ -1,0 +1,45 @@
+"""A probe's answer: the JSON document of a finished probe command, or the one an interrupted probe printed."""
+from __future__ import annotations
+
+import json
+
+from gpuaccept.errors import ProbeError
+from gpuaccept.transport import CommandResult
+
+
+def partial_document(stdout: bytes) -> dict | None:
+    """The document a probe printed as it was stopped (SIGTERM: a burn-in prints the windows it measured, with
+    ``"interrupted"``), from the stdout of an interrupted command; None when it printed none. The node-side
+    watchdog's own line after it (``{"failed": true, "msg": "node watchdog: ..."}``) and failure lines are
+    skipped: only a probe's result counts."""
+    for line in reversed(stdout.decode(errors="replace").splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and not doc.get("failed"):
+            return doc
+    return None
+
+
+def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -> dict:
+    """Turn a probe's CommandResult into its JSON document, or raise ProbeError naming host and cause.
+
+    The document is the last non-empty stdout line. rc 127 means the interpreter is missing.
+    """
+    lines = [ln for ln in res.stdout.decode(errors="replace").splitlines() if ln.strip()]
+    err_tail = (res.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
+    if res.rc == 127 and not lines:
+        raise ProbeError(host, f"{probe}: python interpreter '{python}' not found "
+                               f"(set ansible_python_interpreter): {err_tail}")
+    doc = None
+    if lines:
+        try:
+            doc = json.loads(lines[-1])
+        except ValueError:
+            doc = None
+    if not isinstance(doc, dict):
+        raise ProbeError(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}")
+    if doc.get("failed") or res.rc != 0:
+        raise ProbeError(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}")
+    return doc

@@ -1,0 +1,148 @@
+"""Host keys of one SSH connection: the known_hosts files read and written, and the unknown-key policy.
+
+:class:`KnownHosts` reads ``~/.ssh/known_hosts`` and the extra files (``--known-hosts``, the host's
+``Host.known_hosts``) as OpenSSH would, ``@revoked`` marks included, and appends keys accepted on first use;
+:class:`HostKeyPolicy` refuses an unknown key unless new keys are accepted. Errors are HostKeyError naming the host.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import logging
+import os
+
+import paramiko
+from paramiko.hostkeys import HostKeyEntry
+
+from gpuaccept.errors import HostKeyError
+from gpuaccept.transport.shell import quote as _quote
+
+log = logging.getLogger("gpuaccept.transport.ssh")
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:<base64>`` fingerprint of ``key``."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class KnownHosts:
+    """The known_hosts files of one host's connections.
+
+    ``host_name``: the inventory host (named in errors and log lines); ``extra``: paths of extra files
+    (``--known-hosts``, then the host's ``Host.known_hosts``; ``~`` expanded), read besides
+    ``~/.ssh/known_hosts``. :attr:`files`: the files read, in order; :attr:`target`: the file newly accepted
+    keys are appended to (the first extra file, else ``~/.ssh/known_hosts``).
+    """
+
+    def __init__(self, host_name: str, extra: list[str]):
+        self.host_name = host_name
+        extra = [os.path.expanduser(str(p)) for p in extra if p]
+        user_file = os.path.expanduser("~/.ssh/known_hosts")
+        self.files = [user_file] + [p for p in extra if p != user_file]
+        self.target = extra[0] if extra else user_file
+
+    def load_into(self, into: paramiko.HostKeys) -> dict[str, str]:
+        """Add every file's entries to ``into`` (:meth:`load`); returns the ``@revoked`` keys (base64 -> path:line)."""
+        revoked: dict[str, str] = {}
+        for path in self.files:
+            self.load(path, into, revoked)
+        return revoked
+
+    def load(self, path: str, into: paramiko.HostKeys, revoked: dict[str, str]) -> None:
+        """Add the plain and hashed entries of known_hosts file ``path`` to ``into``; record
+        ``@revoked`` keys (base64 -> path) in ``revoked``. Skips ``@cert-authority`` lines, wildcard
+        patterns and malformed lines (paramiko would refuse the whole file). Missing file: nothing.
+        Raises HostKeyError when the file exists but cannot be read."""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise HostKeyError(self.host_name, f"cannot read known_hosts file {path}: {e.strerror or e}") from None
+        for lineno, line in enumerate(lines, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("@"):
+                fields = line.split()
+                if fields[0] == "@revoked" and len(fields) >= 4:
+                    revoked[fields[3]] = f"{path}:{lineno}"
+                continue
+            try:
+                entry = HostKeyEntry.from_line(line, lineno)
+            except Exception as e:
+                log.debug("%s:%d: skipped known_hosts line: %s", path, lineno, e)
+                continue
+            if entry is None or entry.key is None:
+                continue
+            for hostname in entry.hostnames:
+                if not any(c in hostname for c in "*?!"):
+                    into.add(hostname, entry.key.get_name(), entry.key)
+
+    def changed_key_message(self, display: str, hostkey_name: str, got: paramiko.PKey,
+                            expected: paramiko.PKey) -> str:
+        """The operator's line for a host key that changed: both fingerprints and the ``ssh-keygen -R`` that
+        removes the old key from the file holding it (``display``: ``[address]:port``; ``hostkey_name``: the
+        name known_hosts files it under)."""
+        where = ""
+        for path in self.files:
+            hk = paramiko.HostKeys()
+            try:
+                self.load(path, hk, {})
+            except HostKeyError:
+                continue
+            if hk.lookup(hostkey_name):
+                where = f" -f {_quote(path)}"
+                break
+        return (
+            f"host key for {display} CHANGED (server offers {got.get_name()} {fingerprint(got)}, "
+            f"known_hosts has {fingerprint(expected)}); possible man-in-the-middle; remove the old key "
+            f"with ssh-keygen -R {_quote(hostkey_name)}{where} if the change is expected"
+        )
+
+    def record(self, hostname: str, key: paramiko.PKey) -> None:
+        """Append ``hostname key`` to :attr:`target` (locked; skipped if already there). A file that cannot be
+        written is logged, not raised: the key is trusted for this run all the same."""
+        path = self.target
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        try:
+            parent = os.path.dirname(path) or "."
+            if not os.path.isdir(parent):
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "r+b") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.seek(0)
+                existing = f.read()
+                if line.encode() in existing.splitlines(keepends=True) or (
+                    line.encode().rstrip(b"\n") in existing.splitlines()
+                ):
+                    return
+                prefix = b"\n" if existing and not existing.endswith(b"\n") else b""
+                f.write(prefix + line.encode())
+                f.flush()
+            log.warning("%s: accepted new host key %s for %s into %s", self.host_name, fingerprint(key), hostname, path)
+        except OSError as e:
+            log.warning("%s: accepted host key for %s but could not record it in %s: %s", self.host_name, hostname,
+                        path, e)
+
+
+class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown host key: refuse (HostKeyError naming ``host_name`` and ``display``), or with ``accept_new``
+    accept it and record it in ``known`` (:meth:`KnownHosts.record`)."""
+
+    def __init__(self, host_name: str, display: str, accept_new: bool, known: KnownHosts):
+        self.host_name, self.display, self.accept_new, self.known = host_name, display, accept_new, known
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if not self.accept_new:
+            raise HostKeyError(
+                self.host_name,
+                f"unknown host key for {self.display} ({key.get_name()} {fingerprint(key)}); to trust it on "
+                f"first use rerun with --accept-new-host-keys, or add it to known_hosts",
+            )
+        self.known.record(hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)

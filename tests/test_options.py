@@ -1,0 +1,99 @@
+"""Command-line options refused before any node is touched (exit 4, one line naming the option, no report
+folder): bad numbers and paths, an empty value, a baseline without a history or naming no run, a history file
+that is no history database; and ``--list-hosts`` output."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from project_helpers import make_project, run_pytest
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--probe-timeout", "nan"), "--probe-timeout nan: expected a number > 0"),
+    (("--probe-timeout", "-5"), "--probe-timeout -5.0: expected a number > 0"),
+    (("--xid-window", "-5"), "--xid-window -5.0: expected a number >= 0"),
+    (("--standout-pct", "-10"), "--standout-pct -10.0: expected a number > 0 and < 100"),
+    (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
+    (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: cannot be created"),
+])
+def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), *args, "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert needle in res.stderr and "Traceback" not in res.stderr + res.stdout
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("option", ["--inventory=", "--limit=", "--limit= ", "--reports=", "--thresholds=",
+                                    "--known-hosts=", "--sku="])
+def test_an_empty_option_is_refused_not_taken_for_its_default(tmp_path, option):
+    """``--inventory=$INVENTORY`` with the variable unset: before, the run fell back to inventory/localhost.ini,
+    tested the controller itself and exited 0 (a green CI job that tested no node); ``--limit=`` selected every
+    host (as Ansible's ``-l ''``), so a burn-in meant for a few drained hosts started on the whole fleet."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"), option)
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    flag = option.split("=")[0]
+    assert f"ERROR: {flag} is empty: an unset variable on the command line?" in res.stderr, res.stderr
+    assert "Traceback" not in res.stdout + res.stderr and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("baseline", ["latest-pass", "20261130T000000Z"])
+def test_a_baseline_without_a_history_is_refused(tmp_path, baseline):
+    """``--baseline latest-pass --history none`` ran and listed no stand-out (nothing to compare with), exit 0;
+    a run id said "no history database at none"."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--baseline", baseline, "--history", "none", "-m", "health",
+                     "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert (f"ERROR: --baseline {baseline} compares with runs of the history database, and --history none keeps "
+            "none") in res.stderr, res.stderr
+
+
+def test_baseline_that_names_no_run_exits_4(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--baseline", "nosuchrun", "--reports", str(tmp_path / "r"))
+    assert res.returncode == 4 and "--baseline nosuchrun: no history database" in res.stderr, res.stderr[-800:]
+    ok = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r1"),
+                    "--history", str(tmp_path / "h.sqlite"))
+    assert ok.returncode == 0, ok.stdout[-1500:]
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r2"),
+                     "--history", str(tmp_path / "h.sqlite"), "--baseline", "nosuchrun")
+    assert res.returncode == 4 and "no such run in" in res.stderr, res.stderr[-800:]
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r3"),
+                     "--history", str(tmp_path / "h.sqlite"), "--baseline", "r1")
+    assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-800:]
+    assert json.loads((tmp_path / "r3" / "results.json").read_text())["interrupted"] is False
+
+
+@pytest.mark.parametrize("kind", ["text file", "folder"])
+def test_history_that_is_no_database_exits_4_before_any_node(tmp_path, kind):
+    """a --history path that is not a history database was found only after
+    the whole run (exit 3, or 1 hiding it when tests failed); the figures of that run never reached the history."""
+    bad = tmp_path / "h.db"
+    if kind == "folder":
+        bad.mkdir()
+    else:
+        bad.write_text("not a database\n")
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--history", str(bad), "--reports", str(tmp_path / "rep"))
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"--history: {bad}: not a gpuaccept history database" in res.stderr
+    assert "Traceback" not in res.stderr + res.stdout and not (tmp_path / "rep").exists()
+    if kind == "text file":
+        assert bad.read_text() == "not a database\n"  # left as it was
+
+
+def test_list_hosts_writes_ipv6_with_brackets(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("[gpu]\n[2001:db8::12]:2200\nlocalbox ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--list-hosts")
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+    assert "ansible_host=[2001:db8::12]:2200" in res.stdout and "localbox  ansible_host=-" in res.stdout
