@@ -1,4 +1,4 @@
-"""Nothing measured is not PASS: a host whose passed tests judged no figure (only recorded ones) reads SKIP,
+"""Nothing measured is not PASS: a host whose passed tests recorded only facts (no number, nothing judged) reads SKIP,
 and the run says how many GPU figures it judged ("0 GPU figures judged"), in the console and summary.md."""
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ from gpuaccept.plugin.reports import run_line
 from project_helpers import make_project, run_pytest
 
 
-def _fig(host, check, verdict, gpu=None):
-    return {"host": host, "check": check, "gpu": gpu, "value": 1.0, "verdict": verdict}
+def _fig(host, check, verdict, gpu=None, value=1.0):
+    return {"host": host, "check": check, "gpu": gpu, "value": value, "verdict": verdict}
 
 
 def test_a_pass_that_judged_nothing_leaves_the_host_skip():
     recs = [CaseRecord("s/test_nccl_env.py::test_env[a]", "test_env[a]", "a", "nccl", "passed",
-                       figures=[_fig("a", "nccl_env_variables", "recorded")]),
+                       figures=[_fig("a", "nccl_env_variables", "recorded", value={"NCCL_DEBUG": "WARN"})]),
             CaseRecord("s/test_health.py::test_ecc[a]", "test_ecc[a]", "a", "health", "skipped", "no NVIDIA GPU"),
             CaseRecord("s/test_x.py::test_assert[b]", "test_assert[b]", "b", "health", "passed"),  # its assert judged
             CaseRecord("s/test_memory.py::test_hbm[c]", "test_hbm[c]", "c", "memory", "passed",
                        figures=[_fig("c", "hbm_read_bw_gbps", "pass", gpu=0)])]
     hv = host_verdicts(recs, ["a", "b", "c"])
     assert {h: v["verdict"] for h, v in hv.items()} == {"a": "SKIP", "b": "PASS", "c": "PASS"}
-    assert "passed tests judged no figure (recorded only)" in hv["a"]["reasons"]
+    assert "passed tests measured nothing (facts recorded only)" in hv["a"]["reasons"]
     assert gpu_figures_judged(recs) == 1
     assert run_line(hv, recs) == "gpuaccept: PASS (2 hosts PASS, 1 host SKIP), 1 GPU figure judged"
     only_a = [r for r in recs if r.host == "a"]

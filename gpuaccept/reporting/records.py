@@ -663,7 +663,7 @@ class HostVerdicts:
             if v["verdict"] == "SKIP" and self.judged.get(h):
                 v["verdict"] = "PASS"  # nothing measured is not PASS: a pass that judged no figure leaves SKIP
             elif v["verdict"] == "SKIP" and v["counts"].get("passed"):
-                v["reasons"].append("passed tests judged no figure (recorded only)")
+                v["reasons"].append("passed tests measured nothing (facts recorded only)")
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
@@ -671,10 +671,12 @@ class HostVerdicts:
 
 
 def judged_something(r: CaseRecord) -> bool:
-    """Whether a passed test judged anything (pure): a figure against a limit (verdict pass or fail), or no
-    figure at all (an operator's own ``assert``, testinfra-style, is the judgement). A test that only recorded
-    figures (NCCL variables seen, driver versions) judged nothing: its host is not PASS by it alone."""
-    return not r.figures or any(f.get("verdict") in ("pass", "fail") for f in r.figures)
+    """Whether a passed test measured or judged anything (pure): a figure against a limit (verdict pass or
+    fail), a measured number, or no figure at all (an operator's own ``assert``, testinfra-style, is the
+    judgement). A test that recorded only facts (the NCCL variables seen, driver versions: text, no number)
+    measured nothing: its host is not PASS by it alone (the main job on a machine without a GPU read PASS)."""
+    return not r.figures or any(f.get("verdict") in ("pass", "fail") or (
+        isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)) for f in r.figures)
 
 
 def gpu_figures_judged(recs: list[CaseRecord]) -> int:
