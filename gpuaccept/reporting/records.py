@@ -672,11 +672,22 @@ class HostVerdicts:
 
 def judged_something(r: CaseRecord) -> bool:
     """Whether a passed test measured or judged anything (pure): a figure against a limit (verdict pass or
-    fail), a measured number, or no figure at all (an operator's own ``assert``, testinfra-style, is the
-    judgement). A test that recorded only facts (the NCCL variables seen, driver versions: text, no number)
+    fail), a number in a unit of measurement (:data:`MEASUREMENT_UNITS`), or no figure at all (an operator's own ``assert``, testinfra-style, is the
+    judgement). A test that recorded only facts (the NCCL variables seen and their count, driver versions)
     measured nothing: its host is not PASS by it alone (the main job on a machine without a GPU read PASS)."""
     return not r.figures or any(f.get("verdict") in ("pass", "fail") or (
-        isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)) for f in r.figures)
+        isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)
+        and f.get("unit") in MEASUREMENT_UNITS) for f in r.figures)
+
+
+def _measurement_units() -> frozenset:
+    """The units of measured figures: every check's (gpuaccept.config.thresholds.REGISTRY) and the time, size,
+    clock and share units the probes record beside them; a count of facts ("variables") is none of them."""
+    from gpuaccept.config.thresholds import REGISTRY
+    return frozenset({c.unit for c in REGISTRY.values()} | {"s", "ms", "us", "B", "GiB", "MHz", "%"})
+
+
+MEASUREMENT_UNITS = _measurement_units()
 
 
 def gpu_figures_judged(recs: list[CaseRecord]) -> int:
