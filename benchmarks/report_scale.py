@@ -21,7 +21,8 @@ import tempfile
 import time
 
 from gpuaccept.plugin import reports as reporting
-from gpuaccept.reporting.records import LAYERS, CaseRecord, Reporter
+from gpuaccept.reporting.records import LAYERS, CaseRecord
+from gpuaccept.reporting.reporter import Reporter
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--hosts", type=int, default=10000)

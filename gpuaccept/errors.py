@@ -86,3 +86,7 @@ class Interrupted(TransportError):
 #: user_properties key marking a failed report as one of gpuaccept's errors (unreachable host, crashed probe,
 #: timeout, blocked, measurement gap, interrupted): counted as an error, not a failure, everywhere
 ERROR_KEY = "gpuaccept.error"
+#: user_properties key naming the kind of such an error: the exception's class name (``HostUnreachable``,
+#: ``CommandTimeout``, ``Interrupted``, ``ProbeError``...) or ``"internal"``; it picks the error's action
+#: (gpuaccept.judging.actions.for_error)
+ERROR_KIND_KEY = "gpuaccept.error_kind"

@@ -470,12 +470,15 @@ def test_one_bad_gpu_of_eight_reads_as_that_gpu_and_two_bad_gpus_are_both_named(
         gpu6 = "GPU 6 (00000000:00:0C.0, serial 1650000000007)"
         rows = [ln for ln in md.splitlines() if ln.startswith("| h200-x | ") and "| FAIL |" in ln]
         if name == "one":
-            assert host_line.endswith(f"1 of 8 GPUs failing: {gpu5}"), host_line
+            # the host line ends with the host's action (gpuaccept/judging/actions.py): wrong results need an RMA
+            assert host_line.endswith(f"1 of 8 GPUs failing: {gpu5} → **drain-rma** (a fault under sustained load "
+                                      "(burn-in))"), host_line
             assert rows == ["| h200-x | 5 | 00000000:00:0B.0 | 1650000000006 | FAIL | test_burnin | computes wrong "
                             "results: deterministic fp32 matmul checksum differs from the node's reference in "
                             "round(s) 3 of 6 |"], md
         else:
-            assert host_line.endswith(f"2 of 8 GPUs failing: {gpu5}, {gpu6}"), host_line
+            assert host_line.split(" → ")[0].endswith(f"2 of 8 GPUs failing: {gpu5}, {gpu6}"), host_line
+            assert host_line.split(" → ")[1].startswith("**drain-rma**"), host_line
             assert [r.split(" | ")[1:4] for r in rows] == [["5", "00000000:00:0B.0", "1650000000006"],
                                                             ["6", "00000000:00:0C.0", "1650000000007"]]
             assert "burnin_temp_c_max 92 C > max 85 C [limit: h200-sxm-141gb.yaml checks.temp_c]; HW thermal slowdown during burn-in" in rows[1]

@@ -1,6 +1,6 @@
 """Live progress of a running probe (gpuaccept.transport.progress) through the real transports (a subprocess, a
 real sshd on loopback) and the node-side watchdog, the real burn-in probe on gloo/CPU, the progress display
-(gpuaccept.plugin.reports.Progress) in and across xdist workers; and burn-in figures as a GPU's history baseline
+(gpuaccept.plugin.progress.Progress) in and across xdist workers; and burn-in figures as a GPU's history baseline
 through real SQLite, from the 2xH200 burn-in capture and the 2xH200 nightly captures (tests/data)."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from gpuaccept.errors import CommandTimeout, Interrupted
 from gpuaccept.config.inventory import load_inventory
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.transport.progress import ProgressLines, parse, render
-from gpuaccept.plugin.reports import Progress
+from gpuaccept.plugin.progress import Progress
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
 from process_helpers import LOADED_SLACK_S, WATCHDOG, FakeHost, assert_gone, host_for, marker, wait_started
 
@@ -304,7 +304,7 @@ def test_an_interrupted_burnin_keeps_the_windows_it_measured(where, tmp_path, ss
 # ------------------------------------------------------------------------------ the progress display
 
 def test_the_display_shows_the_probes_progress_instead_of_its_elapsed_time(monkeypatch):
-    from gpuaccept.plugin import console
+    from gpuaccept.plugin import progress as console
     doc = {"done": 720, "total": 3600, "gpus": {"0": {"bf16_tflops": 612.4, "temp_c": 71},
                                                 "1": {"bf16_tflops": 648.0, "temp_c": 64}}}
     p = Progress(io.StringIO(), tty=True, timeout_s=300)

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.reporting.records import host_of, layer_of
-from gpuaccept.reporting.records import CaseRecord, junit_xml_text, outliers, summary_markdown
+from gpuaccept.judging.standouts import outliers
+from gpuaccept.reporting.junit import junit_xml_text
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.summary import summary_markdown
 from gpuaccept.scaleout.scheduler import host_scope
 from gpuaccept.judging.compute import below_median_pct, clock_reasons
 from gpuaccept.judging.sku import detect_sku
@@ -71,7 +74,7 @@ def test_outliers_peers_and_history():
             for h, v in [("a", 660), ("b", 665), ("c", 580), ("d", 662)]]
     prev = [{"host": "a", "check": "bf16_tflops", "gpu": 0, "value": 800}]
     got = {(o["host"], o["against"]) for o in outliers(figs, prev)}
-    assert got == {("a", "history"), ("c", "peers")}
+    assert got == {("a", "previous"), ("c", "fleet")}  # the one engine's names (gpuaccept.judging.standouts)
     crc = [{"host": h, "check": "nvlink_crc_errors_per_s", "gpu": 0, "value": v, "limit": {"max": 100}}
            for h, v in [("a", 0.5), ("b", 0.5), ("c", 1.0)]]
     assert outliers(crc, []) == []
@@ -90,8 +93,12 @@ def test_junit_has_figures_as_properties():
     cases = suite.findall("testcase")
     assert [c.get("classname") for c in cases] == ["memory.gpu-07", "memory.gpu-08"]
     props = {p.get("name"): p.get("value") for p in cases[0].iter("property")}
-    assert props == {"gpu3.hbm_read_bw_gbps": "3812.0", "gpu3.hbm_read_bw_gbps.unit": "GB/s",
-                     "gpu3.hbm_read_bw_gbps.min": "4300", "gpu3.hbm_read_bw_gbps.verdict": "fail"}
+    assert {k: v for k, v in props.items() if not k.startswith("gpuaccept.action")} == {
+        "gpu3.hbm_read_bw_gbps": "3812.0", "gpu3.hbm_read_bw_gbps.unit": "GB/s",
+        "gpu3.hbm_read_bw_gbps.min": "4300", "gpu3.hbm_read_bw_gbps.verdict": "fail"}
+    # the action of the failing figure (a slow figure: gpuaccept/data/actions.yaml), and of the unreachable host
+    assert props["gpuaccept.action"] == "drain-rma" and "slow figure" in props["gpuaccept.action.reason"]
+    assert {p.get("name"): p.get("value") for p in cases[1].iter("property")}["gpuaccept.action"] == "rerun"
     assert cases[0].find("failure").get("message").startswith("gpu-07 GPU 3")
     md = summary_markdown("run", {"inventory": "x"}, recs)
     assert "| gpu-07 | memory | 0 | 1 | 0 | 0 |" in md and "**ERROR**" in md

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.scaleout.merge import main as merge_main, merge
-from gpuaccept.reporting.records import CaseRecord, Reporter
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.reporter import Reporter
 
 
 def _hbm(host: str, value: float) -> CaseRecord:

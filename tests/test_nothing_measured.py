@@ -2,7 +2,8 @@
 and the run says how many GPU figures it judged ("0 GPU figures judged"), in the console and summary.md."""
 from __future__ import annotations
 
-from gpuaccept.reporting.records import CaseRecord, gpu_figures_judged, host_verdicts
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.verdicts import gpu_figures_judged, host_verdicts
 from gpuaccept.plugin.reports import run_line
 from project_helpers import make_project, run_pytest
 

@@ -22,8 +22,12 @@ from project_helpers import DATA, GPU_LAYERS, make_project
 
 from gpuaccept.reporting import history
 from gpuaccept.plugin import reports as reporting
-from gpuaccept.reporting.records import (CaseRecord, Reporter, failed_hosts, junit_xml_text, outliers, record_dict,
-                              summary_markdown)
+from gpuaccept.judging.standouts import outliers
+from gpuaccept.reporting.junit import junit_xml_text
+from gpuaccept.reporting.records import CaseRecord, record_dict
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.summary import summary_markdown
+from gpuaccept.reporting.verdicts import failed_hosts
 
 
 def _recs(n_hosts: int, tag: str = "") -> list[CaseRecord]:
@@ -399,7 +403,7 @@ def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
 def test_without_history_stand_outs_against_the_previous_run_folder(tmp_path):
     """--history none: the previous run's results.json (reports/latest) is read at the end, and a GPU whose
     pinned H2D bandwidth is 12 % below its figure there (still above its 48 GB/s floor) is a stand-out
-    "history" in summary.md."""
+    "previous" in summary.md, under the same check key as the history database gives it."""
     from project_helpers import alter, replay_folder, replay_project, run_pytest
     inv = replay_project(tmp_path, DATA)
     args = ["--inventory", str(inv), "-k", "pcie_bandwidth", "--history", "none"]
@@ -415,8 +419,8 @@ def test_without_history_stand_outs_against_the_previous_run_folder(tmp_path):
     second = run_pytest(tmp_path, *args)
     assert second.returncode == 0, second.stdout[-3000:]
     md = (tmp_path / "reports" / "latest" / "summary.md").read_text()
-    rows = [ln for ln in md.splitlines() if ln.startswith("| h200-a | h2d_bw_gbps |")]
-    assert len(rows) == 1 and "| 1 |" in rows[0] and "| history |" in rows[0] and "| 12.0% |" in rows[0], md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| h200-a | h2d_bw_gbps[")]
+    assert len(rows) == 1 and "| 1 |" in rows[0] and "| previous |" in rows[0] and "| 12.0% |" in rows[0], md
     assert not (tmp_path / "reports" / "history.sqlite").exists()
 
 

@@ -25,7 +25,10 @@ from gpuaccept.reporting import history
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.scaleout.merge import main as merge_main
-from gpuaccept.reporting.records import CaseRecord, Reporter, failed_hosts, figure_properties, host_verdicts
+from gpuaccept.reporting.junit import figure_properties
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.verdicts import failed_hosts, host_verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -463,7 +466,7 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
     res = run_pytest(tmp_path, *base, "-k", "whoami or node2_breaks", "--progress", "plain")
     assert res.returncode == 1, res.stdout[-3000:]
-    # one line per host when its last test ends, nothing per test (gpuaccept.plugin.console)
+    # one line per host when its last test ends, nothing per test (gpuaccept.plugin.progress)
     host_lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[gpuaccept] node")]
     assert sorted(ln.split(" (")[0] for ln in host_lines) == ["[gpuaccept] node1 PASS", "[gpuaccept] node2 FAIL",
                                                                "[gpuaccept] node3 PASS"], res.stderr
@@ -497,7 +500,7 @@ def test_progress_drops_a_finished_probe():
     was stuck)."""
     import io
 
-    from gpuaccept.plugin.console import Progress
+    from gpuaccept.plugin.progress import Progress
     p = Progress(io.StringIO(), tty=True, timeout_s=300)
     p.expect({"gpu-07": 1, "gpu-08": 1})
     p.begin("gpu-07", "test_hbm_bandwidth")
@@ -516,7 +519,7 @@ def test_progress_plain_lines_and_tty_line():
     terminal, one line per host when its last test ends; on a terminal, one status line fitted to its width."""
     import io
 
-    from gpuaccept.plugin.console import Progress
+    from gpuaccept.plugin.progress import Progress
     buf = io.StringIO()
     p = Progress(buf, tty=False, timeout_s=300)
     p.expect({"gpu-07": 2, "gpu-08": 1, "gpu-09": 1, "fleet": 1})
@@ -543,7 +546,7 @@ def test_progress_plain_lines_and_tty_line():
 
 
 def test_same_reason_once_keeps_other_reasons_in_order():
-    from gpuaccept.reporting.records import same_reason_once
+    from gpuaccept.reporting.verdicts import same_reason_once
     assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",
                              "test_b: h: unreachable", "test_c: other"]) == [
         "test_a and 1 more test: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600", "test_c: other"]

@@ -366,6 +366,8 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "storage_limits": _with_host("storage_limits", sl.storage_limits),  # parsed into Limits
     "ib_hcas": _plain(_words),
     "ib_rate_gbps": _plain(_number(0)),
+    # Slurm: the node name --slurm-drain/--slurm-resume use (gpuaccept/scaleout/drain.py; default: up to the first dot)
+    "slurm_node_name": _plain(_word),
 }
 
 

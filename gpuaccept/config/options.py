@@ -48,4 +48,12 @@ def add_options(add: Callable[..., Any]) -> None:
                 help="also write the run's figures for node_exporter's textfile collector (atomic)")
     add("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
                 help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
+    add("--slurm-drain", action="store_true", default=False,
+                help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
+                     "(a dry run printing the scontrol commands unless --slurm-apply)")
+    add("--slurm-resume", action="store_true", default=False,
+                help="after the run, resume hosts gpuaccept drained that now pass every test that failed "
+                     "(a dry run unless --slurm-apply); drains set by others are never touched")
+    add("--slurm-apply", action="store_true", default=False,
+                help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
     add("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from gpuaccept.judging.compute import CLOCK_REASONS_FAIL, CLOCK_REASONS_RECORD
 from gpuaccept.judging.drift import APPLICATIONS_CLOCKS_SETTING
 from gpuaccept.judging.health import Finding
+from gpuaccept.judging.standouts import median
 from gpuaccept.config.thresholds import Limit, SkuSpec
 
 # Windows skipped at the start (clocks ramp, caches fill) and compared at each end.
@@ -164,7 +165,7 @@ def below_median_runs(by_rank: dict[int, list[dict]], figure: str, pct: float) -
         vals = {r: v for r, v in vals.items() if isinstance(v, (int, float))}
         if len(vals) < 2:
             continue
-        med = statistics.median(vals.values())
+        med = median(vals.values())
         for r, v in vals.items():
             below = (med - v) / med * 100.0 if med > 0 else 0.0
             if below > pct:

@@ -10,6 +10,7 @@ threshold files' ``below_node_median_pct`` check.
 from __future__ import annotations
 
 from gpuaccept.judging.readings import number
+from gpuaccept.judging.standouts import median
 
 # Hardware slowdowns fail a GPU under load; the software power cap, software thermal slowdown and sync
 # boost are recorded only (a GPU at its power limit works as designed).
@@ -28,12 +29,8 @@ def clock_reasons(mask) -> tuple[list[str], list[str]]:
 
 
 def node_median(values: dict[int, float]) -> float | None:
-    """Median of the figures (GPU index -> figure); None for no figures."""
-    if not values:
-        return None
-    ordered = sorted(values.values())
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    """Median of the figures (GPU index -> figure; gpuaccept.judging.standouts.median); None for no figures."""
+    return median(values.values())
 
 
 def below_median_pct(values: dict[int, float]) -> dict[int, float]:

@@ -25,7 +25,7 @@ with NVML's words otherwise.
 from __future__ import annotations
 
 from gpuaccept.judging.health import _unreadable as health_unreadable
-from gpuaccept.judging.readings import bus_key
+from gpuaccept.judging.readings import bus_key, number
 
 import re
 from typing import Any, Mapping
@@ -49,10 +49,6 @@ def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
     """A reading NVML refused: the health layer's one rule (gpuaccept.judging.health, required fields fail in NVML's
     words, "GPU is lost" always fails, others are recorded)."""
     return health_unreadable(sku, field, check, v)
-
-
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _w(v: float) -> str:
@@ -113,10 +109,10 @@ def power_expectation(gpu: dict, sku: SkuSpec, inventory_w) -> tuple[float | Non
     """(floor in W, where it comes from) for one GPU's enforced power limit: the inventory's
     ``gpu_power_limit_w``, else NVML's default limit of this GPU, else the SKU file's ``checks.power_limit_w``;
     ``(None, why)`` when none is known."""
-    if _num(inventory_w) is not None:
+    if number(inventory_w) is not None:
         return float(inventory_w), "the inventory's gpu_power_limit_w"
     default = (gpu.get("power_limits") or {}).get("default_w")
-    if _num(default) is not None:
+    if number(default) is not None:
         return float(default), "NVML default limit"
     lim = sku.checks.get("power_limit_w")
     if lim is not None:
@@ -137,7 +133,7 @@ def power_limit(gpu: dict, sku: SkuSpec, inventory_w=None, enforced=None, during
     limits = gpu.get("power_limits") if isinstance(gpu.get("power_limits"), dict) else {}
     extra = {"default_w": limits.get("default_w"), "requested_w": limits.get("requested_w"),
              "min_w": limits.get("min_w"), "max_w": limits.get("max_w")}
-    if _num(value) is None:
+    if number(value) is None:
         return [_unreadable(sku, "power_limits", "power_limit_w", value)]
     floor, source = power_expectation(gpu, sku, inventory_w)
     extra.update(expected_w=floor, expected_from=source)
@@ -146,9 +142,9 @@ def power_limit(gpu: dict, sku: SkuSpec, inventory_w=None, enforced=None, during
     failure = None
     if value < floor:
         parts = [source]
-        if source != "NVML default limit" and _num(extra["default_w"]) is not None:
+        if source != "NVML default limit" and number(extra["default_w"]) is not None:
             parts.append(f"NVML default {_w(extra['default_w'])}")
-        if _num(extra["requested_w"]) is not None and extra["requested_w"] != value:
+        if number(extra["requested_w"]) is not None and extra["requested_w"] != value:
             parts.append(f"requested {_w(extra['requested_w'])}")
         failure = f"power limit {_w(value)} enforced{during}, below {_w(floor)} ({'; '.join(parts)})"
     return [Finding("power_limit_w", value, "W", extra=extra, failure=failure)]
@@ -168,8 +164,8 @@ def clocks(gpu: dict, sku: SkuSpec) -> list[Finding]:
     for dom, label in (("sm", "SM"), ("mem", "memory")):
         app, default = c.get(f"app_{dom}_mhz"), c.get(f"app_default_{dom}_mhz")
         check = f"app_{dom}_clock_mhz"
-        if _num(app) is None or _num(default) is None:
-            out.append(_unreadable(sku, "application_clocks", check, app if _num(app) is None else default))
+        if number(app) is None or number(default) is None:
+            out.append(_unreadable(sku, "application_clocks", check, app if number(app) is None else default))
             continue
         out.append(Finding(check, app, "MHz", extra={"default_mhz": default}, failure=(
             f"application {label} clock {app:g} MHz, below the default {default:g} MHz (nvidia-smi -rac resets it)"
@@ -197,14 +193,14 @@ def clock_setting_event(mask, gpu: dict | None, sm_clock_mhz=None) -> tuple[str 
     app, app_mem = c.get("app_sm_mhz"), c.get("app_mem_mhz")
     default, default_mem = c.get("app_default_sm_mhz"), c.get("app_default_mem_mhz")
     top = ((gpu or {}).get("clocks") or {}).get("sm_max_mhz")
-    seen = f"SM clock {sm_clock_mhz:g} MHz" if _num(sm_clock_mhz) is not None else "SM clock not sampled"
+    seen = f"SM clock {sm_clock_mhz:g} MHz" if number(sm_clock_mhz) is not None else "SM clock not sampled"
 
     def mhz(v):
-        return f"{v:g}" if _num(v) is not None else "?"
+        return f"{v:g}" if number(v) is not None else "?"
     values = (f"{seen}; application clocks {mhz(app)}/{mhz(app_mem)} MHz (SM/memory), "
               f"default {mhz(default)}/{mhz(default_mem)} MHz, max SM {mhz(top)} MHz")
-    if (_num(app) is not None and _num(default) is not None and _num(top) is not None and default < top
-            and app >= default and (_num(app_mem) is None or _num(default_mem) is None or app_mem >= default_mem)):
+    if (number(app) is not None and number(default) is not None and number(top) is not None and default < top
+            and app >= default and (number(app_mem) is None or number(default_mem) is None or app_mem >= default_mem)):
         return None, f"applications clocks setting at the SKU's default application clocks ({values})"
     return (f"applications clocks setting held the clocks ({values}): application clocks or a clock lock "
             f"(nvidia-smi -lgc/-lmc) below the SKU's default; reset with nvidia-smi -rac / -rgc / -rmc"), None

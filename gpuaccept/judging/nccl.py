@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from gpuaccept.probes._supervisor import normalize_address
-from gpuaccept.judging.compute import below_median_pct
+from gpuaccept.judging.compute import below_median_pct, node_median
 from gpuaccept.config.multinode import parse_device_list  # noqa: F401 (judging's name for it)
 from gpuaccept.config.thresholds import inventory_limit, judge
 
@@ -321,9 +321,7 @@ def judge_round(figures: dict, limit: float | None, slow_pct: float, pool: list[
     if len(ref) < 2:
         ref.update({("pool", i): v for i, v in enumerate(pool or [])})
     below = below_median_pct(ref)
-    ordered = sorted(ref.values())
-    mid = len(ordered) // 2
-    median = (ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2) if ordered else None
+    median = node_median(ref)
     max_below = 100.0 - float(slow_pct)
     lim = inventory_limit("below_round_median_pct", max_below,
                           f"group var nccl_pairwise_slow_pct ({slow_pct:g} % of the median)")

@@ -76,8 +76,12 @@ def error_text(v: Any) -> str | None:
 
 
 def number(v: Any) -> int | float | None:
-    """The int/float of a figure; None for an NVML error, a bool, None or anything else."""
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """The int/float of a figure or reading, unchanged; None for an NVML error, a bool, None, a non-finite
+    float (NaN compares false with every limit, so it would pass any of them) or anything else. The one
+    number test of the controller's judging and reports."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v if not isinstance(v, float) or math.isfinite(v) else None
 
 
 def to_json(v: Any) -> Any:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.judging import actions
 from gpuaccept.judging.blockers import DEPENDENT_LAYERS, Blocker
 from gpuaccept.judging.drift import bus_key, nvml_gpu_for
 from gpuaccept.judging.readings import describe_gpu, to_json, unmeasured
@@ -32,8 +33,9 @@ from gpuaccept.config.thresholds import Limit, judge
 from typing import Callable
 
 FIGURE_KEY = "gpuaccept.figure"
-#: user_properties key of each failure line with the GPU it names (``{host, gpu, pci_bus_id, serial, line}``):
-#: the reports give a verdict per GPU from these (gpuaccept.reporting.records.gpu_verdicts), not only per test
+#: user_properties key of each failure line with the GPU it names (``{host, gpu, pci_bus_id, serial, line, check,
+#: action}``): the reports give a verdict per GPU from these (gpuaccept.reporting.verdicts.host_verdicts), not only
+#: per test, and the action decided where the failure was found (gpuaccept.judging.actions)
 FAILURE_KEY = "gpuaccept.failure"
 
 
@@ -46,6 +48,13 @@ def gpu_label(gpu: dict | None) -> str:
     parts = [p for p in (bus if isinstance(bus, str) else None,
                          f"serial {serial}" if isinstance(serial, str) and serial else None) if p]
     return f"GPU {gpu.get('index', '?')}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _gpu_ref(g: dict | None):
+    """How a command names the GPU: its PCI bus id, else its NVML index, else None (a node finding)."""
+    if not g:
+        return None
+    return g.get("pci_bus_id") or g.get("index")
 
 
 @dataclass
@@ -182,7 +191,9 @@ class Recorder:
             if v.kind == "missing":
                 self.error(v.message, gpu=g)
             elif not passed:
-                self._add_failure(f"{self._where(g)}: {v.message}", g)
+                act = actions.for_finding(self.item.originalname, check, value, extra, _gpu_ref(g),
+                                          limit.direction)
+                self._add_failure(f"{self._where(g)}: {v.message}", g, check=check, action=act)
         self.item.user_properties.append((FIGURE_KEY, rec))
         return passed
 
@@ -192,26 +203,34 @@ class Recorder:
             self.record(f.check, f.value, f.unit, gpu=gpu, limit=f.limit, extra=f.extra,
                         context=getattr(f, "context", None))
             if f.failure:
-                self.fail(f.failure, gpu=gpu)
+                g = self._gpu(gpu)
+                self.fail(f.failure, gpu=gpu, check=f.check, action=actions.for_finding(
+                    self.item.originalname, f.check, f.value, f.extra, _gpu_ref(g)))
 
     def _note_interruption(self) -> None:
         if self._cut["at"] is None and self._interrupted() is not None:
             self._cut["at"] = (len(self.failures), len(self.errors))
 
-    def _add_failure(self, line: str, g: dict | None, host: str | None = None) -> None:
+    def _add_failure(self, line: str, g: dict | None, host: str | None = None, check: str | None = None,
+                     action: actions.Action | None = None) -> None:
         self._note_interruption()
         self.failures.append(line)
         self._failure_gpu.append(g.get("index") if g else None)
+        if action is None:
+            action = actions.for_finding(self.item.originalname, check, gpu=_gpu_ref(g))
         self.item.user_properties.append((FAILURE_KEY, {
             "host": host or self.host, "gpu": g.get("index") if g else None,
             "pci_bus_id": g.get("pci_bus_id") if g else None, "serial": g.get("serial") if g else None,
-            "line": line}))
+            "line": line, **({"check": check} if check else {}), "action": action.to_dict()}))
 
-    def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None) -> None:
+    def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None, check: str | None = None,
+             action: actions.Action | None = None) -> None:
         """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed").
-        ``host``: another host's name, in tests over several hosts."""
+        ``host``: another host's name, in tests over several hosts; ``check``: the finding that failed, when it
+        has a name; ``action``: what to do about it, when the caller knows better than the table's rows for
+        ``check`` and the test (an Xid's bucket: :func:`gpuaccept.judging.actions.for_xid`)."""
         g = self._gpu(gpu)
-        self._add_failure(f"{self._where(g, host)}: {message}", g, host)
+        self._add_failure(f"{self._where(g, host)}: {message}", g, host, check, action)
 
     def error(self, message: str, gpu: dict | int | None = None) -> None:
         """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is

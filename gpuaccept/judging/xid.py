@@ -220,6 +220,12 @@ def classify_one(event: dict) -> dict:
 _CAUSED_BY_RE = re.compile(r"caused by previous Xid (\d+)")
 
 
+def caused_by(msg: str) -> int | None:
+    """The Xid an Xid 45 message names as its cause (``"... caused by previous Xid 149"`` -> 149), or None."""
+    m = _CAUSED_BY_RE.search(msg or "")
+    return int(m.group(1)) if m else None
+
+
 def classify(events: list[dict]) -> list[dict]:
     """:func:`classify_one` for each ``xid_events`` probe event, in order; then one rule across events: an
     Xid 45 (recorded by policy, the Xid that caused it being judged on its own) whose text names its cause

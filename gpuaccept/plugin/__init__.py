@@ -11,23 +11,38 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 import pytest
 
-from gpuaccept.errors import ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
-from gpuaccept.config.profiles import probe_timeout
-from gpuaccept.config.paths import SUITES_DIR
+from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
+from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
+from gpuaccept.config.hostvars import check_hosts
+from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
+from gpuaccept.config.inventory import Inventory, load_inventory
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner import fanout
+from gpuaccept.runner import interrupt
+from gpuaccept.runner import prefetch
+from gpuaccept.runner import progress_relay
+from gpuaccept.runner import host as node_module
+from gpuaccept.config.patterns import shard
+from gpuaccept.config.profiles import PROFILES, probe_timeout
+from gpuaccept.errors import ERROR_KEY
+from gpuaccept.reporting.records import LAYERS, layer_of
+from gpuaccept.plugin.reports import ReportPlugin
+from gpuaccept.plugin.state import STATE, RunState
+from gpuaccept.config.limitfile import hosts_from_file
+from gpuaccept.config.thresholds import load_all
+from gpuaccept.transport import get_transport, interruption
+from gpuaccept.judging.readings import typed
+from gpuaccept.judging.sku import node_sku
+from gpuaccept.judging.recorder import Recorder
+
+RECORDER = pytest.StashKey[Recorder]()
 from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
+from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
-from gpuaccept.reporting.records import ERROR_KEY, LAYERS, layer_of
-# Imported where first used, so that a refusal and --list-hosts load none of them (benchmarks/refusal_cpu.py):
-# gpuaccept.runner.{host, fanout, interrupt, prefetch, progress_relay}, gpuaccept.plugin.reports,
-# gpuaccept.transport, gpuaccept.judging.{blockers, readings, sku, recorder}.
-
-STATE = pytest.StashKey[dict]()
-RECORDER = pytest.StashKey["Recorder"]()
 
 
 class DeclaredGpuMissing(Exception):
@@ -102,19 +117,22 @@ def pytest_configure(config: pytest.Config) -> None:
     try:  # everything refused before a node is touched: one line, exit 4 (gpuaccept.config.selection)
         check_options(config)
         sel = selection.select(config.getoption, config.rootpath, list(config.invocation_params.args), shared)
+        slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
+        if config.getoption("slurm_apply") and not slurm:
+            raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
+        if slurm and not _is_worker(config):
+            from gpuaccept.scaleout.drain import check_ready
+            check_ready()  # scontrol missing or the controller down: refused before any node is touched
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     inv, hosts, specs, hostvars, inv_path = sel.inventory, sel.hosts, sel.specs, sel.hostvars, sel.inv_path
     if not _is_worker(config):
-        for line in sel.warnings:
+        for line in sel.warnings:  # an unmatched &/! --limit term, ignored as Ansible does
             sys.stderr.write(f"[WARNING] {line}\n")
-    state: dict[str, Any] = {"warnings": sel.warnings, "inventory": inv, "hosts": hosts, "specs": specs, "nodes": {}, "partial": {},
-                             "started": time.time()}
-    state["hostvars"] = hostvars  # host -> {var: parsed value} (gpuaccept.config.hostvars), checked above
+    state = RunState(inventory=inv, hosts=hosts, specs=specs, hostvars=hostvars, started=time.time())
     if _is_worker(config):
-        state["started"] = config.workerinput.get("gpuaccept_started", state["started"])
-        state["probe_dir"] = config.workerinput.get("gpuaccept_probe_dir")
-        from gpuaccept.runner import progress_relay
+        state.started = config.workerinput.get("gpuaccept_started", state.started)
+        state.probe_dir = config.workerinput.get("gpuaccept_probe_dir")
         progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
     if not _is_worker(config) and not config.getoption("list_hosts"):
@@ -129,7 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
     interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
 
 
-def _state(config: pytest.Config) -> dict | None:
+def _state(config: pytest.Config) -> RunState | None:
     """This run's state, or None when the plugin is dormant (no ``gpuaccept_suites`` in the ini)."""
     return config.stash.get(STATE, None)
 
@@ -138,13 +156,12 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
     worker = node  # xdist calls its worker controller "node"; the hook's argument name is fixed by xdist
     st = _state(worker.config)
     if st is not None:
-        worker.workerinput["gpuaccept_started"] = st["started"]
-        worker.workerinput["gpuaccept_probe_dir"] = st.get("probe_dir")
-        worker.workerinput["gpuaccept_inventory"] = (st["inventory"].path, st["inventory"].text)
+        worker.workerinput["gpuaccept_started"] = st.started
+        worker.workerinput["gpuaccept_probe_dir"] = st.probe_dir
+        worker.workerinput["gpuaccept_inventory"] = (st.inventory.path, st.inventory.text)
         if worker.config.getoption("progress") != "off":  # the workers' probes reach the progress display
-            from gpuaccept.runner import progress_relay
-            st.setdefault("progress_dir", progress_relay.make_dir())
-            worker.workerinput["gpuaccept_progress_dir"] = st["progress_dir"]
+            st.progress_dir = st.progress_dir or progress_relay.make_dir()
+            worker.workerinput["gpuaccept_progress_dir"] = st.progress_dir
 
 
 def pytest_collection_modifyitems(config, items):
@@ -170,7 +187,7 @@ def pytest_xdist_make_scheduler(config, log):
 # -- parametrization and fixtures --------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node" in metafunc.fixturenames and _state(metafunc.config) is not None:
-        names = [h.name for h in metafunc.config.stash[STATE]["hosts"]]
+        names = [h.name for h in metafunc.config.stash[STATE].hosts]
         metafunc.parametrize("node", names, ids=names, indirect=True)
 
 
@@ -178,14 +195,14 @@ def _get_node(config: pytest.Config, name: str) -> HostRunner:
     from gpuaccept.runner.host import HostRunner
     from gpuaccept.transport import get_transport
     st = config.stash[STATE]
-    if name not in st["nodes"]:
-        host = st["inventory"].hosts[name]
+    if name not in st.nodes:
+        host = st.inventory.hosts[name]
         kh = config.getoption("known_hosts")
         accept = config.getoption("accept_new_host_keys")
-        st["nodes"][name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
-                                 probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
-                                 st.get("probe_dir"))
-    return st["nodes"][name]
+        st.nodes[name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
+                                    probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
+                                    st.probe_dir)
+    return st.nodes[name]
 
 
 @pytest.fixture
@@ -197,13 +214,13 @@ def node(request) -> HostRunner:
 @pytest.fixture
 def nodes(request) -> list[HostRunner]:
     """Every selected host, for fleet-wide and multi-node tests."""
-    return [_get_node(request.config, h.name) for h in request.config.stash[STATE]["hosts"]]
+    return [_get_node(request.config, h.name) for h in request.config.stash[STATE].hosts]
 
 
 @pytest.fixture
 def run_started(request) -> float:
     """Unix time at which this run began (the controller's clock)."""
-    return request.config.stash[STATE]["started"]
+    return request.config.stash[STATE].started
 
 
 @pytest.fixture
@@ -230,15 +247,14 @@ def gpus(request, node: HostRunner) -> list[dict]:
 
 
 def _node_sku(config: pytest.Config, node: HostRunner, gpus: list[dict]):
-    from gpuaccept.judging.sku import node_sku
-    specs = config.stash[STATE]["specs"]
+    specs = config.stash[STATE].specs
     return node_sku(node.name, specs, node.sku_override, node.host.vars.get("gpu_sku"), gpus)
 
 
 @pytest.fixture
 def specs(request) -> dict:
     """The loaded threshold files: SKU name -> SkuSpec (gpuaccept.config.thresholds.load_all)."""
-    return request.config.stash[STATE]["specs"]
+    return request.config.stash[STATE].specs
 
 
 @pytest.fixture
@@ -320,6 +336,7 @@ def pytest_runtest_makereport(item, call):
                 before_interruption=call.excinfo.errisinstance(Interrupted))
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, type(call.excinfo.value).__name__))
         return
     if call.excinfo is not None and not call.excinfo.errisinstance(
             (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
@@ -333,6 +350,7 @@ def pytest_runtest_makereport(item, call):
         head = [b.message() for b in rec.outcome().blocked] if rec is not None else []
         rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
+        rep.user_properties.append((ERROR_KIND_KEY, "internal"))
         return
     if rec is None or call.when != "call":
         return
@@ -366,12 +384,12 @@ def pytest_report_teststatus(report, config):
     host, crashed probe, timeout, blocked by a precondition, a measurement gap, interrupted) is counted under
     "errors" and listed as ERROR, as JUnit and summary.md count it, not under "failed". Without ``-v`` no
     letter is written per test (a 300-host run wrote rows of dots glued to the progress lines): the console
-    (gpuaccept.plugin.console) has a line per host instead. The report itself is
+    (gpuaccept.plugin.progress) has a line per host instead. The report itself is
     left as it is (a failed call), so the exit code, ``--lf`` and the report files are unchanged."""
     ours = report.failed and any(k == ERROR_KEY for k, _ in getattr(report, "user_properties", ()) or ())
     if _state(config) is None or config.option.verbose > 0 or hasattr(report, "wasxfail"):
         return ("error", "E", "ERROR") if ours else None
-    # our console (gpuaccept.plugin.console) says per host what pytest's letters said per test: none of them
+    # our console (gpuaccept.plugin.progress) says per host what pytest's letters said per test: none of them
     if ours:
         return "error", "", "ERROR"
     if report.passed:
@@ -422,7 +440,7 @@ def pytest_collection_finish(session) -> None:
     from gpuaccept.runner import host as node_module
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
     # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
-    pf = _state(config)["prefetch"] = prefetch.Prefetcher(prefetch.describe(session.items),
+    pf = _state(config).prefetch = prefetch.Prefetcher(prefetch.describe(session.items),
                                                           lambda n: _get_node(config, n), _forks(config))
     node_module.PROBE_HOOK[:] = [pf.probe]
 
@@ -430,7 +448,8 @@ def pytest_collection_finish(session) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Tell the prefetcher (gpuaccept.runner.prefetch) which test runs: its results are that test's to take."""
-    pf = (_state(item.config) or {}).get("prefetch")
+    st = _state(item.config)
+    pf = st.prefetch if st is not None else None
     if pf is None:
         return (yield)
     pf.begin(item.nodeid)
@@ -444,12 +463,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     st = session.config.stash.get(STATE, None)
     if st is None:
         return
-    from gpuaccept.runner import fanout
-    from gpuaccept.runner import host as node_module
-    if st.get("prefetch") is not None:  # results fetched ahead that no test took: dropped, their probes killed
+    if st.prefetch is not None:  # results fetched ahead that no test took: dropped, their probes killed
         node_module.PROBE_HOOK[:] = []
-        st.pop("prefetch").close()
-    fanout.close_all(list(st["nodes"].values()), _forks(session.config) or 1)
+        pf, st.prefetch = st.prefetch, None
+        pf.close()
+    fanout.close_all(list(st.nodes.values()), _forks(session.config) or 1)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -458,5 +476,5 @@ def pytest_cmdline_main(config: pytest.Config):
     if not config.getoption("list_hosts", False) or not active(config):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
-    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE]["hosts"]))
+    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE].hosts))
     return 0

@@ -5,10 +5,9 @@ controller only (never in an xdist worker: workers' reports reach the controller
 What it owns: the report folder's life (a folder is made only for a run that runs tests: ``--collect-only``,
 ``--list-hosts`` and a selection that deselects everything leave none and do not move ``reports/latest``;
 a ``--reports`` folder that already holds a run is refused), the records of finished tests
-(gpuaccept.reporting.records.Reporter), and at the end the history database (gpuaccept.reporting.history), ``report.html``
-(gpuaccept.reporting.html) and the Prometheus textfile (gpuaccept.reporting.prometheus). Also the progress display: per
-host the probe or test running and its elapsed time against its timeout, in place on a terminal, plain lines
-otherwise.
+(gpuaccept.reporting.reporter.Reporter), and at the end the history database (gpuaccept.reporting.history), the
+stand-outs (gpuaccept.judging.standouts), ``report.html`` (gpuaccept.reporting.html) and the Prometheus textfile
+(gpuaccept.reporting.prometheus). It starts the progress display (gpuaccept.plugin.progress) when the first test runs.
 """
 from __future__ import annotations
 
@@ -22,13 +21,19 @@ from typing import Any
 import pytest
 
 from gpuaccept.runner import host as node_mod
-from gpuaccept.errors import ConfigError
+from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
+from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
+from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
+from gpuaccept.plugin.progress import PLAIN_EVERY_S, TTY_EVERY_S, Progress, real_stderr  # noqa: F401
+from gpuaccept.plugin.state import RunState
+from gpuaccept.reporting.baseline import is_compared
+from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures
+from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.verdicts import action_hosts, failed_hosts
 from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
-from gpuaccept.reporting.records import (ERROR_KEY, CaseRecord, gpu_figures_judged, judged_something, skip_groups, Reporter, atomic_write, counted_failures, failed_hosts, holds_run, host_of, layer_of,
-                     load_previous_figures, no_gc, outliers)
-
-from gpuaccept.plugin.console import PLAIN_EVERY_S, TTY_EVERY_S, Progress  # noqa: E402,F401 - the console
+from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
@@ -106,21 +111,6 @@ def _id_of(name: str) -> str:
     return ascii_escaped(name)
 
 
-def _real_stderr():
-    """A stream on a copy of file descriptor 2 taken now (pytest_configure: pytest's capture is suspended), so
-    that the progress display still reaches the operator while pytest's fd capture redirects fd 2 during a test
-    (``sys.__stderr__`` writes to fd 2 and was captured then: a one-host run without -n showed nothing while a
-    probe ran). None when there is no stderr."""
-    try:
-        err = sys.__stderr__
-        if err is None:
-            return None
-        fd = os.dup(err.fileno())
-        return os.fdopen(fd, "w", encoding=getattr(err, "encoding", None) or "utf-8", errors="replace", buffering=1)
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 class ReportPlugin:
     """The report hooks of one run, with their configuration. Made by ``gpuaccept.plugin.pytest_configure``:
 
@@ -129,13 +119,14 @@ class ReportPlugin:
     Raises ConfigError (exit 4 before any node is touched) for a --reports folder that holds a run.
     """
 
-    def __init__(self, config: pytest.Config, state: dict, inv_path: str):
+    def __init__(self, config: pytest.Config, state: RunState, inv_path: str):
         self._error_key, self._layer_of = ERROR_KEY, layer_of
         # pytest writes a parameter id in ASCII ("gpu-\\xe91" for "gpu-é1"): map ids back to inventory names
-        self._host_names = {_id_of(h.name): h.name for h in state["hosts"]}
+        self._host_names = {_id_of(h.name): h.name for h in state.hosts}
         self.config = config
         self.state = state
         self.partial: dict[str, dict] = {}
+        self.slurm_lines: list[str] = []  # the Slurm step's lines (gpuaccept.scaleout.drain), said at the end
         self.collect_only = bool(config.getoption("collectonly", False))
         self.began = False
         self.created = False
@@ -146,24 +137,24 @@ class ReportPlugin:
         self.history: HistorySink | None = None
         if self.collect_only:
             return
-        self._stderr = _real_stderr()
+        self._stderr = real_stderr()
         self._check_baseline()  # before the history is created: "no history database" must stay that
         self._check_history()
         latest = config.invocation_params.dir / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
         rdir, self.created = reserve_folder(config)
         self.run_id = os.path.basename(os.path.normpath(rdir))
-        state["probe_dir"] = os.path.join(rdir, "probes")  # every probe's raw document, per host
-        hosts = state["hosts"]
+        state.probe_dir = os.path.join(rdir, "probes")  # every probe's raw document, per host
+        hosts = state.hosts
         host_sku = {h.name: h.vars.get("gpu_sku") for h in hosts if h.vars.get("gpu_sku")}
         if config.getoption("sku"):
             host_sku = {h.name: config.getoption("sku") for h in hosts}
         self.reporter = Reporter(rdir, self.run_id, {
             "inventory": inv_path, "limit": config.getoption("limit"), "hosts": [h.name for h in hosts],
-            "started": state["started"], "previous_run": previous, "profile": config.getoption("profile"),
+            "started": state.started, "previous_run": previous, "profile": config.getoption("profile"),
             "host_sku": host_sku})  # the previous run's figures are read at the end, and only without history
         if self._opt("history") != "none":  # the run's rows go into the database as they arrive
-            self.history = HistorySink(self.history_path, self.run_id, state["started"], config.getoption("profile"),
+            self.history = HistorySink(self.history_path, self.run_id, state.started, config.getoption("profile"),
                                        self._opt("baseline"), self._opt("standout_pct"))
             self.reporter.sinks.append(self.history)
 
@@ -217,7 +208,7 @@ class ReportPlugin:
         stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:
             tty = mode == "tty" or (mode == "auto" and stream.isatty())
-            self.progress = Progress(stream, tty, probe_timeout(self.config), self.state.get("progress_dir"))
+            self.progress = Progress(stream, tty, probe_timeout(self.config), self.state.progress_dir)
             self.progress.start()
             node_mod.PROBE_STARTED.append(self._probe_started)
             node_mod.PROBE_PROGRESS.append(self._probe_progress)
@@ -309,9 +300,11 @@ class ReportPlugin:
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         failing = counted_failures(part["outcome"], part["message"],
                                    [v for k, v in part["props"] if k == "gpuaccept.failure"])
-        self.reporter.add(CaseRecord(nodeid, nodeid.split("::")[-1], self._host_of(nodeid), self._layer_of(nodeid),
+        kind, name = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None), nodeid.split("::")[-1]
+        self.reporter.add(CaseRecord(nodeid, name, self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs,
-                                     failures=failing))
+                                     failures=failing, action=for_case(part["outcome"], name, part["message"],
+                                                                       failing, kind, figs)))
 
     def _host_of(self, nodeid: str) -> str | None:
         """The inventory name of a test id's host parameter (None for a fleet test)."""
@@ -321,7 +314,8 @@ class ReportPlugin:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         from gpuaccept.runner.progress_relay import remove_dir
-        remove_dir(self.state.pop("progress_dir", None))
+        remove_dir(self.state.progress_dir)
+        self.state.progress_dir = None
         if self.progress is not None:
             self.progress.stop()
         if self._stderr is not None:
@@ -373,8 +367,13 @@ class ReportPlugin:
                 pass
 
     def _finish(self, rep: Reporter) -> None:
-        """History comparison and recording, then the whole-run files, report.html and the textfile."""
-        finish_reports(rep, self.history, self._opt("prometheus_textfile"))
+        """History comparison and recording, then the whole-run files, report.html and the textfile; then the
+        Slurm step when asked (gpuaccept.scaleout.drain: its lines are printed in the terminal summary)."""
+        finish_reports(rep, self.history, self._opt("prometheus_textfile"), standout_pct=self._opt("standout_pct"))
+        if self._opt("slurm_drain") or self._opt("slurm_resume"):
+            from gpuaccept.scaleout.drain import after_run
+            self.slurm_lines = after_run(rep, self.state.hostvars or {}, *(
+                bool(self._opt(o)) for o in ("slurm_drain", "slurm_resume", "slurm_apply")))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter
@@ -395,8 +394,13 @@ class ReportPlugin:
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
+        for act, names in reversed(list(action_hosts(hv, rep.meta.get("hosts")).items())):  # strongest first
+            if names:
+                terminalreporter.write_line(f"gpuaccept: {len(names)} host(s) to {act}: {rep.dir}/hosts-{act}.txt")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+        for line in self.slurm_lines:  # gpuaccept.scaleout.drain: the dry run's commands, or the calls made
+            terminalreporter.write_line(line)
 
 
 # The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
@@ -418,11 +422,13 @@ class HistorySink:
         from gpuaccept.reporting import history
         self.path = path
         self.recorder = history.RunRecorder(path, run_id, started, profile, baseline,
-                                            standout_pct or history.STANDOUT_PCT)
+                                            standout_pct or STANDOUT_PCT)
         self.error: str | None = None
         self._next = 0.0
 
     def add(self, r) -> None:
+        """A finished test's record (gpuaccept.reporting.records.CaseRecord): its rows now, inserted within
+        :data:`HISTORY_EVERY_S`."""
         if self.error is None:
             self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                                "message": r.message}, r.figures)
@@ -430,6 +436,7 @@ class HistorySink:
                 self.flush()
 
     def flush(self) -> None:
+        """Insert the rows so far (without waiting for another writer: then they go with the next flush)."""
         self._next = time.monotonic() + HISTORY_EVERY_S
         self.guard(self.recorder.flush)
 
@@ -449,18 +456,20 @@ class HistorySink:
 
 
 def finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None = None,
-                   timings: dict[str, float] | None = None) -> None:
+                   timings: dict[str, float] | None = None, standout_pct: float | None = None) -> None:
     """The end of a run's reports (also on interrupt): stand-outs (found as the rows reached the history
     database through ``hist``, else against the previous run's results.json) and the run's end in the history, then the
     whole-run files (:meth:`Reporter.flush`), report.html and, with ``prometheus_path``, the textfile.
     Failures to write are kept in ``rep.write_error`` (the first one), never raised. ``timings``: filled with
-    the wall seconds of each part (history, files, html, prometheus), for benchmarks/report_scale.py."""
+    the wall seconds of each part (history, files, html, prometheus), for benchmarks/report_scale.py.
+    ``standout_pct``: ``--standout-pct`` for the comparison with the previous run without a history (the
+    history sink has its own); default gpuaccept.judging.standouts.PCT."""
     with no_gc():
-        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings)
+        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings, standout_pct)
 
 
 def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None,
-                    timings: dict[str, float]) -> None:
+                    timings: dict[str, float], standout_pct: float | None) -> None:
     finished = time.time()
     t0 = time.perf_counter()
     hv = rep.host_verdicts()
@@ -491,7 +500,8 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
         # against the previous run's results.json, read only now (at 10,000 hosts it holds 1.84 M figures: GBs
         # of memory for the whole run, and for nothing when the history database is kept)
         prev = rep.meta.get("previous_run")
-        stand = outliers(figures, rep.previous or (load_previous_figures(prev) if prev else []))
+        stand = outliers(figures, rep.previous or (load_previous_figures(prev) if prev else []),
+                         standout_pct or STANDOUT_PCT, os.path.basename(prev) if prev else None, is_compared)
     rep.final_standouts = stand
     timings["history"] = time.perf_counter() - t0
     try:
@@ -527,7 +537,8 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         from gpuaccept.reporting import prometheus
         try:
             prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
-                                      figures, verdicts)
+                                      figures, verdicts, host_actions={h: (v.get("action") or {}).get("action")
+                                                                       for h, v in hv.items()})
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]

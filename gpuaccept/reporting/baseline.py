@@ -30,6 +30,7 @@ Sustained and short figures differ; which pairs are comparable, and why (each me
 from __future__ import annotations
 
 from gpuaccept.judging.burnin import FIGURES
+from gpuaccept.judging.standouts import is_throughput
 
 #: the burn-in's own throughput figures (higher is better), compared with the same figure of an earlier burn-in
 BURNIN_FIGURES = frozenset(f"burnin_{fig}_{edge}" for fig in FIGURES for edge in ("start", "end"))
@@ -55,6 +56,12 @@ def is_burnin_figure(f: dict) -> bool:
     v = f.get("value")
     return (f.get("check") in BURNIN_FIGURES and isinstance(v, (int, float)) and not isinstance(v, bool)
             and f.get("layer", BURNIN_LAYER) == BURNIN_LAYER)
+
+
+def is_compared(f: dict) -> bool:
+    """A figure compared with its own references (previous run, baseline): a throughput figure
+    (gpuaccept.judging.standouts.is_throughput) or a burn-in throughput figure (:func:`is_burnin_figure`)."""
+    return is_throughput(f) or is_burnin_figure(f)
 
 
 def nightly_key(burnin_key: str) -> str | None:

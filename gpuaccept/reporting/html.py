@@ -15,8 +15,10 @@ from typing import Any
 
 import jinja2
 
-from gpuaccept.reporting.records import (CaseRecord, GpuTable, _fmt, _limit_s, _line_text, failing_gpus_text,
-                                         host_verdicts, same_reason_once)
+from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.text import fmt, limit_text
+from gpuaccept.reporting.verdicts import failing_gpus_text, host_verdicts, line_text, same_reason_once
 
 # Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
 # is not read; the tables still list everything). Chosen.
@@ -113,7 +115,7 @@ def heatmap(figures: list[dict], only: set | None = None, standouts: set | None 
                           "verdict": "fail" if f.get("verdict") == "fail" or (old and old["verdict"] == "fail") else "pass",
                           "color": _ratio_color(ratio, kind, key in (standouts or ())),
                           "title": f"{f.get('host')} {f['check']}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
-                                   f"{_fmt(v)} {f.get('unit') or ''} vs {_limit_s(lim)}"}
+                                   f"{fmt(v)} {f.get('unit') or ''} vs {limit_text(lim)}"}
         elif f.get("verdict") == "fail":
             old["verdict"] = "fail"
     hosts = sorted({h for h, _ in cells})
@@ -181,7 +183,7 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
     host_rows = [{"name": h, **hv[h], "failing_gpus": failing_gpus_text(hv[h])}
                  for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
-    failing_gpus = [{"host": h, **g, "why": [short_paths(_line_text(ln)) for ln in g["lines"]]}
+    failing_gpus = [{"host": h, **g, "why": [short_paths(line_text(ln)) for ln in g["lines"]]}
                     for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     tally: dict[str, int] = {}
     for h, v in hv.items():
@@ -222,7 +224,8 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
         heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
-        standouts=standouts_once(standouts), failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=_fmt, limit_s=_limit_s, short=short_paths)
+        standouts=standouts_once(standouts), failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=fmt,
+        limit_s=limit_text, short=short_paths)
 
 
 def spark_keys(figures: list[dict], table: GpuTable | None = None) -> list[tuple[tuple[str, str, Any, str], dict]]:

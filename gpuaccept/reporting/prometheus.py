@@ -9,7 +9,8 @@ Metrics (all gauges):
   figures that repeat per message size or pair, e.g. ``bytes=4096``); the check name is sanitised to
   ``[a-zA-Z0-9_]``;
 - ``gpuaccept_figure_pass`` 1/0 per judged figure (same labels plus check);
-- ``gpuaccept_host_verdict`` per host: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP (label ``verdict`` spells it);
+- ``gpuaccept_host_verdict`` per host: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP (label ``verdict`` spells it, label
+  ``action`` names what to do next: rerun, fix-config, check-network, reset-gpu, reboot, drain-rma, or "none");
 - ``gpuaccept_last_run_timestamp_seconds`` per host (label host): the start of the run that tested it, Unix
   time, for "no acceptance run on this host for two days" alerts (``time() - ... > 172800``);
 - ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``;
@@ -25,7 +26,8 @@ import re
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
 
-from gpuaccept.reporting.history import _num, check_of
+from gpuaccept.judging.readings import number
+from gpuaccept.judging.standouts import check_of
 
 VERDICT_CODE = {"PASS": 0, "FAIL": 1, "ERROR": 2, "SKIP": 3}
 # At most this many figures become series (two samples each: the value and figure_pass); above it, the
@@ -48,9 +50,10 @@ class _RunCollector:
     that is the difference between seconds and minutes, and gigabytes of memory)."""
 
     def __init__(self, run_id: str, started: float, finished: float, figures: list[dict],
-                 host_verdicts: dict[str, str], left_out: int):
+                 host_verdicts: dict[str, str], left_out: int, host_actions: dict[str, str] | None = None):
         self.args = (run_id, started, finished, figures, host_verdicts)
         self.left_out = left_out
+        self.host_actions = host_actions or {}
 
     def describe(self):
         return []  # names are not checked for clashes: the registry holds this collector alone
@@ -62,7 +65,7 @@ class _RunCollector:
                                    labels=LABELS + ("check",))
         seen: set[tuple] = set()
         for f in figures:
-            v = _num(f.get("value"))
+            v = number(f.get("value"))
             if v is None:
                 continue
             name = metric_name(f["check"])
@@ -84,9 +87,9 @@ class _RunCollector:
         yield passed
         yield from fams.values()
         hv = GaugeMetricFamily("gpuaccept_host_verdict", "host verdict: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP",
-                               labels=("host", "verdict"))
+                               labels=("host", "verdict", "action"))
         for host, verdict in host_verdicts.items():
-            hv.add_metric([host, verdict], VERDICT_CODE.get(verdict, 2))
+            hv.add_metric([host, verdict, self.host_actions.get(host) or "none"], VERDICT_CODE.get(verdict, 2))
         yield hv
         last = GaugeMetricFamily("gpuaccept_last_run_timestamp_seconds", "start of the last run that tested the "
                                  "host, Unix time", labels=("host",))
@@ -107,10 +110,12 @@ class _RunCollector:
 
 
 def write_textfile(path: str, run_id: str, started: float, finished: float, figures: list[dict],
-                   host_verdicts: dict[str, str], max_figures: int = MAX_FIGURES) -> None:
+                   host_verdicts: dict[str, str], max_figures: int = MAX_FIGURES,
+                   host_actions: dict[str, str] | None = None) -> None:
     """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out, and above
     ``max_figures`` (default :data:`MAX_FIGURES`) figures those of passing hosts first (counted in
-    ``gpuaccept_figures_not_exported``)."""
+    ``gpuaccept_figures_not_exported``). ``host_actions``: host -> its action's name (the host verdict's
+    ``action`` label; "none" for a host without one)."""
     left_out = 0
     if len(figures) > max_figures:
         bad = [f for f in figures if host_verdicts.get(str(f.get("host"))) != "PASS"]
@@ -118,5 +123,5 @@ def write_textfile(path: str, run_id: str, started: float, finished: float, figu
         keep = (bad + good)[:max_figures]
         left_out, figures = len(figures) - len(keep), keep
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts, left_out))
+    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts, left_out, host_actions))
     write_to_textfile(path, reg)

@@ -1,6 +1,6 @@
 """Probe starts and live progress from xdist workers to the controller's progress display.
 
-Under ``-n N`` probes run in worker processes, while the progress display (gpuaccept.plugin.reports.Progress) lives
+Under ``-n N`` probes run in worker processes, while the progress display (gpuaccept.plugin.progress.Progress) lives
 in the controller; xdist sends only test reports between them. So each worker keeps, per host it runs, the
 probe running and its last live progress line (gpuaccept.transport.progress) in one small JSON file of its own,
 ``<relay dir>/<worker id>.json``, rewritten atomically (at most every :data:`WRITE_EVERY_S`, a probe start

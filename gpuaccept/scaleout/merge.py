@@ -29,7 +29,10 @@ import os
 import sys
 import time
 
-from gpuaccept.reporting.records import CaseRecord, Reporter, holds_run, host_verdicts
+from gpuaccept.reporting.folder import holds_run
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.verdicts import host_verdicts
 
 
 _FIELDS = {f.name for f in dataclasses.fields(CaseRecord)}
@@ -152,7 +155,7 @@ def limit_notes(recs: list[CaseRecord]) -> list[str]:
     threshold files, ``--sku`` or gpuaccept versions, whose verdicts are then not comparable. One line per
     SKU x check x extras, naming each limit and the runs that used it; at most :data:`MAX_LIMIT_NOTES` lines
     and a count of the rest."""
-    from gpuaccept.reporting.records import _limit_s
+    from gpuaccept.reporting.text import limit_text
     seen: dict[tuple, dict[str, set]] = {}
     for r in recs:
         for f in r.figures:
@@ -160,7 +163,7 @@ def limit_notes(recs: list[CaseRecord]) -> list[str]:
                 continue
             key = (str(f.get("sku") or "-"), str(f.get("check")),
                    json.dumps(f.get("extra"), sort_keys=True, default=str))
-            seen.setdefault(key, {}).setdefault(_limit_s(f.get("limit")), set()).add(r.run_id or "?")
+            seen.setdefault(key, {}).setdefault(limit_text(f.get("limit")), set()).add(r.run_id or "?")
     lines = []
     for (sku, check, extra), limits in sorted(seen.items()):
         if len(limits) > 1:

@@ -340,7 +340,7 @@ def _task(run_dir: str, pytest_args: list[str]) -> int:
 def earlier_run(run_dir: str) -> str | None:
     """What in ``run_dir`` shows an earlier launch (a node folder with an exit code or reports, a joined
     report), as a path; None when the folder is new or holds only inventories."""
-    from gpuaccept.reporting.records import holds_run
+    from gpuaccept.reporting.folder import holds_run
     nodes = os.path.join(run_dir, "nodes")
     try:
         names = sorted(os.listdir(nodes))

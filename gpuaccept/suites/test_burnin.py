@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuaccept.judging import burnin
+from gpuaccept.judging import actions, burnin
 from gpuaccept.judging import drift
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import Interrupted, ProbeError
@@ -27,7 +27,7 @@ STARTUP_S = 300.0
 
 def _series_path(config, host: str) -> str | None:
     from gpuaccept.plugin import STATE
-    probe_dir = (config.stash.get(STATE, None) or {}).get("probe_dir")
+    probe_dir = getattr(config.stash.get(STATE, None), "probe_dir", None)
     if not probe_dir:
         return None
     # named like the host's probe folder (<reports>/probes/<host>): host names are checked at load
@@ -67,7 +67,8 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     for ev in events:
         if ev.get("fails"):
             verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
-                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus))
+                          gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus), check="burnin_xid_events",
+                          action=actions.for_xid(ev))
     verdicts.finish()
 
 

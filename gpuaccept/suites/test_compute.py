@@ -66,7 +66,8 @@ def test_tensor_tflops(node: HostRunner, gpus, sku, verdicts):
             if bad_clock or note:
                 verdicts.record(f"{dtype}_applications_clocks_setting", True, gpu=g, extra={"note": note})
             if bad_clock:
-                verdicts.fail(f"{bad_clock} while running {dtype} matmul", gpu=g)
+                verdicts.fail(f"{bad_clock} while running {dtype} matmul", gpu=g,
+                              check=f"{dtype}_applications_clocks_setting")
             cap = fig.get("power_limit_w_min")  # the limit during the timed window (older probes: NVML's reading)
             for f in drift.power_limit(nv or {}, sku, node.host.vars.get("gpu_power_limit_w"), enforced=cap,
                                        during=f" during {dtype} matmul" if cap is not None else ""):

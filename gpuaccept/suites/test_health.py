@@ -4,7 +4,7 @@ Each check is its own test so that ``-k`` finds it; the judging itself lives in 
 """
 import pytest
 
-from gpuaccept.judging import fleet
+from gpuaccept.judging import actions, fleet
 from gpuaccept.judging import health
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import ThresholdError
@@ -127,12 +127,13 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     verdicts.record("xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev["fails"]:
-            verdicts.fail(ev["message"], gpu=by_bus.get(normalize_bus_id(ev.get("pci_bus_id"))))
+            verdicts.fail(ev["message"], gpu=by_bus.get(normalize_bus_id(ev.get("pci_bus_id"))), check="xid_events",
+                          action=actions.for_xid(ev))
     sxids = classify_sxids(nodeclock.in_window(doc.get("sxid_events") or [], cut))
     verdicts.record("sxid_events", len(sxids), "events", extra={"events": sxids[:50]})
     for ev in sxids:
         if ev["fails"]:
-            verdicts.fail(ev["message"])
+            verdicts.fail(ev["message"], check="sxid_events", action=actions.for_sxid(ev))
     verdicts.finish()
 
 

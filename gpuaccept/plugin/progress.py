@@ -14,6 +14,7 @@ Verdict of a host as everywhere: FAIL > ERROR > PASS > SKIP, from its tests' out
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -191,3 +192,19 @@ class Progress:
             self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n")
         if status_due:
             self._write(f"[gpuaccept] {self.line()}\n")
+
+
+def real_stderr():
+    """A stream on a copy of file descriptor 2 taken now (pytest_configure: pytest's capture is suspended), so
+    that the progress display still reaches the operator while pytest's fd capture redirects fd 2 during a test
+    (``sys.__stderr__`` writes to fd 2 and was captured then: a one-host run without -n showed nothing while a
+    probe ran). None when there is no stderr."""
+    try:
+        err = sys.__stderr__
+        if err is None:
+            return None
+        fd = os.dup(err.fileno())
+        return os.fdopen(fd, "w", encoding=getattr(err, "encoding", None) or "utf-8", errors="replace", buffering=1)
+    except (OSError, ValueError, AttributeError):
+        return None
+

@@ -1,0 +1,314 @@
+"""From verdict to action: what an operator does next with each failing finding (pure; the table is data).
+
+Every failing finding (a failure line, or a test that could not measure) gets one action, weakest first:
+
+=================  ==========================================================================================
+``rerun``          busy, interrupted, unreachable once: rerun it (``--limit=@failed-hosts.txt``)
+``fix-config``     a setting is off: the action names the setting and the command that restores it
+``check-network``  a rank, pair, rail or port blamed by the network tests
+``reset-gpu``      a GPU reset clears it (a pending row remap, an Xid whose bucket is RESET_GPU)
+``reboot``         the node must restart (driver / kernel module mismatch, RESTART_BM)
+``drain-rma``      hold the node out and open an RMA with the evidence (a confirmed slow figure, a lost
+                   GPU, uncorrectable ECC on a part without row remapping, a row-remap failure)
+=================  ==========================================================================================
+
+The rows, each with its reason and source, are ``gpuaccept/data/actions.yaml`` (nothing about an action is
+typed here): NVIDIA's Xid Catalog buckets (:func:`for_xid`), NVIDIA's memory error guidance (row remapping,
+page retirement), and gpuaccept's own table per check, per test and per error kind. A finding is looked up
+(:func:`for_finding`) by, in order: its check in the memory rows, then in the check rows (exact, then
+``*_suffix`` / ``prefix *`` rows); a test row marked ``all_findings``; a judged figure below a ``min`` limit
+("(slow figure)") or over a ``max`` limit ("(over limit)"); its test's row; the fallback.
+
+An action is a dict, as it travels in results.json and the JUnit properties:
+``{"action", "reason", "source"[, "setting", "command"][, "slow": true]}``. A host's action is the strongest of
+its findings' (:func:`host_action`), with one rule across findings: a slow figure on a host that also has a
+``fix-config`` finding is not a hardware verdict (a lowered power limit makes every TFLOP/s figure slow): it
+becomes ``rerun`` after the fix.
+"""
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable
+
+import yaml
+
+from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
+
+DATA_FILE = "actions.yaml"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action: ``action`` (a name of :func:`strength`), ``reason`` (one line), ``source`` (where the row
+    comes from); ``setting`` and ``command`` for fix-config (the command filled in for the finding);
+    ``slow``: decided by the "(slow figure)" row (see :func:`host_action`)."""
+
+    action: str
+    reason: str
+    source: str
+    setting: str | None = None
+    command: str | None = None
+    slow: bool = False
+
+    def to_dict(self) -> dict:
+        """The JSON form: unset optional keys left out."""
+        out = {"action": self.action, "reason": self.reason, "source": self.source}
+        if self.setting:
+            out["setting"] = self.setting
+        if self.command:
+            out["command"] = self.command
+        if self.slow:
+            out["slow"] = True
+        return out
+
+
+@lru_cache(maxsize=None)
+def load_table() -> dict:
+    """``gpuaccept/data/actions.yaml`` as read; raises ValueError when a row names an action not in ``strength``
+    or has no reason (the data file is broken)."""
+    with resources.files("gpuaccept").joinpath("data", DATA_FILE).open(encoding="utf-8") as f:
+        table = yaml.safe_load(f)
+    known = set(table["strength"])
+    for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "errors"):
+        for key, row in table[section]["rows"].items():
+            if row.get("action") not in known or not row.get("reason"):
+                raise ValueError(f"{DATA_FILE}: {section}/{key}: action must be one of {sorted(known)}, with a reason")
+    if table["fallback"]["action"] not in known or not set(table["slurm_drain"]) <= known:
+        raise ValueError(f"{DATA_FILE}: fallback and slurm_drain must name actions of strength")
+    return table
+
+
+def strength() -> tuple[str, ...]:
+    """The action names, weakest first."""
+    return tuple(load_table()["strength"])
+
+
+def drain_actions() -> frozenset[str]:
+    """The actions ``--slurm-drain`` drains (``slurm_drain`` in the data file)."""
+    return frozenset(load_table()["slurm_drain"])
+
+
+class _Fields(dict):
+    def __missing__(self, key: str) -> str:
+        return f"<{key}>"
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _as_int(v: Any) -> Any:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, str) and v.lower() in ("enabled", "disabled", "on", "off"):
+        return int(v.lower() in ("enabled", "on"))
+    return None
+
+
+def _fields(check: str | None, value: Any, extra: dict | None, gpu: Any) -> _Fields:
+    out = _Fields({k: _plain(v) for k, v in (extra or {}).items() if isinstance(v, (str, int, float, bool))})
+    if gpu not in (None, ""):
+        out["gpu"] = gpu
+    if value is not None:
+        out["value"] = _plain(value)
+        if _as_int(value) is not None:
+            out["not_value_int"] = 1 - _as_int(value)
+    if _as_int(out.get("current")) is not None:
+        out["current_int"] = _as_int(out["current"])
+    if check and " " in check:
+        out["name"] = check.split(" ", 1)[1]
+    return out
+
+
+def _fill(text: str | None, fields: _Fields) -> str | None:
+    if not text:
+        return None
+    try:
+        return string.Formatter().vformat(text, (), fields)
+    except (ValueError, IndexError):  # a malformed template: said as written, never a crash
+        return text
+
+
+def _action(section: str, key: str, fields: _Fields | None = None, prefix: str = "", slow: bool = False) -> Action:
+    table = load_table()
+    sec = table[section]
+    row = sec["rows"][key]
+    f = fields if fields is not None else _Fields()
+    return Action(row["action"], prefix + _fill(row["reason"], f), row.get("source") or sec["source"],
+                  _fill(row.get("setting"), f), _fill(row.get("command"), f), slow)
+
+
+def _fallback(prefix: str = "") -> Action:
+    row = load_table()["fallback"]
+    return Action(row["action"], prefix + row["reason"], "gpuaccept's table (issue 25, 2026-12-01): fallback")
+
+
+def _check_row(check: str) -> tuple[str, str] | None:
+    table = load_table()
+    for section in ("memory", "checks"):
+        if check in table[section]["rows"]:
+            return section, check
+    for key in table["checks"]["rows"]:
+        if key.startswith("*") and check.endswith(key[1:]):
+            return "checks", key
+        if key.endswith(" *") and check.startswith(key[:-1]):
+            return "checks", key
+    return None
+
+
+def base_test_name(name: str | None) -> str:
+    """``"test_ecc"`` of ``"test_ecc[gpu-07]"`` (a record's name) or of an item's original name."""
+    return (name or "").split("[")[0]
+
+
+def for_finding(test: str | None, check: str | None = None, value: Any = None, extra: dict | None = None,
+                gpu: Any = None, direction: str | None = None) -> Action:
+    """The action of one failing finding of test ``test`` (its name, with or without ``[host]``).
+
+    ``check``: the figure or finding that failed (None: a failure line of the test at large); ``value`` and
+    ``extra``: the figure and its extra fields (they fill a fix-config command: ``expected_w``, ``current``,
+    ``from``...); ``gpu``: the GPU's PCI bus id or index (the command's ``{gpu}``); ``direction``: ``"min"`` or
+    ``"max"`` when the figure was judged against a limit. Lookup order: module docstring. Never raises on a
+    finding no row names (the fallback answers)."""
+    test = base_test_name(test)
+    fields = _fields(check, value, extra, gpu)
+    rows = load_table()["tests"]["rows"]
+    hit = _check_row(check) if check else None
+    if hit is not None:
+        return _action(*hit, fields)
+    if test in rows and rows[test].get("all_findings"):
+        return _action("tests", test, fields)
+    if direction == "min":
+        return _action("checks", "(slow figure)", fields, prefix=f"{check}: ", slow=True)
+    if direction == "max":
+        return _action("checks", "(over limit)", fields, prefix=f"{check}: ")
+    if test in rows:
+        return _action("tests", test, fields)
+    return _fallback(f"{test or 'test'}: ")
+
+
+def for_xid(event: dict) -> Action:
+    """The action of one failing Xid event as :func:`gpuaccept.judging.xid.classify` left it (keys ``xid``,
+    ``rule``, ``bucket``, ``msg``, ``continuation``): NVIDIA's immediate bucket through ``xid_buckets``; an Xid 154
+    by the recovery action it announces (``xid154_recovery``); an Xid 45 judged by its named cause by that Xid's
+    bucket; the driver's own faults, an Xid without a number, an unknown Xid, an Xid without a bucket by the
+    data file's bracketed rows."""
+    rows = load_table()["xid_buckets"]["rows"]
+    xid, rule = event.get("xid"), event.get("rule")
+    head = f"Xid {xid}: " if xid is not None else ""
+    if rule == "driver":
+        return _action("xid_buckets", "(driver)")
+    if rule in ("no number", "unknown"):
+        return _action("xid_buckets", "(unknown)", prefix=head)
+    if rule == "no bucket":
+        return _action("xid_buckets", "(none)", prefix=head)
+    if rule == "policy" and xid == 154:
+        said = recovery_action(" ".join([event.get("msg") or ""] + list(event.get("continuation") or [])))
+        key = (said or "").strip().lower()
+        if key in load_table()["xid154_recovery"]["rows"]:
+            return _action("xid154_recovery", key, prefix=head)
+        return _action("xid_buckets", "XID_154", prefix=head)
+    bucket = event.get("bucket")
+    if rule == "named cause":
+        cause = caused_by(event.get("msg") or "")
+        entry = load_catalog().get(cause) if cause is not None else None
+        bucket, head = (entry.immediate if entry else None), f"Xid 45 caused by Xid {cause}: "
+    if bucket in rows:
+        return _action("xid_buckets", bucket, prefix=head)
+    return _action("xid_buckets", "(none)" if bucket in (None, "") else "(unknown)", prefix=head)
+
+
+def for_sxid(event: dict) -> Action:
+    """The action of one failing NVSwitch SXid (Fatal, or no severity stated): the ``(sxid)`` row."""
+    return _action("xid_buckets", "(sxid)", prefix=f"SXid {event.get('sxid')}: ")
+
+
+def _error_keys() -> list[str]:
+    rows = load_table()["errors"]["rows"]
+    return sorted((k for k in rows if not k[0].isupper() and not k.startswith("(") and k != "internal"),
+                  key=len, reverse=True)
+
+
+def for_error(kind: str | None, message: str = "") -> Action:
+    """The action of a test that could not measure (an ERROR). ``kind``: the exception's class name
+    (``HostUnreachable``, ``CommandTimeout``, ``Interrupted``, ``ProbeError``, ``HostKeyError``, ``AuthError``,
+    ``ThresholdError``) or ``"internal"``, as the plugin records it; ``message``: the error's text, whose lines
+    are matched by the first words gpuaccept writes (``blocked by <check>``, ``disturbed``, ``busy``, ``not
+    run``, ``not finished``...), at a line's start or after a ``host: `` head. The strongest of the kind's row and
+    the matched lines' rows; ``(other)`` when none matches (a measurement gap)."""
+    rows = load_table()["errors"]["rows"]
+    found = [_action("errors", kind)] if kind in rows else []
+    keys = _error_keys()
+    for line in (message or "").splitlines():
+        low = line.strip().lower()
+        for key in keys:
+            if re.search(rf"(?:^|: ){re.escape(key)}\b", low):
+                found.append(_action("errors", key))
+                break
+    return strongest(found) or _action("errors", "(other)")
+
+
+def _as_dict(a: Action | dict | None) -> dict | None:
+    return a.to_dict() if isinstance(a, Action) else a
+
+
+def strongest(actions: Iterable[Action | dict | None]) -> Any:
+    """The strongest of ``actions`` (Action or dict, as given; the first of equals), or None when there is none."""
+    order = {name: i for i, name in enumerate(strength())}
+    best, rank = None, -1
+    for a in actions:
+        name = a.action if isinstance(a, Action) else (a or {}).get("action")
+        if name in order and order[name] > rank:
+            best, rank = a, order[name]
+    return best
+
+
+def entry_action(test: str | None, entry: dict) -> dict:
+    """The action of one failure entry of a record (``{host, gpu, pci_bus_id, serial, line[, check, action]}``):
+    the one decided where it was found, else looked up by its check and test (records written before actions)."""
+    if isinstance(entry.get("action"), dict):
+        return entry["action"]
+    return for_finding(test, entry.get("check"), gpu=entry.get("pci_bus_id") or entry.get("gpu")).to_dict()
+
+
+def figure_action(test: str | None, fig: dict) -> dict:
+    """The action of one failing figure record (``{check, value, gpu, pci_bus_id, limit: {min|max}, extra}``)."""
+    lim = fig.get("limit") if isinstance(fig.get("limit"), dict) else {}
+    direction = "min" if "min" in lim else "max" if "max" in lim else None
+    return for_finding(test, fig.get("check"), fig.get("value"), fig.get("extra"),
+                       fig.get("pci_bus_id") or fig.get("gpu"), direction).to_dict()
+
+
+def for_case(outcome: str, test: str | None, message: str = "", failures: list[dict] | None = None,
+             error_kind: str | None = None, figures: list[dict] | None = None) -> dict | None:
+    """The action of one test record: None unless ``failed`` or ``error``; a failed test's strongest failure
+    entry (:func:`entry_action`); without entries, its strongest failing figure of ``figures``
+    (:func:`figure_action`); without either, as for a plain ``assert``, its test's row. An error's
+    :func:`for_error`."""
+    if outcome == "failed":
+        acts = [entry_action(test, e) for e in failures or [] if isinstance(e, dict)]
+        acts = acts or [figure_action(test, f) for f in figures or [] if isinstance(f, dict)
+                        and f.get("verdict") == "fail"]
+        return strongest(acts) or for_finding(test).to_dict()
+    if outcome == "error":
+        return for_error(error_kind, message).to_dict()
+    return None
+
+
+def host_action(actions: Iterable[dict | None]) -> dict | None:
+    """The host's action: the strongest of its findings' ``actions`` (dicts), None when it has none. A slow
+    figure (``slow``) on a host that also has a fix-config finding becomes ``rerun`` "after fixing <setting>":
+    the figure was taken with the setting off, so it proves no hardware fault (module docstring)."""
+    acts = [a for a in actions if isinstance(a, dict) and a.get("action")]
+    config = next((a for a in acts if a["action"] == "fix-config"), None)
+    if config is not None:
+        what = config.get("setting") or config.get("reason")
+        acts = [{**a, "action": "rerun", "reason": f"{a['reason']}; measured while {what} was off: fix it, then "
+                                                   f"rerun"} if a.get("slow") else a for a in acts]
+    return strongest(acts)

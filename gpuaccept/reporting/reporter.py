@@ -1,0 +1,412 @@
+"""The files of one run, written by the controller as results arrive (:class:`Reporter`).
+
+``<dir>/results.jsonl``: one line per finished test, appended and flushed as it arrives (survives a kill;
+O(new result) per test); its <testcase> element is rendered then too, into ``<dir>/.spool/junit-<layer>.part``.
+The whole-run files are written at the end, on interrupt, and in between at most every :data:`FLUSH_MIN_S`
+seconds and never more often than keeps their cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see
+:meth:`Reporter.add`); each record's text is then copied from where it already lies (results.jsonl, the
+spools), not serialised again, so a rewrite is a copy of bytes plus the per-host pages:
+``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (gpuaccept.reporting.junit),
+``<dir>/summary.md`` (gpuaccept.reporting.summary) and ``<dir>/failed-hosts.txt`` (hosts with a failure or an
+error, one per line, for ``--limit @failed-hosts.txt``; gpuaccept.reporting.verdicts), and beside it one
+``hosts-<action>.txt`` per action (gpuaccept.judging.actions: the hosts whose action it is, empty when none).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from typing import Any, Callable
+
+from gpuaccept.judging.standouts import outliers
+from gpuaccept.reporting.baseline import is_compared
+from gpuaccept.reporting.folder import atomic_file, atomic_write, write_fully
+from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
+from gpuaccept.reporting.records import CaseRecord, no_gc, record_json
+from gpuaccept.reporting.summary import summary_markdown
+from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts
+
+# Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
+# summary.md sees news within this; chosen, not measured).
+FLUSH_MIN_S = 5.0
+# ...and never more often than every FLUSH_COST_RATIO x the last rewrite's duration, so rewriting costs at
+# most 1/FLUSH_COST_RATIO of the run however many records there are (10 -> under 10 %; chosen).
+FLUSH_COST_RATIO = 10.0
+# results.jsonl is flushed to the OS per test (a killed controller loses nothing) and fsynced at most this
+# often, seconds (a machine crash loses at most this much; an fsync per test costs ms each: chosen).
+FSYNC_EVERY_S = 1.0
+# Sub-folder of the report folder holding each layer's <testcase> elements as they arrive (removed at the end).
+SPOOL_DIR = ".spool"
+# Whole-run files are copied from the per-record text in pieces of at most this many bytes (memory bound).
+COPY_CHUNK = 8 << 20
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+class Reporter:
+    """Writes the reports of one run into ``directory``. Call :meth:`add` per finished test,
+    :meth:`expect` with the test ids that should run, :meth:`close` at the end (marks the missing).
+
+    ``extra_writers``: ``fn(reporter)`` called by :meth:`close` after the whole-run files (history, HTML,
+    Prometheus); each guarded like the others. ``standouts``: ``fn(records) -> list`` of stand-out and outlier
+    records for summary.md at close (default: :func:`outliers` against ``previous``).
+    """
+
+    def __init__(self, directory: str, run_id: str, meta: dict[str, Any], previous: list[dict] | None = None):
+        self.previous = previous or []
+        self.dir = directory
+        self.run_id = run_id
+        self.meta = meta
+        self.records: dict[str, CaseRecord] = {}
+        self.expected: dict[str, tuple[str | None, str]] = {}
+        self._next_flush = time.monotonic() + FLUSH_MIN_S
+        self._began = time.monotonic()
+        self.last_flush_s = 0.0
+        self.flush_total_s = 0.0  # time spent in periodic rewrites so far
+        self._flushed_n = 0  # records at the last rewrite
+        self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
+        self.final_standouts: list[dict] | None = None  # set by the caller before close (history comparison)
+        self.host_sku: dict[str, str] = dict(meta.get("host_sku") or {})
+        self._jsonl = None  # results.jsonl, binary append
+        self._next_fsync = 0.0
+        # Where each record's serialised text already lies, so that a whole-run rewrite copies bytes instead of
+        # serialising 230,000 records again: nodeid -> (line start, figures start, figures end, line end) in
+        # results.jsonl, and nodeid -> (start, end) of its <testcase> in its layer's JUnit spool file.
+        self._spans: dict[str, tuple[int, int, int, int]] = {}
+        self._uspans: dict[str, tuple[int, int]] = {}
+        self._spools: dict[str, Any] = {}  # layer -> open spool file (binary append) in SPOOL_DIR
+        # records whose text is not (or no longer) in results.jsonl: its append failed (a full disk) or the file
+        # went (the folder deleted under the run); appended again, first, by the next append or rewrite
+        self._unlogged: dict[str, None] = {}
+        # the first write failure, once every record and whole-run file was written after all (see flush)
+        self.write_recovered: str | None = None
+        # Objects with add(record) and flush(), told of every record and every whole-run rewrite (the history
+        # database's RunRecorder, through gpuaccept.plugin.reports); they keep their own errors.
+        self.sinks: list[Any] = []
+        self._gpus: GpuTable | None = GpuTable()
+        self._hv: HostVerdicts | None = HostVerdicts(meta.get("hosts"))
+
+    def _guard(self, what: str, fn: Callable[[], Any]) -> None:
+        """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
+        stay in memory and every later flush tries again."""
+        try:
+            fn()
+        except OSError as e:
+            if self.write_error is None:
+                self.write_error = f"{self.dir}: cannot write {what}: {e.strerror or e}"
+
+    def expect(self, nodeid: str, host: str | None, layer: str) -> None:
+        """Declare a test that should produce a record (missing ones become errors at close)."""
+        self.expected.setdefault(nodeid, (host, layer))
+
+    def add(self, rec: CaseRecord) -> None:
+        """Store a finished test; append it to results.jsonl and its <testcase> to its layer's spool now
+        (O(this record)); rewrite the whole-run files when :data:`FLUSH_MIN_S` and :data:`FLUSH_COST_RATIO` x
+        the last rewrite have passed."""
+        rec.run_id = self.run_id
+        self._store(rec)
+        self._guard("results.jsonl", lambda: self._append([rec], sync=False))
+        now = time.monotonic()
+        # every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last rewrite apart, and only while the rewrites so far
+        # and this one (its cost guessed from the last one's, in proportion to the records) stay within
+        # 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run grows)
+        if now >= self._next_flush:
+            guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
+            if (self.flush_total_s + guess) * FLUSH_COST_RATIO <= now - self._began:
+                self.flush()
+                self.flush_total_s += self.last_flush_s
+
+    def add_many(self, recs: list[CaseRecord]) -> None:
+        """Store many finished tests at once (a merge): one append and one fsync for all of them."""
+        for r in recs:
+            r.run_id = r.run_id or self.run_id
+            self._store(r)
+        self._guard("results.jsonl", lambda: self._append(recs, sync=True))
+
+    def _store(self, rec: CaseRecord) -> None:
+        """Keep ``rec`` (replacing an earlier record of the same test) and give its figures the host's SKU
+        (in place, before it is written anywhere: every copy of a figure says its SKU)."""
+        old = self.records.get(rec.nodeid)
+        if old is not None:  # replaced: the old record's text is no longer the test's, nor its cells
+            self._spans.pop(rec.nodeid, None)
+            self._uspans.pop(rec.nodeid, None)
+            self._gpus = self._hv = None
+        self.records[rec.nodeid] = rec
+        if self.host_sku:
+            for f in rec.figures:
+                if "sku" not in f and self.host_sku.get(f.get("host")):
+                    f["sku"] = self.host_sku[f["host"]]
+        for sink in self.sinks:
+            sink.add(rec)
+        if self._gpus is not None:
+            self._gpus.add(rec.figures)
+        if self._hv is not None:
+            self._hv.add(rec)
+
+    def _files_gone(self) -> bool:
+        """True when the results.jsonl this run appends to is no longer at its path (the report folder was
+        deleted or replaced under the run: a /tmp cleaner, an operator's ``rm``)."""
+        if self._jsonl is None:
+            return False
+        try:
+            st = os.stat(os.path.join(self.dir, "results.jsonl"))
+            fst = os.fstat(self._jsonl.fileno())
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) != (fst.st_dev, fst.st_ino)
+
+    def _start_over(self) -> None:
+        """The report folder's files went: forget them (their handles, where each record's text lay in them) and
+        mark every record to be appended again to a new results.jsonl (in the order they arrived)."""
+        for f in [self._jsonl, *self._spools.values()]:
+            try:
+                f.close()
+            except (OSError, AttributeError):
+                pass
+        self._jsonl = None
+        self._spools.clear()
+        self._spans.clear()
+        self._uspans.clear()
+        self._unlogged = dict.fromkeys(self.records)
+        self.write_error = self.write_error or f"{self.dir}: results.jsonl was deleted during the run"
+
+    def _append(self, recs: list[CaseRecord], sync: bool) -> None:
+        """Append ``recs`` to results.jsonl (flushed to the OS: survives a kill; fsynced at most every
+        :data:`FSYNC_EVERY_S`, or now with ``sync``) and their <testcase> elements to the layers' spools,
+        remembering where each lies. Records an earlier append could not write go first (see ``_unlogged``);
+        a failed append is cut off again (results.jsonl holds whole lines only) and its records wait for the
+        next one. A results.jsonl deleted under the run is made again, with every record so far."""
+        if self._files_gone():
+            self._start_over()
+        if self._unlogged:
+            ids = {r.nodeid for r in recs}
+            recs = [self.records[n] for n in self._unlogged if n in self.records and n not in ids] + recs
+        if not recs:
+            return
+        if self._jsonl is None:
+            os.makedirs(self.dir, exist_ok=True)
+            self._jsonl = open(os.path.join(self.dir, "results.jsonl"), "ab", buffering=0)
+        pos = start = self._jsonl.seek(0, os.SEEK_END)
+        chunks, spans = [], []
+        for r in recs:
+            head, figs = record_json(r)
+            fs = pos + len(head) + 1
+            line = f"{head}{figs}}}\n".encode()
+            spans.append((r.nodeid, (pos, fs, fs + len(figs) - 2, pos + len(line))))
+            chunks.append(line)
+            pos += len(line)
+        try:
+            write_fully(self._jsonl, b"".join(chunks))  # unbuffered: in the OS once written, survives a kill
+        except OSError:
+            try:
+                self._jsonl.truncate(start)  # no half line: what the file holds is whole records
+            except OSError:
+                pass
+            self._unlogged.update(dict.fromkeys(r.nodeid for r in recs))
+            raise
+        for r in recs:
+            self._unlogged.pop(r.nodeid, None)
+        if sync or time.monotonic() >= self._next_fsync:  # on disk at most FSYNC_EVERY_S later: survives a crash
+            os.fsync(self._jsonl.fileno())
+            self._next_fsync = time.monotonic() + FSYNC_EVERY_S
+        for nodeid, span in spans:
+            if nodeid in self.records:
+                self._spans[nodeid] = span
+        self._guard("JUnit spool", lambda: self._spool_junit(recs))
+
+    def _spool_junit(self, recs: list[CaseRecord]) -> None:
+        for r in recs:
+            sp = self._spools.get(r.layer)
+            if sp is None:
+                os.makedirs(os.path.join(self.dir, SPOOL_DIR), exist_ok=True)
+                sp = self._spools[r.layer] = open(os.path.join(self.dir, SPOOL_DIR, f"junit-{_safe(r.layer)}.part"),
+                                                  "ab", buffering=0)
+            at = sp.seek(0, os.SEEK_END)
+            write_fully(sp, junit_testcase(r.layer, r).encode())
+            self._uspans[r.nodeid] = (at, sp.tell())  # only once every byte is in the file
+
+    def close(self, missing_reason: str) -> None:
+        """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
+        for nodeid, (host, layer) in self.expected.items():
+            if nodeid not in self.records:
+                name = nodeid.split("::")[-1]
+                self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
+        self.flush(final=True)
+        self.close_jsonl()
+
+    def close_jsonl(self) -> None:
+        """fsync and close results.jsonl and remove the JUnit spools (the end of the run: the whole-run files
+        have been written)."""
+        if self._jsonl is not None and not self._jsonl.closed:
+            jl = self._jsonl
+            self._guard("results.jsonl", lambda: (jl.flush(), os.fsync(jl.fileno()), jl.close()))
+        for sp in self._spools.values():
+            try:
+                sp.close()
+            except OSError:  # its unflushed tail (a full disk): the spools are thrown away now anyway
+                pass
+        self._spools.clear()
+        self._uspans.clear()
+        shutil.rmtree(os.path.join(self.dir, SPOOL_DIR), ignore_errors=True)
+
+    # -- writers -----------------------------------------------------------------------------------
+    def flush(self, final: bool = False) -> None:
+        """Rewrite results.json, junit-<layer>.xml, summary.md and failed-hosts.txt from the records so far."""
+        t0 = time.monotonic()
+        earlier = self.write_error
+        if final:  # does every file get written in the end? (an earlier failure then stands as a note only)
+            self.write_error = None
+        with no_gc():
+            for sink in self.sinks:
+                sink.flush()
+            if self._unlogged or self._files_gone():  # results.json copies the records' text from results.jsonl
+                self._guard("results.jsonl", lambda: self._append([], sync=final))
+            self._guard("reports", lambda: self._write_all(final))
+        if final:
+            ok = self.write_error is None and not self._unlogged
+            self.write_error = self.write_error or (None if ok else earlier)
+            if ok and earlier:
+                self.write_recovered = earlier
+        self.last_flush_s = time.monotonic() - t0
+        self._flushed_n = len(self.records)
+        self._next_flush = time.monotonic() + max(FLUSH_MIN_S, FLUSH_COST_RATIO * self.last_flush_s)
+
+    def figures(self) -> list[dict]:
+        """Every figure of the run so far, each with the host's SKU where known (given when it arrived)."""
+        return [f for r in self.records.values() for f in r.figures]
+
+    def host_verdicts(self) -> dict[str, dict]:
+        """:func:`host_verdicts` of the records so far (kept up to date per record; made again from every
+        record after a record was replaced)."""
+        if self._hv is None:
+            self._hv = HostVerdicts(self.meta.get("hosts"))
+            for r in self.records.values():
+                self._hv.add(r)
+        return self._hv.result()
+
+    def gpu_table(self) -> GpuTable:
+        """The :class:`GpuTable` of the figures so far (kept up to date per record; made again from every
+        figure after a record was replaced)."""
+        if self._gpus is None:
+            self._gpus = GpuTable().add(self.figures())
+        return self._gpus
+
+    def _write_all(self, final: bool) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        recs = list(self.records.values())
+        # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
+        slow = (self.final_standouts if self.final_standouts is not None else outliers(self.figures(), self.previous, compared=is_compared)) \
+            if final else []
+        # each file on its own: one that cannot be written (a nearly full disk) does not keep the others back
+        self._guard("results.json", lambda: self._write_results_json(recs, final, slow))
+        by_layer: dict[str, list[CaseRecord]] = {}
+        for r in recs:
+            by_layer.setdefault(r.layer, []).append(r)
+        for layer, lrecs in sorted(by_layer.items()):
+            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, lrecs))
+        hosts = self.meta.get("hosts") or []
+        hv = self.host_verdicts()
+        self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
+            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
+        self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
+                                                             "".join(h + "\n" for h in failed_hosts(recs, hosts, hv))))
+        for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
+            self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
+                                                                  "".join(h + "\n" for h in names)))
+
+    def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
+        """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],
+        "outliers"}``. Each record's text is copied from results.jsonl where it lies there (one serialisation
+        per record per run); a record that is not there (a failed append) is serialised now."""
+        head = json.dumps({"run_id": self.run_id, **self.meta, "complete": final}, default=str, separators=(",", ":"))
+        src = open(os.path.join(self.dir, "results.jsonl"), "rb") if self._spans else None
+        try:
+            with atomic_file(os.path.join(self.dir, "results.json")) as out:
+                out.write(head[:-1].encode() + b',"tests":[')
+                _copy_pieces(out, src, [(self._spans.get(r.nodeid), r) for r in recs], lines=True)
+                out.write(b'],"figures":[')
+                pieces = []
+                for r in recs:
+                    span = self._spans.get(r.nodeid)
+                    if span is not None:
+                        if span[2] > span[1]:
+                            pieces.append(((span[1], span[2]), None))
+                    elif r.figures:
+                        pieces.append((None, json.dumps(r.figures, default=str)[1:-1]))
+                _copy_pieces(out, src, pieces, lines=False)
+                out.write(b'],"outliers":' + json.dumps(slow, default=str, separators=(",", ":")).encode() + b"}")
+        finally:
+            if src is not None:
+                src.close()
+
+    def _write_junit(self, layer: str, recs: list[CaseRecord]) -> None:
+        """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
+        rendered now where the spool lacks it), then the footer."""
+        sp = self._spools.get(layer)
+        src = open(sp.name, "rb") if sp is not None else None
+        try:
+            with atomic_file(os.path.join(self.dir, f"junit-{layer}.xml")) as out:
+                out.write(junit_header(layer, recs).encode())
+                _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
+                                        (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
+                out.write(JUNIT_FOOTER.encode())
+        finally:
+            if src is not None:
+                src.close()
+
+
+def _copy_pieces(out, src, pieces: list, lines: bool, sep: bytes = b",") -> None:
+    """Write ``pieces`` to ``out`` separated by ``sep``. A piece is ``(span, x)``: ``span`` a byte range
+    ``(start, end, ...)`` of ``src`` (with ``lines``: a results.jsonl span (line start, .., .., line end),
+    copied without its newline), else ``x``, a CaseRecord (serialised now) or text. Adjacent spans are copied
+    as one range in chunks of :data:`COPY_CHUNK` (newlines between lines become ``sep``: JSON text has no raw
+    newline inside a line)."""
+    first = True
+    run: list[int] | None = None  # [start, end] of adjacent spans not yet copied
+
+    def copy(a: int, b: int) -> None:
+        src.seek(a)
+        left = b - a
+        while left > 0:
+            data = src.read(min(COPY_CHUNK, left))
+            if not data:
+                raise OSError(f"{src.name}: shorter than expected")
+            left -= len(data)
+            if lines:
+                data = data.replace(b"\n", sep)
+                if left == 0 and data.endswith(sep):
+                    data = data[:-len(sep)]
+            out.write(data)
+
+    for span, x in pieces:
+        if span is not None:
+            a, b = (span[0], span[3]) if lines else (span[0], span[1])
+            if run is not None and run[1] == a and (lines or not sep):
+                run[1] = b  # adjacent: one copy (a newline between lines becomes sep)
+                continue
+            if run is not None:
+                copy(*run)
+            if not first:
+                out.write(sep)
+            first, run = False, [a, b]
+            continue
+        if run is not None:
+            copy(*run)
+            run = None
+        if not first:
+            out.write(sep)
+        first = False
+        if isinstance(x, CaseRecord):
+            hd, figs = record_json(x)
+            x = hd + figs + "}"
+        out.write(x.encode())
+    if run is not None:
+        copy(*run)
+

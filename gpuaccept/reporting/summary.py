@@ -1,0 +1,191 @@
+"""``summary.md``, the page a person reads first (pure): one verdict line per host, the failing GPUs, a per-GPU
+table (figures against limits), failures, stand-outs and peer outliers (gpuaccept.judging.standouts),
+skipped checks grouped by reason, and the counts per host and layer.
+"""
+from __future__ import annotations
+
+from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.text import fmt, limit_text
+from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text, gpu_figures_judged,
+                                         host_verdicts, line_text, same_reason_once, skip_groups)
+
+# summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
+# (a page a person reads; results.json and report.html keep the rest). Chosen.
+SUMMARY_MAX_GPU_ROWS = 1024
+
+
+def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
+                     hv: dict | None = None, table: GpuTable | None = None) -> str:
+    """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
+    against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``slow``: the
+    stand-out and peer-outlier records (gpuaccept.judging.standouts); ``hv`` (:func:`host_verdicts` of
+    ``recs``) and ``table`` (the :class:`GpuTable` of their figures): kept, when given."""
+    hosts = list(meta.get("hosts") or [])
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
+    out = [f"# gpuaccept run {run_id}", "",
+           f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
+           f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
+           ""]
+    out += _host_lines(hv, gpu_figures_judged(recs))
+    out += _next_steps(hv, hosts)
+    out += _failing_gpus(hv)
+    if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
+        out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
+    out += _gpu_rows(hv, table if table is not None else GpuTable().add([f for r in recs for f in r.figures]))
+    out += _failures(recs)
+    out += _standouts(slow or [])
+    out += _skipped(recs)
+    out += _counts(recs)
+    out += ["", "Every figure: `results.json`; plots: `report.html`."]
+    return "\n".join(out) + "\n"
+
+
+def _host_lines(hv: dict, judged: int | None = None) -> list[str]:
+    """The tally of host verdicts (and ``judged``: how many GPU figures were judged), then one line per host
+    (ERROR, FAIL, PASS, SKIP; by name)."""
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h != "fleet":
+            tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    out = [" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts"
+           + (f", {judged} GPU figures judged" if judged is not None else ""), ""]
+    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
+    for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
+        v = hv[h]
+        grouped = same_reason_once(v["reasons"])
+        reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
+        gpus = failing_gpus_text(v)
+        act = action_text(v.get("action"))  # "drain-rma (why)": what to do next (gpuaccept.judging.actions)
+        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "") + (f" — {gpus}" if gpus else "")
+                   + (f" → **{act.split(' ', 1)[0]}** {act.split(' ', 1)[1]}" if act else ""))
+    return out
+
+
+def _next_steps(hv: dict, hosts: list[str]) -> list[str]:
+    """The "Next steps" table: per action, strongest first, its hosts and the hosts-<action>.txt listing them."""
+    lists = {a: hs for a, hs in action_hosts(hv, hosts).items() if hs}
+    if not lists:
+        return []
+    out = ["", "## Next steps", "", "| action | hosts | list |", "|---|---|---|"]
+    for a in reversed(list(lists)):
+        hs = lists[a]
+        out.append(f"| {a} | {len(hs)}: {', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''} | `hosts-{a}.txt` |")
+    return out
+
+
+def _failing_gpus(hv: dict) -> list[str]:
+    """The "Failing GPUs" table (at most :data:`SUMMARY_MAX_GPU_ROWS` rows), or nothing."""
+    failing = [(h, g) for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
+    if not failing:
+        return []
+    out = ["", "## Failing GPUs", "", "| host | GPU | PCI bus id | serial | verdict | tests | why |",
+           "|---|---|---|---|---|---|---|"]
+    for h, g in failing[:SUMMARY_MAX_GPU_ROWS]:
+        why = "; ".join(line_text(ln) for ln in g["lines"][:6]) + \
+            (f"; +{len(g['lines']) - 6} more" if len(g["lines"]) > 6 else "")
+        out.append(f"| {h} | {g['gpu']} | {g.get('pci_bus_id') or ''} | {g.get('serial') or ''} | FAIL | "
+                   f"{', '.join(g['tests'])} | {why.replace('|', '/')} |")
+    if len(failing) > SUMMARY_MAX_GPU_ROWS:
+        out.append(f"\n{len(failing) - SUMMARY_MAX_GPU_ROWS} more failing GPUs: results.json has them.")
+    return out
+
+
+def _gpu_rows(hv: dict, table: GpuTable) -> list[str]:
+    """The "GPUs" table: every GPU, or above :data:`SUMMARY_MAX_GPU_ROWS` the GPUs of hosts that did not pass."""
+    left_out, total = 0, table.count()
+    if total > SUMMARY_MAX_GPU_ROWS:  # a fleet: the GPUs of hosts that did not pass
+        checks, rows = table.table({h for h, v in hv.items() if v["verdict"] != "PASS"})
+        left_out = total - len(rows)
+    else:
+        checks, rows = table.table()
+    if not rows and not left_out:
+        return []
+    out = ["", "## GPUs", ""] + ([f"{left_out} GPUs of passing hosts not listed (results.json has them).", ""]
+                                 if left_out else []) + [
+        "| host | GPU | PCI bus id | serial | " + " | ".join(checks) + " |",
+        "|---|---|---|---|" + "---|" * len(checks)]
+    for row in rows:
+        cells = []
+        for c in checks:
+            f = row["cells"].get(c)
+            cells.append("" if f is None else (f"**{fmt(f['value'])} ✗** ({limit_text(f.get('limit'))})"
+                                               if f["verdict"] == "fail" else
+                                               f"{fmt(f['value'])} ({limit_text(f.get('limit'))})"))
+        out.append(f"| {row['host']} | {row['gpu']} | {row['pci_bus_id'] or ''} | {row['serial'] or ''} | "
+                   + " | ".join(cells) + " |")
+    return out
+
+
+def _failures(recs: list[CaseRecord]) -> list[str]:
+    """Each failed or errored test with its message (first line, then up to 20 more)."""
+    bad = [r for r in recs if r.outcome in ("failed", "error")]
+    if not bad:
+        return []
+    out = ["", "## Failures and errors", ""]
+    for r in bad:
+        first, *rest = (r.message or r.outcome).splitlines() or [r.outcome]
+        out.append(f"- **{r.outcome.upper()}** `{r.nodeid}`: {first}")
+        out += [f"  - {ln}" for ln in rest[:20]]
+    return out
+
+
+def _standouts(slow: list[dict]) -> list[str]:
+    """The stand-outs (against a reference of the same GPU) and the peer outliers (``against: "fleet"``)."""
+    out = []
+    stand = [o for o in slow if o.get("against") != "fleet"]
+    fleet = [o for o in slow if o.get("against") == "fleet"]
+    if stand:
+        out += ["", "## Stand-outs (within limits, but slower than before or than peers)", "",
+                "| host | check | GPU | serial | value | against | reference | worse by |",
+                "|---|---|---|---|---|---|---|---|"]
+        for o in sorted(stand, key=lambda o: (str(o["host"]), o["check"], str(o.get("gpu")))):
+            out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
+                       f"{o.get('serial') or ''} | {fmt(o['value'])} {o.get('unit') or ''} | {o['against']} | "
+                       f"{fmt(o['reference'])} | {o['pct']}% |")
+    if fleet:
+        out += ["", "## Fleet outliers (below the median of the same SKU and check)", "",
+                "| host | check | GPU | SKU | value | fleet median | below by | MADs |", "|---|---|---|---|---|---|---|---|"]
+        for o in fleet:
+            out.append(f"| {o['host']} | {o['check']} | {'' if o.get('gpu') is None else o['gpu']} | "
+                       f"{o.get('sku') or ''} | {fmt(o['value'])} {o.get('unit') or ''} | {fmt(o['reference'])} | "
+                       f"{o['pct']}% | {o.get('mads', '')} |")
+    return out
+
+
+def _skipped(recs: list[CaseRecord]) -> list[str]:
+    """The documents replayed from other arguments (gpuaccept.runner.replay's notes), then the skipped tests
+    grouped by reason across hosts and tests (gpuaccept.reporting.verdicts.skip_groups), with the hosts (first 8)."""
+    out: list[str] = []
+    replayed: dict[str, list[str]] = {}
+    for r in recs:
+        for f in r.figures:
+            if f.get("check") == "replay_note" and isinstance(f.get("value"), str):
+                hs = replayed.setdefault(f["value"], [])
+                if (r.host or "fleet") not in hs:
+                    hs.append(r.host or "fleet")
+    if replayed:
+        out += ["", "## Replayed from documents saved with other arguments", ""]
+        for note, hs in replayed.items():
+            out.append(f"- {note} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
+                       f"{', ...' if len(hs) > 8 else ''})")
+    skips = skip_groups(recs)
+    if skips:
+        out += ["", "## Skipped", ""]
+        for why, (hs, tests) in skips.items():
+            out.append(f"- {why}: {len(hs)} host{'s' if len(hs) != 1 else ''} ({', '.join(hs[:8])}"
+                       f"{', ...' if len(hs) > 8 else ''}), {tests} test{'s' if tests != 1 else ''}")
+    return out
+
+
+def _counts(recs: list[CaseRecord]) -> list[str]:
+    """Outcomes per host and layer."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in recs:
+        c = counts.setdefault((r.host or "fleet", r.layer), {})
+        c[r.outcome] = c.get(r.outcome, 0) + 1
+    out = ["", "## Counts", "", "| host | layer | passed | failed | error | skipped |", "|---|---|---|---|---|---|"]
+    for (host, layer), c in sorted(counts.items()):
+        out.append(f"| {host} | {layer} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} "
+                   f"| {c.get('skipped', 0)} |")
+    return out

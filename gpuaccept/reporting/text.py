@@ -1,0 +1,25 @@
+"""How the pages a person reads write a figure (pure): a value (:func:`fmt`), a limit (:func:`limit_text`) and
+a figure's GPU (:func:`gpu_text`), shared by summary.md, report.html and the host verdicts' reasons.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt(v: Any) -> str:
+    """A value for a page: a float to 4 significant digits (whole from 1000 up), anything else as ``str``."""
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def gpu_text(f: dict) -> str:
+    """``" GPU 3"`` for a per-GPU figure, ``""`` for a node figure."""
+    return f" GPU {f['gpu']}" if f.get("gpu") is not None else ""
+
+
+def limit_text(lim: dict | None) -> str:
+    """A figure's limit as ``">= 4300"`` / ``"<= 85"`` (both when both), ``"-"`` when it has none."""
+    lim = lim or {}
+    return " ".join(f"{'>=' if k == 'min' else '<='} {fmt(v)}" for k, v in lim.items() if k in ("min", "max")) or "-"
+

@@ -1,0 +1,253 @@
+"""Verdicts per host and per GPU from a run's records (pure): :func:`host_verdicts` (kept up to date record by
+record in :class:`HostVerdicts`), the failing GPUs of a host (:func:`failing_gpus_text`), a host's reasons
+with one cause said once (:func:`same_reason_once`), the hosts failed-hosts.txt lists (:func:`failed_hosts`), and
+each host's action (gpuaccept.judging.actions): said in a line (:func:`action_text`), listed per action
+(:func:`action_hosts`, the hosts-<action>.txt files).
+"""
+from __future__ import annotations
+
+import re
+
+from gpuaccept.judging import actions
+from gpuaccept.reporting.records import CaseRecord, record_action
+from gpuaccept.reporting.text import fmt, gpu_text, limit_text
+
+
+def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None) -> list[str]:
+    """Hosts of the run named at the start of a line of a fleet-wide test's message (``"gpu-07: ..."``,
+    the form every verdict message takes). ``known``: ``set(hosts)``, when kept."""
+    known = set(hosts) if known is None else known
+    out = []
+    for ln in message.splitlines():
+        m = re.match(r"\s*-?\s*([^\s:]+)[\s:]", ln)
+        if m and m.group(1) in known and m.group(1) not in out:
+            out.append(m.group(1))
+    return out
+
+
+def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
+    """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}, "action": dict |
+    None, "findings": [action dict]}`` (pure): ``action`` the strongest of its findings'
+    (gpuaccept.judging.actions.host_action), None when nothing failed or errored.
+
+    ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
+    else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
+    failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
+    passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
+    test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
+    """
+    hv = HostVerdicts(hosts)
+    for r in recs:
+        hv.add(r)
+    return hv.result()
+
+
+def judged_something(r: CaseRecord) -> bool:
+    """Whether a passed test measured or judged anything (pure): a figure against a limit (verdict pass or
+    fail), a number in a unit of measurement (:data:`MEASUREMENT_UNITS`), or no figure at all (an operator's
+    own ``assert``, testinfra-style, is the judgement). A test that recorded only facts (the NCCL variables seen
+    and their count, driver versions) measured nothing: its host is not PASS by it alone (the main job on a
+    machine without a GPU read PASS)."""
+    return not r.figures or any(f.get("verdict") in ("pass", "fail") or (
+        isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)
+        and f.get("unit") in MEASUREMENT_UNITS) for f in r.figures)
+
+
+def _measurement_units() -> frozenset:
+    """The units of measured figures: every check's (gpuaccept.config.thresholds.REGISTRY) and the time, size,
+    clock and share units the probes record beside them; a count of facts ("variables") is none of them."""
+    from gpuaccept.config.thresholds import REGISTRY
+    return frozenset({c.unit for c in REGISTRY.values()} | {"s", "ms", "us", "B", "GiB", "MHz", "%"})
+
+
+MEASUREMENT_UNITS = _measurement_units()
+
+
+def gpu_figures_judged(recs: list[CaseRecord]) -> int:
+    """How many figures of a GPU were judged against a limit (pass or fail) in ``recs`` (pure)."""
+    return sum(1 for r in recs for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
+
+
+def skip_reason(host: str | None, message: str) -> str:
+    """A skip's reason with its host taken out, so that one reason groups across hosts (pure):
+    ``"no NVIDIA GPU on gpu-07 (no driver)"`` -> ``"no NVIDIA GPU (no driver)"``; ``"no NVMe on gpu-07"`` ->
+    ``"no NVMe"``; another mention of the host becomes ``<host>``."""
+    why = " ".join(str(message or "skipped").split())
+    if why.startswith("Skipped: "):
+        why = why[len("Skipped: "):]
+    if host:
+        why = re.sub(rf"\s+(?:on|for) {re.escape(host)}\b", "", why)
+        why = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", "<host>", why)
+    return why
+
+
+def skip_groups(recs: list[CaseRecord]) -> dict[str, tuple[list[str], int]]:
+    """Skipped tests grouped by reason across hosts and tests (pure): reason -> (hosts in order, tests), the
+    reasons most hosts share first (``"no NVMe": (212 hosts, 212 tests)``)."""
+    groups: dict[str, tuple[list[str], list[int]]] = {}
+    for r in recs:
+        if r.outcome != "skipped":
+            continue
+        hs, n = groups.setdefault(skip_reason(r.host, r.message), ([], [0]))
+        if (r.host or "fleet") not in hs:
+            hs.append(r.host or "fleet")
+        n[0] += 1
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1][0]), -kv[1][1][0]))
+    return {why: (hs, n[0]) for why, (hs, n) in ordered}
+
+
+class HostVerdicts:
+    """:func:`host_verdicts` kept up to date record by record (:meth:`add`: O(the record), :meth:`result`:
+    O(hosts)), so that a whole-run write does not walk every record again."""
+
+    def __init__(self, hosts: list[str] | None = None):
+        self.names = list(hosts or [])
+        self.known = set(self.names)
+        self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
+        self.seen: dict[str, set] = {}  # host -> GPU indices with a figure (how many GPUs the host showed)
+        self.judged: dict[str, int] = {}  # host -> its passed tests that measured something (judged_something)
+        self.gpu_judged = 0  # figures of a GPU judged against a limit (pass or fail), the whole run
+
+    def add(self, r: CaseRecord) -> None:
+        """Count record ``r`` for its host (a fleet-wide test: for ``fleet`` and the hosts it names or that took
+        part), with its reasons and the GPUs its failure lines name."""
+        targets = [r.host] if r.host else ["fleet"]
+        if not r.host and r.outcome in ("failed", "error"):
+            targets += _fleet_hosts_named(r.message or "", self.names, self.known)
+        elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
+            targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
+        for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
+            h = e.get("host") if e.get("host") in self.known or r.host is None else r.host
+            if h is None or e.get("gpu") is None:
+                continue
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
+            gpus = v.setdefault("gpus", {})
+            g = gpus.setdefault(e["gpu"], {"gpu": e["gpu"], "pci_bus_id": None, "serial": None, "tests": [],
+                                           "lines": []})
+            g["pci_bus_id"] = g["pci_bus_id"] or e.get("pci_bus_id")
+            g["serial"] = g["serial"] or e.get("serial")
+            if r.name.split("[")[0] not in g["tests"]:
+                g["tests"].append(r.name.split("[")[0])
+            g["lines"].append(e["line"])
+        self.gpu_judged += sum(1 for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
+        if r.outcome == "passed" and judged_something(r):
+            for h in targets:
+                self.judged[h] = self.judged.get(h, 0) + 1
+        if r.host is not None:
+            seen = self.seen.setdefault(r.host, set())
+            for f in r.figures:
+                if f.get("gpu") is not None:
+                    seen.add(f["gpu"])
+        act = record_action(r) if r.outcome in ("failed", "error") else None
+        for h in targets:
+            v = self.out.get(h)
+            if v is None:
+                v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
+            v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
+            if act is not None:  # this host's failure lines in a fleet-wide test, else the record's
+                mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] \
+                    if r.host is None and r.outcome == "failed" else []
+                v.setdefault("findings", []).extend(mine or [act])
+            if r.outcome in ("failed", "error"):
+                figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
+                if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+                    figs = []  # kept figures of a blocked test are no reason: the blocker is (verdicts.outcome)
+                for f in figs[:3]:
+                    v["reasons"].append(f"{r.layer}/{f['check']}{gpu_text(f)}: {fmt(f['value'])} {f.get('unit') or ''} "
+                                        f"vs {limit_text(f.get('limit'))}".replace("  ", " "))
+                first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
+                if not r.host and h != "fleet":  # a fleet-wide test: the line about this host, not another's
+                    first = next((ln for ln in (r.message or "").splitlines() if _fleet_hosts_named(ln, [h])),
+                                 first)
+                if not figs:
+                    v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
+
+    def result(self) -> dict[str, dict]:
+        """The verdicts so far, as :func:`host_verdicts` returns them (the same dict, updated in place)."""
+        for v in self.out.values():
+            c = v["counts"]
+            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else "SKIP")
+            v["action"] = actions.host_action(v.get("findings") or [])
+        for h, v in self.out.items():
+            if v["verdict"] == "SKIP" and self.judged.get(h):
+                v["verdict"] = "PASS"  # nothing measured is not PASS: a pass that measured nothing leaves SKIP
+            elif v["verdict"] == "SKIP" and v["counts"].get("passed"):
+                v["reasons"].append("passed tests measured nothing (facts recorded only)")
+            if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
+                seen = self.seen.get(h, set())
+                v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
+        return self.out
+
+
+def gpu_name(g: dict) -> str:
+    """``"GPU 1 (00000000:00:07.0, serial 1650000000002)"`` of a failing-GPU entry of :func:`host_verdicts`."""
+    parts = [p for p in (g.get("pci_bus_id"), f"serial {g['serial']}" if g.get("serial") else None) if p]
+    return f"GPU {g['gpu']}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def failing_gpus_text(v: dict) -> str:
+    """The GPUs a host failed on, for its verdict line (pure): ``"1 of 8 GPUs failing: GPU 3 (0000:19:00.0,
+    serial 1650...)"``; ``""`` when no failure line names a GPU (a node figure: the node at large)."""
+    gpus = sorted((v.get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))
+    if not gpus:
+        return ""
+    of = f" of {v['gpus_seen']}" if v.get("gpus_seen") else ""
+    return f"{len(gpus)}{of} GPU{'s' if len(gpus) > 1 or of else ''} failing: " + ", ".join(gpu_name(g) for g in gpus[:16]) + \
+        (f", +{len(gpus) - 16} more" if len(gpus) > 16 else "")
+
+
+def line_text(line: str) -> str:
+    """A failure line without its ``host GPU i (bus, serial): `` head (the GPU verdict row names the GPU)."""
+    head, sep, rest = line.partition("): ")
+    return rest if sep and " GPU " in head else line
+
+
+def same_reason_once(reasons: list[str]) -> list[str]:
+    """A host's reasons with the tests that stopped for one same cause joined (pure): an unknown host key or an
+    unreachable host makes every test of the host an ERROR with the same message, which read three times over
+    before "+9 more". ``["test_a: box1: unreachable", "test_b: box1: unreachable"]`` ->
+    ``["test_a and 1 more test: box1: unreachable"]``; other reasons are kept as they are, in order."""
+    tests: dict[tuple[bool, str], list[str]] = {}  # (a test's message?, text) -> test names, in first-seen order
+    for r in reasons:
+        name, sep, why = r.partition(": ")
+        named = bool(sep) and name.startswith("test_") and " " not in name
+        tests.setdefault((named, why if named else r), []).append(name)
+    out = []
+    for (named, text), names in tests.items():
+        more = len(names) - 1
+        out += [f"{names[0]}" + (f" and {more} more test{'s' if more > 1 else ''}" if more else "") + f": {text}"] \
+            if named else [text] * len(names)
+    return out
+
+
+def action_text(act: dict | None) -> str:
+    """A host's or record's action for a line a person reads (pure): ``"drain-rma (row remapping failure: ...)"``,
+    with a fix-config's setting and command: ``"fix-config (power limit ...; enforced power limit: `nvidia-smi -i
+    0000:19:00.0 -pl 700`)"``; ``""`` without one."""
+    if not act:
+        return ""
+    how = "; ".join(p for p in (act.get("setting"), f"`{act['command']}`" if act.get("command") else None) if p)
+    return f"{act['action']} ({act.get('reason', '')}{'; ' + how if how else ''})"
+
+
+def action_hosts(hv: dict, hosts: list[str] | None = None) -> dict[str, list[str]]:
+    """Per action name (every one, weakest first): the hosts whose action it is, in selection order, as
+    ``hosts-<action>.txt`` lists them (pure). ``hv``: :func:`host_verdicts`. "fleet" is no host."""
+    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    out: dict[str, list[str]] = {a: [] for a in actions.strength()}
+    for h in order:
+        act = (hv.get(h) or {}).get("action") if h != "fleet" else None
+        if act and act.get("action") in out:
+            out[act["action"]].append(h)
+    return out
+
+
+def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:
+    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
+    ``hv``: :func:`host_verdicts` of the same records when already computed."""
+    hv = hv if hv is not None else host_verdicts(recs, hosts)
+    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in ("FAIL", "ERROR")]
+

@@ -1,0 +1,344 @@
+"""Slurm, opt-in: drain the hosts a run says need hands, resume the ones a later run proves well (issue 25).
+
+``--slurm-drain`` drains every host whose action (gpuaccept.judging.actions) is one of the data file's
+``slurm_drain`` actions (drain-rma, reboot, reset-gpu)::
+
+    scontrol update NodeName=<node> State=DRAIN Reason="gpuaccept <run id>: <action>: <first reason> (evidence <dir>)"
+
+``--slurm-resume`` resumes a host that passes in this run and whose drain reason gpuaccept wrote, when this run
+passed every test that failed or errored for it in the run that drained it (found by the run id in the reason,
+under the reports root, else at the reason's evidence folder): a PASS of another selection (a burn-in alone
+after a row-remap failure) does not put it back. A drain someone else set (a reason not starting with
+``gpuaccept ``) is never touched, neither replaced by a drain of ours nor resumed.
+
+The Slurm node name is the host var ``slurm_node_name``, default the inventory name up to its first dot.
+Without ``--slurm-apply`` nothing is changed: the commands are printed (a dry run). ``scontrol`` missing or a
+controller that does not answer ``scontrol ping`` is refused before any node is touched (:func:`check_ready`,
+exit 4). :func:`plan` is pure; :func:`run_step` does the I/O. Also runnable on a finished run's folder:
+``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from gpuaccept.errors import ConfigError
+from gpuaccept.judging.actions import base_test_name, drain_actions
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.verdicts import host_verdicts, same_reason_once
+from gpuaccept.transport.shell import command as shell_command
+
+#: every drain reason of ours starts with this (and only ours are resumed or replaced)
+REASON_HEAD = "gpuaccept "
+#: a drain reason's first-reason part is cut to this many characters (``scontrol show node`` prints it on one
+#: line; sinfo -R's default column is 20 wide, so the run id and action come first). Chosen.
+MAX_FIRST_REASON = 160
+#: seconds ``scontrol`` may take per call (a controller that does not answer in this time is down). Chosen.
+SCONTROL_TIMEOUT_S = 30.0
+EXIT_BAD_INPUT = 4
+
+
+class SlurmUnavailable(ConfigError):
+    """``scontrol`` is not found, or the Slurm controller does not answer ``scontrol ping``."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node as ``scontrol show node -o`` shows it: ``state`` (``IDLE+DRAIN``), ``reason`` without Slurm's
+    ``[user@time]`` suffix (None when it has none)."""
+
+    name: str
+    state: str
+    reason: str | None
+
+    @property
+    def drained(self) -> bool:
+        """DRAIN, DRAINING or DRAINED in the state's flags."""
+        return "DRAIN" in self.state.upper()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One host's part of the plan: ``command`` (argv, None when nothing is to be done) and ``note`` (why)."""
+
+    host: str
+    node: str
+    command: tuple[str, ...] | None
+    note: str
+
+
+def node_name(host: str, host_vars: Mapping | None = None) -> str:
+    """The Slurm node name of inventory host ``host``: its ``slurm_node_name`` var, else the name up to its
+    first dot (``gpu-07.example.com`` -> ``gpu-07``)."""
+    given = (host_vars or {}).get("slurm_node_name")
+    return str(given) if given else host.split(".", 1)[0]
+
+
+_NODE_RE = re.compile(r"^NodeName=(\S+)")
+_STATE_RE = re.compile(r"\bState=(\S+)")
+_REASON_RE = re.compile(r"\bReason=(.*?)(?:\s+\[[^\]@]*@[^\]]*\])?\s*$")
+
+
+def parse_show_nodes(text: str) -> dict[str, NodeState]:
+    """``scontrol show node -o`` (one node a line; ``Reason=`` last, with ``[user@time]``) -> node -> state."""
+    out = {}
+    for line in text.splitlines():
+        m = _NODE_RE.match(line.strip())
+        if not m:
+            continue
+        st = _STATE_RE.search(line)
+        rs = _REASON_RE.search(line)
+        out[m.group(1)] = NodeState(m.group(1), st.group(1) if st else "", rs.group(1).strip() if rs else None)
+    return out
+
+
+def drain_reason(run_id: str, action: str, first_reason: str, evidence: str) -> str:
+    """``"gpuaccept <run id>: <action>: <first reason> (evidence <dir>)"``: one line, double quotes made single
+    (the reason travels as one argv word, and a person copies the dry run's command into a shell)."""
+    first = " ".join((first_reason or "").split()).replace('"', "'")
+    if len(first) > MAX_FIRST_REASON:
+        first = first[:MAX_FIRST_REASON - 3] + "..."
+    return f"{REASON_HEAD}{run_id}: {action}: {first} (evidence {evidence})"
+
+
+def ours(reason: str | None) -> bool:
+    """True when a node's drain reason is one gpuaccept wrote."""
+    return bool(reason) and reason.startswith(REASON_HEAD)
+
+
+_REASON_RUN_RE = re.compile(r"^gpuaccept (\S+?):")
+_REASON_EVIDENCE_RE = re.compile(r"\(evidence (.+)\)$")
+
+
+def reason_run(reason: str) -> tuple[str | None, str | None]:
+    """(run id, evidence folder) of a drain reason of ours; None for a part it does not carry."""
+    run = _REASON_RUN_RE.match(reason or "")
+    ev = _REASON_EVIDENCE_RE.search(reason or "")
+    return (run.group(1) if run else None), (ev.group(1) if ev else None)
+
+
+def needed_tests(results: dict, host: str) -> set[str]:
+    """The tests (base names) that failed or errored for ``host`` in a run's results.json document: its own,
+    and the fleet-wide ones whose failure lines name it."""
+    out = set()
+    for t in results.get("tests") or []:
+        if t.get("outcome") not in ("failed", "error"):
+            continue
+        if t.get("host") == host or (t.get("host") is None and any(
+                e.get("host") == host for e in t.get("failures") or [])):
+            out.add(base_test_name(t.get("name")))
+    return out
+
+
+def passed_tests(recs: list[CaseRecord]) -> dict[str, set[str]]:
+    """host -> the tests (base names) it passed in these records (fleet-wide ones for the hosts with a figure)."""
+    out: dict[str, set[str]] = {}
+    for r in recs:
+        if r.outcome != "passed":
+            continue
+        hosts = [r.host] if r.host else sorted({f.get("host") for f in r.figures if f.get("host")})
+        for h in hosts:
+            out.setdefault(h, set()).add(base_test_name(r.name))
+    return out
+
+
+def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[str, str],
+         states: Mapping[str, NodeState], drain: bool, resume: bool, passed: Mapping[str, set],
+         earlier: Callable[[str | None, str | None], dict | None]) -> list[Step]:
+    """What to do per host, in selection order (pure). ``hv``: this run's host verdicts (with ``action``);
+    ``names``: host -> Slurm node name; ``states``: node -> :class:`NodeState` (a node missing there is not
+    in Slurm); ``passed``: :func:`passed_tests` of this run; ``earlier(run id, evidence folder)``: the
+    results.json document of the run that drained a node, or None when it cannot be found. A host with
+    nothing to do and no note is left out."""
+    steps = []
+    for h in hosts:
+        v = hv.get(h)
+        if v is None:
+            continue
+        node = names.get(h) or node_name(h)
+        st = states.get(node)
+        act = v.get("action") or {}
+        wants_drain = drain and act.get("action") in drain_actions()
+        wants_resume = resume and v.get("verdict") == "PASS"
+        if not (wants_drain or wants_resume):
+            continue
+        if st is None:
+            steps.append(Step(h, node, None, f"no Slurm node {node} (scontrol show node): left alone"))
+            continue
+        if st.drained and not ours(st.reason):
+            steps.append(Step(h, node, None, f"drained by someone else ({st.reason or 'no reason'}): left alone"))
+            continue
+        if wants_drain:
+            first = same_reason_once(v.get("reasons") or [])
+            reason = drain_reason(run_id, act["action"], first[0] if first else act.get("reason", ""), run_dir)
+            steps.append(Step(h, node, ("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"),
+                              f"{act['action']}: drain"))
+            continue
+        if not st.drained:
+            continue  # passing and in service: nothing to resume
+        rid, evidence = reason_run(st.reason or "")
+        doc = earlier(rid, evidence)
+        if doc is None:
+            steps.append(Step(h, node, None, f"not resumed: the run that drained it ({rid}) is not under the "
+                                             f"reports folder nor at {evidence}; resume it by hand after a check"))
+            continue
+        missing = sorted(needed_tests(doc, h) - set(passed.get(h) or ()))
+        if missing:
+            steps.append(Step(h, node, None, f"not resumed: this run did not pass {', '.join(missing)}, which "
+                                             f"failed in run {rid} (rerun it, with the burn-in)"))
+            continue
+        steps.append(Step(h, node, ("scontrol", "update", f"NodeName={node}", "State=RESUME"),
+                          f"passes every test that failed in run {rid}: resume"))
+    return steps
+
+
+# -- I/O ---------------------------------------------------------------------------------------------------
+def _scontrol(scontrol: str, args: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([scontrol, *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S,
+                          env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+
+
+def check_ready(scontrol: str = "scontrol", env: Mapping[str, str] | None = None) -> str:
+    """The path of ``scontrol`` once the controller answers ``scontrol ping`` (UP). Raises SlurmUnavailable
+    with one line (``scontrol`` not found, not answering, or down)."""
+    path = shutil.which(scontrol, path=(env or os.environ).get("PATH"))
+    if path is None:
+        raise SlurmUnavailable(f"--slurm-drain/--slurm-resume: {scontrol} not found on PATH (install Slurm's "
+                               f"client tools on this controller)")
+    try:
+        res = _scontrol(path, ["ping"], env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SlurmUnavailable(f"--slurm-drain/--slurm-resume: {path} ping: {e}") from None
+    if res.returncode != 0 or " is UP" not in res.stdout:
+        said = " ".join((res.stdout + " " + res.stderr).split()) or f"rc {res.returncode}"
+        raise SlurmUnavailable(f"--slurm-drain/--slurm-resume: the Slurm controller does not answer "
+                               f"scontrol ping: {said}")
+    return path
+
+
+def node_states(scontrol: str, env: Mapping[str, str] | None = None) -> dict[str, NodeState]:
+    """Every node's state and reason (``scontrol show node -o``). Raises SlurmUnavailable when it fails."""
+    res = _scontrol(scontrol, ["show", "node", "-o"], env)
+    if res.returncode != 0:
+        raise SlurmUnavailable(f"scontrol show node: {' '.join(res.stderr.split()) or res.returncode}")
+    return parse_show_nodes(res.stdout)
+
+
+def earlier_results(reports_root: str) -> Callable[[str | None, str | None], dict | None]:
+    """The ``earlier`` lookup of :func:`plan`: ``<reports_root>/<run id>/results.json``, else
+    ``<evidence>/results.json``, read as JSON; None when neither is readable."""
+    def find(run_id: str | None, evidence: str | None) -> dict | None:
+        for d in ([os.path.join(reports_root, run_id)] if run_id and "/" not in run_id else []) + \
+                 ([evidence] if evidence else []):
+            try:
+                with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if run_id is None or doc.get("run_id") in (run_id, None):
+                return doc
+        return None
+    return find
+
+
+def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[CaseRecord],
+             names: Mapping[str, str], drain: bool, resume: bool, apply: bool, scontrol: str = "scontrol",
+             env: Mapping[str, str] | None = None, write: Callable[[str], None] = print) -> tuple[list[Step], int]:
+    """Plan this run's drains and resumes against Slurm's node states and, with ``apply``, make the calls;
+    ``write`` gets one line per step (the command, shell-quoted, and its note; a failed call's error). The
+    lines also go to ``<rdir>/slurm.txt``. Returns the steps and how many calls failed. Raises
+    SlurmUnavailable when scontrol cannot list the nodes."""
+    states = node_states(scontrol, env)
+    steps = plan(hv, hosts, run_id, os.path.abspath(rdir), names, states, drain, resume, passed_tests(recs),
+                 earlier_results(os.path.dirname(os.path.abspath(rdir))))
+    head = "gpuaccept slurm: " + ("calling scontrol" if apply else "dry run (--slurm-apply makes these calls)")
+    lines, failed = [head], 0
+    for s in steps:
+        if s.command is None:
+            lines.append(f"  {s.host}: {s.note}")
+            continue
+        line = f"  {shell_command(s.command)}    # {s.host}: {s.note}"
+        if apply:
+            res = _scontrol(scontrol, list(s.command[1:]), env)
+            if res.returncode != 0:
+                failed += 1
+                line += f" -- FAILED: {' '.join((res.stderr or res.stdout).split())}"
+        lines.append(line)
+    if not steps:
+        lines.append("  nothing to drain or resume")
+    for ln in lines:
+        write(ln)
+    try:
+        with open(os.path.join(rdir, "slurm.txt"), "a", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    except OSError:
+        pass
+    return steps, failed
+
+
+def after_run(rep, hostvars: Mapping[str, Mapping], drain: bool, resume: bool, apply: bool) -> list[str]:
+    """The Slurm step at the end of a pytest run (``--slurm-drain``, ``--slurm-resume``, ``--slurm-apply``): the
+    lines :func:`run_step` wrote, for the terminal summary; a scontrol that fails now is one line saying so.
+    ``rep``: the run's :class:`gpuaccept.reporting.records.Reporter`; ``hostvars``: host -> its parsed vars."""
+    hosts = list(rep.meta.get("hosts") or [])
+    lines: list[str] = []
+    try:
+        run_step(rep.dir, rep.run_id, rep.host_verdicts(), hosts, list(rep.records.values()),
+                 {h: node_name(h, hostvars.get(h)) for h in hosts}, drain, resume, apply, write=lines.append)
+    except (ConfigError, OSError, subprocess.SubprocessError) as e:
+        lines.append(f"gpuaccept slurm: not done: {e}")
+    return lines
+
+
+def _records(results: dict) -> list[CaseRecord]:
+    fields = set(CaseRecord.__dataclass_fields__)
+    return [CaseRecord(**{k: v for k, v in t.items() if k in fields}) for t in results.get("tests") or []]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]``: the
+    Slurm step on a finished run's folder. Exit 0 when every call made succeeded, 1 when one failed, 4 on bad
+    input (no results.json, scontrol missing or the controller down)."""
+    p = argparse.ArgumentParser(prog="python -m gpuaccept.scaleout.drain", description=__doc__.splitlines()[0])
+    p.add_argument("report_dir")
+    p.add_argument("--drain", action="store_true", help="drain the hosts whose action needs it")
+    p.add_argument("--resume", action="store_true", help="resume passing hosts gpuaccept drained")
+    p.add_argument("--apply", action="store_true", help="make the scontrol calls (default: print them)")
+    p.add_argument("--inventory", default=None, help="inventory for slurm_node_name (default: the run's)")
+    a = p.parse_args(argv)
+    try:
+        with open(os.path.join(a.report_dir, "results.json"), encoding="utf-8") as f:
+            results = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"gpuaccept.scaleout.drain: {a.report_dir}: no readable results.json ({e})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not (a.drain or a.resume):
+        print("gpuaccept.scaleout.drain: say --drain, --resume or both", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    hosts = list(results.get("hosts") or [])
+    names = {h: node_name(h) for h in hosts}
+    inv_path = a.inventory or results.get("inventory")
+    try:
+        path = check_ready()
+        if inv_path:
+            from gpuaccept.config.inventory import load_inventory
+            inv = load_inventory(inv_path)
+            names = {h: node_name(h, inv.hosts[h].vars) if h in inv.hosts else names[h] for h in hosts}
+        recs = _records(results)
+        _, failed = run_step(a.report_dir, str(results.get("run_id")), host_verdicts(recs, hosts), hosts, recs,
+                             names, a.drain, a.resume, a.apply, path)
+    except ConfigError as e:
+        print(f"gpuaccept.scaleout.drain: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
