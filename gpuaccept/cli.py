@@ -22,7 +22,7 @@ import sys
 #: folder, and pytest's own per-test lines kept out of the way (the same as the repository's pytest.ini addopts)
 DEFAULT_ARGS = ["-p", "gpuaccept.plugin", "-o", "gpuaccept_suites=true", "-o", "gpuaccept_packaged_suites=true", "-p", "no:cacheprovider",
                 "-W", "ignore:Module already imported so cannot be rewritten; gpuaccept:pytest.PytestAssertRewriteWarning",
-                "-q", "-rfE"]
+                "-rfE"]
 
 
 def translate(argv: list[str]) -> list[str]:

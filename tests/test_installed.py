@@ -64,10 +64,9 @@ def test_pytest_pyargs_runs_the_shipped_suites(tmp_path):
 
 
 def test_every_pytest_option_passes_through(tmp_path):
-    """``--collect-only`` and ``-k`` reach pytest (the command's own ``-q`` lists the ids): no node touched, no
-    report folder."""
+    """``--collect-only -q`` and ``-k`` reach pytest: the ids listed, no node touched, no report folder."""
     ops = _ops_folder(tmp_path)
-    res = _run(ops, "-m", "gpuaccept.cli", "--inventory=nightly.ini", "--collect-only", "-k", "ecc")
+    res = _run(ops, "-m", "gpuaccept.cli", "--inventory=nightly.ini", "--collect-only", "-q", "-k", "ecc")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert re.findall(r"^\S*test_health\.py::test_ecc\[h\d\]$", res.stdout, re.M) == [
         "test_health.py::test_ecc[h1]", "test_health.py::test_ecc[h2]"]

@@ -111,6 +111,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.getini("gpuaccept_packaged_suites") and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [SUITES_DIR]  # the gpuaccept command without a test path: the shipped suites
+    if config.option.verbose == 0 and not config.option.collectonly and not _is_worker(config):
+        # a run's console is per host (gpuaccept.plugin.progress): pytest's per-file lines off, as -q does;
+        # -v, -q and --collect-only keep their own meaning
+        config.option.verbose = -1
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: the {layer} layer")
     shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
