@@ -81,8 +81,7 @@ def test_lifetime_uncorrectable_count_is_recorded_on_row_remapping_parts():
     (health.ecc, "ecc.mode_current", False, "ECC is disabled"),
     (health.ecc, "ecc.uncorrected_volatile", {"nvml_error": "Not Supported"},
      "ecc_uncorrected_volatile unreadable (NVML: Not Supported); the SKU file requires ecc"),
-    (health.preflight, "compute_processes", [{"pid": 4242, "name": "python3", "used_memory_bytes": 1}],
-     "foreign processes on the GPU: pid 4242 python3"),
+    (health.preflight, "compute_mode", "Prohibited", "compute mode Prohibited: no process can create a CUDA context"),
     (health.preflight, "persistence_mode", False, "persistence mode is off"),
     (health.preflight, "mig_mode.current", True, "MIG mode is on"),
     # found on 2026-11-30 (third trial): HW power brake (0x80) / HW slowdown (0x8) / HW thermal slowdown (0x40)
@@ -223,8 +222,10 @@ def test_healthy_capture_has_no_blockers():
 
 @pytest.mark.parametrize("doc,expected", [
     (_doc_with(sick("compute_processes", [{"pid": 4242, "name": "python3"}])),
-     [Blocker("preflight", "foreign processes on the GPU: pid 4242 python3", 1)]),
-    (_doc_with(sick("fabric.state", "IN_PROGRESS")), [Blocker("fabric", "fabric state IN_PROGRESS, status Success", 1)]),
+     [Blocker("preflight", "busy: pid 4242 (python3) holds a context on the GPU", 1)]),
+    # a fabric present but not ready blocks only the layers that need it (issue 22): never HBM or TFLOP/s
+    (_doc_with(sick("fabric.state", "IN_PROGRESS")), [Blocker("fabric", "fabric state IN_PROGRESS, status Success", 1,
+                                                              frozenset({"nvlink", "nccl"}))]),
     (_doc_with(LOST), [Blocker("gpu_inventory", "no NVML handle (GPU is lost)", 1)]),
     (_doc_with(kernel_driver_version="570.86.15"),
      [Blocker("driver_versions", "NVML library / kernel driver mismatch: library 580.159.04, kernel module "

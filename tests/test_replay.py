@@ -206,7 +206,10 @@ def test_required_field_unreadable_fails_in_nvmls_words(tmp_path):
     assert got["test_ecc"]["outcome"] == "failure"
     assert ("GPU 0 (00000000:00:06.0, serial 1650000000001): ecc_uncorrected_volatile unreadable "
             "(NVML: Unknown Error); the SKU file requires ecc") in got["test_ecc"]["text"]
-    assert got["test_gpu_inventory"]["outcome"] == "passed"
+    # an "Unknown Error" reading is also the GPU no longer answering (issue 22): named with the remedy
+    assert got["test_gpu_inventory"]["outcome"] == "failure"
+    assert ('GPU 0 (00000000:00:06.0, serial 1650000000001): NVML answers "Unknown Error" for 1 reading(s): '
+            'ecc.uncorrected_volatile') in got["test_gpu_inventory"]["text"]
     temps = {f["gpu"]: f for f in figs if f["check"] == "temp_c"}
     assert temps[0]["verdict"] == "pass" and temps[1]["value"] == {"nvml_error": "Not Supported"}
 
@@ -214,7 +217,8 @@ def test_required_field_unreadable_fails_in_nvmls_words(tmp_path):
 def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
     """A matmul loop from another process on GPU 1 (as measured on the 2xH200 node: 301 TFLOP/s bf16).
     Before: preflight named the pid, and compute failed GPU 1 as a card at 301 TFLOP/s (an RMA of a healthy
-    GPU). After: preflight fails; compute and memory are errors "blocked by preflight", the figure kept."""
+    GPU). After: preflight is an error "busy" (issue 22: a GPU in use by someone else is not a failing GPU);
+    compute and memory are errors "blocked by preflight", the figure kept."""
     def foreign(doc):
         doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
 
@@ -223,11 +227,11 @@ def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
     rc, got, figs = run_replay(tmp_path, alter_many(tmp_path, {"gpu_inventory": foreign,
                                                                "matmul_tflops": shared_gpu1}), HEALTH_MEM_COMPUTE)
     assert rc == 1
-    assert got["test_preflight"]["outcome"] == "failure"
-    assert "foreign processes on the GPU: pid 4242 python3" in got["test_preflight"]["text"]
+    assert got["test_preflight"]["outcome"] == "error"
+    assert "busy: pid 4242 (python3) holds a context on the GPU" in got["test_preflight"]["text"]
     tf = got["test_tensor_tflops"]
     assert tf["outcome"] == "error", tf
-    assert tf["message"].startswith("blocked by preflight: GPU 1: foreign processes on the GPU: pid 4242 python3")
+    assert tf["message"].startswith("blocked by preflight: GPU 1: busy: pid 4242 (python3) holds a context")
     assert "figure kept: h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): bf16_tflops 301 TFLOP/s < min 600" \
         in tf["text"]
     assert got["test_hbm_bandwidth"]["outcome"] == "error"  # blocked even where the figures pass
@@ -239,10 +243,11 @@ def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
 def test_pytest_counts_our_errors_as_errors(tmp_path):
     """pytest's own terminal line counts a blocked test (and every other ERROR of ours) under "errors", as
     JUnit and summary.md do. A failed preflight and a compute test blocked by it: before "2 failed", after
-    "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before."""
-    def foreign(doc):
-        doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
-    inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": foreign}))
+    "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before. (A foreign process
+    is busy, an ERROR itself since issue 22: the proven fault here is GPU 1 left in compute mode Prohibited.)"""
+    def prohibited(doc):
+        doc["gpus"][1]["compute_mode"] = "Prohibited"
+    inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": prohibited}))
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k",
                      "test_preflight or test_launch_overhead", "--junitxml", str(tmp_path / "pytest.xml"))
@@ -487,8 +492,9 @@ def test_gpu_in_mig_mode_blocks_its_figures_instead_of_failing_them_as_slow(tmp_
     assert compute["outcome"] == "error", compute
     assert compute["message"].startswith("blocked by preflight: GPU 1: MIG mode is on, the SKU file expects off")
     assert any(f["check"] == "bf16_tflops" and f["gpu"] == 1 for f in compute["figures"])  # kept
-    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **ERROR** `h200-a`"))
-    assert "blocked by preflight: GPU 1: MIG mode is on" in line and "bf16_tflops GPU 1" not in line, line
+    # the one verdict order (issue 22): the proven fault makes the host FAIL, the test it blocked counted
+    line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **FAIL** `h200-a`"))
+    assert "MIG mode is on" in line and "and 1 test blocked" in line and "bf16_tflops GPU 1" not in line, line
 
 
 def test_damaged_saved_document_is_an_error_in_one_line(tmp_path):

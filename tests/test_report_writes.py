@@ -27,7 +27,7 @@ from gpuaccept.reporting.junit import junit_xml_text
 from gpuaccept.reporting.records import CaseRecord, record_dict
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.summary import summary_markdown
-from gpuaccept.reporting.verdicts import failed_hosts
+from gpuaccept.reporting.verdicts import failed_hosts, failed_hosts_text, host_verdicts
 
 
 def _recs(n_hosts: int, tag: str = "") -> list[CaseRecord]:
@@ -62,7 +62,8 @@ def _check_files(rep: Reporter, folder: Path, final: bool = False) -> None:
     recs = list(rep.records.values())
     slow = outliers([f for r in recs for f in r.figures], []) if final else []
     assert (folder / "summary.md").read_text() == summary_markdown("run1", rep.meta, recs, slow)
-    assert (folder / "failed-hosts.txt").read_text() == "".join(h + "\n" for h in failed_hosts(recs, rep.meta["hosts"]))
+    assert (folder / "failed-hosts.txt").read_text() == failed_hosts_text(recs, rep.meta["hosts"])
+    assert failed_hosts_text(recs, rep.meta["hosts"]).startswith("".join(h + "\n" for h in failed_hosts(recs, rep.meta["hosts"])))
     doc = json.loads((folder / "results.json").read_text())
     assert doc["tests"] == json.loads(json.dumps([record_dict(r) for r in recs]))
     assert doc["figures"] == [f for r in recs for f in r.figures]
@@ -70,7 +71,8 @@ def _check_files(rep: Reporter, folder: Path, final: bool = False) -> None:
     layers = sorted({r.layer for r in recs})
     for layer in layers:
         text = (folder / f"junit-{layer}.xml").read_text()
-        assert _strip_ts(text) == _strip_ts(junit_xml_text(layer, [r for r in recs if r.layer == layer]))
+        assert _strip_ts(text) == _strip_ts(junit_xml_text(layer, [r for r in recs if r.layer == layer],
+                                                           host_verdicts(recs, rep.meta["hosts"]), rep.meta))
         ET.fromstring(text.encode())  # well-formed
 
 

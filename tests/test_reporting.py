@@ -297,7 +297,7 @@ def test_prometheus_textfile_parses(tmp_path):
     assert hbm.labels["unit"] == "GB/s" and hbm.labels["gpu"] == "0" and hbm.labels["sku"] == "h200-sxm-141gb"
     assert fams["gpuaccept_busbw_gbps"].samples[0].labels["extra"] == "bytes=4096"
     verdicts = {s.labels["host"]: s.value for s in fams["gpuaccept_host_verdict"].samples}
-    assert verdicts == {"a": 0, "b": 2}
+    assert verdicts == {"a": 1, "b": 2}  # the one verdict order: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
     assert fams["gpuaccept_run_duration_seconds"].samples[0].value == 60
     assert not list(tmp_path.glob("*.tmp*"))  # written through a temporary file and renamed
     # stable series: a second night's run writes the same series (no run id in any label), newer values

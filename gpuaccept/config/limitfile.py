@@ -6,6 +6,8 @@ with ``#`` are ignored. Rerunning only what failed is then
 """
 from __future__ import annotations
 
+import re
+
 from gpuaccept.errors import ConfigError
 
 
@@ -34,3 +36,25 @@ def hosts_from_file(path: str, known: list[str]) -> list[str]:
     if not wanted:
         raise ConfigError(f"--limit @{path}: the file lists no host (nothing to rerun)")
     return [h for h in known if h in wanted]
+
+
+#: the comment a run's failed-hosts.txt carries for a fleet-wide test that did not pass (written by
+#: gpuaccept.reporting.records.failed_hosts_text): "# fleet-wide <test> did not pass on: <host> <host> ..."
+FLEET_COMMENT = re.compile(r"^#\s*fleet-wide\s+(\S+)\s+did not pass on:\s*(.*)$")
+
+
+def fleet_tests(path: str) -> dict[str, list[str]]:
+    """Fleet-wide tests a host list file says did not pass, with the hosts they ran on (their partners):
+    ``{"test_allreduce_multinode": ["gpu-07", "gpu-08"]}``; ``{}`` when the file has none or cannot be read
+    (:func:`hosts_from_file` reports that)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        m = FLEET_COMMENT.match(line.strip())
+        if m:
+            out.setdefault(m.group(1), []).extend(h for h in m.group(2).split() if h not in out.get(m.group(1), []))
+    return out

@@ -11,7 +11,9 @@ tests (``preflight``, ``fabric``, ``gpu_inventory``, ``driver_versions``) report
 not blocked.
 
 Each blocker is derived from the health judgment that reports it (gpuaccept/judging/health.py), so the rule lives
-in one place.
+in one place. A blocker names the layers it blocks: a fabric present but not ready blocks only the layers that
+need it (gpuaccept.judging.shape.FABRIC_LAYERS: NVLink, NCCL), never HBM or TFLOP/s; the others block every
+dependent layer. A node whose shape has no fabric (gpuaccept.judging.shape) is not blocked by it.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuaccept.judging import health
 from gpuaccept.judging.readings import is_error, is_lost, lost_reason, typed
+from gpuaccept.judging.shape import FABRIC_LAYERS, fabric_expected
 from gpuaccept.config.thresholds import SkuSpec
 
 # Layers whose figures depend on the health preconditions (pytest markers / suites/test_<layer>.py).
@@ -27,17 +30,26 @@ DEPENDENT_LAYERS = frozenset({"memory", "compute", "nvlink", "nccl", "gpudirect"
 
 @dataclass(frozen=True)
 class Blocker:
-    """``check``: the health test that shows the cause (its name without ``test_``); ``cause``: one line;
-    ``gpu``: the NVML index of the GPU it blocks, None for the whole host."""
+    """``check``: the health test that shows the cause (its name without ``test_``), or ``"conditions"`` for a
+    measurement another process disturbed (gpuaccept.judging.conditions); ``cause``: one line; ``gpu``: the
+    NVML index of the GPU it blocks, None for the whole host; ``layers``: the layers it blocks."""
 
     check: str
     cause: str
     gpu: int | None = None
+    layers: frozenset = DEPENDENT_LAYERS
 
     def message(self) -> str:
-        """``"blocked by preflight: GPU 1: foreign processes on the GPU: pid 4242 python3"``."""
+        """``"blocked by preflight: GPU 1: busy: pid 4242 (python3) holds a context on the GPU"``; a disturbed
+        measurement reads as its cause alone (``"disturbed: pid 4711 (python3) used GPU 0 during ..."``)."""
+        if self.check == "conditions":
+            return self.cause
         where = f"GPU {self.gpu}: " if self.gpu is not None else ""
         return f"blocked by {self.check}: {where}{self.cause}"
+
+    def applies(self, layer: str) -> bool:
+        """True when this blocker blocks a test of ``layer``."""
+        return layer in self.layers
 
 
 def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
@@ -59,21 +71,22 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
         if is_lost(g):
             out.append(Blocker("gpu_inventory", f"no NVML handle ({lost_reason(g)})", idx))
             continue
-        procs = g.get("compute_processes")
-        if isinstance(procs, list) and procs:
-            for f in health.preflight(g, sku) if sku is not None else health.foreign_processes(g):
-                if f.check == "compute_processes" and f.failure:
-                    out.append(Blocker("preflight", f.failure, idx))
+        busy = health.busy_cause(g)
+        if busy:
+            out.append(Blocker("preflight", busy, idx))
+        for f in health.compute_mode(g) + health.telemetry_errors(g):
+            if f.failure:
+                out.append(Blocker("preflight" if f.check == "compute_mode" else "gpu_inventory", f.failure, idx))
         if sku is not None:  # MIG mode other than the SKU file expects: a probe measures a slice, or nothing
             for f in health.preflight(g, sku):
                 if f.check == "mig_mode" and f.failure:
                     out.append(Blocker("preflight", f.failure, idx))
-        if sku is not None and sku.expect.get("nvswitch"):
+        if sku is not None and sku.expect.get("nvswitch") and fabric_expected(g, sku):
             fab = g.get("fabric")
             if isinstance(fab, dict) and not is_error(fab):
                 for f in health.fabric(g, sku):
                     if f.failure:
-                        out.append(Blocker("fabric", f.failure, idx))
+                        out.append(Blocker("fabric", f.failure, idx, FABRIC_LAYERS))
     return out
 
 

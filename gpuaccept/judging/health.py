@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.judging.compute import clock_reasons
+from gpuaccept.judging.shape import gpu_fabric
 from gpuaccept.judging.readings import error_text, is_error, is_lost, lost_reason, number, present
 from gpuaccept.config.thresholds import Limit, SkuSpec
 
@@ -26,7 +27,9 @@ from gpuaccept.config.thresholds import Limit, SkuSpec
 @dataclass(frozen=True)
 class Finding:
     """A figure (``check``, ``value``, ``unit``), its ``limit`` when judged, and ``failure`` when unhealthy;
-    ``context``: what the figure is (e.g. which GPU pair), said in parentheses in a judged figure's failure line."""
+    ``error``: why the GPU cannot be judged now though nothing is proven wrong with it (busy: another
+    process holds it), an ERROR of the test, never a failure; ``context``: what the figure is (e.g. which GPU
+    pair), said in parentheses in a judged figure's failure line."""
 
     check: str
     value: Any = None
@@ -35,6 +38,7 @@ class Finding:
     failure: str | None = None
     extra: dict | None = None
     context: str | None = None
+    error: str | None = None
 
 
 def nvml_error(v) -> str | None:
@@ -183,14 +187,76 @@ def temperature(gpu: dict, sku: SkuSpec) -> list[Finding]:
     return [Finding("temp_c", t, "C", sku.limit("temp_c"))]
 
 
+def process_list(procs: list) -> str:
+    """``"pid 4711 (python3), pid 4712 (?)"`` of gpu_inventory's ``compute_processes``."""
+    return ", ".join(f"pid {p.get('pid')} ({p.get('name') or '?'})" for p in procs)
+
+
+def busy_cause(gpu: dict) -> str | None:
+    """Why the GPU is busy, or None: compute processes on it (nvmlDeviceGetComputeRunningProcesses) while the
+    suite measures (one host's probes never run at once, so any is foreign), named by pid and name; under
+    compute mode Exclusive_Process such a process also keeps every probe off the GPU."""
+    procs = gpu.get("compute_processes")
+    if not isinstance(procs, list) or not procs:
+        return None
+    mode = gpu.get("compute_mode")
+    held = (f" in compute mode {mode}: no other process can create a context"
+            if isinstance(mode, str) and mode.startswith("Exclusive") else "")
+    return f"busy: {process_list(procs)} hold{'s' if len(procs) == 1 else ''} a context on the GPU{held}"
+
+
 def foreign_processes(gpu: dict) -> list[Finding]:
-    """Compute processes on the GPU (nvmlDeviceGetComputeRunningProcesses): any is foreign while the suite
-    measures (one host's probes never run at once)."""
+    """Compute processes on the GPU: a GPU in use by someone else is busy (:func:`busy_cause`), an ERROR of
+    the test naming them, never a failing GPU; an unreadable list is recorded."""
     procs = gpu.get("compute_processes")
     if not isinstance(procs, list):
         return [Finding("compute_processes", procs, extra={"note": f"unreadable (NVML: {error_text(procs)})"})]
-    return [Finding("compute_processes", len(procs), "processes", failure="foreign processes on the GPU: " +
-                    ", ".join(f"pid {p.get('pid')} {p.get('name') or '?'}" for p in procs) if procs else None)]
+    return [Finding("compute_processes", len(procs), "processes", error=busy_cause(gpu))]
+
+
+def compute_mode(gpu: dict) -> list[Finding]:
+    """Compute mode (nvmlDeviceGetComputeMode): ``Prohibited`` lets no process create a CUDA context, so every
+    probe fails on the GPU: a failure (``nvidia-smi -c DEFAULT`` restores it); ``Exclusive_Process`` and
+    ``Exclusive_Thread`` are recorded (with a foreign context they make the GPU busy, :func:`busy_cause`)."""
+    mode = gpu.get("compute_mode")
+    if not isinstance(mode, str):
+        return [Finding("compute_mode", mode, extra={"note": f"unreadable (NVML: {error_text(mode)})"})]
+    return [Finding("compute_mode", mode, failure=(
+        "compute mode Prohibited: no process can create a CUDA context on this GPU (restore with nvidia-smi "
+        "-c DEFAULT)") if mode == "Prohibited" else None)]
+
+
+#: NVML's text of NVML_ERROR_UNKNOWN (nvmlErrorString), what a GPU whose GSP firmware stopped answering gives
+UNKNOWN_ERROR = "Unknown Error"
+
+
+def unknown_error_fields(gpu: dict, prefix: str = "") -> list[str]:
+    """The fields of one GPU's document that NVML answered "Unknown Error" (dotted names, document order)."""
+    out = []
+    for k, v in gpu.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and not is_error(v):
+            out += unknown_error_fields(v, name + ".")
+        elif UNKNOWN_ERROR.lower() in str(error_text(v) or "").lower():
+            out.append(name)
+    return out
+
+
+def telemetry_errors(gpu: dict) -> list[Finding]:
+    """A GPU whose readings answer NVML "Unknown Error" fails, naming the fields: its firmware (GSP) no longer
+    answers the driver (nvidia-smi shows ERR!), and a GPU reset is the usual remedy (NVIDIA GPU debug
+    guidelines: an unresponsive GPU is reset, then drained if it recurs). Other unreadable fields are judged
+    where they are read."""
+    if is_lost(gpu):
+        return []
+    fields = unknown_error_fields(gpu)
+    if not fields:
+        return []
+    return [Finding("nvml_unknown_error_fields", len(fields), "fields", extra={"fields": fields},
+                    failure=f"NVML answers \"{UNKNOWN_ERROR}\" for {len(fields)} reading(s): "
+                            f"{', '.join(fields[:12])}{', ...' if len(fields) > 12 else ''}: the GPU no longer "
+                            f"answers the driver (GSP firmware; nvidia-smi shows ERR!); a GPU reset is the usual "
+                            f"remedy")]
 
 
 def idle_clock_events(gpu: dict) -> list[Finding]:
@@ -212,11 +278,11 @@ def idle_clock_events(gpu: dict) -> list[Finding]:
 
 
 def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
-    """No foreign processes on the GPU, persistence mode on, MIG mode as the SKU expects, no hardware clock
-    slowdown while idle (:func:`idle_clock_events`)."""
+    """No foreign processes on the GPU (busy: an error), compute mode not Prohibited, persistence mode on, MIG
+    mode as the SKU expects, no hardware clock slowdown while idle (:func:`idle_clock_events`)."""
     if is_lost(gpu):
         return lost(gpu)
-    out = foreign_processes(gpu) + idle_clock_events(gpu)
+    out = foreign_processes(gpu) + compute_mode(gpu) + idle_clock_events(gpu)
     pm = gpu.get("persistence_mode")
     want_pm = sku.expect.get("persistence_mode", True)
     out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None)
@@ -235,16 +301,43 @@ def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
 
 
 def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
-    """NVSwitch fabric registration (NVML GPU fabric info): state completed and status success."""
+    """NVSwitch fabric registration (NVML GPU fabric info): state COMPLETED and status Success, where the
+    node's shape has a fabric (gpuaccept.judging.shape.gpu_fabric): NOT_SUPPORTED on a GPU without NVLink is
+    "no fabric on this node", recorded with why; any other state fails."""
     if is_lost(gpu):
         return lost(gpu)
     fab = gpu.get("fabric")
     if not isinstance(fab, dict) or is_error(fab):
         return [_unreadable(sku, "fabric", "fabric_state", fab)]
-    state, status = str(fab.get("state")).lower(), str(fab.get("status")).lower()
-    bad = state != "completed" or status not in ("none", "success")
+    state, why = gpu_fabric(gpu, sku)
+    if state == "none":
+        return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status"), "note": why})]
     return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status")},
-                    failure=f"fabric state {fab.get('state')}, status {fab.get('status')}" if bad else None)]
+                    failure=why if state == "not ready" else None)]
+
+
+def cuda_visible_devices(doc: dict) -> list[Finding]:
+    """``CUDA_VISIBLE_DEVICES`` in the probes' environment on the node (gpu_inventory's
+    ``cuda_visible_devices``, None when unset) that names fewer devices than NVML lists (lost GPUs not
+    counted): an ERROR naming its value, since every CUDA probe then measures only the GPUs it leaves
+    visible (CUDA reads the list up to its first invalid entry; an empty value hides every GPU)."""
+    if "cuda_visible_devices" not in (doc or {}):
+        return []
+    v = doc.get("cuda_visible_devices")
+    if v is None:
+        return [Finding("cuda_visible_devices", "unset")]
+    n = len(present(list(doc.get("gpus") or [])))
+    entries = []
+    for e in str(v).split(","):
+        e = e.strip()
+        if not e or e.startswith("-"):
+            break  # CUDA stops at the first invalid entry (a negative index hides the rest)
+        entries.append(e)
+    if len(entries) >= n:
+        return [Finding("cuda_visible_devices", v)]
+    return [Finding("cuda_visible_devices", v, error=(
+        f"CUDA_VISIBLE_DEVICES={v!r} in the node's environment hides {n - len(entries)} of {n} NVML GPU(s) "
+        f"from CUDA: the CUDA tests measure only the GPUs it leaves visible (unset it for the probes' user)"))]
 
 
 def gpu_count(found, declared) -> Finding:

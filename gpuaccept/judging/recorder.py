@@ -37,6 +37,9 @@ FIGURE_KEY = "gpuaccept.figure"
 #: action}``): the reports give a verdict per GPU from these (gpuaccept.reporting.verdicts.host_verdicts), not only
 #: per test, and the action decided where the failure was found (gpuaccept.judging.actions)
 FAILURE_KEY = "gpuaccept.failure"
+#: user_properties key of each figure found below its floor once and not again (``{host, gpu, pci_bus_id,
+#: serial, check, first, second, unit, line}``): recorded as unstable, not as a failure (gpuaccept.judging.confirm)
+UNSTABLE_KEY = "gpuaccept.unstable"
 
 
 def gpu_label(gpu: dict | None) -> str:
@@ -72,11 +75,13 @@ def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers:
     """The outcome of one test from its records. Pure.
 
     ``failures``: (GPU index or None for a node figure, message line); ``errors``: measurement-gap lines;
-    ``blockers``: the host's blockers (they apply only when ``layer`` is a dependent layer). A failure is
+    ``blockers``: the host's blockers and the test's own (each applies to the layers it names,
+    :meth:`gpuaccept.judging.blockers.Blocker.applies`: a host's to the dependent layers, a fabric not ready's
+    to nvlink and nccl, a disturbed measurement's to its own test). A failure is
     blocked when it is on a blocked GPU, when a blocker covers the whole host, or when it is a node figure
     (a collective or a coverage line involves every GPU) on a host with any blocker.
     """
-    applied = list(blockers) if layer in DEPENDENT_LAYERS else []
+    applied = [b for b in blockers if b.applies(layer)]
     host_wide = any(b.gpu is None for b in applied)
     blocked_gpus = {b.gpu for b in applied if b.gpu is not None}
 
@@ -119,6 +124,13 @@ class Recorder:
         self.failures: list[str] = []  # lines; read through failed()/lines(), written through fail()
         self._failure_gpu: list[int | None] = []
         self.errors: list[str] = []
+        # figures outside their limit waiting for their confirmation (record(confirm=True)): (rec, g, limit,
+        # figure, context, first failure line); confirm() turns each into a failure or an unstable figure
+        self._held: list[tuple] = []
+        # what the node's gpu_inventory said of the probes' environment (``cuda_visible_devices``: its value,
+        # None when unset); the plugin fills it, messages name it
+        self.environment: dict = {}
+        self.unstable: list[str] = []
         # (failures, errors) counted when the first of them was recorded after the run was interrupted
         # (SIGINT/SIGTERM, gpuaccept.runner.interrupt): those later lines are what the killed commands caused
         self._cut: dict[str, tuple[int, int] | None] = {"at": None}
@@ -163,11 +175,13 @@ class Recorder:
     # -- recording -----------------------------------------------------------------------------
     def record(self, check: str, value: Any, unit: str = "", gpu: dict | int | None = None,
                limit: Limit | None = None, extra: dict | None = None, figure: str | None = None,
-               context: str | None = None) -> bool:
+               context: str | None = None, confirm: bool = False) -> bool:
         """Record one figure; judge it when ``limit`` is given. Returns True when it passed (or unjudged).
 
         ``figure``: the figure's name in the failure line, default ``check``; ``context``: what the figure is
-        (dtype, direction, size), appended to the failure line in parentheses.
+        (dtype, direction, size), appended to the failure line in parentheses. ``confirm``: a figure outside
+        its limit is held until :meth:`confirm` has measured it once more (gpuaccept.judging.confirm); one
+        still held when the test ends fails as "not confirmed".
         The record (results.json) is ``{host, layer, test, check, gpu, pci_bus_id, serial, value, unit,
         limit: {min|max: bound, source} | None, verdict: pass|fail|error|recorded[, extra]}``; ``unit`` is the
         limit's unit when judged. A judged figure with no value (None, an NVML error) is an error of the
@@ -190,6 +204,8 @@ class Recorder:
             passed = v.passed
             if v.kind == "missing":
                 self.error(v.message, gpu=g)
+            elif not passed and confirm:
+                self._held.append((rec, g, limit, figure or check, context, f"{self._where(g)}: {v.message}"))
             elif not passed:
                 act = actions.for_finding(self.item.originalname, check, value, extra, _gpu_ref(g),
                                           limit.direction)
@@ -206,6 +222,8 @@ class Recorder:
                 g = self._gpu(gpu)
                 self.fail(f.failure, gpu=gpu, check=f.check, action=actions.for_finding(
                     self.item.originalname, f.check, f.value, f.extra, _gpu_ref(g)))
+            if getattr(f, "error", None):
+                self.error(f.error, gpu=gpu)
 
     def _note_interruption(self) -> None:
         if self._cut["at"] is None and self._interrupted() is not None:
@@ -241,16 +259,36 @@ class Recorder:
     def expect_gpus(self, nvml_gpus: list[dict], measured: list | None, probe: str) -> None:
         """Every NVML GPU with a handle must have an entry in the probe's per-GPU list ``measured``; each
         missing one is an error naming its index and PCI bus id (an empty list is never a pass)."""
+        env = self.environment.get("cuda_visible_devices", "?")
+        why = ("CUDA_VISIBLE_DEVICES on the node?" if env == "?" else "CUDA_VISIBLE_DEVICES unset on the node"
+               if env is None else f"CUDA_VISIBLE_DEVICES={env!r} on the node")
         for g in unmeasured(nvml_gpus, measured if isinstance(measured, list) else []):
             self.error(f"{probe} measured no figure for {describe_gpu(g)}: every GPU NVML lists must be "
-                       f"measured (CUDA_VISIBLE_DEVICES on the node?)")
+                       f"measured ({why})")
 
     # -- reading -------------------------------------------------------------------------------
     def block(self, check: str, cause: str, gpu: int | None = None) -> None:
         """A precondition found broken during the test itself (e.g. a foreign process that appeared on a GPU
         halfway through a burn-in): this test's figures on that GPU (or host, ``gpu`` None) are kept but
         cannot be trusted, so the test is an ERROR "blocked by <check>: ...", not a hardware failure."""
-        self.blockers.append(Blocker(check, cause, gpu))
+        self.blockers.append(Blocker(check, cause, gpu, frozenset({self.layer})))
+
+    def conditions(self, doc: dict, gpus: list[dict] | None = None) -> list[int | None]:
+        """Judge the conditions a GPU-loading probe sampled (its document's ``conditions``,
+        gpuaccept/probes/_conditions.py): each GPU another process used during the measurement makes this
+        test an ERROR "disturbed: pid N (name) used GPU i during the measurement", its figures kept
+        (gpuaccept.judging.conditions). ``gpus``: the NVML GPUs (to name each by NVML's index). Records
+        ``conditions`` (the sampler's state, foreign pids) once per test. Returns the NVML indices disturbed."""
+        from gpuaccept.judging import conditions as cond
+        found = cond.disturbances(doc, gpus if gpus is not None else list(self.gpu_ids.values()))
+        self.record("conditions", cond.state(doc), extra=cond.summary(doc))
+        for idx, line in found:
+            self.blockers.append(Blocker("conditions", line, idx, frozenset({self.layer})))
+        return [i for i, _ in found]
+
+    def disturbed_gpus(self) -> set:
+        """NVML indices (None: the host) of this test's disturbed measurements."""
+        return {b.gpu for b in self.blockers if b.check == "conditions"}
 
     def failed(self) -> bool:
         """True when a failure was recorded."""
@@ -270,9 +308,55 @@ class Recorder:
         return self.failures[:cut[0]] + self.errors[:cut[1]]
 
     def outcome(self) -> Outcome:
-        """What this test's records add up to (see :func:`outcome`)."""
+        """What this test's records add up to (see :func:`outcome`); a figure still waiting for its
+        confirmation counts as a failure ("not confirmed")."""
         gpus = self._failure_gpu + [None] * (len(self.failures) - len(self._failure_gpu))
-        return outcome(list(zip(gpus, self.failures)), self.errors, self.blockers, self.layer)
+        held = [(h[1].get("index") if h[1] else None, f"{h[5]} (not confirmed: the test ended before a second "
+                                                       f"measurement)") for h in self._held]
+        return outcome(list(zip(gpus, self.failures)) + held, self.errors, self.blockers, self.layer)
+
+    # -- confirmation --------------------------------------------------------------------------
+    def held(self) -> list[tuple[str, dict | None]]:
+        """``[(check, gpu)]`` of the figures waiting for their confirmation (``gpu``: the identity dict)."""
+        return [(h[0]["check"], h[1]) for h in self._held]
+
+    def confirm(self, second: Callable[[str, dict | None], Any], why: str | None = None,
+                seconds: float | None = None, unstable_fails: bool = False) -> None:
+        """Judge each held figure again on its second measurement: ``second(check, gpu)`` gives the value
+        (None when the second run has none; ``why`` says why, e.g. the probe's error). Reproduced → FAILED,
+        both figures in the line; not reproduced → "unstable" (both figures recorded: the figure's verdict
+        ``unstable`` and an :data:`UNSTABLE_KEY` property), a failure only when ``unstable_fails`` (burn-in,
+        where instability is itself a finding); no second figure → FAILED "not confirmed: <why>". ``seconds``:
+        what the second measurement took, recorded beside each figure."""
+        held, self._held = self._held, []
+        for rec, g, limit, figure, context, line in held:
+            v2 = second(rec["check"], g)
+            v = judge(limit, v2, figure, context)
+            first = rec["value"]
+            act = actions.for_finding(self.item.originalname, rec["check"], first, rec.get("extra"), _gpu_ref(g),
+                                      limit.direction)
+            rec.setdefault("extra", {})["confirmation"] = {"value": to_json(v2), "seconds": seconds,
+                                                           **({"why": why} if why and v.kind == "missing" else {})}
+            if v.kind == "missing":
+                self._add_failure(f"{line} (not confirmed: {why or 'the second measurement has no figure'})", g,
+                                  check=rec["check"], action=act)
+            elif not v.passed:
+                self._add_failure(f"{line}; measured again: {v2:g} {limit.unit} (confirmed)", g, check=rec["check"],
+                                  action=act)
+            else:
+                rec["verdict"] = "unstable"
+                text = (f"{self._where(g)}: unstable: {figure} {first:g} then {v2:g} {limit.unit} (limit "
+                        f"{limit.describe()}{'; ' + context if context else ''}): outside its limit once, within "
+                        f"it when measured again")
+                self.unstable.append(text)
+                self.item.user_properties.append((UNSTABLE_KEY, {
+                    "host": self.host, "gpu": g.get("index") if g else None,
+                    "pci_bus_id": g.get("pci_bus_id") if g else None, "serial": g.get("serial") if g else None,
+                    "check": rec["check"], "first": first, "second": to_json(v2), "unit": limit.unit,
+                    "line": text}))
+                if unstable_fails:
+                    self._add_failure(f"{text} (burn-in: instability is a finding)", g, check=rec["check"],
+                                      action=act)
 
     def finish(self) -> None:
         """Stop the test now when it has failures or errors (the plugin's report hook classifies it; calling

@@ -290,6 +290,10 @@ def verdicts(request) -> Recorder:
             spec = None  # the test itself reports the SKU problem; the fabric is then not judged here
         blocks = blockers(node.gpu_inventory(), spec)
     rec = Recorder(item, host or "fleet", layer, gpu_ids, blocks, interrupted=interruption)
+    if found:
+        inv = request.getfixturevalue("node").gpu_inventory()
+        if "cuda_visible_devices" in inv:
+            rec.environment["cuda_visible_devices"] = inv.get("cuda_visible_devices")
     item.stash[RECORDER] = rec
     return rec
 

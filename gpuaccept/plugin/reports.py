@@ -31,7 +31,7 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
-from gpuaccept.reporting.verdicts import action_hosts, failed_hosts
+from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text
 from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
 from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups
 
@@ -338,6 +338,14 @@ class ReportPlugin:
             return
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
         rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
+        stop = session.config.pluginmanager.get_plugin("gpuaccept-interrupt")
+        if rep.meta["interrupted"] or getattr(stop, "reason", None):  # the banner of summary.md and report.html
+            rep.meta["interrupted"] = True
+            rep.meta["interruption"] = {
+                "signal": getattr(stop, "reason", None) or "KeyboardInterrupt",
+                "at": getattr(stop, "at", None) or time.time(),
+                "running": sorted(set(self.partial) | ({stop.running} if getattr(stop, "running", None) else set())),
+                "unfinished": len(self.partial) + len([n for n in rep.expected if n not in rep.records])}
         for nodeid in list(self.partial):
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
@@ -383,6 +391,9 @@ class ReportPlugin:
         hv = rep.host_verdicts()
         bad = failed_hosts(recs, rep.meta.get("hosts"), hv)  # the hosts failed-hosts.txt lists
         fleet = hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR")
+        stop = interruption_text(rep.meta)
+        if stop:
+            terminalreporter.write_line(f"gpuaccept: INTERRUPTED {stop}", red=True)
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
         groups = skip_groups(recs)
         for why, (hs, n) in list(groups.items())[:SKIP_LINES]:

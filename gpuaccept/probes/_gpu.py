@@ -8,6 +8,7 @@ sees) and :func:`describe_gpu` (the ``{"index", "name", "pci_bus_id"}`` head of 
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -23,10 +24,53 @@ def sig(x: float, digits: int = 5) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def cuda_version_text(v) -> str | None:
+    """NVML's CUDA driver version (``nvmlSystemGetCudaDriverVersion``: 1000*major + 10*minor, 12040) as
+    ``"12.4"``; None when it is not a number."""
+    try:
+        v = int(v)
+    except (TypeError, ValueError):
+        return None
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def why_no_device(torch_cuda: str | None, nvml_cuda, nvml_gpus, visible: str | None) -> list[str]:
+    """What the node says beside "no CUDA device visible to torch" (pure): the driver's CUDA version next to
+    torch's CUDA build when the driver's is older (CUDA's minor-version compatibility runs within one major
+    version only; a newer build than the driver fails to initialise), and ``CUDA_VISIBLE_DEVICES`` with its
+    value when it is set while NVML lists GPUs. ``nvml_cuda``: the NVML integer or None; ``nvml_gpus``: NVML's
+    count or None; ``visible``: the variable's value or None when unset."""
+    out = []
+    drv = cuda_version_text(nvml_cuda)
+    if drv and torch_cuda:
+        try:
+            older = tuple(int(x) for x in drv.split(".")) < tuple(int(x) for x in torch_cuda.split(".")[:2])
+        except ValueError:
+            older = False
+        out.append(f"the NVIDIA driver supports CUDA {drv} (NVML), torch is built for CUDA {torch_cuda}"
+                   + (": the driver is too old for this torch build (update the driver, or install a torch "
+                      f"built for CUDA <= {drv})" if older else ""))
+    if visible is not None and nvml_gpus:
+        out.append(f"CUDA_VISIBLE_DEVICES={visible!r} in the probe's environment hides NVML's {nvml_gpus} GPU(s)"
+                   f" from CUDA")
+    return out
+
+
 def require_cuda() -> None:
+    """ProbeFailed "no CUDA device visible to torch (torch V, CUDA build: B; <why_no_device>)" when torch sees
+    no CUDA device."""
     if not torch.cuda.is_available():
+        nvml_cuda = nvml_gpus = None
+        try:
+            import pynvml as nv
+            nv.nvmlInit()
+            nvml_cuda, nvml_gpus = nv.nvmlSystemGetCudaDriverVersion(), nv.nvmlDeviceGetCount()
+        except Exception:  # noqa: BLE001 - no NVML: nothing to add
+            pass
+        notes = why_no_device(torch.version.cuda, nvml_cuda, nvml_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         raise ProbeFailed(
-            f"no CUDA device visible to torch (torch {torch.__version__}, CUDA build: {torch.version.cuda})"
+            f"no CUDA device visible to torch (torch {torch.__version__}, CUDA build: {torch.version.cuda}"
+            + "".join(f"; {n}" for n in notes) + ")"
         )
 
 
@@ -71,6 +115,12 @@ def describe_gpu(device: str, index: int) -> dict:
         return {"index": 0, "name": "cpu", "pci_bus_id": None}
     props = torch.cuda.get_device_properties(index)
     return {"index": index, "name": props.name, "pci_bus_id": pci_bus_id(props)}
+
+
+def bus_ids(device: str, indices: list[int]) -> list[str | None]:
+    """NVML-style PCI bus ids of torch devices ``indices`` on cuda (what _conditions.Watch samples); ``[]`` on
+    cpu."""
+    return [describe_gpu(device, i)["pci_bus_id"] for i in indices] if device == "cuda" else []
 
 
 def pci_bus_id(props) -> str | None:

@@ -488,6 +488,8 @@ def main(args: dict) -> dict:
         "kernel_driver_version_line": kline,
         # the NVIDIA driver is on the node (so "no pynvml" is a broken node, not a GPU-less one)
         "driver_present": os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0"),
+        # the probes' environment hides NVML GPUs from CUDA when set (None: unset)
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "gpus": [],
     }
     try:

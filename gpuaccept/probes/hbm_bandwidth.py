@@ -41,7 +41,8 @@ import threading
 
 import torch
 
-from _gpu import Clock, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
+from _conditions import Watch
+from _gpu import Clock, bus_ids, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
 from _probe import ProbeFailed, log, run
 
 GIB = 1 << 30
@@ -53,7 +54,7 @@ TRITON_CONFIGS = {
     "triton_tiles": ("tiles", 8192, 8, 0),
     "triton_persistent": ("persistent", 4096, 4, 8),
 }
-ARG_KEYS = {"device", "bytes", "iters", "gpus", "read_methods"}
+ARG_KEYS = {"device", "bytes", "iters", "gpus", "read_methods", "attempt"}  # attempt: 2 for a confirmation (_conditions.py)
 
 
 def gbps(nbytes: float, seconds: float) -> float:
@@ -269,8 +270,10 @@ def main(args: dict) -> dict:
            "read_methods": read_methods, "triton_kernels": triton_kernels}
     log(f"hbm_bandwidth: {len(indices)} device(s), {nbytes / GIB:.3f} GiB per buffer, {iters} reps, "
         f"triton {triton_state}")
-    gpus = on_gpus(lambda i, b: measure_gpu(i, b, cfg), indices)
-    return {"device": device, "bytes": nbytes, "iters": iters, "triton": triton_state, "gpus": gpus}
+    with Watch(bus_ids(device, indices)) as watch:
+        gpus = on_gpus(lambda i, b: measure_gpu(i, b, cfg), indices)
+    return {"device": device, "bytes": nbytes, "iters": iters, "triton": triton_state, "gpus": gpus,
+            "conditions": watch.result()}
 
 
 if __name__ == "__main__":

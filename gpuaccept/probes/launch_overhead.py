@@ -22,10 +22,11 @@ import time
 
 import torch
 
-from _gpu import describe_gpu, gpu_indices, probe_device
+from _conditions import Watch
+from _gpu import bus_ids, describe_gpu, gpu_indices, probe_device
 from _probe import ProbeFailed, log, run
 
-ARG_KEYS = {"device", "iters", "gpus"}
+ARG_KEYS = {"device", "iters", "gpus", "attempt"}
 WARMUP = 1000
 
 
@@ -65,14 +66,17 @@ def main(args: dict) -> dict:
     if not 1 <= iters <= 10_000_000:
         raise ProbeFailed(f"iters must be between 1 and 10000000, got {iters}")
     gpus = []
-    for i in gpu_indices(device, args.get("gpus")):
+    indices = gpu_indices(device, args.get("gpus"))
+    watch = Watch(bus_ids(device, indices)).start()
+    for i in indices:
         if device == "cuda":
             torch.cuda.set_device(i)
         info = describe_gpu(device, i)
         info.update(measure(torch.device("cuda", i) if device == "cuda" else torch.device("cpu"), iters))
         log(f"launch_overhead: {info['name']} {info['index']}: {info['launch_us_wall']} us/launch (wall)")
         gpus.append(info)
-    return {"device": device, "iters": iters, "gpus": gpus}
+    watch.stop()
+    return {"device": device, "iters": iters, "gpus": gpus, "conditions": watch.result()}
 
 
 if __name__ == "__main__":

@@ -46,10 +46,11 @@ import time
 
 import torch
 
-from _gpu import Clock, describe_gpu, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
+from _conditions import Watch
+from _gpu import Clock, bus_ids, describe_gpu, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
 from _probe import ProbeFailed, log, run
 
-ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus"}
+ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus", "attempt"}
 KNOWN_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp64", "fp32")
 DEFAULT_ORDER = ("bf16", "fp16", "tf32", "fp8", "fp64")
 MIN_BATCH = 20
@@ -292,6 +293,7 @@ def main(args: dict) -> dict:
 
     per_gpu = {i: {} for i in indices}
     saved_tf32 = torch.backends.cuda.matmul.allow_tf32
+    watch = Watch(bus_ids(device, indices)).start()
     try:
         for pos, d in enumerate(dtypes):
             torch.backends.cuda.matmul.allow_tf32 = d == "tf32"  # process-wide: one dtype at a time
@@ -303,6 +305,7 @@ def main(args: dict) -> dict:
             log(f"  {d}: " + ", ".join(f"GPU {i} {per_gpu[i][d]['tflops']} TFLOP/s" for i in indices))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
+        watch.stop()
         if sampler:
             sampler.stop()
 
@@ -310,7 +313,7 @@ def main(args: dict) -> dict:
     for i in indices:
         gpus.append({**describe_gpu(device, i), "dtypes": per_gpu[i]})
     return {"device": device, "nvml": nvml_state, "fp8_fast_accum": bool(args.get("fp8_fast_accum", False)),
-            "gpus": gpus}
+            "gpus": gpus, "conditions": watch.result()}
 
 
 if __name__ == "__main__":

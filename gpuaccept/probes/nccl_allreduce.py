@@ -42,6 +42,7 @@ import time
 
 try:
     from _allreduce_args import config, worker_env
+    from _conditions import Watch
     from _allreduce_document import document, failure_document, failure_message
     from _allreduce_figures import DTYPES, busbw_factor, count_wrong, fill_pattern, make_row, pattern_params, \
         sweep_sizes
@@ -52,6 +53,7 @@ try:
                              terminate_on_signals, worker_main)
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
     from ._allreduce_args import config, worker_env
+    from ._conditions import Watch
     from ._allreduce_document import document, failure_document, failure_message
     from ._allreduce_figures import DTYPES, busbw_factor, count_wrong, fill_pattern, make_row, pattern_params, \
         sweep_sizes
@@ -139,6 +141,18 @@ def _main_single(cfg: dict) -> dict:
     env = worker_env(dict(os.environ), cfg["env"], notes)
     t0 = time.monotonic()
     deadline = t0 + cfg["deadline_s"]
+    # the GPUs' other users while the ranks (this probe's children) run (_conditions.py); gloo loads no GPU
+    watch = Watch(None if cfg["backend"] == "nccl" else []).start()
+    try:
+        doc = _run_single(cfg, notes, env, t0, deadline)
+    finally:
+        watch.stop()
+    doc["conditions"] = watch.result()
+    return doc
+
+
+def _run_single(cfg: dict, notes: list[str], env: dict, t0: float, deadline: float) -> dict:
+    """The rendezvous attempts of :func:`_main_single`; its document."""
     with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
         port = cfg["master_port"] or free_port()
         for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):

@@ -27,9 +27,10 @@ from __future__ import annotations
 import statistics
 import time
 
+from _conditions import Watch
 from _probe import ProbeFailed, log, reject_unknown, run
 
-ARG_KEYS = {"bytes", "iters", "reps"}
+ARG_KEYS = {"bytes", "iters", "reps", "attempt"}
 DEFAULT_BYTES = 1 << 30
 
 
@@ -149,9 +150,11 @@ def main(args: dict) -> dict:
     gpus = [describe_gpu("cuda", i) for i in gpu_indices("cuda", "all")]
     n = len(gpus)
     t0 = time.time()
-    pairs = measure(nbytes, iters, reps) if n > 1 else []
+    with Watch([g["pci_bus_id"] for g in gpus]) as watch:
+        pairs = measure(nbytes, iters, reps) if n > 1 else []
     log(f"p2p bandwidth: {len(pairs)} ordered pairs in {time.time() - t0:.1f}s")
-    return {"gpu_count": n, "bytes": nbytes, "iters": iters, "reps": reps, "gpus": gpus, "pairs": pairs}
+    return {"gpu_count": n, "bytes": nbytes, "iters": iters, "reps": reps, "gpus": gpus, "pairs": pairs,
+            "conditions": watch.result()}
 
 
 if __name__ == "__main__":

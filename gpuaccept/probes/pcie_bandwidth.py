@@ -38,11 +38,12 @@ import time
 
 import torch
 
+from _conditions import Watch
 from _gpu import describe_gpu, gpu_indices, probe_device
 from _probe import ProbeFailed, log, run
 
 GIB = 1 << 30
-ARG_KEYS = {"device", "bytes", "iters", "mode", "gpus"}
+ARG_KEYS = {"device", "bytes", "iters", "mode", "gpus", "attempt"}
 MODES = ("each", "all", "both")
 READY_TIMEOUT = 180.0  # seconds for a worker to start torch and allocate
 RUN_TIMEOUT = 300.0
@@ -189,6 +190,7 @@ def main(args: dict) -> dict:
     log("pcie_bandwidth: " + ", ".join(f"GPU {g['index']} numa {g['numa_node']}" for g in gpus))
 
     t0 = time.perf_counter()
+    watch = Watch([g["pci_bus_id"] for g in gpus] if device == "cuda" else []).start()
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(gpus))
     procs, conns = [], []
@@ -225,6 +227,7 @@ def main(args: dict) -> dict:
             c.send(("quit", None))
         log(f"pcie_bandwidth: measured after {time.perf_counter() - t0:.1f} s")
     finally:
+        watch.stop()
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
@@ -236,7 +239,8 @@ def main(args: dict) -> dict:
     for d in ("h2d", "d2h"):
         vals = [g[f"{d}_gbps_all"] for g in gpus]
         totals[f"{d}_gbps_all_total"] = round(sum(vals), 2) if None not in vals else None
-    return {"device": device, "bytes": nbytes, "iters": iters, "mode": mode, **totals, "gpus": gpus}
+    return {"device": device, "bytes": nbytes, "iters": iters, "mode": mode, **totals, "gpus": gpus,
+            "conditions": watch.result()}
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import jinja2
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.text import fmt, limit_text
-from gpuaccept.reporting.verdicts import failing_gpus_text, host_verdicts, line_text, same_reason_once
+from gpuaccept.judging import verdict_order
+from gpuaccept.reporting.verdicts import failing_gpus_text, host_verdicts, interruption_text, line_text, same_reason_once
 
 # Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
 # is not read; the tables still list everything). Chosen.
@@ -180,9 +181,10 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     ``table``: :func:`host_verdicts` of ``recs`` and the :class:`GpuTable` of ``figures`` when kept."""
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
-    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
-    host_rows = [{"name": h, **hv[h], "failing_gpus": failing_gpus_text(hv[h])}
-                 for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h))]
+    host_rows = [{"name": h, **hv[h], "failing_gpus": failing_gpus_text(hv[h]),
+                  "blocked_text": (f"and {hv[h]['blocked']} test{'s' if hv[h]['blocked'] != 1 else ''} blocked"
+                                   if hv[h]["verdict"] == "FAIL" and hv[h].get("blocked") else "")}
+                 for h in sorted(hv, key=lambda h: verdict_order.sort_key(hv[h]["verdict"], h))]
     failing_gpus = [{"host": h, **g, "why": [short_paths(line_text(ln)) for ln in g["lines"]]}
                     for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     tally: dict[str, int] = {}
@@ -222,7 +224,7 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
                 for r in recs if r.outcome in ("failed", "error")]
     return env.get_template("report.html.j2").render(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
-        tally=[(k, tally[k]) for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally],
+        tally=[(k, tally[k]) for k in verdict_order.ORDER if k in tally], interrupted=interruption_text(meta),
         heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
         standouts=standouts_once(standouts), failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=fmt,
         limit_s=limit_text, short=short_paths)

@@ -70,16 +70,30 @@ def _xml_attr(v: str) -> str:
 JUNIT_FOOTER = "  </testsuite>\n</testsuites>\n"
 
 
-def junit_header(layer: str, recs: list[CaseRecord]) -> str:
-    """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline)."""
+def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None) -> str:
+    """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline).
+    With ``hv`` (gpuaccept.reporting.verdicts.host_verdicts), the testsuite's properties carry
+    ``gpuaccept.host_verdict.<host>`` for each host of the layer's records (the one verdict order,
+    gpuaccept.judging.verdict_order) and, for an interrupted run (``meta``), ``gpuaccept.interrupted``."""
+    from gpuaccept.reporting.verdicts import interruption_text
     counts = {"failed": 0, "error": 0, "skipped": 0}
     for r in recs:
         if r.outcome in counts:
             counts[r.outcome] += 1
+    props = []
+    if hv:
+        for h in dict.fromkeys(r.host or "fleet" for r in recs):
+            if h in hv:
+                props.append((f"gpuaccept.host_verdict.{h}", hv[h]["verdict"]))
+    stop = interruption_text(meta or {})
+    if stop:
+        props.append(("gpuaccept.interrupted", f"INTERRUPTED {stop}"))
+    block = ("    <properties>\n" + "".join(f"      <property name={_xml_attr(n)} value={_xml_attr(v)} />\n"
+                                           for n, v in props) + "    </properties>\n") if props else ""
     return ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites>\n"
             f'  <testsuite name={_xml_attr(layer)} tests="{len(recs)}" failures="{counts["failed"]}" '
             f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(r.duration_s for r in recs):.3f}" '
-            f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n')
+            f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n' + block)
 
 
 def action_properties(act: dict | None) -> list[tuple[str, str]]:
@@ -112,9 +126,10 @@ def junit_testcase(layer: str, r: CaseRecord) -> str:
     return "\n".join(out)
 
 
-def junit_xml_text(layer: str, recs: list[CaseRecord]) -> str:
+def junit_xml_text(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None) -> str:
     """One testsuite named ``layer``; a testcase per record (classname ``<layer>.<host|fleet>``); figures as
     ``<properties>`` (see :func:`figure_properties`). Written as text in one pass (linear in the records;
     ElementTree's indent and serialiser took seconds at 10,000 hosts). :class:`Reporter` writes the same text
-    from each record's <testcase>, rendered once when the record arrives."""
-    return junit_header(layer, recs) + "".join(junit_testcase(layer, r) for r in recs) + JUNIT_FOOTER
+    from each record's <testcase>, rendered once when the record arrives. ``hv``, ``meta``: the run's host
+    verdicts and meta, for the testsuite's properties (:func:`junit_header`)."""
+    return junit_header(layer, recs, hv, meta) + "".join(junit_testcase(layer, r) for r in recs) + JUNIT_FOOTER

@@ -9,7 +9,8 @@ Metrics (all gauges):
   figures that repeat per message size or pair, e.g. ``bytes=4096``); the check name is sanitised to
   ``[a-zA-Z0-9_]``;
 - ``gpuaccept_figure_pass`` 1/0 per judged figure (same labels plus check);
-- ``gpuaccept_host_verdict`` per host: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP (label ``verdict`` spells it, label
+- ``gpuaccept_host_verdict`` per host: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP, the one verdict order
+  (gpuaccept.judging.verdict_order: ``max`` over hosts keeps it; label ``verdict`` spells it, label
   ``action`` names what to do next: rerun, fix-config, check-network, reset-gpu, reboot, drain-rma, or "none");
 - ``gpuaccept_last_run_timestamp_seconds`` per host (label host): the start of the run that tested it, Unix
   time, for "no acceptance run on this host for two days" alerts (``time() - ... > 172800``);
@@ -26,10 +27,11 @@ import re
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
 
+from gpuaccept.judging import verdict_order
 from gpuaccept.judging.readings import number
 from gpuaccept.judging.standouts import check_of
 
-VERDICT_CODE = {"PASS": 0, "FAIL": 1, "ERROR": 2, "SKIP": 3}
+VERDICT_CODE = verdict_order.PROMETHEUS_CODE
 # At most this many figures become series (two samples each: the value and figure_pass); above it, the
 # figures of hosts that did not pass come first and the rest are counted in gpuaccept_figures_not_exported.
 # prometheus_client's writer formats about 25,000 samples a second on the 2-core development machine
@@ -86,7 +88,7 @@ class _RunCollector:
                 passed.add_metric(labels + [f["check"]], 1 if f["verdict"] == "pass" else 0)
         yield passed
         yield from fams.values()
-        hv = GaugeMetricFamily("gpuaccept_host_verdict", "host verdict: 0 PASS, 1 FAIL, 2 ERROR, 3 SKIP",
+        hv = GaugeMetricFamily("gpuaccept_host_verdict", "host verdict: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP",
                                labels=("host", "verdict", "action"))
         for host, verdict in host_verdicts.items():
             hv.add_metric([host, verdict, self.host_actions.get(host) or "none"], VERDICT_CODE.get(verdict, 2))

@@ -27,7 +27,7 @@ from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json
 from gpuaccept.reporting.summary import summary_markdown
-from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts
+from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts, failed_hosts_text
 
 # Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
 # summary.md sees news within this; chosen, not measured).
@@ -316,7 +316,7 @@ class Reporter:
         self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
             self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
-                                                             "".join(h + "\n" for h in failed_hosts(recs, hosts, hv))))
+                                                             failed_hosts_text(recs, hosts, hv)))
         for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
             self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
                                                                   "".join(h + "\n" for h in names)))
@@ -353,7 +353,7 @@ class Reporter:
         src = open(sp.name, "rb") if sp is not None else None
         try:
             with atomic_file(os.path.join(self.dir, f"junit-{layer}.xml")) as out:
-                out.write(junit_header(layer, recs).encode())
+                out.write(junit_header(layer, recs, self.host_verdicts(), self.meta).encode())
                 _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
                 out.write(JUNIT_FOOTER.encode())

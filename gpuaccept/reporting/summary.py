@@ -4,9 +4,11 @@ skipped checks grouped by reason, and the counts per host and layer.
 """
 from __future__ import annotations
 
+from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.text import fmt, limit_text
+from gpuaccept.reporting.verdicts import interruption_text
 from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text, gpu_figures_judged,
                                          host_verdicts, line_text, same_reason_once, skip_groups)
 
@@ -27,12 +29,16 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
            f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
            ""]
-    out += _host_lines(hv, gpu_figures_judged(recs))
+    stop = interruption_text(meta)
+    if stop:
+        out[0:0] = [f"**INTERRUPTED** {stop}", ""]
+    out += _host_lines(hv, "**INTERRUPTED** " if stop else "", gpu_figures_judged(recs))
     out += _next_steps(hv, hosts)
     out += _failing_gpus(hv)
     if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
     out += _gpu_rows(hv, table if table is not None else GpuTable().add([f for r in recs for f in r.figures]))
+    out += _unstable(recs)
     out += _failures(recs)
     out += _standouts(slow or [])
     out += _skipped(recs)
@@ -41,24 +47,51 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     return "\n".join(out) + "\n"
 
 
-def _host_lines(hv: dict, judged: int | None = None) -> list[str]:
-    """The tally of host verdicts (and ``judged``: how many GPU figures were judged), then one line per host
-    (ERROR, FAIL, PASS, SKIP; by name)."""
+def _host_lines(hv: dict, head: str = "", judged: int | None = None) -> list[str]:
+    """The run line (``head``, e.g. INTERRUPTED, then the tally of host verdicts and ``judged``: how many GPU
+    figures were judged), then one line per host in the one verdict order (FAIL, ERROR, PASS, SKIP; by name;
+    gpuaccept.judging.verdict_order)."""
     tally: dict[str, int] = {}
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out = [" ".join(f"**{k}** {tally[k]}" for k in ("FAIL", "ERROR", "PASS", "SKIP") if k in tally) + " hosts"
+    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + " hosts"
            + (f", {judged} GPU figures judged" if judged is not None else ""), ""]
-    order = {"ERROR": 0, "FAIL": 1, "PASS": 2, "SKIP": 3}
-    for h in sorted(hv, key=lambda h: (order[hv[h]["verdict"]], h)):
-        v = hv[h]
-        grouped = same_reason_once(v["reasons"])
-        reasons = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
-        gpus = failing_gpus_text(v)
-        act = action_text(v.get("action"))  # "drain-rma (why)": what to do next (gpuaccept.judging.actions)
-        out.append(f"- **{v['verdict']}** `{h}`" + (f": {reasons}" if reasons else "") + (f" — {gpus}" if gpus else "")
-                   + (f" → **{act.split(' ', 1)[0]}** {act.split(' ', 1)[1]}" if act else ""))
+    for h in sorted(hv, key=lambda h: verdict_order.sort_key(hv[h]["verdict"], h)):
+        out.append(host_line(h, hv[h]))
+    return out
+
+
+def host_line(h: str, v: dict) -> str:
+    """A host's verdict line of summary.md: verdict, name, first reasons, failing GPUs, for a FAIL whose fault
+    blocked other tests "and N tests blocked", what to do next (gpuaccept.judging.actions) and the node shape
+    judged (pure)."""
+    reasons = v["reasons"]
+    blocked = v.get("blocked", 0) if v["verdict"] == "FAIL" else 0
+    if blocked:  # the proven fault is the reason; the tests it blocked are counted, not listed again
+        reasons = [r for r in reasons if ": blocked by " not in r]
+    grouped = same_reason_once(reasons)
+    text = "; ".join(grouped[:3]) + (f"; +{len(grouped) - 3} more" if len(grouped) > 3 else "")
+    gpus = failing_gpus_text(v)
+    act = action_text(v.get("action"))  # "drain-rma (why)": what to do next (gpuaccept.judging.actions)
+    return (f"- **{v['verdict']}** `{h}`" + (f": {text}" if text else "") + (f" — {gpus}" if gpus else "")
+            + (f" — and {blocked} test{'s' if blocked != 1 else ''} blocked" if blocked else "")
+            + (f" → **{act.split(' ', 1)[0]}** {act.split(' ', 1)[1]}" if act else "")
+            + (f" — shape judged: {v['shape']}" if v.get("shape") else ""))
+
+
+def _unstable(recs: list[CaseRecord]) -> list[str]:
+    """Figures outside their limit once and within it when measured again (gpuaccept.judging.confirm)."""
+    unstable = [f for r in recs for f in r.figures if f.get("verdict") == "unstable"]
+    if not unstable:
+        return []
+    out = ["", "## Unstable figures (outside the limit once, within it when measured again)", "",
+           "| host | GPU | check | first | second | limit |", "|---|---|---|---|---|---|"]
+    for f in unstable:
+        again = ((f.get("extra") or {}).get("confirmation") or {}).get("value")
+        out.append(f"| {f.get('host')} | {'' if f.get('gpu') is None else f['gpu']} | {f['check']} | "
+                   f"{fmt(f.get('value'))} {f.get('unit') or ''} | {fmt(again)} {f.get('unit') or ''} | "
+                   f"{limit_text(f.get('limit'))} |")
     return out
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gpuaccept.judging import actions
+from gpuaccept.judging import actions, verdict_order
 from gpuaccept.reporting.records import CaseRecord, record_action
 from gpuaccept.reporting.text import fmt, gpu_text, limit_text
 
@@ -25,13 +25,26 @@ def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None)
     return out
 
 
+#: how a test that did not finish reads (gpuaccept.plugin.reports: "not finished: run interrupted", "not run: ...";
+#: an interrupted test: gpuaccept.runner.interrupt "interrupted (SIGTERM) while running on ...")
+_UNFINISHED = re.compile(r"^(not finished: |not run: )|interrupted \(SIG[A-Z]+\)")
+
+
+def unfinished(message: str) -> bool:
+    """True when a test's message says it did not finish (interrupted, never run, its worker died)."""
+    return bool(_UNFINISHED.search(message or ""))
+
+
 def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
     """Per host: ``{"verdict": PASS|FAIL|ERROR|SKIP, "reasons": [str], "counts": {outcome: n}, "action": dict |
     None, "findings": [action dict]}`` (pure): ``action`` the strongest of its findings'
     (gpuaccept.judging.actions.host_action), None when nothing failed or errored.
 
-    ERROR when any of its tests errored (the host could not be judged fully), else FAIL when any failed,
-    else PASS when any passed, else SKIP. Fleet-wide tests (no host in the id) count against the hosts their
+    The one verdict order (gpuaccept.judging.verdict_order): FAIL when any of its tests failed (a proven
+    fault; the tests it blocked are counted in ``blocked``, "and N tests blocked"), else ERROR when any
+    errored (not measured, with its cause), else PASS when any passed, else SKIP. ``shape``: the node shape
+    its gpu_inventory test recorded (gpuaccept.judging.shape). A fleet-wide test that did not finish (an
+    interrupted run) counts as an error of every selected host. Fleet-wide tests (no host in the id) count against the hosts their
     failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
     passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
     test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
@@ -112,7 +125,9 @@ class HostVerdicts:
         """Count record ``r`` for its host (a fleet-wide test: for ``fleet`` and the hosts it names or that took
         part), with its reasons and the GPUs its failure lines name."""
         targets = [r.host] if r.host else ["fleet"]
-        if not r.host and r.outcome in ("failed", "error"):
+        if not r.host and r.outcome == "error" and unfinished(r.message):  # every host it held was cut off
+            targets += [h for h in self.names if h not in targets]
+        elif not r.host and r.outcome in ("failed", "error"):
             targets += _fleet_hosts_named(r.message or "", self.names, self.known)
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
@@ -140,19 +155,23 @@ class HostVerdicts:
             for f in r.figures:
                 if f.get("gpu") is not None:
                     seen.add(f["gpu"])
+                elif f.get("check") == "node_shape" and isinstance(f.get("value"), str):
+                    self.out.setdefault(r.host, {"verdict": "SKIP", "reasons": [], "counts": {}})["shape"] = f["value"]
         act = record_action(r) if r.outcome in ("failed", "error") else None
         for h in targets:
             v = self.out.get(h)
             if v is None:
                 v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
+            if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+                v["blocked"] = v.get("blocked", 0) + 1
             if act is not None:  # this host's failure lines in a fleet-wide test, else the record's
                 mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] \
                     if r.host is None and r.outcome == "failed" else []
                 v.setdefault("findings", []).extend(mine or [act])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
-                if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+                if r.outcome == "error" and (r.message or "").startswith(("blocked by ", "disturbed: ")):
                     figs = []  # kept figures of a blocked test are no reason: the blocker is (verdicts.outcome)
                 for f in figs[:3]:
                     v["reasons"].append(f"{r.layer}/{f['check']}{gpu_text(f)}: {fmt(f['value'])} {f.get('unit') or ''} "
@@ -167,14 +186,13 @@ class HostVerdicts:
     def result(self) -> dict[str, dict]:
         """The verdicts so far, as :func:`host_verdicts` returns them (the same dict, updated in place)."""
         for v in self.out.values():
-            c = v["counts"]
-            v["verdict"] = ("ERROR" if c.get("error") else "FAIL" if c.get("failed") else "SKIP")
+            v["verdict"] = verdict_order.from_counts(v["counts"])
             v["action"] = actions.host_action(v.get("findings") or [])
         for h, v in self.out.items():
-            if v["verdict"] == "SKIP" and self.judged.get(h):
-                v["verdict"] = "PASS"  # nothing measured is not PASS: a pass that measured nothing leaves SKIP
-            elif v["verdict"] == "SKIP" and v["counts"].get("passed"):
-                v["reasons"].append("passed tests measured nothing (facts recorded only)")
+            if v["verdict"] == "PASS" and not self.judged.get(h):
+                v["verdict"] = "SKIP"  # nothing measured is not PASS: a pass that measured nothing leaves SKIP
+                if "passed tests measured nothing (facts recorded only)" not in v["reasons"]:
+                    v["reasons"].append("passed tests measured nothing (facts recorded only)")
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
@@ -249,5 +267,37 @@ def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dic
     ``hv``: :func:`host_verdicts` of the same records when already computed."""
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
-    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in ("FAIL", "ERROR")]
+    return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in verdict_order.NOT_PASSED]
+
+
+#: the comment failed-hosts.txt carries for each fleet-wide test that failed, with the hosts it ran on
+#: (gpuaccept.config.limitfile.fleet_tests reads it back: a rerun of fewer hosts cannot repeat that test)
+FLEET_LINE = "# fleet-wide {test} did not pass on: {hosts}"
+
+
+def failed_hosts_text(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> str:
+    """failed-hosts.txt: the :func:`failed_hosts`, one a line, then a :data:`FLEET_LINE` comment per
+    fleet-wide test that failed or errored, naming the selection it ran on (its partners). Pure."""
+    bad = failed_hosts(recs, hosts, hv)
+    out = "".join(h + "\n" for h in bad)
+    if bad:
+        for r in recs:
+            if r.host is None and r.outcome in ("failed", "error") and hosts:
+                out += FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n"
+    return out
+
+
+def interruption_text(meta: dict) -> str:
+    """``"by SIGTERM at 2026-12-01 23:40:02 UTC while running test_allreduce_multinode; 3 tests not finished"``
+    from the run's ``meta["interruption"]`` (gpuaccept.plugin.reports), or ``""`` for a run that finished."""
+    import time
+    i = meta.get("interruption")
+    if not isinstance(i, dict):
+        return "by an interruption (the run did not finish)" if meta.get("interrupted") else ""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(i["at"])) if isinstance(i.get("at"), (int, float)) else "?"
+    running = [str(n).split("::")[-1] for n in i.get("running") or []]
+    what = (f" while running {', '.join(running[:4])}{', ...' if len(running) > 4 else ''}" if running
+            else " between tests")
+    left = i.get("unfinished")
+    return f"by {i.get('signal') or 'a signal'} at {at}{what}" + (f"; {left} tests not finished" if left else "")
 

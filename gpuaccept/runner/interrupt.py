@@ -119,6 +119,8 @@ class InterruptPlugin:
         self.config = config
         self.reason: str | None = None
         self.first_at = 0.0
+        self.at: float | None = None  # Unix time of the first signal (the reports say when the run stopped)
+        self.running: str | None = None  # the test that ran at the first signal
         self.session: pytest.Session | None = None
         self.current: pytest.Item | None = None
         self.in_loop = False
@@ -167,7 +169,8 @@ class InterruptPlugin:
         if signum == signal.SIGHUP:  # the terminal is gone: its writes would fail from now on
             detach_terminal(self.terminal)
         if self.reason is None:
-            self.reason, self.first_at = name, now
+            self.reason, self.first_at, self.at = name, now, time.time()
+            self.running = self.current.nodeid if self.current is not None else None
             hosts = cancel_all(name)
             if self.current is not None:
                 self.hits.setdefault(self.current.nodeid, set()).update(hosts)

@@ -11,6 +11,7 @@ from gpuaccept.errors import ThresholdError
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.probes._pci import normalize_bus_id
 from gpuaccept.judging.readings import is_lost, number, present, typed
+from gpuaccept.judging.shape import gpu_fabric, node_shape
 from gpuaccept.judging.sku import detect_gpu
 from gpuaccept.judging.xid import classify, classify_sxids
 
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.health
 
 def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
     """Count against gpus_per_node (a GPU NVML has no handle for fails as lost and does not count); name,
-    memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions."""
+    memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions;
+    readings NVML answers "Unknown Error" fail naming the fields; a CUDA_VISIBLE_DEVICES hiding NVML GPUs is
+    an error naming its value; the node's shape (gpuaccept.judging.shape) is recorded."""
     doc = node.gpu_inventory()
     try:
         sku = request.getfixturevalue("sku")
@@ -27,10 +30,14 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
         sku, why = None, str(e)
     verdicts.record("driver_version", doc.get("driver"))
     verdicts.record("cuda_driver_version", doc.get("cuda_driver_version"))
+    verdicts.apply(health.cuda_visible_devices(doc))
+    if sku is not None:  # the shape judged: which expectations of the SKU file apply to this node
+        verdicts.record("node_shape", node_shape(doc, sku).describe())
     for g in gpus:
         if is_lost(g):
             verdicts.apply(health.lost(g), gpu=g)
             continue
+        verdicts.apply(health.telemetry_errors(g), gpu=g)
         verdicts.record("name", g.get("name"), gpu=g)
         mem = g.get("memory_total_bytes")
         verdicts.record("memory_total_gib", round(mem / 2**30, 2) if number(mem) is not None else mem, "GiB", gpu=g)
@@ -101,12 +108,17 @@ def test_preflight(node: HostRunner, gpus, sku, verdicts):
 
 
 def test_fabric(node: HostRunner, gpus, sku, verdicts):
-    """On NVSwitch SKUs the GPU fabric (NVML GPU fabric info) is registered and healthy."""
+    """On NVSwitch SKUs the GPU fabric (NVML GPU fabric info) is registered and healthy, where the node's
+    shape has one: NOT_SUPPORTED on GPUs without NVLink (one GPU of the board in a VM) is "no fabric on this
+    node", recorded with why and skipped as not applicable, never a failure (gpuaccept.judging.shape)."""
     if not sku.expect.get("nvswitch"):
         pytest.skip(f"{sku.sku}: no NVSwitch fabric")
     for g in gpus:
         verdicts.apply(health.fabric(g, sku), gpu=g)
     verdicts.finish()
+    states = {gpu_fabric(g, sku) for g in present(gpus)}
+    if states and all(s == "none" for s, _ in states):
+        pytest.skip(f"{node.name}: {next(iter(states))[1]} ({node_shape(node.gpu_inventory(), sku).describe()})")
 
 
 def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):

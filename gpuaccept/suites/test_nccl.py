@@ -8,6 +8,8 @@ the nccl-tests layout.
 """
 import pytest
 
+from gpuaccept.judging.shape import node_shape
+
 from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.runner.multinode import nccl_environment, pinned_env
@@ -18,8 +20,12 @@ pytestmark = pytest.mark.nccl
 
 
 def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
-    """Intra-node all-reduce sweep (1 MiB..4 GiB by x4), correctness checked, transport checked."""
+    """Intra-node all-reduce sweep (1 MiB..4 GiB by x4), correctness checked, transport checked; not
+    applicable to a node of one GPU (gpuaccept.judging.shape: skipped naming the shape judged)."""
     n = len(gpus)
+    if n == 1:
+        pytest.skip(f"1 GPU on {node.name}: nothing to reduce within the node "
+                    f"({node_shape(node.gpu_inventory(), sku).describe()})")
     limit = sku.checks.get("allreduce_busbw_gbps")
     at = int(limit.at_bytes) if limit and limit.at_bytes else 4 * 2**30
     host_env = nccl_environment(node.host.vars)
@@ -36,6 +42,7 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
         verdicts.fail(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B) failed: "
                       f"{broke}")
         verdicts.finish()
+    verdicts.conditions(doc, gpus)
     table = format_table(doc)
     print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
           f"{'NCCL_ALGO=' + pin['NCCL_ALGO'] if pin else 'NCCL_ALGO from the inventory'}\n{table}")

@@ -24,6 +24,7 @@ from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError
 from gpuaccept.judging.nccl_table import format_table
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.config.limitfile import fleet_tests
 from gpuaccept.config.thresholds import Limit, inventory_limit
 from gpuaccept.judging.recorder import Recorder
 
@@ -201,6 +202,26 @@ def _rails(nodes, verdicts, st, group, notes):
     return errors
 
 
+def _not_rerun(nodes: list[HostRunner], verdicts, request) -> None:
+    """A rerun of a failed-hosts.txt (``--limit @FILE``) whose run failed this test, with too few hosts
+    selected to repeat it: an ERROR of each selected host "not rerun: ...", naming the partners to select
+    (gpuaccept.config.limitfile.fleet_tests), never a skip that would let the host pass."""
+    limit = request.config.getoption("limit") or ""
+    if not limit.startswith("@"):
+        return
+    partners = fleet_tests(limit[1:]).get("test_allreduce_multinode")
+    if partners is None:
+        return
+    for n in nodes:
+        others = [h for h in partners if h != n.name]
+        verdicts.for_host(n.name).error(
+            f"not rerun: the inter-node all-reduce needs at least 2 hosts; it did not pass on "
+            f"{' '.join(partners)} (rerun with --limit {','.join(partners)}"
+            + (f", or bring back {', '.join(others[:4])}{', ...' if len(others) > 4 else ''}" if others else "")
+            + ")")
+    verdicts.finish()
+
+
 def test_allreduce_multinode(nodes: list[HostRunner], verdicts, request):
     """All-reduce across the selected hosts (pattern from ``--nccl-pattern``), correctness, transport and
     limit checked; a host that fails, hangs or stops answering is named."""
@@ -212,6 +233,7 @@ def test_allreduce_multinode(nodes: list[HostRunner], verdicts, request):
                         f"selected replay saved documents (gpuaccept_replay: {', '.join(replayed[:5])}"
                         f"{', ...' if len(replayed) > 5 else ''})")
     if len(nodes) < 2:
+        _not_rerun(nodes, verdicts, request)
         pytest.skip(f"inter-node all-reduce needs at least 2 hosts; {len(nodes)} selected")
     st, group, notes = _settings(nodes)  # a malformed group var: ConfigError, reported as an error
     pattern = request.config.getoption("nccl_pattern")

@@ -7,17 +7,23 @@ import pytest
 from gpuaccept.judging import drift
 
 from gpuaccept.judging import nvlink as nvlink_judge
+from gpuaccept.judging.shape import node_shape
 from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.nvlink
 
 
 def _need_links(node: HostRunner, gpus, sku, what: str) -> None:
-    """Skip (with the reason) where the SKU has no NVLink or the host has one GPU: ``what`` needs a pair."""
+    """Skip (with the reason) where the node's shape has no NVLink (the SKU has none, or every link of every
+    GPU answers NVML "Not Supported": NVLink not exposed to this node) or one GPU: ``what`` needs a pair
+    (gpuaccept.judging.shape). Links that answer but are down are judged, never skipped."""
     if not sku.expect.get("nvlink_links"):
         pytest.skip(f"{sku.sku}: no NVLink on this SKU")
+    shape = node_shape(node.gpu_inventory(), sku)
+    if "nvlink" in shape.not_applicable() and shape.gpus >= 2:
+        pytest.skip(f"{node.name}: {shape.describe()}")
     if len(gpus) < 2:
-        pytest.skip(f"1 GPU on {node.name}: {what}")
+        pytest.skip(f"1 GPU on {node.name}: {what} ({shape.describe()})")
 
 
 def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
@@ -47,6 +53,7 @@ def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
     """Unidirectional and bidirectional P2P GB/s for every GPU pair against the SKU; the worst pair named."""
     _need_links(node, gpus, sku, "no pair to measure")
     doc = node.probe("p2p_bandwidth")
+    verdicts.conditions(doc, gpus)
     # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
     to_nvml, bus = {}, {}
     for t in doc.get("gpus") or []:
