@@ -304,7 +304,7 @@ def test_an_interrupted_burnin_keeps_the_windows_it_measured(where, tmp_path, ss
 # ------------------------------------------------------------------------------ the progress display
 
 def test_the_display_shows_the_probes_progress_instead_of_its_elapsed_time(monkeypatch):
-    from gpuaccept.plugin import progress as reporting
+    from gpuaccept.plugin import progress as console
     doc = {"done": 720, "total": 3600, "gpus": {"0": {"bf16_tflops": 612.4, "temp_c": 71},
                                                 "1": {"bf16_tflops": 648.0, "temp_c": 64}}}
     p = Progress(io.StringIO(), tty=True, timeout_s=300)
@@ -313,13 +313,12 @@ def test_the_display_shows_the_probes_progress_instead_of_its_elapsed_time(monke
     p.begin("gpu07", "probe burnin", 3900)
     p.begin("gpu08", "probe burnin", 3900)
     p.update("gpu07", "burnin", doc)
-    assert p.line() == ("[gpuaccept] 2 running: gpu07 burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C | "
-                        "gpu08 probe burnin 0s/3900s")
+    assert p.line() == "hosts 0/2 done · 2 running (slowest: gpu07 burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C)"
     p.begin("gpu07", "probe xid_events", 60)  # the next probe: the burn-in's figures are gone
-    assert "gpu07 probe xid_events 0s/60s" in p.line()
+    assert p.line() == "hosts 0/2 done · 2 running (slowest: gpu08 probe burnin 0 s)"
     # plain lines (CI logs): the host's periodic line is its progress
-    monkeypatch.setattr(reporting, "PLAIN_EVERY_S", 0.0)
-    monkeypatch.setattr(reporting, "TTY_EVERY_S", 0.05)
+    monkeypatch.setattr(console, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.setattr(console, "TTY_EVERY_S", 0.05)
     buf = io.StringIO()
     plain = Progress(buf, tty=False, timeout_s=300)
     plain.begin("gpu07", "probe burnin", 3900)
@@ -330,9 +329,10 @@ def test_the_display_shows_the_probes_progress_instead_of_its_elapsed_time(monke
         time.sleep(0.05)
     plain.stop()
     lines = buf.getvalue().splitlines()
-    assert lines[0] == "[gpuaccept] gpu07: probe burnin started (timeout 3900 s)"
+    assert not [ln for ln in lines if "started" in ln]
     assert any(ln.startswith("[gpuaccept] gpu07: burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C (probe burnin, ")
-               for ln in lines[1:]), lines
+               for ln in lines), lines
+    assert any(ln.startswith("[gpuaccept] hosts 0/1 done · 1 running (slowest: gpu07 burnin 12/60 min") for ln in lines)
 
 
 def test_relay_files_carry_worker_progress_to_the_controller(tmp_path):
@@ -344,16 +344,17 @@ def test_relay_files_carry_worker_progress_to_the_controller(tmp_path):
         w0.started("gpu07", "burnin", 3900)
         w1.started("gpu08", "hbm_bandwidth", 300)
         reader.poll(p.begin, p.update)
-        assert "gpu07 probe burnin 0s/3900s" in p.line() and "gpu08 probe hbm_bandwidth" in p.line()
+        assert sorted(p.running) == ["gpu07", "gpu08"] and p.running["gpu07"][0] == "probe burnin"
+        assert p.line().startswith("hosts 0/2 done · 2 running (slowest: gpu07 probe burnin ")
         w0.progress("gpu07", "burnin", {"done": 60, "total": 3600, "gpus": {"0": {"bf16_tflops": 650}}})
         time.sleep(progress_relay.WRITE_EVERY_S)
         w0.progress("gpu07", "burnin", {"done": 120, "total": 3600, "gpus": {"0": {"bf16_tflops": 640}}})
         w0.progress("gpu07", "other", {"done": 1})  # not the probe it runs: ignored
         reader.poll(p.begin, p.update)
-        assert "gpu07 burnin 2/60 min, bf16 640 TFLOP/s" in p.line()
+        assert p.detail["gpu07"].startswith("burnin 2/60 min, bf16 640 TFLOP/s")
         (Path(d) / "gw2.json").write_text("{not json")  # a torn or foreign file is skipped
         reader.poll(p.begin, p.update)
-        assert "gpu07 burnin 2/60 min" in p.line()
+        assert p.detail["gpu07"].startswith("burnin 2/60 min")
     finally:
         progress_relay.remove_dir(d)
     assert not os.path.exists(d)
@@ -373,7 +374,7 @@ def test_burnin_cpu(node):
             break
 '''
 
-FRAME_OF_A_BURNIN = re.compile(r"\[gpuaccept\] 1 running: h1 burnin \S+/10 s, bf16 .*TFLOP/s")
+FRAME_OF_A_BURNIN = re.compile(r"hosts 0/1 done · 1 running \(slowest: h1 burnin \S+/10 s, bf16 .*TFLOP/s")
 
 
 @pytest.mark.parametrize("xdist", [False, True])
@@ -402,8 +403,8 @@ def test_operator_sees_the_burnin_progress_line(tmp_path, xdist):
     stderr = err.decode(errors="replace")
     frames = [f.strip() for f in stderr.replace("\n", "\r").split("\r") if "h1 burnin " in f]
     assert frames, stderr[-3000:]
-    assert any(f.startswith("[gpuaccept] 1 running: h1 burnin ") and "/10 s, bf16 " in f and "TFLOP/s" in f
-               for f in frames), frames
+    assert any(f.startswith("hosts 0/1 done · 1 running (slowest: h1 burnin ") and "/10 s, bf16 " in f
+               and "TFLOP/s" in f for f in frames), frames
     assert not [n for n in os.listdir(tmp) if n.startswith("gpuaccept-progress-")]  # the relay folder is gone
 
 

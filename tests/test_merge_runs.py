@@ -302,15 +302,14 @@ def test_merged_summary_counts_hosts_not_the_fleet_and_groups_skips_across_hosts
     assert _verdicts(out) == {"node-1": "PASS", "node-10": "PASS"}, head
     assert "- fleet-wide tests: **PASS**" in head
     skipped = text.split("## Skipped\n\n")[1].split("\n\n")[0].splitlines()
-    assert skipped == ["- test_nvme: no NVMe on <host> (lsblk lists none) (2 hosts: node-1, node-10)"], skipped
+    assert skipped == ["- no NVMe (lsblk lists none): 2 hosts (node-1, node-10), 2 tests"], skipped
 
 
-def test_host_free_names_only_the_whole_host():
-    from gpuaccept.reporting.grouping import host_free
-    assert host_free("gpu-1: no NVMe on gpu-1, unlike gpu-10 and gpu-1.example", "gpu-1") == \
-        "<host>: no NVMe on <host>, unlike gpu-10 and gpu-1.example"
-    assert host_free("no NVMe on gpu-1.", "gpu-1") == "no NVMe on <host>."
-    assert host_free("nothing", None) == "nothing"
+def test_skip_reason_takes_out_only_the_whole_host():
+    from gpuaccept.reporting.verdicts import skip_reason
+    assert skip_reason("gpu-1", "gpu-1: no NVMe on gpu-1, unlike gpu-10 and gpu-1.example") == \
+        "<host>: no NVMe, unlike gpu-10 and gpu-1.example"
+    assert skip_reason(None, "nothing") == "nothing"
 
 
 def test_merge_keeps_the_worst_outcome_of_a_fleet_wide_test(tmp_path):

@@ -14,6 +14,8 @@ The floors, lowest first (a module may import its own layer and the floors below
 4     ``scaleout/``   Slurm, merge, the xdist scheduler
 5     ``plugin/``     the pytest side: hooks, the run state, the report plugin, the progress display
 5     ``__init__``    the names suites use
+6     ``suites/``     the shipped suites, one pytest module per layer (run by the plugin; nothing imports them)
+6     ``cli``         the ``gpuaccept`` command: the input check before pytest starts, then pytest
 ====  ==============  =====================================================================================
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "gpuaccept"
 
 FLOOR = {"errors": 0, "probes": 0, "config": 1, "judging": 2, "transport": 2, "runner": 3, "reporting": 3,
-         "scaleout": 4, "plugin": 5, "__init__": 5}
+         "scaleout": 4, "plugin": 5, "__init__": 5,
+         "suites": 6, "cli": 6}
 #: layers on one floor that still never import each other
 APART = {frozenset({"judging", "transport"}), frozenset({"runner", "reporting"})}
 

@@ -92,7 +92,7 @@ def test_split(pattern, terms):
 ERRORS = [
     ("ghost", "term 'ghost' names no group or host in inv.ini"),
     ("gpu01,ghost", "term 'ghost' names no group or host"),
-    ("gpu:!ghost", "term 'ghost' names no group or host"),
+    ("gpu:&ghost", "--limit 'gpu:&ghost' matches no host"),  # ignored with a warning, then nothing is left
     ("spare", "--limit 'spare' matches no host in inv.ini"),
     ("gpu:&cpu", "matches no host"),
     ("drained:!gpu", "matches no host"),
@@ -113,6 +113,31 @@ def test_errors(pattern, needle):
     with pytest.raises(PatternError) as exc:
         select(pattern, HOSTS, GROUPS, source="inv.ini")
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+WARNED = [
+    ("gpu:!ghost", ["gpu01", "gpu02", "gpu03", "gpu04"], ["!ghost"]),
+    ("!ghost", HOSTS, ["!ghost"]),
+    ("gpu:!drained:!ghost:!~ghost[0-9]", ["gpu01", "gpu03", "gpu04"], ["!ghost", "!~ghost[0-9]"]),
+    ("rack1,&ghost,gpu01", None, ["&ghost"]),  # intersected with nothing: the selection is empty
+    ("gpu:!drained", ["gpu01", "gpu03", "gpu04"], []),
+]
+
+
+@pytest.mark.parametrize("pattern,expected,ignored", WARNED, ids=[w[0] for w in WARNED])
+def test_unmatched_exclusion_or_intersection_is_a_warning(pattern, expected, ignored):
+    """As Ansible: an ``&``/``!`` term that names nothing is ignored with a warning (the README's own
+    ``gpu:!drained`` used to exit 4 the day the drained group was deleted); the run goes on unless nothing
+    is left."""
+    warnings: list[str] = []
+    if expected is None:
+        with pytest.raises(PatternError, match="matches no host"):
+            select(pattern, HOSTS, GROUPS, source="inv.ini", warnings=warnings)
+    else:
+        assert select(pattern, HOSTS, GROUPS, source="inv.ini", warnings=warnings) == expected
+    assert len(warnings) == len(ignored)
+    for line, term in zip(warnings, ignored):
+        assert f"term {term!r} names no group or host in inv.ini; ignoring it" in line and "\n" not in line
 
 
 def test_inventory_select_names_the_file(tmp_path):
@@ -158,6 +183,13 @@ ORACLE = [
     ("tests/inventories/gv/hosts.ini", ["all", "gpu:!rack1", "rack2[0]"]),
     ("tests/inventories/ipv6.ini", ["gpu", "all:!gpu", "gpu:&other", "other:!n1", "2001:db8::12", "gpu[1:2]"]),
 ]
+# Patterns with a term Ansible warns about ("Could not match supplied host pattern, ignoring: X") and goes on
+WARN_ORACLE = [
+    ("inventory/example.ini", "gpu:!ghost", ["ghost"]),
+    ("inventory/example.ini", "gpu:!drained:!retired", ["retired"]),
+    ("inventory/example.ini", "!nosuch*", ["nosuch*"]),
+    ("tests/inventories/nested3.ini", "hall:!row_z", ["row_z"]),
+]
 # Subscripts only on groups whose order Ansible keeps stable: for a group with
 # nested child groups, Ansible's own host order changes from run to run.
 ORACLE_CASES = [(f, p) for f, ps in ORACLE for p in ps]
@@ -169,6 +201,33 @@ def test_select_matches_ansible_limit(path, pattern):
     expected = ansible_hosts(full, pattern)
     assert expected, "oracle case must select something"
     assert [h.name for h in load_inventory(full).select(pattern)] == expected
+
+
+@pytest.mark.parametrize("path,pattern,ignored", WARN_ORACLE, ids=[f"{f}|{p}" for f, p, _ in WARN_ORACLE])
+def test_ignored_terms_match_ansible(path, pattern, ignored):
+    """Same hosts as ``ansible --list-hosts --limit``, and a warning for the same terms Ansible warns about."""
+    full = str(REPO / path)
+    proc = subprocess.run([ANSIBLE, "all", "-i", full, "--list-hosts", "--limit", pattern],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stderr.split())
+    for term in ignored:
+        assert f"Could not match supplied host pattern, ignoring: {term}" in said, proc.stderr
+    warnings: list[str] = []
+    assert [h.name for h in load_inventory(full).select(pattern, warnings)] == ansible_hosts(full, pattern)
+    assert [w.split("term ", 1)[1].split(" names")[0].strip("'")[1:] for w in warnings] == ignored
+
+
+def test_ignored_exclusion_warns_and_runs(pytester):
+    """End to end: ``--list-hosts --limit 'gpu:!drained'`` without a drained group lists the hosts, exit 0,
+    with the warning on stderr."""
+    pytester.makefile(".ini", pytest="[pytest]\ngpuaccept_suites = true\n")
+    pytester.makefile(".ini", hosts="[gpu]\ng1 ansible_connection=local\ng2 ansible_connection=local\n")
+    res = pytester.runpytest_subprocess("--inventory", "hosts.ini", "--limit", "gpu:!drained", "--list-hosts",
+                                        "-p", "gpuaccept.plugin")
+    assert res.ret == 0, res.stderr.str()
+    assert "term '!drained' names no group or host" in res.stderr.str()
+    assert "g1" in res.stdout.str() and "g2" in res.stdout.str()
 
 
 # ------------------------------------------------------------ --shard

@@ -62,7 +62,7 @@ def test_torch_probe_helpers_delegate_to_pci():
 
 def test_controller_uses_the_node_copy():
     assert _pci.__file__ == str(PROBES / "_pci.py")
-    assert "from gpuaccept.probes._pci import normalize_bus_id" in (ROOT / "suites" / "test_health.py").read_text()
+    assert "from gpuaccept.probes._pci import normalize_bus_id" in (ROOT / "gpuaccept" / "suites" / "test_health.py").read_text()
 
 
 # a bus id built or reformatted by hand: "%08X:%02X", f"{x:08X}", or a split(":") of a bus id

@@ -426,8 +426,8 @@ def test_recorded_failure_is_never_lost(tmp_path):
 
 def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
     """Before: a probe with one saved document got it whatever it asked for (pcie_link {"seconds": 3} read the
-    1.5 s document). Now only the time arguments may differ: xid_events' since_epoch, nccl_allreduce's
-    deadline_s, burnin's seconds."""
+    1.5 s document). Now only the time arguments may differ (xid_events' since_epoch, nccl_allreduce's
+    deadline_s, burnin's seconds), and, with a note, the durations a --profile sets."""
     from gpuaccept.errors import ProbeError
     from gpuaccept.runner.host import replay_probe, save_probe
     d = str(tmp_path)
@@ -436,8 +436,11 @@ def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
     save_probe(d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 290}, {"rows": [1]})
     assert replay_probe("h", d, "xid_events", {"since_epoch": 1800000000.0})["source"] == "kmsg"
     assert replay_probe("h", d, "pcie_link", {"seconds": 1.5})["seconds"] == 1.5
-    with pytest.raises(ProbeError, match=r'pcie_link: no saved document for arguments \{"seconds": 3\}'):
-        replay_probe("h", d, "pcie_link", {"seconds": 3})
+    notes: list[str] = []  # seconds is a duration a --profile sets: read, with a note (gpuaccept/runner/replay.py)
+    assert replay_probe("h", d, "pcie_link", {"seconds": 3}, notes)["seconds"] == 1.5
+    assert notes and "measured with seconds=1.5, asked seconds=3" in notes[0]
+    with pytest.raises(ProbeError, match=r'pcie_link: no saved document for arguments \{"gpu": 1, "seconds": 1.5\}'):
+        replay_probe("h", d, "pcie_link", {"seconds": 1.5, "gpu": 1})
     assert replay_probe("h", d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 590}) == {
         "rows": [1]}
     with pytest.raises(ProbeError, match="nccl_allreduce: no saved document"):

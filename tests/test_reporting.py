@@ -300,6 +300,15 @@ def test_prometheus_textfile_parses(tmp_path):
     assert verdicts == {"a": 1, "b": 2}  # the one verdict order: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
     assert fams["gpuaccept_run_duration_seconds"].samples[0].value == 60
     assert not list(tmp_path.glob("*.tmp*"))  # written through a temporary file and renamed
+    # stable series: a second night's run writes the same series (no run id in any label), newer values
+    first = {(f.name, tuple(sorted(s.labels.items()))) for f in fams.values() for s in f.samples}
+    assert not any("run_id" in dict(labels) for _, labels in first)
+    last = {s.labels["host"]: s.value for s in fams["gpuaccept_last_run_timestamp_seconds"].samples}
+    assert last == {"a": 1000.0, "b": 1000.0}
+    write_textfile(str(path), "run2", 87400.0, 87460.0, figs, {"a": "PASS", "b": "ERROR"})
+    fams2 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    assert {(f.name, tuple(sorted(s.labels.items()))) for f in fams2.values() for s in f.samples} == first
+    assert fams2["gpuaccept_run_timestamp_seconds"].samples[0].value == 87400.0
 
 
 # -- merge ---------------------------------------------------------------------------------------
@@ -457,7 +466,12 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
     res = run_pytest(tmp_path, *base, "-k", "whoami or node2_breaks", "--progress", "plain")
     assert res.returncode == 1, res.stdout[-3000:]
-    assert "[gpuaccept] node2: test_node2_breaks started\n" in res.stderr  # a test has no timeout of its own
+    # one line per host when its last test ends, nothing per test (gpuaccept.plugin.progress)
+    host_lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[gpuaccept] node")]
+    assert sorted(ln.split(" (")[0] for ln in host_lines) == ["[gpuaccept] node1 PASS", "[gpuaccept] node2 FAIL",
+                                                               "[gpuaccept] node3 PASS"], res.stderr
+    assert any(ln.startswith("[gpuaccept] node2 FAIL (2 tests, ") and "test_node2_breaks: " in ln for ln in host_lines)
+    assert "started" not in res.stderr
     latest = tmp_path / "reports" / "latest"
     assert (latest / "failed-hosts.txt").read_text() == "node2\n"
     md = (latest / "summary.md").read_text().splitlines()
@@ -488,30 +502,43 @@ def test_progress_drops_a_finished_probe():
 
     from gpuaccept.plugin.progress import Progress
     p = Progress(io.StringIO(), tty=True, timeout_s=300)
+    p.expect({"gpu-07": 1, "gpu-08": 1})
     p.begin("gpu-07", "test_hbm_bandwidth")
     p.begin("gpu-07", "probe hbm_bandwidth", 120)
     p.begin("gpu-08", "probe hbm_bandwidth", 120)  # fetched ahead
     p.done("gpu-07", "probe hbm_bandwidth")
     p.done("gpu-08", "probe hbm_bandwidth")
-    assert p.line().startswith("[gpuaccept] 1 running: gpu-07 test_hbm_bandwidth 0s/300s"), p.line()
+    assert p.line() == "hosts 0/2 done · 1 running (slowest: gpu-07 test_hbm_bandwidth 0 s)", p.line()
     p.done("gpu-07", "probe other")  # not what runs there: nothing changes
     p.end("gpu-07", "passed")
-    assert p.line() == ""
+    assert p.line() == "hosts 1/2 done"
 
 
 def test_progress_plain_lines_and_tty_line():
+    """Before: a line per test start and end, glued to pytest's dots (687 lines for 7 hosts). Now, without a
+    terminal, one line per host when its last test ends; on a terminal, one status line fitted to its width."""
     import io
 
     from gpuaccept.plugin.progress import Progress
     buf = io.StringIO()
     p = Progress(buf, tty=False, timeout_s=300)
+    p.expect({"gpu-07": 2, "gpu-08": 1, "gpu-09": 1, "fleet": 1})
     p.begin("gpu-07", "probe nccl_allreduce", 180)
     p.begin("gpu-08", "test_hbm_bandwidth")
-    assert p.line().startswith("[gpuaccept] 2 running: gpu-07 probe nccl_allreduce 0s/180s | gpu-08 test_hbm_bandwidth 0s/300s")
     p.end("gpu-07", "passed")
+    assert buf.getvalue() == ""  # gpu-07 has a test left
+    p.end("gpu-08", "failed", "test_hbm_bandwidth: gpu-08 GPU 0: hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s")
+    p.begin("gpu-07", "test_ecc")
+    p.end("gpu-07", "error", "test_ecc: gpu-07: unreachable")
+    p.end("fleet", "passed")
     lines = buf.getvalue().splitlines()
-    assert lines[0] == "[gpuaccept] gpu-07: probe nccl_allreduce started (timeout 180 s)"
-    assert lines[2].startswith("[gpuaccept] gpu-07: probe nccl_allreduce passed after ")
+    assert [ln.split(" (")[0] for ln in lines] == ["[gpuaccept] gpu-08 FAIL", "[gpuaccept] gpu-07 ERROR"]
+    assert lines[0].endswith("): test_hbm_bandwidth: gpu-08 GPU 0: hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s")
+    assert lines[1].startswith("[gpuaccept] gpu-07 ERROR (2 tests, ")
+    p.begin("gpu-09", "test_tensor_tflops")
+    assert p.line() == "hosts 2/3 done · 1 FAIL · 1 ERROR · 1 running (slowest: gpu-09 test_tensor_tflops 0 s)"
+    assert len(p.line(width=40)) <= 40 and p.line(width=40).startswith("hosts 2/3 done · 1 FAIL · 1 ERROR")
+    assert p.line(width=60) == "hosts 2/3 done · 1 FAIL · 1 ERROR · 1 running"  # the slowest host's part goes first
     tty = io.StringIO()
     t = Progress(tty, tty=True, timeout_s=300)
     t.begin("gpu-07", "probe hbm_bandwidth")

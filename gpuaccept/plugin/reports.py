@@ -26,13 +26,15 @@ from gpuaccept.config.outputs import check_report_folder
 from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
-from gpuaccept.plugin.progress import Progress, real_stderr
+from gpuaccept.plugin.progress import PLAIN_EVERY_S, TTY_EVERY_S, Progress, real_stderr  # noqa: F401
 from gpuaccept.plugin.state import RunState
 from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text
+from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
+from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
@@ -42,7 +44,7 @@ def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
     runs)."""
     rdir = config.getoption("reports")
     if rdir is None:
-        base = str(config.rootpath / "reports")
+        base = str(config.invocation_params.dir / "reports")  # ./reports of the folder it runs in
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         for n in range(1000):
             path = os.path.join(base, stamp + (f"-{n}" if n else ""))
@@ -81,6 +83,27 @@ def point_latest(rdir: str) -> None:
             pass
 
 
+#: skip reasons listed in the console, most hosts first (summary.md lists them all). Chosen.
+SKIP_LINES = 10
+
+
+def run_line(hv: dict[str, dict], recs: list) -> str:
+    """The run's verdict line (pure): ``"gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged"``. The run reads
+    the worst of its hosts' verdicts in the verdict order (FAIL > ERROR > PASS > SKIP): a run none of whose
+    hosts judged a figure reads SKIP, never PASS."""
+    tally: dict[str, int] = {}
+    for h, v in hv.items():
+        if h != "fleet":
+            tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+    order = ("FAIL", "ERROR", "PASS", "SKIP")
+    verdict = next((k for k in order if tally.get(k)), "SKIP")
+    if hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR") and order.index(hv["fleet"]["verdict"]) < order.index(verdict):
+        verdict = hv["fleet"]["verdict"]
+    parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in order if tally.get(k))
+    n = gpu_figures_judged(recs)
+    return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
+
+
 def _id_of(name: str) -> str:
     """The id pytest gives a parameter value ``name`` (non-ASCII escaped, as in ``_pytest.compat``)."""
     try:
@@ -111,7 +134,7 @@ class ReportPlugin:
         self.created = False
         self.progress: Progress | None = None
         self.reporter: Reporter | None = None
-        self.history_path = self._opt("history") or str(config.rootpath / "reports" / "history.sqlite")
+        self.history_path = self._opt("history") or str(config.invocation_params.dir / "reports" / "history.sqlite")
         self._stderr = None
         self.history: HistorySink | None = None
         if self.collect_only:
@@ -119,7 +142,7 @@ class ReportPlugin:
         self._stderr = real_stderr()
         self._check_baseline()  # before the history is created: "no history database" must stay that
         self._check_history()
-        latest = config.rootpath / "reports" / "latest"
+        latest = config.invocation_params.dir / "reports" / "latest"
         previous = os.path.realpath(latest) if os.path.isdir(latest) else None
         rdir, self.created = reserve_folder(config)
         self.run_id = os.path.basename(os.path.normpath(rdir))
@@ -224,14 +247,26 @@ class ReportPlugin:
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
         if session.items:
             self._begin()
+            self._expect_tests([it.nodeid for it in session.items])
+
+    def _expect_tests(self, nodeids) -> None:
+        """Tell the console how many tests each host runs (its line comes with the last)."""
+        if self.progress is None:
+            return
+        per: dict[str, int] = {}
+        for nid in nodeids:
+            h = self._host_of(nid) or "fleet"
+            per[h] = per.get(h, 0) + 1
+        self.progress.expect(per)
 
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         if self.reporter is None:
             return
         for nid in ids:
             self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
-        if ids:
+        if ids and not self.began:
             self._begin()
+            self._expect_tests(ids)  # every worker collects the same ids: counted once
 
     def pytest_runtest_logstart(self, nodeid, location) -> None:
         if self.progress is not None:
@@ -266,7 +301,10 @@ class ReportPlugin:
         if report.when == "teardown":
             self._finalize(report.nodeid, complete=True)
             if self.progress is not None:
-                self.progress.end(self._host_of(report.nodeid) or "fleet", self.reporter.records[report.nodeid].outcome)
+                r = self.reporter.records[report.nodeid]
+                first = (r.message or "").strip().splitlines()[0] if (r.message or "").strip() else ""
+                self.progress.end(self._host_of(report.nodeid) or "fleet", r.outcome,
+                                  f"{r.name.split('[')[0]}: {first}" if first else "", judged_something(r))
 
     def _finalize(self, nodeid: str, complete: bool, reason: str = "") -> None:
         part = self.partial.pop(nodeid)
@@ -372,6 +410,13 @@ class ReportPlugin:
         if stop:
             terminalreporter.write_line(f"gpuaccept: INTERRUPTED {stop}", red=True)
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
+        groups = skip_groups(recs)
+        for why, (hs, n) in list(groups.items())[:SKIP_LINES]:
+            terminalreporter.write_line(f"gpuaccept: skipped: {why}: {len(hs)} host{'s' if len(hs) != 1 else ''}, "
+                                        f"{n} test{'s' if n != 1 else ''}")
+        if len(groups) > SKIP_LINES:
+            terminalreporter.write_line(f"gpuaccept: skipped: {len(groups) - SKIP_LINES} more reasons in summary.md")
+        terminalreporter.write_line(run_line(hv, recs))
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")
@@ -542,14 +587,3 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]
-
-
-def list_hosts_text(hosts) -> str:
-    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
-    lines = [f"  hosts ({len(hosts)}):"]
-    for h in hosts:
-        addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
-        where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
-        lines.append(f"    {h.name}  {where}  connection={h.connection}  "
-                     f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
-    return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
 import jinja2
@@ -18,7 +19,7 @@ from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.text import fmt, limit_text
 from gpuaccept.judging import verdict_order
-from gpuaccept.reporting.verdicts import failing_gpus_text, host_verdicts, interruption_text, line_text
+from gpuaccept.reporting.verdicts import failing_gpus_text, host_verdicts, interruption_text, line_text, same_reason_once
 
 # Sparklines and busbw plots are drawn for at most this many GPUs / hosts (a page of 10,000 hosts of plots
 # is not read; the tables still list everything). Chosen.
@@ -38,19 +39,53 @@ def _style():
                  colors=("#1f6feb", "#b3261e", "#137333", "#8a1c7c", "#d97706"))
 
 
-def _ratio_color(ratio: float, kind: str) -> str:
-    """Heatmap colour: red outside the limit, amber within 10 % of it, green with margin."""
+def _ratio_color(ratio: float, kind: str, standout: bool = False) -> str:
+    """Heatmap colour, for what needs a look only: red outside the limit, amber for a stand-out (a figure
+    within its limit but worse than its peers, baseline or previous run), none otherwise (a healthy card at
+    1.07x its floor was painted amber)."""
     margin = (ratio - 1.0) if kind == "min" else (1.0 - ratio)
     if margin < 0:
         return "#f4b4ae"
-    if margin < 0.10:
-        return "#fde68a"
-    return "#bbf7d0"
+    return "#fde68a" if standout else ""
 
 
-def heatmap(figures: list[dict], only: set | None = None) -> dict:
+#: an absolute path of three or more parts (a replay folder, a report folder) in a message
+_LONG_PATH = re.compile(r"(?<![\w.~])(?:/[^\s/:;,'\"()\[\]]+){3,}/?")
+
+
+def short_paths(text: str) -> str:
+    """``text`` with each absolute path of three or more parts cut to its last two (pure):
+    ``"in /srv/reports/20261129T215000Z/probes/gpu-07 (replay)"`` -> ``"in …/probes/gpu-07 (replay)"``; the full
+    text stays in results.json and summary.md."""
+    def cut(m: re.Match) -> str:
+        parts = [p for p in m.group(0).split("/") if p]
+        return "…/" + "/".join(parts[-2:])
+    return _LONG_PATH.sub(cut, str(text))
+
+
+def standouts_once(standouts: list[dict]) -> list[dict]:
+    """One row per stand-out figure (host, check, GPU) however many references it is worse than (pure): the
+    references joined in ``against`` ("baseline 7.1%, previous 7.1%, fleet 6.0%"), the worst first; before, one
+    slow GPU took three rows."""
+    rows: dict[tuple, dict] = {}
+    for o in standouts:
+        key = (o.get("host"), o.get("check"), o.get("gpu"))
+        row = rows.get(key)
+        if row is None:
+            rows[key] = row = {**o, "refs": []}
+        row["refs"].append(o)
+    out = []
+    for row in rows.values():
+        refs = sorted(row["refs"], key=lambda r: -(r.get("pct") or 0))
+        worst = refs[0]
+        out.append({**worst, "against": ", ".join(f"{r.get('against')} {r.get('pct')}%" for r in refs)})
+    return out
+
+
+def heatmap(figures: list[dict], only: set | None = None, standouts: set | None = None) -> dict:
     """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure).
-    ``only``: rows for these hosts alone (the columns are still every check judged anywhere)."""
+    ``only``: rows for these hosts alone (the columns are still every check judged anywhere); ``standouts``:
+    the (host, check) pairs with a stand-out, painted amber (:func:`_ratio_color`)."""
     checks: list[str] = []
     seen: set[str] = set()
     cells: dict[tuple[str, str], dict] = {}
@@ -79,7 +114,7 @@ def heatmap(figures: list[dict], only: set | None = None) -> dict:
         if worse:
             cells[key] = {"check": f["check"], "ratio": ratio, "kind": kind,
                           "verdict": "fail" if f.get("verdict") == "fail" or (old and old["verdict"] == "fail") else "pass",
-                          "color": _ratio_color(ratio, kind),
+                          "color": _ratio_color(ratio, kind, key in (standouts or ())),
                           "title": f"{f.get('host')} {f['check']}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
                                    f"{fmt(v)} {f.get('unit') or ''} vs {limit_text(lim)}"}
         elif f.get("verdict") == "fail":
@@ -98,14 +133,16 @@ def _size_label(log2b: float) -> str:
 
 def busbw_plots(figures: list[dict]) -> list[dict]:
     """Per host an XY chart of in-place busbw (GB/s) against log2(message bytes), with the busbw floor
-    (``allreduce_busbw_gbps``' min limit) as a second series. Inline SVG strings."""
+    (``allreduce_busbw_gbps``' min limit) as a mark at the size it is judged at (the figure's ``bytes``): no
+    floor applies at the other sizes. Inline SVG strings."""
     tables: dict[str, list] = {}
     floors: dict[str, float] = {}
     for f in figures:
         if f["check"] == "allreduce_table" and isinstance(f.get("value"), list):
             tables.setdefault(str(f.get("host")), f["value"])
         if f["check"] == "allreduce_busbw_gbps" and "min" in (f.get("limit") or {}):
-            floors[str(f.get("host"))] = float(f["limit"]["min"])
+            at = (f.get("extra") or {}).get("bytes")
+            floors[str(f.get("host"))] = (float(f["limit"]["min"]), at)
     out = []
     for host in sorted(tables)[:MAX_BUSBW_HOSTS]:
         pts = [(math.log2(r["bytes"]), float(r["ip_busbw_gbps"])) for r in tables[host]
@@ -119,10 +156,11 @@ def busbw_plots(figures: list[dict]) -> list[dict]:
                          x_labels=sorted({round(x) for x, _ in pts})[::2], disable_xml_declaration=True,
                          include_x_axis=True)
         chart.add("busbw", pts)
-        if host in floors:
-            xs = [p[0] for p in pts]
-            chart.add(f"floor {floors[host]:g} GB/s", [(min(xs), floors[host]), (max(xs), floors[host])],
-                      show_dots=False, stroke_style={"dasharray": "6,4", "width": 2})
+        if host in floors:  # the floor applies at the judged size alone: a mark there, not a line across
+            floor, at = floors[host]
+            if isinstance(at, (int, float)) and at > 0:
+                chart.add(f"floor {floor:g} GB/s at {_size_label(math.log2(at))}", [(math.log2(at), floor)],
+                          stroke=False, dots_size=6)
         out.append({"host": host, "svg": chart.render(is_unicode=True)})
     return out
 
@@ -147,7 +185,7 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
                   "blocked_text": (f"and {hv[h]['blocked']} test{'s' if hv[h]['blocked'] != 1 else ''} blocked"
                                    if hv[h]["verdict"] == "FAIL" and hv[h].get("blocked") else "")}
                  for h in sorted(hv, key=lambda h: verdict_order.sort_key(hv[h]["verdict"], h))]
-    failing_gpus = [{"host": h, **g, "why": [line_text(ln) for ln in g["lines"]]}
+    failing_gpus = [{"host": h, **g, "why": [short_paths(line_text(ln)) for ln in g["lines"]]}
                     for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
     tally: dict[str, int] = {}
     for h, v in hv.items():
@@ -169,7 +207,10 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
             failing = [any(f.get("verdict") == "fail" for f in r["cells"].values()) for r in keep]
             keep = ([r for r, x in zip(keep, failing) if x] + [r for r, x in zip(keep, failing) if not x])[:MAX_ROWS]
         left_out, rows = total - len(keep), keep
-    heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None)
+    heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None,
+                   standouts={(str(o.get("host")), o.get("check")) for o in standouts})
+    for r in host_rows:
+        r["reasons"] = [short_paths(x) for x in same_reason_once(r["reasons"])]  # each cause once
     sparks: dict[tuple, str] = {}
     if history and len(rows) <= MAX_SPARK_GPUS:
         for key, vals in history.items():
@@ -178,14 +219,15 @@ def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     failures = [{"outcome": r.outcome, "nodeid": r.nodeid,
-                 "first": (r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome,
-                 "rest": (r.message or "").splitlines()[1:21]}  # every GPU's line, as summary.md (20 at most)
+                 "first": short_paths((r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome),
+                 "rest": [short_paths(x) for x in (r.message or "").splitlines()[1:21]]}  # as summary.md, 20 at most
                 for r in recs if r.outcome in ("failed", "error")]
     return env.get_template("report.html.j2").render(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, tally[k]) for k in verdict_order.ORDER if k in tally], interrupted=interruption_text(meta),
         heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
-        standouts=standouts, failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=fmt, limit_s=limit_text)
+        standouts=standouts_once(standouts), failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=fmt,
+        limit_s=limit_text, short=short_paths)
 
 
 def spark_keys(figures: list[dict], table: GpuTable | None = None) -> list[tuple[tuple[str, str, Any, str], dict]]:

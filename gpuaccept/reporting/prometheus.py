@@ -12,8 +12,13 @@ Metrics (all gauges):
 - ``gpuaccept_host_verdict`` per host: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP, the one verdict order
   (gpuaccept.judging.verdict_order: ``max`` over hosts keeps it; label ``verdict`` spells it, label
   ``action`` names what to do next: rerun, fix-config, check-network, reset-gpu, reboot, drain-rma, or "none");
-- ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``, label run_id;
+- ``gpuaccept_last_run_timestamp_seconds`` per host (label host): the start of the run that tested it, Unix
+  time, for "no acceptance run on this host for two days" alerts (``time() - ... > 172800``);
+- ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``;
 - ``gpuaccept_figures_not_exported``: figures left out above :data:`MAX_FIGURES` (passing hosts' first).
+
+Series are stable from run to run: no label carries the run id (a new series every night made "time since the
+last run" awkward to alert on); the run id is in the file's first comment line and in results.json.
 """
 from __future__ import annotations
 
@@ -88,16 +93,21 @@ class _RunCollector:
         for host, verdict in host_verdicts.items():
             hv.add_metric([host, verdict, self.host_actions.get(host) or "none"], VERDICT_CODE.get(verdict, 2))
         yield hv
+        last = GaugeMetricFamily("gpuaccept_last_run_timestamp_seconds", "start of the last run that tested the "
+                                 "host, Unix time", labels=("host",))
+        for host in host_verdicts:
+            if host != "fleet":
+                last.add_metric([host], started)
+        yield last
         fam = GaugeMetricFamily("gpuaccept_figures_not_exported", "figures of the run not written here (above the "
-                                "limit: passing hosts' first; the history database has them)",
-                                labels=("run_id",))
-        fam.add_metric([run_id], self.left_out)
+                                f"limit: passing hosts' first; the history database has them); run {run_id}")
+        fam.add_metric([], self.left_out)
         yield fam
         for name, doc, value in (("gpuaccept_run_timestamp_seconds", "start of the run, Unix time", started),
                                  ("gpuaccept_run_duration_seconds", "duration of the run, seconds",
                                   max(0.0, finished - started))):
-            fam = GaugeMetricFamily(name, doc, labels=("run_id",))
-            fam.add_metric([run_id], value)
+            fam = GaugeMetricFamily(name, doc)
+            fam.add_metric([], value)
             yield fam
 
 

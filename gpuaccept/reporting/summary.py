@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.gputable import GpuTable
-from gpuaccept.reporting.grouping import skip_lines
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.text import fmt, limit_text
 from gpuaccept.reporting.verdicts import interruption_text
-from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text, host_verdicts, line_text,
-                                         same_reason_once)
+from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text, gpu_figures_judged,
+                                         host_verdicts, line_text, same_reason_once, skip_groups)
 
 # summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
 # (a page a person reads; results.json and report.html keep the rest). Chosen.
@@ -33,7 +32,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     stop = interruption_text(meta)
     if stop:
         out[0:0] = [f"**INTERRUPTED** {stop}", ""]
-    out += _host_lines(hv, "**INTERRUPTED** " if stop else "")
+    out += _host_lines(hv, "**INTERRUPTED** " if stop else "", gpu_figures_judged(recs))
     out += _next_steps(hv, hosts)
     out += _failing_gpus(hv)
     if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
@@ -48,14 +47,16 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     return "\n".join(out) + "\n"
 
 
-def _host_lines(hv: dict, head: str = "") -> list[str]:
-    """The run line (``head``, e.g. INTERRUPTED, then the tally of host verdicts), then one line per host in
-    the one verdict order (FAIL, ERROR, PASS, SKIP; by name; gpuaccept.judging.verdict_order)."""
+def _host_lines(hv: dict, head: str = "", judged: int | None = None) -> list[str]:
+    """The run line (``head``, e.g. INTERRUPTED, then the tally of host verdicts and ``judged``: how many GPU
+    figures were judged), then one line per host in the one verdict order (FAIL, ERROR, PASS, SKIP; by name;
+    gpuaccept.judging.verdict_order)."""
     tally: dict[str, int] = {}
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + " hosts", ""]
+    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + " hosts"
+           + (f", {judged} GPU figures judged" if judged is not None else ""), ""]
     # the fleet-wide tests (no host in their id) are no host: their line comes after the hosts'
     for h in sorted(hv, key=lambda h: (h == "fleet", verdict_order.sort_key(hv[h]["verdict"], h))):
         out.append(host_line(h, hv[h]))
@@ -188,10 +189,28 @@ def _standouts(slow: list[dict]) -> list[str]:
 
 
 def _skipped(recs: list[CaseRecord]) -> list[str]:
-    """Skipped tests grouped by test name and reason across hosts (a message's own host written ``<host>``:
-    gpuaccept.reporting.grouping), with the hosts (first 8)."""
-    lines = skip_lines(recs)
-    return ["", "## Skipped", ""] + lines if lines else []
+    """The documents replayed from other arguments (gpuaccept.runner.replay's notes), then the skipped tests
+    grouped by reason across hosts and tests (gpuaccept.reporting.verdicts.skip_groups), with the hosts (first 8)."""
+    out: list[str] = []
+    replayed: dict[str, list[str]] = {}
+    for r in recs:
+        for f in r.figures:
+            if f.get("check") == "replay_note" and isinstance(f.get("value"), str):
+                hs = replayed.setdefault(f["value"], [])
+                if (r.host or "fleet") not in hs:
+                    hs.append(r.host or "fleet")
+    if replayed:
+        out += ["", "## Replayed from documents saved with other arguments", ""]
+        for note, hs in replayed.items():
+            out.append(f"- {note} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
+                       f"{', ...' if len(hs) > 8 else ''})")
+    skips = skip_groups(recs)
+    if skips:
+        out += ["", "## Skipped", ""]
+        for why, (hs, tests) in skips.items():
+            out.append(f"- {why}: {len(hs)} host{'s' if len(hs) != 1 else ''} ({', '.join(hs[:8])}"
+                       f"{', ...' if len(hs) > 8 else ''}), {tests} test{'s' if tests != 1 else ''}")
+    return out
 
 
 def _counts(recs: list[CaseRecord]) -> list[str]:

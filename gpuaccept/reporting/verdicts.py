@@ -55,6 +55,60 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
     return hv.result()
 
 
+def judged_something(r: CaseRecord) -> bool:
+    """Whether a passed test measured or judged anything (pure): a figure against a limit (verdict pass or
+    fail), a number in a unit of measurement (:data:`MEASUREMENT_UNITS`), or no figure at all (an operator's
+    own ``assert``, testinfra-style, is the judgement). A test that recorded only facts (the NCCL variables seen
+    and their count, driver versions) measured nothing: its host is not PASS by it alone (the main job on a
+    machine without a GPU read PASS)."""
+    return not r.figures or any(f.get("verdict") in ("pass", "fail") or (
+        isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)
+        and f.get("unit") in MEASUREMENT_UNITS) for f in r.figures)
+
+
+def _measurement_units() -> frozenset:
+    """The units of measured figures: every check's (gpuaccept.config.thresholds.REGISTRY) and the time, size,
+    clock and share units the probes record beside them; a count of facts ("variables") is none of them."""
+    from gpuaccept.config.thresholds import REGISTRY
+    return frozenset({c.unit for c in REGISTRY.values()} | {"s", "ms", "us", "B", "GiB", "MHz", "%"})
+
+
+MEASUREMENT_UNITS = _measurement_units()
+
+
+def gpu_figures_judged(recs: list[CaseRecord]) -> int:
+    """How many figures of a GPU were judged against a limit (pass or fail) in ``recs`` (pure)."""
+    return sum(1 for r in recs for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
+
+
+def skip_reason(host: str | None, message: str) -> str:
+    """A skip's reason with its host taken out, so that one reason groups across hosts (pure):
+    ``"no NVIDIA GPU on gpu-07 (no driver)"`` -> ``"no NVIDIA GPU (no driver)"``; ``"no NVMe on gpu-07"`` ->
+    ``"no NVMe"``; another mention of the host becomes ``<host>``."""
+    why = " ".join(str(message or "skipped").split())
+    if why.startswith("Skipped: "):
+        why = why[len("Skipped: "):]
+    if host:
+        why = re.sub(rf"\s+(?:on|for) {re.escape(host)}\b", "", why)
+        why = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", "<host>", why)
+    return why
+
+
+def skip_groups(recs: list[CaseRecord]) -> dict[str, tuple[list[str], int]]:
+    """Skipped tests grouped by reason across hosts and tests (pure): reason -> (hosts in order, tests), the
+    reasons most hosts share first (``"no NVMe": (212 hosts, 212 tests)``)."""
+    groups: dict[str, tuple[list[str], list[int]]] = {}
+    for r in recs:
+        if r.outcome != "skipped":
+            continue
+        hs, n = groups.setdefault(skip_reason(r.host, r.message), ([], [0]))
+        if (r.host or "fleet") not in hs:
+            hs.append(r.host or "fleet")
+        n[0] += 1
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1][0]), -kv[1][1][0]))
+    return {why: (hs, n[0]) for why, (hs, n) in ordered}
+
+
 class HostVerdicts:
     """:func:`host_verdicts` kept up to date record by record (:meth:`add`: O(the record), :meth:`result`:
     O(hosts)), so that a whole-run write does not walk every record again."""
@@ -64,6 +118,8 @@ class HostVerdicts:
         self.known = set(self.names)
         self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
         self.seen: dict[str, set] = {}  # host -> GPU indices with a figure (how many GPUs the host showed)
+        self.judged: dict[str, int] = {}  # host -> its passed tests that measured something (judged_something)
+        self.gpu_judged = 0  # figures of a GPU judged against a limit (pass or fail), the whole run
 
     def add(self, r: CaseRecord) -> None:
         """Count record ``r`` for its host (a fleet-wide test: for ``fleet`` and the hosts it names or that took
@@ -90,6 +146,10 @@ class HostVerdicts:
             if r.name.split("[")[0] not in g["tests"]:
                 g["tests"].append(r.name.split("[")[0])
             g["lines"].append(e["line"])
+        self.gpu_judged += sum(1 for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
+        if r.outcome == "passed" and judged_something(r):
+            for h in targets:
+                self.judged[h] = self.judged.get(h, 0) + 1
         if r.host is not None:
             seen = self.seen.setdefault(r.host, set())
             for f in r.figures:
@@ -129,6 +189,10 @@ class HostVerdicts:
             v["verdict"] = verdict_order.from_counts(v["counts"])
             v["action"] = actions.host_action(v.get("findings") or [])
         for h, v in self.out.items():
+            if v["verdict"] == "PASS" and not self.judged.get(h):
+                v["verdict"] = "SKIP"  # nothing measured is not PASS: a pass that measured nothing leaves SKIP
+                if "passed tests measured nothing (facts recorded only)" not in v["reasons"]:
+                    v["reasons"].append("passed tests measured nothing (facts recorded only)")
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None

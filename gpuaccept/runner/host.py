@@ -115,6 +115,8 @@ class HostRunner:
         self.profile = profile
         self.save_dir = save_dir
         self.replay_dir = host.vars.get("gpuaccept_replay")
+        #: why a saved document with other arguments answered a probe (gpuaccept.runner.replay), for the report
+        self.replay_notes: list[str] = []
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
@@ -243,7 +245,7 @@ class HostRunner:
         if deadline_arg and deadline_arg not in args:
             args[deadline_arg] = probe_deadline(timeout or self.probe_timeout)
         if self.replay_dir:
-            return replay_probe(self.name, self.replay_dir, name, args)
+            return replay_probe(self.name, self.replay_dir, name, args, self.replay_notes)
         hook = PROBE_HOOK[-1] if PROBE_HOOK else None
         if hook is not None:
             return hook(self, name, args, timeout, env)

@@ -1,36 +1,133 @@
-"""Probe documents kept and read again: every document a run measures is saved as
-``<folder>/<probe>-<args digest>.json`` (the run's ``probes/<host>`` folder); a host with ``gpuaccept_replay: DIR``
-answers its probes from such a folder instead of running them."""
+"""Saved probe documents: kept per run, and answered from in a replay (``gpuaccept_replay: DIR``).
+
+Each document is saved as ``<dir>/<probe>-<args digest>.json`` holding ``{"probe", "args", "doc", "release"}``:
+the arguments it was asked for and the gpuaccept release that asked (documents saved before releases were
+recorded have no ``release``). A replay answers a probe from the document saved with the arguments it asks for
+(:func:`replay_probe`). When there is none, a saved document whose arguments differ is still used where the
+difference cannot change the figure judged, and the reason is handed back as a note for the report:
+
+* the arguments that say *when* a probe ran (:data:`TIME_ARGS`): ignored, as always;
+* the arguments a ``--profile`` changes (:data:`DURATION_ARGS`, read from gpuaccept.config.profiles: iterations,
+  seconds, warm-up): how long it measured, not what; a quick-profile replay of a standard capture reads its
+  documents, noting "measured with iters=100, asked iters=10";
+* an argument a newer release adds, where the saved document shows it would have changed nothing
+  (:data:`ADDED_ARGS`): ``nccl_allreduce``'s ``env: {NCCL_ALGO: Ring}`` pin, when NCCL chose Ring at every size
+  of the saved sweep;
+* ``nccl_allreduce`` asked for sizes that a saved sweep measured (the at-size call of a newer release): the
+  sweep's rows at those sizes.
+
+Otherwise the error lists, beside the asked arguments, each saved document's arguments and why it is not used.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from typing import Any, Callable
 
+from gpuaccept import __version__
+from gpuaccept.config.profiles import PROFILES
 from gpuaccept.errors import ProbeError
 
+#: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
+#: document without them, silently. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's
+#: deadline_s the runner's (gpuaccept.runner.host.probe_deadline, from --probe-timeout); burnin's seconds from
+#: --burnin-minutes (its document carries seconds_requested and its windows, which the judging reads).
+TIME_ARGS = {"xid_events": ("since_epoch",), "nccl_allreduce": ("deadline_s",), "burnin": ("seconds",)}
+REPLAY_TIME_ARGS = TIME_ARGS  # the name its callers know
 
-def _probe_key(name: str, args: dict | None) -> str:
+#: probe -> the arguments a profile sets (gpuaccept.config.profiles.PROFILES): how long or how many times it
+#: measures, the same sizes. A replay under another profile reads the document, with a note.
+DURATION_ARGS: dict[str, set[str]] = {}
+for _profile in PROFILES.values():
+    for _probe, _args in _profile.items():
+        DURATION_ARGS.setdefault(_probe, set()).update(_args)
+
+
+def _algo_pin_changes_nothing(value: Any, doc: dict) -> str | None:
+    """``env`` asked of nccl_allreduce by a release that pins NCCL_ALGO, against a sweep saved without it: the
+    reason it changes nothing (NCCL chose that algorithm at every size), or None."""
+    if not isinstance(value, dict) or set(value) != {"NCCL_ALGO"}:
+        return None
+    want = str(value["NCCL_ALGO"]).upper()
+    rows = doc.get("rows") or []
+    seen = [str(r.get(k) or "").upper() for r in rows if isinstance(r, dict) for k in ("oop_algo", "ip_algo")]
+    seen += [str(a.get("algo") or "").upper() for a in doc.get("algos") or [] if isinstance(a, dict)]
+    if not rows or not seen or not all(s.split("/")[0] == want for s in seen):
+        return None
+    return (f"NCCL_ALGO={value['NCCL_ALGO']} is pinned now; the saved sweep ran with NCCL's own choice, which was "
+            f"{value['NCCL_ALGO']} at every size")
+
+
+#: probe -> {argument a newer release adds: test(asked value, saved document) -> reason it changes nothing, or None}
+ADDED_ARGS: dict[str, dict[str, Callable[[Any, dict], str | None]]] = {
+    "nccl_allreduce": {"env": _algo_pin_changes_nothing},
+}
+
+
+def probe_key(name: str, args: dict | None) -> str:
+    """``<probe>-<first 10 hex of the SHA-1 of the sorted-key JSON of args>``: the saved document's file stem."""
     digest = hashlib.sha1(json.dumps(args or {}, sort_keys=True).encode()).hexdigest()[:10]
     return f"{name}-{digest}"
 
 
-#: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
-#: document without them. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's deadline_s
-#: the runner's (gpuaccept.runner.host.probe_deadline, from --probe-timeout); burnin's seconds from
-#: --burnin-minutes (its document carries seconds_requested and its windows, which the judging reads). Every other
-#: argument must match.
-REPLAY_TIME_ARGS = {"xid_events": ("since_epoch",), "nccl_allreduce": ("deadline_s",), "burnin": ("seconds",)}
+_probe_key = probe_key  # the name its callers know
 
 
-def _replay_match(directory: str, name: str, args: dict | None) -> list[str]:
-    """The saved documents of ``name`` in ``directory`` whose arguments equal ``args`` but for the probe's
-    :data:`REPLAY_TIME_ARGS` (file names, sorted); a file that cannot be read is no match."""
-    ignored = REPLAY_TIME_ARGS.get(name)
-    if not ignored or not os.path.isdir(directory):
-        return []
-    want = {k: v for k, v in (args or {}).items() if k not in ignored}
+def _sizes(args: dict) -> list[int] | None:
+    """The message sizes an nccl_allreduce sweep of ``args`` measures (min_bytes .. max_bytes by factor)."""
+    lo, hi, f = args.get("min_bytes"), args.get("max_bytes"), args.get("factor", 2)
+    if not all(isinstance(v, int) and v > 0 for v in (lo, hi, f)) or lo > hi or f < 2:
+        return None
+    out = [lo]
+    while out[-1] * f <= hi:
+        out.append(out[-1] * f)
+    return out
+
+
+def compare(name: str, saved: dict, asked: dict, doc: dict) -> tuple[list[str], list[str], dict]:
+    """How a document saved with ``saved`` arguments answers ``asked`` ones (pure): ``(notes, refusals, doc)``.
+    ``refusals`` empty: usable, ``notes`` say why each difference changes nothing, ``doc`` is what to answer
+    (the saved document, or its rows at the asked sizes). Else ``refusals`` say what differs."""
+    notes, refusals = [], []
+    time_args = set(TIME_ARGS.get(name, ()))
+    durations = DURATION_ARGS.get(name, set())
+    added = ADDED_ARGS.get(name, {})
+    size_keys = {"min_bytes", "max_bytes"} if name == "nccl_allreduce" else set()
+    for key in sorted(set(saved) | set(asked)):
+        if key in time_args or key in size_keys or saved.get(key, None) == asked.get(key, None) \
+                and (key in saved) == (key in asked):
+            continue
+        if key in durations:
+            notes.append(f"measured with {key}={saved.get(key, 'its default')}, asked {key}="
+                         f"{asked.get(key, 'its default')} (how long, not what: --profile)")
+        elif key not in saved and key in added and added[key](asked[key], doc):
+            notes.append(added[key](asked[key], doc))
+        elif key not in saved:
+            refusals.append(f"{key} not saved (asked {json.dumps(asked[key], sort_keys=True)})")
+        elif key not in asked:
+            refusals.append(f"{key}={json.dumps(saved[key], sort_keys=True)} saved, not asked")
+        else:
+            refusals.append(f"{key}: saved {json.dumps(saved[key], sort_keys=True)}, asked "
+                            f"{json.dumps(asked[key], sort_keys=True)}")
+    if size_keys and not refusals and any(saved.get(k) != asked.get(k) for k in size_keys):
+        want, have = _sizes(asked), _sizes(saved)
+        rows = [r for r in doc.get("rows") or [] if isinstance(r, dict) and r.get("bytes") in (want or [])]
+        if want and have and set(want) <= set(have) and len(rows) == len(want):
+            notes.append(f"sizes {asked['min_bytes']}..{asked['max_bytes']} B read from the saved sweep "
+                         f"{saved['min_bytes']}..{saved['max_bytes']} B (its rows at those sizes)")
+            doc = {**doc, "rows": rows}
+        else:
+            refusals.append(f"sizes: saved {saved.get('min_bytes')}..{saved.get('max_bytes')} B, asked "
+                            f"{asked.get('min_bytes')}..{asked.get('max_bytes')} B")
+    return notes, refusals, doc
+
+
+def _saved_documents(directory: str, name: str) -> list[tuple[str, dict]]:
+    """(file name, saved record) of every readable saved document of ``name`` in ``directory``, sorted."""
     out = []
+    if not os.path.isdir(directory):
+        return out
     for f in sorted(os.listdir(directory)):
         if not (f.startswith(name + "-") and f.endswith(".json")):
             continue
@@ -39,9 +136,8 @@ def _replay_match(directory: str, name: str, args: dict | None) -> list[str]:
                 saved = json.load(fh)
         except (OSError, ValueError):
             continue
-        got = saved.get("args") if isinstance(saved, dict) else None
-        if isinstance(got, dict) and {k: v for k, v in got.items() if k not in ignored} == want:
-            out.append(f)
+        if isinstance(saved, dict) and isinstance(saved.get("args"), dict) and isinstance(saved.get("doc"), dict):
+            out.append((f, saved))
     return out
 
 
@@ -69,7 +165,8 @@ def _folder_fd(directory: str) -> int:
 
 
 def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
-    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args), best effort.
+    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (with its args and this release), best
+    effort.
     Nothing under the report folder is followed through a symlink (:func:`_folder_fd`; the file itself is
     created with O_NOFOLLOW and renamed into place): such a document is not kept."""
     try:
@@ -77,11 +174,12 @@ def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
     except OSError:
         return  # the figures still reach results.json; a full disk must not fail the measurement
     try:
-        final = _probe_key(name, args) + ".json"
+        final = probe_key(name, args) + ".json"
         tmp = final + ".tmp"
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=fd)
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"probe": name, "args": args or {}, "doc": doc}, f, indent=1, default=str)
+            json.dump({"probe": name, "args": args or {}, "release": __version__, "doc": doc}, f, indent=1,
+                      default=str)
         os.replace(tmp, final, src_dir_fd=fd, dst_dir_fd=fd)
     except OSError:
         pass
@@ -89,30 +187,49 @@ def save_probe(directory: str, name: str, args: dict | None, doc: dict) -> None:
         os.close(fd)
 
 
-def replay_probe(host: str, directory: str, name: str, args: dict | None) -> dict:
-    """The probe document saved for ``name`` with ``args``; for a probe of :data:`REPLAY_TIME_ARGS`, the one
-    whose arguments match but for those (a saved xid_events window began at another time). A document saved
-    with other arguments is another measurement and is never read in its place.
+def replay_probe(host: str, directory: str, name: str, args: dict | None, notes: list[str] | None = None) -> dict:
+    """The probe document saved for ``name`` with ``args``, else the one saved document whose differences
+    cannot change the figure judged (:func:`compare`; the fewest notes wins, a tie is no answer); each note
+    is appended to ``notes`` as ``"<probe>: <file> (release R): <note>"``.
 
-    Raises ProbeError naming the folder when there is none (or several match), and as a live probe would for a
-    saved failure.
+    Raises ProbeError naming the folder, the asked arguments and each saved document's arguments with what
+    differs, when none answers; and as a live probe would for a saved failure.
     """
-    path = os.path.join(directory, _probe_key(name, args) + ".json")
+    asked = args or {}
+    path = os.path.join(directory, probe_key(name, asked) + ".json")
+    found_notes: list[str] = []
+    doc = None
     if not os.path.exists(path):
-        saved = _replay_match(directory, name, args)
-        if len(saved) != 1:
-            raise ProbeError(host, f"{name}: no saved document for arguments {json.dumps(args or {}, sort_keys=True)} "
-                                   f"in {directory} (replay)")
-        path = os.path.join(directory, saved[0])
-    try:
-        with open(path, encoding="utf-8") as f:
-            saved_doc = json.load(f)
-        doc = saved_doc["doc"] if isinstance(saved_doc, dict) else None
-    except (OSError, ValueError, KeyError) as e:
-        raise ProbeError(host, f"{name}: saved document {path} unreadable: {type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:200]} (replay)") from None
+        usable, why_not = [], []
+        for f, saved in _saved_documents(directory, name):
+            n, refused, answer = compare(name, saved["args"], asked, saved["doc"])
+            if refused:
+                why_not.append(f"{f} {json.dumps(saved['args'], sort_keys=True)}: {'; '.join(refused)}")
+            else:
+                usable.append((len(n), f, saved, n, answer))
+        usable.sort(key=lambda u: u[0])
+        if not usable or (len(usable) > 1 and usable[0][0] == usable[1][0]):
+            saved_part = (f"; saved: {' | '.join(why_not)}" if why_not else "") + (
+                f"; {len([u for u in usable if u[0] == usable[0][0]])} saved documents answer it equally"
+                if usable else "")
+            raise ProbeError(host, f"{name}: no saved document for arguments {json.dumps(asked, sort_keys=True)} "
+                                   f"in {directory} (replay){saved_part}")
+        _, f, saved, n, doc = usable[0]
+        release = saved.get("release") or "before 0.1.0 (no release recorded)"
+        found_notes = [f"{name}: {f} (release {release}): {x}" for x in n]
+        path = os.path.join(directory, f)
+    if doc is None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                saved_doc = json.load(fh)
+            doc = saved_doc["doc"] if isinstance(saved_doc, dict) else None
+        except (OSError, ValueError, KeyError) as e:
+            raise ProbeError(host, f"{name}: saved document {path} unreadable: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0][:200]} (replay)") from None
     if not isinstance(doc, dict):
         raise ProbeError(host, f"{name}: saved document {path} holds no probe document (replay)")
     if doc.get("failed"):
         raise ProbeError(host, f"{name}: {doc.get('msg')} (replayed)")
+    if notes is not None:
+        notes.extend(x for x in found_notes if x not in notes)
     return doc

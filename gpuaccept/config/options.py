@@ -1,0 +1,59 @@
+"""gpuaccept's command-line options, defined once: pytest's parser takes them (gpuaccept.plugin.pytest_addoption),
+and so does the ``gpuaccept`` command's check before pytest starts (gpuaccept.cli), through the same
+:func:`add_options`. Every keyword is one that ``argparse.ArgumentParser.add_argument`` and pytest's
+``OptionGroup.addoption`` both read."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpuaccept.config.profiles import PROFILES
+
+
+def add_options(add: Callable[..., Any]) -> None:
+    """Call ``add(*flags, **argparse keywords)`` once per gpuaccept option."""
+    add("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
+    add("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
+    add("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
+    add("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
+    add("--thresholds", default=None,
+                help="threshold folder; default ./thresholds when the project has one, else the files shipped")
+    add("--site-thresholds", default=None, metavar="FILE",
+                help="a YAML naming only the checks a site changes, per SKU, layered over the threshold files")
+    add("--probe-timeout", type=float, default=None,
+                help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
+    add("--accept-new-host-keys", action="store_true", default=False,
+                help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
+    add("--profile", default="standard", choices=sorted(PROFILES),
+                help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
+    add("--xid-window", type=float, default=None,
+                help="read XID events from this many seconds before the run began (default: since the run began)")
+    add("--burnin-minutes", type=float, default=None,
+                help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
+    add("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
+    add("--forks", type=int, default=None, metavar="N",
+                help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
+                     "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
+                     "at a time, as the tests reach it); without -n only")
+    add("--shard", default=None, metavar="I/K",
+                help="run a stable 1/K of the selected hosts (shard I of K, by a hash of the host name)")
+    add("--list-hosts", action="store_true", default=False,
+                help="print the selected hosts (ansible_host, SKU, GPUs declared) and exit: touches no node, writes nothing")
+    add("--history", default=None,
+                help="history database (SQLite), default reports/history.sqlite; 'none' keeps no history")
+    add("--baseline", default=None, metavar="RUN_ID|latest-pass",
+                help="stand-outs: compare with this run (or each GPU's last passing figure) when a GPU has no burn-in run")
+    add("--standout-pct", type=float, default=None,
+                help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
+    add("--prometheus-textfile", default=None, metavar="PATH",
+                help="also write the run's figures for node_exporter's textfile collector (atomic)")
+    add("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
+                help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
+    add("--slurm-drain", action="store_true", default=False,
+                help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
+                     "(a dry run printing the scontrol commands unless --slurm-apply)")
+    add("--slurm-resume", action="store_true", default=False,
+                help="after the run, resume hosts gpuaccept drained that now pass every test that failed "
+                     "(a dry run unless --slurm-apply); drains set by others are never touched")
+    add("--slurm-apply", action="store_true", default=False,
+                help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
+    add("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")

@@ -1,0 +1,120 @@
+"""What a run is given, read and refused before any node is touched (exit 4): the options' values, the
+threshold files (and a site's layered over them), the inventory, the ``--limit``/``--shard`` selection and the
+selected hosts' variables and connection files. One function, :func:`select`, called by the plugin's
+``pytest_configure`` and by the ``gpuaccept`` command before pytest starts (gpuaccept.cli), so a
+refusal and ``--list-hosts`` cost no more than these files' reading (benchmarks/refusal_cpu.py).
+
+Imports only the config layer; nothing here imports pytest.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuaccept.errors import ConfigError, ThresholdError
+from gpuaccept.config.paths import shipped
+
+# numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
+_NUMERIC_OPTIONS = {"probe_timeout": (0.0, False, None), "xid_window": (0.0, True, None),
+                    "standout_pct": (0.0, False, 100.0), "burnin_minutes": (0.0, False, None),
+                    "forks": (0.0, True, None)}
+
+
+@dataclass
+class Selection:
+    """The run's input, checked: ``inventory`` (gpuaccept.config.inventory.Inventory), the selected ``hosts``
+    (Host, inventory order), ``specs`` (sku -> SkuSpec), ``hostvars`` (host -> {var: parsed value}),
+    ``inv_path`` (the inventory file, absolute) and ``warnings`` (one line per ignored --limit term)."""
+
+    inventory: Any
+    hosts: list
+    specs: dict
+    hostvars: dict
+    inv_path: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_options(getoption: Callable[..., Any]) -> None:
+    """Refuse a numeric option that is not a finite number in its range and a --prometheus-textfile whose
+    folder cannot be written (a burn-in too short to be judged is the plugin's to refuse: the judging layer
+    knows its windows). ``getoption(name, default)``: pytest's
+    ``config.getoption`` or the same over an argparse namespace. Raises ConfigError (one line)."""
+    from gpuaccept.config.inputcheck import check_empty_options
+    check_empty_options(getoption)
+    for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
+        v = getoption(name, None)
+        if v is None:
+            continue
+        ok = math.isfinite(v) and (v >= low if low_ok else v > low) and (high is None or v < high)
+        if not ok:
+            rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
+    prom = getoption("prometheus_textfile", None)
+    if prom:
+        folder = os.path.dirname(os.path.abspath(prom))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
+
+
+def project_path(rootpath: Path, path: str | None, default: str) -> str:
+    """``path`` made absolute, else the project's own ``<rootpath>/<default>`` when it exists, else the one
+    shipped in the package (gpuaccept/config/paths.py): an installed gpuaccept runs from any folder."""
+    if path:
+        return os.path.abspath(path)
+    own = rootpath / default
+    return str(own) if own.exists() else shipped(default)
+
+
+def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
+           shared: tuple[str, str] | None = None) -> Selection:
+    """Check the options, load the threshold files and the inventory, select the hosts and check them.
+
+    ``raw_args``: the command line as typed (to tell ``--limit @FILE``, which pytest expands itself);
+    ``shared``: (path, text) of the inventory read once by the xdist controller. Raises ConfigError (or a
+    subclass: InventoryError, PatternError, ThresholdError, HostVarError) with one line naming file:line or
+    host."""
+    from gpuaccept.config.hostvars import check_hosts
+    from gpuaccept.config.inputcheck import check_connection_files, check_local_addresses
+    from gpuaccept.config.inventory import load_inventory
+    from gpuaccept.config.limitfile import hosts_from_file
+    from gpuaccept.config.patterns import shard
+    from gpuaccept.config.sitelimits import layer_site
+    from gpuaccept.config.thresholds import load_all
+    inv_path = project_path(rootpath, getoption("inventory", None), "inventory/localhost.ini")
+    check_options(getoption)
+    specs = load_all(project_path(rootpath, getoption("thresholds", None), "thresholds"))
+    if getoption("site_thresholds", None):  # a site's changes, check by check (gpuaccept/config/sitelimits.py)
+        specs = layer_site(getoption("site_thresholds", None), specs)
+    sku = getoption("sku", None)
+    if sku and sku not in specs:
+        raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
+    inv = load_inventory(*shared) if shared else load_inventory(inv_path)
+    limit = getoption("limit", None)
+    warnings: list[str] = []  # an unmatched &/! term: ignored with a warning, as Ansible
+    if any(a == "--limit" and raw_args[i + 1:i + 2] and raw_args[i + 1].startswith("@")
+           for i, a in enumerate(raw_args)):
+        raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
+    if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
+        wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
+        hosts = [h for h in inv.select(None) if h.name in wanted]
+    else:
+        hosts = inv.select(limit, warnings=warnings)
+    hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], getoption("shard", None))]
+    hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
+    check_connection_files(hosts, inv_path, getoption("known_hosts", None), getoption("accept_new_host_keys", False))
+    check_local_addresses(hosts, inv_path)
+    return Selection(inv, hosts, specs, hostvars, inv_path, warnings)
+
+
+def list_hosts_text(hosts) -> str:
+    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
+    lines = [f"  hosts ({len(hosts)}):"]
+    for h in hosts:
+        addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
+        where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
+        lines.append(f"    {h.name}  {where}  connection={h.connection}  "
+                     f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
+    return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""health layer: GPU inventory and health through NVML (probes: gpu_inventory, xid_events).
+
+Each check is its own test so that ``-k`` finds it; the judging itself lives in gpuaccept/judging/health.py (pure).
+"""
+import pytest
+
+from gpuaccept.judging import actions, fleet
+from gpuaccept.judging import health
+from gpuaccept.runner import nodeclock
+from gpuaccept.errors import ThresholdError
+from gpuaccept.runner.host import HostRunner
+from gpuaccept.probes._pci import normalize_bus_id
+from gpuaccept.judging.readings import is_lost, number, present, typed
+from gpuaccept.judging.shape import gpu_fabric, node_shape
+from gpuaccept.judging.sku import detect_gpu
+from gpuaccept.judging.xid import classify, classify_sxids
+
+pytestmark = pytest.mark.health
+
+
+def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
+    """Count against gpus_per_node (a GPU NVML has no handle for fails as lost and does not count); name,
+    memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions;
+    readings NVML answers "Unknown Error" fail naming the fields; a CUDA_VISIBLE_DEVICES hiding NVML GPUs is
+    an error naming its value; the node's shape (gpuaccept.judging.shape) is recorded."""
+    doc = node.gpu_inventory()
+    try:
+        sku = request.getfixturevalue("sku")
+    except ThresholdError as e:  # test_gpu_sku reports it; the inventory is still recorded
+        sku, why = None, str(e)
+    verdicts.record("driver_version", doc.get("driver"))
+    verdicts.record("cuda_driver_version", doc.get("cuda_driver_version"))
+    verdicts.apply(health.cuda_visible_devices(doc))
+    if sku is not None:  # the shape judged: which expectations of the SKU file apply to this node
+        verdicts.record("node_shape", node_shape(doc, sku).describe())
+    for g in gpus:
+        if is_lost(g):
+            verdicts.apply(health.lost(g), gpu=g)
+            continue
+        verdicts.apply(health.telemetry_errors(g), gpu=g)
+        verdicts.record("name", g.get("name"), gpu=g)
+        mem = g.get("memory_total_bytes")
+        verdicts.record("memory_total_gib", round(mem / 2**30, 2) if number(mem) is not None else mem, "GiB", gpu=g)
+        verdicts.record("uuid", g.get("uuid"), gpu=g)
+        if sku is not None:
+            verdicts.apply(health.temperature(g, sku), gpu=g)
+        else:
+            verdicts.record("temp_c", g.get("temp_c"), "C", gpu=g, extra={"note": f"not judged: {why}"})
+    found = health.gpu_count(gpus, node.host.vars.get("gpus_per_node"))
+    verdicts.apply([found])
+    if found.failure:
+        verdicts.fail("NVML sees " + ", ".join(str(g.get("pci_bus_id")) for g in present(gpus)))
+
+
+def test_gpu_sku(node: HostRunner, gpus, sku, specs, verdicts):
+    """The SKU detected from NVML name, memory size and PCI device id (the readable ones) matches the one the
+    run expects."""
+    for g in gpus:
+        if is_lost(g):
+            verdicts.apply(health.lost(g), gpu=g)
+            continue
+        try:
+            seen = detect_gpu(specs, g)
+        except ThresholdError as e:
+            verdicts.fail(str(e), gpu=g)
+            continue
+        verdicts.record("sku", seen.sku, gpu=g)
+        if seen.sku != sku.sku:
+            verdicts.fail(f"detected SKU {seen.sku} ('{g.get('name')}') but the run expects {sku.sku}", gpu=g)
+
+
+def test_driver_versions(node: HostRunner, gpus, verdicts):
+    """The NVML library and the loaded kernel module agree (a mismatch breaks every CUDA program)."""
+    verdicts.apply(health.driver_versions(node.gpu_inventory()))
+    verdicts.finish()
+
+
+def test_ecc(node: HostRunner, gpus, sku, verdicts):
+    """ECC enabled (where the SKU has it); no uncorrectable ECC errors, volatile or aggregate."""
+    for g in gpus:
+        verdicts.apply(health.ecc(g, sku), gpu=g)
+    verdicts.finish()
+
+
+def test_row_remapping(node: HostRunner, gpus, sku, verdicts):
+    """Row remapping (Ampere and later): pending = reset needed, failure = replace the GPU, uncorrectable
+    remaps over the SKU's limit fail; correctable remaps are recorded. Retired pages on older SKUs."""
+    for g in gpus:
+        verdicts.apply(health.row_remapping(g, sku), gpu=g)
+    verdicts.finish()
+
+
+def test_pcie_link(node: HostRunner, gpus, sku, verdicts):
+    """PCIe gen and width read while host-to-device copies load the link (idle GPUs downshift), against
+    the SKU's expected link, not only NVML's maximum: a Gen4 or x8 slot hides behind a Gen5 x16 maximum."""
+    links = typed(node.probe("pcie_link", {"seconds": 1.5}).get("gpus") or [])
+    verdicts.expect_gpus(gpus, links, "pcie_link")
+    for link in links:
+        verdicts.apply(health.pcie_link(link, sku), gpu=link)
+
+
+def test_preflight(node: HostRunner, gpus, sku, verdicts):
+    """No foreign processes on the GPUs, persistence mode on, MIG mode as the SKU expects, no hardware clock
+    slowdown (HW slowdown, HW thermal, HW power brake) active while the GPUs idle."""
+    for g in gpus:
+        verdicts.apply(health.preflight(g, sku), gpu=g)
+    verdicts.finish()
+
+
+def test_fabric(node: HostRunner, gpus, sku, verdicts):
+    """On NVSwitch SKUs the GPU fabric (NVML GPU fabric info) is registered and healthy, where the node's
+    shape has one: NOT_SUPPORTED on GPUs without NVLink (one GPU of the board in a VM) is "no fabric on this
+    node", recorded with why and skipped as not applicable, never a failure (gpuaccept.judging.shape)."""
+    if not sku.expect.get("nvswitch"):
+        pytest.skip(f"{sku.sku}: no NVSwitch fabric")
+    for g in gpus:
+        verdicts.apply(health.fabric(g, sku), gpu=g)
+    verdicts.finish()
+    states = {gpu_fabric(g, sku) for g in present(gpus)}
+    if states and all(s == "none" for s, _ in states):
+        pytest.skip(f"{node.name}: {next(iter(states))[1]} ({node_shape(node.gpu_inventory(), sku).describe()})")
+
+
+def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
+    """Xid and NVSwitch SXid events in the kernel log since the run began (or --xid-window seconds), judged
+    by NVIDIA's Xid Catalog (immediate action IGNORE/RESTART_APP recorded, the rest fail; gpuaccept/judging/xid.py)
+    and the Fabric Manager guide (fatal SXids fail naming switch and link). An unreadable log is an error,
+    never "0 XIDs"."""
+    window = request.config.getoption("xid_window")
+    since = run_started - window if window else run_started
+    clock = nodeclock.read_clock(node)  # the window on the node's own clock (a node far off misses no Xid)
+    args, cut = nodeclock.xid_args(since, clock)
+    doc = node.probe("xid_events", args)
+    if clock is not None:
+        verdicts.record("node_clock_offset_s", round(clock.offset_s, 3), "s")
+    by_bus = {k: g for g in gpus if (k := normalize_bus_id(g.get("pci_bus_id")))}
+    verdicts.record("xid_log_source", doc.get("source"))
+    events = classify(nodeclock.in_window(doc.get("events") or [], cut))
+    verdicts.record("xid_events", len(events), "events", extra={"events": events[:50]})
+    for ev in events:
+        if ev["fails"]:
+            verdicts.fail(ev["message"], gpu=by_bus.get(normalize_bus_id(ev.get("pci_bus_id"))), check="xid_events",
+                          action=actions.for_xid(ev))
+    sxids = classify_sxids(nodeclock.in_window(doc.get("sxid_events") or [], cut))
+    verdicts.record("sxid_events", len(sxids), "events", extra={"events": sxids[:50]})
+    for ev in sxids:
+        if ev["fails"]:
+            verdicts.fail(ev["message"], check="sxid_events", action=actions.for_sxid(ev))
+    verdicts.finish()
+
+
+def test_fleet_consistency(nodes, specs, verdicts):
+    """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
+    group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed
+    under the host they concern (gpuaccept/judging/fleet.py)."""
+    drivers: dict[str, list[str]] = {}
+    gpus_by_host: dict[str, list] = {}
+    for n in nodes:
+        try:
+            doc = n.gpu_inventory()
+        except Exception as e:  # an unreachable host is reported by its own tests
+            verdicts.record("driver_version", f"unreachable: {e}", extra={"host": n.name})
+            continue
+        if not doc.get("nvml_available"):
+            continue
+        drivers.setdefault(str(doc.get("driver")), []).append(n.name)
+        declared = n.host.vars.get("gpu_sku")
+        readable = present(typed(doc.get("gpus") or []))
+        gpus_by_host[n.name] = readable
+        if declared and readable:
+            try:
+                seen = detect_gpu(specs, readable[0])
+            except ThresholdError as e:
+                verdicts.fail(str(e), host=n.name)
+                continue
+            if seen.sku != declared:
+                verdicts.fail(f"declares gpu_sku {declared} but carries {seen.sku}", host=n.name)
+    verdicts.record("driver_versions", {k: len(v) for k, v in drivers.items()})
+    if not drivers:
+        pytest.skip("no host with an NVIDIA GPU in the selection")
+    for host, why in fleet.driver_split(drivers) + fleet.shared_gpus(
+            gpus_by_host, {n.name: n.host.address for n in nodes}):
+        verdicts.fail(why, host=host)
+    verdicts.finish()

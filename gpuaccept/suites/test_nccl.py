@@ -1,0 +1,116 @@
+"""nccl layer: all-reduce across every GPU of the node, one process per GPU (probe: nccl_allreduce).
+
+algbw = bytes / time and busbw = algbw * 2(n-1)/n, GB/s = 1e9 B/s, as nccl-tests defines them. The judged
+sweep runs with NCCL_ALGO=Ring, because the SKU files' floors are Ring floors (see gpuaccept.judging.nccl);
+NCCL's own choice (NVLS on NVSwitch systems) is measured apart at the judged size and recorded. The verdict
+is read at the threshold's message size; every row is kept in results.json; ``-s`` prints the table in
+the nccl-tests layout.
+"""
+import pytest
+
+from gpuaccept.judging.shape import node_shape
+
+from gpuaccept.judging import nccl as nccl_judge
+from gpuaccept.errors import GpuacceptError, ProbeError
+from gpuaccept.runner.multinode import nccl_environment, pinned_env
+from gpuaccept.judging.nccl_table import RowNotFound, format_table, row_at
+from gpuaccept.runner.host import HostRunner
+
+pytestmark = pytest.mark.nccl
+
+
+def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
+    """Intra-node all-reduce sweep (1 MiB..4 GiB by x4), correctness checked, transport checked; not
+    applicable to a node of one GPU (gpuaccept.judging.shape: skipped naming the shape judged)."""
+    n = len(gpus)
+    if n == 1:
+        pytest.skip(f"1 GPU on {node.name}: nothing to reduce within the node "
+                    f"({node_shape(node.gpu_inventory(), sku).describe()})")
+    limit = sku.checks.get("allreduce_busbw_gbps")
+    at = int(limit.at_bytes) if limit and limit.at_bytes else 4 * 2**30
+    host_env = nccl_environment(node.host.vars)
+    pin = pinned_env(host_env)
+    # deadline_s: the runner's (gpuaccept.runner.host.probe_deadline), just inside the probe timeout
+    args = {"backend": "nccl", "world_size": n, "min_bytes": 2**20, "max_bytes": max(at, 2**20), "factor": 4}
+    try:
+        doc = node.probe("nccl_allreduce", {**args, "env": pin} if pin else args, env=host_env)
+    except ProbeError as e:  # ranks that hung or died: the node's all-reduce is broken (a failure, as across
+        broke = nccl_judge.collective_failure(e.msg)  # nodes); a probe that could not run stays an error
+        if broke is None or n == 1:
+            raise
+        algo = "NCCL_ALGO=" + pin["NCCL_ALGO"] if pin else "NCCL_ALGO from the inventory"
+        verdicts.fail(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B) failed: "
+                      f"{broke}")
+        verdicts.finish()
+    verdicts.conditions(doc, gpus)
+    table = format_table(doc)
+    print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
+          f"{'NCCL_ALGO=' + pin['NCCL_ALGO'] if pin else 'NCCL_ALGO from the inventory'}\n{table}")
+    verdicts.record("allreduce_table", doc.get("rows"), extra={"nccl_version": doc.get("nccl_version"),
+                    "transports": doc.get("transports"), "algos": doc.get("algos"), "world_size": n,
+                    "pinned": pin, "net_devices": doc.get("net_devices")})
+    verdicts.record("nccl_version", doc.get("nccl_version"))
+    if n == 1:
+        pytest.skip(f"1 GPU on {node.name}: nothing to reduce (the probe ran with world size 1)")
+    errors: list[str] = []
+    wrong, unchecked = nccl_judge.wrong_count(doc.get("rows") or [], doc.get("wrong_total"))
+    errors += unchecked
+    verdicts.record("allreduce_wrong_elements", None if unchecked else wrong, "elements")
+    if wrong:
+        where = nccl_judge.wrong_where(doc.get("rows") or [])
+        verdicts.fail(f"all-reduce over {n} GPUs produced {wrong} wrong elements" + (f" ({where})" if where else ""))
+    problem = nccl_judge.transport_problem(doc.get("transports") or {}, sku.expect.get("nccl_transport"),
+                                           who=sku.sku)
+    if problem:
+        verdicts.fail(problem)
+    for p in nccl_judge.net_device_problems(doc.get("net_devices"), node.host.vars.get("nccl_ib_hca"),
+                                            node.host.vars.get("nccl_socket_ifname")):
+        verdicts.fail(p)
+    if limit is not None:
+        row = row_at(doc, at)
+        # Judged on the in-place column: it is the true ncclAllReduce (torch has no copy-free out-of-place
+        # all-reduce; the probe's out-of-place column is a reduce-scatter + all-gather, see its docstring).
+        extra = {"bytes": row.get("bytes"), "algbw_gbps": row.get("ip_algbw_gbps"),
+                 "oop_busbw_gbps": row.get("oop_busbw_gbps"), "algo": row.get("ip_algo"),
+                 "algorithms": nccl_judge.row_algorithms(row, doc)}
+        why = nccl_judge.algorithm_problem(row, doc, where=sku.path)
+        if why:
+            errors.append(why)
+            verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s", extra={**extra, "note": why})
+        else:
+            verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s",
+                            limit=limit.for_world_size(n), extra=extra,
+                            context=nccl_judge.floor_context(row, n, limit))
+    if pin:
+        _record_nccl_default(node, verdicts, args, at, host_env)
+    for e in errors:  # recorded, so that a failure beside them does not hide them (the outcome lists both)
+        verdicts.error(e)
+    verdicts.finish()
+
+
+def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_env: dict) -> None:
+    """NCCL's own algorithm choice (no NCCL_ALGO from us) at the judged size: recorded, not judged against the
+    Ring floor; its correctness is judged (wrong elements fail, a crash or hang fails)."""
+    try:
+        doc = node.probe("nccl_allreduce", {**args, "min_bytes": at, "max_bytes": at}, env=host_env)
+        row = row_at(doc, at)
+    except GpuacceptError as e:
+        # the same rule as the judged sweep: ranks that hung or died fail; a probe or host that could not run
+        # it (no connection, command timeout, interrupted run) is an error, never a hardware failure
+        broke = nccl_judge.collective_failure(e.msg) if isinstance(e, ProbeError) else None
+        if broke:
+            verdicts.fail(f"all-reduce with NCCL's own algorithm choice at {at} B failed: {broke}")
+        else:
+            verdicts.error(f"all-reduce with NCCL's own algorithm choice at {at} B not measured: {e}")
+        return
+    except RowNotFound as e:
+        verdicts.error(f"all-reduce with NCCL's own algorithm choice: {e}")
+        return
+    algos = nccl_judge.row_algorithms(row, doc)
+    verdicts.record("allreduce_default_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s", extra={
+        "bytes": row.get("bytes"), "algo": row.get("ip_algo"), "algorithms": algos,
+        "note": "NCCL's own algorithm choice; recorded, not judged (the SKU floor is for Ring)"})
+    wrong, unchecked = nccl_judge.wrong_count([row])
+    if wrong or unchecked:
+        verdicts.fail(f"all-reduce with NCCL's own choice ({'+'.join(algos) or 'algorithm unknown'}) at {at} B: "
+                      + (f"{wrong} wrong elements" if wrong else "; ".join(unchecked)))

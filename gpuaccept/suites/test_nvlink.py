@@ -1,0 +1,69 @@
+"""nvlink layer: links per GPU, topology matrix (probe: nvlink), P2P bandwidth matrix (probe: p2p_bandwidth).
+
+The judging is in gpuaccept/judging/nvlink.py (pure); each test asks for one probe and applies its findings.
+"""
+import pytest
+
+from gpuaccept.judging import drift
+
+from gpuaccept.judging import nvlink as nvlink_judge
+from gpuaccept.judging.shape import node_shape
+from gpuaccept.runner.host import HostRunner
+
+pytestmark = pytest.mark.nvlink
+
+
+def _need_links(node: HostRunner, gpus, sku, what: str) -> None:
+    """Skip (with the reason) where the node's shape has no NVLink (the SKU has none, or every link of every
+    GPU answers NVML "Not Supported": NVLink not exposed to this node) or one GPU: ``what`` needs a pair
+    (gpuaccept.judging.shape). Links that answer but are down are judged, never skipped."""
+    if not sku.expect.get("nvlink_links"):
+        pytest.skip(f"{sku.sku}: no NVLink on this SKU")
+    shape = node_shape(node.gpu_inventory(), sku)
+    if "nvlink" in shape.not_applicable() and shape.gpus >= 2:
+        pytest.skip(f"{node.name}: {shape.describe()}")
+    if len(gpus) < 2:
+        pytest.skip(f"1 GPU on {node.name}: {what} ({shape.describe()})")
+
+
+def test_nvlink_links(node: HostRunner, gpus, sku, verdicts):
+    """Active NVLink links per GPU against the SKU's count (link ids only where the SKU file lists them);
+    unreadable links fail with NVML's words; error counters (CRC, replay, recovery) that grow while we watch
+    fail."""
+    _need_links(node, gpus, sku, "NVLink needs a peer")
+    doc = node.probe("nvlink", {"sample_seconds": 2.0})
+    verdicts.apply(nvlink_judge.missing_gpus([g.get("index") for g in gpus],
+                                             [g.get("index") for g in doc.get("gpus") or []], "nvlink"))
+    window = doc.get("sample_seconds")
+    speed = nvlink_judge.node_link_speed(doc.get("gpus") or [])
+    for g in doc.get("gpus") or []:
+        verdicts.apply(nvlink_judge.links(g, sku, window, speed), gpu=g)
+    verdicts.finish()
+
+
+def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
+    """On SXM SKUs every GPU pair is NVLink-connected and P2P-capable (what nvidia-smi topo -m shows)."""
+    _need_links(node, gpus, sku, "no pair to check")
+    doc = node.probe("nvlink")
+    verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku, doc.get("gpus")))
+    verdicts.finish()
+
+
+def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
+    """Unidirectional and bidirectional P2P GB/s for every GPU pair against the SKU; the worst pair named."""
+    _need_links(node, gpus, sku, "no pair to measure")
+    doc = node.probe("p2p_bandwidth")
+    verdicts.conditions(doc, gpus)
+    # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
+    to_nvml, bus = {}, {}
+    for t in doc.get("gpus") or []:
+        bus[t.get("index")] = t.get("pci_bus_id")
+        nv = drift.nvml_gpu_for({"pci_bus_id": t.get("pci_bus_id")}, gpus)
+        if nv is not None:
+            to_nvml[t.get("index")] = nv["index"]
+    for pair in doc.get("pairs") or []:
+        for end in ("a", "b"):
+            pair[f"{end}_bus"] = bus.get(pair.get(end))
+            pair[end] = to_nvml.get(pair.get(end), pair.get(end))
+    verdicts.apply(nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus]))
+    verdicts.finish()

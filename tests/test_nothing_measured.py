@@ -1,0 +1,40 @@
+"""Nothing measured is not PASS: a host whose passed tests recorded only facts (no number, nothing judged) reads SKIP,
+and the run says how many GPU figures it judged ("0 GPU figures judged"), in the console and summary.md."""
+from __future__ import annotations
+
+from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.verdicts import gpu_figures_judged, host_verdicts
+from gpuaccept.plugin.reports import run_line
+from project_helpers import make_project, run_pytest
+
+
+def _fig(host, check, verdict, gpu=None, value=1.0):
+    return {"host": host, "check": check, "gpu": gpu, "value": value, "verdict": verdict}
+
+
+def test_a_pass_that_judged_nothing_leaves_the_host_skip():
+    recs = [CaseRecord("s/test_nccl_env.py::test_env[a]", "test_env[a]", "a", "nccl", "passed",
+                       figures=[_fig("a", "nccl_env_variables", "recorded", value={"NCCL_DEBUG": "WARN"})]),
+            CaseRecord("s/test_health.py::test_ecc[a]", "test_ecc[a]", "a", "health", "skipped", "no NVIDIA GPU"),
+            CaseRecord("s/test_x.py::test_assert[b]", "test_assert[b]", "b", "health", "passed"),  # its assert judged
+            CaseRecord("s/test_memory.py::test_hbm[c]", "test_hbm[c]", "c", "memory", "passed",
+                       figures=[_fig("c", "hbm_read_bw_gbps", "pass", gpu=0)])]
+    hv = host_verdicts(recs, ["a", "b", "c"])
+    assert {h: v["verdict"] for h, v in hv.items()} == {"a": "SKIP", "b": "PASS", "c": "PASS"}
+    assert "passed tests measured nothing (facts recorded only)" in hv["a"]["reasons"]
+    assert gpu_figures_judged(recs) == 1
+    assert run_line(hv, recs) == "gpuaccept: PASS (2 hosts PASS, 1 host SKIP), 1 GPU figure judged"
+    only_a = [r for r in recs if r.host == "a"]
+    assert run_line(host_verdicts(only_a, ["a"]), only_a) == "gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged"
+
+
+def test_the_main_job_without_a_gpu_reads_skip(tmp_path):
+    """Before: the README's main job on a machine without a GPU said "1 passed, 29 skipped", summary PASS."""
+    make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    (tmp_path / "local.ini").write_text("localhost ansible_connection=local\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", "local.ini", "--reports", str(rep))
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged" in res.stdout
+    summary = (rep / "summary.md").read_text()
+    assert "**SKIP** 1 hosts, 0 GPU figures judged" in summary and "**PASS**" not in summary
