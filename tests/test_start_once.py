@@ -35,7 +35,7 @@ def _project(root: Path) -> Path:
 @pytest.mark.parametrize("form", ["space", "equals"])
 def test_inventory_elsewhere_starts_pytest_once(tmp_path, form):
     """``pytest --inventory /elsewhere/x.ini`` in the checkout: one start (no ``-c`` added to the interpreter's
-    command line), rooted in the checkout with its pytest.ini, whose addopts (``-p no:cacheprovider -rfEs``) and
+    command line), rooted in the checkout with its pytest.ini, whose addopts (``-p gpuaccept.plugin -p no:cacheprovider -rfE``) and
     testpaths hold; the hosts come from the inventory elsewhere."""
     root = _project(tmp_path / "checkout")
     elsewhere = tmp_path / "etc-fleet"
@@ -50,6 +50,6 @@ def test_inventory_elsewhere_starts_pytest_once(tmp_path, form):
     got = seen[0]
     assert "-c" not in got["orig_argv"] and got["orig_argv"][:3] == [sys.executable, "-m", "pytest"], got
     assert (got["rootdir"], got["inifile"], got["testpaths"]) == (str(root), str(root / "pytest.ini"), ["suites"])
-    assert got["reportchars"] == "fEs" and got["cacheprovider"] is False, got
+    assert got["reportchars"] == "fE" and got["cacheprovider"] is False, got
     assert "[ctl-a]" in res.stdout and "[ctl-b]" in res.stdout
     assert not (elsewhere / ".pytest_cache").exists() and not (root / ".pytest_cache").exists()
