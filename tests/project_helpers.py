@@ -213,3 +213,18 @@ def burnin_replay_folder(tmp_path: Path, change=None) -> Path:
     args = {"device": "cuda", "dtypes": ["bf16", "fp8"]}  # the suite's on an H200; its "seconds" is not matched
     (dst / "burnin-0000000000.json").write_text(json.dumps({"probe": "burnin", "args": args, "doc": doc}))
     return dst
+
+
+def chromium() -> str:
+    """The headless Chromium the page tests render with (README: apt-get install chromium; .ci/run installs it)."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("chromium not on PATH (README: apt-get install chromium; .ci/run installs it)", pytrace=False)
+    return path
+
+
+def failed_hosts(path) -> list[str]:
+    """The hosts of a ``failed-hosts.txt`` in order, as ``--limit @FILE`` reads it: one a line, blank lines and
+    ``#`` comment lines (the fleet-wide tests that did not pass, with their hosts) left out."""
+    from pathlib import Path
+    return [ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]

@@ -13,7 +13,7 @@ import pytest
 from gpuaccept.judging import burnin
 from gpuaccept.config.thresholds import judge, load_sku_file
 from probe_helpers import load_probe, run_probe
-from project_helpers import burnin_capture as capture, burnin_replay_folder, junit, make_project, run_pytest
+from project_helpers import failed_hosts, burnin_capture as capture, burnin_replay_folder, junit, make_project, run_pytest
 
 SKU = load_sku_file(str(Path(__file__).parents[1] / "thresholds" / "h200-sxm-141gb.yaml"))
 
@@ -346,7 +346,7 @@ def test_a_gpu_that_falls_off_the_bus_mid_burnin_fails_by_bus_id_and_serial(tmp_
     assert "GPU 0 (" not in case["text"]
     figs = json.loads((rep / "results.json").read_text())["figures"]
     assert any(f["check"] == "burnin_bf16_tflops_start" and f["gpu"] == 1 for f in figs)  # partial figures kept
-    assert (rep / "failed-hosts.txt").read_text().split() == ["h200-a"]
+    assert failed_hosts(rep / "failed-hosts.txt") == ["h200-a"]
 
 
 def test_a_hung_load_fails_the_node_and_never_passes(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gpuaccept.judging.fleet import driver_split, shared_gpus
-from project_helpers import DATA, alter, make_project, replay_folder, run_pytest
+from project_helpers import failed_hosts, DATA, alter, make_project, replay_folder, run_pytest
 
 
 def test_driver_split_names_the_hosts_off_the_majority():
@@ -46,7 +46,7 @@ def _run(tmp_path, folders):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "health")
     test = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
                 if t["nodeid"].endswith("test_fleet_consistency"))
-    return res, test, (rep / "failed-hosts.txt").read_text().split(), (rep / "summary.md").read_text()
+    return res, test, failed_hosts(rep / "failed-hosts.txt"), (rep / "summary.md").read_text()
 
 
 def test_a_host_on_another_driver_is_a_failed_host(tmp_path):

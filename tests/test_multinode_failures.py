@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from project_helpers import junit, make_project, run_pytest, strict_json
+from project_helpers import failed_hosts, junit, make_project, run_pytest, strict_json
 
 
 def _multinode_run(tmp_path, base, sshds, pythons: dict[int, str] | None = None):
@@ -44,7 +44,7 @@ def test_unreachable_host_of_the_inter_node_allreduce_is_an_error_not_a_failure(
     sshds[1].stop()
     rep, res, test = _multinode_run(tmp_path, base, sshds)
     assert test["outcome"] == "error" and test["message"].startswith("u2: unreachable"), test
-    assert (rep / "failed-hosts.txt").read_text().split() == ["u2"]
+    assert failed_hosts(rep / "failed-hosts.txt") == ["u2"]
     assert "1 error" in res.stdout and "failed" not in res.stdout.splitlines()[-1], res.stdout[-500:]
 
 
@@ -64,7 +64,7 @@ def test_allreduce_host_without_torch_is_an_error_naming_the_interpreter(tmp_pat
     assert test["outcome"] == "error", test
     assert test["message"].startswith("t2: ") and "torch is not installed for " in test["message"], test
     assert str(bare) in test["message"], test
-    assert (rep / "failed-hosts.txt").read_text().split() == ["t2"]
+    assert failed_hosts(rep / "failed-hosts.txt") == ["t2"]
 
 
 # -- the inter-node ring's failure line: size, world, hosts and the group var, as on one node ----------------

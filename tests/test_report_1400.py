@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from project_helpers import DATA, GPU_LAYERS, alter, make_project, replay_folder, run_pytest
-from test_reporting import chromium
+from project_helpers import DATA, GPU_LAYERS, alter, chromium, make_project, replay_folder, run_pytest
 
 import subprocess
 

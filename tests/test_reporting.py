@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from project_helpers import CPU_SUITE, DATA, GPU_LAYERS, alter, junit, make_project, replay_folder, replay_project, run_pytest
+from project_helpers import chromium, CPU_SUITE, DATA, GPU_LAYERS, alter, junit, make_project, replay_folder, replay_project, run_pytest
 
 from gpuaccept.reporting import history
 from gpuaccept.errors import ConfigError
@@ -343,13 +343,6 @@ def _slow_write(pct):
     def change(doc):
         doc["gpus"][1]["write_gbps"] = round(doc["gpus"][1]["write_gbps"] * (1 - pct / 100), 1)
     return change
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not path:
-        pytest.fail("chromium not on PATH (README: apt-get install chromium; .ci/run installs it)", pytrace=False)
-    return path
 
 
 def render_in_browser(html: Path, shot: Path) -> str:
