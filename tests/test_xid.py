@@ -393,8 +393,9 @@ def test_policy_overrides_are_few_and_explained():
 def test_data_files_are_packaged():
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
     globs = conf["tool"]["setuptools"]["package-data"]["gpuaccept"]
-    names = [p.name for p in (ROOT / "gpuaccept" / "data").iterdir()]
-    assert names and all(any(fnmatch("data/" + n, g) for g in globs) for n in names)
+    data = ROOT / "gpuaccept" / "data"
+    names = [p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file()]
+    assert names and all(any(fnmatch("data/" + n, g) for g in globs) for n in names), names
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -109,6 +109,10 @@ def skip_groups(recs: list[CaseRecord]) -> dict[str, tuple[list[str], int]]:
     return {why: (hs, n[0]) for why, (hs, n) in ordered}
 
 
+#: the reason of a host whose passed tests measured nothing (its verdict SKIP, not PASS)
+NOTHING_MEASURED = "passed tests measured nothing (facts recorded only)"
+
+
 class HostVerdicts:
     """:func:`host_verdicts` kept up to date record by record (:meth:`add`: O(the record), :meth:`result`:
     O(hosts)), so that a whole-run write does not walk every record again."""
@@ -189,10 +193,13 @@ class HostVerdicts:
             v["verdict"] = verdict_order.from_counts(v["counts"])
             v["action"] = actions.host_action(v.get("findings") or [])
         for h, v in self.out.items():
+            # the reason belongs to a SKIP only: result() runs again as records arrive, and a host that read
+            # SKIP so far may fail later
+            if NOTHING_MEASURED in v["reasons"]:
+                v["reasons"].remove(NOTHING_MEASURED)
             if v["verdict"] == "PASS" and not self.judged.get(h):
                 v["verdict"] = "SKIP"  # nothing measured is not PASS: a pass that measured nothing leaves SKIP
-                if "passed tests measured nothing (facts recorded only)" not in v["reasons"]:
-                    v["reasons"].append("passed tests measured nothing (facts recorded only)")
+                v["reasons"].append(NOTHING_MEASURED)
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
