@@ -15,11 +15,11 @@ import re
 import select
 import signal
 import subprocess
-import threading
 import time
 from typing import Any
 
 from gpuaccept.errors import HostUnreachable, TransportError
+from gpuaccept.transport.local import _StderrDrain
 
 _MARKER_RE = re.compile(rb"^__GPUACCEPT_PGID__=(\d+)\n", re.M)
 
@@ -148,20 +148,8 @@ class LocalSession(Session):
         except OSError as e:
             raise TransportError(name, f"cannot start /bin/sh: {e}") from None
         self.pgid = self.proc.pid
-        self._err = bytearray()
-        self._reader = threading.Thread(target=self._drain, daemon=True, name=f"session-stderr-{name}")
-        self._reader.start()
-
-    def _drain(self) -> None:
-        fd = self.proc.stderr.fileno()
-        while True:
-            try:
-                data = os.read(fd, 1 << 16)
-            except OSError:
-                return
-            if not data:
-                return
-            self._err += data
+        # the local transport's stderr reader (progress lines are framed on stdout: its callback has none to take)
+        self._err = _StderrDrain(self.proc, lambda doc: None)
 
     def send(self, data: bytes, timeout: float = 60.0) -> None:
         end = time.monotonic() + timeout
@@ -194,7 +182,7 @@ class LocalSession(Session):
             return b""
 
     def stderr(self) -> bytes:
-        return bytes(self._err)
+        return b"".join(self._err.chunks)
 
     def exit_status(self, timeout: float) -> int | None:
         try:
@@ -215,7 +203,7 @@ class LocalSession(Session):
                     pass
                 if self.exit_status(2.0) is not None:
                     break
-        for f in (self.proc.stdout, self.proc.stderr):
+        for f in (self.proc.stdout, self._err.file):
             try:
                 f.close()
             except OSError:
