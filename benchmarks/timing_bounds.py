@@ -37,7 +37,7 @@ from sshd import free_port, start_nodes_with_tmp, start_sshd, write_known_hosts 
 
 from gpuaccept.errors import CommandTimeout, HostUnreachable  # noqa: E402
 sys.path.insert(0, str(REPO / "gpuaccept" / "probes"))  # the watchdog imports its node-side siblings
-from _watchdog import KILL_GRACE_S  # noqa: E402
+from _watchdog import CONTROLLER_GONE_CLEAN_S, KILL_GRACE_S  # noqa: E402
 from gpuaccept.runner.interrupt import SAME_SIGNAL_S  # noqa: E402
 from gpuaccept.transport import get_transport  # noqa: E402
 
@@ -129,14 +129,15 @@ def second_signal(tmp: Path, address: str) -> float:
             n.stop()
 
 
-def sigkilled_controller(tmp: Path, address: str) -> float:
-    """Seconds from SIGKILL of the controller to the node holding no process of the run (probe, ranks)."""
+def sigkilled_controller(tmp: Path, address: str, workers: tuple[str, ...] = ()) -> float:
+    """Seconds from SIGKILL of the controller (with ``workers``, e.g. ``("-n", "2")``: of xdist's controller,
+    its workers left behind) to the node holding no process of the run (agent, probe, ranks)."""
     nodes = start_nodes_with_tmp(tmp, (address,), "k")
     try:
         kh = write_known_hosts(tmp / "kh", nodes)
         inv = make_project(tmp / "proj", nodes, kh, LONG_SUITE, "test_nccl_long.py")
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
-                                 "--reports", str(tmp / "rep"), "-k", "long", "--probe-timeout", "600"],
+                                 "--reports", str(tmp / "rep"), "-k", "long", "--probe-timeout", "600", *workers],
                                 cwd=tmp / "proj", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _until(lambda: len([c for c in procs_with(str(nodes[0].tmp)) if "--worker" in c]) >= 2)
         t0 = time.monotonic()
@@ -168,8 +169,10 @@ def main() -> None:
                     ("refused connection reported (connect timeout 60 s)", 0.0, refused),
                     ("second SIGTERM to controller exit", 0.0,
                      lambda: second_signal(base / f"abort{r}", f"127.0.0.{202 + r % 40}")),
-                    (f"SIGKILLed controller: node clean (stdin EOF + {KILL_GRACE_S:g} s grace)", 0.0,
+                    (f"SIGKILLed controller: node clean (stdin EOF + {KILL_GRACE_S:g} s grace)", CONTROLLER_GONE_CLEAN_S,
                      lambda: sigkilled_controller(base / f"kill{r}", f"127.0.0.{242 + r % 10}")),
+                    ("SIGKILLed controller of -n 2: node clean (its workers notice)", CONTROLLER_GONE_CLEAN_S,
+                     lambda: sigkilled_controller(base / f"killn{r}", f"127.0.0.{232 + r % 10}", ("-n", "2"))),
                 ]
                 for name, promise, fn in cases:
                     rows.setdefault(name, (promise, []))[1].append(fn())

@@ -155,3 +155,21 @@ def _wait(cond, timeout: float, what: str, cl: SlurmCluster) -> None:
             pass
         time.sleep(0.5)
     raise RuntimeError(f"{what} within {timeout:.0f}s\n{cl.logs()}")
+
+
+def running_cluster(base: Path, n_nodes: int = 3):
+    """Yield a started cluster of ``n_nodes`` under ``base`` and stop it after (a module fixture's body).
+
+    A missing Slurm or a cluster that does not start fails the test that needs it, naming why."""
+    import pytest
+    why = slurm_missing_reason()
+    if why:
+        pytest.fail(why, pytrace=False)
+    try:
+        cl = start_cluster(base, n_nodes=n_nodes)
+    except RuntimeError as e:
+        pytest.fail(f"the Slurm test cluster did not start: {e}", pytrace=False)
+    try:
+        yield cl
+    finally:
+        cl.stop()

@@ -16,29 +16,13 @@ import pytest
 from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted
 from gpuaccept.runner.agent import Agent, encode
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
-from process_helpers import FakeHost, assert_gone, host_for, live_pids, marker, wait_started
+from process_helpers import assert_gone, host_for, live_pids, marker, wait_started
 from sshd import start_sshd, write_known_hosts
 
 ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return home
-
-
-@pytest.fixture(params=["local", "ssh"])
-def transport(request, sshd_nodes, known_hosts):
-    if request.param == "local":
-        t = get_transport(FakeHost(name="ctl", address="localhost", connection="local"))
-    else:
-        t = get_transport(host_for(sshd_nodes[0]), known_hosts=known_hosts)
-    yield t
-    t.close()
+pytestmark = pytest.mark.usefixtures("isolated_home")
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from gpuaccept.runner.host import HostRunner
 from gpuaccept.transport.progress import ProgressLines, parse, render
 from gpuaccept.plugin.progress import Progress
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
-from process_helpers import LOADED_SLACK_S, WATCHDOG, FakeHost, assert_gone, host_for, marker, wait_started
+from process_helpers import LOADED_SLACK_S, WATCHDOG, FakeHost, assert_gone, marker, wait_started
 
 DATA = Path(__file__).parent / "data"
 P = "GPUACCEPT-PROGRESS "
@@ -108,16 +108,6 @@ def test_a_callback_that_raises_does_not_stop_the_feed():
 
 
 # ------------------------------------------------------------------------------ through real transports
-
-@pytest.fixture(params=["local", "ssh"])
-def transport(request, sshd_nodes, known_hosts):
-    if request.param == "local":
-        t = get_transport(FakeHost(name="ctl", address="localhost", connection="local"))
-    else:
-        t = get_transport(host_for(sshd_nodes[0]), known_hosts=known_hosts)
-    yield t
-    t.close()
-
 
 def _stepper(tmp_path: Path) -> tuple[Path, Path]:
     """A stand-in probe that writes a progress line, then waits until the controller's callback has seen it

@@ -223,6 +223,15 @@ pytestmark = pytest.mark.nccl
 
 
 def test_1_before(node, verdicts):
+    leave = os.environ.get("E2E_FILL_LEAVE")
+    if leave is not None and node.name == "local1":  # another job fills the report disk once the run is going
+        with open(os.environ["E2E_FILL"], "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(bytes(65536))
+            except OSError:
+                pass
+            f.truncate(max(0, f.tell() - int(leave)))
     verdicts.record("before", node.run("echo measured before").stdout.decode().strip())
 
 
@@ -287,47 +296,38 @@ def test_report_folder_deleted_during_the_run_is_written_again(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 64 KiB tmpfs, filled up (``fill`` the file that fills it); unmounted at the end."""
+    """An 8 MiB tmpfs (room for the folder project's six tests: gpuaccept.reporting.folder.space_needed), and the
+    path of a file the suite fills it with during the run (E2E_FILL); unmounted at the end."""
     assert os.geteuid() == 0, "mounting a small tmpfs needs root (as the sshd tests do)"
     mnt = tmp_path / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
     try:
-        fill = mnt / "fill"
-        with open(fill, "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 1024)
-            except OSError:
-                pass
-        yield mnt, fill
+        yield mnt, mnt / "fill"
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_full_disk_that_frees_up_keeps_every_record(tmp_path, small_disk):
-    """The report folder's disk is full from the start and is freed between two tests. Before: the records
-    that arrived while it was full were never appended to results.jsonl (the file a killed controller leaves),
-    and the run exited 3 although its reports were complete at the end. Now they are appended as soon as
-    the disk takes them, and the run exits by its verdicts, with a note."""
+    """The report folder's disk fills up during the first test and is freed during the second: the records that
+    arrived while it was full are appended as soon as the disk takes them (results.jsonl is the file a killed
+    controller leaves), and the run exits by its verdicts, with a note."""
     mnt, fill = small_disk
     rep = mnt / "rep"
-    res = _folder_run(tmp_path, rep, {"E2E_FAULT": "free", "E2E_FILL": str(fill)})
+    res = _folder_run(tmp_path, rep, {"E2E_FAULT": "free", "E2E_FILL": str(fill), "E2E_FILL_LEAVE": "0"})
     assert "No space left on device; every record was written again since: the reports are complete" in res.stdout
 
 
-def test_full_disk_for_good_leaves_whole_lines_and_no_temporary_files(tmp_path, small_disk):
-    """The disk stays full: exit 3 with one ERROR line (as before), and now results.jsonl holds whole records
-    only (a cut last line was cut off again) and no ``*.tmp<pid>`` file of a failed rewrite is left."""
+def test_full_disk_for_good_says_where_every_result_is(tmp_path, small_disk):
+    """The disk fills during the first test and stays full: exit 3 with one ERROR line, one line saying what
+    results.jsonl holds and which files were not written, and every host's verdict on stdout (the last copy);
+    results.jsonl holds whole records only and no ``*.tmp<pid>`` file of a failed rewrite is left."""
     from project_helpers import run_pytest
     mnt, fill = small_disk
     inv = _folder_project(tmp_path)
     rep = mnt / "rep"
-    fill.unlink()
-    with open(fill, "wb") as f:  # leave 5 KiB: results.jsonl's first lines fit, a line is cut, the rest cannot
-        f.write(b"\0" * (59 * 1024))
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "--history", "none", "-p", "no:randomly",
-                     "-k", "folder", env={"E2E_FAULT": "none"})
+                     "-k", "folder", env={"E2E_FAULT": "none", "E2E_FILL": str(fill), "E2E_FILL_LEAVE": "5120"})
     out = res.stdout + res.stderr
     assert res.returncode == 3, out[-3000:]
     assert "Traceback" not in out
@@ -335,7 +335,13 @@ def test_full_disk_for_good_leaves_whole_lines_and_no_temporary_files(tmp_path, 
     assert len(errs) == 1 and "No space left on device" in errs[0], out[-2000:]
     text = (rep / "results.jsonl").read_text()
     assert text == "" or text.endswith("\n")
-    assert all(json.loads(ln)["outcome"] == "passed" for ln in text.splitlines())
+    kept = [json.loads(ln) for ln in text.splitlines()]
+    assert all(r["outcome"] == "passed" for r in kept)
+    where = [ln for ln in res.stdout.splitlines() if ln.startswith("gpuaccept reports: results.jsonl holds")]
+    assert len(where) == 1 and f"holds {len(kept)} of 6 records" in where[0], res.stdout[-2000:]
+    assert "not written: " in where[0] and "summary.md (No space left on device)" in where[0]
+    hosts = [ln for ln in res.stdout.splitlines() if ln.startswith("gpuaccept: host ")]
+    assert hosts == [f"gpuaccept: host {h}: SKIP: passed tests measured nothing (facts recorded only)" for h in ("local1", "local2")], hosts
     assert [p.name for p in rep.iterdir() if ".tmp" in p.name] == []
 
 

@@ -19,7 +19,10 @@ import pytest
 
 from gpuaccept.runner.interrupt import SAME_SIGNAL_S
 from project_helpers import junit, make_project, run_pytest
-from process_helpers import procs_with
+from process_helpers import LOADED_SLACK_S, procs_with
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "gpuaccept" / "probes"))  # node-side: siblings by name
+from _watchdog import CONTROLLER_GONE_CLEAN_S  # noqa: E402
 from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
 
 HANG_SUITE = '''
@@ -398,30 +401,31 @@ def test_sigterm_stops_a_multinode_collective(tmp_path, tmp_path_factory):
             n.stop()
 
 
-def test_controller_sigkilled_node_cleans_itself(tmp_path, tmp_path_factory):
-    """SIGKILL of the controller (nothing of it can clean up): the node-side watchdog sees its connection go
-    and kills the probe and its ranks within seconds."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_controller_sigkilled_node_cleans_itself(tmp_path, tmp_path_factory, workers):
+    """SIGKILL of the controller (nothing of it can clean up), alone and with two xdist workers (which then lose
+    their controller): the node-side agent sees its session's stdin close and kills the probe and its ranks
+    within the README's bound (CONTROLLER_GONE_CLEAN_S), not at the probe's 600 s timeout."""
     base = tmp_path_factory.mktemp("sigkill")
-    nodes = fault_nodes(base, ("127.0.0.49",))
+    nodes = fault_nodes(base, ("127.0.0.49",) if not workers else ("127.0.0.47",))
     try:
         kh = write_known_hosts(base / "known_hosts", nodes)
         inv = make_project(tmp_path, nodes, kh, LONG_SUITE, "test_nccl_long.py")
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", kh,
-                                 "--reports", str(tmp_path / "rep"), "-k", "long", "--probe-timeout", "600"],
+                                 "--reports", str(tmp_path / "rep"), "-k", "long", "--probe-timeout", "600", *workers],
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_for_ranks(nodes, proc)
-        assert left_on(nodes) >= 4  # watchdog, probe, two ranks
+        assert left_on(nodes) >= 4  # agent, probe, two ranks
         t0 = time.time()
         proc.kill()
         proc.communicate(timeout=30)
         _wait_until(lambda: not left_on(nodes), 120)
         seconds = time.time() - t0
-        FAULT_ROWS.append(f"| SIGKILL of the controller | -9 | {seconds:.1f} (node clean) | {left_on(nodes)} |")
+        FAULT_ROWS.append(f"| SIGKILL of the controller {' '.join(workers)} | -9 | {seconds:.1f} (node clean) | {left_on(nodes)} |")
         print(FAULT_ROWS[-1])
         assert left_on(nodes) == 0, [procs_with(str(n.tmp)) for n in nodes]
-        # within seconds of the connection going (stdin EOF, then KILL_GRACE_S), not at the watchdog's own
-        # 600 s + grace deadline (tight: benchmarks/timing_bounds.py)
-        assert seconds < 60
+        # the README's bound, with the margin a loaded 2-core machine needs (tight: benchmarks/timing_bounds.py)
+        assert seconds < CONTROLLER_GONE_CLEAN_S + LOADED_SLACK_S, seconds
     finally:
         for n in nodes:
             n.stop()

@@ -98,27 +98,27 @@ def test_declared_gpu_count_mismatch(tmp_path):
     assert "gpu_count 2 != gpus_per_node 8" in outcomes(rep)["test_gpu_inventory"]["message"]
 
 
-def test_full_disk_under_reports(tmp_path):
-    """The report folder's disk fills up mid-run: the run finishes, says so in one line, exits non-zero,
-    and what could be written before the disk filled is intact (no traceback)."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_report_disk_too_small_is_refused_before_any_node(tmp_path, workers):
+    """A report filesystem with less free space than the run's reports need: exit 4 before any node is
+    touched, one line naming the folder, the free and the needed space; the folder is not left behind and no test ran,
+    with and without xdist workers."""
     import os
     import subprocess
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root (CI runs as root)")
+    assert os.geteuid() == 0, "mounting a small tmpfs needs root (as the sshd tests do)"
     mnt = tmp_path / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], check=True)
     try:
         inv = replay_project(tmp_path, DATA)
-        res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(mnt / "rep"), "-k", GPU_LAYERS)
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(mnt / "rep"), "-k", GPU_LAYERS, *workers)
         out = res.stdout + res.stderr
-        assert res.returncode != 0
+        assert res.returncode == 4, out[-3000:]
         assert "Traceback" not in out and "INTERNALERROR" not in out
-        errs = [ln for ln in out.splitlines() if ln.startswith("ERROR: gpuaccept reports:")]
-        assert len(errs) == 1 and "No space left on device" in errs[0], out[-2000:]
-        lines = (mnt / "rep" / "results.jsonl").read_text().splitlines()
-        kept = [json.loads(ln) for ln in lines[:-1]]  # the last line may be cut where the disk filled
-        assert len(kept) >= 5 and {r["host"] for r in kept} <= {"h200-a", None}
+        lines = [ln for ln in out.splitlines() if f"--reports {mnt / 'rep'}: " in ln]
+        assert len(lines) == 1 and "MiB free on its filesystem" in lines[0] and "needs" in lines[0], out[-2000:]
+        assert not (mnt / "rep").exists()
+        assert " passed" not in out and " failed" not in out
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.config.outputs import check_report_folder
+from gpuaccept.config.outputs import check_output_file, check_report_folder
 from gpuaccept.errors import ConfigError
+from gpuaccept.reporting.folder import SPACE_BASE, SPACE_PER_TEST, space_needed, space_problem
 from gpuaccept.runner.host import save_probe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,3 +125,56 @@ def test_first_line_names_reports_and_history(tmp_path):
     res = _pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "rep2"), "--history", "none")
     assert res.returncode == 0 and res.stdout.splitlines()[0].endswith("history in none (--history none)"), \
         res.stdout
+
+
+def test_space_needed_grows_with_the_tests_and_is_judged_on_the_real_filesystem(tmp_path):
+    """On a 2 MiB tmpfs a run of 10 tests fits (1 MiB + 10 x 16 KiB) and one of 100 (2.6 MiB) does not; the
+    refusal names free and needed space in MiB."""
+    assert space_needed(0) == SPACE_BASE and space_needed(100) - space_needed(99) == SPACE_PER_TEST
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        assert space_problem(str(mnt), 10) is None
+        why = space_problem(str(mnt), 100)
+        assert why is not None and why.startswith("2.0 MiB free on its filesystem") and "needs 2.6 MiB" in why, why
+        assert space_problem(str(mnt / "gone"), 10 ** 9) is None  # cannot be asked: the writes will say
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_output_files_outside_system_folders_and_regular_only(tmp_path):
+    """--history and --prometheus-textfile name a file the run writes (renames over, as root): never one in the
+    root or a system folder, never a device, FIFO or folder, and not through a symlink to one."""
+    fifo, link = tmp_path / "fifo", tmp_path / "link"
+    os.mkfifo(fifo)
+    os.symlink("/etc/passwd", link)
+    for path, needle in ((str(tmp_path), "is a folder"), (str(fifo), "is a FIFO"), ("/dev/null", "system folder /dev"),
+                         ("/etc/h.sqlite", "lies in the system folder /etc"), ("/h.prom", "lies in the root folder"),
+                         (str(link), "lies in the system folder /etc (/etc/passwd)")):
+        with pytest.raises(ConfigError) as e:
+            check_output_file(path, "--history")
+        assert str(e.value).startswith(f"--history {path}: ") and needle in str(e.value), str(e.value)
+    check_output_file(str(tmp_path / "new.sqlite"), "--history")  # new: made by the run
+    (tmp_path / "old.prom").write_text("")
+    check_output_file(str(tmp_path / "old.prom"), "--prometheus-textfile")
+
+
+def test_runs_and_merges_refuse_system_places_before_writing(tmp_path):
+    """The run (--history, --prometheus-textfile) and the merge (--into, --history): exit 4, one line, nothing
+    written there."""
+    inv = _project(tmp_path)
+    res = _pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r1"), "--history", "/etc/gpuaccept.sqlite")
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("ERROR:")]
+    assert res.returncode == 4 and len(err) == 1 and "--history /etc/gpuaccept.sqlite: lies in the system folder /etc" in err[0], res.stderr
+    assert not os.path.exists("/etc/gpuaccept.sqlite") and not (tmp_path / "r1").exists()
+    res = _pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "r2"), "--history", "none",
+                  "--prometheus-textfile", "/dev/null")
+    assert res.returncode == 4 and "--prometheus-textfile /dev/null: lies in the system folder /dev" in res.stderr, res.stderr
+    (tmp_path / "run").mkdir()
+    for args, needle in ((["--into", "/usr/merged"], "--into /usr/merged: is inside the system folder /usr"),
+                         (["--into", str(tmp_path / "m"), "--history", "/etc/h.sqlite"], "--history /etc/h.sqlite: lies in")):
+        res = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.merge", str(tmp_path / "run"), *args],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert res.returncode == 4 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not os.path.exists("/usr/merged") and not (tmp_path / "m").exists()

@@ -13,7 +13,7 @@ from gpuaccept.runner.multinode import HostResult
 from gpuaccept.scaleout.slurm import (SlurmEnvError, expand_hostlist, find_host, folder_name, layout_arg, node_inventory,
                              slurm_world, take_history, worst_exit)
 from gpuaccept.scaleout.slurm_allreduce import job_port, node_addr, node_addrs, probe_args, results_from_outputs
-from slurm_cluster import slurm_missing_reason, start_cluster
+from slurm_cluster import running_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -157,17 +157,7 @@ def test_allreduce_pure_parts():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """munged + slurmctld + slurmd n1, n2, n3 (NodeAddr 127.0.0.2..4, one port each), torn down after."""
-    why = slurm_missing_reason()
-    if why:
-        pytest.fail(why, pytrace=False)
-    try:
-        cl = start_cluster(tmp_path_factory.mktemp("slurm"))
-    except RuntimeError as e:
-        pytest.fail(f"the Slurm test cluster did not start: {e}", pytrace=False)
-    try:
-        yield cl
-    finally:
-        cl.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("slurm"), n_nodes=3)
 
 
 def _salloc(cluster, args: list[str], cwd: Path, timeout: float = 300):
@@ -388,6 +378,12 @@ def test_a_node_that_cannot_write_its_folder_is_an_error_not_missing(cluster, tm
                               "health", "-k", "test_gpu_inventory"], cwd=REPO)
     err = [ln for ln in again.stderr.splitlines() if ln.startswith("gpuaccept.scaleout.slurm")]
     assert again.returncode == 4 and len(err) == 1 and "already holds a run" in err[0], again.stdout + again.stderr
+    # a system folder is refused alike, before anything is made there
+    sysdir = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", "/usr/gpuaccept-run",
+                               "--", "-m", "health"], cwd=REPO)
+    err = [ln for ln in sysdir.stderr.splitlines() if ln.startswith("gpuaccept.scaleout.slurm")]
+    assert sysdir.returncode == 4 and len(err) == 1 and "inside the system folder /usr" in err[0], sysdir.stderr
+    assert not os.path.exists("/usr/gpuaccept-run")
     assert (run_dir / "nodes" / "n1" / "exitcode").read_text() == "0\n"
 
 

@@ -9,7 +9,6 @@ test it did not run. scontrol missing or a controller that does not answer: exit
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -20,7 +19,7 @@ import pytest
 
 from gpuaccept.runner.host import save_probe
 from project_helpers import DATA, REPO, alter, make_project, replay_folder, run_pytest
-from slurm_cluster import slurm_missing_reason, start_cluster
+from slurm_cluster import running_cluster
 
 SELECTION = ["-m", "health or gpudirect", "-k", "not fleet_consistency and not test_gds and not gpudirect_rdma"]
 #: rdma probe documents: no HCA (test_rdma_ports skips), and one HCA whose port is down (check-network)
@@ -34,17 +33,7 @@ PORT_DOWN = {"devices": [{"name": "mlx5_0", "pci_address": "0000:13:00.0", "boar
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """munged + slurmctld + slurmd n1..n7, torn down after."""
-    why = slurm_missing_reason()
-    if why:
-        pytest.fail(why, pytrace=False)
-    try:
-        cl = start_cluster(tmp_path_factory.mktemp("slurm"), n_nodes=7)
-    except RuntimeError as e:
-        pytest.fail(f"the Slurm test cluster did not start: {e}", pytrace=False)
-    try:
-        yield cl
-    finally:
-        cl.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("slurm"), n_nodes=7)
 
 
 def _gpu1(change):

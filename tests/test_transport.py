@@ -4,46 +4,24 @@ from __future__ import annotations
 import hashlib
 import shutil
 import os
-import random
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable
 from gpuaccept.transport import CommandResult, get_transport
-from gpuaccept.transport.local import LocalTransport
 from gpuaccept.transport.ssh import KILL_BUDGET_S, SSHTransport, fingerprint
 from process_helpers import LOADED_SLACK_S, WATCHDOG, FakeHost, assert_gone, host_for, live_pids, marker, wait_started
-from sshd import SSH_KEYGEN, SshNode, free_port, start_sshd, write_known_hosts
+from sshd import SSH_KEYGEN, free_port, start_sshd, write_known_hosts
 
 MiB = 1024 * 1024
 
 
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    """~/.ssh/known_hosts and ssh-agent of the real user must not influence (or be written by) tests."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return home
-
-
-@pytest.fixture(params=["local", "ssh"])
-def transport(request, sshd_nodes, known_hosts):
-    if request.param == "local":
-        t = get_transport(FakeHost(name="ctl", address="localhost", connection="local"))
-        assert isinstance(t, LocalTransport)
-    else:
-        t = get_transport(host_for(sshd_nodes[0]), known_hosts=known_hosts)
-        assert isinstance(t, SSHTransport)
-    yield t
-    t.close()
+pytestmark = pytest.mark.usefixtures("isolated_home")
 
 
 # ---------------------------------------------------------------- both backends

@@ -1,4 +1,5 @@
-"""Where a run may write, checked before any node is touched: the ``--reports`` folder.
+"""Where a run may write, checked before any node is touched: the ``--reports`` folder, and the files named by
+``--history`` and ``--prometheus-textfile`` (:func:`check_output_file`).
 
 A report folder is one the operator means for this run: new, or an existing folder that is empty (a fresh
 filesystem's ``lost+found`` aside), and neither the root nor a system folder. So ``--reports=/`` (six files
@@ -13,7 +14,7 @@ import os
 
 from gpuaccept.errors import ConfigError
 
-__all__ = ["SYSTEM_TREES", "TOP_FOLDERS", "check_report_folder", "system_folder_problem"]
+__all__ = ["SYSTEM_TREES", "TOP_FOLDERS", "check_output_file", "check_report_folder", "system_folder_problem"]
 
 #: folders of the operating system (the Filesystem Hierarchy Standard 3.0, chapters 3 and 6): neither they nor
 #: any folder inside them is a report folder
@@ -80,3 +81,29 @@ def check_report_folder(path: str, option: str = "--reports") -> None:
                           "(the reports would be written where it points); give a new or empty folder")
     listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     raise ConfigError(f"{option} {shown}: is not empty (holds {listed}); give a new or empty folder")
+
+
+def check_output_file(path: str, option: str) -> None:
+    """Refuse ``path`` as a file the run writes (``--history``, ``--prometheus-textfile``) when it lies in the
+    root or a system folder (:data:`SYSTEM_TREES`; ``--history /etc/h.sqlite``) or exists as something other
+    than a regular file (a folder, a FIFO, a block device: ``--prometheus-textfile /dev/sda`` would have been
+    renamed over as root). Resolved through symlinks: a link to such a place is refused alike.
+
+    Raises:
+        ConfigError: one line, ``<option> <path>: <why>``.
+    """
+    import stat
+    shown = os.path.abspath(os.path.expanduser(path))
+    real = _real(path)
+    folder = os.path.dirname(real)
+    if folder == "/" or any(folder == t or folder.startswith(t + "/") for t in SYSTEM_TREES):
+        raise ConfigError(f"{option} {shown}: lies in {'the root folder' if folder == '/' else 'the system folder ' + folder}"
+                          f"{f' ({real})' if real != shown else ''}: give a file in a folder of its own")
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return  # new: made by the run
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else \
+            "a character device" if stat.S_ISCHR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ConfigError(f"{option} {shown}: is {kind}{f' ({real})' if real != shown else ''}, not a file the run may write")

@@ -38,8 +38,9 @@ class Selection:
 
 
 def check_options(getoption: Callable[..., Any]) -> None:
-    """Refuse a numeric option that is not a finite number in its range and a --prometheus-textfile whose
-    folder cannot be written (a burn-in too short to be judged is the plugin's to refuse: the judging layer
+    """Refuse a numeric option that is not a finite number in its range, a --history or --prometheus-textfile
+    in a system folder or naming no regular file (gpuaccept.config.outputs.check_output_file), and a
+    --prometheus-textfile whose folder cannot be written (a burn-in too short to be judged is the plugin's to refuse: the judging layer
     knows its windows). ``getoption(name, default)``: pytest's
     ``config.getoption`` or the same over an argparse namespace. Raises ConfigError (one line)."""
     from gpuaccept.config.inputcheck import check_empty_options
@@ -52,8 +53,13 @@ def check_options(getoption: Callable[..., Any]) -> None:
         if not ok:
             rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
             raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
+    from gpuaccept.config.outputs import check_output_file
+    hist = getoption("history", None)
+    if hist and hist != "none":
+        check_output_file(hist, "--history")
     prom = getoption("prometheus_textfile", None)
     if prom:
+        check_output_file(prom, "--prometheus-textfile")
         folder = os.path.dirname(os.path.abspath(prom))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")

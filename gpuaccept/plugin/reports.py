@@ -29,7 +29,7 @@ from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
 from gpuaccept.plugin.progress import PLAIN_EVERY_S, TTY_EVERY_S, Progress, real_stderr  # noqa: F401
 from gpuaccept.plugin.state import RunState
 from gpuaccept.reporting.baseline import is_compared
-from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures
+from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures, space_problem
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text
@@ -102,6 +102,18 @@ def run_line(hv: dict[str, dict], recs: list) -> str:
     parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in order if tally.get(k))
     n = gpu_figures_judged(recs)
     return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
+
+
+def host_verdict_lines(hv: dict[str, dict]) -> list[str]:
+    """One console line per host (pure), the last copy of the verdicts when the report files could not be
+    written: ``gpuaccept: host gpu01: FAIL: hbm/hbm_copy_gbps gpu3 ...`` (its first reason; the fleet
+    pseudo-host last)."""
+    out = []
+    for h in sorted(hv, key=lambda n: (n == "fleet", n)):
+        v = hv[h]
+        why = (v.get("reasons") or [""])[0]
+        out.append(f"gpuaccept: host {h}: {v['verdict']}" + (f": {why}" if why else ""))
+    return out
 
 
 def _id_of(name: str) -> str:
@@ -245,9 +257,25 @@ class ReportPlugin:
             return
         for it in session.items:  # after -k/-m deselection: only what will run is expected
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
+        if session.items and not session.config.option.collectonly:
+            self._check_space(len(session.items))
         if session.items:
             self._begin()
             self._expect_tests([it.nodeid for it in session.items])
+
+    def _check_space(self, n_tests: int) -> None:
+        """Refuse the run (exit 4, one line, the empty folder removed) before any node is touched when the
+        report filesystem has less free space than ``n_tests`` tests need (gpuaccept.reporting.folder)."""
+        why = space_problem(self.reporter.dir, n_tests)
+        if why is None:
+            return
+        where = self.reporter.dir
+        self._discard()
+        self.reporter = None  # nothing of this run is written
+        msg = f"--reports {where}: {why}" if self._opt("reports") else f"reports folder {where}: {why}"
+        if self.config.pluginmanager.get_plugin("dsession") is not None:  # xdist's controller: its loop ends the run
+            pytest.exit(msg, returncode=pytest.ExitCode.USAGE_ERROR)
+        raise pytest.UsageError(msg)
 
     def _expect_tests(self, nodeids) -> None:
         """Tell the console how many tests each host runs (its line comes with the last)."""
@@ -265,6 +293,7 @@ class ReportPlugin:
         for nid in ids:
             self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
         if ids and not self.began:
+            self._check_space(len(ids))
             self._begin()
             self._expect_tests(ids)  # every worker collects the same ids: counted once
 
@@ -372,6 +401,9 @@ class ReportPlugin:
             if tr is not None:
                 tr.write("\n")  # after pytest's "[100%]", which ensure_newline() does not see
                 tr.write_line(f"ERROR: gpuaccept reports: {rep.write_error}", red=True)
+                tr.write_line(f"gpuaccept reports: {rep.where_text()}; every host's verdict follows here", red=True)
+                for line in host_verdict_lines(rep.host_verdicts()):
+                    tr.write_line(line)
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         elif rep.write_recovered:  # a full disk that came back, a folder deleted under the run: all written since

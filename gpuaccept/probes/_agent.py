@@ -126,30 +126,11 @@ def _exit_code(code) -> int:
     return 1
 
 
-def _child(argv: list[str], env: dict, exec_probe: bool, gate_r: int, out_w: int, err_w: int) -> None:
-    """In the forked child: own group, wait for the gate, pipes as stdout/stderr, no stdin, run; never returns."""
-    try:
-        os.setpgid(0, 0)
-        os.read(gate_r, 1)
-        for s in (signal.SIGHUP, signal.SIGTERM):
-            signal.signal(s, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
-        _watchdog._pdeathsig()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, 4096)
-        os.environ.update({str(k): str(v) for k, v in env.items()})
-    except BaseException as e:  # noqa: BLE001
-        os.write(2, f"agent: cannot start {argv}: {e}\n".encode())
-        os._exit(127)
+def _child(argv: list[str], env: dict, exec_probe: bool, gate: tuple[int, int], out_w: int, err_w: int) -> None:
+    """In the forked child: become the probe (``_watchdog.become_probe``) with the pipes as stdout/stderr, run; never returns."""
+    _watchdog.become_probe("agent", argv, gate[0], gate[1], std=(out_w, err_w), env=env)
     if exec_probe:
-        try:
-            os.execv(sys.executable, [sys.executable, *argv])
-        except OSError as e:
-            os.write(2, f"agent: cannot start {argv}: {e}\n".encode())
-            os._exit(127)
+        _watchdog.exec_python("agent", argv)
     code = 1
     try:
         code = _exit_code(_watchdog._run_probe(argv))
@@ -175,7 +156,7 @@ def start(req: dict) -> Probe:
     _watchdog._freeze_gc()
     pid = os.fork()
     if pid == 0:
-        _child(argv, dict(req.get("env") or {}), bool(req.get("exec")), gate_r, out_w, err_w)
+        _child(argv, dict(req.get("env") or {}), bool(req.get("exec")), (gate_r, gate_w), out_w, err_w)
     for fd in (gate_r, out_w, err_w):
         os.close(fd)
     try:

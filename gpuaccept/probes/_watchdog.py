@@ -57,6 +57,12 @@ import _proc
 KILL_GRACE_S = 1.5
 #: seconds between checks of the deadline and parent (and of the probe, where no pidfd can be had)
 POLL_S = 0.2
+#: seconds within which a node holds no process of a run whose controller is gone, even SIGKILLed (alone or
+#: with its xdist workers): the session's stdin reaches EOF as the controller's (or worker's) side of the
+#: connection closes, seen at once by select or at the next POLL_S; then SIGTERM, KILL_GRACE_S, SIGKILL of
+#: every probe group, and the agent's folder removed. Measured 2.2 to 4 s on a 2-core machine
+#: (benchmarks/timing_bounds.py); 5 s promised (chosen).
+CONTROLLER_GONE_CLEAN_S = 5.0
 PGID_MARKER = "__GPUACCEPT_PGID__="
 #: seconds since its last probe started after which another run's shipping removes a shipped folder nobody
 #: works in (one day: longer than any gap between two probes of one run on one host, burn-ins included, which
@@ -177,6 +183,51 @@ def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = S
     return removed
 
 
+def become_probe(who: str, probe: list[str], gate_r: int, gate_w: int | None = None,
+                 std: tuple[int, int] | None = None, env: dict | None = None) -> None:
+    """Turn a freshly forked child into the probe's process, up to the point where it runs.
+
+    Own process group; wait for the parent's announcement on ``gate_r`` (``gate_w``, the parent's end, is
+    closed first when given, so a parent that dies unannounced means EOF, not a hang); SIGHUP and SIGTERM
+    at their defaults and SIGINT as a fresh interpreter has it; die with the parent (PR_SET_PDEATHSIG);
+    stdin from /dev/null; with ``std`` = (stdout fd, stderr fd) those become 1 and 2 and every other
+    descriptor above 2 is closed; ``env`` is added to the environment. A step that fails writes
+    "<who>: cannot start <probe>: <error>" to stderr and exits 127 (the shell's "cannot execute").
+    Returns in the child only; never raises.
+    """
+    try:
+        os.setpgid(0, 0)
+        if gate_w is not None:
+            os.close(gate_w)
+        os.read(gate_r, 1)
+        os.close(gate_r)
+        for s in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _pdeathsig()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        if std is not None:
+            os.dup2(std[0], 1)
+            os.dup2(std[1], 2)
+            os.closerange(3, 4096)
+        if env:
+            os.environ.update({str(k): str(v) for k, v in env.items()})
+    except BaseException as e:  # noqa: BLE001
+        os.write(2, f"{who}: cannot start {probe}: {e}\n".encode())
+        os._exit(127)
+
+
+def exec_python(who: str, probe: list[str]) -> None:
+    """Replace this child with ``python probe...`` (the same interpreter); exit 127 naming ``who`` if it cannot."""
+    try:
+        os.execv(sys.executable, [sys.executable, *probe])
+    except OSError as e:
+        os.write(2, f"{who}: cannot start {probe}: {e}\n".encode())
+        os._exit(127)
+
+
 def _run_probe(argv: list[str]):
     """In the forked child: run ``argv[0]`` (a probe file) as ``__main__`` with ``sys.argv = argv``, as
     ``python argv[0] argv[1:]`` would; returns its exit code (``sys.exit``'s argument, 0 when it returns).
@@ -243,27 +294,9 @@ def main(argv: list[str]) -> int:
     child = os.fork()
     gc.enable()  # (the unpacking command turns it off until here; a fresh interpreter has it on)
     if child == 0:  # the probe: own group, dies with us, no stdin, starts once announced
-        try:
-            os.setpgid(0, 0)
-            os.close(gate_w)
-            os.read(gate_r, 1)
-            os.close(gate_r)
-            for s in (signal.SIGHUP, signal.SIGTERM):
-                signal.signal(s, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
-            _pdeathsig()
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.close(null)
-        except BaseException as e:  # noqa: BLE001
-            os.write(2, f"watchdog: cannot start {probe}: {e}\n".encode())
-            os._exit(127)
+        become_probe("watchdog", probe, gate_r, gate_w)
         if exec_probe:
-            try:
-                os.execv(sys.executable, [sys.executable, *probe])
-            except OSError as e:
-                os.write(2, f"watchdog: cannot start {probe}: {e}\n".encode())
-                os._exit(127)
+            exec_python("watchdog", probe)
         return _run_probe(probe)  # the child leaves through the caller's sys.exit, as the probe's own Python would
     os.close(gate_r)
     try:

@@ -1,6 +1,7 @@
 """A run's report folder on disk: which files make a run (:data:`RUN_FILES`, :func:`holds_run`), writing a
 file so that readers see the old or the new one (:func:`atomic_write`), and reading an earlier run's figures
-(:func:`load_previous_figures`, the previous run of the stand-outs without a history database).
+(:func:`load_previous_figures`, the previous run of the stand-outs without a history database), and whether
+its filesystem has room for a run (:func:`space_problem`).
 """
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ import contextlib
 import json
 import os
 from typing import BinaryIO, Iterator
+
+MiB = 1024 * 1024
+#: Free space a run needs on its report filesystem, bytes: a fixed part for report.html (charts and tables),
+#: summary.md and the host lists (chosen: 1 MiB, about 10 times what a one-host run writes), and a part per
+#: selected test: every report file together holds about 6.5 KB per test (10,000 hosts x 23 tests x 8 GPUs
+#: wrote 1.5 GB; benchmarks/report_write.py), doubled because a whole-run file is rewritten beside its old
+#: copy before it replaces it.
+SPACE_BASE = 1 * MiB
+SPACE_PER_TEST = 16 * 1024
 
 # Files a run writes into its folder (a folder holding one of these already holds a run).
 RUN_FILES = ("results.jsonl", "results.json", "summary.md", "failed-hosts.txt", "report.html")
@@ -67,3 +77,25 @@ def load_previous_figures(directory: str | None) -> list[dict]:
     except (OSError, ValueError):
         return []
 
+
+
+def space_needed(n_tests: int) -> int:
+    """Bytes of free space a run of ``n_tests`` tests needs for its reports (:data:`SPACE_BASE` +
+    :data:`SPACE_PER_TEST` per test)."""
+    return SPACE_BASE + SPACE_PER_TEST * max(0, n_tests)
+
+
+def space_problem(directory: str, n_tests: int) -> str | None:
+    """Why the filesystem of ``directory`` cannot take the reports of ``n_tests`` tests (free space for an
+    unprivileged writer, ``statvfs`` f_bavail, below :func:`space_needed`), else None. A filesystem that
+    cannot be asked (statvfs fails) is no problem here: the writes say what is wrong."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    free, need = st.f_bavail * st.f_frsize, space_needed(n_tests)
+    if free >= need:
+        return None
+    return (f"{free / MiB:.1f} MiB free on its filesystem, a run of {n_tests} test{'s' if n_tests != 1 else ''} "
+            f"needs {need / MiB:.1f} MiB for its reports ({SPACE_BASE // MiB} MiB + {SPACE_PER_TEST // 1024} KiB "
+            f"a test): free some space or give --reports on another filesystem")

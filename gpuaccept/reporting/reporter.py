@@ -70,6 +70,7 @@ class Reporter:
         self.flush_total_s = 0.0  # time spent in periodic rewrites so far
         self._flushed_n = 0  # records at the last rewrite
         self.write_error: str | None = None  # first failure to write (full disk...), reported at the end
+        self.unwritten: dict[str, str] = {}  # file -> why its last write failed (cleared when one succeeds)
         self.final_standouts: list[dict] | None = None  # set by the caller before close (history comparison)
         self.host_sku: dict[str, str] = dict(meta.get("host_sku") or {})
         self._jsonl = None  # results.jsonl, binary append
@@ -97,8 +98,21 @@ class Reporter:
         try:
             fn()
         except OSError as e:
+            self.unwritten[what] = e.strerror or str(e)
             if self.write_error is None:
                 self.write_error = f"{self.dir}: cannot write {what}: {e.strerror or e}"
+        else:
+            self.unwritten.pop(what, None)
+
+    def where_text(self) -> str:
+        """Where the run's results are after a failed write (one line): ``results.jsonl holds 1 of 8 records;
+        not written: results.json (No space left on device), summary.md (...)``."""
+        kept = len(self.records) - len(self._unlogged)
+        failed = {k: v for k, v in self.unwritten.items() if k not in ("reports", "results.jsonl")}
+        parts = [f"results.jsonl holds {kept} of {len(self.records)} records"]
+        if failed:
+            parts.append("not written: " + ", ".join(f"{k} ({v})" for k, v in failed.items()))
+        return "; ".join(parts)
 
     def expect(self, nodeid: str, host: str | None, layer: str) -> None:
         """Declare a test that should produce a record (missing ones become errors at close)."""

@@ -11,6 +11,10 @@ First signal:
     pytest exits with 2 (interrupted);
   * under pytest-xdist the controller passes the signal on to its workers, which do all of the above for
     their own tests; a worker waiting for work stops at once.
+An xdist worker whose controller is gone without a word (SIGKILL, a crash: the worker is reparented) does
+the same within :data:`PARENT_POLL_S` as for a signal named "controller gone": its commands are cancelled, so
+the node-side agents see their sessions close and kill their probes (probes/_watchdog.py,
+CONTROLLER_GONE_CLEAN_S), instead of after execnet's own 5 s wait and SIGINT.
 After SIGHUP the terminal is gone (a write to it fails with EIO, to a pipe whose reader went with it EPIPE), so
 whatever pointed at it is first pointed at /dev/null (:func:`detach_terminal`): the reports are the run's record.
 A signal the run was started with ignored (``nohup`` ignores SIGHUP) stays ignored.
@@ -38,6 +42,9 @@ from gpuaccept.transport import cancel_all, reset_interruption
 #: seconds after a first signal in which another one counts as the same interruption, not as "abort now"
 SAME_SIGNAL_S = 1.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: seconds between an xdist worker's checks that its controller (its parent process) is still there. Chosen:
+#: one getppid() call, far below the node's CONTROLLER_GONE_CLEAN_S.
+PARENT_POLL_S = 0.2
 
 
 def terminal_ids(fds: tuple[int, ...] = (1, 2)) -> set[tuple[str, int, int]]:
@@ -146,6 +153,25 @@ class InterruptPlugin:
             if signal.getsignal(s) is signal.SIG_IGN:
                 continue  # nohup (SIGHUP), a background job of a non-interactive shell (SIGINT): left ignored
             self.previous[s] = signal.signal(s, self._on_signal)
+
+    def watch_parent(self) -> None:
+        """In an xdist worker: a daemon thread that notices the controller (the parent) gone and then cancels
+        every command, as a first signal would ("controller gone")."""
+        parent = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_POLL_S)
+            if self.reason is None:
+                self.reason, self.first_at, self.at = "controller gone", time.monotonic(), time.time()
+                self.running = self.current.nodeid if self.current is not None else None
+                hosts = cancel_all("controller gone")
+                if self.current is not None:
+                    self.hits.setdefault(self.current.nodeid, set()).update(hosts)
+                if self.session is not None:
+                    self.session.shouldstop = "interrupted (controller gone)"
+
+        threading.Thread(target=watch, name="gpuaccept-controller-watch", daemon=True).start()
 
     def restore(self) -> None:
         for s, h in self.previous.items():
@@ -269,4 +295,6 @@ def install(config: pytest.Config) -> InterruptPlugin:
     plugin = InterruptPlugin(config)
     config.pluginmanager.register(plugin, "gpuaccept-interrupt")
     plugin.install()
+    if hasattr(config, "workerinput"):
+        plugin.watch_parent()
     return plugin

@@ -29,6 +29,8 @@ import os
 import sys
 import time
 
+from gpuaccept.config.outputs import check_output_file, system_folder_problem
+from gpuaccept.errors import ConfigError
 from gpuaccept.reporting.folder import holds_run
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.reporter import Reporter
@@ -211,6 +213,14 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     no folder. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
     if os.path.isdir(into) and holds_run(into):
         raise ValueError(f"--into {into}: already holds a run ({holds_run(into)})")
+    why = system_folder_problem(into)
+    if why:
+        raise ValueError(f"--into {os.path.abspath(into)}: {why}: give a new or empty folder of the merge's own")
+    if history_path:
+        try:
+            check_output_file(history_path, "--history")
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
     if len({os.path.realpath(d) for d in dirs}) != len(dirs):
         raise ValueError("a report folder is named twice")
     if any(os.path.realpath(into).startswith(os.path.realpath(d) + os.sep) for d in dirs):

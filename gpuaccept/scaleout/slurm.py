@@ -47,6 +47,8 @@ from typing import Callable, Mapping
 
 import yaml
 
+from gpuaccept.config.outputs import system_folder_problem
+
 #: inventory variables that say how to reach a host: dropped from a node's own inventory (it tests itself)
 CONNECTION_VARS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
                    "ansible_ssh_known_hosts_file", "ansible_connection", "ansible_ssh_host", "ansible_ssh_port",
@@ -421,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             return _bad_input(f"{args.inventory}: node(s) {', '.join(missing)} of the allocation are not "
                               "hosts of this inventory (by name, short name or ansible_host)")
+    why = system_folder_problem(run_dir)
+    if why:
+        return _bad_input(f"--reports {os.path.abspath(run_dir)}: {why}: give a new folder of the run's own")
     stale = earlier_run(run_dir)
     if stale:
         return _bad_input(f"--reports {run_dir} already holds a run ({stale}): give a new folder (the nodes "
