@@ -21,7 +21,9 @@ import tempfile
 import time
 
 from gpuaccept.plugin import reports as reporting
-from gpuaccept.reporting.records import LAYERS, CaseRecord
+import json
+
+from gpuaccept.reporting.records import LAYERS, CaseRecord, record_dict
 from gpuaccept.reporting.reporter import Reporter
 
 ap = argparse.ArgumentParser()
@@ -59,17 +61,25 @@ with tempfile.TemporaryDirectory() as d:
     reporting.finish_reports(rep, hist, prometheus_path=os.path.join(d, "g.prom") if a.prometheus else None,
                              timings=parts)
     t_end, c_end = time.perf_counter() - t0, time.process_time() - c0
+    # the anchor: a plain json.dumps of the same records, written to one file
+    t0 = time.perf_counter()
+    with open(os.path.join(d, "plain.json"), "w") as f:
+        f.write(json.dumps([record_dict(r) for r in rep.records.values()]))
+    t_plain = time.perf_counter() - t0
     assert rep.write_error is None, rep.write_error
     size = sum(os.path.getsize(os.path.join(rep.dir, f)) for f in os.listdir(rep.dir) if f != "results.jsonl")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print("| code | hosts | tests | figures | per test, incl. periodic rewrites (us) | periodic rewrites (n, % of run) "
-          "| end of run: wall s (history, files, html) | end CPU s | whole-run files (MB) | peak RSS (GiB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| end of run: wall s (history, files, html) | end CPU s | whole-run files (MB) | peak RSS (GiB) "
+          "| json.dumps of the records (s) | end / json.dumps |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     if a.hosts == 10000 and a.checks == 23:
         print("| before (301c345) | 10000 | 230000 | 1840000 | 129 (incl. its periodic rewrites; no history rows) | not counted "
-              "| 154.3 (38.8, 100.4, 15.1) | 75.3 | - | 5.13 |")
+              "| 154.3 (38.8, 100.4, 15.1) | 75.3 | - | 5.13 | - | - |")
+        print("| before (as issue 28 measured it: figures listed twice) | 10000 | 230000 | 1840000 | - | - "
+              "| 25.7 | - | 1500 | 2.17 | 13.0 | 1.98 |")
     print(f"| this | {a.hosts} | {n} | {n * 8} | {t_run / n * 1e6:.0f} | {rewrites}, {100 * rewrite_s / t_run:.1f} % "
           f"| {t_end:.1f} ({parts.get('history', 0):.1f}, {parts.get('files', 0):.1f}, {parts.get('html', 0):.1f}"
           f"{', prometheus %.1f' % parts['prometheus'] if a.prometheus else ''}"
           f", waited for the history's end {parts.get('history end', 0):.1f}) | {c_end:.1f} | {size / 1e6:.0f} "
-          f"| {rss:.2f} |")
+          f"| {rss:.2f} | {t_plain:.1f} | {t_end / t_plain:.2f} |")

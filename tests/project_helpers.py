@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuaccept.runner.host import save_probe
 from gpuaccept.config.thresholds import load_sku_file
+from gpuaccept.reporting.folder import run_figures
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -156,7 +157,7 @@ def replay_suite(tmp_path: Path, caps: Path, suite: str, extra_vars: str = "", k
     path = rep / f"junit-{layer}.xml"
     assert path.exists(), res.stdout[-3000:] + res.stderr[-2000:]
     out = {c["name"].split("[")[0]: c for c in junit(path)}
-    out["_figures"] = json.loads((rep / "results.json").read_text())["figures"]
+    out["_figures"] = run_figures(json.loads((rep / "results.json").read_text()))
     return out
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from gpuaccept.judging import burnin
 from gpuaccept.config.thresholds import judge, load_sku_file
+from gpuaccept.reporting.folder import run_figures
 from probe_helpers import load_probe, run_probe
 from project_helpers import failed_hosts, burnin_capture as capture, burnin_replay_folder, junit, make_project, run_pytest
 
@@ -182,7 +183,7 @@ def test_suite_end_to_end_on_the_replayed_capture(tmp_path):
     csv_text = (rep / "burnin" / "h200-a.csv").read_text().splitlines()
     assert csv_text[0] == "time_s,gpu,pci_bus_id,figure,value" and len(csv_text) > 1000
     assert any(",00000000:00:07.0,temp_c," in ln for ln in csv_text)
-    figs = json.loads((rep / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((rep / "results.json").read_text()))
     start = {f["gpu"]: f["value"] for f in figs if f["check"] == "burnin_bf16_tflops_start"}
     assert set(start) == {0, 1} and all(v > 600 for v in start.values())
 
@@ -344,7 +345,7 @@ def test_a_gpu_that_falls_off_the_bus_mid_burnin_fails_by_bus_id_and_serial(tmp_
                   "AcceleratorError: CUDA error: unspecified launch failure)" in case["text"], case["text"]
     assert gpu1 + "during burn-in: Xid 79 on 00000000:00:07.0" in case["text"], case["text"]
     assert "GPU 0 (" not in case["text"]
-    figs = json.loads((rep / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((rep / "results.json").read_text()))
     assert any(f["check"] == "burnin_bf16_tflops_start" and f["gpu"] == 1 for f in figs)  # partial figures kept
     assert failed_hosts(rep / "failed-hosts.txt") == ["h200-a"]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.runner.interrupt import SAME_SIGNAL_S
+from gpuaccept.reporting.folder import run_figures
 from project_helpers import junit, make_project, run_pytest
 from process_helpers import LOADED_SLACK_S, procs_with
 
@@ -54,14 +55,14 @@ def test_three_nodes_in_parallel(tmp_path, sshd_nodes, known_hosts):
         {"health.node1", "health.node2", "health.node3"}
     assert all(c["outcome"] == "skipped" for c in health if c["name"].startswith("test_gpu_inventory"))
     doc = json.loads((rep / "results.json").read_text())
-    hosts = {f["host"] for f in doc["figures"] if f["check"] == "busbw_gbps"}
+    hosts = {f["host"] for f in run_figures(doc) if f["check"] == "busbw_gbps"}
     assert hosts == {"node1", "node2", "node3"}
     # one SSH connection per host, reused: every whoami on a host saw the same client port
-    conns = {f["host"]: f["value"] for f in doc["figures"] if f["check"] == "ssh_connection"}
+    conns = {f["host"]: f["value"] for f in run_figures(doc) if f["check"] == "ssh_connection"}
     assert set(conns) == {"node1", "node2", "node3"} and all(v for v in conns.values())
     assert "| node1 | nccl |" in (rep / "summary.md").read_text()
     # probes are removed from the nodes at the end of the run
-    shipped = {f["host"]: f["value"] for f in doc["figures"] if f["check"] == "probe_dir"}
+    shipped = {f["host"]: f["value"] for f in run_figures(doc) if f["check"] == "probe_dir"}
     assert set(shipped) == {"node1", "node2", "node3"} and all("gpuaccept." in d for d in shipped.values())
     assert [d for d in shipped.values() if os.path.exists(d)] == []  # the nodes are this machine
 

@@ -19,6 +19,7 @@ from gpuaccept.config.paths import SHIPPED, SUITES_DIR
 from gpuaccept.config.sitelimits import layer_site
 from gpuaccept.config.thresholds import judge, load_all
 from gpuaccept.errors import ThresholdError
+from gpuaccept.reporting.folder import run_figures
 from project_helpers import DATA, outcomes, replay_project, run_pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,7 +164,7 @@ def test_a_site_limit_fails_a_replayed_capture_naming_the_site_file(tmp_path):
     assert "hbm_read_bw_gbps" in msg and "< min 4700 GB/s" in msg
     assert "[limit: site.yaml:4 checks.hbm_read_bw_gbps, over h200-sxm-141gb.yaml]" in msg, msg
     assert "hbm_write_bw_gbps" not in msg and "hbm_copy_bw_gbps" not in msg
-    figs = json.loads((rep / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((rep / "results.json").read_text()))
     read = [f for f in figs if f["check"] == "hbm_read_bw_gbps"]
     assert read and all(f["limit"]["site"] == "site.yaml:4" for f in read)
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "bad"), "--site-thresholds",

@@ -13,6 +13,7 @@ import pytest
 from gpuaccept.scaleout.merge import main as merge_main, merge
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.reporter import Reporter
+from gpuaccept.reporting.folder import run_figures
 
 
 def _hbm(host: str, value: float) -> CaseRecord:
@@ -64,12 +65,32 @@ def test_a_rerun_of_the_failed_hosts_wins_over_the_original_run_in_either_order(
         assert len(tests) == 4  # gpu2's ECC test (not rerun) is the original's, nothing counted twice
         assert tests["suites/test_memory.py::test_hbm[gpu2]"]["run_id"] == "rerun"
         assert tests["suites/test_health.py::test_ecc[gpu2]"]["run_id"] == "orig"
-        assert [f["value"] for f in doc["figures"] if f["host"] == "gpu2"] == [4550.0]
+        assert [f["value"] for f in run_figures(doc) if f["host"] == "gpu2"] == [4550.0]
         note = [ln for ln in said.splitlines() if "the later run wins" in ln]
         assert len(note) == 1 and note[0].startswith("gpu2: tests of run rerun"), said
         assert "earlier run orig" in note[0]
         assert "later run wins" in (out / "summary.md").read_text()
         assert not [ln for ln in said.splitlines() if ln.startswith("gpu1:")]
+
+
+def test_a_format_1_results_json_is_read_by_the_merge_and_the_stand_outs(tmp_path):
+    """results.json of format 1 listed every figure twice (in its test and again at the top level); a folder of
+    that shape is still merged, and read as the previous run of the stand-outs, with each figure once."""
+    from gpuaccept.reporting.folder import load_previous_figures
+    old = _run(tmp_path / "old", 1000.0, [_hbm("gpu1", 4600.0), _hbm("gpu2", 4100.0)])
+    doc = json.loads((old / "results.json").read_text())
+    assert doc["format"] == 2 and "figures" not in doc
+    figs = run_figures(doc)
+    v1 = {k: v for k, v in doc.items() if k != "format"}
+    v1["figures"] = figs
+    (old / "results.json").write_text(json.dumps(v1))
+    assert load_previous_figures(str(old)) == figs and [f["value"] for f in figs] == [4600.0, 4100.0]
+    rerun = _run(tmp_path / "rerun", 2000.0, [_hbm("gpu2", 4550.0)])
+    out = tmp_path / "merged"
+    assert merge_main([str(old), str(rerun), "--into", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert "figures" not in merged and sorted(f["value"] for f in run_figures(merged)) == [4550.0, 4600.0]
+    assert _verdicts(out) == {"gpu1": "PASS", "gpu2": "PASS"}
 
 
 def test_the_later_run_wins_even_when_it_fails(tmp_path):
@@ -173,7 +194,7 @@ def test_shards_merged_equal_one_controller_over_the_same_hosts(tmp_path):
     by_id = lambda d: {t["nodeid"]: t["outcome"] for t in d["tests"]}  # noqa: E731
     assert by_id(merged) == by_id(one)  # every test once, each with the single run's outcome
     keys = ("host", "check", "gpu", "value", "verdict", "extra")
-    fig = lambda d: sorted(json.dumps({k: f.get(k) for k in keys}, sort_keys=True) for f in d["figures"])  # noqa: E731
+    fig = lambda d: sorted(json.dumps({k: f.get(k) for k in keys}, sort_keys=True) for f in run_figures(d))  # noqa: E731
     assert fig(merged) == fig(one)
     assert merged["limit"] == one["limit"] == "gpu:!drained"
     # every host a shard's fleet_consistency named is FAIL, as in the single run (which names them all)
@@ -251,7 +272,7 @@ def test_merging_runs_already_in_the_history_is_refused(tmp_path, capsys):
     db = tmp_path / "history.sqlite"
     con = history.connect(str(db))
     recs = json.loads((a / "results.json").read_text())
-    history.record_run(con, {"run_id": "a", "started": 1000.0, "verdict": "PASS"}, recs["tests"], recs["figures"],
+    history.record_run(con, {"run_id": "a", "started": 1000.0, "verdict": "PASS"}, recs["tests"], run_figures(recs),
                        {"gpu1": "PASS"})
     con.close()
     out = tmp_path / "m"

@@ -30,6 +30,7 @@ from gpuaccept.runner.host import HostRunner
 from gpuaccept.probes._nccl_world import world_problems
 from gpuaccept.probes._supervisor import EXIT_SPLIT_WORLD, rank_evidence
 from gpuaccept.transport import get_transport
+from gpuaccept.reporting.folder import run_figures
 from sshd import SSHD, SshNode, _keygen, _wait_port, client_key, start_sshd, write_known_hosts
 from project_helpers import junit, make_project, run_pytest
 
@@ -385,7 +386,7 @@ def test_world_of_six_through_the_suite(tmp_path, rig):
             algbw = r["bytes"] / 1e9 / (r[f"{mode}_time_us"] / 1e6)
             assert abs(r[f"{mode}_algbw_gbps"] - algbw) <= 0.006 + algbw * 0.01
             assert abs(r[f"{mode}_busbw_gbps"] - algbw * 2 * 5 / 6) <= 0.006 + algbw * 0.01
-    figs = json.loads((rep / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((rep / "results.json").read_text()))
     table = next(f for f in figs if f["check"] == "internode_allreduce_table")
     assert table["extra"]["world_size"] == 6 and table["extra"]["hosts"] == ["mn1", "mn2", "mn3"]
     exact = table["value"][-1]
@@ -597,7 +598,7 @@ def test_pairwise_finds_the_slow_node(tmp_path, tmp_path_factory, slow_link):
         doc = json.loads((rep / "results.json").read_text())
         failures = doc["tests"][0]["message"].splitlines()
         assert [ln.split(":")[0] for ln in failures] == ["slow3"], failures
-        figs = doc["figures"]
+        figs = run_figures(doc)
         seed = next(f for f in figs if f["check"] == "pairwise_seed")
         assert seed["value"] == 7
         ratio = {f["host"]: f["value"] for f in figs if f["check"] == "pairwise_pass_ratio"}

@@ -20,6 +20,7 @@ from gpuaccept.probes import _nccl_log, _supervisor
 from gpuaccept.runner.host import save_probe
 from gpuaccept.probes._nccl_log import parse_nccl_log, parse_net_devices
 from gpuaccept.probes._supervisor import addresses_in, normalize_address, rank_evidence
+from gpuaccept.reporting.folder import run_figures
 from probe_helpers import field_blocks
 from project_helpers import CAPTURE_NCCL, GPU_LAYERS, REPO, alter, junit, outcomes, replay_project, run_pytest
 
@@ -217,7 +218,7 @@ def _run(tmp_path, captures, extra_vars=""):
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", GPU_LAYERS)
     got = outcomes(rep)["test_allreduce"]
-    figs = [f for f in json.loads((rep / "results.json").read_text())["figures"] if f["layer"] == "nccl"]
+    figs = [f for f in run_figures(json.loads((rep / "results.json").read_text())) if f["layer"] == "nccl"]
     return res, got, figs
 
 

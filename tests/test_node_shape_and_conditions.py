@@ -30,6 +30,7 @@ from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.summary import summary_markdown
 from gpuaccept.reporting.verdicts import failed_hosts, failed_hosts_text, host_verdicts
 from gpuaccept.runner.host import save_probe
+from gpuaccept.reporting.folder import run_figures
 from project_helpers import DATA, REPO, alter, junit, make_project, replay_folder, run_pytest
 
 ONE = DATA.parent / "replay-h200x1"
@@ -163,7 +164,7 @@ def test_a_disturbed_measurement_is_an_error_with_its_figures_kept(tmp_path):
     assert "figure kept: " in hbm["text"] and "hbm_copy_bw_gbps 1904.2 GB/s < min 3900" in hbm["text"]
     assert mm["outcome"] == "error" and mm["message"].startswith("disturbed: pid 985 (python3) used GPU 0")
     assert "tf32_tflops 187.01" in mm["text"]
-    figs = json.loads((tmp_path / "rep" / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((tmp_path / "rep" / "results.json").read_text()))
     cond = [f for f in figs if f["check"] == "conditions" and f["test"] == "test_hbm_bandwidth"]
     assert cond and cond[0]["extra"]["foreign"][0]["pid"] == 801
     line = next(ln for ln in md.splitlines() if "`h200-1`" in ln and ln.startswith("- **"))

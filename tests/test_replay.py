@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuaccept.reporting.folder import run_figures
+
 from project_helpers import (DATA, GPU_LAYERS, alter, junit, make_project, outcomes, replay_folder, replay_project,
                              run_pytest, strict_json)
 
@@ -25,7 +27,7 @@ def test_healthy_h200_capture_passes(tmp_path):
                  "test_hbm_bandwidth", "test_pcie_bandwidth", "test_tensor_tflops", "test_launch_overhead",
                  "test_nvlink_links", "test_nvlink_topology", "test_p2p_bandwidth", "test_allreduce"):
         assert got[name]["outcome"] == "passed", (name, got[name]["message"])
-    figs = json.loads((rep / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((rep / "results.json").read_text()))
     bf16 = sorted(f["value"] for f in figs if f["check"] == "bf16_tflops")
     assert len(bf16) == 2 and all(600 <= v < 989 for v in bf16)
     busbw = [f for f in figs if f["check"] == "allreduce_busbw_gbps"]
@@ -142,7 +144,7 @@ def run_replay(tmp_path: Path, captures: Path, k: str, inventory_vars: str = "gp
     for t in texts:
         for bad in EXCEPTION_TEXT:
             assert bad not in t, t[-3000:]
-    return res.returncode, got, json.loads((rep / "results.json").read_text())["figures"]
+    return res.returncode, got, run_figures(json.loads((rep / "results.json").read_text()))
 
 
 def alter_many(tmp_path: Path, changes: dict) -> Path:

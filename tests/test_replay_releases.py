@@ -15,6 +15,7 @@ import pytest
 
 from gpuaccept.errors import ProbeError
 from gpuaccept.runner.replay import DURATION_ARGS, compare, replay_probe, save_probe
+from gpuaccept.reporting.folder import run_figures
 from project_helpers import CAPTURE_NCCL, DATA, GPU_LAYERS, make_project, outcomes, run_pytest
 
 
@@ -44,7 +45,7 @@ def test_a_sweep_saved_before_the_ring_pin_is_judged_and_the_report_says_why(tmp
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_allreduce")
     assert res.returncode == 0, res.stdout[-4000:]
     assert outcomes(rep)["test_allreduce"]["outcome"] == "passed"
-    figs = json.loads((rep / "results.json").read_text())["figures"]
+    figs = run_figures(json.loads((rep / "results.json").read_text()))
     busbw = [f for f in figs if f["check"] == "allreduce_busbw_gbps"]
     saved = json.loads((DATA / CAPTURE_NCCL).read_text())["doc"]
     assert [f["value"] for f in busbw] == [saved["rows"][-1]["ip_busbw_gbps"]] and busbw[0]["verdict"] == "pass"
@@ -83,7 +84,7 @@ def test_a_quick_profile_replay_of_a_standard_capture(tmp_path):
     got = outcomes(rep)
     assert got["test_tensor_tflops"]["outcome"] == "passed" and got["test_allreduce"]["outcome"] == "passed"
     assert not [n for n, c in got.items() if c["outcome"] not in ("passed", "skipped")]
-    notes = [f["value"] for f in json.loads((rep / "results.json").read_text())["figures"]
+    notes = [f["value"] for f in run_figures(json.loads((rep / "results.json").read_text()))
              if f["check"] == "replay_note"]
     assert any(n.startswith("matmul_tflops:") and "asked seconds_per_dtype=0.6" in n for n in notes), notes
     assert any(n.startswith("pcie_link:") and "measured with seconds=1.5, asked seconds=0.6" in n for n in notes)

@@ -28,6 +28,7 @@ from gpuaccept.reporting.records import CaseRecord, record_dict
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.summary import summary_markdown
 from gpuaccept.reporting.verdicts import failed_hosts, failed_hosts_text, host_verdicts
+from gpuaccept.reporting.folder import run_figures
 
 
 def _recs(n_hosts: int, tag: str = "") -> list[CaseRecord]:
@@ -66,7 +67,8 @@ def _check_files(rep: Reporter, folder: Path, final: bool = False) -> None:
     assert failed_hosts_text(recs, rep.meta["hosts"]).startswith("".join(h + "\n" for h in failed_hosts(recs, rep.meta["hosts"])))
     doc = json.loads((folder / "results.json").read_text())
     assert doc["tests"] == json.loads(json.dumps([record_dict(r) for r in recs]))
-    assert doc["figures"] == [f for r in recs for f in r.figures]
+    assert "figures" not in doc and doc["format"] == 2  # each figure once, in its test
+    assert run_figures(doc) == [f for r in recs for f in r.figures]
     assert doc["run_id"] == "run1" and doc["hosts"] == rep.meta["hosts"]
     layers = sorted({r.layer for r in recs})
     for layer in layers:
@@ -98,8 +100,8 @@ def test_periodic_rewrites_replacement_and_merge_equal_the_pure_writers(tmp_path
     assert [t["nodeid"] for t in doc["tests"]] == [r.nodeid for r in recs]  # the replaced one keeps its place
     assert "(second)" in doc["tests"][3]["message"] and "(second)" in (folder / "junit-memory.xml").read_text()
     # every figure of a host with a known SKU says it, in results.jsonl as in results.json; others none
-    assert {f.get("sku") for f in doc["figures"] if f["host"] == "gpu-05"} == {None}
-    assert {f.get("sku") for f in doc["figures"] if f["host"] == "gpu-00"} == {"h200-sxm-141gb"}
+    assert {f.get("sku") for f in run_figures(doc) if f["host"] == "gpu-05"} == {None}
+    assert {f.get("sku") for f in run_figures(doc) if f["host"] == "gpu-00"} == {"h200-sxm-141gb"}
     lines = [json.loads(ln) for ln in (folder / "results.jsonl").read_text().splitlines()]
     assert len(lines) == len(recs) + 1 and lines[-1]["figures"] == doc["tests"][-1]["figures"]
     rep.close("interrupted")
@@ -343,12 +345,12 @@ def test_sigterm_mid_run_writes_complete_whole_run_files(tmp_path):
         assert int(suite.get("errors")) == sum(t["outcome"] == "error" for t in ts)
         assert int(suite.get("failures")) == sum(t["outcome"] == "failed" for t in ts)
     assert sum(t["outcome"] == "error" for t in doc["tests"]) >= len(tests) - len(ran)
-    assert doc["figures"] == [f for t in doc["tests"] for f in t["figures"]]
+    assert "figures" not in doc and run_figures(doc) == [f for t in doc["tests"] for f in t["figures"]]
     assert not (rep / ".spool").exists()
     con = sqlite3.connect(db)
     assert con.execute("SELECT count(*) FROM tests").fetchone()[0] == len(tests)
     n_figs = con.execute("SELECT count(*) FROM figures").fetchone()[0]
-    assert n_figs == len(doc["figures"]) > 0
+    assert n_figs == len(run_figures(doc)) > 0
     assert con.execute("SELECT run_id FROM runs").fetchall() == [(doc["run_id"],)]
 
 

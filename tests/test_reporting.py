@@ -29,6 +29,7 @@ from gpuaccept.reporting.junit import figure_properties
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import failed_hosts, host_verdicts
+from gpuaccept.reporting.folder import run_figures
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -566,8 +567,8 @@ def test_non_ascii_host_and_unreadable_serial_keep_one_host_and_a_history(tmp_pa
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
     doc = json.loads((rep / "results.json").read_text())
     assert {t["host"] for t in doc["tests"]} == {"gpu-é1"}, {t["host"] for t in doc["tests"]}
-    assert {f["host"] for f in doc["figures"]} == {"gpu-é1"}
-    assert all(f.get("serial") is None for f in doc["figures"] if f.get("gpu") is not None)
+    assert {f["host"] for f in run_figures(doc)} == {"gpu-é1"}
+    assert all(f.get("serial") is None for f in run_figures(doc) if f.get("gpu") is not None)
     assert (rep / "failed-hosts.txt").read_text(encoding="utf-8").split() == ["gpu-é1"]
     rerun = run_pytest(tmp_path, "--inventory", str(inv), f"--limit=@{rep / 'failed-hosts.txt'}", "--list-hosts")
     assert rerun.returncode == 0 and "gpu-é1" in rerun.stdout, rerun.stdout[-1000:] + rerun.stderr[-1000:]
@@ -576,3 +577,14 @@ def test_non_ascii_host_and_unreadable_serial_keep_one_host_and_a_history(tmp_pa
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
     subjects = {r[0] for r in con.execute("SELECT DISTINCT subject FROM figures WHERE gpu IS NOT NULL")}
     assert subjects == {"host:gpu-é1:gpu0", "host:gpu-é1:gpu1"}, subjects
+
+
+def test_run_verdict_is_the_verdict_order_over_hosts_with_the_fleet_only_when_it_did_not_pass():
+    """One run verdict for the console, the history's run row and a merge: FAIL > ERROR > PASS > SKIP; a fleet
+    pseudo-host that passed does not make a run of skipped hosts PASS, one that failed makes it FAIL."""
+    from gpuaccept.reporting.verdicts import run_verdict
+    assert run_verdict({"a": "ERROR", "b": "FAIL"}) == "FAIL"  # a failure outranks an error, as per host
+    assert run_verdict({"a": {"verdict": "PASS"}, "b": {"verdict": "SKIP"}}) == "PASS"
+    assert run_verdict({"a": "SKIP", "fleet": "PASS"}) == "SKIP"
+    assert run_verdict({"a": "PASS", "fleet": "ERROR"}) == "ERROR"
+    assert run_verdict({}) == "SKIP"

@@ -22,6 +22,7 @@ import pytest
 from gpuaccept.judging import storage as sj
 from gpuaccept.config import storage as sl
 from gpuaccept.errors import ConfigError
+from gpuaccept.reporting.folder import run_figures
 from probe_helpers import sysfs_pci as _pci, write_line as _w
 from project_helpers import junit, make_project, run_pytest
 
@@ -621,12 +622,12 @@ def test_suites_end_to_end(tmp_path, sshd_nodes, known_hosts):
     agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")]
     assert len(agg) == 1 and agg[0]["outcome"] == "passed", agg
     doc = json.loads((rep / "results.json").read_text())
-    rd = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_read_gbps {shared}"]
+    rd = [f for f in run_figures(doc) if f["check"] == f"fs_aggregate_read_gbps {shared}"]
     assert rd and rd[0]["verdict"] == "pass" and sorted(rd[0]["extra"]["hosts"]) == ["node1", "node2"]
     assert rd[0]["value"] == round(sum(h["read_gbps"] for h in rd[0]["extra"]["hosts"].values()), 4)
-    wr = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_write_gbps {shared}"]
+    wr = [f for f in run_figures(doc) if f["check"] == f"fs_aggregate_write_gbps {shared}"]
     assert wr[0]["verdict"] == "recorded" and "not judged" in wr[0]["extra"]["note"]
-    mounts = [f for f in doc["figures"] if f["check"] == f"mount {data['node1']}"]
+    mounts = [f for f in run_figures(doc) if f["check"] == f"mount {data['node1']}"]
     assert mounts and mounts[0]["extra"]["fstype"] == fstype and mounts[0]["extra"]["problems"] == []
     nvme = cases[("storage.node1", "test_nvme_inventory")]
     assert nvme["outcome"] == "skipped"
@@ -673,12 +674,12 @@ def test_path_on_os_disk_fails_before_fio(tmp_path, root_fs_dir, sshd_nodes, kno
     assert err["outcome"] == "error" and err["message"] == ("node2: inventory var storage_limits sets seq_read_gbps "
                                                             "but storage_paths is empty: nothing is measured to judge")
     doc = json.loads((rep / "results.json").read_text())
-    assert not [f for f in doc["figures"] if f["check"].startswith(("seq_read_gbps", "fio "))]
+    assert not [f for f in run_figures(doc) if f["check"].startswith(("seq_read_gbps", "fio "))]
     agg = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_shared_fs_aggregate")][0]
     assert agg["outcome"] == "failure"
     for h in ("node1", "node2"):
         assert f"{h}: fs_paths {shared} is on the root filesystem" in agg["text"]
-    rd = [f for f in doc["figures"] if f["check"] == f"fs_aggregate_read_gbps {shared}"][0]
+    rd = [f for f in run_figures(doc) if f["check"] == f"fs_aggregate_read_gbps {shared}"][0]
     assert rd["value"] is None and rd["verdict"] == "error" and rd["extra"]["host_count"] == 0  # judged, no value
     assert leftovers(scratch) == [] and leftovers(shared) == []
 
@@ -710,7 +711,7 @@ def test_two_storage_paths_on_one_filesystem(tmp_path):
     assert f"device {dev}): it would measure the same drive again" in case["text"]
     assert f"{nvme0} is on the same" not in case["text"]
     doc = json.loads((rep / "results.json").read_text())
-    measured = sorted(f["check"] for f in doc["figures"] if f["check"].startswith("seq_read_gbps"))
+    measured = sorted(f["check"] for f in run_figures(doc) if f["check"].startswith("seq_read_gbps"))
     assert measured == [f"seq_read_gbps {nvme0}"], measured
     assert leftovers(nvme0) == [] and leftovers(other) == []
 
@@ -741,7 +742,7 @@ def test_aggregate_of_runs_that_did_not_overlap_is_not_judged(tmp_path, root_fs_
     assert "the sum is not of one concurrent load, not judged" in agg["text"]
     doc = json.loads((rep / "results.json").read_text())
     for d in ("read", "write"):
-        f = [x for x in doc["figures"] if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
+        f = [x for x in run_figures(doc) if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
         assert f["verdict"] == "recorded" and f["value"] > 0 and f["extra"]["start_skew_s"] > 3, f
         assert f["extra"]["overlap_s"] < 0 and "not judged" in f["extra"]["note"]
     assert leftovers(shared) == []
@@ -789,7 +790,7 @@ def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_n
     assert "node1" not in agg["text"].replace(f"{shared}", "") and "node2" not in agg["text"]
     doc = json.loads((rep / "results.json").read_text())
     for d in ("read", "write"):
-        f = [x for x in doc["figures"] if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
+        f = [x for x in run_figures(doc) if x["check"] == f"fs_aggregate_{d}_gbps {shared}"][0]
         assert f["verdict"] == "pass" and sorted(f["extra"]["hosts"]) == ["node1", "node2"], f
         assert f["value"] == round(sum(h[f"{d}_gbps"] for h in f["extra"]["hosts"].values()), 4)
         assert "node3" in f["extra"]["left_out"]

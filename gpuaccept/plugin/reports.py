@@ -32,7 +32,7 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures, space_problem
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
-from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text
+from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict
 from gpuaccept.config.selection import list_hosts_text  # noqa: F401 - its former home; callers may still import it here
 from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups
 
@@ -96,9 +96,7 @@ def run_line(hv: dict[str, dict], recs: list) -> str:
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
     order = ("FAIL", "ERROR", "PASS", "SKIP")
-    verdict = next((k for k in order if tally.get(k)), "SKIP")
-    if hv.get("fleet", {}).get("verdict") in ("FAIL", "ERROR") and order.index(hv["fleet"]["verdict"]) < order.index(verdict):
-        verdict = hv["fleet"]["verdict"]
+    verdict = run_verdict(hv)
     parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in order if tally.get(k))
     n = gpu_figures_judged(recs)
     return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
@@ -551,7 +549,7 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
     t0 = time.perf_counter()
     hv = rep.host_verdicts()
     verdicts = {h: v["verdict"] for h, v in hv.items()}
-    run_verdict = ("ERROR" if "ERROR" in verdicts.values() else "FAIL" if "FAIL" in verdicts.values() else "PASS")
+    verdict = run_verdict(hv)
     from gpuaccept.reporting import html as html_report
     figures = rep.figures()
     sparks: dict[tuple, list[float]] = {}
@@ -563,7 +561,7 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
         stand = (got or []) + hist.recorder.fleet_outliers()
         if hist.error is None:  # the run row and latest: in a thread, beside the files (joined below)
             end = {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"), "report_dir": rep.dir,
-                   "verdict": run_verdict}
+                   "verdict": verdict}
             ending = threading.Thread(target=hist.guard, args=(hist.recorder.record_end, end, verdicts),
                                       name="gpuaccept-history-end")
             ending.start()

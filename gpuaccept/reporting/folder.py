@@ -19,6 +19,10 @@ MiB = 1024 * 1024
 SPACE_BASE = 1 * MiB
 SPACE_PER_TEST = 16 * 1024
 
+#: results.json's shape: 2 holds each figure once, in its test's record; 1 (written until 2026-12-02)
+#: also listed every figure again at the top level ("figures"). :func:`run_figures` reads both.
+RESULTS_FORMAT = 2
+
 # Files a run writes into its folder (a folder holding one of these already holds a run).
 RUN_FILES = ("results.jsonl", "results.json", "summary.md", "failed-hosts.txt", "report.html")
 
@@ -67,14 +71,22 @@ def holds_run(directory: str) -> str | None:
     return None
 
 
+def run_figures(doc: dict) -> list[dict]:
+    """Every figure of a results.json document ``doc``, in test order: the tests' own (format 2), or the
+    top-level "figures" list of a format-1 file."""
+    if "figures" in doc:
+        return list(doc.get("figures") or [])
+    return [f for t in doc.get("tests") or [] for f in (t.get("figures") or [])]
+
+
 def load_previous_figures(directory: str | None) -> list[dict]:
-    """Figures of an earlier run's results.json (empty when absent or unreadable)."""
+    """Figures of an earlier run's results.json, either format (empty when absent or unreadable)."""
     if not directory:
         return []
     try:
         with open(os.path.join(directory, "results.json"), encoding="utf-8") as f:
-            return list(json.load(f).get("figures") or [])
-    except (OSError, ValueError):
+            return run_figures(json.load(f))
+    except (OSError, ValueError, AttributeError, TypeError):
         return []
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from gpuaccept.judging.standouts import outliers
 from gpuaccept.reporting.baseline import is_compared
-from gpuaccept.reporting.folder import atomic_file, atomic_write, write_fully
+from gpuaccept.reporting.folder import RESULTS_FORMAT, atomic_file, atomic_write, write_fully
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json
@@ -336,25 +336,17 @@ class Reporter:
                                                                   "".join(h + "\n" for h in names)))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
-        """results.json: ``{"run_id", **meta, "complete", "tests": [record...], "figures": [figure...],
-        "outliers"}``. Each record's text is copied from results.jsonl where it lies there (one serialisation
-        per record per run); a record that is not there (a failed append) is serialised now."""
-        head = json.dumps({"run_id": self.run_id, **self.meta, "complete": final}, default=str, separators=(",", ":"))
+        """results.json: ``{"run_id", **meta, "complete", "format": 2, "tests": [record...], "outliers"}``; each
+        figure once, inside its test (gpuaccept.reporting.folder.run_figures reads them, and the format-1 top-level
+        "figures" list of earlier runs). Each record's text is copied from results.jsonl where it lies there
+        (one serialisation per record per run); a record that is not there (a failed append) is serialised now."""
+        head = json.dumps({"run_id": self.run_id, **self.meta, "complete": final, "format": RESULTS_FORMAT},
+                          default=str, separators=(",", ":"))
         src = open(os.path.join(self.dir, "results.jsonl"), "rb") if self._spans else None
         try:
             with atomic_file(os.path.join(self.dir, "results.json")) as out:
                 out.write(head[:-1].encode() + b',"tests":[')
                 _copy_pieces(out, src, [(self._spans.get(r.nodeid), r) for r in recs], lines=True)
-                out.write(b'],"figures":[')
-                pieces = []
-                for r in recs:
-                    span = self._spans.get(r.nodeid)
-                    if span is not None:
-                        if span[2] > span[1]:
-                            pieces.append(((span[1], span[2]), None))
-                    elif r.figures:
-                        pieces.append((None, json.dumps(r.figures, default=str)[1:-1]))
-                _copy_pieces(out, src, pieces, lines=False)
                 out.write(b'],"outliers":' + json.dumps(slow, default=str, separators=(",", ":")).encode() + b"}")
         finally:
             if src is not None:

@@ -55,6 +55,15 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
     return hv.result()
 
 
+def run_verdict(hv: dict[str, dict | str]) -> str:
+    """The run's one verdict (pure) from its host verdicts ``hv`` (host -> verdict dict or word): the strongest
+    host's in the verdict order (FAIL > ERROR > PASS > SKIP, gpuaccept.judging.verdict_order), the fleet
+    pseudo-host counting only when it failed or errored; SKIP for none. The console's run line, the history's
+    run row and a merge's run row all read it."""
+    words = {h: (v["verdict"] if isinstance(v, dict) else v) for h, v in hv.items()}
+    return verdict_order.strongest([w for h, w in words.items() if h != "fleet" or w in verdict_order.NOT_PASSED])
+
+
 def judged_something(r: CaseRecord) -> bool:
     """Whether a passed test measured or judged anything (pure): a figure against a limit (verdict pass or
     fail), a number in a unit of measurement (:data:`MEASUREMENT_UNITS`), or no figure at all (an operator's

@@ -34,7 +34,7 @@ from gpuaccept.errors import ConfigError
 from gpuaccept.reporting.folder import holds_run
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.reporter import Reporter
-from gpuaccept.reporting.verdicts import host_verdicts
+from gpuaccept.reporting.verdicts import host_verdicts, run_verdict
 
 
 _FIELDS = {f.name for f in dataclasses.fields(CaseRecord)}
@@ -319,8 +319,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             hv = {h: v["verdict"] for h, v in host_verdicts(recs, hosts).items()}
             history.record_run(con, {"run_id": rid, "started": started, "inventory": meta["inventory"],
                                      "profile": meta["profile"], "report_dir": os.path.abspath(into),
-                                     "verdict": "ERROR" if "ERROR" in hv.values() else "FAIL" if "FAIL" in hv.values()
-                                     else "PASS"},
+                                     "verdict": run_verdict(hv)},
                                [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                                  "message": r.message} for r in recs], figures, hv)
         finally:
