@@ -11,6 +11,9 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
     (OpenSSH client, ``StrictHostKeyChecking yes``, ``ControlMaster no``), as the scale profile ran it; only
     where ``import testinfra`` works (``pip install pytest-testinfra``), or with ``TESTINFRA_SITE=DIR`` naming a
     ``pip install --target DIR pytest-testinfra`` folder (put on that run's PYTHONPATH only);
+  - ansible `-m raw -a true -f NODES`: Ansible's own fan-out over the same inventory (OpenSSH client,
+    host keys checked against the same known_hosts, no ControlMaster); only where ``ansible`` is on PATH or
+    ``ANSIBLE_SITE=DIR`` names a ``pip install --target DIR ansible-core`` folder (its bin/ansible is run);
   - gpuaccept `-m health --forks 0`: hosts one at a time as pytest reaches their tests (the old behaviour);
   - gpuaccept `-m health` (default --forks 32): every host connected, shipped and probed (gpu_inventory)
     at once before the tests reach it;
@@ -123,6 +126,33 @@ def testinfra(root: Path, nodes, known_hosts: str, env: dict) -> float:
     return t
 
 
+def ansible_cmd() -> tuple[list[str], dict] | None:
+    """How to start ``ansible`` here (command prefix, environment), or None where it is not installed."""
+    site = os.environ.get("ANSIBLE_SITE")
+    if site:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)}
+        return [sys.executable, os.path.join(site, "bin", "ansible")], env
+    exe = shutil.which("ansible")
+    return ([exe], dict(os.environ)) if exe else None
+
+
+def ansible(root: Path, nodes, known_hosts: str, how: tuple[list[str], dict]) -> tuple:
+    """``ansible all -m raw -a true -f N`` over the nodes, as a whole process."""
+    inv = root / "ansible.ini"
+    if not inv.exists():
+        inv.write_text("[all]\n" + "".join(
+            f"{n.name} ansible_host={n.address} ansible_port={n.port} ansible_user=root "
+            f"ansible_ssh_private_key_file={n.key_file}\n" for n in nodes))
+    env = {**how[1], "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_SSH_ARGS": f"-o UserKnownHostsFile={known_hosts} "
+           "-o StrictHostKeyChecking=yes -o ControlMaster=no -o IdentitiesOnly=yes", "ANSIBLE_LOCAL_TEMP": str(root / "ans-tmp"),
+           "ANSIBLE_HOME": str(root / "ans-home"), "ANSIBLE_NOCOLOR": "1"}
+    res, t = timed([*how[0], "all", "-i", str(inv), "-m", "raw", "-a", "true", "-f", str(len(nodes))],
+                   cwd=root, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"ansible run failed ({res.returncode}): {res.stdout[-2000:]}{res.stderr[-2000:]}")
+    return t
+
+
 def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str = "health") -> tuple:
     res, t = timed([sys.executable, "-m", "pytest", "--inventory", str(inv), "--known-hosts", known_hosts,
                     "-m", marker, "-q", "-p", "no:cacheprovider", "--reports", str(root / f"rep{time.time()}"),
@@ -148,11 +178,15 @@ def main() -> None:
         dead = tmp / "dead.ini"  # the same hosts, every one refusing connections (port 9, nothing listens there)
         dead.write_text("[cluster]\n" + "".join(f"{n.name} ansible_host={n.address} ansible_port=9\n" for n in nodes))
         tenv = testinfra_env()
+        acmd = ansible_cmd()
         names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
+                 f"ansible -m raw -a true -f {count}",
                  "gpuaccept -m health --collect-only (fixed cost, no host touched)",
                  "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
                  "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)",
                  "gpuaccept -m health, every host refusing connections (ERROR reports)"]
+        if acmd is None:
+            names.remove(names[2])
         if tenv is None:
             names.remove(names[1])
         rows: dict[str, list[tuple]] = {k: [] for k in names}
@@ -160,6 +194,7 @@ def main() -> None:
         for r in range(rounds + 1):  # round 0: the untimed warm-up
             b = bare_pool(nodes, kh)
             got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
+            got += [ansible(tmp, nodes, kh, acmd)] if acmd is not None else []
             got += [gpuaccept(tmp, inv, kh, "--collect-only"),
                     gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
                     gpuaccept(tmp, inv, kh, "--forks", "0", marker="storage"), gpuaccept(tmp, inv, kh, marker="storage"),
@@ -176,6 +211,8 @@ def main() -> None:
             wall = [x[0] for x in v]
             print(f"| {k} | {min(wall):.2f} | {statistics.median(wall):.2f} | {statistics.median(ratios[k]):.1f}x | "
                   f"{statistics.median(x[1] for x in v):.2f} | {statistics.median(x[2] for x in v):.2f} |")
+        if acmd is None:
+            print("(ansible not installed: pip install --target DIR ansible-core and ANSIBLE_SITE=DIR, to add its row)")
         if tenv is None:
             print("(testinfra not installed: pip install pytest-testinfra, or TESTINFRA_SITE=DIR, to add its row)")
     finally:

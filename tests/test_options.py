@@ -16,7 +16,8 @@ from project_helpers import make_project, run_pytest
     (("--xid-window", "-5"), "--xid-window -5.0: expected a number >= 0"),
     (("--standout-pct", "-10"), "--standout-pct -10.0: expected a number > 0 and < 100"),
     (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
-    (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: cannot be created"),
+    (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: lies in the system folder /proc"),
+    (("--history", "/h.sqlite"), "--history /h.sqlite: lies in the root folder"),
 ])
 def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
@@ -85,7 +86,9 @@ def test_history_that_is_no_database_exits_4_before_any_node(tmp_path, kind):
     inv.write_text("h1 ansible_connection=local\n")
     res = run_pytest(tmp_path, "--inventory", str(inv), "--history", str(bad), "--reports", str(tmp_path / "rep"))
     assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
-    assert f"--history: {bad}: not a gpuaccept history database" in res.stderr
+    said = f"--history {bad}: is a folder, not a file" if kind == "folder" else \
+        f"--history: {bad}: not a gpuaccept history database"
+    assert said in res.stderr, res.stderr
     assert "Traceback" not in res.stderr + res.stdout and not (tmp_path / "rep").exists()
     if kind == "text file":
         assert bad.read_text() == "not a database\n"  # left as it was
