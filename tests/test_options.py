@@ -100,3 +100,14 @@ def test_list_hosts_writes_ipv6_with_brackets(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "--list-hosts")
     assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
     assert "ansible_host=[2001:db8::12]:2200" in res.stdout and "localbox  ansible_host=-" in res.stdout
+
+
+def test_runs_without_xdist_loaded(tmp_path):
+    """``-p no:xdist`` (or an environment without pytest-xdist): the plugin's xdist hooks are optional, so the
+    run goes as without ``-n`` instead of stopping at "unknown hook"."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-p", "no:xdist", "-m", "health", "--reports", str(tmp_path / "rep"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "unknown hook" not in out and "Traceback" not in out, out[-2000:]
+    assert (tmp_path / "rep" / "results.json").is_file()

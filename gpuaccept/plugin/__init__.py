@@ -193,6 +193,7 @@ def _state(config: pytest.Config) -> RunState | None:
     return config.stash.get(STATE, None)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:  # xdist hook (controller side): share the run's start time
     worker = node  # xdist calls its worker controller "node"; the hook's argument name is fixed by xdist
     st = _state(worker.config)
@@ -216,6 +217,7 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Hosts in parallel, one host's tests in sequence (see gpuaccept.scaleout.scheduler)."""
     if _state(config) is not None and config.getoption("dist") in ("load", "loadscope", "loadgroup", "loadfile",

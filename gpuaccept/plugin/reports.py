@@ -285,6 +285,7 @@ class ReportPlugin:
             per[h] = per.get(h, 0) + 1
         self.progress.expect(per)
 
+    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         if self.reporter is None:
             return
