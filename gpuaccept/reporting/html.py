@@ -85,40 +85,43 @@ def standouts_once(standouts: list[dict]) -> list[dict]:
 def heatmap(figures: list[dict], only: set | None = None, standouts: set | None = None) -> dict:
     """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure).
     ``only``: rows for these hosts alone (the columns are still every check judged anywhere); ``standouts``:
-    the (host, check) pairs with a stand-out, painted amber (:func:`_ratio_color`)."""
+    the (host, check) pairs with a stand-out, painted amber (:func:`_ratio_color`). One pass over the figures;
+    each cell's colour and title are made once, from its worst figure."""
     checks: list[str] = []
     seen: set[str] = set()
-    cells: dict[tuple[str, str], dict] = {}
+    worst: dict[tuple[str, str], list] = {}  # (host, check) -> [ratio, kind, failed?, worst figure]
     for f in figures:
-        if only is not None and str(f.get("host")) not in only:
-            if f["check"] not in seen:  # a column, if some figure of the check is judged numerically
-                lim = f.get("limit") or {}
-                kind = "min" if "min" in lim else "max" if "max" in lim else None
-                v = f.get("value")
-                if kind is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and lim[kind]:
-                    seen.add(f["check"])
-                    checks.append(f["check"])
+        lim = f.get("limit")
+        if not lim:
             continue
-        lim = f.get("limit") or {}
         kind = "min" if "min" in lim else "max" if "max" in lim else None
         v = f.get("value")
         if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not lim[kind]:
             continue
+        check = f["check"]
+        if check not in seen:  # a column, if some figure of the check is judged numerically
+            seen.add(check)
+            checks.append(check)
+        host = str(f.get("host"))
+        if only is not None and host not in only:
+            continue
         ratio = float(v) / float(lim[kind])
-        if f["check"] not in seen:
-            seen.add(f["check"])
-            checks.append(f["check"])
-        key = (str(f.get("host")), f["check"])
-        old = cells.get(key)
-        worse = old is None or (ratio < old["ratio"] if kind == "min" else ratio > old["ratio"])
-        if worse:
-            cells[key] = {"check": f["check"], "ratio": ratio, "kind": kind,
-                          "verdict": "fail" if f.get("verdict") == "fail" or (old and old["verdict"] == "fail") else "pass",
-                          "color": _ratio_color(ratio, kind, key in (standouts or ())),
-                          "title": f"{f.get('host')} {f['check']}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
-                                   f"{fmt(v)} {f.get('unit') or ''} vs {limit_text(lim)}"}
-        elif f.get("verdict") == "fail":
-            old["verdict"] = "fail"
+        key = (host, check)
+        old = worst.get(key)
+        failed = f.get("verdict") == "fail"
+        if old is None:
+            worst[key] = [ratio, kind, failed, f]
+        else:
+            if ratio < old[0] if kind == "min" else ratio > old[0]:
+                old[0], old[3] = ratio, f
+            old[2] = old[2] or failed
+    cells: dict[tuple[str, str], dict] = {}
+    stand = standouts or ()
+    for key, (ratio, kind, failed, f) in worst.items():
+        cells[key] = {"check": key[1], "ratio": ratio, "kind": kind, "verdict": "fail" if failed else "pass",
+                      "color": _ratio_color(ratio, kind, key in stand),
+                      "title": f"{f.get('host')} {key[1]}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
+                               f"{fmt(f.get('value'))} {f.get('unit') or ''} vs {limit_text(f['limit'])}"}
     hosts = sorted({h for h, _ in cells})
     return {"checks": checks, "rows": [{"host": h, "cells": [cells.get((h, c)) for c in checks]} for h in hosts]}
 

@@ -266,10 +266,16 @@ def action_text(act: dict | None) -> str:
     return f"{act['action']} ({act.get('reason', '')}{'; ' + how if how else ''})"
 
 
+def _selection_order(hv: dict, hosts: list[str] | None) -> list[str]:
+    """The selection's hosts in order, then any other host of ``hv`` by name ("fleet" is no host). O(hosts)."""
+    listed = set(hosts or ())
+    return list(hosts or []) + sorted(h for h in hv if h not in listed and h != "fleet")
+
+
 def action_hosts(hv: dict, hosts: list[str] | None = None) -> dict[str, list[str]]:
     """Per action name (every one, weakest first): the hosts whose action it is, in selection order, as
     ``hosts-<action>.txt`` lists them (pure). ``hv``: :func:`host_verdicts`. "fleet" is no host."""
-    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    order = _selection_order(hv, hosts)
     out: dict[str, list[str]] = {a: [] for a in actions.strength()}
     for h in order:
         act = (hv.get(h) or {}).get("action") if h != "fleet" else None
@@ -282,7 +288,7 @@ def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dic
     """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
     ``hv``: :func:`host_verdicts` of the same records when already computed."""
     hv = hv if hv is not None else host_verdicts(recs, hosts)
-    order = list(hosts or []) + sorted(h for h in hv if h not in (hosts or []) and h != "fleet")
+    order = _selection_order(hv, hosts)
     return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in verdict_order.NOT_PASSED]
 
 
