@@ -338,3 +338,10 @@ def plain(value: Any, _memo: dict | None = None) -> Any:
         memo[vid] = out
         out.extend(plain(v, memo) for v in value)
     return out
+
+
+def load_data(f) -> Any:
+    """A data file shipped with gpuaccept (``f``: text or an open file; trusted, checked by its reader):
+    parsed by libyaml's safe loader where PyYAML has it (0.02 s for actions.yaml, against 0.2 s for the pure
+    Python one, at every run's start), else by PyYAML's own safe loader. Plain types, no line numbers."""
+    return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader

@@ -34,9 +34,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterable
 
-import yaml
 
 from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
+from gpuaccept.config.yamlload import load_data
 
 DATA_FILE = "actions.yaml"
 
@@ -71,7 +71,7 @@ def load_table() -> dict:
     """``gpuaccept/data/actions.yaml`` as read; raises ValueError when a row names an action not in ``strength``
     or has no reason (the data file is broken)."""
     with resources.files("gpuaccept").joinpath("data", DATA_FILE).open(encoding="utf-8") as f:
-        table = yaml.safe_load(f)
+        table = load_data(f)
     known = set(table["strength"])
     for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "errors"):
         for key, row in table[section]["rows"].items():

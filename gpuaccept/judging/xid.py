@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+from gpuaccept.config.yamlload import load_data
 
 CATALOGUE_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 SXID_GUIDE_URL = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
@@ -119,7 +119,7 @@ def load_buckets() -> dict[str, str]:
 def load_sxid_guidance() -> dict:
     """NVIDIA's SXid guidance from ``gpuaccept/data/sxid_guidance.yaml`` (keys: source, severities, ...)."""
     with _data("sxid_guidance.yaml").open(encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return load_data(f)
 
 
 # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
