@@ -60,8 +60,9 @@ POLL_S = 0.2
 #: seconds within which a node holds no process of a run whose controller is gone, even SIGKILLed (alone or
 #: with its xdist workers): the session's stdin reaches EOF as the controller's (or worker's) side of the
 #: connection closes, seen at once by select or at the next POLL_S; then SIGTERM, KILL_GRACE_S, SIGKILL of
-#: every probe group, and the agent's folder removed. Measured 2.2 to 4 s on a 2-core machine
-#: (benchmarks/timing_bounds.py); 5 s promised (chosen).
+#: every probe group, and the agent's folder removed. Measured 0.2 s alone and 3.7 s with -n 2 on a busy
+#: 2-core machine (benchmarks/timing_bounds.py), 0.4 and 0.6 s on an H200 node holding the HBM probe
+#: (benchmarks/device_controller_gone.sh); 5 s promised (chosen).
 CONTROLLER_GONE_CLEAN_S = 5.0
 PGID_MARKER = "__GPUACCEPT_PGID__="
 #: seconds since its last probe started after which another run's shipping removes a shipped folder nobody
