@@ -32,6 +32,11 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
 
 
+def system_tree(real: str) -> str | None:
+    """The system folder (:data:`SYSTEM_TREES`) that the resolved path ``real`` is or lies inside, else None."""
+    return next((t for t in SYSTEM_TREES if real == t or real.startswith(t + "/")), None)
+
+
 def system_folder_problem(path: str) -> str | None:
     """Why ``path`` (resolved) is no folder a run should write its reports into, or None: the root, a system
     folder or one inside it (:data:`SYSTEM_TREES`), a shared top-level folder itself (:data:`TOP_FOLDERS`), or
@@ -40,9 +45,9 @@ def system_folder_problem(path: str) -> str | None:
     where = f" ({real})" if real != os.path.abspath(path) else ""
     if real == "/":
         return f"is the root folder{where}"
-    for tree in SYSTEM_TREES:
-        if real == tree or real.startswith(tree + "/"):
-            return f"is {'the' if real == tree else 'inside the'} system folder {tree}{where}"
+    tree = system_tree(real)
+    if tree:
+        return f"is {'the' if real == tree else 'inside the'} system folder {tree}{where}"
     if real in TOP_FOLDERS or real == _real("~"):
         return f"is the shared folder {real} itself{where}; give a folder of its own inside it"
     return None
@@ -96,7 +101,7 @@ def check_output_file(path: str, option: str) -> None:
     shown = os.path.abspath(os.path.expanduser(path))
     real = _real(path)
     folder = os.path.dirname(real)
-    if folder == "/" or any(folder == t or folder.startswith(t + "/") for t in SYSTEM_TREES):
+    if folder == "/" or system_tree(folder):
         raise ConfigError(f"{option} {shown}: lies in {'the root folder' if folder == '/' else 'the system folder ' + folder}"
                           f"{f' ({real})' if real != shown else ''}: give a file in a folder of its own")
     try:

@@ -34,9 +34,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterable
 
-
-from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
 from gpuaccept.config.yamlload import load_data
+from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
 
 DATA_FILE = "actions.yaml"
 

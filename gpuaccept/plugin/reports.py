@@ -27,6 +27,7 @@ from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
 from gpuaccept.plugin.progress import PLAIN_EVERY_S, TTY_EVERY_S, Progress, real_stderr  # noqa: F401
+from gpuaccept.judging import verdict_order
 from gpuaccept.plugin.state import RunState
 from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures, space_problem
@@ -95,9 +96,8 @@ def run_line(hv: dict[str, dict], recs: list) -> str:
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    order = ("FAIL", "ERROR", "PASS", "SKIP")
     verdict = run_verdict(hv)
-    parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in order if tally.get(k))
+    parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in verdict_order.ORDER if tally.get(k))
     n = gpu_figures_judged(recs)
     return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
 

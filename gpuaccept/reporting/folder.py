@@ -13,9 +13,10 @@ from typing import BinaryIO, Iterator
 MiB = 1024 * 1024
 #: Free space a run needs on its report filesystem, bytes: a fixed part for report.html (charts and tables),
 #: summary.md and the host lists (chosen: 1 MiB, about 10 times what a one-host run writes), and a part per
-#: selected test: every report file together holds about 6.5 KB per test (10,000 hosts x 23 tests x 8 GPUs
-#: wrote 1.5 GB; benchmarks/report_write.py), doubled because a whole-run file is rewritten beside its old
-#: copy before it replaces it.
+#: selected test: the report files held about 6.5 KB per test when results.json listed figures twice (10,000
+#: hosts x 23 tests x 8 GPUs: 1.5 GB; 1.0 GB of whole-run files beside results.jsonl since, measured with
+#: benchmarks/report_scale.py), doubled because a whole-run file is rewritten beside its old copy before it
+#: replaces it.
 SPACE_BASE = 1 * MiB
 SPACE_PER_TEST = 16 * 1024
 
@@ -88,7 +89,6 @@ def load_previous_figures(directory: str | None) -> list[dict]:
             return run_figures(json.load(f))
     except (OSError, ValueError, AttributeError, TypeError):
         return []
-
 
 
 def space_needed(n_tests: int) -> int:

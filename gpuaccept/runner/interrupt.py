@@ -163,15 +163,23 @@ class InterruptPlugin:
             while os.getppid() == parent:
                 time.sleep(PARENT_POLL_S)
             if self.reason is None:
-                self.reason, self.first_at, self.at = "controller gone", time.monotonic(), time.time()
-                self.running = self.current.nodeid if self.current is not None else None
-                hosts = cancel_all("controller gone")
-                if self.current is not None:
-                    self.hits.setdefault(self.current.nodeid, set()).update(hosts)
-                if self.session is not None:
-                    self.session.shouldstop = "interrupted (controller gone)"
+                self._begin_interruption("controller gone")
 
         threading.Thread(target=watch, name="gpuaccept-controller-watch", daemon=True).start()
+
+    def _begin_interruption(self, reason: str, now: float | None = None) -> str:
+        """The first interruption (a signal, or the controller gone): remember it, cancel every command in
+        flight (their hosts are the running test's), and let no new test start. Returns ``interrupted
+        (<reason>)``."""
+        self.reason, self.first_at, self.at = reason, time.monotonic() if now is None else now, time.time()
+        self.running = self.current.nodeid if self.current is not None else None
+        hosts = cancel_all(reason)
+        if self.current is not None:
+            self.hits.setdefault(self.current.nodeid, set()).update(hosts)
+        why = f"interrupted ({reason})"
+        if self.session is not None:
+            self.session.shouldstop = why
+        return why
 
     def restore(self) -> None:
         for s, h in self.previous.items():
@@ -195,14 +203,7 @@ class InterruptPlugin:
         if signum == signal.SIGHUP:  # the terminal is gone: its writes would fail from now on
             detach_terminal(self.terminal)
         if self.reason is None:
-            self.reason, self.first_at, self.at = name, now, time.time()
-            self.running = self.current.nodeid if self.current is not None else None
-            hosts = cancel_all(name)
-            if self.current is not None:
-                self.hits.setdefault(self.current.nodeid, set()).update(hosts)
-            why = f"interrupted ({name})"
-            if self.session is not None:
-                self.session.shouldstop = why
+            why = self._begin_interruption(name, now)
             dsession = self.config.pluginmanager.getplugin("dsession")
             if dsession is not None and not getattr(dsession, "shouldstop", False):
                 dsession.shouldstop = why
