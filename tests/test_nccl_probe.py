@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,10 +153,10 @@ def processes_with(marker: str) -> list[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit() and any(marker in a for a in _cmdline(int(d)))]
 
 
-def _start_and_hit(args: dict, rank: int, sig: int, n: int):
+def _start_and_hit(args: dict, rank: int, sig: int, n: int, probe: Path = PROBE, env: dict | None = None):
     """Start the probe, wait for its n workers, send ``sig`` to rank ``rank``; return (proc, workers, marker)."""
-    p = subprocess.Popen([sys.executable, str(PROBE), json.dumps(args)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, str(probe), json.dumps(args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
     t0 = time.monotonic()
     workers: dict[int, int] = {}
     while len(workers) < n and time.monotonic() - t0 < 120:
@@ -239,15 +240,23 @@ def test_terminated_probe_kills_its_ranks():
         _cleanup(workers)
 
 
-def test_workers_die_with_a_killed_probe():
-    """SIGKILL leaves the probe no chance to clean up: PR_SET_PDEATHSIG must take the workers down."""
-    p, workers, _, _ = _start_and_hit(dict(SMALL, world_size=2, iters=50), 0, signal.SIGCONT, 2)
+def test_workers_die_with_a_killed_probe(tmp_path):
+    """SIGKILL leaves the probe no chance to clean up: PR_SET_PDEATHSIG must take the workers down, and its
+    scratch files (rendezvous, rank logs) are in the shipped folder the agent removes, none in $TMPDIR."""
+    shipped, tmpdir = tmp_path / "gpuaccept.0123456789ab", tmp_path / "tmp"
+    shutil.copytree(PROBE.parent, shipped, ignore=shutil.ignore_patterns("__pycache__"))
+    tmpdir.mkdir()
+    p, workers, _, _ = _start_and_hit(dict(SMALL, world_size=2, iters=50), 0, signal.SIGCONT, 2,
+                                      probe=shipped / PROBE.name, env={**os.environ, "TMPDIR": str(tmpdir)})
     try:
         time.sleep(0.5)
         p.kill()
         p.communicate(timeout=30)
         _until_gone(workers)
         assert all("--worker" not in _cmdline(pid) for pid in workers.values())
+        assert list(tmpdir.iterdir()) == []
+        assert [d.name[:len("gpuaccept-allreduce-")] for d in shipped.iterdir() if d.is_dir()
+                and d.name != "__pycache__"] == ["gpuaccept-allreduce-"]
     finally:
         _cleanup(workers)
 

@@ -20,6 +20,7 @@ still reaches the controller at the end. One process per node writes them (the p
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -62,6 +63,15 @@ def progress(doc: dict) -> None:
     except ValueError:  # a NaN or infinity: not worth a progress line
         return
     _err_line(PROGRESS_PREFIX + body)
+
+
+def scratch_dir() -> str | None:
+    """The folder for a probe's scratch files (rendezvous files, rank logs): the shipped folder this file was
+    shipped into (``$TMPDIR/gpuaccept.<12 hex>``, gpuaccept.runner.agent.start_command), which the agent removes
+    at the end of the run and the next run's sweep removes after a killed one, so nothing of a probe killed by
+    SIGKILL stays in ``$TMPDIR``; None (tempfile's default) when the probe runs from anywhere else."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return here if os.path.basename(here).startswith("gpuaccept.") else None
 
 
 def emit(doc: dict) -> None:

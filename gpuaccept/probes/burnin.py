@@ -76,7 +76,7 @@ import threading
 import time
 
 from _pci import from_parts
-from _probe import ProbeFailed, log, progress, reject_unknown, run
+from _probe import ProbeFailed, log, progress, reject_unknown, run, scratch_dir
 
 ARG_KEYS = {"device", "seconds", "window_s", "sample_s", "sdc_interval_s", "dtypes", "m", "n", "k",
             "matmuls_per_step", "hbm_bytes", "copies_per_step", "allreduce_bytes", "allreduces_per_step",
@@ -637,7 +637,7 @@ def main(args: dict) -> dict:
     meanwhile; returns the document. Raises ProbeFailed for bad arguments or a load that never ran."""
     device, cfg, indices = _settings(args)
     world = len(indices)
-    tmp = tempfile.mkdtemp(prefix="burnin-")
+    tmp = tempfile.mkdtemp(prefix="burnin-", dir=scratch_dir())
     stop_file = os.path.join(tmp, "stop")
     store = os.path.join(tmp, "store")  # the CPU load's rendezvous file (gloo's FileStore)
     interrupted = {"sig": None}

@@ -48,7 +48,7 @@ try:
         sweep_sizes
     from _allreduce_rank import run_rank
     from _nccl_world import local_interface, world_problems
-    from _probe import ProbeFailed, log, run
+    from _probe import ProbeFailed, log, run, scratch_dir
     from _supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence, run_ranks,
                              terminate_on_signals, worker_main)
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
@@ -59,7 +59,7 @@ except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the
         sweep_sizes
     from ._allreduce_rank import run_rank
     from ._nccl_world import local_interface, world_problems
-    from ._probe import ProbeFailed, log, run
+    from ._probe import ProbeFailed, log, run, scratch_dir
     from ._supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence,
                               run_ranks, terminate_on_signals, worker_main)
 
@@ -153,7 +153,7 @@ def _main_single(cfg: dict) -> dict:
 
 def _run_single(cfg: dict, notes: list[str], env: dict, t0: float, deadline: float) -> dict:
     """The rendezvous attempts of :func:`_main_single`; its document."""
-    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-", dir=scratch_dir()) as tmp:
         port = cfg["master_port"] or free_port()
         for attempt in range(1, RENDEZVOUS_ATTEMPTS + 1):
             log(f"nccl_allreduce: {cfg['backend']} x{cfg['world_size']} rendezvous 127.0.0.1:{port} "
@@ -197,7 +197,7 @@ def _main_multinode(cfg: dict) -> dict:
              "local_address": local_addr, "local_interface": ifname, "gloo_ifname": env.get("GLOO_SOCKET_IFNAME"),
              "master_addr": cfg["master_addr"], "master_port": port, "marker": cfg["marker"],
              "backend": cfg["backend"], "world_size": cfg["world_size"]}
-    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-", dir=scratch_dir()) as tmp:
         log(f"nccl_allreduce: node {cfg['node_rank']}/{cfg['nnodes']} ({cfg['host']}) "
             f"{cfg['backend']} ranks {cfg['node_rank'] * cfg['ranks_per_node']}.."
             f"{(cfg['node_rank'] + 1) * cfg['ranks_per_node'] - 1} of {cfg['world_size']}, "
