@@ -85,6 +85,9 @@ def test_a_failing_probe_is_reported_as_it_failed(agent, tmp_path):
     seven = _probe(tmp_path, "seven", "import sys\nprint('x')\nsys.exit(7)\n")
     r = agent.probe("seven", [seven], 30, 5, {})
     assert (r.rc, r.stdout) == (7, b"x\n")
+    ctrl_c = _probe(tmp_path, "ctrl_c", "raise KeyboardInterrupt\n")
+    r = agent.probe("ctrl_c", [ctrl_c], 30, 5, {})
+    assert r.rc == 130 and r.stderr.decode().strip().splitlines()[-1] == "KeyboardInterrupt"
 
 
 def test_progress_lines_arrive_while_the_probe_runs(agent, tmp_path):

@@ -47,7 +47,6 @@ import shutil
 import signal
 import sys
 import time
-import traceback
 
 import _watchdog
 
@@ -134,11 +133,11 @@ def _child(argv: list[str], env: dict, exec_probe: bool, gate: tuple[int, int], 
     code = 1
     try:
         code = _exit_code(_watchdog._run_probe(argv))
-    except KeyboardInterrupt:
+    except BaseException as e:  # noqa: BLE001 - as Python prints an uncaught exception and exits 1 (130: ^C)
+        import traceback  # here: 4 ms of imports only a probe that raised pays for
+
         traceback.print_exc()
-        code = 130
-    except BaseException:  # noqa: BLE001 - as Python prints an uncaught exception and exits 1
-        traceback.print_exc()
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()

@@ -6,17 +6,12 @@ cannot be read, :func:`processes` yields nothing and callers fall back on ``os.k
 from __future__ import annotations
 
 import os
-from typing import Iterator, NamedTuple
+from collections import namedtuple
+from collections.abc import Iterator
 
-
-class Proc(NamedTuple):
-    """One live process: ``state`` is /proc/<pid>/stat's state letter (R, S, D, T, Z, ...)."""
-
-    pid: int
-    state: str
-    ppid: int
-    pgid: int
-    sid: int
+#: One live process (ints, but ``state``: /proc/<pid>/stat's state letter, R, S, D, T, Z, ...). A plain
+#: namedtuple: the agent starts without importing typing (3 ms of every node's start).
+Proc = namedtuple("Proc", "pid state ppid pgid sid")
 
 
 def processes(live_only: bool = True) -> Iterator[Proc]:
