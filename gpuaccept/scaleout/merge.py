@@ -206,11 +206,9 @@ def already_recorded(history_path: str, runs: dict[str, float | None]) -> list[s
     return out
 
 
-def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
-          host_errors: dict[str, str] | None = None) -> Reporter:
-    """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
-    module docstring for which record wins. ``host_errors``: host -> reason, an ERROR for a host that left
-    no folder. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
+def _refuse(dirs: list[str], into: str, history_path: str | None) -> None:
+    """Raise ValueError (one line naming the folder or file) when ``into`` holds a run or is a system folder,
+    the history file cannot be written there, a folder is named twice, or ``into`` lies inside one of ``dirs``."""
     if os.path.isdir(into) and holds_run(into):
         raise ValueError(f"--into {into}: already holds a run ({holds_run(into)})")
     why = system_folder_problem(into)
@@ -225,6 +223,34 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
         raise ValueError("a report folder is named twice")
     if any(os.path.realpath(into).startswith(os.path.realpath(d) + os.sep) for d in dirs):
         raise ValueError(f"--into {into}: inside one of the folders being merged")
+
+
+def _record_history(history_path: str, rid: str, meta: dict, into: str, recs: list[CaseRecord],
+                    figures: list[dict]) -> list[dict]:
+    """Record the merged run in the history at ``history_path``; returns the stand-outs against each figure's
+    own history (gpuaccept.reporting.history.standouts)."""
+    from gpuaccept.reporting import history
+
+    con = history.connect(history_path)
+    try:
+        stand = history.standouts(figures, history.references(con, figures))
+        hv = {h: v["verdict"] for h, v in host_verdicts(recs, meta["hosts"]).items()}
+        history.record_run(con, {"run_id": rid, "started": meta["started"], "inventory": meta["inventory"],
+                                 "profile": meta["profile"], "report_dir": os.path.abspath(into),
+                                 "verdict": run_verdict(hv)},
+                           [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                             "message": r.message} for r in recs], figures, hv)
+    finally:
+        con.close()
+    return stand
+
+
+def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
+          host_errors: dict[str, str] | None = None) -> Reporter:
+    """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
+    module docstring for which record wins. ``host_errors``: host -> reason, an ERROR for a host that left
+    no folder. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
+    _refuse(dirs, into, history_path)
     host_errors = dict(host_errors or {})
     read = [(d, *read_folder(d)) for d in dirs]
     # results.json is written at the end of the run with "complete": true (and periodically with false before)
@@ -312,18 +338,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     from gpuaccept.reporting import html as html_report
     stand = history.fleet_outliers(figures)
     if history_path:
-        con = history.connect(history_path)
-        try:
-            refs = history.references(con, figures)
-            stand = history.standouts(figures, refs) + stand
-            hv = {h: v["verdict"] for h, v in host_verdicts(recs, hosts).items()}
-            history.record_run(con, {"run_id": rid, "started": started, "inventory": meta["inventory"],
-                                     "profile": meta["profile"], "report_dir": os.path.abspath(into),
-                                     "verdict": run_verdict(hv)},
-                               [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                                 "message": r.message} for r in recs], figures, hv)
-        finally:
-            con.close()
+        stand = _record_history(history_path, rid, meta, into, recs, figures) + stand
     rep.final_standouts = stand
     rep.close("not in any merged folder")
     with open(os.path.join(into, "report.html"), "w", encoding="utf-8") as f:
