@@ -487,8 +487,13 @@ def pytest_collection_finish(session) -> None:
     would connect to every host)."""
     config = session.config
     if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
-            or not _forks(config) or config.option.collectonly or not session.items:
+            or config.option.collectonly or not session.items:
         return  # --collect-only and an empty selection touch no node
+    from gpuaccept.plugin import release
+    st = _state(config)
+    st.release = release.last_uses(session.items, [h.name for h in st.hosts])
+    if not _forks(config):
+        return
     names = []
     for it in session.items:
         name = getattr(getattr(it, "callspec", None), "params", {}).get("node")
@@ -505,16 +510,25 @@ def pytest_collection_finish(session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Tell the prefetcher (gpuaccept.runner.prefetch) which test runs: its results are that test's to take."""
+    """Tell the prefetcher (gpuaccept.runner.prefetch) which test runs: its results are that test's to take.
+    Once the test has ended, what only it and earlier tests read is let go (gpuaccept.plugin.release): its
+    Recorder, and the cached probe documents of the hosts whose last test it was."""
     st = _state(item.config)
-    pf = st.prefetch if st is not None else None
-    if pf is None:
+    if st is None:
         return (yield)
-    pf.begin(item.nodeid)
+    pf = st.prefetch
+    if pf is not None:
+        pf.begin(item.nodeid)
     try:
         return (yield)
     finally:
-        pf.end(item.nodeid)
+        if pf is not None:
+            pf.end(item.nodeid)
+        if RECORDER in item.stash:
+            del item.stash[RECORDER]
+        for name in st.release.pop(item, ()):
+            if name in st.nodes:
+                st.nodes[name].forget_cached()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

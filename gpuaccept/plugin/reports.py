@@ -30,7 +30,7 @@ from gpuaccept.plugin.progress import PLAIN_EVERY_S, TTY_EVERY_S, Progress, real
 from gpuaccept.judging import verdict_order
 from gpuaccept.plugin.state import RunState
 from gpuaccept.reporting.baseline import is_compared
-from gpuaccept.reporting.folder import atomic_write, holds_run, load_previous_figures, space_problem
+from gpuaccept.reporting.folder import atomic_write_pieces, holds_run, load_previous_figures, space_problem
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, no_gc
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict
@@ -604,7 +604,7 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
     from gpuaccept.reporting import html as html_report
     recs = list(rep.records.values())
     try:
-        rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
+        rep._guard("report.html", lambda: atomic_write_pieces(os.path.join(rep.dir, "report.html"), html_report.pieces(
             rep.run_id, rep.meta, recs, figures, stand, sparks, hv=hv, table=rep.gpu_table())))
     except ImportError as e:  # a plotting library missing on the controller: every other report stands
         rep.write_error = rep.write_error or f"report.html not written: {e} (pip install -e . installs it)"

@@ -29,7 +29,9 @@ class RunState:
     ``probe_dir``: the report folder's ``probes/`` (every probe's raw document, per host), None before the
     report folder exists; ``progress_dir``: the folder through which xdist workers' probes reach the
     controller's progress display (gpuaccept.runner.progress_relay), None without workers; ``prefetch``: the
-    cross-host prefetcher of a run without xdist (gpuaccept.runner.prefetch), None otherwise.
+    cross-host prefetcher of a run without xdist (gpuaccept.runner.prefetch), None otherwise; ``release``: test
+    item -> the hosts whose cached probe documents are dropped once it has ended (gpuaccept.plugin.release), empty
+    under xdist.
     """
 
     inventory: Inventory
@@ -41,6 +43,7 @@ class RunState:
     probe_dir: str | None = None
     progress_dir: str | None = None
     prefetch: Prefetcher | None = None
+    release: dict[Any, list[str]] = field(default_factory=dict)
 
 
 #: where ``config.stash`` keeps the run's :class:`RunState`

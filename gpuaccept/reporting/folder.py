@@ -1,5 +1,5 @@
 """A run's report folder on disk: which files make a run (:data:`RUN_FILES`, :func:`holds_run`), writing a
-file so that readers see the old or the new one (:func:`atomic_write`), and reading an earlier run's figures
+file so that readers see the old or the new one (:func:`atomic_write`, :func:`atomic_write_pieces`), and reading an earlier run's figures
 (:func:`load_previous_figures`, the previous run of the stand-outs without a history database), and whether
 its filesystem has room for a run (:func:`space_problem`).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 MiB = 1024 * 1024
 #: Free space a run needs on its report filesystem, bytes: a fixed part for report.html (charts and tables),
@@ -54,6 +54,22 @@ def atomic_write(path: str, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_file`."""
     with atomic_file(path) as f:
         f.write(text.encode("utf-8"))
+
+
+def atomic_write_pieces(path: str, pieces: Iterable[str], batch: int = 1 << 20) -> None:
+    """Write the text ``pieces`` (UTF-8, in order) to ``path`` through :func:`atomic_file`, about ``batch``
+    characters at a time: a page made piece by piece (report.html, gpuaccept.reporting.html.pieces) is never
+    held whole, nor its encoded copy."""
+    with atomic_file(path) as f:
+        buf: list[str] = []
+        n = 0
+        for piece in pieces:
+            buf.append(piece)
+            n += len(piece)
+            if n >= batch:
+                f.write("".join(buf).encode("utf-8"))
+                buf, n = [], 0
+        f.write("".join(buf).encode("utf-8"))
 
 
 def remove_quietly(path: str) -> None:

@@ -314,6 +314,12 @@ class HostRunner:
             raise hit["err"]
         return hit["ok"]
 
+    def forget_cached(self) -> None:
+        """Drop the results :meth:`cached_probe` keeps (the plugin does once the last test of the run that may
+        touch this host has ended: gpuaccept.plugin.release); a later :meth:`cached_probe` runs its probe again."""
+        with self._lock:
+            self._cache.clear()
+
     # -- GPU identity ------------------------------------------------------------------------
     def gpu_inventory(self) -> dict:
         """The gpu_inventory probe's document (NVML), cached for the run."""
