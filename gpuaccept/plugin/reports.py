@@ -559,13 +559,13 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
     if hist is not None:
         from gpuaccept.reporting import history
         got = hist.guard(hist.recorder.finish_rows)
-        stand = (got or []) + hist.recorder.fleet_outliers()
-        if hist.error is None:  # the run row and latest: in a thread, beside the files (joined below)
+        if hist.error is None:  # the run row and latest: in a thread, beside the outliers and files (joined below)
             end = {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"), "report_dir": rep.dir,
                    "verdict": verdict}
             ending = threading.Thread(target=hist.guard, args=(hist.recorder.record_end, end, verdicts),
                                       name="gpuaccept-history-end")
             ending.start()
+        stand = (got or []) + hist.recorder.fleet_outliers()
         con = hist.recorder.con
         if hist.error is None and con is not None:
             def spark():
@@ -605,7 +605,7 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
     recs = list(rep.records.values())
     try:
         rep._guard("report.html", lambda: atomic_write(os.path.join(rep.dir, "report.html"), html_report.render(
-            rep.run_id, rep.meta, recs, figures, stand, sparks, hv=hv, table=rep.gpu_table())))
+            rep.run_id, rep.meta, recs, figures, stand, sparks, hv=hv, table=rep.gpu_table(), tally=rep.tally())))
     except ImportError as e:  # a plotting library missing on the controller: every other report stands
         rep.write_error = rep.write_error or f"report.html not written: {e} (pip install -e . installs it)"
     timings["html"] = time.perf_counter() - t0 - timings["history"] - timings["files"]
