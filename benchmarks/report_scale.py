@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/report_scale.py [--hosts 10000] [--checks 23] [--prometheus]
 
-Runs the plugin's own report path (gpuaccept.plugin.reports.finish_reports, the Reporter and the history sink) on
+Runs the plugin's own report path (gpuaccept.plugin.finish.finish_reports, the Reporter and the history sink) on
 synthetic records: 8 judged per-GPU figures per test, one host in ten failing one check. Per finished test:
 results.jsonl appended, the test's <testcase> spooled, its history rows made (O(new result)); the whole-run
 files and the history rows so far are written at most every FLUSH_MIN_S s and at most every FLUSH_COST_RATIO x
@@ -13,6 +13,16 @@ optionally the Prometheus textfile, while a thread writes the run row and the la
 The "before" row was measured on this machine (2 shared cores) with the same records through the end of a run
 as commit 301c345 wrote it (all history rows inserted at the end, results.json and JUnit serialised from the
 records), 2026-11-30; the numbers vary by a few tens of percent with the load of the machine.
+
+The anchor (issue 28 item 4: the end within 1.2x of it) is a plain json.dumps of the same records written to one
+file. Since the whole-run files count over a RunTally kept per record (gpuaccept.reporting.tally: summary.md's
+counts, skips, unstable figures and failures, the JUnit headers, report.html's heatmap cells and busbw tables),
+the GPU table is made once for summary.md and report.html, and the peer outliers sort each group once, the end
+at 10,000 hosts took 14.3 s wall (history 2.3, files 6.3, html 1.2, then 4.3 s waiting for the history's run row
+and latest values, written in a thread) and 20.2 s CPU against json.dumps 16.2 s (0.88x); commit 6ccbd8e,
+measured right after it on the same machine: 16.4 s (2.9, 9.5, 2.9, waited 1.1) and 27.0 s CPU against 17.2 s
+(0.96x), and earlier that day under more load 29.9 s (2.6, 20.6, 6.5) against 23.7 s (1.26x), 2026-12-02. The
+history's thread (SQLite upserting ``latest`` from 1.84 M rows) is now the longest part of the end.
 """
 import argparse
 import os
@@ -20,7 +30,7 @@ import resource
 import tempfile
 import time
 
-from gpuaccept.plugin import reports as reporting
+from gpuaccept.plugin import finish as reporting
 import json
 
 from gpuaccept.reporting.records import LAYERS, CaseRecord, record_dict
@@ -78,6 +88,8 @@ with tempfile.TemporaryDirectory() as d:
               "| 154.3 (38.8, 100.4, 15.1) | 75.3 | - | 5.13 | - | - |")
         print("| before (as issue 28 measured it: figures listed twice) | 10000 | 230000 | 1840000 | - | - "
               "| 25.7 | - | 1500 | 2.17 | 13.0 | 1.98 |")
+        print("| before (6ccbd8e: every figure walked again at the end) | 10000 | 230000 | 1840000 | 318 | 1, 1.5 % "
+              "| 16.4 (2.9, 9.5, 2.9, waited for the history's end 1.1) | 27.0 | 1024 | 3.12 | 17.2 | 0.96 |")
     print(f"| this | {a.hosts} | {n} | {n * 8} | {t_run / n * 1e6:.0f} | {rewrites}, {100 * rewrite_s / t_run:.1f} % "
           f"| {t_end:.1f} ({parts.get('history', 0):.1f}, {parts.get('files', 0):.1f}, {parts.get('html', 0):.1f}"
           f"{', prometheus %.1f' % parts['prometheus'] if a.prometheus else ''}"

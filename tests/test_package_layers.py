@@ -130,3 +130,39 @@ def test_the_rules_name_an_upward_or_sideways_import():
         "gpuaccept.judging.x -> gpuaccept.transport.y (judging and transport never import each other)",
         "gpuaccept.config.z -> gpuaccept.runner.host (config is below runner)",
         "gpuaccept.probes.p -> gpuaccept.errors (probes import nothing of the controller)"]
+
+
+#: the sizes a module and a function keep to (issue 23's layout rules): a longer one holds two jobs
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 600, 120
+
+
+def oversized(root: Path = PACKAGE) -> list[str]:
+    """``path: N lines`` for each module outside ``probes/`` over :data:`MAX_FILE_LINES`, ``path:line name: N lines``
+    for each function anywhere in ``root`` over :data:`MAX_FUNCTION_LINES`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        rel = path.relative_to(root)
+        lines = text.count("\n")
+        if rel.parts[0] != "probes" and lines > MAX_FILE_LINES:
+            found.append(f"{rel}: {lines} lines")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    found.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    return found
+
+
+def test_modules_and_functions_stay_small():
+    assert oversized() == []
+
+
+def test_the_size_rule_names_a_long_file_and_a_long_function(tmp_path):
+    (tmp_path / "probes").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text("def f():\n" + body + "\n" * MAX_FILE_LINES)
+    (tmp_path / "probes" / "big.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))  # probes may be long
+    (tmp_path / "short.py").write_text("def g():\n    return 1\n")
+    assert oversized(tmp_path) == [f"long.py: {MAX_FUNCTION_LINES + MAX_FILE_LINES + 1} lines",
+                                   f"long.py:1 f: {MAX_FUNCTION_LINES + 1} lines"]

@@ -21,7 +21,7 @@ import pytest
 from project_helpers import DATA, GPU_LAYERS, make_project
 
 from gpuaccept.reporting import history
-from gpuaccept.plugin import reports as reporting
+from gpuaccept.plugin import finish as reporting
 from gpuaccept.judging.standouts import outliers
 from gpuaccept.reporting.junit import junit_xml_text
 from gpuaccept.reporting.records import CaseRecord, record_dict

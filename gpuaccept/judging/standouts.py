@@ -58,6 +58,12 @@ def median(values: Iterable[float]) -> float | None:
     return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2.0
 
 
+def _middle(vals: list[float]) -> float:
+    """:func:`median` of values already in order (not empty)."""
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2.0
+
+
 def pct_below(value: float, reference: Any) -> float | None:
     """Percent by which ``value`` is below ``reference`` (negative when above); None when the reference is no
     number or zero (nothing to compare with)."""
@@ -155,13 +161,13 @@ def peer_outliers(groups: dict[tuple, list[dict]], pct: float = PCT, mads: float
         if len(fs) < min_peers:
             continue
         vals = [float(f["value"]) for f in fs]
-        med = median(vals)
-        mad = median(abs(v - med) for v in vals) * MAD_SCALE
+        ordered = sorted(vals)
+        med = _middle(ordered)
+        mad = _middle(sorted([abs(v - med) for v in ordered])) * MAD_SCALE
         # below the median by more than pct % and by more than mads x MAD: only values under both cut-offs
         cut = med - 0.999999 * max(abs(med) * pct / 100.0, mads * mad)  # (slack for rounding: re-checked below)
-        for f in fs:
-            if f["value"] > cut:
-                continue
+        for i in [i for i, v in enumerate(vals) if v <= cut]:
+            f = fs[i]
             below = pct_below(float(f["value"]), med)
             dist = med - float(f["value"])
             if below is not None and below > pct and dist > mads * mad:

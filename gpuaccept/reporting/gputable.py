@@ -30,6 +30,8 @@ class GpuTable:
         self.first_any: dict[str, int] = {}  # check -> sequence number of its first judged per-GPU figure
         self.first_min: dict[str, int] = {}  # ... of its first with a min limit
         self._n = 0
+        self._last: tuple | None = None  # (figures taken, hosts asked for, the table made then)
+        self._counted: tuple[int, int] | None = None  # (figures taken, count() then)
 
     def add(self, figures: list[dict]) -> "GpuTable":
         """Take the judged per-GPU figures of ``figures`` (O(their number)); returns the table itself."""
@@ -71,12 +73,25 @@ class GpuTable:
         return cells
 
     def count(self) -> int:
-        """How many rows :meth:`table` of every host has."""
-        return sum(1 for r in self.rows.values() if r["min"] or (self.failing and not self.failing.isdisjoint(r["any"])))
+        """How many rows :meth:`table` of every host has (counted once per figure added)."""
+        if self._counted is not None and self._counted[0] == self._n:
+            return self._counted[1]
+        n = sum(1 for r in self.rows.values() if r["min"] or (self.failing and not self.failing.isdisjoint(r["any"])))
+        self._counted = (self._n, n)
+        return n
 
     def table(self, only: set | None = None) -> tuple[list[str], list[dict]]:
         """``(checks, rows)`` as :func:`gpu_table`; with ``only``, the rows of those hosts alone (the checks
-        are still every check shown for any host)."""
+        are still every check shown for any host). Asked again for the same hosts with no figure added since
+        (summary.md, then report.html), the same table (its lists are not to be changed by the caller)."""
+        asked = None if only is None else frozenset(only)
+        if self._last is not None and self._last[0] == self._n and self._last[1] == asked:
+            return self._last[2]
+        made = self._table(only)
+        self._last = (self._n, asked, made)
+        return made
+
+    def _table(self, only: set | None) -> tuple[list[str], list[dict]]:
         checks = sorted((c for c in self.first_any if c in self.failing or c in self.first_min),
                         key=lambda c: self.first_any[c] if c in self.failing else self.first_min[c])
         rows = [r for h, rs in self.by_host.items() if only is None or h in only for r in rs]

@@ -4,7 +4,9 @@ Rendered with Jinja2 (``gpuaccept/reporting/templates/report.html.j2``, autoesca
 inline SVG with pygal's tooltip script left out (``js=[]``), so nothing is fetched at view time. Content: a
 per-host verdict table, a host x check heatmap coloured by value/limit, for all-reduce busbw against message
 size per host (x: log2 of the message size, labelled in bytes) with the floor drawn, and a per-GPU table with
-sparklines of the same serial's earlier runs from the history database.
+sparklines of the same serial's earlier runs from the history database. The heatmap's cells
+(gpuaccept.reporting.heatmap), the busbw tables and the failures come from the run's
+:class:`gpuaccept.reporting.tally.RunTally`, kept as the records arrived (no figure is walked again at the end).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import jinja2
 
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.tally import RunTally
 from gpuaccept.reporting.text import fmt, limit_text
 from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.verdicts import failing_gpus_text, host_verdicts, interruption_text, line_text, same_reason_once
@@ -37,16 +40,6 @@ def _style():
     from pygal.style import Style
     return Style(background="white", plot_background="white", font_family="sans-serif",
                  colors=("#1f6feb", "#b3261e", "#137333", "#8a1c7c", "#d97706"))
-
-
-def _ratio_color(ratio: float, kind: str, standout: bool = False) -> str:
-    """Heatmap colour, for what needs a look only: red outside the limit, amber for a stand-out (a figure
-    within its limit but worse than its peers, baseline or previous run), none otherwise (a healthy card at
-    1.07x its floor was painted amber)."""
-    margin = (ratio - 1.0) if kind == "min" else (1.0 - ratio)
-    if margin < 0:
-        return "#f4b4ae"
-    return "#fde68a" if standout else ""
 
 
 #: an absolute path of three or more parts (a replay folder, a report folder) in a message
@@ -82,50 +75,6 @@ def standouts_once(standouts: list[dict]) -> list[dict]:
     return out
 
 
-def heatmap(figures: list[dict], only: set | None = None, standouts: set | None = None) -> dict:
-    """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure).
-    ``only``: rows for these hosts alone (the columns are still every check judged anywhere); ``standouts``:
-    the (host, check) pairs with a stand-out, painted amber (:func:`_ratio_color`). One pass over the figures;
-    each cell's colour and title are made once, from its worst figure."""
-    checks: list[str] = []
-    seen: set[str] = set()
-    worst: dict[tuple[str, str], list] = {}  # (host, check) -> [ratio, kind, failed?, worst figure]
-    for f in figures:
-        lim = f.get("limit")
-        if not lim:
-            continue
-        kind = "min" if "min" in lim else "max" if "max" in lim else None
-        v = f.get("value")
-        if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not lim[kind]:
-            continue
-        check = f["check"]
-        if check not in seen:  # a column, if some figure of the check is judged numerically
-            seen.add(check)
-            checks.append(check)
-        host = str(f.get("host"))
-        if only is not None and host not in only:
-            continue
-        ratio = float(v) / float(lim[kind])
-        key = (host, check)
-        old = worst.get(key)
-        failed = f.get("verdict") == "fail"
-        if old is None:
-            worst[key] = [ratio, kind, failed, f]
-        else:
-            if ratio < old[0] if kind == "min" else ratio > old[0]:
-                old[0], old[3] = ratio, f
-            old[2] = old[2] or failed
-    cells: dict[tuple[str, str], dict] = {}
-    stand = standouts or ()
-    for key, (ratio, kind, failed, f) in worst.items():
-        cells[key] = {"check": key[1], "ratio": ratio, "kind": kind, "verdict": "fail" if failed else "pass",
-                      "color": _ratio_color(ratio, kind, key in stand),
-                      "title": f"{f.get('host')} {key[1]}{'' if f.get('gpu') is None else ' GPU ' + str(f['gpu'])}: "
-                               f"{fmt(f.get('value'))} {f.get('unit') or ''} vs {limit_text(f['limit'])}"}
-    hosts = sorted({h for h, _ in cells})
-    return {"checks": checks, "rows": [{"host": h, "cells": [cells.get((h, c)) for c in checks]} for h in hosts]}
-
-
 def _size_label(log2b: float) -> str:
     b = 2 ** round(log2b)
     for unit, n in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -134,18 +83,15 @@ def _size_label(log2b: float) -> str:
     return f"{b} B"
 
 
-def busbw_plots(figures: list[dict]) -> list[dict]:
+def busbw_plots(figures: list[dict], tally: RunTally | None = None) -> list[dict]:
     """Per host an XY chart of in-place busbw (GB/s) against log2(message bytes), with the busbw floor
     (``allreduce_busbw_gbps``' min limit) as a mark at the size it is judged at (the figure's ``bytes``): no
-    floor applies at the other sizes. Inline SVG strings."""
-    tables: dict[str, list] = {}
-    floors: dict[str, float] = {}
-    for f in figures:
-        if f["check"] == "allreduce_table" and isinstance(f.get("value"), list):
-            tables.setdefault(str(f.get("host")), f["value"])
-        if f["check"] == "allreduce_busbw_gbps" and "min" in (f.get("limit") or {}):
-            at = (f.get("extra") or {}).get("bytes")
-            floors[str(f.get("host"))] = (float(f["limit"]["min"]), at)
+    floor applies at the other sizes. Inline SVG strings. ``tally``: the :class:`RunTally` of the run's records
+    (their tables and floors, kept as they arrived; ``figures`` is then unused)."""
+    if tally is None:
+        tally = RunTally()
+        tally.add_figures(figures)
+    tables, floors = tally.busbw_tables, tally.busbw_floors
     out = []
     for host in sorted(tables)[:MAX_BUSBW_HOSTS]:
         pts = [(math.log2(r["bytes"]), float(r["ip_busbw_gbps"])) for r in tables[host]
@@ -179,20 +125,22 @@ def sparkline(values: list[float]) -> str:
 
 def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
            history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
-           table: GpuTable | None = None) -> str:
-    """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``; ``hv`` and
-    ``table``: :func:`host_verdicts` of ``recs`` and the :class:`GpuTable` of ``figures`` when kept."""
-    return "".join(pieces(run_id, meta, recs, figures, standouts, history, hv, table))
+           table: GpuTable | None = None, tally: RunTally | None = None) -> str:
+    """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``; ``hv``,
+    ``table`` and ``tally``: :func:`host_verdicts` of ``recs``, the :class:`GpuTable` of ``figures`` and the
+    :class:`RunTally` of ``recs`` when kept."""
+    return "".join(pieces(run_id, meta, recs, figures, standouts, history, hv, table, tally))
 
 
 def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
            history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
-           table: GpuTable | None = None) -> Iterator[str]:
+           table: GpuTable | None = None, tally: RunTally | None = None) -> Iterator[str]:
     """:func:`render`'s page as the template makes it, piece by piece (written so, the page never lies whole in
     memory: at 1,000 hosts the page's pieces, its text and their UTF-8 copy added 25 MiB to the controller's peak,
     at the end of the run). Everything the page shows is worked out
     before this returns (a plotting library missing raises ImportError here); the iterator only fills in the
     template."""
+    tally = tally if tally is not None else RunTally().add_all(recs)
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     host_rows = [{"name": h, **hv[h], "failing_gpus": failing_gpus_text(hv[h]),
@@ -201,11 +149,11 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
                  for h in sorted(hv, key=lambda h: verdict_order.sort_key(hv[h]["verdict"], h))]
     failing_gpus = [{"host": h, **g, "why": [short_paths(line_text(ln)) for ln in g["lines"]]}
                     for h in sorted(hv) for g in sorted((hv[h].get("gpus") or {}).values(), key=lambda g: str(g["gpu"]))]
-    tally: dict[str, int] = {}
+    hosts_in: dict[str, int] = {}  # verdict -> hosts
     for h, v in hv.items():
         if h == "fleet":
             continue
-        tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
+        hosts_in[v["verdict"]] = hosts_in.get(v["verdict"], 0) + 1
     n_hosts = len([h for h in hv if h != "fleet"])
     passing: list[str] = []
     if len(host_rows) > MAX_ROWS:  # a fleet: a row per host that did not pass, the passing ones by name only
@@ -221,8 +169,8 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
             failing = [any(f.get("verdict") == "fail" for f in r["cells"].values()) for r in keep]
             keep = ([r for r, x in zip(keep, failing) if x] + [r for r, x in zip(keep, failing) if not x])[:MAX_ROWS]
         left_out, rows = total - len(keep), keep
-    heat = heatmap(figures, only=bad if len(hv) > MAX_ROWS else None,
-                   standouts={(str(o.get("host")), o.get("check")) for o in standouts})
+    heat = tally.heat.result(only=bad if len(hv) > MAX_ROWS else None,
+                             standouts={(str(o.get("host")), o.get("check")) for o in standouts})
     for r in host_rows:
         r["reasons"] = [short_paths(x) for x in same_reason_once(r["reasons"])]  # each cause once
     sparks: dict[tuple, str] = {}
@@ -235,11 +183,12 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     failures = [{"outcome": r.outcome, "nodeid": r.nodeid,
                  "first": short_paths((r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome),
                  "rest": [short_paths(x) for x in (r.message or "").splitlines()[1:21]]}  # as summary.md, 20 at most
-                for r in recs if r.outcome in ("failed", "error")]
+                for r in tally.bad]
     return env.get_template("report.html.j2").generate(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
-        tally=[(k, tally[k]) for k in verdict_order.ORDER if k in tally], interrupted=interruption_text(meta),
-        heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures), gpus={"checks": checks, "rows": rows}, sparks=sparks,
+        tally=[(k, hosts_in[k]) for k in verdict_order.ORDER if k in hosts_in], interrupted=interruption_text(meta),
+        heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures, tally),
+        gpus={"checks": checks, "rows": rows}, sparks=sparks,
         standouts=standouts_once(standouts), failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=fmt,
         limit_s=limit_text, short=short_paths)
 

@@ -70,19 +70,25 @@ def _xml_attr(v: str) -> str:
 JUNIT_FOOTER = "  </testsuite>\n</testsuites>\n"
 
 
-def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None) -> str:
+def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None,
+                 kept: dict | None = None) -> str:
     """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline).
     With ``hv`` (gpuaccept.reporting.verdicts.host_verdicts), the testsuite's properties carry
     ``gpuaccept.host_verdict.<host>`` for each host of the layer's records (the one verdict order,
-    gpuaccept.judging.verdict_order) and, for an interrupted run (``meta``), ``gpuaccept.interrupted``."""
+    gpuaccept.judging.verdict_order) and, for an interrupted run (``meta``), ``gpuaccept.interrupted``.
+    ``kept``: the layer's entry of :attr:`gpuaccept.reporting.tally.RunTally.layers` (its counts, durations and
+    hosts, kept as the records arrived; ``recs`` is then unused)."""
     from gpuaccept.reporting.verdicts import interruption_text
-    counts = {"failed": 0, "error": 0, "skipped": 0}
-    for r in recs:
-        if r.outcome in counts:
-            counts[r.outcome] += 1
+    if kept is None:
+        kept = {"recs": recs, "durations": [r.duration_s for r in recs],
+                "hosts": dict.fromkeys(r.host or "fleet" for r in recs), "failed": 0, "error": 0, "skipped": 0}
+        for r in recs:
+            if r.outcome in ("failed", "error", "skipped"):
+                kept[r.outcome] += 1
+    counts = kept
     props = []
     if hv:
-        for h in dict.fromkeys(r.host or "fleet" for r in recs):
+        for h in kept["hosts"]:
             if h in hv:
                 props.append((f"gpuaccept.host_verdict.{h}", hv[h]["verdict"]))
     stop = interruption_text(meta or {})
@@ -91,8 +97,8 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
     block = ("    <properties>\n" + "".join(f"      <property name={_xml_attr(n)} value={_xml_attr(v)} />\n"
                                            for n, v in props) + "    </properties>\n") if props else ""
     return ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites>\n"
-            f'  <testsuite name={_xml_attr(layer)} tests="{len(recs)}" failures="{counts["failed"]}" '
-            f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(r.duration_s for r in recs):.3f}" '
+            f'  <testsuite name={_xml_attr(layer)} tests="{len(kept["recs"])}" failures="{counts["failed"]}" '
+            f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(kept["durations"]):.3f}" '
             f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n' + block)
 
 

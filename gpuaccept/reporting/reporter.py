@@ -10,6 +10,8 @@ spools), not serialised again, so a rewrite is a copy of bytes plus the per-host
 ``<dir>/summary.md`` (gpuaccept.reporting.summary) and ``<dir>/failed-hosts.txt`` (hosts with a failure or an
 error, one per line, for ``--limit @failed-hosts.txt``; gpuaccept.reporting.verdicts), and beside it one
 ``hosts-<action>.txt`` per action (gpuaccept.judging.actions: the hosts whose action it is, empty when none).
+What those files count over every record (host verdicts, the GPU table, gpuaccept.reporting.tally.RunTally) is
+kept up to date as each record arrives, so that a rewrite walks no record's figures again.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json
 from gpuaccept.reporting.summary import summary_markdown
-from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts, failed_hosts_text
+from gpuaccept.reporting.tally import RunTally
+from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts_text
 
 # Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
 # summary.md sees news within this; chosen, not measured).
@@ -91,6 +94,7 @@ class Reporter:
         self.sinks: list[Any] = []
         self._gpus: GpuTable | None = GpuTable()
         self._hv: HostVerdicts | None = HostVerdicts(meta.get("hosts"))
+        self._tally: RunTally | None = RunTally()
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
@@ -149,7 +153,7 @@ class Reporter:
         if old is not None:  # replaced: the old record's text is no longer the test's, nor its cells
             self._spans.pop(rec.nodeid, None)
             self._uspans.pop(rec.nodeid, None)
-            self._gpus = self._hv = None
+            self._gpus = self._hv = self._tally = None
         self.records[rec.nodeid] = rec
         if self.host_sku:
             for f in rec.figures:
@@ -161,6 +165,8 @@ class Reporter:
             self._gpus.add(rec.figures)
         if self._hv is not None:
             self._hv.add(rec)
+        if self._tally is not None:
+            self._tally.add(rec)
 
     def _files_gone(self) -> bool:
         """True when the results.jsonl this run appends to is no longer at its path (the report folder was
@@ -312,25 +318,31 @@ class Reporter:
             self._gpus = GpuTable().add(self.figures())
         return self._gpus
 
+    def tally(self) -> RunTally:
+        """The :class:`RunTally` of the records so far (kept up to date per record; made again from every record
+        after a record was replaced)."""
+        if self._tally is None:
+            self._tally = RunTally().add_all(self.records.values())
+        return self._tally
+
     def _write_all(self, final: bool) -> None:
         os.makedirs(self.dir, exist_ok=True)
         recs = list(self.records.values())
+        tally = self.tally()
+        hosts = self.meta.get("hosts") or []
+        hv = self.host_verdicts()
         # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
         slow = (self.final_standouts if self.final_standouts is not None else outliers(self.figures(), self.previous, compared=is_compared)) \
             if final else []
         # each file on its own: one that cannot be written (a nearly full disk) does not keep the others back
         self._guard("results.json", lambda: self._write_results_json(recs, final, slow))
-        by_layer: dict[str, list[CaseRecord]] = {}
-        for r in recs:
-            by_layer.setdefault(r.layer, []).append(r)
-        for layer, lrecs in sorted(by_layer.items()):
-            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, lrecs))
-        hosts = self.meta.get("hosts") or []
-        hv = self.host_verdicts()
+        for layer, kept in sorted(tally.layers.items()):
+            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, kept, hv))
         self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
-            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table())))
+            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table(), tally=tally)))
+        # failed-hosts.txt walks the failed and errored records only (its fleet-wide lines)
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
-                                                             failed_hosts_text(recs, hosts, hv)))
+                                                             failed_hosts_text(tally.bad, hosts, hv)))
         for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
             self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
                                                                   "".join(h + "\n" for h in names)))
@@ -352,14 +364,16 @@ class Reporter:
             if src is not None:
                 src.close()
 
-    def _write_junit(self, layer: str, recs: list[CaseRecord]) -> None:
+    def _write_junit(self, layer: str, kept: dict, hv: dict) -> None:
         """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
-        rendered now where the spool lacks it), then the footer."""
+        rendered now where the spool lacks it), then the footer. ``kept``: the layer's entry of
+        :attr:`RunTally.layers`; ``hv``: the host verdicts."""
+        recs = kept["recs"]
         sp = self._spools.get(layer)
         src = open(sp.name, "rb") if sp is not None else None
         try:
             with atomic_file(os.path.join(self.dir, f"junit-{layer}.xml")) as out:
-                out.write(junit_header(layer, recs, self.host_verdicts(), self.meta).encode())
+                out.write(junit_header(layer, recs, hv, self.meta, kept).encode())
                 _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
                 out.write(JUNIT_FOOTER.encode())

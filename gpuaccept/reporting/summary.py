@@ -7,9 +7,10 @@ from __future__ import annotations
 from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.tally import RunTally
 from gpuaccept.reporting.text import fmt, limit_text
 from gpuaccept.reporting.verdicts import interruption_text
-from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text, gpu_figures_judged,
+from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text,
                                          host_verdicts, line_text, same_reason_once, skip_groups)
 
 # summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
@@ -18,13 +19,15 @@ SUMMARY_MAX_GPU_ROWS = 1024
 
 
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
-                     hv: dict | None = None, table: GpuTable | None = None) -> str:
+                     hv: dict | None = None, table: GpuTable | None = None, tally: RunTally | None = None) -> str:
     """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
     against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``slow``: the
     stand-out and peer-outlier records (gpuaccept.judging.standouts); ``hv`` (:func:`host_verdicts` of
-    ``recs``) and ``table`` (the :class:`GpuTable` of their figures): kept, when given."""
+    ``recs``), ``table`` (the :class:`GpuTable` of their figures) and ``tally`` (the
+    :class:`gpuaccept.reporting.tally.RunTally` of ``recs``): kept, when given."""
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
+    tally = tally if tally is not None else RunTally().add_all(recs)
     out = [f"# gpuaccept run {run_id}", "",
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
            f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
@@ -32,17 +35,17 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     stop = interruption_text(meta)
     if stop:
         out[0:0] = [f"**INTERRUPTED** {stop}", ""]
-    out += _host_lines(hv, "**INTERRUPTED** " if stop else "", gpu_figures_judged(recs))
+    out += _host_lines(hv, "**INTERRUPTED** " if stop else "", tally.gpu_judged)
     out += _next_steps(hv, hosts)
     out += _failing_gpus(hv)
     if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]
     out += _gpu_rows(hv, table if table is not None else GpuTable().add([f for r in recs for f in r.figures]))
-    out += _unstable(recs)
-    out += _failures(recs)
+    out += _unstable(tally.unstable)
+    out += _failures(tally.bad)
     out += _standouts(slow or [])
-    out += _skipped(recs)
-    out += _counts(recs)
+    out += _skipped(tally)
+    out += _counts(tally.counts)
     out += ["", "Every figure: `results.json`; plots: `report.html`."]
     return "\n".join(out) + "\n"
 
@@ -82,9 +85,9 @@ def host_line(h: str, v: dict) -> str:
             + (f" — shape judged: {v['shape']}" if v.get("shape") else ""))
 
 
-def _unstable(recs: list[CaseRecord]) -> list[str]:
-    """Figures outside their limit once and within it when measured again (gpuaccept.judging.confirm)."""
-    unstable = [f for r in recs for f in r.figures if f.get("verdict") == "unstable"]
+def _unstable(unstable: list[dict]) -> list[str]:
+    """Figures outside their limit once and within it when measured again (gpuaccept.judging.confirm): those
+    judged ``unstable``, in order."""
     if not unstable:
         return []
     out = ["", "## Unstable figures (outside the limit once, within it when measured again)", "",
@@ -152,9 +155,8 @@ def _gpu_rows(hv: dict, table: GpuTable) -> list[str]:
     return out
 
 
-def _failures(recs: list[CaseRecord]) -> list[str]:
-    """Each failed or errored test with its message (first line, then up to 20 more)."""
-    bad = [r for r in recs if r.outcome in ("failed", "error")]
+def _failures(bad: list[CaseRecord]) -> list[str]:
+    """Each failed or errored test (``bad``, in order) with its message (first line, then up to 20 more)."""
     if not bad:
         return []
     out = ["", "## Failures and errors", ""]
@@ -188,23 +190,17 @@ def _standouts(slow: list[dict]) -> list[str]:
     return out
 
 
-def _skipped(recs: list[CaseRecord]) -> list[str]:
+def _skipped(tally: RunTally) -> list[str]:
     """The documents replayed from other arguments (gpuaccept.runner.replay's notes), then the skipped tests
     grouped by reason across hosts and tests (gpuaccept.reporting.verdicts.skip_groups), with the hosts (first 8)."""
     out: list[str] = []
-    replayed: dict[str, list[str]] = {}
-    for r in recs:
-        for f in r.figures:
-            if f.get("check") == "replay_note" and isinstance(f.get("value"), str):
-                hs = replayed.setdefault(f["value"], [])
-                if (r.host or "fleet") not in hs:
-                    hs.append(r.host or "fleet")
+    replayed = tally.replayed
     if replayed:
         out += ["", "## Replayed from documents saved with other arguments", ""]
         for note, hs in replayed.items():
             out.append(f"- {note} ({len(hs)} host{'s' if len(hs) != 1 else ''}: {', '.join(hs[:8])}"
                        f"{', ...' if len(hs) > 8 else ''})")
-    skips = skip_groups(recs)
+    skips = skip_groups(tally.skipped)
     if skips:
         out += ["", "## Skipped", ""]
         for why, (hs, tests) in skips.items():
@@ -213,12 +209,8 @@ def _skipped(recs: list[CaseRecord]) -> list[str]:
     return out
 
 
-def _counts(recs: list[CaseRecord]) -> list[str]:
-    """Outcomes per host and layer."""
-    counts: dict[tuple[str, str], dict[str, int]] = {}
-    for r in recs:
-        c = counts.setdefault((r.host or "fleet", r.layer), {})
-        c[r.outcome] = c.get(r.outcome, 0) + 1
+def _counts(counts: dict[tuple[str, str], dict[str, int]]) -> list[str]:
+    """Outcomes per host and layer (``counts``: :attr:`RunTally.counts`)."""
     out = ["", "## Counts", "", "| host | layer | passed | failed | error | skipped |", "|---|---|---|---|---|---|"]
     for (host, layer), c in sorted(counts.items()):
         out.append(f"| {host} | {layer} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} "

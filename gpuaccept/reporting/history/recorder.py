@@ -17,7 +17,7 @@ BUSY_WAIT_S = 0.0
 
 class RunRecorder:
     """One run's history, written while the run goes: :meth:`add` per finished test (O(its figures): rows made
-    now), :meth:`flush` right after (gpuaccept.plugin.reports.HistorySink: the rows so far in one short transaction,
+    now), :meth:`flush` right after (gpuaccept.plugin.finish.HistorySink: the rows so far in one short transaction,
     not waiting for another writer: when the database is busy the rows wait for the next flush), and
     :meth:`finish` at the end (stand-outs against the references before this run, then the run row, host
     verdicts and ``latest``, one transaction). The end then costs O(stand-out look-up) instead of inserting
