@@ -28,6 +28,18 @@ def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     assert not (tmp_path / "rep").exists()
 
 
+def test_prometheus_textfile_in_the_report_folder_the_run_makes(tmp_path):
+    """``--reports DIR --prometheus-textfile DIR/gpuaccept.prom``: DIR does not exist before the run, which makes
+    it; the textfile is written there with the run's verdict."""
+    inv = make_project(tmp_path, [], None, extra_suite="def test_x(node):\n    node.run('true')\n", name="test_zz_x.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-k", "test_x", "--reports", str(rep),
+                     "--prometheus-textfile", str(rep / "gpuaccept.prom"))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert 'gpuaccept_host_verdict{action="none",host="h1",verdict="PASS"} 1.0' in (rep / "gpuaccept.prom").read_text()
+
+
 @pytest.mark.parametrize("option", ["--inventory=", "--limit=", "--limit= ", "--reports=", "--thresholds=",
                                     "--known-hosts=", "--sku="])
 def test_an_empty_option_is_refused_not_taken_for_its_default(tmp_path, option):

@@ -40,7 +40,7 @@ class Selection:
 def check_options(getoption: Callable[..., Any]) -> None:
     """Refuse a numeric option that is not a finite number in its range, a --history or --prometheus-textfile
     in a system folder or naming no regular file (gpuaccept.config.outputs.check_output_file), and a
-    --prometheus-textfile whose folder cannot be written (a burn-in too short to be judged is the plugin's to refuse: the judging layer
+    --prometheus-textfile whose folder cannot be written, unless it is the ``--reports`` folder the run makes (a burn-in too short to be judged is the plugin's to refuse: the judging layer
     knows its windows). ``getoption(name, default)``: pytest's
     ``config.getoption`` or the same over an argparse namespace. Raises ConfigError (one line)."""
     from gpuaccept.config.inputcheck import check_empty_options
@@ -61,7 +61,9 @@ def check_options(getoption: Callable[..., Any]) -> None:
     if prom:
         check_output_file(prom, "--prometheus-textfile")
         folder = os.path.dirname(os.path.abspath(prom))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        reports = getoption("reports", None)
+        made_by_the_run = bool(reports) and folder == os.path.abspath(reports)  # the report folder, made below
+        if not made_by_the_run and (not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
             raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
 
 
