@@ -1,9 +1,10 @@
 """How many hosts one controller takes, and what to do above that (docs/scale.md, "Fleet size").
 
 :data:`CONTROLLER_MAX_HOSTS` is the count above which one pytest session is not the way: measured on a 2-core
-controller (issue 28, 2026-12-01): 1,000 replayed hosts held 536 MiB and took 117 s; at 10,000 hosts
-``--collect-only`` alone took 50 s (pytest's own cost per test item is the floor) and the end-of-run report
-write 25.7 s and 2.17 GiB. At 2,000 hosts a controller collects in about 10 s and holds about 1.1 GiB; above,
+controller: 1,000 replayed hosts held 385 MiB and took 43 s (benchmarks/controller_rss.py, 2026-12-02); at
+10,000 hosts ``--collect-only`` alone took 50 s (pytest's own cost per test item is the floor, 2026-12-01) and
+the end-of-run report write 12.4 s, 1.05x a plain json.dumps of the same records (benchmarks/report_scale.py,
+2026-12-02). At 2,000 hosts a controller collects in about 10 s and holds about 1.1 GiB; above,
 the fleet is split: every node of a Slurm allocation tests itself, or ``--shard I/K`` on K controllers, and
 ``python -m gpuaccept.scaleout.merge`` joins the folders.
 """
