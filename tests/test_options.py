@@ -18,6 +18,7 @@ from project_helpers import make_project, run_pytest
     (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
     (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: lies in the system folder /proc"),
     (("--history", "/h.sqlite"), "--history /h.sqlite: lies in the root folder"),
+    (("--history", "rep/h.sqlite"), "--history rep/h.sqlite: lies inside --reports"),
 ])
 def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")

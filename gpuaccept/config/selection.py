@@ -39,7 +39,8 @@ class Selection:
 
 def check_options(getoption: Callable[..., Any]) -> None:
     """Refuse a numeric option that is not a finite number in its range, a --history or --prometheus-textfile
-    in a system folder or naming no regular file (gpuaccept.config.outputs.check_output_file), and a
+    in a system folder or naming no regular file (gpuaccept.config.outputs.check_output_file), a --history
+    inside the --reports folder, and a
     --prometheus-textfile whose folder cannot be written, unless it is the ``--reports`` folder the run makes (a burn-in too short to be judged is the plugin's to refuse: the judging layer
     knows its windows). ``getoption(name, default)``: pytest's
     ``config.getoption`` or the same over an argparse namespace. Raises ConfigError (one line)."""
@@ -55,13 +56,16 @@ def check_options(getoption: Callable[..., Any]) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
     from gpuaccept.config.outputs import check_output_file
     hist = getoption("history", None)
+    reports = getoption("reports", None)
     if hist and hist != "none":
         check_output_file(hist, "--history")
+        if reports and os.path.abspath(hist).startswith(os.path.abspath(reports).rstrip(os.sep) + os.sep):
+            raise ConfigError(f"--history {hist}: lies inside --reports {reports}, the folder of this run alone (new "
+                              "or empty): the history keeps every run, give a file outside it")
     prom = getoption("prometheus_textfile", None)
     if prom:
         check_output_file(prom, "--prometheus-textfile")
         folder = os.path.dirname(os.path.abspath(prom))
-        reports = getoption("reports", None)
         made_by_the_run = bool(reports) and folder == os.path.abspath(reports)  # the report folder, made below
         if not made_by_the_run and (not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
             raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
