@@ -131,6 +131,18 @@ def test_figures_errors_and_the_fallback():
     assert actions.for_error(None, "blocked by preflight: x\nblocked by driver_versions: y").action == "reboot"
     assert actions.for_error(None, "h GPU 0 (bus): disturbed: pid 4711 used GPU 0").action == "rerun"
     assert actions.for_error(None, "a gap nobody names").reason == "not measured: rerun"
+    # what a rerun cannot mend: the node's Python is elsewhere, the name does not resolve
+    wrong_python = actions.for_error("ProbeError", "h: gpu_inventory: python interpreter '/usr/bin/python9' not "
+                                                   "found (set ansible_python_interpreter)")
+    assert (wrong_python.action, wrong_python.setting) == ("fix-config", "ansible_python_interpreter")
+    assert actions.for_error("HostUnreachable", "h: cannot resolve nosuch.invalid: Name or service not "
+                                                "known").action == "check-network"
+    # declared GPUs missing: for want of a driver the cards are not the suspects; seen missing by NVML, they are
+    no_driver = actions.for_case("failed", "test_gpu_inventory", "h1: no NVIDIA GPU found (no NVIDIA driver "
+                                 "(libnvidia-ml.so not found)) but the inventory declares gpus_per_node=8")
+    assert (no_driver["action"], no_driver["setting"]) == ("fix-config", "NVIDIA driver")
+    assert actions.for_case("failed", "test_gpu_inventory", "h1: no NVIDIA GPU found (NVML sees no GPU) but the "
+                            "inventory declares gpus_per_node=8")["action"] == "drain-rma"
     site = actions.for_finding("test_my_site_check", None)
     assert site.action == "drain-rma" and "does not name" in site.reason
 

@@ -72,7 +72,7 @@ def load_table() -> dict:
     with resources.files("gpuaccept").joinpath("data", DATA_FILE).open(encoding="utf-8") as f:
         table = load_data(f)
     known = set(table["strength"])
-    for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "errors"):
+    for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "failures", "errors"):
         for key, row in table[section]["rows"].items():
             if row.get("action") not in known or not row.get("reason"):
                 raise ValueError(f"{DATA_FILE}: {section}/{key}: action must be one of {sorted(known)}, with a reason")
@@ -228,10 +228,23 @@ def for_sxid(event: dict) -> Action:
     return _action("xid_buckets", "(sxid)", prefix=f"SXid {event.get('sxid')}: ")
 
 
-def _error_keys() -> list[str]:
-    rows = load_table()["errors"]["rows"]
+def _message_keys(section: str) -> list[str]:
+    rows = load_table()[section]["rows"]
     return sorted((k for k in rows if not k[0].isupper() and not k.startswith("(") and k != "internal"),
                   key=len, reverse=True)
+
+
+def _by_message(section: str, message: str) -> list[Action]:
+    """The rows of ``section`` whose key (first words, lower case) starts a line of ``message`` or follows a
+    ``host: `` head there; at most one row a line, the longest key first."""
+    found, keys = [], _message_keys(section)
+    for line in (message or "").splitlines():
+        low = line.strip().lower()
+        for key in keys:
+            if re.search(rf"(?:^|: ){re.escape(key)}\b", low):
+                found.append(_action(section, key))
+                break
+    return found
 
 
 def for_error(kind: str | None, message: str = "") -> Action:
@@ -243,14 +256,7 @@ def for_error(kind: str | None, message: str = "") -> Action:
     the matched lines' rows; ``(other)`` when none matches (a measurement gap)."""
     rows = load_table()["errors"]["rows"]
     found = [_action("errors", kind)] if kind in rows else []
-    keys = _error_keys()
-    for line in (message or "").splitlines():
-        low = line.strip().lower()
-        for key in keys:
-            if re.search(rf"(?:^|: ){re.escape(key)}\b", low):
-                found.append(_action("errors", key))
-                break
-    return strongest(found) or _action("errors", "(other)")
+    return strongest(found + _by_message("errors", message)) or _action("errors", "(other)")
 
 
 def _as_dict(a: Action | dict | None) -> dict | None:
@@ -288,12 +294,14 @@ def for_case(outcome: str, test: str | None, message: str = "", failures: list[d
              error_kind: str | None = None, figures: list[dict] | None = None) -> dict | None:
     """The action of one test record: None unless ``failed`` or ``error``; a failed test's strongest failure
     entry (:func:`entry_action`); without entries, its strongest failing figure of ``figures``
-    (:func:`figure_action`); without either, as for a plain ``assert``, its test's row. An error's
+    (:func:`figure_action`); without either, the ``failures`` row its message names (the declared GPUs
+    missing for want of a driver), else, as for a plain ``assert``, its test's row. An error's
     :func:`for_error`."""
     if outcome == "failed":
         acts = [entry_action(test, e) for e in failures or [] if isinstance(e, dict)]
         acts = acts or [figure_action(test, f) for f in figures or [] if isinstance(f, dict)
                         and f.get("verdict") == "fail"]
+        acts = acts or [a.to_dict() for a in _by_message("failures", message)]
         return strongest(acts) or for_finding(test).to_dict()
     if outcome == "error":
         return for_error(error_kind, message).to_dict()
