@@ -19,6 +19,8 @@ from project_helpers import make_project, run_pytest
     (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: lies in the system folder /proc"),
     (("--history", "/h.sqlite"), "--history /h.sqlite: lies in the root folder"),
     (("--history", "rep/h.sqlite"), "--history rep/h.sqlite: lies inside --reports"),
+    (("-m", "helth"), "-m helth: no marker named 'helth': did you mean health? the layers' markers are health, "),
+    (("-m", "health or nccll"), "no marker named 'nccll': did you mean nccl?"),
 ])
 def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
@@ -124,3 +126,14 @@ def test_runs_without_xdist_loaded(tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode == 0 and "unknown hook" not in out and "Traceback" not in out, out[-2000:]
     assert (tmp_path / "rep" / "results.json").is_file()
+
+
+def test_a_marker_expression_is_checked_where_it_selects():
+    from gpuaccept.config.selection import check_markexpr
+    from gpuaccept.errors import ConfigError
+    known = {"health", "nccl", "skip"}
+    for ok in ("health", "health or (nccl and not multinode)", "not slow", "nccl and not (skip)"):
+        check_markexpr(ok, known, ("health", "nccl"))
+    for bad, word in (("helth", "helth"), ("health or nccll", "nccll"), ("(health) and slow", "slow")):
+        with pytest.raises(ConfigError, match=f"no marker named '{word}'.*the layers' markers are health, nccl"):
+            check_markexpr(bad, known, ("health", "nccl"))

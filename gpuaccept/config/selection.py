@@ -130,3 +130,26 @@ def list_hosts_text(hosts) -> str:
         lines.append(f"    {h.name}  {where}  connection={h.connection}  "
                      f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
     return "\n".join(lines)
+
+
+#: words of a ``-m`` expression that are its grammar, not markers (pytest's mark expression)
+MARK_WORDS = frozenset({"and", "or", "not"})
+
+
+def check_markexpr(expr: str, known: set[str], layers: tuple[str, ...] = ()) -> None:
+    """Refuse a ``-m`` expression that names a marker no suite or plugin registered, where it would select by
+    it (``-m helth`` selects nothing, ``-m 'health or nccll'`` health alone); a name right after ``not`` is let
+    be (leaving out what has no marker changes nothing). ``known``: the registered marker names (pytest's
+    ``markers`` ini lines); ``layers``: the layers' markers, named in the refusal. Raises ConfigError (one
+    line, with the nearest known name)."""
+    import difflib
+    import re
+    before = ""
+    for word in re.findall(r"[^\s()]+", expr or ""):
+        negated, before = before == "not", word
+        if word in MARK_WORDS or "=" in word or word in known or negated:
+            continue  # ``not <name>`` of no marker leaves out nothing and takes nothing extra: let it be
+        near = difflib.get_close_matches(word, sorted(known), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ConfigError(f"-m {expr}: no marker named {word!r}: {hint}the layers' markers are "
+                          f"{', '.join(layers)}")

@@ -207,6 +207,23 @@ def pytest_configure_node(node) -> None:  # xdist hook (controller side): share 
             worker.workerinput["gpuaccept_progress_dir"] = st.progress_dir
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session) -> None:
+    """A ``-m`` naming no registered marker is refused (exit 4) before the report folder is made: here, once
+    every plugin has registered its markers (gpuaccept.config.selection.check_markexpr)."""
+    config = session.config
+    if _state(config) is None or _is_worker(config) or not config.option.markexpr:
+        return
+    known = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    try:
+        selection.check_markexpr(config.option.markexpr, known, LAYERS)
+    except ConfigError as e:
+        reports = config.pluginmanager.get_plugin("gpuaccept-reporting")
+        if reports is not None and reports.reporter is not None:
+            reports.discard()  # refused: no folder left, as for every refusal
+        raise pytest.UsageError(str(e)) from None
+
+
 def pytest_collection_modifyitems(config, items):
     """The burn-in layer runs only when asked for by marker (``-m burnin``): a burn-in holds a node for many
     minutes, and a plain ``pytest`` (the main job) must not start one by surprise."""

@@ -265,7 +265,7 @@ class ReportPlugin:
         if why is None:
             return
         where = self.reporter.dir
-        self._discard()
+        self.discard()
         self.reporter = None  # nothing of this run is written
         msg = f"--reports {where}: {why}" if self._opt("reports") else f"reports folder {where}: {why}"
         if self.config.pluginmanager.get_plugin("dsession") is not None:  # xdist's controller: its loop ends the run
@@ -373,7 +373,7 @@ class ReportPlugin:
         if rep is None:
             return
         if not self.began and not rep.records:
-            self._discard()  # nothing ran (deselected everything, or collection failed): leave no folder
+            self.discard()  # nothing ran (deselected everything, or collection failed): leave no folder
             return
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
         rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
@@ -409,7 +409,8 @@ class ReportPlugin:
                 tr.write_line(f"gpuaccept reports: during the run: {rep.write_recovered}; every record was written "
                               "again since: the reports are complete", yellow=True)
 
-    def _discard(self) -> None:
+    def discard(self) -> None:
+        """Remove the report folder this run made, while it is still empty (a run refused or that ran no test)."""
         d = self.reporter.dir
         if self.created:
             try:
