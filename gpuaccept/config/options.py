@@ -12,7 +12,7 @@ from gpuaccept.config.profiles import PROFILES
 def add_options(add: Callable[..., Any]) -> None:
     """Call ``add(*flags, **argparse keywords)`` once per gpuaccept option."""
     add("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
-    add("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[01:04]")
+    add("--limit", default=None, help="Ansible host pattern: a,b  group  group:&other  group:!drained  gpu[0:3] (hosts 0..3 of group gpu)  gpu0*")
     add("--sku", default=None, help="GPU SKU for every selected host (a thresholds/<sku>.yaml stem); overrides detection")
     add("--reports", default=None, help="report folder; default reports/<UTC timestamp>, reports/latest -> newest")
     add("--thresholds", default=None,
