@@ -32,6 +32,7 @@ from gpuaccept.config.profiles import PROFILES, probe_timeout
 from gpuaccept.errors import ERROR_KEY
 from gpuaccept.reporting.records import LAYERS, layer_of
 from gpuaccept.plugin.reports import ReportPlugin
+from gpuaccept.plugin.release import host_param, last_uses
 from gpuaccept.plugin.state import STATE, RunState
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.config.thresholds import load_all
@@ -332,7 +333,7 @@ def verdicts(request) -> Recorder:
     from gpuaccept.judging.recorder import Recorder
     from gpuaccept.transport import interruption
     item = request.node  # pytest's test item (pytest calls it "node"; our host runner is the fixture "node")
-    host = item.callspec.params.get("node") if hasattr(item, "callspec") else None
+    host = host_param(item)
     layer = layer_of(item.nodeid)
     gpu_ids, found = {}, []
     if host is not None and "gpus" in request.fixturenames:
@@ -506,14 +507,13 @@ def pytest_collection_finish(session) -> None:
     if _state(config) is None or _is_worker(config) or getattr(config.option, "numprocesses", None) \
             or config.option.collectonly or not session.items:
         return  # --collect-only and an empty selection touch no node
-    from gpuaccept.plugin import release
     st = _state(config)
-    st.release = release.last_uses(session.items, [h.name for h in st.hosts])
+    st.release = last_uses(session.items, [h.name for h in st.hosts])
     if not _forks(config):
         return
     names = []
     for it in session.items:
-        name = getattr(getattr(it, "callspec", None), "params", {}).get("node")
+        name = host_param(it)
         if name is not None and "gpus" in getattr(it, "fixturenames", ()) and name not in names:
             names.append(name)
     from gpuaccept.runner import fanout, prefetch

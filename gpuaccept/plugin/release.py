@@ -1,7 +1,7 @@
-"""What a finished test leaves behind that no later test of the run reads, let go once that is so (issue 28: the
+"""What a finished test leaves behind that no later test of the run reads, let go once that is so (the
 controller's memory at fleet size).
 
-Two things, both made per test or per host and, before this, kept to the end of the run:
+Two things, both made per test or per host:
 
 * a test's :class:`~gpuaccept.judging.recorder.Recorder` (``item.stash``): it holds the host's GPUs, typed
   (gpuaccept.judging.readings.typed), and its blockers; its figures are in the item's ``user_properties`` and
@@ -10,10 +10,10 @@ Two things, both made per test or per host and, before this, kept to the end of 
   selected test that may touch the host has ended: the host's own last test, or the last fleet test (a test
   without a host, e.g. ``test_fleet_consistency`` over ``nodes``, may read every host) when that one runs later.
 
-At 1,000 replayed 2xH200 hosts (``benchmarks/controller_rss.py``) the two were 145 MiB of the controller's peak
-(556 -> 411 MiB).
-The plan of the second is made from the run's items in run order (:func:`last_uses`), only where pytest runs
-them in that order in this process (not under xdist, whose workers are sent their items in batches).
+At 1,000 replayed 2xH200 hosts (``benchmarks/controller_rss.py``, 2026-12-02) the two were 145 MiB of the
+controller's peak. The plan of the second is made from the run's items in run order (:func:`last_uses`), only
+where pytest runs them in that order in this process (not under xdist, whose workers are sent their items in
+batches).
 """
 from __future__ import annotations
 

@@ -85,17 +85,18 @@ def point_latest(rdir: str) -> None:
 SKIP_LINES = 10
 
 
-def run_line(hv: dict[str, dict], recs: list) -> str:
+def run_line(hv: dict[str, dict], recs: list, judged: int | None = None) -> str:
     """The run's verdict line (pure): ``"gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged"``. The run reads
     the worst of its hosts' verdicts in the verdict order (FAIL > ERROR > PASS > SKIP): a run none of whose
-    hosts judged a figure reads SKIP, never PASS."""
+    hosts judged a figure reads SKIP, never PASS. ``judged``: the GPU figures judged in ``recs`` when counted
+    already (gpuaccept.reporting.tally.RunTally.gpu_judged)."""
     tally: dict[str, int] = {}
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
     verdict = run_verdict(hv)
     parts = ", ".join(f"{tally[k]} host{'s' if tally[k] != 1 else ''} {k}" for k in verdict_order.ORDER if tally.get(k))
-    n = gpu_figures_judged(recs)
+    n = gpu_figures_judged(recs) if judged is None else judged
     return f"gpuaccept: {verdict} ({parts or 'no host'}), {n} GPU figure{'s' if n != 1 else ''} judged"
 
 
@@ -439,13 +440,14 @@ class ReportPlugin:
         if stop:
             terminalreporter.write_line(f"gpuaccept: INTERRUPTED {stop}", red=True)
         terminalreporter.write_line(f"gpuaccept reports: {rep.dir}")
-        groups = skip_groups(recs)
+        tally = rep.tally()  # kept per record: the console's lines walk no record's figures again
+        groups = skip_groups(tally.skipped)
         for why, (hs, n) in list(groups.items())[:SKIP_LINES]:
             terminalreporter.write_line(f"gpuaccept: skipped: {why}: {len(hs)} host{'s' if len(hs) != 1 else ''}, "
                                         f"{n} test{'s' if n != 1 else ''}")
         if len(groups) > SKIP_LINES:
             terminalreporter.write_line(f"gpuaccept: skipped: {len(groups) - SKIP_LINES} more reasons in summary.md")
-        terminalreporter.write_line(run_line(hv, recs))
+        terminalreporter.write_line(run_line(hv, recs, tally.gpu_judged))
         if bad:
             terminalreporter.write_line(f"gpuaccept: {len(bad)} host(s) failed or errored; rerun them with "
                                         f"--limit=@{os.path.join(rep.dir, 'failed-hosts.txt')}")

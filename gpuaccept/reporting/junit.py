@@ -80,11 +80,10 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
     hosts, kept as the records arrived; ``recs`` is then unused)."""
     from gpuaccept.reporting.verdicts import interruption_text
     if kept is None:
-        kept = {"recs": recs, "durations": [r.duration_s for r in recs],
-                "hosts": dict.fromkeys(r.host or "fleet" for r in recs), "failed": 0, "error": 0, "skipped": 0}
+        from gpuaccept.reporting.tally import count_in_layer, layer_entry
+        kept = layer_entry()
         for r in recs:
-            if r.outcome in ("failed", "error", "skipped"):
-                kept[r.outcome] += 1
+            count_in_layer(kept, r)
     counts = kept
     props = []
     if hv:

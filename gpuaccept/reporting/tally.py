@@ -6,6 +6,23 @@ from __future__ import annotations
 
 from gpuaccept.reporting.heatmap import HeatCells
 from gpuaccept.reporting.records import CaseRecord
+from gpuaccept.reporting.verdicts import is_gpu_judged
+
+
+def layer_entry() -> dict:
+    """A layer's entry of :attr:`RunTally.layers`, empty: ``{"recs", "durations", "hosts", "failed", "error",
+    "skipped"}`` (what its JUnit header counts)."""
+    return {"recs": [], "durations": [], "hosts": {}, "failed": 0, "error": 0, "skipped": 0}
+
+
+def count_in_layer(lay: dict, r: CaseRecord) -> dict:
+    """Count record ``r`` in its layer's entry ``lay`` (:func:`layer_entry`); returns ``lay``."""
+    lay["recs"].append(r)
+    lay["durations"].append(r.duration_s)
+    lay["hosts"][r.host or "fleet"] = None
+    if r.outcome in ("failed", "error", "skipped"):
+        lay[r.outcome] += 1
+    return lay
 
 
 class RunTally:
@@ -38,13 +55,9 @@ class RunTally:
         c[r.outcome] = c.get(r.outcome, 0) + 1
         lay = self.layers.get(r.layer)
         if lay is None:
-            lay = self.layers[r.layer] = {"recs": [], "durations": [], "hosts": {}, "failed": 0, "error": 0,
-                                          "skipped": 0}
-        lay["recs"].append(r)
-        lay["durations"].append(r.duration_s)
-        lay["hosts"][host] = None
-        if r.outcome in ("failed", "error", "skipped"):
-            lay[r.outcome] += 1
+            lay = self.layers[r.layer] = layer_entry()
+        count_in_layer(lay, r)
+        if r.outcome in ("failed", "skipped", "error"):
             (self.skipped if r.outcome == "skipped" else self.bad).append(r)
         if r.figures:
             self.add_figures(r.figures, host)
@@ -54,9 +67,8 @@ class RunTally:
         judged = 0
         for f in figures:
             v = f.get("verdict")
-            if v == "pass" or v == "fail":
-                if f.get("gpu") is not None:
-                    judged += 1
+            if is_gpu_judged(f):
+                judged += 1
             elif v == "unstable":
                 self.unstable.append(f)
             check = f.get("check")

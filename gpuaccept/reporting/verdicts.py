@@ -85,9 +85,14 @@ def _measurement_units() -> frozenset:
 MEASUREMENT_UNITS = _measurement_units()
 
 
+def is_gpu_judged(f: dict) -> bool:
+    """Whether figure ``f`` is a GPU's, judged against a limit (pass or fail) (pure)."""
+    return f.get("gpu") is not None and f.get("verdict") in ("pass", "fail")
+
+
 def gpu_figures_judged(recs: list[CaseRecord]) -> int:
-    """How many figures of a GPU were judged against a limit (pass or fail) in ``recs`` (pure)."""
-    return sum(1 for r in recs for f in r.figures if f.get("gpu") is not None and f.get("verdict") in ("pass", "fail"))
+    """How many figures of a GPU were judged against a limit in ``recs`` (:func:`is_gpu_judged`, pure)."""
+    return sum(1 for r in recs for f in r.figures if is_gpu_judged(f))
 
 
 def skip_reason(host: str | None, message: str) -> str:
