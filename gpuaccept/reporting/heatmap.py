@@ -1,5 +1,6 @@
-"""report.html's host x check heatmap (pure): :func:`heatmap`, and :class:`HeatCells` keeping each cell's worst
-figure up to date figure by figure, so that the end of a run makes only the rows the page shows.
+"""report.html's host x check heatmap (pure): :class:`HeatCells` keeps each cell's worst figure up to date
+figure by figure (one pass over the figures, in gpuaccept.reporting.tally.RunTally), so that the end of a run
+makes only the rows the page shows, each cell's colour and title once, from its worst figure.
 """
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ class HeatCells:
         return self
 
     def result(self, only: set | None = None, standouts: set | None = None) -> dict:
-        """``{"checks", "rows": [{host, cells: [cell or None per check]}]}`` as :func:`heatmap` returns it."""
+        """Host x check cells: ``{"checks", "rows": [{host, cells: [cell or None per check]}]}``. ``only``: rows
+        for these hosts alone (the columns are still every check judged anywhere); ``standouts``: the (host,
+        check) pairs with a stand-out, painted amber (:func:`ratio_color`)."""
         cells: dict[tuple[str, str], dict] = {}
         stand = standouts or ()
         for key, (ratio, kind, failed, f) in self.worst.items():
@@ -68,11 +71,3 @@ class HeatCells:
         checks = self.checks
         return {"checks": list(checks),
                 "rows": [{"host": h, "cells": [cells.get((h, c)) for c in checks]} for h in hosts]}
-
-
-def heatmap(figures: list[dict], only: set | None = None, standouts: set | None = None) -> dict:
-    """Host x check cells of judged numeric figures: the worst value/limit over the host's GPUs (pure).
-    ``only``: rows for these hosts alone (the columns are still every check judged anywhere); ``standouts``:
-    the (host, check) pairs with a stand-out, painted amber (:func:`ratio_color`). One pass over the figures
-    (:class:`HeatCells`); each cell's colour and title are made once, from its worst figure."""
-    return HeatCells().add(figures).result(only, standouts)
