@@ -254,7 +254,7 @@ def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -
     med = statistics.median(times)
     res = {"tflops": sig(tflops(m, n, k, batch, med)),
            "tflops_max": sig(tflops(m, n, k, batch, min(times))),
-           "iters": batch * n_batches, "batch": batch, "seconds": round(sum(times), 4),
+           "iters": batch * n_batches, "batch": batch, "seconds": sig(sum(times)),
            "warmup_seconds": round(elapsed, 3), "warmup_batches": warm_batches, "m": m, "n": n, "k": k}
     sampler = cfg["sampler"]
     res.update(sampler.window(index, t0, t1) if sampler else summarize_samples([]))
