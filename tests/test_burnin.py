@@ -270,6 +270,17 @@ def test_probe_keeps_the_windows_of_a_burnin_whose_worker_died_and_names_that_ra
     assert "of 60 s" in line and "judged as a partial burn-in" in line
 
 
+def test_a_rank_is_named_behind_only_two_windows_back():
+    """Ranks in lockstep close windows on their own clocks, one window apart at most: no rank is named for
+    that; a rank two windows behind every other is the one that stopped first."""
+    from gpuaccept.probes.burnin import _behind
+    assert _behind({0: 24, 1: 23, 2: 24}) is None
+    assert _behind({0: 24, 1: 24, 2: 24}) is None
+    assert _behind({0: 24, 1: 21, 2: 23}) == 1
+    assert _behind({0: 24, 1: 22, 2: 22}) is None
+    assert _behind({0: 5}) is None
+
+
 def test_probe_reports_a_hung_load_once_no_window_arrives_for_stall_s():
     """Rank 1 of 3 stops answering (ALTERED: fault_rank how=hang): every rank waits on it in the lockstep
     all-reduce; the probe stops the load after stall_s without a window, keeps what was measured, and says

@@ -595,6 +595,17 @@ def _gpus_out(world: int, indices: list[int], hellos: dict, telemetry, nv) -> li
     return out
 
 
+def _behind(counts: dict[int, int]) -> int | None:
+    """The rank whose window count trails every other rank's by two or more, else None. Each rank closes its
+    windows on its own clock, so ranks that ran the same steps in lockstep can differ by one window (a window
+    boundary falling between them); only a gap of two says that one rank stopped before the others."""
+    if len(counts) < 2:
+        return None
+    low_rank = min(counts, key=counts.get)
+    others = [c for r, c in counts.items() if r != low_rank]
+    return low_rank if min(others) - counts[low_rank] >= 2 else None
+
+
 def _stopped(failed: tuple, col: _Collector, world: int, indices: list[int], hellos: dict, stall_s: float,
              t_failed: float) -> dict:
     """The document's ``stopped`` (see the module docstring) for what stopped the load, ``failed`` (as
@@ -609,10 +620,8 @@ def _stopped(failed: tuple, col: _Collector, world: int, indices: list[int], hel
                           f"{', ' + bus if bus else ''}) ended with {rc} before any window was measured: "
                           f"{tail[-400:] or 'no output'}")
     counts = {r: sum(1 for d in windows if d["rank"] == r) for r in range(world)}
-    if rank is None and len(set(counts.values())) > 1:  # one rank fell behind the others: that one
-        low = min(counts.values())
-        behind = [r for r, c in counts.items() if c == low]
-        rank = behind[0] if len(behind) == 1 else None
+    if rank is None:  # one rank two or more windows behind every other: that one
+        rank = _behind(counts)
     how = ({"stalled": f"stopped reporting (no window from any GPU for {stall_s:g} s)",
             "deadline": "still running past the deadline"}.get(rc) if isinstance(rc, str) else
            f"killed by signal {-rc}" if rc < 0 else f"exited with {rc}")
