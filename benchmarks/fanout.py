@@ -7,6 +7,9 @@ Starts NODES real OpenSSH servers (127.0.0.101 ...; tests/sshd.py), then per rou
 whole process, timed from outside, as shared/notes/scale-profile.md measured the peers):
   - bare paramiko: a thread pool of NODES, per host connect (known_hosts checked, RejectPolicy), run `true`,
     close -- the floor for "touch every host once";
+  - the same pool running the nodes' Python once per host, importing nvidia-ml-py where it is installed
+    (:data:`NODE_PYTHON_FLOOR`): the floor for any tool that runs one Python probe per host. Here the nodes
+    share the controller's cores, so their interpreters' CPU is on the controller's clock as well;
   - testinfra `-n 8`: ``def test_true(host): assert host.run("true").rc == 0`` over ``--hosts=ssh://...``
     (OpenSSH client, ``StrictHostKeyChecking yes``, ``ControlMaster no``), as the scale profile ran it; only
     where ``import testinfra`` works (``pip install pytest-testinfra``), or with ``TESTINFRA_SITE=DIR`` naming a
@@ -39,6 +42,7 @@ import importlib.util
 import json
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -57,13 +61,14 @@ BARE = r"""
 import sys, json, paramiko
 from concurrent.futures import ThreadPoolExecutor
 nodes, kh = json.loads(sys.argv[1]), sys.argv[2]
+command = sys.argv[3] if len(sys.argv) > 3 else "true"
 def one(n):
     c = paramiko.SSHClient()
     c.load_host_keys(kh)
     c.set_missing_host_key_policy(paramiko.RejectPolicy())
     c.connect(n[0], n[1], username="root", key_filename=n[2], look_for_keys=False, allow_agent=False, timeout=30)
-    _, out, _ = c.exec_command("true")
-    out.channel.recv_exit_status()
+    _, out, _ = c.exec_command(command)
+    assert out.channel.recv_exit_status() == 0
     c.close()
 with ThreadPoolExecutor(len(nodes)) as ex:
     list(ex.map(one, nodes))
@@ -87,10 +92,16 @@ def timed(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, tuple[floa
     return res, (t1 - t0, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, b1 - b0)
 
 
-def bare_pool(nodes, known_hosts: str) -> tuple[float, float, float]:
-    """The whole process, as the scale profile measured it: interpreter start, paramiko import, the pool."""
+#: what the "one Python per host" pool runs on each node: the node's interpreter importing nvidia-ml-py where it
+#: has it, as gpu_inventory does -- the node-side floor of any tool that runs a Python probe there
+NODE_PYTHON_FLOOR = "import importlib.util as u; u.find_spec('pynvml') and __import__('pynvml')"
+
+
+def bare_pool(nodes, known_hosts: str, command: str = "true") -> tuple[float, float, float]:
+    """The whole process, as the scale profile measured it: interpreter start, paramiko import, the pool, each
+    node running ``command`` (a shell command line)."""
     spec = json.dumps([[n.address, n.port, n.key_file] for n in nodes])
-    res, t = timed([sys.executable, "-c", BARE, spec, known_hosts])
+    res, t = timed([sys.executable, "-c", BARE, spec, known_hosts, command])
     res.check_returncode()
     return t
 
@@ -179,21 +190,24 @@ def main() -> None:
         dead.write_text("[cluster]\n" + "".join(f"{n.name} ansible_host={n.address} ansible_port=9\n" for n in nodes))
         tenv = testinfra_env()
         acmd = ansible_cmd()
-        names = ["bare paramiko pool, `true` (process)", "testinfra -n 8, `host.run(\"true\")`",
+        names = ["bare paramiko pool, `true` (process)",
+                 "bare paramiko pool, the node's Python importing nvidia-ml-py (one Python per host)", "testinfra -n 8, `host.run(\"true\")`",
                  f"ansible -m raw -a true -f {count}",
                  "gpuaccept -m health --collect-only (fixed cost, no host touched)",
                  "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
                  "gpuaccept -m storage --forks 0", "gpuaccept -m storage (--forks 32)",
                  "gpuaccept -m health, every host refusing connections (ERROR reports)"]
         if acmd is None:
-            names.remove(names[2])
+            names = [k for k in names if not k.startswith("ansible")]
         if tenv is None:
-            names.remove(names[1])
+            names = [k for k in names if not k.startswith("testinfra")]
         rows: dict[str, list[tuple]] = {k: [] for k in names}
         ratios: dict[str, list[float]] = {k: [] for k in rows}
+        floors: dict[str, list[float]] = {k: [] for k in rows}
         for r in range(rounds + 1):  # round 0: the untimed warm-up
             b = bare_pool(nodes, kh)
-            got = [b] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
+            floor = bare_pool(nodes, kh, shlex.join([node_python, "-c", NODE_PYTHON_FLOOR]))
+            got = [b, floor] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
             got += [ansible(tmp, nodes, kh, acmd)] if acmd is not None else []
             got += [gpuaccept(tmp, inv, kh, "--collect-only"),
                     gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
@@ -204,12 +218,14 @@ def main() -> None:
             for k, v in zip(rows, got):
                 rows[k].append(v)
                 ratios[k].append(v[0] / b[0])
+                floors[k].append(v[0] / floor[0])
         print(f"fan-out over {count} real sshd nodes on loopback, {rounds} rounds, {os.cpu_count()} cores")
-        print("| run | min s | median s | / bare pool (median of rounds) | controller CPU s | machine busy CPU s |\n"
-              "|---|---|---|---|---|---|")
+        print("| run | min s | median s | / bare pool (median of rounds) | / Python-per-host pool | controller CPU s "
+              "| machine busy CPU s |\n|---|---|---|---|---|---|---|")
         for k, v in rows.items():
             wall = [x[0] for x in v]
             print(f"| {k} | {min(wall):.2f} | {statistics.median(wall):.2f} | {statistics.median(ratios[k]):.1f}x | "
+                  f"{statistics.median(floors[k]):.1f}x | "
                   f"{statistics.median(x[1] for x in v):.2f} | {statistics.median(x[2] for x in v):.2f} |")
         if acmd is None:
             print("(ansible not installed: pip install --target DIR ansible-core and ANSIBLE_SITE=DIR, to add its row)")
