@@ -117,6 +117,32 @@ def test_list_hosts_writes_ipv6_with_brackets(tmp_path):
     assert "ansible_host=[2001:db8::12]:2200" in res.stdout and "localbox  ansible_host=-" in res.stdout
 
 
+@pytest.mark.parametrize("reader", ["full disk", "closed pipe"])
+def test_list_hosts_to_a_stdout_that_cannot_take_it_exits_1_without_a_traceback(tmp_path, reader):
+    """``--list-hosts > /dev/full`` says so in one line; ``--list-hosts | head -1`` (the reader leaves after a
+    line of 3,000 hosts) is quiet; both exit 1 with no traceback."""
+    import os
+    import subprocess
+    import sys
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("[gpu]\n" + "".join(f"n{i:04d} ansible_host=10.0.{i // 250}.{i % 250 + 1}\n" for i in range(3000)))
+    cmd = [sys.executable, "-m", "pytest", "--inventory", str(inv), "--list-hosts"]
+    if reader == "full disk":
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(cmd, cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        err = proc.stderr
+        assert err.strip().splitlines() == ["gpuaccept: --list-hosts: could not write to standard output: "
+                                            "No space left on device"], err
+    else:
+        p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = p.stdout.readline()
+        p.stdout.close()  # as `head -1` does once it has its line
+        err = p.stderr.read()
+        proc = subprocess.CompletedProcess(cmd, p.wait(timeout=120))
+        assert "hosts (3000)" in first and err == "", err
+    assert proc.returncode == 1 and "Traceback" not in err and os.path.exists(inv)
+
+
 def test_runs_without_xdist_loaded(tmp_path):
     """``-p no:xdist`` (or an environment without pytest-xdist): the plugin's xdist hooks are optional, so the
     run goes as without ``-n`` instead of stopping at "unknown hook"."""

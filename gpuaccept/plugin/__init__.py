@@ -561,12 +561,33 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config):
-    """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder."""
+    """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder.
+    Standard output that cannot take the list exits 1: quietly when its reader left (``| head``), with one line
+    on stderr naming the error otherwise (a full disk)."""
     if not config.getoption("list_hosts", False) or not active(config):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
-    config.get_terminal_writer().line(list_hosts_text(config.stash[STATE].hosts))
+    try:
+        tw = config.get_terminal_writer()
+        tw.line(list_hosts_text(config.stash[STATE].hosts))
+        tw.flush()
+    except OSError as e:
+        _stdout_gone(e)
+        return 1
     return 0
+
+
+def _stdout_gone(e: OSError) -> None:
+    """Standard output failed with ``e``: point it at /dev/null (Python's own flush at exit then has nowhere to
+    fail) and, unless its reader merely closed the pipe, say so in one line on stderr."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
+    if not isinstance(e, BrokenPipeError):
+        sys.stderr.write(f"gpuaccept: --list-hosts: could not write to standard output: {e.strerror or e}\n")
 
 
 @pytest.hookimpl(tryfirst=True)
