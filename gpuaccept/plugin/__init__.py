@@ -179,7 +179,9 @@ def pytest_configure(config: pytest.Config) -> None:
         progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
     if not _is_worker(config) and not config.getoption("list_hosts"):
+        from gpuaccept.plugin.repeated_errors import RepeatedErrors
         from gpuaccept.plugin.reports import ReportPlugin
+        config.pluginmanager.register(RepeatedErrors(), "gpuaccept-repeated-errors")
         try:  # the report hooks, as an object holding this run's report config
             config.pluginmanager.register(ReportPlugin(config, state, inv_path), "gpuaccept-reporting")
         except ConfigError as e:
@@ -562,8 +564,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config):
     """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder.
-    Standard output that cannot take the list exits 1: quietly when its reader left (``| head``), with one line
-    on stderr naming the error otherwise (a full disk)."""
+    A standard output that cannot take the list exits 1 (:func:`_stdout_gone`)."""
     if not config.getoption("list_hosts", False) or not active(config):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
@@ -578,8 +579,8 @@ def pytest_cmdline_main(config: pytest.Config):
 
 
 def _stdout_gone(e: OSError) -> None:
-    """Standard output failed with ``e``: point it at /dev/null (Python's own flush at exit then has nowhere to
-    fail) and, unless its reader merely closed the pipe, say so in one line on stderr."""
+    """Standard output failed with ``e``: point it at /dev/null (nothing left for the flush at exit to fail on);
+    say so in one line on stderr unless its reader merely closed the pipe."""
     try:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, sys.stdout.fileno())

@@ -1,0 +1,66 @@
+"""gpuaccept.plugin.repeated_errors: a host's error cause listed once in the terminal, every test still counted."""
+from __future__ import annotations
+
+import re
+import socket
+from types import SimpleNamespace
+
+from project_helpers import junit, make_project, run_pytest
+
+from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY
+from gpuaccept.plugin.repeated_errors import NAMES_SHOWN, group, same_error_line
+
+
+def _rep(nodeid: str, text: str | None, kind: str | None = "HostUnreachable"):
+    props = ([(ERROR_KEY, text)] if text is not None else []) + ([(ERROR_KIND_KEY, kind)] if kind else [])
+    return SimpleNamespace(nodeid=nodeid, user_properties=props, longrepr=text)
+
+
+def test_only_word_for_word_repeats_of_a_gpuaccept_error_are_grouped():
+    a1, a2, a3 = (_rep(f"s.py::t{i}[a]", "a: cannot connect") for i in range(3))
+    b1 = _rep("s.py::t0[b]", "b: cannot connect")
+    crash = _rep("s.py::t4[a]", "a: probe gpu_inventory crashed")
+    plain1, plain2 = _rep("s.py::t5[a]", None, None), _rep("s.py::t6[a]", None, None)  # pytest's own errors
+    untyped = _rep("s.py::t7[a]", "a: cannot connect", None)  # no error kind: not ours, never grouped
+    shown, more = group([a1, b1, a2, crash, plain1, a3, plain2, untyped])
+    assert shown == [a1, b1, crash, plain1, plain2, untyped]
+    assert more == {id(a1): [a2, a3]}
+
+
+def test_the_same_error_line_names_the_tests_and_stops_at_a_few():
+    reps = [_rep(f"suites/test_health.py::test_{i}[h]", "x") for i in range(NAMES_SHOWN + 2)]
+    line = same_error_line(reps)
+    assert line.startswith(f"(the same error in {NAMES_SHOWN + 2} more tests, not listed again: test_0[h], ")
+    assert f"test_{NAMES_SHOWN - 1}[h], …;" in line and f"test_{NAMES_SHOWN}[h]" not in line
+    assert same_error_line(reps[:1]).startswith("(the same error in 1 more test, not listed again: test_0[h];")
+
+
+def _closed_port(address: str) -> int:
+    s = socket.socket()
+    s.bind((address, 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: connections are refused
+    return port
+
+
+def test_unreachable_hosts_are_listed_once_each_and_every_test_still_counts(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    lines = []
+    for i in range(3):  # three loopback addresses, each a port nothing listens on
+        address = f"127.0.0.{61 + i}"
+        lines.append(f"dead{i} ansible_host={address} ansible_port={_closed_port(address)}\n")
+    inv.write_text("[gpu]\n" + "".join(lines))
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
+    out = res.stdout
+    assert res.returncode == 1, out[-3000:] + res.stderr[-2000:]
+    errors = int(re.search(r"(\d+) errors? in ", out).group(1))
+    per_host = errors // 3
+    assert errors == 3 * per_host and per_host > 1, out[-2000:]
+    sections = re.findall(r"_ ERROR at \w+ of (\S+) _", out)
+    assert sorted(s[s.index("[") + 1:-1] for s in sections) == ["dead0", "dead1", "dead2"], sections
+    assert out.count(f"(the same error in {per_host - 1} more tests, not listed again:") == 3, out[-3000:]
+    summary = out[out.index("short test summary info"):]
+    assert len(re.findall(r"^ERROR ", summary, re.M)) == 3, summary
+    cases = [c for f in (tmp_path / "rep").glob("junit-*.xml") for c in junit(f) if c["outcome"] == "error"]
+    assert len(cases) == errors  # the reports keep every test
+    assert "Traceback" not in out + res.stderr
