@@ -58,8 +58,8 @@ def test_unreachable_hosts_are_listed_once_each_and_every_test_still_counts(tmp_
     assert errors == 3 * per_host and per_host > 1, out[-2000:]
     sections = re.findall(r"_ ERROR at \w+ of (\S+) _", out)
     assert sorted(s[s.index("[") + 1:-1] for s in sections) == ["dead0", "dead1", "dead2"], sections
-    assert out.count(f"(the same error in {per_host - 1} more tests, not listed again:") == 3, out[-3000:]
-    summary = out[out.index("short test summary info"):]
+    sections_text, summary = out.split("short test summary info", 1)  # the summary's width varies by terminal
+    assert sections_text.count(f"(the same error in {per_host - 1} more tests, not listed again:") == 3, out[-3000:]
     assert len(re.findall(r"^ERROR ", summary, re.M)) == 3, summary
     cases = [c for f in (tmp_path / "rep").glob("junit-*.xml") for c in junit(f) if c["outcome"] == "error"]
     assert len(cases) == errors  # the reports keep every test
