@@ -18,6 +18,8 @@ from project_helpers import make_project, run_pytest
     (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
     (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: lies in the system folder /proc"),
     (("--history", "/h.sqlite"), "--history /h.sqlite: lies in the root folder"),
+    (("--history", "/nonexistent-dir/h.sqlite"), "--history /nonexistent-dir/h.sqlite: folder /nonexistent-dir does not "
+                                                 "exist"),
     (("--history", "rep/h.sqlite"), "--history rep/h.sqlite: lies inside --reports"),
     (("-m", "helth"), "-m helth: no marker named 'helth': did you mean health? the layers' markers are health, "),
     (("-m", "health or nccll"), "no marker named 'nccll': did you mean nccl?"),

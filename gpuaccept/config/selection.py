@@ -62,6 +62,10 @@ def check_options(getoption: Callable[..., Any]) -> None:
         if reports and os.path.abspath(hist).startswith(os.path.abspath(reports).rstrip(os.sep) + os.sep):
             raise ConfigError(f"--history {hist}: lies inside --reports {reports}, the folder of this run alone (new "
                               "or empty): the history keeps every run, give a file outside it")
+        hist_folder = os.path.dirname(os.path.abspath(os.path.expanduser(hist)))
+        if not os.path.isdir(hist_folder):  # a mistyped folder would start a second, empty history
+            raise ConfigError(f"--history {hist}: folder {hist_folder} does not exist (the history is kept across "
+                              "runs: make the folder, or name a file in one that exists)")
     prom = getoption("prometheus_textfile", None)
     if prom:
         check_output_file(prom, "--prometheus-textfile")
