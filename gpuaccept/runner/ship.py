@@ -12,6 +12,7 @@ import ast
 import functools
 import json
 import os
+import threading
 import zlib
 
 PROBE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes")
@@ -48,10 +49,19 @@ def probe_files(name: str) -> tuple[str, ...]:
     return tuple(sorted(need))
 
 
-@functools.lru_cache(maxsize=1)
+_PAYLOAD_LOCK = threading.Lock()
+
+
 def payload() -> bytes:
     """The frame of every probe file (``gpuaccept/probes/*.py``) the agent's start reads: 4 bytes of length
-    (big-endian), then zlib (level 6) of the JSON ``{name: text}``; made once per run."""
+    (big-endian), then zlib (level 6) of the JSON ``{name: text}``; made once per run, by the first of the
+    agents starting at once (the others wait for it)."""
+    with _PAYLOAD_LOCK:
+        return _payload()
+
+
+@functools.lru_cache(maxsize=1)
+def _payload() -> bytes:
     files = {}
     for fn in sorted(os.listdir(PROBE_DIR)):
         if fn.endswith(".py"):
