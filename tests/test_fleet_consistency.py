@@ -73,3 +73,18 @@ def test_one_machine_under_two_names_fails_both_names(tmp_path):
     assert failed == ["g1", "g2"], (failed, test["message"])
     assert "g2: reports the same GPUs as g1 (2 GPUs by NVML UUID" in test["message"]
     assert "- **PASS** `g3`" in summary
+
+
+def test_every_name_of_one_machine_fails_however_long_the_message(tmp_path):
+    """Thirty names reaching one machine: the fleet test's message (cut to its last 4,000 characters in the
+    reports) names only some of them, yet each name is a failed host with its own line as the reason, from the
+    failure entries filed under it; a machine of its own still passes."""
+    own = alter(tmp_path, "gpu_inventory", _uuids("0031"))
+    names = {f"g{i:02d}": DATA for i in range(30)}
+    res, test, failed, summary = _run(tmp_path, {**names, "solo": own})
+    assert res.returncode == 1 and test["outcome"] == "failed", res.stdout[-3000:]
+    assert len(test["message"]) <= 4000 and not all(f"\n{h}: " in "\n" + test["message"] for h in names)
+    assert failed == sorted(names), failed
+    for h in names:
+        assert f"- **FAIL** `{h}`: test_fleet_consistency: {h}: reports the same GPUs as " in summary, h
+    assert "- **PASS** `solo`" in summary

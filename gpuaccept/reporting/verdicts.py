@@ -45,7 +45,7 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
     errored (not measured, with its cause), else PASS when any passed, else SKIP. ``shape``: the node shape
     its gpu_inventory test recorded (gpuaccept.judging.shape). A fleet-wide test that did not finish (an
     interrupted run) counts as an error of every selected host. Fleet-wide tests (no host in the id) count against the hosts their
-    failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
+    failure entries are filed under and their failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
     passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
     test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
     """
@@ -146,7 +146,10 @@ class HostVerdicts:
         if not r.host and r.outcome == "error" and unfinished(r.message):  # every host it held was cut off
             targets += [h for h in self.names if h not in targets]
         elif not r.host and r.outcome in ("failed", "error"):
-            targets += _fleet_hosts_named(r.message or "", self.names, self.known)
+            # the hosts its failure entries are filed under, then those its message names (an error has no
+            # entries; the message is cut to its last 4,000 characters, so it alone can miss hosts)
+            named = _fleet_hosts_named(r.message or "", self.names, self.known)
+            targets += list(dict.fromkeys([e.get("host") for e in r.failures if e.get("host") in self.known] + named))
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
         for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
@@ -196,8 +199,9 @@ class HostVerdicts:
                                         f"vs {limit_text(f.get('limit'))}".replace("  ", " "))
                 first = (r.message or r.outcome).splitlines()[0] if (r.message or "").strip() else r.outcome
                 if not r.host and h != "fleet":  # a fleet-wide test: the line about this host, not another's
-                    first = next((ln for ln in (r.message or "").splitlines() if _fleet_hosts_named(ln, [h])),
-                                 first)
+                    first = next((e["line"].splitlines()[0] for e in r.failures if e.get("host") == h and e.get("line")),
+                                 None) or next((ln for ln in (r.message or "").splitlines()
+                                                if _fleet_hosts_named(ln, [h])), first)
                 if not figs:
                     v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
 
