@@ -10,6 +10,10 @@ whole process, timed from outside, as shared/notes/scale-profile.md measured the
   - the same pool running the nodes' Python once per host, importing nvidia-ml-py where it is installed
     (:data:`NODE_PYTHON_FLOOR`): the floor for any tool that runs one Python probe per host. Here the nodes
     share the controller's cores, so their interpreters' CPU is on the controller's clock as well;
+  - the same pool running the probes of ``-m health`` on every host with no tool around them
+    (:func:`health_probes_command`: gpu_inventory, pcie_link and xid_events, one Python each, from this
+    checkout): the floor for reading what the health layer reads; on a GPU machine the loopback nodes share
+    its GPUs, so each node's NVML reads wait on the others' (on a fleet every node reads its own);
   - testinfra `-n 8`: ``def test_true(host): assert host.run("true").rc == 0`` over ``--hosts=ssh://...``
     (OpenSSH client, ``StrictHostKeyChecking yes``, ``ControlMaster no``), as the scale profile ran it; only
     where ``import testinfra`` works (``pip install pytest-testinfra``), or with ``TESTINFRA_SITE=DIR`` naming a
@@ -95,6 +99,18 @@ def timed(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, tuple[floa
 #: what the "one Python per host" pool runs on each node: the node's interpreter importing nvidia-ml-py where it
 #: has it, as gpu_inventory does -- the node-side floor of any tool that runs a Python probe there
 NODE_PYTHON_FLOOR = "import importlib.util as u; u.find_spec('pynvml') and __import__('pynvml')"
+
+
+#: the probes ``-m health`` runs on a node with GPUs (gpuaccept/suites/test_health.py), with its arguments
+HEALTH_PROBES = (("gpu_inventory.py", "{}"), ("pcie_link.py", '{"seconds": 1.5}'), ("xid_events.py", "{}"))
+
+
+def health_probes_command(python: str) -> str:
+    """A shell command running each of :data:`HEALTH_PROBES` from this checkout's gpuaccept/probes with
+    ``python``, output discarded, exit status 0 whatever the probes answered (a node without a GPU refuses
+    some of them: the reading is what is timed)."""
+    runs = " ; ".join(shlex.join([python, name, args]) for name, args in HEALTH_PROBES)
+    return f"cd {shlex.quote(str(REPO / 'gpuaccept' / 'probes'))} && ( {runs} ) >/dev/null 2>&1 ; true"
 
 
 def bare_pool(nodes, known_hosts: str, command: str = "true") -> tuple[float, float, float]:
@@ -191,7 +207,8 @@ def main() -> None:
         tenv = testinfra_env()
         acmd = ansible_cmd()
         names = ["bare paramiko pool, `true` (process)",
-                 "bare paramiko pool, the node's Python importing nvidia-ml-py (one Python per host)", "testinfra -n 8, `host.run(\"true\")`",
+                 "bare paramiko pool, the node's Python importing nvidia-ml-py (one Python per host)",
+                 "bare paramiko pool running the health probes (one Python per probe, no tool)", "testinfra -n 8, `host.run(\"true\")`",
                  f"ansible -m raw -a true -f {count}",
                  "gpuaccept -m health --collect-only (fixed cost, no host touched)",
                  "gpuaccept -m health --forks 0", "gpuaccept -m health (--forks 32)",
@@ -207,7 +224,7 @@ def main() -> None:
         for r in range(rounds + 1):  # round 0: the untimed warm-up
             b = bare_pool(nodes, kh)
             floor = bare_pool(nodes, kh, shlex.join([node_python, "-c", NODE_PYTHON_FLOOR]))
-            got = [b, floor] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
+            got = [b, floor, bare_pool(nodes, kh, health_probes_command(node_python))] + ([testinfra(tmp, nodes, kh, tenv)] if tenv is not None else [])
             got += [ansible(tmp, nodes, kh, acmd)] if acmd is not None else []
             got += [gpuaccept(tmp, inv, kh, "--collect-only"),
                     gpuaccept(tmp, inv, kh, "--forks", "0"), gpuaccept(tmp, inv, kh),
