@@ -7,6 +7,7 @@ Every daemon runs in the foreground (``-D``/``-F``) as our child, so teardown ki
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -29,10 +30,31 @@ def slurm_missing_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on every address, all below the kernel's ephemeral range.
+
+    A port from the ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 on Debian)
+    can be taken between choosing and binding by any outgoing connection of the tests running beside
+    us (every loopback SSH session is one), and slurmd then exits "Unable to bind listen port". Below
+    that range only a listener can take it. Each port is held bound until all ``n`` are chosen."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    held: list[socket.socket] = []
+    try:
+        while len(held) < n:
+            s = socket.socket()
+            try:
+                s.bind(("0.0.0.0", random.randrange(10000, max(low, 10001 + n))))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 @dataclass
@@ -83,7 +105,7 @@ def start_cluster(base: Path, n_nodes: int = 3, idle_timeout: float = 90) -> Slu
     key.write_bytes(secrets.token_bytes(1024))
     os.chmod(key, 0o400)
     nodes = [f"n{i}" for i in range(1, n_nodes + 1)]
-    ctld_port, d_port = _free_port(), _free_port()
+    ctld_port, d_port, *node_ports = _ports(2 + n_nodes)
     sock = base / "munge.sock"
     lines = [
         "ClusterName=gpuaccepttest",
@@ -105,7 +127,7 @@ def start_cluster(base: Path, n_nodes: int = 3, idle_timeout: float = 90) -> Slu
     ]
     for i, n in enumerate(nodes):
         lines.append(f"NodeName={n} NodeAddr={NODE_ADDRESSES[i % len(NODE_ADDRESSES)]} NodeHostname=localhost "
-                     f"CPUs=1 Port={_free_port()}")
+                     f"CPUs=1 Port={node_ports[i]}")
         (base / "spool" / n).mkdir(exist_ok=True)
     lines.append(f"PartitionName=test Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP")
     conf = base / "slurm.conf"
@@ -145,7 +167,7 @@ def start_cluster(base: Path, n_nodes: int = 3, idle_timeout: float = 90) -> Slu
 def _wait(cond, timeout: float, what: str, cl: SlurmCluster) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        dead = [p.args[0] for p in cl.procs if p.poll() is not None]
+        dead = [" ".join(p.args[:4]) for p in cl.procs if p.poll() is not None]
         if dead:
             raise RuntimeError(f"{', '.join(dead)} exited while starting the cluster\n{cl.logs()}")
         try:
