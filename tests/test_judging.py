@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.reporting.records import host_of, layer_of
+from gpuaccept.reporting.records import host_of, layer_of, case_file, case_name
 from gpuaccept.judging.standouts import outliers
 from gpuaccept.reporting.junit import junit_xml_text
 from gpuaccept.reporting.records import CaseRecord
@@ -109,9 +109,21 @@ def test_junit_has_figures_as_properties():
     ("suites/test_nccl_gloo.py::test_x[n1]", "nccl", "n1", "host:n1"),
     ("suites/test_health.py::test_fleet_consistency", "health", None, "suites/test_health.py"),
     ("tests/test_other.py::test_y", "other", None, "tests/test_other.py"),
+    ("suites/test_health.py::test_ecc[::1]", "health", "::1", "host:::1"),
+    ("suites/test_memory.py::test_hbm_bandwidth[fe80::a:1]", "memory", "fe80::a:1", "host:fe80::a:1"),
 ])
 def test_ids(nodeid, layer, host, scope):
     assert layer_of(nodeid) == layer and host_of(nodeid) == host and host_scope(nodeid) == scope
+
+
+@pytest.mark.parametrize("nodeid,name,file", [
+    ("suites/test_health.py::test_ecc[gpu-07]", "test_ecc[gpu-07]", "suites/test_health.py"),
+    ("suites/test_health.py::test_ecc[::1]", "test_ecc[::1]", "suites/test_health.py"),
+    ("suites/test_nvlink.py::TestLinks::test_up[fe80::2]", "test_up[fe80::2]", "suites/test_nvlink.py"),
+    ("suites/test_health.py::test_fleet_consistency", "test_fleet_consistency", "suites/test_health.py"),
+])
+def test_name_and_file_of_an_id_keep_an_ipv6_host_whole(nodeid, name, file):
+    assert case_name(nodeid) == name and case_file(nodeid) == file
 
 
 def test_sku_detected_from_real_h200_capture():

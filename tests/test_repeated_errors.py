@@ -64,3 +64,17 @@ def test_unreachable_hosts_are_listed_once_each_and_every_test_still_counts(tmp_
     cases = [c for f in (tmp_path / "rep").glob("junit-*.xml") for c in junit(f) if c["outcome"] == "error"]
     assert len(cases) == errors  # the reports keep every test
     assert "Traceback" not in out + res.stderr
+
+
+def test_an_ipv6_named_host_keeps_its_whole_name_in_the_terminal_and_the_reports(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"[gpu]\nfe80::62 ansible_host=127.0.0.64 ansible_port={_closed_port('127.0.0.64')}\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
+    out = res.stdout
+    assert res.returncode == 1, out[-3000:] + res.stderr[-2000:]
+    assert re.search(r"the same error in \d+ more tests, not listed again: test_\w+\[fe80::62\]", out), out[-3000:]
+    cases = [c for f in (tmp_path / "rep").glob("junit-*.xml") for c in junit(f)
+             if not c["classname"].endswith(".fleet")]  # the fleet-wide tests name no host
+    assert cases and all(re.fullmatch(r"test_\w+\[fe80::62\]", c["name"]) for c in cases), [c["name"] for c in cases]
+    assert all(c["classname"].endswith(".fe80::62") for c in cases), [c["classname"] for c in cases]
+    assert "Traceback" not in out + res.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY
+from gpuaccept.reporting.records import case_name
 
 #: test names listed in the "same error" line before it says "…"
 NAMES_SHOWN = 5
@@ -39,7 +40,7 @@ def group(reports: list) -> tuple[list, dict[int, list]]:
 
 def same_error_line(grouped: list) -> str:
     """The line under a shown error: how many tests more erred with it, the first :data:`NAMES_SHOWN` by name."""
-    names = [r.nodeid.rsplit("::", 1)[-1] for r in grouped]
+    names = [case_name(r.nodeid) for r in grouped]
     listed = ", ".join(names[:NAMES_SHOWN]) + (", …" if len(names) > NAMES_SHOWN else "")
     n = len(names)
     return (f"(the same error in {n} more test{'s' if n != 1 else ''}, not listed again: {listed}; "

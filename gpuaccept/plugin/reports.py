@@ -29,7 +29,7 @@ from gpuaccept.judging import verdict_order
 from gpuaccept.plugin.finish import HistorySink, finish_reports
 from gpuaccept.plugin.state import RunState
 from gpuaccept.reporting.folder import holds_run, space_problem
-from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of
+from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, case_file, case_name
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict
 from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups
@@ -296,7 +296,7 @@ class ReportPlugin:
 
     def pytest_runtest_logstart(self, nodeid, location) -> None:
         if self.progress is not None:
-            self.progress.begin(self._host_of(nodeid) or "fleet", nodeid.split("::")[-1].split("[")[0])
+            self.progress.begin(self._host_of(nodeid) or "fleet", case_name(nodeid).partition("[")[0])
 
     def _message(self, report) -> str:
         if report.skipped and isinstance(report.longrepr, tuple):
@@ -340,7 +340,7 @@ class ReportPlugin:
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         failing = counted_failures(part["outcome"], part["message"],
                                    [v for k, v in part["props"] if k == "gpuaccept.failure"])
-        kind, name = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None), nodeid.split("::")[-1]
+        kind, name = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None), case_name(nodeid)
         self.reporter.add(CaseRecord(nodeid, name, self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs,
                                      failures=failing, action=for_case(part["outcome"], name, part["message"],
@@ -390,7 +390,7 @@ class ReportPlugin:
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
             if nodeid not in rep.records:
-                rep.add(CaseRecord(nodeid, nodeid.split("::")[-1], host, layer, "error", f"not run: {reason}"))
+                rep.add(CaseRecord(nodeid, case_name(nodeid), host, layer, "error", f"not run: {reason}"))
         _count_in_terminal(session, rep)
         self._finish(rep)
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
@@ -475,5 +475,5 @@ def _count_in_terminal(session, rep: Reporter) -> None:
     for nodeid, rec in rep.records.items():
         if nodeid not in counted and rec.outcome == "error":
             tr.stats.setdefault("error", []).append(pytest.TestReport(
-                nodeid, (nodeid.split("::")[0], None, nodeid.split("::")[-1]), {}, "failed", rec.message, "setup",
+                nodeid, (case_file(nodeid), None, case_name(nodeid)), {}, "failed", rec.message, "setup",
                 user_properties=[(ERROR_KEY, rec.message)]))

@@ -8,7 +8,7 @@ import re
 import time
 
 from gpuaccept.judging.standouts import distinguisher, prop_value
-from gpuaccept.reporting.records import CaseRecord, record_action
+from gpuaccept.reporting.records import CaseRecord, record_action, case_file
 
 
 def figure_properties(fleet_wide: bool, figures: list[dict]) -> list[tuple[str, str]]:
@@ -115,7 +115,7 @@ def junit_testcase(layer: str, r: CaseRecord) -> str:
     :func:`figure_properties`), indented, ending in a newline."""
     classname = f"{layer}.{r.host or 'fleet'}"
     out = [f'    <testcase name={_xml_attr(r.name)} classname={_xml_attr(classname)} '
-           f'file={_xml_attr(r.nodeid.split("::")[0])} time="{r.duration_s:.3f}">']
+           f'file={_xml_attr(case_file(r.nodeid))} time="{r.duration_s:.3f}">']
     props = action_properties(record_action(r)) + (figure_properties(r.host is None, r.figures) if r.figures else [])
     if props:
         out.append("      <properties>")

@@ -1,6 +1,7 @@
 """The record of one finished test, as the reports keep it (pure): :class:`CaseRecord`, its JSON forms
 (:func:`record_dict`, :func:`record_json`: one results.jsonl line), the failure lines that count for its
-verdict (:func:`counted_failures`) and the layer and host a test id names (:func:`layer_of`, :func:`host_of`).
+verdict (:func:`counted_failures`) and the layer, name, file and host a test id names (:func:`layer_of`, :func:`case_name`,
+:func:`case_file`, :func:`host_of`).
 
 Records are self-describing (run id, host, layer, check) so that runs sharded over Slurm or Kubernetes can be
 merged (gpuaccept.scaleout.merge). The files of a run are written by gpuaccept.reporting.reporter.Reporter.
@@ -22,6 +23,19 @@ def layer_of(nodeid: str) -> str:
     """The layer of a test id: ``suites/test_<layer>[_more].py::...`` → layer (else "other")."""
     m = re.search(r"test_([a-z]+)\w*\.py::", nodeid)
     return m.group(1) if m and m.group(1) in LAYERS else "other"
+
+
+def case_name(nodeid: str) -> str:
+    """The test's own name with its parameter: ``suites/test_health.py::test_ecc[[::1]:22]`` → ``test_ecc[[::1]:22]``.
+
+    Only the part before the parameter is split on ``::``: a parameter (an IPv6 host) may hold ``::`` itself."""
+    head, bracket, param = str(nodeid).partition("[")
+    return head.rsplit("::", 1)[-1] + bracket + param
+
+
+def case_file(nodeid: str) -> str:
+    """The file part of a test id: ``suites/test_health.py::test_ecc[::1]`` → ``suites/test_health.py``."""
+    return str(nodeid).partition("[")[0].split("::", 1)[0]
 
 
 def host_of(nodeid: str) -> str | None:

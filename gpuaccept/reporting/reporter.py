@@ -27,7 +27,7 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import RESULTS_FORMAT, atomic_file, atomic_write, write_fully
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
-from gpuaccept.reporting.records import CaseRecord, no_gc, record_json
+from gpuaccept.reporting.records import CaseRecord, no_gc, record_json, case_name
 from gpuaccept.reporting.summary import summary_markdown
 from gpuaccept.reporting.tally import RunTally
 from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts_text
@@ -256,7 +256,7 @@ class Reporter:
         """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
         for nodeid, (host, layer) in self.expected.items():
             if nodeid not in self.records:
-                name = nodeid.split("::")[-1]
+                name = case_name(nodeid)
                 self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
         self.flush(final=True)
         self.close_jsonl()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from gpuaccept.judging import actions, verdict_order
-from gpuaccept.reporting.records import CaseRecord, record_action
+from gpuaccept.reporting.records import CaseRecord, record_action, case_name
 from gpuaccept.reporting.text import fmt, gpu_text, limit_text
 
 
@@ -326,7 +326,7 @@ def interruption_text(meta: dict) -> str:
     if not isinstance(i, dict):
         return "by an interruption (the run did not finish)" if meta.get("interrupted") else ""
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(i["at"])) if isinstance(i.get("at"), (int, float)) else "?"
-    running = [str(n).split("::")[-1] for n in i.get("running") or []]
+    running = [case_name(n) for n in i.get("running") or []]
     what = (f" while running {', '.join(running[:4])}{', ...' if len(running) > 4 else ''}" if running
             else " between tests")
     left = i.get("unfinished")
