@@ -242,6 +242,10 @@ INI_ERRORS = [
     ("[g]\na..b ansible_host=10.0.0.1\n", 2, "'..'"),
     ("[../x]\nh\n", 1, "bad group name"),
     ("[g]\nh\x01 x=1\n", 2, "control character U+0001"),
+    ("[g]\nn1\n.  ansible_host=10.0.0.2\n", 3, "the reports' probes folder itself"),
+    # the reports' name for the fleet-wide tests, also through a range
+    ("[g]\nfleet ansible_host=10.0.0.1\n", 2, "'fleet' is reserved"),
+    ("[g]\nflee[s:u]\n", 2, "'fleet' is reserved"),
     ("[g]\nh x=\x1b[31m\n", 2, "control character U+001B"),
     # expansion is counted before anything is built
     ("node[0:99999999]\n", 1, "more than 100,000 hosts"),
@@ -282,6 +286,8 @@ YAML_ERRORS = [
     ("all:\n  vars:\n    nccl_internode_busbw_gbps: .inf\n", 3, "not a finite number"),
     ("all:\n  vars:\n    x: [1, .nan]\n", 3, "not a finite number"),
     ("all:\n  hosts:\n    ../x:\n", 3, "slash"),
+    ("all:\n  hosts:\n    \".\":\n", 3, "the reports' probes folder itself"),
+    ("all:\n  children:\n    gpu:\n      hosts:\n        n1:\n        fleet:\n", 6, "'fleet' is reserved"),
     ("all:\n  hosts:\n    \"n\\x07\":\n", 3, "control character U+0007"),
     ("all:\n  hosts:\n    h[1:99999999]:\n", 3, "more than 100,000 hosts"),
     ("all:\n  hosts:\n    h1: {ansible_host: '10.0.0.[1:4]'}\n", 3, "holds a host range"),

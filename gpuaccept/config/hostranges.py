@@ -119,6 +119,8 @@ def bad_name_reason(name: str) -> str | None:
     private-use and unassigned code points). Other non-ASCII letters are fine."""
     if not name.strip():
         return "an empty host name"
+    if name.strip() == ".":
+        return "a host name '.' (it would be the reports' probes folder itself)"
     if "/" in name or "\\" in name:
         return "a host name with a slash (it would become a path in the reports)"
     if ".." in name:

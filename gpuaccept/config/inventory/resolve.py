@@ -101,6 +101,11 @@ def port_clash(pattern: str, port: int | None, hvars: dict[str, Any], where: str
                                  "write the port once")
 
 
+RESERVED_HOST = "fleet"
+"""The host name the reports give the fleet-wide tests (summary.md, JUnit classnames, results.json, Prometheus);
+an inventory host of that name would merge with them."""
+
+
 def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
     """The host names a host entry stands for (ranges expanded) and its port, or InventoryError."""
     pattern = pattern.strip()
@@ -110,7 +115,12 @@ def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
     why = bad_name_reason(RANGE.sub("0", name))
     if why:
         raise InventoryError(f"{where}: bad host {pattern!r}: {why}")
-    return expand_hostname(name, where), port
+    names = expand_hostname(name, where)
+    if RESERVED_HOST in names:
+        raise InventoryError(f"{where}: bad host {pattern!r}: {RESERVED_HOST!r} is reserved (the reports' name for the "
+                             "fleet-wide tests, such as inter-node all-reduce); name the machine otherwise, with "
+                             "ansible_host= for its address")
+    return names, port
 
 
 class Builder:
