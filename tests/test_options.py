@@ -23,6 +23,8 @@ from project_helpers import make_project, run_pytest
     (("--history", "rep/h.sqlite"), "--history rep/h.sqlite: lies inside --reports"),
     (("-m", "helth"), "-m helth: no marker named 'helth': did you mean health? the layers' markers are health, "),
     (("-m", "health or nccll"), "no marker named 'nccll': did you mean nccl?"),
+    (("-m", "(health"), "-m '(health': not an expression pytest can read: at column 8: expected right parenthesis"),
+    (("-k", "ecc and ("), "-k 'ecc and (': not an expression pytest can read: at column 10:"),
 ])
 def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
@@ -31,6 +33,7 @@ def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
     assert needle in res.stderr and "Traceback" not in res.stderr + res.stdout
     assert not (tmp_path / "rep").exists()
+    assert not (tmp_path / "reports").exists()  # nor the default history beside it
 
 
 def test_prometheus_textfile_in_the_report_folder_the_run_makes(tmp_path):
@@ -165,3 +168,17 @@ def test_a_marker_expression_is_checked_where_it_selects():
     for bad, word in (("helth", "helth"), ("health or nccll", "nccll"), ("(health) and slow", "slow")):
         with pytest.raises(ConfigError, match=f"no marker named '{word}'.*the layers' markers are health, nccl"):
             check_markexpr(bad, known, ("health", "nccl"))
+
+
+def test_a_run_that_selects_no_test_leaves_no_report_folder_and_no_history(tmp_path):
+    """``-k`` matching nothing: pytest exits 5 and the run leaves neither its report folder nor a default history
+    database it would have created (a later run's "previous run" and history are unchanged)."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-k", "no_such_test_anywhere")
+    assert res.returncode == 5, res.stdout[-2000:] + res.stderr[-2000:]
+    assert not (tmp_path / "reports").exists(), sorted(p.name for p in (tmp_path / "reports").rglob("*"))
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "history.sqlite").write_bytes(b"")  # a history already there is left as it was
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-k", "no_such_test_anywhere")
+    assert res.returncode == 5 and (tmp_path / "reports" / "history.sqlite").exists()

@@ -46,6 +46,7 @@ def check_options(getoption: Callable[..., Any]) -> None:
     ``config.getoption`` or the same over an argparse namespace. Raises ConfigError (one line)."""
     from gpuaccept.config.inputcheck import check_empty_options
     check_empty_options(getoption)
+    check_expression_syntax(getoption)
     for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
         v = getoption(name, None)
         if v is None:
@@ -138,6 +139,29 @@ def list_hosts_text(hosts) -> str:
 
 #: words of a ``-m`` expression that are its grammar, not markers (pytest's mark expression)
 MARK_WORDS = frozenset({"and", "or", "not"})
+
+
+def check_expression_syntax(getoption: Callable[..., Any]) -> None:
+    """Refuse a ``-m`` or ``-k`` expression pytest cannot parse (``-m '(health'``, ``-k 'ecc and ('``) before
+    the report folder is made: pytest finds it only while deselecting, after the session has started, and every
+    test would be reported as not run. Parsed by pytest's own expression grammar (``_pytest.mark.expression``,
+    the one ``-m`` and ``-k`` use); where a pytest lacks that module the check is pytest's alone. Raises
+    ConfigError (one line, with pytest's column and reason)."""
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        return
+    for flag, name in (("-m", "markexpr"), ("-k", "keyword")):
+        expr = getoption(name, None)
+        if not expr:
+            continue
+        try:
+            Expression.compile(expr)
+        except Exception as e:  # SyntaxError from pytest 8.4 on, ParseError before it
+            column = getattr(e, "offset", None) or getattr(e, "column", None)
+            reason = getattr(e, "msg", None) or getattr(e, "message", None) or str(e)
+            at = f"at column {column}: " if column else ""
+            raise ConfigError(f"{flag} {expr!r}: not an expression pytest can read: {at}{reason}") from None
 
 
 def check_markexpr(expr: str, known: set[str], layers: tuple[str, ...] = ()) -> None:

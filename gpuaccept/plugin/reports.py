@@ -121,6 +121,19 @@ def _id_of(name: str) -> str:
     return ascii_escaped(name)
 
 
+def _history_empty(path: str) -> bool:
+    """Whether the history database at ``path`` holds no run and no test row (False when it cannot be read)."""
+    import sqlite3
+    try:
+        con = sqlite3.connect(path, timeout=1)
+        try:
+            return con.execute("SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM tests)").fetchone()[0] == 0
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 class ReportPlugin:
     """The report hooks of one run, with their configuration. Made by ``gpuaccept.plugin.pytest_configure``:
 
@@ -145,6 +158,7 @@ class ReportPlugin:
         self.history_path = self._opt("history") or str(config.invocation_params.dir / "reports" / "history.sqlite")
         self._stderr = None
         self.history: HistorySink | None = None
+        self.history_made: list[str] = []  # what _check_history created: undone when the run is refused
         if self.collect_only:
             return
         self._stderr = real_stderr()
@@ -187,8 +201,15 @@ class ReportPlugin:
         if self._opt("history") == "none":
             return
         from gpuaccept.reporting import history
+        path = os.path.abspath(self.history_path)
+        folders, d = [], os.path.dirname(path)
+        while not os.path.lexists(d):
+            folders.append(d)
+            d = os.path.dirname(d)
+        made = [] if os.path.lexists(path) else [path + s for s in ("-wal", "-shm", "")] + folders
         try:
             history.connect(self.history_path).close()
+            self.history_made = made
         except history.HistoryError as e:
             raise ConfigError(f"--history: {e}") from None
         except OSError as e:
@@ -411,11 +432,19 @@ class ReportPlugin:
                               "again since: the reports are complete", yellow=True)
 
     def discard(self) -> None:
-        """Remove the report folder this run made, while it is still empty (a run refused or that ran no test)."""
+        """Remove the report folder this run made, while it is still empty (a run refused or that ran no test),
+        and the history database with its folders when this run created them (no run was recorded in it)."""
         d = self.reporter.dir
         if self.created:
             try:
                 os.rmdir(d)  # only when empty: never removes what someone else put there
+            except OSError:
+                pass
+        if self.history_made and not _history_empty(self.history_made[2]):
+            return  # another run began to write into it meanwhile: it is that run's now
+        for p in self.history_made:  # the file and its -wal/-shm, then the folders made for it, innermost first
+            try:
+                os.rmdir(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
             except OSError:
                 pass
 
