@@ -153,6 +153,73 @@ def test_interrupt_kills_the_probe(agent, tmp_path):
     assert_gone(m2, within=1)
 
 
+def escaper(tmp_path: Path, m1: str, m2: str, m3: str, then: str = "time.sleep(600)") -> str:
+    """A stand-in probe whose processes leave its group and session, as fio's job processes do: ``sleep m2``
+    setsid()'s under the probe, ``sleep m3`` likewise under a shell that exits at once (so it is orphaned), and
+    ``sleep m1`` stays in the group; then ``then``."""
+    return _probe(tmp_path, "escaper", "import subprocess, time\n"
+                  f"subprocess.Popen(['sleep', '{m1}'])\n"
+                  f"subprocess.Popen(['sleep', '{m2}'], start_new_session=True)\n"
+                  f"subprocess.run(['/bin/sh', '-c', 'setsid sleep {m3} >/dev/null 2>&1 &'])\n"
+                  f"{then}\n")
+
+
+def test_a_probe_s_processes_outside_its_group_die_with_it(agent, tmp_path):
+    """Killed at the controller's limit, interrupted, or exited by itself: the probe's processes in sessions of
+    their own go with it, the one whose parent died first (re-parented to the agent) included."""
+    for how in ("limit", "interrupt", "exit"):
+        ms = [marker() for _ in range(3)]
+        probe = escaper(tmp_path, *ms, then="print('{}')" if how == "exit" else "time.sleep(600)")
+        if how == "limit":
+            with pytest.raises(CommandTimeout):
+                agent.probe("escaper", [probe], 2, 30, {})
+        elif how == "interrupt":
+            threading.Thread(target=lambda: (wait_started(ms[2], within=10, comm="sleep"),
+                                             cancel_all("SIGINT")), daemon=True).start()
+            try:
+                with pytest.raises(Interrupted):
+                    agent.probe("escaper", [probe], 60, 5, {})
+            finally:
+                reset_interruption()
+        else:
+            assert agent.probe("escaper", [probe], 60, 5, {}).rc == 0
+        for m in ms:
+            assert_gone(m, within=2)
+        if how != "interrupt":
+            assert agent.alive
+
+
+def test_fio_killed_under_its_probe_leaves_no_job_process(agent, tmp_path):
+    """Real fio, whose job processes each call setsid(): its main process SIGKILLed while they write (as the OOM
+    killer or a SIGKILL after the kill's grace does). The probe ends by itself, and the job processes, orphaned
+    and re-parented to the agent, are killed with it instead of writing on for the rest of their runtime."""
+    import shutil
+    import signal
+    fio = shutil.which("fio")
+    assert fio, "fio is installed with the test dependencies (.ci/run)"
+    name = f"gpuaccept-test-{marker()}"
+    probe = _probe(tmp_path, "fio_long", "import subprocess, sys\n"
+                   f"r = subprocess.run([{fio!r}, '--name={name}', '--directory={tmp_path}', '--rw=write',\n"
+                   "    '--bs=64k', '--size=8M', '--numjobs=2', '--time_based', '--runtime=120',\n"
+                   "    '--ioengine=psync', '--output-format=json'], stdout=subprocess.DEVNULL)\n"
+                   "print('{\"fio_rc\": %d}' % r.returncode)\n")
+
+    def kill_fio_main():
+        end = time.monotonic() + 20
+        while len(live_pids(name)) < 3 and time.monotonic() < end:  # fio's main process and its two jobs
+            time.sleep(0.05)
+        for p in live_pids(name):
+            stat = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[3]) != p:  # fio's main process is in the probe's group; each job leads its own session
+                os.kill(p, signal.SIGKILL)
+
+    threading.Thread(target=kill_fio_main, daemon=True).start()
+    r = agent.probe("fio_long", [probe], 60, 5, {})
+    assert r.rc == 0 and json.loads(r.stdout.decode().splitlines()[-1]) == {"fio_rc": -9}, r
+    assert_gone(name, within=3)
+    assert agent.alive
+
+
 def test_close_removes_the_folder_in_the_same_session(transport, tmp_path, caplog):
     """close(): the agent kills what still runs, removes its folder, says so and exits; no other command."""
     caplog.set_level(logging.DEBUG, logger="gpuaccept.run")

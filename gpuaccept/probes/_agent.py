@@ -30,7 +30,8 @@ Each probe runs under the node-side watchdog's rules (``_watchdog.py``): forked 
 own (``runpy`` in the forked child, so no interpreter start; ``"exec": true`` execs ``python PROBE.py ARGS``
 for a probe found by its command line), its stdout and stderr on pipes the agent reads, killed (SIGTERM,
 :data:`_watchdog.KILL_GRACE_S`, SIGKILL) past ``deadline_s + grace_s``, on a ``kill`` request, and whatever it
-left in its group when it exits. A killed probe's result is rc 1 with the watchdog's line
+left running when it exits; the kill reaches its processes outside its group as well (``_watchdog.strays``:
+the agent is their child subreaper, so fio's setsid() job processes are found even once fio is gone). A killed probe's result is rc 1 with the watchdog's line
 ``{"failed": true, "msg": "node watchdog: ..."}`` after what it printed.
 
 A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the
@@ -195,14 +196,15 @@ def _open_fds(p: Probe) -> list[int]:
     return [fd for fd, buf in p.fds.items() if isinstance(buf, bytearray)]
 
 
-def finish(p: Probe, why: str = "") -> None:
-    """Kill what is left of ``p``'s group (all of it when ``why`` says it must be stopped), read its pipes to
-    the end (or :data:`DRAIN_S`), send ``done``."""
+def finish(p: Probe, why: str = "", keep=()) -> None:
+    """Kill what is left of ``p`` (all of it when ``why`` says it must be stopped): its group and its
+    processes outside it (``_watchdog.strays``; ``keep``: the pids of the other running probes, left alone);
+    read its pipes to the end (or :data:`DRAIN_S`), send ``done``."""
     if why or p.status is None:
-        _watchdog.kill_group(p.pid, p.pid)
+        _watchdog.kill_group(p.pid, p.pid, keep=keep)
         p.status = p.status if p.status is not None else _watchdog._reap(p.pid)
-    elif _watchdog.group_alive(p.pid):  # the probe left something running in its group
-        _watchdog.kill_group(p.pid, p.pid)
+    elif _watchdog.group_alive(p.pid) or _watchdog.strays(p.pid, keep):  # it left something running
+        _watchdog.kill_group(p.pid, p.pid, keep=keep)
     end = time.monotonic() + DRAIN_S
     while _open_fds(p) and time.monotonic() < end:
         for fd in select.select(_open_fds(p), [], [], max(0.0, end - time.monotonic()))[0]:
@@ -220,6 +222,11 @@ def finish(p: Probe, why: str = "") -> None:
             {"failed": True, "msg": f"node watchdog: {why}"}).encode() + b"\n"
     _send({"op": "done", "id": p.id, "rc": rc, "pgid": p.pid, "stdout": out.decode("latin-1"),
            "stderr": bytes(p.fds[p.err_fd]).decode("latin-1"), "seconds": round(time.monotonic() - p.started, 3)})
+
+
+def _pids(probes: dict) -> set[int]:
+    """The process ids of the running probes (left alone when another probe's strays are killed)."""
+    return {q.pid for q in probes.values()}
 
 
 def _remove(folder: str) -> bool:
@@ -240,6 +247,7 @@ def serve(folder: str, files: dict | None = None) -> int:
     1 when the controller went away or a signal came)."""
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, _on_signal)
+    _watchdog.become_subreaper()  # a probe's process whose parent dies is re-parented here, and killed with it
     parent = os.getppid()
     probes: dict = {}
     frames = Frames()
@@ -272,19 +280,21 @@ def serve(folder: str, files: dict | None = None) -> int:
                         p = start(req)
                         probes[p.id] = p
                     elif op == "kill" and req.get("id") in probes:
-                        finish(probes.pop(req["id"]), str(req.get("why") or "killed at the controller's request"))
+                        p = probes.pop(req["id"])
+                        finish(p, str(req.get("why") or "killed at the controller's request"), _pids(probes))
                     elif op == "exit":
                         for p in probes.values():
-                            finish(p, "the controller ended the run")
+                            finish(p, "the controller ended the run", _pids(probes) - {p.pid})
                         probes.clear()
                         _send({"op": "bye", "removed": _remove(folder)})
                         return 0
             for p in list(probes.values()):
                 p.status = _watchdog._reap(p.pid)
                 if p.status is not None:
-                    finish(probes.pop(p.id))
+                    finish(probes.pop(p.id), keep=_pids(probes))
                 elif time.monotonic() >= p.end:
-                    finish(probes.pop(p.id), "the probe ran past its deadline; its process group was killed")
+                    finish(probes.pop(p.id), "the probe ran past its deadline; its process group was killed",
+                           _pids(probes))
             if _signalled:
                 why = f"received {signal.Signals(_signalled[0]).name}"
             elif os.getppid() != parent:
@@ -293,7 +303,7 @@ def serve(folder: str, files: dict | None = None) -> int:
         why = why or f"{type(e).__name__}: {e}"
     for p in probes.values():
         try:
-            finish(p, f"{why}; the probe's process group was killed")
+            finish(p, f"{why}; the probe's process group was killed", _pids(probes) - {p.pid})
         except OSError:
             _watchdog.kill_group(p.pid, p.pid)
     _remove(folder)

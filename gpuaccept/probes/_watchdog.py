@@ -34,7 +34,10 @@ folder; the next run's shipping removes such folders (:func:`sweep_stale`: this 
 :data:`STALE_S`, no process working in them). A run whose folder vanished under it ships the probes again
 (gpuaccept.runner.host).
 
-A probe that exits by itself leaves nothing behind either: whatever it left running in its group is killed.
+A kill reaches the probe's processes outside its group too (:func:`strays`): its descendants in other groups or
+sessions, and those re-parented to the watchdog, which is their child subreaper (:func:`become_subreaper`) —
+fio's job processes each call setsid(), and outlived a killed fio under init before. A probe that exits by
+itself leaves nothing behind either: whatever it left running, in its group or not, is killed.
 Exit status: the probe's (128 + N when it died of signal N); after a kill, 1 with one JSON line
 ``{"failed": true, "msg": "node watchdog: ..."}`` on stdout (the probe contract of ``_probe.py``).
 Standard library only; Linux (``/proc``) for the group scan, ``kill -0`` semantics elsewhere.
@@ -64,6 +67,9 @@ POLL_S = 0.2
 #: 2-core machine (benchmarks/timing_bounds.py), 0.4 and 0.6 s on an H200 node holding the HBM probe
 #: (benchmarks/device_controller_gone.sh); 5 s promised (chosen).
 CONTROLLER_GONE_CLEAN_S = 5.0
+#: seconds after the SIGKILL during which the probe's strays re-parented here as their parents die are
+#: SIGKILLed too (a parent's death and the re-parenting of its children take microseconds; chosen)
+STRAY_KILL_S = 0.3
 PGID_MARKER = "__GPUACCEPT_PGID__="
 #: seconds since its last probe started after which another run's shipping removes a shipped folder nobody
 #: works in (one day: longer than any gap between two probes of one run on one host, burn-ins included, which
@@ -83,9 +89,91 @@ def group_alive(pgid: int) -> bool:
     return _proc.group_alive(pgid)
 
 
-def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM group ``pgid``, wait up to ``grace_s`` s for it to empty (reaping ``child``), SIGKILL it."""
+def become_subreaper() -> None:
+    """Make this process the child subreaper of its descendants (``prctl(PR_SET_CHILD_SUBREAPER)``, option 36,
+    Linux 3.4+, prctl(2)): a probe's process whose parent dies first is re-parented here rather than to init,
+    where :func:`strays` finds it (fio's job processes each call setsid(), leaving the probe's group and
+    session; when fio's main process dies they would run on under init). Best effort."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 36
+    except Exception:  # noqa: BLE001 - not Linux, or no libc: the group kill still holds
+        pass
+
+
+def _children(pid: int) -> list[int]:
+    """The child pids of ``pid`` (/proc/<pid>/task/<tid>/children, Linux 3.5+; a /proc scan where the kernel
+    lacks that file); [] where /proc cannot be read."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            return [p.pid for p in _proc.processes(live_only=False) if p.ppid == pid]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _state(pid: int) -> tuple[str, int] | None:
+    """``(state letter, ppid)`` of ``pid`` from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def strays(child: int, keep=()) -> list[int]:
+    """The live processes that belong to probe ``child`` whatever their process group: its descendants
+    (walked only while ``child`` is still this process's unreaped child, so a reused pid is never followed),
+    and this process's other children (orphans re-parented here, :func:`become_subreaper`) with their
+    descendants, but for ``keep`` (the agent's other probes) and ``child`` itself. Linux /proc; [] elsewhere."""
+    me = os.getpid()
+    roots = [c for c in _children(me) if c != child and c not in keep]
+    st = _state(child)
+    if st is not None and st[1] == me:
+        roots += _children(child)
+    out, seen = [], {me, child}
+    while roots:
+        pid = roots.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        st = _state(pid)
+        if st is None:
+            continue
+        if st[0] not in ("Z", "X"):
+            out.append(pid)
+        roots += _children(pid)
+    return out
+
+
+def _reap_orphans(child: int, keep=()) -> None:
+    """Reap this process's exited children but for ``child`` and ``keep`` (orphans re-parented here)."""
+    for c in _children(os.getpid()):
+        if c != child and c not in keep:
+            _reap(c)
+
+
+def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=()) -> None:
+    """SIGTERM group ``pgid`` and the probe's :func:`strays` (its processes in other groups and sessions, such
+    as fio's job processes), wait up to ``grace_s`` s for all of them to be gone (reaping ``child``), SIGKILL
+    what is left; then SIGKILL, for up to :data:`STRAY_KILL_S` s, the strays that appear as their parents die
+    (re-parented here), and reap them. ``keep``: this process's children that are other probes, left alone."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in strays(child, keep):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
@@ -95,10 +183,23 @@ def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S) -> None:
         end = time.monotonic() + grace_s
         while time.monotonic() < end:
             _reap(child)
-            if not group_alive(pgid):
+            _reap_orphans(child, keep)
+            if not group_alive(pgid) and not strays(child, keep):
                 break
             time.sleep(0.05)
-    _reap(child)
+    end = time.monotonic() + STRAY_KILL_S
+    while True:
+        _reap(child)
+        _reap_orphans(child, keep)
+        left = strays(child, keep)
+        if not left or time.monotonic() >= end:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
 
 
 def _reap(child: int):
@@ -289,6 +390,7 @@ def main(argv: list[str]) -> int:
             pass
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, _on_signal)
+    become_subreaper()
     parent = os.getppid()
     gate_r, gate_w = os.pipe()
     _freeze_gc()
@@ -316,7 +418,7 @@ def main(argv: list[str]) -> int:
         if status is not None:
             if exited is not None:
                 os.close(exited)
-            if group_alive(child):  # the probe left something running in its group
+            if group_alive(child) or strays(child):  # the probe left something running, in its group or not
                 kill_group(child, child)
             if os.WIFSIGNALED(status):
                 return 128 + os.WTERMSIG(status)
