@@ -612,3 +612,39 @@ def test_paramiko_records_pass_only_when_debugging():
     finally:
         plog.removeHandler(h)
         run.setLevel(old)
+
+
+@pytest.mark.parametrize("peer", ["closes", "silent"])
+def test_a_peer_that_closes_at_once_is_told_from_one_that_never_answers(tmp_path, isolated_home, peer):
+    """A TCP peer on loopback that accepts and closes at once (not an SSH server, or sshd refusing through
+    MaxStartups): named as closing the connection, without waiting for the timeout. One that accepts and says
+    nothing: the handshake did not complete within the timeout."""
+    import socket
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held: list = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.close() if peer == "closes" else held.append(c)
+    threading.Thread(target=serve, daemon=True).start()
+    t = get_transport(FakeHost(name="h1", port=srv.getsockname()[1], user="root"), connect_timeout=2,
+                      known_hosts=str(tmp_path / "known_hosts"))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(HostUnreachable) as ei:
+            t.run("true", timeout=30)
+    finally:
+        t.close()
+        srv.close()
+    took = time.monotonic() - t0
+    msg = str(ei.value)
+    if peer == "closes":
+        assert "closed the connection before the SSH handshake completed" in msg and took < 1.5, (msg, took)
+    else:
+        assert "did not complete within 2s" in msg and took >= 1.9, (msg, took)

@@ -97,6 +97,21 @@ class _Watchdog:
             self._timer = None
 
 
+def _closed_early(e: BaseException, elapsed_s: float, timeout_s: float) -> bool:
+    """Whether a handshake error ``e`` (paramiko's "Error reading SSH protocol banner", chained to the socket
+    error it met) came from the peer closing or resetting the connection rather than from silence until
+    ``timeout_s``: a reset or EOF in its chain, or ``elapsed_s`` well short of the timeout (below 0.8 of it)."""
+    seen = 0
+    c: BaseException | None = e
+    while c is not None and seen < 8:
+        if isinstance(c, (socket.timeout, TimeoutError)):
+            return False
+        if isinstance(c, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, EOFError)):
+            return True
+        c, seen = c.__cause__ or c.__context__, seen + 1
+    return elapsed_s < 0.8 * timeout_s
+
+
 class SSHTransport:
     """Runs commands on ``host`` over SSH (paramiko), one connection reused across runs.
 
@@ -269,6 +284,7 @@ class SSHTransport:
             auth_desc = "ssh-agent and default keys"
             kwargs = dict(allow_agent=True, look_for_keys=True)
         t = self.connect_timeout
+        began = time.monotonic()
         try:
             client.connect(
                 self.address,
@@ -313,6 +329,12 @@ class SSHTransport:
                 e = cause if isinstance(cause, SSHException) else SSHException(str(cause))
             client.close()
             low = str(e).lower()
+            if ("banner" in low or "no existing session" in low or "negotiation" in low) and _closed_early(
+                    e, time.monotonic() - began, t):
+                raise HostUnreachable(
+                    name, f"{self.display} closed the connection before the SSH handshake completed (not an "
+                    "SSH server on that port, or sshd refusing it: MaxStartups, TCP wrappers, a firewall's "
+                    f"reset): {e}") from None
             if "banner" in low or "no existing session" in low or "negotiation" in low:
                 raise HostUnreachable(
                     name, f"SSH handshake with {self.display} did not complete within {t:g}s "
