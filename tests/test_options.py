@@ -23,6 +23,8 @@ from project_helpers import make_project, run_pytest
     (("--history", "rep/h.sqlite"), "--history rep/h.sqlite: lies inside --reports"),
     (("-m", "helth"), "-m helth: no marker named 'helth': did you mean health? the layers' markers are health, "),
     (("-m", "health or nccll"), "no marker named 'nccll': did you mean nccl?"),
+    (("--profile", "fast"), "--profile fast: not one of burnin, quick, standard"),
+    (("--nccl-pattern", "tree"), "--nccl-pattern tree: not one of ring, pairwise, rails"),
     (("-m", "(health"), "-m '(health': not an expression pytest can read: at column 8: expected right parenthesis"),
     (("-k", "ecc and ("), "-k 'ecc and (': not an expression pytest can read: at column 10:"),
 ])
@@ -32,6 +34,7 @@ def test_bad_options_exit_4_before_any_node(tmp_path, args, needle):
     res = run_pytest(tmp_path, "--inventory", str(inv), *args, "--reports", str(tmp_path / "rep"))
     assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-2000:]
     assert needle in res.stderr and "Traceback" not in res.stderr + res.stdout
+    assert "usage:" not in res.stderr  # one line, not argparse's usage before it
     assert not (tmp_path / "rep").exists()
     assert not (tmp_path / "reports").exists()  # nor the default history beside it
 

@@ -9,6 +9,29 @@ from typing import Any, Callable
 from gpuaccept.config.profiles import PROFILES
 
 
+#: the options that take one of a few words, checked by :func:`check_choices` (one line, exit 4) rather than
+#: by argparse's ``choices`` (its refusal prints the whole usage, some twenty lines, before the error)
+CHOICES: dict[str, tuple[str, ...]] = {
+    "profile": tuple(sorted(PROFILES)),
+    "progress": ("auto", "tty", "plain", "off"),
+    "nccl_pattern": ("ring", "pairwise", "rails"),
+}
+
+
+def _metavar(name: str) -> str:
+    return "{" + ",".join(CHOICES[name]) + "}"
+
+
+def check_choices(getoption: Callable[..., Any]) -> str | None:
+    """The one-line refusal of an option given a word it does not take (``--profile fast``), or None.
+    ``getoption(name, default)``: pytest's ``config.getoption`` or the same over an argparse namespace."""
+    for name, words in CHOICES.items():
+        v = getoption(name, None)
+        if v is not None and v not in words:
+            return f"--{name.replace('_', '-')} {v}: not one of {', '.join(words)}"
+    return None
+
+
 def add_options(add: Callable[..., Any]) -> None:
     """Call ``add(*flags, **argparse keywords)`` once per gpuaccept option."""
     add("--inventory", default=None, help="Ansible inventory (INI or YAML); default inventory/localhost.ini")
@@ -23,7 +46,7 @@ def add_options(add: Callable[..., Any]) -> None:
                 help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
     add("--accept-new-host-keys", action="store_true", default=False,
                 help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
-    add("--profile", default="standard", choices=sorted(PROFILES),
+    add("--profile", default="standard", metavar=_metavar("profile"),
                 help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
     add("--xid-window", type=float, default=None,
                 help="read XID events from this many seconds before the run began (default: since the run began)")
@@ -46,7 +69,7 @@ def add_options(add: Callable[..., Any]) -> None:
                 help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
     add("--prometheus-textfile", default=None, metavar="PATH",
                 help="also write the run's figures for node_exporter's textfile collector (atomic)")
-    add("--progress", choices=("auto", "tty", "plain", "off"), default="auto",
+    add("--progress", metavar=_metavar("progress"), default="auto",
                 help="per-host progress on stderr: in place on a terminal (auto), plain lines otherwise")
     add("--slurm-drain", action="store_true", default=False,
                 help="after the run, drain in Slurm every host whose action is drain-rma, reboot or reset-gpu "
@@ -56,4 +79,4 @@ def add_options(add: Callable[..., Any]) -> None:
                      "(a dry run unless --slurm-apply); drains set by others are never touched")
     add("--slurm-apply", action="store_true", default=False,
                 help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
-    add("--nccl-pattern", choices=("ring", "pairwise", "rails"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
+    add("--nccl-pattern", metavar=_metavar("nccl_pattern"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")

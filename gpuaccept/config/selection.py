@@ -46,6 +46,10 @@ def check_options(getoption: Callable[..., Any]) -> None:
     ``config.getoption`` or the same over an argparse namespace. Raises ConfigError (one line)."""
     from gpuaccept.config.inputcheck import check_empty_options
     check_empty_options(getoption)
+    from gpuaccept.config.options import check_choices
+    why = check_choices(getoption)
+    if why:
+        raise ConfigError(why)
     check_expression_syntax(getoption)
     for name, (low, low_ok, high) in _NUMERIC_OPTIONS.items():
         v = getoption(name, None)
