@@ -37,4 +37,4 @@ def test_the_main_job_without_a_gpu_reads_skip(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:]
     assert "gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged" in res.stdout
     summary = (rep / "summary.md").read_text()
-    assert "**SKIP** 1 hosts, 0 GPU figures judged" in summary and "**PASS**" not in summary
+    assert "**SKIP** 1 host, 0 GPU figures judged" in summary and "**PASS**" not in summary

@@ -379,7 +379,7 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     r2 = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r2"))
     assert r2.returncode == 0, r2.stdout[-3000:]
     md = (tmp_path / "r2" / "summary.md").read_text()
-    assert md.splitlines()[4].startswith("**PASS** 1 hosts") and "- **PASS** `h200-a`" in md
+    assert md.splitlines()[4].startswith("**PASS** 1 host,") and "- **PASS** `h200-a`" in md
     assert "## Stand-outs" in md
     lines = [ln for ln in md.splitlines() if ln.startswith("| h200-a | hbm_write_bw_gbps[method=zero] | 1 |")]
     day = time.strftime("%Y-%m-%d", time.gmtime(sqlite3.connect(db).execute(

@@ -18,6 +18,11 @@ from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpu
 SUMMARY_MAX_GPU_ROWS = 1024
 
 
+
+def _count(n: int, noun: str) -> str:
+    """``1 host``, ``2 hosts``: a count with its noun."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
                      hv: dict | None = None, table: GpuTable | None = None, tally: RunTally | None = None) -> str:
     """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
@@ -30,7 +35,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     tally = tally if tally is not None else RunTally().add_all(recs)
     out = [f"# gpuaccept run {run_id}", "",
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
-           f"profile `{meta.get('profile') or '-'}`, {len([h for h in hv if h != 'fleet'])} hosts, {len(recs)} tests",
+           f"profile `{meta.get('profile') or '-'}`, {_count(len([h for h in hv if h != 'fleet']), 'host')}, {_count(len(recs), 'test')}",
            ""]
     stop = interruption_text(meta)
     if stop:
@@ -58,7 +63,8 @@ def _host_lines(hv: dict, head: str = "", judged: int | None = None) -> list[str
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + " hosts"
+    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + (
+        " host" if sum(tally.values()) == 1 else " hosts")
            + (f", {judged} GPU figures judged" if judged is not None else ""), ""]
     # the fleet-wide tests (no host in their id) are no host: their line comes after the hosts'
     for h in sorted(hv, key=lambda h: (h == "fleet", verdict_order.sort_key(hv[h]["verdict"], h))):
