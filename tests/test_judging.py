@@ -237,3 +237,16 @@ def test_an_interrupted_test_reports_what_it_found_before_the_interruption():
     assert rec.findings(before_interruption=True) == ["f1: transport SHM, expected IB"]
     assert len(rec.findings()) == 4 and rec.outcome().kind == "failed"
     assert [ln.split(":")[0] for ln in rec.lines()] == ["f1", "f1", "f2"]
+
+
+def test_skips_count_hosts_without_the_fleet_wide_tests():
+    """A skip reason shared by hosts and by a fleet-wide test (no host in its id) counts the hosts alone and
+    names the fleet-wide tests beside them, in the terminal's line and in summary.md."""
+    from gpuaccept.reporting.verdicts import skip_groups, skip_who
+    recs = [CaseRecord(nodeid=f"suites/test_nccl.py::test_x[{h}]", name="test_x", host=h, layer="nccl",
+                       outcome="skipped", message="no fabric") for h in ("n1", "n2")]
+    recs.append(CaseRecord(nodeid="suites/test_nccl_multinode.py::test_y", name="test_y", host=None, layer="nccl",
+                           outcome="skipped", message="no fabric"))
+    (hs, n), = skip_groups(recs).values()
+    assert (skip_who(hs), n) == ("2 hosts and the fleet-wide tests", 3)
+    assert skip_who(["fleet"]) == "the fleet-wide tests" and skip_who(["n1"]) == "1 host"

@@ -32,7 +32,7 @@ from gpuaccept.reporting.folder import holds_run, space_problem
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, case_file, case_name
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict
-from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups
+from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups, skip_who
 
 
 def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
@@ -472,7 +472,7 @@ class ReportPlugin:
         tally = rep.tally()  # kept per record: the console's lines walk no record's figures again
         groups = skip_groups(tally.skipped)
         for why, (hs, n) in list(groups.items())[:SKIP_LINES]:
-            terminalreporter.write_line(f"gpuaccept: skipped: {why}: {len(hs)} host{'s' if len(hs) != 1 else ''}, "
+            terminalreporter.write_line(f"gpuaccept: skipped: {why}: {skip_who(hs)}, "
                                         f"{n} test{'s' if n != 1 else ''}")
         if len(groups) > SKIP_LINES:
             terminalreporter.write_line(f"gpuaccept: skipped: {len(groups) - SKIP_LINES} more reasons in summary.md")

@@ -11,7 +11,8 @@ from gpuaccept.reporting.tally import RunTally
 from gpuaccept.reporting.text import fmt, limit_text
 from gpuaccept.reporting.verdicts import interruption_text
 from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text,
-                                         host_verdicts, line_text, same_reason_once, skip_groups)
+                                         host_verdicts, line_text, same_reason_once, skip_groups,
+                                         skip_who)
 
 # summary.md's per-GPU table lists every GPU up to this many, else only the GPUs of hosts that did not pass
 # (a page a person reads; results.json and report.html keep the rest). Chosen.
@@ -210,8 +211,9 @@ def _skipped(tally: RunTally) -> list[str]:
     if skips:
         out += ["", "## Skipped", ""]
         for why, (hs, tests) in skips.items():
-            out.append(f"- {why}: {len(hs)} host{'s' if len(hs) != 1 else ''} ({', '.join(hs[:8])}"
-                       f"{', ...' if len(hs) > 8 else ''}), {tests} test{'s' if tests != 1 else ''}")
+            names = [h for h in hs if h != "fleet"]
+            listed = f" ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})" if names else ""
+            out.append(f"- {why}: {skip_who(hs)}{listed}, {tests} test{'s' if tests != 1 else ''}")
     return out
 
 

@@ -123,6 +123,14 @@ def skip_groups(recs: list[CaseRecord]) -> dict[str, tuple[list[str], int]]:
     return {why: (hs, n[0]) for why, (hs, n) in ordered}
 
 
+def skip_who(hs: list[str]) -> str:
+    """Whom a :func:`skip_groups` entry's skips hit, for a reader (pure): ``"3 hosts"``, ``"1 host"``, ``"the
+    fleet-wide tests"`` or ``"2 hosts and the fleet-wide tests"`` ("fleet" is no host)."""
+    n = len([h for h in hs if h != "fleet"])
+    who = [f"{n} host{'s' if n != 1 else ''}"] if n else []
+    return " and ".join(who + (["the fleet-wide tests"] if "fleet" in hs else []))
+
+
 #: the reason of a host whose passed tests measured nothing (its verdict SKIP, not PASS)
 NOTHING_MEASURED = "passed tests measured nothing (facts recorded only)"
 
