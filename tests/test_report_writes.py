@@ -374,6 +374,24 @@ def test_prometheus_above_its_limit_keeps_hosts_that_did_not_pass_first(tmp_path
     assert len(fams["gpuaccept_figure_pass"].samples) == len(figs)
 
 
+def test_prometheus_help_text_is_the_same_from_run_to_run(tmp_path):
+    """node_exporter's textfile collector refuses a metric whose HELP differs between files: two runs write the
+    same HELP lines, and no series, label or text carries the run's id (docs/reports.md: stable series)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuaccept.reporting.prometheus import write_textfile
+    figs = [f for r in _recs(2) for f in r.figures]
+    verdicts = {"gpu-00": "PASS", "gpu-01": "FAIL"}
+    helps = []
+    for run in ("20261201T000000Z", "20261202T000000Z"):
+        path = tmp_path / f"{run}.prom"
+        write_textfile(str(path), run, 1000.0, 1060.0, figs, verdicts)
+        text = path.read_text()
+        helps.append([line for line in text.splitlines() if line.startswith("# HELP")])
+        assert run not in text
+    assert helps[0] == helps[1] and not any("2026120" in h for h in helps[0])
+
+
 def test_report_html_of_a_fleet_folds_passing_hosts_and_caps_gpu_rows():
     """Above MAX_ROWS hosts the page has a row per host that did not pass and names the passing ones in one
     folded list; the GPU table keeps GPUs with a failing figure first and at most MAX_ROWS rows."""

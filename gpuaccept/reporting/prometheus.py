@@ -61,7 +61,7 @@ class _RunCollector:
         return []  # names are not checked for clashes: the registry holds this collector alone
 
     def collect(self):
-        run_id, started, finished, figures, host_verdicts = self.args
+        _run_id, started, finished, figures, host_verdicts = self.args
         fams: dict[str, GaugeMetricFamily] = {}
         passed = GaugeMetricFamily("gpuaccept_figure_pass", "1 when the figure is within its limit, 0 when not",
                                    labels=LABELS + ("check",))
@@ -100,7 +100,7 @@ class _RunCollector:
                 last.add_metric([host], started)
         yield last
         fam = GaugeMetricFamily("gpuaccept_figures_not_exported", "figures of the run not written here (above the "
-                                f"limit: passing hosts' first; the history database has them); run {run_id}")
+                                "limit: passing hosts' first; the history database has them)")
         fam.add_metric([], self.left_out)
         yield fam
         for name, doc, value in (("gpuaccept_run_timestamp_seconds", "start of the run, Unix time", started),
@@ -117,7 +117,8 @@ def write_textfile(path: str, run_id: str, started: float, finished: float, figu
     """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out, and above
     ``max_figures`` (default :data:`MAX_FIGURES`) figures those of passing hosts first (counted in
     ``gpuaccept_figures_not_exported``). ``host_actions``: host -> its action's name (the host verdict's
-    ``action`` label; "none" for a host without one)."""
+    ``action`` label; "none" for a host without one). ``run_id`` is written nowhere in the file: its series
+    and HELP lines stay the same from run to run (docs/reports.md)."""
     left_out = 0
     if len(figures) > max_figures:
         bad = [f for f in figures if host_verdicts.get(str(f.get("host"))) != "PASS"]
