@@ -220,6 +220,34 @@ def test_fio_killed_under_its_probe_leaves_no_job_process(agent, tmp_path):
     assert agent.alive
 
 
+def test_a_stopping_agent_kills_its_probes_within_one_shared_grace(agent, tmp_path):
+    """Two probes running at once whose processes ignore SIGTERM: asked to exit, the agent signals both before
+    waiting, so the second is killed right after the first instead of a whole grace (1.5 s) later, and the
+    agent is done before the controller's own SIGKILL (2 s) could orphan what is left."""
+    grace_s = 1.5  # _watchdog.KILL_GRACE_S (the node-side files import each other by bare name, not as a package)
+    ms = [marker(), marker()]
+    for i, m in enumerate(ms):
+        stubborn = _probe(tmp_path, f"stubborn{i}", "import signal, subprocess, time\n"
+                          "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # inherited by the sleep across exec
+                          f"subprocess.Popen(['sleep', '{m}'])\ntime.sleep(600)\n")
+        agent.session.send(encode({"op": "run", "id": 50 + i, "argv": [stubborn], "deadline_s": 600, "grace_s": 5}))
+    for m in ms:
+        wait_started(m, within=10, comm="sleep")
+    agent.session.send(encode({"op": "exit"}))
+    end = time.monotonic() + 15
+    done: list[float] = []
+    while True:
+        doc = agent._next(end, None)
+        assert doc is not None, "no answer from the agent"
+        if doc.get("op") == "done":
+            done.append(time.monotonic())
+        if doc.get("op") == "bye":
+            break
+    assert len(done) == 2 and done[1] - done[0] < grace_s / 2, done
+    for m in ms:
+        assert_gone(m, within=1)
+
+
 def test_close_removes_the_folder_in_the_same_session(transport, tmp_path, caplog):
     """close(): the agent kills what still runs, removes its folder, says so and exits; no other command."""
     caplog.set_level(logging.DEBUG, logger="gpuaccept.run")

@@ -196,12 +196,13 @@ def _open_fds(p: Probe) -> list[int]:
     return [fd for fd, buf in p.fds.items() if isinstance(buf, bytearray)]
 
 
-def finish(p: Probe, why: str = "", keep=()) -> None:
+def finish(p: Probe, why: str = "", keep=(), until: float | None = None) -> None:
     """Kill what is left of ``p`` (all of it when ``why`` says it must be stopped): its group and its
     processes outside it (``_watchdog.strays``; ``keep``: the pids of the other running probes, left alone);
-    read its pipes to the end (or :data:`DRAIN_S`), send ``done``."""
+    read its pipes to the end (or :data:`DRAIN_S`), send ``done``. ``until``: the end of a grace shared with
+    other probes (``_watchdog.kill_group``)."""
     if why or p.status is None:
-        _watchdog.kill_group(p.pid, p.pid, keep=keep)
+        _watchdog.kill_group(p.pid, p.pid, keep=keep, until=until)
         p.status = p.status if p.status is not None else _watchdog._reap(p.pid)
     elif _watchdog.group_alive(p.pid) or _watchdog.strays(p.pid, keep):  # it left something running
         _watchdog.kill_group(p.pid, p.pid, keep=keep)
@@ -222,6 +223,27 @@ def finish(p: Probe, why: str = "", keep=()) -> None:
             {"failed": True, "msg": f"node watchdog: {why}"}).encode() + b"\n"
     _send({"op": "done", "id": p.id, "rc": rc, "pgid": p.pid, "stdout": out.decode("latin-1"),
            "stderr": bytes(p.fds[p.err_fd]).decode("latin-1"), "seconds": round(time.monotonic() - p.started, 3)})
+
+
+def _terminate_all(probes: dict) -> float:
+    """SIGTERM every running probe's group and strays at once, so that their graces (``finish``, one probe after
+    another) run side by side: a stopping agent is done within one :data:`_watchdog.KILL_GRACE_S`, before the
+    controller's SIGKILL, however many probes it runs. Returns the instant (``time.monotonic()``) the shared
+    grace ends."""
+    until = time.monotonic() + _watchdog.KILL_GRACE_S
+    for p in probes.values():
+        if p.status is not None:
+            continue
+        for pid in _watchdog.strays(p.pid, _pids(probes) - {p.pid}):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return until
 
 
 def _pids(probes: dict) -> set[int]:
@@ -283,8 +305,9 @@ def serve(folder: str, files: dict | None = None) -> int:
                         p = probes.pop(req["id"])
                         finish(p, str(req.get("why") or "killed at the controller's request"), _pids(probes))
                     elif op == "exit":
+                        until = _terminate_all(probes)
                         for p in probes.values():
-                            finish(p, "the controller ended the run", _pids(probes) - {p.pid})
+                            finish(p, "the controller ended the run", _pids(probes) - {p.pid}, until)
                         probes.clear()
                         _send({"op": "bye", "removed": _remove(folder)})
                         return 0
@@ -301,9 +324,10 @@ def serve(folder: str, files: dict | None = None) -> int:
                 why = "its parent (the SSH session) is gone"
     except (OSError, ValueError) as e:  # stdout gone (EPIPE), or a frame that is not one: nobody to serve
         why = why or f"{type(e).__name__}: {e}"
+    until = _terminate_all(probes)
     for p in probes.values():
         try:
-            finish(p, f"{why}; the probe's process group was killed", _pids(probes) - {p.pid})
+            finish(p, f"{why}; the probe's process group was killed", _pids(probes) - {p.pid}, until)
         except OSError:
             _watchdog.kill_group(p.pid, p.pid)
     _remove(folder)

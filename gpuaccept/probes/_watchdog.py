@@ -163,11 +163,13 @@ def _reap_orphans(child: int, keep=()) -> None:
             _reap(c)
 
 
-def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=()) -> None:
+def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=(), until: float | None = None) -> None:
     """SIGTERM group ``pgid`` and the probe's :func:`strays` (its processes in other groups and sessions, such
     as fio's job processes), wait up to ``grace_s`` s for all of them to be gone (reaping ``child``), SIGKILL
     what is left; then SIGKILL, for up to :data:`STRAY_KILL_S` s, the strays that appear as their parents die
-    (re-parented here), and reap them. ``keep``: this process's children that are other probes, left alone."""
+    (re-parented here), and reap them. ``keep``: this process's children that are other probes, left alone.
+    ``until``: a ``time.monotonic()`` instant the grace ends by at the latest (a grace shared by several probes
+    signalled at once)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in strays(child, keep):
             try:
@@ -180,7 +182,7 @@ def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=()) ->
             pass
         if sig == signal.SIGKILL:
             break
-        end = time.monotonic() + grace_s
+        end = time.monotonic() + grace_s if until is None else min(until, time.monotonic() + grace_s)
         while time.monotonic() < end:
             _reap(child)
             _reap_orphans(child, keep)
