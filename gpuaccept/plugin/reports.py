@@ -32,6 +32,7 @@ from gpuaccept.reporting.folder import holds_run, space_problem
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, case_file, case_name
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict
+from gpuaccept.reporting.text import count_text
 from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups, skip_who
 
 
@@ -440,7 +441,7 @@ class ReportPlugin:
                 os.rmdir(d)  # only when empty: never removes what someone else put there
             except OSError:
                 pass
-        if self.history_made and not _history_empty(self.history_made[2]):
+        if self.history_made and not _history_empty(os.path.abspath(self.history_path)):
             return  # another run began to write into it meanwhile: it is that run's now
         for p in self.history_made:  # the file and its -wal/-shm, then the folders made for it, innermost first
             try:
@@ -472,8 +473,7 @@ class ReportPlugin:
         tally = rep.tally()  # kept per record: the console's lines walk no record's figures again
         groups = skip_groups(tally.skipped)
         for why, (hs, n) in list(groups.items())[:SKIP_LINES]:
-            terminalreporter.write_line(f"gpuaccept: skipped: {why}: {skip_who(hs)}, "
-                                        f"{n} test{'s' if n != 1 else ''}")
+            terminalreporter.write_line(f"gpuaccept: skipped: {why}: {skip_who(hs)}, {count_text(n, 'test')}")
         if len(groups) > SKIP_LINES:
             terminalreporter.write_line(f"gpuaccept: skipped: {len(groups) - SKIP_LINES} more reasons in summary.md")
         terminalreporter.write_line(run_line(hv, recs, tally.gpu_judged))

@@ -31,8 +31,9 @@ own (``runpy`` in the forked child, so no interpreter start; ``"exec": true`` ex
 for a probe found by its command line), its stdout and stderr on pipes the agent reads, killed (SIGTERM,
 :data:`_watchdog.KILL_GRACE_S`, SIGKILL) past ``deadline_s + grace_s``, on a ``kill`` request, and whatever it
 left running when it exits; the kill reaches its processes outside its group as well (``_watchdog.strays``:
-the agent is their child subreaper, so fio's setsid() job processes are found even once fio is gone). A killed probe's result is rc 1 with the watchdog's line
-``{"failed": true, "msg": "node watchdog: ..."}`` after what it printed.
+the agent is their child subreaper, so fio's setsid() job processes are found even once fio is gone). A
+killed probe's result is rc 1 with the watchdog's line ``{"failed": true, "msg": "node watchdog: ..."}``
+after what it printed.
 
 A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the
 files BOOT read. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
@@ -232,17 +233,8 @@ def _terminate_all(probes: dict) -> float:
     grace ends."""
     until = time.monotonic() + _watchdog.KILL_GRACE_S
     for p in probes.values():
-        if p.status is not None:
-            continue
-        for pid in _watchdog.strays(p.pid, _pids(probes) - {p.pid}):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if p.status is None:
+            _watchdog.signal_probe(p.pid, p.pid, signal.SIGTERM, _pids(probes) - {p.pid})
     return until
 
 
@@ -329,7 +321,7 @@ def serve(folder: str, files: dict | None = None) -> int:
         try:
             finish(p, f"{why}; the probe's process group was killed", _pids(probes) - {p.pid}, until)
         except OSError:
-            _watchdog.kill_group(p.pid, p.pid)
+            _watchdog.kill_group(p.pid, p.pid, keep=_pids(probes) - {p.pid}, until=until)
     _remove(folder)
     return 1
 

@@ -24,14 +24,20 @@ def processes(live_only: bool = True) -> Iterator[Proc]:
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            p = Proc(int(entry), fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
-        except (OSError, IndexError, ValueError):
-            continue
-        if not live_only or p.state not in ("Z", "X"):
+        p = stat(int(entry))
+        if p is not None and (not live_only or p.state not in ("Z", "X")):
             yield p
+
+
+def stat(pid: int) -> Proc | None:
+    """Process ``pid`` as /proc/<pid>/stat shows it (fields 3-6, proc(5)), zombies included; None when it is
+    gone or /proc cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return Proc(pid, fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]))
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def proc_readable() -> bool:

@@ -121,16 +121,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _state(pid: int) -> tuple[str, int] | None:
-    """``(state letter, ppid)`` of ``pid`` from /proc/<pid>/stat, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[0].decode(), int(fields[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def strays(child: int, keep=()) -> list[int]:
     """The live processes that belong to probe ``child`` whatever their process group: its descendants
     (walked only while ``child`` is still this process's unreaped child, so a reused pid is never followed),
@@ -138,8 +128,8 @@ def strays(child: int, keep=()) -> list[int]:
     descendants, but for ``keep`` (the agent's other probes) and ``child`` itself. Linux /proc; [] elsewhere."""
     me = os.getpid()
     roots = [c for c in _children(me) if c != child and c not in keep]
-    st = _state(child)
-    if st is not None and st[1] == me:
+    st = _proc.stat(child)
+    if st is not None and st.ppid == me:
         roots += _children(child)
     out, seen = [], {me, child}
     while roots:
@@ -147,10 +137,10 @@ def strays(child: int, keep=()) -> list[int]:
         if pid in seen:
             continue
         seen.add(pid)
-        st = _state(pid)
+        st = _proc.stat(pid)
         if st is None:
             continue
-        if st[0] not in ("Z", "X"):
+        if st.state not in ("Z", "X"):
             out.append(pid)
         roots += _children(pid)
     return out
@@ -163,6 +153,20 @@ def _reap_orphans(child: int, keep=()) -> None:
             _reap(c)
 
 
+def signal_probe(pgid: int, child: int, sig: int, keep=()) -> None:
+    """Send ``sig`` to probe ``child``'s :func:`strays` and to its group ``pgid`` (``keep``: as for
+    :func:`strays`); what is gone or not ours is passed over."""
+    for pid in strays(child, keep):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=(), until: float | None = None) -> None:
     """SIGTERM group ``pgid`` and the probe's :func:`strays` (its processes in other groups and sessions, such
     as fio's job processes), wait up to ``grace_s`` s for all of them to be gone (reaping ``child``), SIGKILL
@@ -171,15 +175,7 @@ def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=(), un
     ``until``: a ``time.monotonic()`` instant the grace ends by at the latest (a grace shared by several probes
     signalled at once)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in strays(child, keep):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_probe(pgid, child, sig, keep)
         if sig == signal.SIGKILL:
             break
         end = time.monotonic() + grace_s if until is None else min(until, time.monotonic() + grace_s)

@@ -8,7 +8,7 @@ from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.tally import RunTally
-from gpuaccept.reporting.text import fmt, limit_text
+from gpuaccept.reporting.text import count_text, fmt, limit_text
 from gpuaccept.reporting.verdicts import interruption_text
 from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpus_text,
                                          host_verdicts, line_text, same_reason_once, skip_groups,
@@ -18,11 +18,6 @@ from gpuaccept.reporting.verdicts import (action_hosts, action_text, failing_gpu
 # (a page a person reads; results.json and report.html keep the rest). Chosen.
 SUMMARY_MAX_GPU_ROWS = 1024
 
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 host``, ``2 hosts``: a count with its noun."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
                      hv: dict | None = None, table: GpuTable | None = None, tally: RunTally | None = None) -> str:
@@ -36,7 +31,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     tally = tally if tally is not None else RunTally().add_all(recs)
     out = [f"# gpuaccept run {run_id}", "",
            f"inventory `{meta.get('inventory')}`, limit `{meta.get('limit') or 'all'}`, "
-           f"profile `{meta.get('profile') or '-'}`, {_count(len([h for h in hv if h != 'fleet']), 'host')}, {_count(len(recs), 'test')}",
+           f"profile `{meta.get('profile') or '-'}`, {count_text(len([h for h in hv if h != 'fleet']), 'host')}, {count_text(len(recs), 'test')}",
            ""]
     stop = interruption_text(meta)
     if stop:
@@ -213,7 +208,7 @@ def _skipped(tally: RunTally) -> list[str]:
         for why, (hs, tests) in skips.items():
             names = [h for h in hs if h != "fleet"]
             listed = f" ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})" if names else ""
-            out.append(f"- {why}: {skip_who(hs)}{listed}, {tests} test{'s' if tests != 1 else ''}")
+            out.append(f"- {why}: {skip_who(hs)}{listed}, {count_text(tests, 'test')}")
     return out
 
 

@@ -1,9 +1,15 @@
-"""How the pages a person reads write a figure (pure): a value (:func:`fmt`), a limit (:func:`limit_text`) and
-a figure's GPU (:func:`gpu_text`), shared by summary.md, report.html and the host verdicts' reasons.
+"""How the pages a person reads write a figure (pure): a value (:func:`fmt`), a limit (:func:`limit_text`), a
+figure's GPU (:func:`gpu_text`) and a count (:func:`count_text`), shared by summary.md, report.html, the terminal
+and the host verdicts' reasons.
 """
 from __future__ import annotations
 
 from typing import Any
+
+
+def count_text(n: int, noun: str) -> str:
+    """A count with its noun for a page: ``1 host``, ``2 hosts``, ``0 tests``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def fmt(v: Any) -> str:

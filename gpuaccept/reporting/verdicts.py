@@ -10,7 +10,7 @@ import re
 
 from gpuaccept.judging import actions, verdict_order
 from gpuaccept.reporting.records import CaseRecord, record_action, case_name
-from gpuaccept.reporting.text import fmt, gpu_text, limit_text
+from gpuaccept.reporting.text import count_text, fmt, gpu_text, limit_text
 
 
 def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None) -> list[str]:
@@ -127,7 +127,7 @@ def skip_who(hs: list[str]) -> str:
     """Whom a :func:`skip_groups` entry's skips hit, for a reader (pure): ``"3 hosts"``, ``"1 host"``, ``"the
     fleet-wide tests"`` or ``"2 hosts and the fleet-wide tests"`` ("fleet" is no host)."""
     n = len([h for h in hs if h != "fleet"])
-    who = [f"{n} host{'s' if n != 1 else ''}"] if n else []
+    who = [count_text(n, "host")] if n else []
     return " and ".join(who + (["the fleet-wide tests"] if "fleet" in hs else []))
 
 

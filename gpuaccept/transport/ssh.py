@@ -329,13 +329,13 @@ class SSHTransport:
                 e = cause if isinstance(cause, SSHException) else SSHException(str(cause))
             client.close()
             low = str(e).lower()
-            if ("banner" in low or "no existing session" in low or "negotiation" in low) and _closed_early(
-                    e, time.monotonic() - began, t):
+            handshake = "banner" in low or "no existing session" in low or "negotiation" in low
+            if handshake and _closed_early(e, time.monotonic() - began, t):
                 raise HostUnreachable(
                     name, f"{self.display} closed the connection before the SSH handshake completed (not an "
                     "SSH server on that port, or sshd refusing it: MaxStartups, TCP wrappers, a firewall's "
                     f"reset): {e}") from None
-            if "banner" in low or "no existing session" in low or "negotiation" in low:
+            if handshake:
                 raise HostUnreachable(
                     name, f"SSH handshake with {self.display} did not complete within {t:g}s "
                     f"(host or sshd not answering): {e}"
