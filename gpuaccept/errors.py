@@ -10,12 +10,20 @@ The tree::
     └── NodeError                  something went wrong on or on the way to one host (JUnit <error>)
         ├── TransportError         the host could not be reached or the command could not be run
         │   ├── HostUnreachable    TCP connect failed, DNS failed, connection dropped
+        │   │   └── NameUnresolved the host name (or ansible_host) does not resolve
         │   ├── HostKeyError       the host key is unknown (and not accepted) or changed
         │   ├── AuthError          authentication failed, key file unreadable
         │   ├── CommandTimeout     the command outlived its wall-clock timeout; it was killed
         │   └── Interrupted        the run was interrupted (SIGINT, SIGTERM) while the command ran; it was killed
-        └── ProbeError             the probe ran but crashed, printed no JSON, or reported failed
+        ├── ProbeError             the probe ran but crashed, printed no JSON, or reported failed
+        │   ├── PackageMissing     the node's Python lacks a package the probes import (torch, nvidia-ml-py)
+        │   └── InterpreterMissing the node has no Python where the inventory says
+        └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
+
+Every NodeError carries its cause (:attr:`NodeError.cause`, a gpuaccept.causes.Cause): the class and kind are
+attributes of the exception's class, so a subclass inherits its parent's; ``evidence`` is what the raiser knew.
 """
+from gpuaccept.causes import Cause
 
 
 class GpuacceptError(Exception):
@@ -39,44 +47,101 @@ class ThresholdError(ConfigError):
 
 
 class NodeError(GpuacceptError):
-    """A failure on, or on the way to, one host. ``host`` names it."""
+    """A failure on, or on the way to, one host. ``host`` names it; ``evidence``: JSON-safe facts of the cause
+    (gpuaccept.causes); :attr:`cause_class` and :attr:`cause_kind` are the class's."""
 
-    def __init__(self, host: str, msg: str):
+    cause_class = "tool"
+    cause_kind = "node_error"
+
+    def __init__(self, host: str, msg: str, evidence: dict | None = None):
         super().__init__(f"{host}: {msg}")
         self.host = host
         self.msg = msg
+        self.evidence = dict(evidence or {})
+
+    @property
+    def cause(self) -> Cause:
+        """The cause of this error, filed under its host."""
+        return Cause(self.cause_class, self.cause_kind, self.host, evidence=self.evidence)
 
 
 class TransportError(NodeError):
     """The host could not be reached, or the command could not be started there."""
 
+    cause_class = "connectivity"
+    cause_kind = "transport"
+
 
 class HostUnreachable(TransportError):
     """TCP connect failed, name resolution failed, or the connection dropped."""
+
+    cause_kind = "unreachable"
+
+
+class NameUnresolved(HostUnreachable):
+    """The host's address (``ansible_host`` or its name) does not resolve."""
+
+    cause_kind = "name_unresolved"
 
 
 class HostKeyError(TransportError):
     """The host's SSH key is not in known_hosts (and new keys are not accepted), or it changed."""
 
+    cause_kind = "host_key"
+
 
 class AuthError(TransportError):
     """SSH authentication failed or the private key file could not be read."""
+
+    cause_kind = "auth"
 
 
 class CommandTimeout(TransportError):
     """The command ran past its wall-clock timeout; its process group was killed."""
 
+    cause_class = "tool"
+    cause_kind = "timeout"
+
 
 class ProbeError(NodeError):
     """The probe crashed, printed no JSON document, or reported ``{"failed": true}``."""
+
+    cause_class = "tool"
+    cause_kind = "probe_crashed"
+
+
+class PackageMissing(ProbeError):
+    """The node's Python lacks a package the probes import; ``evidence``: ``{"package", "python"[,
+    "driver_present"]}``."""
+
+    cause_class = "configuration"
+    cause_kind = "package_missing"
+
+
+class InterpreterMissing(ProbeError):
+    """The node has no Python at ``ansible_python_interpreter`` (or no ``python3``)."""
+
+    cause_class = "configuration"
+    cause_kind = "interpreter_missing"
+
+
+class NodeHeld(NodeError):
+    """Another gpuaccept run holds the node (the agent's lock): nothing of this run touched its GPUs or disks.
+    ``evidence``: ``{"run_id", "controller", "since", "pid"}`` of the holder."""
+
+    cause_class = "contention"
+    cause_kind = "held"
 
 
 class Interrupted(TransportError):
     """The run was interrupted (SIGINT/SIGTERM) while a command ran on the host, or before it could start;
     its remote process group was killed. ``str()`` is ``interrupted (SIGINT) while running on <host>...``."""
 
-    def __init__(self, host: str, msg: str):
-        super().__init__(host, msg)
+    cause_class = "interruption"
+    cause_kind = "interrupted"
+
+    def __init__(self, host: str, msg: str, evidence: dict | None = None):
+        super().__init__(host, msg, evidence)
         self.args = (msg,)
 
     def __str__(self) -> str:

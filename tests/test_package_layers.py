@@ -5,6 +5,7 @@ The floors, lowest first (a module may import its own layer and the floors below
 
 ====  ==============  =====================================================================================
 0     ``errors``      the exception tree
+0     ``causes``      the cause of a finding (class, kind, evidence)
 0     ``probes/``     node side: standard library, torch, pynvml; imports nothing of gpuaccept but ``probes``
 1     ``config/``     everything read and refused before a node is touched (exit 4)
 2     ``judging/``    pure: readings, SKU, blockers, the recorder, one file per layer
@@ -25,7 +26,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpuaccept"
 
-FLOOR = {"errors": 0, "probes": 0, "config": 1, "judging": 2, "transport": 2, "runner": 3, "reporting": 3,
+FLOOR = {"errors": 0, "causes": 0, "probes": 0, "config": 1, "judging": 2, "transport": 2, "runner": 3, "reporting": 3,
          "scaleout": 4, "plugin": 5, "__init__": 5,
          "suites": 6, "cli": 6}
 #: layers on one floor that still never import each other

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted, ProbeError
+from gpuaccept.errors import CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, ProbeError
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.runner.ship import payload
@@ -127,22 +127,24 @@ class Agent:
             raise CommandTimeout(self.name, f"command timed out after {timeout:g}s: {label}; the agent did not "
                                             "start (no answer from the node)")
         if doc is None or doc.get("op") != "ready":
-            why = self._start_failure()
+            why, missing = self._start_failure()
             self._drop()
-            raise ProbeError(self.name, f"could not ship probes: {why}")
+            raise (InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python}) if missing
+                   else ProbeError(self.name, f"could not ship probes: {why}"))
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
         return CommandResult(0, b"", b"", time.monotonic() - t0)
 
-    def _start_failure(self) -> str:
+    def _start_failure(self) -> tuple[str, bool]:
+        """Why the agent did not start, and whether its interpreter is missing (rc 127)."""
         s = self.session
         rc = s.exit_status(2.0) if s is not None else None
         err = [ln for ln in (s.stderr() if s else b"").decode(errors="replace").strip().splitlines() if ln.strip()]
         if rc == 127:
-            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)"
+            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", True
         tail = err[-1][:300] if err else ""
         if rc is None:
-            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else "")
-        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else "")
+            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), False
+        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), False
 
     # -- frames -------------------------------------------------------------------------------
     def _next(self, deadline: float, running: Running | None) -> dict | None:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 
-from gpuaccept.errors import ProbeError
+import re
+
+from gpuaccept.errors import InterpreterMissing, PackageMissing, ProbeError
 from gpuaccept.transport import CommandResult
 
 
@@ -30,8 +32,8 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
     lines = [ln for ln in res.stdout.decode(errors="replace").splitlines() if ln.strip()]
     err_tail = (res.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
     if res.rc == 127 and not lines:
-        raise ProbeError(host, f"{probe}: python interpreter '{python}' not found "
-                               f"(set ansible_python_interpreter): {err_tail}")
+        raise InterpreterMissing(host, f"{probe}: python interpreter '{python}' not found "
+                                       f"(set ansible_python_interpreter): {err_tail}", {"python": python})
     doc = None
     if lines:
         try:
@@ -39,7 +41,21 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
         except ValueError:
             doc = None
     if not isinstance(doc, dict):
-        raise ProbeError(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}")
+        raise probe_error(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}", python)
     if doc.get("failed") or res.rc != 0:
-        raise ProbeError(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}")
+        raise probe_error(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}", python)
     return doc
+
+
+#: the node-side Python's words for a module it cannot import (``ModuleNotFoundError``'s message)
+_NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_]+)")
+
+
+def probe_error(host: str, msg: str, python: str) -> ProbeError:
+    """The error of a probe that failed with ``msg``: :class:`PackageMissing` (evidence ``{"package", "python"}``)
+    when the node's Python could not import a module (its ``No module named 'x'``), else :class:`ProbeError`.
+    The one place where the node's Python's words are read."""
+    m = _NO_MODULE.search(msg or "")
+    if m:
+        return PackageMissing(host, msg, {"package": m.group(1), "python": python})
+    return ProbeError(host, msg)

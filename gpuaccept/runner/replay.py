@@ -28,6 +28,7 @@ from typing import Any, Callable
 from gpuaccept import __version__
 from gpuaccept.config.profiles import PROFILES
 from gpuaccept.errors import ProbeError
+from gpuaccept.runner.parse import probe_error
 
 #: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
 #: document without them, silently. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's
@@ -229,7 +230,7 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None, notes:
     if not isinstance(doc, dict):
         raise ProbeError(host, f"{name}: saved document {path} holds no probe document (replay)")
     if doc.get("failed"):
-        raise ProbeError(host, f"{name}: {doc.get('msg')} (replayed)")
+        raise probe_error(host, f"{name}: {doc.get('msg')} (replayed)", "the replayed node's python")
     if notes is not None:
         notes.extend(x for x in found_notes if x not in notes)
     return doc

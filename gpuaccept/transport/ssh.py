@@ -38,6 +38,7 @@ from gpuaccept.errors import (
     GpuacceptError,
     HostKeyError,
     HostUnreachable,
+    NameUnresolved,
     Interrupted,
 )
 from gpuaccept.transport.progress import ProgressLines
@@ -315,7 +316,8 @@ class SSHTransport:
             raise HostUnreachable(name, f"cannot connect to {self.display}: {causes}") from None
         except socket.gaierror as e:
             client.close()
-            raise HostUnreachable(name, f"cannot resolve {self.address}: {e.strerror or e}") from None
+            raise NameUnresolved(name, f"cannot resolve {self.address}: {e.strerror or e}",
+                                 {"address": self.address}) from None
         except (socket.timeout, TimeoutError):
             client.close()
             raise HostUnreachable(name, f"connect to {self.display} timed out after {t:g}s") from None
