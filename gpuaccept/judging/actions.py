@@ -4,6 +4,7 @@ Every failing finding (a failure line, or a test that could not measure) gets on
 
 =================  ==========================================================================================
 ``rerun``          busy, interrupted, unreachable once: rerun it (``--limit=@failed-hosts.txt``)
+``free-space``     the node is full (free space, memory), not broken
 ``fix-config``     a setting is off: the action names the setting and the command that restores it
 ``check-network``  a rank, pair, rail or port blamed by the network tests
 ``reset-gpu``      a GPU reset clears it (a pending row remap, an Xid whose bucket is RESET_GPU)
@@ -19,8 +20,16 @@ page retirement), and gpuaccept's own table per check, per test and per error ki
 ``*_suffix`` / ``prefix *`` rows); a test row marked ``all_findings``; a judged figure below a ``min`` limit
 ("(slow figure)") or over a ``max`` limit ("(over limit)"); its test's row; the fallback.
 
+Cause before action: every row names the cause class of its finding (gpuaccept/causes.py), and a finding that
+carries its own :class:`gpuaccept.causes.Cause` (set by the probe, the runner or the judge where the fact is known)
+is looked up by its kind in the ``causes`` rows (:func:`for_cause`). ``drain-rma``, ``reset-gpu`` and ``reboot``
+need class ``hardware`` (:func:`gate`); any other class gets its class's action (``by_class``). A figure below a
+``min`` or over a ``max`` limit that no check row names is hardware only when it was confirmed by a second
+measurement and the conditions of its GPU (and, for a host-side figure, of the host) were checked clean
+(:func:`figure_class`); otherwise ``unverified``, measured again.
+
 An action is a dict, as it travels in results.json and the JUnit properties:
-``{"action", "reason", "source"[, "setting", "command"][, "slow": true]}``. A host's action is the strongest of
+``{"action", "reason", "source", "cause"[, "kind", "setting", "command"][, "slow": true]}``. A host's action is the strongest of
 its findings' (:func:`host_action`), with one rule across findings: a slow figure on a host that also has a
 ``fix-config`` finding is not a hardware verdict (a lowered power limit makes every TFLOP/s figure slow): it
 becomes ``rerun`` after the fix.
@@ -34,6 +43,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Iterable
 
+from gpuaccept.causes import CLASSES, HARDWARE_ACTIONS, Cause
 from gpuaccept.config.yamlload import load_data
 from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
 
@@ -44,7 +54,8 @@ DATA_FILE = "actions.yaml"
 class Action:
     """One action: ``action`` (a name of :func:`strength`), ``reason`` (one line), ``source`` (where the row
     comes from); ``setting`` and ``command`` for fix-config (the command filled in for the finding);
-    ``slow``: decided by the "(slow figure)" row (see :func:`host_action`)."""
+    ``slow``: decided by the "(slow figure)" row (see :func:`host_action`); ``cause``: the class of the finding's
+    cause (gpuaccept.causes.CLASSES); ``kind``: the cause's kind when the finding carried one."""
 
     action: str
     reason: str
@@ -52,10 +63,14 @@ class Action:
     setting: str | None = None
     command: str | None = None
     slow: bool = False
+    cause: str = "unverified"
+    kind: str | None = None
 
     def to_dict(self) -> dict:
         """The JSON form: unset optional keys left out."""
-        out = {"action": self.action, "reason": self.reason, "source": self.source}
+        out = {"action": self.action, "reason": self.reason, "source": self.source, "cause": self.cause}
+        if self.kind:
+            out["kind"] = self.kind
         if self.setting:
             out["setting"] = self.setting
         if self.command:
@@ -72,10 +87,18 @@ def load_table() -> dict:
     with resources.files("gpuaccept").joinpath("data", DATA_FILE).open(encoding="utf-8") as f:
         table = load_data(f)
     known = set(table["strength"])
-    for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "failures", "errors"):
+    for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "failures", "errors", "causes",
+                    "by_class"):
         for key, row in table[section]["rows"].items():
             if row.get("action") not in known or not row.get("reason"):
                 raise ValueError(f"{DATA_FILE}: {section}/{key}: action must be one of {sorted(known)}, with a reason")
+            cls = key if section == "by_class" else row.get("class" if section == "causes" else "cause")
+            if cls not in CLASSES:
+                raise ValueError(f"{DATA_FILE}: {section}/{key}: cause class must be one of {CLASSES}")
+            if row["action"] in HARDWARE_ACTIONS and cls != "hardware":
+                raise ValueError(f"{DATA_FILE}: {section}/{key}: {row['action']} needs cause hardware, not {cls}")
+    if set(table["by_class"]["rows"]) != set(CLASSES) - {"hardware"}:
+        raise ValueError(f"{DATA_FILE}: by_class must name every cause class but hardware")
     if table["fallback"]["action"] not in known or not set(table["slurm_drain"]) <= known:
         raise ValueError(f"{DATA_FILE}: fallback and slurm_drain must name actions of strength")
     return table
@@ -134,18 +157,74 @@ def _fill(text: str | None, fields: _Fields) -> str | None:
         return text
 
 
-def _action(section: str, key: str, fields: _Fields | None = None, prefix: str = "", slow: bool = False) -> Action:
+def _action(section: str, key: str, fields: _Fields | None = None, prefix: str = "", slow: bool = False,
+            cause: str | None = None, kind: str | None = None) -> Action:
+    """The row ``key`` of ``section`` filled in; ``cause``: the finding's class when it is known (else the row's),
+    the action then gated by it (:func:`gate`)."""
     table = load_table()
     sec = table[section]
     row = sec["rows"][key]
     f = fields if fields is not None else _Fields()
-    return Action(row["action"], prefix + _fill(row["reason"], f), row.get("source") or sec["source"],
-                  _fill(row.get("setting"), f), _fill(row.get("command"), f), slow)
+    cls = cause or row.get("class") or row.get("cause") or "unverified"
+    return gate(Action(row["action"], prefix + _fill(row["reason"], f), row.get("source") or sec["source"],
+                       _fill(row.get("setting"), f), _fill(row.get("command"), f), slow, cls, kind))
+
+
+def gate(a: Action) -> Action:
+    """``a`` unless it takes hardware out of service (:data:`gpuaccept.causes.HARDWARE_ACTIONS`) without a hardware
+    cause: then its class's action (the ``by_class`` rows), the reason kept with "no hardware evidence" said.
+    Pure; the one place the rule "no hardware action without hardware evidence" is applied."""
+    if a.action not in HARDWARE_ACTIONS or a.cause == "hardware":
+        return a
+    row = load_table()["by_class"]["rows"][a.cause]
+    reason = a.reason.split(", confirmed by")[0] if a.cause == "unverified" else a.reason
+    return Action(row["action"], f"{reason}; cause {a.cause}, no hardware evidence: {row['reason']}",
+                  load_table()["by_class"]["source"], a.setting if row["action"] == "fix-config" else None,
+                  a.command if row["action"] == "fix-config" else None, False, a.cause, a.kind)
 
 
 def _fallback(prefix: str = "") -> Action:
     row = load_table()["fallback"]
-    return Action(row["action"], prefix + row["reason"], "gpuaccept's table (issue 25, 2026-12-01): fallback")
+    return gate(Action(row["action"], prefix + row["reason"], "gpuaccept's table (issue 25, 2026-12-01): fallback",
+                       cause=row.get("cause") or "unverified"))
+
+
+def host_side(test: str | None) -> bool:
+    """Whether the figures of ``test`` depend on the host's CPUs and memory (its row's ``host_side``)."""
+    row = load_table()["tests"]["rows"].get(base_test_name(test)) or {}
+    return bool(row.get("host_side"))
+
+
+def figure_class(evidence: dict | None) -> str:
+    """The cause class of a figure outside a limit no check row names (pure): ``hardware`` when ``evidence``
+    says it was ``confirmed`` (a second measurement outside the limit too) and the conditions of its GPU
+    (``gpu_conditions``) and, where the figure depends on the host, of the host (``host_conditions``) were
+    checked ``"clean"`` (``"n/a"``: the figure does not depend on it); else ``unverified``."""
+    ev = evidence or {}
+    ok = ev.get("confirmed") is True and ev.get("gpu_conditions") in ("clean", "n/a") \
+        and ev.get("host_conditions") in ("clean", "n/a")
+    return "hardware" if ok else "unverified"
+
+
+def for_cause(cause: Cause, fields: dict | None = None, prefix: str = "") -> Action:
+    """The action of a finding that carries its cause: the ``causes`` row of its kind (``blocked`` by its
+    check: ``blocked:<check>``, then ``blocked``; ``declared_gpu_missing`` by its reason code), its command
+    filled from the cause's evidence and ``fields``; a kind no row names gets its class's action. Gated by
+    the cause's class (:func:`gate`)."""
+    rows = load_table()["causes"]["rows"]
+    f = _Fields({k: _plain(v) for k, v in {**(cause.evidence or {}), **(fields or {})}.items()
+                 if isinstance(v, (str, int, float, bool))})
+    if cause.gpu is not None:
+        f.setdefault("gpu", cause.gpu)
+    for key in ([f"{cause.kind}:{cause.check}"] if cause.check else []) + [cause.kind]:
+        if key in rows:
+            return _action("causes", key, f, prefix, cause=cause.cls, kind=cause.kind)
+    if cause.cls == "hardware":
+        return gate(Action("drain-rma", prefix + f"{cause.kind}: a hardware finding no row names: held out for a "
+                           f"person", load_table()["causes"]["source"], cause="hardware", kind=cause.kind))
+    row = load_table()["by_class"]["rows"][cause.cls]
+    return Action(row["action"], prefix + f"{cause.kind}: {row['reason']}", load_table()["by_class"]["source"],
+                  cause=cause.cls, kind=cause.kind)
 
 
 def _check_row(check: str) -> tuple[str, str] | None:
@@ -167,16 +246,21 @@ def base_test_name(name: str | None) -> str:
 
 
 def for_finding(test: str | None, check: str | None = None, value: Any = None, extra: dict | None = None,
-                gpu: Any = None, direction: str | None = None) -> Action:
+                gpu: Any = None, direction: str | None = None, cause: Cause | None = None,
+                evidence: dict | None = None) -> Action:
     """The action of one failing finding of test ``test`` (its name, with or without ``[host]``).
 
     ``check``: the figure or finding that failed (None: a failure line of the test at large); ``value`` and
     ``extra``: the figure and its extra fields (they fill a fix-config command: ``expected_w``, ``current``,
     ``from``...); ``gpu``: the GPU's PCI bus id or index (the command's ``{gpu}``); ``direction``: ``"min"`` or
-    ``"max"`` when the figure was judged against a limit. Lookup order: module docstring. Never raises on a
-    finding no row names (the fallback answers)."""
+    ``"max"`` when the figure was judged against a limit; ``cause``: the finding's own cause, when the judge set
+    one (its ``causes`` row answers, :func:`for_cause`); ``evidence``: for a figure judged against a limit, what
+    :func:`figure_class` reads. Lookup order: module docstring. Never raises on a finding no row names (the
+    fallback answers)."""
     test = base_test_name(test)
     fields = _fields(check, value, extra, gpu)
+    if cause is not None:
+        return for_cause(cause, fields, prefix=f"{check}: " if check else "")
     rows = load_table()["tests"]["rows"]
     hit = _check_row(check) if check else None
     if hit is not None:
@@ -184,9 +268,10 @@ def for_finding(test: str | None, check: str | None = None, value: Any = None, e
     if test in rows and rows[test].get("all_findings"):
         return _action("tests", test, fields)
     if direction == "min":
-        return _action("checks", "(slow figure)", fields, prefix=f"{check}: ", slow=True)
+        return _action("checks", "(slow figure)", fields, prefix=f"{check}: ", slow=True,
+                       cause=figure_class(evidence))
     if direction == "max":
-        return _action("checks", "(over limit)", fields, prefix=f"{check}: ")
+        return _action("checks", "(over limit)", fields, prefix=f"{check}: ", cause=figure_class(evidence))
     if test in rows:
         return _action("tests", test, fields)
     return _fallback(f"{test or 'test'}: ")
@@ -275,35 +360,59 @@ def strongest(actions: Iterable[Action | dict | None]) -> Any:
 
 
 def entry_action(test: str | None, entry: dict) -> dict:
-    """The action of one failure entry of a record (``{host, gpu, pci_bus_id, serial, line[, check, action]}``):
-    the one decided where it was found, else looked up by its check and test (records written before actions)."""
+    """The action of one failure entry of a record (``{host, gpu, pci_bus_id, serial, line[, check, action,
+    cause]}``): the one decided where it was found, else looked up by its cause, else by its check and test
+    (records written before actions)."""
     if isinstance(entry.get("action"), dict):
         return entry["action"]
-    return for_finding(test, entry.get("check"), gpu=entry.get("pci_bus_id") or entry.get("gpu")).to_dict()
+    cause = Cause.from_dict(entry.get("cause")) if isinstance(entry.get("cause"), dict) else None
+    return for_finding(test, entry.get("check"), gpu=entry.get("pci_bus_id") or entry.get("gpu"),
+                       cause=cause).to_dict()
 
 
 def figure_action(test: str | None, fig: dict) -> dict:
-    """The action of one failing figure record (``{check, value, gpu, pci_bus_id, limit: {min|max}, extra}``)."""
+    """The action of one failing figure record (``{check, value, gpu, pci_bus_id, limit: {min|max}, extra}``);
+    the figure's ``extra.evidence`` (what :func:`figure_class` reads), when it has one."""
     lim = fig.get("limit") if isinstance(fig.get("limit"), dict) else {}
     direction = "min" if "min" in lim else "max" if "max" in lim else None
-    return for_finding(test, fig.get("check"), fig.get("value"), fig.get("extra"),
-                       fig.get("pci_bus_id") or fig.get("gpu"), direction).to_dict()
+    extra = fig.get("extra") if isinstance(fig.get("extra"), dict) else {}
+    return for_finding(test, fig.get("check"), fig.get("value"), extra,
+                       fig.get("pci_bus_id") or fig.get("gpu"), direction,
+                       evidence=extra.get("evidence") if isinstance(extra.get("evidence"), dict) else None).to_dict()
+
+
+def cause_actions(causes: Iterable[dict | Cause] | None, host: str | None = None) -> list[dict]:
+    """The actions of a record's causes (dicts as results.json keeps them, or Cause), each with its ``host``;
+    ``host``: only the causes filed under that host (a fleet-wide test's, for one host), else all."""
+    out = []
+    for c in causes or []:
+        c = c if isinstance(c, Cause) else Cause.from_dict(c)
+        if c is None or (host is not None and c.host != host):
+            continue
+        out.append(for_cause(c).to_dict())
+    return out
 
 
 def for_case(outcome: str, test: str | None, message: str = "", failures: list[dict] | None = None,
-             error_kind: str | None = None, figures: list[dict] | None = None) -> dict | None:
-    """The action of one test record: None unless ``failed`` or ``error``; a failed test's strongest failure
-    entry (:func:`entry_action`); without entries, its strongest failing figure of ``figures``
-    (:func:`figure_action`); without either, the ``failures`` row its message names (the declared GPUs
-    missing for want of a driver), else, as for a plain ``assert``, its test's row. An error's
-    :func:`for_error`."""
+             error_kind: str | None = None, figures: list[dict] | None = None,
+             causes: list[dict] | None = None) -> dict | None:
+    """The action of one test record: None unless ``failed`` or ``error``. A failed test's strongest failure
+    entry (:func:`entry_action`); without entries, its causes (``causes``: the declared GPUs missing, with the
+    probe's reason code); then its strongest failing figure of ``figures`` (:func:`figure_action`); records
+    written before causes: the ``failures`` row its message names, else, as for a plain ``assert``, its
+    test's row. An error: the strongest of its ``causes`` (:func:`for_cause`); a record written before
+    causes: :func:`for_error` of its kind and message."""
     if outcome == "failed":
         acts = [entry_action(test, e) for e in failures or [] if isinstance(e, dict)]
+        acts = acts or cause_actions(causes)
         acts = acts or [figure_action(test, f) for f in figures or [] if isinstance(f, dict)
                         and f.get("verdict") == "fail"]
-        acts = acts or [a.to_dict() for a in _by_message("failures", message)]
+        if causes is None:  # a record written before causes
+            acts = acts or [a.to_dict() for a in _by_message("failures", message)]
         return strongest(acts) or for_finding(test).to_dict()
     if outcome == "error":
+        if causes:
+            return strongest(cause_actions(causes))
         return for_error(error_kind, message).to_dict()
     return None
 

@@ -17,7 +17,9 @@ dependent layer. A node whose shape has no fabric (gpuaccept.judging.shape) is n
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gpuaccept.causes import Cause
 
 from gpuaccept.judging import health
 from gpuaccept.judging.readings import is_error, is_lost, lost_reason, typed
@@ -32,12 +34,22 @@ DEPENDENT_LAYERS = frozenset({"memory", "compute", "nvlink", "nccl", "gpudirect"
 class Blocker:
     """``check``: the health test that shows the cause (its name without ``test_``), or ``"conditions"`` for a
     measurement another process disturbed (gpuaccept.judging.conditions); ``cause``: one line; ``gpu``: the
-    NVML index of the GPU it blocks, None for the whole host; ``layers``: the layers it blocks."""
+    NVML index of the GPU it blocks, None for the whole host; ``layers``: the layers it blocks; ``cls``: the class of
+    its cause (gpuaccept.causes): a foreign process is contention, a lost GPU or fabric hardware, a mode or driver
+    mismatch configuration; ``kind``: ``blocked``, or ``disturbed`` / ``host_busy`` for a measurement another
+    process disturbed; ``evidence``: JSON-safe facts (pids, shares)."""
 
     check: str
     cause: str
     gpu: int | None = None
     layers: frozenset = DEPENDENT_LAYERS
+    cls: str = "contention"
+    kind: str = "blocked"
+    evidence: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def to_cause(self, host: str | None = None) -> Cause:
+        """This blocker as the cause of the tests it blocks (filed under ``host``)."""
+        return Cause(self.cls, self.kind, host, self.check, self.gpu, self.evidence)
 
     def message(self) -> str:
         """``"blocked by preflight: GPU 1: busy: pid 4242 (python3) holds a context on the GPU"``; a disturbed
@@ -65,28 +77,29 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
     out: list[Blocker] = []
     for f in health.driver_versions(doc):
         if f.failure:
-            out.append(Blocker("driver_versions", f.failure))
+            out.append(Blocker("driver_versions", f.failure, cls="configuration"))
     for g in doc.get("gpus") or []:
         idx = g.get("index")
         if is_lost(g):
-            out.append(Blocker("gpu_inventory", f"no NVML handle ({lost_reason(g)})", idx))
+            out.append(Blocker("gpu_inventory", f"no NVML handle ({lost_reason(g)})", idx, cls="hardware"))
             continue
         busy = health.busy_cause(g)
         if busy:
             out.append(Blocker("preflight", busy, idx))
         for f in health.compute_mode(g) + health.telemetry_errors(g):
             if f.failure:
-                out.append(Blocker("preflight" if f.check == "compute_mode" else "gpu_inventory", f.failure, idx))
+                out.append(Blocker("preflight", f.failure, idx, cls="configuration") if f.check == "compute_mode"
+                           else Blocker("gpu_inventory", f.failure, idx, cls="hardware"))
         if sku is not None:  # MIG mode other than the SKU file expects: a probe measures a slice, or nothing
             for f in health.preflight(g, sku):
                 if f.check == "mig_mode" and f.failure:
-                    out.append(Blocker("preflight", f.failure, idx))
+                    out.append(Blocker("preflight", f.failure, idx, cls="configuration"))
         if sku is not None and sku.expect.get("nvswitch") and fabric_expected(g, sku):
             fab = g.get("fabric")
             if isinstance(fab, dict) and not is_error(fab):
                 for f in health.fabric(g, sku):
                     if f.failure:
-                        out.append(Blocker("fabric", f.failure, idx, FABRIC_LAYERS))
+                        out.append(Blocker("fabric", f.failure, idx, FABRIC_LAYERS, cls="hardware"))
     return out
 
 

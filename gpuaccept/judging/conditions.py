@@ -80,3 +80,21 @@ def summary(doc: dict) -> dict:
                for g in c.get("gpus") or [] for f in g.get("foreign") or [] if isinstance(f, dict)]
     return {"interval_s": c.get("interval_s"), "seconds": c.get("seconds"), "own_seen": c.get("own_seen"),
             "samples": sum(int(g.get("samples") or 0) for g in c.get("gpus") or []), "foreign": foreign}
+
+
+def host_disturbances(doc: dict) -> list[tuple[str, dict]] | None:
+    """What the probe's host watch (its document's ``host_conditions``) saw while the host side of a transfer
+    was measured: None when the host was not sampled (no ``host_conditions``, or its ``state`` is not "ok");
+    else one ``(line, evidence)`` per disturbance, ``[]`` for a quiet host. A line reads ``"disturbed: host
+    busy (pid 4711 stress-ng, 38 % of the CPUs) ...: the figures are kept, not judged"``; ``evidence`` is
+    ``{"foreign": [{"pid", "name", "cpu_share"}], "busy_share", ...}`` as the probe wrote them. The probe decides
+    what counts as busy (its ``disturbed`` list, with the limit it used); this only carries it."""
+    h = (doc or {}).get("host_conditions")
+    if not isinstance(h, dict) or h.get("state") != "ok":
+        return None
+    out = []
+    for d in h.get("disturbed") or []:
+        if isinstance(d, dict) and isinstance(d.get("line"), str):
+            out.append((f"disturbed: host busy: {d['line']}: the figures are kept, not judged",
+                        {k: v for k, v in d.items() if k != "line"}))
+    return out

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging import actions
 from gpuaccept.judging.blockers import DEPENDENT_LAYERS, Blocker
 from gpuaccept.judging.drift import bus_key, nvml_gpu_for
@@ -83,15 +84,17 @@ def _gpu_ref(g: dict | None):
 @dataclass
 class Outcome:
     """What a test's records add up to: ``kind`` "passed" | "failed" | "error"; ``message``: one line per
-    cause (empty when passed); ``blocked``: the blockers that made it an error."""
+    cause (empty when passed); ``blocked``: the blockers that made it an error; ``causes``: an error's causes
+    (gpuaccept.causes.Cause: its blockers', then its gaps'), what its action is decided from."""
 
     kind: str
     message: str = ""
     blocked: list[Blocker] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
 
 
 def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers: list[Blocker],
-            layer: str) -> Outcome:
+            layer: str, error_causes: list[Cause] | None = None, host: str | None = None) -> Outcome:
     """The outcome of one test from its records. Pure.
 
     ``failures``: (GPU index or None for a node figure, message line); ``errors``: measurement-gap lines;
@@ -99,8 +102,12 @@ def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers:
     :meth:`gpuaccept.judging.blockers.Blocker.applies`: a host's to the dependent layers, a fabric not ready's
     to nvlink and nccl, a disturbed measurement's to its own test). A failure is
     blocked when it is on a blocked GPU, when a blocker covers the whole host, or when it is a node figure
-    (a collective or a coverage line involves every GPU) on a host with any blocker.
+    (a collective or a coverage line involves every GPU) on a host with any blocker. ``error_causes``: the
+    causes of ``errors``, in order (a gap without one is a ``tool`` gap); ``host``: the host blockers are filed
+    under.
     """
+    gap_causes = list(error_causes or [])
+    gap_causes += [Cause("tool", "gap", host)] * (len(errors) - len(gap_causes))
     applied = [b for b in blockers if b.applies(layer)]
     host_wide = any(b.gpu is None for b in applied)
     blocked_gpus = {b.gpu for b in applied if b.gpu is not None}
@@ -115,9 +122,9 @@ def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers:
         return Outcome("failed", "\n".join(lines))
     if applied:
         lines = [b.message() for b in applied] + [f"figure kept: {m}" for m in soft] + errors
-        return Outcome("error", "\n".join(lines), applied)
+        return Outcome("error", "\n".join(lines), applied, [b.to_cause(host) for b in applied] + gap_causes)
     if errors:
-        return Outcome("error", "\n".join(errors))
+        return Outcome("error", "\n".join(errors), causes=gap_causes)
     return Outcome("passed")
 
 
@@ -144,6 +151,11 @@ class Recorder:
         self.failures: list[str] = []  # lines; read through failed()/lines(), written through fail()
         self._failure_gpu: list[int | None] = []
         self.errors: list[str] = []
+        self.error_causes: list[Cause] = []  # the cause of each of ``errors``, in order
+        # the conditions checked for this test's measurements (gpuaccept.judging.actions.figure_class): "gpu":
+        # the NVML indices checked and found undisturbed, None until :meth:`conditions` ran; "host": "clean",
+        # "busy" or None (not sampled)
+        self.checked: dict = {"gpu": None, "host": None}
         # figures outside their limit waiting for their confirmation (record(confirm=True)): (rec, g, limit,
         # figure, context, first failure line); confirm() turns each into a failure or an unstable figure
         self._held: list[tuple] = []
@@ -189,7 +201,7 @@ class Recorder:
         once more per host whose ranks were killed."""
         other = Recorder(self.item, host, self.layer, interrupted=self._interrupted)
         other.failures, other._failure_gpu, other.errors = self.failures, self._failure_gpu, self.errors
-        other._cut = self._cut
+        other.error_causes, other._cut = self.error_causes, self._cut
         return other
 
     # -- recording -----------------------------------------------------------------------------
@@ -225,54 +237,76 @@ class Recorder:
             elif not passed and confirm:
                 self._held.append((rec, g, limit, figure or check, context, f"{self._where(g)}: {v.message}"))
             elif not passed:
+                ev = self.evidence(g, confirmed=False)
+                rec.setdefault("extra", {})["evidence"] = ev
                 act = actions.for_finding(self.item.originalname, check, value, extra, _gpu_ref(g),
-                                          limit.direction)
+                                          limit.direction, evidence=ev)
                 self._add_failure(f"{self._where(g)}: {v.message}", g, check=check, action=act)
         self.item.user_properties.append((FIGURE_KEY, rec))
         return passed
+
+    def evidence(self, g: dict | None, confirmed: bool) -> dict:
+        """What makes a figure outside its limit hardware evidence (gpuaccept.judging.actions.figure_class):
+        ``{"confirmed", "gpu_conditions", "host_conditions"}``; a GPU's conditions are "clean" when this test's
+        :meth:`conditions` checked that GPU and found no other process, "n/a" for a node figure; the host's
+        "clean" when the probe sampled the host and found it quiet, "n/a" when the test's figures do not
+        depend on the host (``host_side`` rows of the action table), else "unchecked"."""
+        idx = g.get("index") if g else None
+        checked = self.checked["gpu"]
+        gpu = "n/a" if idx is None else "clean" if checked is not None and idx in checked else "unchecked"
+        host = "n/a" if not actions.host_side(self.item.originalname) else (self.checked["host"] or "unchecked")
+        return {"confirmed": confirmed, "gpu_conditions": gpu, "host_conditions": host}
 
     def apply(self, findings, gpu: dict | int | None = None) -> None:
         """Record each :class:`gpuaccept.judging.health.Finding` (judging those with a limit) and add its failure."""
         for f in findings:
             self.record(f.check, f.value, f.unit, gpu=gpu, limit=f.limit, extra=f.extra,
                         context=getattr(f, "context", None))
+            cause = getattr(f, "cause", None)
             if f.failure:
                 g = self._gpu(gpu)
-                self.fail(f.failure, gpu=gpu, check=f.check, action=actions.for_finding(
-                    self.item.originalname, f.check, f.value, f.extra, _gpu_ref(g)))
+                self.fail(f.failure, gpu=gpu, check=f.check, cause=cause, action=actions.for_finding(
+                    self.item.originalname, f.check, f.value, f.extra, _gpu_ref(g), cause=cause))
             if getattr(f, "error", None):
-                self.error(f.error, gpu=gpu)
+                self.error(f.error, gpu=gpu, cause=cause)
 
     def _note_interruption(self) -> None:
         if self._cut["at"] is None and self._interrupted() is not None:
             self._cut["at"] = (len(self.failures), len(self.errors))
 
     def _add_failure(self, line: str, g: dict | None, host: str | None = None, check: str | None = None,
-                     action: actions.Action | None = None) -> None:
+                     action: actions.Action | None = None, cause: Cause | None = None) -> None:
         self._note_interruption()
         self.failures.append(line)
         self._failure_gpu.append(g.get("index") if g else None)
         if action is None:
-            action = actions.for_finding(self.item.originalname, check, gpu=_gpu_ref(g))
+            action = actions.for_finding(self.item.originalname, check, gpu=_gpu_ref(g), cause=cause)
+        who = host or self.host
         self.item.user_properties.append((FAILURE_KEY, {
-            "host": host or self.host, "gpu": g.get("index") if g else None,
+            "host": who, "gpu": g.get("index") if g else None,
             "pci_bus_id": g.get("pci_bus_id") if g else None, "serial": g.get("serial") if g else None,
-            "line": line, **({"check": check} if check else {}), "action": action.to_dict()}))
+            "line": line, **({"check": check} if check else {}), "action": action.to_dict(),
+            **({"cause": cause.on(who).to_dict()} if cause is not None else {})}))
 
     def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None, check: str | None = None,
-             action: actions.Action | None = None) -> None:
+             action: actions.Action | None = None, cause: Cause | None = None) -> None:
         """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed").
         ``host``: another host's name, in tests over several hosts; ``check``: the finding that failed, when it
-        has a name; ``action``: what to do about it, when the caller knows better than the table's rows for
-        ``check`` and the test (an Xid's bucket: :func:`gpuaccept.judging.actions.for_xid`)."""
+        has a name; ``cause``: its cause (gpuaccept.causes.Cause), when the caller knows it (its action then
+        follows the cause's row); ``action``: what to do about it, when the caller knows better than the
+        table's rows for ``check`` and the test (an Xid's bucket: :func:`gpuaccept.judging.actions.for_xid`)."""
         g = self._gpu(gpu)
-        self._add_failure(f"{self._where(g, host)}: {message}", g, host, check, action)
+        self._add_failure(f"{self._where(g, host)}: {message}", g, host, check, action, cause)
 
-    def error(self, message: str, gpu: dict | int | None = None) -> None:
+    def error(self, message: str, gpu: dict | int | None = None, cause: Cause | None = None) -> None:
         """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is
-        an ERROR unless it also has a hardware failure."""
+        an ERROR unless it also has a hardware failure. ``cause``: why it was not measured (default a ``tool``
+        gap), filed under this recorder's host."""
         self._note_interruption()
-        self.errors.append(f"{self._where(self._gpu(gpu))}: {message}")
+        g = self._gpu(gpu)
+        self.errors.append(f"{self._where(g)}: {message}")
+        c = cause or Cause("tool", "gap", gpu=g.get("index") if g else None)
+        self.error_causes.append(c.on(self.host))
 
     def expect_gpus(self, nvml_gpus: list[dict], measured: list | None, probe: str) -> None:
         """Every NVML GPU with a handle must have an entry in the probe's per-GPU list ``measured``; each
@@ -285,11 +319,13 @@ class Recorder:
                        f"measured ({why})")
 
     # -- reading -------------------------------------------------------------------------------
-    def block(self, check: str, cause: str, gpu: int | None = None) -> None:
+    def block(self, check: str, cause: str, gpu: int | None = None, cls: str = "contention",
+              evidence: dict | None = None) -> None:
         """A precondition found broken during the test itself (e.g. a foreign process that appeared on a GPU
         halfway through a burn-in): this test's figures on that GPU (or host, ``gpu`` None) are kept but
-        cannot be trusted, so the test is an ERROR "blocked by <check>: ...", not a hardware failure."""
-        self.blockers.append(Blocker(check, cause, gpu, frozenset({self.layer})))
+        cannot be trusted, so the test is an ERROR "blocked by <check>: ...", not a hardware failure. ``cls``:
+        the class of the cause (gpuaccept.causes)."""
+        self.blockers.append(Blocker(check, cause, gpu, frozenset({self.layer}), cls, "blocked", evidence or {}))
 
     def conditions(self, doc: dict, gpus: list[dict] | None = None) -> list[int | None]:
         """Judge the conditions a GPU-loading probe sampled (its document's ``conditions``,
@@ -298,10 +334,19 @@ class Recorder:
         (gpuaccept.judging.conditions). ``gpus``: the NVML GPUs (to name each by NVML's index). Records
         ``conditions`` (the sampler's state, foreign pids) once per test. Returns the NVML indices disturbed."""
         from gpuaccept.judging import conditions as cond
-        found = cond.disturbances(doc, gpus if gpus is not None else list(self.gpu_ids.values()))
+        nvml = gpus if gpus is not None else list(self.gpu_ids.values())
+        found = cond.disturbances(doc, nvml)
         self.record("conditions", cond.state(doc), extra=cond.summary(doc))
         for idx, line in found:
-            self.blockers.append(Blocker("conditions", line, idx, frozenset({self.layer})))
+            self.blockers.append(Blocker("conditions", line, idx, frozenset({self.layer}), "contention", "disturbed"))
+        if cond.state(doc) == "ok" and (doc.get("conditions") or {}).get("own_seen"):
+            self.checked["gpu"] = {g.get("index") for g in nvml} - {i for i, _ in found}
+        busy = cond.host_disturbances(doc)
+        if busy is not None:
+            self.checked["host"] = "busy" if busy else "clean"
+            for line, ev in busy:
+                self.blockers.append(Blocker("conditions", line, None, frozenset({self.layer}), "contention",
+                                             "host_busy", ev))
         return [i for i, _ in found]
 
     def disturbed_gpus(self) -> set:
@@ -331,7 +376,8 @@ class Recorder:
         gpus = self._failure_gpu + [None] * (len(self.failures) - len(self._failure_gpu))
         held = [(h[1].get("index") if h[1] else None, f"{h[5]} (not confirmed: the test ended before a second "
                                                        f"measurement)") for h in self._held]
-        return outcome(list(zip(gpus, self.failures)) + held, self.errors, self.blockers, self.layer)
+        return outcome(list(zip(gpus, self.failures)) + held, self.errors, self.blockers, self.layer,
+                       self.error_causes, self.host)
 
     # -- confirmation --------------------------------------------------------------------------
     def held(self) -> list[tuple[str, dict | None]]:
@@ -351,9 +397,11 @@ class Recorder:
             v2 = second(rec["check"], g)
             v = judge(limit, v2, figure, context)
             first = rec["value"]
+            ev = self.evidence(g, confirmed=v.kind == "fail")
             act = actions.for_finding(self.item.originalname, rec["check"], first, rec.get("extra"), _gpu_ref(g),
-                                      limit.direction)
-            rec.setdefault("extra", {})["confirmation"] = {"value": to_json(v2), "seconds": seconds,
+                                      limit.direction, evidence=ev)
+            rec.setdefault("extra", {})["evidence"] = ev
+            rec["extra"]["confirmation"] = {"value": to_json(v2), "seconds": seconds,
                                                            **({"why": why} if why and v.kind == "missing" else {})}
             if v.kind == "missing":
                 self._add_failure(f"{line} (not confirmed: {why or 'the second measurement has no figure'})", g,
