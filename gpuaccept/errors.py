@@ -17,6 +17,7 @@ The tree::
         │   └── Interrupted        the run was interrupted (SIGINT, SIGTERM) while the command ran; it was killed
         ├── ProbeError             the probe ran but crashed, printed no JSON, or reported failed
         │   ├── PackageMissing     the node's Python lacks a package the probes import (torch, nvidia-ml-py)
+        │   ├── NvmlUnusable       NVML cannot start beside a driver (version mismatch, permission)
         │   └── InterpreterMissing the node has no Python where the inventory says
         └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
 
@@ -116,6 +117,14 @@ class PackageMissing(ProbeError):
 
     cause_class = "configuration"
     cause_kind = "package_missing"
+
+
+class NvmlUnusable(ProbeError):
+    """NVML cannot start on a node with an NVIDIA driver (library/module mismatch, no permission, init failure);
+    ``evidence``: ``{"reason_code", "nvml_library_version", "kernel_driver_version"}``."""
+
+    cause_class = "configuration"
+    cause_kind = "nvml_unusable"
 
 
 class InterpreterMissing(ProbeError):

@@ -51,7 +51,8 @@ def test_every_shipped_test_has_a_row_and_every_row_a_reason_and_source():
     assert sorted(set(table["tests"]["rows"]) - tests) == []  # no row for a test that is gone
     for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "errors"):
         assert "2026" in table[section]["source"] or "NVIDIA" in table[section]["source"], section
-    assert actions.strength() == ("rerun", "fix-config", "check-network", "reset-gpu", "reboot", "drain-rma")
+    assert actions.strength() == ("rerun", "free-space", "fix-config", "check-network", "reset-gpu", "reboot",
+                                  "drain-rma")
     assert actions.drain_actions() == {"drain-rma", "reboot", "reset-gpu"}
 
 
@@ -117,9 +118,43 @@ def test_fix_config_names_the_setting_and_the_command_that_restores_it():
     assert actions.for_finding("test_power_limit", "power_limit_w", 500.0).command == "nvidia-smi -i <gpu> -pl <expected_w>"
 
 
+CLEAN = {"confirmed": True, "gpu_conditions": "clean", "host_conditions": "n/a"}
+
+
+def test_a_slow_figure_is_hardware_only_when_confirmed_under_clean_conditions():
+    slow = actions.for_finding("test_tensor_tflops", "bf16_tflops", 300.0, None, 0, "min", evidence=CLEAN)
+    assert (slow.action, slow.cause) == ("drain-rma", "hardware") and slow.slow
+    for ev in (None, {**CLEAN, "confirmed": False}, {**CLEAN, "gpu_conditions": "unchecked"},
+               {**CLEAN, "host_conditions": "unchecked"}, {**CLEAN, "host_conditions": "busy"}):
+        got = actions.for_finding("test_tensor_tflops", "bf16_tflops", 300.0, None, 0, "min", evidence=ev)
+        assert (got.action, got.cause) == ("rerun", "unverified") and "no hardware evidence" in got.reason, ev
+    # a host-side figure (a host-to-device copy) also needs the host watched and quiet
+    assert actions.host_side("test_pcie_bandwidth[gpu-01]") and not actions.host_side("test_hbm_bandwidth")
+
+
+def test_every_row_with_a_hardware_action_has_a_hardware_cause():
+    table = actions.load_table()
+    for section in ("xid_buckets", "xid154_recovery", "memory", "checks", "tests", "causes", "failures", "errors"):
+        for key, row in table[section]["rows"].items():
+            cls = row.get("class") or row.get("cause")
+            assert cls in actions.CLASSES, (section, key)
+            assert row["action"] not in actions.HARDWARE_ACTIONS or cls == "hardware", (section, key)
+
+
+def test_the_gate_gives_a_non_hardware_cause_its_class_action():
+    from gpuaccept.causes import Cause
+    for cls, want in (("configuration", "fix-config"), ("contention", "rerun"), ("capacity", "free-space"),
+                      ("connectivity", "check-network"), ("tool", "rerun"), ("unverified", "rerun")):
+        got = actions.gate(actions.Action("drain-rma", "a reason", "src", cause=cls))
+        assert (got.action, got.cause) == (want, cls) and got.reason.startswith("a reason; cause " + cls)
+    kept = actions.Action("drain-rma", "remap failure", "src", cause="hardware")
+    assert actions.gate(kept) is kept
+    # a kind with no row of its own takes its class's action; a hardware kind no row names is held for a person
+    assert actions.for_cause(Cause("capacity", "something_new")).action == "free-space"
+    assert actions.for_cause(Cause("hardware", "something_new")).action == "drain-rma"
+
+
 def test_figures_errors_and_the_fallback():
-    slow = actions.for_finding("test_tensor_tflops", "bf16_tflops", 300.0, None, 0, "min")
-    assert slow.action == "drain-rma" and slow.slow
     # a network test's figures are the network's
     assert actions.for_finding("test_allreduce_multinode", "internode_busbw_gbps", 10.0, direction="min").action \
         == "check-network"
@@ -128,7 +163,7 @@ def test_figures_errors_and_the_fallback():
     assert actions.for_error("AuthError", "h: authentication failed").action == "fix-config"
     assert actions.for_error(None, "blocked by gpu_inventory: GPU 1: no NVML handle").action == "drain-rma"
     assert actions.for_error(None, "blocked by preflight: GPU 0: foreign processes").action == "rerun"
-    assert actions.for_error(None, "blocked by preflight: x\nblocked by driver_versions: y").action == "reboot"
+    assert actions.for_error(None, "blocked by preflight: x\nblocked by driver_versions: y").action == "fix-config"
     assert actions.for_error(None, "h GPU 0 (bus): disturbed: pid 4711 used GPU 0").action == "rerun"
     assert actions.for_error(None, "a gap nobody names").reason == "not measured: rerun"
     # what a rerun cannot mend: the node's Python is elsewhere, the name does not resolve
@@ -143,8 +178,8 @@ def test_figures_errors_and_the_fallback():
     assert (no_driver["action"], no_driver["setting"]) == ("fix-config", "NVIDIA driver")
     assert actions.for_case("failed", "test_gpu_inventory", "h1: no NVIDIA GPU found (NVML sees no GPU) but the "
                             "inventory declares gpus_per_node=8")["action"] == "drain-rma"
-    site = actions.for_finding("test_my_site_check", None)
-    assert site.action == "drain-rma" and "does not name" in site.reason
+    site = actions.for_finding("test_my_site_check", None)  # no evidence of its cause: never drained
+    assert (site.action, site.cause) == ("rerun", "unverified") and "does not name" in site.reason
 
 
 def test_the_host_takes_the_strongest_and_a_setting_off_makes_a_slow_figure_no_verdict():
@@ -153,7 +188,7 @@ def test_the_host_takes_the_strongest_and_a_setting_off_makes_a_slow_figure_no_v
     rma = actions.for_finding("test_row_remapping", "remap_failure").to_dict()
     assert actions.host_action([rerun, reset, rma, None])["action"] == "drain-rma"
     assert actions.host_action([]) is None
-    slow = actions.for_finding("test_tensor_tflops", "bf16_tflops", 300.0, direction="min").to_dict()
+    slow = actions.for_finding("test_tensor_tflops", "bf16_tflops", 300.0, direction="min", evidence=CLEAN).to_dict()
     power = actions.for_finding("test_power_limit", "power_limit_w", 500.0, {"expected_w": 700}, "0").to_dict()
     got = actions.host_action([slow, power])
     assert got["action"] == "fix-config" and got["command"] == "nvidia-smi -i 0 -pl 700"
@@ -188,7 +223,7 @@ def test_the_reports_carry_the_action(tmp_path):
         "gpu-01": "drain-rma", "gpu-02": "fix-config", "gpu-03": "rerun", "gpu-04": None}
     md = summary_markdown("night1", {"inventory": "prod.ini", "hosts": hosts}, recs, hv=hv)
     line = next(ln for ln in md.splitlines() if ln.startswith("- **FAIL** `gpu-02`"))
-    assert line.endswith("→ **fix-config** (power limit below its expectation; enforced power limit; "
+    assert line.endswith("→ **fix-config** [configuration] (power limit below its expectation; enforced power limit; "
                          "`nvidia-smi -i 0000:03:00.0 -pl 700`)"), line
     assert "| drain-rma | 1: gpu-01 | `hosts-drain-rma.txt` |" in md
     rep = Reporter(str(tmp_path / "run"), "night1", {"inventory": "prod.ini", "hosts": hosts})
@@ -197,6 +232,7 @@ def test_the_reports_carry_the_action(tmp_path):
     rep.flush(final=True)
     lists = {p.name: p.read_text() for p in (tmp_path / "run").glob("hosts-*.txt")}
     assert lists == {"hosts-rerun.txt": "gpu-03\n", "hosts-fix-config.txt": "gpu-02\n", "hosts-check-network.txt": "",
+                     "hosts-free-space.txt": "",
                      "hosts-reset-gpu.txt": "", "hosts-reboot.txt": "", "hosts-drain-rma.txt": "gpu-01\n"}
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     by = {t["host"]: t for t in res["tests"]}
@@ -216,8 +252,8 @@ def test_prometheus_has_the_action_as_a_label_of_the_host_verdict(tmp_path):
     hv = host_verdicts(_fleet(), ["gpu-01", "gpu-02", "gpu-03", "gpu-04"])
     path = tmp_path / "gpuaccept.prom"
     prometheus.write_textfile(str(path), "night1", 0.0, 1.0, [], {h: v["verdict"] for h, v in hv.items()},
-                              host_actions={h: (v["action"] or {}).get("action") for h, v in hv.items()})
+                              host_actions={h: v["action"] for h, v in hv.items()})
     text = path.read_text()
     # the one verdict order (issue 22): 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
-    assert 'gpuaccept_host_verdict{action="drain-rma",host="gpu-01",verdict="FAIL"} 3.0' in text
-    assert 'gpuaccept_host_verdict{action="none",host="gpu-04",verdict="PASS"} 1.0' in text
+    assert 'gpuaccept_host_verdict{action="drain-rma",cause="hardware",host="gpu-01",verdict="FAIL"} 3.0' in text
+    assert 'gpuaccept_host_verdict{action="none",cause="none",host="gpu-04",verdict="PASS"} 1.0' in text

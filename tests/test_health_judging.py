@@ -225,19 +225,23 @@ def test_healthy_capture_has_no_blockers():
      [Blocker("preflight", "busy: pid 4242 (python3) holds a context on the GPU", 1)]),
     # a fabric present but not ready blocks only the layers that need it (issue 22): never HBM or TFLOP/s
     (_doc_with(sick("fabric.state", "IN_PROGRESS")), [Blocker("fabric", "fabric state IN_PROGRESS, status Success", 1,
-                                                              frozenset({"nvlink", "nccl"}))]),
-    (_doc_with(LOST), [Blocker("gpu_inventory", "no NVML handle (GPU is lost)", 1)]),
+                                                              frozenset({"nvlink", "nccl"}), cls="hardware")]),
+    (_doc_with(LOST), [Blocker("gpu_inventory", "no NVML handle (GPU is lost)", 1, cls="hardware")]),
     (_doc_with(kernel_driver_version="570.86.15"),
      [Blocker("driver_versions", "NVML library / kernel driver mismatch: library 580.159.04, kernel module "
-                                 "570.86.15 (reboot or reload)")]),
+                                 "570.86.15 (reboot or reload)", cls="configuration")]),
     (_doc_with(sick("fabric", {"nvml_error": "Not Supported"})), []),  # unreadable: health reports it, no block
     # found on 2026-11-30 (third trial): a GPU left in MIG mode FAILED compute and memory as slow hardware
     # ("bf16_tflops 95 < min 600": CUDA measured a MIG slice), sending a healthy card to RMA
-    (_doc_with(sick("mig_mode.current", True)), [Blocker("preflight", "MIG mode is on, the SKU file expects off", 1)]),
+    (_doc_with(sick("mig_mode.current", True)), [Blocker("preflight", "MIG mode is on, the SKU file expects off", 1,
+                                                         cls="configuration")]),
     (_doc_with(sick("mig_mode", {"nvml_error": "Not Supported"})), []),
 ])
 def test_blockers(doc, expected):
-    assert blockers(doc, H200) == expected
+    got = blockers(doc, H200)
+    assert got == expected and [b.cls for b in got] == [b.cls for b in expected]
+    # a blocker's cause is hardware only where NVML read the part (a lost GPU, a fabric not registered)
+    assert all((b.to_cause().cls == "hardware") == (b.check in ("gpu_inventory", "fabric")) for b in got)
 
 
 def test_fabric_blocks_only_on_nvswitch_skus():
@@ -259,8 +263,11 @@ def test_fabric_blocks_only_on_nvswitch_skus():
     ([], ["h: fp8_tflops not measured"], [], "compute", "error", "h: fp8_tflops not measured"),
 ])
 def test_outcome(failures_, errors, blocks, layer, kind, first):
-    out = outcome(failures_, errors, blocks, layer)
+    out = outcome(failures_, errors, blocks, layer, host="h")
     assert out.kind == kind and out.message.split("\n")[0] == first
+    # an error carries a cause for each of its blockers and gaps, filed under the host; a failure carries none
+    assert len(out.causes) == (len(out.blocked) + len(errors) if kind == "error" else 0)
+    assert all(c.host == "h" for c in out.causes)
 
 
 # -- node readiness (kind 10) ---------------------------------------------------------------------------
@@ -275,15 +282,32 @@ def test_outcome(failures_, errors, blocks, layer, kind, first):
 ])
 def test_readiness_problem(doc, expected):
     got = readiness_problem({"nvml_available": False, **doc}, "/usr/bin/python3")
-    assert got == expected if expected is None else got.startswith(expected)
+    assert got == expected if expected is None else str(got).startswith(expected)
+    if got is not None:  # software missing on the node is its configuration, never a lost GPU
+        assert got.error("gpu-01").cause.cls == "configuration" and got.error("gpu-01").host == "gpu-01"
+
+
+def test_readiness_with_gpus_declared_and_no_pynvml_is_a_missing_package():
+    got = readiness_problem({"nvml_available": False, "reason_code": "no_pynvml"}, "/usr/bin/python3", declared=True)
+    err = got.error("gpu-01")
+    assert err.cause.kind == "package_missing" and err.evidence["package"] == "nvidia-ml-py"
+
+
+@pytest.mark.parametrize("code,cls", [("no_pynvml", "configuration"), ("no_driver", "configuration"),
+                                      ("driver_not_loaded", "configuration"), ("no_gpu", "hardware")])
+def test_declared_gpus_missing_is_hardware_only_when_the_driver_answers_with_none(code, cls):
+    from gpuaccept.judging import actions
+    from gpuaccept.judging.blockers import declared_missing_cause
+    cause = declared_missing_cause({"nvml_available": code == "no_gpu", "reason_code": code}, "gpu-01")
+    act = actions.for_cause(cause)
+    assert cause.cls == cls and (act.action == "drain-rma") == (cls == "hardware")
 
 
 def test_missing_package():
-    msg = "matmul_tflops: no JSON document (rc 1): ModuleNotFoundError: No module named 'torch'"
-    assert missing_package(msg, DOC, "/opt/py/bin/python3").startswith(
+    assert missing_package("torch", DOC, "/opt/py/bin/python3").startswith(
         "driver present (kernel module 580.159.04), torch missing for /opt/py/bin/python3")
-    assert missing_package(msg, None, "python3").startswith("torch missing for python3")
-    assert missing_package("No module named 'yaml'", DOC, "python3") is None
+    assert missing_package("torch", None, "python3").startswith("torch missing for python3")
+    assert missing_package("yaml", DOC, "python3") is None
 
 
 # -- coverage (kind 10) ---------------------------------------------------------------------------------

@@ -97,7 +97,9 @@ def test_junit_has_figures_as_properties():
         "gpu3.hbm_read_bw_gbps": "3812.0", "gpu3.hbm_read_bw_gbps.unit": "GB/s",
         "gpu3.hbm_read_bw_gbps.min": "4300", "gpu3.hbm_read_bw_gbps.verdict": "fail"}
     # the action of the failing figure (a slow figure: gpuaccept/data/actions.yaml), and of the unreachable host
-    assert props["gpuaccept.action"] == "drain-rma" and "slow figure" in props["gpuaccept.action.reason"]
+    # taken once, its conditions unchecked: no hardware evidence, measured again (never a drain)
+    assert props["gpuaccept.action"] == "rerun" and props["gpuaccept.action.cause"] == "unverified"
+    assert "below its floor" in props["gpuaccept.action.reason"]
     assert {p.get("name"): p.get("value") for p in cases[1].iter("property")}["gpuaccept.action"] == "rerun"
     assert cases[0].find("failure").get("message").startswith("gpu-07 GPU 3")
     md = summary_markdown("run", {"inventory": "x"}, recs)

@@ -21,11 +21,31 @@ def test_a_pass_that_judged_nothing_leaves_the_host_skip():
                        figures=[_fig("c", "hbm_read_bw_gbps", "pass", gpu=0)])]
     hv = host_verdicts(recs, ["a", "b", "c"])
     assert {h: v["verdict"] for h, v in hv.items()} == {"a": "SKIP", "b": "PASS", "c": "PASS"}
-    assert "passed tests measured nothing (facts recorded only)" in hv["a"]["reasons"]
+    assert hv["a"]["reasons"] == ["1 figure recorded, none judged against a limit: no SKU threshold file applied "
+                                  "(gpu_sku or an NVML-detected GPU), no storage_limits"]
     assert gpu_figures_judged(recs) == 1
     assert run_line(hv, recs) == "gpuaccept: PASS (2 hosts PASS, 1 host SKIP), 1 GPU figure judged"
     only_a = [r for r in recs if r.host == "a"]
     assert run_line(host_verdicts(only_a, ["a"]), only_a) == "gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged"
+
+
+def test_figures_recorded_against_no_limit_are_not_a_pass():
+    """A CPU all-reduce's busbw and a storage throughput without storage_limits are measurements, but nothing
+    judged them: two nodes without a GPU and no SKU read SKIP, never PASS."""
+    busbw = {**_fig(None, "busbw_gbps", "recorded", value=3.2), "unit": "GB/s"}
+    recs = [CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
+                       "passed", figures=[{**busbw, "host": "n1"}, {**busbw, "host": "n2"}]),
+            CaseRecord("s/test_storage.py::test_local_storage_throughput[n1]", "test_local_storage_throughput[n1]",
+                       "n1", "storage", "passed", figures=[{**_fig("n1", "seq_read_gbps", "recorded", value=2.1),
+                                                           "unit": "GB/s"}])]
+    hv = host_verdicts(recs, ["n1", "n2"])
+    assert hv["n1"]["verdict"] == hv["n2"]["verdict"] == "SKIP"
+    assert hv["n1"]["reasons"][0].startswith("2 figures recorded, none judged")
+    assert hv["n2"]["reasons"][0].startswith("1 figure recorded, none judged")
+    judged = [CaseRecord(r.nodeid, r.name, r.host, r.layer, "passed",
+                         figures=[{**f, "verdict": "pass", "limit": {"min": 1}} for f in r.figures]) for r in recs]
+    assert {h: v["verdict"] for h, v in host_verdicts(judged, ["n1", "n2"]).items()} == {
+        "n1": "PASS", "n2": "PASS", "fleet": "PASS"}
 
 
 def test_the_main_job_without_a_gpu_reads_skip(tmp_path):

@@ -4,6 +4,7 @@ and so does the ``gpuaccept`` command's check before pytest starts (gpuaccept.cl
 ``OptionGroup.addoption`` both read."""
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from gpuaccept.config.profiles import PROFILES
@@ -23,13 +24,52 @@ def _metavar(name: str) -> str:
 
 
 def check_choices(getoption: Callable[..., Any]) -> str | None:
-    """The one-line refusal of an option given a word it does not take (``--profile fast``), or None.
-    ``getoption(name, default)``: pytest's ``config.getoption`` or the same over an argparse namespace."""
+    """The one-line refusal of an option given a word it does not take (``--profile fast``, ``--drain-max
+    abc``), or None. ``getoption(name, default)``: pytest's ``config.getoption`` or the same over an argparse
+    namespace."""
     for name, words in CHOICES.items():
         v = getoption(name, None)
         if v is not None and v not in words:
             return f"--{name.replace('_', '-')} {v}: not one of {', '.join(words)}"
+    given = getoption("drain_max", None)
+    if given is not None:
+        try:
+            parse_drain_max(given)
+        except ValueError as e:
+            return f"--drain-max {given}: {e}"
     return None
+
+
+#: --slurm-drain drains at most this share of the selected nodes unless --drain-max says otherwise (issue 38):
+#: a fault that hits a tenth of the fleet at once is more likely the fleet's (an image, DNS) than ten cards'. Chosen.
+DRAIN_MAX_DEFAULT = "10%"
+_DRAIN_MAX_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*%|(\d+))\s*$")
+
+
+def parse_drain_max(text: str) -> tuple[float | None, int | None]:
+    """``--drain-max``: ``"N%"`` -> (N, None), a share of the selected nodes (0 < N <= 100); ``"N"`` -> (None,
+    N), a count (N >= 1). Raises ValueError (the phrase after the option in its one-line refusal)."""
+    m = _DRAIN_MAX_RE.match(str(text))
+    if not m:
+        raise ValueError("expected a count of nodes (3) or a share of the selected nodes (10%)")
+    if m.group(1) is not None:
+        pct = float(m.group(1))
+        if not 0 < pct <= 100:
+            raise ValueError("expected a share above 0% and at most 100%")
+        return pct, None
+    n = int(m.group(2))
+    if n < 1:
+        raise ValueError("expected a count of at least 1 (leave --slurm-drain out to drain none)")
+    return None, n
+
+
+def drain_limit(text: str | None, selected: int) -> int:
+    """How many of ``selected`` nodes ``--drain-max text`` (default :data:`DRAIN_MAX_DEFAULT`) lets one run
+    drain: a count as given; a share rounded down, at least 1. Raises ValueError as :func:`parse_drain_max`."""
+    pct, count = parse_drain_max(text or DRAIN_MAX_DEFAULT)
+    if count is not None:
+        return count
+    return max(1, int(selected * pct / 100.0 + 1e-9))
 
 
 def add_options(add: Callable[..., Any]) -> None:
@@ -79,4 +119,7 @@ def add_options(add: Callable[..., Any]) -> None:
                      "(a dry run unless --slurm-apply); drains set by others are never touched")
     add("--slurm-apply", action="store_true", default=False,
                 help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
+    add("--drain-max", default=None, metavar="N|N%",
+                help="--slurm-drain drains no more than this many of the selected nodes (a count, or a share: "
+                     f"default {DRAIN_MAX_DEFAULT.replace('%', '%%')}, at least 1); above it none, and the run exits non-zero")
     add("--nccl-pattern", metavar=_metavar("nccl_pattern"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")

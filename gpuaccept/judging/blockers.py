@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuaccept.causes import Cause
+from gpuaccept.errors import NodeError, NvmlUnusable, PackageMissing
 
 from gpuaccept.judging import health
 from gpuaccept.judging.readings import is_error, is_lost, lost_reason, typed
@@ -114,13 +115,15 @@ def driver_present(doc: dict) -> bool:
     return bool(doc.get("driver_present") or doc.get("kernel_driver_version"))
 
 
-def readiness_problem(doc: dict, python: str) -> str | None:
-    """Why a node whose NVML gave no GPU is not ready to be tested, or None when it simply has no GPU.
+def readiness_problem(doc: dict, python: str, declared: bool = False) -> NodeError | None:
+    """Why a node whose NVML gave no GPU is not ready to be tested, as the error its GPU tests raise (its host
+    filled in by :meth:`NotReady.error`), or None when it simply has no GPU.
 
     ``doc``: the gpu_inventory document with ``nvml_available`` false; ``python``: the interpreter the probes
-    ran under. A library/driver version mismatch, no permission or another nvmlInit failure is a problem
-    (with both versions shown); so is an NVIDIA driver on the node with no nvidia-ml-py for ``python``.
-    "No driver" and "no GPU" are not: the host has no GPU to test. Pure.
+    ran under; ``declared``: the inventory declares GPUs for the node. A library/driver version mismatch, no
+    permission or another nvmlInit failure is NVML unusable (configuration); nvidia-ml-py missing for
+    ``python`` is a missing package (configuration) when the node shows an NVIDIA driver or declares GPUs.
+    "No driver" and "no GPU" are not: the host has no GPU to test (or, declared, the caller fails it). Pure.
     """
     if doc.get("nvml_available"):
         return None
@@ -128,32 +131,59 @@ def readiness_problem(doc: dict, python: str) -> str | None:
     kmod = doc.get("kernel_driver_version") or "not loaded"
     lib = doc.get("nvml_library_version") or "unknown"
     if code == "no_pynvml":
-        if driver_present(doc):
-            return (f"driver present (kernel module {kmod}), nvidia-ml-py (pynvml) missing for {python}: "
-                    f"install it for that interpreter or set ansible_python_interpreter")
+        if driver_present(doc) or declared:
+            seen = f"driver present (kernel module {kmod})" if driver_present(doc) else "GPUs declared"
+            return NotReady(PackageMissing, f"{seen}, nvidia-ml-py (pynvml) missing for {python}: install it for that "
+                            f"interpreter or set ansible_python_interpreter",
+                            {"package": "nvidia-ml-py", "python": python, "driver_present": driver_present(doc)})
         return None
     if code in NO_GPU_REASONS or code is None:
         return None
-    return f"NVML cannot start: {doc.get('reason') or code} (NVML library {lib}, kernel module {kmod})"
+    return NotReady(NvmlUnusable, f"NVML cannot start: {doc.get('reason') or code} (NVML library {lib}, kernel "
+                    f"module {kmod})", {"reason_code": code, "nvml_library_version": lib,
+                                        "kernel_driver_version": kmod})
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """A node not ready to be tested: the error class to raise, its line and evidence."""
+
+    kind: type
+    line: str
+    evidence: dict
+
+    def error(self, host: str) -> NodeError:
+        """The error for ``host``."""
+        return self.kind(host, self.line, self.evidence)
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def declared_missing_cause(doc: dict, host: str | None = None) -> Cause:
+    """Why a node the inventory declares GPUs for shows none (pure): ``declared_gpu_missing`` with the probe's
+    reason code as its check; ``hardware`` only when the driver is loaded and NVML answers with no GPU
+    (``no_gpu``): the cards are lost. No driver, a driver not loaded, no nvidia-ml-py: ``configuration``."""
+    code = doc.get("reason_code") or ("no_gpu" if doc.get("nvml_available") else "unknown")
+    cls = "hardware" if code == "no_gpu" else "configuration"
+    return Cause(cls, "declared_gpu_missing", host, code, evidence={
+        "reason_code": code, "driver_present": driver_present(doc),
+        "kernel_driver_version": doc.get("kernel_driver_version")})
 
 
 # Python packages the probes import on the node (module name -> the package an operator installs).
-PROBE_PACKAGES = {"torch": "torch", "pynvml": "nvidia-ml-py (pynvml)"}
+PROBE_PACKAGES = {"torch": "torch", "pynvml": "nvidia-ml-py (pynvml)", "nvidia-ml-py": "nvidia-ml-py (pynvml)"}
 
 
-def missing_package(message: str, doc: dict | None, python: str) -> str | None:
-    """An operator line for a probe that failed because the node's interpreter lacks a probe package, or None.
-
-    ``message``: the probe error (it carries Python's ``No module named 'torch'``); ``doc``: the node's
-    gpu_inventory document if known (None when it could not be read); ``python``: the probes' interpreter.
-    With the NVIDIA driver on the node this is "driver present, torch missing for /usr/bin/python3", never
-    "no NVIDIA GPU". Pure.
+def missing_package(module: str | None, doc: dict | None, python: str) -> str | None:
+    """An operator line for a probe that failed because the node's interpreter lacks ``module`` (a PackageMissing's
+    evidence), or None for a module the probes do not need. ``doc``: the node's gpu_inventory document if known
+    (None when it could not be read); ``python``: the probes' interpreter. With the NVIDIA driver on the node
+    this is "driver present, torch missing for /usr/bin/python3", never "no NVIDIA GPU". Pure.
     """
-    import re
-    m = re.search(r"No module named '([A-Za-z0-9_]+)", message or "")
-    if not m or m.group(1) not in PROBE_PACKAGES:
+    if module not in PROBE_PACKAGES:
         return None
-    pkg = PROBE_PACKAGES[m.group(1)]
+    pkg = PROBE_PACKAGES[module]
     if doc is not None and driver_present(doc):
         return (f"driver present (kernel module {doc.get('kernel_driver_version') or 'version unknown'}), {pkg} "
                 f"missing for {python}: install it for that interpreter or set ansible_python_interpreter")

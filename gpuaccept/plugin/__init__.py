@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers, missing_package, readiness_problem
-from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ProbeError, ThresholdError
+from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers
+from gpuaccept.causes import CAUSE_KEY, Cause
+from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ThresholdError
 from gpuaccept.config.hostvars import check_hosts
 from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from gpuaccept.config.inventory import Inventory, load_inventory
@@ -46,10 +47,7 @@ from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
-
-
-class DeclaredGpuMissing(Exception):
-    """The inventory declares GPUs for a host that shows none: a failure of the host, not of the run."""
+from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -163,6 +161,8 @@ def pytest_configure(config: pytest.Config) -> None:
         slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
         if config.getoption("slurm_apply") and not slurm:
             raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
+        if config.getoption("drain_max") is not None and not config.getoption("slurm_drain"):
+            raise ConfigError("--drain-max: say --slurm-drain (it limits its drains)")
         if slurm and not _is_worker(config):
             from gpuaccept.scaleout.drain import check_ready
             check_ready()  # scontrol missing or the controller down: refused before any node is touched
@@ -293,19 +293,19 @@ def gpus(request, node: HostRunner) -> list[dict]:
     included (``lost: true``). Skips "no NVIDIA GPU on <host>" when the host has none (no driver, no GPU)
     and the inventory declares none; an error when NVML is broken there (version mismatch, no permission)
     or the driver is present without nvidia-ml-py; fails when the inventory declares gpu_sku/gpus_per_node."""
-    from gpuaccept.judging.blockers import readiness_problem
-    from gpuaccept.judging.readings import typed
+    from gpuaccept.judging.blockers import declared_missing_cause, readiness_problem
     doc = node.gpu_inventory()
     found = typed(doc.get("gpus") or []) if doc.get("nvml_available") else []
     if not found:
         why = doc.get("reason") or "NVML sees no GPU"
-        problem = readiness_problem(doc, node.python)
+        problem = readiness_problem(doc, node.python, node.gpus_declared)
         if problem:
-            raise ProbeError(node.name, problem)
+            raise problem.error(node.name)
         if node.gpus_declared:
             said = [f"{k}={node.host.vars[k]}" for k in ("gpu_sku", "gpus_per_node") if node.host.vars.get(k)]
             raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but " + (
-                f"the inventory declares {' '.join(said)}" if said else f"--sku {node.sku_override} declares one"))
+                f"the inventory declares {' '.join(said)}" if said else f"--sku {node.sku_override} declares one"),
+                declared_missing_cause(doc, node.name))
         pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
     return found
 
@@ -359,16 +359,6 @@ def verdicts(request) -> Recorder:
 
 
 # -- outcomes and reports ------------------------------------------------------------------------
-def _quiet_excinfo(msg: str) -> pytest.ExceptionInfo:
-    """An ExceptionInfo pytest reports as ``msg`` alone, without formatting a traceback (``pytest.fail`` with
-    ``pytrace=False``, raised here so that it has the one-frame traceback pytest requires)."""
-    try:
-        pytest.fail(msg, pytrace=False)
-    except pytest.fail.Exception:
-        return pytest.ExceptionInfo.from_current()
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Our own errors (unreachable host, crashed probe, timeout, bad SKU) become one clean line and are
@@ -383,7 +373,7 @@ def pytest_runtest_makereport(item, call):
         _take_replay_notes(item)
     orig = call.excinfo
     if orig is not None and orig.errisinstance((GpuacceptError, DeclaredGpuMissing)):
-        call.excinfo = _quiet_excinfo(str(orig.value))
+        call.excinfo = quiet_excinfo(str(orig.value))
     try:
         outcome = yield
     finally:
@@ -392,19 +382,24 @@ def pytest_runtest_makereport(item, call):
     if call.excinfo is not None and call.excinfo.errisinstance(DeclaredGpuMissing):
         rep.when = "call"  # reported as a failure (the host is bad), not as a setup error
         rep.longrepr = str(call.excinfo.value)
+        rep.user_properties.append((CAUSE_KEY, [call.excinfo.value.cause.to_dict()]))
         return
     if _state(item.config) is None:
         return
     rec = item.stash.get(RECORDER, None)
     if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
-        lines = [_missing_package(item, str(call.excinfo.value)) or str(call.excinfo.value)]
+        e = call.excinfo.value
+        lines = [missing_package_line(item, e) or str(e)]
+        causes = error_causes(e, host_param(item))
         if rec is not None and call.when == "call":
             out = rec.outcome()
             lines = [b.message() for b in out.blocked] + lines + rec.findings(
                 before_interruption=call.excinfo.errisinstance(Interrupted))
+            causes = [b.to_cause(rec.host) for b in out.blocked] + causes
         rep.longrepr = "\n".join(lines)
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
-        rep.user_properties.append((ERROR_KIND_KEY, type(call.excinfo.value).__name__))
+        rep.user_properties.append((ERROR_KIND_KEY, type(e).__name__))
+        rep.user_properties.append((CAUSE_KEY, [c.to_dict() for c in causes]))
         return
     if call.excinfo is not None and not call.excinfo.errisinstance(
             (pytest.fail.Exception, pytest.skip.Exception, KeyboardInterrupt, AssertionError)):
@@ -419,6 +414,7 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = "\n".join(head + [line] + (rec.lines() + rec.errors if rec is not None else []))
         rep.user_properties.append((ERROR_KEY, rep.longrepr))
         rep.user_properties.append((ERROR_KIND_KEY, "internal"))
+        rep.user_properties.append((CAUSE_KEY, [Cause("tool", "internal", host_param(item)).to_dict()]))
         return
     if rec is None or call.when != "call":
         return
@@ -431,6 +427,7 @@ def pytest_runtest_makereport(item, call):
     rep.longrepr = out.message
     if out.kind == "error":
         rep.user_properties.append((ERROR_KEY, out.message))
+        rep.user_properties.append((CAUSE_KEY, [c.to_dict() for c in out.causes]))
 
 
 def _take_replay_notes(item) -> None:
@@ -465,22 +462,6 @@ def pytest_report_teststatus(report, config):
     if report.skipped:
         return "skipped", "", "SKIPPED"
     return ("failed" if report.when == "call" else "error"), "", "FAILED" if report.when == "call" else "ERROR"
-
-
-def _missing_package(item, message: str) -> str | None:
-    """``"<host>: driver present (...), torch missing for <python>"`` for a probe that died on a missing
-    package (gpuaccept.judging.blockers.missing_package), else None."""
-    from gpuaccept.judging.blockers import missing_package
-    from gpuaccept.runner.host import HostRunner
-    node = item.funcargs.get("node") if hasattr(item, "funcargs") else None
-    if not isinstance(node, HostRunner) or "No module named" not in message:
-        return None
-    try:
-        doc = node.gpu_inventory()
-    except Exception:  # noqa: BLE001 - the probe error itself is the answer then
-        doc = None
-    line = missing_package(message, doc, node.python)
-    return f"{node.name}: {line}" if line else None
 
 
 def _forks(config: pytest.Config) -> int:

@@ -150,8 +150,7 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         from gpuaccept.reporting import prometheus
         try:
             prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
-                                      figures, verdicts, host_actions={h: (v.get("action") or {}).get("action")
-                                                                       for h, v in hv.items()})
+                                      figures, verdicts, host_actions={h: v.get("action") for h, v in hv.items()})
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.runner import host as node_mod
+from gpuaccept.causes import CAUSE_KEY, Cause
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
 from gpuaccept.config.outputs import check_report_folder
 from gpuaccept.judging.actions import for_case
@@ -356,17 +357,24 @@ class ReportPlugin:
 
     def _finalize(self, nodeid: str, complete: bool, reason: str = "") -> None:
         part = self.partial.pop(nodeid)
+        causes = next((v for k, v in part["props"] if k == CAUSE_KEY), None)
         if not complete and part["outcome"] == "passed":
             # started, never torn down: interrupted, or its worker died. Never a pass.
             part["outcome"], part["message"] = "error", f"not finished: {reason}"
+            causes = [Cause("interruption", "not_finished", self._host_of(nodeid)).to_dict()]
         figs = [v for k, v in part["props"] if k == "gpuaccept.figure"]
         failing = counted_failures(part["outcome"], part["message"],
                                    [v for k, v in part["props"] if k == "gpuaccept.failure"])
         kind, name = next((v for k, v in part["props"] if k == ERROR_KIND_KEY), None), case_name(nodeid)
+        if part["outcome"] not in ("failed", "error"):
+            causes = None
+        elif causes is None:  # a plain assert (a site's own check) or pytest's own error: no cause known
+            causes = []
         self.reporter.add(CaseRecord(nodeid, name, self._host_of(nodeid), self._layer_of(nodeid),
                                      part["outcome"], part["message"], round(part["duration"], 3), figs,
                                      failures=failing, action=for_case(part["outcome"], name, part["message"],
-                                                                       failing, kind, figs)))
+                                                                       failing, kind, figs, causes),
+                                     causes=causes))
 
     def _host_of(self, nodeid: str) -> str | None:
         """The inventory name of a test id's host parameter (None for a fleet test)."""
@@ -412,7 +420,8 @@ class ReportPlugin:
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
             if nodeid not in rep.records:
-                rep.add(CaseRecord(nodeid, case_name(nodeid), host, layer, "error", f"not run: {reason}"))
+                rep.add(CaseRecord(nodeid, case_name(nodeid), host, layer, "error", f"not run: {reason}",
+                                   causes=[Cause("interruption", "not_run", host).to_dict()]))
         _count_in_terminal(session, rep)
         self._finish(rep)
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0

@@ -11,6 +11,9 @@ Args (JSON object, every key optional)::
 Output::
 
     {"device", "bytes", "iters", "mode", "h2d_gbps_all_total", "d2h_gbps_all_total",
+     "conditions",                  # the GPUs' (_conditions.py: other processes on them)
+     "host_conditions",             # the host's while the timed copies ran (_hostwatch.py: other processes
+                                    #   on the CPUs, memory pressure); the workers are the probe's own
      "gpus": [{"index", "name", "pci_bus_id", "numa_node", "cpus_bound",
                "h2d_gbps", "d2h_gbps", "h2d_gbps_all", "d2h_gbps_all",
                "h2d_gbps_max", "d2h_gbps_max"}]}
@@ -39,6 +42,7 @@ import time
 import torch
 
 from _conditions import Watch
+from _hostwatch import Watch as HostWatch
 from _gpu import describe_gpu, gpu_indices, probe_device
 from _probe import ProbeFailed, log, run
 
@@ -194,6 +198,7 @@ def main(args: dict) -> dict:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(gpus))
     procs, conns = [], []
+    host = None
     try:
         for g in gpus:
             parent_end, child_end = ctx.Pipe()
@@ -206,6 +211,7 @@ def main(args: dict) -> dict:
         for g, c in zip(gpus, conns):
             receive(c, g["index"], READY_TIMEOUT)
         log(f"pcie_bandwidth: {len(gpus)} worker(s) ready after {time.perf_counter() - t0:.1f} s")
+        host = HostWatch().start()  # the host's side, around the timed copies (the workers are the probe's own)
 
         for g in gpus:
             g.update(h2d_gbps=None, d2h_gbps=None, h2d_gbps_max=None, d2h_gbps_max=None,
@@ -228,6 +234,8 @@ def main(args: dict) -> dict:
         log(f"pcie_bandwidth: measured after {time.perf_counter() - t0:.1f} s")
     finally:
         watch.stop()
+        if host is not None:
+            host.stop()
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
@@ -240,7 +248,8 @@ def main(args: dict) -> dict:
         vals = [g[f"{d}_gbps_all"] for g in gpus]
         totals[f"{d}_gbps_all_total"] = round(sum(vals), 2) if None not in vals else None
     return {"device": device, "bytes": nbytes, "iters": iters, "mode": mode, **totals, "gpus": gpus,
-            "conditions": watch.result()}
+            "conditions": watch.result(),
+            "host_conditions": host.result()}
 
 
 if __name__ == "__main__":

@@ -103,11 +103,12 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
 
 def action_properties(act: dict | None) -> list[tuple[str, str]]:
     """JUnit properties of a testcase's action (pure): ``gpuaccept.action`` and ``gpuaccept.action.<field>`` for
-    reason, source, setting, command; none without an action."""
+    cause (its class, gpuaccept.causes), kind, reason, source, setting, command; none without an action."""
     if not act:
         return []
     return [("gpuaccept.action", str(act["action"]))] + [
-        (f"gpuaccept.action.{k}", str(act[k])) for k in ("reason", "source", "setting", "command") if act.get(k)]
+        (f"gpuaccept.action.{k}", str(act[k])) for k in ("cause", "kind", "reason", "source", "setting", "command")
+        if act.get(k)]
 
 
 def junit_testcase(layer: str, r: CaseRecord) -> str:

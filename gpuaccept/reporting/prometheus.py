@@ -11,7 +11,9 @@ Metrics (all gauges):
 - ``gpuaccept_figure_pass`` 1/0 per judged figure (same labels plus check);
 - ``gpuaccept_host_verdict`` per host: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP, the one verdict order
   (gpuaccept.judging.verdict_order: ``max`` over hosts keeps it; label ``verdict`` spells it, label
-  ``action`` names what to do next: rerun, fix-config, check-network, reset-gpu, reboot, drain-rma, or "none");
+  ``action`` names what to do next: rerun, free-space, fix-config, check-network, reset-gpu, reboot, drain-rma, or
+  "none"; ``cause`` the class of its cause: hardware, configuration, contention, capacity, connectivity, tool,
+  interruption, unverified, or "none");
 - ``gpuaccept_last_run_timestamp_seconds`` per host (label host): the start of the run that tested it, Unix
   time, for "no acceptance run on this host for two days" alerts (``time() - ... > 172800``);
 - ``gpuaccept_run_timestamp_seconds`` (start) and ``gpuaccept_run_duration_seconds``;
@@ -89,9 +91,11 @@ class _RunCollector:
         yield passed
         yield from fams.values()
         hv = GaugeMetricFamily("gpuaccept_host_verdict", "host verdict: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP",
-                               labels=("host", "verdict", "action"))
+                               labels=("host", "verdict", "action", "cause"))
         for host, verdict in host_verdicts.items():
-            hv.add_metric([host, verdict, self.host_actions.get(host) or "none"], VERDICT_CODE.get(verdict, 2))
+            act = self.host_actions.get(host)
+            name, cause = (act.get("action"), act.get("cause")) if isinstance(act, dict) else (act, None)
+            hv.add_metric([host, verdict, name or "none", cause or "none"], VERDICT_CODE.get(verdict, 2))
         yield hv
         last = GaugeMetricFamily("gpuaccept_last_run_timestamp_seconds", "start of the last run that tested the "
                                  "host, Unix time", labels=("host",))
@@ -113,11 +117,11 @@ class _RunCollector:
 
 def write_textfile(path: str, run_id: str, started: float, finished: float, figures: list[dict],
                    host_verdicts: dict[str, str], max_figures: int = MAX_FIGURES,
-                   host_actions: dict[str, str] | None = None) -> None:
+                   host_actions: dict[str, dict | str | None] | None = None) -> None:
     """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out, and above
     ``max_figures`` (default :data:`MAX_FIGURES`) figures those of passing hosts first (counted in
-    ``gpuaccept_figures_not_exported``). ``host_actions``: host -> its action's name (the host verdict's
-    ``action`` label; "none" for a host without one). ``run_id`` is written nowhere in the file: its series
+    ``gpuaccept_figures_not_exported``). ``host_actions``: host -> its action (the dict of
+    gpuaccept.judging.actions, or its name): the host verdict's ``action`` and ``cause`` labels, "none" without. ``run_id`` is written nowhere in the file: its series
     and HELP lines stay the same from run to run (docs/reports.md)."""
     left_out = 0
     if len(figures) > max_figures:

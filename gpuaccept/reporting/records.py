@@ -62,6 +62,9 @@ class CaseRecord:
     #: what to do next (gpuaccept.judging.actions, ``{action, reason, source[, setting, command]}``): decided when
     #: the record was made; None for a record made without it (read back by :func:`record_action`)
     action: dict | None = None
+    #: why it failed or could not be measured (gpuaccept.causes.Cause dicts, each with the host it is about); None
+    #: for a passed or skipped test and for records written before causes (results.json format 2)
+    causes: list[dict] | None = None
 
 
 def record_action(r: CaseRecord) -> dict | None:
@@ -69,7 +72,7 @@ def record_action(r: CaseRecord) -> dict | None:
     and figures (:func:`gpuaccept.judging.actions.for_case`; records made before actions, "not run" records)."""
     if r.action is not None or r.outcome not in ("failed", "error"):
         return r.action
-    return actions.for_case(r.outcome, r.name, r.message, r.failures, figures=r.figures)
+    return actions.for_case(r.outcome, r.name, r.message, r.failures, figures=r.figures, causes=r.causes)
 
 
 def _action_field(r: CaseRecord) -> dict:
@@ -98,7 +101,8 @@ def record_dict(r: CaseRecord) -> dict:
     every figure and cost 10x the JSON encoding at 10,000 hosts)."""
     return {"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
             "message": r.message, "duration_s": r.duration_s, "figures": r.figures, "run_id": r.run_id,
-            **({"failures": r.failures} if r.failures else {}), **_action_field(r)}
+            **({"failures": r.failures} if r.failures else {}), **_action_field(r),
+            **({"causes": r.causes} if r.causes is not None else {})}
 
 
 @contextlib.contextmanager
@@ -121,6 +125,7 @@ def record_json(r: CaseRecord) -> tuple[str, str]:
     (``ensure_ascii``): character offsets are byte offsets."""
     head = json.dumps({"nodeid": r.nodeid, "name": r.name, "host": r.host, "layer": r.layer, "outcome": r.outcome,
                        "message": r.message, "duration_s": r.duration_s, "run_id": r.run_id,
-                       **({"failures": r.failures} if r.failures else {}), **_action_field(r)}, default=str)
+                       **({"failures": r.failures} if r.failures else {}), **_action_field(r),
+                       **({"causes": r.causes} if r.causes is not None else {})}, default=str)
     return head[:-1] + ', "figures": ', json.dumps(r.figures, default=str)
 

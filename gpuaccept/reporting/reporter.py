@@ -22,6 +22,7 @@ import shutil
 import time
 from typing import Any, Callable
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging.standouts import outliers
 from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import RESULTS_FORMAT, atomic_file, atomic_write, write_fully
@@ -257,7 +258,8 @@ class Reporter:
         for nodeid, (host, layer) in self.expected.items():
             if nodeid not in self.records:
                 name = case_name(nodeid)
-                self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}"))
+                self.add(CaseRecord(nodeid, name, host, layer, "error", f"not run: {missing_reason}",
+                                    causes=[Cause("interruption", "not_run", host).to_dict()]))
         self.flush(final=True)
         self.close_jsonl()
 

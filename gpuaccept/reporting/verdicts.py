@@ -30,9 +30,24 @@ def _fleet_hosts_named(message: str, hosts: list[str], known: set | None = None)
 _UNFINISHED = re.compile(r"^(not finished: |not run: )|interrupted \(SIG[A-Z]+\)")
 
 
-def unfinished(message: str) -> bool:
-    """True when a test's message says it did not finish (interrupted, never run, its worker died)."""
+def unfinished(message: str, causes: list[dict] | None = None) -> bool:
+    """True when a test did not finish (interrupted, never run, its worker died): one of its ``causes`` is of
+    class ``interruption``; a record written before causes (``causes`` None): its message says so."""
+    if causes is not None:
+        return any(isinstance(c, dict) and c.get("class") == "interruption" for c in causes)
     return bool(_UNFINISHED.search(message or ""))
+
+
+#: cause kinds of a test whose figures were kept but not judged (gpuaccept.judging.recorder.outcome)
+KEPT_NOT_JUDGED = frozenset({"blocked", "disturbed", "host_busy"})
+
+
+def _kinds(r: CaseRecord) -> set:
+    """The cause kinds of record ``r``; for a record written before causes, read from its message's head."""
+    if r.causes is not None:
+        return {c.get("kind") for c in r.causes if isinstance(c, dict)}
+    m = r.message or ""
+    return {"blocked"} if m.startswith("blocked by ") else {"disturbed"} if m.startswith("disturbed: ") else set()
 
 
 def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dict[str, dict]:
@@ -65,24 +80,18 @@ def run_verdict(hv: dict[str, dict | str]) -> str:
 
 
 def judged_something(r: CaseRecord) -> bool:
-    """Whether a passed test measured or judged anything (pure): a figure against a limit (verdict pass or
-    fail), a number in a unit of measurement (:data:`MEASUREMENT_UNITS`), or no figure at all (an operator's
-    own ``assert``, testinfra-style, is the judgement). A test that recorded only facts (the NCCL variables seen
-    and their count, driver versions) measured nothing: its host is not PASS by it alone (the main job on a
-    machine without a GPU read PASS)."""
-    return not r.figures or any(f.get("verdict") in ("pass", "fail") or (
-        isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)
-        and f.get("unit") in MEASUREMENT_UNITS) for f in r.figures)
+    """Whether a passed test judged anything (pure): a figure against a limit (verdict pass, fail or unstable),
+    or no figure at all (an operator's own ``assert``, testinfra-style, is the judgement). A test that only
+    recorded figures (a CPU all-reduce's busbw with no SKU to judge it by, storage throughput without
+    ``storage_limits``, the NCCL variables seen) judged nothing: its host is not PASS by it alone."""
+    return not r.figures or any(f.get("verdict") in ("pass", "fail", "unstable") for f in r.figures)
 
 
-def _measurement_units() -> frozenset:
-    """The units of measured figures: every check's (gpuaccept.config.thresholds.REGISTRY) and the time, size,
-    clock and share units the probes record beside them; a count of facts ("variables") is none of them."""
-    from gpuaccept.config.thresholds import REGISTRY
-    return frozenset({c.unit for c in REGISTRY.values()} | {"s", "ms", "us", "B", "GiB", "MHz", "%"})
-
-
-MEASUREMENT_UNITS = _measurement_units()
+def recorded_count(r: CaseRecord, host: str | None = None) -> int:
+    """How many figures of record ``r`` were recorded without a limit (verdict ``recorded``; pure); ``host``: of a
+    fleet-wide test, only that host's."""
+    return sum(1 for f in r.figures if f.get("verdict") == "recorded" and (
+        r.host is not None or host is None or f.get("host") == host))
 
 
 def is_gpu_judged(f: dict) -> bool:
@@ -131,8 +140,15 @@ def skip_who(hs: list[str]) -> str:
     return " and ".join(who + (["the fleet-wide tests"] if "fleet" in hs else []))
 
 
-#: the reason of a host whose passed tests measured nothing (its verdict SKIP, not PASS)
-NOTHING_MEASURED = "passed tests measured nothing (facts recorded only)"
+#: the reason of a host whose passed tests judged nothing (its verdict SKIP, not PASS); :func:`nothing_judged`
+NOTHING_MEASURED = "none judged against a limit"
+
+
+def nothing_judged(recorded: int) -> str:
+    """The reason of a host whose passed tests judged no figure: ``"2 figures recorded, none judged against a
+    limit: no SKU threshold file applied (gpu_sku or an NVML-detected GPU), no storage_limits"``."""
+    return (f"{count_text(recorded, 'figure')} recorded, {NOTHING_MEASURED}: no SKU threshold file applied "
+            f"(gpu_sku or an NVML-detected GPU), no storage_limits")
 
 
 class HostVerdicts:
@@ -144,20 +160,24 @@ class HostVerdicts:
         self.known = set(self.names)
         self.out: dict[str, dict] = {h: {"verdict": "SKIP", "reasons": [], "counts": {}} for h in self.names}
         self.seen: dict[str, set] = {}  # host -> GPU indices with a figure (how many GPUs the host showed)
-        self.judged: dict[str, int] = {}  # host -> its passed tests that measured something (judged_something)
+        self.judged: dict[str, int] = {}  # host -> its passed tests that judged something (judged_something)
+        self.recorded: dict[str, int] = {}  # host -> figures its passed tests recorded without a limit
         self.gpu_judged = 0  # figures of a GPU judged against a limit (pass or fail), the whole run
 
     def add(self, r: CaseRecord) -> None:
         """Count record ``r`` for its host (a fleet-wide test: for ``fleet`` and the hosts it names or that took
         part), with its reasons and the GPUs its failure lines name."""
         targets = [r.host] if r.host else ["fleet"]
-        if not r.host and r.outcome == "error" and unfinished(r.message):  # every host it held was cut off
+        if not r.host and r.outcome == "error" and unfinished(r.message, r.causes):  # every host it held was cut off
             targets += [h for h in self.names if h not in targets]
         elif not r.host and r.outcome in ("failed", "error"):
-            # the hosts its failure entries are filed under, then those its message names (an error has no
-            # entries; the message is cut to its last 4,000 characters, so it alone can miss hosts)
-            named = _fleet_hosts_named(r.message or "", self.names, self.known)
-            targets += list(dict.fromkeys([e.get("host") for e in r.failures if e.get("host") in self.known] + named))
+            # the hosts its failure entries and causes are filed under: a fleet-wide test blames only the hosts it
+            # proves something about; a record written before causes: those its message names too (cut to its
+            # last 4,000 characters, so it alone can miss hosts)
+            filed = [e.get("host") for e in r.failures if e.get("host") in self.known] + \
+                [c.get("host") for c in r.causes or [] if isinstance(c, dict) and c.get("host") in self.known]
+            named = _fleet_hosts_named(r.message or "", self.names, self.known) if r.causes is None else []
+            targets += list(dict.fromkeys(filed + named))
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
         for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
@@ -179,6 +199,9 @@ class HostVerdicts:
         if r.outcome == "passed" and judged_something(r):
             for h in targets:
                 self.judged[h] = self.judged.get(h, 0) + 1
+        elif r.outcome == "passed":
+            for h in targets:
+                self.recorded[h] = self.recorded.get(h, 0) + recorded_count(r, h)
         if r.host is not None:
             seen = self.seen.setdefault(r.host, set())
             for f in r.figures:
@@ -192,15 +215,18 @@ class HostVerdicts:
             if v is None:
                 v = self.out[h] = {"verdict": "SKIP", "reasons": [], "counts": {}}
             v["counts"][r.outcome] = v["counts"].get(r.outcome, 0) + 1
-            if r.outcome == "error" and (r.message or "").startswith("blocked by "):
+            kinds = _kinds(r) if r.outcome == "error" else set()
+            if "blocked" in kinds:
                 v["blocked"] = v.get("blocked", 0) + 1
-            if act is not None:  # this host's failure lines in a fleet-wide test, else the record's
-                mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] \
-                    if r.host is None and r.outcome == "failed" else []
+            if act is not None:  # this host's own findings in a fleet-wide test, else the record's
+                mine = []
+                if r.host is None and h != "fleet":
+                    mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] + \
+                        actions.cause_actions(r.causes, host=h)
                 v.setdefault("findings", []).extend(mine or [act])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
-                if r.outcome == "error" and (r.message or "").startswith(("blocked by ", "disturbed: ")):
+                if kinds & KEPT_NOT_JUDGED:
                     figs = []  # kept figures of a blocked test are no reason: the blocker is (verdicts.outcome)
                 for f in figs[:3]:
                     v["reasons"].append(f"{r.layer}/{f['check']}{gpu_text(f)}: {fmt(f['value'])} {f.get('unit') or ''} "
@@ -221,11 +247,10 @@ class HostVerdicts:
         for h, v in self.out.items():
             # the reason belongs to a SKIP only: result() runs again as records arrive, and a host that read
             # SKIP so far may fail later
-            if NOTHING_MEASURED in v["reasons"]:
-                v["reasons"].remove(NOTHING_MEASURED)
+            v["reasons"] = [x for x in v["reasons"] if NOTHING_MEASURED not in x]
             if v["verdict"] == "PASS" and not self.judged.get(h):
-                v["verdict"] = "SKIP"  # nothing measured is not PASS: a pass that measured nothing leaves SKIP
-                v["reasons"].append(NOTHING_MEASURED)
+                v["verdict"] = "SKIP"  # nothing judged is not PASS: a pass that judged nothing leaves SKIP
+                v["reasons"].append(nothing_judged(self.recorded.get(h, 0)))
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
@@ -274,13 +299,15 @@ def same_reason_once(reasons: list[str]) -> list[str]:
 
 
 def action_text(act: dict | None) -> str:
-    """A host's or record's action for a line a person reads (pure): ``"drain-rma (row remapping failure: ...)"``,
-    with a fix-config's setting and command: ``"fix-config (power limit ...; enforced power limit: `nvidia-smi -i
-    0000:19:00.0 -pl 700`)"``; ``""`` without one."""
+    """A host's or record's action for a line a person reads (pure), with the class of its cause:
+    ``"drain-rma [hardware] (row remapping failure: ...)"``, with a fix-config's setting and command: ``"fix-config
+    [configuration] (power limit ...; enforced power limit: `nvidia-smi -i 0000:19:00.0 -pl 700`)"``; ``""``
+    without one."""
     if not act:
         return ""
     how = "; ".join(p for p in (act.get("setting"), f"`{act['command']}`" if act.get("command") else None) if p)
-    return f"{act['action']} ({act.get('reason', '')}{'; ' + how if how else ''})"
+    cls = f" [{act['cause']}]" if act.get("cause") else ""
+    return f"{act['action']}{cls} ({act.get('reason', '')}{'; ' + how if how else ''})"
 
 
 def _selection_order(hv: dict, hosts: list[str] | None) -> list[str]:

@@ -57,5 +57,7 @@ def probe_error(host: str, msg: str, python: str) -> ProbeError:
     The one place where the node's Python's words are read."""
     m = _NO_MODULE.search(msg or "")
     if m:
-        return PackageMissing(host, msg, {"package": m.group(1), "python": python})
+        module = m.group(1)
+        return PackageMissing(host, msg, {"module": module, "python": python,
+                                          "package": "nvidia-ml-py" if module == "pynvml" else module})
     return ProbeError(host, msg)

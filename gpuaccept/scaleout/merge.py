@@ -31,6 +31,7 @@ import time
 
 from gpuaccept.config.outputs import check_output_file, system_folder_problem
 from gpuaccept.errors import ConfigError
+from gpuaccept.causes import Cause
 from gpuaccept.reporting.folder import holds_run
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.reporter import Reporter
@@ -141,9 +142,13 @@ def join_fleet(old: CaseRecord, new: CaseRecord) -> CaseRecord:
         message = "\n".join(dict.fromkeys([*(worse.message or "").splitlines(), *(other.message or "").splitlines()]))
     failures = list(worse.failures) + ([e for e in other.failures if e not in worse.failures]
                                        if other.outcome == worse.outcome == "failed" else [])
+    causes = None
+    if worse.outcome in ("failed", "error") and (worse.causes is not None or other.causes is not None):
+        both = list(worse.causes or []) + (list(other.causes or []) if other.outcome == worse.outcome else [])
+        causes = [c for i, c in enumerate(both) if c not in both[:i]]
     return CaseRecord(worse.nodeid, worse.name, worse.host, worse.layer, worse.outcome, message,
                       max(worse.duration_s, other.duration_s), _join_figures(worse.figures, other.figures),
-                      worse.run_id, failures=failures)
+                      worse.run_id, failures=failures, causes=causes)
 
 
 #: hosts named in one "the later run wins" line, the rest counted (a page a person reads; chosen)
@@ -303,7 +308,8 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     for h, why in host_errors.items():
         nodeid = f"gpuaccept/scaleout/merge.py::run_incomplete[{h}]"
         all_recs[nodeid] = CaseRecord(nodeid, f"run_incomplete[{h}]", h, "other", "error",
-                                      why if why.startswith(f"{h}:") else f"{h}: {why}")
+                                      why if why.startswith(f"{h}:") else f"{h}: {why}",
+                                      causes=[Cause("interruption", "not_finished", h).to_dict()])
     # the hosts in the order of the folders as given (each folder's selection, then hosts only its records name),
     # then the hosts that left no folder: failed-hosts.txt and the tables do not depend on which run was later
     hosts = list(dict.fromkeys([h for _, m, recs in read for h in [*(m.get("hosts") or []),

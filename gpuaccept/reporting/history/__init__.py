@@ -21,9 +21,13 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
   upserted per run so that a comparison costs O(this run), not O(history); and ``first`` (the first run where
   it passed, never replaced: the baseline of a GPU with no burn-in, so that a slow decline of 1 % a night,
   never 10 % below the previous night, still stands out once it is 10 % below where the GPU started).
+- ``slurm_events`` (v3): one row per drain or resume gpuaccept made in Slurm (``--slurm-drain``/``--slurm-resume``
+  with ``--slurm-apply``): run_id, at (Unix s), host, node, event (drain|resume), action, cause, reason, and for a
+  drain within a day of gpuaccept's resume of the same node ``repeating`` 1 with that resume's ``resumed_at`` and
+  ``resumed_run`` (gpuaccept.reporting.history.drains).
 
 The package, one job a module: ``schema`` (the file, its migrations, opening it), ``rows`` (writing runs),
-``recorder`` (one run written as it goes), ``compare`` (references and stand-outs, judged by the one rule of
+``recorder`` (one run written as it goes), ``drains`` (Slurm drains and resumes), ``compare`` (references and stand-outs, judged by the one rule of
 gpuaccept.judging.standouts), ``sqlrules`` (gpuaccept.reporting.baseline's rules in SQL), ``cli`` (reading it).
 This face holds the names its callers use.
 """

@@ -30,6 +30,14 @@ MIGRATIONS: list[str] = [
     CREATE TABLE latest (subject TEXT NOT NULL, check_ TEXT NOT NULL, kind TEXT NOT NULL, sku TEXT,
                          value REAL, run_id TEXT, PRIMARY KEY (subject, check_, kind)) WITHOUT ROWID;
     """,
+    # v3: the drains and resumes gpuaccept made in Slurm (gpuaccept.reporting.history.drains; issue 38). A new
+    # table only: a v2 database is read as before, and migrated forward when opened for writing
+    """
+    CREATE TABLE slurm_events (run_id TEXT NOT NULL, at REAL NOT NULL, host TEXT, node TEXT NOT NULL,
+                               event TEXT NOT NULL, action TEXT, cause TEXT, reason TEXT,
+                               repeating INTEGER NOT NULL DEFAULT 0, resumed_at REAL, resumed_run TEXT);
+    CREATE INDEX slurm_events_node ON slurm_events (node, at);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
