@@ -90,3 +90,23 @@ def transport(request, sshd_nodes, known_hosts):
         assert isinstance(t, SSHTransport)
     yield t
     t.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_hardware_action_without_hardware_cause(request):
+    """After every test that had a temporary folder: each results.json the runs of that test wrote (every capture
+    and variant the suite replays, every sshd and local run) keeps the rule that no drain-rma, reset-gpu or reboot
+    stands without a hardware cause (project_helpers.hardware_claims_without_evidence)."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is None:
+        return
+    import json
+    from project_helpers import hardware_claims_without_evidence
+    for path in tmp.rglob("results.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a test of a broken or partial file
+        bad = hardware_claims_without_evidence(doc) if isinstance(doc, dict) else []
+        assert not bad, f"{path}: a hardware action without hardware evidence: {bad[:5]}"

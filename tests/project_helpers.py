@@ -229,3 +229,39 @@ def failed_hosts(path) -> list[str]:
     ``#`` comment lines (the fleet-wide tests that did not pass, with their hosts) left out."""
     from pathlib import Path
     return [ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def hardware_claims_without_evidence(results: dict) -> list[str]:
+    """Every place in a results.json (as read) where a hardware action (drain-rma, reset-gpu, reboot) stands without a
+    hardware cause: a test's action, a failure entry's action, a host verdict's action; and a slow or over-limit
+    figure decided hardware without a confirmation under clean conditions (its ``extra.evidence``). ``[]`` when
+    the run keeps the rule; records written before causes (no ``cause`` in the action) are not judged."""
+    from gpuaccept.causes import HARDWARE_ACTIONS
+    bad = []
+
+    def check(where: str, act) -> None:
+        if isinstance(act, dict) and "cause" in act and act.get("action") in HARDWARE_ACTIONS \
+                and act["cause"] != "hardware":
+            bad.append(f"{where}: {act['action']} with cause {act['cause']}")
+
+    for t in results.get("tests") or []:
+        check(t.get("nodeid", "?"), t.get("action"))
+        for e in t.get("failures") or []:
+            check(f"{t.get('nodeid')} entry {e.get('check')}", e.get("action"))
+            act = e.get("action") or {}
+            if act.get("slow") and act.get("cause") == "hardware":
+                figs = [f for f in t.get("figures") or [] if f.get("check") == e.get("check")
+                        and f.get("verdict") == "fail" and f.get("gpu") == e.get("gpu")]
+                ev = [((f.get("extra") or {}).get("evidence") or {}) for f in figs]
+                if not any(x.get("confirmed") and x.get("gpu_conditions") in ("clean", "n/a")
+                           and x.get("host_conditions") in ("clean", "n/a") for x in ev):
+                    bad.append(f"{t.get('nodeid')}: slow figure {e.get('check')} is hardware without evidence {ev}")
+    return bad
+
+
+def bare_python(folder: Path) -> str:
+    """A Python with the standard library only (a venv of the base interpreter, no pip): what a node whose
+    ``python3`` lacks torch and nvidia-ml-py runs. Returns its interpreter's path."""
+    import venv
+    venv.EnvBuilder(with_pip=False, system_site_packages=False, clear=True).create(str(folder))
+    return str(folder / "bin" / "python3")

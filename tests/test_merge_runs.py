@@ -79,7 +79,7 @@ def test_a_format_1_results_json_is_read_by_the_merge_and_the_stand_outs(tmp_pat
     from gpuaccept.reporting.folder import load_previous_figures
     old = _run(tmp_path / "old", 1000.0, [_hbm("gpu1", 4600.0), _hbm("gpu2", 4100.0)])
     doc = json.loads((old / "results.json").read_text())
-    assert doc["format"] == 2 and "figures" not in doc
+    assert doc["format"] == 3 and "figures" not in doc
     figs = run_figures(doc)
     v1 = {k: v for k, v in doc.items() if k != "format"}
     v1["figures"] = figs

@@ -309,7 +309,8 @@ def test_slow_allreduce_failure_line_reads_like_the_table(tmp_path):
     assert case["outcome"] == "failure", case
     assert case["message"] == (
         "h200-a: allreduce_busbw_gbps 250 GB/s < min 310 GB/s (in-place busbw at 4294967296 B (4 GiB), world "
-        "size 2, Ring; floor for world size 2) [limit: h200-sxm-141gb.yaml checks.allreduce_busbw_gbps]")
+        "size 2, Ring; floor for world size 2; NCCL variables set: NCCL_NVLS_ENABLE=0 (environment)) "
+        "[limit: h200-sxm-141gb.yaml checks.allreduce_busbw_gbps]")  # issue 38: the variables the ranks ran with
     # the row it names is the one -s printed: nccl-tests' columns, in-place busbw 250.00
     row = next(ln for ln in res.stdout.splitlines() if ln.lstrip().startswith("4294967296 "))
     assert row.split()[-3:] == ["250.00", "250.00", "0"]
@@ -327,7 +328,7 @@ def test_missing_hca_on_older_nccl_fails_the_host(tmp_path):
     case = next(c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_allreduce["))
     assert case["outcome"] == "failure", case
     assert case["message"] == ('h200-a: NCCL found none of the IB devices nccl_ib_hca lists (mlx5_0): NCCL says '
-                               '"NET/IB : No device found."')
+                               '"NET/IB : No device found."; NCCL variables set: NCCL_NVLS_ENABLE=0 (environment)')
 
 
 # -- ranks that hang or die on one node: a failure in the probe's (and NCCL's) words; a probe that could not
@@ -417,7 +418,8 @@ def test_wrong_elements_name_their_row_and_column(tmp_path):
     case = _allreduce_case(tmp_path, inv)
     assert case["outcome"] == "failure", case
     assert case["message"] == ("h200-a: all-reduce over 2 GPUs produced 15 wrong elements (#wrong 3 at 1048576 B "
-                               "(1 MiB) out-of-place, 12 at 4294967296 B (4 GiB) in-place)")
+                               "(1 MiB) out-of-place, 12 at 4294967296 B (4 GiB) in-place); NCCL variables set: "
+                               "NCCL_NVLS_ENABLE=0 (environment)")
 
 
 def test_nccl_versions_that_differ_are_named_per_host():

@@ -67,7 +67,7 @@ def _check_files(rep: Reporter, folder: Path, final: bool = False) -> None:
     assert failed_hosts_text(recs, rep.meta["hosts"]).startswith("".join(h + "\n" for h in failed_hosts(recs, rep.meta["hosts"])))
     doc = json.loads((folder / "results.json").read_text())
     assert doc["tests"] == json.loads(json.dumps([record_dict(r) for r in recs]))
-    assert "figures" not in doc and doc["format"] == 2  # each figure once, in its test
+    assert "figures" not in doc and doc["format"] == 3  # each figure once, in its test
     assert run_figures(doc) == [f for r in recs for f in r.figures]
     assert doc["run_id"] == "run1" and doc["hosts"] == rep.meta["hosts"]
     layers = sorted({r.layer for r in recs})

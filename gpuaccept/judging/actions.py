@@ -411,8 +411,8 @@ def for_case(outcome: str, test: str | None, message: str = "", failures: list[d
             acts = acts or [a.to_dict() for a in _by_message("failures", message)]
         return strongest(acts) or for_finding(test).to_dict()
     if outcome == "error":
-        if causes:
-            return strongest(cause_actions(causes))
+        if causes is not None:
+            return strongest(cause_actions(causes)) or _action("causes", "gap").to_dict()
         return for_error(error_kind, message).to_dict()
     return None
 

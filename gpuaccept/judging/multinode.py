@@ -14,8 +14,9 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging import nccl as nccl_judge
-from gpuaccept.errors import ConfigError
+from gpuaccept.errors import ConfigError, NodeError, PackageMissing
 from gpuaccept.judging.nccl_table import RowNotFound, row_at
 from gpuaccept.probes._supervisor import normalize_address
 from gpuaccept.config.multinode import CALL_MARGIN_S, DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, Settings
@@ -48,13 +49,16 @@ def nccl_environment(host_vars: dict) -> dict[str, str]:
 class HostResult:
     """One host's share of one collective. ``kind``: ``ok`` | ``failed`` (the probe's document says so) |
     ``aborted`` (we aborted it) | ``unreachable`` | ``timeout`` (the SSH call outlived its limit) |
-    ``crashed`` (the probe raised: bad arguments, no interpreter). ``error``: one line, without the host."""
+    ``crashed`` (the probe raised: bad arguments, no interpreter) | ``rendezvous`` (the host cannot resolve or
+    reach the rendezvous: :func:`rendezvous_failures`; no rank was started). ``error``: one line, without the
+    host; ``cause``: why, where it is known (the call's error's, gpuaccept.errors; a rendezvous failure's)."""
 
     host: str
     kind: str
     doc: dict | None = None
     error: str = ""
     seconds: float = 0.0
+    cause: Cause | None = None
 
 
 @dataclass
@@ -63,7 +67,9 @@ class Collective:
     reason)]``; ``singled_out``: False when no evidence points at particular hosts (every failing host is
     listed); ``message``: one line per culprit, each starting with the host name. ``world_problems``: the
     collective ran, but the hosts' documents disagree with what was launched (:func:`world_failure`): then
-    ``ok`` is False, no figure is taken, and the verdict is an error."""
+    ``ok`` is False, no figure is taken, and the verdict is an error. ``rendezvous``: the hosts that could not
+    resolve or reach the rendezvous in the check before the ranks (``{host: the check's rendezvous dict}``);
+    then no rank was started."""
 
     hosts: list[str]
     ok: bool
@@ -78,6 +84,7 @@ class Collective:
     master_port: int | None = None
     attempts: int = 0
     wall_s: float = 0.0
+    rendezvous: dict = field(default_factory=dict)
 
 
 
@@ -109,6 +116,70 @@ def master_address(host_vars: dict, address: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# readiness and the rendezvous check (pure): the documents of nccl_allreduce's ``check`` mode
+# ---------------------------------------------------------------------------------------------------------
+
+def unready(host: str, doc: dict) -> NodeError | None:
+    """Why ``host`` cannot take part in an all-reduce, from its ``{"check": "ready"}`` document (the probe's
+    ``_allreduce_rendezvous.facts``), as the error naming its cause; None when it can."""
+    if doc.get("torch") is False:
+        python = str(doc.get("python") or "python3")
+        return PackageMissing(host, f"torch is not installed for {python} (set ansible_python_interpreter to the "
+                                    f"Python that has it)", {"package": "torch", "module": "torch", "python": python})
+    return None
+
+
+def port_taken(result: HostResult | None) -> bool:
+    """True when node 0's rendezvous check found the port taken meanwhile (the controller picks another)."""
+    rv = ((result.doc or {}).get("rendezvous") or {}) if result is not None else {}
+    return rv.get("listen_error") == "addr_in_use"
+
+
+def rendezvous_cause(host: str, rv: dict) -> Cause:
+    """The cause of ``host`` failing the rendezvous check: connectivity, ``rendezvous_unreachable``, with the
+    address, port and error as evidence (the action table's command names them)."""
+    return Cause("connectivity", "rendezvous_unreachable", host, evidence={
+        "from_host": host, "address": rv.get("address"), "port": rv.get("port"), "resolved": rv.get("resolved"),
+        "stage": rv.get("stage"), "error": rv.get("error")})
+
+
+def rendezvous_line(rv: dict, master_host: str) -> str:
+    """One line for a host that failed the rendezvous check, naming the address and the port."""
+    where = f"{rv.get('address')}:{rv.get('port')}"
+    if rv.get("stage") == "listen":
+        return f"cannot host the rendezvous on port {rv.get('port')}: {rv.get('error')}"
+    return (f"cannot reach the rendezvous {where} (node 0, {master_host}; nccl_master_addr or its ansible_host): "
+            f"{rv.get('error')}; no rank started")
+
+
+def rendezvous_failures(results: dict[str, HostResult], order: list[str]) -> dict[str, HostResult]:
+    """The hosts that failed the rendezvous check (pure), as :class:`HostResult` of kind ``rendezvous`` with
+    their cause, in ``order``; empty when every host reached it. A call that raised keeps its own kind and
+    cause. When node 0's call raised or it could not listen, node 0 alone is named: the others' refused connections follow from it."""
+    out: dict[str, HostResult] = {}
+    if not order:
+        return out
+    node0 = results.get(order[0])
+    if node0 is not None and node0.kind != "ok":  # no listener: the others' refused connections follow from it
+        return {order[0]: node0}
+    rv0 = ((node0.doc or {}).get("rendezvous") or {}) if node0 is not None else {}
+    for h in order:
+        r = results.get(h)
+        if r is None:
+            continue
+        if r.kind != "ok":
+            out[h] = r
+            continue
+        rv = (r.doc or {}).get("rendezvous") or {}
+        if rv0.get("stage") == "listen" and h != order[0]:
+            continue
+        if not rv.get("connected"):
+            out[h] = HostResult(h, "rendezvous", r.doc, rendezvous_line(rv, order[0]), r.seconds,
+                                rendezvous_cause(h, rv))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
 # culprits (pure)
 # ---------------------------------------------------------------------------------------------------------
 
@@ -134,7 +205,7 @@ def blame(results: dict[str, HostResult], order: list[str],
         r = results.get(h)
         if r is None:
             continue
-        if r.kind in ("unreachable", "timeout", "crashed"):
+        if r.kind in ("unreachable", "timeout", "crashed", "rendezvous"):
             first.append((h, r.error))
         elif r.kind in ("failed", "aborted") and (r.doc or {}).get("evidence") == "local":
             first.append((h, _local_reason(r.doc)))

@@ -10,6 +10,7 @@ record what these functions decide. Tested apart in ``tests/test_storage_judging
   ones left out of the aggregate.
 - :func:`aggregate` and :func:`round_limit`: the shared-filesystem aggregate (sum of the hosts' GB/s) and
   the one floor it is judged against.
+- :func:`path_cause`: why a path was not measured (free space, read-only, the tool, the drive), as a cause.
 - :func:`unmeasured_gpus`: NVML GPUs a per-GPU probe left out.
 - :func:`gdr_readiness`: is GPUDirect RDMA usable, on evidence stronger than a module name.
 
@@ -21,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging.readings import bus_key, describe_gpu
 from gpuaccept.config.storage import LOCAL_DISK_FSTYPES, PathExpectation, StorageConfigError
 from gpuaccept.config.thresholds import Limit
@@ -257,6 +259,59 @@ def round_limit(key: str, limits_by_host: Mapping[str, Mapping[str, Limit]]) -> 
         raise StorageConfigError(f"inventory var storage_limits.{key} differs between the hosts of one shared "
                                  f"filesystem ({desc}): the aggregate has one floor")
     return next(iter(seen.values()), None)
+
+
+# -- why a path was not measured ----------------------------------------------------------------------------
+GIB = 1 << 30
+#: fio job errnos that are the drive's (or its link's) doing: an I/O error, a device gone, a failed
+#: checksum read back (errno(3); EREMOTEIO: a SCSI/NVMe target error; EBADMSG: ext4/XFS metadata CRC)
+DRIVE_ERRNOS = frozenset({"EIO", "ENXIO", "ENODEV", "EREMOTEIO", "EBADMSG"})
+
+
+def _gib(n) -> float | None:
+    return round(n / GIB, 2) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+def path_cause(entry: Mapping) -> tuple[str, Cause | None]:
+    """``("error" | "fail", cause)`` of a path a storage probe did not measure, read from its ``failure``
+    fact (gpuaccept/probes/_storage.py ``Refused``, fio_throughput's fio failures; never the message). Pure.
+
+    - ``free_space``: error, ``Cause("capacity", "free_space")`` with evidence ``{"path", "free_gib",
+      "required_gib", "need_gib"}``: ``required_gib`` the free space the run needs (margin + 64 MiB, or what
+      fio was writing), ``need_gib`` what must be freed (their difference, at least 0.01), what the action's
+      command asks for;
+    - ``read_only``: error, ``Cause("configuration", "read_only")``, evidence ``{"path", "seen_by"}``;
+    - ``not_writable`` (EACCES: the folder's permissions, the filesystem is writable): error,
+      ``Cause("configuration", "not_writable")``;
+    - ``placement``, ``not_block_backed``: fail (the path is not where the inventory says),
+      ``Cause("configuration", "placement")``;
+    - ``fio_errno`` with an errno of :data:`DRIVE_ERRNOS`: fail, ``Cause("hardware", "io_error")``; any other
+      errno, and fio timed out, printed no JSON, was cut short or gave no figure: error, ``Cause("tool",
+      "fio_failed")`` (not the disk's fault as far as anything shows);
+    - no ``failure`` (a document of an older probe): ``("fail", None)``, as such paths were judged before.
+    """
+    f = entry.get("failure")
+    if not isinstance(f, Mapping) or not isinstance(f.get("reason"), str):
+        return "fail", None
+    reason, path = f["reason"], f.get("path") or entry.get("path")
+    if reason == "free_space":
+        free, need = _gib(f.get("free_bytes")), _gib(f.get("need_bytes"))
+        short = round(max(need - free, 0.01), 2) if free is not None and need is not None else need
+        return "error", Cause("capacity", "free_space", evidence={
+            "path": path, "free_gib": free, "required_gib": need, "need_gib": short,
+            **({"errno": f["errno"]} if f.get("errno") else {})})
+    if reason == "read_only":
+        return "error", Cause("configuration", "read_only", evidence={"path": path, "seen_by": f.get("seen_by")})
+    if reason == "not_writable":
+        return "error", Cause("configuration", "not_writable", evidence={"path": path, "errno": f.get("errno")})
+    if reason in ("placement", "not_block_backed"):
+        return "fail", Cause("configuration", "placement", evidence={"path": path, "fstype": f.get("fstype")})
+    if reason == "fio_errno" and f.get("errno_name") in DRIVE_ERRNOS:
+        return "fail", Cause("hardware", "io_error", evidence={"path": path, "errno": f.get("errno_name"),
+                                                               "test": f.get("test")})
+    return "error", Cause("tool", "fio_failed", evidence={"path": path, "reason": reason,
+                                                          **{k: f[k] for k in ("test", "errno_name", "rc")
+                                                             if f.get(k) is not None}})
 
 
 # -- GPU coverage ----------------------------------------------------------------------------------------

@@ -265,7 +265,8 @@ def _get_node(config: pytest.Config, name: str) -> HostRunner:
         accept = config.getoption("accept_new_host_keys")
         st.nodes[name] = HostRunner(host, lambda h: get_transport(h, known_hosts=kh, accept_new_host_keys=accept),
                                     probe_timeout(config), config.getoption("sku"), config.getoption("profile"),
-                                    st.probe_dir)
+                                    st.probe_dir,  # the run's id, for the node lock: the report folder's name
+                                    run_id=st.probe_dir and os.path.basename(os.path.dirname(st.probe_dir)))
     return st.nodes[name]
 
 

@@ -152,6 +152,7 @@ class ReportPlugin:
         self.state = state
         self.partial: dict[str, dict] = {}
         self.slurm_lines: list[str] = []  # the Slurm step's lines (gpuaccept.scaleout.drain), said at the end
+        self.slurm_ok = True  # False: the Slurm step held its drains back (--drain-max) or a call failed
         self.collect_only = bool(config.getoption("collectonly", False))
         self.began = False
         self.created = False
@@ -424,6 +425,8 @@ class ReportPlugin:
                                    causes=[Cause("interruption", "not_run", host).to_dict()]))
         _count_in_terminal(session, rep)
         self._finish(rep)
+        if not self.slurm_ok and session.exitstatus == pytest.ExitCode.OK:  # the run's own non-zero code stays
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
             tr = session.config.pluginmanager.get_plugin("terminalreporter")
             if tr is not None:
@@ -464,8 +467,9 @@ class ReportPlugin:
         finish_reports(rep, self.history, self._opt("prometheus_textfile"), standout_pct=self._opt("standout_pct"))
         if self._opt("slurm_drain") or self._opt("slurm_resume"):
             from gpuaccept.scaleout.drain import after_run
-            self.slurm_lines = after_run(rep, self.state.hostvars or {}, *(
-                bool(self._opt(o)) for o in ("slurm_drain", "slurm_resume", "slurm_apply")))
+            self.slurm_lines, self.slurm_ok = after_run(rep, self.state.hostvars or {}, *(
+                bool(self._opt(o)) for o in ("slurm_drain", "slurm_resume", "slurm_apply")),
+                drain_max=self._opt("drain_max"), history=None if self._opt("history") == "none" else self.history_path)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter

@@ -20,7 +20,9 @@ Controller to agent::
 
 Agent to controller::
 
-    {"op": "ready", "dir": "/tmp/gpuaccept.3f9c2a61d0b4", "pid": 4242, "swept": [...]}
+    {"op": "ready", "dir": "/tmp/gpuaccept.3f9c2a61d0b4", "pid": 4242, "swept": [...],
+     "lock": "/tmp/gpuaccept-node-lock/<key>.4242.held", "took_over": [{...}], "lock_note": "..."}
+    {"op": "held", "holder": {"run_id": "...", "controller": "...", "since": "...", "pid": 4100}}  # then exits
     {"op": "started", "id": 1, "pgid": 4250}
     {"op": "progress", "id": 1, "line": "GPUACCEPT-PROGRESS {...}"}      # each progress line, as written
     {"op": "done", "id": 1, "rc": 0, "stdout": "...", "stderr": "...", "pgid": 4250, "seconds": 0.41}
@@ -39,6 +41,13 @@ A folder removed under the agent (a /tmp cleaner) is written again before the ne
 files BOOT read. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
 or the controller is gone), when its parent changes (the sshd session died), on SIGHUP, SIGTERM or SIGINT, and
 on ``exit`` (then it answers ``bye`` first). Standard library only; Linux for the process-group scan.
+
+One run per node: given the run's identity (BOOT's argument, JSON ``{"key", "run_id", "controller"[,
+"lock_dir"]}``), the agent takes the node's lock (``_nodelock.py``) before its ``ready``, holds it for its
+life and releases it once its probes are dead; a node held by a live agent of another run is answered with
+``held`` (no probe started, no folder swept) and the agent exits. ``ready`` names the stale holders it took
+over (``took_over``) or why it has no lock (``lock_note``: a lock folder it cannot write). Without an identity
+(an agent started by hand, a test) no lock is taken.
 """
 from __future__ import annotations
 
@@ -50,6 +59,7 @@ import signal
 import sys
 import time
 
+import _nodelock
 import _watchdog
 
 MAGIC = b"__GPUACCEPT_AGENT__\n"
@@ -256,19 +266,55 @@ def _on_signal(signum, _frame) -> None:
     _signalled.append(signum)
 
 
-def serve(folder: str, files: dict | None = None) -> int:
+def take_lock(identity: dict | None) -> tuple[_nodelock.NodeLock | None, dict]:
+    """The node's lock for the run of ``identity`` (None: no lock) and what ``ready`` says of it. Raises
+    ``_nodelock.Held``."""
+    if not identity:
+        return None, {}
+    lock, took, note = _nodelock.acquire(identity, str(identity.get("lock_dir") or _nodelock.DEFAULT_DIR))
+    said: dict = {"lock": lock.path if lock is not None else None}
+    if took:
+        said["took_over"] = took
+    if note:
+        said["lock_note"] = note
+    return lock, said
+
+
+def serve(folder: str, files: dict | None = None, identity: dict | None = None) -> int:
     """The agent's loop (see the module docstring) in ``folder``; returns the exit status (0 after ``exit``,
-    1 when the controller went away or a signal came)."""
+    1 when the controller went away, a signal came or another run holds the node). ``identity``: the run's,
+    for the node's lock (``_nodelock``)."""
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, _on_signal)
+    try:
+        os.write(1, MAGIC)
+        lock, said = take_lock(identity)
+    except _nodelock.Held as held:
+        try:
+            _send({"op": "held", "holder": held.holder})
+        except OSError:
+            pass
+        _remove(folder)
+        return 1
+    except OSError:  # stdout gone: nobody to serve
+        _remove(folder)
+        return 1
+    try:
+        return _serve(folder, files, lock, said)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _serve(folder: str, files: dict | None, lock: _nodelock.NodeLock | None, said: dict) -> int:
+    """:func:`serve` once the node is this run's (``lock``; ``said``: what ``ready`` says of it)."""
     _watchdog.become_subreaper()  # a probe's process whose parent dies is re-parented here, and killed with it
     parent = os.getppid()
     probes: dict = {}
     frames = Frames()
     why = ""
     try:
-        os.write(1, MAGIC)
-        _send({"op": "ready", "dir": folder, "pid": os.getpid(), "swept": _watchdog.sweep_stale()})
+        _send({"op": "ready", "dir": folder, "pid": os.getpid(), "swept": _watchdog.sweep_stale(), **said})
         while not why:
             fds = [0] + [fd for p in probes.values() for fd in _open_fds(p)] + [
                 p.pidfd for p in probes.values() if p.pidfd is not None]
@@ -297,6 +343,8 @@ def serve(folder: str, files: dict | None = None) -> int:
                         p = probes.pop(req["id"])
                         finish(p, str(req.get("why") or "killed at the controller's request"), _pids(probes))
                     elif op == "exit":
+                        if lock is not None:
+                            lock.stopping()
                         until = _terminate_all(probes)
                         for p in probes.values():
                             finish(p, "the controller ended the run", _pids(probes) - {p.pid}, until)
@@ -316,6 +364,8 @@ def serve(folder: str, files: dict | None = None) -> int:
                 why = "its parent (the SSH session) is gone"
     except (OSError, ValueError) as e:  # stdout gone (EPIPE), or a frame that is not one: nobody to serve
         why = why or f"{type(e).__name__}: {e}"
+    if lock is not None:
+        lock.stopping()
     until = _terminate_all(probes)
     for p in probes.values():
         try:
@@ -326,10 +376,10 @@ def serve(folder: str, files: dict | None = None) -> int:
     return 1
 
 
-def main(files: dict | None = None) -> int:
+def main(files: dict | None = None, identity: dict | None = None) -> int:
     """Serve in the working directory (the shipped folder); ``files`` (name -> text, as shipped) write it again
-    when it vanished under the agent (a /tmp cleaner)."""
-    return serve(os.getcwd(), files)
+    when it vanished under the agent (a /tmp cleaner); ``identity``: the run's, for the node's lock."""
+    return serve(os.getcwd(), files, identity)
 
 
 def restore(folder: str, files: dict | None) -> None:

@@ -96,7 +96,7 @@ def config(args: dict) -> dict:
         raise ProbeFailed(f"unknown argument(s) {unknown}; known: {sorted(known)}")
     if importlib.util.find_spec("torch") is None:  # the ranks would each die of it, blamed as a sick host
         raise ProbeFailed(f"torch is not installed for {sys.executable} (set ansible_python_interpreter to the "
-                          f"Python that has it)")
+                          f"Python that has it)", missing_module="torch")
     backend = args.get("backend")
     world_size = args.get("world_size")
     n_gpus = None

@@ -32,7 +32,13 @@ _ERR_LOCK = threading.Lock()
 
 
 class ProbeFailed(Exception):
-    """Raise from a probe to fail with a clean one-line message (no traceback in ``msg``)."""
+    """Raise from a probe to fail with a clean one-line message (no traceback in ``msg``). ``missing_module``: the
+    module the node's Python lacks, when that is why (the failure document's ``missing_module``: the controller
+    reads it as the node's configuration, never as a crash)."""
+
+    def __init__(self, msg: str, missing_module: str | None = None):
+        super().__init__(msg)
+        self.missing_module = missing_module
 
 
 def reject_unknown(args: dict, known) -> None:
@@ -92,7 +98,7 @@ def run(main) -> None:
         emit(doc)
         sys.exit(0)
     except ProbeFailed as e:
-        emit({"failed": True, "msg": str(e)})
+        emit({"failed": True, "msg": str(e), **({"missing_module": e.missing_module} if e.missing_module else {})})
         sys.exit(1)
     except SystemExit:
         raise
@@ -100,5 +106,7 @@ def run(main) -> None:
         import traceback  # here: 5 ms of imports every probe start would pay for nothing
 
         traceback.print_exc()
-        emit({"failed": True, "msg": f"{type(e).__name__}: {e}".splitlines()[0][:500]})
+        missing = e.name if isinstance(e, ModuleNotFoundError) and e.name else None
+        emit({"failed": True, "msg": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+              **({"missing_module": missing.split(".")[0]} if missing else {})})
         sys.exit(1)

@@ -30,6 +30,74 @@ WORKDIR_PREFIX = ".gpuaccept-"
 MOUNTINFO = "/proc/self/mountinfo"
 
 
+class Refused(ProbeFailed):
+    """A path the storage probes did not measure for a fact of the node, not of the drive; ``facts`` is that
+    fact as the document carries it (a path entry's ``failure``), ``reason`` first:
+
+    - ``{"reason": "free_space", "path", "free_bytes", "need_bytes", "margin_bytes"[, "errno"]}``: less free
+      space than the run needs (``need_bytes`` = margin + :data:`MIN_ROOM`, or what was being written when
+      ENOSPC/EDQUOT came);
+    - ``{"reason": "read_only", "path", "read_only": True, "errno": "EROFS", "seen_by"}``: the filesystem is
+      read-only (``seen_by``: ``"statvfs ST_RDONLY"``, set for a ``ro`` mount and for a filesystem the
+      kernel remounted read-only after an error, whatever the mount options still say; or the write that
+      got EROFS);
+    - ``{"reason": "not_writable", "path", "errno"}``: the test folder could not be made (EACCES, EPERM...);
+      the filesystem is writable, the folder's permissions are not;
+    - ``{"reason": "placement" | "not_block_backed", "path"[, "fstype"]}``: not a directory, no mount, a RAM
+      or overlay filesystem.
+
+    The controller reads ``reason`` (gpuaccept.judging.storage.path_cause), never the message."""
+
+    def __init__(self, message: str, facts: dict):
+        super().__init__(message)
+        self.facts = facts
+
+
+def errno_name(err: int | None) -> str | None:
+    """``"EROFS"`` of 30 (errno.errorcode), None for none."""
+    import errno
+    return errno.errorcode.get(err, str(err)) if err else None
+
+
+def write_refusal(path: str, e: OSError, need_bytes: int | None = None) -> Refused | None:
+    """The :class:`Refused` of a write into ``path`` that failed with ``e``: EROFS (read-only), ENOSPC or
+    EDQUOT (free space; ``need_bytes``: what was being written), EACCES or EPERM (not writable); None for
+    any other errno (the drive's or the tool's business)."""
+    import errno
+    name = errno_name(e.errno)
+    if e.errno == errno.EROFS:
+        return Refused(f"{path}: the filesystem is read-only ({name} on write)",
+                       {"reason": "read_only", "path": path, "read_only": True, "errno": name, "seen_by": "write"})
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            st = os.statvfs(path)
+            free = st.f_bavail * st.f_frsize
+        except OSError:
+            free = None
+        return Refused(f"not enough free space on {path}: {e.strerror} ({name}) on write",
+                       {"reason": "free_space", "path": path, "free_bytes": free, "need_bytes": need_bytes,
+                        "margin_bytes": None, "errno": name})
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return Refused(f"{path}: cannot write a test folder there: {e.strerror} ({name})",
+                       {"reason": "not_writable", "path": path, "errno": name})
+    return None
+
+
+def read_only(path: str) -> Refused | None:
+    """:class:`Refused` ``read_only`` when statvfs(2) says ST_RDONLY for the filesystem holding ``path`` (the
+    mount's ``ro`` or the superblock's: an ext4 ``errors=remount-ro`` after an error sets it while
+    /proc/self/mountinfo's per-mount options may still read ``rw``), else None."""
+    try:
+        ro = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return None
+    if not ro:
+        return None
+    return Refused(f"{path}: the filesystem is read-only (statvfs ST_RDONLY): nothing can be written to measure",
+                   {"reason": "read_only", "path": path, "read_only": True, "errno": "EROFS",
+                    "seen_by": "statvfs ST_RDONLY"})
+
+
 class Terminated(ProbeFailed):
     """SIGTERM/SIGHUP arrived; raised from the signal handler so ``finally`` blocks clean up."""
 
@@ -174,15 +242,17 @@ def plan_size(path: str, requested_total: int, margin: int | None) -> tuple[int,
     """(total bytes to use, free bytes, margin bytes) for ``requested_total`` bytes under ``path``.
 
     Free bytes = ``f_bavail * f_frsize`` (os.statvfs: what an unprivileged writer may use); ``margin``
-    None means :func:`default_margin`. Raises ProbeFailed when fewer than 64 MiB lie between free space
-    and the margin (no useful test).
+    None means :func:`default_margin`. Raises :class:`Refused` (``free_space``, a ProbeFailed) when fewer than
+    64 MiB lie between free space and the margin (no useful test).
     """
     st = os.statvfs(path)
     free = st.f_bavail * st.f_frsize
     m = default_margin(st) if margin is None else int(margin)
     room = free - m
     if room < MIN_ROOM:
-        raise ProbeFailed(f"not enough free space on {path}: {free / GIB:.2f} GiB free, margin {m / GIB:.2f} GiB")
+        raise Refused(f"not enough free space on {path}: {free / GIB:.2f} GiB free, margin {m / GIB:.2f} GiB",
+                      {"reason": "free_space", "path": path, "free_bytes": free, "need_bytes": m + MIN_ROOM,
+                       "margin_bytes": m})
     return min(int(requested_total), room), free, m
 
 
@@ -199,17 +269,22 @@ def scratch(path: str, want_bytes: int, margin: int | None = None):
     """The set-up every storage probe shares, as a context manager yielding a dict
     ``{"workdir", "bytes", "free_bytes", "margin_bytes", "placement"}``.
 
-    ``path`` must be a directory on a block-backed filesystem (else ProbeFailed "<path>: not a block-backed
-    filesystem (tmpfs)", before anything is written). ``bytes`` is ``want_bytes`` capped by :func:`plan_size`
-    (ProbeFailed "not enough free space ..." when there is no room); ``placement`` is :func:`placement` of
+    ``path`` must be a directory on a block-backed, writable filesystem (else :class:`Refused` "<path>: not a
+    block-backed filesystem (tmpfs)", or ``read_only``, before anything is written). ``bytes`` is ``want_bytes``
+    capped by :func:`plan_size` (:class:`Refused` ``free_space``, "not enough free space ...", when there is no
+    room); a test folder that cannot be made for EROFS, ENOSPC, EACCES is :class:`Refused` too; ``placement`` is :func:`placement` of
     ``path``. SIGTERM/SIGHUP become :class:`Terminated` from here on; the fresh ``workdir`` (see
     :func:`make_workdir`) and everything in it is removed when the block exits, however it exits.
     """
     where = placement(path)
     if where["error"]:
-        raise ProbeFailed(where["error"])
+        raise Refused(where["error"], {"reason": "placement", "path": path})
     if not_block_backed(where["fstype"]):
-        raise ProbeFailed(f"{path}: not a block-backed filesystem ({where['fstype']})")
+        raise Refused(f"{path}: not a block-backed filesystem ({where['fstype']})",
+                      {"reason": "not_block_backed", "path": path, "fstype": where["fstype"]})
+    ro = read_only(path)
+    if ro is not None:
+        raise ro
     nbytes, free, m = plan_size(path, want_bytes, margin)
     install_signal_cleanup()
     work = None
@@ -217,7 +292,8 @@ def scratch(path: str, want_bytes: int, margin: int | None = None):
         try:
             work = make_workdir(path)
         except OSError as e:
-            raise ProbeFailed(f"{path}: cannot create a test folder: {e.strerror}") from None
+            raise (write_refusal(path, e, m + MIN_ROOM)
+                   or ProbeFailed(f"{path}: cannot create a test folder: {e.strerror}")) from None
         yield {"workdir": work, "bytes": nbytes, "free_bytes": free, "margin_bytes": m, "placement": where}
     finally:
         if work:

@@ -19,8 +19,8 @@ Args (JSON object; only ``paths`` is required)::
 
 Output::
 
-    {"fio_version", "ioengine",
-     "paths": [{"path", "ok", "error", "fstype", "mount_point", "mount_source", "mount_root", "device", "root_fs",
+    {"fio_version", "ioengine", "host_conditions",
+     "paths": [{"path", "ok", "error", "failure", "fstype", "mount_point", "mount_source", "mount_root", "device", "root_fs",
                 "free_bytes", "margin_bytes", "total_bytes", "numjobs", "iodepth",
                 "seq_read_gbps", "seq_write_gbps", "rand_read_iops",
                 "tests": {"seq_read": {"gbps", "iops", "io_bytes", "runtime_ms", "lat_mean_us",
@@ -49,8 +49,17 @@ in ``finally`` and on SIGTERM/SIGHUP (the runner kills the process group with TE
 A fio run stopped midway (fio killed by SIGTERM/SIGINT still prints the JSON of what it ran, error 0, and
 exits 128) fails its path: ``cut_short``: nonzero exit or under 90 % of ``runtime``.
 
-A failing path does not stop the others: its entry has ``ok: false`` and ``error``. The probe fails
-as a whole only when fio is missing or the arguments are wrong.
+A failing path does not stop the others: its entry has ``ok: false``, ``error`` (a line for people) and
+``failure`` (the fact, for the controller: ``{"reason": ...}``): the set-up's refusals of ``_storage.Refused``
+(``free_space`` with ``free_bytes`` and ``need_bytes``, ``read_only`` with ``errno`` "EROFS" and ``seen_by``,
+``not_writable``, ``placement``, ``not_block_backed``); a fio job's errno (``fio_errno``, with ``errno`` the
+number and ``errno_name``; EROFS, ENOSPC and EDQUOT become ``read_only`` and ``free_space``, since the
+filesystem, not the drive, refused); ``fio_timeout``, ``fio_no_output`` (with ``rc``), ``fio_cut_short`` (with
+``rc``, ``ran_s``), ``fio_no_figure``. The probe fails as a whole only when fio is missing or the arguments are
+wrong.
+
+``host_conditions``: what else ran on the host while fio ran (``_hostwatch.Watch``, over every path and
+device; fio and its job processes are the probe's own).
 """
 from __future__ import annotations
 
@@ -62,8 +71,9 @@ import stat
 import subprocess
 import time
 
+from _hostwatch import Watch as HostWatch
 from _probe import ProbeFailed, log, reject_unknown, run
-from _storage import GIB, MIB, Terminated, install_signal_cleanup, placement, scratch
+from _storage import GIB, MIB, Refused, Terminated, errno_name, install_signal_cleanup, placement, read_only, scratch
 
 TESTS = ("seq_write", "seq_read", "rand_read")
 RW = {"seq_write": "write", "seq_read": "read", "rand_read": "randread"}
@@ -260,7 +270,7 @@ def measure_path(path: str, a: dict, fio: str, engine: str) -> dict:
     ``ok: false`` and ``error``); :class:`_storage.Terminated` (SIGTERM/SIGHUP) propagates after the test
     folder is removed.
     """
-    res: dict = {"path": path, "ok": False, "error": None, "fio_messages": [], "tests": {},
+    res: dict = {"path": path, "ok": False, "error": None, "failure": None, "fio_messages": [], "tests": {},
                  "seq_read_gbps": None, "seq_write_gbps": None, "rand_read_iops": None}
     where = placement(path)
     res.update({k: where[k] for k in PLACEMENT_KEYS})
@@ -277,6 +287,7 @@ def measure_path(path: str, a: dict, fio: str, engine: str) -> dict:
         raise
     except ProbeFailed as e:
         res["error"] = str(e)
+        res["failure"] = e.facts if isinstance(e, Refused) else {"reason": "setup"}
         return res
     res["ok"] = not errors
     res["error"] = f"{path}: " + "; ".join(errors) if errors else None
@@ -285,10 +296,9 @@ def measure_path(path: str, a: dict, fio: str, engine: str) -> dict:
 
 def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: int, numjobs: int, iodepth: int,
                res: dict) -> list[str]:
-    """Run the selected tests in ``work``, one after another, filling ``res``; the error lines (the first
-    failing test stops the rest)."""
+    """Run the selected tests in ``work``, one after another, filling ``res`` (``failure``: the first failing
+    test's fact, module docstring); the error lines (the first failing test stops the rest)."""
     runtime = float(a.get("runtime", 20))
-    errors: list[str] = []
     for test in a.get("tests") or TESTS:
         bs = a.get("rand_bs", 4096) if test == "rand_read" else a.get("bs", "1M")
         cmd = fio_command(fio, test, work, None, bs=bs, size=per_job, runtime=runtime, numjobs=numjobs,
@@ -298,33 +308,55 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
         try:
             doc, msgs, rc = run_fio(cmd, timeout=runtime * 3 + 600)
         except subprocess.TimeoutExpired:
-            errors.append(f"fio {test} did not finish within {runtime * 3 + 600:.0f} s")
-            break
+            res["failure"] = {"reason": "fio_timeout", "test": test, "timeout_s": runtime * 3 + 600}
+            return [f"fio {test} did not finish within {runtime * 3 + 600:.0f} s"]
         res["fio_messages"] += msgs
         if doc is None:
-            errors.append(f"fio {test}: no JSON output (rc {rc}): "
-                          f"{'; '.join(fio_error_detail(msgs) or msgs[-1:] or ['no output'])[:300]}")
-            break
+            res["failure"] = {"reason": "fio_no_output", "test": test, "rc": rc}
+            return [f"fio {test}: no JSON output (rc {rc}): "
+                    f"{'; '.join(fio_error_detail(msgs) or msgs[-1:] or ['no output'])[:300]}"]
         errs = job_errors(doc, msgs)
         if errs:
-            errors += errs
-            break
+            res["failure"] = job_failure(path, test, doc, per_job * numjobs)
+            return errs
         fig = summarize(doc, "write" if test == "seq_write" else "read")
         cut = cut_short(test, fig, rc, runtime, msgs)
         if cut:
-            errors.append(cut)
-            break
+            res["failure"] = {"reason": "fio_cut_short", "test": test, "rc": rc, "ran_s": fig["runtime_ms"] / 1e3}
+            return [cut]
         if fig["gbps"] is None:
-            errors.append(f"fio {test}: its JSON gives neither bw_bytes nor bw for the job (fio "
-                          f"{doc.get('fio version', '?')}): no figure can be read")
-            break
+            res["failure"] = {"reason": "fio_no_figure", "test": test}
+            return [f"fio {test}: its JSON gives neither bw_bytes nor bw for the job (fio "
+                    f"{doc.get('fio version', '?')}): no figure can be read"]
         fig.update(started=round(timed_start(doc, fig, started), 3), command=cmd)
         res["tests"][test] = fig
         if test == "rand_read":
             res["rand_read_iops"] = fig["iops"]
         else:
             res[f"{test}_gbps"] = fig["gbps"]
-    return errors
+    return []
+
+
+def job_failure(path: str, test: str, doc: dict, total: int) -> dict:
+    """The ``failure`` fact of a fio run whose job reported an errno: ``read_only`` when it is EROFS or the
+    filesystem now reads ST_RDONLY (an ext4 error remounted it mid-run), ``free_space`` for ENOSPC or EDQUOT
+    (``need_bytes``: the run's ``total`` bytes), else ``fio_errno`` with the number and its name."""
+    import errno
+    err = next((int(j.get("error")) for j in doc.get("jobs") or [] if j.get("error")), 0)
+    ro = read_only(path)
+    if err == errno.EROFS or ro is not None:
+        return {**(ro.facts if ro is not None else {"reason": "read_only", "path": path, "read_only": True,
+                                                     "errno": "EROFS", "seen_by": "fio"}), "test": test,
+                "fio_errno": errno_name(err)}
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            st = os.statvfs(path)
+            free = st.f_bavail * st.f_frsize
+        except OSError:
+            free = None
+        return {"reason": "free_space", "path": path, "free_bytes": free, "need_bytes": total, "margin_bytes": None,
+                "errno": errno_name(err), "test": test}
+    return {"reason": "fio_errno", "test": test, "errno": err, "errno_name": errno_name(err)}
 
 
 def read_device(dev: str, a: dict, fio: str, engine: str) -> dict:
@@ -372,15 +404,20 @@ def main(a: dict) -> dict:
         raise ProbeFailed(f"fio not installed (no '{a.get('fio', 'fio')}' on PATH)")
     version = subprocess.run([fio, "--version"], capture_output=True, text=True).stdout.strip()
     engine = a.get("ioengine") or ("libaio" if "libaio" in fio_engines(fio) else "psync")
-    paths = [measure_path(p, a, fio, engine) for p in a.get("paths") or []]
-    devices = []
-    for dev in a.get("devices") or []:
-        if not a.get("allow_destructive"):
-            devices.append({"device": dev, "ok": True, "error": None, "seq_read_gbps": None,
-                            "skipped": "raw device reads need storage_allow_destructive: true"})
-        else:
-            devices.append(read_device(dev, a, fio, "libaio" if engine == "libaio" else "psync"))
-    return {"fio_version": version, "ioengine": engine, "paths": paths, "devices": devices}
+    host = HostWatch().start()  # while fio runs; fio and its jobs are the probe's own
+    try:
+        paths = [measure_path(p, a, fio, engine) for p in a.get("paths") or []]
+        devices = []
+        for dev in a.get("devices") or []:
+            if not a.get("allow_destructive"):
+                devices.append({"device": dev, "ok": True, "error": None, "seq_read_gbps": None,
+                                "skipped": "raw device reads need storage_allow_destructive: true"})
+            else:
+                devices.append(read_device(dev, a, fio, "libaio" if engine == "libaio" else "psync"))
+    finally:
+        host.stop()
+    return {"fio_version": version, "ioengine": engine, "paths": paths, "devices": devices,
+            "host_conditions": host.result()}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ This file keeps the rendezvous and its retries. Shipped helpers beside it do the
 * ``_allreduce_rank.py``: one rank (a worker): device, libnccl, process group, the timed sweep (the method);
 * ``_allreduce_figures.py``: sizes, algbw/busbw (``busbw_factor``), the correctness pattern;
 * ``_allreduce_document.py``: the result document (every field) and a failed multi-node share's;
+* ``_allreduce_rendezvous.py``: the checks before a multi-node all-reduce starts a rank (``{"check": "ready"}``:
+  torch installed; ``{"check": "rendezvous", ...}``: every node resolves and reaches node 0's port, in seconds);
 * ``_supervisor.py``: spawn, supervise, report, kill (one sequence for one node and for one host of a
   multi-node world); ``_nccl.py``: libnccl through ctypes; ``_nccl_log.py``: NCCL's INFO lines (transports,
   algorithms, network devices); ``_nccl_world.py``: the multi-node world check (a split world is an error,
@@ -47,6 +49,7 @@ try:
     from _allreduce_figures import DTYPES, busbw_factor, count_wrong, fill_pattern, make_row, pattern_params, \
         sweep_sizes
     from _allreduce_rank import run_rank
+    from _allreduce_rendezvous import check
     from _nccl_world import local_interface, world_problems
     from _probe import ProbeFailed, log, run, scratch_dir
     from _supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence, run_ranks,
@@ -58,6 +61,7 @@ except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the
     from ._allreduce_figures import DTYPES, busbw_factor, count_wrong, fill_pattern, make_row, pattern_params, \
         sweep_sizes
     from ._allreduce_rank import run_rank
+    from ._allreduce_rendezvous import check
     from ._nccl_world import local_interface, world_problems
     from ._probe import ProbeFailed, log, run, scratch_dir
     from ._supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence,
@@ -127,7 +131,11 @@ def _lingering_note(out, notes: list) -> None:
 
 def main(args: dict) -> dict:
     """The probe: its arguments checked (``_allreduce_args.config``), then one node's all-reduce or one host's
-    share of a multi-node one, with SIGTERM/SIGINT turned into killing every rank. Raises ProbeFailed (one node)."""
+    share of a multi-node one, with SIGTERM/SIGINT turned into killing every rank. Raises ProbeFailed (one node).
+    With ``check`` (``"ready"`` or ``"rendezvous"``) only the checks before a multi-node all-reduce, no rank
+    (``_allreduce_rendezvous.check``)."""
+    if args.get("check"):
+        return check(args)
     cfg = config(args)
     with terminate_on_signals():
         if cfg["nnodes"] is not None:

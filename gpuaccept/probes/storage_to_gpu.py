@@ -18,7 +18,14 @@ Output::
      "host_copy_gbps",               # pageable -> pinned (cuda) / pageable -> pageable (cpu) memcpy, alone
      "gpus": [{"index", "name", "pci_bus_id", "h2d_gbps", "end_to_end_gbps", "bounding_stage"}],
      "end_to_end_gbps",              # cpu: the journey read + memcpy; cuda: the slowest GPU's
-     "bounding_stage"}               # storage_read | host_copy | h2d (the slowest stage measured alone)
+     "bounding_stage",               # storage_read | host_copy | h2d (the slowest stage measured alone)
+     "host_conditions"}              # the host while the journey ran (_hostwatch.Watch)
+
+A path that cannot be written for a fact of the node (too little free space, a read-only filesystem, a folder
+without write permission: ``_storage.Refused``) is not a failed probe: the document is
+``{"device", "path", "failure": {"reason": "free_space" | "read_only" | ..., ...}, "error", "gpus": []}`` (no
+figure), so that the controller records the cause, not a crash. ENOSPC, EDQUOT or EROFS while the files are
+written count the same.
 
 The journey per chunk: ``readinto`` a pageable buffer, copy into a pinned staging buffer (two, used
 in turn), ``copy_(non_blocking=True)`` to the GPU on a side stream; the next read overlaps that copy
@@ -38,10 +45,13 @@ import ctypes
 import os
 import time
 
+from _hostwatch import Watch as HostWatch
 from _probe import ProbeFailed, log, reject_unknown, run
-from _storage import MIB, not_a_directory, scratch
+from _storage import MIB, Refused, not_a_directory, scratch, write_refusal
 
 ARG_KEYS = {"path", "device", "bytes", "files", "chunk_bytes", "gpus", "min_free_bytes"}
+#: the refusals returned as a document (``failure``), not as a failed probe: facts of the node's filesystem
+NODE_FACTS = ("free_space", "read_only", "not_writable")
 
 
 def gbps(nbytes: float, seconds: float) -> float:
@@ -111,8 +121,19 @@ def main(a: dict) -> dict:
     chunk = int(a.get("chunk_bytes", 64 * MIB))
     files = int(a.get("files", 4))
     want = int(a.get("bytes", 4 << 30 if device == "cuda" else 64 * MIB))
-    with scratch(path, want, a.get("min_free_bytes")) as sc:
-        return _journey(torch, a, device, path, sc, chunk, files)
+    host = HostWatch()
+    try:
+        with scratch(path, want, a.get("min_free_bytes")) as sc:
+            host.start()
+            out = _journey(torch, a, device, path, sc, chunk, files)
+    except Refused as e:
+        if e.facts.get("reason") not in NODE_FACTS:
+            raise  # a RAM disk, no mount: the probe fails, as before anything is written
+        return {"device": device, "path": path, "failure": e.facts, "error": str(e), "gpus": []}
+    finally:
+        host.stop()
+    out["host_conditions"] = host.result()
+    return out
 
 
 def _journey(torch, a: dict, device: str, path: str, sc: dict, chunk: int, files: int) -> dict:
@@ -121,7 +142,13 @@ def _journey(torch, a: dict, device: str, path: str, sc: dict, chunk: int, files
     the output document (module docstring). GB/s = 1e9 B/s."""
     work, m = sc["workdir"], sc["placement"]
     total = sc["bytes"] // files // 4096 * 4096 * files
-    names = write_files(work, total, files, chunk)
+    try:
+        names = write_files(work, total, files, chunk)
+    except OSError as e:
+        refused = write_refusal(path, e, total)
+        if refused is None:
+            raise
+        raise refused from None
     pageable = torch.empty(chunk, dtype=torch.uint8)
     pv = view(pageable)
     # stage 1: storage read alone (cold)

@@ -20,9 +20,11 @@ MiB = 1024 * 1024
 SPACE_BASE = 1 * MiB
 SPACE_PER_TEST = 16 * 1024
 
-#: results.json's shape: 2 holds each figure once, in its test's record; 1 (written until 2026-12-02)
-#: also listed every figure again at the top level ("figures"). :func:`run_figures` reads both.
-RESULTS_FORMAT = 2
+#: results.json's shape: 3 gives each failed or errored test its ``causes`` (gpuaccept.causes) and each action its
+#: ``cause`` class; 2 (until 2026-12-04) holds each figure once, in its test's record, without causes; 1 (until
+#: 2026-12-02) also listed every figure again at the top level ("figures"). :func:`run_figures` reads all three,
+#: and a record without causes gets its action as format 2 decided it (gpuaccept.judging.actions.for_case).
+RESULTS_FORMAT = 3
 
 # Files a run writes into its folder (a folder holding one of these already holds a run).
 RUN_FILES = ("results.jsonl", "results.json", "summary.md", "failed-hosts.txt", "report.html")

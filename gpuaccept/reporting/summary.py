@@ -38,6 +38,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
         out[0:0] = [f"**INTERRUPTED** {stop}", ""]
     out += _host_lines(hv, "**INTERRUPTED** " if stop else "", tally.gpu_judged)
     out += _next_steps(hv, hosts)
+    out += ["", "## Slurm", ""] + [f"- repeating: {t}" for t in meta["repeating"]] if meta.get("repeating") else []
     out += _failing_gpus(hv)
     if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]

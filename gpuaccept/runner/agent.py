@@ -16,19 +16,27 @@ the registry of commands in flight (gpuaccept.transport.tracked), labelled ``pro
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
 import secrets
+import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from gpuaccept.errors import CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, ProbeError
+from gpuaccept.errors import CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, NodeHeld, ProbeError
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.runner.ship import payload
 from gpuaccept.transport.session import Session, open_session
 
+log = logging.getLogger(__name__)
+
 MAGIC = b"__GPUACCEPT_AGENT__\n"
+#: the controller's environment variable naming the nodes' lock folder (default /tmp/gpuaccept-node-lock)
+LOCK_DIR_ENV = "GPUACCEPT_NODE_LOCK_DIR"
 #: seconds to wait for the agent's ``ready`` after the start command (connect excluded: the transport bounds it)
 START_TIMEOUT_S = 60.0
 #: seconds the agent gets to answer a ``kill`` (its kill takes up to 1.5 s, _watchdog.KILL_GRACE_S, plus reading
@@ -53,7 +61,7 @@ BOOT = ("import os, sys, json, zlib\n"
         "    with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
         "sys.path.insert(0, '')\n"
         "import _agent\n"
-        "sys.exit(_agent.main(files))\n")
+        "sys.exit(_agent.main(files, json.loads(sys.argv[1]) if len(sys.argv) > 1 else None))\n")
 
 
 def encode(doc: dict) -> bytes:
@@ -62,21 +70,50 @@ def encode(doc: dict) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-def start_command(python: str, env: dict[str, str]) -> tuple[str, str]:
+def start_command(python: str, env: dict[str, str], identity: dict | None = None) -> tuple[str, str]:
     """``(command, folder name)``: make ``$TMPDIR/gpuaccept.<12 hex>`` (``mkdir -m 700``), enter it, exec
-    ``python -c BOOT`` with ``env`` (every word quoted, gpuaccept.transport.shell)."""
+    ``python -c BOOT`` with ``env`` (every word quoted, gpuaccept.transport.shell); ``identity``
+    (:func:`lock_identity`), BOOT's argument in JSON, makes the agent take the node's lock."""
     d = f"gpuaccept.{secrets.token_hex(6)}"
+    argv = [python, "-c", BOOT] + ([json.dumps(identity, separators=(",", ":"))] if identity else [])
     return (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && '
-            + shell.env_command(env, [python, "-c", BOOT], exec_=True)), d
+            + shell.env_command(env, argv, exec_=True)), d
+
+
+def lock_identity(run_id: str, scope: str = "", env: Mapping[str, str] | None = None) -> dict:
+    """The run's identity for the node's lock (``probes/_nodelock.py``): ``{"key", "run_id", "controller"[,
+    "lock_dir"]}``. Agents of one key never exclude each other: one run's hosts (several on one machine) and
+    its xdist workers. The key is made of this controller's host name, ``scope`` (the run's report folder:
+    one per run) and ``run_id``; inside a Slurm job step (``SLURM_JOB_ID`` and ``SLURM_STEP_ID``, as the
+    Slurm launcher's node tasks run) it is the step's, so that the node tasks of one launch are one run even
+    where several Slurm nodes share a machine. ``lock_dir``: :data:`LOCK_DIR_ENV` when set (else the node's
+    default, /tmp/gpuaccept-node-lock)."""
+    env = os.environ if env is None else env
+    controller = socket.gethostname()
+    job, step = env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")
+    if job and step:
+        basis, controller = f"slurm\0{env.get('SLURM_CLUSTER_NAME', '')}\0{job}.{step}", \
+            f"{controller} (Slurm job {job}.{step})"
+    else:
+        basis = f"{controller}\0{scope}\0{run_id}"
+    ident = {"key": hashlib.sha256(basis.encode()).hexdigest()[:16], "run_id": run_id, "controller": controller}
+    if env.get(LOCK_DIR_ENV):
+        ident["lock_dir"] = env[LOCK_DIR_ENV]
+    return ident
 
 
 class Agent:
     """One host's agent. ``name``: the host (for errors); ``transport``: its transport (SSH or local);
-    ``python``: the node's interpreter; ``env``: the variables every probe gets (PYTHONUNBUFFERED...).
+    ``python``: the node's interpreter; ``env``: the variables every probe gets (PYTHONUNBUFFERED...);
+    ``identity``: the run's (:func:`lock_identity`): the agent takes the node's lock, and a node held by another
+    run raises NodeHeld at the start (None: no lock, as for a test's agent).
     Not thread-safe: the host's lock (HostRunner.lock) serialises its use."""
 
-    def __init__(self, name: str, transport: Any, python: str, env: dict[str, str]):
+    def __init__(self, name: str, transport: Any, python: str, env: dict[str, str], identity: dict | None = None):
         self.name, self.transport, self.python, self.env = name, transport, python, dict(env)
+        self.identity = identity
+        #: what the agent said of the node's lock at its start: ``lock`` (its holder file), ``took_over``, ``lock_note``
+        self.lock_info: dict = {}
         self.session: Session | None = None
         self.folder: str | None = None  # the folder name (below $TMPDIR) once started
         self.dir: str | None = None  # its full path on the node, from the agent's ready
@@ -94,9 +131,9 @@ class Agent:
     def start(self, timeout: float = START_TIMEOUT_S, label: str = "start the agent") -> None:
         """Start the agent (one command, tracked and logged as ``label``), ship the probes, wait up to ``timeout``
         s for ``ready``. Raises ProbeError "could not ship probes: ..." (no interpreter, the folder could not be
-        made, the agent exited), CommandTimeout (no answer: the session is closed), Interrupted, the
-        transport's connection errors."""
-        cmd, self.folder = start_command(self.python, self.env)
+        made, the agent exited), NodeHeld (another run's agent holds the node: the agent exited, nothing ran),
+        CommandTimeout (no answer: the session is closed), Interrupted, the transport's connection errors."""
+        cmd, self.folder = start_command(self.python, self.env, self.identity)
         tracked(self.name, cmd, lambda r: self._start(r, cmd, timeout, label),
                 label if label == "start the agent" else f"start the agent for {label}")
 
@@ -126,13 +163,29 @@ class Agent:
             self._drop()
             raise CommandTimeout(self.name, f"command timed out after {timeout:g}s: {label}; the agent did not "
                                             "start (no answer from the node)")
+        if doc is not None and doc.get("op") == "held":
+            self._drop()
+            holder = {k: (doc.get("holder") or {}).get(k) for k in ("run_id", "controller", "since", "pid")}
+            raise NodeHeld(self.name, f"held by gpuaccept run {holder['run_id']} from {holder['controller']} since "
+                                      f"{holder['since']} (pid {holder['pid']})", holder)
         if doc is None or doc.get("op") != "ready":
             why, missing = self._start_failure()
             self._drop()
             raise (InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python}) if missing
                    else ProbeError(self.name, f"could not ship probes: {why}"))
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
+        self._lock_said(doc)
         return CommandResult(0, b"", b"", time.monotonic() - t0)
+
+    def _lock_said(self, ready: dict) -> None:
+        """Keep and log what ``ready`` says of the node's lock: stale holders taken over (INFO), no lock (WARNING)."""
+        self.lock_info = {k: ready[k] for k in ("lock", "took_over", "lock_note") if k in ready}
+        for h in ready.get("took_over") or ():
+            log.info("%s: took over the node lock of gpuaccept run %s from %s since %s (pid %s, gone)%s", self.name,
+                     h.get("run_id"), h.get("controller"), h.get("since"), h.get("pid"),
+                     "" if h.get("removed", True) else "; its holder file could not be removed")
+        if ready.get("lock_note"):
+            log.warning("%s: %s; the run goes on without holding the node", self.name, ready["lock_note"])
 
     def _start_failure(self) -> tuple[str, bool]:
         """Why the agent did not start, and whether its interpreter is missing (rc 127)."""

@@ -25,14 +25,14 @@ import time
 from typing import Any, Callable
 
 from gpuaccept.transport import shell
-from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, Interrupted, ProbeError
+from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, Interrupted, NodeHeld, ProbeError
 from gpuaccept.config.inventory import Host
 from gpuaccept.config.profiles import probe_args
 from gpuaccept.transport import CommandResult
 from gpuaccept.transport import aborting, interruption, short_command
 from gpuaccept.runner.parse import parse_probe_output, partial_document
 from gpuaccept.runner.replay import replay_probe, save_probe
-from gpuaccept.runner.agent import Agent
+from gpuaccept.runner.agent import Agent, lock_identity
 from gpuaccept.runner.ship import PROBE_DIR, WATCHDOG_GRACE_S, probe_files
 
 __all__ = ["HostRunner", "PROBE_DIR", "PROBE_ENV", "PROBE_STARTED", "PROBE_PROGRESS", "PROBE_FINISHED", "PROBE_HOOK",
@@ -92,10 +92,15 @@ class HostRunner:
     every probe document is kept (``<save_dir>/<host>/<probe>-<args digest>.json``). A host whose inventory sets
     ``gpuaccept_replay: DIR`` runs nothing: its probes answer from documents saved that way (a past run's
     ``probes/<host>`` folder), so a run can be judged again, e.g. against new thresholds.
+
+    ``run_id``: the run's id; with it the host's agent takes the node's lock for the run
+    (gpuaccept.runner.agent.lock_identity, ``probes/_nodelock.py``), and every command waits for that: a node
+    held by another run raises NodeHeld, at once for every later probe or command of the run (nothing started
+    there). A replayed host takes no lock.
     """
 
     def __init__(self, host: Host, transport_factory: Callable[[Host], Any], probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard",
-                 save_dir: str | None = None):
+                 save_dir: str | None = None, run_id: str | None = None):
         self.host = host
         self.name = host.name
         # On the controller itself, without an explicit interpreter, probes run under the controller's
@@ -108,6 +113,7 @@ class HostRunner:
         self._started: dict[str, float] = {}  # probe name -> Unix time its last run here started
         self._dead: Exception | None = None
         self._dead_at = ""  # UTC time of day the host was written off
+        self._held: NodeHeld | None = None  # another run holds the node: every request of this run raises it
         self._cache: dict[str, dict] = {}
         self._lock = threading.RLock()
         self.probe_timeout = probe_timeout
@@ -117,6 +123,9 @@ class HostRunner:
         self.replay_dir = host.vars.get("gpuaccept_replay")
         #: why a saved document with other arguments answered a probe (gpuaccept.runner.replay), for the report
         self.replay_notes: list[str] = []
+        #: the run's identity for the node's lock (None: no lock: no run id, or a replayed host)
+        self.identity = lock_identity(run_id, os.path.abspath(save_dir or "")) if run_id and not self.replay_dir \
+            else None
 
     # -- transport ---------------------------------------------------------------------------
     def run(self, command: str, stdin: bytes = b"", timeout: float | None = None, hold_stdin: bool = False,
@@ -136,6 +145,8 @@ class HostRunner:
         if self.replay_dir:
             raise ProbeError(self.name, f"replayed host (gpuaccept_replay: {self.replay_dir}) runs no commands")
         with self._lock:
+            if self._held is not None:  # another run holds the node: said again, nothing tried
+                raise NodeHeld(self.name, self._held.msg, self._held.evidence)
             if self._dead is not None:  # the first error, dated: later tests never read as if it just happened
                 raise type(self._dead)(self.name, f"written off at {self._dead_at} UTC, not tried again this run: "
                                                   f"{self._dead.msg}")
@@ -146,8 +157,11 @@ class HostRunner:
             if self._transport is None:
                 self._transport = self._factory(self.host)
             timeout = timeout or self.probe_timeout
-            call = call or (lambda t: t.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
-                                            progress=progress, label=label))
+            if call is None:
+                plain = lambda t: t.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,  # noqa: E731
+                                        progress=progress, label=label)
+                # a plain command too runs only on a node this run holds (its agent started, the lock taken)
+                call = plain if self.identity is None else lambda t: (self._agent_on(t), plain(t))[1]
             try:
                 try:
                     return call(self._transport)
@@ -161,6 +175,9 @@ class HostRunner:
                     return call(self._transport)
             except _Reported as r:
                 raise r.error from None
+            except NodeHeld as e:
+                self._held = e
+                raise
             except _STICKY as e:
                 self._dead, self._dead_at = e, time.strftime("%H:%M:%S", time.gmtime())
                 raise
@@ -219,7 +236,7 @@ class HostRunner:
         """The host's agent on ``transport``; ``start``: started now (probes shipped in the same command) when
         none runs (else :meth:`Agent.probe` starts it under the probe's limit)."""
         if self._agent is None or self._agent.transport is not transport:
-            self._agent = Agent(self.name, transport, self.python, PROBE_ENV)
+            self._agent = Agent(self.name, transport, self.python, PROBE_ENV, self.identity)
         if start and not self._agent.alive:
             self._agent.start()
         return self._agent

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.causes import CAUSE_KEY
 from gpuaccept.errors import ERROR_KEY, Interrupted
 from gpuaccept.probes._proc import processes
 from gpuaccept.transport import cancel_all, reset_interruption
@@ -281,9 +282,11 @@ class InterruptPlugin:
         item, self.aborted = self.aborted, None
         if item is None or not self.reason:
             return
-        msg = str(self._error(item))
+        err = self._error(item)
+        msg = str(err)
         rep = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="failed",
-                                longrepr=msg, when="call", user_properties=[(ERROR_KEY, msg)])
+                                longrepr=msg, when="call", user_properties=[(ERROR_KEY, msg),
+                                                                            (CAUSE_KEY, [err.cause.to_dict()])])
         self.config.hook.pytest_runtest_logreport(report=rep)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

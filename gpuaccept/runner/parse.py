@@ -43,7 +43,8 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
     if not isinstance(doc, dict):
         raise probe_error(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}", python)
     if doc.get("failed") or res.rc != 0:
-        raise probe_error(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}", python)
+        raise probe_error(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}", python,
+                          doc.get("missing_module"))
     return doc
 
 
@@ -51,13 +52,14 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
 _NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_]+)")
 
 
-def probe_error(host: str, msg: str, python: str) -> ProbeError:
-    """The error of a probe that failed with ``msg``: :class:`PackageMissing` (evidence ``{"package", "python"}``)
-    when the node's Python could not import a module (its ``No module named 'x'``), else :class:`ProbeError`.
-    The one place where the node's Python's words are read."""
-    m = _NO_MODULE.search(msg or "")
-    if m:
-        module = m.group(1)
+def probe_error(host: str, msg: str, python: str, missing_module: str | None = None) -> ProbeError:
+    """The error of a probe that failed with ``msg``: :class:`PackageMissing` (evidence ``{"module", "package",
+    "python"}``) when the node's Python could not import a module (the failure document's ``missing_module``, or,
+    from a probe that printed no document, its Python's ``No module named 'x'``), else :class:`ProbeError`. The
+    one place where the node's Python's words are read."""
+    m = _NO_MODULE.search(msg or "") if not missing_module else None
+    if missing_module or m:
+        module = missing_module or m.group(1)
         return PackageMissing(host, msg, {"module": module, "python": python,
                                           "package": "nvidia-ml-py" if module == "pynvml" else module})
     return ProbeError(host, msg)

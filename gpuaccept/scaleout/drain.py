@@ -11,25 +11,37 @@ under the reports root, else at the reason's evidence folder): a PASS of another
 after a row-remap failure) does not put it back. A drain someone else set (a reason not starting with
 ``gpuaccept ``) is never touched, neither replaced by a drain of ours nor resumed.
 
+A brake (issue 38): more drains than ``--drain-max`` of the selected nodes (default 10 %, at least one; a
+count ``N`` or a share ``N%``) drains none (:func:`brake`), dry run or not: so many nodes failing at once is more
+likely the fleet's (an image, DNS) than their parts'. The line says how many, of how many, the limit and the
+most common cause among them, and the run exits non-zero (the run's own code when it is non-zero, else 1).
+Each call that succeeded is recorded in the history database (``slurm_events``); a node drained again
+within a day of gpuaccept's resume is named "repeating" in the lines and in summary.md.
+
 The Slurm node name is the host var ``slurm_node_name``, default the inventory name up to its first dot.
 Without ``--slurm-apply`` nothing is changed: the commands are printed (a dry run). ``scontrol`` missing or a
 controller that does not answer ``scontrol ping`` is refused before any node is touched (:func:`check_ready`,
 exit 4). :func:`plan` is pure; :func:`run_step` does the I/O. Also runnable on a finished run's folder:
-``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]``.
+``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]
+[--drain-max N|N%] [--history PATH|none]``.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.options import DRAIN_MAX_DEFAULT, drain_limit, parse_drain_max
 from gpuaccept.judging.actions import base_test_name, drain_actions
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.verdicts import host_verdicts, same_reason_once
@@ -199,6 +211,39 @@ def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[s
     return steps
 
 
+def _drains(steps: list[Step]) -> list[Step]:
+    return [s for s in steps if s.command is not None and "State=DRAIN" in s.command]
+
+
+#: the brake's hint: what makes many nodes fail at once without any of their parts being at fault
+FLEET_WIDE_HINT = "a fleet-wide cause such as a bad image or a DNS outage?"
+
+
+def brake(steps: list[Step], hv: dict, selected: int, drain_max: str | None) -> str | None:
+    """The drain brake (pure, issue 38): None when the drains of ``steps`` are within ``--drain-max`` of the
+    ``selected`` nodes (:func:`gpuaccept.config.options.drain_limit`, default :data:`DRAIN_MAX_DEFAULT`), else
+    the one line that says why none is drained: how many would be, of how many selected, the limit, and the
+    most common cause class and reason among them (``hv``: the host verdicts, each with its ``action``)."""
+    drains = _drains(steps)
+    limit = drain_limit(drain_max, selected)
+    if len(drains) <= limit:
+        return None
+    acts = [(hv.get(s.host) or {}).get("action") or {} for s in drains]
+    cause, n_cause = collections.Counter(a.get("cause") or "unverified" for a in acts).most_common(1)[0]
+    (act, why), n_why = collections.Counter((a.get("action"), a.get("reason") or "") for a in acts).most_common(1)[0]
+    return (f"gpuaccept slurm: drained none: {len(drains)} of {selected} selected nodes would be drained, above "
+            f"--drain-max {drain_max or DRAIN_MAX_DEFAULT} ({limit} node{'s' if limit != 1 else ''}); most common "
+            f"among them: cause {cause} ({n_cause} of {len(drains)}), {act}: {why} ({n_why} of {len(drains)}): "
+            f"{FLEET_WIDE_HINT} Check, then rerun with --drain-max {len(drains)} or drain by hand")
+
+
+def held_back(steps: list[Step]) -> list[Step]:
+    """``steps`` with every drain replaced by a note (the brake held it back); resumes kept (pure)."""
+    drains = set(map(id, _drains(steps)))
+    return [Step(s.host, s.node, None, "not drained: held back by --drain-max (see above)") if id(s) in drains
+            else s for s in steps]
+
+
 # -- I/O ---------------------------------------------------------------------------------------------------
 def _scontrol(scontrol: str, args: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([scontrol, *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S,
@@ -248,19 +293,58 @@ def earlier_results(reports_root: str) -> Callable[[str | None, str | None], dic
     return find
 
 
+@dataclass
+class StepResult:
+    """What the Slurm step did: ``steps`` (after the brake), ``failed`` (scontrol calls that failed), ``refused``
+    (the brake's line when it held every drain back), ``repeating`` (the lines of nodes drained again within a
+    day of gpuaccept's resume, gpuaccept.reporting.history.drains) and ``lines`` (all said)."""
+
+    steps: list[Step]
+    failed: int = 0
+    refused: str | None = None
+    repeating: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No call failed and the brake held nothing back."""
+        return not self.failed and self.refused is None
+
+
+def _history_events(steps: list[Step], done: set[int], hv: dict) -> list[dict]:
+    """The drains and resumes of ``steps`` whose calls succeeded (indices ``done``), for the history."""
+    out = []
+    for i, s in enumerate(steps):
+        if i not in done:
+            continue
+        act = (hv.get(s.host) or {}).get("action") or {}
+        drain = "State=DRAIN" in s.command
+        out.append({"event": "drain" if drain else "resume", "host": s.host, "node": s.node,
+                    **({"action": act.get("action"), "cause": act.get("cause"), "reason": act.get("reason")}
+                       if drain else {})})
+    return out
+
+
 def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[CaseRecord],
              names: Mapping[str, str], drain: bool, resume: bool, apply: bool, scontrol: str = "scontrol",
-             env: Mapping[str, str] | None = None, write: Callable[[str], None] = print) -> tuple[list[Step], int]:
+             env: Mapping[str, str] | None = None, write: Callable[[str], None] = print,
+             drain_max: str | None = None, history: str | None = None) -> StepResult:
     """Plan this run's drains and resumes against Slurm's node states and, with ``apply``, make the calls;
     ``write`` gets one line per step (the command, shell-quoted, and its note; a failed call's error). The
-    lines also go to ``<rdir>/slurm.txt``. Returns the steps and how many calls failed. Raises
-    SlurmUnavailable when scontrol cannot list the nodes."""
+    lines also go to ``<rdir>/slurm.txt``. More drains than ``drain_max`` allows of the selected ``hosts``
+    (:func:`brake`): none is made, dry run or not, and the brake's line says why. With ``history`` (a history
+    database path), the calls that succeeded are recorded there and a node drained again within a day of
+    gpuaccept's resume is named "repeating" (gpuaccept.reporting.history.drains). Raises SlurmUnavailable when
+    scontrol cannot list the nodes."""
     states = node_states(scontrol, env)
     steps = plan(hv, hosts, run_id, os.path.abspath(rdir), names, states, drain, resume, passed_tests(recs),
                  earlier_results(os.path.dirname(os.path.abspath(rdir))))
+    refused = brake(steps, hv, len(hosts), drain_max) if drain else None
+    if refused:
+        steps = held_back(steps)
     head = "gpuaccept slurm: " + ("calling scontrol" if apply else "dry run (--slurm-apply makes these calls)")
-    lines, failed = [head], 0
-    for s in steps:
+    lines, failed, done = [head] + ([refused] if refused else []), 0, set()
+    for i, s in enumerate(steps):
         if s.command is None:
             lines.append(f"  {s.host}: {s.note}")
             continue
@@ -270,9 +354,20 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
             if res.returncode != 0:
                 failed += 1
                 line += f" -- FAILED: {' '.join((res.stderr or res.stdout).split())}"
+            else:
+                done.add(i)
         lines.append(line)
     if not steps:
         lines.append("  nothing to drain or resume")
+    repeating: list[str] = []
+    if history and done:
+        from gpuaccept.reporting.history import HistoryError
+        from gpuaccept.reporting.history.drains import record_events, repeating_text
+        try:
+            repeating = [repeating_text(r) for r in record_events(history, run_id, _history_events(steps, done, hv))]
+        except (HistoryError, OSError, sqlite3.Error) as e:
+            lines.append(f"gpuaccept slurm: the calls made are not in the history {history}: {e}")
+        lines += [f"gpuaccept slurm: repeating: {t}" for t in repeating]
     for ln in lines:
         write(ln)
     try:
@@ -280,21 +375,40 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
             f.write("\n".join(lines) + "\n")
     except OSError:
         pass
-    return steps, failed
+    return StepResult(steps, failed, refused, repeating, lines)
 
 
-def after_run(rep, hostvars: Mapping[str, Mapping], drain: bool, resume: bool, apply: bool) -> list[str]:
-    """The Slurm step at the end of a pytest run (``--slurm-drain``, ``--slurm-resume``, ``--slurm-apply``): the
-    lines :func:`run_step` wrote, for the terminal summary; a scontrol that fails now is one line saying so.
-    ``rep``: the run's :class:`gpuaccept.reporting.records.Reporter`; ``hostvars``: host -> its parsed vars."""
+def note_repeating(rdir: str, run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None,
+                   repeating: list[str], **kept) -> None:
+    """summary.md written again with its "repeating:" lines (``meta["repeating"]``; the Slurm step comes after
+    the run's files). ``kept``: summary_markdown's ``hv``, ``table`` and ``tally`` when the caller holds them."""
+    from gpuaccept.reporting.folder import atomic_write
+    from gpuaccept.reporting.summary import summary_markdown
+    meta["repeating"] = list(repeating)
+    atomic_write(os.path.join(rdir, "summary.md"), summary_markdown(run_id, meta, recs, slow, **kept))
+
+
+def after_run(rep, hostvars: Mapping[str, Mapping], drain: bool, resume: bool, apply: bool,
+              drain_max: str | None = None, history: str | None = None) -> tuple[list[str], bool]:
+    """The Slurm step at the end of a pytest run (``--slurm-drain``, ``--slurm-resume``, ``--slurm-apply``,
+    ``--drain-max``): the lines :func:`run_step` wrote, for the terminal summary, and whether it went through
+    (False: the brake held the drains back, a call failed, or scontrol failed now: the run then exits non-zero,
+    see gpuaccept.plugin.reports). ``rep``: the run's :class:`gpuaccept.reporting.reporter.Reporter`;
+    ``hostvars``: host -> its parsed vars; ``history``: the history database (None: ``--history none``)."""
     hosts = list(rep.meta.get("hosts") or [])
     lines: list[str] = []
     try:
-        run_step(rep.dir, rep.run_id, rep.host_verdicts(), hosts, list(rep.records.values()),
-                 {h: node_name(h, hostvars.get(h)) for h in hosts}, drain, resume, apply, write=lines.append)
+        hv = rep.host_verdicts()
+        got = run_step(rep.dir, rep.run_id, hv, hosts, list(rep.records.values()),
+                       {h: node_name(h, hostvars.get(h)) for h in hosts}, drain, resume, apply, write=lines.append,
+                       drain_max=drain_max, history=history)
+        if got.repeating:
+            note_repeating(rep.dir, rep.run_id, rep.meta, list(rep.records.values()), rep.final_standouts,
+                           got.repeating, hv=hv, table=rep.gpu_table(), tally=rep.tally())
     except (ConfigError, OSError, subprocess.SubprocessError) as e:
         lines.append(f"gpuaccept slurm: not done: {e}")
-    return lines
+        return lines, False
+    return lines, got.ok
 
 
 def _records(results: dict) -> list[CaseRecord]:
@@ -304,15 +418,27 @@ def _records(results: dict) -> list[CaseRecord]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]``: the
-    Slurm step on a finished run's folder. Exit 0 when every call made succeeded, 1 when one failed, 4 on bad
-    input (no results.json, scontrol missing or the controller down)."""
+    Slurm step on a finished run's folder. Exit 0 when every call made succeeded, 1 when one failed or the
+    brake (``--drain-max``) held the drains back, 4 on bad input (no results.json, a bad ``--drain-max``,
+    scontrol missing or the controller down)."""
     p = argparse.ArgumentParser(prog="python -m gpuaccept.scaleout.drain", description=__doc__.splitlines()[0])
     p.add_argument("report_dir")
     p.add_argument("--drain", action="store_true", help="drain the hosts whose action needs it")
     p.add_argument("--resume", action="store_true", help="resume passing hosts gpuaccept drained")
     p.add_argument("--apply", action="store_true", help="make the scontrol calls (default: print them)")
     p.add_argument("--inventory", default=None, help="inventory for slurm_node_name (default: the run's)")
+    p.add_argument("--drain-max", default=None, metavar="N|N%",
+                   help=f"drain no more than this many of the run's hosts (default {DRAIN_MAX_DEFAULT.replace('%', '%%')}, at least 1)")
+    p.add_argument("--history", default=None, metavar="PATH|none",
+                   help="history database recording the calls made (default: history.sqlite beside the run's "
+                        "folder, when there is one)")
     a = p.parse_args(argv)
+    if a.drain_max is not None:
+        try:
+            parse_drain_max(a.drain_max)
+        except ValueError as e:
+            print(f"gpuaccept.scaleout.drain: --drain-max {a.drain_max}: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         with open(os.path.join(a.report_dir, "results.json"), encoding="utf-8") as f:
             results = json.load(f)
@@ -332,12 +458,29 @@ def main(argv: list[str] | None = None) -> int:
             inv = load_inventory(inv_path)
             names = {h: node_name(h, inv.hosts[h].vars) if h in inv.hosts else names[h] for h in hosts}
         recs = _records(results)
-        _, failed = run_step(a.report_dir, str(results.get("run_id")), host_verdicts(recs, hosts), hosts, recs,
-                             names, a.drain, a.resume, a.apply, path)
+        hv = host_verdicts(recs, hosts)
+        rid = str(results.get("run_id"))
+        got = run_step(a.report_dir, rid, hv, hosts, recs, names, a.drain, a.resume, a.apply, path,
+                       drain_max=a.drain_max, history=_history_path(a.history, a.report_dir))
+        if got.repeating:
+            meta = {k: v for k, v in results.items() if k not in ("tests", "figures", "outliers")}
+            note_repeating(a.report_dir, rid, meta, recs, results.get("outliers"), got.repeating, hv=hv)
     except ConfigError as e:
         print(f"gpuaccept.scaleout.drain: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return 1 if failed else 0
+    return 0 if got.ok else 1
+
+
+def _history_path(given: str | None, report_dir: str) -> str | None:
+    """The module's ``--history``: ``none`` -> None; a path as given; by default the ``history.sqlite`` beside
+    the run's folder (where a run's default history lies: ``reports/history.sqlite`` beside
+    ``reports/<run>``) when it exists, else None."""
+    if given == "none":
+        return None
+    if given:
+        return given
+    beside = os.path.join(os.path.dirname(os.path.abspath(report_dir)), "history.sqlite")
+    return beside if os.path.isfile(beside) else None
 
 
 if __name__ == "__main__":

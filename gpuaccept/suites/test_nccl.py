@@ -11,6 +11,7 @@ import pytest
 from gpuaccept.judging.shape import node_shape
 
 from gpuaccept.judging import nccl as nccl_judge
+from gpuaccept.judging import nccl_scope
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.runner.multinode import nccl_environment, pinned_env
 from gpuaccept.judging.nccl_table import RowNotFound, format_table, row_at
@@ -39,16 +40,18 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
         if broke is None or n == 1:
             raise
         algo = "NCCL_ALGO=" + pin["NCCL_ALGO"] if pin else "NCCL_ALGO from the inventory"
-        verdicts.fail(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B) failed: "
-                      f"{broke}")
+        seen = nccl_scope.seen_variables(None, host_env, pin, _env_doc(node))
+        verdicts.fail(nccl_scope.named(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B)"
+                                       f" failed: {broke}", seen))
         verdicts.finish()
     verdicts.conditions(doc, gpus)
+    seen = _seen(node, doc, host_env, pin)
     table = format_table(doc)
     print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
           f"{'NCCL_ALGO=' + pin['NCCL_ALGO'] if pin else 'NCCL_ALGO from the inventory'}\n{table}")
     verdicts.record("allreduce_table", doc.get("rows"), extra={"nccl_version": doc.get("nccl_version"),
                     "transports": doc.get("transports"), "algos": doc.get("algos"), "world_size": n,
-                    "pinned": pin, "net_devices": doc.get("net_devices")})
+                    "pinned": pin, "net_devices": doc.get("net_devices"), "nccl_variables": seen})
     verdicts.record("nccl_version", doc.get("nccl_version"))
     if n == 1:
         pytest.skip(f"1 GPU on {node.name}: nothing to reduce (the probe ran with world size 1)")
@@ -56,16 +59,14 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
     wrong, unchecked = nccl_judge.wrong_count(doc.get("rows") or [], doc.get("wrong_total"))
     errors += unchecked
     verdicts.record("allreduce_wrong_elements", None if unchecked else wrong, "elements")
-    if wrong:
+    if wrong:  # hardware evidence whatever the variables (no transport variable makes NCCL compute wrong sums)
         where = nccl_judge.wrong_where(doc.get("rows") or [])
-        verdicts.fail(f"all-reduce over {n} GPUs produced {wrong} wrong elements" + (f" ({where})" if where else ""))
-    problem = nccl_judge.transport_problem(doc.get("transports") or {}, sku.expect.get("nccl_transport"),
-                                           who=sku.sku)
-    if problem:
-        verdicts.fail(problem)
+        verdicts.fail(nccl_scope.named(f"all-reduce over {n} GPUs produced {wrong} wrong elements"
+                                       + (f" ({where})" if where else ""), seen), check="allreduce_wrong_elements")
+    _judge_transport(verdicts, doc, sku, seen)
     for p in nccl_judge.net_device_problems(doc.get("net_devices"), node.host.vars.get("nccl_ib_hca"),
                                             node.host.vars.get("nccl_socket_ifname")):
-        verdicts.fail(p)
+        verdicts.fail(nccl_scope.named(p, seen))
     if limit is not None:
         row = row_at(doc, at)
         # Judged on the in-place column: it is the true ncclAllReduce (torch has no copy-free out-of-place
@@ -80,15 +81,48 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
         else:
             verdicts.record("allreduce_busbw_gbps", row.get("ip_busbw_gbps"), "GB/s",
                             limit=limit.for_world_size(n), extra=extra,
-                            context=nccl_judge.floor_context(row, n, limit))
+                            context=nccl_scope.named(nccl_judge.floor_context(row, n, limit), seen))
     if pin:
-        _record_nccl_default(node, verdicts, args, at, host_env)
+        _record_nccl_default(node, verdicts, args, at, host_env, seen)
     for e in errors:  # recorded, so that a failure beside them does not hide them (the outcome lists both)
         verdicts.error(e)
     verdicts.finish()
 
 
-def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_env: dict) -> None:
+def _env_doc(node: HostRunner) -> dict | None:
+    """The node's NCCL variables with their sources (probe nccl_env, cached), or None when it cannot be read."""
+    try:
+        return node.cached_probe("nccl_env", {})
+    except GpuacceptError:
+        return None
+
+
+def _seen(node: HostRunner, doc: dict, host_env: dict, pin: dict) -> list[dict]:
+    """The variables of gpuaccept.judging.nccl_scope the ranks ran with, and where each was set; the nccl_env probe
+    is asked only for a variable NCCL read that the workers' environment did not carry (a config file)."""
+    seen = nccl_scope.seen_variables(doc, host_env, pin)
+    if any(v["from"] == nccl_scope.CONF_FILES for v in seen):
+        seen = nccl_scope.seen_variables(doc, host_env, pin, _env_doc(node))
+    return seen
+
+
+def _judge_transport(verdicts, doc: dict, sku, seen: list[dict]) -> None:
+    """Channels without the SKU's transport fail; when a variable the ranks ran with switches that transport off,
+    the cause is that variable (configuration: fix-config naming it), never the GPUs."""
+    expect = sku.expect.get("nccl_transport")
+    problem = nccl_judge.transport_problem(doc.get("transports") or {}, expect, who=sku.sku)
+    if not problem:
+        return
+    why = nccl_scope.explaining(seen, expect)
+    if why:
+        verdicts.fail(nccl_scope.named(nccl_scope.explained(problem, why[0]), seen), check="allreduce_transport",
+                      cause=nccl_scope.transport_cause(why[0], why[1:]))
+    else:
+        verdicts.fail(nccl_scope.named(problem, seen), check="allreduce_transport")
+
+
+def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_env: dict,
+                         seen: list[dict]) -> None:
     """NCCL's own algorithm choice (no NCCL_ALGO from us) at the judged size: recorded, not judged against the
     Ring floor; its correctness is judged (wrong elements fail, a crash or hang fails)."""
     try:
@@ -99,7 +133,8 @@ def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_e
         # it (no connection, command timeout, interrupted run) is an error, never a hardware failure
         broke = nccl_judge.collective_failure(e.msg) if isinstance(e, ProbeError) else None
         if broke:
-            verdicts.fail(f"all-reduce with NCCL's own algorithm choice at {at} B failed: {broke}")
+            verdicts.fail(nccl_scope.named(f"all-reduce with NCCL's own algorithm choice at {at} B failed: {broke}",
+                                           seen))
         else:
             verdicts.error(f"all-reduce with NCCL's own algorithm choice at {at} B not measured: {e}")
         return
@@ -112,5 +147,6 @@ def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_e
         "note": "NCCL's own algorithm choice; recorded, not judged (the SKU floor is for Ring)"})
     wrong, unchecked = nccl_judge.wrong_count([row])
     if wrong or unchecked:
-        verdicts.fail(f"all-reduce with NCCL's own choice ({'+'.join(algos) or 'algorithm unknown'}) at {at} B: "
-                      + (f"{wrong} wrong elements" if wrong else "; ".join(unchecked)))
+        verdicts.fail(nccl_scope.named(f"all-reduce with NCCL's own choice ({'+'.join(algos) or 'algorithm unknown'}) "
+                                       f"at {at} B: " + (f"{wrong} wrong elements" if wrong else "; ".join(unchecked)),
+                                       seen), check="allreduce_wrong_elements" if wrong else None)

@@ -21,7 +21,8 @@ import pytest
 
 from gpuaccept.runner import multinode as mn
 from gpuaccept.judging import nccl as nccl_judge
-from gpuaccept.errors import ConfigError, GpuacceptError, ProbeError, ThresholdError
+from gpuaccept.errors import (AuthError, ConfigError, GpuacceptError, HostKeyError, HostUnreachable, ProbeError,
+                              ThresholdError)
 from gpuaccept.judging.nccl_table import format_table
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.config.limitfile import fleet_tests
@@ -144,7 +145,8 @@ def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
 
 def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]) -> None:
     verdicts.record("internode_failure", col.message, extra={"culprits": col.culprits, "world_problems":
-                    col.world_problems, "singled_out": col.singled_out, "marker": col.marker})
+                    col.world_problems, "singled_out": col.singled_out, "marker": col.marker,
+                    "rendezvous": col.rendezvous, "master": f"{col.master_addr}:{col.master_port}"})
     versions = nccl_judge.version_problem({h: (r.doc or {}).get("nccl_version") for h, r in col.results.items()})
     if versions:  # NCCL's own line names ranks and version codes; this names the hosts
         verdicts.fail(versions)
@@ -155,13 +157,31 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
     for line in col.message.splitlines():
         host = line.split(":", 1)[0]
         r = col.results.get(host)
-        # never reached, or the probe could not run there (no torch, bad arguments): an error, as elsewhere
-        if host in named and r is not None and r.kind in ("unreachable", "crashed"):
-            verdicts.for_host(host).error(line.split(":", 1)[1].strip())
+        # never reached, the probe could not run there (no torch, bad arguments), or the host cannot resolve or
+        # reach the rendezvous (no rank started): an error of that host, with its own cause, as elsewhere
+        if host in named and r is not None and r.kind in ("unreachable", "crashed", "rendezvous"):
+            verdicts.for_host(host).error(line.split(":", 1)[1].strip(), cause=r.cause)
         elif host in named:
             verdicts.for_host(host).fail(line.split(":", 1)[1].strip())
         else:
             verdicts.fail(line)
+
+
+def _hosts_text(names: list[str], most: int = 6) -> str:
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
+
+
+def _not_ready(verdicts: Recorder, unready: dict, ready: list[str]) -> None:
+    """An ERROR of each host that cannot take part (unreachable, no torch, NVML unusable...), filed under that
+    host with its own cause; the all-reduce runs among the ``ready`` hosts when there are two or more."""
+    among = (f"the all-reduce runs among the {len(ready)} ready hosts ({_hosts_text(ready)})" if len(ready) >= 2
+             else f"{len(ready)} host{'' if len(ready) == 1 else 's'} ready"
+                  f"{' (' + _hosts_text(ready) + ')' if ready else ''}: the inter-node all-reduce needs 2")
+    for h, e in unready.items():
+        what = f"unreachable: {e.msg}" if isinstance(e, (HostUnreachable, HostKeyError, AuthError)) else e.msg
+        verdicts.for_host(h).error(f"{what}; not measured: {among}", cause=e.cause)
+    verdicts.record("internode_not_ready", sorted(unready), extra={
+        "ready": ready, "causes": {h: e.cause.to_dict() for h, e in unready.items()}})
 
 
 def _ring(nodes, verdicts, st, group, notes):
@@ -213,6 +233,9 @@ def _rails(nodes, verdicts, st, group, notes):
         if r.collective.world_problems:
             errors.append(f"rail {r.rail}: " + r.collective.message.replace("\n", "; "))
             continue
+        if r.collective.rendezvous:  # no rank started: the hosts that cannot reach the rendezvous, by name
+            _failed_collective(verdicts, r.collective, errors)
+            continue
         if r.collective.ok:
             _check_hosts(verdicts, r.collective, nodes, group, st.args["backend"])
             print(f"\n# rail {r.rail} (CUDA_VISIBLE_DEVICES={r.rail} on every host)\n{format_table(r.collective.doc)}")
@@ -254,6 +277,12 @@ def test_allreduce_multinode(nodes: list[HostRunner], verdicts, request):
     if len(nodes) < 2:
         _not_rerun(nodes, verdicts, request)
         pytest.skip(f"inter-node all-reduce needs at least 2 hosts; {len(nodes)} selected")
+    # only the hosts that are reachable and ready take part; each other one is named with its own cause
+    nodes, unready = mn.readiness(nodes)
+    if unready:
+        _not_ready(verdicts, unready, [n.name for n in nodes])
+    if len(nodes) < 2:
+        verdicts.finish()
     st, group, notes = _settings(nodes)  # a malformed group var: ConfigError, reported as an error
     pattern = request.config.getoption("nccl_pattern")
     if pattern == "pairwise":  # the SKU files' pair floors judge a pair when no group var limit does

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from gpuaccept.judging import conditions as sj_conditions
 from gpuaccept.judging import storage as sj
 from gpuaccept.config import storage as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
@@ -38,6 +39,20 @@ def _record(verdicts, check: str, value, unit: str, limits: dict, key: str, extr
     else:
         lim = dataclasses.replace(lim, check=check)
     verdicts.record(check, value, unit, limit=lim, extra=ex)
+
+
+def _not_measured(verdicts, entry: dict, host: str | None = None) -> None:
+    """A path the probe did not measure: an ERROR with its cause when the node's filesystem refused (too little
+    free space: capacity, action free-space; read-only: configuration, fix-config) or the tool failed; a FAIL
+    when the drive did (an I/O error) or the path is not where the inventory says. Decided from the entry's
+    ``failure`` fact (gpuaccept.judging.storage.path_cause), never from its wording. ``host``: another host's
+    entry, in a test over several hosts."""
+    kind, cause = sj.path_cause(entry)
+    line = entry.get("error") or "not measured"
+    if kind == "error":
+        (verdicts.for_host(host) if host else verdicts).error(line, cause=cause)
+    else:
+        verdicts.fail(f"{host}: {line}" if host else line, cause=cause.on(host) if cause and host else cause)
 
 
 def _nothing_to_measure(host: str, var: str, limits: dict, keys) -> None:
@@ -114,8 +129,10 @@ def test_local_storage_throughput(node: HostRunner, verdicts):
     """Per ``storage_paths`` directory: sequential read and write GB/s (1 MiB blocks, O_DIRECT) and 4 KiB
     random-read IOPS with fio, each judged on ``storage_limits`` when given. A directory on the root
     filesystem (unless ``storage_allow_root_fs``) or off ``storage_expect_mount``/``storage_expect_fstype``
-    fails before fio runs there; a RAM-backed or overlay filesystem, too little free space or a fio job
-    error fails that path."""
+    fails before fio runs there; a RAM-backed or overlay filesystem or a drive's I/O error fails that path;
+    too little free space or a read-only filesystem is an ERROR with its cause (capacity, configuration), not
+    a slow drive, and so is a fio that could not measure (tool); another process busy on the host while fio
+    ran makes the test ERROR "disturbed", its figures kept."""
     v = node.host.vars
     paths = sl.path_list(v.get("storage_paths"), "storage_paths", node.name)
     limits = sl.storage_limits(v.get("storage_limits"), node.name)
@@ -129,13 +146,14 @@ def test_local_storage_throughput(node: HostRunner, verdicts):
         verdicts.finish()  # every path failed its placement: nothing to measure
         return
     doc = node.probe("fio_throughput", args)
+    verdicts.conditions(doc, [])  # the host while fio ran: a busy host makes the figures ERROR "disturbed"
     verdicts.record("fio_version", doc.get("fio_version"), extra={"ioengine": doc.get("ioengine")})
     for p in doc["paths"]:
         ev = {k: p.get(k) for k in ("path", "fstype", "mount_point", "mount_source", "root_fs", "total_bytes",
                                     "numjobs", "iodepth", "fio_messages")}
         if not p["ok"]:
-            verdicts.record(f"fio {p['path']}", None, extra={**ev, "error": p["error"]})
-            verdicts.fail(p["error"])
+            verdicts.record(f"fio {p['path']}", None, extra={**ev, "error": p["error"], "failure": p.get("failure")})
+            _not_measured(verdicts, p)
             continue
         moved = sj.placement_problems(p, expect)  # the mount fio measured, as fio's probe saw it
         for line in moved:
@@ -152,6 +170,15 @@ def test_local_storage_throughput(node: HostRunner, verdicts):
         verdicts.record("raw_device_reads", "skipped", extra={
             "devices": devices, "reason": "storage_allow_destructive is not true: raw block devices not read"})
     verdicts.finish()
+
+
+def _busy_lines(result: dict | None) -> list[str] | None:
+    """What a host's watch saw while its share of the aggregate ran (None: not sampled). Recorded, not judged:
+    the hosts of a round load one filesystem together by design, the aggregate's figures are the network's
+    and the filesystem's (never a hardware verdict), and where several test hosts share one machine (the sshd
+    rig) each would see the others' fio."""
+    busy = sj_conditions.host_disturbances(result or {})
+    return None if busy is None else [line for line, _ in busy]
 
 
 def _on_each(pairs, fn) -> dict:
@@ -208,13 +235,14 @@ def test_shared_fs_aggregate(nodes: list[HostRunner], verdicts):
         def fio(n, p):
             args = {**sl.fio_args(n.host.vars.get("storage_fio"), n.name), "paths": [p],
                     "tests": ["seq_write", "seq_read"]}
-            return n.probe("fio_throughput", args)["paths"][0]
+            doc = n.probe("fio_throughput", args)
+            return {**doc["paths"][0], "host_conditions": doc.get("host_conditions")}
 
         ran = _on_each([(by_name[h], path) for h in split.members], fio)
         results = {h: res if res is not None else {"ok": False, "error": err} for h, (res, err) in ran.items()}
         for h, r in results.items():
             if not r.get("ok"):
-                verdicts.fail(f"{h}: {r.get('error')}")
+                _not_measured(verdicts, r, host=h)
         for d in ("write", "read"):
             agg = sj.aggregate(d, results)
             for h, why in agg.left_out.items():
@@ -227,7 +255,8 @@ def test_shared_fs_aggregate(nodes: list[HostRunner], verdicts):
             _record(verdicts, f"fs_aggregate_{d}_gbps {path}", agg.total_gbps, "GB/s",
                     {lim.check: lim} if lim and not apart else {}, f"fs_aggregate_{d}_gbps",
                     {"hosts": {h: {"path": path, "fstype": (results.get(h) or {}).get("fstype"),
-                                   f"{d}_gbps": agg.per_host.get(h)} for h in split.members},
+                                   f"{d}_gbps": agg.per_host.get(h),
+                                   "host_busy": _busy_lines(results.get(h))} for h in split.members},
                      "left_out": {**{h: " ".join(x) for h, x in split.problems.items()}, **agg.left_out},
                      **({"note": apart} if apart else {}),
                      "start_skew_s": agg.start_skew_s, "overlap_s": agg.overlap_s, "host_count": len(agg.per_host),
@@ -253,6 +282,13 @@ def test_storage_to_gpu(node: HostRunner, gpus, verdicts):
     if mf is not None:
         args["min_free_bytes"] = mf
     doc = node.probe("storage_to_gpu", args)
+    if doc.get("failure"):  # the node's filesystem refused the test files: no figure
+        verdicts.record("storage_to_gpu", None, extra={"path": doc.get("path"), "failure": doc["failure"],
+                                                       "error": doc.get("error")})
+        _not_measured(verdicts, doc)
+        verdicts.finish()
+        return
+    verdicts.conditions(doc, gpus)  # the host while the journey ran
     verdicts.record("storage_read_gbps", doc.get("storage_read_gbps"), "GB/s",
                     extra={"path": doc.get("path"), "page_cache_evicted": doc.get("page_cache_evicted"),
                            "fstype": doc.get("fstype"), "mount_point": doc.get("mount_point")})

@@ -49,10 +49,12 @@ from gpuaccept.transport import shell
 from gpuaccept.errors import AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, NodeError
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.transport import running
+from gpuaccept.judging.blockers import readiness_problem
 from gpuaccept.judging.multinode import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
                    kill_command, master_address, new_marker, next_pairs, nccl_environment, pairwise_status,
-                   no_reference, pair_floor, pinned_env, random_pairs, world_failure)
+                   no_reference, pair_floor, pinned_env, port_taken, random_pairs, rendezvous_failures, unready,
+                   world_failure)
 
 #: seconds the other hosts get to report their own evidence after the first failure, before they are aborted
 ABORT_GRACE_S = 3.0
@@ -63,6 +65,11 @@ LAGGARD_MIN_S = 30.0
 KILL_TIMEOUT_S = 15.0
 #: rendezvous attempts of one collective when node 0 finds the port taken
 PORT_ATTEMPTS = 3
+#: seconds of the rendezvous check before the ranks start (node 0 listens that long at most; the others retry
+#: a refused connection until then): a node that cannot resolve or reach the rendezvous is named within it
+RENDEZVOUS_CHECK_S = 10
+#: seconds allowed for one host's readiness check (its gpu_inventory, then the probe's ``check: ready``)
+READY_TIMEOUT_S = 60.0
 
 _UNREACHABLE = (HostUnreachable, HostKeyError, AuthError)
 
@@ -80,7 +87,7 @@ def pick_port(node: HostRunner) -> int:
 
 
 def _launch(node: HostRunner, args: dict, env: dict, timeout: float) -> HostResult:
-    """Run one host's probe; never raises: the outcome is in the HostResult."""
+    """Run one host's probe; never raises: the outcome is in the HostResult (with the call's error's cause)."""
     t0 = time.monotonic()
     try:
         doc = node.probe(PROBE, args, timeout=timeout, env=env)
@@ -89,13 +96,55 @@ def _launch(node: HostRunner, args: dict, env: dict, timeout: float) -> HostResu
                           time.monotonic() - t0)
     except CommandTimeout as e:
         return HostResult(node.name, "timeout", None, f"stopped answering: probe call timed out after "
-                          f"{timeout:.0f}s ({e.msg})", time.monotonic() - t0)
+                          f"{timeout:.0f}s ({e.msg})", time.monotonic() - t0, e.cause)
     except _UNREACHABLE as e:
-        return HostResult(node.name, "unreachable", None, f"unreachable: {e.msg}", time.monotonic() - t0)
+        return HostResult(node.name, "unreachable", None, f"unreachable: {e.msg}", time.monotonic() - t0, e.cause)
     except NodeError as e:
-        return HostResult(node.name, "crashed", None, e.msg, time.monotonic() - t0)
+        return HostResult(node.name, "crashed", None, e.msg, time.monotonic() - t0, e.cause)
     except Exception as e:  # noqa: BLE001 - anything else is this host's failure, not the run's
         return HostResult(node.name, "crashed", None, f"{type(e).__name__}: {e}", time.monotonic() - t0)
+
+
+def _ready(node: HostRunner) -> NodeError | None:
+    """Why ``node`` cannot take part (the error naming its cause), or None: reached, its agent started and its
+    NVML usable (gpu_inventory, cached for the run), its Python with torch (the probe's ``check: ready``)."""
+    try:
+        doc = node.gpu_inventory()
+        problem = readiness_problem(doc, node.python, node.gpus_declared) if not doc.get("nvml_available") else None
+        if problem:
+            return problem.error(node.name) if hasattr(problem, "error") else NodeError(node.name, str(problem))
+        return unready(node.name, node.probe(PROBE, {"check": "ready"}, timeout=min(READY_TIMEOUT_S,
+                                                                                   node.probe_timeout)))
+    except NodeError as e:
+        return e
+    except Exception as e:  # noqa: BLE001 - anything else is this host's problem, not the run's
+        return NodeError(node.name, f"{type(e).__name__}: {e}")
+
+
+def readiness(nodes: list[HostRunner]) -> tuple[list[HostRunner], dict[str, NodeError]]:
+    """The hosts that can take part in an all-reduce, in order, and ``{host: error}`` for the others (each
+    error carries its own cause: unreachable, name not resolved, agent or interpreter missing, NVML unusable, no
+    torch), all hosts asked at once."""
+    if not nodes:
+        return [], {}
+    with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="mn-ready") as ex:
+        found = list(ex.map(_ready, nodes))
+    return [n for n, e in zip(nodes, found) if e is None], {n.name: e for n, e in zip(nodes, found) if e is not None}
+
+
+def check_rendezvous(nodes: list[HostRunner], master: str, port: int, marker: str,
+                     window_s: float = RENDEZVOUS_CHECK_S) -> dict[str, HostResult]:
+    """Every node resolves ``master`` and connects to ``port``, where node 0 listens (the probe's ``check:
+    rendezvous``: ``probes/_allreduce_rendezvous.py``), before any rank starts; bounded by ``window_s``. The
+    hosts' results (their documents' ``rendezvous``); :func:`gpuaccept.judging.multinode.rendezvous_failures`
+    reads them."""
+    hosts = [n.name for n in nodes]
+    base = {"check": "rendezvous", "nnodes": len(nodes), "master_addr": master, "master_port": port,
+            "marker": marker, "hosts": hosts, "check_s": window_s}
+    with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="mn-rdv") as ex:
+        found = list(ex.map(lambda i: _launch(nodes[i], {**base, "node_rank": i, "host": hosts[i]}, {},
+                                              window_s + 30), range(len(nodes))))
+    return {r.host: r for r in found}
 
 
 def _side_run(node: HostRunner, command: str, timeout: float) -> None:
@@ -216,6 +265,12 @@ def run_collective(nodes: list[HostRunner], st: Settings) -> Collective:
             err = _launch_error(nodes[0], e)
             results = {hosts[0]: err}
             break
+        checked = check_rendezvous(nodes, master, port, marker)
+        if port_taken(checked.get(hosts[0])) and attempt < PORT_ATTEMPTS:
+            continue
+        unreached = rendezvous_failures(checked, hosts)
+        if unreached:  # no rank started: the hosts that cannot resolve or reach the rendezvous are named
+            return _unreached(hosts, checked, unreached, marker, master, port, attempt, t0)
         results = _run_once(nodes, st, master, port, marker)
         r0 = results[hosts[0]]
         if all(r.kind == "ok" for r in results.values()):
@@ -243,12 +298,26 @@ def run_collective(nodes: list[HostRunner], st: Settings) -> Collective:
     return col
 
 
+def _unreached(hosts: list[str], checked: dict[str, HostResult], unreached: dict[str, HostResult], marker: str,
+               master: str, port: int, attempt: int, t0: float) -> Collective:
+    """The collective that never started: the rendezvous check named ``unreached``."""
+    results = {**checked, **unreached}
+    col = Collective(hosts, False, results, marker=marker, master_addr=master, master_port=port, attempts=attempt,
+                     wall_s=round(time.monotonic() - t0, 3),
+                     rendezvous={h: (r.doc or {}).get("rendezvous") or {} for h, r in unreached.items()
+                                 if r.kind == "rendezvous"})
+    col.culprits, col.singled_out = [(h, r.error) for h, r in unreached.items()], True
+    col.message = describe_failure(col)
+    return col
+
+
 def _launch_error(node: HostRunner, e: Exception) -> HostResult:
+    cause = getattr(e, "cause", None)
     if isinstance(e, CommandTimeout):
-        return HostResult(node.name, "timeout", None, f"stopped answering: {e.msg}")
+        return HostResult(node.name, "timeout", None, f"stopped answering: {e.msg}", cause=cause)
     if isinstance(e, _UNREACHABLE):
-        return HostResult(node.name, "unreachable", None, f"unreachable: {e.msg}")
-    return HostResult(node.name, "crashed", None, getattr(e, "msg", str(e)))
+        return HostResult(node.name, "unreachable", None, f"unreachable: {e.msg}", cause=cause)
+    return HostResult(node.name, "crashed", None, getattr(e, "msg", str(e)), cause=cause)
 
 
 
@@ -335,11 +404,14 @@ def rails(nodes: list[HostRunner], st: Settings, n_rails: int, at_bytes: int | N
           slow_pct: float = DEFAULT_SLOW_PCT) -> list[RailResult]:
     """One collective per local GPU index ``i`` < ``n_rails``, one after another, each with
     ``CUDA_VISIBLE_DEVICES=i`` and one rank per host; judged against ``limit``, else against the median of
-    the rails (a rail below ``slow_pct`` percent of it is slow)."""
+    the rails (a rail below ``slow_pct`` percent of it is slow). A rail whose rendezvous check failed ends the
+    list: the next rails meet at the same address."""
     cols = []
     for i in range(n_rails):
         env = {**pinned_env(nccl_environment(nodes[0].host.vars)), **st.env, "CUDA_VISIBLE_DEVICES": str(i)}
         cols.append(run_collective(nodes, Settings(st.args, 1, st.deadline_s, st.stall_s, env)))
+        if cols[-1].rendezvous:  # every rail meets at the same address: the next ones would fail alike
+            break
     figures = {i: busbw_at(c.doc, at_bytes)[0] if c.ok else None for i, c in enumerate(cols)}
     verdict = judge_figures(figures, limit, slow_pct)
     return [RailResult(i, figures[i], verdict[i][0], verdict[i][1] if c.ok else c.message.replace("\n", "; "), c)
