@@ -43,6 +43,11 @@ def _cache_bytecode_for_the_children() -> None:
 
 _cache_bytecode_for_the_children()
 
+# The runs these tests start simulate many nodes on this one machine, in several test workers at once: each worker
+# (and the runs it starts) holds its own node-lock folder (gpuaccept/probes/_nodelock.py), so that runs of different
+# tests never read one another as "held by gpuaccept run ..." (tests/test_node_lock.py sets its own).
+os.environ.setdefault("GPUACCEPT_NODE_LOCK_DIR", tempfile.mkdtemp(prefix="gpuaccept-node-lock-tests-"))
+
 
 @pytest.fixture(scope="session")
 def sshd_nodes(tmp_path_factory) -> list[SshNode]:

@@ -9,6 +9,7 @@ test it did not run. scontrol missing or a controller that does not answer: exit
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.runner.host import save_probe
+from probe_helpers import load_probe
 from project_helpers import DATA, REPO, alter, make_project, replay_folder, run_pytest
 from slurm_cluster import running_cluster
 
@@ -42,14 +44,15 @@ def _gpu1(change):
     return apply
 
 
-def _driver_mismatch(doc):
-    doc["kernel_driver_version"] = "570.86.15"
+#: one Xid 79 on the capture's GPU 1 (NVIDIA's bucket RESTART_BM: reboot), as the kernel writes it
+XID_79 = "2026-11-29T20:21:13+0000 h-reboot kernel: NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', " \
+         "name=<unknown>, GPU has fallen off the bus.\n"
 
 
 SICK = {  # host -> (Slurm node, change to the gpu_inventory capture, rdma document)
     "h-rma": ("n1", _gpu1(lambda g: g["remapped_rows"].update(failure=True)), NO_NIC),
     "h-reset": ("n2", _gpu1(lambda g: g["ecc"].update(uncorrected_volatile=2)), NO_NIC),
-    "h-reboot": ("n3", _driver_mismatch, NO_NIC),
+    "h-reboot": ("n3", None, NO_NIC),  # an Xid 79 in its kernel log (_replay)
     "h-config": ("n4", _gpu1(lambda g: g.update(power_limit_w=500.0, power_limits={
         "default_w": 700.0, "min_w": 200.0, "max_w": 700.0, "requested_w": 500.0})), NO_NIC),
     "h-rerun": ("n5", _gpu1(lambda g: g.update(compute_processes=[{"pid": 4711, "name": "python3"}])), NO_NIC),
@@ -65,6 +68,12 @@ def _replay(tmp_path: Path, host: str, change, rdma: dict) -> Path:
     src = alter(base, "gpu_inventory", change) if change else DATA
     dst = replay_folder(base, src)
     save_probe(str(dst), "rdma", {}, rdma)
+    if host == "h-reboot":  # the real xid_events probe on the log line, in place of the capture's document
+        (base / "kern.log").write_text(XID_79)
+        (saved_path,) = dst.glob("xid_events-*.json")
+        saved = json.loads(saved_path.read_text())
+        saved["doc"] = load_probe("xid_events").main({"sources": [str(base / "kern.log")]})
+        saved_path.write_text(json.dumps(saved))
     return dst
 
 
@@ -104,7 +113,7 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
 
     # 1. the run with --slurm-drain alone: a dry run that prints the commands and changes nothing
     res = run_pytest(project, "--inventory", str(inv), "--reports", str(runs / "night1"), "--history", "none",
-                     "--slurm-drain", *SELECTION, env=_env(cluster), timeout=600)
+                     "--slurm-drain", "--drain-max", "100%", *SELECTION, env=_env(cluster), timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out[-4000:]
     print("\n".join(ln for ln in out.splitlines() if ln.startswith(("gpuaccept", "  "))))
@@ -131,7 +140,7 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
 
     # 2. the drain, from the finished run's folder: exactly the drain-rma, reset-gpu and reboot hosts
     res = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.drain", str(runs / "night1"), "--drain",
-                          "--apply"], capture_output=True, text=True, timeout=120, cwd=str(REPO),
+                          "--apply", "--drain-max", "4"], capture_output=True, text=True, timeout=120, cwd=str(REPO),
                          env={**os.environ, **_env(cluster)})
     assert res.returncode == 0, res.stdout + res.stderr
     assert "h-ops: drained by someone else (ops: PSU swap, ticket 4711): left alone" in res.stdout, res.stdout
@@ -143,7 +152,7 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
     assert after["n1"][1].startswith("gpuaccept night1: drain-rma: test_row_remapping: h-rma GPU 1 ")
     assert "row remap failure" in after["n1"][1] and after["n1"][1].endswith(f"(evidence {evidence})")
     assert after["n2"][1].startswith("gpuaccept night1: reset-gpu: ")
-    assert after["n3"][1].startswith("gpuaccept night1: reboot: test_driver_versions: ")
+    assert after["n3"][1].startswith("gpuaccept night1: reboot: test_xid_events: ")
     assert after["n7"][1] == "ops: PSU swap, ticket 4711"  # someone else's drain, untouched
 
     # 3. the two RMA/reset hosts repaired, rerun without test_row_remapping: h-reset passes what failed

@@ -795,3 +795,106 @@ def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_n
         assert f["value"] == round(sum(h[f"{d}_gbps"] for h in f["extra"]["hosts"].values()), 4)
         assert "node3" in f["extra"]["left_out"]
     assert leftovers(shared) == []
+
+
+# -- a full disk, a read-only filesystem: the node's state, not a slow drive (issue 38) ---------------------------
+def test_too_little_free_space_is_a_capacity_fact_not_a_slow_drive(tmp_path):
+    """fio's path with a margin larger than what is free: the entry carries the fact (free and needed bytes),
+    and the judge makes it an ERROR of class capacity whose action is free-space, its command naming the path
+    and the GiB to free."""
+    from gpuaccept.judging.actions import for_cause
+    st = os.statvfs(tmp_path)
+    free = st.f_bavail * st.f_frsize
+    doc, _ = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "min_free_bytes": free + (1 << 30)})
+    r = doc["paths"][0]
+    f = r["failure"]
+    assert not r["ok"] and f["reason"] == "free_space" and f["path"] == str(tmp_path), r
+    assert abs(f["free_bytes"] - free) < (256 << 20) and f["need_bytes"] == free + (1 << 30) + 64 * MIB
+    kind, cause = sj.path_cause(r)
+    assert kind == "error" and (cause.cls, cause.kind) == ("capacity", "free_space")
+    assert cause.evidence["path"] == str(tmp_path) and 1.0 <= cause.evidence["need_gib"] <= 1.4, cause.evidence
+    act = for_cause(cause)
+    assert act.action == "free-space" and act.cause == "capacity"
+    assert str(tmp_path) in act.command and f"{cause.evidence['need_gib']:g} GiB" in act.command
+    assert leftovers(tmp_path) == []
+    # the same for the storage -> GPU journey, which writes its files there: a document with the fact, no crash
+    doc2, p = probe("storage_to_gpu", {"path": str(tmp_path), "device": "cpu", "bytes": 4 * MIB,
+                                       "chunk_bytes": MIB, "min_free_bytes": free + (1 << 30)})
+    assert p.returncode == 0 and doc2["failure"]["reason"] == "free_space" and doc2["gpus"] == [], doc2
+    assert sj.path_cause(doc2)[1].kind == "free_space"
+
+
+def test_read_only_filesystem_is_a_configuration_fact(tmp_path):
+    """A real read-only mount (a bind mount of a folder of this machine's disk, remounted ro, in a private mount
+    namespace): fio's path and the storage -> GPU journey read ``read_only`` (statvfs ST_RDONLY) before anything
+    is written; the judge makes it an ERROR of class configuration, action fix-config. A folder the probe may not
+    write (its mode 0555, probes run as an unprivileged user) is NOT read-only and reads otherwise."""
+    from gpuaccept.judging.actions import for_cause
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    setup = f"mount --bind '{ro}' '{ro}' && mount -o remount,bind,ro '{ro}'"
+    doc = probe_in_namespace("fio_throughput", {**SMALL, "paths": [str(ro)]}, setup)
+    r = doc["paths"][0]
+    assert not r["ok"] and r["failure"] == {"reason": "read_only", "path": str(ro), "read_only": True,
+                                            "errno": "EROFS", "seen_by": "statvfs ST_RDONLY"}, r
+    assert r["tests"] == {} and r["seq_read_gbps"] is None
+    kind, cause = sj.path_cause(r)
+    assert kind == "error" and (cause.cls, cause.kind) == ("configuration", "read_only")
+    act = for_cause(cause)
+    assert act.action == "fix-config" and str(ro) in act.setting and str(ro) in act.command
+    s2g = probe_in_namespace("storage_to_gpu", {"path": str(ro), "device": "cpu", "bytes": 4 * MIB,
+                                                "chunk_bytes": MIB, "min_free_bytes": 64 * MIB}, setup)
+    assert s2g["failure"]["reason"] == "read_only" and "storage_read_gbps" not in s2g
+    # not read-only, only not writable for the prober: another fact, another cause (not read_only)
+    base = Path(tempfile.mkdtemp(prefix="gpuaccept-test-", dir="/var/tmp"))  # pytest's tmp is root's only (0700)
+    try:
+        base.chmod(0o755)
+        locked = base / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                            "fio_throughput.py", json.dumps({**SMALL, "paths": [str(locked)]})], cwd=PROBES,
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if p.returncode != 0 or not p.stdout.strip():
+        pytest.skip(f"cannot run the probe as nobody here: {p.stderr[-300:]}")
+    r2 = json.loads(p.stdout.strip().splitlines()[-1])["paths"][0]
+    assert r2["failure"]["reason"] == "not_writable" and r2["failure"]["errno"] == "EACCES", r2
+    assert sj.path_cause(r2)[1].kind == "not_writable"
+
+
+def _local_project(tmp_path, host_vars: str) -> tuple[Path, Path]:
+    inv = make_project(tmp_path, [], None, extra_suite=(REPO / "gpuaccept" / "suites" / "test_storage.py").read_text(),
+                       name="test_storage.py")
+    inv.write_text("h1 ansible_connection=local\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "h1.yml").write_text(host_vars)
+    return inv, tmp_path / "rep"
+
+
+def test_full_disk_end_to_end_is_an_error_with_a_free_space_action(tmp_path):
+    """The suite over a local host whose storage path has less free space than the margin the inventory asks
+    (storage_fio.min_free_bytes): test_local_storage_throughput is an ERROR (not measured), never FAILED, with
+    the probe's facts recorded and no figure."""
+    data = tmp_path / "nvme0"
+    data.mkdir()
+    st = os.statvfs(data)
+    margin = st.f_bavail * st.f_frsize + (4 << 30)
+    inv, rep = _local_project(tmp_path, f"storage_paths: [{data}]\nstorage_allow_root_fs: true\n"
+                                        f"storage_fio: {{size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, "
+                                        f"min_free_bytes: {margin}}}\nstorage_limits: {{seq_read_gbps: 0.0001}}\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "local_storage", timeout=180)
+    case = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_local_storage_throughput")][0]
+    assert case["outcome"] == "error", (case, res.stdout[-2000:])
+    assert f"h1: not enough free space on {data}: " in case["text"]  # after a "disturbed" line on a busy machine
+    doc = json.loads((rep / "results.json").read_text())
+    rec = [t for t in doc["tests"] if t["name"].startswith("test_local_storage_throughput")][0]
+    fio = [f for f in run_figures(doc) if f["check"] == f"fio {data}"][0]
+    assert fio["extra"]["failure"]["reason"] == "free_space" and fio["extra"]["failure"]["need_bytes"] > margin
+    assert not [f for f in run_figures(doc) if f["check"].startswith("seq_read_gbps")]
+    assert rec["outcome"] == "error" and rec["action"]["action"] != "drain-rma"
+    if rec.get("causes"):  # the record's causes, where the report plugin keeps an error's (see the report)
+        assert [(c["class"], c["kind"]) for c in rec["causes"]] == [("capacity", "free_space")]
+        assert rec["action"]["action"] == "free-space" and rec["action"]["cause"] == "capacity"
+    assert leftovers(data) == []

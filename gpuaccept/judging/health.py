@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging.compute import clock_reasons
 from gpuaccept.judging.shape import gpu_fabric
 from gpuaccept.judging.readings import error_text, is_error, is_lost, lost_reason, number, present
@@ -39,6 +40,9 @@ class Finding:
     extra: dict | None = None
     context: str | None = None
     error: str | None = None
+    #: the cause of ``failure`` or ``error`` when the judge knows it better than the check's row of the action
+    #: table (gpuaccept.causes.Cause)
+    cause: Cause | None = None
 
 
 def nvml_error(v) -> str | None:
@@ -211,7 +215,9 @@ def foreign_processes(gpu: dict) -> list[Finding]:
     procs = gpu.get("compute_processes")
     if not isinstance(procs, list):
         return [Finding("compute_processes", procs, extra={"note": f"unreadable (NVML: {error_text(procs)})"})]
-    return [Finding("compute_processes", len(procs), "processes", error=busy_cause(gpu))]
+    return [Finding("compute_processes", len(procs), "processes", error=busy_cause(gpu),
+                    cause=Cause("contention", "busy", gpu=gpu.get("index"),
+                                evidence={"pids": [p.get("pid") for p in procs if isinstance(p, dict)][:16]}))]
 
 
 def compute_mode(gpu: dict) -> list[Finding]:
@@ -337,7 +343,8 @@ def cuda_visible_devices(doc: dict) -> list[Finding]:
         return [Finding("cuda_visible_devices", v)]
     return [Finding("cuda_visible_devices", v, error=(
         f"CUDA_VISIBLE_DEVICES={v!r} in the node's environment hides {n - len(entries)} of {n} NVML GPU(s) "
-        f"from CUDA: the CUDA tests measure only the GPUs it leaves visible (unset it for the probes' user)"))]
+        f"from CUDA: the CUDA tests measure only the GPUs it leaves visible (unset it for the probes' user)"),
+        cause=Cause("configuration", "cuda_visible_devices", evidence={"value": str(v)}))]
 
 
 def gpu_count(found, declared) -> Finding:

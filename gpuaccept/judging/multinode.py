@@ -50,7 +50,8 @@ class HostResult:
     """One host's share of one collective. ``kind``: ``ok`` | ``failed`` (the probe's document says so) |
     ``aborted`` (we aborted it) | ``unreachable`` | ``timeout`` (the SSH call outlived its limit) |
     ``crashed`` (the probe raised: bad arguments, no interpreter) | ``rendezvous`` (the host cannot resolve or
-    reach the rendezvous: :func:`rendezvous_failures`; no rank was started). ``error``: one line, without the
+    reach the rendezvous: :func:`rendezvous_failures`; no rank was started) | ``not_started`` (its rendezvous
+    check passed, but another host's failed: no rank was started). ``error``: one line, without the
     host; ``cause``: why, where it is known (the call's error's, gpuaccept.errors; a rendezvous failure's)."""
 
     host: str

@@ -10,6 +10,8 @@ file lists them in ``expect.nvlink_link_ids``.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuaccept.judging.health import Finding, nvml_error
 from gpuaccept.config.thresholds import SkuSpec, judge
 
@@ -199,4 +201,26 @@ def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
                 f"worst {kind} pair {_pair(worst)}: {v:g} GB/s ({limit.describe()})"
             out.append(Finding(f"{check}_worst_pair", v, "GB/s", failure=failure,
                                extra={"pair": f"GPU {worst['a']} -> GPU {worst['b']}"}))
+    return out
+
+
+def failing(findings: list[Finding]) -> bool:
+    """Whether any of ``findings`` fails: a failure line, or a figure outside its limit."""
+    return any(f.failure or (f.limit is not None and f.value is not None and not judge(f.limit, f.value).passed)
+               for f in findings)
+
+
+def name_variables(findings: list[Finding], text: str) -> list[Finding]:
+    """``findings`` with ``text`` (the NCCL variables set on the node, gpuaccept.judging.nccl_scope) added to every
+    failure line and to every judged figure's context (said only in its failure line). CUDA peer copies do not
+    read NCCL's variables: they are named so that nobody reads a P2P failure as theirs, never as its cause."""
+    if not text:
+        return list(findings)
+    out = []
+    for f in findings:
+        if f.failure:
+            f = replace(f, failure=f"{f.failure}; {text}")
+        elif f.limit is not None:
+            f = replace(f, context=f"{f.context}; {text}" if f.context else text)
+        out.append(f)
     return out

@@ -54,6 +54,9 @@ Multi-node mode (``nnodes`` and ``node_rank`` given; driven by gpuaccept.runner.
                     blamed by its own evidence. Default: off (the deadline alone)
 ==================  ===========================================================================================
 
+``{"check": "ready"}`` and ``{"check": "rendezvous", ...}`` do not come here: they are the checks before a
+multi-node all-reduce (``_allreduce_rendezvous.py``).
+
 Workers get ``MASTER_ADDR`` (127.0.0.1 on one node), ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``
 (device = local rank), ``NCCL_DEBUG=INFO`` and ``NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING`` (``env`` may override
 these two), and otherwise the probe's own environment unchanged: the :data:`PROTECTED_ENV` variables are passed

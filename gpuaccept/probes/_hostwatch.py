@@ -24,8 +24,9 @@ as much as for anyone's). Every other process's CPU time over the watched window
 
 The rule (decided here, on the node; gpuaccept.judging.conditions.host_disturbances only carries it):
 
-- the foreign processes together used more than :data:`FOREIGN_CPU_SHARE` of the host's online CPUs over the
-  window (its mean: the figures of a transfer are medians or totals over the window), or
+- the foreign processes that each kept at least :data:`FOREIGN_PROC_MIN_CPUS` CPUs busy together used more
+  than :data:`FOREIGN_CPU_SHARE` of the host's online CPUs over the window (its mean: the figures of a
+  transfer are medians or totals over the window), or
 - memory pressure: some task stalled on memory for more than :data:`MEM_PSI_SOME_SHARE` of the window
   (PSI memory ``some``, from its ``total`` counter; where only ``avg10`` is there, its largest sample).
 
@@ -35,14 +36,15 @@ judged: the probe's own threads make them too.
 Document (``host_conditions`` of the probe's document)::
 
     {"state": "ok" | "unavailable: <why>", "interval_s", "seconds", "samples", "own_pid", "cpus",
-     "busy_share_max", "foreign_share", "foreign_share_max", "mem_available_min_bytes",
+     "busy_share_max", "busy_share", "foreign_share", "foreign_share_max", "loads_share", "mem_available_min_bytes",
      "psi": {"cpu": {"some_avg10_max", "some_share", "full_share"}, "memory": {...}} (only those the kernel has),
      "foreign": [{"pid", "name", "cpu_share", "cpus"}],        # the largest :data:`FOREIGN_LISTED`, share >= 1 %
      "limit": {"foreign_cpu_share", "mem_psi_some_share", "source"},
      "disturbed": [{"line": "pid 4711 (stress-ng), 38 % of the CPUs; ...", "rule": "foreign_cpu" | "memory_psi",
                     "foreign": [...], "busy_share", "foreign_share", ...}]}
 
-Shares are fractions of all online CPUs (0.38 = 38 %): ``cpu_share`` of a process = its CPU seconds in the
+``foreign_share``: every foreign process; ``loads_share``: those that count (the rule's sum); ``foreign_share_max``:
+every foreign process in the busiest interval. Shares are fractions of all online CPUs (0.38 = 38 %): ``cpu_share`` of a process = its CPU seconds in the
 window / (window seconds x CPUs); ``cpus`` = the same as a number of CPUs kept busy.
 
 Cost, measured on the 2-core CI machine (~180 processes): one sample reads every /proc/<pid>/stat once,
@@ -72,6 +74,11 @@ FOREIGN_CPU_SHARE = 0.25
 #: swap for more than a tenth of the time. The kernel's own example trigger (Documentation/accounting/psi.rst,
 #: "some 150000 1000000": 150 ms in 1 s) is of this order; an idle node reads 0.
 MEM_PSI_SOME_SHARE = 0.10
+#: a foreign process counts toward :data:`FOREIGN_CPU_SHARE` only when it kept at least this many CPUs busy
+#: over the window (a quarter of one CPU): a transfer is disturbed by a program that loads CPUs and memory,
+#: not by the background of a node (daemons, an agent, an SSH session, a controller's threads), each of
+#: which stays well under it; measured on the 2-CPU CI machine, ten such processes read 0.05-0.12 CPU each.
+FOREIGN_PROC_MIN_CPUS = 0.25
 #: foreign processes listed in the document (largest first), and the least share listed
 FOREIGN_LISTED = 10
 FOREIGN_LISTED_MIN = 0.01
@@ -157,11 +164,13 @@ def describe(foreign: list[dict], limit: int = 4) -> str:
 
 
 def judge(foreign: list[dict], foreign_share: float, cpus: int, seconds: float, busy_share: float | None,
-          mem_some: float | None, mem_source: str = "total") -> list[dict]:
+          mem_some: float | None, mem_source: str = "total", listed: list[dict] | None = None) -> list[dict]:
     """The ``disturbed`` entries of a window (the rule in the module docstring; pure): ``foreign`` the foreign
-    processes largest first, ``foreign_share`` their sum (fraction of ``cpus`` online CPUs over ``seconds``),
-    ``busy_share`` the host's, ``mem_some`` the memory PSI ``some`` share (None: no PSI)."""
+    processes that count (each at least :data:`FOREIGN_PROC_MIN_CPUS`), largest first, ``foreign_share`` their
+    sum (fraction of ``cpus`` online CPUs over ``seconds``), ``busy_share`` the host's, ``mem_some`` the memory
+    PSI ``some`` share (None: no PSI); ``listed``: every foreign process listed (named beside memory pressure)."""
     out = []
+    listed = foreign if listed is None else listed
     if foreign_share > FOREIGN_CPU_SHARE:
         out.append({"line": f"{describe(foreign)} (other processes together {foreign_share * 100:.0f} % of the "
                             f"{cpus} CPUs over {seconds:.1f} s; limit {FOREIGN_CPU_SHARE * 100:.0f} %)",
@@ -171,8 +180,8 @@ def judge(foreign: list[dict], foreign_share: float, cpus: int, seconds: float, 
         what = "of the window" if mem_source == "total" else "avg10"
         out.append({"line": f"memory pressure: tasks stalled on memory {mem_some * 100:.0f} % {what} (PSI memory "
                             f"some; limit {MEM_PSI_SOME_SHARE * 100:.0f} %)"
-                            + (f"; {describe(foreign, 2)}" if foreign else ""),
-                    "rule": "memory_psi", "foreign": foreign[:FOREIGN_LISTED], "mem_psi_some_share": round(mem_some, 3),
+                            + (f"; {describe(listed, 2)}" if listed else ""),
+                    "rule": "memory_psi", "foreign": listed[:FOREIGN_LISTED], "mem_psi_some_share": round(mem_some, 3),
                     "busy_share": busy_share, "limit": MEM_PSI_SOME_SHARE})
     return out
 
@@ -342,6 +351,7 @@ class Watch:
                               "cpus": round(used / CLK_TCK / seconds, 2) if seconds > 0 else None})
         procs.sort(key=lambda f: -f["cpu_share"])
         share = sum(f["cpu_share"] for f in procs)
+        loads = [f for f in procs if (f["cpus"] or 0) >= FOREIGN_PROC_MIN_CPUS]
         listed = [f for f in procs if f["cpu_share"] >= FOREIGN_LISTED_MIN][:FOREIGN_LISTED]
         psi = self._psi_doc(seconds)
         mem = psi.get("memory") or {}
@@ -351,7 +361,9 @@ class Watch:
                 "busy_share_max": round(self._busy_max, 3), "busy_share": busy,
                 "foreign_share": round(share, 3), "foreign_share_max": round(self._foreign_max, 3),
                 "mem_available_min_bytes": self._mem_min, "psi": psi, "foreign": listed,
-                "disturbed": judge(listed, share, cpus, seconds, busy, mem_some, src or "total")}
+                "loads_share": round(sum(f["cpu_share"] for f in loads), 3),
+                "disturbed": judge(loads, sum(f["cpu_share"] for f in loads), cpus, seconds, busy, mem_some,
+                                   src or "total", listed)}
 
     def __enter__(self) -> "Watch":
         return self.start()

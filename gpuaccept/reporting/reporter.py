@@ -25,6 +25,7 @@ from typing import Any, Callable
 from gpuaccept.causes import Cause
 from gpuaccept.judging.standouts import outliers
 from gpuaccept.reporting.baseline import is_compared
+from gpuaccept.reporting.evidence import write_evidence
 from gpuaccept.reporting.folder import RESULTS_FORMAT, atomic_file, atomic_write, write_fully
 from gpuaccept.reporting.gputable import GpuTable
 from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
@@ -348,6 +349,8 @@ class Reporter:
         for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
             self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
                                                                   "".join(h + "\n" for h in names)))
+        if final:  # evidence/<host>/ of each host with a hardware action (gpuaccept.reporting.evidence)
+            self._guard("evidence", lambda: write_evidence(self.dir, self.run_id, self.meta, recs, hv))
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
         """results.json: ``{"run_id", **meta, "complete", "format": 2, "tests": [record...], "outliers"}``; each

@@ -13,6 +13,11 @@ same, raising Interrupted. An agent that does not answer within :data:`KILL_WAIT
 EOF on its stdin makes it kill everything and remove its folder by itself. A session lost mid-probe raises
 HostUnreachable with the groups left behind (``pgids``: the probe's, then the agent's). Every request is in
 the registry of commands in flight (gpuaccept.transport.tracked), labelled ``probe <name>``.
+
+One run per node: an Agent given the run's identity (:func:`lock_identity`) passes it to BOOT, and the agent
+takes the node's lock in its start (``probes/_nodelock.py``); a node held by another run answers ``held``
+instead of ``ready`` and :meth:`Agent.start` raises NodeHeld naming the holder. Stale holders it took over are
+logged at INFO.
 """
 from __future__ import annotations
 

@@ -93,10 +93,10 @@ class HostRunner:
     ``gpuaccept_replay: DIR`` runs nothing: its probes answer from documents saved that way (a past run's
     ``probes/<host>`` folder), so a run can be judged again, e.g. against new thresholds.
 
-    ``run_id``: the run's id; with it the host's agent takes the node's lock for the run
-    (gpuaccept.runner.agent.lock_identity, ``probes/_nodelock.py``), and every command waits for that: a node
-    held by another run raises NodeHeld, at once for every later probe or command of the run (nothing started
-    there). A replayed host takes no lock.
+    ``run_id``: the run's id; with it the host's agent takes the node's lock for the run at its start
+    (gpuaccept.runner.agent.lock_identity, ``probes/_nodelock.py``): a node held by another run raises NodeHeld
+    there, and at once for every later probe or command of the run (nothing started on the node). A replayed
+    host takes no lock.
     """
 
     def __init__(self, host: Host, transport_factory: Callable[[Host], Any], probe_timeout: float = 300.0, sku_override: str | None = None, profile: str = "standard",
@@ -157,11 +157,8 @@ class HostRunner:
             if self._transport is None:
                 self._transport = self._factory(self.host)
             timeout = timeout or self.probe_timeout
-            if call is None:
-                plain = lambda t: t.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,  # noqa: E731
-                                        progress=progress, label=label)
-                # a plain command too runs only on a node this run holds (its agent started, the lock taken)
-                call = plain if self.identity is None else lambda t: (self._agent_on(t), plain(t))[1]
+            call = call or (lambda t: t.run(command, stdin=stdin, timeout=timeout, hold_stdin=hold_stdin,
+                                            progress=progress, label=label))
             try:
                 try:
                     return call(self._transport)

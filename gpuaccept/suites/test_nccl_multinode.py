@@ -11,7 +11,9 @@ Group vars (read from the first selected host; Ansible merges group vars into ea
 ``gpuaccept.config.multinode`` (parsed and validated by ``multinode_settings``). Host vars
 ``nccl_socket_ifname``, ``nccl_ib_hca`` (exact names, passed to NCCL in its ``=`` form and judged against the
 devices NCCL reports it used) and ``nccl_env`` give each host's NCCL environment. Failures name the host they
-are about; a world whose documents disagree with what was launched is an error, with no figure.
+are about; a world whose documents disagree with what was launched is an error, with no figure. Only the hosts
+that are reachable and ready take part (``mn.readiness``): each other one is an error filed under it with its
+own cause; a node that cannot resolve or reach the rendezvous is one too, found before any rank starts.
 """
 from __future__ import annotations
 

@@ -4,11 +4,13 @@ The judging is in gpuaccept/judging/nvlink.py (pure); each test asks for one pro
 """
 import pytest
 
-from gpuaccept.judging import drift
+from gpuaccept.errors import GpuacceptError
+from gpuaccept.judging import drift, nccl_scope
 
 from gpuaccept.judging import nvlink as nvlink_judge
 from gpuaccept.judging.shape import node_shape
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner.multinode import nccl_environment
 
 pytestmark = pytest.mark.nvlink
 
@@ -45,7 +47,7 @@ def test_nvlink_topology(node: HostRunner, gpus, sku, verdicts):
     """On SXM SKUs every GPU pair is NVLink-connected and P2P-capable (what nvidia-smi topo -m shows)."""
     _need_links(node, gpus, sku, "no pair to check")
     doc = node.probe("nvlink")
-    verdicts.apply(nvlink_judge.topology(doc.get("pairs") or [], sku, doc.get("gpus")))
+    verdicts.apply(_named(node, nvlink_judge.topology(doc.get("pairs") or [], sku, doc.get("gpus"))))
     verdicts.finish()
 
 
@@ -65,5 +67,20 @@ def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
         for end in ("a", "b"):
             pair[f"{end}_bus"] = bus.get(pair.get(end))
             pair[end] = to_nvml.get(pair.get(end), pair.get(end))
-    verdicts.apply(nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus]))
+    verdicts.apply(_named(node, nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus])))
     verdicts.finish()
+
+
+def _named(node: HostRunner, findings: list) -> list:
+    """``findings`` naming, when one fails, the NCCL variables set on the node with where each was set (probe
+    nccl_env, cached; the inventory's nccl_env): said, never taken as the cause (CUDA copies do not read them)."""
+    if not nvlink_judge.failing(findings):
+        return findings
+    try:
+        env_doc = node.cached_probe("nccl_env", {})
+    except GpuacceptError:
+        return findings
+    seen = nccl_scope.seen_variables(None, nccl_environment(node.host.vars), None, env_doc)
+    text = (f"NCCL variables set: {nccl_scope.variables_text(seen)} (NCCL's: CUDA peer copies do not read them)"
+            if seen else "")
+    return nvlink_judge.name_variables(findings, text)

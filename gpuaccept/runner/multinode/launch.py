@@ -8,6 +8,12 @@ started at once, each from its own thread over its own SSH connection, with ``nn
 probe's and worker's command line). Each probe supervises its local ranks (deadline, stall detection, kill)
 and always answers with a document; see ``gpuaccept/probes/nccl_allreduce.py``, "Multi-node mode".
 
+Before it: the hosts that can take part at all are found once per test (:func:`readiness`: reached, agent
+started, NVML usable, torch installed; the others are named with their own causes), and every collective's
+rendezvous is checked before any rank starts (:func:`check_rendezvous`: node 0 listens on the port, every node
+resolves the address and connects, :data:`RENDEZVOUS_CHECK_S` at most); a node that cannot is named
+(kind ``rendezvous``, a connectivity cause) and no rank is started.
+
 Failure handling, in order:
 
 * the first host that fails (its call raised, or its document is not ok) starts a short grace
@@ -301,7 +307,7 @@ def run_collective(nodes: list[HostRunner], st: Settings) -> Collective:
 def _unreached(hosts: list[str], checked: dict[str, HostResult], unreached: dict[str, HostResult], marker: str,
                master: str, port: int, attempt: int, t0: float) -> Collective:
     """The collective that never started: the rendezvous check named ``unreached``."""
-    results = {**checked, **unreached}
+    results = {h: unreached.get(h) or HostResult(h, "not_started", r.doc, "", r.seconds) for h, r in checked.items()}
     col = Collective(hosts, False, results, marker=marker, master_addr=master, master_port=port, attempts=attempt,
                      wall_s=round(time.monotonic() - t0, 3),
                      rendezvous={h: (r.doc or {}).get("rendezvous") or {} for h, r in unreached.items()
