@@ -43,10 +43,6 @@ def _cache_bytecode_for_the_children() -> None:
 
 _cache_bytecode_for_the_children()
 
-# The runs these tests start simulate many nodes on this one machine, in several test workers at once: each worker
-# (and the runs it starts) holds its own node-lock folder (gpuaccept/probes/_nodelock.py), so that runs of different
-# tests never read one another as "held by gpuaccept run ..." (tests/test_node_lock.py sets its own).
-os.environ.setdefault("GPUACCEPT_NODE_LOCK_DIR", tempfile.mkdtemp(prefix="gpuaccept-node-lock-tests-"))
 
 
 @pytest.fixture(scope="session")
@@ -115,3 +111,13 @@ def _no_hardware_action_without_hardware_cause(request):
             continue  # a test of a broken or partial file
         bad = hardware_claims_without_evidence(doc) if isinstance(doc, dict) else []
         assert not bad, f"{path}: a hardware action without hardware evidence: {bad[:5]}"
+
+
+@pytest.fixture(autouse=True)
+def _own_node_lock_dir(tmp_path_factory, monkeypatch):
+    """The runs these tests start simulate many nodes on this one machine, several tests at once, and some tests
+    leave a node's agent behind on purpose (a hung node, a killed controller): each test, and the runs it starts,
+    holds its own node-lock folder (gpuaccept/probes/_nodelock.py; the controller hands the folder to the node's
+    agent), so that no test reads another's agents as "held by gpuaccept run ..." (tests/test_node_lock.py sets its
+    own where it tests the lock itself)."""
+    monkeypatch.setenv("GPUACCEPT_NODE_LOCK_DIR", str(tmp_path_factory.mktemp("nodelock")))

@@ -483,7 +483,7 @@ def test_one_bad_gpu_of_eight_reads_as_that_gpu_and_two_bad_gpus_are_both_named(
         rows = [ln for ln in md.splitlines() if ln.startswith("| h200-x | ") and "| FAIL |" in ln]
         if name == "one":
             # the host line ends with the host's action (gpuaccept/judging/actions.py): wrong results need an RMA
-            assert host_line.endswith(f"1 of 8 GPUs failing: {gpu5} → **drain-rma** (a fault under sustained load "
+            assert host_line.endswith(f"1 of 8 GPUs failing: {gpu5} → **drain-rma** [hardware] (a fault under sustained load "
                                       "(burn-in))"), host_line
             assert rows == ["| h200-x | 5 | 00000000:00:0B.0 | 1650000000006 | FAIL | test_burnin | computes wrong "
                             "results: deterministic fp32 matmul checksum differs from the node's reference in "

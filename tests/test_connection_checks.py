@@ -104,7 +104,7 @@ def test_a_first_run_against_an_unknown_host_key_reads_once_in_the_summary(tmp_p
     line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **ERROR** `w1`"))
     assert re.fullmatch(r"- \*\*ERROR\*\* `w1`: test_gpu_inventory and \d+ more tests: w1: unknown host key for "
                         r"\[127\.0\.0\.71\]:\d+ \(ssh-ed25519 SHA256:\S+\); to trust it on first use rerun with "
-                        r"--accept-new-host-keys, or add it to known_hosts → \*\*fix-config\*\* \(the host's SSH key "
+                        r"--accept-new-host-keys, or add it to known_hosts → \*\*fix-config\*\* \[connectivity\] \(the host's SSH key "
                         r"is unknown or changed; known_hosts; `check the host's key, then add it to known_hosts "
                         r"\(ssh-keyscan\)`\)", line), line
 

@@ -48,7 +48,8 @@ def test_prometheus_textfile_in_the_report_folder_the_run_makes(tmp_path):
     res = run_pytest(tmp_path, "--inventory", str(inv), "-k", "test_x", "--reports", str(rep),
                      "--prometheus-textfile", str(rep / "gpuaccept.prom"))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert 'gpuaccept_host_verdict{action="none",host="h1",verdict="PASS"} 1.0' in (rep / "gpuaccept.prom").read_text()
+    prom = (rep / "gpuaccept.prom").read_text()
+    assert 'gpuaccept_host_verdict{action="none",cause="none",host="h1",verdict="PASS"} 1.0' in prom
 
 
 @pytest.mark.parametrize("option", ["--inventory=", "--limit=", "--limit= ", "--reports=", "--thresholds=",

@@ -74,9 +74,13 @@ def test_host_verdicts_and_failed_hosts():
     # a passing fleet-wide test counts for the hosts with a figure in it (`pytest -k multinode` read "SKIP 2 hosts")
     mn = [CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
                      "passed", figures=[fig("a", "internode_rank_time_us", 1.0), fig("b", "internode_rank_time_us", 1.0),
-                                        fig("fleet", "internode_busbw_gbps", 346.0), fig("zz", "x", 1.0)])]
+                                        fig("fleet", "internode_busbw_gbps", 346.0, lim=300.0), fig("zz", "x", 1.0)])]
     assert {h: v["verdict"] for h, v in host_verdicts(mn, ["a", "b", "e"]).items()} == {
         "a": "PASS", "b": "PASS", "e": "SKIP", "fleet": "PASS"}
+    # the same all-reduce with no limit to judge its busbw by (no SKU, a CPU all-reduce) judged nothing: SKIP
+    mn[0].figures[2] = fig("fleet", "internode_busbw_gbps", 346.0)
+    assert {h: v["verdict"] for h, v in host_verdicts(mn, ["a", "b"]).items()} == {
+        "a": "SKIP", "b": "SKIP", "fleet": "SKIP"}
     assert {h: v["verdict"] for h, v in host_verdicts(recs + mn, ["a", "b", "c", "d"]).items()}["b"] == "FAIL"
 
 
@@ -462,14 +466,16 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert res.returncode == 1, res.stdout[-3000:]
     # one line per host when its last test ends, nothing per test (gpuaccept.plugin.progress)
     host_lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[gpuaccept] node")]
-    assert sorted(ln.split(" (")[0] for ln in host_lines) == ["[gpuaccept] node1 PASS", "[gpuaccept] node2 FAIL",
-                                                               "[gpuaccept] node3 PASS"], res.stderr
+    # test_whoami records facts only (no figure judged against a limit): its hosts are not PASS by it
+    assert sorted(ln.split(" (")[0] for ln in host_lines) == ["[gpuaccept] node1 SKIP", "[gpuaccept] node2 FAIL",
+                                                               "[gpuaccept] node3 SKIP"], res.stderr
     assert any(ln.startswith("[gpuaccept] node2 FAIL (2 tests, ") and "test_node2_breaks: " in ln for ln in host_lines)
     assert "started" not in res.stderr
     latest = tmp_path / "reports" / "latest"
     assert (latest / "failed-hosts.txt").read_text() == "node2\n"
     md = (latest / "summary.md").read_text().splitlines()
-    assert md[6].startswith("- **FAIL** `node2`: test_node2_breaks:") and md[7] == "- **PASS** `node1`"
+    assert md[6].startswith("- **FAIL** `node2`: test_node2_breaks:")
+    assert md[7].startswith("- **SKIP** `node1`: 3 figures recorded, none judged against a limit"), md[7]
     first = os.path.realpath(latest)
     rerun = run_pytest(tmp_path, *base, "-k", "whoami or node2_breaks", f"--limit=@{latest}/failed-hosts.txt")
     assert rerun.returncode == 1

@@ -22,6 +22,10 @@ import pytest
 from gpuaccept.runner import host as node_mod
 from gpuaccept.causes import CAUSE_KEY, Cause
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
+
+#: user_properties the plugin puts on one phase's report only (gpuaccept.plugin.pytest_runtest_makereport), never on
+#: the item: a later phase's report does not carry them again
+REPORT_ONLY_KEYS = frozenset({ERROR_KEY, ERROR_KIND_KEY, CAUSE_KEY})
 from gpuaccept.config.outputs import check_report_folder
 from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
@@ -340,7 +344,12 @@ class ReportPlugin:
         part = self.partial.setdefault(report.nodeid, {"outcome": "passed", "message": "", "duration": 0.0,
                                                        "props": []})
         part["duration"] += getattr(report, "duration", 0.0) or 0.0
-        part["props"] = list(report.user_properties) or part["props"]
+        # a later phase's report carries the item's properties again (figures, failure entries), not what the
+        # plugin put on an earlier phase's report alone (an error's mark, kind and causes): those are kept
+        new = list(report.user_properties)
+        if new:
+            have = {k for k, _ in new}
+            part["props"] = new + [(k, v) for k, v in part["props"] if k in REPORT_ONLY_KEYS and k not in have]
         if report.skipped and part["outcome"] == "passed":
             part["outcome"], part["message"] = "skipped", self._message(report)
         elif report.failed:
