@@ -35,6 +35,7 @@ lock, took, note = _nodelock.acquire(json.loads(sys.argv[1]), sys.argv[2])
 print(json.dumps({{"path": lock.path if lock else None, "note": note}}), flush=True)
 if sys.argv[3] == "stop-after-1s":
     lock.stopping()
+    print("stopping", flush=True)
     time.sleep(1.0)
     lock.release()
     sys.exit(0)
@@ -93,6 +94,7 @@ def test_a_stopping_holder_is_waited_for(tmp_path):
     folder = tmp_path / "locks"
     a = _holder(RUN_A, folder, "stop-after-1s")
     try:
+        assert a.stdout.readline().strip() == "stopping"  # marked before run B asks, however loaded the machine
         t0 = time.monotonic()
         lock, took, note = _nodelock.acquire(RUN_B, str(folder))
         assert lock is not None and took == [] and note == ""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from gpuaccept.config.shown import shown
+
 __all__ = ["BRACKET_PORT", "address_problem", "user_problem"]
 
 #: an INI host written ``[IPv6]:port``
@@ -35,7 +37,7 @@ def address_problem(address: str) -> str | None:
         return f"write the IPv6 address without brackets ({m.group(1)}){port}"
     bad = _ADDRESS_CHAR.search(address)
     if bad:
-        return (f"{bad.group()!r} cannot be in a host name or IP address (letters, digits, '.', '-', '_', ':' and "
+        return (f"{shown(bad.group())} cannot be in a host name or IP address (letters, digits, '.', '-', '_', ':' and "
                 "'%' can)")
     if address.startswith("-"):
         return "starts with '-' (ssh would read it as an option)"

@@ -13,6 +13,7 @@ import unicodedata
 import string
 
 from gpuaccept.errors import InventoryError
+from gpuaccept.config.shown import shown
 
 __all__ = ["MAX_HOSTS", "RANGE", "bad_name_reason", "count", "expand_hostname", "looks_like_range"]
 
@@ -31,7 +32,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def _spec(spec: str, pattern: str, where: str) -> tuple[range | None, str | None, int]:
     """(numeric range or None, letters or None, zero-pad width) for one ``begin:end[:step]``."""
     def bad(why: str) -> InventoryError:
-        return InventoryError(f"{where}: bad host range [{spec}] in {pattern!r}: {why}")
+        return InventoryError(f"{where}: bad host range [{spec}] in {shown(pattern)}: {why}")
 
     parts = spec.split(":")
     if len(parts) not in (2, 3):
@@ -70,7 +71,7 @@ def count(pattern: str, where: str) -> int:
         nums, letters, _ = _spec(m.group(1), pattern, where)
         n *= len(nums) if nums is not None else len(letters or "")
     if n == 1 and ("[" in RANGE.sub("", pattern) or "]" in RANGE.sub("", pattern)):
-        raise InventoryError(f"{where}: bad host range in {pattern!r}: unbalanced brackets")
+        raise InventoryError(f"{where}: bad host range in {shown(pattern)}: unbalanced brackets")
     return n
 
 
@@ -85,11 +86,11 @@ def expand_hostname(pattern: str, where: str, limit: int = MAX_HOSTS) -> list[st
     parts = RANGE.split(pattern)  # text, spec, text, spec, ..., text
     if len(parts) == 1:
         if "[" in pattern or "]" in pattern:
-            raise InventoryError(f"{where}: bad host range in {pattern!r}: unbalanced brackets")
+            raise InventoryError(f"{where}: bad host range in {shown(pattern)}: unbalanced brackets")
         return [pattern]
     for text in parts[0::2]:
         if "[" in text or "]" in text:
-            raise InventoryError(f"{where}: bad host range in {pattern!r}: unbalanced brackets")
+            raise InventoryError(f"{where}: bad host range in {shown(pattern)}: unbalanced brackets")
     values: list[list[str]] = []
     total = 1
     for spec in parts[1::2]:
@@ -97,7 +98,7 @@ def expand_hostname(pattern: str, where: str, limit: int = MAX_HOSTS) -> list[st
         vals = len(nums) if nums is not None else len(letters or "")
         total *= vals
         if total > limit:
-            raise InventoryError(f"{where}: host range {pattern!r} expands to more than {limit:,} hosts "
+            raise InventoryError(f"{where}: host range {shown(pattern)} expands to more than {limit:,} hosts "
                                  f"(gpuaccept's limit per inventory)")
         values.append([str(x).zfill(width) for x in nums] if nums is not None else list(letters or ""))
     names = [parts[0]]
@@ -111,6 +112,11 @@ def looks_like_range(value: str) -> bool:
     return bool(_RANGE_IN_VALUE.search(value))
 
 
+#: longest host name, bytes of UTF-8: it becomes a folder name in the reports (``probes/<host>/``), and file
+#: systems hold names of at most 255 bytes (NAME_MAX); a DNS name is at most 253 characters
+MAX_NAME_BYTES = 255
+
+
 def bad_name_reason(name: str) -> str | None:
     """Why ``name`` cannot be a host name, or None. A host name becomes a folder name in the reports
     (``probes/<host>/``), so ``/``, ``\\``, ``..``, control characters and the empty name are refused; it is
@@ -119,6 +125,9 @@ def bad_name_reason(name: str) -> str | None:
     private-use and unassigned code points). Other non-ASCII letters are fine."""
     if not name.strip():
         return "an empty host name"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return (f"a host name of {len(name.encode('utf-8', 'surrogatepass')):,} bytes, longer than {MAX_NAME_BYTES} "
+                f"(it becomes a folder name in the reports)")
     if name.strip() == ".":
         return "a host name '.' (it would be the reports' probes folder itself)"
     if "/" in name or "\\" in name:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from gpuaccept.config import storage as sl
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.shown import shown
 
 #: a portable environment variable name (IEEE Std 1003.1, "Environment Variables"); the shell cannot be
 #: told where a name ends, so names are checked, never quoted (gpuaccept.transport.shell)
@@ -32,9 +33,9 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 def bad_env_name(name: Any) -> str | None:
     """Why ``name`` cannot be an environment variable name, or None when it can."""
     if not isinstance(name, str):
-        return f"{name!r} is not text"
+        return f"{shown(name)} is not text"
     if not ENV_NAME.match(name):
-        return f"{name!r} is not a variable name (letters, digits and _, not starting with a digit)"
+        return f"{shown(name)} is not a variable name (letters, digits and _, not starting with a digit)"
     return None
 
 
@@ -65,7 +66,7 @@ def _finite(value: Any) -> None:
         v = stack.pop()
         seen += 1
         if isinstance(v, float) and not math.isfinite(v):
-            raise _Bad(f"{v!r} is not a finite number")
+            raise _Bad(f"{shown(v)} is not a finite number")
         if isinstance(v, Mapping):
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
@@ -76,9 +77,9 @@ def _finite(value: Any) -> None:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _Bad(f"expected text, got {type(value).__name__} {value!r}")
+        raise _Bad(f"expected text, got {type(value).__name__} {shown(value)}")
     if "\x00" in value or "\n" in value:
-        raise _Bad(f"expected one line of text, got {value!r}")
+        raise _Bad(f"expected one line of text, got {shown(value)}")
     return value
 
 
@@ -86,7 +87,7 @@ def _word(value: Any) -> str:
     """Text without whitespace (an interface or device name)."""
     text = _text(value)
     if any(c.isspace() for c in text):
-        raise _Bad(f"expected one word, got {value!r}")
+        raise _Bad(f"expected one word, got {shown(value)}")
     return text
 
 
@@ -98,7 +99,7 @@ def _address(value: Any) -> str:
     text = _word(value)
     why = address_problem(text)
     if why:
-        raise _Bad(f"{text!r}: {why}")
+        raise _Bad(f"{shown(text)}: {why}")
     return text
 
 
@@ -108,18 +109,18 @@ def _number(lo: float | None = None, hi: float | None = None, integer: bool = Fa
 
     def check(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise _Bad(f"expected {kind}, got {type(value).__name__} {value!r}")
+            raise _Bad(f"expected {kind}, got {type(value).__name__} {shown(value)}")
         try:
             n = int(value) if integer and not isinstance(value, float) else float(value)
         except (TypeError, ValueError, OverflowError):
-            raise _Bad(f"expected {kind}, got {value!r}") from None
+            raise _Bad(f"expected {kind}, got {shown(value)}") from None
         if isinstance(n, float) and not math.isfinite(n):
-            raise _Bad(f"expected a finite number, got {value!r}")
+            raise _Bad(f"expected a finite number, got {shown(value)}")
         if integer and isinstance(value, float) and not n.is_integer():
-            raise _Bad(f"expected {kind}, got {value!r}")
+            raise _Bad(f"expected {kind}, got {shown(value)}")
         if lo is not None and n < lo or hi is not None and n > hi:
             span = f">= {lo:g}" if hi is None else f"between {lo:g} and {hi:g}" if lo is not None else f"<= {hi:g}"
-            raise _Bad(f"expected {kind} {span}, got {value!r}")
+            raise _Bad(f"expected {kind} {span}, got {shown(value)}")
         return int(n) if integer else n
 
     return check
@@ -129,14 +130,14 @@ def _watts(value: Any) -> float:
     """A power limit in W (``gpu_power_limit_w``): a number > 0, written as one (the suites compare it with
     NVML's enforced limit as a number; text such as "600" or "600W" would be ignored there, so it is refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise _Bad(f"expected a positive number of watts, got {type(value).__name__} {value!r}")
+        raise _Bad(f"expected a positive number of watts, got {type(value).__name__} {shown(value)}")
     return float(value)
 
 
 def _one_of(*choices: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in choices:
-            raise _Bad(f"expected one of {', '.join(choices)}, got {value!r}")
+            raise _Bad(f"expected one of {', '.join(choices)}, got {shown(value)}")
         return value
     return check
 
@@ -156,12 +157,12 @@ def _ansible_bool(value: Any) -> bool:
     text = str(value).strip().lower() if isinstance(value, (str, int)) else None
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise _Bad(f"expected a boolean (yes/no, true/false, 1/0), got {value!r}")
+    raise _Bad(f"expected a boolean (yes/no, true/false, 1/0), got {shown(value)}")
 
 
 def _become_method(value: Any) -> str:
     if value != "sudo":
-        raise _Bad(f"{value!r} is not supported: gpuaccept becomes another user with 'sudo -n' only (give the login "
+        raise _Bad(f"{shown(value)} is not supported: gpuaccept becomes another user with 'sudo -n' only (give the login "
                    "user passwordless sudo, or log in as the user the probes should run as)")
     return value
 
@@ -212,9 +213,9 @@ def parse_device_list(value) -> tuple[bool, list[tuple[str, int | None]]]:
         part = part.strip().lstrip("=")
         name, _, port = part.partition(":")
         if not name:
-            raise ValueError(f"empty device name in {value!r}")
+            raise ValueError(f"empty device name in {shown(value)}")
         if port and not port.isdigit():
-            raise ValueError(f"port of {part!r} must be a number in {value!r}")
+            raise ValueError(f"port of {shown(part)} must be a number in {shown(value)}")
         out.append((name, int(port) if port else None))
     return exclude, out
 
@@ -245,14 +246,14 @@ def _probe_args(value: Any) -> dict:
 
 def _words(value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)):
-        raise _Bad(f"expected a list of names, got {type(value).__name__} {value!r}")
+        raise _Bad(f"expected a list of names, got {type(value).__name__} {shown(value)}")
     return [_word(v) for v in value]
 
 
 def _nccl_env(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise _Bad(f"expected a mapping of environment variables (e.g. {{NCCL_NVLS_ENABLE: '0'}}), got "
-                   f"{type(value).__name__} {value!r}" + (" (in an INI [group:vars] section write it as a "
+                   f"{type(value).__name__} {shown(value)}" + (" (in an INI [group:vars] section write it as a "
                                                           "Python dict: {'NAME': 'value'})" if isinstance(value, str) else ""))
     out = {}
     for name, v in value.items():
@@ -260,7 +261,7 @@ def _nccl_env(value: Any) -> dict[str, str]:
         if why:
             raise _Bad(f"environment variable {why}")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise _Bad(f"{name}: expected text or a number, got {type(v).__name__} {v!r}"
+            raise _Bad(f"{name}: expected text or a number, got {type(v).__name__} {shown(v)}"
                        + (" (write 1 or 0)" if isinstance(v, bool) else ""))
         if isinstance(v, str) and "\x00" in v:
             raise _Bad(f"{name}: a NUL byte cannot be in an environment variable")
@@ -271,7 +272,7 @@ def _nccl_env(value: Any) -> dict[str, str]:
 
 def _mapping(value: Any) -> dict:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise _Bad(f"expected a mapping of names to values, got {type(value).__name__} {value!r}")
+        raise _Bad(f"expected a mapping of names to values, got {type(value).__name__} {shown(value)}")
     _finite(value)
     return dict(value)
 
@@ -284,7 +285,7 @@ def _ssh_args(value: Any) -> str:
     from gpuaccept.config.sshconfig import parse_jump, ssh_args_options
 
     if not isinstance(value, str):
-        raise _Bad(f"expected ssh arguments as text, got {type(value).__name__} {value!r}")
+        raise _Bad(f"expected ssh arguments as text, got {type(value).__name__} {shown(value)}")
     try:
         options = ssh_args_options(value, "")
     except ConfigError as err:
@@ -299,14 +300,14 @@ def _ssh_args(value: Any) -> str:
         except ValueError:
             hops = None
         if not hops or any(not h or (p is not None and not 0 < p < 65536) for _, h, p in hops):
-            raise _Bad(f"ProxyJump {spec!r}: expected [user@]host[:port][,...] with a TCP port")
+            raise _Bad(f"ProxyJump {shown(spec)}: expected [user@]host[:port][,...] with a TCP port")
     return value
 
 
 def _replay_dir(value: Any) -> str:
     path = _text(value)
     if not os.path.isdir(path):
-        raise _Bad(f"{path!r} is not a folder of saved probe documents")
+        raise _Bad(f"{shown(path)} is not a folder of saved probe documents")
     return path
 
 
@@ -475,7 +476,7 @@ def check_host(host: Any, default_where: str, known_skus: Iterable[str] | None =
         try:
             parsed = check(value, host.name)
             if var == "gpu_sku" and known_skus is not None and parsed not in known_skus:
-                raise _Bad(f"unknown SKU {parsed!r}; known: {', '.join(sorted(known_skus))}")
+                raise _Bad(f"unknown SKU {shown(parsed)}; known: {', '.join(sorted(known_skus))}")
         except _Bad as err:
             where = host.where(var, default_where) if hasattr(host, "where") else default_where
             raise HostVarError(f"{where}: host {host.name} var {var}{'' if err.attached else ': '}{err}") from None

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Any, Iterable
 
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.bounded import SMALL_LINE, read_bounded, size_text
 from gpuaccept.config.hostvars import KNOWN_HOSTS_VARS
+from gpuaccept.config.shown import shown, shown_path
 
 __all__ = ["check_connection_files", "check_empty_options", "check_local_addresses"]
 
@@ -38,6 +41,9 @@ def check_empty_options(getoption: Any) -> None:
                 f" (leave {flag} out for its default)"
             raise ConfigError(f"{flag} is empty: an unset variable on the command line?{hint}")
 
+#: largest private key file read: an OpenSSH RSA 16384-bit key is ~12 KB; paramiko reads the whole file
+KEY_MAX_BYTES = 1 << 20
+
 _KEY_VARS = ("ansible_private_key_file", "ansible_ssh_private_key_file")
 # the first word of an OpenSSH public key line (ssh-keygen writes "<type> <base64> <comment>" to *.pub)
 _PUBLIC_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
@@ -54,6 +60,11 @@ def _key_problem(path: str) -> str | None:
         return "is a folder, not a key file"
     if not os.access(path, os.R_OK):
         return "is not readable"
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a pipe or device); give the key file itself"
+    if st.st_size > KEY_MAX_BYTES:
+        return f"is larger than {size_text(KEY_MAX_BYTES)}; not a private key file"
     try:
         with open(path, "rb") as f:
             head = f.read(64)
@@ -82,16 +93,16 @@ _KNOWN_HOSTS_LINE = re.compile(r"^(?:@[\w-]+\s+)?\S+\s+[A-Za-z0-9@._-]+\s+[A-Za-
 def known_hosts_text_problem(path: str) -> str | None:
     """Why the existing file ``path`` is no known_hosts file (naming its first line that is none), else None.
     Keys accepted with --accept-new-host-keys are appended to it: an inventory given by mistake
-    (``--known-hosts inventory.ini``) would get SSH key lines written into it."""
+    (``--known-hosts inventory.ini``) would get SSH key lines written into it. Read within the bounds of
+    :func:`gpuaccept.config.bounded.read_bounded` (64 MiB, a line of 64 KiB, 10 s for a pipe or device)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(64 << 20)
-    except OSError as e:
-        return f"cannot be read: {e.strerror or e}"
+        data = read_bounded(path, "known_hosts file", ConfigError, max_line=SMALL_LINE)
+    except ConfigError as e:
+        return getattr(e, "why", str(e))
     for n, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         line = raw.strip()
         if line and not line.startswith("#") and not _KNOWN_HOSTS_LINE.match(line):
-            return f"is not a known_hosts file (line {n}: {line[:60]!r})"
+            return f"is not a known_hosts file (line {n}: {shown(line, 60)})"
     return None
 
 
@@ -124,7 +135,7 @@ def check_connection_files(hosts: Iterable[Any], inventory: str, known_hosts: st
     if known_hosts and ssh_hosts:
         why = known_hosts_problem(os.path.expanduser(known_hosts))
         if why:
-            raise ConfigError(f"--known-hosts {known_hosts}: {why}")
+            raise ConfigError(f"--known-hosts {shown_path(known_hosts)}: {why}")
     for h in ssh_hosts:
         if h.key_file:
             path = os.path.expanduser(h.key_file)

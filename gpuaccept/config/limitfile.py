@@ -9,21 +9,35 @@ from __future__ import annotations
 import re
 
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.bounded import read_bounded
+from gpuaccept.config.shown import shown, shown_path
+
+
+def _lines(path: str) -> list[str]:
+    """The lines of the host list file ``path``, read within the bounds of
+    :func:`gpuaccept.config.bounded.read_bounded` (64 MiB, a line of 16 MiB: a fleet-wide comment names
+    every selected host; 10 s for a pipe). Raises ConfigError (one line naming the file and the bound)."""
+    data = read_bounded(path, "host list file", ConfigError)
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(f"--limit @{shown_path(path)}:{line}: not a text file (not UTF-8 at byte {err.start})") \
+            from None
 
 
 def hosts_from_file(path: str, known: list[str]) -> list[str]:
     """Host names listed in ``path``, in the inventory's order (``known``).
 
-    Raises ConfigError (one line naming file and line) when the file cannot be read, lists a host that is
-    not in the inventory, or lists none (an empty retry file selects nothing: nothing to rerun).
+    Raises ConfigError (one line naming file and line) when the file cannot be read or is past a bound
+    (:func:`_lines`), lists a host that is not in the inventory (the line shown cut and escaped:
+    :func:`gpuaccept.config.shown.shown`), or lists none (an empty retry file selects nothing: nothing to
+    rerun).
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ConfigError(f"--limit @{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--limit @{path}: not a text file") from None
+        lines = _lines(path)
+    except ConfigError as err:
+        raise ConfigError(f"--limit @{err}") from None
     known_set = set(known)
     wanted: set[str] = set()
     for n, line in enumerate(lines, start=1):
@@ -31,10 +45,10 @@ def hosts_from_file(path: str, known: list[str]) -> list[str]:
         if not name or name.startswith("#"):
             continue
         if name not in known_set:
-            raise ConfigError(f"{path}:{n}: host '{name}' is not in the inventory")
+            raise ConfigError(f"{shown_path(path)}:{n}: host {shown(name)} is not in the inventory")
         wanted.add(name)
     if not wanted:
-        raise ConfigError(f"--limit @{path}: the file lists no host (nothing to rerun)")
+        raise ConfigError(f"--limit @{shown_path(path)}: the file lists no host (nothing to rerun)")
     return [h for h in known if h in wanted]
 
 
@@ -48,9 +62,8 @@ def fleet_tests(path: str) -> dict[str, list[str]]:
     ``{"test_allreduce_multinode": ["gpu-07", "gpu-08"]}``; ``{}`` when the file has none or cannot be read
     (:func:`hosts_from_file` reports that)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError):
+        lines = _lines(path)
+    except ConfigError:
         return {}
     out: dict[str, list[str]] = {}
     for line in lines:

@@ -8,6 +8,7 @@ import re
 from typing import Any, Callable
 
 from gpuaccept.config.profiles import PROFILES
+from gpuaccept.config.shown import shown_path
 
 
 #: the options that take one of a few words, checked by :func:`check_choices` (one line, exit 4) rather than
@@ -30,13 +31,13 @@ def check_choices(getoption: Callable[..., Any]) -> str | None:
     for name, words in CHOICES.items():
         v = getoption(name, None)
         if v is not None and v not in words:
-            return f"--{name.replace('_', '-')} {v}: not one of {', '.join(words)}"
+            return f"--{name.replace('_', '-')} {shown_path(v)}: not one of {', '.join(words)}"
     given = getoption("drain_max", None)
     if given is not None:
         try:
             parse_drain_max(given)
         except ValueError as e:
-            return f"--drain-max {given}: {e}"
+            return f"--drain-max {shown_path(given)}: {e}"
     return None
 
 

@@ -45,6 +45,7 @@ import re
 from gpuaccept.errors import ConfigError, PatternError
 from gpuaccept.config.hostranges import expand_hostname
 from gpuaccept.config.saferegex import LinearRegex, UnsupportedRegex, compile_limit_regex
+from gpuaccept.config.shown import shown
 
 __all__ = ["parse_shard", "select", "shard", "shard_of", "split_pattern"]
 
@@ -109,9 +110,9 @@ def _linear(expr: str) -> LinearRegex:
     try:
         return compile_limit_regex(expr[1:])
     except re.error as err:
-        raise PatternError(f"bad regular expression {expr!r} in --limit: {err}") from None
+        raise PatternError(f"bad regular expression {shown(expr)} in --limit: {err}") from None
     except UnsupportedRegex as err:
-        raise PatternError(f"--limit term {expr!r}: {err} is not supported: gpuaccept matches ~ patterns without "
+        raise PatternError(f"--limit term {shown(expr)}: {err} is not supported: gpuaccept matches ~ patterns without "
                            "backtracking, in time linear in each name (literals, ., classes, groups, |, repeats, "
                            "^ $ \\A \\Z)") from None
 
@@ -130,7 +131,7 @@ def _split_subscript(term: str) -> tuple[str, tuple[int, int | None] | int | Non
     if s:
         return expr, (int(s.group("start") or 0), int(s.group("end")) if s.group("end") else None)
     if re.match(r"^\d*-\d*$", sub):
-        raise PatternError(f"--limit term {term!r}: the [x-y] subscript was removed from Ansible; write [x:y] (inclusive)")
+        raise PatternError(f"--limit term {shown(term)}: the [x-y] subscript was removed from Ansible; write [x:y] (inclusive)")
     return term, None  # a wildcard character class such as gpu0[12]
 
 
@@ -166,7 +167,7 @@ def _match_term(term: str, hosts: dict[str, None], groups: dict[str, list[str]])
         return named, found
     if isinstance(sub, int):
         if not -len(found) <= sub < len(found):
-            raise PatternError(f"--limit term {term!r}: index {sub} is out of range ({len(found)} hosts)")
+            raise PatternError(f"--limit term {shown(term)}: index {sub} is out of range ({len(found)} hosts)")
         return named, [found[sub]]
     start, end = sub
     return named, found[start:] if end is None else found[start:end + 1]
@@ -193,7 +194,7 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     where = f" in {source}" if source else ""
     if pattern is None or pattern.strip() in ("", "all", "*"):
         if not hosts:
-            raise PatternError(f"--limit {pattern or 'all'!r} matches no host{where}")
+            raise PatternError(f"--limit {shown(pattern or 'all')} matches no host{where}")
         return list(hosts)
     host_index = dict.fromkeys(hosts)
     union: set[str] = set()
@@ -202,17 +203,17 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     drop: set[str] = set()
     terms = split_pattern(pattern)
     if not terms:
-        raise PatternError(f"--limit {pattern!r} holds no term")
+        raise PatternError(f"--limit {shown(pattern)} holds no term")
     for term in terms:
         op, body = (term[0], term[1:].strip()) if term[0] in "&!" else ("", term)
         if not body:
-            raise PatternError(f"--limit {pattern!r}: empty term after {op!r}")
+            raise PatternError(f"--limit {shown(pattern)}: empty term after {shown(op)}")
         if body.startswith("@"):
-            raise PatternError(f"--limit {pattern!r}: @file limits are not supported; list the hosts")
+            raise PatternError(f"--limit {shown(pattern)}: @file limits are not supported; list the hosts")
         named, found = _match_term(body, host_index, groups)
         if not named and op:
             if warnings is not None:
-                warnings.append(f"--limit {pattern!r}: term {op + body!r} names no group or host{where}; "
+                warnings.append(f"--limit {shown(pattern)}: term {shown(op + body)} names no group or host{where}; "
                                 f"ignoring it (as Ansible: \"Could not match supplied host pattern, ignoring: {body}\")")
             if op == "&":
                 keep = set()  # Ansible intersects with the empty match: nothing is left
@@ -222,8 +223,8 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
             if "," in pattern and ":" in body and not _is_single_address(body):
                 # Ansible splits on commas only when there is one: 'gpu:!drained' stays one name
                 terms = [t for part in pattern.split(",") for t in split_pattern(part)]
-                hint = f" (with a comma in the pattern, ':' does not separate terms, as in Ansible: write {','.join(terms)!r})"
-            raise PatternError(f"--limit {pattern!r}: term {body!r} names no group or host{where}{hint}")
+                hint = f" (with a comma in the pattern, ':' does not separate terms, as in Ansible: write {shown(','.join(terms))})"
+            raise PatternError(f"--limit {shown(pattern)}: term {shown(body)} names no group or host{where}{hint}")
         if op == "&":
             keep = set(found) if keep is None else keep & set(found)
         elif op == "!":
@@ -237,7 +238,7 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     chosen -= drop
     result = [h for h in hosts if h in chosen]
     if not result:
-        raise PatternError(f"--limit {pattern!r} matches no host{where}")
+        raise PatternError(f"--limit {shown(pattern)} matches no host{where}")
     return result
 
 
@@ -245,10 +246,10 @@ def parse_shard(text: str) -> tuple[int, int]:
     """``--shard i/k`` as (i, k), 1 <= i <= k <= 100,000. Raises PatternError on anything else."""
     num, slash, den = (text or "").strip().partition("/")
     if not (slash and num.isdigit() and den.isdigit() and len(num) <= 6 and len(den) <= 6):
-        raise PatternError(f"--shard {text!r}: expected i/k, e.g. 1/4 (shard 1 of 4)")
+        raise PatternError(f"--shard {shown(text)}: expected i/k, e.g. 1/4 (shard 1 of 4)")
     i, k = int(num), int(den)
     if not 1 <= i <= k:
-        raise PatternError(f"--shard {text!r}: i must be between 1 and k")
+        raise PatternError(f"--shard {shown(text)}: i must be between 1 and k")
     return i, k
 
 

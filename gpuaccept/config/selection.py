@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from gpuaccept.errors import ConfigError, ThresholdError
 from gpuaccept.config.paths import shipped
+from gpuaccept.config.shown import shown, shown_path
 
 # numeric options: name -> (lowest allowed, whether the lowest itself is allowed, highest or None)
 _NUMERIC_OPTIONS = {"probe_timeout": (0.0, False, None), "xid_window": (0.0, True, None),
@@ -58,18 +59,18 @@ def check_options(getoption: Callable[..., Any]) -> None:
         ok = math.isfinite(v) and (v >= low if low_ok else v > low) and (high is None or v < high)
         if not ok:
             rng = f"{'>=' if low_ok else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: expected a number {rng}")
+            raise ConfigError(f"--{name.replace('_', '-')} {shown(v)}: expected a number {rng}")
     from gpuaccept.config.outputs import check_output_file
     hist = getoption("history", None)
     reports = getoption("reports", None)
     if hist and hist != "none":
         check_output_file(hist, "--history")
         if reports and os.path.abspath(hist).startswith(os.path.abspath(reports).rstrip(os.sep) + os.sep):
-            raise ConfigError(f"--history {hist}: lies inside --reports {reports}, the folder of this run alone (new "
+            raise ConfigError(f"--history {shown_path(hist)}: lies inside --reports {shown_path(reports)}, the folder of this run alone (new "
                               "or empty): the history keeps every run, give a file outside it")
         hist_folder = os.path.dirname(os.path.abspath(os.path.expanduser(hist)))
         if not os.path.isdir(hist_folder):  # a mistyped folder would start a second, empty history
-            raise ConfigError(f"--history {hist}: folder {hist_folder} does not exist (the history is kept across "
+            raise ConfigError(f"--history {shown_path(hist)}: folder {shown_path(hist_folder)} does not exist (the history is kept across "
                               "runs: make the folder, or name a file in one that exists)")
     prom = getoption("prometheus_textfile", None)
     if prom:
@@ -77,7 +78,7 @@ def check_options(getoption: Callable[..., Any]) -> None:
         folder = os.path.dirname(os.path.abspath(prom))
         made_by_the_run = bool(reports) and folder == os.path.abspath(reports)  # the report folder, made below
         if not made_by_the_run and (not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
-            raise ConfigError(f"--prometheus-textfile {prom}: folder {folder} does not exist or is not writable")
+            raise ConfigError(f"--prometheus-textfile {shown_path(prom)}: folder {shown_path(folder)} does not exist or is not writable")
 
 
 def project_path(rootpath: Path, path: str | None, default: str) -> str:
@@ -111,7 +112,7 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
         specs = layer_site(getoption("site_thresholds", None), specs)
     sku = getoption("sku", None)
     if sku and sku not in specs:
-        raise ThresholdError(f"--sku '{sku}' is not a known SKU; known: {', '.join(sorted(specs))}")
+        raise ThresholdError(f"--sku {shown(sku)} is not a known SKU; known: {', '.join(sorted(specs))}")
     inv = load_inventory(*shared) if shared else load_inventory(inv_path)
     limit = getoption("limit", None)
     warnings: list[str] = []  # an unmatched &/! term: ignored with a warning, as Ansible
@@ -165,7 +166,7 @@ def check_expression_syntax(getoption: Callable[..., Any]) -> None:
             column = getattr(e, "offset", None) or getattr(e, "column", None)
             reason = getattr(e, "msg", None) or getattr(e, "message", None) or str(e)
             at = f"at column {column}: " if column else ""
-            raise ConfigError(f"{flag} {expr!r}: not an expression pytest can read: {at}{reason}") from None
+            raise ConfigError(f"{flag} {shown(expr)}: not an expression pytest can read: {at}{reason}") from None
 
 
 def check_markexpr(expr: str, known: set[str], layers: tuple[str, ...] = ()) -> None:
@@ -183,5 +184,5 @@ def check_markexpr(expr: str, known: set[str], layers: tuple[str, ...] = ()) -> 
             continue  # ``not <name>`` of no marker leaves out nothing and takes nothing extra: let it be
         near = difflib.get_close_matches(word, sorted(known), n=1)
         hint = f"did you mean {near[0]}? " if near else ""
-        raise ConfigError(f"-m {expr}: no marker named {word!r}: {hint}the layers' markers are "
+        raise ConfigError(f"-m {shown_path(expr)}: no marker named {shown(word)}: {hint}the layers' markers are "
                           f"{', '.join(layers)}")

@@ -21,6 +21,8 @@ from dataclasses import replace
 
 from gpuaccept.errors import ThresholdError
 from gpuaccept.config import thresholds as th
+from gpuaccept.config.bounded import SMALL_BYTES, SMALL_LINE
+from gpuaccept.config.shown import shown
 from gpuaccept.config.yamlload import YamlMap, load_file
 
 SKU_KEYS = {"checks"}
@@ -33,19 +35,19 @@ def layer_site(path: str, specs: dict[str, th.SkuSpec]) -> dict[str, th.SkuSpec]
     Raises ThresholdError ``"<path>:<line>: <what>"`` for a SKU that is not among ``specs``, a key other than
     ``checks``, or a check entry that a threshold file could not hold (unknown check, wrong unit, no source,
     a bound of the wrong direction; see gpuaccept.config.thresholds)."""
-    doc = load_file(path, ThresholdError, "site threshold file")
+    doc = load_file(path, ThresholdError, "site threshold file", max_bytes=SMALL_BYTES, max_line=SMALL_LINE)
     if not isinstance(doc, dict) or not doc:
         raise ThresholdError(f"{path}: expected a mapping of SKU name to {{checks: ...}}")
     out = dict(specs)
     for sku, body in doc.items():
         line = doc.lines.get(sku, 0) if isinstance(doc, YamlMap) else 0
         if sku not in specs:
-            raise ThresholdError(f"{path}:{line}: unknown SKU '{sku}' (known: {', '.join(sorted(specs))})")
+            raise ThresholdError(f"{path}:{line}: unknown SKU {shown(sku)} (known: {', '.join(sorted(specs))})")
         if not isinstance(body, dict):
             raise ThresholdError(f"{path}:{line}: {sku}: expected a mapping with 'checks'")
         for key in body:
             if key not in SKU_KEYS:
-                raise th._err(path, f"unknown key '{sku}.{key}' (a site file changes only 'checks')", body, key)
+                raise th._err(path, f"unknown key {shown(f'{sku}.{key}')} (a site file changes only 'checks')", body, key)
         checks = body.get("checks") or {}
         if not isinstance(checks, dict):
             raise th._err(path, f"{sku}.checks: expected a mapping", body, "checks")

@@ -15,7 +15,9 @@ from typing import Any
 
 import paramiko
 
+from gpuaccept.config.bounded import SMALL_LINE, read_bounded
 from gpuaccept.config.shellwords import split_words
+from gpuaccept.config.shown import shown
 from gpuaccept.errors import ConfigError
 
 #: inventory vars whose ``-o Key=Value`` / ``-J jump`` options reach ssh (Ansible's ssh connection plugin)
@@ -46,7 +48,7 @@ def ssh_args_options(text: str, where: str = "ansible_ssh_common_args") -> list[
     try:
         words = split_words(text or "", comments=False)
     except ValueError as e:
-        raise ConfigError(f"{where}: cannot split {text!r}: {e}") from None
+        raise ConfigError(f"{where}: cannot split {shown(text)}: {e}") from None
     out: list[tuple[str, str]] = []
     i = 0
     while i < len(words):
@@ -78,13 +80,12 @@ def ssh_args_options(text: str, where: str = "ansible_ssh_common_args") -> list[
 
 def _config_text(path: str | None) -> str:
     path = os.path.expanduser(path or "~/.ssh/config")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return ""
-    except OSError as e:
-        raise ConfigError(f"ssh config {path}: cannot read: {e.strerror or e}") from None
+    try:  # within gpuaccept.config.bounded's bounds: 64 MiB, a line of 64 KiB, 10 s for a pipe or device
+        return read_bounded(path, "ssh config file", ConfigError, max_line=SMALL_LINE).decode("utf-8", "replace")
+    except ConfigError as e:
+        raise ConfigError(f"ssh config {e}") from None
 
 
 def lookup(name: str, config_path: str | None = None, first: list[tuple[str, str]] | None = None) -> dict:

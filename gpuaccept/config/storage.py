@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.thresholds import Limit, inventory_checks, inventory_limit
+from gpuaccept.config.shown import shown
 
 SOURCE = "inventory var storage_limits"
 
@@ -79,7 +80,7 @@ def storage_limits(value: Any, host: str | None = None) -> dict[str, Limit]:
         return {}
     if not isinstance(value, Mapping):
         raise StorageConfigError(f"{_where(host, 'storage_limits')}: expected a mapping of check to number, "
-                                 f"got {value!r}")
+                                 f"got {shown(value)}")
     out: dict[str, Limit] = {}
     for key, bound in value.items():
         if key not in STORAGE_CHECKS:
@@ -87,7 +88,7 @@ def storage_limits(value: Any, host: str | None = None) -> dict[str, Limit]:
                                      f"(known: {', '.join(sorted(STORAGE_CHECKS))})")
         if not _is_number(bound) or bound < 0:
             raise StorageConfigError(f"{_where(host, 'storage_limits')}.{key}: expected a number >= 0, "
-                                     f"got {bound!r}")
+                                     f"got {shown(bound)}")
         out[key] = inventory_limit(key, bound, SOURCE)
     return out
 
@@ -100,7 +101,7 @@ def path_list(value: Any, var: str, host: str | None = None) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) and p for p in value):
-        raise StorageConfigError(f"{_where(host, var)}: expected a list of directories, got {value!r}")
+        raise StorageConfigError(f"{_where(host, var)}: expected a list of directories, got {shown(value)}")
     for p in value:
         if not p.startswith("/"):
             raise StorageConfigError(f"{_where(host, var)}: '{p}' is not an absolute path")
@@ -112,13 +113,13 @@ def fio_args(value: Any, host: str | None = None) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise StorageConfigError(f"{_where(host, 'storage_fio')}: expected a mapping, got {value!r}")
+        raise StorageConfigError(f"{_where(host, 'storage_fio')}: expected a mapping, got {shown(value)}")
     for key, v in value.items():
         if key not in FIO_ARG_TYPES:
             raise StorageConfigError(f"{_where(host, 'storage_fio')}: unknown key '{key}' "
                                      f"(known: {', '.join(sorted(FIO_ARG_TYPES))})")
         if isinstance(v, bool) or not isinstance(v, FIO_ARG_TYPES[key]):
-            raise StorageConfigError(f"{_where(host, 'storage_fio')}.{key}: unexpected value {v!r}")
+            raise StorageConfigError(f"{_where(host, 'storage_fio')}.{key}: unexpected value {shown(v)}")
     return dict(value)
 
 
@@ -135,7 +136,7 @@ def bool_var(value: Any, var: str, host: str | None = None) -> bool:
         return True
     if isinstance(value, str) and value.strip().lower() in ("no", "false", "off", "0", "n", ""):
         return False
-    raise StorageConfigError(f"{_where(host, var)}: expected true or false, got {value!r}")
+    raise StorageConfigError(f"{_where(host, var)}: expected true or false, got {shown(value)}")
 
 
 def int_var(value: Any, var: str, host: str | None = None) -> int | None:
@@ -143,7 +144,7 @@ def int_var(value: Any, var: str, host: str | None = None) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StorageConfigError(f"{_where(host, var)}: expected an integer >= 0, got {value!r}")
+        raise StorageConfigError(f"{_where(host, var)}: expected an integer >= 0, got {shown(value)}")
     return value
 
 
@@ -155,7 +156,7 @@ def str_list(value: Any, var: str, host: str | None = None) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) and x.strip() for x in value):
-        raise StorageConfigError(f"{_where(host, var)}: expected a string or a list of strings, got {value!r}")
+        raise StorageConfigError(f"{_where(host, var)}: expected a string or a list of strings, got {shown(value)}")
     return [x.strip() for x in value]
 
 
@@ -214,7 +215,7 @@ def ib_rate_limit(value: Any, host: str | None = None) -> Limit | None:
     if value is None:
         return None
     if not _is_number(value) or value < 0:
-        raise StorageConfigError(f"{_where(host, 'ib_rate_gbps')}: expected a number >= 0 (Gb/s), got {value!r}")
+        raise StorageConfigError(f"{_where(host, 'ib_rate_gbps')}: expected a number >= 0 (Gb/s), got {shown(value)}")
     return inventory_limit("ib_rate_gbps", value)
 
 

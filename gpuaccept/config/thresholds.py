@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuaccept.errors import ThresholdError
+from gpuaccept.config.bounded import SMALL_BYTES, SMALL_LINE
+from gpuaccept.config.shown import shown
 from gpuaccept.config.yamlload import YamlMap, load_file
 
 
@@ -272,7 +274,7 @@ def _err(path: str, msg: str, where: Any = None, key: Any = None) -> ThresholdEr
 def load_sku_file(path: str) -> SkuSpec:
     """Load and validate one threshold file. Raises ThresholdError naming the file, the line and the bad key
     (``thresholds/x.yaml:12: unknown key 'checks.hbm_raed_bw_gbps.min'``)."""
-    doc = load_file(path, ThresholdError, "threshold file")  # gpuaccept.config.yamlload: one loader, file:line errors
+    doc = load_file(path, ThresholdError, "threshold file", max_bytes=SMALL_BYTES, max_line=SMALL_LINE)  # gpuaccept.config.yamlload: one loader, file:line errors
     if not isinstance(doc, dict):
         raise _err(path, "expected a mapping at the top level")
     for section in ("detect", "expect", "datasheet", "checks"):  # the shapes the validation below relies on
@@ -281,9 +283,9 @@ def load_sku_file(path: str) -> SkuSpec:
     stem = os.path.splitext(os.path.basename(path))[0]
     for key in doc:
         if key not in TOP_KEYS:
-            raise _err(path, f"unknown key '{key}' (known: {', '.join(sorted(TOP_KEYS))})", doc, key)
+            raise _err(path, f"unknown key {shown(key)} (known: {', '.join(sorted(TOP_KEYS))})", doc, key)
     if doc.get("sku") != stem:
-        raise _err(path, f"sku '{doc.get('sku')}' must equal the file name '{stem}'", doc, "sku")
+        raise _err(path, f"sku {shown(doc.get('sku'))} must equal the file name '{stem}'", doc, "sku")
     detect = doc.get("detect") or {}
     for key in detect:
         if key not in DETECT_KEYS:
@@ -291,11 +293,11 @@ def load_sku_file(path: str) -> SkuSpec:
     for key in ("nvml_names", "pci_device_ids"):
         val = detect.get(key)
         if val is not None and not (isinstance(val, list) and all(isinstance(x, str) for x in val)):
-            raise _err(path, f"detect.{key}: expected a list of strings, got {val!r}", detect, key)
+            raise _err(path, f"detect.{key}: expected a list of strings, got {shown(val)}", detect, key)
     mem = detect.get("memory_gib")
     if mem is not None and not (isinstance(mem, list) and len(mem) == 2 and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in mem) and mem[0] <= mem[1]):
-        raise _err(path, f"detect.memory_gib: expected [low, high] in GiB, got {mem!r}", detect, "memory_gib")
+        raise _err(path, f"detect.memory_gib: expected [low, high] in GiB, got {shown(mem)}", detect, "memory_gib")
     expect = doc.get("expect") or {}
     for key in expect:
         if key not in EXPECT_KEYS:
@@ -317,48 +319,48 @@ def _check_expect(path: str, expect: Any) -> None:
         if key in EXPECT_BOOLS and not isinstance(val, bool):
             raise _err(path, f"expect.{key}: expected true or false, got {type(val).__name__} {val!r}", expect, key)
         if key in EXPECT_COUNTS and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
-            raise _err(path, f"expect.{key}: expected a whole number >= 0, got {val!r}", expect, key)
+            raise _err(path, f"expect.{key}: expected a whole number >= 0, got {shown(val)}", expect, key)
     fields = expect.get("required_nvml")
     if fields is not None:
         if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-            raise _err(path, f"expect.required_nvml: expected a list of NVML field names, got {fields!r}",
+            raise _err(path, f"expect.required_nvml: expected a list of NVML field names, got {shown(fields)}",
                        expect, "required_nvml")
         unknown = [f for f in fields if f not in REQUIRED_NVML_FIELDS]
         if unknown:
-            raise _err(path, f"expect.required_nvml: unknown field {unknown[0]!r} (known: "
+            raise _err(path, f"expect.required_nvml: unknown field {shown(unknown[0])} (known: "
                              f"{', '.join(sorted(REQUIRED_NVML_FIELDS))})", expect, "required_nvml")
     ids = expect.get("nvlink_link_ids")
     if ids is not None and not (isinstance(ids, list) and all(type(i) is int and i >= 0 for i in ids)):
-        raise _err(path, f"expect.nvlink_link_ids: expected a list of link numbers, got {ids!r}",
+        raise _err(path, f"expect.nvlink_link_ids: expected a list of link numbers, got {shown(ids)}",
                    expect, "nvlink_link_ids")
     transport = expect.get("nccl_transport")
     if transport is not None and (not isinstance(transport, str) or not transport.strip()):
-        raise _err(path, f"expect.nccl_transport: expected text such as P2P or NET/IB, got {transport!r}",
+        raise _err(path, f"expect.nccl_transport: expected text such as P2P or NET/IB, got {shown(transport)}",
                    expect, "nccl_transport")
 
 
 def _load_check(path: str, sku: str, check: str, entry: Any, checks: Any = None) -> Limit:
     """One ``checks:`` entry as a Limit; ``checks``: the loaded mapping holding it (for the line numbers)."""
     if check not in CHECKS:
-        raise _err(path, f"unknown check 'checks.{check}' (known: {', '.join(sorted(CHECKS))})", checks, check)
+        raise _err(path, f"unknown check {shown(f'checks.{check}')} (known: {', '.join(sorted(CHECKS))})", checks, check)
     if not isinstance(entry, dict):
         raise _err(path, f"checks.{check}: expected a mapping with min|max, unit, source", checks, check)
     for key in entry:
         if key not in CHECK_FIELDS:
-            raise _err(path, f"unknown key 'checks.{check}.{key}' (known: {', '.join(sorted(CHECK_FIELDS))})",
+            raise _err(path, f"unknown key {shown(f'checks.{check}.{key}')} (known: {', '.join(sorted(CHECK_FIELDS))})",
                        entry, key)
     unit, direction = CHECKS[check]
     if direction not in entry or ({"min", "max"} - {direction}) & set(entry):
         raise _err(path, f"checks.{check}: needs '{direction}' (and not the other bound)", checks, check)
     bound = entry[direction]
     if isinstance(bound, bool) or not isinstance(bound, (int, float)):
-        raise _err(path, f"checks.{check}.{direction}: expected a number, got {bound!r}", entry, direction)
+        raise _err(path, f"checks.{check}.{direction}: expected a number, got {shown(bound)}", entry, direction)
     if bound < 0:  # every figure judged is a count, rate, size or temperature >= 0: a negative floor passes all
-        raise _err(path, f"checks.{check}.{direction}: {bound!r} is negative ("
+        raise _err(path, f"checks.{check}.{direction}: {shown(bound)} is negative ("
                          + ("every figure would pass" if direction == "min" else "every figure would fail") + ")",
                    entry, direction)
     if entry.get("unit") != unit:
-        raise _err(path, f"checks.{check}.unit: expected '{unit}', got {entry.get('unit')!r}",
+        raise _err(path, f"checks.{check}.unit: expected '{unit}', got {shown(entry.get('unit'))}",
                    *((entry, "unit") if "unit" in entry else (checks, check)))
     if not entry.get("source"):
         raise _err(path, f"checks.{check}: 'source' is required (datasheet edition or the card measured)",
@@ -377,7 +379,7 @@ def _load_check(path: str, sku: str, check: str, entry: Any, checks: Any = None)
     for key in ("at_bytes", "fraction_of_datasheet"):
         val = entry.get(key)
         if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))):
-            raise _err(path, f"checks.{check}.{key}: expected a number, got {val!r}", entry, key)
+            raise _err(path, f"checks.{check}.{key}: expected a number, got {shown(val)}", entry, key)
     return Limit(sku, check, direction, float(bound), unit, str(entry["source"]), entry.get("at_bytes"), mbw,
                  dict(mbt) if mbt else None)
 

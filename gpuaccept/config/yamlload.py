@@ -13,8 +13,9 @@ Built on PyYAML's ``SafeLoader`` (no Python objects, no code), with what operato
 * anchors and aliases work, but a document whose aliases expand it to more than :data:`MAX_NODES` nodes
   is refused ("billion laughs"); the expansion is counted on the node graph, in time linear in the file;
 * a recursive alias (a node that contains itself) is refused;
-* a file larger than :data:`MAX_BYTES`, a file that is not UTF-8, and control characters are refused,
-  naming the line;
+* a file larger than :data:`MAX_BYTES` or with a longer line than ``MAX_LINE``, a pipe that does not end
+  in time (:mod:`gpuaccept.config.bounded`), a file that is not UTF-8, and control characters are refused,
+  naming the line; a value echoed in a refusal is shown by :func:`gpuaccept.config.shown.shown` (cut, escaped);
 * ``!unsafe`` values are read as plain text (Ansible's tag against templating); ``!vault`` values and
   vault-encrypted files are refused (gpuaccept does not decrypt).
 
@@ -29,12 +30,12 @@ from typing import Any
 import yaml
 
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.bounded import MAX_BYTES, read_bounded
+from gpuaccept.config.shown import shown, shown_path
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlMap", "decode", "load", "load_file", "plain",
            "read_text"]
 
-#: largest file read, bytes (an inventory of 100,000 hosts with a few vars each is ~10 MB)
-MAX_BYTES = 64 << 20
 #: deepest nesting of mappings and sequences accepted (real files use fewer than 10 levels)
 MAX_DEPTH = 64
 #: most nodes a document may have once its aliases are expanded (a 100,000-host YAML inventory with a
@@ -103,7 +104,7 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> YamlMap:
         except TypeError:
             raise _LoadError(_line(knode), "a mapping key must be a plain value, not a list or mapping") from None
         if key in seen:
-            raise _LoadError(_line(knode), f"key {key!r} written twice in one mapping (first on line {seen[key]})")
+            raise _LoadError(_line(knode), f"key {shown(key)} written twice in one mapping (first on line {seen[key]})")
         seen[key] = _line(knode)
     try:
         loader.flatten_mapping(node)
@@ -121,7 +122,7 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> YamlMap:
 def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> float:
     value = yaml.SafeLoader.construct_yaml_float(loader, node)
     if not math.isfinite(value):
-        raise _LoadError(_line(node), f"{node.value!r} is not a finite number (infinity and NaN are refused: "
+        raise _LoadError(_line(node), f"{shown(node.value)} is not a finite number (infinity and NaN are refused: "
                                       "a bound of .inf or .nan would switch its check off)")
     return value
 
@@ -130,7 +131,7 @@ def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
     try:
         return yaml.SafeLoader.construct_yaml_int(loader, node)
     except ValueError:
-        raise _LoadError(_line(node), f"integer {str(node.value)[:20]}... has too many digits") from None
+        raise _LoadError(_line(node), f"integer {shown(str(node.value), 20)} has too many digits") from None
 
 
 def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
@@ -235,12 +236,18 @@ def _check_size(root: yaml.Node) -> None:
                 stack.append((c, False))
 
 
+#: most characters of a YAML library message kept in a refusal (it may quote the file's text)
+ONE_LINE_CHARS = 300
+
+
 def _one_line(s: Any) -> str:
-    return " ".join(str(s).split())
+    """A library's message as one line, escaped and cut (it may quote the operator's file)."""
+    return shown_path(" ".join(str(s)[: ONE_LINE_CHARS * 4].split()), ONE_LINE_CHARS)
 
 
 def decode(path: str, data: bytes, error: type[ConfigError]) -> str:
     """``data`` as UTF-8 text (a leading BOM dropped); ``error`` naming the line of the first bad byte."""
+    path = shown_path(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -249,26 +256,13 @@ def decode(path: str, data: bytes, error: type[ConfigError]) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def _a(what: str) -> str:
-    """``what`` with its article: "an inventory file", "a threshold file"."""
-    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
-
-
-def read_text(path: str, error: type[ConfigError], what: str = "file") -> str:
-    """Read ``path`` as UTF-8 text of at most MAX_BYTES. Raises ``error`` with one line: missing, a folder,
-    unreadable, too large, not UTF-8 (with the line). ``what`` names the kind of file in messages."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise error(f"{path}: no such {what}") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not {_a(what)}") from None
-    except OSError as err:
-        raise error(f"{path}: cannot read: {err.strerror or err}") from None
-    if len(data) > MAX_BYTES:
-        raise error(f"{path}: larger than {MAX_BYTES >> 20} MiB; not {_a(what)} gpuaccept reads")
-    return decode(path, data, error)
+def read_text(path: str, error: type[ConfigError], what: str = "file", **bounds: int | float) -> str:
+    """Read ``path`` as UTF-8 text within the bounds of :func:`gpuaccept.config.bounded.read_bounded`
+    (:data:`MAX_BYTES`, a line of at most ``MAX_LINE`` bytes, ``READ_TIMEOUT_S`` for a pipe or device;
+    ``bounds``: ``max_bytes``, ``max_line``, ``timeout_s`` to state others). Raises ``error`` with one line:
+    missing, a folder, unreadable, past a bound (naming it), not UTF-8 (with the line). ``what`` names the
+    kind of file in messages."""
+    return decode(path, read_bounded(path, what, error, **bounds), error)
 
 
 def load(path: str, text: str, error: type[ConfigError]) -> Any:
@@ -278,6 +272,7 @@ def load(path: str, text: str, error: type[ConfigError]) -> Any:
     duplicate key, a non-finite float, too deep a nesting, an alias bomb, control characters, ``!vault``
     or a vault-encrypted file.
     """
+    path = shown_path(path)
     if text.startswith("$ANSIBLE_VAULT"):
         raise error(f"{path}:1: vault-encrypted file; gpuaccept does not decrypt")
     ok, doc = _fast(text)
@@ -297,7 +292,7 @@ def load(path: str, text: str, error: type[ConfigError]) -> Any:
     except yaml.reader.ReaderError as err:
         line = text[: err.position].count("\n") + 1
         what = f"control character U+{err.character:04X}" if isinstance(err.character, int) else \
-            f"character {err.character!r}"
+            f"character {shown(err.character)}"
         raise error(f"{path}:{line}: YAML error: {what} is not allowed in YAML text") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -308,15 +303,15 @@ def load(path: str, text: str, error: type[ConfigError]) -> Any:
     except RecursionError:  # a depth the composer's limit did not see (should not happen)
         raise error(f"{path}: YAML error: nested too deeply") from None
     except (ValueError, TypeError, AttributeError, OverflowError) as err:  # a tagged value PyYAML cannot build
-        raise error(f"{path}: YAML error: a value cannot be read ({type(err).__name__}: {_one_line(err)[:200]})") from None
+        raise error(f"{path}: YAML error: a value cannot be read ({type(err).__name__}: {_one_line(err)})") from None
     finally:
         if loader is not None:
             loader.dispose()
 
 
-def load_file(path: str, error: type[ConfigError], what: str = "file") -> Any:
-    """:func:`read_text` then :func:`load`."""
-    return load(path, read_text(path, error, what), error)
+def load_file(path: str, error: type[ConfigError], what: str = "file", **bounds: int | float) -> Any:
+    """:func:`read_text` (within ``bounds``) then :func:`load`."""
+    return load(path, read_text(path, error, what, **bounds), error)
 
 
 def plain(value: Any, _memo: dict | None = None) -> Any:

@@ -16,19 +16,23 @@ from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import run_verdict
 
 
-# The history rows of finished tests are inserted at most this often, seconds (one short transaction each; a
-# commit per test cost 40 us CPU more per test at 10,000 hosts; the end of the run then has at most this much
-# of the run's rows left to insert). Chosen.
+# The history rows of a finished test are inserted within this many seconds of its record, on a timer when no
+# later record comes (one short transaction each; a commit per test cost 40 us CPU more per test at 10,000
+# hosts; the end of the run then has at most this much of the run's rows left to insert). A controller killed
+# with SIGKILL loses at most the tests of its last HISTORY_EVERY_S (plus a transaction's time, or longer only
+# while another run holds the database: the rows wait for the next try); the merge adds those from results.jsonl
+# (gpuaccept.scaleout.merge). Chosen.
 HISTORY_EVERY_S = 1.0
 
 
 class HistorySink:
     """The history database as a :attr:`Reporter.sinks` entry: each record's rows made when it arrives and
-    inserted within :data:`HISTORY_EVERY_S` (one transaction per batch; WAL, synchronous=NORMAL), without
-    waiting when another run holds the database (then they go with the next batch, the periodic rewrite or the
-    end), so the end of the run has only the run row and the stand-outs left (gpuaccept.reporting.history.RunRecorder).
-    The first error stops it and is kept in :attr:`error` (reported at the end as the history's; the run's
-    verdicts stand)."""
+    inserted within :data:`HISTORY_EVERY_S`: by the record itself when the last insert is that old, else by a
+    timer thread (one transaction per batch; WAL, synchronous=NORMAL), without waiting when another run holds
+    the database (then they go with the next try), so the end of the run has only the run row and the
+    stand-outs left (gpuaccept.reporting.history.RunRecorder). The first error stops it and is kept in
+    :attr:`error` (reported at the end as the history's; the run's verdicts stand). Call :meth:`stop` before
+    the end's own writes."""
 
     def __init__(self, path: str, run_id: str, started: float | None, profile: str | None,
                  baseline: str | None = None, standout_pct: float | None = None):
@@ -38,20 +42,57 @@ class HistorySink:
                                             standout_pct or STANDOUT_PCT)
         self.error: str | None = None
         self._next = 0.0
+        self._lock = threading.RLock()  # the recorder's pending rows and connection: the caller's or the timer's
+        self._timer: threading.Timer | None = None
+        self._stopped = False
 
     def add(self, r) -> None:
         """A finished test's record (gpuaccept.reporting.records.CaseRecord): its rows now, inserted within
-        :data:`HISTORY_EVERY_S`."""
-        if self.error is None:
-            self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                               "message": r.message}, r.figures)
-            if time.monotonic() >= self._next:
-                self.flush()
+        :data:`HISTORY_EVERY_S` (now, or by the timer)."""
+        with self._lock:
+            if self.error is None:
+                self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
+                                   "message": r.message}, r.figures)
+                if time.monotonic() >= self._next:
+                    self.flush()
+                self._arm()
+
+    def _pending(self) -> bool:
+        return bool(self.recorder.figures or self.recorder.tests)
+
+    def _arm(self) -> None:
+        """Start the timer for the rows still pending (one at a time), due when the next insert is."""
+        if self._stopped or self.error is not None or not self._pending() or self._timer is not None:
+            return
+        t = threading.Timer(max(0.0, self._next - time.monotonic()), self._tick)
+        t.daemon = True  # never keeps a finished controller alive
+        t.name = "gpuaccept-history-flush"
+        self._timer = t
+        t.start()
+
+    def _tick(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._stopped:
+                return
+            self.flush()
+            if self._pending():  # another run held the database: try again at the next turn
+                self._next = time.monotonic() + HISTORY_EVERY_S
+                self._arm()
 
     def flush(self) -> None:
         """Insert the rows so far (without waiting for another writer: then they go with the next flush)."""
-        self._next = time.monotonic() + HISTORY_EVERY_S
-        self.guard(self.recorder.flush)
+        with self._lock:
+            self._next = time.monotonic() + HISTORY_EVERY_S
+            self.guard(self.recorder.flush)
+
+    def stop(self) -> None:
+        """No more timer flushes (the end of the run writes what is left itself); waits for one in progress."""
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     def guard(self, fn, *args, **kw) -> Any:
         """``fn(*args, **kw)``; on a database error remember it, drop the pending rows and return None."""
@@ -95,6 +136,7 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
     ending = None
     if hist is not None:
         from gpuaccept.reporting import history
+        hist.stop()  # the timer's inserts end here: the end inserts what is left
         got = hist.guard(hist.recorder.finish_rows)
         if hist.error is None:  # the run row and latest: in a thread, beside the outliers and files (joined below)
             end = {"inventory": rep.meta.get("inventory"), "limit": rep.meta.get("limit"), "report_dir": rep.dir,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import time
 from typing import Any
@@ -33,10 +34,10 @@ from gpuaccept.plugin.progress import Progress, real_stderr
 from gpuaccept.judging import verdict_order
 from gpuaccept.plugin.finish import HistorySink, finish_reports
 from gpuaccept.plugin.state import RunState
-from gpuaccept.reporting.folder import holds_run, space_problem
+from gpuaccept.reporting.folder import RunLock, find_killed, holds_run, run_finished, space_problem
 from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, layer_of, case_file, case_name
 from gpuaccept.reporting.reporter import Reporter
-from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict
+from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict, unfinished
 from gpuaccept.reporting.text import count_text
 from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups, skip_who
 
@@ -74,8 +75,16 @@ def reserve_folder(config: pytest.Config) -> tuple[str, bool]:
     return rdir, not existed
 
 
+def latest_finished(rdir: str) -> bool:
+    """Whether ``<parent of rdir>/latest`` points at a run that finished (its results.json complete)."""
+    link = os.path.join(os.path.dirname(os.path.abspath(rdir)), "latest")
+    return os.path.isdir(link) and run_finished(os.path.realpath(link))
+
+
 def point_latest(rdir: str) -> None:
-    """Point ``<parent>/latest`` at ``rdir`` (atomically: symlink + rename); leaves a real folder alone."""
+    """Point ``<parent>/latest`` at ``rdir`` (atomically: symlink + rename); leaves a real folder alone. Called at
+    a run's end (its final write done), and at its first test only while ``latest`` points at no finished run:
+    ``latest`` points at a finished run unless none exists."""
     parent = os.path.dirname(os.path.abspath(rdir))
     link = os.path.join(parent, "latest")
     if os.path.islink(link) or not os.path.exists(link):
@@ -166,13 +175,16 @@ class ReportPlugin:
         self._stderr = None
         self.history: HistorySink | None = None
         self.history_made: list[str] = []  # what _check_history created: undone when the run is refused
+        self.lock: RunLock | None = None  # the report folder's .running, held from the first test to the end
+        self.killed_lines: list[str] = []  # killed runs found beside this one (said in the terminal summary)
         if self.collect_only:
             return
         self._stderr = real_stderr()
         self._check_baseline()  # before the history is created: "no history database" must stay that
         self._check_history()
         latest = config.invocation_params.dir / "reports" / "latest"
-        previous = os.path.realpath(latest) if os.path.isdir(latest) else None
+        # the previous run: the last finished one (a killed run's results.json is no reference)
+        previous = os.path.realpath(latest) if os.path.isdir(latest) and run_finished(os.path.realpath(latest)) else None
         rdir, self.created = reserve_folder(config)
         self.run_id = os.path.basename(os.path.normpath(rdir))
         state.probe_dir = os.path.join(rdir, "probes")  # every probe's raw document, per host
@@ -252,8 +264,10 @@ class ReportPlugin:
         if self.began or self.reporter is None:
             return
         self.began = True
-        if self.config.getoption("reports") is None:
-            point_latest(self.reporter.dir)
+        if self.config.getoption("reports") is None and not latest_finished(self.reporter.dir):
+            point_latest(self.reporter.dir)  # no finished run to point at: this one, until one finishes
+        self._hold_folder()
+        self.reporter.begin()  # every whole-run file says INCOMPLETE from the first test on (a kill leaves that)
         mode = self._opt("progress", "auto")
         stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:
@@ -263,6 +277,21 @@ class ReportPlugin:
             node_mod.PROBE_STARTED.append(self._probe_started)
             node_mod.PROBE_PROGRESS.append(self._probe_progress)
             node_mod.PROBE_FINISHED.append(self._probe_finished)
+
+    def _hold_folder(self) -> None:
+        """Take the report folder's lock for the run's life (gpuaccept.reporting.folder.RunLock), then look for
+        runs beside it whose controller died before their end (their lock free, results.json not complete): each
+        is marked killed in the history it wrote to (gpuaccept.reporting.history.mark_killed), and said at the
+        end. Best effort: a folder or database that cannot be written is no reason to stop the run."""
+        rep = self.reporter
+        hist = None if self._opt("history") == "none" else os.path.abspath(self.history_path)
+        try:
+            self.lock = RunLock(rep.dir, {"run_id": self.run_id, "pid": os.getpid(), "host": socket.gethostname(),
+                                          "started": self.state.started, "history": hist})
+        except OSError:
+            self.lock = None
+        for info in find_killed(os.path.dirname(os.path.abspath(rep.dir)), f"run {self.run_id}", skip=rep.dir):
+            self.killed_lines.append(mark_killed_run(info))
 
     def _probe_started(self, host: str, probe: str, timeout_s: float) -> None:
         if self.progress is not None:
@@ -419,21 +448,24 @@ class ReportPlugin:
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"
         rep.meta["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED  # in results.json beside "complete"
         stop = session.config.pluginmanager.get_plugin("gpuaccept-interrupt")
-        if rep.meta["interrupted"] or getattr(stop, "reason", None):  # the banner of summary.md and report.html
-            rep.meta["interrupted"] = True
-            rep.meta["interruption"] = {
-                "signal": getattr(stop, "reason", None) or "KeyboardInterrupt",
-                "at": getattr(stop, "at", None) or time.time(),
-                "running": sorted(set(self.partial) | ({stop.running} if getattr(stop, "running", None) else set())),
-                "unfinished": len(self.partial) + len([n for n in rep.expected if n not in rep.records])}
         for nodeid in list(self.partial):
             self._finalize(nodeid, complete=False, reason=reason)
         for nodeid, (host, layer) in rep.expected.items():
             if nodeid not in rep.records:
                 rep.add(CaseRecord(nodeid, case_name(nodeid), host, layer, "error", f"not run: {reason}",
                                    causes=[Cause("interruption", "not_run", host).to_dict()]))
+        if rep.meta["interrupted"] or getattr(stop, "reason", None):  # the banner of summary.md and report.html
+            rep.meta["interrupted"] = True
+            rep.meta["interruption"] = interruption_counts(rep, getattr(stop, "running", None))
+            rep.meta["interruption"].update(signal=getattr(stop, "reason", None) or "KeyboardInterrupt",
+                                            at=getattr(stop, "at", None) or time.time())
         _count_in_terminal(session, rep)
         self._finish(rep)
+        if self.lock is not None:  # the run ended: its folder's lock goes, and latest may point here
+            self.lock.release()
+            self.lock = None
+        if self.config.getoption("reports") is None and run_finished(rep.dir):
+            point_latest(rep.dir)
         if not self.slurm_ok and session.exitstatus == pytest.ExitCode.OK:  # the run's own non-zero code stays
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if rep.write_error:  # results were measured but not all kept: say so, and do not exit 0
@@ -457,6 +489,9 @@ class ReportPlugin:
         """Remove the report folder this run made, while it is still empty (a run refused or that ran no test),
         and the history database with its folders when this run created them (no run was recorded in it)."""
         d = self.reporter.dir
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
         if self.created:
             try:
                 os.rmdir(d)  # only when empty: never removes what someone else put there
@@ -507,8 +542,52 @@ class ReportPlugin:
                 terminalreporter.write_line(f"gpuaccept: {len(names)} host(s) to {act}: {rep.dir}/hosts-{act}.txt")
         if fleet:
             terminalreporter.write_line("gpuaccept: a fleet-wide test failed or errored (see summary.md)")
+        for line in self.killed_lines:  # runs beside this one whose controller died before their end
+            terminalreporter.write_line(line, yellow=True)
         for line in self.slurm_lines:  # gpuaccept.scaleout.drain: the dry run's commands, or the calls made
             terminalreporter.write_line(line)
+
+
+#: cause kinds of a test cut off while it ran (gpuaccept.runner.interrupt; a test started and never torn down)
+CUT_OFF = frozenset({"interrupted", "not_finished"})
+
+
+def interruption_counts(rep: Reporter, running: str | None = None) -> dict:
+    """``{"running": [nodeid], "unfinished": n}`` of an interrupted run once every test has its record (pure):
+    ``unfinished`` counts every record that did not finish (its causes' class interruption: cut off while it ran,
+    never torn down, or never run), ``running`` those cut off while they ran (the test the signal found,
+    ``running``, among them when it did not finish), so that the header, the records and pytest's closing line
+    add up, with and without xdist (whose workers record their cut-off tests themselves)."""
+    left, cut = 0, set()
+    for nodeid, r in rep.records.items():
+        if r.outcome != "error" or not unfinished(r.message, r.causes):
+            continue
+        left += 1
+        kinds = {c.get("kind") for c in r.causes or [] if isinstance(c, dict)}
+        if kinds & CUT_OFF or (r.causes is None and not (r.message or "").startswith("not run: ")) or nodeid == running:
+            cut.add(nodeid)
+    return {"running": sorted(cut), "unfinished": left}
+
+
+def mark_killed_run(info: dict) -> str:
+    """Record a killed run found beside this one (gpuaccept.reporting.folder.find_killed) in the history it wrote
+    to, when it kept one; returns the line the terminal summary says."""
+    rid, where = str(info.get("run_id") or os.path.basename(info.get("dir") or "?")), info.get("dir")
+    head = f"gpuaccept: run {rid} ({where}) did not finish: its controller (pid {info.get('pid')}) is gone"
+    path = info.get("history")
+    if not path or not os.path.exists(path):
+        return head + "; its reports say INCOMPLETE"
+    from gpuaccept.reporting import history
+    try:
+        con = history.connect(path)
+        try:
+            history.mark_killed(con, rid, info.get("started"), info.get("last_record"), where, info.get("found_by"))
+        finally:
+            con.close()
+    except (history.HistoryError, OSError, Exception) as e:  # sqlite3.Error too: the run goes on
+        return head + f"; not marked in the history {path}: {e}"
+    return (head + f"; marked killed in the history {path} (python -m gpuaccept.scaleout.merge {where} --into DIR "
+            f"--history {path} adds any test it lacks)")
 
 
 #: pytest's terminal categories that its closing line counts (pytest's terminal.py KNOWN_TYPES, less warnings)

@@ -129,3 +129,178 @@ def space_problem(directory: str, n_tests: int) -> str | None:
     return (f"{free / MiB:.1f} MiB free on its filesystem, a run of {n_tests} test{'s' if n_tests != 1 else ''} "
             f"needs {need / MiB:.1f} MiB for its reports ({SPACE_BASE // MiB} MiB + {SPACE_PER_TEST // 1024} KiB "
             f"a test): free some space or give --reports on another filesystem")
+
+
+# -- whether a folder's run is going on, finished or was killed ------------------------------------------------
+#: held (flock) by a run's controller from its first test to its end, in its report folder: JSON of the run id, pid,
+#: host name, start and history database. The kernel drops the lock when the controller dies, even on SIGKILL, so
+#: a folder whose lock is free and whose results.json is not complete holds a killed run (:func:`find_killed`)
+RUNNING_FILE = ".running"
+#: what :data:`RUNNING_FILE` becomes once a killed run was found (by the next run on that controller or the merge):
+#: found once, said once; the same JSON plus ``found_at`` and ``found_by``
+KILLED_FILE = ".killed"
+#: folders beside a run's own that :func:`find_killed` looks into at most (a folder of many runs: one failed open
+#: each; chosen)
+MAX_SIBLINGS = 10000
+
+
+class RunLock:
+    """The :data:`RUNNING_FILE` of a run's folder, held while the run goes: made under another name, locked, then
+    renamed into place (never seen unlocked while its run lives). :meth:`release` at the end removes it."""
+
+    def __init__(self, directory: str, info: dict):
+        import fcntl
+        self.path = os.path.join(directory, RUNNING_FILE)
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        self.fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # not inherited by children (PEP 446)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            write_fully_fd(self.fd, json.dumps(info, default=str).encode())
+            os.replace(tmp, self.path)
+        except OSError:
+            os.close(self.fd)
+            remove_quietly(tmp)
+            raise
+
+    def release(self) -> None:
+        """The run ended: remove the file, then drop the lock."""
+        if self.fd is None:
+            return
+        remove_quietly(self.path)
+        os.close(self.fd)
+        self.fd = None
+
+
+def write_fully_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _results_head(directory: str, limit: int = 64 << 20) -> bytes | None:
+    """The start of ``directory``'s results.json up to its ``"tests":[`` (its meta and "complete"), read in pieces
+    (a fleet's file holds GBs after it); None when it cannot be read."""
+    try:
+        with open(os.path.join(directory, "results.json"), "rb") as f:
+            buf = b""
+            while len(buf) < limit:
+                piece = f.read(1 << 20)
+                if not piece:
+                    return buf
+                buf += piece
+                if b'"tests":[' in buf:
+                    return buf
+            return buf
+    except OSError:
+        return None
+
+
+def run_finished(directory: str) -> bool:
+    """Whether the run of ``directory`` wrote its final results.json (``"complete": true``; an interrupted run that
+    ended did). Reads only the file's head: cheap on a fleet's GB file. A quote outside a JSON string is never
+    escaped, so the pattern can only be the document's own key."""
+    head = _results_head(directory)
+    return bool(head) and (b',"complete":true,' in head or b'"complete": true' in head)
+
+
+def _info(fd: int) -> dict:
+    try:
+        data = os.pread(fd, 1 << 16, 0)
+        info = json.loads(data.decode("utf-8"))
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def run_state(directory: str) -> tuple[str, dict]:
+    """``("finished" | "running" | "killed" | "unknown", info)`` of the run in ``directory``: finished by its
+    results.json; running while its :data:`RUNNING_FILE` is locked (or held on another host: not ours to judge);
+    killed when that lock is free, or when the folder has a :data:`KILLED_FILE` (found already); unknown
+    otherwise (a folder of a release without the lock, killed or copied)."""
+    import fcntl
+    import socket
+    if run_finished(directory):
+        return "finished", {}
+    try:
+        with open(os.path.join(directory, KILLED_FILE), encoding="utf-8") as f:
+            return "killed", json.load(f)
+    except (OSError, ValueError):
+        pass
+    try:
+        fd = os.open(os.path.join(directory, RUNNING_FILE), os.O_RDONLY)
+    except OSError:
+        return "unknown", {}
+    try:
+        info = _info(fd)
+        if info.get("host") not in (None, socket.gethostname()):
+            return "running", info  # another controller's run: a lock there is not seen here (NFS, Lustre)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return "running", info
+        return "killed", info
+    finally:
+        os.close(fd)
+
+
+def claim_killed(directory: str, found_by: str) -> dict | None:
+    """When the run of ``directory`` was killed (its :data:`RUNNING_FILE` unlocked, by a controller of this host,
+    and results.json not complete): rename that file :data:`KILLED_FILE` with ``found_at`` and ``found_by`` added
+    (found once: a later look sees it as found) and return its info plus ``dir`` and ``last_record`` (results.jsonl's
+    modification time); else None. A stale lock file of a finished run (killed between its last write and the
+    file's removal) is removed."""
+    import fcntl
+    import socket
+    import time
+    path = os.path.join(directory, RUNNING_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        info = _info(fd)
+        if info.get("host") not in (None, socket.gethostname()):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # its run goes on
+        if run_finished(directory):
+            remove_quietly(path)
+            return None
+        try:
+            last = os.path.getmtime(os.path.join(directory, "results.jsonl"))
+        except OSError:
+            last = None
+        info.update(dir=os.path.abspath(directory), last_record=last, found_at=time.time(), found_by=found_by)
+        try:
+            atomic_write(os.path.join(directory, KILLED_FILE), json.dumps(info, default=str))
+            remove_quietly(path)
+        except OSError:
+            return None  # a folder we cannot write: left for whoever can
+        return info
+    finally:
+        os.close(fd)
+
+
+def find_killed(parent: str, found_by: str, skip: str | None = None) -> list[dict]:
+    """:func:`claim_killed` of each folder in ``parent`` (at most :data:`MAX_SIBLINGS`; ``skip``: the caller's own):
+    the runs of this host whose controller died before their end, each found once. One failed open per folder
+    without a lock file."""
+    out = []
+    try:
+        with os.scandir(parent) as it:
+            for n, e in enumerate(it):
+                if n >= MAX_SIBLINGS:
+                    break
+                try:
+                    if not e.is_dir(follow_symlinks=False) or (skip and os.path.samefile(e.path, skip)):
+                        continue
+                except OSError:
+                    continue
+                found = claim_killed(e.path, found_by)
+                if found is not None:
+                    out.append(found)
+    except OSError:
+        pass
+    return out

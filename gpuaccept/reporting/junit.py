@@ -71,13 +71,17 @@ JUNIT_FOOTER = "  </testsuite>\n</testsuites>\n"
 
 
 def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None,
-                 kept: dict | None = None) -> str:
+                 kept: dict | None = None, incomplete: str | None = None) -> str:
     """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline).
     With ``hv`` (gpuaccept.reporting.verdicts.host_verdicts), the testsuite's properties carry
     ``gpuaccept.host_verdict.<host>`` for each host of the layer's records (the one verdict order,
     gpuaccept.judging.verdict_order) and, for an interrupted run (``meta``), ``gpuaccept.interrupted``.
     ``kept``: the layer's entry of :attr:`gpuaccept.reporting.tally.RunTally.layers` (its counts, durations and
-    hosts, kept as the records arrived; ``recs`` is then unused)."""
+    hosts, kept as the records arrived; ``recs`` is then unused). ``incomplete``: the run has not finished (a
+    periodic write, which is what a killed run leaves: gpuaccept.reporting.reporter.incomplete_text): said in an
+    XML comment at the top and in the property ``gpuaccept.incomplete``, and counted as one more error, the
+    testcase :func:`incomplete_testcase` the writer adds, so that a CI step counting errors does not read a run
+    that has not finished as green."""
     from gpuaccept.reporting.verdicts import interruption_text
     if kept is None:
         from gpuaccept.reporting.tally import count_in_layer, layer_entry
@@ -93,12 +97,25 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
     stop = interruption_text(meta or {})
     if stop:
         props.append(("gpuaccept.interrupted", f"INTERRUPTED {stop}"))
+    if incomplete:
+        props.insert(0, ("gpuaccept.incomplete", incomplete))
     block = ("    <properties>\n" + "".join(f"      <property name={_xml_attr(n)} value={_xml_attr(v)} />\n"
                                            for n, v in props) + "    </properties>\n") if props else ""
-    return ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites>\n"
-            f'  <testsuite name={_xml_attr(layer)} tests="{len(kept["recs"])}" failures="{counts["failed"]}" '
-            f'errors="{counts["error"]}" skipped="{counts["skipped"]}" time="{sum(kept["durations"]):.3f}" '
+    extra = 1 if incomplete else 0  # the incomplete_testcase
+    # an XML comment may not hold "--" (nor end in "-")
+    top = f"<!-- {_xml_text(incomplete).replace('--', '- -')} -->\n" if incomplete else ""
+    return ("<?xml version='1.0' encoding='utf-8'?>\n" + top + "<testsuites>\n"
+            f'  <testsuite name={_xml_attr(layer)} tests="{len(kept["recs"]) + extra}" failures="{counts["failed"]}" '
+            f'errors="{counts["error"] + extra}" skipped="{counts["skipped"]}" time="{sum(kept["durations"]):.3f}" '
             f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n' + block)
+
+
+def incomplete_testcase(layer: str, incomplete: str, pending: int) -> str:
+    """The <testcase> a JUnit file of a run that has not finished ends with (``run_incomplete``, classname
+    ``<layer>.run``): an error saying so, with how many of the layer's tests have no record yet."""
+    why = f"{incomplete}; {pending} test{'s' if pending != 1 else ''} of this layer not finished"
+    return (f'    <testcase name="run_incomplete" classname={_xml_attr(layer + ".run")} file="" time="0.000">\n'
+            f'      <error type="incomplete" message={_xml_attr(why)}>{_xml_text(why)}</error>\n    </testcase>\n')
 
 
 def action_properties(act: dict | None) -> list[tuple[str, str]]:

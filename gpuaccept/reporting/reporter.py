@@ -28,10 +28,10 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.evidence import write_evidence
 from gpuaccept.reporting.folder import RESULTS_FORMAT, atomic_file, atomic_write, write_fully
 from gpuaccept.reporting.gputable import GpuTable
-from gpuaccept.reporting.junit import JUNIT_FOOTER, junit_header, junit_testcase
+from gpuaccept.reporting.junit import JUNIT_FOOTER, incomplete_testcase, junit_header, junit_testcase
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json, case_name
 from gpuaccept.reporting.summary import summary_markdown
-from gpuaccept.reporting.tally import RunTally
+from gpuaccept.reporting.tally import RunTally, layer_entry
 from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts_text
 
 # Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
@@ -51,6 +51,28 @@ COPY_CHUNK = 8 << 20
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _utc(t) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if isinstance(t, (int, float)) else "?"
+
+
+#: how every whole-run file of a run that has not finished begins (:func:`incomplete_text`)
+INCOMPLETE = "INCOMPLETE: the run has not finished"
+
+
+def incomplete_text(started: float | None, last_record: float | None, recorded: int, expected: int) -> str:
+    """What summary.md, report.html and the JUnit files of a run that has not finished say first (the periodic
+    writes, which a killed run leaves): ``INCOMPLETE: the run has not finished (started 2026-12-05 00:02:13 UTC,
+    last record 2026-12-05 00:02:25 UTC); 6 of 12 tests recorded``."""
+    last = _utc(last_record) if last_record is not None else "none yet"
+    return (f"{INCOMPLETE} (started {_utc(started)}, last record {last}); "
+            f"{recorded} of {max(expected, recorded)} tests recorded")
+
+
+#: the comment failed-hosts.txt carries, in a run that has not finished, above the hosts whose tests did not
+#: finish (``--limit @failed-hosts.txt`` reads the host lines and ignores comments)
+NOT_FINISHED_LINE = "# not finished: {why}; the hosts below have tests not finished"
 
 
 class Reporter:
@@ -97,6 +119,11 @@ class Reporter:
         self._gpus: GpuTable | None = GpuTable()
         self._hv: HostVerdicts | None = HostVerdicts(meta.get("hosts"))
         self._tally: RunTally | None = RunTally()
+        self.last_record_at: float | None = None  # Unix time of the last record (the INCOMPLETE banner says it)
+        # expected tests with no record yet, per host (None: fleet-wide) and per layer: a periodic write names the
+        # hosts not finished (failed-hosts.txt) and the layers' tests left (JUnit) without walking every test
+        self._pending_hosts: dict[str | None, int] = {}
+        self._pending_layers: dict[str, int] = {}
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
@@ -122,13 +149,47 @@ class Reporter:
 
     def expect(self, nodeid: str, host: str | None, layer: str) -> None:
         """Declare a test that should produce a record (missing ones become errors at close)."""
-        self.expected.setdefault(nodeid, (host, layer))
+        if nodeid in self.expected:
+            return
+        self.expected[nodeid] = (host, layer)
+        if nodeid not in self.records:
+            self._pending_hosts[host] = self._pending_hosts.get(host, 0) + 1
+            self._pending_layers[layer] = self._pending_layers.get(layer, 0) + 1
+
+    def pending(self) -> int:
+        """Expected tests with no record yet."""
+        return sum(self._pending_layers.values())
+
+    def unfinished_hosts(self) -> list[str]:
+        """The selected hosts with a test not finished yet, in selection order (every one while a fleet-wide test
+        is not finished: it holds them all), then any other host of an expected test by name; as failed-hosts.txt
+        lists them in a periodic write."""
+        hosts = list(self.meta.get("hosts") or [])
+        if self._pending_hosts.get(None):
+            return hosts
+        known = set(hosts)
+        return [h for h in hosts if self._pending_hosts.get(h)] + sorted(
+            h for h, n in self._pending_hosts.items() if n and h is not None and h not in known)
+
+    def incomplete_text(self) -> str:
+        """:func:`incomplete_text` of the run so far."""
+        return incomplete_text(self.meta.get("started"), self.last_record_at, len(self.records),
+                               len(self.records) + self.pending())
+
+    def begin(self) -> None:
+        """The run's first write, before any record (every whole-run file says INCOMPLETE from the start: a run
+        killed before its first periodic write leaves that); its cost (mostly imports) is not taken as a
+        rewrite's: the periodic writes' budget starts after it."""
+        self.flush()
+        self.last_flush_s, self._flushed_n = 0.0, 0
+        self._next_flush = time.monotonic() + FLUSH_MIN_S
 
     def add(self, rec: CaseRecord) -> None:
         """Store a finished test; append it to results.jsonl and its <testcase> to its layer's spool now
         (O(this record)); rewrite the whole-run files when :data:`FLUSH_MIN_S` and :data:`FLUSH_COST_RATIO` x
         the last rewrite have passed."""
         rec.run_id = self.run_id
+        self.last_record_at = time.time()
         self._store(rec)
         self._guard("results.jsonl", lambda: self._append([rec], sync=False))
         now = time.monotonic()
@@ -156,6 +217,10 @@ class Reporter:
             self._spans.pop(rec.nodeid, None)
             self._uspans.pop(rec.nodeid, None)
             self._gpus = self._hv = self._tally = None
+        elif rec.nodeid in self.expected:  # its first record: one test fewer to finish
+            host, layer = self.expected[rec.nodeid]
+            self._pending_hosts[host] -= 1
+            self._pending_layers[layer] -= 1
         self.records[rec.nodeid] = rec
         if self.host_sku:
             for f in rec.figures:
@@ -337,20 +402,56 @@ class Reporter:
         # stand-outs are computed once, at the end (history, fleet medians): not in every periodic rewrite
         slow = (self.final_standouts if self.final_standouts is not None else outliers(self.figures(), self.previous, compared=is_compared)) \
             if final else []
+        # until the final write every whole-run file says the run has not finished: what a periodic write leaves is
+        # what a killed run leaves (results.json says it with "complete": false)
+        inc = None if final else self.incomplete_text()
         # each file on its own: one that cannot be written (a nearly full disk) does not keep the others back
         self._guard("results.json", lambda: self._write_results_json(recs, final, slow))
-        for layer, kept in sorted(tally.layers.items()):
-            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, kept, hv))
+        layers = dict(tally.layers)
+        if inc:  # a layer none of whose tests has finished yet has its file too, saying so
+            layers.update({lay: layer_entry() for lay, n in self._pending_layers.items() if n and lay not in layers})
+        for layer, kept in sorted(layers.items()):
+            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, kept, hv, inc))
         self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
-            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table(), tally=tally)))
-        # failed-hosts.txt walks the failed and errored records only (its fleet-wide lines)
+            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table(), tally=tally, incomplete=inc)))
+        # failed-hosts.txt walks the failed and errored records only (its fleet-wide lines), and until the end
+        # lists the hosts whose tests have not finished, under a comment saying so
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
-                                                             failed_hosts_text(tally.bad, hosts, hv)))
+                                                             self._failed_hosts(tally, hosts, hv, inc)))
         for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
             self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
                                                                   "".join(h + "\n" for h in names)))
         if final:  # evidence/<host>/ of each host with a hardware action (gpuaccept.reporting.evidence)
             self._guard("evidence", lambda: write_evidence(self.dir, self.run_id, self.meta, recs, hv))
+        else:  # report.html says INCOMPLETE too (the final one is written after the history's end: plugin.finish)
+            self._guard("report.html", lambda: self._write_html(recs, tally, hv, inc))
+
+    def _failed_hosts(self, tally: RunTally, hosts: list[str], hv: dict, inc: str | None) -> str:
+        """failed-hosts.txt: :func:`failed_hosts_text`; with ``inc`` (a run not finished) the hosts not finished
+        follow, each once, under a :data:`NOT_FINISHED_LINE` comment (every line stays a host or a comment)."""
+        text = failed_hosts_text(tally.bad, hosts, hv)
+        if not inc:
+            return text
+        left = self.unfinished_hosts()
+        if not left:
+            return text
+        gone = set(left)
+        lines = [ln for ln in text.splitlines() if ln.startswith("#") or ln.strip() not in gone]
+        hosts_part = [ln for ln in lines if not ln.startswith("#")]
+        comments = [ln for ln in lines if ln.startswith("#")]
+        why = inc.removeprefix("INCOMPLETE: ")
+        return "".join(ln + "\n" for ln in hosts_part + [NOT_FINISHED_LINE.format(why=why)] + left + comments)
+
+    def _write_html(self, recs: list[CaseRecord], tally: RunTally, hv: dict, inc: str | None) -> None:
+        """report.html of the run so far (no stand-outs nor history sparklines: those come at the end)."""
+        from gpuaccept.reporting.folder import atomic_write_pieces
+        try:
+            from gpuaccept.reporting import html as html_report
+            pieces = html_report.pieces(self.run_id, self.meta, recs, [], [], None, hv=hv, table=self.gpu_table(),
+                                        tally=tally, incomplete=inc)
+        except ImportError:  # a plotting library missing: the end says so; the other files stand
+            return
+        atomic_write_pieces(os.path.join(self.dir, "report.html"), pieces)
 
     def _write_results_json(self, recs: list[CaseRecord], final: bool, slow: list[dict]) -> None:
         """results.json: ``{"run_id", **meta, "complete", "format": 2, "tests": [record...], "outliers"}``; each
@@ -369,18 +470,21 @@ class Reporter:
             if src is not None:
                 src.close()
 
-    def _write_junit(self, layer: str, kept: dict, hv: dict) -> None:
+    def _write_junit(self, layer: str, kept: dict, hv: dict, inc: str | None = None) -> None:
         """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
         rendered now where the spool lacks it), then the footer. ``kept``: the layer's entry of
-        :attr:`RunTally.layers`; ``hv``: the host verdicts."""
+        :attr:`RunTally.layers`; ``hv``: the host verdicts; ``inc``: the run has not finished (said at the top, in
+        a property and in a last error testcase: gpuaccept.reporting.junit)."""
         recs = kept["recs"]
         sp = self._spools.get(layer)
         src = open(sp.name, "rb") if sp is not None else None
         try:
             with atomic_file(os.path.join(self.dir, f"junit-{layer}.xml")) as out:
-                out.write(junit_header(layer, recs, hv, self.meta, kept).encode())
+                out.write(junit_header(layer, recs, hv, self.meta, kept, incomplete=inc).encode())
                 _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
+                if inc:
+                    out.write(incomplete_testcase(layer, inc, self._pending_layers.get(layer, 0)).encode())
                 out.write(JUNIT_FOOTER.encode())
         finally:
             if src is not None:

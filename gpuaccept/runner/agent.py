@@ -1,7 +1,8 @@
 """The controller's side of the node-side agent (``gpuaccept/probes/_agent.py``): one session per host and run.
 
-:class:`Agent` starts the agent with one command (:func:`start_command`): make a fresh folder, ``exec`` the
-node's Python on :data:`BOOT`, which reads every probe file from stdin (one frame: zlib-compressed JSON of
+:class:`Agent` starts the agent with one command (:func:`start_command`): make a fresh folder, start the
+node's Python on :data:`BOOT` there (the shell that made the folder removes it once that Python has exited, so a
+failed start leaves nothing on the node), which reads every probe file from stdin (one frame: zlib-compressed JSON of
 ``{file name: text}``, made once per run: :func:`gpuaccept.runner.ship.payload`), writes them into the folder and serves. Then each
 probe is one ``run`` request on that session (:meth:`Agent.probe`, returning the
 :class:`~gpuaccept.transport.CommandResult` a probe command returned before, so the parsing is unchanged),
@@ -62,8 +63,11 @@ BOOT = ("import os, sys, json, zlib\n"
         "        b += c\n"
         "    return b\n"
         "files = json.loads(zlib.decompress(r(int.from_bytes(r(4), 'big'))))\n"
-        "for k, v in files.items():\n"
-        "    with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
+        "try:\n"
+        "    for k, v in files.items():\n"
+        "        with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
+        "except OSError as e:\n"
+        "    sys.exit('cannot write the probe files into %s: %s' % (os.getcwd(), e.strerror or e))\n"
         "sys.path.insert(0, '')\n"
         "import _agent\n"
         "sys.exit(_agent.main(files, json.loads(sys.argv[1]) if len(sys.argv) > 1 else None))\n")
@@ -76,13 +80,21 @@ def encode(doc: dict) -> bytes:
 
 
 def start_command(python: str, env: dict[str, str], identity: dict | None = None) -> tuple[str, str]:
-    """``(command, folder name)``: make ``$TMPDIR/gpuaccept.<12 hex>`` (``mkdir -m 700``), enter it, exec
-    ``python -c BOOT`` with ``env`` (every word quoted, gpuaccept.transport.shell); ``identity``
-    (:func:`lock_identity`), BOOT's argument in JSON, makes the agent take the node's lock."""
+    """``(command, folder name)``: make ``$TMPDIR/gpuaccept.<12 hex>`` (``mkdir -m 700``: a fresh name, never
+    an existing entry), run ``python -c BOOT`` in it with ``env`` (every word quoted, gpuaccept.transport.shell);
+    ``identity`` (:func:`lock_identity`), BOOT's argument in JSON, makes the agent take the node's lock.
+
+    The shell that made the folder stays as the Python's parent and removes that folder (``rm -rf`` of the one
+    path its own ``mkdir`` made; nothing else: a name that existed makes ``mkdir`` fail and nothing runs) once
+    the Python has exited, whatever ended it: no interpreter (rc 127), a disk too full for the probe files, the
+    handshake cut (stdin closed, SIGTERM, SIGHUP or SIGINT: the shell traps them and cleans up after the Python
+    is gone). The status is the Python's. An agent that started keeps its folder as long as it runs (it removes
+    it itself before it exits; the shell's ``rm`` then finds nothing). Only SIGKILL of the shell leaves the
+    folder, to the next run's sweep (``_watchdog.sweep_stale``)."""
     d = f"gpuaccept.{secrets.token_hex(6)}"
     argv = [python, "-c", BOOT] + ([json.dumps(identity, separators=(",", ":"))] if identity else [])
-    return (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && cd "$d" && '
-            + shell.env_command(env, argv, exec_=True)), d
+    return (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && {{ trap : HUP INT TERM; '
+            f'(cd "$d" && {shell.env_command(env, argv, exec_=True)}); r=$?; rm -rf "$d"; exit $r; }}'), d
 
 
 def lock_identity(run_id: str, scope: str = "", env: Mapping[str, str] | None = None) -> dict:

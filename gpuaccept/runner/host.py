@@ -16,6 +16,7 @@ Once the run is interrupted (gpuaccept.runner.interrupt) no new command starts.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -31,13 +32,14 @@ from gpuaccept.config.profiles import probe_args
 from gpuaccept.transport import CommandResult
 from gpuaccept.transport import aborting, interruption, short_command
 from gpuaccept.runner.parse import parse_probe_output, partial_document
-from gpuaccept.runner.replay import replay_probe, save_probe
+from gpuaccept import __version__
+from gpuaccept.runner.replay import _folder_fd, probe_key, replay_probe, save_probe
 from gpuaccept.runner.agent import Agent, lock_identity
 from gpuaccept.runner.ship import PROBE_DIR, WATCHDOG_GRACE_S, probe_files
 
 __all__ = ["HostRunner", "PROBE_DIR", "PROBE_ENV", "PROBE_STARTED", "PROBE_PROGRESS", "PROBE_FINISHED", "PROBE_HOOK",
            "WATCHDOG_GRACE_S", "DEADLINE_ARGS", "probe_deadline", "probe_files", "parse_probe_output",
-           "replay_probe", "save_probe"]
+           "replay_probe", "save_probe", "keep_probe", "DocumentNotSaved"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,66 @@ def probe_deadline(limit_s: float) -> int:
     with the probe's account of it (which ranks hung, in which phase) rather than as the runner's plain timeout;
     both kill every rank. Example: 300 s -> 270 s."""
     return max(20, int(limit_s - max(10.0, 0.1 * limit_s)))
+
+
+class DocumentNotSaved(OSError):
+    """A probe document that could not be kept: ``path`` (the file it was to be), ``why`` (one line)."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = path, why
+
+
+def _why_not_saved(directory: str, err: OSError) -> str:
+    """Why saving under ``directory`` (``<report folder>/probes/<host>``) failed with ``err``: a ``probes`` or host
+    entry that is a symbolic link is named with where it points (not followed), else the system's reason."""
+    top = os.path.dirname(os.path.normpath(directory))
+    for part in (top, os.path.normpath(directory)):
+        if os.path.islink(part):
+            try:
+                to = os.readlink(part)
+            except OSError:
+                to = "?"
+            return f"{part} is a symbolic link (to {to}), not followed"
+        if os.path.lexists(part) and not os.path.isdir(part):
+            return f"{part} is not a folder"
+    return err.strerror or str(err)
+
+
+def keep_probe(directory: str, name: str, args: dict | None, doc: dict) -> str:
+    """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (as gpuaccept.runner.replay.save_probe
+    writes it: a replay reads it) and return its path; unlike ``save_probe``, a document that cannot be kept is
+    said: raises :class:`DocumentNotSaved` naming the file and why (a ``probes`` or host folder that is a
+    symbolic link, which is never followed; a full disk; no permission). No half-written file is left. A report
+    folder that is gone is made again."""
+    path = os.path.join(directory, probe_key(name, args) + ".json")
+    try:
+        # the report folder itself is the operator's (gpuaccept.config.outputs): made again when it went, as the
+        # reporter makes its files again; its ``probes`` and host parts are never followed through a symlink
+        os.makedirs(os.path.dirname(os.path.dirname(os.path.normpath(directory))) or ".", exist_ok=True)
+        fd = _folder_fd(directory)
+    except OSError as e:
+        raise DocumentNotSaved(path, _why_not_saved(directory, e)) from None
+    final = os.path.basename(path)
+    tmp = final + ".tmp"
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"probe": name, "args": args or {}, "release": __version__, "doc": doc}, f, indent=1,
+                      default=str)
+        os.replace(tmp, final, src_dir_fd=fd, dst_dir_fd=fd)
+    except OSError as e:
+        try:
+            if not os.path.islink(os.path.join(directory, tmp)):
+                os.unlink(tmp, dir_fd=fd)
+        except OSError:
+            pass
+        why = (f"{os.path.join(directory, tmp)} is a symbolic link, not followed" if e.errno == errno.ELOOP
+               else e.strerror or str(e))
+        raise DocumentNotSaved(path, why) from None
+    finally:
+        os.close(fd)
+    return path
 
 
 class _Reported(Exception):
@@ -282,14 +344,29 @@ class HostRunner:
             except Interrupted as e:  # keep what the probe printed as it was stopped (a burn-in: its windows)
                 e.partial = partial_document(getattr(e, "stdout", b""))  # type: ignore[attr-defined]
                 if e.partial is not None and self.save_dir:
-                    save_probe(os.path.join(self.save_dir, self.name), name, args, e.partial)
+                    try:
+                        keep_probe(os.path.join(self.save_dir, self.name), name, args, e.partial)
+                    except DocumentNotSaved as lost:
+                        e.msg = f"{e.msg}; its partial raw document not saved: {lost}"
+                        e.args = (e.msg,)
                 raise
             finally:
                 for cb in PROBE_FINISHED: cb(self.name, name)  # noqa: E701
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
-            save_probe(os.path.join(self.save_dir, self.name), name, args, doc)
+            self._keep(name, args, doc)
         return doc
+
+    def _keep(self, name: str, args: dict, doc: dict) -> None:
+        """Keep ``doc`` under ``save_dir`` (:func:`keep_probe`). A document measured but not kept is an error of
+        the test, not a silent gap: raises ProbeError (cause class tool: neither the node's nor the operator's
+        fault) "raw document not saved: <path>: <why>", with ``path`` and ``why`` as evidence."""
+        try:
+            keep_probe(os.path.join(self.save_dir, self.name), name, args, doc)
+        except DocumentNotSaved as e:
+            log.error("%s: probe %s: raw document not saved: %s", self.name, name, e)
+            raise ProbeError(self.name, f"{name}: raw document not saved: {e.path}: {e.why}",
+                             {"path": e.path, "why": e.why}) from None
 
     def _probe_command(self, name: str, args: dict, limit: float, env: dict[str, str] | None, rerun: bool,
                        progress: Callable[[dict], None]) -> CommandResult:

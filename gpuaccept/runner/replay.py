@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from gpuaccept import __version__
 from gpuaccept.config.profiles import PROFILES
-from gpuaccept.errors import ProbeError
+from gpuaccept.config.bounded import MAX_BYTES, read_bounded
+from gpuaccept.errors import ConfigError, ProbeError
 from gpuaccept.runner.parse import probe_error
 
 #: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
@@ -64,6 +65,11 @@ def _algo_pin_changes_nothing(value: Any, doc: dict) -> str | None:
 ADDED_ARGS: dict[str, dict[str, Callable[[Any, dict], str | None]]] = {
     "nccl_allreduce": {"env": _algo_pin_changes_nothing},
 }
+
+
+#: largest saved document read in a replay, bytes: a capture of gpuaccept's own is at most a few MB (a
+#: burn-in's windows, an all-reduce sweep); a file past it is no document gpuaccept saved
+CAPTURE_MAX_BYTES = MAX_BYTES
 
 
 def probe_key(name: str, args: dict | None) -> str:
@@ -133,9 +139,12 @@ def _saved_documents(directory: str, name: str) -> list[tuple[str, dict]]:
         if not (f.startswith(name + "-") and f.endswith(".json")):
             continue
         try:
-            with open(os.path.join(directory, f), encoding="utf-8") as fh:
-                saved = json.load(fh)
+            saved = json.loads(_read(os.path.join(directory, f)))
         except (OSError, ValueError):
+            continue
+        except ConfigError as e:
+            if getattr(e, "past_bound", False):
+                raise  # a capture past its bound is not passed over: replay_probe names it
             continue
         if isinstance(saved, dict) and isinstance(saved.get("args"), dict) and isinstance(saved.get("doc"), dict):
             out.append((f, saved))
@@ -194,8 +203,25 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None, notes:
     is appended to ``notes`` as ``"<probe>: <file> (release R): <note>"``.
 
     Raises ProbeError naming the folder, the asked arguments and each saved document's arguments with what
-    differs, when none answers; and as a live probe would for a saved failure.
+    differs, when none answers; naming the file and the bound, for a saved document past a bound of
+    :func:`_read`; and as a live probe would for a saved failure.
     """
+    try:
+        return _replay(host, directory, name, args, notes)
+    except ConfigError as e:  # a saved document past a bound of gpuaccept.config.bounded.read_bounded
+        raise ProbeError(host, f"{name}: {e} (replay)") from None
+
+
+def _read(path: str) -> str:
+    """A saved document's text, read within the bounds of :func:`gpuaccept.config.bounded.read_bounded`
+    (:data:`CAPTURE_MAX_BYTES`, a line of ``MAX_LINE``, ``READ_TIMEOUT_S`` for a pipe or device: a capture
+    folder holding ``/dev/zero`` or a FIFO must not hang or exhaust the run). Raises ConfigError past a bound
+    (one line naming the file and the bound), ValueError for text that is not UTF-8."""
+    return read_bounded(path, "saved probe document", ConfigError, max_bytes=CAPTURE_MAX_BYTES).decode("utf-8")
+
+
+def _replay(host: str, directory: str, name: str, args: dict | None, notes: list[str] | None) -> dict:
+    """:func:`replay_probe`, raising ConfigError for a saved document past a bound."""
     asked = args or {}
     path = os.path.join(directory, probe_key(name, asked) + ".json")
     found_notes: list[str] = []
@@ -221,8 +247,7 @@ def replay_probe(host: str, directory: str, name: str, args: dict | None, notes:
         path = os.path.join(directory, f)
     if doc is None:
         try:
-            with open(path, encoding="utf-8") as fh:
-                saved_doc = json.load(fh)
+            saved_doc = json.loads(_read(path))
             doc = saved_doc["doc"] if isinstance(saved_doc, dict) else None
         except (OSError, ValueError, KeyError) as e:
             raise ProbeError(host, f"{name}: saved document {path} unreadable: {type(e).__name__}: "

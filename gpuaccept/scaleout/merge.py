@@ -17,7 +17,14 @@ versions) is named in the notes too. A folder whose run did not finish (no resul
 ``"complete": false``: a killed controller or Slurm task) gives each of its hosts an ERROR "did not finish",
 unless a later folder tested that host again: the tests it reported stand, the ones it never reached are not
 silently missing. ``host_errors`` (``--host-error HOST=REASON``) adds an ERROR for a host that left no folder
-at all (a Slurm node whose task never started). ``--history`` holding a run being merged is refused.
+at all (a Slurm node whose task never started). A folder whose run is known killed (its controller's lock free:
+gpuaccept.reporting.folder.run_state) says so; one whose controller still holds it says "still running".
+
+``--history`` holding a run being merged is refused (its tests would count twice), except to repair a killed
+run: when every folder merged is a run the history holds without its end (no run row) and none of them
+finished (killed), the merge adds to each run the tests of its results.jsonl the history lacks (those of the
+last moment before the kill, or all of them) and marks it killed (``killed_runs``); no merged run is recorded
+then (its tests are in the history under their own runs).
 Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run).
 """
 from __future__ import annotations
@@ -32,7 +39,7 @@ import time
 from gpuaccept.config.outputs import check_output_file, system_folder_problem
 from gpuaccept.errors import ConfigError
 from gpuaccept.causes import Cause
-from gpuaccept.reporting.folder import holds_run
+from gpuaccept.reporting.folder import claim_killed, holds_run, run_state
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import host_verdicts, run_verdict
@@ -250,6 +257,57 @@ def _record_history(history_path: str, rid: str, meta: dict, into: str, recs: li
     return stand
 
 
+def _repairable(history_path: str, read: list, finished: list[bool], states: dict[int, str],
+                recorded: list[str]) -> list[int] | None:
+    """The folders (indices of ``read``) whose killed runs the history at ``history_path`` holds without their end,
+    when every folder merged is such a run: the merge then adds their missing tests (:func:`_repair_history`);
+    None when not (a finished run, one still running, a folder the history does not hold)."""
+    import sqlite3
+    ids = [str(m.get("run_id") or "") for _, m, _ in read]
+    if sorted(set(ids)) != sorted(recorded) or len(set(ids)) != len(ids):
+        return None
+    if any(finished[i] or states.get(i) == "running" for i in range(len(read))):
+        return None
+    try:
+        con = sqlite3.connect(f"file:{history_path}?mode=ro", uri=True)
+        try:
+            marks = ",".join("?" * len(ids))
+            if con.execute(f"SELECT 1 FROM runs WHERE run_id IN ({marks})", ids).fetchone():
+                return None  # a run that recorded its end finished there
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return list(range(len(read)))
+
+
+def _repair_history(history_path: str, folders: list) -> list[str]:
+    """For each ``(dir, meta, records)`` of a killed run the history holds: add the tests it lacks, mark it killed
+    (``killed_runs``; its folder's lock file becomes .killed: found once). Returns one note per run, also
+    printed."""
+    from gpuaccept.reporting import history
+    con = history.connect(history_path)
+    notes = []
+    try:
+        for d, meta, recs in folders:
+            rid = str(meta["run_id"])
+            info = claim_killed(d, "merge") or {}
+            n = history.add_missing_tests(con, rid, meta.get("started") or info.get("started"), [
+                ({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome, "message": r.message},
+                 r.figures) for r in recs])
+            try:
+                last = os.path.getmtime(os.path.join(d, "results.jsonl"))
+            except OSError:
+                last = None
+            history.mark_killed(con, rid, meta.get("started") or info.get("started"), last, os.path.abspath(d), "merge")
+            notes.append(f"history {history_path}: run {rid} did not finish (killed): added {n} record"
+                         f"{'s' if n != 1 else ''} of its results.jsonl the history lacked; it is marked killed, and "
+                         "no merged run is recorded (its tests are there under run " + rid + ")")
+    finally:
+        con.close()
+    return notes
+
+
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
           host_errors: dict[str, str] | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
@@ -295,6 +353,8 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
         notes.append(f"{names}: tests of run {read[b][1].get('run_id') or '?'} ({read[b][0]}) replace those of the "
                      f"earlier run {read[a][1].get('run_id') or '?'} ({read[a][0]}): the later run wins")
     notes += limit_notes(list(all_recs.values()))
+    states = {i: run_state(read[i][0])[0] for i in range(len(read)) if not finished[i]}
+    how = {"killed": "killed: its controller is gone", "running": "still running: its controller holds it"}
     for pos, i in enumerate(order):  # a run that did not finish: its hosts' unreported tests are not a pass
         d, meta, recs = read[i]
         if finished[i]:
@@ -303,8 +363,9 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             if any(p > pos for p in tested_at.get(h, [])) or h in host_errors:
                 continue
             n = sum(1 for r in recs if r.host == h)
-            host_errors[h] = (f"{h}: the run in {d} did not finish (no complete results.json: killed or still "
-                              f"running); {n} test(s) reported, any other test of this host is missing")
+            host_errors[h] = (f"{h}: the run in {d} did not finish (no complete results.json: "
+                              f"{how.get(states[i], 'killed or still running')}); {n} test(s) reported, any other "
+                              "test of this host is missing")
     for h, why in host_errors.items():
         nodeid = f"gpuaccept/scaleout/merge.py::run_incomplete[{h}]"
         all_recs[nodeid] = CaseRecord(nodeid, f"run_incomplete[{h}]", h, "other", "error",
@@ -320,15 +381,19 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
         host_sku.update(m.get("host_sku") or {})
     started = min((m.get("started") for m in metas if m.get("started")), default=time.time())
     profiles = sorted({str(m.get("profile")) for m in metas if m.get("profile")})
+    repair: list[int] = []  # folders whose killed run the history holds: their missing tests are added to it
     if history_path:
         runs: dict[str, float | None] = {r.run_id: None for r in all_recs.values() if r.run_id}
         runs.update({str(m["run_id"]): m.get("started") for m in metas if m.get("run_id")})
         recorded = already_recorded(history_path, runs)
         if recorded:
-            raise ValueError(f"--history {history_path} already holds run(s) {', '.join(recorded)} being merged (the "
-                             "runs recorded themselves): the merged run would count their tests and figures twice "
-                             "and compare them with themselves; merge without --history, or run the shards with "
-                             "--history none")
+            repair = _repairable(history_path, read, finished, states, recorded)
+            if repair is None:
+                raise ValueError(
+                    f"--history {history_path} already holds run(s) {', '.join(recorded)} being merged (the runs "
+                    "recorded themselves): the merged run would count their tests and figures twice and compare "
+                    "them with themselves; merge without --history, or run the shards with --history none (a killed "
+                    "run's folder merged alone with --history adds the tests that history lacks)")
     limits = {m.get("limit") for m in metas}  # shards started with one --limit keep it
     rid = run_id or "merged-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     meta = {"inventory": ", ".join(sorted({str(m.get("inventory")) for m in metas if m.get("inventory")})),
@@ -343,7 +408,9 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     from gpuaccept.reporting import history
     from gpuaccept.reporting import html as html_report
     stand = history.fleet_outliers(figures)
-    if history_path:
+    if repair:
+        meta["merge_notes"] += _repair_history(history_path, [read[i] for i in repair])
+    elif history_path:
         stand = _record_history(history_path, rid, meta, into, recs, figures) + stand
     rep.final_standouts = stand
     rep.close("not in any merged folder")

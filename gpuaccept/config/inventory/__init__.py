@@ -11,6 +11,10 @@ What is supported, checked against ``ansible-inventory --list`` by the tests:
 * ``group_vars/`` and ``host_vars/`` beside the inventory file (:mod:`.varsfiles`);
 * Ansible's variable precedence (:mod:`.resolve`).
 
+The inventory file and its vars files are read within bounds (:mod:`gpuaccept.config.bounded`: 64 MiB, a line
+of 16 MiB, 10 s for a pipe), and a value echoed in a refusal is cut and escaped
+(:func:`gpuaccept.config.shown.shown`).
+
 Stricter than Ansible (it warns or silently does something odd; we refuse): unknown keys in a YAML group,
 a key written twice (YAML mapping, INI host line or ``[g:vars]`` section), ranges whose begin is past their
 end, Jinja templates in the connection variables, a host range inside an address variable
@@ -32,6 +36,7 @@ import os
 
 from gpuaccept.errors import InventoryError
 from gpuaccept.config.hostranges import expand_hostname
+from gpuaccept.config.shown import shown_path
 from gpuaccept.config.yamlload import load, read_text
 from gpuaccept.config.inventory.ini import parse_ini
 from gpuaccept.config.inventory.model import Host, Inventory
@@ -62,7 +67,7 @@ def load_inventory(path: str, text: str | None = None) -> Inventory:
             path = _only_file_in(path)
         text = read_text(path, InventoryError, "inventory file")
     if text.startswith("#!"):
-        raise InventoryError(f"{path}:1: an inventory script ({text.splitlines()[0][:80]}); gpuaccept does not run "
+        raise InventoryError(f"{path}:1: an inventory script ({shown_path(text.splitlines()[0], 80)}); gpuaccept does not run "
                              f"inventory scripts: {STATIC_HINT.format(src=path)}")
     paused = gc.isenabled()
     gc.disable()  # a load allocates ~10 objects per host and frees none: collection passes only cost time

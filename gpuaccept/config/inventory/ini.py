@@ -15,6 +15,7 @@ from typing import Any
 from gpuaccept.errors import InventoryError
 from gpuaccept.config.inventory.resolve import Builder, host_names, port_clash
 from gpuaccept.config.shellwords import split_words
+from gpuaccept.config.shown import shown, shown_path
 
 _SECTION = re.compile(r"^\[(?P<name>[^\[\]:\s]+)(?::(?P<kind>[^\[\]\s]+))?\]\s*(?:[#;].*)?$")
 # a host line in bracket form: [2001:db8::12]:2200 (Ansible reads it as a host, not a section)
@@ -63,10 +64,10 @@ def parse_ini(b: Builder, text: str) -> None:
         if line[0] == "[" and not _BRACKET_HOST.match(line):
             m = _SECTION.match(line)
             if not m:
-                raise InventoryError(f"{path}:{lineno}: malformed section header {line!r}")
+                raise InventoryError(f"{path}:{lineno}: malformed section header {shown(line)}")
             group, kind = m.group("name"), m.group("kind") or "hosts"
             if kind not in ("hosts", "children", "vars"):
-                raise InventoryError(f"{path}:{lineno}: section [{group}:{kind}] has unknown type {kind!r} "
+                raise InventoryError(f"{path}:{lineno}: section [{group}:{kind}] has unknown type {shown(kind)} "
                                      "(use :children or :vars)")
             if kind == "vars":
                 vars_only.setdefault(group, f"{path}:{lineno}")
@@ -78,27 +79,27 @@ def parse_ini(b: Builder, text: str) -> None:
         elif kind == "vars":
             key, eq, value = line.partition("=")
             if not eq or not key.strip():
-                raise InventoryError(f"{path}:{lineno}: expected key=value in [{group}:vars], got {line!r}")
+                raise InventoryError(f"{path}:{lineno}: expected key=value in [{group}:vars], got {shown(line)}")
             first = group_keys.setdefault((group, key.strip()), lineno)
             if first != lineno:
-                raise InventoryError(f"{path}:{lineno}: [{group}:vars] sets {key.strip()} twice (first on line {first})")
+                raise InventoryError(f"{path}:{lineno}: [{group}:vars] sets {shown_path(key.strip(), 100)} twice (first on line {first})")
             _inline_comment(key.strip(), value, f"{path}:{lineno}", group)
             b.set_group_var(group, key.strip(), ini_value(value.strip()), f"{path}:{lineno}")
         else:
             where = f"{path}:{lineno}"
             tokens = _split(line, where)
             if len(tokens) != 1:
-                raise InventoryError(f"{where}: expected one group name in [{group}:children], got {line!r}")
+                raise InventoryError(f"{where}: expected one group name in [{group}:children], got {shown(line)}")
             pending.append((group, tokens[0], where))
             b.group(tokens[0], where)
     for parent, child, where in pending:
         if child not in declared:
-            raise InventoryError(f"{where}: [{parent}:children] names group {child!r}, which has no section")
+            raise InventoryError(f"{where}: [{parent}:children] names group {shown(child)}, which has no section")
         b.add_child(parent, child, where)
     children = {c for _, c, _ in pending}
     for name, where in vars_only.items():
         if name not in declared and name not in children:
-            raise InventoryError(f"{where}: section [{name}:vars] is for group {name!r}, which is defined nowhere")
+            raise InventoryError(f"{where}: section [{name}:vars] is for group {shown(name)}, which is defined nowhere")
 
 
 _COMMENT_AFTER = re.compile(r"\s[#;]")
@@ -116,7 +117,7 @@ def _inline_comment(key: str, value: str, where: str, group: str) -> None:
         return  # ssh argument vars may hold a ProxyCommand with ';' of its own
     m = _COMMENT_AFTER.search(text) if isinstance(ini_value(text), str) else None  # 8 # HGX reads as 8
     if m:
-        raise InventoryError(f"{where}: [{group}:vars] {key}={text!r}: Ansible keeps {text[m.start() + 1:]!r} as part "
+        raise InventoryError(f"{where}: [{group}:vars] {key}={shown(text)}: Ansible keeps {shown(text[m.start() + 1:])} as part "
                              "of the value in a vars section (only host lines drop comments): put the comment on a "
                              "line of its own")
 
@@ -141,9 +142,9 @@ def _host_line(b: Builder, group: str, line: str, where: str) -> None:
         if not eq or not key:
             hint = "; ';' starts a comment only at the start of a line (as in Ansible): write '#'" \
                 if tok.startswith(";") else ""
-            raise InventoryError(f"{where}: expected key=value host variable, got {tok!r}{hint}")
+            raise InventoryError(f"{where}: expected key=value host variable, got {shown(tok)}{hint}")
         if key in hvars:
-            raise InventoryError(f"{where}: host variable {key} written twice on one line")
+            raise InventoryError(f"{where}: host variable {shown_path(key, 100)} written twice on one line")
         hvars[key] = ini_value(value)
     port_clash(tokens[0], port, hvars, where)
     if port is not None:

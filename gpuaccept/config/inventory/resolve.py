@@ -27,6 +27,7 @@ from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expan
 from gpuaccept.config.yamlload import plain
 from gpuaccept.config.inventory.model import Host, Inventory
 from gpuaccept.config.inventory.varsfiles import VarsFiles
+from gpuaccept.config.shown import shown
 
 # Variables gpuaccept reads itself: none may hold a template.
 CHECKED_VARS = (
@@ -80,13 +81,13 @@ def split_port(pattern: str, where: str) -> tuple[str, int | None]:
     m = _NAME_PORT.match(pattern)
     if m and ":" not in RANGE.sub("", m.group(1)):
         return m.group(1), _port(m.group(2), pattern, where)
-    raise InventoryError(f"{where}: bad host {pattern!r}: expected NAME, NAME:PORT, an IPv6 address or [IPV6]:PORT")
+    raise InventoryError(f"{where}: bad host {shown(pattern)}: expected NAME, NAME:PORT, an IPv6 address or [IPV6]:PORT")
 
 
 def _port(digits: str, pattern: str, where: str) -> int:
     port = int(digits) if len(digits) <= 5 else 0
     if not 0 < port < 65536:
-        raise InventoryError(f"{where}: bad host {pattern!r}: port {digits} is not a TCP port")
+        raise InventoryError(f"{where}: bad host {shown(pattern)}: port {digits} is not a TCP port")
     return port
 
 
@@ -97,7 +98,7 @@ def port_clash(pattern: str, port: int | None, hvars: dict[str, Any], where: str
         return
     for var in ("ansible_port", "ansible_ssh_port"):
         if var in hvars and str(hvars[var]).strip() != str(port):
-            raise InventoryError(f"{where}: host {pattern!r} names port {port} and sets {var}={hvars[var]!r}; "
+            raise InventoryError(f"{where}: host {shown(pattern)} names port {port} and sets {var}={shown(hvars[var])}; "
                                  "write the port once")
 
 
@@ -114,10 +115,10 @@ def host_names(pattern: str, where: str) -> tuple[list[str], int | None]:
     name, port = split_port(pattern, where)
     why = bad_name_reason(RANGE.sub("0", name))
     if why:
-        raise InventoryError(f"{where}: bad host {pattern!r}: {why}")
+        raise InventoryError(f"{where}: bad host {shown(pattern)}: {why}")
     names = expand_hostname(name, where)
     if RESERVED_HOST in names:
-        raise InventoryError(f"{where}: bad host {pattern!r}: {RESERVED_HOST!r} is reserved (the reports' name for the "
+        raise InventoryError(f"{where}: bad host {shown(pattern)}: {shown(RESERVED_HOST)} is reserved (the reports' name for the "
                              "fleet-wide tests, such as inter-node all-reduce); name the machine otherwise, with "
                              "ansible_host= for its address")
     return names, port
@@ -142,15 +143,15 @@ class Builder:
         if g is None:
             why = bad_name_reason(name)
             if why:
-                raise InventoryError(f"{where or self.path}: bad group name {name!r}: {why.replace('host', 'group')}")
+                raise InventoryError(f"{where or self.path}: bad group name {shown(name)}: {why.replace('host', 'group')}")
             g = self.groups[name] = _Group(name, where=where or self.path)
         return g
 
     def add_child(self, parent: str, child: str, where: str) -> None:
         if child == "all":
-            raise InventoryError(f"{where}: group 'all' cannot be a child of {parent!r}")
+            raise InventoryError(f"{where}: group 'all' cannot be a child of {shown(parent)}")
         if child == parent:
-            raise InventoryError(f"{where}: group {child!r} cannot be its own child")
+            raise InventoryError(f"{where}: group {shown(child)} cannot be its own child")
         p, c = self.group(parent), self.group(child)
         if child not in p.child_set:
             p.child_set.add(child)
@@ -162,7 +163,7 @@ class Builder:
         if key == "ansible_group_priority":
             if isinstance(value, bool) or not isinstance(value, (int, str)) or \
                     not str(value).strip().lstrip("-").isdigit() or len(str(value).strip()) > 9:
-                raise InventoryError(f"{where}: group {group} ansible_group_priority must be an integer, got {value!r}")
+                raise InventoryError(f"{where}: group {group} ansible_group_priority must be an integer, got {shown(value)}")
             g.priority = int(value)
             return
         g.vars[key] = plain(value)
@@ -357,7 +358,7 @@ def _first(v: dict[str, Any], key: str, older: str, name: str, origins: Mapping[
     if value is not None and str(value).strip() != str(other).strip() and \
             (ranks or {}).get(key, 0) >= (ranks or {}).get(older, 0):
         raise InventoryError(
-            f"{origins.get(key, path)}: host {name} sets {key}={value!r}, but also {older}={other!r} (at "
+            f"{origins.get(key, path)}: host {name} sets {key}={shown(value)}, but also {older}={shown(other)} (at "
             f"{origins.get(older, path)}), which Ansible uses instead whatever the precedence: set only one of them")
     return older, other
 
@@ -374,16 +375,16 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
             continue
         if "{{" in value or "{%" in value:
             raise InventoryError(f"{origins.get(key, path)}: host {name} var {key} holds a Jinja template "
-                                 f"({value!r}); gpuaccept does not render templates")
+                                 f"({shown(value)}); gpuaccept does not render templates")
         if key in ADDRESS_VARS and "[" in value and looks_like_range(value):
-            raise InventoryError(f"{origins.get(key, path)}: host {name} var {key} holds a host range ({value!r}); "
+            raise InventoryError(f"{origins.get(key, path)}: host {name} var {key} holds a host range ({shown(value)}); "
                                  "only host names expand ranges (Ansible would try to connect to that text): "
                                  "list each host")
     conn_raw = v.get("ansible_connection") or "ssh"
     connection = CONNECTIONS.get(conn_raw) if isinstance(conn_raw, str) else None
     if connection is None:
         raise InventoryError(f"{origins.get('ansible_connection', path)}: host {name} ansible_connection "
-                             f"{conn_raw!r} is not supported (ssh, smart, paramiko or local)")
+                             f"{shown(conn_raw)} is not supported (ssh, smart, paramiko or local)")
     port_key, port_raw = _first(v, "ansible_port", "ansible_ssh_port", name, origins, path, ranks)
     if port_raw is None:
         port = 22
@@ -393,7 +394,7 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         port = int(port_raw)
     else:
         raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} must be an integer in ASCII digits, "
-                             f"got {port_raw!r}")
+                             f"got {shown(port_raw)}")
     if not 0 < port < 65536:
         raise InventoryError(f"{origins.get(port_key, path)}: host {name} {port_key} {port} is not a TCP port")
     addr_key, address = _first(v, "ansible_host", "ansible_ssh_host", name, origins, path, ranks)
@@ -405,14 +406,14 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
                    ("ansible_python_interpreter", python)):
         if val is not None and type(val) not in (str, int, float):
             raise InventoryError(f"{origins.get(k, path)}: host {name} var {k} must be text, "
-                                 f"got {type(val).__name__} {val!r}")
+                                 f"got {type(val).__name__} {shown(val)}")
     if address is not None:
         why = address_problem(str(address))
         if why:
-            raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {str(address)!r}: {why}")
+            raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {shown(str(address))}: {why}")
     why = user_problem(str(user)) if user is not None else None
     if why:
-        raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {str(user)!r}: {why}")
+        raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {shown(str(user))}: {why}")
     if python is None or str(python).startswith("auto"):
         python = "python3"
     return Host(

@@ -12,6 +12,7 @@ from typing import Any
 from gpuaccept.errors import InventoryError
 from gpuaccept.config.yamlload import plain
 from gpuaccept.config.inventory.resolve import Builder, host_names, port_clash
+from gpuaccept.config.shown import shown, shown_path
 
 #: how to turn a dynamic inventory (script, plugin) into a file gpuaccept reads; ``src``: the source
 STATIC_HINT = ("write its hosts out once with `ansible-inventory -i {src} --list --yaml > fleet.yml` "
@@ -42,7 +43,7 @@ def parse_yaml(b: Builder, doc: Any) -> None:
 def _group(b: Builder, name: Any, data: Any, parent: str | None, where: str) -> None:
     """Read one group, its hosts, vars and children, in the file's order (as Ansible does)."""
     if not isinstance(name, str) or not name.strip():
-        raise InventoryError(f"{where}: group name must be text, got {name!r}")
+        raise InventoryError(f"{where}: group name must be text, got {shown(name)}")
     b.group(name, where)
     if parent is not None:
         b.add_child(parent, name, where)
@@ -54,7 +55,7 @@ def _group(b: Builder, name: Any, data: Any, parent: str | None, where: str) -> 
     for key, value in data.items():
         kwhere = f"{b.path}:{data.lines.get(key, data.line)}"
         if key not in _GROUP_KEYS:
-            raise InventoryError(f"{kwhere}: group {name} has unknown key {key!r} (expected hosts, vars or children)")
+            raise InventoryError(f"{kwhere}: group {name} has unknown key {shown(key)} (expected hosts, vars or children)")
         if value is None:
             continue
         if not isinstance(value, dict):
@@ -71,9 +72,9 @@ def _group(b: Builder, name: Any, data: Any, parent: str | None, where: str) -> 
 
 def _host(b: Builder, group: str, pattern: Any, data: Any, where: str) -> None:
     if not isinstance(pattern, (str, int)) or isinstance(pattern, bool):
-        raise InventoryError(f"{where}: host name must be text, got {pattern!r}")
+        raise InventoryError(f"{where}: host name must be text, got {shown(pattern)}")
     if data is not None and not isinstance(data, dict):
-        raise InventoryError(f"{where}: vars of host {pattern} must be a mapping, got {type(data).__name__}")
+        raise InventoryError(f"{where}: vars of host {shown_path(pattern, 100)} must be a mapping, got {type(data).__name__}")
     names, port = host_names(str(pattern), where)
     hvars = {str(k): plain(v) for k, v in (data or {}).items()}
     origins = {str(k): f"{b.path}:{data.lines.get(k, data.line)}" for k in data} if data else {}

@@ -25,6 +25,10 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
   with ``--slurm-apply``): run_id, at (Unix s), host, node, event (drain|resume), action, cause, reason, and for a
   drain within a day of gpuaccept's resume of the same node ``repeating`` 1 with that resume's ``resumed_at`` and
   ``resumed_run`` (gpuaccept.reporting.history.drains).
+- ``killed_runs`` (v4): one row per run known to have been killed before its end (no run row; its finished tests
+  are kept): run_id, started, last_record (Unix s of its last record), found_at, found_by (``run <id>`` of the
+  next run on that controller, or ``merge``), report_dir (:func:`mark_killed`; the merge adds the tests such a
+  run lacks, :func:`add_missing_tests`).
 
 The package, one job a module: ``schema`` (the file, its migrations, opening it), ``rows`` (writing runs),
 ``recorder`` (one run written as it goes), ``drains`` (Slurm drains and resumes), ``compare`` (references and stand-outs, judged by the one rule of
@@ -33,12 +37,12 @@ This face holds the names its callers use.
 """
 from __future__ import annotations
 
-from gpuaccept.reporting.history.cli import UNFINISHED, figures_over_time, main, series
+from gpuaccept.reporting.history.cli import UNFINISHED, figures_over_time, killed_runs, main, series
 from gpuaccept.reporting.history.compare import (STANDOUT_PCT, fleet_outliers, references, run_standouts,
                                                  standouts)
 from gpuaccept.reporting.history.recorder import BUSY_WAIT_S, RunRecorder
-from gpuaccept.reporting.history.rows import (INSERT_FIGURE, figure_rows, keep_earlier_run, record_run, test_row,
-                                              update_latest)
+from gpuaccept.reporting.history.rows import (INSERT_FIGURE, add_missing_tests, figure_rows, keep_earlier_run,
+                                              mark_killed, record_run, test_row, update_latest)
 from gpuaccept.reporting.history.schema import (MIGRATIONS, SCHEMA_VERSION, HistoryError, connect, connect_readonly,
                                                 not_writable, run_exists)
 from gpuaccept.reporting.history.sqlrules import _sql_burnin_key, _sql_is_burnin, _sql_nightly_key
@@ -46,6 +50,6 @@ from gpuaccept.judging.standouts import check_of, key_extras, subject_of
 
 __all__ = ["BUSY_WAIT_S", "INSERT_FIGURE", "MIGRATIONS", "SCHEMA_VERSION", "STANDOUT_PCT", "UNFINISHED", "HistoryError",
            "RunRecorder", "check_of", "connect", "connect_readonly", "figure_rows", "figures_over_time",
-           "fleet_outliers", "keep_earlier_run", "key_extras", "main", "not_writable", "record_run", "references",
+           "fleet_outliers", "keep_earlier_run", "key_extras", "main", "add_missing_tests", "killed_runs", "mark_killed", "not_writable", "record_run", "references",
            "run_exists", "run_standouts", "series", "standouts", "subject_of", "test_row", "update_latest",
            "_sql_burnin_key", "_sql_is_burnin", "_sql_nightly_key"]

@@ -25,6 +25,26 @@ def series(con: sqlite3.Connection, subject: str, check: str, last: int = 30) ->
 UNFINISHED = "(unfinished)"
 
 
+def killed_runs(con: sqlite3.Connection, run_ids: list[str] | None = None) -> dict[str, dict]:
+    """The runs the database knows were killed (``killed_runs``, schema v4; ``{}`` in an older database), by run
+    id: ``{"started", "last_record", "found_at", "found_by", "report_dir"}``; only ``run_ids`` when given."""
+    if not con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='killed_runs'").fetchone():
+        return {}
+    rows = con.execute("SELECT run_id, started, last_record, found_at, found_by, report_dir FROM killed_runs")
+    out = {r[0]: dict(zip(("started", "last_record", "found_at", "found_by", "report_dir"), r[1:])) for r in rows}
+    return out if run_ids is None else {k: v for k, v in out.items() if k in set(run_ids)}
+
+
+def killed_text(run_id: str, k: dict) -> str:
+    """One line on a killed run: ``run r1 was killed: its controller died after its last record at
+    2026-12-05 00:02:40 UTC (found by run r2 at ...); its finished tests are kept, it has no verdict``."""
+    def utc(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if isinstance(t, (int, float)) else "?"
+    return (f"run {run_id} was killed: its controller died after its last record at {utc(k.get('last_record'))} "
+            f"(found by {k.get('found_by') or '?'} at {utc(k.get('found_at'))}); its finished tests are kept, "
+            f"it has no verdict")
+
+
 def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: str | None = None,
                       check: str | None = None) -> list[tuple]:
     """Rows ``(time, run_id, profile, host, gpu, serial, check, value, unit, limit, verdict)`` of one GPU
@@ -74,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     rows = figures_over_time(con, a.serial, a.host, a.check)
     head = ("time", "run", "profile", "host", "gpu", "serial", "check", "value", "unit", "limit", "verdict")
-    if a.json:
-        print(json.dumps([dict(zip(head, r)) for r in rows], default=str))
+    unfinished = list(dict.fromkeys(r[1].removesuffix(" " + UNFINISHED) for r in rows if r[1].endswith(UNFINISHED)))
+    killed = killed_runs(con, unfinished) if unfinished else {}
+    if a.json:  # a killed run's rows say so ("killed": true); a run still going (or killed, not yet found): false
+        print(json.dumps([{**dict(zip(head, r)), **({"killed": r[1].removesuffix(" " + UNFINISHED) in killed}
+                                                    if r[1].endswith(UNFINISHED) else {})} for r in rows],
+                         default=str))
         return 0
     if not rows:
         print(f"no figures for {'serial ' + a.serial if a.serial else 'host ' + a.host}"
@@ -86,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
     for c in cells:
         print("  ".join(s.ljust(w) for s, w in zip(c, widths)).rstrip())
+    for rid in unfinished:  # under the table: which unfinished runs are known killed, which may still run
+        print(killed_text(rid, killed[rid]) if rid in killed else
+              f"run {rid} has no end recorded: still running, or killed and not yet found by a later run or the merge")
     return 0
 
 

@@ -58,7 +58,7 @@ class RunRecorder:
 
     def _connect(self) -> sqlite3.Connection:
         if self.con is None:
-            con = connect(self.path)
+            con = connect(self.path, threads=True)  # flushed from a timer thread too (serialised)
             with con:
                 self.kept_as = keep_earlier_run(con, self.run_id, self.started)
                 for table in ("figures", "tests", "host_verdicts", "runs"):

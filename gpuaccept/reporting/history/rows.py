@@ -59,9 +59,51 @@ def keep_earlier_run(con: sqlite3.Connection, run_id: str, started: float) -> st
                       (new, new)).fetchone():
         n += 1
         new = f"{base}-{n}"
-    for table in ("figures", "tests", "host_verdicts", "runs", "latest"):
+    for table in ("figures", "tests", "host_verdicts", "runs", "latest") + (("killed_runs",) if _has_table(
+            con, "killed_runs") else ()):
         con.execute(f"UPDATE {table} SET run_id=? WHERE run_id=?", (new, run_id))
     return new
+
+
+def _has_table(con: sqlite3.Connection, name: str) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+def mark_killed(con: sqlite3.Connection, run_id: str, started: float | None, last_record: float | None,
+                report_dir: str | None, found_by: str) -> bool:
+    """Record that run ``run_id`` was killed before its end (its controller gone: gpuaccept.reporting.folder.
+    find_killed), in ``killed_runs`` (schema v4), in its own transaction. Nothing when the database holds a run row
+    of it (it did finish) or already knows it killed. ``found_by``: who found it (``run <id>``, ``merge``).
+    Returns True when the row was added."""
+    with con:
+        if con.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
+            return False
+        cur = con.execute("INSERT OR IGNORE INTO killed_runs (run_id, started, last_record, found_at, found_by, "
+                          "report_dir) VALUES (?,?,?,?,?,?)", (run_id, started, last_record, time.time(), found_by,
+                                                              report_dir))
+        return cur.rowcount > 0
+
+
+def add_missing_tests(con: sqlite3.Connection, run_id: str, started: float | None,
+                      tests: Iterable[tuple[dict, list[dict]]]) -> int:
+    """Add to run ``run_id`` (a run without a run row: killed) the tests it lacks: ``tests`` are ``(test,
+    figures)`` pairs (test: nodeid, host, layer, outcome, message; figures: report figure dicts) from its report
+    folder's results.jsonl; a test whose nodeid the run already holds is left alone (a test's row and its
+    figures' rows went in in one transaction: a run holds both or neither). One transaction; returns how many
+    tests were added. ``started``: the run's start as its rows carry it (that of its first row when it has one)."""
+    with con:
+        row = con.execute("SELECT started FROM figures WHERE run_id=? LIMIT 1", (run_id,)).fetchone()
+        start = row[0] if row and row[0] is not None else (started or time.time())
+        have = {r[0] for r in con.execute("SELECT nodeid FROM tests WHERE run_id=?", (run_id,))}
+        n = 0
+        for t, figs in tests:
+            if t.get("nodeid") in have:
+                continue
+            have.add(t.get("nodeid"))
+            con.execute("INSERT INTO tests VALUES (?,?,?,?,?,?)", test_row(run_id, t))
+            con.executemany(INSERT_FIGURE, figure_rows(run_id, start, figs))
+            n += 1
+    return n
 
 
 

@@ -38,6 +38,14 @@ MIGRATIONS: list[str] = [
                                repeating INTEGER NOT NULL DEFAULT 0, resumed_at REAL, resumed_run TEXT);
     CREATE INDEX slurm_events_node ON slurm_events (node, at);
     """,
+    # v4: runs known to have been killed (issue 44): a run whose controller died before its end left its finished
+    # tests and no run row; the next run on that controller or the merge finds it (its report folder's .running
+    # lock free, its results.json not complete) and records it here. A new table only: ``runs`` keeps one row
+    # per finished run, as before, and a v3 database is read as before (no run is then known to be killed)
+    """
+    CREATE TABLE killed_runs (run_id TEXT NOT NULL PRIMARY KEY, started REAL, last_record REAL, found_at REAL NOT NULL,
+                              found_by TEXT, report_dir TEXT);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -46,15 +54,17 @@ class HistoryError(Exception):
     """The history database cannot be opened, is newer than this gpuaccept, or is not ours."""
 
 
-def connect(path: str, upto: int = SCHEMA_VERSION) -> sqlite3.Connection:
-    """Open (creating) the database at ``path``, in WAL mode, migrated to schema ``upto``.
+def connect(path: str, upto: int = SCHEMA_VERSION, threads: bool = False) -> sqlite3.Connection:
+    """Open (creating) the database at ``path``, in WAL mode, migrated to schema ``upto``. ``threads``: the
+    connection may be used from another thread than the one that opened it (the caller serialises its use:
+    gpuaccept.plugin.finish.HistorySink flushes from a timer thread).
 
     Raises HistoryError when the file is not an SQLite database or has a newer schema than this code.
     """
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     try:
-        con = sqlite3.connect(path, timeout=30)
+        con = sqlite3.connect(path, timeout=30, check_same_thread=not threads)
         _wal(con)
         con.execute("PRAGMA synchronous=NORMAL")
         ver = con.execute("PRAGMA user_version").fetchone()[0]
