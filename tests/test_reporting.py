@@ -300,7 +300,7 @@ def test_prometheus_textfile_parses(tmp_path):
     hbm = fams["gpuaccept_hbm_read_bw_gbps"].samples[0]
     assert hbm.value == 4606.3 and hbm.labels["serial"] == "1650" and hbm.labels["pci_bus_id"] == "00000000:00:06.0"
     assert hbm.labels["unit"] == "GB/s" and hbm.labels["gpu"] == "0" and hbm.labels["sku"] == "h200-sxm-141gb"
-    assert fams["gpuaccept_busbw_gbps"].samples[0].labels["extra"] == "bytes=4096"
+    assert fams["gpuaccept_busbw_gbps"].samples[0].labels["bytes"] == "4096"
     verdicts = {s.labels["host"]: s.value for s in fams["gpuaccept_host_verdict"].samples}
     assert verdicts == {"a": 1, "b": 2}  # the one verdict order: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
     assert fams["gpuaccept_run_duration_seconds"].samples[0].value == 60
@@ -314,6 +314,38 @@ def test_prometheus_textfile_parses(tmp_path):
     fams2 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
     assert {(f.name, tuple(sorted(s.labels.items()))) for f in fams2.values() for s in f.samples} == first
     assert fams2["gpuaccept_run_timestamp_seconds"].samples[0].value == 87400.0
+
+
+def test_prometheus_series_keep_their_names_and_labels_whatever_the_selection(tmp_path):
+    """A storage path, an all-reduce's hosts or a filesystem's options never make a metric name or a label: two
+    nights with different hosts in the all-reduce and other fio options write the same series set."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuaccept.reporting.prometheus import LABELS, write_textfile
+
+    def night(hosts, fstype):
+        return [fig("a", "seq_read_gbps /tmp/nc stor/n1", 2.5, fstype=fstype, iodepth=8, rw="read"),
+                fig("fleet", "internode_busbw_gbps", 346.0, bytes=1 << 30, hosts="-".join(hosts), label=hosts[0]),
+                fig("a", "bf16_tflops", 680.9, gpu=0, m=8192, n=8192, k=8192, dtype="bf16"),
+                fig("a", "p2p_bw_gbps", 350.0, gpu=0, pair=[0, 1])]
+
+    def series(figs):
+        path = tmp_path / "n.prom"
+        write_textfile(str(path), "r", 0.0, 1.0, figs, {"a": "PASS"})
+        return {(f.name, tuple(sorted(s.labels.items()))) for f in text_string_to_metric_families(path.read_text())
+                for s in f.samples if f.name.startswith(("gpuaccept_seq", "gpuaccept_internode", "gpuaccept_bf16",
+                                                         "gpuaccept_p2p"))}
+    one, two = series(night(["gpu01", "gpu02", "gpu12"], "ext4")), series(night(["gpu01", "gpu02"], "xfs"))
+    assert one == two and len(one) == 4
+    names = {n for n, _ in one}
+    assert names == {"gpuaccept_seq_read_gbps", "gpuaccept_internode_busbw_gbps", "gpuaccept_bf16_tflops",
+                     "gpuaccept_p2p_bw_gbps"}
+    labels = {n: dict(ls) for n, ls in one}
+    assert all(set(ls) == set(LABELS) for ls in labels.values())  # one fixed label set, documented
+    assert labels["gpuaccept_seq_read_gbps"]["target"] == "/tmp/nc stor/n1"
+    assert labels["gpuaccept_bf16_tflops"]["shape"] == "8192x8192x8192"
+    assert labels["gpuaccept_p2p_bw_gbps"]["pair"] == "0-1"
+    assert labels["gpuaccept_internode_busbw_gbps"]["bytes"] == str(1 << 30)
 
 
 # -- merge ---------------------------------------------------------------------------------------

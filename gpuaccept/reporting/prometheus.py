@@ -5,9 +5,13 @@ families made at collection, as prometheus_client documents for proxies/exporter
 which writes a temporary file and renames it over the target, so the collector never reads half a file.
 
 Metrics (all gauges):
-- ``gpuaccept_<check>`` per numeric figure, labels host, gpu, pci_bus_id, serial, sku, unit (and ``extra`` for
-  figures that repeat per message size or pair, e.g. ``bytes=4096``); the check name is sanitised to
-  ``[a-zA-Z0-9_]``;
+- ``gpuaccept_<check>`` per numeric figure, the check's first word (``seq_read_gbps`` of ``seq_read_gbps
+  /scratch``) sanitised to ``[a-zA-Z0-9_]``, with the fixed labels :data:`LABELS`: host, gpu, pci_bus_id, serial,
+  sku, unit; ``target``, the rest of the check (a storage path, an InfiniBand port, an NCCL variable); and what
+  tells one figure of a check from another, :data:`MEASURED`: ``bytes`` (a message size), ``pair`` (a GPU pair),
+  ``dtype``, ``method``, ``direction``, ``shape`` (``MxNxK``) — each "" where the figure has none. Nothing the
+  run decides (the hosts of an all-reduce, a filesystem's options, a timestamp) is in a name or a label, so a
+  series keeps its identity from night to night whatever hosts were selected;
 - ``gpuaccept_figure_pass`` 1/0 per judged figure (same labels plus check);
 - ``gpuaccept_host_verdict`` per host: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP, the one verdict order
   (gpuaccept.judging.verdict_order: ``max`` over hosts keeps it; label ``verdict`` spells it, label
@@ -31,7 +35,6 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuaccept.judging import verdict_order
 from gpuaccept.judging.readings import number
-from gpuaccept.judging.standouts import check_of
 
 VERDICT_CODE = verdict_order.PROMETHEUS_CODE
 # At most this many figures become series (two samples each: the value and figure_pass); above it, the
@@ -40,12 +43,27 @@ VERDICT_CODE = verdict_order.PROMETHEUS_CODE
 # (1.84 million figures: 70 s and a 600 MB file, which node_exporter would read at every scrape); 100,000
 # figures: about 8 s and 30 MB. The history database keeps every figure. Chosen.
 MAX_FIGURES = 100_000
-LABELS = ("host", "gpu", "pci_bus_id", "serial", "sku", "unit", "extra")
+#: the extras of a figure that say what was measured, each a label of every figure series ("" when absent)
+MEASURED = ("bytes", "pair", "dtype", "method", "direction", "shape")
+LABELS = ("host", "gpu", "pci_bus_id", "serial", "sku", "unit", "target") + MEASURED
 
 
 def metric_name(check: str) -> str:
-    """``gpuaccept_<check>`` with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``."""
-    return "gpuaccept_" + re.sub(r"[^a-zA-Z0-9_]", "_", check)
+    """``gpuaccept_<first word of check>`` with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``."""
+    return "gpuaccept_" + re.sub(r"[^a-zA-Z0-9_]", "_", check.split(" ", 1)[0])
+
+
+def measured_labels(f: dict) -> list[str]:
+    """The :data:`MEASURED` label values of figure ``f`` (its ``extra``): a GPU pair ``[0, 1]`` as ``0-1``, an
+    ``m``/``n``/``k`` matmul shape as ``8192x8192x8192``; "" for each it has not."""
+    ex = f.get("extra") if isinstance(f.get("extra"), dict) else {}
+
+    def text(v) -> str:
+        if isinstance(v, (list, tuple)):
+            return "-".join(str(x) for x in v)
+        return "" if v is None or isinstance(v, dict) else str(v)
+    shape = "x".join(str(ex[k]) for k in ("m", "n", "k")) if all(k in ex for k in ("m", "n", "k")) else ""
+    return [text(ex.get(k)) for k in MEASURED[:-1]] + [shape]
 
 
 class _RunCollector:
@@ -75,12 +93,11 @@ class _RunCollector:
             name = metric_name(f["check"])
             fam = fams.get(name)
             if fam is None:
-                fam = fams[name] = GaugeMetricFamily(name, f"gpuaccept figure {f['check']} (unit in label 'unit')",
-                                                     labels=LABELS)
-            extra = check_of(f)[len(f["check"]):].strip("[]")
+                fam = fams[name] = GaugeMetricFamily(name, f"gpuaccept figure {f['check'].split(' ', 1)[0]} (unit "
+                                                           f"in label 'unit')", labels=LABELS)
             labels = [str(f.get("host") or ""), "" if f.get("gpu") is None else str(f["gpu"]),
                       str(f.get("pci_bus_id") or ""), str(f.get("serial") or ""), str(f.get("sku") or ""),
-                      str(f.get("unit") or ""), extra]
+                      str(f.get("unit") or ""), f["check"].partition(" ")[2]] + measured_labels(f)
             key = (name, *labels)
             if key in seen:  # a figure recorded twice in one run: keep the first
                 continue
