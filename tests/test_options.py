@@ -186,3 +186,32 @@ def test_a_run_that_selects_no_test_leaves_no_report_folder_and_no_history(tmp_p
     (tmp_path / "reports" / "history.sqlite").write_bytes(b"")  # a history already there is left as it was
     res = run_pytest(tmp_path, "--inventory", str(inv), "-k", "no_such_test_anywhere")
     assert res.returncode == 5 and (tmp_path / "reports" / "history.sqlite").exists()
+
+
+@pytest.mark.parametrize("form", ["space", "equals"])
+def test_files_outside_the_checkout_in_either_form_under_xdist(tmp_path, form):
+    """``pytest --inventory /elsewhere/inv.ini --thresholds /elsewhere/thr -n 2`` from the checkout: the xdist
+    workers adopt the checkout's pytest.ini as the controller does and collect the same suites (before: they
+    rooted themselves in /elsewhere, collected the checkout's tests/ and the package's suites beside ./suites,
+    and every GPU test errored "'SubRequest' object has no attribute 'param'")."""
+    import shutil
+    proj, lab = tmp_path / "checkout", tmp_path / "lab"
+    proj.mkdir()
+    lab.mkdir()
+    make_project(proj, [], None, extra_suite="", name="test_zz_empty.py")
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_ours.py").write_text("def test_never_collected_by_a_run_of_the_suites():\n    assert 0\n")
+    (lab / "inv.ini").write_text("h1 ansible_connection=local\nh2 ansible_connection=local\n")
+    shutil.copytree(proj / "thresholds", lab / "thr", symlinks=False)
+
+    def opt(name, value):
+        return [name, value] if form == "space" else [f"{name}={value}"]
+    res = run_pytest(proj, *opt("--inventory", str(lab / "inv.ini")), *opt("--thresholds", str(lab / "thr")),
+                     "-n", "2", "-m", "health", *opt("--reports", str(lab / "rep")))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "error" not in out.lower().split("gpuaccept: reports in")[-1], out[-3000:]
+    doc = json.loads((lab / "rep" / "results.json").read_text())
+    ids = {t["nodeid"] for t in doc["tests"]}
+    assert ids and all(i.startswith("suites/test_health") for i in ids), sorted(ids)[:5]
+    assert {t["host"] for t in doc["tests"]} == {"h1", "h2", None}

@@ -84,7 +84,7 @@ def storage_limits(value: Any, host: str | None = None) -> dict[str, Limit]:
     out: dict[str, Limit] = {}
     for key, bound in value.items():
         if key not in STORAGE_CHECKS:
-            raise StorageConfigError(f"{_where(host, 'storage_limits')}: unknown key '{key}' "
+            raise StorageConfigError(f"{_where(host, 'storage_limits')}: unknown key {shown(key)} "
                                      f"(known: {', '.join(sorted(STORAGE_CHECKS))})")
         if not _is_number(bound) or bound < 0:
             raise StorageConfigError(f"{_where(host, 'storage_limits')}.{key}: expected a number >= 0, "
@@ -104,7 +104,7 @@ def path_list(value: Any, var: str, host: str | None = None) -> list[str]:
         raise StorageConfigError(f"{_where(host, var)}: expected a list of directories, got {shown(value)}")
     for p in value:
         if not p.startswith("/"):
-            raise StorageConfigError(f"{_where(host, var)}: '{p}' is not an absolute path")
+            raise StorageConfigError(f"{_where(host, var)}: {shown(p)} is not an absolute path")
     return list(value)
 
 
@@ -116,7 +116,7 @@ def fio_args(value: Any, host: str | None = None) -> dict[str, Any]:
         raise StorageConfigError(f"{_where(host, 'storage_fio')}: expected a mapping, got {shown(value)}")
     for key, v in value.items():
         if key not in FIO_ARG_TYPES:
-            raise StorageConfigError(f"{_where(host, 'storage_fio')}: unknown key '{key}' "
+            raise StorageConfigError(f"{_where(host, 'storage_fio')}: unknown key {shown(key)} "
                                      f"(known: {', '.join(sorted(FIO_ARG_TYPES))})")
         if isinstance(v, bool) or not isinstance(v, FIO_ARG_TYPES[key]):
             raise StorageConfigError(f"{_where(host, 'storage_fio')}.{key}: unexpected value {shown(v)}")
@@ -200,7 +200,7 @@ def expectation(vars: Mapping[str, Any], kind: str, host: str | None = None) -> 
     mounts = str_list(vars.get(f"{kind}_expect_mount"), f"{kind}_expect_mount", host)
     for m in mounts:
         if not m.startswith("/"):
-            raise StorageConfigError(f"{_where(host, f'{kind}_expect_mount')}: '{m}' is not an absolute path")
+            raise StorageConfigError(f"{_where(host, f'{kind}_expect_mount')}: {shown(m)} is not an absolute path")
     fstypes = str_list(vars.get(f"{kind}_expect_fstype"), f"{kind}_expect_fstype", host)
     return PathExpectation(kind, var, tuple(m.rstrip("/") or "/" for m in mounts), tuple(fstypes),
                            bool_var(vars.get(f"{kind}_allow_root_fs"), f"{kind}_allow_root_fs", host),

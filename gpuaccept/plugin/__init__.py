@@ -58,6 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(g.addoption)
 
 
+#: environment variable naming the ini file a run adopted (:func:`pytest_load_initial_conftests`), for its workers
+ADOPTED_INI = "GPUACCEPT_ADOPTED_INI"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
     """Keep the repository's pytest.ini when an option names a file elsewhere.
@@ -67,14 +71,22 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     /etc/fleet and never reads ./pytest.ini. When that happened and the invocation folder holds the suites'
     pytest.ini, that ini file is adopted in this process (:func:`_adopt_ini`: rootdir, ini values, its
     ``addopts``), before any conftest or test is read; only where this pytest lacks what that needs is the
-    same command run again with ``-c ./pytest.ini`` (a public option).
+    same command run again with ``-c ./pytest.ini`` (a public option). The ini adopted is named in the
+    environment (:data:`ADOPTED_INI`), so that pytest-xdist's workers, which parse the same command line in
+    processes of their own, adopt it too and collect what the controller collects.
     """
     inv_dir = early_config.invocation_params.dir
     ini = inv_dir / "pytest.ini"
+    adopted = os.environ.get(ADOPTED_INI)
+    if early_config.inipath is None and adopted and os.path.isfile(adopted) and list(args) != sys.argv[1:]:
+        from pathlib import Path
+        _adopt_ini(early_config, parser, args, Path(adopted))  # an xdist worker of a run that adopted it
+        return
     if (early_config.inipath is not None or os.environ.get("GPUACCEPT_REEXEC") or not ini.is_file()
             or list(args) != sys.argv[1:] or "gpuaccept_suites" not in ini.read_text(errors="replace")):
         return
     if _adopt_ini(early_config, parser, args, ini):
+        os.environ[ADOPTED_INI] = str(ini)
         return
     os.environ["GPUACCEPT_REEXEC"] = "1"
     capman = early_config.pluginmanager.getplugin("capturemanager")
