@@ -2,7 +2,10 @@
 
 The controller (gpuaccept/runner/agent.py) starts it once per host with one command, in a fresh folder
 (``$TMPDIR/gpuaccept.<12 hex>``, ``mkdir -m 700``), as ``python3 -c BOOT``: BOOT reads the probe files from
-stdin (one frame, below), writes them into the folder, imports this file and calls :func:`main`. The same
+stdin (one frame, below), writes them into the folder, imports this file and calls :func:`main`. The shell of
+that command waits for this Python and removes the folder after it, so a start that fails before the agent
+serves (BOOT cut off, the files not written, a signal) leaves nothing; the agent itself removes it in every
+way it ends (below). The same
 session then carries every request, and the agent removes its folder before it exits: one SSH session and one
 Python start per host, no Python start per probe and no second session for the cleanup.
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import jinja2
 
 from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.junit import incomplete_of
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.tally import RunTally
 from gpuaccept.reporting.text import fmt, limit_text
@@ -125,23 +126,22 @@ def sparkline(values: list[float]) -> str:
 
 def render(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
            history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
-           table: GpuTable | None = None, tally: RunTally | None = None, incomplete: str | None = None) -> str:
+           table: GpuTable | None = None, tally: RunTally | None = None) -> str:
     """The page as a string. ``history``: ``{(serial, host, gpu, check): [values oldest first]}``; ``hv``,
     ``table`` and ``tally``: :func:`host_verdicts` of ``recs``, the :class:`GpuTable` of ``figures`` and the
     :class:`RunTally` of ``recs`` when kept."""
-    return "".join(pieces(run_id, meta, recs, figures, standouts, history, hv, table, tally, incomplete))
+    return "".join(pieces(run_id, meta, recs, figures, standouts, history, hv, table, tally))
 
 
 def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict], standouts: list[dict],
            history: dict[tuple, list[float]] | None = None, hv: dict | None = None,
-           table: GpuTable | None = None, tally: RunTally | None = None,
-           incomplete: str | None = None) -> Iterator[str]:
+           table: GpuTable | None = None, tally: RunTally | None = None) -> Iterator[str]:
     """:func:`render`'s page as the template makes it, piece by piece (written so, the page never lies whole in
     memory: at 1,000 hosts the page's pieces, its text and their UTF-8 copy added 25 MiB to the controller's peak,
     at the end of the run). Everything the page shows is worked out
     before this returns (a plotting library missing raises ImportError here); the iterator only fills in the
-    template. ``incomplete``: the run has not finished (gpuaccept.reporting.reporter.incomplete_text): the page
-    opens with it."""
+    template. A run that has not finished (``meta["incomplete"]``, gpuaccept.reporting.reporter): the page opens
+    with it."""
     tally = tally if tally is not None else RunTally().add_all(recs)
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
@@ -189,7 +189,7 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
     return env.get_template("report.html.j2").generate(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, hosts_in[k]) for k in verdict_order.ORDER if k in hosts_in], interrupted=interruption_text(meta),
-        incomplete=incomplete,
+        incomplete=incomplete_of(meta),
         heat=heat, left_out=left_out, max_rows=MAX_ROWS, busbw=busbw_plots(figures, tally),
         gpus={"checks": checks, "rows": rows}, sparks=sparks,
         standouts=standouts_once(standouts), failures=failures, failing_gpus=failing_gpus[:MAX_ROWS], fmt=fmt,

@@ -71,17 +71,16 @@ JUNIT_FOOTER = "  </testsuite>\n</testsuites>\n"
 
 
 def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, meta: dict | None = None,
-                 kept: dict | None = None, incomplete: str | None = None) -> str:
+                 kept: dict | None = None) -> str:
     """The XML declaration and the opening of the testsuite named ``layer`` with its counts (ends in a newline).
     With ``hv`` (gpuaccept.reporting.verdicts.host_verdicts), the testsuite's properties carry
     ``gpuaccept.host_verdict.<host>`` for each host of the layer's records (the one verdict order,
     gpuaccept.judging.verdict_order) and, for an interrupted run (``meta``), ``gpuaccept.interrupted``.
     ``kept``: the layer's entry of :attr:`gpuaccept.reporting.tally.RunTally.layers` (its counts, durations and
-    hosts, kept as the records arrived; ``recs`` is then unused). ``incomplete``: the run has not finished (a
-    periodic write, which is what a killed run leaves: gpuaccept.reporting.reporter.incomplete_text): said in an
-    XML comment at the top and in the property ``gpuaccept.incomplete``, and counted as one more error, the
-    testcase :func:`incomplete_testcase` the writer adds, so that a CI step counting errors does not read a run
-    that has not finished as green."""
+    hosts, kept as the records arrived; ``recs`` is then unused). A run that has not finished (``meta["incomplete"]``:
+    a periodic write, which is what a killed run leaves; gpuaccept.reporting.reporter.Reporter) says so in an XML
+    comment at the top and in the property ``gpuaccept.incomplete``, and counts one more error, the testcase
+    :func:`incomplete_testcase` the file ends with, so that a CI step counting errors does not read it as green."""
     from gpuaccept.reporting.verdicts import interruption_text
     if kept is None:
         from gpuaccept.reporting.tally import count_in_layer, layer_entry
@@ -97,6 +96,7 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
     stop = interruption_text(meta or {})
     if stop:
         props.append(("gpuaccept.interrupted", f"INTERRUPTED {stop}"))
+    incomplete = incomplete_of(meta)
     if incomplete:
         props.insert(0, ("gpuaccept.incomplete", incomplete))
     block = ("    <properties>\n" + "".join(f"      <property name={_xml_attr(n)} value={_xml_attr(v)} />\n"
@@ -110,9 +110,20 @@ def junit_header(layer: str, recs: list[CaseRecord], hv: dict | None = None, met
             f'timestamp="{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}">\n' + block)
 
 
-def incomplete_testcase(layer: str, incomplete: str, pending: int) -> str:
-    """The <testcase> a JUnit file of a run that has not finished ends with (``run_incomplete``, classname
-    ``<layer>.run``): an error saying so, with how many of the layer's tests have no record yet."""
+def incomplete_of(meta: dict | None) -> str | None:
+    """The text of ``meta["incomplete"]`` (a run that has not finished: gpuaccept.reporting.reporter), else None."""
+    inc = (meta or {}).get("incomplete")
+    return inc.get("text") if isinstance(inc, dict) else None
+
+
+def incomplete_testcase(layer: str, meta: dict | None) -> str:
+    """The <testcase> a JUnit file of a run that has not finished (``meta["incomplete"]``) ends with
+    (``run_incomplete``, classname ``<layer>.run``): an error saying so, with how many of the layer's tests have no
+    record yet; ``""`` for a run that finished."""
+    incomplete = incomplete_of(meta)
+    if not incomplete:
+        return ""
+    pending = int(((meta or {}).get("incomplete") or {}).get("pending", {}).get(layer, 0))
     why = f"{incomplete}; {pending} test{'s' if pending != 1 else ''} of this layer not finished"
     return (f'    <testcase name="run_incomplete" classname={_xml_attr(layer + ".run")} file="" time="0.000">\n'
             f'      <error type="incomplete" message={_xml_attr(why)}>{_xml_text(why)}</error>\n    </testcase>\n')
@@ -155,4 +166,5 @@ def junit_xml_text(layer: str, recs: list[CaseRecord], hv: dict | None = None, m
     ElementTree's indent and serialiser took seconds at 10,000 hosts). :class:`Reporter` writes the same text
     from each record's <testcase>, rendered once when the record arrives. ``hv``, ``meta``: the run's host
     verdicts and meta, for the testsuite's properties (:func:`junit_header`)."""
-    return junit_header(layer, recs, hv, meta) + "".join(junit_testcase(layer, r) for r in recs) + JUNIT_FOOTER
+    return junit_header(layer, recs, hv, meta) + "".join(junit_testcase(layer, r) for r in recs) + \
+        incomplete_testcase(layer, meta) + JUNIT_FOOTER

@@ -403,17 +403,23 @@ class Reporter:
         slow = (self.final_standouts if self.final_standouts is not None else outliers(self.figures(), self.previous, compared=is_compared)) \
             if final else []
         # until the final write every whole-run file says the run has not finished: what a periodic write leaves is
-        # what a killed run leaves (results.json says it with "complete": false)
-        inc = None if final else self.incomplete_text()
+        # what a killed run leaves (results.json says it with "complete": false, and "incomplete"). In the meta, as
+        # the interruption is, so that the pure writers (summary_markdown, junit_xml_text, html) say the same
+        if final:
+            self.meta.pop("incomplete", None)
+        else:
+            self.meta["incomplete"] = {"text": self.incomplete_text(),
+                                       "pending": {lay: n for lay, n in sorted(self._pending_layers.items()) if n}}
+        inc = None if final else self.meta["incomplete"]["text"]
         # each file on its own: one that cannot be written (a nearly full disk) does not keep the others back
         self._guard("results.json", lambda: self._write_results_json(recs, final, slow))
         layers = dict(tally.layers)
         if inc:  # a layer none of whose tests has finished yet has its file too, saying so
             layers.update({lay: layer_entry() for lay, n in self._pending_layers.items() if n and lay not in layers})
         for layer, kept in sorted(layers.items()):
-            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, kept, hv, inc))
+            self._guard(f"junit-{layer}.xml", lambda: self._write_junit(layer, kept, hv))
         self._guard("summary.md", lambda: atomic_write(os.path.join(self.dir, "summary.md"), summary_markdown(
-            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table(), tally=tally, incomplete=inc)))
+            self.run_id, self.meta, recs, slow, hv=hv, table=self.gpu_table(), tally=tally)))
         # failed-hosts.txt walks the failed and errored records only (its fleet-wide lines), and until the end
         # lists the hosts whose tests have not finished, under a comment saying so
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
@@ -424,7 +430,7 @@ class Reporter:
         if final:  # evidence/<host>/ of each host with a hardware action (gpuaccept.reporting.evidence)
             self._guard("evidence", lambda: write_evidence(self.dir, self.run_id, self.meta, recs, hv))
         else:  # report.html says INCOMPLETE too (the final one is written after the history's end: plugin.finish)
-            self._guard("report.html", lambda: self._write_html(recs, tally, hv, inc))
+            self._guard("report.html", lambda: self._write_html(recs, tally, hv))
 
     def _failed_hosts(self, tally: RunTally, hosts: list[str], hv: dict, inc: str | None) -> str:
         """failed-hosts.txt: :func:`failed_hosts_text`; with ``inc`` (a run not finished) the hosts not finished
@@ -442,13 +448,13 @@ class Reporter:
         why = inc.removeprefix("INCOMPLETE: ")
         return "".join(ln + "\n" for ln in hosts_part + [NOT_FINISHED_LINE.format(why=why)] + left + comments)
 
-    def _write_html(self, recs: list[CaseRecord], tally: RunTally, hv: dict, inc: str | None) -> None:
+    def _write_html(self, recs: list[CaseRecord], tally: RunTally, hv: dict) -> None:
         """report.html of the run so far (no stand-outs nor history sparklines: those come at the end)."""
         from gpuaccept.reporting.folder import atomic_write_pieces
         try:
             from gpuaccept.reporting import html as html_report
             pieces = html_report.pieces(self.run_id, self.meta, recs, [], [], None, hv=hv, table=self.gpu_table(),
-                                        tally=tally, incomplete=inc)
+                                        tally=tally)
         except ImportError:  # a plotting library missing: the end says so; the other files stand
             return
         atomic_write_pieces(os.path.join(self.dir, "report.html"), pieces)
@@ -470,22 +476,20 @@ class Reporter:
             if src is not None:
                 src.close()
 
-    def _write_junit(self, layer: str, kept: dict, hv: dict, inc: str | None = None) -> None:
+    def _write_junit(self, layer: str, kept: dict, hv: dict) -> None:
         """junit-<layer>.xml: its header, then each record's <testcase> copied from the layer's spool (or
         rendered now where the spool lacks it), then the footer. ``kept``: the layer's entry of
-        :attr:`RunTally.layers`; ``hv``: the host verdicts; ``inc``: the run has not finished (said at the top, in
-        a property and in a last error testcase: gpuaccept.reporting.junit)."""
+        :attr:`RunTally.layers`; ``hv``: the host verdicts. A run not finished (``meta["incomplete"]``) says so at the
+        top, in a property and in a last error testcase (gpuaccept.reporting.junit)."""
         recs = kept["recs"]
         sp = self._spools.get(layer)
         src = open(sp.name, "rb") if sp is not None else None
         try:
             with atomic_file(os.path.join(self.dir, f"junit-{layer}.xml")) as out:
-                out.write(junit_header(layer, recs, hv, self.meta, kept, incomplete=inc).encode())
+                out.write(junit_header(layer, recs, hv, self.meta, kept).encode())
                 _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
-                if inc:
-                    out.write(incomplete_testcase(layer, inc, self._pending_layers.get(layer, 0)).encode())
-                out.write(JUNIT_FOOTER.encode())
+                out.write((incomplete_testcase(layer, self.meta) + JUNIT_FOOTER).encode())
         finally:
             if src is not None:
                 src.close()

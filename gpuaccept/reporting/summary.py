@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpuaccept.judging import verdict_order
 from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.junit import incomplete_of
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.tally import RunTally
 from gpuaccept.reporting.text import count_text, fmt, limit_text
@@ -20,15 +21,14 @@ SUMMARY_MAX_GPU_ROWS = 1024
 
 
 def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None = None,
-                     hv: dict | None = None, table: GpuTable | None = None, tally: RunTally | None = None,
-                     incomplete: str | None = None) -> str:
+                     hv: dict | None = None, table: GpuTable | None = None, tally: RunTally | None = None) -> str:
     """The human summary: one verdict line per host with its first reasons, a per-GPU table (figures
     against limits), failures, stand-outs and fleet outliers, then counts per host and layer. ``slow``: the
     stand-out and peer-outlier records (gpuaccept.judging.standouts); ``hv`` (:func:`host_verdicts` of
     ``recs``), ``table`` (the :class:`GpuTable` of their figures) and ``tally`` (the
-    :class:`gpuaccept.reporting.tally.RunTally` of ``recs``): kept, when given. ``incomplete``: the run has not
-    finished (gpuaccept.reporting.reporter.incomplete_text): the page's first line, in bold, and the run line
-    begins **INCOMPLETE**."""
+    :class:`gpuaccept.reporting.tally.RunTally` of ``recs``): kept, when given. A run that has not finished
+    (``meta["incomplete"]``, gpuaccept.reporting.reporter) says so in the page's first line, in bold, and its run
+    line begins **INCOMPLETE**."""
     hosts = list(meta.get("hosts") or [])
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     tally = tally if tally is not None else RunTally().add_all(recs)
@@ -39,6 +39,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
     stop = interruption_text(meta)
     if stop:
         out[0:0] = [f"**INTERRUPTED** {stop}", ""]
+    incomplete = incomplete_of(meta)
     if incomplete:  # before anything else: a reader (or a dashboard) of a run still going or killed sees it first
         out[0:0] = [f"**{incomplete}**", ""]
     out += _host_lines(hv, "**INCOMPLETE** " if incomplete else "**INTERRUPTED** " if stop else "", tally.gpu_judged)
