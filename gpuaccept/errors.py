@@ -18,6 +18,7 @@ The tree::
         ├── ProbeError             the probe ran but crashed, printed no JSON, or reported failed
         │   ├── PackageMissing     the node's Python lacks a package the probes import (torch, nvidia-ml-py)
         │   ├── NvmlUnusable       NVML cannot start beside a driver (version mismatch, permission)
+        │   ├── DocumentNotKept    the probe ran, its raw document could not be kept in the report folder
         │   └── InterpreterMissing the node has no Python where the inventory says
         └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
 
@@ -117,6 +118,13 @@ class PackageMissing(ProbeError):
 
     cause_class = "configuration"
     cause_kind = "package_missing"
+
+
+class DocumentNotKept(ProbeError):
+    """A probe's raw document could not be written into the report folder (a symlinked or full folder);
+    ``evidence``: ``{"path", "why"}``. The controller's fault, not the node's."""
+
+    cause_kind = "document_not_kept"
 
 
 class NvmlUnusable(ProbeError):

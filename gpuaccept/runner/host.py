@@ -26,7 +26,8 @@ import time
 from typing import Any, Callable
 
 from gpuaccept.transport import shell
-from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, Interrupted, NodeHeld, ProbeError
+from gpuaccept.errors import (AuthError, CommandTimeout, DocumentNotKept, HostKeyError, HostUnreachable, Interrupted,
+                              NodeHeld, ProbeError)
 from gpuaccept.config.inventory import Host
 from gpuaccept.config.profiles import probe_args
 from gpuaccept.transport import CommandResult
@@ -365,7 +366,7 @@ class HostRunner:
             keep_probe(os.path.join(self.save_dir, self.name), name, args, doc)
         except DocumentNotSaved as e:
             log.error("%s: probe %s: raw document not saved: %s", self.name, name, e)
-            raise ProbeError(self.name, f"{name}: raw document not saved: {e.path}: {e.why}",
+            raise DocumentNotKept(self.name, f"{name}: raw document not saved: {e.path}: {e.why}",
                              {"path": e.path, "why": e.why}) from None
 
     def _probe_command(self, name: str, args: dict, limit: float, env: dict[str, str] | None, rerun: bool,
