@@ -521,7 +521,7 @@ def test_sshd_failed_hosts_rerun_list_hosts_and_no_folder(tmp_path, sshd_nodes, 
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
     assert con.execute("SELECT verdict FROM host_verdicts WHERE host='node2'").fetchall() == [("FAIL",), ("FAIL",)]
     bad = run_pytest(tmp_path, *base, "--limit=@" + str(tmp_path / "missing.txt"))
-    assert bad.returncode == 4 and "missing.txt: cannot read" in bad.stderr
+    assert bad.returncode == 4 and "missing.txt: no such host list file" in bad.stderr
     spaced = run_pytest(tmp_path, *base, "--limit", f"@{latest}/failed-hosts.txt")
     assert spaced.returncode == 4 and "write --limit=@FILE" in spaced.stderr
 

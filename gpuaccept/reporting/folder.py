@@ -288,13 +288,14 @@ def find_killed(parent: str, found_by: str, skip: str | None = None) -> list[dic
     the runs of this host whose controller died before their end, each found once. One failed open per folder
     without a lock file."""
     out = []
+    mine = os.path.basename(os.path.normpath(skip)) if skip else None
     try:
         with os.scandir(parent) as it:
             for n, e in enumerate(it):
                 if n >= MAX_SIBLINGS:
                     break
                 try:
-                    if not e.is_dir(follow_symlinks=False) or (skip and os.path.samefile(e.path, skip)):
+                    if e.name == mine or not e.is_dir(follow_symlinks=False):
                         continue
                 except OSError:
                     continue
