@@ -121,3 +121,15 @@ def _own_node_lock_dir(tmp_path_factory, monkeypatch):
     agent), so that no test reads another's agents as "held by gpuaccept run ..." (tests/test_node_lock.py sets its
     own where it tests the lock itself)."""
     monkeypatch.setenv("GPUACCEPT_NODE_LOCK_DIR", str(tmp_path_factory.mktemp("nodelock")))
+
+
+@pytest.fixture(autouse=True)
+def _shared_machine_host_watch(request, monkeypatch):
+    """The runs these tests start share this machine's CPUs with the other test workers, which a node's host watch
+    (gpuaccept/probes/_hostwatch.py) rightly reads as another workload: every run here is told so through the
+    watch's documented bound (GPUACCEPT_HOST_BUSY_SHARE=1: CPU share not judged), except in the tests of the watch
+    itself (tests/test_hostwatch.py), which load the host on purpose."""
+    if request.module.__name__.rsplit(".", 1)[-1] != "test_hostwatch":
+        monkeypatch.setenv("GPUACCEPT_HOST_BUSY_SHARE", "1")
+    else:
+        monkeypatch.delenv("GPUACCEPT_HOST_BUSY_SHARE", raising=False)

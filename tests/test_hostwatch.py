@@ -176,3 +176,19 @@ def test_pcie_bandwidth_under_a_foreign_load_is_an_error_with_its_figures_kept(t
         if isinstance(doc.get("tests"), list) else None
     if rec is not None and rec.get("causes"):  # where the report plugin keeps an error's causes
         assert {(c["class"], c["kind"]) for c in rec["causes"]} == {("contention", "host_busy")}, rec["causes"]
+
+
+def test_the_controllers_bound_reaches_the_probe_and_is_said_in_its_document(tmp_path, monkeypatch):
+    """GPUACCEPT_HOST_BUSY_SHARE in the controller's environment is handed to every probe (runner.host.probe_env)
+    and the watch judges by it, naming where its bound came from; a value that is not a share in (0, 1] is ignored."""
+    from gpuaccept.runner.host import probe_env
+    monkeypatch.setenv("GPUACCEPT_HOST_BUSY_SHARE", "0.6")
+    assert probe_env()["GPUACCEPT_HOST_BUSY_SHARE"] == "0.6"
+    assert hw.cpu_share_limit() == (0.6, "GPUACCEPT_HOST_BUSY_SHARE=0.6 in the controller's environment")
+    busy = [{"pid": 7, "name": "x", "cpu_share": 0.5, "cpus": 1.0}]
+    assert hw.judge(busy, 0.5, 2, 2.0, 0.9, None) == []  # under the raised bound
+    monkeypatch.setenv("GPUACCEPT_HOST_BUSY_SHARE", "abc")
+    assert hw.cpu_share_limit() == (hw.FOREIGN_CPU_SHARE, "FOREIGN_CPU_SHARE")
+    assert [d["rule"] for d in hw.judge(busy, 0.5, 2, 2.0, 0.9, None)] == ["foreign_cpu"]
+    monkeypatch.delenv("GPUACCEPT_HOST_BUSY_SHARE")
+    assert "GPUACCEPT_HOST_BUSY_SHARE" not in probe_env()

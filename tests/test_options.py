@@ -15,6 +15,8 @@ from project_helpers import make_project, run_pytest
     (("--probe-timeout", "-5"), "--probe-timeout -5.0: expected a number > 0"),
     (("--xid-window", "-5"), "--xid-window -5.0: expected a number >= 0"),
     (("--standout-pct", "-10"), "--standout-pct -10.0: expected a number > 0 and < 100"),
+    (("--standout-pct", "abc"), "--standout-pct abc: expected a number"),  # before: 18 lines, argparse's usage
+    (("--forks", "x"), "--forks x: expected a whole number"),
     (("--prometheus-textfile", "/nonexistent-dir/x.prom"), "folder /nonexistent-dir does not exist"),
     (("--history", "/proc/no-such-pid/h.sqlite"), "--history /proc/no-such-pid/h.sqlite: lies in the system folder /proc"),
     (("--history", "/h.sqlite"), "--history /h.sqlite: lies in the root folder"),

@@ -24,10 +24,42 @@ def _metavar(name: str) -> str:
     return "{" + ",".join(CHOICES[name]) + "}"
 
 
+class BadValue(str):
+    """A value that a numeric option's type could not read (``--standout-pct abc``): kept as given instead of
+    raised, because argparse's refusal of a type prints the whole usage (pytest's: 18 lines) before the
+    error; :func:`check_choices` refuses it in one line. ``expected``: the phrase after the option."""
+
+    expected = "expected a number"
+
+
+def _typed(kind: type, expected: str) -> Callable[[str], Any]:
+    """An argparse ``type`` that reads ``kind`` and keeps what it cannot read as a :class:`BadValue`."""
+    def read(text: str) -> Any:
+        try:
+            return kind(text)
+        except (TypeError, ValueError):
+            bad = BadValue(text)
+            bad.expected = expected
+            return bad
+    read.__name__ = kind.__name__  # argparse names a type by it
+    return read
+
+
+NUMBER = _typed(float, "expected a number")
+WHOLE_NUMBER = _typed(int, "expected a whole number")
+
+
 def check_choices(getoption: Callable[..., Any]) -> str | None:
     """The one-line refusal of an option given a word it does not take (``--profile fast``, ``--drain-max
-    abc``), or None. ``getoption(name, default)``: pytest's ``config.getoption`` or the same over an argparse
-    namespace."""
+    abc``) or a value its type cannot read (``--standout-pct abc``: :class:`BadValue`), or None.
+    ``getoption(name, default)``: pytest's ``config.getoption`` or the same over an argparse namespace."""
+    for name in option_dests():
+        v = getoption(name, None)
+        if isinstance(v, BadValue):
+            flag = "--" + name.replace("_", "-")
+            if not v.strip():  # as gpuaccept.config.inputcheck.check_empty_options words it for text options
+                return f"{flag} is empty: an unset variable on the command line? (leave {flag} out for its default)"
+            return f"{flag} {shown_path(v)}: {v.expected}"
     for name, words in CHOICES.items():
         v = getoption(name, None)
         if v is not None and v not in words:
@@ -83,18 +115,18 @@ def add_options(add: Callable[..., Any]) -> None:
                 help="threshold folder; default ./thresholds when the project has one, else the files shipped")
     add("--site-thresholds", default=None, metavar="FILE",
                 help="a YAML naming only the checks a site changes, per SKU, layered over the threshold files")
-    add("--probe-timeout", type=float, default=None,
+    add("--probe-timeout", type=NUMBER, default=None,
                 help="wall-clock limit of one probe on one host, seconds (default: quick 180, standard 300, burnin 1800)")
     add("--accept-new-host-keys", action="store_true", default=False,
                 help="trust and record unknown SSH host keys (like StrictHostKeyChecking=accept-new); changed keys are always refused")
     add("--profile", default="standard", metavar=_metavar("profile"),
                 help="how long probes measure: quick (fleet sweeps, debugging), standard, burnin (minutes per load)")
-    add("--xid-window", type=float, default=None,
+    add("--xid-window", type=NUMBER, default=None,
                 help="read XID events from this many seconds before the run began (default: since the run began)")
-    add("--burnin-minutes", type=float, default=None,
+    add("--burnin-minutes", type=NUMBER, default=None,
                 help="length of the burn-in layer (-m burnin), minutes (default by profile: 2, 10, 60)")
     add("--known-hosts", default=None, help="extra known_hosts file, checked with ~/.ssh/known_hosts")
-    add("--forks", type=int, default=None, metavar="N",
+    add("--forks", type=WHOLE_NUMBER, default=None, metavar="N",
                 help="hosts probed at once: connected and probed before the tests reach them, and each probe a "
                      "test runs fetched ahead on the hosts whose same test is next (default 32; 0: one host "
                      "at a time, as the tests reach it); without -n only")
@@ -106,7 +138,7 @@ def add_options(add: Callable[..., Any]) -> None:
                 help="history database (SQLite), default reports/history.sqlite; 'none' keeps no history")
     add("--baseline", default=None, metavar="RUN_ID|latest-pass",
                 help="stand-outs: compare with this run (or each GPU's last passing figure) when a GPU has no burn-in run")
-    add("--standout-pct", type=float, default=None,
+    add("--standout-pct", type=NUMBER, default=None,
                 help="a figure more than this %% below its baseline or previous run is a stand-out (default 10)")
     add("--prometheus-textfile", default=None, metavar="PATH",
                 help="also write the run's figures for node_exporter's textfile collector (atomic)")
@@ -124,3 +156,46 @@ def add_options(add: Callable[..., Any]) -> None:
                 help="--slurm-drain drains no more than this many of the selected nodes (a count, or a share: "
                      f"default {DRAIN_MAX_DEFAULT.replace('%', '%%')}, at least 1); above it none, and the run exits non-zero")
     add("--nccl-pattern", metavar=_metavar("nccl_pattern"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
+
+
+#: how ``gpuaccept --help`` groups the options (gpuaccept.cli.help_text): title -> the options' dests, in order
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    "which hosts": ("inventory", "limit", "shard", "list_hosts", "sku"),
+    "how they are measured": ("profile", "probe_timeout", "burnin_minutes", "forks", "nccl_pattern", "xid_window"),
+    "limits": ("thresholds", "site_thresholds"),
+    "SSH": ("known_hosts", "accept_new_host_keys"),
+    "reports and history": ("reports", "history", "baseline", "standout_pct", "prometheus_textfile", "progress"),
+    "Slurm": ("slurm_drain", "slurm_resume", "slurm_apply", "drain_max"),
+}
+
+
+def option_specs() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """Every gpuaccept option as ``(flags, keywords)``, in :func:`add_options`'s order."""
+    out: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+    add_options(lambda *flags, **kw: out.append((flags, kw)))
+    return out
+
+
+def option_dests() -> list[str]:
+    """The dest of every gpuaccept option (``--standout-pct`` -> ``standout_pct``)."""
+    return [flags[0].lstrip("-").replace("-", "_") for flags, _ in option_specs()]
+
+
+def long_options() -> list[str]:
+    """Every gpuaccept option as typed (``--inventory``, ...)."""
+    return [f for flags, _ in option_specs() for f in flags if f.startswith("--")]
+
+
+def given(args: Any) -> bool:
+    """Whether the command line ``args`` (before any ``--``) gives one of gpuaccept's options, ``--inventory X`` or
+    ``--inventory=X``. A pytest run that does is gpuaccept's (gpuaccept.plugin.active: plain ``pytest --inventory
+    lab.ini`` in an operator's folder, the plugin installed through its pytest11 entry point); one that gives
+    none of them (another project's, our own tests/) is left alone."""
+    flags = set(long_options())
+    for a in args:
+        a = str(a)
+        if a == "--":
+            return False
+        if a.startswith("--") and a.split("=", 1)[0] in flags:
+            return True
+    return False

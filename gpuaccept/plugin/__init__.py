@@ -142,12 +142,13 @@ def check_options(config: pytest.Config) -> None:
 
 def active(config: pytest.Config) -> bool:
     """Whether this run is gpuaccept's: the ini sets ``gpuaccept_suites`` (the repository's pytest.ini, the
-    ``gpuaccept`` command), or ``--pyargs`` names the package or its suites (``pytest --pyargs gpuaccept``)."""
-    if config.getini("gpuaccept_suites"):
-        return True
-    return bool(config.option.pyargs) and any(
-        str(a).split("::")[0] in ("gpuaccept", "gpuaccept.suites") or str(a).startswith("gpuaccept.suites.")
-        for a in config.args)
+    ``gpuaccept`` command), ``--pyargs`` names the package or its suites (``pytest --pyargs gpuaccept``), or the
+    command line gives one of gpuaccept's options (gpuaccept.config.options.given: ``pytest --inventory lab.ini``
+    in an operator's folder, before "collected 0 items", exit 5; xdist's workers read the same line)."""
+    from gpuaccept.config.options import given
+    return bool(config.getini("gpuaccept_suites")) or given(config.invocation_params.args) or bool(
+        config.option.pyargs) and any(str(a).split("::")[0] in ("gpuaccept", "gpuaccept.suites")
+                                      or str(a).startswith("gpuaccept.suites.") for a in config.args)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -158,8 +159,9 @@ def _is_worker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not active(config) or config.option.help:
         return
-    if config.getini("gpuaccept_packaged_suites") and config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args = [SUITES_DIR]  # the gpuaccept command without a test path: the shipped suites
+    packaged = config.getini("gpuaccept_packaged_suites") or not config.getini("gpuaccept_suites")  # or no ini of ours
+    if packaged and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = [SUITES_DIR]  # the gpuaccept command, or pytest with gpuaccept's options, no test path
     if config.option.verbose == 0 and not config.option.collectonly and not _is_worker(config):
         # a run's console is per host (gpuaccept.plugin.progress): pytest's per-file lines off, as -q does;
         # -v, -q and --collect-only keep their own meaning

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import gpuaccept
 from gpuaccept.runner import host as node_mod
 from gpuaccept.causes import CAUSE_KEY, Cause
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
@@ -141,7 +142,7 @@ class ReportPlugin:
         self.reporter = Reporter(rdir, self.run_id, {
             "inventory": inv_path, "limit": config.getoption("limit"), "hosts": [h.name for h in hosts],
             "started": state.started, "previous_run": previous, "profile": config.getoption("profile"),
-            "host_sku": host_sku})  # the previous run's figures are read at the end, and only without history
+            "host_sku": host_sku, "gpuaccept_version": gpuaccept.__version__})  # the previous run's figures are read at the end, and only without history
         if self._opt("history") != "none":  # the run's rows go into the database as they arrive
             self.history = HistorySink(self.history_path, self.run_id, state.started, config.getoption("profile"),
                                        self._opt("baseline"), self._opt("standout_pct"))

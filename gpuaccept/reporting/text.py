@@ -29,3 +29,9 @@ def limit_text(lim: dict | None) -> str:
     lim = lim or {}
     return " ".join(f"{'>=' if k == 'min' else '<='} {fmt(v)}" for k, v in lim.items() if k in ("min", "max")) or "-"
 
+
+def names_text(names: list[str], shown: int = 8) -> str:
+    """The first ``shown`` of ``names`` for a line a person reads, ``"…"`` and how many more after them:
+    ``"gpu-0001, gpu-0002, … +148 more"``."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f", … +{more} more" if more > 0 else "")

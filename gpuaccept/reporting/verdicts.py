@@ -1,6 +1,7 @@
 """Verdicts per host and per GPU from a run's records (pure): :func:`host_verdicts` (kept up to date record by
 record in :class:`HostVerdicts`), the failing GPUs of a host (:func:`failing_gpus_text`), a host's reasons
-with one cause said once (:func:`same_reason_once`), the hosts failed-hosts.txt lists (:func:`failed_hosts`), and
+with one cause said once (:func:`same_reason_once`, by the structured cause keys of :func:`reason_keys`), the
+failed and errored tests grouped by cause across hosts (:func:`failure_groups`), the hosts failed-hosts.txt lists (:func:`failed_hosts`), and
 each host's action (gpuaccept.judging.actions): said in a line (:func:`action_text`), listed per action
 (:func:`action_hosts`, the hosts-<action>.txt files).
 """
@@ -280,22 +281,115 @@ def line_text(line: str) -> str:
     return rest if sep and " GPU " in head else line
 
 
-def same_reason_once(reasons: list[str]) -> list[str]:
+def same_reason_once(reasons: list[str], keys: dict[str, object] | None = None) -> list[str]:
     """A host's reasons with the tests that stopped for one same cause joined (pure): an unknown host key or an
     unreachable host makes every test of the host an ERROR with the same message, which read three times over
     before "+9 more". ``["test_a: box1: unreachable", "test_b: box1: unreachable"]`` ->
-    ``["test_a and 1 more test: box1: unreachable"]``; other reasons are kept as they are, in order."""
-    tests: dict[tuple[bool, str], list[str]] = {}  # (a test's message?, text) -> test names, in first-seen order
+    ``["test_a and 1 more test: box1: unreachable"]``; other reasons are kept as they are, in order.
+
+    ``keys`` (:func:`reason_keys`, one host's): test name -> the structured key of the test's cause on that host.
+    A test with a key joins the first test of the same key whatever its words ("written off ..., not tried
+    again this run: <the cause>", a fleet-wide test's "<host>: unreachable: <the cause>"): the first test's
+    words are said, "and N more tests of the same cause" when the words of the others differ. A test without
+    one (a record written before causes) joins only a test of the same words."""
+    keys = keys or {}
+    groups: dict[tuple, list] = {}  # grouping key -> [first words, test names, every test's words the same]
+    out: list = []  # the groups (lists) and the reasons kept as they are, in first-seen order
     for r in reasons:
         name, sep, why = r.partition(": ")
-        named = bool(sep) and name.startswith("test_") and " " not in name
-        tests.setdefault((named, why if named else r), []).append(name)
-    out = []
-    for (named, text), names in tests.items():
-        more = len(names) - 1
-        out += [f"{names[0]}" + (f" and {more} more test{'s' if more > 1 else ''}" if more else "") + f": {text}"] \
-            if named else [text] * len(names)
-    return out
+        if not (sep and name.startswith("test_") and " " not in name):  # a figure's line, not a test's message
+            out.append(r)
+            continue
+        gk = ("cause", keys[name]) if keys.get(name) is not None else ("words", why)
+        g = groups.get(gk)
+        if g is None:
+            g = groups[gk] = [why, [], True]
+            out.append(g)
+        g[1].append(name)
+        g[2] = g[2] and why == g[0]
+    return [x if isinstance(x, str) else
+            x[1][0] + (f" and {len(x[1]) - 1} more test{'s' if len(x[1]) > 2 else ''}" if len(x[1]) > 1 else "")
+            + ("" if x[2] else " of the same cause") + f": {x[0]}" for x in out]
+
+
+def first_cause(r: CaseRecord, host: str | None = None) -> dict | None:
+    """The first cause of record ``r`` about ``host`` (pure): of a host's own test, its first cause naming that
+    host or none; of a fleet-wide test, the first one filed under ``host`` (``host`` None: its first). None for a
+    record without causes (passed, skipped, written before causes)."""
+    for c in r.causes or []:
+        if not isinstance(c, dict):
+            continue
+        if host is None or c.get("host") == host or (r.host is not None and c.get("host") is None):
+            return c
+    return None
+
+
+def cause_key(c: dict | None) -> tuple | None:
+    """The structured key a cause groups by (pure): ``(class, kind, check)``; None for no cause. Words are never
+    read: two tests whose causes have one key failed for one reason, whatever their messages say."""
+    if not isinstance(c, dict):
+        return None
+    return (c.get("class"), c.get("kind"), c.get("check"))
+
+
+def reason_keys(bad: list[CaseRecord]) -> dict[str, dict[str, tuple]]:
+    """Per host (``"fleet"`` for the fleet-wide tests), its failed and errored tests' names (as
+    :class:`HostVerdicts` names them in its reasons) -> the :func:`cause_key` of each test's first cause about
+    that host: what :func:`same_reason_once` groups a host line's reasons by (pure). A name two tests of a host
+    share with different keys is left out (those join by their words)."""
+    out: dict[str, dict[str, tuple | None]] = {}
+    for r in bad:
+        name = r.name.split("[")[0]
+        if r.host:
+            pairs = [(r.host, cause_key(first_cause(r, r.host)))]
+        else:
+            pairs = [("fleet", cause_key(first_cause(r)))] + [
+                (c["host"], cause_key(c)) for c in r.causes or [] if isinstance(c, dict) and isinstance(c.get("host"), str)]
+        for h, k in pairs:
+            m = out.setdefault(h, {})
+            if k is None or (name in m and m[name] != k):
+                m[name] = None
+            else:
+                m.setdefault(name, k)
+    return {h: {n: k for n, k in m.items() if k is not None} for h, m in out.items()}
+
+
+def failure_groups(bad: list[CaseRecord]) -> list[dict]:
+    """Failed and errored tests grouped by cause (pure), failed groups first, each in order of its first test:
+    ``{"outcome", "key", "cause", "hosts": [host, in order], "tests": n, "first": the first record, "records":
+    [record] (a fleet-wide test's own entry only), "wordings": n}``.
+
+    A host's test joins the tests, of any host, whose first cause has the same :func:`cause_key` and outcome
+    (an unknown host key on 150 hosts x 12 tests is one group); a failed test, or a ``tool`` cause (a crash, a
+    timeout: the test matters), also by test name; a record written before causes, by its message's first
+    line with its host taken out (:func:`skip_reason`). A fleet-wide test (no host) is its own entry.
+    ``wordings``: how many different first lines the group's messages have once the host's name is taken
+    out (a host key's fingerprint, an address make one per host)."""
+    groups: dict[tuple, dict] = {}
+    words: dict[tuple, set] = {}
+    for i, r in enumerate(bad):
+        first = ((r.message or r.outcome).strip().splitlines() or [r.outcome])[0]
+        c = first_cause(r, r.host) if r.host else None
+        if not r.host:
+            key: tuple = ("fleet", i)
+        elif c is None:
+            key = (r.outcome, None, skip_reason(r.host, first))
+        else:
+            test = r.name.split("[")[0] if r.outcome == "failed" or c.get("class") == "tool" else None
+            key = (r.outcome, cause_key(c), test)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"outcome": r.outcome, "key": key, "cause": c, "hosts": {}, "tests": 0, "first": r,
+                               "records": [] if r.host else [r], "wordings": 0}
+            words[key] = set()
+        g["tests"] += 1
+        if r.host:
+            g["hosts"][r.host] = None
+        words[key].add(first.replace(r.host, "\0") if r.host else first)
+    for k, g in groups.items():
+        g["hosts"] = list(g["hosts"])
+        g["wordings"] = len(words[k])
+    return sorted(groups.values(), key=lambda g: g["outcome"] != "failed")
 
 
 def action_text(act: dict | None) -> str:

@@ -17,9 +17,14 @@ the same size.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Iterable
 
+from gpuaccept.transport import aborting
+
 DEFAULT_FORKS = 32  # Ansible's default is 5; gpuaccept's work per host is seconds of waiting, not CPU
+#: seconds :func:`close_all` waits in all after a second signal (closing a session is local work then)
+ABORT_WAIT_S = 0.5
 
 
 def _pool(items: list, fn: Callable, forks: int) -> list[threading.Thread]:
@@ -49,7 +54,16 @@ def warm_up(nodes: Iterable, forks: int = DEFAULT_FORKS) -> list[threading.Threa
 
 
 def close_all(nodes: Iterable, forks: int = DEFAULT_FORKS, timeout: float = 60.0) -> None:
-    """``HostRunner.close()`` on every node, ``forks`` at a time; waits at most ``timeout`` seconds in all."""
+    """``HostRunner.close()`` on every node, ``forks`` at a time; waits at most ``timeout`` seconds in all
+    (:data:`ABORT_WAIT_S` once a second signal came, before or during the wait: then no clean-up command is sent,
+    the connections are closed, and a host whose lock a thread still holds is not waited for)."""
     threads = _pool(list(nodes), lambda n: n.close(), forks)
+    end = time.monotonic() + timeout
     for t in threads:
-        t.join(timeout=max(0.1, timeout / max(1, len(threads))))
+        while t.is_alive():
+            if aborting():  # a second signal, maybe while waiting here
+                end = min(end, time.monotonic() + ABORT_WAIT_S)
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            t.join(min(left, 0.1))

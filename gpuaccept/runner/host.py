@@ -46,6 +46,15 @@ log = logging.getLogger(__name__)
 
 # Variables a probe run gets on every node: unbuffered logs, no .pyc litter in the shipped folder.
 PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+#: the controller's variables every probe gets too, when set: the host watch's bound for the run
+#: (gpuaccept/probes/_hostwatch.py SHARE_ENV)
+FORWARDED_ENV = ("GPUACCEPT_HOST_BUSY_SHARE",)
+
+
+def probe_env() -> dict[str, str]:
+    """:data:`PROBE_ENV` and the controller's :data:`FORWARDED_ENV` variables that are set (values quoted where
+    the command is made, gpuaccept.transport.shell)."""
+    return {**PROBE_ENV, **{k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}}
 # Connection failures after which a host is not retried for the rest of the run (each retry would
 # cost a connect timeout per test; the first error is repeated instead).
 _STICKY = (HostUnreachable, HostKeyError, AuthError)
@@ -296,7 +305,7 @@ class HostRunner:
         """The host's agent on ``transport``; ``start``: started now (probes shipped in the same command) when
         none runs (else :meth:`Agent.probe` starts it under the probe's limit)."""
         if self._agent is None or self._agent.transport is not transport:
-            self._agent = Agent(self.name, transport, self.python, PROBE_ENV, self.identity)
+            self._agent = Agent(self.name, transport, self.python, probe_env(), self.identity)
         if start and not self._agent.alive:
             self._agent.start()
         return self._agent

@@ -20,8 +20,12 @@ whatever pointed at it is first pointed at /dev/null (:func:`detach_terminal`): 
 A signal the run was started with ignored (``nohup`` ignores SIGHUP) stays ignored.
 A signal within :data:`SAME_SIGNAL_S` of the first is the same interruption (Ctrl-C reaches the controller
 and its workers at once, and the controller passes it on). A later second signal aborts at once: the
-running test is recorded as interrupted, no clean-up command is sent (the node-side watchdog,
-``probes/_watchdog.py``, kills what is left when the connections close), and pytest exits.
+running test is recorded as interrupted, no clean-up command is sent, every SSH connection is closed (the
+node-side watchdog, ``probes/_watchdog.py``, and agent kill what is left when the connections close), nothing
+waits on a node any more, and pytest exits once the reports are written (a second signal during that wind-down
+cuts the waits on nodes, not the reports).
+A first signal also ends every connection attempt in progress (TCP connect, SSH handshake, authentication) at
+once, not at its ``connect_timeout`` (gpuaccept.transport.ssh).
 """
 from __future__ import annotations
 
@@ -216,11 +220,14 @@ class InterruptPlugin:
             return
         if now - self.first_at < SAME_SIGNAL_S:
             return
-        # a second signal: abort at once
+        # a second signal: abort at once. Every connection is closed and nothing waits on a node any more
+        # (gpuaccept.transport.on_abort, gpuaccept.runner.fanout.close_all); the reports are still written
         self.aborted = self.current
         cancel_all(name, abort=True)
         self._forward(signum)
         self.restore()
+        if self.loop_done and not self.in_loop:
+            return  # winding down (the reports are written after the hosts are let go): cut nothing of it
         raise KeyboardInterrupt(f"aborted ({name} after {self.reason})")
 
     # -- hooks ---------------------------------------------------------------------------------------

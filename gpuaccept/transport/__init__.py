@@ -19,12 +19,17 @@ watchdog (``probes/_watchdog.py``) reads EOF there as "the controller is gone" a
 
 Every command in flight is in one registry (:func:`running`); :func:`cancel_all` (the interrupt handler's
 kill-all, see gpuaccept.runner.interrupt) makes each backend kill its remote process group and raise Interrupted,
-whichever thread waits on it (multi-node ranks included). Every command is logged at DEBUG on the
+whichever thread waits on it (multi-node ranks included); a command still connecting (TCP connect, SSH handshake,
+authentication, opening its session) is cut the same way: the backend registers closers with
+:meth:`Running.on_cancel`, which the canceller thread runs within moments of the cancel (a signal handler only sets
+an event and queues), so paramiko's blocked waits return at once. After a second signal (``abort``) a new
+command is cancelled as it starts. Every command is logged at DEBUG on the
 ``gpuaccept.run`` logger, in one place (:func:`tracked`): ``RUN <host> <command> rc=<rc> <seconds>s``.
 """
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -80,6 +85,8 @@ class Running:
     cancelled: threading.Event = field(default_factory=threading.Event)
     reason: str = ""
     label: str | None = None
+    _hooks: dict = field(default_factory=dict, repr=False)  # on_cancel key -> closer
+    _hook_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def what(self) -> str:
@@ -88,13 +95,96 @@ class Running:
 
     def cancel(self, reason: str) -> None:
         """Ask the backend waiting on this command to kill it and raise Interrupted naming ``reason``
-        (within 0.1 s); safe from a signal handler (sets an event only)."""
+        (within 0.1 s); the closers registered with :meth:`on_cancel` run in the canceller thread. Safe from a
+        signal handler (sets an event and queues this command: nothing that takes a lock or does I/O)."""
         self.reason = reason
         self.cancelled.set()
+        if self._hooks:
+            _CANCEL_Q.put(self)  # SimpleQueue.put is reentrant: safe in a signal handler
+
+    def on_cancel(self, fn: Callable[[], Any]) -> object:
+        """Have ``fn()`` called (once, in the canceller thread; its exceptions ignored) when this command is
+        cancelled, at once if it already is: e.g. close the socket a connect or an SSH handshake blocks on.
+        Returns a key for :meth:`off_cancel`."""
+        _start_canceller()
+        key = object()
+        with self._hook_lock:
+            self._hooks[key] = fn
+        if self.cancelled.is_set():
+            _CANCEL_Q.put(self)
+        return key
+
+    def off_cancel(self, key: object) -> bool:
+        """Unregister what :meth:`on_cancel` registered; True when its function has run (it had been
+        cancelled): once this returns, the function is not running and will not run."""
+        with self._hook_lock:
+            return self._hooks.pop(key, None) is None
+
+    def _run_hooks(self) -> None:
+        with self._hook_lock:
+            hooks, self._hooks = list(self._hooks.values()), {}
+            for fn in hooks:
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - best effort: the resource may be gone already
+                    pass
 
 
 _RUNNING: set[Running] = set()
-_REG_LOCK = threading.Lock()
+# re-entrant: cancel_all runs in a signal handler, which may interrupt this thread while it holds the lock
+_REG_LOCK = threading.RLock()
+#: this thread's commands in flight, innermost last (:func:`current`)
+_LOCAL = threading.local()
+#: commands cancelled whose on_cancel closers are to run (by the canceller thread, :func:`_start_canceller`)
+_CANCEL_Q: "queue.SimpleQueue[Running]" = queue.SimpleQueue()
+_CANCELLER: list[threading.Thread] = []
+_CANCELLER_LOCK = threading.Lock()
+
+
+def _start_canceller() -> None:
+    """Start the canceller thread (a daemon; once per process) that runs cancelled commands' closers."""
+    if _CANCELLER and _CANCELLER[0].is_alive():
+        return
+    with _CANCELLER_LOCK:
+        if _CANCELLER and _CANCELLER[0].is_alive():
+            return
+
+        def loop() -> None:
+            while True:
+                _CANCEL_Q.get()._run_hooks()
+
+        t = threading.Thread(target=loop, name="gpuaccept-canceller", daemon=True)
+        t.start()
+        _CANCELLER[:] = [t]
+
+
+class _AbortHooks:
+    """What the canceller runs after a second signal (:func:`on_abort`)."""
+
+    hooks: list[Callable[[], Any]] = []
+
+    @classmethod
+    def _run_hooks(cls) -> None:
+        for fn in list(cls.hooks):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+
+def on_abort(fn: Callable[[], Any]) -> None:
+    """Have ``fn()`` called in the canceller thread when the run is aborted (``cancel_all(..., abort=True)``: a
+    second signal), e.g. close every connection so that no thread waits on one (the node-side watchdog and
+    agent take EOF as "kill and clean up")."""
+    _start_canceller()
+    _AbortHooks.hooks.append(fn)
+
+
+def current() -> list[Running]:
+    """The commands this thread is in (:func:`tracked` nests: a probe whose agent starts first), innermost last."""
+    return list(getattr(_LOCAL, "stack", ()))
+
+
 #: the run's interruption: ``reason`` (e.g. "SIGINT") once cancel_all ran; ``abort`` after a second signal
 _STATE: dict[str, Any] = {"reason": None, "abort": False}
 
@@ -124,10 +214,14 @@ def cancel_all(reason: str, abort: bool = False) -> list[str]:
     """Cancel every command in flight (``reason``: e.g. ``SIGTERM``): each backend's wait loop notices
     within 0.1 s, kills the command's remote process group and raises Interrupted; remember the reason
     (:func:`interruption`: gpuaccept.runner.host then starts no new command). ``abort``: a second signal (no
-    clean-up commands either, :func:`aborting`). Returns the hosts whose commands were cancelled. Safe to
-    call from a signal handler (sets events only)."""
+    clean-up commands either, :func:`aborting`; commands started later are cancelled as they start). Commands
+    still connecting are cut too (their :meth:`Running.on_cancel` closers). Returns the hosts whose commands were
+    cancelled. Safe to call from a signal handler (sets events, queues)."""
     _STATE["reason"] = _STATE["reason"] or reason
-    _STATE["abort"] = _STATE["abort"] or abort
+    if abort and not _STATE["abort"]:
+        _STATE["abort"] = True
+        if _AbortHooks.hooks:
+            _CANCEL_Q.put(_AbortHooks)  # type: ignore[arg-type]
     with _REG_LOCK:
         todo = list(_RUNNING)
     for r in todo:
@@ -143,6 +237,12 @@ def tracked(host: str, command: str, fn: Callable[[Running], CommandResult], lab
     r = Running(host, command, label=label)
     with _REG_LOCK:
         _RUNNING.add(r)
+    if _STATE["abort"]:  # after a second signal nothing new runs, clean-up included: it stops as it starts
+        r.cancel(_STATE["reason"] or "abort")
+    stack = getattr(_LOCAL, "stack", None)
+    if stack is None:
+        stack = _LOCAL.stack = []
+    stack.append(r)
     rc: Any = "?"
     try:
         res = fn(r)
@@ -152,6 +252,10 @@ def tracked(host: str, command: str, fn: Callable[[Running], CommandResult], lab
         rc = type(e).__name__
         raise
     finally:
+        if stack and stack[-1] is r:
+            stack.pop()
+        elif r in stack:
+            stack.remove(r)
         with _REG_LOCK:
             _RUNNING.discard(r)
         if RUN_LOG.isEnabledFor(logging.DEBUG):

@@ -7,12 +7,21 @@ where it has one), which announces the remote process groups. On timeout or inte
 connection; and for a command holding its stdin (``hold_stdin``) also by EOF on the running channel, which the
 watchdog takes as "kill my group". Host keys: :mod:`gpuaccept.transport.ssh_hostkeys`.
 
+Connecting is cancellable like a command (:class:`_Cancellable`): the TCP connect is gpuaccept's own (a
+non-blocking connect polled every :data:`CANCEL_POLL_S`, a host name resolved in a helper thread), and while the
+SSH handshake, authentication and the session request run, a cancel (gpuaccept.transport.cancel_all on a signal)
+shuts the socket down and closes the client from the canceller thread, so paramiko's waits end at once and the
+command raises Interrupted instead of waiting out ``connect_timeout``. After a second signal
+(gpuaccept.transport.aborting) a cancelled command sends no kill command: its channel gets EOF (the node's
+watchdog and agent kill their groups on it) and the connection is closed.
+
 Where to connect comes from the inventory and ``~/.ssh/config`` (gpuaccept.config.sshconfig): HostName,
 Port, User, IdentityFile, and ProxyJump (each hop a connection of its own, the next one tunnelled through its
 ``direct-tcpip`` channel) or ProxyCommand (paramiko.ProxyCommand).
 """
 from __future__ import annotations
 
+import errno
 import getpass
 import logging
 import os
@@ -20,6 +29,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -42,7 +52,7 @@ from gpuaccept.errors import (
     Interrupted,
 )
 from gpuaccept.transport.progress import ProgressLines
-from gpuaccept.transport import CommandResult, Running, tracked
+from gpuaccept.transport import CommandResult, Running, aborting, current, interruption, on_abort, tracked
 from gpuaccept.transport.ssh_command import KILL_GRACE_S, PGID_MARKER, StderrSplitter, kill_group_command, wrap_command
 from gpuaccept.transport.ssh_hostkeys import HostKeyPolicy, KnownHosts, fingerprint
 from gpuaccept.config.sshconfig import parse_jump, resolve
@@ -70,6 +80,147 @@ logging.getLogger(PARAMIKO_LOG).addFilter(_when_debugging)
 KEEPALIVE_S = 5
 #: seconds allowed for the whole remote kill (open channel, TERM, grace, KILL) after a timeout
 KILL_BUDGET_S = 6.0
+#: seconds between checks for a cancel while a TCP connect or a name resolution is in progress
+CANCEL_POLL_S = 0.1
+
+
+class _Cancellable:
+    """Makes one connection attempt (TCP connect, SSH handshake, authentication, session request) end within
+    moments of a cancel of the command it is for (the innermost of gpuaccept.transport.current): on a cancel, the
+    closers given to :meth:`add` (shut a socket down, close a client, a ProxyCommand, a jump host's channel) run
+    in the canceller thread (Running.on_cancel), so whatever paramiko blocks on returns; the attempt then
+    raises Interrupted, whatever error the closing caused. After a second signal (aborting) every attempt is
+    cancelled. Use as a context manager around the attempt; nested attempts (ProxyJump hops) share one."""
+
+    def __init__(self, name: str, display: str):
+        self.name, self.display = name, display
+        # the command this attempt is for (the innermost one: a fresh connection that kills a cancelled
+        # command's groups runs inside that command, and must not be cut by its cancel)
+        self.stack = current()[-1:]
+        self.closers: list[Callable[[], Any]] = []
+        self._keys: list[tuple[Running, object]] = []
+
+    def cancelled_by(self) -> str | None:
+        """Why the attempt is to stop (a signal's name), else None."""
+        for r in self.stack:
+            if r.cancelled.is_set():
+                return r.reason or interruption() or "cancelled"
+        if aborting():
+            return interruption() or "abort"
+        return None
+
+    def interrupted(self, why: str) -> Interrupted:
+        what = self.stack[-1].what if self.stack else "connect"
+        return Interrupted(self.name, f"interrupted ({why}) while running on {self.name}: {what} "
+                                      f"(connecting to {self.display})")
+
+    def check(self) -> None:
+        """Raise Interrupted when the attempt is cancelled."""
+        why = self.cancelled_by()
+        if why is not None:
+            raise self.interrupted(why)
+
+    def add(self, closer: Callable[[], Any]) -> None:
+        """Run ``closer`` on a cancel (at once, raising Interrupted, when the attempt is cancelled already)."""
+        self.closers.append(closer)
+        if self.cancelled_by() is not None:
+            self._close()
+            self.check()
+
+    def _close(self) -> None:
+        for fn in list(self.closers):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - best effort: it may be closed already
+                pass
+
+    def __enter__(self) -> "_Cancellable":
+        self._keys = [(r, r.on_cancel(self._close)) for r in self.stack]
+        try:
+            self.check()
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def _release(self) -> bool:
+        ran = False
+        for r, key in self._keys:
+            ran = r.off_cancel(key) or ran
+        self._keys = []
+        return ran
+
+    def __exit__(self, et, e, tb) -> bool:
+        ran = self._release()  # from here on no closer runs
+        if et is not None and not issubclass(et, Exception):
+            return False  # KeyboardInterrupt (a second signal in this thread): goes on as it is
+        why = self.cancelled_by()
+        if why is not None and (et is not None or ran):
+            if et is None or not issubclass(et, Interrupted):
+                if et is None:
+                    self._close()  # connected just as the cancel came: the closers cut it, or cut it now
+                raise self.interrupted(why) from None
+        return False
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut ``sock`` down (wakes a thread blocked reading it: paramiko's transport thread) and close it."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _addresses(host: str, port: int, guard: _Cancellable) -> list[tuple[int, Any]]:
+    """(family, sockaddr) pairs to try for ``host``:``port``, as paramiko's SSHClient picks them; a host name is
+    resolved in a helper thread, so that a cancel does not wait for a slow resolver (raises socket.gaierror)."""
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError):
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def resolve() -> None:
+            try:
+                box["infos"] = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=resolve, name="gpuaccept-resolve", daemon=True).start()
+        while not done.wait(CANCEL_POLL_S):
+            guard.check()
+        if "error" in box:
+            raise box["error"]
+        infos = box["infos"]
+    stream = [(fam, addr) for fam, st, _p, _c, addr in infos if st == socket.SOCK_STREAM]
+    return stream or [(fam, addr) for fam, _s, _p, _c, addr in infos]
+
+
+def _connect_socket(sock: socket.socket, addr: Any, timeout_s: float, guard: _Cancellable) -> None:
+    """Connect ``sock`` to ``addr`` within ``timeout_s`` (raises socket.timeout after it, OSError for a refusal
+    or an unreachable network), checking ``guard`` every :data:`CANCEL_POLL_S`; leaves ``sock`` blocking."""
+    sock.setblocking(False)
+    rc = sock.connect_ex(addr)
+    end = time.monotonic() + timeout_s
+    if rc not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, errno.EALREADY, errno.EINTR):
+        raise OSError(rc, os.strerror(rc))
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    while rc != 0:
+        guard.check()
+        left = end - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        if poller.poll(max(1, int(min(left, CANCEL_POLL_S) * 1000))):
+            rc = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if rc:
+                raise OSError(rc, os.strerror(rc))
+            break
+    guard.check()
+    sock.setblocking(True)
 
 
 class _Watchdog:
@@ -111,6 +262,26 @@ def _closed_early(e: BaseException, elapsed_s: float, timeout_s: float) -> bool:
             return True
         c, seen = c.__cause__ or c.__context__, seen + 1
     return elapsed_s < 0.8 * timeout_s
+
+
+#: every SSHTransport of this process, for :func:`_close_every_connection`
+_LIVE: "weakref.WeakSet[SSHTransport]" = weakref.WeakSet()
+
+
+def _close_every_connection() -> None:
+    """After a second signal (gpuaccept.transport.on_abort): close every SSH connection at once, without waiting
+    for the lock of a run in progress, so that nothing waits on a node any more (a kill's confirmation, an
+    agent's goodbye); the nodes' watchdogs and agents read EOF and kill and clean up by themselves."""
+    for t in list(_LIVE):
+        for client in (t._client, t._jump._client if t._jump is not None else None):
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+
+
+on_abort(_close_every_connection)
 
 
 class SSHTransport:
@@ -162,6 +333,7 @@ class SSHTransport:
         self.keys = KnownHosts(host.name, [known_hosts, getattr(host, "known_hosts", None)])
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ public API
 
@@ -231,9 +403,10 @@ class SSHTransport:
                 return None  # passphrase-protected (OpenSSH format says so this way)
             raise AuthError(self.host.name, f"cannot load key file {path}: {e}") from None
 
-    def _proxy_sock(self) -> Any:
+    def _proxy_sock(self, guard: _Cancellable) -> Any:
         """The socket-like object to reach the host through: a ProxyJump hop's direct-tcpip channel, a
-        ProxyCommand, or None (connect directly). Raises HostUnreachable naming the hop."""
+        ProxyCommand, or None (connect directly). Raises HostUnreachable naming the hop; each one is closed on
+        a cancel (``guard``)."""
         name = self.host.name
         if self.proxy_jump:
             if self._depth >= 8:
@@ -249,32 +422,83 @@ class SSHTransport:
             if jump.key_file is None:
                 jump.key_file = self.key_file  # no IdentityFile for the hop: try the host's own key
             self._jump = jump
-            client = jump._connect()
+            client = jump._connect(guard)
             jump._client = client
             try:
                 transport = client.get_transport()
                 assert transport is not None
-                return transport.open_channel("direct-tcpip", (self.address, self.port), ("127.0.0.1", 0),
+                chan = transport.open_channel("direct-tcpip", (self.address, self.port), ("127.0.0.1", 0),
                                               timeout=self.connect_timeout)
+                guard.add(chan.close)
+                return chan
             except (SSHException, EOFError, OSError) as e:
                 raise HostUnreachable(name, f"jump host {jump.display} could not open a tunnel to {self.display}: "
                                             f"{e or type(e).__name__}") from None
         if self.proxy_command:
             try:
-                return paramiko.ProxyCommand(self.proxy_command)
+                proxy = paramiko.ProxyCommand(self.proxy_command)
             except Exception as e:  # noqa: BLE001 - paramiko raises ProxyCommandFailure or OSError
                 raise HostUnreachable(name, f"ProxyCommand {self.proxy_command!r} failed: {e}") from None
+            guard.add(proxy.close)
+            return proxy
         return None
 
-    def _connect(self) -> paramiko.SSHClient:
+    def _socket(self, guard: _Cancellable) -> socket.socket:
+        """A TCP connection to the host (each address of its name in turn, as paramiko tries them), each attempt
+        bounded by connect_timeout and cut by a cancel (``guard``). Raises NoValidConnectionsError (every
+        address refused or unreachable), socket.timeout, socket.gaierror, OSError, Interrupted."""
+        errors: dict[Any, OSError] = {}
+        to_try = _addresses(self.address, self.port, guard)
+        for family, addr in to_try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                guard.add(lambda s=sock: _shut(s))
+                _connect_socket(sock, addr, self.connect_timeout, guard)
+                return sock
+            except OSError as e:
+                sock.close()
+                if e.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH):
+                    raise
+                errors[addr] = e
+            except BaseException:
+                sock.close()
+                raise
+        raise NoValidConnectionsError(errors)
+
+    def _connect(self, guard: _Cancellable | None = None) -> paramiko.SSHClient:
+        """Connect, complete the handshake and authenticate (each bounded by connect_timeout), within ``guard``
+        (a cancel cuts it: Interrupted; default: one for this attempt)."""
+        if guard is None:
+            with _Cancellable(self.host.name, self.display) as guard:
+                return self._connect(guard)
         name = self.host.name
         pkey = self._load_key()
         key_file = self.key_file
-        sock = self._proxy_sock()
-        client = paramiko.SSHClient()
-        client.set_log_channel(PARAMIKO_LOG)
-        revoked = self.keys.load_into(client.get_host_keys())
-        client.set_missing_host_key_policy(HostKeyPolicy(name, self.display, self.accept_new_host_keys, self.keys))
+        t = self.connect_timeout
+        try:
+            sock = self._proxy_sock(guard) or self._socket(guard)
+        except GpuacceptError:
+            raise
+        except NoValidConnectionsError as e:
+            causes = "; ".join(sorted({err.strerror or str(err) for err in e.errors.values()}))
+            raise HostUnreachable(name, f"cannot connect to {self.display}: {causes}") from None
+        except socket.gaierror as e:
+            raise NameUnresolved(name, f"cannot resolve {self.address}: {e.strerror or e}",
+                                 {"address": self.address}) from None
+        except (socket.timeout, TimeoutError):
+            raise HostUnreachable(name, f"connect to {self.display} timed out after {t:g}s") from None
+        except OSError as e:
+            raise HostUnreachable(name, f"cannot connect to {self.display}: {e.strerror or e}") from None
+        try:
+            client = paramiko.SSHClient()
+            guard.add(client.close)
+            client.set_log_channel(PARAMIKO_LOG)
+            revoked = self.keys.load_into(client.get_host_keys())
+            client.set_missing_host_key_policy(HostKeyPolicy(name, self.display, self.accept_new_host_keys, self.keys))
+        except BaseException:
+            if isinstance(sock, socket.socket):
+                _shut(sock)
+            raise
         if key_file and pkey is not None:
             auth_desc = f"key file {key_file}"
             kwargs: dict[str, Any] = dict(pkey=pkey, allow_agent=False, look_for_keys=False)
@@ -284,7 +508,6 @@ class SSHTransport:
         else:
             auth_desc = "ssh-agent and default keys"
             kwargs = dict(allow_agent=True, look_for_keys=True)
-        t = self.connect_timeout
         began = time.monotonic()
         try:
             client.connect(
@@ -365,16 +588,24 @@ class SSHTransport:
         return client
 
     def _start(self, command: str, watchdog: _Watchdog) -> paramiko.Channel:
-        """Connect if needed and start ``command``; reconnect once if a reused connection is stale."""
+        """Connect if needed and start ``command``; reconnect once if a reused connection is stale. A cancel of the
+        command (gpuaccept.transport.cancel_all) while connecting or asking for the session raises Interrupted at
+        once (:class:`_Cancellable`)."""
+        with _Cancellable(self.host.name, self.display) as guard:
+            return self._start_in(command, watchdog, guard)
+
+    def _start_in(self, command: str, watchdog: _Watchdog, guard: _Cancellable) -> paramiko.Channel:
         for attempt in (0, 1):
             reused = self._alive()
             if not reused:
                 self._close_client()
-                self._client = self._connect()
+                self._client = self._connect(guard)
             client = self._client
             assert client is not None
             watchdog.arm(2 * self.connect_timeout + 1, client)
+            closer = len(guard.closers)
             try:
+                guard.add(client.close)
                 transport = client.get_transport()
                 if transport is None:
                     raise SSHException("SSH session not active")
@@ -383,6 +614,7 @@ class SSHTransport:
                 return chan
             except (SSHException, EOFError, OSError) as e:
                 self._close_client()
+                guard.check()  # cut by a cancel: Interrupted, not a stale connection
                 if reused and attempt == 0 and not watchdog.fired:
                     continue  # stale connection: reconnect once
                 if watchdog.fired or "Timeout opening channel" in str(e):  # paramiko's own channel-open timeout
@@ -392,6 +624,7 @@ class SSHTransport:
                 raise HostUnreachable(self.host.name, f"cannot start a session on {self.display}: {e}") from None
             finally:
                 watchdog.cancel()
+                del guard.closers[closer:]
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ one run
@@ -461,8 +694,15 @@ class SSHTransport:
                     else:
                         select.select([fd], [], [], wait)
         except (_Timeout, _Cancelled) as stop:
-            killed, how = self._kill_remote(err.pgids, client, time.monotonic() + KILL_BUDGET_S, watchdog,
-                                            chan if hold_stdin else None)
+            if isinstance(stop, _Cancelled) and aborting():  # a second signal: no kill command, EOF and close
+                killed, how = False, "not killed (run aborted): the connection was closed"
+                try:
+                    chan.shutdown_write()
+                except (OSError, SSHException, EOFError):
+                    pass
+            else:
+                killed, how = self._kill_remote(err.pgids, client, time.monotonic() + KILL_BUDGET_S, watchdog,
+                                                chan if hold_stdin else None)
             try:  # what the command printed as it was stopped (a burn-in prints the windows it measured)
                 while chan.recv_ready():
                     data = chan.recv(65536)
