@@ -217,7 +217,7 @@ def open_session(transport: Any, command: str) -> Session:
 
     if isinstance(transport, LocalTransport):
         return LocalSession(transport.host.name, command)
-    from gpuaccept.transport.ssh import _Watchdog
+    from gpuaccept.transport.ssh_connect import _Watchdog
 
     with transport._lock:  # connect (or reconnect) as run() does; the channel then lives on its own
         chan = transport._start(command, _Watchdog())
