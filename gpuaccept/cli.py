@@ -113,8 +113,8 @@ def _parser(**kw):
 
 
 def precheck(args: list[str], cwd: str | None = None) -> int | None:
-    """gpuaccept's input checks without pytest: 4 (after one line on stderr) for bad input, 0 after printing
-    ``--list-hosts``, None to go on to pytest (input fine, or not this check's to judge)."""
+    """gpuaccept's input checks without pytest: 4 (after one line on stderr) for bad input, 5 for a
+    ``--limit=@FILE`` that lists no host (nothing to rerun), 0 after printing ``--list-hosts``, None to go on to pytest (input fine, or not this check's to judge)."""
     import shlex
     from gpuaccept.errors import ConfigError
     from gpuaccept.config import selection
@@ -135,8 +135,12 @@ def precheck(args: list[str], cwd: str | None = None) -> int | None:
         return None
     getoption = lambda name, default=None: getattr(ns, name, default)  # noqa: E731 - config.getoption's shape
     from pathlib import Path
+    from gpuaccept.config.limitfile import NOTHING_TO_RERUN_EXIT, NothingToRerun
     try:
         sel = selection.select(getoption, Path(cwd), args)
+    except NothingToRerun as e:  # a clean night's failed-hosts.txt: nothing to do, not bad input
+        sys.stderr.write(f"gpuaccept: {e}\n")
+        return NOTHING_TO_RERUN_EXIT
     except ConfigError as e:
         sys.stderr.write(f"ERROR: {e}\n")
         return 4
@@ -159,7 +163,8 @@ from any folder. Reports go to ./reports/<UTC timestamp>, ./reports/latest the n
 EPILOG = """\
 Every pytest option works too (-m EXPR, -k EXPR, -x, --lf, -n N, --junitxml=FILE, ...): gpuaccept
 --help-pytest lists them all. `pytest --pyargs gpuaccept ...` runs the same. Exit codes are pytest's: 0 passed,
-1 failures, 2 interrupted, 4 bad input, 5 nothing collected."""
+1 failures, 2 interrupted, 4 bad input, 5 nothing collected (or --limit=@FILE lists no host: nothing to
+rerun)."""
 
 
 def help_text() -> str:
@@ -289,7 +294,24 @@ class _Named:
 
 def main(argv: list[str] | None = None) -> int:
     """Run pytest as described above; returns its exit code (0 all passed, 1 failures, 4 bad input, 5 none
-    collected)."""
+    collected). A reader of standard output that goes away (``gpuaccept --help | head -1``) ends the output
+    quietly, no traceback: exit 1 where nothing else decided the code (a run's own output is cut by the plugin,
+    gpuaccept.plugin.progress.PipeSafe, and the run goes on to its report files)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside: the interpreter's own flush at exit would print the broken pipe
+        return code
+    except BrokenPipeError:
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+        except (OSError, ValueError):
+            pass
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = translate(sys.argv[1:] if argv is None else argv)
     head = _options_part(args)
     if "--version" in head or "-V" in head:

@@ -231,9 +231,8 @@ def test_the_reports_carry_the_action(tmp_path):
         rep.add(r)
     rep.flush(final=True)
     lists = {p.name: p.read_text() for p in (tmp_path / "run").glob("hosts-*.txt")}
-    assert lists == {"hosts-rerun.txt": "gpu-03\n", "hosts-fix-config.txt": "gpu-02\n", "hosts-check-network.txt": "",
-                     "hosts-free-space.txt": "",
-                     "hosts-reset-gpu.txt": "", "hosts-reboot.txt": "", "hosts-drain-rma.txt": "gpu-01\n"}
+    # a list only for an action some host has (issue 41: a passing run held seven empty ones)
+    assert lists == {"hosts-rerun.txt": "gpu-03\n", "hosts-fix-config.txt": "gpu-02\n", "hosts-drain-rma.txt": "gpu-01\n"}
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     by = {t["host"]: t for t in res["tests"]}
     assert by["gpu-01"]["action"]["action"] == "drain-rma"

@@ -1,4 +1,5 @@
-"""gpuaccept.plugin.repeated_errors: a host's error cause listed once in the terminal, every test still counted."""
+"""gpuaccept.plugin.repeated_errors: a host's error cause listed once in the terminal, every test still counted, whatever
+the words of each test's error."""
 from __future__ import annotations
 
 import re
@@ -7,6 +8,7 @@ from types import SimpleNamespace
 
 from project_helpers import junit, make_project, run_pytest
 
+from gpuaccept.causes import CAUSE_KEY
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY
 from gpuaccept.plugin.repeated_errors import NAMES_SHOWN, group, same_error_line
 
@@ -78,3 +80,50 @@ def test_an_ipv6_named_host_keeps_its_whole_name_in_the_terminal_and_the_reports
     assert cases and all(re.fullmatch(r"test_\w+\[fe80::62\]", c["name"]) for c in cases), [c["name"] for c in cases]
     assert all(c["classname"].endswith(".fe80::62") for c in cases), [c["classname"] for c in cases]
     assert "Traceback" not in out + res.stderr
+
+
+def _caused(nodeid, text, cause=None, kind="HostUnreachable"):
+    props = [(ERROR_KEY, text), (ERROR_KIND_KEY, kind)] + ([(CAUSE_KEY, [cause])] if cause else [])
+    return SimpleNamespace(nodeid=nodeid, user_properties=props, longrepr=text)
+
+
+def test_one_host_wide_cause_groups_whatever_the_words():
+    unreach = {"class": "connectivity", "kind": "unreachable", "host": "a"}
+    a1 = _caused("s.py::t0[a]", "a: cannot connect to [10.0.0.1]:22: Connection refused", unreach)
+    a2 = _caused("s.py::t1[a]", "a: written off at 01:02:03 UTC, not tried again this run: cannot connect", unreach)
+    a3 = _caused("s.py::t2[a]", "a: written off at 01:02:04 UTC, not tried again this run: cannot connect", unreach)
+    b1 = _caused("s.py::t0[b]", "b: written off at 01:02:03 UTC, not tried again this run: cannot connect",
+              {"class": "connectivity", "kind": "unreachable", "host": "b"})
+    key_a = _caused("s.py::t3[a]", "a: unknown host key", {"class": "connectivity", "kind": "host_key", "host": "a"})
+    # probe crashes are not host-wide: grouped only word for word
+    c1 = _caused("s.py::t4[a]", "a: probe x crashed", {"class": "tool", "kind": "probe_crashed", "host": "a"}, "ProbeError")
+    c2 = _caused("s.py::t5[a]", "a: probe y crashed", {"class": "tool", "kind": "probe_crashed", "host": "a"}, "ProbeError")
+    shown, more = group([a1, a2, b1, key_a, a3, c1, c2])
+    assert shown == [a1, b1, key_a, c1, c2]
+    assert more == {id(a1): [a2, a3]}
+    assert same_error_line(more[id(a1)], a1).startswith("(the same cause in 2 more tests, not listed again: t1[a], t2[a];")
+
+
+def test_two_unreachable_hosts_read_once_each_in_the_terminal(tmp_path):
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    lines = []
+    for i in range(2):
+        address = f"127.0.0.{66 + i}"
+        lines.append(f"gone{i} ansible_host={address} ansible_port={_closed_port(address)}\n")
+    inv.write_text("[gpu]\n" + "".join(lines))
+    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
+    out = res.stdout
+    assert res.returncode == 1, out[-3000:] + res.stderr[-2000:]
+    errors = int(re.search(r"(\d+) errors? in ", out).group(1))
+    per_host = errors // 2
+    assert errors == 2 * per_host and per_host > 1, out[-2000:]
+    sections_text, summary = out.split("short test summary info", 1)
+    sections = re.findall(r"_ ERROR at \w+ of (\S+) _", sections_text)
+    assert sorted(s[s.index("[") + 1:-1] for s in sections) == ["gone0", "gone1"], sections
+    for host in ("gone0", "gone1"):
+        assert len(re.findall(rf"^ERROR \S+\[{host}\]", summary, re.M)) == 1, summary
+        assert len(re.findall(rf"^E?\s*{host}: ", sections_text, re.M)) == 1, sections_text[-3000:]
+    assert len(re.findall(rf"\(the same (error|cause) in {per_host - 1} more tests, not listed again:",
+                          sections_text)) == 2, sections_text[-3000:]
+    cases = [c for f in (tmp_path / "rep").glob("junit-*.xml") for c in junit(f) if c["outcome"] == "error"]
+    assert len(cases) == errors

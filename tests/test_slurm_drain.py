@@ -181,10 +181,20 @@ def test_no_controller_is_refused_before_any_node_is_touched(cluster, tmp_path):
     dead.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=9", conf))
     for env, said in (({"SLURM_CONF": str(dead)}, "the Slurm controller does not answer scontrol ping"),
                       ({"SLURM_CONF": str(dead), "PATH": str(tmp_path / "nothing")}, "scontrol not found on PATH")):
+        # --slurm-apply is refused before any node is touched
         res = run_pytest(project, "--inventory", str(inv), "--reports", str(tmp_path / "rep"), "--history", "none",
-                         "--slurm-drain", "-m", "health", env=env, timeout=120)
+                         "--slurm-drain", "--slurm-apply", "-m", "health", env=env, timeout=120)
         assert res.returncode == 4, res.stdout + res.stderr
         assert said in res.stderr and "Traceback" not in res.stderr, res.stderr
         assert not (tmp_path / "rep").exists()
+    # the dry run only prints: it runs, says the controller was not reached, and exits as the run's own code
+    for env in ({"SLURM_CONF": str(dead)}, {"SLURM_CONF": str(dead), "PATH": str(tmp_path / "nothing")}):
+        rep = tmp_path / f"dry{len(env)}"
+        res = run_pytest(project, "--inventory", str(inv), "--reports", str(rep), "--history", "none",
+                         "--slurm-drain", "-m", "health", env=env, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "dry run (--slurm-apply makes these calls); the Slurm controller was not reached" in res.stdout, res.stdout
+        assert "Traceback" not in res.stdout + res.stderr
+        assert "the Slurm controller was not reached" in (rep / "slurm.txt").read_text()
     res = run_pytest(project, "--inventory", str(inv), "--slurm-apply", "-m", "health", timeout=120)
     assert res.returncode == 4 and "--slurm-apply: say --slurm-drain or --slurm-resume" in res.stderr

@@ -13,6 +13,13 @@ from gpuaccept.config.bounded import read_bounded
 from gpuaccept.config.shown import shown, shown_path
 
 
+class NothingToRerun(ConfigError):
+    """``--limit @FILE`` names a host list that lists no host (a clean night's failed-hosts.txt): not bad input
+    but nothing to do. The run ends at once with exit 5 (pytest's "no tests collected") and one line, so that
+    a nightly "rerun failures" step tells it from a refusal (exit 4: a file that does not exist, a host not in
+    the inventory)."""
+
+
 def _lines(path: str) -> list[str]:
     """The lines of the host list file ``path``, read within the bounds of
     :func:`gpuaccept.config.bounded.read_bounded` (64 MiB, a line of 16 MiB: a fleet-wide comment names
@@ -31,8 +38,8 @@ def hosts_from_file(path: str, known: list[str]) -> list[str]:
 
     Raises ConfigError (one line naming file and line) when the file cannot be read or is past a bound
     (:func:`_lines`), lists a host that is not in the inventory (the line shown cut and escaped:
-    :func:`gpuaccept.config.shown.shown`), or lists none (an empty retry file selects nothing: nothing to
-    rerun).
+    :func:`gpuaccept.config.shown.shown`); :class:`NothingToRerun` when it lists none (an empty retry file
+    selects nothing: nothing to rerun, exit 5).
     """
     try:
         lines = _lines(path)
@@ -48,8 +55,27 @@ def hosts_from_file(path: str, known: list[str]) -> list[str]:
             raise ConfigError(f"{shown_path(path)}:{n}: host {shown(name)} is not in the inventory")
         wanted.add(name)
     if not wanted:
-        raise ConfigError(f"--limit @{shown_path(path)}: the file lists no host (nothing to rerun)")
+        raise NothingToRerun(f"--limit @{shown_path(path)} lists no host: nothing to rerun")
     return [h for h in known if h in wanted]
+
+
+#: the exit code of a run given ``--limit @FILE`` whose file lists no host (pytest's "no tests collected")
+NOTHING_TO_RERUN_EXIT = 5
+
+
+def nothing_to_rerun(limit: str | None) -> str | None:
+    """The one line ending a run whose ``--limit`` is ``@FILE`` and whose file is readable and lists no host
+    (``gpuaccept: --limit @failed-hosts.txt lists no host: nothing to rerun``), or None (no such limit, a host
+    listed, or a file that cannot be read: refused later, exit 4)."""
+    if not limit or not limit.startswith("@"):
+        return None
+    try:
+        lines = _lines(limit[1:])
+    except ConfigError:
+        return None
+    if any(line.strip() and not line.strip().startswith("#") for line in lines):
+        return None
+    return f"gpuaccept: --limit @{shown_path(limit[1:])} lists no host: nothing to rerun"
 
 
 #: the comment a run's failed-hosts.txt carries for a fleet-wide test that did not pass (written by

@@ -47,6 +47,7 @@ from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
+from gpuaccept.plugin import output
 from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
 
 
@@ -157,6 +158,8 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if active(config) and not _is_worker(config):
+        output.guard_stdout(config)  # before pytest's terminal takes it
     if not active(config) or config.option.help:
         return
     packaged = config.getini("gpuaccept_packaged_suites") or not config.getini("gpuaccept_suites")  # or no ini of ours
@@ -177,9 +180,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
         if config.getoption("drain_max") is not None and not config.getoption("slurm_drain"):
             raise ConfigError("--drain-max: say --slurm-drain (it limits its drains)")
-        if slurm and not _is_worker(config):
+        if slurm and config.getoption("slurm_apply") and not _is_worker(config):
             from gpuaccept.scaleout.drain import check_ready
-            check_ready()  # scontrol missing or the controller down: refused before any node is touched
+            check_ready()  # --slurm-apply without scontrol or a controller: refused before any node is touched
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     inv, hosts, specs, hostvars, inv_path = sel.inventory, sel.hosts, sel.specs, sel.hostvars, sel.inv_path
@@ -560,7 +563,14 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config):
     """``--list-hosts``: print the selection and exit 0 (bad input still exits 4); no node, no report folder.
-    A standard output that cannot take the list exits 1 (:func:`_stdout_gone`)."""
+    A standard output that cannot take the list exits 1 (:func:`gpuaccept.plugin.output.stdout_gone`). ``--limit=@FILE`` whose file
+    lists no host ends the run here: one line, exit 5 (gpuaccept.config.limitfile.nothing_to_rerun)."""
+    if active(config) and not _is_worker(config) and not config.option.help:
+        from gpuaccept.config.limitfile import NOTHING_TO_RERUN_EXIT, nothing_to_rerun
+        why = nothing_to_rerun(config.getoption("limit", None))
+        if why:
+            sys.stderr.write(why + "\n")
+            return NOTHING_TO_RERUN_EXIT
     if not config.getoption("list_hosts", False) or not active(config):
         return None
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
@@ -569,22 +579,9 @@ def pytest_cmdline_main(config: pytest.Config):
         tw.line(list_hosts_text(config.stash[STATE].hosts))
         tw.flush()
     except OSError as e:
-        _stdout_gone(e)
+        output.stdout_gone(e)
         return 1
-    return 0
-
-
-def _stdout_gone(e: OSError) -> None:
-    """Standard output failed with ``e``: point it at /dev/null (nothing left for the flush at exit to fail on);
-    say so in one line on stderr unless its reader merely closed the pipe."""
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError):
-        pass
-    if not isinstance(e, BrokenPipeError):
-        sys.stderr.write(f"gpuaccept: --list-hosts: could not write to standard output: {e.strerror or e}\n")
+    return 1 if output.stdout_broken(config) else 0  # its reader went away: cut, quietly
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -592,5 +589,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The run is over: every object alive now is frozen out of the cycle collector (gc.freeze), so pytest's
     closing full collections (its unraisable-exception check runs gc.collect twice, 0.1 s at 32 hosts, more
     at fleet size) scan only what is made after this point."""
+    output.release_stdout(config)
     if active(config):
         gc.freeze()

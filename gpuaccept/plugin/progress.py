@@ -52,6 +52,7 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._width = 0
+        self._shared = _same_file(stream, 1)  # beside pytest's own lines (a terminal, 2>&1): start a fresh line
 
     def expect(self, tests_per_host: dict[str, int]) -> None:
         """How many tests each host will run (after deselection); hosts with none are not counted."""
@@ -70,6 +71,17 @@ class Progress:
             self._thread.join(timeout=2)
         if self.tty and self._width:
             self._write("\r" + " " * self._width + "\r")
+
+    def _line(self, text: str) -> None:
+        """A plain line of its own: where it shares the output with pytest's terminal, the line pytest left open
+        (``-v``'s ``... SKIPPED [100%]``, whose newline pytest writes only before its next line) is ended first
+        (:data:`END_TERMINAL_LINE`), so that the progress line is never glued to it."""
+        if self._shared and END_TERMINAL_LINE:
+            try:
+                END_TERMINAL_LINE[-1]()
+            except (OSError, ValueError):
+                pass
+        self._write(text + "\n")
 
     def _write(self, text: str) -> None:
         try:
@@ -135,7 +147,7 @@ class Progress:
                     line = (f"[gpuaccept] {host} {self.verdict[host]} ({self.tests[host]} test"
                             f"{'s' if self.tests[host] != 1 else ''}, {took:.0f} s)" + (f": {why}" if why else ""))
         if line and not self.tty:
-            self._write(line + "\n")
+            self._line(line)
 
     def line(self, width: int | None = None) -> str:
         """The status line, at most ``width`` characters: ``hosts 212/300 done · 3 FAIL · 1 ERROR · 6 running
@@ -189,9 +201,23 @@ class Progress:
             if status_due:
                 self._last_status = now
         for h, (w, t0, _, to, _), detail in late:
-            self._write(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)\n")
+            self._line(f"[gpuaccept] {h}: {detail} ({w}, {now - t0:.0f} s of {to:.0f} s)")
         if status_due:
-            self._write(f"[gpuaccept] {self.line()}\n")
+            self._line(f"[gpuaccept] {self.line()}")
+
+
+#: ends the line pytest's terminal left open, for the run now configured (gpuaccept.plugin.pytest_configure
+#: appends it, pytest_unconfigure removes it): the last one is the run's
+END_TERMINAL_LINE: list = []
+
+
+def _same_file(stream, fd: int) -> bool:
+    """Whether ``stream`` writes where file descriptor ``fd`` does (the same terminal, pipe or file)."""
+    try:
+        a, b = os.fstat(stream.fileno()), os.fstat(fd)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def real_stderr():
@@ -208,3 +234,42 @@ def real_stderr():
     except (OSError, ValueError, AttributeError):
         return None
 
+
+
+class PipeSafe:
+    """Standard output as pytest's terminal writes it, for a reader that may go away (``gpuaccept ... | head -1``):
+    the first write or flush that meets a closed pipe points file descriptor 1 at /dev/null (so nothing left,
+    the interpreter's last flush included, fails on it) and everything after is dropped, quietly, as a Unix
+    tool's output ends there. The run itself goes on to its report files; :attr:`broken` says the output was
+    cut. Every other attribute is the stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.broken = True
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, self._stream.fileno())
+            os.close(fd)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

@@ -9,7 +9,8 @@ spools), not serialised again, so a rewrite is a copy of bytes plus the per-host
 ``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (gpuaccept.reporting.junit),
 ``<dir>/summary.md`` (gpuaccept.reporting.summary) and ``<dir>/failed-hosts.txt`` (hosts with a failure or an
 error, one per line, for ``--limit @failed-hosts.txt``; gpuaccept.reporting.verdicts), and beside it one
-``hosts-<action>.txt`` per action (gpuaccept.judging.actions: the hosts whose action it is, empty when none).
+``hosts-<action>.txt`` per action some host has (gpuaccept.judging.actions: the hosts whose action it is; none
+for an action no host has).
 What those files count over every record (host verdicts, the GPU table, gpuaccept.reporting.tally.RunTally) is
 kept up to date as each record arrives, so that a rewrite walks no record's figures again.
 """
@@ -424,9 +425,12 @@ class Reporter:
         # lists the hosts whose tests have not finished, under a comment saying so
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
                                                              self._failed_hosts(tally, hosts, hv, inc)))
-        for act, names in action_hosts(hv, hosts).items():  # one list per next step, empty ones too
-            self._guard(f"hosts-{act}.txt", lambda: atomic_write(os.path.join(self.dir, f"hosts-{act}.txt"),
-                                                                  "".join(h + "\n" for h in names)))
+        for act, names in action_hosts(hv, hosts).items():  # a list per next step some host has; none empty
+            path = os.path.join(self.dir, f"hosts-{act}.txt")
+            if names:
+                self._guard(f"hosts-{act}.txt", lambda: atomic_write(path, "".join(h + "\n" for h in names)))
+            elif os.path.exists(path):  # a list an earlier write of this run left, now that no host has it
+                self._guard(f"hosts-{act}.txt", lambda: os.remove(path))
         if final:  # evidence/<host>/ of each host with a hardware action (gpuaccept.reporting.evidence)
             self._guard("evidence", lambda: write_evidence(self.dir, self.run_id, self.meta, recs, hv))
         else:  # report.html says INCOMPLETE too (the final one is written after the history's end: plugin.finish)

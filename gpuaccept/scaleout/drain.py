@@ -19,7 +19,9 @@ Each call that succeeded is recorded in the history database (``slurm_events``);
 within a day of gpuaccept's resume is named "repeating" in the lines and in summary.md.
 
 The Slurm node name is the host var ``slurm_node_name``, default the inventory name up to its first dot.
-Without ``--slurm-apply`` nothing is changed: the commands are printed (a dry run). ``scontrol`` missing or a
+Without ``--slurm-apply`` nothing is changed: the commands are printed (a dry run); without a controller
+(``scontrol`` missing or not answering) the dry run says so and prints the drains as if no node were drained (no
+resume can be planned), the run's exit code its own. With ``--slurm-apply``, ``scontrol`` missing or a
 controller that does not answer ``scontrol ping`` is refused before any node is touched (:func:`check_ready`,
 exit 4). :func:`plan` is pure; :func:`run_step` does the I/O. Also runnable on a finished run's folder:
 ``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]
@@ -166,7 +168,7 @@ def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[s
          earlier: Callable[[str | None, str | None], dict | None]) -> list[Step]:
     """What to do per host, in selection order (pure). ``hv``: this run's host verdicts (with ``action``);
     ``names``: host -> Slurm node name; ``states``: node -> :class:`NodeState` (a node missing there is not
-    in Slurm); ``passed``: :func:`passed_tests` of this run; ``earlier(run id, evidence folder)``: the
+    in Slurm; None: not known, the controller not reached: every drain planned, no resume); ``passed``: :func:`passed_tests` of this run; ``earlier(run id, evidence folder)``: the
     results.json document of the run that drained a node, or None when it cannot be found. A host with
     nothing to do and no note is left out."""
     steps = []
@@ -175,7 +177,7 @@ def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[s
         if v is None:
             continue
         node = names.get(h) or node_name(h)
-        st = states.get(node)
+        st = states.get(node) if states is not None else NodeState(node, "UNKNOWN", None)
         act = v.get("action") or {}
         wants_drain = drain and act.get("action") in drain_actions()
         wants_resume = resume and v.get("verdict") == "PASS"
@@ -192,6 +194,9 @@ def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[s
             reason = drain_reason(run_id, act["action"], first[0] if first else act.get("reason", ""), run_dir)
             steps.append(Step(h, node, ("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"),
                               f"{act['action']}: drain"))
+            continue
+        if states is None:
+            steps.append(Step(h, node, None, "resume not planned: the Slurm controller was not reached"))
             continue
         if not st.drained:
             continue  # passing and in service: nothing to resume
@@ -335,14 +340,24 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
     (:func:`brake`): none is made, dry run or not, and the brake's line says why. With ``history`` (a history
     database path), the calls that succeeded are recorded there and a node drained again within a day of
     gpuaccept's resume is named "repeating" (gpuaccept.reporting.history.drains). Raises SlurmUnavailable when
-    scontrol cannot list the nodes."""
-    states = node_states(scontrol, env)
+    scontrol cannot list the nodes and ``apply``; a dry run without a controller plans without node states
+    (:func:`plan`) and its head line says the controller was not reached."""
+    unreached = None
+    try:
+        states: dict[str, NodeState] | None = node_states(scontrol, env)
+    except (SlurmUnavailable, OSError, subprocess.SubprocessError) as e:
+        if apply:
+            raise SlurmUnavailable(str(e)) from None
+        states, unreached = None, " ".join(str(e).split()) or type(e).__name__
     steps = plan(hv, hosts, run_id, os.path.abspath(rdir), names, states, drain, resume, passed_tests(recs),
                  earlier_results(os.path.dirname(os.path.abspath(rdir))))
     refused = brake(steps, hv, len(hosts), drain_max) if drain else None
     if refused:
         steps = held_back(steps)
     head = "gpuaccept slurm: " + ("calling scontrol" if apply else "dry run (--slurm-apply makes these calls)")
+    if unreached:
+        head += (f"; the Slurm controller was not reached ({unreached}): node states not read, the drains "
+                 "printed as if no node were drained")
     lines, failed, done = [head] + ([refused] if refused else []), 0, set()
     for i, s in enumerate(steps):
         if s.command is None:
@@ -452,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     names = {h: node_name(h) for h in hosts}
     inv_path = a.inventory or results.get("inventory")
     try:
-        path = check_ready()
+        path = check_ready() if a.apply else (shutil.which("scontrol") or "scontrol")  # a dry run needs none
         if inv_path:
             from gpuaccept.config.inventory import load_inventory
             inv = load_inventory(inv_path)

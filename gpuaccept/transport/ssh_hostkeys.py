@@ -84,24 +84,36 @@ class KnownHosts:
 
     def changed_key_message(self, display: str, hostkey_name: str, got: paramiko.PKey,
                             expected: paramiko.PKey) -> str:
-        """The operator's line for a host key that changed: both fingerprints and the ``ssh-keygen -R`` that
-        removes the old key from the file holding it (``display``: ``[address]:port``; ``hostkey_name``: the
-        name known_hosts files it under)."""
-        where = ""
+        """The operator's line for a host key that changed: both fingerprints and the ``ssh-keygen -R ... -f FILE``
+        that removes the old key from each file holding it (``display``: ``[address]:port``; ``hostkey_name``: the
+        name known_hosts files it under). The file is always named: the files whose entry for the name is the
+        expected key, else those with any entry for it, else :attr:`target`."""
+        cmd = f"ssh-keygen -R {_quote(hostkey_name)}"
+        fixes = " and ".join(f"{cmd} -f {_quote(path)}" for path in self.files_holding(hostkey_name, expected))
+        return (
+            f"host key for {display} CHANGED (server offers {got.get_name()} {fingerprint(got)}, "
+            f"known_hosts has {fingerprint(expected)}); possible man-in-the-middle; remove the old key "
+            f"with {fixes} if the change is expected"
+        )
+
+    def files_holding(self, hostkey_name: str, key: paramiko.PKey) -> list[str]:
+        """The files (in :attr:`files` order) whose entry for ``hostkey_name`` is ``key``; else those with any
+        entry for the name; else [:attr:`target`]. Never empty."""
+        exact: list[str] = []
+        named: list[str] = []
         for path in self.files:
             hk = paramiko.HostKeys()
             try:
                 self.load(path, hk, {})
             except HostKeyError:
                 continue
-            if hk.lookup(hostkey_name):
-                where = f" -f {_quote(path)}"
-                break
-        return (
-            f"host key for {display} CHANGED (server offers {got.get_name()} {fingerprint(got)}, "
-            f"known_hosts has {fingerprint(expected)}); possible man-in-the-middle; remove the old key "
-            f"with ssh-keygen -R {_quote(hostkey_name)}{where} if the change is expected"
-        )
+            found = hk.lookup(hostkey_name)
+            if not found:
+                continue
+            named.append(path)
+            if any(k.asbytes() == key.asbytes() for k in found.values()):
+                exact.append(path)
+        return exact or named or [self.target]
 
     def record(self, hostname: str, key: paramiko.PKey) -> None:
         """Append ``hostname key`` to :attr:`target` (locked; skipped if already there). A file that cannot be
