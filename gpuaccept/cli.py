@@ -302,12 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # inside: the interpreter's own flush at exit would print the broken pipe
         return code
     except BrokenPipeError:
-        try:
-            fd = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(fd, sys.stdout.fileno())
-            os.close(fd)
-        except (OSError, ValueError):
-            pass
+        from gpuaccept.config.outputs import stdout_to_devnull
+        stdout_to_devnull()
         return 1
 
 

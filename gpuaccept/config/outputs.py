@@ -112,3 +112,15 @@ def check_output_file(path: str, option: str) -> None:
         kind = "a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else \
             "a character device" if stat.S_ISCHR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
         raise ConfigError(f"{option} {shown}: is {kind}{f' ({real})' if real != shown else ''}, not a file the run may write")
+
+
+def stdout_to_devnull() -> None:
+    """Point standard output (file descriptor and all) at /dev/null: its reader went away (``| head -1``), and
+    nothing is left for the flush at exit to fail on. Never raises."""
+    import sys
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass

@@ -5,11 +5,11 @@ be written (:func:`stdout_gone`)."""
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import pytest
 
+from gpuaccept.config.outputs import stdout_to_devnull
 from gpuaccept.plugin import progress as progress_lines
 from gpuaccept.plugin.progress import PipeSafe
 
@@ -55,11 +55,6 @@ def end_terminal_line(config: pytest.Config) -> None:
 def stdout_gone(e: OSError) -> None:
     """Standard output failed with ``e``: point it at /dev/null (nothing left for the flush at exit to fail on);
     say so in one line on stderr unless its reader merely closed the pipe."""
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError):
-        pass
+    stdout_to_devnull()
     if not isinstance(e, BrokenPipeError):
         sys.stderr.write(f"gpuaccept: --list-hosts: could not write to standard output: {e.strerror or e}\n")
