@@ -6,7 +6,9 @@ with ``#`` are ignored. Rerunning only what failed is then
 """
 from __future__ import annotations
 
+import os
 import re
+import stat
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.bounded import read_bounded
@@ -66,8 +68,14 @@ NOTHING_TO_RERUN_EXIT = 5
 def nothing_to_rerun(limit: str | None) -> str | None:
     """The one line ending a run whose ``--limit`` is ``@FILE`` and whose file is readable and lists no host
     (``gpuaccept: --limit @failed-hosts.txt lists no host: nothing to rerun``), or None (no such limit, a host
-    listed, or a file that cannot be read: refused later, exit 4)."""
+    listed, or a file that cannot be read: refused later, exit 4). Only a regular file is read here: a pipe or
+    device is read once, where it is refused (its bound is time)."""
     if not limit or not limit.startswith("@"):
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(limit[1:]).st_mode):
+            return None
+    except OSError:
         return None
     try:
         lines = _lines(limit[1:])
