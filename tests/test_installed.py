@@ -50,10 +50,25 @@ def test_gpuaccept_command_runs_the_shipped_suites_from_any_folder(tmp_path):
     res = _run(ops, "-m", "gpuaccept.cli", "-i", "nightly.ini", "-m", "health", "-k", "gpu_inventory or fleet")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     tests = _tests_run(ops)
-    assert sorted(t["nodeid"] for t in tests) == ["test_health.py::test_fleet_consistency",
-                                                  "test_health.py::test_gpu_inventory[h1]",
-                                                  "test_health.py::test_gpu_inventory[h2]"]
+    assert sorted(t["nodeid"] for t in tests) == ["suites/test_health.py::test_fleet_consistency",
+                                                  "suites/test_health.py::test_gpu_inventory[h1]",
+                                                  "suites/test_health.py::test_gpu_inventory[h2]"]
     assert not (ops / ".pytest_cache").exists()
+
+
+def test_test_ids_do_not_carry_where_the_package_is_installed(tmp_path):
+    """The package installed in a virtual environment inside the operator's folder: its tests are named
+    ``suites/test_health.py::...`` as in the checkout (before: ``venv2/lib/python3.11/site-packages/gpuaccept/
+    suites/test_health.py::...``, a different test for the history and the merge than the same check elsewhere)."""
+    import shutil
+    ops = _ops_folder(tmp_path)
+    site = ops / "venv2" / "lib" / "python3.11" / "site-packages"
+    shutil.copytree(REPO / "gpuaccept", site / "gpuaccept", ignore=shutil.ignore_patterns("__pycache__"))
+    res = _run(ops, "-m", "gpuaccept.cli", "-i", "nightly.ini", "-m", "health", "-k", "gpu_inventory",
+               env={"PYTHONPATH": str(site)})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert sorted(t["nodeid"] for t in _tests_run(ops)) == ["suites/test_health.py::test_gpu_inventory[h1]",
+                                                            "suites/test_health.py::test_gpu_inventory[h2]"]
 
 
 def test_pytest_pyargs_runs_the_shipped_suites(tmp_path):
@@ -70,7 +85,7 @@ def test_every_pytest_option_passes_through(tmp_path):
     res = _run(ops, "-m", "gpuaccept.cli", "--inventory=nightly.ini", "--collect-only", "-q", "-k", "ecc")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert re.findall(r"^\S*test_health\.py::test_ecc\[h\d\]$", res.stdout, re.M) == [
-        "test_health.py::test_ecc[h1]", "test_health.py::test_ecc[h2]"]
+        "suites/test_health.py::test_ecc[h1]", "suites/test_health.py::test_ecc[h2]"]
     assert not (ops / "reports").exists()
 
 

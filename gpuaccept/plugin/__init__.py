@@ -48,6 +48,7 @@ from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
 from gpuaccept.plugin import output
+from gpuaccept.plugin.collection import pytest_pycollect_makemodule  # noqa: F401 - a hook of this plugin
 from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
 
 

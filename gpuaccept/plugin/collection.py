@@ -1,0 +1,26 @@
+"""The shipped suites' test ids, wherever the package is installed (a pytest hook the plugin face re-exports).
+
+The suites shipped in the package (gpuaccept/suites) are collected from wherever pip put them; pytest names a
+test by its file's path from the run's rootdir, so a virtual environment inside the operator's folder made ids
+such as ``venv2/lib/python3.11/site-packages/gpuaccept/suites/test_health.py::test_ecc[gpu-07]``, and the same
+test read differently in the checkout, installed, and from another folder: the history, the merge and a
+dashboard keyed on it saw three tests. Each shipped suite module is named ``suites/<file>`` instead, as in the
+checkout, whatever the folder the run starts from.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.config.paths import SUITES_DIR
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent):
+    """A module of the package's suites gets the id ``suites/<file name>``; any other module is pytest's."""
+    if os.path.dirname(os.path.realpath(module_path)) != os.path.realpath(SUITES_DIR):
+        return None
+    if not module_path.name.startswith("test_"):
+        return None
+    return pytest.Module.from_parent(parent, path=module_path, nodeid=f"suites/{module_path.name}")
