@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
 from types import SimpleNamespace
 
 from project_helpers import junit, make_project, run_pytest
@@ -45,19 +46,28 @@ def _closed_port(address: str) -> int:
     return port
 
 
-def test_unreachable_hosts_are_listed_once_each_and_every_test_still_counts(tmp_path):
+def _unreachable_run(tmp_path, name: str, first: int, n: int) -> tuple[subprocess.CompletedProcess, int, int]:
+    """``-m health`` over ``n`` hosts ``<name>0..`` on loopback addresses 127.0.0.<first>.., each a port nothing
+    listens on: ``(the finished run, errors, errors per host)``, once its exit (1) and its count of errors (the same number
+    per host, more than one) are checked."""
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
     lines = []
-    for i in range(3):  # three loopback addresses, each a port nothing listens on
-        address = f"127.0.0.{61 + i}"
-        lines.append(f"dead{i} ansible_host={address} ansible_port={_closed_port(address)}\n")
+    for i in range(n):
+        address = f"127.0.0.{first + i}"
+        lines.append(f"{name}{i} ansible_host={address} ansible_port={_closed_port(address)}\n")
     inv.write_text("[gpu]\n" + "".join(lines))
     res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
     out = res.stdout
     assert res.returncode == 1, out[-3000:] + res.stderr[-2000:]
     errors = int(re.search(r"(\d+) errors? in ", out).group(1))
-    per_host = errors // 3
-    assert errors == 3 * per_host and per_host > 1, out[-2000:]
+    per_host = errors // n
+    assert errors == n * per_host and per_host > 1, out[-2000:]
+    return res, errors, per_host
+
+
+def test_unreachable_hosts_are_listed_once_each_and_every_test_still_counts(tmp_path):
+    res, errors, per_host = _unreachable_run(tmp_path, "dead", 61, 3)
+    out = res.stdout
     sections = re.findall(r"_ ERROR at \w+ of (\S+) _", out)
     assert sorted(s[s.index("[") + 1:-1] for s in sections) == ["dead0", "dead1", "dead2"], sections
     sections_text, summary = out.split("short test summary info", 1)  # the summary's width varies by terminal
@@ -105,18 +115,8 @@ def test_one_host_wide_cause_groups_whatever_the_words():
 
 
 def test_two_unreachable_hosts_read_once_each_in_the_terminal(tmp_path):
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    lines = []
-    for i in range(2):
-        address = f"127.0.0.{66 + i}"
-        lines.append(f"gone{i} ansible_host={address} ansible_port={_closed_port(address)}\n")
-    inv.write_text("[gpu]\n" + "".join(lines))
-    res = run_pytest(tmp_path, "--inventory", str(inv), "-m", "health", "--reports", str(tmp_path / "rep"))
+    res, errors, per_host = _unreachable_run(tmp_path, "gone", 66, 2)
     out = res.stdout
-    assert res.returncode == 1, out[-3000:] + res.stderr[-2000:]
-    errors = int(re.search(r"(\d+) errors? in ", out).group(1))
-    per_host = errors // 2
-    assert errors == 2 * per_host and per_host > 1, out[-2000:]
     sections_text, summary = out.split("short test summary info", 1)
     sections = re.findall(r"_ ERROR at \w+ of (\S+) _", sections_text)
     assert sorted(s[s.index("[") + 1:-1] for s in sections) == ["gone0", "gone1"], sections

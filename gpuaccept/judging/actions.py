@@ -166,7 +166,8 @@ def _action(section: str, key: str, fields: _Fields | None = None, prefix: str =
     row = sec["rows"][key]
     f = fields if fields is not None else _Fields()
     cls = cause or row.get("class") or row.get("cause") or "unverified"
-    return gate(Action(row["action"], prefix + _fill(row["reason"], f), row.get("source") or sec["source"],
+    reason = row.get("hardware_reason") if cls == "hardware" and row.get("hardware_reason") else row["reason"]
+    return gate(Action(row["action"], prefix + _fill(reason, f), row.get("source") or sec["source"],
                        _fill(row.get("setting"), f), _fill(row.get("command"), f), slow, cls, kind))
 
 
@@ -177,8 +178,7 @@ def gate(a: Action) -> Action:
     if a.action not in HARDWARE_ACTIONS or a.cause == "hardware":
         return a
     row = load_table()["by_class"]["rows"][a.cause]
-    reason = a.reason.split(", confirmed by")[0] if a.cause == "unverified" else a.reason
-    return Action(row["action"], f"{reason}; cause {a.cause}, no hardware evidence: {row['reason']}",
+    return Action(row["action"], f"{a.reason}; cause {a.cause}, no hardware evidence: {row['reason']}",
                   load_table()["by_class"]["source"], a.setting if row["action"] == "fix-config" else None,
                   a.command if row["action"] == "fix-config" else None, False, a.cause, a.kind)
 
@@ -220,8 +220,8 @@ def for_cause(cause: Cause, fields: dict | None = None, prefix: str = "") -> Act
         if key in rows:
             return _action("causes", key, f, prefix, cause=cause.cls, kind=cause.kind)
     if cause.cls == "hardware":
-        return gate(Action("drain-rma", prefix + f"{cause.kind}: a hardware finding no row names: held out for a "
-                           f"person", load_table()["causes"]["source"], cause="hardware", kind=cause.kind))
+        return Action("drain-rma", prefix + f"{cause.kind}: a hardware finding no row names: held out for a person",
+                      load_table()["causes"]["source"], cause="hardware", kind=cause.kind)
     row = load_table()["by_class"]["rows"][cause.cls]
     return Action(row["action"], prefix + f"{cause.kind}: {row['reason']}", load_table()["by_class"]["source"],
                   cause=cause.cls, kind=cause.kind)

@@ -115,7 +115,7 @@ def driver_present(doc: dict) -> bool:
     return bool(doc.get("driver_present") or doc.get("kernel_driver_version"))
 
 
-def readiness_problem(doc: dict, python: str, declared: bool = False) -> NodeError | None:
+def readiness_problem(doc: dict, python: str, declared: bool = False) -> "NotReady | None":
     """Why a node whose NVML gave no GPU is not ready to be tested, as the error its GPU tests raise (its host
     filled in by :meth:`NotReady.error`), or None when it simply has no GPU.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.causes import Cause
-from gpuaccept.errors import ConfigError, NodeError, PackageMissing, ThresholdError
+from gpuaccept.errors import ConfigError, NodeError, PackageMissing
 from gpuaccept.judging.blockers import missing_package
 from gpuaccept.runner.host import HostRunner
 
@@ -25,9 +25,7 @@ def error_causes(e: BaseException, host: str | None) -> list[Cause]:
     configuration's; anything else is gpuaccept's own (``tool``, ``internal``)."""
     if isinstance(e, NodeError):
         return [e.cause]
-    if isinstance(e, ThresholdError):
-        return [Cause("configuration", "no_thresholds", host)]
-    if isinstance(e, ConfigError):
+    if isinstance(e, ConfigError):  # ThresholdError among them: no usable threshold file for the node's SKU
         return [Cause("configuration", "no_thresholds", host)]
     return [Cause("tool", "internal", host)]
 

@@ -24,10 +24,6 @@ import gpuaccept
 from gpuaccept.runner import host as node_mod
 from gpuaccept.causes import CAUSE_KEY, Cause
 from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError
-
-#: user_properties the plugin puts on one phase's report only (gpuaccept.plugin.pytest_runtest_makereport), never on
-#: the item: a later phase's report does not carry them again
-REPORT_ONLY_KEYS = frozenset({ERROR_KEY, ERROR_KIND_KEY, CAUSE_KEY})
 from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.plugin.progress import Progress, real_stderr
@@ -41,6 +37,10 @@ from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict, unfinished
 from gpuaccept.reporting.text import count_text
 from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups, skip_who
+
+#: user_properties the plugin puts on one phase's report only (gpuaccept.plugin.pytest_runtest_makereport), never on
+#: the item: a later phase's report does not carry them again
+REPORT_ONLY_KEYS = frozenset({ERROR_KEY, ERROR_KIND_KEY, CAUSE_KEY})
 
 
 #: skip reasons listed in the console, most hosts first (summary.md lists them all). Chosen.
