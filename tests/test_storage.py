@@ -852,8 +852,11 @@ def test_read_only_filesystem_is_a_configuration_fact(tmp_path):
         locked = base / "locked"
         locked.mkdir()
         locked.chmod(0o555)
-        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                            "fio_throughput.py", json.dumps({**SMALL, "paths": [str(locked)]})], cwd=PROBES,
+        # the probes and an interpreter nobody can reach (the checkout or its venv may sit in a 0700 folder)
+        probes = shutil.copytree(PROBES, base / "probes", ignore=shutil.ignore_patterns("__pycache__"))
+        python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python,
+                            "fio_throughput.py", json.dumps({**SMALL, "paths": [str(locked)]})], cwd=probes,
                            capture_output=True, text=True, timeout=120)
     finally:
         shutil.rmtree(base, ignore_errors=True)
