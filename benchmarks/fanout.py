@@ -2,6 +2,10 @@
 """Fan-out over real sshd nodes on loopback: gpuaccept against a bare paramiko pool and testinfra, in the same run.
 
     python benchmarks/fanout.py [NODES] [ROUNDS]          # default 16 nodes, 3 rounds
+    python benchmarks/fanout.py --per-host 32,128 [ROUNDS]  # the controller's cost per host (issue 40)
+
+``--per-host SIZES``: only the one-Python pool (a bare paramiko pool, 32 threads wide like --forks, one
+``python -c`` per host, its output read) beside ``gpuaccept -m health``, at each size in one run (per_host).
 
 Starts NODES real OpenSSH servers (127.0.0.101 ...; tests/sshd.py), then per round, in this order (each a
 whole process, timed from outside, as shared/notes/scale-profile.md measured the peers):
@@ -66,15 +70,17 @@ import sys, json, paramiko
 from concurrent.futures import ThreadPoolExecutor
 nodes, kh = json.loads(sys.argv[1]), sys.argv[2]
 command = sys.argv[3] if len(sys.argv) > 3 else "true"
+forks = int(sys.argv[4]) if len(sys.argv) > 4 else len(nodes)
 def one(n):
     c = paramiko.SSHClient()
     c.load_host_keys(kh)
     c.set_missing_host_key_policy(paramiko.RejectPolicy())
     c.connect(n[0], n[1], username="root", key_filename=n[2], look_for_keys=False, allow_agent=False, timeout=30)
     _, out, _ = c.exec_command(command)
+    out.read()
     assert out.channel.recv_exit_status() == 0
     c.close()
-with ThreadPoolExecutor(len(nodes)) as ex:
+with ThreadPoolExecutor(forks) as ex:
     list(ex.map(one, nodes))
 """
 
@@ -113,11 +119,11 @@ def health_probes_command(python: str) -> str:
     return f"cd {shlex.quote(str(REPO / 'gpuaccept' / 'probes'))} && ( {runs} ) >/dev/null 2>&1 ; true"
 
 
-def bare_pool(nodes, known_hosts: str, command: str = "true") -> tuple[float, float, float]:
-    """The whole process, as the scale profile measured it: interpreter start, paramiko import, the pool, each
-    node running ``command`` (a shell command line)."""
+def bare_pool(nodes, known_hosts: str, command: str = "true", forks: int | None = None) -> tuple[float, float, float]:
+    """The whole process, as the scale profile measured it: interpreter start, paramiko import, the pool (``forks``
+    threads, default one per node), each node running ``command`` (a shell command line), its output read."""
     spec = json.dumps([[n.address, n.port, n.key_file] for n in nodes])
-    res, t = timed([sys.executable, "-c", BARE, spec, known_hosts, command])
+    res, t = timed([sys.executable, "-c", BARE, spec, known_hosts, command, str(forks or len(nodes))])
     res.check_returncode()
     return t
 
@@ -189,7 +195,62 @@ def gpuaccept(root: Path, inv: Path, known_hosts: str, *extra: str, marker: str 
     return t
 
 
+#: what the one-Python pool runs on each node: one Python that starts, prints and exits (``python3 -c pass``-like)
+ONE_PYTHON = "import sys; sys.stdout.write('ok')"
+
+
+def per_host(sizes: list[int], rounds: int, forks: int = 32) -> None:
+    """The controller's cost per host (issue 40): over ``sizes`` real sshd nodes (all started once, the first N
+    used for each size), per round and size: the one-Python pool (:data:`BARE`, ``forks`` threads wide, one
+    :data:`ONE_PYTHON` per host, its output read) and ``gpuaccept -m health --forks FORKS``, each a whole process,
+    side by side. Prints per size the median wall, ms per host, gpuaccept / pool, and the targets: within 2x
+    (32 hosts) and 1.5x (128), and the largest size no slower per host than the smallest."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    tmp = Path(tempfile.mkdtemp(prefix="fanout-"))
+    nodes = []
+    try:
+        for i in range(max(sizes)):
+            nodes.append(start_sshd(tmp, address=f"127.0.{1 + i // 200}.{10 + i % 200}", name=f"n{i:03d}"))
+        py = os.environ.get("FANOUT_NODE_PYTHON", sys.executable)
+        got: dict[int, dict[str, list[float]]] = {n: {"pool": [], "gpuaccept": []} for n in sizes}
+        invs = {}
+        for n in sizes:
+            kh = write_known_hosts(tmp / f"kh{n}", nodes[:n])
+            inv = tmp / f"inv{n}.ini"
+            inv.write_text("[cluster]\n" + "".join(x.inventory_line(python=py) + "\n" for x in nodes[:n]))
+            invs[n] = (inv, kh)
+        for r in range(rounds + 1):  # round 0: the untimed warm-up
+            for n in sizes:
+                inv, kh = invs[n]
+                pool = bare_pool(nodes[:n], kh, shlex.join([py, "-c", ONE_PYTHON]), forks)[0]
+                mine = gpuaccept(tmp, inv, kh, "--forks", str(forks))[0]
+                if r:
+                    got[n]["pool"].append(pool)
+                    got[n]["gpuaccept"].append(mine)
+        print(f"controller cost per host: {rounds} rounds, {os.cpu_count()} cores, --forks {forks}")
+        print("| hosts | one-Python pool s | gpuaccept -m health s | pool ms/host | gpuaccept ms/host | gpuaccept / pool "
+              "| target |\n|---|---|---|---|---|---|---|")
+        per = {}
+        for n in sizes:
+            p, g = statistics.median(got[n]["pool"]), statistics.median(got[n]["gpuaccept"])
+            ratio = statistics.median(b / a for a, b in zip(got[n]["pool"], got[n]["gpuaccept"]))
+            per[n] = g / n
+            target = {32: 2.0, 128: 1.5}.get(n)
+            print(f"| {n} | {p:.2f} | {g:.2f} | {1000 * p / n:.0f} | {1000 * g / n:.0f} | {ratio:.2f}x | "
+                  f"{f'<= {target}x' if target else '-'} |")
+        lo, hi = min(sizes), max(sizes)
+        print(f"gpuaccept per host: {1000 * per[hi]:.0f} ms at {hi} hosts, {1000 * per[lo]:.0f} ms at {lo} "
+              f"({'no slower' if per[hi] <= per[lo] else 'slower'} per host)")
+    finally:
+        for x in nodes:
+            x.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--per-host":  # --per-host SIZES [ROUNDS]: the issue-40 comparison
+        per_host([int(x) for x in sys.argv[2].split(",")], int(sys.argv[3]) if len(sys.argv) > 3 else 3)
+        return
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # an operator's shell: bytecode cached (see the docstring)

@@ -18,6 +18,7 @@ The tree::
         ├── ProbeError             the probe ran but crashed, printed no JSON, or reported failed
         │   ├── PackageMissing     the node's Python lacks a package the probes import (torch, nvidia-ml-py)
         │   ├── NvmlUnusable       NVML cannot start beside a driver (version mismatch, permission)
+        │   ├── DriverUnresponsive an NVML call did not return within its deadline (the driver is wedged)
         │   ├── DocumentNotKept    the probe ran, its raw document could not be kept in the report folder
         │   └── InterpreterMissing the node has no Python where the inventory says
         └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
@@ -133,6 +134,14 @@ class NvmlUnusable(ProbeError):
 
     cause_class = "configuration"
     cause_kind = "nvml_unusable"
+
+
+class DriverUnresponsive(ProbeError):
+    """An NVML call on the node did not return within its deadline (gpuaccept/probes/_deadline.py): the driver is
+    wedged; ``evidence``: ``{"gpu", "call", "seconds", "state", "unkillable"}``."""
+
+    cause_class = "hardware"
+    cause_kind = "driver_unresponsive"
 
 
 class InterpreterMissing(ProbeError):

@@ -12,7 +12,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import types
+import weakref
 from pathlib import Path
 
 import pynvml as real_nvml  # installed on the controller: nvidia-ml-py
@@ -54,7 +56,18 @@ class FakeNvml:
 
     def __init__(self, gpus, nvlink=None, topology=30, p2p=0, fabric="v2"):
         self.gpus, self.nvlink, self.topology, self.p2p, self.fabric = gpus, nvlink, topology, p2p, fabric
-        self.calls = []
+        self.pid = os.getpid()  # the test process (gpu_inventory reads NVML in a forked child: _deadline.py)
+        # the calls are written to a file, not kept in a list: a probe makes its NVML calls in a forked child
+        # (gpuaccept/probes/_deadline.py), whose list would never reach this process
+        fd, self._calls_path = tempfile.mkstemp(prefix="fake-nvml-calls-")
+        os.close(fd)
+        weakref.finalize(self, _unlink, self._calls_path)
+
+    @property
+    def calls(self) -> list[str]:
+        """Names of the fake NVML functions called so far, in any process (the probe's forked NVML child too)."""
+        with open(self._calls_path, encoding="utf-8") as f:
+            return f.read().split()
 
     def err(self, code):
         return real_nvml.NVMLError(code)
@@ -74,7 +87,8 @@ class FakeNvml:
 
         def wrapper(*args):
             inspect.signature(real).bind(*args)
-            self.calls.append(name)
+            with open(self._calls_path, "a", encoding="utf-8") as f:  # O_APPEND: one line per call, any process
+                f.write(name + "\n")
             return fn(*args)
         return wrapper
 
@@ -127,7 +141,7 @@ class FakeNvml:
     def nvmlDeviceGetComputeMode(self, h): return 0
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):  # invented: this test process on GPU 0
-        return [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=524288000)] if h == 0 else []
+        return [types.SimpleNamespace(pid=self.pid, usedGpuMemory=524288000)] if h == 0 else []
 
     # fabric: v3 answers "Argument Version Mismatch", v2 answers
     def nvmlDeviceGetGpuFabricInfoV(self, h, ref):
@@ -190,6 +204,13 @@ class FakeNvml:
     def nvmlDeviceGetP2PStatus(self, a, b, idx):
         assert isinstance(idx, int), f"P2P caps index must be an int, got {idx!r}"
         return self.p2p
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 # bus ids from the capture; remap (2 correctable rows on GPU 1) invented to carry a non-zero count

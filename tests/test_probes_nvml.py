@@ -125,7 +125,22 @@ def test_gpu_inventory_on_fake_h200x2(fake_pynvml):
                             "cluster_uuid": "00010203-0405-0607-0809-0a0b0c0d0e0f", "health_mask": 0,
                             "struct": "c_nvmlGpuFabricInfoV_t"}
     assert g0["nvlink_links"] == 18 and g1["nvlink_links"] == 18
-    assert "nvmlDeviceGetGpuFabricInfo" not in fake.calls  # the deprecated call is only a fallback
+    # the calls were made in the probe's forked NVML child (_deadline.py); the fake records them in a file, so the
+    # record holds them: the fabric call that answered is there, the deprecated one (only a fallback) is not
+    assert "nvmlDeviceGetGpuFabricInfoV" in fake.calls and os.getpid() == fake.pid
+    assert "nvmlDeviceGetGpuFabricInfo" not in fake.calls
+
+
+def test_the_fake_records_calls_made_in_the_forked_nvml_child(fake_pynvml):
+    """The record the assertion above reads sees a call made only in a forked child: it can fail."""
+    fake = fake_pynvml(FakeNvml(H200X2, nvlink=NV18, fabric=None))
+    pid = os.fork()
+    if pid == 0:
+        import pynvml
+        pynvml.nvmlSystemGetDriverVersion()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert fake.calls == ["nvmlSystemGetDriverVersion"]
 
 
 def test_gpu_inventory_on_fake_h200_1gpu_vm(fake_pynvml):

@@ -144,7 +144,26 @@ def test_hbm_bandwidth_cpu():
     assert g["read_gbps"] == max(v["median_gbps"] for k, v in g["results"].items() if k.startswith("read:"))
     assert g["results"]["copy:copy_"]["bytes_per_rep"] == 2 << 20
     assert g["results"]["triad:add_out"]["bytes_per_rep"] == 3 << 20
-    assert all(len(v) == 3 and min(v) > 0 for v in g["samples"].values())
+    # windows of iters=3 reps each, until stable or the ceiling; each method says how long, how many, why
+    for key, v in g["samples"].items():
+        r = g["results"][key]
+        assert len(v) == 3 * r["windows"] and min(v) > 0 and r["windows"] >= 1, key
+        assert r["stop"] in ("stable", "ceiling") and r["measured_s"] > 0, key
+        assert r["stop"] == "ceiling" or r["windows"] >= 2, key
+    assert doc["steady"] == {"min_seconds": 0.002, "max_seconds": 0.05, "tolerance_pct": 0.5}
+
+
+def test_hbm_bandwidth_cpu_ceiling_and_floor_bound_the_time():
+    """A floor above the ceiling's default raises the ceiling with it; tolerance 0 can only stop on the ceiling
+    (two window medians of a real measurement are never exactly equal), after at least max_seconds measured."""
+    rc, doc, err = run_probe("hbm_bandwidth", {"device": "cpu", "bytes": 1 << 16, "iters": 2,
+                                               "read_methods": ["sum_fp32"], "tolerance_pct": 0,
+                                               "min_seconds": 0.01, "max_seconds": 0.03})
+    assert rc == 0, (doc, err[-2000:])
+    for key, r in doc["gpus"][0]["results"].items():
+        assert r["stop"] == "ceiling" and r["measured_s"] >= 0.03, (key, r)
+    rc, doc, _ = run_probe("hbm_bandwidth", {"device": "cpu", "min_seconds": 2, "max_seconds": 1})
+    assert rc == 1 and doc["msg"] == "need 0 <= min_seconds <= max_seconds, got 2.0 and 1.0"
 
 
 def test_hbm_bandwidth_triton_kernels_under_interpreter():
@@ -162,30 +181,79 @@ def test_hbm_bandwidth_triton_kernels_under_interpreter():
 def test_matmul_tflops_cpu():
     mm = load("matmul_tflops")
     rc, doc, err = run_probe("matmul_tflops", {"device": "cpu", "m": 32, "n": 48, "k": 16,
-                                               "seconds_per_dtype": 0.05, "warmup_seconds": 0.02})
+                                               "min_seconds": 0.03, "max_seconds": 0.2, "warmup_seconds": 0.02})
     assert rc == 0, (doc, err[-2000:])
+    assert doc["steady"] == {"min_seconds": 0.03, "max_seconds": 0.2, "tolerance_pct": 0.5, "window_seconds": 0.02}
+    assert doc["search"] is True and doc["fp8_fast_accum"] is False
     dtypes = doc["gpus"][0]["dtypes"]
     assert {"bf16", "fp16", "tf32", "fp64"} <= set(dtypes)
     for d, r in dtypes.items():
         assert r["tflops"] > 0 and r["tflops_max"] >= r["tflops"], d
-        assert r["iters"] >= 3 * 20 and r["iters"] % r["batch"] == 0 and r["batch"] >= 20
-        assert (r["m"], r["n"], r["k"]) == (32, 48, 16)
+        assert r["iters"] >= 2 * 3 * 20 and r["iters"] % r["batch"] == 0 and r["batch"] >= 20
+        assert (r["m"], r["n"], r["k"]) == (32, 48, 16)  # a shape asked for is the shape measured
         # the fastest batch is at least as fast as the whole window's average (2mnk * iters / seconds), within
         # the timer's noise on a loaded CPU (the window's clock and the batches' clock are read separately)
         average = mm.tflops(32, 48, 16, r["iters"], r["seconds"])
         assert r["tflops_max"] >= average * 0.9
         assert r["sm_clock_mhz_median"] is None and r["nvml_samples"] == 0
+        # the stop rule's record: how long, how many windows, why it stopped
+        assert r["stop"] in ("stable", "ceiling") and len(r["window_tflops"]) == r["windows"] >= 1, d
+        assert r["measured_s"] >= 0.03 and (r["stop"] == "ceiling" or r["windows"] >= 2), d
+        # the candidates tried and the one measured, named
+        cands = r["candidates"]
+        assert (r["layout"], r["path"]) in {(c["layout"], c["path"]) for c in cands}
+        assert r["chosen_because"]
+        if d == "fp64":
+            assert [(c["layout"], c["path"]) for c in cands] == [("A@B^T", "mm")] and cands[0]["trial_tflops"] is None
+        elif d == "fp8":
+            assert [c["path"] for c in cands] == ["scaled_mm/bf16-out", "scaled_mm/fp8-out"]
+        else:
+            assert [(c["layout"], c["path"]) for c in cands] == [("A@B^T", "mm"), ("A@B", "mm")]
+            assert all(c["trial_tflops"] > 0 for c in cands)
+
+
+def test_matmul_search_off_measures_the_default_only():
+    rc, doc, err = run_probe("matmul_tflops", {"device": "cpu", "dtypes": ["bf16"], "search": False,
+                                               "seconds_per_dtype": 0.05, "warmup_seconds": 0.02})
+    assert rc == 0, (doc, err[-2000:])
+    r = doc["gpus"][0]["dtypes"]["bf16"]
+    assert (r["m"], r["n"], r["k"], r["layout"], r["path"]) == (64, 64, 64, "A@B^T", "mm")
+    assert len(r["candidates"]) == 1 and r["chosen_because"].startswith("the only candidate")
+    # seconds_per_dtype, the older form: floor = ceiling, so at least that long is measured
+    assert doc["steady"]["min_seconds"] == doc["steady"]["max_seconds"] == 0.05 and r["measured_s"] >= 0.05
+
+
+def test_matmul_pick_and_wave_fit():
+    mm = load("matmul_tflops")
+    # one choice for all GPUs, from the sum of their trials; the default stays unless > 0.5 % slower
+    assert mm.pick({0: [100.0, 100.4], 1: [100.0, 100.4]}, 2)[0] == 0
+    assert mm.pick({0: [100.0, 102.0], 1: [100.0, 101.0]}, 2) == (1, "the fastest in the trials")
+    assert mm.pick({0: [100.0, 100.2, None], 1: [100.0, 100.1, 150.0]}, 3)[0] == 0  # 2 failed on GPU 0
+    assert mm.pick({0: [None, 90.0]}, 2) == (1, "the fastest in the trials (the default failed)")
+    assert mm.pick({0: [None]}, 1)[0] == 0
+    with pytest.raises(mm.ProbeFailed, match="no matmul candidate"):
+        mm.pick({0: [None, None]}, 2)
+    # 8192x8192 on 132 SMs: 2048 tiles of 128x256 = 15.5 waves; 8448 rows make 2112 = 16 whole waves
+    assert mm.wave_fit_m(8192, 8192, 132) == 8448
+    assert (8448 // 128) * (8192 // 256) % 132 == 0
+    assert mm.wave_fit_m(8192, 8192, 128) is None  # already whole waves
+    assert mm.wave_fit_m(8192, 8192, 108) is None  # the nearest fit is more than 6 % away
+    assert mm.wave_fit_m(64, 64, 132) is None
 
 
 def test_matmul_fp8_cpu_if_supported():
     if not hasattr(torch, "_scaled_mm"):
         pytest.skip("torch has no _scaled_mm")
     rc, doc, err = run_probe("matmul_tflops", {"device": "cpu", "dtypes": ["fp8"], "m": 32, "n": 32, "k": 32,
-                                               "seconds_per_dtype": 0.02, "warmup_seconds": 0.01})
+                                               "min_seconds": 0.02, "max_seconds": 0.1, "warmup_seconds": 0.01})
     if rc == 1 and "not supported" in doc["msg"]:
         pytest.skip(doc["msg"])
     assert rc == 0, (doc, err[-2000:])
-    assert doc["gpus"][0]["dtypes"]["fp8"]["tflops"] > 0
+    r = doc["gpus"][0]["dtypes"]["fp8"]
+    assert r["tflops"] > 0 and r["use_fast_accum"] is False
+    paths = [c["path"] for c in r["candidates"]]
+    assert paths == ["scaled_mm/bf16-out", "scaled_mm/fp8-out"] and r["path"] in paths
+    assert all(c["use_fast_accum"] is False for c in r["candidates"])  # fast accumulation is never a candidate
 
 
 def test_pcie_bandwidth_cpu_both_modes():
@@ -196,8 +264,22 @@ def test_pcie_bandwidth_cpu_both_modes():
         assert g[f] > 0, f
     assert g["numa_node"] is None and g["cpus_bound"] is None
     assert doc["h2d_gbps_all_total"] == g["h2d_gbps_all"]
+    assert set(g["measure"]) == {"h2d", "d2h", "h2d_all", "d2h_all"}
+    for how in g["measure"].values():
+        assert how["stop"] in ("stable", "ceiling") and how["windows"] >= 1 and how["measured_s"] > 0
+        assert how["stop"] == "ceiling" or how["windows"] >= 2
     rc, doc, _ = run_probe("pcie_bandwidth", {"device": "cpu", "bytes": 4096, "iters": 2, "mode": "each"})
     assert rc == 0 and doc["gpus"][0]["h2d_gbps_all"] is None and doc["h2d_gbps_all_total"] is None
+    assert set(doc["gpus"][0]["measure"]) == {"h2d", "d2h"}
+
+
+def test_pcie_bandwidth_cpu_drifting_runs_to_the_ceiling():
+    """Tolerance 0: a real series never repeats its median exactly, so every figure runs to its ceiling."""
+    rc, doc, err = run_probe("pcie_bandwidth", {"device": "cpu", "bytes": 1 << 16, "iters": 2, "mode": "both",
+                                                "tolerance_pct": 0, "min_seconds": 0, "max_seconds": 0.02})
+    assert rc == 0, (doc, err[-2000:])
+    for name, how in doc["gpus"][0]["measure"].items():
+        assert how["stop"] == "ceiling" and how["measured_s"] >= 0.02, (name, how)
 
 
 def test_launch_overhead_cpu():

@@ -86,7 +86,7 @@ def test_a_quick_profile_replay_of_a_standard_capture(tmp_path):
     assert not [n for n, c in got.items() if c["outcome"] not in ("passed", "skipped")]
     notes = [f["value"] for f in run_figures(json.loads((rep / "results.json").read_text()))
              if f["check"] == "replay_note"]
-    assert any(n.startswith("matmul_tflops:") and "asked seconds_per_dtype=0.6" in n for n in notes), notes
+    assert any(n.startswith("matmul_tflops:") and "asked min_seconds=0.5" in n for n in notes), notes
     assert any(n.startswith("pcie_link:") and "measured with seconds=1.5, asked seconds=0.6" in n for n in notes)
     assert len(notes) == len(set(notes))
 

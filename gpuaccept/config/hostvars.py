@@ -244,6 +244,17 @@ def _probe_args(value: Any) -> dict:
     return out
 
 
+def _log_paths(value: Any) -> list[str]:
+    """``kernel_log_paths``: one absolute path or a list of them (files the host layer reads as the kernel log)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise _Bad(f"expected an absolute path or a list of them, got {type(value).__name__} {shown(value)}")
+    for p in items:
+        if not isinstance(p, str) or not p.startswith("/") or "\x00" in p or "\n" in p:
+            raise _Bad(f"{shown(p)} is not an absolute path")
+    return list(items)
+
+
 def _words(value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise _Bad(f"expected a list of names, got {type(value).__name__} {shown(value)}")
@@ -380,8 +391,14 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     "storage_limits": _with_host("storage_limits", sl.storage_limits),  # parsed into Limits
     "ib_hcas": _plain(_words),
     "ib_rate_gbps": _plain(_number(0)),
+    # the host layer (gpuaccept/suites/test_host.py): installed host memory in GiB (2**30 bytes), and log files read
+    # in place of journalctl/dmesg/kern.log (saved logs)
+    "host_memory_gb": _plain(_number(0.001)),
+    "kernel_log_paths": _plain(_log_paths),
     # Slurm: the node name --slurm-drain/--slurm-resume use (gpuaccept/scaleout/drain.py; default: up to the first dot)
     "slurm_node_name": _plain(_word),
+    # Kubernetes: the node name --k8s-cordon/--k8s-resume and the manifests use (gpuaccept/scaleout/k8s/; default: the host name)
+    "k8s_node_name": _plain(_word),
 }
 
 

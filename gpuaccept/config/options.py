@@ -153,8 +153,18 @@ def add_options(add: Callable[..., Any]) -> None:
     add("--slurm-apply", action="store_true", default=False,
                 help="make the scontrol calls of --slurm-drain/--slurm-resume (default: print them)")
     add("--drain-max", default=None, metavar="N|N%",
-                help="--slurm-drain drains no more than this many of the selected nodes (a count, or a share: "
+                help="--slurm-drain/--k8s-cordon take out no more than this many of the selected nodes (a count, or a share: "
                      f"default {DRAIN_MAX_DEFAULT.replace('%', '%%')}, at least 1); above it none, and the run exits non-zero")
+    add("--k8s-cordon", action="store_true", default=False,
+                help="after the run, cordon, taint and label in Kubernetes every host whose action is drain-rma, reboot "
+                     "or reset-gpu (a dry run printing the kubectl commands unless --k8s-apply)")
+    add("--k8s-resume", action="store_true", default=False,
+                help="after the run, uncordon nodes gpuaccept cordoned that now pass every test that failed "
+                     "(a dry run unless --k8s-apply); cordons set by others are never touched")
+    add("--k8s-apply", action="store_true", default=False,
+                help="make the kubectl calls of --k8s-cordon/--k8s-resume (default: print them)")
+    add("--k8s-drain-pods", action="store_true", default=False,
+                help="--k8s-cordon also evicts the pods (kubectl drain) of nodes with a hardware action")
     add("--nccl-pattern", metavar=_metavar("nccl_pattern"), default="ring", help="inter-node all-reduce: ring (all hosts at once, default), pairwise (random pairs, names a slow host), rails (one collective per GPU index)")
 
 
@@ -166,6 +176,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
     "SSH": ("known_hosts", "accept_new_host_keys"),
     "reports and history": ("reports", "history", "baseline", "standout_pct", "prometheus_textfile", "progress"),
     "Slurm": ("slurm_drain", "slurm_resume", "slurm_apply", "drain_max"),
+    "Kubernetes": ("k8s_cordon", "k8s_resume", "k8s_apply", "k8s_drain_pods"),
 }
 
 

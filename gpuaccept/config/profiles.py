@@ -4,31 +4,38 @@ A profile maps a probe name to arguments laid over the suite's own (the profile 
 probes' defaults. ``quick`` is for nightly fleet sweeps and ``pytest -k`` while debugging: shorter sustained
 windows and fewer repetitions, the same sizes (so figures stay comparable with the thresholds). ``burnin`` holds
 every load long enough for a weak card to heat up, throttle or throw errors: minutes, not seconds.
+
+The throughput probes (matmul_tflops, hbm_bandwidth, pcie_bandwidth, p2p_bandwidth) stop each figure when it
+is stable (gpuaccept/probes/_steady.py: a window's median within 0.5 % of the previous window's); a profile sets
+the floor and ceiling of that rule per figure, ``min_seconds`` and ``max_seconds`` (seconds of timed windows per
+dtype, per HBM method, per PCIe direction and mode, per P2P pair and direction). The probes' defaults (standard):
+matmul 1.0..4.0 s, HBM 0.05..0.5 s, PCIe 0.2..1.0 s, P2P 0.05..0.4 s. Burn-in sets floor = ceiling: it holds
+the load for that long whatever the figure does (the older per-probe repetition counts: 60 s per dtype,
+300 HBM reps of ~1-3 ms, 50 PCIe copies of ~20 ms, 50 P2P runs of ~14 ms).
 """
 from __future__ import annotations
 
 PROFILES: dict[str, dict[str, dict]] = {
     "quick": {
-        "matmul_tflops": {"seconds_per_dtype": 0.6, "warmup_seconds": 0.5},
-        "hbm_bandwidth": {"iters": 10},
-        "pcie_bandwidth": {"iters": 4},
+        "matmul_tflops": {"min_seconds": 0.5, "max_seconds": 2.0, "warmup_seconds": 0.5},
+        "hbm_bandwidth": {"min_seconds": 0.02, "max_seconds": 0.25},
+        "pcie_bandwidth": {"iters": 2, "min_seconds": 0.1, "max_seconds": 0.5},
         "launch_overhead": {"iters": 2000},
         "pcie_link": {"seconds": 0.6},
         "nccl_allreduce": {"iters": 10, "warmup": 3},
-        "p2p_bandwidth": {"reps": 3},
+        "p2p_bandwidth": {"min_seconds": 0.03, "max_seconds": 0.2},
     },
     "standard": {},
     "burnin": {
-        "matmul_tflops": {"seconds_per_dtype": 60.0, "warmup_seconds": 5.0},
-        "hbm_bandwidth": {"iters": 300},
-        "pcie_bandwidth": {"iters": 50},
+        "matmul_tflops": {"min_seconds": 60.0, "max_seconds": 60.0, "warmup_seconds": 5.0},
+        "hbm_bandwidth": {"min_seconds": 1.0, "max_seconds": 1.0},
+        "pcie_bandwidth": {"min_seconds": 1.0, "max_seconds": 1.0},
         "pcie_link": {"seconds": 10.0},
         "nccl_allreduce": {"iters": 200, "warmup": 20},
-        "p2p_bandwidth": {"reps": 50},
+        "p2p_bandwidth": {"min_seconds": 0.7, "max_seconds": 0.7},
         "nvlink": {"sample_seconds": 30.0},
     },
 }
-
 
 # Default length of the burn-in layer (``pytest -m burnin``) per profile, minutes; ``--burnin-minutes`` overrides.
 BURNIN_MINUTES = {"quick": 2.0, "standard": 10.0, "burnin": 60.0}

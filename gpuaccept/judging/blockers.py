@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuaccept.causes import Cause
-from gpuaccept.errors import NodeError, NvmlUnusable, PackageMissing
+from gpuaccept.errors import DriverUnresponsive, NodeError, NvmlUnusable, PackageMissing
 
 from gpuaccept.judging import health
 from gpuaccept.judging.readings import is_error, is_lost, lost_reason, typed
@@ -139,6 +139,10 @@ def readiness_problem(doc: dict, python: str, declared: bool = False) -> "NotRea
         return None
     if code in NO_GPU_REASONS or code is None:
         return None
+    if code == "driver_unresponsive":  # a call past its deadline (gpuaccept/probes/_deadline.py): hardware
+        stuck = doc.get("driver_unresponsive") or {}
+        return NotReady(DriverUnresponsive, doc.get("reason") or "driver unresponsive",
+                        {k: stuck.get(k) for k in ("gpu", "call", "seconds", "state", "unkillable")})
     return NotReady(NvmlUnusable, f"NVML cannot start: {doc.get('reason') or code} (NVML library {lib}, kernel "
                     f"module {kmod})", {"reason_code": code, "nvml_library_version": lib,
                                         "kernel_driver_version": kmod})

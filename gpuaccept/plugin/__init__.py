@@ -47,7 +47,7 @@ from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
-from gpuaccept.plugin import output
+from gpuaccept.plugin import nodeactions, output
 from gpuaccept.plugin.collection import pytest_pycollect_makemodule  # noqa: F401 - a hook of this plugin
 from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
 
@@ -176,14 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:  # everything refused before a node is touched: one line, exit 4 (gpuaccept.config.selection)
         check_options(config)
         sel = selection.select(config.getoption, config.rootpath, list(config.invocation_params.args), shared)
-        slurm = config.getoption("slurm_drain") or config.getoption("slurm_resume")
-        if config.getoption("slurm_apply") and not slurm:
-            raise ConfigError("--slurm-apply: say --slurm-drain or --slurm-resume (it makes their calls)")
-        if config.getoption("drain_max") is not None and not config.getoption("slurm_drain"):
-            raise ConfigError("--drain-max: say --slurm-drain (it limits its drains)")
-        if slurm and config.getoption("slurm_apply") and not _is_worker(config):
-            from gpuaccept.scaleout.drain import check_ready
-            check_ready()  # --slurm-apply without scontrol or a controller: refused before any node is touched
+        nodeactions.check(config.getoption, _is_worker(config))  # --slurm-*, --k8s-*, --drain-max
     except ConfigError as e:
         raise pytest.UsageError(str(e)) from None
     inv, hosts, specs, hostvars, inv_path = sel.inventory, sel.hosts, sel.specs, sel.hostvars, sel.inv_path
@@ -523,7 +516,8 @@ def pytest_collection_finish(session) -> None:
     fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
     # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
     pf = _state(config).prefetch = prefetch.Prefetcher(prefetch.describe(session.items),
-                                                          lambda n: _get_node(config, n), _forks(config))
+                                                          lambda n: _get_node(config, n), _forks(config),
+                                                          [h.name for h in st.hosts])
     node_module.PROBE_HOOK[:] = [pf.probe]
 
 

@@ -461,6 +461,12 @@ class ReportPlugin:
             self.slurm_lines, self.slurm_ok = after_run(rep, self.state.hostvars or {}, *(
                 bool(self._opt(o)) for o in ("slurm_drain", "slurm_resume", "slurm_apply")),
                 drain_max=self._opt("drain_max"), history=None if self._opt("history") == "none" else self.history_path)
+        if self._opt("k8s_cordon") or self._opt("k8s_resume"):  # gpuaccept.scaleout.k8s.nodes, said the same way
+            from gpuaccept.scaleout.k8s.nodes import after_run as k8s_after_run
+            lines, ok = k8s_after_run(rep, self.state.hostvars or {}, *(bool(self._opt(o)) for o in (
+                "k8s_cordon", "k8s_resume", "k8s_apply", "k8s_drain_pods")), drain_max=self._opt("drain_max"),
+                history=None if self._opt("history") == "none" else self.history_path)
+            self.slurm_lines, self.slurm_ok = self.slurm_lines + lines, self.slurm_ok and ok
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
         rep = self.reporter

@@ -17,7 +17,7 @@ decoded as Latin-1 (every byte one character, so nothing is lost).
 Controller to agent::
 
     {"op": "run", "id": 1, "argv": ["gpu_inventory.py", "{...}"], "deadline_s": 300, "grace_s": 15,
-     "env": {"NAME": "value"}, "exec": false}
+     "env": {"NAME": "value"}, "exec": false, "torch": "module" | "function" | null}
     {"op": "kill", "id": 1, "why": "the controller's limit of 300 s passed"}
     {"op": "exit"}
 
@@ -28,7 +28,9 @@ Agent to controller::
     {"op": "held", "holder": {"run_id": "...", "controller": "...", "since": "...", "pid": 4100}}  # then exits
     {"op": "started", "id": 1, "pgid": 4250}
     {"op": "progress", "id": 1, "line": "GPUACCEPT-PROGRESS {...}"}      # each progress line, as written
-    {"op": "done", "id": 1, "rc": 0, "stdout": "...", "stderr": "...", "pgid": 4250, "seconds": 0.41}
+    {"op": "done", "id": 1, "rc": 0, "stdout": "...", "stderr": "...", "pgid": 4250, "seconds": 0.41,
+     "started": "warm" | "fresh"}
+    {"op": "warm", "state": "ready" | "dead" | "missing", "pid": 4243, ...}   # the warm child's news, unasked
     {"op": "bye", "removed": true}
 
 Each probe runs under the node-side watchdog's rules (``_watchdog.py``): forked into a process group of its
@@ -39,6 +41,20 @@ left running when it exits; the kill reaches its processes outside its group as 
 the agent is their child subreaper, so fio's setsid() job processes are found even once fio is gone). A
 killed probe's result is rc 1 with the watchdog's line ``{"failed": true, "msg": "node watchdog: ..."}``
 after what it printed.
+
+Torch probes start warm (``_zygote.py``): the agent keeps a child that has imported torch (and nothing of CUDA)
+and forks them from it, so that each pays its CUDA context but not torch's import. ``torch`` in a run request
+(the controller reads it from the probe's imports, gpuaccept.runner.ship.torch_import) says whether the probe
+imports torch at its top ("module") or only inside a function ("function"). The warm child starts with the agent
+on a node that shows an NVIDIA device (else with the first "module" probe; ``GPUACCEPT_WARM`` = on | off |
+auto overrides); a "module" probe that comes while it imports waits for it (its own import would take as long),
+a "function" probe never waits. A probe starts fresh, forked by the agent as before, when the warm child is off,
+died, hung or found no torch (said once in a ``warm`` frame; the probe then fails as it always did, with its own
+"No module named 'torch'"), when the probe is exec'd, or when its environment changes a variable read at
+import (``_zygote.IMPORT_TIME_ENV``). Either way the probe keeps its own process group, deadline, kill, pipes
+and exit status under the rules above; ``GPUACCEPT_STARTED`` in its environment (``warm`` | ``fresh``) puts
+how it started into its document (``_probe.run``: ``"started"``). The warm child never holds the node lock nor a
+GPU, and it is stopped (SIGKILL, reaped) before the agent exits; it dies with the agent whatever ends it.
 
 A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the
 files BOOT read. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
@@ -114,30 +130,24 @@ def _send(doc: dict) -> None:
 
 
 class Probe:
-    """One running probe: its request id, process (and group) id, pipes, what it wrote, its deadline."""
+    """One running probe: its request id, process (and group) id, pipes, what it wrote, its deadline; ``warm``:
+    the pid of the warm child it was forked from (None: forked by the agent), ``how``: "warm" | "fresh"."""
 
-    def __init__(self, rid, pid: int, out_fd: int, err_fd: int, end: float):
-        self.id, self.pid, self.end = rid, pid, end
+    def __init__(self, rid, pid: int, out_fd: int, err_fd: int, end: float, warm: int | None = None):
+        self.id, self.pid, self.end, self.warm = rid, pid, end, warm
+        self.how = "fresh" if warm is None else "warm"
         self.fds = {out_fd: bytearray(), err_fd: bytearray()}
         self.out_fd, self.err_fd = out_fd, err_fd
         self.line = bytearray()  # stderr since its last newline (progress lines)
         self.started = time.monotonic()
-        self.pidfd = _watchdog._pidfd(pid)
+        # a warm probe's end is told by the warm child (its parent), on the socket the loop selects on
+        self.pidfd = _watchdog._pidfd(pid) if warm is None else None
         self.status = None
         self.why = ""
 
 
-def _exit_code(code) -> int:
-    """A process exit status from ``sys.exit``'s argument, as Python's own exit makes it."""
-    if code is None:
-        return 0
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code & 0xFF
-    try:
-        sys.stderr.write(f"{code}\n")
-    except Exception:  # noqa: BLE001
-        pass
-    return 1
+#: the agent's handle on its warm child (``_zygote.Zygote``), made by :func:`_serve`; None: none (yet)
+_zy = None
 
 
 def _child(argv: list[str], env: dict, exec_probe: bool, gate: tuple[int, int], out_w: int, err_w: int) -> None:
@@ -145,45 +155,68 @@ def _child(argv: list[str], env: dict, exec_probe: bool, gate: tuple[int, int], 
     _watchdog.become_probe("agent", argv, gate[0], gate[1], std=(out_w, err_w), env=env)
     if exec_probe:
         _watchdog.exec_python("agent", argv)
-    code = 1
-    try:
-        code = _exit_code(_watchdog._run_probe(argv))
-    except BaseException as e:  # noqa: BLE001 - as Python prints an uncaught exception and exits 1 (130: ^C)
-        import traceback  # here: 4 ms of imports only a probe that raised pays for
-
-        traceback.print_exc()
-        code = 130 if isinstance(e, KeyboardInterrupt) else 1
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    os._exit(code)
+    _watchdog.run_and_exit(argv)
 
 
-def start(req: dict) -> Probe:
-    """Fork the probe of a ``run`` request into its own process group; announce the group (``started``)."""
+def how_to_start(req: dict) -> str:
+    """How the probe of ``req`` starts: "warm" (fork it from the ready warm child), "wait" (the warm child is
+    importing torch and the probe imports it at its top: wait for it), or "fresh" (see the module docstring)."""
+    kind = req.get("torch")
+    if _zy is None or kind not in ("module", "function") or req.get("exec"):
+        return "fresh"
+    import _zygote
+
+    if _zygote.import_sensitive(dict(req.get("env") or {})):
+        return "fresh"
+    if _zy.state == "ready":
+        return "warm"
+    if kind == "module" and _zy.state in ("idle", "starting"):
+        return "wait"
+    return "fresh"
+
+
+def start(req: dict, end: float | None = None) -> Probe:
+    """Fork the probe of a ``run`` request into its own process group, from the warm child when it is ready and
+    the probe imports torch (:func:`how_to_start`), else here; announce the group (``started``). ``end``: its
+    deadline (``time.monotonic()``), default ``deadline_s + grace_s`` from now."""
     argv = [str(a) for a in req["argv"]]
+    env = {**{str(k): str(v) for k, v in (req.get("env") or {}).items()}}
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     gate_r, gate_w = os.pipe()
-    _watchdog._freeze_gc()
-    pid = os.fork()
-    if pid == 0:
-        _child(argv, dict(req.get("env") or {}), bool(req.get("exec")), (gate_r, gate_w), out_w, err_w)
+    pid = warm = None
+    if how_to_start(req) == "warm":
+        pid = _zy.fork(req.get("id"), argv, {**os.environ, **env, "GPUACCEPT_STARTED": "warm"}, os.getcwd(),
+                       [gate_r, out_w, err_w], replay=req.get("torch") == "module")
+        warm = _zy.pid if pid is not None else None
+    if pid is None:
+        _watchdog._freeze_gc()
+        pid = os.fork()
+        if pid == 0:
+            _child(argv, {**env, "GPUACCEPT_STARTED": "fresh"}, bool(req.get("exec")), (gate_r, gate_w), out_w,
+                   err_w)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # the child did it first
     for fd in (gate_r, out_w, err_w):
         os.close(fd)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass  # the child did it first
     _watchdog.mark_used()
-    end = time.monotonic() + float(req.get("deadline_s") or 300) + float(req.get("grace_s") or 0)
-    p = Probe(req.get("id"), pid, out_r, err_r, end)
+    if end is None:
+        end = time.monotonic() + float(req.get("deadline_s") or 300) + float(req.get("grace_s") or 0)
+    p = Probe(req.get("id"), pid, out_r, err_r, end, warm)
     _send({"op": "started", "id": p.id, "pgid": pid})
     os.write(gate_w, b"x")
     os.close(gate_w)
     return p
+
+
+def _status(p: Probe):
+    """``p``'s wait status once it ended, else None: from the warm child that reaped it, or reaped here (a probe
+    forked here, or a warm one re-parented here when its warm child died)."""
+    if p.warm is not None and _zy is not None and p.pid in _zy.exits:
+        return _zy.exits.pop(p.pid)
+    return _watchdog._reap(p.pid)
 
 
 def _read(p: Probe, fd: int) -> None:
@@ -215,11 +248,12 @@ def finish(p: Probe, why: str = "", keep=(), until: float | None = None) -> None
     processes outside it (``_watchdog.strays``; ``keep``: the pids of the other running probes, left alone);
     read its pipes to the end (or :data:`DRAIN_S`), send ``done``. ``until``: the end of a grace shared with
     other probes (``_watchdog.kill_group``)."""
+    keep = set(keep) | _spared()
     if why or p.status is None:
-        _watchdog.kill_group(p.pid, p.pid, keep=keep, until=until)
-        p.status = p.status if p.status is not None else _watchdog._reap(p.pid)
-    elif _watchdog.group_alive(p.pid) or _watchdog.strays(p.pid, keep):  # it left something running
-        _watchdog.kill_group(p.pid, p.pid, keep=keep)
+        _watchdog.kill_group(p.pid, p.pid, keep=keep, until=until, parent=p.warm)
+        p.status = p.status if p.status is not None else _warm_status(p)
+    elif _watchdog.group_alive(p.pid) or _watchdog.strays(p.pid, keep, p.warm):  # it left something running
+        _watchdog.kill_group(p.pid, p.pid, keep=keep, parent=p.warm)
     end = time.monotonic() + DRAIN_S
     while _open_fds(p) and time.monotonic() < end:
         for fd in select.select(_open_fds(p), [], [], max(0.0, end - time.monotonic()))[0]:
@@ -231,12 +265,32 @@ def finish(p: Probe, why: str = "", keep=(), until: float | None = None) -> None
         os.close(p.pidfd)
     st = p.status
     rc = 1 if why else (-1 if st is None else 128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st))
-    out = bytes(p.fds[p.out_fd])
+    out, err = bytes(p.fds[p.out_fd]), bytes(p.fds[p.err_fd])
+    if p.warm is not None and _zy is not None and p.warm in _zy.died and (st is None or os.WIFSIGNALED(st)):
+        err += (b"" if not err or err.endswith(b"\n") else b"\n") + (
+            f"agent: the warm child (pid {p.warm}) that this probe was forked from {_zy.died[p.warm]} while it "
+            "ran; the probe died with it\n").encode()
     if why:
         out += (b"" if not out or out.endswith(b"\n") else b"\n") + json.dumps(
             {"failed": True, "msg": f"node watchdog: {why}"}).encode() + b"\n"
     _send({"op": "done", "id": p.id, "rc": rc, "pgid": p.pid, "stdout": out.decode("latin-1"),
-           "stderr": bytes(p.fds[p.err_fd]).decode("latin-1"), "seconds": round(time.monotonic() - p.started, 3)})
+           "stderr": err.decode("latin-1"), "seconds": round(time.monotonic() - p.started, 3), "started": p.how})
+
+
+def _warm_status(p: Probe):
+    """:func:`_status` after a kill: a warm probe's end comes from its warm child, which reaps it at once; waits up
+    to :data:`DRAIN_S` for that word (the child is dead: its group and strays were killed)."""
+    end = time.monotonic() + DRAIN_S
+    while True:
+        st = _status(p)
+        if st is not None or p.warm is None or _zy is None or time.monotonic() >= end:
+            return st
+        for doc in _zy.events():
+            _send(doc)
+        if _zy.fileno() is None:  # the warm child is gone: p is re-parented here
+            time.sleep(0.01)
+        else:
+            select.select([_zy.fileno()], [], [], max(0.0, end - time.monotonic()))
 
 
 def _terminate_all(probes: dict) -> float:
@@ -247,13 +301,19 @@ def _terminate_all(probes: dict) -> float:
     until = time.monotonic() + _watchdog.KILL_GRACE_S
     for p in probes.values():
         if p.status is None:
-            _watchdog.signal_probe(p.pid, p.pid, signal.SIGTERM, _pids(probes) - {p.pid})
+            _watchdog.signal_probe(p.pid, p.pid, signal.SIGTERM, _pids(probes) - {p.pid}, p.warm)
     return until
 
 
 def _pids(probes: dict) -> set[int]:
-    """The process ids of the running probes (left alone when another probe's strays are killed)."""
-    return {q.pid for q in probes.values()}
+    """The process ids of the running probes and of the warm child (left alone when another probe's strays are
+    killed)."""
+    return {q.pid for q in probes.values()} | _spared()
+
+
+def _spared() -> set[int]:
+    """The warm child's pid while it runs (never a probe's stray), else the empty set."""
+    return {_zy.live_pid} if _zy is not None and _zy.live_pid is not None else set()
 
 
 def _remove(folder: str) -> bool:
@@ -311,16 +371,20 @@ def serve(folder: str, files: dict | None = None, identity: dict | None = None) 
 
 def _serve(folder: str, files: dict | None, lock: _nodelock.NodeLock | None, said: dict) -> int:
     """:func:`serve` once the node is this run's (``lock``; ``said``: what ``ready`` says of it)."""
+    global _zy
     _watchdog.become_subreaper()  # a probe's process whose parent dies is re-parented here, and killed with it
     parent = os.getppid()
     probes: dict = {}
+    pending: list = []  # (run request, its deadline): "module" torch probes waiting for the warm child's import
     frames = Frames()
     why = ""
     try:
         _send({"op": "ready", "dir": folder, "pid": os.getpid(), "swept": _watchdog.sweep_stale(), **said})
+        _zy = _warm_child(folder)
         while not why:
             fds = [0] + [fd for p in probes.values() for fd in _open_fds(p)] + [
-                p.pidfd for p in probes.values() if p.pidfd is not None]
+                p.pidfd for p in probes.values() if p.pidfd is not None] + (
+                [_zy.fileno()] if _zy.fileno() is not None else [])
             now = time.monotonic()
             wait = min([POLL_S] + [max(0.0, p.end - now) for p in probes.values()])
             try:
@@ -331,31 +395,19 @@ def _serve(folder: str, files: dict | None, lock: _nodelock.NodeLock | None, sai
                 for fd in _open_fds(p):
                     if fd in ready:
                         _read(p, fd)
+            for doc in _zy.events():
+                _send(doc)
             if 0 in ready:
                 data = os.read(0, 1 << 16)
                 if not data:
                     why = "the controller's connection is gone (stdin closed)"
                     break
                 for req in frames.feed(data):
-                    op = req.get("op")
-                    if op == "run":
-                        restore(folder, files)
-                        p = start(req)
-                        probes[p.id] = p
-                    elif op == "kill" and req.get("id") in probes:
-                        p = probes.pop(req["id"])
-                        finish(p, str(req.get("why") or "killed at the controller's request"), _pids(probes))
-                    elif op == "exit":
-                        if lock is not None:
-                            lock.stopping()
-                        until = _terminate_all(probes)
-                        for p in probes.values():
-                            finish(p, "the controller ended the run", _pids(probes) - {p.pid}, until)
-                        probes.clear()
-                        _send({"op": "bye", "removed": _remove(folder)})
+                    if _request(req, folder, files, probes, pending, lock):
                         return 0
+            _start_pending(probes, pending)
             for p in list(probes.values()):
-                p.status = _watchdog._reap(p.pid)
+                p.status = _status(p)
                 if p.status is not None:
                     finish(probes.pop(p.id), keep=_pids(probes))
                 elif time.monotonic() >= p.end:
@@ -374,9 +426,97 @@ def _serve(folder: str, files: dict | None, lock: _nodelock.NodeLock | None, sai
         try:
             finish(p, f"{why}; the probe's process group was killed", _pids(probes) - {p.pid}, until)
         except OSError:
-            _watchdog.kill_group(p.pid, p.pid, keep=_pids(probes) - {p.pid}, until=until)
+            _watchdog.kill_group(p.pid, p.pid, keep=_pids(probes) - {p.pid}, until=until, parent=p.warm)
+    for req, _end in pending:
+        try:
+            _refuse(req, f"{why}; the probe never started")
+        except OSError:
+            break
+    _stop_warm()
     _remove(folder)
     return 1
+
+
+def _warm_child(folder: str):
+    """The agent's handle on its warm child (``_zygote.Zygote``), started now when the mode says so
+    (``GPUACCEPT_WARM``: "on", or "auto" on a node that shows an NVIDIA device)."""
+    import _zygote
+
+    how = _zygote.mode()
+    z = _zygote.Zygote(folder, how)
+    if how == "on" or (how == "auto" and _zygote.node_has_gpu()):
+        z.spawn()
+    return z
+
+
+def _stop_warm() -> None:
+    """Stop the warm child (SIGKILL, reaped) and reap what it left re-parented here; idempotent."""
+    if _zy is not None:
+        _zy.stop()
+        _watchdog._reap_orphans(-1)
+
+
+def _request(req: dict, folder: str, files: dict | None, probes: dict, pending: list, lock) -> bool:
+    """Act on one request of the controller (see the module docstring); True once the agent has said ``bye``."""
+    op = req.get("op")
+    if op == "run":
+        restore(folder, files)
+        end = time.monotonic() + float(req.get("deadline_s") or 300) + float(req.get("grace_s") or 0)
+        if how_to_start(req) == "wait":
+            if _zy.state == "idle":
+                _zy.spawn()
+            pending.append((req, end))
+        else:
+            p = start(req, end)
+            probes[p.id] = p
+    elif op == "kill" and req.get("id") in probes:
+        p = probes.pop(req["id"])
+        finish(p, str(req.get("why") or "killed at the controller's request"), _pids(probes))
+    elif op == "kill" and any(r.get("id") == req.get("id") for r, _ in pending):
+        pending[:] = [(r, e) for r, e in pending if r.get("id") != req.get("id")]
+        said = str(req.get("why") or "killed at the controller's request")
+        _refuse(req, f"{said}; it never started")
+    elif op == "exit":
+        if lock is not None:
+            lock.stopping()
+        until = _terminate_all(probes)
+        for p in probes.values():
+            finish(p, "the controller ended the run", _pids(probes) - {p.pid}, until)
+        probes.clear()
+        for r, _end in pending:
+            _refuse(r, "the controller ended the run; the probe never started")
+        pending.clear()
+        _stop_warm()
+        _send({"op": "bye", "removed": _remove(folder)})
+        return True
+    return False
+
+
+def _start_pending(probes: dict, pending: list) -> None:
+    """Start the waiting probes once the warm child is ready (warm) or gone (fresh); refuse those whose deadline
+    passed while they waited."""
+    if not pending:
+        return
+    now = time.monotonic()
+    waiting = _zy is not None and _zy.state == "starting"
+    keep = []
+    for req, end in pending:
+        if now >= end:
+            _refuse(req, "the probe's deadline passed while it waited for the warm child's torch import; it never "
+                         "started")
+        elif waiting:
+            keep.append((req, end))
+        else:
+            p = start(req, end)
+            probes[p.id] = p
+    pending[:] = keep
+
+
+def _refuse(req: dict, why: str) -> None:
+    """Answer run request ``req`` that never started with ``done``: rc 1 and the watchdog's failure line."""
+    line = json.dumps({"failed": True, "msg": f"node watchdog: {why}"}) + "\n"
+    _send({"op": "done", "id": req.get("id"), "rc": 1, "pgid": None, "stdout": line, "stderr": "", "seconds": 0.0,
+           "started": None})
 
 
 def main(files: dict | None = None, identity: dict | None = None) -> int:

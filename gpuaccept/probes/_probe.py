@@ -95,6 +95,9 @@ def run(main) -> None:
             raise ProbeFailed("probe arguments must be a JSON object")
         doc = main(args)
         doc.setdefault("probe_seconds", round(time.time() - t0, 3))
+        # how the probe's process started (the node-side agent says, _zygote.STARTED_ENV): "warm" (forked from the
+        # agent's warm child, torch already imported), "fresh" (it imported what it needs itself)
+        doc.setdefault("started", os.environ.get("GPUACCEPT_STARTED") or "fresh")
         emit(doc)
         sys.exit(0)
     except ProbeFailed as e:

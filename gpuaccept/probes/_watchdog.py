@@ -121,15 +121,17 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def strays(child: int, keep=()) -> list[int]:
+def strays(child: int, keep=(), parent: int | None = None) -> list[int]:
     """The live processes that belong to probe ``child`` whatever their process group: its descendants
-    (walked only while ``child`` is still this process's unreaped child, so a reused pid is never followed),
+    (walked only while ``child`` is still the unreaped child of ``parent``, so a reused pid is never followed),
     and this process's other children (orphans re-parented here, :func:`become_subreaper`) with their
-    descendants, but for ``keep`` (the agent's other probes) and ``child`` itself. Linux /proc; [] elsewhere."""
+    descendants, but for ``keep`` (the agent's other probes, its warm child) and ``child`` itself. ``parent``:
+    the process that forked ``child`` (None: this one; the agent's warm child, ``_zygote.py``, for a probe forked
+    from there). Linux /proc; [] elsewhere."""
     me = os.getpid()
     roots = [c for c in _children(me) if c != child and c not in keep]
     st = _proc.stat(child)
-    if st is not None and st.ppid == me:
+    if st is not None and st.ppid == (me if parent is None else parent):
         roots += _children(child)
     out, seen = [], {me, child}
     while roots:
@@ -153,10 +155,10 @@ def _reap_orphans(child: int, keep=()) -> None:
             _reap(c)
 
 
-def signal_probe(pgid: int, child: int, sig: int, keep=()) -> None:
-    """Send ``sig`` to probe ``child``'s :func:`strays` and to its group ``pgid`` (``keep``: as for
+def signal_probe(pgid: int, child: int, sig: int, keep=(), parent: int | None = None) -> None:
+    """Send ``sig`` to probe ``child``'s :func:`strays` and to its group ``pgid`` (``keep``, ``parent``: as for
     :func:`strays`); what is gone or not ours is passed over."""
-    for pid in strays(child, keep):
+    for pid in strays(child, keep, parent):
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -167,29 +169,30 @@ def signal_probe(pgid: int, child: int, sig: int, keep=()) -> None:
         pass
 
 
-def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=(), until: float | None = None) -> None:
+def kill_group(pgid: int, child: int, grace_s: float = KILL_GRACE_S, keep=(), until: float | None = None,
+               parent: int | None = None) -> None:
     """SIGTERM group ``pgid`` and the probe's :func:`strays` (its processes in other groups and sessions, such
     as fio's job processes), wait up to ``grace_s`` s for all of them to be gone (reaping ``child``), SIGKILL
     what is left; then SIGKILL, for up to :data:`STRAY_KILL_S` s, the strays that appear as their parents die
     (re-parented here), and reap them. ``keep``: this process's children that are other probes, left alone.
     ``until``: a ``time.monotonic()`` instant the grace ends by at the latest (a grace shared by several probes
-    signalled at once)."""
+    signalled at once). ``parent``: as for :func:`strays`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        signal_probe(pgid, child, sig, keep)
+        signal_probe(pgid, child, sig, keep, parent)
         if sig == signal.SIGKILL:
             break
         end = time.monotonic() + grace_s if until is None else min(until, time.monotonic() + grace_s)
         while time.monotonic() < end:
             _reap(child)
             _reap_orphans(child, keep)
-            if not group_alive(pgid) and not strays(child, keep):
+            if not group_alive(pgid) and not strays(child, keep, parent):
                 break
             time.sleep(0.05)
     end = time.monotonic() + STRAY_KILL_S
     while True:
         _reap(child)
         _reap_orphans(child, keep)
-        left = strays(child, keep)
+        left = strays(child, keep, parent)
         if not left or time.monotonic() >= end:
             break
         for pid in left:
@@ -284,16 +287,19 @@ def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = S
 
 
 def become_probe(who: str, probe: list[str], gate_r: int, gate_w: int | None = None,
-                 std: tuple[int, int] | None = None, env: dict | None = None) -> None:
+                 std: tuple[int, int] | None = None, env: dict | None = None, environ: dict | None = None,
+                 keep_fds=(), cwd: str | None = None) -> None:
     """Turn a freshly forked child into the probe's process, up to the point where it runs.
 
     Own process group; wait for the parent's announcement on ``gate_r`` (``gate_w``, the parent's end, is
     closed first when given, so a parent that dies unannounced means EOF, not a hang); SIGHUP and SIGTERM
     at their defaults and SIGINT as a fresh interpreter has it; die with the parent (PR_SET_PDEATHSIG);
     stdin from /dev/null; with ``std`` = (stdout fd, stderr fd) those become 1 and 2 and every other
-    descriptor above 2 is closed; ``env`` is added to the environment. A step that fails writes
-    "<who>: cannot start <probe>: <error>" to stderr and exits 127 (the shell's "cannot execute").
-    Returns in the child only; never raises.
+    descriptor above 2 is closed but for ``keep_fds`` (what the warm child's torch import opened, as a fresh
+    import would hold them); ``environ`` replaces the whole environment when given (the warm child's, whose
+    own is not the probe's); ``env`` is added to the environment; ``cwd``: the working directory to enter.
+    A step that fails writes "<who>: cannot start <probe>: <error>" to stderr and exits 127 (the shell's
+    "cannot execute"). Returns in the child only; never raises.
     """
     try:
         os.setpgid(0, 0)
@@ -311,9 +317,18 @@ def become_probe(who: str, probe: list[str], gate_r: int, gate_w: int | None = N
         if std is not None:
             os.dup2(std[0], 1)
             os.dup2(std[1], 2)
-            os.closerange(3, 4096)
+            low = 3
+            for fd in sorted(f for f in keep_fds if f > 2):
+                os.closerange(low, fd)
+                low = fd + 1
+            os.closerange(low, 4096)
+        if environ is not None:
+            os.environ.clear()
+            os.environ.update({str(k): str(v) for k, v in environ.items()})
         if env:
             os.environ.update({str(k): str(v) for k, v in env.items()})
+        if cwd:
+            os.chdir(cwd)
     except BaseException as e:  # noqa: BLE001
         os.write(2, f"{who}: cannot start {probe}: {e}\n".encode())
         os._exit(127)
@@ -326,6 +341,40 @@ def exec_python(who: str, probe: list[str]) -> None:
     except OSError as e:
         os.write(2, f"{who}: cannot start {probe}: {e}\n".encode())
         os._exit(127)
+
+
+def exit_code(code) -> int:
+    """A process exit status from ``sys.exit``'s argument, as Python's own exit makes it (None: 0; an int: its
+    low 8 bits; anything else: written to stderr, 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    try:
+        sys.stderr.write(f"{code}\n")
+    except Exception:  # noqa: BLE001
+        pass
+    return 1
+
+
+def run_and_exit(argv: list[str]) -> None:
+    """In a forked child that :func:`become_probe` made the probe: run it (:func:`_run_probe`) and leave with its
+    exit status as ``python PROBE.py`` would (an uncaught exception: its traceback on stderr, 1; ^C: 130),
+    streams flushed, no interpreter teardown. Never returns."""
+    code = 1
+    try:
+        code = exit_code(_run_probe(argv))
+    except BaseException as e:  # noqa: BLE001 - as Python prints an uncaught exception and exits 1 (130: ^C)
+        import traceback  # here: 4 ms of imports only a probe that raised pays for
+
+        traceback.print_exc()
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
 
 
 def _run_probe(argv: list[str]):

@@ -13,7 +13,7 @@ Output::
     {"cufile": {"found", "paths": [...]}, "nvidia_fs": {"loaded", "version", "proc"},
      "p2pdma": {"kernel", "cufile_json_use_pci_p2pdma"}, "cufile_json": path | null,
      "allow_compat_mode": bool | null, "mode": "nvidia-fs" | "p2pdma" | "compat",
-     "torch_gds": bool, "gpu": bool, "reason": str | null,
+     "torch_gds": bool, "gpu": bool, "reason": str | null,     # gpu: a GPU took part (false without a path)
      "fstype", "mount_point", "mount_source", "root_fs",       # where ``path`` is (with a path only)
      "gpus": [{"index", "name", "pci_bus_id", "gds_write_gbps", "gds_read_gbps", "bounce_read_gbps",
                "verified", "nvidia_fs_ops": {"reads", "writes"} | null} | {"index", "error"}]}
@@ -26,6 +26,9 @@ or the pci_p2pdma symbols in /proc/kallsyms, and "use_pci_p2pdma": true in cufil
 ($CUFILE_ENV_PATH_JSON or /etc/cufile.json). Mode: nvidia-fs when the module is loaded, else p2pdma
 when both kernel and cufile.json enable it, else compat (cuFile falls back to POSIX reads through a
 bounce buffer: correct, not direct).
+
+Without a path only the stack is detected, and torch is not imported (``torch_gds`` read from torch's files,
+:func:`torch_has_gds`): the report of a node with no GDS path configured takes milliseconds, not torch's import.
 
 Transfer (the scratch set-up is ``_storage.scratch``, shared with fio_throughput and storage_to_gpu: a
 tmpfs path fails before anything is written, the free-space margin holds, the test folder is removed on
@@ -133,10 +136,29 @@ def detect() -> dict:
             "cufile_json": cj_path, "allow_compat_mode": props.get("allow_compat_mode"), "mode": mode}
 
 
+def torch_has_gds() -> bool:
+    """Whether the torch installed for this Python has ``torch.cuda.gds.GdsFile`` (torch >= 2.5), read from its
+    files without importing it (``import torch`` costs 4-8 s on a GPU node, issue 40): its package found by
+    importlib (find_spec of a top-level name imports nothing), ``cuda/gds.py`` in it defining ``class GdsFile``."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        text = read_text(os.path.join(base, "cuda", "gds.py")) or ""
+        if re.search(r"^class GdsFile\b", text, re.M):
+            return True
+    return False
+
+
 def main(a: dict) -> dict:
     reject_unknown(a, ARG_KEYS)
     doc = detect()
     doc.update(torch_gds=False, gpu=False, reason=None, gpus=[])
+    if not a.get("path"):  # detection only: nothing needs torch, so it is not imported
+        doc["torch_gds"] = torch_has_gds()
+        doc["reason"] = "no path given: detection only (torch not imported)"
+        return doc
     try:
         import torch
     except ImportError:
@@ -149,9 +171,6 @@ def main(a: dict) -> dict:
         return doc
     if not doc["torch_gds"]:
         doc["reason"] = f"torch {torch.__version__} has no torch.cuda.gds.GdsFile (torch >= 2.5 needed)"
-        return doc
-    if not a.get("path"):
-        doc["reason"] = "no path given: detection only"
         return doc
     path = a["path"]
     sel = a.get("gpus", [0])

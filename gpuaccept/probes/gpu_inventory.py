@@ -12,7 +12,8 @@ Output document::
       "nvml_available": bool,
       "reason": str,                  # only when nvml_available is false
       "reason_code": str,             # only then: no_pynvml | no_driver | driver_not_loaded |
-                                      #   version_mismatch | no_permission | no_gpu | init_failed
+                                      #   version_mismatch | no_permission | no_gpu | init_failed |
+                                      #   driver_unresponsive (_deadline.py)
       "driver": str,                  # nvmlSystemGetDriverVersion, e.g. "580.159.04"
       "nvml_version": str,            # nvmlSystemGetNVMLVersion, e.g. "13.580.159.04"
       "cuda_driver_version": int,     # nvmlSystemGetCudaDriverVersion, e.g. 13000
@@ -22,8 +23,12 @@ Output document::
       "nvml_library_version": str,    # only when nvmlInit failed: the loaded libnvidia-ml.so's version
       "hostname": str,
       "gpu_count": int,
-      "gpus": [ per GPU, see gpu_info(); a GPU NVML lists but gives no handle for (fallen off the bus) is
-                {"index": i, "lost": true, "nvml_error": "GPU is lost"} ]
+      "nvml_latency_s": {"calls", "mean_s", "max_s", "slowest_call"},   # system calls, s per call
+      "gpus": [ per GPU, see gpu_info(), with "nvml_latency_s" (that GPU's calls), "inforom": {"valid": bool}
+                and "recovery_action": {"code", "name"} (each an nvml_error where refused); a GPU NVML lists but
+                gives no handle for (fallen off the bus) is {"index": i, "lost": true, "nvml_error": "GPU is lost"} ],
+      "driver_unresponsive": {"gpu", "call", "seconds", "deadline_s", "state", "state_after_kill", "unkillable"}
+                                      # only with reason_code driver_unresponsive (_deadline.py)
     }
 
 Every NVML reading that raises is recorded as ``{"nvml_error": "<NVMLError string>"}`` in place of its value
@@ -40,8 +45,9 @@ from __future__ import annotations
 import os
 import re
 
+import _deadline
 from _nvml import call, error_code, is_error, nvml_error, text
-from _probe import log, run
+from _probe import ProbeFailed, log, reject_unknown, run
 
 # Clock event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason* / nvmlClocksThrottleReason*,
 # NVML API reference "ClocksEventReasons"). Names follow nvidia-smi -q "Clocks Event Reasons".
@@ -347,6 +353,49 @@ def pending_modes(nv, handle) -> dict:
     return out
 
 
+# nvmlGpuRecoveryAction_t (nvml.h, NVML API reference "Field Value Enums"), as the NVML field
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230 in nvml.h of driver 570+) reports it; names as nvidia-smi -q prints them.
+RECOVERY_ACTIONS = {0: "none", 1: "gpu reset required", 2: "node reboot required", 3: "drain p2p",
+                    4: "drain and reset", 5: "recover imex domain", 6: "bus reset", 7: "system reboot"}
+_FI_GPU_RECOVERY_ACTION = 230  # nvml.h NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, where this pynvml lacks the name
+_NVML_ERROR_CORRUPTED_INFOROM = 14  # nvml.h NVML_ERROR_CORRUPTED_INFOROM
+
+
+def inforom(nv, handle) -> dict:
+    """InfoROM validity: nvmlDeviceValidateInforom ("Reads the infoROM from the flash and verifies the
+    checksums", NVML API reference). ``{"valid": True}``; ``{"valid": False, "error": <NVML's words>}`` when NVML answers
+    NVML_ERROR_CORRUPTED_INFOROM; any other refusal (Not Supported) is the ``nvml_error`` placeholder alone."""
+    fn = getattr(nv, "nvmlDeviceValidateInforom", None)
+    if fn is None:
+        return {"nvml_error": "pynvml has no nvmlDeviceValidateInforom"}
+    try:
+        fn(handle)
+    except Exception as e:  # noqa: BLE001 - NVMLError, binding errors
+        if error_code(e) == _NVML_ERROR_CORRUPTED_INFOROM:
+            return {"valid": False, "error": nvml_error(e)["nvml_error"]}
+        return nvml_error(e)
+    return {"valid": True}
+
+
+def recovery_action(nv, handle):
+    """The GPU recovery action NVML reports (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through
+    nvmlDeviceGetFieldValues): ``{"code": int, "name": RECOVERY_ACTIONS name}``, or ``nvml_error`` (a driver
+    that does not know the field answers Not Supported / Invalid Argument in the field's nvmlReturn)."""
+    fid = int(getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", _FI_GPU_RECOVERY_ACTION))
+    values = call(nv, "nvmlDeviceGetFieldValues", handle, [fid])
+    if is_error(values):
+        return values
+    fv = values[0]
+    ret = int(fv.nvmlReturn)
+    if ret != _NVML_SUCCESS:
+        try:
+            return {"nvml_error": str(nv.NVMLError(ret))}
+        except Exception:  # noqa: BLE001 - an unknown code
+            return {"nvml_error": f"NVML error code {ret}"}
+    code = int(fv.value.uiVal)
+    return {"code": code, "name": RECOVERY_ACTIONS.get(code, f"unknown ({code})")}
+
+
 def gpu_info(nv, handle, index: int) -> dict:
     """All readings for one GPU; every failing reading becomes ``{"nvml_error": ...}``."""
     g: dict = {"index": index}
@@ -431,6 +480,8 @@ def gpu_info(nv, handle, index: int) -> dict:
     g["compute_processes"] = compute_processes(nv, handle)
     g["fabric"] = fabric_info(nv, handle)
     g["nvlink_links"] = nvlink_active_count(nv, handle)
+    g["inforom"] = inforom(nv, handle)
+    g["recovery_action"] = recovery_action(nv, handle)
     return g
 
 
@@ -478,25 +529,18 @@ def init_failure_reason(exc: BaseException) -> tuple[str, str]:
     return "init_failed", f"nvmlInit failed: {msg}"
 
 
-def main(args: dict) -> dict:
-    """Probe entry point: the document described in the module docstring."""
-    kver, kline = kernel_driver_version()
-    doc: dict = {
-        "nvml_available": False,
-        "hostname": os.uname().nodename,  # what socket.gethostname() returns on Linux
-        "kernel_driver_version": kver,
-        "kernel_driver_version_line": kline,
-        # the NVIDIA driver is on the node (so "no pynvml" is a broken node, not a GPU-less one)
-        "driver_present": os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0"),
-        # the probes' environment hides NVML GPUs from CUDA when set (None: unset)
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "gpus": [],
-    }
-    try:
-        import pynvml as nv
-    except ImportError:
-        doc.update(reason="pynvml (nvidia-ml-py) not installed", reason_code="no_pynvml")
-        return doc
+ARG_KEYS = {"call_deadline_s", "init_deadline_s"}
+
+
+def _on_gpu(nv, index) -> None:
+    """Tell a :class:`_deadline.Traced` which GPU the next calls are about (pynvml itself: nothing)."""
+    if isinstance(nv, _deadline.Traced):
+        setattr(nv, "gpu", index)
+
+
+def read_nvml(nv, doc: dict, log=log) -> dict:
+    """Fill ``doc`` (the document above) from NVML through ``nv`` (pynvml, or a :class:`_deadline.Traced` over it,
+    told each GPU's index while it is read); returns ``doc``."""
     try:
         nv.nvmlInit()
     except Exception as e:
@@ -517,6 +561,7 @@ def main(args: dict) -> dict:
             return doc
         doc["nvml_available"] = True
         for i in range(count):
+            _on_gpu(nv, i)
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(i)
             except Exception as e:  # e.g. "GPU is lost", "Unknown Error": listed by NVML, no handle
@@ -526,10 +571,57 @@ def main(args: dict) -> dict:
             doc["gpus"].append(gpu_info(nv, handle, i))
         return doc
     finally:
+        _on_gpu(nv, None)
         try:
             nv.nvmlShutdown()
         except Exception:
             pass
+
+
+def main(args: dict) -> dict:
+    """Probe entry point: the document described in the module docstring. NVML is read in a child process
+    under per-call deadlines (``_deadline.run_nvml``; args ``call_deadline_s``, ``init_deadline_s``, seconds):
+    a call that does not return makes the document ``nvml_available: false``, ``reason_code:
+    "driver_unresponsive"`` with ``driver_unresponsive: {gpu, call, seconds, deadline_s, state, unkillable}``."""
+    reject_unknown(args, ARG_KEYS)
+    kver, kline = kernel_driver_version()
+    doc: dict = {
+        "nvml_available": False,
+        "hostname": os.uname().nodename,  # what socket.gethostname() returns on Linux
+        "kernel_driver_version": kver,
+        "kernel_driver_version_line": kline,
+        # the NVIDIA driver is on the node (so "no pynvml" is a broken node, not a GPU-less one)
+        "driver_present": os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0"),
+        # the probes' environment hides NVML GPUs from CUDA when set (None: unset)
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": [],
+    }
+    try:
+        import pynvml  # noqa: F401 - only whether it is there; the child imports it again (cached)
+    except ImportError:
+        doc.update(reason="pynvml (nvidia-ml-py) not installed", reason_code="no_pynvml")
+        return doc
+
+    def body(mark, child_log):
+        import pynvml as real
+
+        lat = _deadline.Latency()
+        out = read_nvml(_deadline.Traced(real, mark, lat.add), dict(doc, gpus=[]), child_log)
+        out["nvml_latency_s"] = lat.summary(None)  # the system calls (nvmlInit, driver version, count)
+        for g in out["gpus"]:
+            if not g.get("lost"):
+                g["nvml_latency_s"] = lat.summary(g["index"])
+        return out
+
+    got = _deadline.run_nvml(body, float(args.get("call_deadline_s", _deadline.CALL_DEADLINE_S)),
+                             float(args.get("init_deadline_s", _deadline.INIT_DEADLINE_S)), log)
+    if "result" in got:
+        return got["result"]
+    if "failed" in got:
+        raise ProbeFailed(f"NVML reading failed: {got['failed']}")
+    stuck = got["unresponsive"]
+    doc.update(reason=_deadline.describe(stuck), reason_code="driver_unresponsive", driver_unresponsive=stuck)
+    return doc
 
 
 if __name__ == "__main__":

@@ -4,18 +4,22 @@ Args (JSON object, every key optional)::
 
     {"device": "cuda" | "cpu",   # cpu: the same code path on host memory, for CI
      "bytes": 4294967296,        # per buffer; default 4 GiB on cuda, 4 MiB on cpu (rounded down to 64 KiB)
-     "iters": 30,                # timed reps per kernel and method (after 3 warm-up reps)
+     "iters": 10,                # timed reps per stop-rule window (after 3 warm-up reps per method; cpu: 3)
+     "min_seconds": 0.05, "max_seconds": 0.5,   # stop rule per method (cpu: 0.002, 0.05), see _steady.py
+     "tolerance_pct": 0.5,       # stable: a window's median within this of the previous window's
      "gpus": [0, 1] | "all",     # default all visible GPUs
      "read_methods": [...]}      # default all of READ_METHODS (+ Triton where importable)
 
 Output::
 
     {"device", "bytes", "iters", "triton": version | "unavailable: ...",
+     "steady": {"min_seconds", "max_seconds", "tolerance_pct"},
      "gpus": [{"index", "name", "pci_bus_id", "l2_bytes",
                "read_gbps", "read_gbps_max", "write_gbps", "write_gbps_max",
                "copy_gbps", "copy_gbps_max", "triad_gbps", "triad_gbps_max",
                "method": {"read": ..., "write": ..., "copy": ..., "triad": ...},
-               "results": {"read:sum_fp32": {"median_gbps", "max_gbps", "bytes_per_rep"}, ...},
+               "results": {"read:sum_fp32": {"median_gbps", "max_gbps", "bytes_per_rep",
+                                             "measured_s", "windows", "stop": "stable" | "ceiling"}, ...},
                "samples": {"read:sum_fp32": [GB/s per rep], ...},
                "errors": {"read:triton_tiles": "why it was left out"}}]}
 
@@ -30,7 +34,9 @@ GPUs run concurrently: one Python thread per GPU, a ``threading.Barrier`` before
 timed reps overlap. Threads suffice: torch releases the GIL inside each op, and a rep is ~1 ms of GPU
 time against ~10-30 us of host launch time, so even 8 threads keep every queue full (processes would
 add a torch import and CUDA context per GPU, seconds, for no gain). Timing: CUDA events between
-back-to-back reps (perf_counter on cpu). Data is random (torch.rand), never zeros. Buffers default
+back-to-back reps (perf_counter on cpu), in windows of ``iters`` reps until two successive window medians
+agree within ``tolerance_pct`` after ``min_seconds``, or ``max_seconds`` pass (_steady.py; all GPUs stop each
+method together); the figure is the median over every timed rep, as before. Data is random (torch.rand), never zeros. Buffers default
 to 4 GiB, far above the H200's 50 MB L2 (so no rep is served from cache); three buffers = 12 GiB.
 """
 from __future__ import annotations
@@ -44,6 +50,7 @@ import torch
 from _conditions import Watch
 from _gpu import Clock, bus_ids, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
 from _probe import ProbeFailed, log, run
+from _steady import STEADY_KEYS, Joint, describe, fields, run_windows, steady_args
 
 GIB = 1 << 30
 ALIGN = 64 << 10  # buffers are whole multiples of 64 KiB: every Triton tile is full, no masks
@@ -54,7 +61,7 @@ TRITON_CONFIGS = {
     "triton_tiles": ("tiles", 8192, 8, 0),
     "triton_persistent": ("persistent", 4096, 4, 8),
 }
-ARG_KEYS = {"device", "bytes", "iters", "gpus", "read_methods", "attempt"}  # attempt: 2 for a confirmation (_conditions.py)
+ARG_KEYS = {"device", "bytes", "iters", "gpus", "read_methods", "attempt"} | STEADY_KEYS  # attempt: 2 for a confirmation
 
 
 def gbps(nbytes: float, seconds: float) -> float:
@@ -129,9 +136,9 @@ def triton_reader(kernels: dict, config: tuple, x: torch.Tensor, sm_count: int):
 
 # ---------------------------------------------------------------- measurement
 
-def time_reps(fn, reps: int, clock: Clock) -> list[float]:
-    """Seconds of each of ``reps`` back-to-back calls of ``fn`` after WARMUP_REPS untimed ones."""
-    for _ in range(WARMUP_REPS):
+def time_reps(fn, reps: int, clock: Clock, warmup: int = WARMUP_REPS) -> list[float]:
+    """Seconds of each of ``reps`` back-to-back calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
         fn()
     clock.sync()
     marks = [clock.mark()]
@@ -148,7 +155,8 @@ def measure_gpu(index: int, barrier: threading.Barrier, cfg: dict) -> dict:
     ``index``: torch's CUDA index (ignored on cpu). ``barrier``: shared by the GPUs measured together, passed
     before each method so every GPU loads its HBM at the same time. ``cfg``: ``device`` ("cuda"|"cpu"), ``bytes``
     (one buffer, a multiple of ALIGN; 4 GiB default on cuda, far above the 50 MiB L2 of an H100/H200),
-    ``iters`` (timed reps per method), ``read_methods``, ``triton_kernels`` (from :func:`load_triton`).
+    ``iters`` (timed reps per stop-rule window), ``steady`` and ``joint`` (the stop rule, _steady.py),
+    ``read_methods``, ``triton_kernels`` (from :func:`load_triton`).
     Buffers: ``bytes``/4 fp32 elements each (src, dst, out; src also read as bf16).
 
     Returns ``{"index", "name", "pci_bus_id", "l2_bytes", "read_gbps", "write_gbps", "copy_gbps",
@@ -214,12 +222,23 @@ def measure_gpu(index: int, barrier: threading.Barrier, cfg: dict) -> dict:
     methods["triad:add_out"] = ("triad", lambda: torch.add(dst32, src32, alpha=0.4, out=out32))  # a = b + s*c
 
     results, samples = {}, {}
+    st, joint = cfg["steady"], cfg["joint"]
     for key, (kind, fn) in methods.items():
         barrier.wait()  # every GPU starts this method together
         moved = bytes_per_rep(kind, nbytes)
-        rates = [gbps(moved, s) for s in time_reps(fn, iters, clock)]
+        for _ in range(WARMUP_REPS):
+            fn()
+        clock.sync()
+
+        def window():
+            times = time_reps(fn, iters, clock, warmup=0)
+            return [gbps(moved, t) for t in times], sum(times)
+
+        got = run_windows(window, st["min_s"], st["max_s"], st["tolerance"],
+                          agree=lambda done: joint.agree(barrier, index, done))
+        rates = got["samples"]
         results[key] = {"median_gbps": sig(statistics.median(rates)), "max_gbps": sig(max(rates)),
-                        "bytes_per_rep": moved}
+                        "bytes_per_rep": moved, **fields(got)}
         samples[key] = [sig(r, 4) for r in rates]
 
     info.update(summarize(results))
@@ -248,9 +267,10 @@ def main(args: dict) -> dict:
     nbytes -= nbytes % ALIGN
     if nbytes <= 0:
         raise ProbeFailed(f"bytes must be at least {ALIGN}")
-    iters = int(args.get("iters", 30 if device == "cuda" else 5))
+    iters = int(args.get("iters", 10 if device == "cuda" else 3))
     if iters < 1:
         raise ProbeFailed("iters must be >= 1")
+    steady = steady_args(args, 0.05 if device == "cuda" else 0.002, 0.5 if device == "cuda" else 0.05)
     known = list(READ_METHODS) + list(TRITON_CONFIGS)
     read_methods = args.get("read_methods", known)
     bad = [m for m in read_methods if m not in known]
@@ -266,13 +286,14 @@ def main(args: dict) -> dict:
             triton_state = loaded
         else:
             triton_kernels, triton_state = loaded, triton.__version__
-    cfg = {"device": device, "bytes": nbytes, "iters": iters,
+    cfg = {"device": device, "bytes": nbytes, "iters": iters, "steady": steady, "joint": Joint(),
            "read_methods": read_methods, "triton_kernels": triton_kernels}
     log(f"hbm_bandwidth: {len(indices)} device(s), {nbytes / GIB:.3f} GiB per buffer, {iters} reps, "
         f"triton {triton_state}")
     with Watch(bus_ids(device, indices)) as watch:
         gpus = on_gpus(lambda i, b: measure_gpu(i, b, cfg), indices)
-    return {"device": device, "bytes": nbytes, "iters": iters, "triton": triton_state, "gpus": gpus,
+    return {"device": device, "bytes": nbytes, "iters": iters, "steady": describe(steady), "triton": triton_state,
+            "gpus": gpus,
             "conditions": watch.result()}
 
 

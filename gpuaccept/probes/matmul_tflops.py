@@ -4,38 +4,59 @@ Args (JSON object, every key optional)::
 
     {"device": "cuda" | "cpu",            # cpu: the same code path, tiny sizes, for CI
      "dtypes": ["bf16", "fp16", "tf32", "fp8", "fp64"],   # default: those the device supports
-     "m": 8192, "n": 8192, "k": 8192,      # default 8192 (fp64: 4096; cpu: 64), one set for all dtypes
-     "seconds_per_dtype": 2.0,             # sustained timed window per dtype (cpu: 0.1)
+     "m": 8192, "n": 8192, "k": 8192,      # default 8192 (fp64: 4096; cpu: 64); given: that shape only
+     "search": true,                       # false: the default candidate only (see Candidates)
+     "min_seconds": 1.0, "max_seconds": 4.0,   # stop rule per dtype (cpu: 0.04, 0.3), see _steady.py
+     "tolerance_pct": 0.5,                 # stable: a window's median within this of the previous window's
+     "window_seconds": 0.25,               # one stop-rule window (>= 3 batches; cpu: 0.02)
+     "seconds_per_dtype": 2.0,             # older form: min_seconds = max_seconds = this
      "warmup_seconds": 1.0,                # warm-up cap per dtype (see below)
-     "fp8_fast_accum": false,              # torch._scaled_mm(use_fast_accum=...)
+     "fp8_fast_accum": false,              # torch._scaled_mm(use_fast_accum=...) for every fp8 candidate
      "gpus": [0, 1] | "all"}
 
 Output::
 
-    {"device", "nvml": "ok" | "unavailable: ...", "gpus": [{"index", "name", "pci_bus_id",
+    {"device", "nvml": "ok" | "unavailable: ...", "fp8_fast_accum", "search",
+     "steady": {"min_seconds", "max_seconds", "tolerance_pct", "window_seconds"},
+     "gpus": [{"index", "name", "pci_bus_id",
      "dtypes": {"bf16": {"tflops", "tflops_max", "iters", "batch", "seconds", "m", "n", "k",
+                         "measured_s", "windows", "stop": "stable" | "ceiling", "window_tflops",
+                         "layout", "path", "use_fast_accum" (fp8), "chosen_because",
+                         "candidates": [{"m", "n", "k", "layout", "path", "trial_tflops" | None, "error"?}],
                          "sm_clock_mhz_min", "sm_clock_mhz_median", "power_w_max", "temp_c_max",
                          "clocks_event_reasons", "power_limit_w_min", "nvml_samples"}, ...}}]}
 
 FLOP count: a (m x k) @ (k x n) product is m*n*k fused multiply-adds = 2*m*n*k FLOP (the convention of
-cuBLAS's and NVIDIA's datasheet peak figures). TFLOP/s = 2*m*n*k * iters / seconds / 1e12, from the
-median batch. Operands: torch.randn (random data draws realistic power), C = A @ B^T with B stored
-(n, k) row-major, i.e. both operands K-major -- the layout torch._scaled_mm requires for fp8 (mat2
-column-major) and the one nn.Linear uses, so every dtype runs the same layout. fp8 is e4m3
-(torch.float8_e4m3fn) with per-tensor fp32 scales and a bf16 output. tf32 is fp32 inputs with
+cuBLAS's and NVIDIA's datasheet peak figures). TFLOP/s = 2*m*n*k / (median per-call seconds) / 1e12 over every
+timed batch of every window. Operands: torch.randn (random data draws realistic power). fp8 is e4m3
+(torch.float8_e4m3fn) with per-tensor fp32 scales; tf32 is fp32 inputs with
 torch.backends.cuda.matmul.allow_tf32 = True, set for that dtype only and restored after.
 
+Candidates (:func:`candidate_set`), per dtype, the first the default (the figure the thresholds were measured
+on): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`: 8448 x 8192 x 8192 on a 132-SM
+H100/H200, whose 128 x 256 tiles fill whole waves); layout "A@B^T" (B stored (n, k): both operands K-major,
+what nn.Linear and torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path
+"scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out" (e4m3 output into a preallocated C: mamf-finder's call,
+stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial
+(TRIAL_BATCHES batches, ~0.1 s) after the warm-up; one choice is made for all GPUs from the sum of their trial
+figures, and the default stays unless another is more than SWITCH_MARGIN (0.5 %) faster (:func:`pick`). Every
+candidate is a dense product of the same operand dtype counted 2*m*n*k, so the SKU limits (floors under the
+datasheet's dense peaks) mean the same whichever is measured; the document names the shape, layout and path
+measured, every candidate's trial figure, and why. fp8 ``use_fast_accum`` is NOT a candidate: it skips the
+periodic promotion of the fp8 accumulation to fp32 (different numerics); mamf-finder and the thresholds'
+measurements use false; ``fp8_fast_accum: true`` sets it for every fp8 candidate and the document says so.
+
 Timing: per dtype, all GPUs start together (threads + barrier; torch releases the GIL in each op).
-Warm-up runs event-timed batches until two successive batches agree within 1% (after >= 0.2 s; the
-first dtype >= 0.5 s, as clocks ramp from idle) or ``warmup_seconds`` pass. Then batches of >= 20
-back-to-back matmuls (about 50 ms each) are enqueued for ``seconds_per_dtype`` and timed with CUDA
-events between batches; the figure is from the median batch. Default total on an H200 with five
-dtypes: about 5 x (0.3..1 + 2) s plus start-up, under 20 s.
+Warm-up (:func:`warm_up`) runs event-timed batches on the default until two successive batches agree within 1%
+(after >= 0.2 s; the first dtype >= 0.5 s, as clocks ramp from idle) or ``warmup_seconds`` pass. Then the
+trials, then windows of >= 3 batches of >= 20 back-to-back calls (about 50 ms each) timed with CUDA events
+between batches, until the stop rule of _steady.py says the figure is stable (two successive window medians
+within ``tolerance_pct``, at least ``min_seconds`` measured) or ``max_seconds`` pass; all GPUs stop together.
 
 Telemetry (when pynvml imports and initialises): a background thread samples every GPU at 10 Hz: SM
 clock (MHz), power (W, nvmlDeviceGetPowerUsage: on recent drivers a ~1 s average), GPU temperature (C),
 the clocks event (throttle) reasons bitmask and the enforced power limit (W, nvmlDeviceGetEnforcedPowerLimit;
-its lowest value in the window is ``power_limit_w_min``); each dtype keeps the samples inside its timed window.
+its lowest value in the window is ``power_limit_w_min``); each dtype keeps the samples inside its timed windows.
 """
 from __future__ import annotations
 
@@ -49,12 +70,17 @@ import torch
 from _conditions import Watch
 from _gpu import Clock, bus_ids, describe_gpu, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
 from _probe import ProbeFailed, log, run
+from _steady import STEADY_KEYS, Joint, describe, fields, run_windows, steady_args
 
-ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus", "attempt"}
+ARG_KEYS = {"device", "dtypes", "m", "n", "k", "seconds_per_dtype", "warmup_seconds", "fp8_fast_accum", "gpus", "attempt",
+            "search", "window_seconds"} | STEADY_KEYS
 KNOWN_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp64", "fp32")
 DEFAULT_ORDER = ("bf16", "fp16", "tf32", "fp8", "fp64")
 MIN_BATCH = 20
-BATCH_SECONDS = 0.05
+BATCH_SECONDS = 0.05  # one timed batch on cuda, s (cpu: 0.005)
+WINDOW_BATCHES = 3  # batches per stop-rule window, at least (window_seconds: 0.25 s on cuda)
+TRIAL_BATCHES = 2  # batches per candidate trial (~0.1 s on cuda); the trial figure is their median
+SWITCH_MARGIN = 0.005  # another candidate replaces the default only when > 0.5 % faster in the trials
 SAMPLE_HZ = 10.0
 
 
@@ -180,27 +206,88 @@ def supported_dtypes(device: torch.device) -> list[str]:
     return out
 
 
-def make_matmul(dtype: str, m: int, n: int, k: int, dev: torch.device, fast_accum: bool, seed: int):
-    """A zero-argument function doing one C = A @ B^T product of ``dtype`` (B stored (n, k))."""
+def wave_fit_m(m: int, n: int, sm_count: int) -> int | None:
+    """The M nearest ``m`` (within -6 %..+6.25 %, a multiple of 128) whose 128 x 256 output tiles over an
+    (M x n) product fill whole waves of ``sm_count`` SMs: (M/128) * ceil(n/256) a multiple of sm_count; None when
+    there is none in that range or ``m`` fills whole waves already. 128 x 256 (and 256 x 128) are the CTA tiles of cuBLAS's
+    Hopper bf16/fp8 GEMM kernels (the kernel names cuBLAS reports, e.g. ``sm90_xmma_gemm_..._128x256``);
+    8192 x 8192 on 132 SMs (H100/H200 SXM) is 2048 tiles = 15.5 waves, 8448 x 8192 is 2112 = 16 whole waves."""
+    if m < 128 or n < 256 or sm_count < 1:
+        return None
+    tiles_n = -(-n // 256)
+    if m % 128 == 0 and (m // 128 * tiles_n) % sm_count == 0:
+        return None  # whole waves already
+    lo, hi, centre = -(-int(m * 0.94) // 128), int(m * 1.0625) // 128, m / 128
+    fits = [t for t in range(lo, hi + 1) if (t * tiles_n) % sm_count == 0 and t * 128 != m]
+    return min(fits, key=lambda t: (abs(t - centre), t)) * 128 if fits else None
+
+
+def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, fast_accum: bool) -> list[dict]:
+    """The candidates tried for ``dtype`` (the first is the default, today's figure): dicts of ``m, n, k`` and
+    ``layout`` ("A@B^T": B stored (n, k), both operands K-major; "A@B": B stored (k, n) row-major) and ``path``
+    ("mm": torch.mm into a preallocated output; "scaled_mm/bf16-out" and "scaled_mm/fp8-out":
+    torch._scaled_mm with per-tensor fp32 scales writing bf16 or e4m3, the latter mamf-finder's call) and, for
+    fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes: ``shape``, plus on cuda its
+    :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is). The set never changes the FLOP
+    convention (2*m*n*k), the operands' dtype or the dense kernels the datasheet peaks count, so every
+    candidate is judged against the same limit."""
+    m, n, k = shape
+    shapes = [shape]
+    if searched and dev.type == "cuda" and dtype != "fp64":
+        fit = wave_fit_m(m, n, torch.cuda.get_device_properties(dev).multi_processor_count)
+        if fit:
+            shapes.append((fit, n, k))
+    if dtype == "fp8":
+        paths = [("A@B^T", "scaled_mm/bf16-out")] + ([("A@B^T", "scaled_mm/fp8-out")] if searched else [])
+    else:
+        paths = [("A@B^T", "mm")] + ([("A@B", "mm")] if searched and dtype != "fp64" else [])
+    out = []
+    for mm_, nn_, kk_ in shapes:
+        for layout, path in paths:
+            c = {"m": mm_, "n": nn_, "k": kk_, "layout": layout, "path": path}
+            if dtype == "fp8":
+                c["use_fast_accum"] = fast_accum
+            out.append(c)
+    return out
+
+
+def make_matmul(dtype: str, cand: dict, dev: torch.device, seed: int):
+    """A zero-argument function doing one product of ``dtype`` as candidate ``cand`` says (see
+    :func:`candidate_set`): C = A @ B^T (B stored (n, k)) or C = A @ B (B stored (k, n)), into a preallocated C.
+    fp8: e4m3 operands, per-tensor fp32 scales of 1.0, A row-major and B column-major (what torch._scaled_mm
+    requires), C bf16 or e4m3."""
+    m, n, k = cand["m"], cand["n"], cand["k"]
     gen = torch.Generator(device=dev).manual_seed(seed)
     if dtype == "fp8":
         a = torch.randn(m, k, device=dev, generator=gen).to(torch.float8_e4m3fn)
         bt = torch.randn(n, k, device=dev, generator=gen).to(torch.float8_e4m3fn).t()  # column-major (k, n)
         scale_a = torch.tensor(1.0, device=dev)
         scale_b = torch.tensor(1.0, device=dev)
+        out_dtype = torch.float8_e4m3fn if cand["path"].endswith("fp8-out") else torch.bfloat16
+        c = torch.empty(m, n, device=dev, dtype=out_dtype) if out_dtype != torch.bfloat16 else None
+        fast = bool(cand.get("use_fast_accum"))
 
-        def one():
-            out = torch._scaled_mm(a, bt, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
-                                   use_fast_accum=fast_accum)
-            return out[0] if isinstance(out, tuple) else out  # torch < 2.4 returned (out, amax)
+        if out_dtype == torch.bfloat16:  # the default: the call of the thresholds' measurements, unchanged
+            def one():
+                out = torch._scaled_mm(a, bt, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
+                                       use_fast_accum=fast)
+                return out[0] if isinstance(out, tuple) else out  # torch < 2.4 returned (out, amax)
+            return one
+
+        def one():  # mamf-finder's call: into a preallocated e4m3 C
+            return torch._scaled_mm(a, bt, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
+                                    use_fast_accum=fast, out=c)
 
         return one
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
                    "fp32": torch.float32, "fp64": torch.float64}[dtype]
     a = torch.randn(m, k, device=dev, dtype=torch_dtype, generator=gen)
-    bt = torch.randn(n, k, device=dev, dtype=torch_dtype, generator=gen).t()
+    if cand["layout"] == "A@B":
+        b = torch.randn(k, n, device=dev, dtype=torch_dtype, generator=gen)
+    else:
+        b = torch.randn(n, k, device=dev, dtype=torch_dtype, generator=gen).t()
     c = torch.empty(m, n, device=dev, dtype=torch_dtype)
-    return lambda: torch.mm(a, bt, out=c)
+    return lambda: torch.mm(a, b, out=c)
 
 
 def time_batch(fn, batch: int, clock: Clock) -> float:
@@ -213,52 +300,147 @@ def time_batch(fn, batch: int, clock: Clock) -> float:
     return clock.seconds(start, end)
 
 
-def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -> dict:
-    """One dtype on one GPU: warm up, then a sustained window of event-timed batches."""
-    dev = torch.device(cfg["device"], index) if cfg["device"] == "cuda" else torch.device("cpu")
-    if dev.type == "cuda":
-        torch.cuda.set_device(index)
-    m, n, k = cfg["shape"][dtype]
-    clock = Clock(dev)
-    one = make_matmul(dtype, m, n, k, dev, cfg["fp8_fast_accum"], seed=7 + index)
-    one()  # library handles, heuristics, workspace
-    clock.sync()
-    barrier.wait()
+def batch_for(per_call: float, cfg: dict) -> int:
+    """Calls per timed batch: enough for ``cfg["batch_seconds"]`` (0.05 s on cuda), at least MIN_BATCH."""
+    return max(MIN_BATCH, math.ceil(cfg["batch_seconds"] / max(per_call, 1e-9)))
 
-    # warm-up: batches sized to ~BATCH_SECONDS until two successive per-call times agree within 1%
-    batch, prev, warm_batches = MIN_BATCH, None, 0
+
+def warm_up(one, clock: Clock, cfg: dict) -> tuple[float, float, int]:
+    """Batches until two successive per-call times agree within 1 % (after 0.5 s for the first dtype, as clocks
+    ramp from idle, else 0.2 s; both capped by ``warmup_seconds``) or ``warmup_seconds`` pass. Returns
+    (per-call seconds of the last batch, seconds spent, batches)."""
+    batch, prev, n = MIN_BATCH, None, 0
     min_warm = min(cfg["warmup_seconds"], 0.5 if cfg["first"] else 0.2)
     t_start = time.perf_counter()
     while True:
         per_call = time_batch(one, batch, clock) / batch
-        warm_batches += 1
+        n += 1
         elapsed = time.perf_counter() - t_start
-        settled = prev is not None and abs(per_call - prev) <= 0.01 * prev and elapsed >= min_warm
-        if settled or elapsed >= cfg["warmup_seconds"]:
-            break
-        prev = per_call
-        batch = max(MIN_BATCH, math.ceil(BATCH_SECONDS / per_call))
-    batch = max(MIN_BATCH, math.ceil(BATCH_SECONDS / per_call))
+        if (prev is not None and abs(per_call - prev) <= 0.01 * prev and elapsed >= min_warm) \
+                or elapsed >= cfg["warmup_seconds"]:
+            return per_call, elapsed, n
+        prev, batch = per_call, batch_for(per_call, cfg)
 
-    barrier.wait()  # every GPU's timed window starts together
-    n_batches = max(3, math.ceil(cfg["seconds"] / (per_call * batch)))
-    t0 = time.perf_counter()
-    marks = [clock.mark()]
-    for _ in range(n_batches):  # enqueue the whole window; the host blocks only when the queue is full
-        for _ in range(batch):
-            one()
-        marks.append(clock.mark())
+
+def pick(trials: dict, n_cands: int) -> tuple[int, str]:
+    """(candidate index, why) from every GPU's trial TFLOP/s (``{gpu: [TFLOP/s or None per candidate]}``; pure):
+    the candidate with the highest sum over the GPUs (one choice for the node, so the node-median rule compares
+    like with like), unless it beats the default (index 0) by less than SWITCH_MARGIN: then the default, so that
+    a figure keeps its shape and path from run to run unless another is clearly faster."""
+    if n_cands == 1:
+        return 0, "the only candidate (search off, or nothing else applies to this dtype and device)"
+    ok = [c for c in range(n_cands) if all(t[c] is not None for t in trials.values())]
+    if not ok:
+        raise ProbeFailed("no matmul candidate ran on every GPU")
+    total = {c: sum(t[c] for t in trials.values()) for c in ok}
+    best = max(ok, key=lambda c: total[c])
+    if 0 in total and (best == 0 or total[best] <= total[0] * (1 + SWITCH_MARGIN)):
+        return 0, f"the default: no candidate was more than {SWITCH_MARGIN:.1%} faster in its trial"
+    return best, "the fastest in the trials" + ("" if 0 in total else " (the default failed)")
+
+
+def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -> dict:
+    """One dtype on one GPU: build the candidates, warm up on the default, trial each candidate, pick one for
+    all GPUs (:func:`pick`), then measure windows of event-timed batches until the figure is stable
+    (_steady.run_windows; all GPUs stop together)."""
+    dev = torch.device(cfg["device"], index) if cfg["device"] == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(index)
+    clock = Clock(dev)
+    cands = cfg["candidates"][dtype]
+    fns: list = []
+    for c in cands:
+        try:
+            fn = make_matmul(dtype, c, dev, seed=7 + index)
+            fn()  # library handles, heuristics, workspace
+            fns.append(fn)
+        except Exception as e:  # noqa: BLE001 - a candidate torch does not offer here is left out, with why
+            fns.append(None)
+            c.setdefault("error", f"{type(e).__name__}: {e}".splitlines()[0][:200])
+    if fns[0] is None:
+        raise ProbeFailed(f"{dtype} matmul failed: {cands[0].get('error')}")
     clock.sync()
+    barrier.wait()
+
+    per_call, warm_s, warm_batches = warm_up(fns[0], clock, cfg)
+    trial = [None] * len(cands)
+    if len(cands) > 1:
+        for ci, fn in enumerate(fns):
+            if fn is None:
+                continue
+            c = cands[ci]
+            b = batch_for(per_call * c["m"] / cands[0]["m"], cfg)
+            t = statistics.median(time_batch(fn, b, clock) / b for _ in range(TRIAL_BATCHES))
+            trial[ci] = tflops(c["m"], c["n"], c["k"], 1, t)
+    chosen, why = pick(cfg["joint"].gather(barrier, index, trial), len(cands))
+    one, cand = fns[chosen], cands[chosen]
+    m, n, k = cand["m"], cand["n"], cand["k"]
+    if chosen:
+        per_call = time_batch(one, MIN_BATCH, clock) / MIN_BATCH
+    batch = batch_for(per_call, cfg)
+    n_batches = max(WINDOW_BATCHES, math.ceil(cfg["window_s"] / (per_call * batch)))
+
+    def window():
+        marks = [clock.mark()]
+        for _ in range(n_batches):  # enqueue the whole window; the host blocks only when the queue is full
+            for _ in range(batch):
+                one()
+            marks.append(clock.mark())
+        clock.sync()
+        times = [clock.seconds(a, b) for a, b in zip(marks, marks[1:])]
+        return [t / batch for t in times], sum(times)
+
+    barrier.wait()  # every GPU's timed windows start together
+    t0 = time.perf_counter()
+    st = cfg["steady"]
+    got = run_windows(window, st["min_s"], st["max_s"], st["tolerance"],
+                      agree=lambda done: cfg["joint"].agree(barrier, index, done))
     t1 = time.perf_counter()
-    times = [clock.seconds(a, b) for a, b in zip(marks, marks[1:])]
-    med = statistics.median(times)
-    res = {"tflops": sig(tflops(m, n, k, batch, med)),
-           "tflops_max": sig(tflops(m, n, k, batch, min(times))),
-           "iters": batch * n_batches, "batch": batch, "seconds": sig(sum(times)),
-           "warmup_seconds": round(elapsed, 3), "warmup_batches": warm_batches, "m": m, "n": n, "k": k}
+    per = got["samples"]
+    res = {"tflops": sig(tflops(m, n, k, 1, statistics.median(per))),
+           "tflops_max": sig(tflops(m, n, k, 1, min(per))),
+           "iters": batch * len(per), "batch": batch, "seconds": sig(got["measured_s"]),
+           "warmup_seconds": round(warm_s, 3), "warmup_batches": warm_batches, "m": m, "n": n, "k": k,
+           **fields(got), "window_tflops": [sig(tflops(m, n, k, 1, w)) for w in got["window_medians"]],
+           "layout": cand["layout"], "path": cand["path"], "chosen_because": why,
+           "candidates": [{**{x: c[x] for x in c}, "trial_tflops": None if t is None else sig(t)}
+                          for c, t in zip(cands, trial)]}
+    if dtype == "fp8":
+        res["use_fast_accum"] = cand["use_fast_accum"]
     sampler = cfg["sampler"]
     res.update(sampler.window(index, t0, t1) if sampler else summarize_samples([]))
     return res
+
+
+def matmul_config(args: dict, device: str, dtypes: list[str]) -> dict:
+    """Shapes, candidates and the stop rule's settings from ``args`` (see the module docstring); ProbeFailed on
+    a bad value."""
+    base = 8192 if device == "cuda" else 64
+    explicit = any(x in args for x in ("m", "n", "k"))
+    search = args.get("search", True)
+    if not isinstance(search, bool):
+        raise ProbeFailed(f"search must be true or false, got {search!r}")
+    fast_accum = args.get("fp8_fast_accum", False)
+    if not isinstance(fast_accum, bool):
+        raise ProbeFailed(f"fp8_fast_accum must be true or false, got {fast_accum!r}")
+    dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    cands = {}
+    for d in dtypes:
+        default = base // 2 if d == "fp64" else base
+        shape = tuple(int(args.get(x, default)) for x in ("m", "n", "k"))
+        if min(shape) < 1:
+            raise ProbeFailed(f"m, n, k must be >= 1, got {shape}")
+        cands[d] = candidate_set(d, shape, dev, search, fast_accum)
+        if explicit:  # the shape asked for is the one measured; layouts and paths are still tried
+            cands[d] = [c for c in cands[d] if (c["m"], c["n"], c["k"]) == shape]
+    if "seconds_per_dtype" in args:  # the older argument: a fixed window, floor = ceiling
+        args = {**args, "min_seconds": args["seconds_per_dtype"], "max_seconds": args["seconds_per_dtype"]}
+    cuda = device == "cuda"
+    return {"candidates": cands, "fast_accum": fast_accum, "search": search,
+            "steady": steady_args(args, 1.0 if cuda else 0.04, 4.0 if cuda else 0.3),
+            "warmup_seconds": float(args.get("warmup_seconds", 1.0 if cuda else 0.05)),
+            "window_s": float(args.get("window_seconds", 0.25 if cuda else 0.02)),
+            "batch_seconds": BATCH_SECONDS if cuda else 0.005}
 
 
 def main(args: dict) -> dict:
@@ -278,18 +460,11 @@ def main(args: dict) -> dict:
     for d in dtypes:
         if d not in supported and d != "fp32":
             raise ProbeFailed(f"dtype {d!r} is not supported on this device (supported: {', '.join(supported)})")
-
-    base = 8192 if device == "cuda" else 64
-    shape = {}
-    for d in dtypes:
-        default = base // 2 if d == "fp64" else base
-        shape[d] = tuple(int(args.get(x, default)) for x in ("m", "n", "k"))
-        if min(shape[d]) < 1:
-            raise ProbeFailed(f"m, n, k must be >= 1, got {shape[d]}")
-    seconds = float(args.get("seconds_per_dtype", 2.0 if device == "cuda" else 0.1))
-    warmup = float(args.get("warmup_seconds", 1.0 if device == "cuda" else 0.05))
+    conf = matmul_config(args, device, dtypes)
     sampler, nvml_state = start_sampler(device, indices)
-    log(f"matmul_tflops: {len(indices)} device(s), dtypes {dtypes}, {seconds} s each, nvml {nvml_state}")
+    st = conf["steady"]
+    log(f"matmul_tflops: {len(indices)} device(s), dtypes {dtypes}, {st['min_s']}..{st['max_s']} s each, "
+        f"nvml {nvml_state}")
 
     per_gpu = {i: {} for i in indices}
     saved_tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -297,12 +472,13 @@ def main(args: dict) -> dict:
     try:
         for pos, d in enumerate(dtypes):
             torch.backends.cuda.matmul.allow_tf32 = d == "tf32"  # process-wide: one dtype at a time
-            cfg = {"device": device, "shape": shape, "seconds": seconds, "warmup_seconds": warmup,
-                   "fp8_fast_accum": bool(args.get("fp8_fast_accum", False)), "first": pos == 0,
-                   "sampler": sampler}
+            cfg = {**conf, "device": device, "first": pos == 0, "sampler": sampler, "joint": Joint()}
             for i, res in zip(indices, on_gpus(lambda i, b: bench_dtype(i, b, cfg, d), indices)):
                 per_gpu[i][d] = res
-            log(f"  {d}: " + ", ".join(f"GPU {i} {per_gpu[i][d]['tflops']} TFLOP/s" for i in indices))
+            log(f"  {d}: " + ", ".join(f"GPU {i} {per_gpu[i][d]['tflops']} TFLOP/s ({per_gpu[i][d]['m']}x"
+                                       f"{per_gpu[i][d]['n']}x{per_gpu[i][d]['k']} {per_gpu[i][d]['layout']} "
+                                       f"{per_gpu[i][d]['path']}, {per_gpu[i][d]['windows']} windows, "
+                                       f"{per_gpu[i][d]['stop']})" for i in indices))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
         watch.stop()
@@ -312,7 +488,8 @@ def main(args: dict) -> dict:
     gpus = []
     for i in indices:
         gpus.append({**describe_gpu(device, i), "dtypes": per_gpu[i]})
-    return {"device": device, "nvml": nvml_state, "fp8_fast_accum": bool(args.get("fp8_fast_accum", False)),
+    return {"device": device, "nvml": nvml_state, "fp8_fast_accum": conf["fast_accum"], "search": conf["search"],
+            "steady": {**describe(st), "window_seconds": conf["window_s"]},
             "gpus": gpus, "conditions": watch.result()}
 
 

@@ -45,6 +45,7 @@ import time
 try:
     from _allreduce_args import config, worker_env
     from _conditions import Watch
+    from _linkcounters import snapshot
     from _allreduce_document import document, failure_document, failure_message
     from _allreduce_figures import DTYPES, busbw_factor, count_wrong, fill_pattern, make_row, pattern_params, \
         sweep_sizes
@@ -57,6 +58,7 @@ try:
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
     from ._allreduce_args import config, worker_env
     from ._conditions import Watch
+    from ._linkcounters import snapshot
     from ._allreduce_document import document, failure_document, failure_message
     from ._allreduce_figures import DTYPES, busbw_factor, count_wrong, fill_pattern, make_row, pattern_params, \
         sweep_sizes
@@ -151,12 +153,23 @@ def _main_single(cfg: dict) -> dict:
     deadline = t0 + cfg["deadline_s"]
     # the GPUs' other users while the ranks (this probe's children) run (_conditions.py); gloo loads no GPU
     watch = Watch(None if cfg["backend"] == "nccl" else []).start()
+    start = _link_counters()  # NVLink and InfiniBand error counters before and after the load (issue 39)
     try:
         doc = _run_single(cfg, notes, env, t0, deadline)
     finally:
         watch.stop()
     doc["conditions"] = watch.result()
+    doc["link_counters"] = {"start": start, "end": _link_counters()}
     return doc
+
+
+def _link_counters(nvml: bool = True) -> dict:
+    """One snapshot of the node's link error counters (_linkcounters.py; ``nvml`` False: InfiniBand/RoCE only); a
+    reading that fails is said, never the all-reduce's failure."""
+    try:
+        return snapshot(nvml=nvml)
+    except Exception as e:  # noqa: BLE001 - the counters are a condition of the measurement, not the measurement
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
 
 
 def _run_single(cfg: dict, notes: list[str], env: dict, t0: float, deadline: float) -> dict:
@@ -191,7 +204,18 @@ def _run_single(cfg: dict, notes: list[str], env: dict, t0: float, deadline: flo
 
 def _main_multinode(cfg: dict) -> dict:
     """One host's share of a multi-node all-reduce: spawn the local ranks, supervise them, and report a
-    document whatever happens (see the module docstring, "Multi-node mode")."""
+    document whatever happens (see the module docstring, "Multi-node mode"). The host's InfiniBand/RoCE port
+    error counters are read right before its ranks start and right after they end, ``link_counters: {"start",
+    "end"}`` in every document it reports, a failed share's too (a port that went down is what broke it); sysfs
+    only, no NVML: milliseconds, so this host's ranks do not reach the rendezvous later than the others'."""
+    start = _link_counters(nvml=False)
+    doc = _share(cfg)
+    doc["link_counters"] = {"start": start, "end": _link_counters(nvml=False)}
+    return doc
+
+
+def _share(cfg: dict) -> dict:
+    """The document of :func:`_main_multinode`, without the link counters."""
     notes: list[str] = []
     local_addr, ifname = local_interface(cfg["master_addr"])
     if "GLOO_SOCKET_IFNAME" not in os.environ and "GLOO_SOCKET_IFNAME" not in cfg["env"] and not ifname:

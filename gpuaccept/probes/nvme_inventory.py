@@ -11,13 +11,15 @@ Output::
     {"namespace_count", "controller_count",
      "namespaces": [{"name": "nvme0n1", "controller": "nvme0", "size_bytes", "logical_block_size"}],
      "controllers": [{"name": "nvme0", "model", "serial", "firmware_rev", "transport", "pci_address",
+                      "state": "live" | "resetting" | "connecting" | "deleting" | "dead" | ... | null,
                       "link": {"current_speed_gts", "current_width", "max_speed_gts", "max_width",
                                "current_speed", "max_speed", "degraded"} | null,
                       "smart": {"critical_warning", "media_errors", "percent_used", "temperature_k"} | null,
                       "smart_error"}],
      "nvme_cli": "<version line>" | null, "nvme_list": <`nvme list -o json` document> | null}
 
-Sources: /sys/class/nvme/<ctrl>/{model,serial,firmware_rev,transport,address}; namespaces are the
+Sources: /sys/class/nvme/<ctrl>/{model,serial,firmware_rev,transport,address,state} (``state``: the driver's
+controller state, Linux drivers/nvme/host/core.c nvme_sysfs_show_state); namespaces are the
 block devices /sys/block/nvme*n* (``size`` in 512-byte sectors, ``queue/logical_block_size``), which
 with native NVMe multipath are the subsystem's head devices; the hidden per-path ``nvmeXcYnZ`` devices
 are not counted. PCIe link: /sys/bus/pci/devices/<addr>/{current,max}_link_{speed,width} of the
@@ -126,7 +128,7 @@ def inventory(sysfs: str = "/sys", nvme: str | None = None, dev: str = "/dev") -
         d = f"{cls}/{name}"
         c = {"name": name, "model": read_text(f"{d}/model"), "serial": read_text(f"{d}/serial"),
              "firmware_rev": read_text(f"{d}/firmware_rev"), "transport": read_text(f"{d}/transport"),
-             "pci_address": None, "link": None, "smart": None, "smart_error": None}
+             "state": read_text(f"{d}/state"), "pci_address": None, "link": None, "smart": None, "smart_error": None}
         pci = os.path.realpath(f"{d}/device") if os.path.exists(f"{d}/device") else None
         if c["transport"] in (None, "pcie") and pci:
             c["pci_address"] = read_text(f"{d}/address") or os.path.basename(pci)

@@ -15,11 +15,14 @@ Output::
                  "nv_peermem_registered", "peer_memory_api", "dma_buf_kernel", "ib_umem_dmabuf",
                  "nvidia_open_kernel_module", "kernel_symbols_readable"},
      "devices": [{"name": "mlx5_0", "pci_address", "numa_node", "hca_type", "board_id",   # sysfs text or null
-                  "ports": [{"port", "state", "phys_state", "link_layer", "rate", "rate_gbps"}]}],
+                  "ports": [{"port", "state", "phys_state", "link_layer", "rate", "rate_gbps",
+                             "gids": [{"index", "gid", "type"}],       # used entries only (see below)
+                             "pkeys": [{"index", "pkey"}]}]}],          # used entries only
      "topology": [{"gpu_index", "gpu_bus_id", "nic", "nic_pci_address", "path": "PIX"|"PXB"|"PHB"|"NODE"|"SYS",
                    "bridges", "numa_gpu", "numa_nic"}] | null, "topology_reason",
      "perftest": "ib_write_bw path" | null,
-     "loopback": [{"hca", "gpu", "bw_gbps", "bw_gbits", "error"}]}
+     "loopback": [{"hca", "gpu", "bw_gbps", "bw_gbits", "error"}],
+     "link_counters": {"start", "end"}}    # only when loopbacks ran: _linkcounters.snapshot before and after
 
 Peer memory (facts only, see :func:`peermem`; whether GPUDirect RDMA is ready is judged on the controller,
 gpuaccept/judging/storage.py ``gdr_readiness``): nvidia_peermem in /proc/modules and its state; the
@@ -29,7 +32,11 @@ and the PeerDirect API (ib_register_peer_memory_client); the NVIDIA open kernel 
 (/proc/driver/nvidia/version says "Open Kernel Module").
 Ports: /sys/class/infiniband/<dev>/ports/<n>/{state, phys_state, link_layer,
 rate} ("4: ACTIVE", "5: LinkUp", "InfiniBand"|"Ethernet", "400 Gb/sec (4X NDR)"; rate_gbps in Gb/s as the
-kernel writes it).
+kernel writes it). GID and P_Key tables (:func:`gid_table`, :func:`pkey_table`): ``<port>/gids/<i>`` (the GID,
+8 groups of 4 hex digits), ``<port>/gid_attrs/types/<i>`` ("IB/RoCE v1", "RoCE v2"; the kernel refuses the read
+of an unused entry) and ``<port>/pkeys/<i>`` ("0xffff"), as ib_core writes them (drivers/infiniband/core/
+sysfs.c); an all-zero GID or a P_Key 0x0000 is an unused slot of the table and is left out: only the entries in
+use are reported, with their index.
 
 Topology (same classes as ``nvidia-smi topo -m``, computed from sysfs): the resolved
 /sys/bus/pci/devices/<bdf> paths of GPU and NIC give their chains of PCI functions from the root
@@ -42,6 +49,9 @@ a GPU is the one with the best class, then the fewest bridges.
 Loopback: ``ib_write_bw -d <hca> --use_cuda=<gpu> -D <s> -s <size> --report_gbits`` as server and the
 same with ``localhost`` as client; BW average (Gb/s) from the client's table; bw_gbps = Gb/s / 8 (GB/s,
 1e9 B/s).
+The node's InfiniBand/RoCE port error counters (_linkcounters.ib_counters, sysfs only) are read right before
+the first loopback and right after the last (``link_counters``; a reading that fails is ``{"error": str}``), for
+the suite to judge their growth over the load (gpuaccept/judging/linkcounters.py).
 """
 from __future__ import annotations
 
@@ -51,6 +61,7 @@ import shutil
 import subprocess
 import time
 
+from _linkcounters import snapshot
 from _probe import log, reject_unknown, run
 from _sysfs import read_text
 
@@ -97,7 +108,45 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _index_order(names) -> list[str]:
+    return sorted(names, key=lambda s: (0, int(s)) if s.isdigit() else (1, s))
+
+
+def gid_table(port_dir: str) -> list[dict]:
+    """The used entries of a port's GID table: ``[{"index": int, "gid": str, "type": str | None}]`` from
+    ``<port_dir>/gids/<i>`` and ``gid_attrs/types/<i>`` (module docstring); an all-zero GID (or one that cannot be
+    read) is an unused slot, left out; ``type`` None where the kernel has no type file for it."""
+    out = []
+    gdir = os.path.join(port_dir, "gids")
+    for i in _index_order(os.listdir(gdir)) if os.path.isdir(gdir) else []:
+        gid = read_text(os.path.join(gdir, i))
+        if not gid or not gid.replace(":", "").strip("0"):
+            continue
+        out.append({"index": int(i) if i.isdigit() else i, "gid": gid.lower(),
+                    "type": read_text(os.path.join(port_dir, "gid_attrs", "types", i))})
+    return out
+
+
+def pkey_table(port_dir: str) -> list[dict]:
+    """The used entries of a port's P_Key table: ``[{"index": int, "pkey": "0xffff"}]`` from ``<port_dir>/pkeys/
+    <i>`` (lower case; the high bit is full membership: IBA Vol. 1 10.9 Partitions); 0x0000 (an invalid P_Key, IBA
+    10.9: an unused slot) and unreadable entries are left out."""
+    out = []
+    pdir = os.path.join(port_dir, "pkeys")
+    for i in _index_order(os.listdir(pdir)) if os.path.isdir(pdir) else []:
+        text = (read_text(os.path.join(pdir, i)) or "").lower()
+        try:
+            value = int(text, 16)
+        except ValueError:
+            continue
+        if value & 0x7FFF:  # the low 15 bits name the partition; 0x0000 and 0x8000 are invalid (IBA Vol. 1 10.9)
+            out.append({"index": int(i) if i.isdigit() else i, "pkey": f"0x{value:04x}"})
+    return out
+
+
 def ib_devices(sysfs: str) -> list[dict]:
+    """Every device under ``<sysfs>/class/infiniband`` with its ports (the ``devices`` list of the module
+    docstring); [] when there is none."""
     base = f"{sysfs}/class/infiniband"
     out = []
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
@@ -110,7 +159,7 @@ def ib_devices(sysfs: str) -> list[dict]:
             rate = read_text(f"{pd}/rate")
             ports.append({"port": int(port) if port.isdigit() else port, "state": read_text(f"{pd}/state"),
                           "phys_state": read_text(f"{pd}/phys_state"), "link_layer": read_text(f"{pd}/link_layer"),
-                          "rate": rate, "rate_gbps": parse_rate(rate)})
+                          "rate": rate, "rate_gbps": parse_rate(rate), "gids": gid_table(pd), "pkeys": pkey_table(pd)})
         numa = read_text(f"{sysfs}/bus/pci/devices/{pci}/numa_node") if pci else None
         out.append({"name": name, "pci_address": pci, "numa_node": int(numa) if numa not in (None, "") else None,
                     "hca_type": read_text(f"{d}/hca_type"), "board_id": read_text(f"{d}/board_id"), "ports": ports})
@@ -260,12 +309,25 @@ def main(a: dict) -> dict:
         near = {r["gpu_index"]: r.get("nic") for r in doc["topology"] or []}
         want = a.get("hcas") or [d["name"] for d in devices
                                  if any((p["state"] or "").endswith("ACTIVE") for p in d["ports"])]
+        start = _link_counters(sysfs) if want else None
         for n, hca in enumerate(want):
             gpu = next((g for g, nic in near.items() if nic == hca), 0)
             log(f"ib_write_bw loopback on {hca} with GPU {gpu}")
             doc["loopback"].append(loopback(doc["perftest"], hca, gpu, int(a.get("perftest_seconds", 5)),
                                             int(a.get("perftest_size", 1 << 20)), 18515 + n))
+        if want:
+            doc["link_counters"] = {"start": start, "end": _link_counters(sysfs)}
     return doc
+
+
+def _link_counters(sysfs: str) -> dict:
+    """One reading of the port error counters (_linkcounters.snapshot without NVML: ib_write_bw loads the NIC and
+    the GPU's PCIe, no NVLink); a reading that fails is said (``{"error": "<Type>: <msg>"}``), never the probe's
+    failure."""
+    try:
+        return snapshot(sysfs, nvml=False)
+    except Exception as e:  # noqa: BLE001 - the counters are a condition of the loopbacks, not their figure
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Run on the node as ``python3 xid_events.py '{"since_epoch": 1764447441.5}'``. Ar
     {"since_epoch": float,     # only lines from then on (without it: the whole current boot / file)
      "sources": [str, ...]}    # log files to read instead of the default chain below (tests, saved logs)
 
-Sources, in order, first readable one wins:
+Sources (read by the shared helper ``_kernel_log.py``, which the host_kernel_log probe reads the log with too), in
+order, first readable one wins:
 
 1. ``journalctl -k -o short-iso --no-pager [--since=@EPOCH]`` (the kernel messages of the current boot);
 2. ``dmesg --time-format iso`` (the kernel ring buffer), filtered by time here;
@@ -72,20 +73,15 @@ Standard library only.
 """
 from __future__ import annotations
 
-import calendar
-import os
 import re
-import subprocess
-import time
 
+from _kernel_log import iso_utc, parse_timestamp, read_first
 from _pci import normalize_bus_id
-from _probe import ProbeFailed, log, reject_unknown, run
+from _probe import ProbeFailed, reject_unknown, run  # noqa: F401 - ProbeFailed: the tests' xev.ProbeFailed
 
 CONTINUATION_WINDOW_S = 10.0  # an NVRM line this close after an Xid line, on no other device, belongs to it
 SAME_XID_MERGE_S = 2.0  # the same Xid on the same GPU this close after the first line: the same report
 ARG_KEYS = {"since_epoch", "sources"}
-FILE_TAIL_BYTES = 64 << 20
-COMMAND_TIMEOUT_S = 30
 
 _PCI = r"(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
 _XID_HEAD = r"NVRM: Xid \(" + _PCI + r"(?:\s+[^)]*)?\)"  # "(PCI:0000:01:00 GPU-I:05)" under MIG
@@ -109,18 +105,6 @@ INIT_MINOR_RE = re.compile(r"NVRM: (?:GPU " + _PCI + r": )?rm_init_adapter faile
 AER_GPU_RE = re.compile(r"\bnvidia (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
                         r"(?P<what>AER: can't recover[^\n]*|device has no AER-aware driver)")
 
-_PRIORITY_RE = re.compile(r"^<\d{1,3}>")  # /dev/kmsg and syslog-forwarded lines: "<12>[38889.018130] ..."
-_CTIME_RE = re.compile(r"^\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):"
-                       r"(?P<s>\d{2}) (?P<y>\d{4})\]\s*")  # dmesg -T / --ctime: "[Fri Aug 30 11:43:09 2024] "
-# plain dmesg "[ 1843.308145] " (seconds since boot), dmesg -d/-H "[  +0.000844] " (since the previous line),
-# with the printk caller id "[  T291] " after it on kernels built with CONFIG_PRINTK_CALLER
-_MONOTONIC_RE = re.compile(r"^\[\s*\+?\d+\.\d+\](?:\[\s*[TC]\d+\])?\s*")
-_ISO_RE = re.compile(
-    r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
-    r"(?:[.,](?P<frac>\d+))?(?P<tz>Z|[+-]\d{2}:?\d{2})?\s*"
-)
-_SYSLOG_RE = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s+")
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -130,69 +114,6 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 def normalize_pci(pci: str) -> str:
     """Kernel-log PCI address (``0000:19:00`` or ``0000:19:00.0``) -> NVML form ``00000000:19:00.0`` (_pci.py)."""
     return normalize_bus_id(pci) or pci
-
-
-def parse_timestamp(line: str, now: float | None = None) -> tuple[float | None, str | None, str]:
-    """Split the leading timestamp off a log line: returns (epoch or None, timestamp text or None, rest).
-
-    Understands ISO 8601 (journalctl short-iso ``2026-11-29T20:17:21+0000``, dmesg --time-format iso
-    ``2026-11-29T20:56:16,289025+00:00``, rsyslog RFC 3339 ``2026-11-29T20:17:21.123456+00:00``; no zone =
-    local time), traditional syslog ``Nov 29 20:17:21`` (local time, year guessed: the latest one not
-    more than a day in the future of ``now``), ``dmesg -T`` ``[Fri Aug 30 11:43:09 2024]`` (local time) and
-    plain dmesg ``[ 1843.308145]`` (seconds since boot: no epoch, the text is kept so that an event still
-    says when it happened). A kmsg priority ``<12>`` before any of them is skipped.
-    """
-    pri = _PRIORITY_RE.match(line)
-    if pri:
-        line = line[pri.end():]
-    m = _CTIME_RE.match(line)
-    if m:
-        fields = (int(m.group("y")), _MONTHS.get(m.group("mon"), 1), int(m.group("d")), int(m.group("h")),
-                  int(m.group("mi")), int(m.group("s")))
-        try:
-            epoch = time.mktime(fields + (0, 0, -1))
-        except (ValueError, OverflowError):
-            epoch = None
-        return epoch, m.group(0).strip(), line[m.end():]
-    m = _MONOTONIC_RE.match(line)
-    if m:
-        return None, m.group(0).strip(), line[m.end():]
-    m = _ISO_RE.match(line)
-    if m:
-        frac = float("0." + m.group("frac")) if m.group("frac") else 0.0
-        fields = (int(m.group("y")), int(m.group("mo")), int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
-        tz = m.group("tz")
-        try:
-            if tz is None:
-                epoch = time.mktime(fields + (0, 0, -1)) + frac
-            else:
-                epoch = calendar.timegm(fields + (0, 0, 0)) + frac
-                if tz != "Z":
-                    sign = -1 if tz[0] == "-" else 1
-                    digits = tz[1:].replace(":", "")
-                    epoch -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-        except (ValueError, OverflowError):
-            epoch = None
-        return epoch, m.group(0).strip(), line[m.end():]
-    m = _SYSLOG_RE.match(line)
-    if m:
-        now = time.time() if now is None else now
-        year = time.localtime(now).tm_year
-        fields = (_MONTHS.get(m.group("mon"), 1), int(m.group("d")), int(m.group("h")), int(m.group("mi")), int(m.group("s")))
-        try:
-            epoch = time.mktime((year,) + fields + (0, 0, -1))
-            if epoch > now + 86400:
-                epoch = time.mktime((year - 1,) + fields + (0, 0, -1))
-        except (ValueError, OverflowError):
-            epoch = None
-        return epoch, m.group(0).strip(), line[m.end():]
-    return None, None, line
-
-
-def iso_utc(epoch: float) -> str:
-    """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
-    t = time.gmtime(epoch)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + (".%06dZ" % int(round((epoch % 1) * 1e6) % 1000000))
 
 
 def parse_xid_rest(rest: str | None) -> tuple[int | None, str | None, str]:
@@ -446,104 +367,17 @@ def parse_kernel_log(lines, since_epoch: float | None = None, now: float | None 
 # sources (read-only)
 
 
-def _run(cmd: list) -> tuple[int, str, str]:
-    env = dict(os.environ, LC_ALL="C", LANG="C", SYSTEMD_PAGER="", PAGER="cat")
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                       env=env, timeout=COMMAND_TIMEOUT_S)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
-_JOURNAL_UNUSABLE = ("no journal files were found", "no journal files were opened",
-                     "insufficient permissions", "not seeing messages from other users and the system")
-
-
-def read_journalctl(since_epoch: float | None) -> list:
-    """Kernel lines from journalctl (raises OSError/RuntimeError with the reason when unusable)."""
-    cmd = ["journalctl", "-k", "-o", "short-iso", "--no-pager"]
-    if since_epoch is not None:
-        cmd.append("--since=@%d" % int(since_epoch))  # whole seconds: works with every systemd
-    rc, out, err = _run(cmd)
-    low = err.lower()
-    if rc != 0:
-        raise RuntimeError(f"rc {rc}: {err.strip().splitlines()[0] if err.strip() else 'no message'}")
-    for marker in _JOURNAL_UNUSABLE:
-        if marker in low:
-            raise RuntimeError(err.strip().splitlines()[0])
-    return out.splitlines()
-
-
-def read_dmesg() -> list:
-    """Kernel ring buffer with ISO timestamps (raises with the reason when unusable)."""
-    rc, out, err = _run(["dmesg", "--time-format", "iso"])
-    if rc != 0:
-        raise RuntimeError(f"rc {rc}: {err.strip().splitlines()[0] if err.strip() else 'no message'}")
-    return out.splitlines()
-
-
-def read_file(path: str) -> list:
-    """The last FILE_TAIL_BYTES of a log file, as lines (raises OSError when unreadable)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        start = max(0, size - FILE_TAIL_BYTES)
-        f.seek(start)
-        data = f.read()
-    lines = data.decode("utf-8", "replace").splitlines()
-    if start > 0 and lines:
-        lines = lines[1:]  # first line is cut
-    return lines
-
-
-def _short(e: BaseException) -> str:
-    if isinstance(e, FileNotFoundError):
-        return "not found"
-    if isinstance(e, PermissionError):
-        return f"permission denied ({e.strerror})"
-    if isinstance(e, subprocess.TimeoutExpired):
-        return f"timed out after {COMMAND_TIMEOUT_S}s"
-    return f"{e}".strip() or type(e).__name__
-
-
 def main(args: dict) -> dict:
-    """Probe entry point: the document described in the module docstring."""
+    """Probe entry point: the document described in the module docstring (the sources: _kernel_log.read_first)."""
     reject_unknown(args, ARG_KEYS)
     since = args.get("since_epoch")
     since = float(since) if since is not None else None
-    paths = args.get("sources")
-    if paths is not None:
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-            raise ProbeFailed(f"sources must be a non-empty list of file paths, got {paths!r}")
-        sources = [(p, (lambda p=p: read_file(p))) for p in paths]
-    else:
-        sources = [
-            ("journalctl", lambda: read_journalctl(since)),
-            ("dmesg", read_dmesg),
-            ("/var/log/kern.log", lambda: read_file("/var/log/kern.log")),
-            ("/var/log/messages", lambda: read_file("/var/log/messages")),
-        ]
-    attempts = []
-    empty = None  # first readable source that had no line in the window
-    for name, read in sources:
-        try:
-            lines = read()
-        except Exception as e:
-            attempts.append({"source": name, "ok": False, "error": _short(e)})
-            log(f"{name}: {_short(e)}")
-            continue
-        parsed = parse_log(lines, since)
-        scanned = parsed["lines_scanned"]
-        attempts.append({"source": name, "ok": True, "lines": scanned})
-        doc = {"source": name, "since_epoch": since, "lines_scanned": scanned, "events": parsed["events"],
-               "sxid_events": parsed["sxid_events"], "attempts": attempts}
-        if scanned == 0:
-            if empty is None:
-                empty = doc
-            continue
-        return doc
-    if empty is not None:
-        empty["note"] = f"{empty['source']} was readable but had no kernel line in the window, nor had any other readable source"
-        return empty
-    raise ProbeFailed("cannot read the kernel log: " + "; ".join(f"{a['source']}: {a['error']}" for a in attempts))
+
+    def parse(lines):
+        doc = parse_log(lines, since)
+        return {"lines_scanned": doc["lines_scanned"], "events": doc["events"], "sxid_events": doc["sxid_events"]}
+
+    return read_first(since, args.get("sources"), parse)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ TEST_PROBES: dict[str, tuple[str, ...]] = {
     "test_nvme_inventory": ("nvme_inventory",), "test_local_storage_throughput": ("fio_throughput", "storage_mounts"),
     "test_shared_fs_aggregate": ("fio_throughput", "storage_mounts"), "test_storage_to_gpu": ("storage_to_gpu",),
     "test_burnin": ("burnin", "xid_events"),
+    "test_kernel_log": ("host_kernel_log",), "test_host_ram": ("host_memory",),
+    "test_host_ram_errors": ("host_memory",), "test_filesystems": ("host_filesystems", "host_kernel_log"),
+    "test_nvme_state": ("nvme_inventory",),
 }
 #: ticket.md lists at most this many findings and kernel lines (one page; the files beside it keep all). Chosen.
 MAX_ROWS = 20

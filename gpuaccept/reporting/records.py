@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gpuaccept.judging import actions
 
-LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "burnin")
+LAYERS = ("health", "memory", "compute", "nvlink", "nccl", "gpudirect", "storage", "host", "burnin")
 
 
 def layer_of(nodeid: str) -> str:

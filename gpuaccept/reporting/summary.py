@@ -60,7 +60,7 @@ def summary_markdown(run_id: str, meta: dict, recs: list[CaseRecord], slow: list
                        keys)
     lists = action_hosts(hv, hosts)
     out += _next_steps(hv, hosts, lists)
-    out += ["", "## Slurm", ""] + [f"- repeating: {t}" for t in meta["repeating"]] if meta.get("repeating") else []
+    out += ["", "## Node actions", ""] + [f"- repeating: {t}" for t in meta["repeating"]] if meta.get("repeating") else []
     out += _failing_gpus(hv)
     if meta.get("merge_notes"):  # gpuaccept.scaleout.merge: which run's records a host kept
         out += ["", "## Merged", ""] + [f"- {n}" for n in meta["merge_notes"]]

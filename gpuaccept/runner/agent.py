@@ -19,6 +19,11 @@ One run per node: an Agent given the run's identity (:func:`lock_identity`) pass
 takes the node's lock in its start (``probes/_nodelock.py``); a node held by another run answers ``held``
 instead of ``ready`` and :meth:`Agent.start` raises NodeHeld naming the holder. Stale holders it took over are
 logged at INFO.
+
+Torch probes start warm: each run request says whether the probe imports torch (gpuaccept.runner.ship.torch_import),
+and the agent forks such a probe from its warm child, which has imported torch already (``probes/_zygote.py``).
+What the agent says of that child (``warm`` frames: ready, dead, torch missing) is logged (:attr:`Agent.warm`
+keeps the last); ``GPUACCEPT_WARM`` in the controller's environment reaches the agent (:data:`WARM_ENV`).
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from typing import Any, Callable, Mapping
 from gpuaccept.errors import CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, NodeHeld, ProbeError
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
-from gpuaccept.runner.ship import payload
+from gpuaccept.runner.ship import payload, torch_import
 from gpuaccept.transport.session import Session, open_session
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,9 @@ log = logging.getLogger(__name__)
 MAGIC = b"__GPUACCEPT_AGENT__\n"
 #: the controller's environment variable naming the nodes' lock folder (default /tmp/gpuaccept-node-lock)
 LOCK_DIR_ENV = "GPUACCEPT_NODE_LOCK_DIR"
+#: the controller's environment variable passed on to every agent it starts: when the node's warm child starts
+#: ("auto", the default, "on", "off"; probes/_zygote.py MODE_ENV)
+WARM_ENV = "GPUACCEPT_WARM"
 #: seconds to wait for the agent's ``ready`` after the start command (connect excluded: the transport bounds it)
 START_TIMEOUT_S = 60.0
 #: seconds the agent gets to answer a ``kill`` (its kill takes up to 1.5 s, _watchdog.KILL_GRACE_S, plus reading
@@ -131,6 +139,8 @@ class Agent:
         self.identity = identity
         #: what the agent said of the node's lock at its start: ``lock`` (its holder file), ``took_over``, ``lock_note``
         self.lock_info: dict = {}
+        #: the agent's last word on its warm child (``{"state": "ready" | "dead" | "missing", "pid", ...}``), or {}
+        self.warm: dict = {}
         self.session: Session | None = None
         self.folder: str | None = None  # the folder name (below $TMPDIR) once started
         self.dir: str | None = None  # its full path on the node, from the agent's ready
@@ -150,7 +160,8 @@ class Agent:
         s for ``ready``. Raises ProbeError "could not ship probes: ..." (no interpreter, the folder could not be
         made, the agent exited), NodeHeld (another run's agent holds the node: the agent exited, nothing ran),
         CommandTimeout (no answer: the session is closed), Interrupted, the transport's connection errors."""
-        cmd, self.folder = start_command(self.python, self.env, self.identity)
+        env = {**self.env, **({WARM_ENV: os.environ[WARM_ENV]} if os.environ.get(WARM_ENV) else {})}
+        cmd, self.folder = start_command(self.python, env, self.identity)
         tracked(self.name, cmd, lambda r: self._start(r, cmd, timeout, label),
                 label if label == "start the agent" else f"start the agent for {label}")
 
@@ -204,6 +215,19 @@ class Agent:
         if ready.get("lock_note"):
             log.warning("%s: %s; the run goes on without holding the node", self.name, ready["lock_note"])
 
+    def _warm_said(self, doc: dict) -> None:
+        """Keep and log what the agent says of its warm child: ready (DEBUG), torch missing (INFO: the torch probes
+        fail on their own), dead (WARNING: the torch probes start fresh from now on)."""
+        self.warm = {k: v for k, v in doc.items() if k != "op"}
+        state = doc.get("state")
+        if state == "ready":
+            log.debug("%s: warm child %s ready: torch %s imported in %s s", self.name, doc.get("pid"),
+                      doc.get("torch"), doc.get("import_s"))
+        elif state == "missing":
+            log.info("%s: no warm child: %s", self.name, doc.get("why"))
+        else:
+            log.warning("%s: %s; torch probes start fresh from now on", self.name, doc.get("why"))
+
     def _start_failure(self) -> tuple[str, bool]:
         """Why the agent did not start, and whether its interpreter is missing (rc 127)."""
         s = self.session
@@ -224,6 +248,9 @@ class Agent:
         assert s is not None
         while True:
             got = self._frames.pop()
+            if got is not None and got.get("op") == "warm":
+                self._warm_said(got)
+                continue
             if got is not None:
                 return got
             if running is not None and running.cancelled.is_set():
@@ -239,25 +266,31 @@ class Agent:
 
     # -- probes -------------------------------------------------------------------------------
     def probe(self, name: str, argv: list[str], limit: float, grace: float, env: dict[str, str],
-              exec_probe: bool = False, progress: Callable[[dict], None] | None = None) -> CommandResult:
+              exec_probe: bool = False, progress: Callable[[dict], None] | None = None,
+              torch: str | None = "") -> CommandResult:
         """Run ``argv`` (``["<name>.py", "<json args>"]``) as probe ``name`` under the agent, ``limit`` s of wall
-        clock here (the agent kills it at ``limit + grace`` on its own), ``env`` laid over the agent's.
+        clock here (the agent kills it at ``limit + grace`` on its own), ``env`` laid over the agent's. ``torch``:
+        whether it imports torch ("module" | "function" | None, the agent's warm child forks it then); default: read
+        from the shipped probe ``name`` (gpuaccept.runner.ship.torch_import) when ``argv[0]`` is its file.
         Returns its CommandResult (stdout, stderr as the probe wrote them; rc 1 with the watchdog's failure
         line when the agent killed it). Raises CommandTimeout or Interrupted (the probe's group killed; what it
         printed in ``stdout``/``stderr`` attributes), HostUnreachable (``pgids``: groups left behind)."""
         label = f"probe {name}"
         if self.session is None:
             self.start(min(limit, START_TIMEOUT_S), label)
+        if torch == "":
+            torch = torch_import(name) if argv and argv[0] == f"{name}.py" else None
         return tracked(self.name, f"agent {self.dir}: {shell.command(argv)}",
-                       lambda r: self._probe(r, argv, limit, grace, env, exec_probe, progress, label), label)
+                       lambda r: self._probe(r, argv, limit, grace, env, exec_probe, progress, label, torch), label)
 
-    def _probe(self, running: Running, argv, limit, grace, env, exec_probe, progress, label) -> CommandResult:
+    def _probe(self, running: Running, argv, limit, grace, env, exec_probe, progress, label,
+               torch: str | None = None) -> CommandResult:
         rid = next(self._ids)
         lines = ProgressLines(progress) if progress is not None else None
         start = time.monotonic()
         pgids: list[int] = []
         self.session.send(encode({"op": "run", "id": rid, "argv": argv, "deadline_s": limit, "grace_s": grace,
-                                  "env": env, "exec": exec_probe}))
+                                  "env": env, "exec": exec_probe, "torch": torch}))
         try:
             while True:
                 doc = self._next(start + limit, running)

@@ -111,9 +111,11 @@ def _why_not_saved(directory: str, err: OSError) -> str:
     return err.strerror or str(err)
 
 
-def keep_probe(directory: str, name: str, args: dict | None, doc: dict) -> str:
+def keep_probe(directory: str, name: str, args: dict | None, doc: dict, timing: dict | None = None) -> str:
     """Keep a probe's document as ``<directory>/<name>-<args digest>.json`` (as gpuaccept.runner.replay.save_probe
-    writes it: a replay reads it) and return its path; unlike ``save_probe``, a document that cannot be kept is
+    writes it: a replay reads it) and return its path; ``timing`` (:meth:`HostRunner.probe_now`: ``started`` and
+    ``ended``, Unix s on the controller's clock, ``node_s``: the probe's seconds as the node's agent timed them)
+    is kept beside the document as ``"timing"``. Unlike ``save_probe``, a document that cannot be kept is
     said: raises :class:`DocumentNotSaved` naming the file and why (a ``probes`` or host folder that is a
     symbolic link, which is never followed; a full disk; no permission). No half-written file is left. A report
     folder that is gone is made again."""
@@ -130,8 +132,8 @@ def keep_probe(directory: str, name: str, args: dict | None, doc: dict) -> str:
     try:
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=fd)
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"probe": name, "args": args or {}, "release": __version__, "doc": doc}, f, indent=1,
-                      default=str)
+            json.dump({"probe": name, "args": args or {}, "release": __version__, "doc": doc,
+                       **({"timing": timing} if timing else {})}, f, indent=1, default=str)
         os.replace(tmp, final, src_dir_fd=fd, dst_dir_fd=fd)
     except OSError as e:
         try:
@@ -344,7 +346,7 @@ class HostRunner:
         Saves the document under ``save_dir``. Raises as :meth:`probe`."""
         with self._lock:
             for cb in PROBE_STARTED: cb(self.name, name, timeout or self.probe_timeout)  # noqa: E701
-            self._started[name] = time.time()
+            self._started[name] = started = time.time()
             limit = timeout or self.probe_timeout
             # a rank of a multi-host collective (nnodes > 1) is not run again alone after a lost connection
             rerun = int((args or {}).get("nnodes") or 1) <= 1
@@ -364,15 +366,16 @@ class HostRunner:
                 for cb in PROBE_FINISHED: cb(self.name, name)  # noqa: E701
         doc = parse_probe_output(self.name, name, res, self.python)
         if self.save_dir:
-            self._keep(name, args, doc)
+            self._keep(name, args, doc, {"started": round(started, 3), "ended": round(time.time(), 3),
+                                         "node_s": round(res.duration_s, 3)})
         return doc
 
-    def _keep(self, name: str, args: dict, doc: dict) -> None:
+    def _keep(self, name: str, args: dict, doc: dict, timing: dict | None = None) -> None:
         """Keep ``doc`` under ``save_dir`` (:func:`keep_probe`). A document measured but not kept is an error of
         the test, not a silent gap: raises ProbeError (cause class tool: neither the node's nor the operator's
         fault) "raw document not saved: <path>: <why>", with ``path`` and ``why`` as evidence."""
         try:
-            keep_probe(os.path.join(self.save_dir, self.name), name, args, doc)
+            keep_probe(os.path.join(self.save_dir, self.name), name, args, doc, timing)
         except DocumentNotSaved as e:
             log.error("%s: probe %s: raw document not saved: %s", self.name, name, e)
             raise DocumentNotKept(self.name, f"{name}: raw document not saved: {e.path}: {e.why}",

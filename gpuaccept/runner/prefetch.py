@@ -26,6 +26,18 @@ is cheap and harmless to drop:
   or one written off as unreachable, never after an interrupt (gpuaccept.runner.interrupt), never while the asking
   thread holds its host's lock (``cached_probe``), never from a thread other than pytest's.
 
+A test whose probes' arguments come from the host itself (its own inventory variables, an earlier result on
+that host: ``storage_paths`` placed by ``storage_mounts`` before ``fio_throughput`` runs there) names a *plan*
+with :func:`ahead`: a function ``plan(node)`` that asks ``node`` for the same probes as the test, in the same
+order, from the same inventory variables and results, judging nothing. When the test of the first host
+begins, the plan runs in the pool on every host whose item of the same test is its next (as above, without
+the rules on equal inventory variables, GPUs and first calls: the plan derives each host's own arguments);
+each host's test then takes the results by their arguments, waiting for one that is running. A plan on a
+fleet test (no host) runs on every host of the run when the fleet test begins; what it reads through
+``cached_probe`` (``gpu_inventory``) the fleet test finds in the host's cache. A plan stops at its first error
+(kept for the test, raised there as if it happened in the test) and is dropped where the test asks for
+something else (its running probe killed).
+
 When B's test then asks with other arguments (they differed per host after all), its probe runs then, as
 without prefetch, and the guess is dropped at once; one no test asks for is dropped when B's test ends (or
 the run does): a queued one is never started, a running one is killed on the node (its remote process
@@ -49,6 +61,26 @@ from gpuaccept.judging.readings import is_lost
 from gpuaccept.transport import interruption, running
 
 log = logging.getLogger(__name__)
+#: ``.job``: the plan (:func:`ahead`) this worker thread runs; its probe calls are kept for the test they are for
+_AHEAD = threading.local()
+#: the attribute :func:`ahead` sets on a test function
+PLAN_ATTR = "gpuaccept_ahead"
+
+
+def ahead(plan: Callable[[Any], Any]) -> Callable:
+    """Decorator: ``plan(node)`` asks ``node`` (a HostRunner) for the probes the decorated test asks for, in the
+    same order and with the same arguments, derived the same way from the host's inventory variables and earlier
+    results on that host; it judges nothing and records nothing (its return value and any exception it raises
+    are ignored). The prefetcher runs it ahead on the hosts whose turn is next (see the module docstring)."""
+    def mark(fn):
+        setattr(fn, PLAN_ATTR, plan)
+        return fn
+    return mark
+
+
+class _PlanEnd(BaseException):
+    """Stops a plan: dropped, or a probe asked on another host. Not an Exception: ``cached_probe`` keeps no such
+    error for the host."""
 
 #: seconds :meth:`Prefetcher.close` waits for killed jobs to end (each kill is bounded by the transport's
 #: KILL_BUDGET_S, 6 s, plus a fresh connection where the server refuses a second session)
@@ -70,6 +102,7 @@ class ItemInfo:
     group: Any
     uses_gpus: bool = False
     received: bool = False
+    plan: Callable[[Any], Any] | None = None
 
 
 def describe(items: Iterable[Any]) -> list[ItemInfo]:
@@ -84,7 +117,8 @@ def describe(items: Iterable[Any]) -> list[ItemInfo]:
             base = it.nodeid[: len(it.nodeid) - len(it.name)] + getattr(it, "originalname", it.name)
             group = (base, tuple(sorted((k, repr(v)) for k, v in params.items())))
         out.append(ItemInfo(it.nodeid, i, None if host is None else str(host), group,
-                            "gpus" in getattr(it, "fixturenames", ())))
+                            "gpus" in getattr(it, "fixturenames", ()),
+                            plan=getattr(getattr(it, "obj", None), PLAN_ATTR, None)))
     return out
 
 
@@ -111,8 +145,10 @@ def gpu_fingerprint(doc: dict) -> str:
 
 @dataclass(eq=False)
 class _Job:
-    """One probe fetched ahead for ``nodeid`` on ``runner``. ``state``: queued -> running -> finished, or
-    skipped (never run: dropped, interrupted, GPUs unlike the asking host's, or taken over by the test)."""
+    """One probe fetched ahead for ``nodeid`` on ``runner``, or a plan (:func:`ahead`: ``plan`` set, ``call``
+    None; ``results``: probe key -> (document, error) in the order run; ``current``: the key running now).
+    ``state``: queued -> running -> finished, or skipped (never run: dropped, interrupted, GPUs unlike the
+    asking host's, or taken over by the test)."""
 
     runner: Any
     nodeid: str
@@ -125,6 +161,9 @@ class _Job:
     doc: dict | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    plan: Callable[[Any], Any] | None = None
+    results: dict = field(default_factory=dict)
+    current: str | None = None
 
     @property
     def host(self) -> str:
@@ -135,12 +174,15 @@ class Prefetcher:
     """Fetch ahead, across hosts, the probes the tests of a run ask for (see the module docstring).
 
     ``items``: :func:`describe` of the run's items; ``runner_for(host)``: the run's HostRunner for a host
-    name; ``forks``: at most this many probes fetched ahead at once (``--forks``). The plugin calls
+    name; ``forks``: at most this many probes (or plans) fetched ahead at once (``--forks``); ``hosts``: every
+    host of the run, in order (where a fleet test's plan runs; default: the hosts of ``items``). The plugin calls
     :meth:`begin` and :meth:`end` around each test, installs :meth:`probe` as ``gpuaccept.runner.host.PROBE_HOOK``,
     and calls :meth:`close` at the end of the session. ``stats`` counts jobs: queued, run, taken, dropped."""
 
-    def __init__(self, items: list[ItemInfo], runner_for: Callable[[str], Any], forks: int):
+    def __init__(self, items: list[ItemInfo], runner_for: Callable[[str], Any], forks: int,
+                 hosts: list[str] | None = None):
         self.items = {i.nodeid: i for i in items}
+        self._hosts = list(hosts) if hosts is not None else list(dict.fromkeys(i.host for i in items if i.host))
         self._runner_for = runner_for
         self._forks = max(1, int(forks))
         self._groups: dict[Any, list[ItemInfo]] = {}
@@ -166,10 +208,13 @@ class Prefetcher:
 
     # -- the plugin's calls ----------------------------------------------------------------------------
     def begin(self, nodeid: str) -> None:
-        """The test ``nodeid`` starts (pytest_runtest_protocol)."""
-        self._current = self.items.get(nodeid)
-        if self._current is not None:
-            self._current.received = False
+        """The test ``nodeid`` starts (pytest_runtest_protocol); a test with a plan (:func:`ahead`) starts it on the
+        hosts whose turn is next (every host for a fleet test)."""
+        self._current = cur = self.items.get(nodeid)
+        if cur is not None:
+            cur.received = False
+            if cur.plan is not None and not interruption() and not self._closed:
+                self._spread_plan(cur)
 
     def end(self, nodeid: str) -> None:
         """The test ``nodeid`` ended: results fetched for it that it did not take are dropped (queued ones
@@ -197,10 +242,23 @@ class Prefetcher:
 
     def probe(self, runner: Any, name: str, args: dict, timeout: float | None, env: dict | None) -> dict:
         """``gpuaccept.runner.host.PROBE_HOOK``: the result fetched ahead for the running test, if there is one (else
-        run here); the test's first call also starts the same probe on the hosts whose turn is next."""
+        run here); the test's first call also starts the same probe on the hosts whose turn is next. Called by a
+        plan (in a worker), it runs the probe and keeps the result for the plan's test."""
+        plan = getattr(_AHEAD, "job", None)
+        if plan is not None:
+            return self._plan_call(plan, runner, name, args, timeout, env)
         cur = self._current
+        if cur is not None and threading.current_thread() is threading.main_thread():
+            mine = self._plan_of(cur.nodeid, runner.name)
+            if mine is not None:
+                found, doc, err = self._from_plan(mine, probe_key(name, args, timeout, env))
+                if found:
+                    cur.received = True
+                    if err is not None:
+                        raise err
+                    return doc
         if (cur is None or threading.current_thread() is not threading.main_thread() or runner.name != cur.host
-                or runner.lock_held()):
+                or runner.lock_held() or cur.plan is not None):
             try:
                 return runner.probe_now(name, args, timeout, env)
             finally:
@@ -257,23 +315,101 @@ class Prefetcher:
             target = self._runner_for(other.host)
             if target.replay_dir or target.written_off or self._host_facts(target) != facts:
                 continue
-            job = _Job(target, other.nodeid, key, (name, args, timeout, env), gpus)
+            if not self._enqueue(_Job(target, other.nodeid, key, (name, args, timeout, env), gpus)):
+                return
+            log.debug("prefetch: %s %s for %s (asked by %s)", target.name, name, other.nodeid, cur.nodeid)
+
+    def _enqueue(self, job: _Job) -> bool:
+        """Queue ``job`` for its host and wake or start a worker (at most ``forks``); False once closed."""
+        with self._cv:
+            if self._closed:
+                return False
+            self._slots.setdefault(job.nodeid, []).append(job)
+            self._queues.setdefault(job.host, deque()).append(job)
+            self.stats["queued"] += 1
+            if job.host not in self._active:
+                self._active.add(job.host)
+                self._ready.append(job.host)
+                if self._idle:
+                    self._cv.notify()
+                elif self._workers < self._forks:
+                    self._workers += 1
+                    threading.Thread(target=self._work, daemon=True,
+                                     name=f"gpuaccept-prefetch-{self._workers}").start()
+        return True
+
+    # -- plans ---------------------------------------------------------------------------------------
+    def _spread_plan(self, cur: ItemInfo) -> None:
+        """Start ``cur``'s plan on the hosts whose next item is ``cur``'s test (every host for a fleet test),
+        never on ``cur``'s own host (its test runs there now), a replayed host or one written off."""
+        if cur.host is None:
+            targets = [(cur.nodeid, h) for h in self._hosts]
+        else:
+            targets = [(o.nodeid, o.host) for o in self._groups.get(cur.group, [])
+                       if o.index > cur.index and o.host != cur.host and self._next_index(o.host, cur.index) == o.index]
+        for nodeid, host in targets:
+            if any(j.host == host for j in self._slots.get(nodeid, ())):
+                continue
+            target = self._runner_for(host)
+            if target.replay_dir or target.written_off:
+                continue
+            if not self._enqueue(_Job(target, nodeid, "", None, None, plan=cur.plan)):
+                return
+            log.debug("prefetch: %s plan of %s for %s", host, cur.nodeid, nodeid)
+
+    def _plan_of(self, nodeid: str, host: str) -> _Job | None:
+        """The plan fetched ahead for test ``nodeid`` on ``host``, if any."""
+        with self._cv:
+            for job in self._slots.get(nodeid, ()):
+                if job.plan is not None and job.host == host and not job.cancelled:
+                    return job
+        return None
+
+    def _plan_call(self, job: _Job, runner: Any, name: str, args: dict, timeout, env) -> dict:
+        """A probe a plan asks for, in its worker: run now on the plan's host and kept under its key (an error
+        too, and raised again: the plan stops as the test would). Raises _PlanEnd when the plan was dropped, the
+        run interrupted, or the plan asks another host."""
+        if runner is not job.runner or job.cancelled or interruption():
+            raise _PlanEnd()
+        key = probe_key(name, args, timeout, env)
+        with self._cv:
+            job.current = key
+            self.stats["run"] += 1
+        doc, err = None, None
+        try:
+            doc = runner.probe_now(name, args, timeout, env)
+            return doc
+        except Exception as e:  # noqa: BLE001 - kept for the test, which raises it
+            err = e
+            raise
+        finally:
             with self._cv:
-                if self._closed:
-                    return
-                self._slots.setdefault(other.nodeid, []).append(job)
-                self._queues.setdefault(job.host, deque()).append(job)
-                self.stats["queued"] += 1
-                if job.host not in self._active:
-                    self._active.add(job.host)
-                    self._ready.append(job.host)
-                    if self._idle:
-                        self._cv.notify()
-                    elif self._workers < self._forks:
-                        self._workers += 1
-                        threading.Thread(target=self._work, daemon=True,
-                                         name=f"gpuaccept-prefetch-{self._workers}").start()
-            log.debug("prefetch: %s %s for %s (asked by %s)", job.host, name, other.nodeid, cur.nodeid)
+                job.results[key] = (doc, err)
+                job.current = None
+                self._cv.notify_all()
+
+    def _from_plan(self, job: _Job, key: str) -> tuple[bool, dict | None, BaseException | None]:
+        """``(found, document, error)`` for the test's call ``key`` from its host's plan: waits while the plan
+        runs that very call (or is between calls); a plan still queued is taken over (never run: the test runs
+        its probes itself); a plan running another call went another way than the test: dropped, its probe
+        killed."""
+        with self._cv:
+            while True:
+                if key in job.results:
+                    doc, err = job.results.pop(key)
+                    job.taken = True
+                    self.stats["taken"] += 1
+                    return True, doc, err
+                if job.state == "queued":
+                    self._unqueue(job)
+                    return False, None, None
+                if job.state != "running" or job.cancelled:
+                    return False, None, None
+                if job.current is not None and job.current != key:
+                    break
+                self._cv.wait(0.2)
+        self._cancel(job)
+        return False, None, None
 
     def _take(self, nodeid: str, key: str) -> _Job | None:
         """The result fetched for ``nodeid`` with ``key``, now the test's. One still queued is taken over: the
@@ -341,7 +477,9 @@ class Prefetcher:
                 job.state = "running"
             state = "finished"
             try:
-                if job.gpus is not None and gpu_fingerprint(runner.gpu_inventory()) != job.gpus:
+                if job.plan is not None:
+                    self._run_plan(job)
+                elif job.gpus is not None and gpu_fingerprint(runner.gpu_inventory()) != job.gpus:
                     state = "skipped"  # other GPUs: the test's own arguments would likely differ
                 else:
                     with self._cv:
@@ -353,12 +491,26 @@ class Prefetcher:
                 with self._cv:
                     job.state = state
                     job.done.set()
+                    self._cv.notify_all()  # a test waiting on a plan's next result
+
+    def _run_plan(self, job: _Job) -> None:
+        """(under the host's lock, in a worker) Run ``job``'s plan; whatever ends it is the test's to see again."""
+        _AHEAD.job = job
+        try:
+            job.plan(job.runner)
+        except BaseException as e:  # noqa: BLE001 - a plan's end (an error, a skip, dropped) is no result
+            log.debug("prefetch: plan for %s on %s ended: %r", job.nodeid, job.host, e)
+        finally:
+            _AHEAD.job = None
 
     def _cancel(self, job: _Job) -> None:
         """Drop ``job``: never start it if queued; kill its command on the node if running."""
         with self._cv:
             job.cancelled = True
-            if job.taken or job.state in ("finished", "skipped"):
+            if job.plan is not None and job.state == "finished":
+                self.stats["dropped"] += len(job.results)  # results no test took
+                return
+            if (job.taken and job.plan is None) or job.state in ("finished", "skipped"):
                 if not job.taken and job.state == "finished":
                     self.stats["dropped"] += 1
                 return

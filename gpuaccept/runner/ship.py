@@ -49,6 +49,68 @@ def probe_files(name: str) -> tuple[str, ...]:
     return tuple(sorted(need))
 
 
+@functools.lru_cache(maxsize=None)
+def torch_import(name: str) -> str | None:
+    """Whether probe ``name`` imports torch, read from its code (:mod:`ast`), for the node-side agent's warm
+    child (``probes/_zygote.py``): "module" when the probe or a ``_*.py`` helper it imports at its top (at any
+    depth) imports torch at its top, so every run of it pays torch's import; "function" when torch is imported
+    only inside a function (of the probe or of any helper it needs: :func:`probe_files`), so some runs do not
+    (gds without a path, pcie_link on links already at their maximum); None when nothing of it imports torch, or
+    for a name that is no probe."""
+    if not os.path.isfile(os.path.join(PROBE_DIR, f"{name}.py")):
+        return None
+    if _top_imports_torch(f"{name}.py", frozenset()):
+        return "module"
+    return "function" if any(_imports_torch(fn) for fn in probe_files(name)) else None
+
+
+def _parse(fn: str) -> ast.Module:
+    with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
+        return ast.parse(f.read(), fn)
+
+
+def _modules(node: ast.AST) -> list[str]:
+    """The top-level names an import statement imports ([] for any other node)."""
+    if isinstance(node, ast.Import):
+        return [a.name.split(".")[0] for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module.split(".")[0]]
+    return []
+
+
+def _top_imports_torch(fn: str, seen: frozenset) -> bool:
+    """Whether ``fn`` (a file of gpuaccept/probes) imports torch at its top, itself or through a helper imported
+    at its top (``try`` and ``if`` blocks at the top count: they run at import)."""
+    for node in _top_level(_parse(fn).body):
+        for m in _modules(node):
+            if m == "torch":
+                return True
+            helper = f"{m}.py"
+            if m.startswith("_") and helper not in seen and os.path.isfile(os.path.join(PROBE_DIR, helper)):
+                if _top_imports_torch(helper, seen | {fn}):
+                    return True
+    return False
+
+
+def _top_level(body: list) -> list:
+    """The statements that run when a module is imported: ``body`` and the blocks of its ``if``/``try``/``with``."""
+    out = []
+    for node in body:
+        out.append(node)
+        for field in ("body", "orelse", "finalbody"):
+            if isinstance(node, (ast.If, ast.Try, ast.With)) and getattr(node, field, None):
+                out += _top_level(getattr(node, field))
+        if isinstance(node, ast.Try):
+            for h in node.handlers:
+                out += _top_level(h.body)
+    return out
+
+
+def _imports_torch(fn: str) -> bool:
+    """Whether ``fn`` imports torch anywhere (inside functions too)."""
+    return any(m == "torch" for node in ast.walk(_parse(fn)) for m in _modules(node))
+
+
 _PAYLOAD_LOCK = threading.Lock()
 
 

@@ -23,19 +23,18 @@ Without ``--slurm-apply`` nothing is changed: the commands are printed (a dry ru
 (``scontrol`` missing or not answering) the dry run says so and prints the drains as if no node were drained (no
 resume can be planned), the run's exit code its own. With ``--slurm-apply``, ``scontrol`` missing or a
 controller that does not answer ``scontrol ping`` is refused before any node is touched (:func:`check_ready`,
-exit 4). :func:`plan` is pure; :func:`run_step` does the I/O. Also runnable on a finished run's folder:
+exit 4). The rules shared with Kubernetes (which hosts, the brake, when to resume) are
+gpuaccept.scaleout.quarantine's. :func:`plan` is pure; :func:`run_step` does the I/O. Also runnable on a finished run's folder:
 ``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]
 [--drain-max N|N%] [--history PATH|none]``.
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -43,14 +42,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.config.options import DRAIN_MAX_DEFAULT, drain_limit, parse_drain_max
-from gpuaccept.judging.actions import base_test_name, drain_actions
+from gpuaccept.config.options import DRAIN_MAX_DEFAULT, parse_drain_max
 from gpuaccept.reporting.records import CaseRecord
-from gpuaccept.reporting.verdicts import host_verdicts, same_reason_once
+from gpuaccept.reporting.verdicts import host_verdicts
+from gpuaccept.scaleout.quarantine import (REASON_HEAD, Decision, Hold, Words, brake as shared_brake, decide,
+                                           earlier_results, hold_reason, needed_tests, ours, passed_tests,
+                                           reason_run, record_history, records_of)  # noqa: F401 (REASON_HEAD, needed_tests: kept names)
 from gpuaccept.transport.shell import command as shell_command
 
-#: every drain reason of ours starts with this (and only ours are resumed or replaced)
-REASON_HEAD = "gpuaccept "
 #: a drain reason's first-reason part is cut to this many characters (``scontrol show node`` prints it on one
 #: line; sinfo -R's default column is 20 wide, so the run id and action come first). Chosen.
 MAX_FIRST_REASON = 160
@@ -114,139 +113,50 @@ def parse_show_nodes(text: str) -> dict[str, NodeState]:
 
 
 def drain_reason(run_id: str, action: str, first_reason: str, evidence: str) -> str:
-    """``"gpuaccept <run id>: <action>: <first reason> (evidence <dir>)"``: one line, double quotes made single
-    (the reason travels as one argv word, and a person copies the dry run's command into a shell)."""
-    first = " ".join((first_reason or "").split()).replace('"', "'")
-    if len(first) > MAX_FIRST_REASON:
-        first = first[:MAX_FIRST_REASON - 3] + "..."
-    return f"{REASON_HEAD}{run_id}: {action}: {first} (evidence {evidence})"
+    """``"gpuaccept <run id>: <action>: <first reason> (evidence <dir>)"`` (gpuaccept.scaleout.quarantine.hold_reason,
+    the first reason cut to :data:`MAX_FIRST_REASON`)."""
+    return hold_reason(run_id, action, first_reason, evidence, MAX_FIRST_REASON)
 
 
-def ours(reason: str | None) -> bool:
-    """True when a node's drain reason is one gpuaccept wrote."""
-    return bool(reason) and reason.startswith(REASON_HEAD)
+#: how the Slurm step names things in its lines (gpuaccept.scaleout.quarantine.Words)
+WORDS = Words("slurm", "Slurm", "scontrol show node", "drain", "drained", "the Slurm controller was not reached")
 
 
-_REASON_RUN_RE = re.compile(r"^gpuaccept (\S+?):")
-_REASON_EVIDENCE_RE = re.compile(r"\(evidence (.+)\)$")
+def hold_of(st: NodeState) -> Hold:
+    """A Slurm node's state as the shared rules read it: held when drained, ours when its reason is."""
+    rid, evidence = reason_run(st.reason or "") if ours(st.reason) else (None, None)
+    return Hold(st.name, st.drained, ours(st.reason), st.reason, rid, evidence)
 
 
-def reason_run(reason: str) -> tuple[str | None, str | None]:
-    """(run id, evidence folder) of a drain reason of ours; None for a part it does not carry."""
-    run = _REASON_RUN_RE.match(reason or "")
-    ev = _REASON_EVIDENCE_RE.search(reason or "")
-    return (run.group(1) if run else None), (ev.group(1) if ev else None)
+def _step(d: Decision, run_id: str, run_dir: str) -> Step:
+    if d.kind == "hold":
+        reason = drain_reason(run_id, d.action["action"], d.first, run_dir)
+        return Step(d.host, d.node, ("scontrol", "update", f"NodeName={d.node}", "State=DRAIN", f"Reason={reason}"),
+                    d.note)
+    if d.kind == "release":
+        return Step(d.host, d.node, ("scontrol", "update", f"NodeName={d.node}", "State=RESUME"), d.note)
+    return Step(d.host, d.node, None, d.note)
 
 
-def needed_tests(results: dict, host: str) -> set[str]:
-    """The tests (base names) that failed or errored for ``host`` in a run's results.json document: its own,
-    and the fleet-wide ones whose failure lines name it."""
-    out = set()
-    for t in results.get("tests") or []:
-        if t.get("outcome") not in ("failed", "error"):
-            continue
-        if t.get("host") == host or (t.get("host") is None and any(
-                e.get("host") == host for e in t.get("failures") or [])):
-            out.add(base_test_name(t.get("name")))
-    return out
-
-
-def passed_tests(recs: list[CaseRecord]) -> dict[str, set[str]]:
-    """host -> the tests (base names) it passed in these records (fleet-wide ones for the hosts with a figure)."""
-    out: dict[str, set[str]] = {}
-    for r in recs:
-        if r.outcome != "passed":
-            continue
-        hosts = [r.host] if r.host else sorted({f.get("host") for f in r.figures if f.get("host")})
-        for h in hosts:
-            out.setdefault(h, set()).add(base_test_name(r.name))
-    return out
+def decisions(hv: dict, hosts: list[str], names: Mapping[str, str], states: Mapping[str, NodeState] | None,
+              drain: bool, resume: bool, passed: Mapping[str, set],
+              earlier: Callable[[str | None, str | None], dict | None]) -> list[Decision]:
+    """gpuaccept.scaleout.quarantine.decide over Slurm's node states (pure); arguments as :func:`plan`."""
+    holds = None if states is None else {n: hold_of(st) for n, st in states.items()}
+    names = {h: names.get(h) or node_name(h) for h in hosts}
+    return decide(hv, hosts, names, holds, drain, resume, passed, earlier, WORDS)
 
 
 def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[str, str],
-         states: Mapping[str, NodeState], drain: bool, resume: bool, passed: Mapping[str, set],
+         states: Mapping[str, NodeState] | None, drain: bool, resume: bool, passed: Mapping[str, set],
          earlier: Callable[[str | None, str | None], dict | None]) -> list[Step]:
     """What to do per host, in selection order (pure). ``hv``: this run's host verdicts (with ``action``);
     ``names``: host -> Slurm node name; ``states``: node -> :class:`NodeState` (a node missing there is not
-    in Slurm; None: not known, the controller not reached: every drain planned, no resume); ``passed``: :func:`passed_tests` of this run; ``earlier(run id, evidence folder)``: the
-    results.json document of the run that drained a node, or None when it cannot be found. A host with
-    nothing to do and no note is left out."""
-    steps = []
-    for h in hosts:
-        v = hv.get(h)
-        if v is None:
-            continue
-        node = names.get(h) or node_name(h)
-        st = states.get(node) if states is not None else NodeState(node, "UNKNOWN", None)
-        act = v.get("action") or {}
-        wants_drain = drain and act.get("action") in drain_actions()
-        wants_resume = resume and v.get("verdict") == "PASS"
-        if not (wants_drain or wants_resume):
-            continue
-        if st is None:
-            steps.append(Step(h, node, None, f"no Slurm node {node} (scontrol show node): left alone"))
-            continue
-        if st.drained and not ours(st.reason):
-            steps.append(Step(h, node, None, f"drained by someone else ({st.reason or 'no reason'}): left alone"))
-            continue
-        if wants_drain:
-            first = same_reason_once(v.get("reasons") or [])
-            reason = drain_reason(run_id, act["action"], first[0] if first else act.get("reason", ""), run_dir)
-            steps.append(Step(h, node, ("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"),
-                              f"{act['action']}: drain"))
-            continue
-        if states is None:
-            steps.append(Step(h, node, None, "resume not planned: the Slurm controller was not reached"))
-            continue
-        if not st.drained:
-            continue  # passing and in service: nothing to resume
-        rid, evidence = reason_run(st.reason or "")
-        doc = earlier(rid, evidence)
-        if doc is None:
-            steps.append(Step(h, node, None, f"not resumed: the run that drained it ({rid}) is not under the "
-                                             f"reports folder nor at {evidence}; resume it by hand after a check"))
-            continue
-        missing = sorted(needed_tests(doc, h) - set(passed.get(h) or ()))
-        if missing:
-            steps.append(Step(h, node, None, f"not resumed: this run did not pass {', '.join(missing)}, which "
-                                             f"failed in run {rid} (rerun it, with the burn-in)"))
-            continue
-        steps.append(Step(h, node, ("scontrol", "update", f"NodeName={node}", "State=RESUME"),
-                          f"passes every test that failed in run {rid}: resume"))
-    return steps
-
-
-def _drains(steps: list[Step]) -> list[Step]:
-    return [s for s in steps if s.command is not None and "State=DRAIN" in s.command]
-
-
-#: the brake's hint: what makes many nodes fail at once without any of their parts being at fault
-FLEET_WIDE_HINT = "a fleet-wide cause such as a bad image or a DNS outage?"
-
-
-def brake(steps: list[Step], hv: dict, selected: int, drain_max: str | None) -> str | None:
-    """The drain brake (pure, issue 38): None when the drains of ``steps`` are within ``--drain-max`` of the
-    ``selected`` nodes (:func:`gpuaccept.config.options.drain_limit`, default :data:`DRAIN_MAX_DEFAULT`), else
-    the one line that says why none is drained: how many would be, of how many selected, the limit, and the
-    most common cause class and reason among them (``hv``: the host verdicts, each with its ``action``)."""
-    drains = _drains(steps)
-    limit = drain_limit(drain_max, selected)
-    if len(drains) <= limit:
-        return None
-    acts = [(hv.get(s.host) or {}).get("action") or {} for s in drains]
-    cause, n_cause = collections.Counter(a.get("cause") or "unverified" for a in acts).most_common(1)[0]
-    (act, why), n_why = collections.Counter((a.get("action"), a.get("reason") or "") for a in acts).most_common(1)[0]
-    return (f"gpuaccept slurm: drained none: {len(drains)} of {selected} selected nodes would be drained, above "
-            f"--drain-max {drain_max or DRAIN_MAX_DEFAULT} ({limit} node{'s' if limit != 1 else ''}); most common "
-            f"among them: cause {cause} ({n_cause} of {len(drains)}), {act}: {why} ({n_why} of {len(drains)}): "
-            f"{FLEET_WIDE_HINT} Check, then rerun with --drain-max {len(drains)} or drain by hand")
-
-
-def held_back(steps: list[Step]) -> list[Step]:
-    """``steps`` with every drain replaced by a note (the brake held it back); resumes kept (pure)."""
-    drains = set(map(id, _drains(steps)))
-    return [Step(s.host, s.node, None, "not drained: held back by --drain-max (see above)") if id(s) in drains
-            else s for s in steps]
+    in Slurm; None: not known, the controller not reached: every drain planned, no resume); ``passed``:
+    :func:`passed_tests` of this run; ``earlier(run id, evidence folder)``: the results.json document of the
+    run that drained a node, or None when it cannot be found. The rules: gpuaccept.scaleout.quarantine.decide."""
+    return [_step(d, run_id, run_dir)
+            for d in decisions(hv, hosts, names, states, drain, resume, passed, earlier)]
 
 
 # -- I/O ---------------------------------------------------------------------------------------------------
@@ -281,23 +191,6 @@ def node_states(scontrol: str, env: Mapping[str, str] | None = None) -> dict[str
     return parse_show_nodes(res.stdout)
 
 
-def earlier_results(reports_root: str) -> Callable[[str | None, str | None], dict | None]:
-    """The ``earlier`` lookup of :func:`plan`: ``<reports_root>/<run id>/results.json``, else
-    ``<evidence>/results.json``, read as JSON; None when neither is readable."""
-    def find(run_id: str | None, evidence: str | None) -> dict | None:
-        for d in ([os.path.join(reports_root, run_id)] if run_id and "/" not in run_id else []) + \
-                 ([evidence] if evidence else []):
-            try:
-                with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
-                    doc = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if run_id is None or doc.get("run_id") in (run_id, None):
-                return doc
-        return None
-    return find
-
-
 @dataclass
 class StepResult:
     """What the Slurm step did: ``steps`` (after the brake), ``failed`` (scontrol calls that failed), ``refused``
@@ -314,20 +207,6 @@ class StepResult:
     def ok(self) -> bool:
         """No call failed and the brake held nothing back."""
         return not self.failed and self.refused is None
-
-
-def _history_events(steps: list[Step], done: set[int], hv: dict) -> list[dict]:
-    """The drains and resumes of ``steps`` whose calls succeeded (indices ``done``), for the history."""
-    out = []
-    for i, s in enumerate(steps):
-        if i not in done:
-            continue
-        act = (hv.get(s.host) or {}).get("action") or {}
-        drain = "State=DRAIN" in s.command
-        out.append({"event": "drain" if drain else "resume", "host": s.host, "node": s.node,
-                    **({"action": act.get("action"), "cause": act.get("cause"), "reason": act.get("reason")}
-                       if drain else {})})
-    return out
 
 
 def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[CaseRecord],
@@ -349,11 +228,10 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
         if apply:
             raise SlurmUnavailable(str(e)) from None
         states, unreached = None, " ".join(str(e).split()) or type(e).__name__
-    steps = plan(hv, hosts, run_id, os.path.abspath(rdir), names, states, drain, resume, passed_tests(recs),
-                 earlier_results(os.path.dirname(os.path.abspath(rdir))))
-    refused = brake(steps, hv, len(hosts), drain_max) if drain else None
-    if refused:
-        steps = held_back(steps)
+    found = decisions(hv, hosts, names, states, drain, resume, passed_tests(recs),
+                      earlier_results(os.path.dirname(os.path.abspath(rdir))))
+    found, refused = shared_brake(found, hv, len(hosts), drain_max, WORDS) if drain else (found, None)
+    steps = [_step(d, run_id, os.path.abspath(rdir)) for d in found]
     head = "gpuaccept slurm: " + ("calling scontrol" if apply else "dry run (--slurm-apply makes these calls)")
     if unreached:
         head += (f"; the Slurm controller was not reached ({unreached}): node states not read, the drains "
@@ -374,15 +252,8 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
         lines.append(line)
     if not steps:
         lines.append("  nothing to drain or resume")
-    repeating: list[str] = []
-    if history and done:
-        from gpuaccept.reporting.history import HistoryError
-        from gpuaccept.reporting.history.drains import record_events, repeating_text
-        try:
-            repeating = [repeating_text(r) for r in record_events(history, run_id, _history_events(steps, done, hv))]
-        except (HistoryError, OSError, sqlite3.Error) as e:
-            lines.append(f"gpuaccept slurm: the calls made are not in the history {history}: {e}")
-        lines += [f"gpuaccept slurm: repeating: {t}" for t in repeating]
+    repeating, said = record_history(history, run_id, [found[i] for i in sorted(done)], WORDS)
+    lines += said
     for ln in lines:
         write(ln)
     try:
@@ -426,11 +297,6 @@ def after_run(rep, hostvars: Mapping[str, Mapping], drain: bool, resume: bool, a
     return lines, got.ok
 
 
-def _records(results: dict) -> list[CaseRecord]:
-    fields = set(CaseRecord.__dataclass_fields__)
-    return [CaseRecord(**{k: v for k, v in t.items() if k in fields}) for t in results.get("tests") or []]
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpuaccept.scaleout.drain REPORT_DIR [--drain] [--resume] [--apply] [--inventory FILE]``: the
     Slurm step on a finished run's folder. Exit 0 when every call made succeeded, 1 when one failed or the
@@ -472,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             from gpuaccept.config.inventory import load_inventory
             inv = load_inventory(inv_path)
             names = {h: node_name(h, inv.hosts[h].vars) if h in inv.hosts else names[h] for h in hosts}
-        recs = _records(results)
+        recs = records_of(results)
         hv = host_verdicts(recs, hosts)
         rid = str(results.get("run_id"))
         got = run_step(a.report_dir, rid, hv, hosts, recs, names, a.drain, a.resume, a.apply, path,

@@ -309,10 +309,12 @@ def _repair_history(history_path: str, folders: list) -> list[str]:
 
 
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
-          host_errors: dict[str, str] | None = None) -> Reporter:
+          host_errors: dict[str, str] | None = None, records: list[CaseRecord] | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
     module docstring for which record wins. ``host_errors``: host -> reason, an ERROR for a host that left
-    no folder. The notes on replaced hosts are in ``reporter.meta["merge_notes"]``."""
+    no folder; ``records``: records judged outside the folders (the Kubernetes all-reduce's,
+    gpuaccept.scaleout.k8s.allreduce), each replacing a folder's record of its test id. The notes on replaced
+    hosts are in ``reporter.meta["merge_notes"]``."""
     _refuse(dirs, into, history_path)
     host_errors = dict(host_errors or {})
     read = [(d, *read_folder(d)) for d in dirs]
@@ -366,6 +368,8 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             host_errors[h] = (f"{h}: the run in {d} did not finish (no complete results.json: "
                               f"{how.get(states[i], 'killed or still running')}); {n} test(s) reported, any other "
                               "test of this host is missing")
+    for r in records or []:
+        all_recs[r.nodeid] = r
     for h, why in host_errors.items():
         nodeid = f"gpuaccept/scaleout/merge.py::run_incomplete[{h}]"
         all_recs[nodeid] = CaseRecord(nodeid, f"run_incomplete[{h}]", h, "other", "error",

@@ -215,16 +215,28 @@ def run(nodes: list[str], master: str, base_args: dict, deadline_s: int, port: i
             break
         if not (r0.doc and r0.doc.get("outcome") == "addr_in_use"):
             break
-    ok = all(r.kind == "ok" for r in results.values())
-    col = Collective(list(nodes), ok, results, marker=marker, master_addr=master, master_port=p,
-                     attempts=attempt, wall_s=round(time.monotonic() - t0, 3))
+    return judge_collective(list(nodes), results, base_args, addresses, marker=marker, master_addr=master,
+                            master_port=p, attempts=attempt, wall_s=round(time.monotonic() - t0, 3))
+
+
+def judge_collective(nodes: list[str], results: dict[str, HostResult], base_args: dict,
+                     addresses: dict[str, str] | None = None, **fields) -> Collective:
+    """The ring's outcome from each node's :class:`HostResult` (pure; node 0 first in ``nodes``): every node
+    ``ok`` and their documents agreeing with the world launched (:func:`world_failure`, ``ranks_per_node`` from
+    ``base_args``, else node 0's document, else 1) is a success with node 0's document; documents that disagree
+    are a failure naming them (``world_problems``, no node singled out, no figure); any other failure is
+    blamed by :func:`blame` (``addresses``: node -> address, for the network errors' peers) and told by
+    :func:`describe_failure`. ``fields``: the rest of the :class:`Collective` (marker, master_addr, ...). Shared
+    by this launcher and the Kubernetes Indexed Job's merge (gpuaccept.scaleout.k8s.allreduce)."""
+    ok = all(r.kind == "ok" for r in results.values()) and all(n in results for n in nodes)
+    col = Collective(list(nodes), ok, results, **fields)
     if ok:
         rpn = int(base_args.get("ranks_per_node") or (results[nodes[0]].doc or {}).get("ranks_per_node") or 1)
-        problems = world_failure(col, rpn) if world_failure else []
+        problems = world_failure(col, rpn)
         if not problems:
             col.doc = results[nodes[0]].doc
             return col
-        col.ok, col.singled_out = False, False
+        col.ok, col.singled_out, col.world_problems = False, False, problems
         col.culprits = [(q.split(":", 1)[0], q.split(":", 1)[1].strip()) for q in problems]
         col.message = (f"all-reduce over {', '.join(nodes)}: the nodes' documents disagree with the world "
                        f"launched; no figure taken:\n" + "\n".join(problems))

@@ -7,6 +7,11 @@ judged with the ``storage_*`` placement variables), ``gds_expect_mount``/``gds_e
 ``gds_allow_root_fs``, ``gds_allow_compat`` (a GDS run in compat mode fails unless true), ``ib_hcas``
 (expected RDMA device names, e.g. ["mlx5_0", "mlx5_1"]), ``ib_rate_gbps`` (expected port rate, Gb/s as the
 kernel reports it), ``storage_limits.gds_read_gbps`` / ``gds_write_gbps`` (GB/s = 1e9 B/s floors).
+
+Issue 39: the InfiniBand/RoCE port error counters read by the rdma probe right before and after its ib_write_bw
+loopbacks are judged as their growth (test_rdma_link_errors, gpuaccept/judging/linkcounters.py); the RoCE GID
+and P_Key tables of each port are compared across the selection (test_rdma_settings, fleet:
+gpuaccept/judging/rdmaconfig.py), the host off the majority blamed.
 """
 from __future__ import annotations
 
@@ -14,11 +19,14 @@ import dataclasses
 
 import pytest
 
+from gpuaccept.causes import Cause
+from gpuaccept.judging import linkcounters, rdmaconfig
 from gpuaccept.judging import storage as sj
 from gpuaccept.config import storage as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.runner.multinode import nccl_environment
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner.prefetch import ahead
 
 pytestmark = pytest.mark.gpudirect
 
@@ -113,6 +121,7 @@ def _no_nic(node: HostRunner, doc: dict) -> None:
         pytest.skip(f"no InfiniBand/RoCE device on {node.name}")
 
 
+@ahead(_rdma_doc)  # its plan (gpuaccept.runner.prefetch.ahead): cached for the test
 def test_rdma_ports(node: HostRunner, verdicts):
     """Every expected HCA (``ib_hcas``) present; every port ACTIVE and LinkUp at ``ib_rate_gbps``."""
     doc = _rdma_doc(node)
@@ -180,8 +189,60 @@ def test_gpudirect_rdma(node: HostRunner, gpus, verdicts):
     else:
         lb = node.probe("rdma", {"perftest": True, "hcas": sl.str_list(node.host.vars.get("ib_hcas"), "ib_hcas",
                                                                        node.name)})
+        if lb.get("loopback"):
+            LOAD_COUNTERS[node.name] = {"doc": lb.get("link_counters"), "replayed": bool(node.replay_dir), "load": (
+                "ib_write_bw --use_cuda loopback on " + ", ".join(str(r.get("hca")) for r in lb["loopback"]))}
         for r in lb.get("loopback", []):
             verdicts.record(f"ib_write_bw_gbps {r['hca']}", r.get("bw_gbps"), "GB/s", gpu=r["gpu"], extra=r)
             if r.get("error"):
                 verdicts.fail(f"ib_write_bw --use_cuda loopback on {r['hca']}: {r['error']}", gpu=r["gpu"])
+    verdicts.finish()
+
+
+#: host -> the port error counters the rdma probe read around its loopbacks (test_gpudirect_rdma), judged by
+#: test_rdma_link_errors
+LOAD_COUNTERS: dict[str, dict] = {}
+
+
+def test_rdma_link_errors(node: HostRunner, verdicts):
+    """InfiniBand/RoCE port error counters read by the rdma probe right before and right after its ib_write_bw
+    loopbacks: the growth of each counter of gpuaccept/data/ib_counter_limits.yaml against its limit, whatever
+    state the port reads now (gpuaccept/judging/linkcounters.py). Skipped where no loopback ran on this host
+    (no InfiniBand/RoCE device, perftest not installed, test_gpudirect_rdma not selected); a replayed capture
+    taken before the counters were read is skipped naming that; a live run without them is an error."""
+    got = LOAD_COUNTERS.get(node.name)
+    if got is None:
+        pytest.skip(f"{node.name}: no ib_write_bw loopback ran on this host in this run (no InfiniBand/RoCE device, "
+                    f"perftest not installed, or test_gpudirect_rdma skipped or not selected)")
+    if got["doc"] is None and got["replayed"]:
+        pytest.skip(f"{node.name}: not measured: the replayed rdma loopback capture predates the link error counter "
+                    f"readings (issue 39)")
+    for gpu, f in linkcounters.findings({"link_counters": got["doc"]}, None, got["load"]):
+        verdicts.apply([f], gpu=gpu)
+    verdicts.finish()
+
+
+@ahead(_rdma_doc)  # a fleet test's plan runs on every host when it begins (gpuaccept.runner.prefetch)
+def test_rdma_settings(nodes: list[HostRunner], verdicts):
+    """The RoCE GID table (GID types and subnets in use) and the P_Key table of each InfiniBand/RoCE port agree
+    across the selection (gpuaccept/judging/rdmaconfig.py: never raw table indices, never all-zero slots); a host
+    off the majority fails under its own name (configuration, fix-config); with no majority every host does,
+    naming the split. Hosts without a device are left out (test_rdma_ports judges a missing HCA)."""
+    docs = {}
+    for n in nodes:
+        try:
+            doc = _rdma_doc(n)
+        except GpuacceptError as e:  # an unreachable host is reported by its own tests
+            verdicts.record("rdma_settings", f"not read: {e}", extra={"host": n.name})
+            continue
+        if doc.get("devices"):
+            docs[n.name] = doc
+    if len(docs) < 2:
+        pytest.skip(f"RoCE/InfiniBand settings are compared across hosts: {len(docs)} of the {len(nodes)} selected "
+                    f"have an InfiniBand/RoCE device")
+    for host, doc in docs.items():
+        verdicts.for_host(host).record("rdma_port_settings", rdmaconfig.port_settings(doc))
+    for host, why, ev in rdmaconfig.splits(docs):
+        verdicts.fail(why, host=host, check="rdma_settings", cause=Cause("configuration", "rdma_config_split", host,
+                                                                         evidence=ev))
     verdicts.finish()

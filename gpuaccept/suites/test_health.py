@@ -9,6 +9,7 @@ from gpuaccept.judging import health
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import ThresholdError
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner.prefetch import ahead
 from gpuaccept.probes._pci import normalize_bus_id
 from gpuaccept.judging.readings import is_lost, number, present, typed
 from gpuaccept.judging.shape import gpu_fabric, node_shape
@@ -149,6 +150,13 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     verdicts.finish()
 
 
+def _gpu_inventory(node: HostRunner) -> None:
+    """test_fleet_consistency's probe on each host (its plan, gpuaccept.runner.prefetch.ahead: every host at once,
+    cached for the test)."""
+    node.gpu_inventory()
+
+
+@ahead(_gpu_inventory)
 def test_fleet_consistency(nodes, specs, verdicts):
     """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
     group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed

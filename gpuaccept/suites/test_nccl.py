@@ -11,7 +11,7 @@ import pytest
 from gpuaccept.judging.shape import node_shape
 
 from gpuaccept.judging import nccl as nccl_judge
-from gpuaccept.judging import nccl_scope
+from gpuaccept.judging import linkcounters, nccl_scope
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.runner.multinode import nccl_environment, pinned_env
 from gpuaccept.judging.nccl_table import RowNotFound, format_table, row_at
@@ -53,6 +53,8 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
                     "transports": doc.get("transports"), "algos": doc.get("algos"), "world_size": n,
                     "pinned": pin, "net_devices": doc.get("net_devices"), "nccl_variables": seen})
     verdicts.record("nccl_version", doc.get("nccl_version"))
+    LOAD_COUNTERS[node.name] = {"doc": doc.get("link_counters"), "load": f"all-reduce over {n} GPUs",
+                                "replayed": bool(node.replay_dir)}
     if n == 1:
         pytest.skip(f"1 GPU on {node.name}: nothing to reduce (the probe ran with world size 1)")
     errors: list[str] = []
@@ -86,6 +88,26 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
         _record_nccl_default(node, verdicts, args, at, host_env, seen)
     for e in errors:  # recorded, so that a failure beside them does not hide them (the outcome lists both)
         verdicts.error(e)
+    verdicts.finish()
+
+
+#: host -> the link error counters read around its all-reduce (test_allreduce), judged by test_allreduce_link_errors
+LOAD_COUNTERS: dict[str, dict] = {}
+
+
+def test_allreduce_link_errors(node: HostRunner, gpus, sku, verdicts):
+    """NVLink and InfiniBand error counters read by the all-reduce probe right before and right after its sweep:
+    their growth against the SKU's NVLink limits and gpuaccept/data/ib_counter_limits.yaml
+    (gpuaccept/judging/linkcounters.py). Skipped where test_allreduce did not run the load on this host; a replayed
+    capture taken before the counters were read is skipped naming that, a live run without them is an error."""
+    got = LOAD_COUNTERS.get(node.name)
+    if got is None:
+        pytest.skip(f"{node.name}: no all-reduce ran on this host in this run (test_allreduce skipped or not selected)")
+    if got["doc"] is None and got["replayed"]:
+        pytest.skip(f"{node.name}: the replayed all-reduce capture has no link counter readings (taken before "
+                    f"issue 39): not measured")
+    for gpu, f in linkcounters.findings({"link_counters": got["doc"]}, sku, got["load"]):
+        verdicts.apply([f], gpu=gpu)
     verdicts.finish()
 
 

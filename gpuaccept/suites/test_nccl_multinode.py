@@ -14,6 +14,10 @@ devices NCCL reports it used) and ``nccl_env`` give each host's NCCL environment
 are about; a world whose documents disagree with what was launched is an error, with no figure. Only the hosts
 that are reachable and ready take part (``mn.readiness``): each other one is an error filed under it with its
 own cause; a node that cannot resolve or reach the rendezvous is one too, found before any rank starts.
+
+Issue 39: each host's probe reads its InfiniBand/RoCE port error counters right before its ranks start and right
+after they end; their growth is judged per host (gpuaccept/judging/linkcounters.py) for the ring and rails
+patterns (pairwise keeps no host documents per pair).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gpuaccept.runner import multinode as mn
+from gpuaccept.judging import linkcounters
 from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.errors import (AuthError, ConfigError, GpuacceptError, HostKeyError, HostUnreachable, ProbeError,
                               ThresholdError)
@@ -169,6 +174,29 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
             verdicts.fail(line)
 
 
+def _link_errors(verdicts: Recorder, col: mn.Collective, label: str) -> None:
+    """Per host, the growth of its InfiniBand/RoCE port error counters over its share of the collective (the
+    probe's ``link_counters``), judged against gpuaccept/data/ib_counter_limits.yaml and filed under that host;
+    a failed share's readings too (a port that went down is what broke it). A host whose share finished and
+    brought no readings is an error "not measured"; a share that did not finish without readings (never
+    started, killed before it reported) is said elsewhere."""
+    load = f"the {label} all-reduce over {', '.join(col.hosts)}"
+    for h, r in col.results.items():
+        doc = r.doc or {}
+        if r.kind != "ok" and "link_counters" not in doc:
+            continue
+        found = linkcounters.findings(doc, None, load)
+        ports = [f for _, f in found if f.check.startswith("ib_port_errors ")]
+        if not found:
+            got = (doc.get("link_counters") or {}).get("end") or {}
+            verdicts.for_host(h).record("internode_link_counters", "no InfiniBand/RoCE port", extra={
+                "label": label, "why": (got.get("ib") or {}).get("unavailable")})
+        for _, f in found:
+            verdicts.for_host(h).apply([f])
+        if ports:
+            verdicts.for_host(h).record("internode_link_counters", f"{len(ports)} port(s) read", extra={"label": label})
+
+
 def _hosts_text(names: list[str], most: int = 6) -> str:
     return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
@@ -189,6 +217,7 @@ def _not_ready(verdicts: Recorder, unready: dict, ready: list[str]) -> None:
 def _ring(nodes, verdicts, st, group, notes):
     col = mn.ring(nodes, st)
     errors: list[str] = []
+    _link_errors(verdicts, col, "ring")
     if not col.ok:
         _failed_collective(verdicts, col, errors)
         return errors
@@ -232,6 +261,7 @@ def _rails(nodes, verdicts, st, group, notes):
     for r in res:
         verdicts.record("rail_busbw_gbps", r.busbw, "GB/s", gpu=r.rail, extra={
             "passed": r.passed, "why": r.why, "wall_s": r.collective.wall_s, "hosts": r.collective.hosts})
+        _link_errors(verdicts, r.collective, f"rail {r.rail}")
         if r.collective.world_problems:
             errors.append(f"rail {r.rail}: " + r.collective.message.replace("\n", "; "))
             continue

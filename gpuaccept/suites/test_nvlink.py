@@ -1,11 +1,13 @@
-"""nvlink layer: links per GPU, topology matrix (probe: nvlink), P2P bandwidth matrix (probe: p2p_bandwidth).
+"""nvlink layer: links per GPU, topology matrix (probe: nvlink), P2P bandwidth matrix (probe: p2p_bandwidth), and
+the NVLink error counters' growth over the P2P load (read by p2p_bandwidth right before and after its copies).
 
-The judging is in gpuaccept/judging/nvlink.py (pure); each test asks for one probe and applies its findings.
+The judging is in gpuaccept/judging/nvlink.py and gpuaccept/judging/linkcounters.py (pure); each test asks for one
+probe and applies its findings (test_nvlink_link_errors judges what test_p2p_bandwidth's probe read).
 """
 import pytest
 
 from gpuaccept.errors import GpuacceptError
-from gpuaccept.judging import drift, nccl_scope
+from gpuaccept.judging import drift, linkcounters, nccl_scope
 
 from gpuaccept.judging import nvlink as nvlink_judge
 from gpuaccept.judging.shape import node_shape
@@ -55,6 +57,8 @@ def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
     """Unidirectional and bidirectional P2P GB/s for every GPU pair against the SKU; the worst pair named."""
     _need_links(node, gpus, sku, "no pair to measure")
     doc = node.probe("p2p_bandwidth")
+    LOAD_COUNTERS[node.name] = {"doc": doc.get("link_counters"), "replayed": bool(node.replay_dir),
+                                "load": f"p2p_bandwidth over {len(doc.get('gpus') or [])} GPUs"}
     verdicts.conditions(doc, gpus)
     # pairs carry torch indices, which follow CUDA_DEVICE_ORDER: name each end by NVML's index of its bus id
     to_nvml, bus = {}, {}
@@ -69,6 +73,39 @@ def test_p2p_bandwidth(node: HostRunner, gpus, sku, verdicts):
             pair[end] = to_nvml.get(pair.get(end), pair.get(end))
     verdicts.apply(_named(node, nvlink_judge.p2p_bandwidth(doc, sku, [g.get("index") for g in gpus])))
     verdicts.finish()
+
+
+#: host -> the link error counters p2p_bandwidth read around its copies (test_p2p_bandwidth), judged by
+#: test_nvlink_link_errors
+LOAD_COUNTERS: dict[str, dict] = {}
+
+
+def test_nvlink_link_errors(node: HostRunner, gpus, sku, verdicts):
+    """NVLink error counters read by p2p_bandwidth right before and right after its copies: per GPU and link, the
+    growth of the recovery counter and the rate of CRC and replay errors against the SKU's limits
+    (gpuaccept/judging/linkcounters.py); a link active before the load and not after it fails. Skipped where the
+    node has no NVLink or test_p2p_bandwidth did not run the load on this host; a replayed capture taken before
+    the counters were read is skipped naming that; a live run without them is an error, never a pass."""
+    _need_links(node, gpus, sku, "no NVLink load to read counters around")
+    got = LOAD_COUNTERS.get(node.name)
+    if got is None:
+        pytest.skip(f"{node.name}: no p2p_bandwidth load ran on this host in this run (test_p2p_bandwidth skipped, "
+                    f"failed before its probe answered, or not selected)")
+    if got["doc"] is None and got["replayed"]:
+        pytest.skip(f"{node.name}: not measured: the replayed p2p_bandwidth capture predates the link error counter "
+                    f"readings (issue 39)")
+    pair = linkcounters.pair({"link_counters": got["doc"]}, got["load"])
+    found = [(None, pair)] if not isinstance(pair, tuple) else linkcounters.nvlink(pair[0], pair[1], sku, got["load"])
+    if not found:  # an NVLink node (_need_links) whose readings hold no link: not measured, never a pass
+        found = [(None, linkcounters.unmeasured(got["load"], f"no active NVLink read ({_why_no_links(pair[0])})"))]
+    for gpu, f in found:
+        verdicts.apply([f], gpu=gpu)
+    verdicts.finish()
+
+
+def _why_no_links(snap: dict) -> str:
+    part = snap.get("nvlink") or {}
+    return str(part.get("unavailable") or part.get("msg") or "NVML listed no active link")
 
 
 def _named(node: HostRunner, findings: list) -> list:

@@ -22,6 +22,7 @@ from gpuaccept.judging import storage as sj
 from gpuaccept.config import storage as sl
 from gpuaccept.errors import GpuacceptError, ProbeError
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner.prefetch import ahead
 
 pytestmark = pytest.mark.storage
 
@@ -65,13 +66,18 @@ def _nothing_to_measure(host: str, var: str, limits: dict, keys) -> None:
     pytest.skip(f"no {var} configured for {host}")
 
 
+def _placement(doc: dict, expect: sl.PathExpectation) -> list[tuple[dict, list[str]]]:
+    """Each entry of a storage_mounts document with its placement problems (pure: storage_judging's
+    placement_problems and same_drive_problems); an entry without problems is measured."""
+    return [(entry, sj.placement_problems(entry, expect) + ([twice] if twice else []))
+            for entry, twice in zip(doc["paths"], sj.same_drive_problems(doc["paths"], expect))]
+
+
 def _placed(node: HostRunner, verdicts, paths: list[str], expect: sl.PathExpectation) -> list[str]:
     """The ``paths`` that are where the inventory says (storage_mounts probe, judged by
     storage_judging.placement_problems); one failure line per problem of the others, which are not measured."""
-    doc = node.probe("storage_mounts", {"paths": paths})
     good = []
-    for entry, twice in zip(doc["paths"], sj.same_drive_problems(doc["paths"], expect)):
-        problems = sj.placement_problems(entry, expect) + ([twice] if twice else [])
+    for entry, problems in _placement(node.probe("storage_mounts", {"paths": paths}), expect):
         verdicts.record(f"mount {entry['path']}", entry.get("mount_point"), extra={**entry, "problems": problems})
         for line in problems:
             verdicts.fail(line)
@@ -80,6 +86,19 @@ def _placed(node: HostRunner, verdicts, paths: list[str], expect: sl.PathExpecta
     return good
 
 
+def _good_paths(node: HostRunner, paths: list[str], expect: sl.PathExpectation) -> list[str]:
+    """:func:`_placed` judging nothing: the paths a test measures (a plan's, gpuaccept.runner.prefetch.ahead)."""
+    return [e["path"] for e, problems in _placement(node.probe("storage_mounts", {"paths": paths}), expect)
+            if not problems]
+
+
+def _nvme_probes(node: HostRunner) -> None:
+    """test_nvme_inventory's probes (its plan, gpuaccept.runner.prefetch.ahead)."""
+    sl.int_var(node.host.vars.get("nvme_count"), "nvme_count", node.name)
+    node.probe("nvme_inventory")
+
+
+@ahead(_nvme_probes)
 def test_nvme_inventory(node: HostRunner, verdicts):
     """NVMe namespaces counted against ``nvme_count``; every controller's PCIe link at its maximum speed and
     width; SMART critical_warning 0 and media_errors 0 (nvme-cli smart-log)."""
@@ -125,6 +144,22 @@ def _fio_args(node: HostRunner) -> dict:
     return args
 
 
+def _local_probes(node: HostRunner) -> None:
+    """test_local_storage_throughput's probes, from the host's own variables and placement (its plan,
+    gpuaccept.runner.prefetch.ahead): storage_mounts, then fio_throughput on the paths placed right."""
+    v = node.host.vars
+    paths = sl.path_list(v.get("storage_paths"), "storage_paths", node.name)
+    sl.storage_limits(v.get("storage_limits"), node.name)
+    if not paths:
+        return
+    expect = sl.expectation(v, "storage", node.name)
+    sl.path_list(v.get("storage_devices"), "storage_devices", node.name)
+    args = {**_fio_args(node), "paths": _good_paths(node, paths, expect)}
+    if args["paths"] or args.get("devices"):
+        node.probe("fio_throughput", args)
+
+
+@ahead(_local_probes)
 def test_local_storage_throughput(node: HostRunner, verdicts):
     """Per ``storage_paths`` directory: sequential read and write GB/s (1 MiB blocks, O_DIRECT) and 4 KiB
     random-read IOPS with fio, each judged on ``storage_limits`` when given. A directory on the root
@@ -264,6 +299,27 @@ def test_shared_fs_aggregate(nodes: list[HostRunner], verdicts):
     verdicts.finish()
 
 
+def _storage_to_gpu_args(node: HostRunner, path: str) -> dict:
+    args = {"path": path, "device": "cuda", "gpus": "all"}
+    mf = sl.fio_args(node.host.vars.get("storage_fio"), node.name).get("min_free_bytes")
+    if mf is not None:
+        args["min_free_bytes"] = mf
+    return args
+
+
+def _storage_to_gpu_probes(node: HostRunner) -> None:
+    """test_storage_to_gpu's probes where the host has GPUs (its plan, gpuaccept.runner.prefetch.ahead)."""
+    inv = node.gpu_inventory()
+    v = node.host.vars
+    paths = sl.path_list(v.get("storage_paths"), "storage_paths", node.name)
+    sl.storage_limits(v.get("storage_limits"), node.name)
+    if not (inv.get("nvml_available") and inv.get("gpus")) or not paths:
+        return
+    if _good_paths(node, paths[:1], sl.expectation(v, "storage", node.name)):
+        node.probe("storage_to_gpu", _storage_to_gpu_args(node, paths[0]))
+
+
+@ahead(_storage_to_gpu_probes)
 def test_storage_to_gpu(node: HostRunner, gpus, verdicts):
     """Files on the first ``storage_paths`` directory -> host memory -> each GPU: end-to-end GB/s per GPU
     and the bounding stage (storage read, host copy, H2D, each measured alone); judged on
@@ -277,11 +333,7 @@ def test_storage_to_gpu(node: HostRunner, gpus, verdicts):
     if not _placed(node, verdicts, paths[:1], sl.expectation(v, "storage", node.name)):
         verdicts.finish()  # the directory is not where the inventory says: nothing measured
         return
-    args = {"path": paths[0], "device": "cuda", "gpus": "all"}
-    mf = sl.fio_args(v.get("storage_fio"), node.name).get("min_free_bytes")
-    if mf is not None:
-        args["min_free_bytes"] = mf
-    doc = node.probe("storage_to_gpu", args)
+    doc = node.probe("storage_to_gpu", _storage_to_gpu_args(node, paths[0]))
     if doc.get("failure"):  # the node's filesystem refused the test files: no figure
         verdicts.record("storage_to_gpu", None, extra={"path": doc.get("path"), "failure": doc["failure"],
                                                        "error": doc.get("error")})

@@ -270,7 +270,7 @@ class SSHTransport:
             client = paramiko.SSHClient()
             guard.add(client.close)
             client.set_log_channel(PARAMIKO_LOG)
-            revoked = self.keys.load_into(client.get_host_keys())
+            revoked = self.keys.load_into(client.get_host_keys(), (self.hostkey_name,))
             client.set_missing_host_key_policy(HostKeyPolicy(name, self.display, self.accept_new_host_keys, self.keys))
         except BaseException:
             if isinstance(sock, socket.socket):

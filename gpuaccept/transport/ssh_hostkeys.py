@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import hmac
 import logging
 import os
+import threading
 
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
@@ -25,6 +27,70 @@ def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH-style ``SHA256:<base64>`` fingerprint of ``key``."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _read(path: str, host_name: str) -> tuple[list[tuple[str, paramiko.PKey]], dict[str, str]]:
+    """The entries of known_hosts file ``path`` as ``(host name or hashed |1| name, key)`` pairs in file order, and
+    its ``@revoked`` keys (base64 -> path:line); skipped as :meth:`KnownHosts.load` says. Missing file: nothing.
+    Raises HostKeyError naming ``host_name`` when the file exists but cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        return [], {}
+    except OSError as e:
+        raise HostKeyError(host_name, f"cannot read known_hosts file {path}: {e.strerror or e}") from None
+    entries: list[tuple[str, paramiko.PKey]] = []
+    revoked: dict[str, str] = {}
+    for lineno, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            fields = line.split()
+            if fields[0] == "@revoked" and len(fields) >= 4:
+                revoked[fields[3]] = f"{path}:{lineno}"
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line, lineno)
+        except Exception as e:
+            log.debug("%s:%d: skipped known_hosts line: %s", path, lineno, e)
+            continue
+        if entry is None or entry.key is None:
+            continue
+        entries += [(h, entry.key) for h in entry.hostnames if not any(c in h for c in "*?!")]
+    return entries, revoked
+
+
+#: path -> (its stat signature, :func:`_read` of it): each known_hosts file parsed once while it is unchanged
+_PARSED: dict[str, tuple[tuple, tuple[list, dict]]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(path: str, host_name: str) -> tuple[list[tuple[str, paramiko.PKey]], dict[str, str]]:
+    """:func:`_read` of ``path``, cached while its inode, size and modification time stay the same (a key accepted
+    on first use, appended by :meth:`KnownHosts.record`, changes them: the file is read again). Raises as
+    :func:`_read`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return [], {}
+    except OSError:
+        return _read(path, host_name)  # raises HostKeyError naming the host, as before
+    sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+    with _PARSED_LOCK:
+        hit = _PARSED.get(path)
+        if hit is None or hit[0] != sig:
+            hit = _PARSED[path] = (sig, _read(path, host_name))
+    return hit[1]
+
+
+def _matches(name: str, entry: str) -> bool:
+    """Whether known_hosts host field ``entry`` (plain, or hashed ``|1|salt|hash``) names ``name``, as paramiko's
+    ``HostKeys.lookup`` compares them."""
+    if entry.startswith("|1|") and not name.startswith("|1|"):
+        return hmac.compare_digest(paramiko.HostKeys.hash_host(name, entry), entry)
+    return entry == name
 
 
 class KnownHosts:
@@ -43,11 +109,23 @@ class KnownHosts:
         self.files = [user_file] + [p for p in extra if p != user_file]
         self.target = extra[0] if extra else user_file
 
-    def load_into(self, into: paramiko.HostKeys) -> dict[str, str]:
-        """Add every file's entries to ``into`` (:meth:`load`); returns the ``@revoked`` keys (base64 -> path:line)."""
+    def load_into(self, into: paramiko.HostKeys, names: tuple[str, ...] | None = None) -> dict[str, str]:
+        """Add every file's entries to ``into`` (:meth:`load`); returns the ``@revoked`` keys (base64 -> path:line).
+        ``names``: only the entries for these names (as paramiko looks a server up: ``address`` on port 22, else
+        ``[address]:port``; plain or hashed ``|1|`` entries), each file parsed once per run while it is unchanged
+        (:func:`_parsed`): a connection reads the one name it is checked under, so 128 hosts in one known_hosts
+        file no longer cost 128 x 128 key parses and paramiko's linear ``HostKeys.add`` per entry (0.6 s of the
+        controller's CPU at 128 loopback nodes). None: every entry, read now."""
         revoked: dict[str, str] = {}
         for path in self.files:
-            self.load(path, into, revoked)
+            if names is None:
+                self.load(path, into, revoked)
+                continue
+            entries, marks = _parsed(path, self.host_name)
+            revoked.update(marks)
+            for hostname, key in entries:
+                if any(_matches(n, hostname) for n in names):
+                    into.add(hostname, key.get_name(), key)
         return revoked
 
     def load(self, path: str, into: paramiko.HostKeys, revoked: dict[str, str]) -> None:
@@ -55,32 +133,10 @@ class KnownHosts:
         ``@revoked`` keys (base64 -> path) in ``revoked``. Skips ``@cert-authority`` lines, wildcard
         patterns and malformed lines (paramiko would refuse the whole file). Missing file: nothing.
         Raises HostKeyError when the file exists but cannot be read."""
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                lines = f.readlines()
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise HostKeyError(self.host_name, f"cannot read known_hosts file {path}: {e.strerror or e}") from None
-        for lineno, line in enumerate(lines, start=1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("@"):
-                fields = line.split()
-                if fields[0] == "@revoked" and len(fields) >= 4:
-                    revoked[fields[3]] = f"{path}:{lineno}"
-                continue
-            try:
-                entry = HostKeyEntry.from_line(line, lineno)
-            except Exception as e:
-                log.debug("%s:%d: skipped known_hosts line: %s", path, lineno, e)
-                continue
-            if entry is None or entry.key is None:
-                continue
-            for hostname in entry.hostnames:
-                if not any(c in hostname for c in "*?!"):
-                    into.add(hostname, entry.key.get_name(), entry.key)
+        entries, marks = _read(path, self.host_name)
+        revoked.update(marks)
+        for hostname, key in entries:
+            into.add(hostname, key.get_name(), key)
 
     def changed_key_message(self, display: str, hostkey_name: str, got: paramiko.PKey,
                             expected: paramiko.PKey) -> str:

@@ -29,6 +29,8 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
   are kept): run_id, started, last_record (Unix s of its last record), found_at, found_by (``run <id>`` of the
   next run on that controller, or ``merge``), report_dir (:func:`mark_killed`; the merge adds the tests such a
   run lacks, :func:`add_missing_tests`).
+- ``k8s_events`` (v5): the same for the cordons and uncordons gpuaccept made in Kubernetes (``--k8s-cordon``/
+  ``--k8s-resume`` with ``--k8s-apply``), event cordon|uncordon.
 
 The package, one job a module: ``schema`` (the file, its migrations, opening it), ``rows`` (writing runs),
 ``recorder`` (one run written as it goes), ``drains`` (Slurm drains and resumes), ``compare`` (references and stand-outs, judged by the one rule of

@@ -46,6 +46,14 @@ MIGRATIONS: list[str] = [
     CREATE TABLE killed_runs (run_id TEXT NOT NULL PRIMARY KEY, started REAL, last_record REAL, found_at REAL NOT NULL,
                               found_by TEXT, report_dir TEXT);
     """,
+    # v5: the cordons and uncordons gpuaccept made in Kubernetes (issue 42), as slurm_events holds Slurm's. A new
+    # table only: a v4 database is read as before, and migrated forward when opened for writing
+    """
+    CREATE TABLE k8s_events (run_id TEXT NOT NULL, at REAL NOT NULL, host TEXT, node TEXT NOT NULL,
+                             event TEXT NOT NULL, action TEXT, cause TEXT, reason TEXT,
+                             repeating INTEGER NOT NULL DEFAULT 0, resumed_at REAL, resumed_run TEXT);
+    CREATE INDEX k8s_events_node ON k8s_events (node, at);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,254 @@
+"""Running one scenario on this machine: its inventory, site thresholds and environment written into its folder,
+its loads and runs started on their timeline, each stopped by its process group, its expectations checked.
+
+A gpuaccept run is ``python3 -m pytest -p no:cacheprovider --history none --reports <folder>/<run> --inventory
+<folder>/inventory.yml ...`` from the repository root (its log beside it, ``<run>.log``); a probe run is
+``python3 gpuaccept/probes/<probe>.py '<json args>'`` (its document ``<run>.json``). On an SSH connection the
+gpu-node kit (``.gpu-node/start-sshd.sh``, started once a runner session) gives the host's address, key,
+known_hosts and interpreter.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import yaml
+
+from benchmarks.scenarios.expect import Row, check_document, check_folder
+from benchmarks.scenarios.loads import ROOT, LoadSet, stop_group
+from benchmarks.scenarios.spec import Run, Scenario
+
+#: the inventory name of the machine in every scenario
+HOST = "gpu-node"
+#: environment every run gets unless the scenario sets it: NVLink multicast (NVLS) left off, as the lent GPU
+#: machines require (the device kit's KINDS.md; benchmarks/device_*.sh set the same)
+DEFAULT_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+#: the gpu-node kit's SSH port for the scenarios (chosen: its README's default)
+SSH_PORT = 2222
+_ssh_vars: dict | None = None
+
+
+def gpu_count() -> int:
+    """GPUs on this machine: the lines of ``nvidia-smi -L``, else NVML's count (nvidia-ml-py), else 0."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+        return sum(1 for ln in out.splitlines() if ln.startswith("GPU "))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # no library, no driver: no GPU to run on
+        return 0
+
+
+def ssh_node() -> dict:
+    """Host vars of this machine reached over SSH through the gpu-node kit (started once), plus ``_known_hosts``.
+    Raises RuntimeError when the kit is missing or its sshd does not start."""
+    global _ssh_vars
+    if _ssh_vars is not None:
+        return _ssh_vars
+    kit = os.path.join(ROOT, ".gpu-node", "start-sshd.sh")
+    if not os.path.exists(kit):
+        raise RuntimeError(f"no gpu-node kit at {kit} (carry .gpu-node)")
+    p = subprocess.run(["bash", kit, str(SSH_PORT), "127.0.0.1"], capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("inventory line: ")), None)
+    kh = next((ln.split(": ", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("known_hosts: ")), None)
+    if p.returncode != 0 or not line or not kh:
+        raise RuntimeError(f"start-sshd.sh failed (rc {p.returncode}): {(p.stdout + p.stderr)[-300:]}")
+    hv = dict(kv.split("=", 1) for kv in line.split()[3:] if "=" in kv)
+    hv["ansible_python_interpreter"] = sys.executable  # the interpreter with torch and nvidia-ml-py
+    _ssh_vars = {**hv, "_known_hosts": kh}
+    return _ssh_vars
+
+
+def _value(v, n: int):
+    """An inventory value with ``{gpus}`` / ``{gpus+1}`` standing for the GPU count found."""
+    if isinstance(v, str):
+        m = re.fullmatch(r"\{gpus([+-]\d+)?\}", v.strip())
+        if m:
+            return n + int(m.group(1) or 0)
+    return v
+
+
+def write_setup(sc: Scenario, folder: str, n: int) -> list[str]:
+    """Write ``sc``'s inventory (and site thresholds, bare venv) into ``folder``; returns the pytest options
+    they need. Raises RuntimeError when the SSH kit cannot start."""
+    hv: dict = {"ansible_connection": "local"}
+    opts = []
+    if sc.connection == "ssh":
+        node = dict(ssh_node())
+        opts += ["--known-hosts", node.pop("_known_hosts")]
+        hv = {k: (int(v) if k == "ansible_port" else v) for k, v in node.items()}
+    if n > 0:
+        hv["gpus_per_node"] = n  # what the machine has: the healthy node's declaration
+    hv["nccl_env"] = {"NCCL_NVLS_ENABLE": "0"}
+    hv.update({k: _value(v, n) for k, v in sc.inventory.items()})
+    if sc.bare_python:
+        bare = os.path.join(folder, "bare-python")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", bare], check=True, capture_output=True)
+        hv["ansible_python_interpreter"] = os.path.join(bare, "bin", "python3")
+    inv = os.path.join(folder, "inventory.yml")
+    with open(inv, "w", encoding="utf-8") as f:
+        yaml.safe_dump({"all": {"hosts": {HOST: hv}}}, f, sort_keys=False)
+    opts += ["--inventory", inv]
+    if sc.site_thresholds:
+        site = os.path.join(folder, "site-thresholds.yaml")
+        with open(site, "w", encoding="utf-8") as f:
+            yaml.safe_dump(sc.site_thresholds, f, sort_keys=False)
+        opts += ["--site-thresholds", site]
+    return opts
+
+
+def pytest_argv(run: Run, folder: str, setup: list[str]) -> list[str]:
+    """The command line of gpuaccept run ``run`` reporting into ``folder``/``run.name``."""
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--history", "none",
+            "--reports", os.path.join(folder, run.name), *setup]
+    for opt, val in (("-m", run.markers), ("-k", run.keyword), ("--profile", run.profile)):
+        if val:
+            argv += [opt, val]
+    return argv + run.options
+
+
+def probe_argv(run: Run) -> list[str]:
+    """The command line of a standalone probe run (from gpuaccept/probes)."""
+    return [sys.executable, os.path.join(ROOT, "gpuaccept", "probes", f"{run.probe}.py"), json.dumps(run.args)]
+
+
+def _last_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        doc = json.loads(lines[-1]) if lines else None
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def recorded(jsonl: str, test: str) -> bool:
+    """Whether the run writing ``jsonl`` (results.jsonl) has recorded test ``test`` (its name before any
+    parameter): that test finished."""
+    try:
+        with open(jsonl, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    if str(json.loads(line).get("name", "")).split("[")[0] == test:
+                        return True
+                except (ValueError, AttributeError):
+                    continue
+    except OSError:
+        return False
+    return False
+
+
+def _gpu_of(gpu, n: int) -> str:
+    return str(max(n - 1, 0) if gpu == "last" else gpu)
+
+
+def _timeline(sc: Scenario, folder: str, n: int, setup: list[str], loads: LoadSet, env: dict,
+              notes: list[str]) -> dict[str, int | None]:
+    """Start the loads and runs of ``sc`` at their times, wait for the runs (each stopped by its group at its
+    timeout); returns each run's exit status (None: stopped at its timeout). Loads are left to the caller."""
+    log = os.path.join(folder, "loads.log")
+    before = [ld for ld in sc.loads if ld.after_s is None]
+    stops: list[tuple[float, subprocess.Popen]] = []
+    for ld in before:
+        p = loads.start(ld.kind, _gpu_of(ld.gpu, n), ld.threads, ld.gib, log)
+        notes.append(f"{ld.kind} pid {p.pid} started before the first run")
+        if ld.stop_after_s is not None:
+            stops.append((ld.stop_after_s, p))
+    if before:
+        time.sleep(max(ld.settle_s for ld in before))
+    t0 = time.monotonic()
+    events = [(ld.after_s, "load", ld) for ld in sc.loads if ld.after_s is not None]
+    events += [(r.after_s, "run", r) for r in sc.runs]
+    events.sort(key=lambda e: e[0])
+    started: dict[str, tuple[subprocess.Popen, float, Run]] = {}
+    rcs: dict[str, int | None] = {}
+    first = os.path.join(folder, sc.runs[0].name, "results.jsonl") if sc.runs else ""
+    try:
+        while any(e[1] == "run" for e in events) or any(name not in rcs for name in started):
+            now = time.monotonic() - t0
+            ready = [e for e in events if e[0] <= now and (e[1] == "run" or not e[2].after_test
+                                                         or recorded(first, e[2].after_test))]
+            for ev in ready:
+                events.remove(ev)
+                _, what, item = ev
+                if what == "load":
+                    p = loads.start(item.kind, _gpu_of(item.gpu, n), item.threads, item.gib, log)
+                    notes.append(f"{item.kind} pid {p.pid} started at {now:.0f} s")
+                    if item.stop_after_s is not None:
+                        stops.append((item.stop_after_s, p))
+                    continue
+                argv = probe_argv(item) if item.probe else pytest_argv(item, folder, setup)
+                out = os.path.join(folder, f"{item.name}.json" if item.probe else f"{item.name}.log")
+                with open(out, "wb") as f, open(out + ".err" if item.probe else os.devnull, "wb") as err:
+                    p = subprocess.Popen(argv, cwd=os.path.join(ROOT, "gpuaccept", "probes") if item.probe else ROOT,
+                                         env=env, stdin=subprocess.DEVNULL, stdout=f,
+                                         stderr=err if item.probe else subprocess.STDOUT, start_new_session=True)
+                started[item.name] = (p, time.monotonic(), item)
+            for t, p in [s for s in stops if s[0] <= now]:
+                loads.stop(p)
+                stops.remove((t, p))
+            for name, (p, t_start, run) in started.items():
+                if name in rcs:
+                    continue
+                if p.poll() is not None:
+                    rcs[name] = p.returncode
+                elif time.monotonic() - t_start > run.timeout_s:
+                    stop_group(p)
+                    rcs[name] = None
+                    notes.append(f"{name} stopped at its {run.timeout_s:.0f} s timeout")
+            time.sleep(0.2)
+    finally:
+        for name, (p, _, _) in started.items():
+            if name not in rcs:
+                stop_group(p)
+    return rcs
+
+
+def run_scenario(sc: Scenario, out: str, n: int, refs: dict[str, dict], peers_dir: str | None = None) -> list[Row]:
+    """Run ``sc`` into ``out``/``sc.name`` on a machine of ``n`` GPUs and check it; its rows. A scenario
+    needing more GPUs is one row "needs N GPUs: not run" (``holds`` None). ``refs`` gets this scenario's first
+    gpuaccept run's results.json (for the scenarios comparing with it)."""
+    if n < sc.gpus:
+        return [Row(sc.name, "-", sc.claim[:60], f"needs {sc.gpus} GPUs: not run", None)]
+    folder = os.path.join(out, sc.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    notes: list[str] = []
+    env = {**os.environ, **DEFAULT_ENV, **sc.env, "PYTHONUNBUFFERED": "1"}
+    try:
+        setup = write_setup(sc, folder, n)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        return [Row(sc.name, "-", "its setup", f"failed: {e}"[:200], False)]
+    t = time.monotonic()
+    with LoadSet() as loads:
+        rcs = _timeline(sc, folder, n, setup, loads, env, notes)
+        rows: list[Row] = []
+        if sc.peers:
+            from benchmarks.scenarios.peers import run_peers
+            rows += run_peers(sc, folder, n, peers_dir, env)
+    for r in sc.runs:
+        if r.probe:
+            rows += check_document(sc.name, r.name, r.expect, _last_json(os.path.join(folder, f"{r.name}.json")))
+        else:
+            rows += check_folder(sc.name, r.name, r.expect, os.path.join(folder, r.name), refs)
+    first = next((r for r in sc.runs if not r.probe), None)
+    if first is not None:
+        try:
+            with open(os.path.join(folder, first.name, "results.json"), encoding="utf-8") as f:
+                refs[sc.name] = json.load(f)
+        except (OSError, ValueError):
+            pass
+    with open(os.path.join(folder, "scenario.json"), "w", encoding="utf-8") as f:
+        json.dump({"scenario": sc.name, "claim": sc.claim, "gpus": n, "seconds": round(time.monotonic() - t, 1),
+                   "loads": loads.started, "rc": rcs, "notes": notes,
+                   "rows": [r.__dict__ for r in rows]}, f, indent=1)
+    return rows

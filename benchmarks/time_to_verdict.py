@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Time to verdict: per profile, a run's wall seconds and each probe's node-side seconds, with the peers' figures
+beside the product's, so that a change is measured the same way each time (issue 40).
+
+    python benchmarks/time_to_verdict.py [--inventory INV] [--profiles quick,standard] [-m MARKERS] [--rounds N]
+        [--peer NAME=FILE ...] [--peer-cmd NAME=COMMAND ...] [-- PYTEST ARGS]
+
+For each profile and round it runs ``python -m pytest --profile P -m MARKERS --inventory INV`` from the
+repository (a whole process, timed from outside: the operator's wall clock), then reads the probe documents the
+run kept (``<reports>/probes/<host>/*.json``): each carries ``timing`` (HostRunner.probe_now: ``started`` and
+``ended`` on the controller's clock, ``node_s``: the probe's seconds as the node's agent timed them, from fork to
+exit). Printed per profile: wall seconds (min and median of the rounds) and per probe the node-side seconds
+(summed over the run's hosts, median of the rounds) and the controller's span for it. The product's figures are
+read from the run's results.json (the best over hosts and GPUs of each check); the peers' from their own output,
+given as a file or as a command run here (its wall seconds printed too):
+
+- ``babelstream``: BabelStream's table (``Function MBytes/sec ...``, also GBytes/MiBytes/GiBytes) or its
+  ``--csv`` output; Copy and Dot beside ``hbm_copy_bw_gbps`` and ``hbm_read_bw_gbps`` (GB/s = 1e9 B/s).
+- ``mamf-bf16`` / ``mamf-fp8``: mamf-finder's "The best outcome was N TFLOPS" beside ``bf16_tflops`` /
+  ``fp8_tflops``.
+- ``nccl-tests``: all_reduce_perf's table: the in-place busbw at the largest size beside
+  ``allreduce_busbw_gbps``.
+
+On this machine (no GPU) the default inventory (inventory/localhost.ini, the controller itself) takes the CPU
+path: the GPU tests skip after gpu_inventory and the wall and node seconds are those of the probes that ran; on
+a GPU node the same command measures the GPU probes. Exit status 0, or 2 for bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: the layers of the issue's table (matmul, PCIe, HBM, launch overhead, GDS, health)
+DEFAULT_MARKERS = "health or memory or compute or gpudirect"
+#: peer -> [(its figure, the product's check)] (the pairs of issue 40's table)
+PAIRS = {"babelstream": [("Copy", "hbm_copy_bw_gbps"), ("Dot", "hbm_read_bw_gbps")],
+         "mamf-bf16": [("best", "bf16_tflops")], "mamf-fp8": [("best", "fp8_tflops")],
+         "nccl-tests": [("busbw", "allreduce_busbw_gbps")]}
+#: BabelStream's rate units -> bytes per unit (its --mibibytes prints the binary ones)
+_RATE = {"MBytes/sec": 1e6, "GBytes/sec": 1e9, "MiBytes/sec": 2 ** 20, "GiBytes/sec": 2 ** 30}
+
+
+def parse_babelstream(text: str) -> dict[str, float]:
+    """BabelStream's output -> {function: GB/s (1e9)}: the table (header ``Function <unit> Min (sec) ...``, unit
+    one of :data:`_RATE`) or its ``--csv`` lines (``function,...,max_mbytes_per_sec,...``). Empty when neither."""
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.startswith("function,"):
+            rows = csv.DictReader(io.StringIO("\n".join(lines[i:])))
+            out = {}
+            for r in rows:
+                for key, scale in (("max_mbytes_per_sec", 1e6), ("max_gbytes_per_sec", 1e9),
+                                   ("max_mibytes_per_sec", 2 ** 20), ("max_gibytes_per_sec", 2 ** 30)):
+                    if r.get(key):
+                        out[r["function"].capitalize()] = float(r[key]) * scale / 1e9
+            return out
+    out, scale = {}, None
+    for ln in lines:
+        words = ln.split()
+        if words[:1] == ["Function"] and len(words) > 1:
+            scale = _RATE.get(words[1])
+        elif scale and len(words) >= 2 and re.fullmatch(r"[\d.]+", words[1]):
+            out[words[0]] = float(words[1]) * scale / 1e9
+    return out
+
+
+def parse_mamf(text: str) -> dict[str, float]:
+    """mamf-finder's output -> {"best": TFLOP/s} from "The best outcome was N TFLOPS"; empty when absent."""
+    m = re.search(r"best outcome was\s*([\d.]+)\s*TFLOPS", text)
+    return {"best": float(m.group(1))} if m else {}
+
+
+def parse_nccl_tests(text: str) -> dict[str, float]:
+    """all_reduce_perf's output -> {"busbw": in-place busbw GB/s at the largest size, "avg_busbw": its "Avg bus
+    bandwidth"}; rows are ``size count type redop root time algbw busbw #wrong time algbw busbw #wrong``."""
+    out, largest = {}, -1
+    for ln in text.splitlines():
+        w = ln.split()
+        if len(w) >= 13 and w[0].isdigit() and w[1].isdigit():
+            try:
+                if int(w[0]) >= largest:
+                    largest, out["busbw"] = int(w[0]), float(w[11])
+            except ValueError:
+                continue
+        m = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", ln)
+        if m:
+            out["avg_busbw"] = float(m.group(1))
+    return out
+
+
+PARSERS = {"babelstream": parse_babelstream, "mamf-bf16": parse_mamf, "mamf-fp8": parse_mamf,
+           "nccl-tests": parse_nccl_tests}
+
+
+def probe_seconds(reports: Path) -> dict[str, dict[str, float]]:
+    """{probe: {"node_s": summed over hosts and runs, "span_s": the controller's (ended - started) summed, "n"}}
+    from the documents kept under ``reports/probes/<host>/`` (those without ``timing``, from before it was kept,
+    are counted with 0 s)."""
+    out: dict[str, dict[str, float]] = {}
+    for f in sorted(reports.glob("probes/*/*.json")):
+        try:
+            kept = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        t = kept.get("timing") or {}
+        row = out.setdefault(kept.get("probe", f.stem), {"node_s": 0.0, "span_s": 0.0, "n": 0})
+        row["node_s"] += float(t.get("node_s") or 0)
+        row["span_s"] += float(t.get("ended") or 0) - float(t.get("started") or 0)
+        row["n"] += 1
+    return out
+
+
+def product_figures(reports: Path) -> dict[str, float]:
+    """{check: best value} of the numeric figures in ``reports/results.json`` (the best over hosts and GPUs)."""
+    try:
+        doc = json.loads((reports / "results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    best: dict[str, float] = {}
+    for t in doc.get("tests", []):
+        for f in t.get("figures", []):
+            v = f.get("value")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                best[f["check"]] = max(v, best.get(f["check"], v))
+    return best
+
+
+def run_profile(profile: str, inventory: str, markers: str, extra: list[str], work: Path, i: int) -> tuple:
+    """One run: ``(wall s, rc, its reports folder)``."""
+    rep = work / f"{profile}-{i}"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--inventory", inventory,
+           "--profile", profile, "-m", markers, "--reports", str(rep), *extra]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode not in (0, 1):
+        print(f"# {profile} run {i}: rc {res.returncode}: {(res.stdout + res.stderr)[-600:]}", file=sys.stderr)
+    return wall, res.returncode, rep
+
+
+def peers(files: list[str], commands: list[str]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """({peer: figures}, {peer: wall s of its command}) from ``NAME=FILE`` and ``NAME=COMMAND`` arguments.
+    Raises SystemExit(2) for an unknown name or an unreadable file."""
+    figs, walls = {}, {}
+    for spec, is_cmd in [(s, False) for s in files] + [(s, True) for s in commands]:
+        name, _, what = spec.partition("=")
+        if name not in PARSERS or not what:
+            raise SystemExit(f"--peer{'-cmd' if is_cmd else ''} {spec!r}: NAME=... with NAME one of "
+                             f"{', '.join(PARSERS)}")
+        if is_cmd:
+            t0 = time.perf_counter()
+            res = subprocess.run(what, shell=True, capture_output=True, text=True)
+            walls[name] = time.perf_counter() - t0
+            text = res.stdout + res.stderr
+        else:
+            try:
+                text = Path(what).read_text(errors="replace")
+            except OSError as e:
+                raise SystemExit(f"--peer {spec}: {e.strerror or e}")
+        figs[name] = PARSERS[name](text)
+    return figs, walls
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inventory", default=str(REPO / "inventory" / "localhost.ini"))
+    ap.add_argument("--profiles", default="quick,standard")
+    ap.add_argument("-m", dest="markers", default=DEFAULT_MARKERS)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--peer", action="append", default=[], metavar="NAME=FILE")
+    ap.add_argument("--peer-cmd", action="append", default=[], metavar="NAME=COMMAND")
+    ap.add_argument("--keep", help="keep the runs' report folders here (default: a temporary folder, removed)")
+    ap.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (e.g. --known-hosts FILE)")
+    a = ap.parse_args(argv)
+    profiles = [p for p in a.profiles.split(",") if p]
+    peer_figs, peer_walls = peers(a.peer, a.peer_cmd)
+    with tempfile.TemporaryDirectory(prefix="ttv-") as tmp:
+        work = Path(a.keep) if a.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        print(f"time to verdict: inventory {a.inventory}, -m {shlex.quote(a.markers)}, {a.rounds} round(s)")
+        figures: dict[str, dict[str, float]] = {}
+        for prof in profiles:
+            runs = [run_profile(prof, a.inventory, a.markers, a.pytest_args, work, i) for i in range(a.rounds)]
+            walls = [w for w, _, _ in runs]
+            per = [probe_seconds(rep) for _, _, rep in runs]
+            figures[prof] = product_figures(runs[-1][2])
+            print(f"\n## --profile {prof}: wall {min(walls):.2f} s min, {statistics.median(walls):.2f} s median "
+                  f"(rc {', '.join(str(rc) for _, rc, _ in runs)})")
+            print("| probe | runs per round | node s (sum over hosts, median) | controller span s (median) |\n"
+                  "|---|---|---|---|")
+            names = sorted({p for d in per for p in d}, key=lambda p: -statistics.median(
+                d.get(p, {}).get("node_s", 0.0) for d in per))
+            for p in names:
+                med = lambda k: statistics.median(d.get(p, {}).get(k, 0.0) for d in per)  # noqa: E731
+                print(f"| {p} | {med('n'):g} | {med('node_s'):.2f} | {med('span_s'):.2f} |")
+            print(f"| (all probes) | | {sum(statistics.median(d.get(p, {}).get('node_s', 0.0) for d in per) for p in names):.2f} | |")
+        print("\n## figures: product (best over hosts and GPUs) beside the peers'")
+        print("| peer | peer figure | peer value | product check | " + " | ".join(profiles) + " | product / peer |\n"
+              "|---|---|---|---|" + "---|" * len(profiles) + "---|")
+        for peer, pairs in PAIRS.items():
+            for fig, check in pairs:
+                pv = (peer_figs.get(peer) or {}).get(fig)
+                mine = [figures[p].get(check) for p in profiles]
+                if pv is None and all(m is None for m in mine):
+                    continue
+                last = next((m for m in reversed(mine) if m is not None), None)
+                ratio = f"{last / pv:.3f}x" if pv and last is not None else "-"
+                print(f"| {peer} | {fig} | {'-' if pv is None else f'{pv:.1f}'} | {check} | "
+                      + " | ".join("-" if m is None else f"{m:.1f}" for m in mine) + f" | {ratio} |")
+        for peer, w in peer_walls.items():
+            print(f"{peer}: its command took {w:.2f} s wall")
+        if not peer_figs:
+            print("(no peer given: --peer NAME=FILE or --peer-cmd NAME=COMMAND, NAME one of "
+                  f"{', '.join(PARSERS)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

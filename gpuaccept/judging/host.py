@@ -1,0 +1,339 @@
+"""Judging the host layer (pure): kernel-log states, host memory and EDAC, writable filesystems, NVMe health.
+
+The facts come from the probes host_kernel_log, host_memory, host_filesystems and nvme_inventory
+(gpuaccept/probes/); the kinds of kernel line, their cause class and their meaning from
+``gpuaccept/data/host_kernel_catalog.yaml`` (:func:`load_catalog`); the limits from ``gpuaccept/data/host_limits.yaml``
+(:func:`load_limits`): a node with no GPU and no ``gpu_sku`` is judged by those, the SKU threshold files hold GPU
+limits only. Each function returns :class:`gpuaccept.judging.health.Finding` objects that the suite hands to
+``Recorder.apply``; every failing or erroring one carries a :class:`gpuaccept.causes.Cause` whose ``kind`` is a row of
+``gpuaccept/data/actions.yaml`` (section ``causes``), so its action follows its class (no drain without hardware).
+Decisions read the probes' structured facts (a pattern id, a device name, a ``failure.reason``, a counter), never the
+wording of a line.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable
+
+from gpuaccept.causes import CLASSES, Cause
+from gpuaccept.config.thresholds import Limit
+from gpuaccept.config.yamlload import load_data
+from gpuaccept.judging.health import Finding
+from gpuaccept.judging.storage import path_cause
+
+CATALOG_FILE = "host_kernel_catalog.yaml"
+LIMITS_FILE = "host_limits.yaml"
+VERDICTS = ("fail", "error", "counted")
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class KernelKind:
+    """One row of the catalogue: ``id``, ``regex`` (matched on the node), ``cls`` (cause class), ``kind`` (its
+    actions.yaml ``causes`` row), ``verdict`` (fail | error | counted), ``fs_error`` (a filesystem or drive error of
+    the device it names), ``meaning``, ``guidance``, ``source``, ``date``."""
+
+    id: str
+    regex: str
+    cls: str
+    kind: str
+    verdict: str
+    fs_error: bool
+    meaning: str
+    guidance: str
+    source: str
+    date: str
+
+
+def _data(name: str) -> Any:
+    with resources.files("gpuaccept").joinpath("data", name).open(encoding="utf-8") as f:
+        return load_data(f)
+
+
+@lru_cache(maxsize=None)
+def load_catalog() -> tuple[KernelKind, ...]:
+    """The catalogue's rows, checked. Raises ValueError naming the row when an id repeats, a field is missing, the
+    class or verdict is unknown or the regex does not compile (the data file is broken)."""
+    rows, seen = [], set()
+    for i, r in enumerate(_data(CATALOG_FILE)["rows"]):
+        missing = [k for k in ("id", "regex", "class", "kind", "verdict", "meaning", "guidance", "source", "date")
+                   if not r.get(k)]
+        if missing or r["id"] in seen or r["class"] not in CLASSES or r["verdict"] not in VERDICTS:
+            raise ValueError(f"{CATALOG_FILE}: row {i} ({r.get('id')}): missing {missing}, a repeated id, or a class/"
+                             f"verdict outside {CLASSES}/{VERDICTS}")
+        try:
+            re.compile(r["regex"])
+        except re.error as e:
+            raise ValueError(f"{CATALOG_FILE}: row {r['id']}: regex does not compile: {e}") from None
+        seen.add(r["id"])
+        rows.append(KernelKind(r["id"], r["regex"], r["class"], r["kind"], r["verdict"], bool(r.get("fs_error")),
+                               r["meaning"], r["guidance"], r["source"], str(r["date"])))
+    return tuple(rows)
+
+
+@lru_cache(maxsize=None)
+def critical_warning_bits() -> dict[int, str]:
+    """NVMe SMART Critical Warning bit -> meaning (the catalogue's ``nvme_critical_warning``, NVMe Base spec 2.0)."""
+    return {int(k): str(v) for k, v in _data(CATALOG_FILE)["nvme_critical_warning"]["bits"].items()}
+
+
+@lru_cache(maxsize=None)
+def load_limits() -> dict:
+    """``gpuaccept/data/host_limits.yaml`` as read: ``memory_reserved_fraction`` and ``edac_ce_in_window``
+    (``{max, unit, source, date}``), ``fs_probe_bytes``."""
+    return _data(LIMITS_FILE)
+
+
+def limit(key: str, check: str | None = None, bound: float | None = None) -> Limit:
+    """The :class:`Limit` of host_limits.yaml entry ``key`` (``{max|min, unit, source}``), for figure ``check``
+    (default ``key``); ``bound`` replaces the file's number where the inventory sets it (``host_memory_gb``'s floor),
+    the file's source kept. Origin ``host_limits``: failure lines say ``host_limits.yaml checks.<check>``."""
+    e = load_limits()[key]
+    direction = "max" if "max" in e else "min"
+    return Limit("host_limits", check or key, direction, float(e[direction] if bound is None else bound),
+                 str(e["unit"]), str(e["source"]))
+
+
+def none_found(check: str, findings: list[Finding]) -> Finding:
+    """The judged count of ``findings`` that fail or error, as ``check``: against ``no_findings`` (max 0) when there
+    is none (the clean host's PASS is judged), recorded without a limit otherwise (each finding fails on its own
+    line with its own cause; a second line from the limit would only repeat it as an unverified figure)."""
+    n = sum(1 for f in findings if f.failure or f.error)
+    return Finding(check, n, "findings", limit=limit("no_findings", check) if n == 0 else None)
+
+
+def probe_patterns() -> list[dict]:
+    """The host_kernel_log probe's ``patterns`` argument: ``[{"id", "regex"}]`` of every catalogue row."""
+    return [{"id": k.id, "regex": k.regex} for k in load_catalog()]
+
+
+# ------------------------------------------------------------------------------------------- kernel log
+
+def _in_window(matches: Iterable[dict], cut: float | None) -> list[dict]:
+    if cut is None:
+        return list(matches)
+    return [m for m in matches if not isinstance(m.get("epoch"), (int, float)) or m["epoch"] >= cut]
+
+
+def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None = None) -> list[Finding]:
+    """Findings of a host_kernel_log document: one per (catalogue id, device), naming the device, how many lines,
+    the first one's time and text. ``cut``: node epoch seconds before which a line is not the run's
+    (gpuaccept.runner.nodeclock.in_window); ``window_s``: the window's length in seconds (the CE rate).
+
+    ``verdict: fail`` rows fail with their class and kind; ``error`` rows (an OOM kill) make the test an ERROR of their
+    class; ``counted`` rows (EDAC CE) sum their ``count`` groups and fail when the sum is over
+    ``edac_ce_in_window.max`` (host_limits.yaml), with the rate per hour over ``window_s``. A match of an id the
+    catalogue does not carry (a newer probe) is recorded, not judged."""
+    rows = {k.id: k for k in load_catalog()}
+    groups: dict[tuple[str, str | None], list[dict]] = {}
+    for m in _in_window(doc.get("matches") or [], cut):
+        groups.setdefault((m.get("id"), m.get("device")), []).append(m)
+    out = []
+    for (pid, dev), ms in groups.items():
+        row = rows.get(pid)
+        first = ms[0]
+        ev = {"id": pid, "device": dev, "lines": len(ms), "first_time": first.get("time"),
+              "last_time": ms[-1].get("time"), "line": first.get("line")}
+        check = f"kernel {pid}" + (f" {dev}" if dev else "")
+        if row is None:
+            out.append(Finding(check, len(ms), "lines", extra={**ev, "note": "not in the catalogue: recorded"}))
+            continue
+        ev.update(meaning=row.meaning, guidance=row.guidance, source=row.source)
+        cause = Cause(row.cls, row.kind, evidence={k: v for k, v in ev.items() if k in ("id", "device", "lines",
+                                                                                     "first_time", "line")})
+        text = (f"kernel log: {row.meaning} ({pid} on {dev or 'the host'}, {len(ms)} line(s), first at "
+                f"{first.get('time') or 'an unknown time'}: {first.get('line')})")
+        if row.verdict == "counted":
+            out.append(_counted(check, ms, ev, cause, text, window_s))
+        elif row.verdict == "error":
+            out.append(Finding(check, len(ms), "lines", extra=ev, error=text, cause=cause))
+        else:
+            out.append(Finding(check, len(ms), "lines", extra=ev, failure=text, cause=cause))
+    return out
+
+
+def _counted(check: str, ms: list[dict], ev: dict, cause: Cause, text: str, window_s: float | None) -> Finding:
+    lim = load_limits()["edac_ce_in_window"]
+    total = sum(int(m["groups"]["count"]) if str((m.get("groups") or {}).get("count", "")).isdigit() else 1
+                for m in ms)
+    rate = round(total / (window_s / 3600.0), 3) if window_s and window_s > 0 else None
+    ev = {**ev, "errors": total, "per_hour": rate, "limit": lim}
+    if total <= lim["max"]:
+        return Finding(check, total, "errors", extra=ev)
+    said = f"{total} corrected error(s) during the run" + (f" ({rate:g}/hour over {window_s / 3600:.2f} h)"
+                                                         if rate is not None else "")
+    return Finding(check, total, "errors", extra=ev, cause=cause,
+                   failure=f"{said}, over edac_ce_in_window max {lim['max']:g} [{lim['source']}]; {text}")
+
+
+def fs_error_devices(doc: dict | None, cut: float | None = None) -> dict[str, dict]:
+    """Device name -> the first kernel-log match of a ``fs_error`` catalogue row naming it (an NVMe controller
+    ``nvme0``, a block device ``nvme0n1p1``, ``dm-0``): what makes a read-only or failing path hardware."""
+    rows = {k.id for k in load_catalog() if k.fs_error}
+    out: dict[str, dict] = {}
+    for m in _in_window((doc or {}).get("matches") or [], cut):
+        if m.get("id") in rows and m.get("device"):
+            out.setdefault(m["device"], m)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- memory
+
+def memory_findings(doc: dict, declared_gib: float | None) -> list[Finding]:
+    """MemTotal against ``declared_gib`` (inventory ``host_memory_gb``, GiB): below it by more than
+    ``memory_reserved_fraction`` (host_limits.yaml) fails as hardware (``host_memory_short``: a DIMM missing or mapped
+    out); above it fails as configuration (``host_memory_declared``: the inventory is wrong); not declared: recorded,
+    not judged. EDAC: an uncorrectable count above 0 on any controller or DIMM fails as hardware
+    (``host_memory_ue``); correctable counts are recorded with their rate since the counters' reset."""
+    out = []
+    got = doc.get("mem_total_gib")
+    lim = load_limits()["memory_reserved_fraction"]
+    ev = {"declared_gib": declared_gib, "reserved_max_fraction": lim["max"], "source": lim["source"]}
+    if got is None:
+        out.append(Finding("mem_total_gib", None, "GiB", extra=ev, error="MemTotal not readable in /proc/meminfo",
+                           cause=Cause("tool", "gap")))
+    elif declared_gib is None:
+        out.append(Finding("mem_total_gib", got, "GiB", extra={**ev, "note": "not judged: inventory var "
+                                                                          "host_memory_gb not set"}))
+    else:
+        floor = round(declared_gib * (1 - lim["max"]), 3)
+        short = round(1 - got / declared_gib, 4)
+        judged = Limit("host_limits", "mem_total_gib", "min", floor, "GiB", f"host_memory_gb {declared_gib:g} GiB less "
+                       f"memory_reserved_fraction {lim['max']:g} ({lim['source']})") if got >= floor else None
+        f = Finding("mem_total_gib", got, "GiB", limit=judged,
+                    extra={**ev, "floor_gib": floor, "short_fraction": short})
+        if got < floor:
+            f = replace(f, failure=((f"host memory {got:g} GiB (MemTotal) < {floor:g} GiB: host_memory_gb {declared_gib:g} GiB less "
+                         f"the kernel's reserved share (max {lim['max']:g}); a DIMM missing or mapped out")),
+                        cause=Cause("hardware", "host_memory_short", evidence={"mem_total_gib": got, "declared_gib": declared_gib}))
+        elif got > declared_gib:
+            f = replace(f, failure=(f"host memory {got:g} GiB (MemTotal) > host_memory_gb {declared_gib:g} GiB: the inventory is wrong"),
+                        cause=Cause("configuration", "host_memory_declared",
+                            evidence={"mem_total_gib": got, "declared_gib": declared_gib}))
+        out.append(f)
+    edac = doc.get("edac") or {}
+    if not edac.get("present"):
+        out.append(Finding("edac", "not present", extra={"note": "no EDAC driver loaded: host memory errors are not "
+                                                                 "counted on this node (recorded, not judged)"}))
+        return out
+    for mc in edac.get("controllers") or []:
+        secs = mc.get("seconds_since_reset")
+        ce = mc.get("ce_count")
+        rate = round(ce / (secs / 3600.0), 3) if isinstance(ce, int) and secs else None
+        out.append(Finding(f"edac_ce {mc['name']}", ce, "errors",
+                           extra={"seconds_since_reset": secs, "per_hour_since_reset": rate,
+                                  "dimms": {d["name"]: d.get("ce_count") for d in mc.get("dimms") or []}}))
+        bad = [d for d in mc.get("dimms") or [] if (d.get("ue_count") or 0) > 0]
+        ue = mc.get("ue_count")
+        f = Finding(f"edac_ue {mc['name']}", ue, "errors")
+        if (ue or 0) > 0 or bad:
+            where = ", ".join(f"{d['name']} ({d.get('label') or '?'}): {d['ue_count']}" for d in bad) or "no DIMM named"
+            f = replace(f, failure=(f"{mc['name']}: {ue} uncorrectable host memory error(s) (EDAC ue_count); {where}"),
+                        cause=Cause("hardware", "host_memory_ue", evidence={"controller": mc["name"], "ue_count": ue,
+                                                                    "dimms": [d["name"] for d in bad]}))
+        out.append(f)
+    return out
+
+
+def edac_growth(start: dict, end: dict) -> list[Finding]:
+    """EDAC counters of two host_memory documents (the start and the end of the host layer): a correctable count
+    that grew by more than ``edac_ce_in_window.max`` fails as hardware (``host_memory_ce``) with its rate per hour over
+    the interval, naming the DIMMs that grew; an uncorrectable one that grew fails as ``host_memory_ue``."""
+    lim = load_limits()["edac_ce_in_window"]
+    secs = (end.get("read_at") or 0) - (start.get("read_at") or 0)
+    before = {mc["name"]: mc for mc in (start.get("edac") or {}).get("controllers") or []}
+    out = []
+    for mc in (end.get("edac") or {}).get("controllers") or []:
+        was = before.get(mc["name"])
+        if was is None:
+            continue
+        olddimms = {d["name"]: d for d in was.get("dimms") or []}
+        for key, kind in (("ce_count", "host_memory_ce"), ("ue_count", "host_memory_ue")):
+            a, b = was.get(key), mc.get(key)
+            if not isinstance(a, int) or not isinstance(b, int):
+                continue
+            grew = b - a
+            rate = round(grew / (secs / 3600.0), 3) if secs > 0 else None
+            dimms = [f"{d['name']} ({d.get('label') or '?'}) +{d[key] - olddimms[d['name']][key]}"
+                     for d in mc.get("dimms") or [] if d["name"] in olddimms and isinstance(d.get(key), int)
+                     and isinstance(olddimms[d["name"]].get(key), int) and d[key] > olddimms[d["name"]][key]]
+            f = Finding(f"{key}_growth {mc['name']}", grew, "errors",
+                        extra={"interval_s": round(secs, 3), "per_hour": rate, "dimms": dimms})
+            allowed = lim["max"] if key == "ce_count" else 0
+            if grew > allowed:
+                what = "correctable" if key == "ce_count" else "uncorrectable"
+                f = replace(f, failure=((f"{mc['name']}: {grew} {what} host memory error(s) during the run "
+                             f"({rate if rate is not None else '?'}/hour over {secs:.1f} s; EDAC {key} {a} -> {b})"
+                             + (f"; DIMMs: {', '.join(dimms)}" if dimms else ""))),
+                            cause=Cause("hardware", kind, evidence={"controller": mc["name"], "grew": grew, "per_hour": rate}))
+            out.append(f)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- filesystems
+
+def filesystem_findings(doc: dict, fs_errors: dict[str, dict]) -> list[Finding]:
+    """One finding per path of a host_filesystems document. A written path passes. A path that could not be
+    written fails: as hardware (``kernel_fs_error``) when ``fs_errors`` (:func:`fs_error_devices`) names one of its
+    ``block_names`` (the kernel logged a filesystem or NVMe error for that device), or when the write itself got an
+    I/O error (``io_error``); else by its fact (gpuaccept.judging.storage.path_cause): read-only and not-writable are
+    configuration, too little space is capacity, a missing folder is configuration (placement)."""
+    out = []
+    for p in doc.get("paths") or []:
+        check = f"writable {p['path']}"
+        ev = {k: p.get(k) for k in ("role", "mount_point", "mount_source", "fstype", "device", "block_names",
+                                    "free_bytes", "write_s", "failure")}
+        if p.get("ok"):
+            out.append(Finding(check, True, extra=ev))
+            continue
+        logged = next((fs_errors[n] for n in p.get("block_names") or [] if n in fs_errors), None)
+        failure = p.get("failure") or {}
+        if logged is not None:
+            cause = Cause("hardware", "kernel_fs_error", evidence={"path": p["path"], "device": logged.get("device"),
+                                                                   "line": logged.get("line")})
+            text = (f"{p.get('error') or p['path'] + ': not writable'}; the kernel logged an error of its device "
+                    f"{logged.get('device')} at {logged.get('time')}: {logged.get('line')}")
+        elif failure.get("reason") == "io_error":
+            cause = Cause("hardware", "io_error", evidence={"path": p["path"], "errno": failure.get("errno")})
+            text = p.get("error") or f"{p['path']}: I/O error"
+        else:
+            cause = path_cause(p)[1] or Cause("configuration", "placement", evidence={"path": p["path"]})
+            text = p.get("error") or f"{p['path']}: not writable"
+        out.append(Finding(check, False, extra=ev, failure=text, cause=cause))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- NVMe
+
+def nvme_findings(doc: dict) -> list[Finding]:
+    """Per NVMe controller of an nvme_inventory document: a controller state other than ``live`` fails as hardware
+    (``nvme_controller_state``: resetting, dead); each SMART Critical Warning bit set fails as hardware
+    (``nvme_critical_warning``) with its meaning (NVMe Base spec, :func:`critical_warning_bits`); wear
+    (percent_used) and media errors are recorded, not judged here (wear alone is no failure)."""
+    bits = critical_warning_bits()
+    out = []
+    for c in doc.get("controllers") or []:
+        who = f"{c['name']} ({c.get('model') or '?'}, serial {c.get('serial') or '?'})"
+        state = c.get("state")
+        f = Finding(f"nvme_state {c['name']}", state, extra={"controller": who})
+        if state not in (None, "live"):
+            f = replace(f, failure=(f"{who}: controller state {state} (not live)"),
+                        cause=Cause("hardware", "nvme_controller_state", evidence={"controller": c["name"], "state": state}))
+        out.append(f)
+        smart = c.get("smart")
+        if smart is None:
+            out.append(Finding(f"nvme_smart {c['name']}", None, extra={"controller": who, "note": "not read: "
+                               f"{c.get('smart_error') or 'no SMART log'} (the controller state is judged)"}))
+            continue
+        cw = smart.get("critical_warning")
+        ev = {"controller": who, "percent_used": smart.get("percent_used"), "media_errors": smart.get("media_errors")}
+        f = Finding(f"nvme_critical_warning {c['name']}", cw, extra=ev)
+        if isinstance(cw, int) and cw:
+            said = [f"bit {b}: {bits.get(b, 'reserved bit')}" for b in range(8) if cw >> b & 1]
+            f = replace(f, failure=(f"{who}: SMART critical warning {cw:#04x}: " + "; ".join(said)),
+                        cause=Cause("hardware", "nvme_critical_warning", evidence={"controller": c["name"], "critical_warning": cw}))
+        out.append(f)
+    return out
