@@ -3,6 +3,8 @@ on structured readings, and the all-reduce probe reading them around its real (g
 from __future__ import annotations
 
 import copy
+import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,9 @@ from gpuaccept.config.thresholds import load_sku_file
 from gpuaccept.errors import ThresholdError
 from gpuaccept.judging import actions, linkcounters
 
+from gpuaccept.runner.host import save_probe
 from probe_helpers import run_probe, write_line
+from project_helpers import DATA, alter, make_project, replay_captures, replay_project, run_pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = load_sku_file(str(ROOT / "thresholds" / "h200-sxm-141gb.yaml"))
@@ -151,3 +155,121 @@ def test_the_all_reduce_reads_the_counters_around_its_real_load(tmp_path):
     assert "unavailable" in lc["start"]["nvlink"] and "unavailable" in lc["end"]["ib"]
     got = linkcounters.findings(doc, H200, "all-reduce over 2 ranks")
     assert [f for _, f in got if f.failure or f.error] == []
+
+
+# -- the nvlink layer: p2p_bandwidth's readings, judged by test_nvlink_link_errors ---------------------------
+
+def _replay_tests(rep: Path) -> dict[str, dict]:
+    return {t["nodeid"].split("::")[-1].split("[")[0]: t for t in json.loads((rep / "results.json").read_text())["tests"]}
+
+
+def nvlink_reading(read_at: float) -> dict:
+    """A snapshot's NVLink part as the H200 capture's nvlink probe read the counters of its active links
+    (tests/data/replay-h200x2, 2026-11-29): the real readings, in _linkcounters.snapshot's shape."""
+    doc = json.loads(next(DATA.glob("nvlink-*.json")).read_text())["doc"]
+    return {"read_at": read_at, "ib": {"unavailable": "no InfiniBand/RoCE device (/sys/class/infiniband absent)"},
+            "nvlink": {"gpus": [{"index": g["index"], "pci_bus_id": g["pci_bus_id"], "links": [
+                {"link": lk["link"], "errors": dict(lk["errors"])} for lk in g["links"] if lk.get("active")]}
+                for g in doc["gpus"]]}}
+
+
+def test_a_replayed_p2p_capture_without_readings_is_skipped_as_not_measured(tmp_path):
+    """The 2xH200 capture predates the readings: test_p2p_bandwidth passes as before, the counters' test is
+    skipped naming why (never a silent pass, never a failure)."""
+    inv = replay_project(tmp_path, DATA)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "p2p_bandwidth or link_errors")
+    got = _replay_tests(rep)
+    assert got["test_p2p_bandwidth"]["outcome"] == "passed", res.stdout[-3000:]
+    assert got["test_nvlink_link_errors"]["outcome"] == "skipped"
+    assert ("h200-a: not measured: the replayed p2p_bandwidth capture predates the link error counter readings"
+            in got["test_nvlink_link_errors"]["message"])
+
+
+def test_nvlink_recovery_errors_that_grew_over_the_p2p_copies_fail_the_gpu(tmp_path):
+    """The capture's p2p_bandwidth document with readings before and after its copies (the real counters of the
+    capture's nvlink document; ALTERED here: GPU 1's link 4 recovered 3 times during the copies)."""
+    def with_readings(doc):
+        start, end = nvlink_reading(1000.0), nvlink_reading(1000.0 + doc["probe_seconds"])
+        end["nvlink"]["gpus"][1]["links"][4]["errors"]["recovery"] += 3
+        doc["link_counters"] = {"start": start, "end": end}
+    inv = replay_project(tmp_path, alter(tmp_path, "p2p_bandwidth", with_readings))
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "p2p_bandwidth or link_errors")
+    got = _replay_tests(rep)
+    assert got["test_p2p_bandwidth"]["outcome"] == "passed", res.stdout[-3000:]
+    t = got["test_nvlink_link_errors"]
+    assert t["outcome"] == "failed", t
+    (entry,) = t["failures"]
+    assert entry["gpu"] == 1 and entry["pci_bus_id"] == "00000000:00:07.0"
+    assert "nvlink_recovery_errors" in entry["line"] and "recovery 0 -> 3 over" in entry["line"], entry
+    assert entry["cause"]["kind"] == "nvlink_link_errors" and entry["cause"]["evidence"]["link"] == 4
+    assert entry["action"]["action"] == "drain-rma"
+
+
+# -- the gpudirect layer: the rdma probe's readings around its ib_write_bw loopbacks --------------------------
+
+def _rdma_replay(tmp_path: Path, grow: bool | None) -> dict[str, dict]:
+    """suites/test_gpudirect.py on h200-a replaying the rdma probe's documents of a tree written here: the plain
+    reading, and the loopback call's (ALTERED here: one ib_write_bw loopback record and ``perftest`` set, since this
+    machine has no perftest and no HCA), whose ``link_counters`` are two real link_counters readings of the tree,
+    link_downed grown by 2 between them when ``grow``; ``grow`` None: no readings (a capture from before)."""
+    port = ib_tree(tmp_path / "t", {"link_downed": 1})
+    sysfs = tmp_path / "t"
+    write_line(sysfs / "kernel" / "mm" / "memory_peers" / "nv_mem" / "version", "2.0")  # GDR ready: no NCCL call
+    rc, plain, err = run_probe("rdma", {"sysfs": str(sysfs), "proc": str(tmp_path / "proc"), "gpu_bus_ids": []})
+    assert rc == 0, err
+    plain["perftest"] = "/usr/bin/ib_write_bw"
+    loop = {**copy.deepcopy(plain), "loopback": [{"hca": "mlx5_0", "gpu": 0, "bw_gbits": 380.2, "bw_gbps": 47.525,
+                                                   "error": None}]}
+    if grow is not None:
+        start = snap(sysfs, "start")
+        if grow:
+            write_line(port / "counters" / "link_downed", "3")
+        loop["link_counters"] = {"start": start, "end": snap(sysfs, "end")}
+    caps = replay_captures(tmp_path, {"rdma": ({}, plain)})
+    save_probe(str(caps), "rdma", {"perftest": True, "hcas": []}, loop)
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb gpus_per_node=2\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "suites/test_gpudirect.py", "-k",
+                     "gpudirect_rdma or rdma_link_errors")
+    assert (rep / "results.json").exists(), res.stdout[-3000:] + res.stderr[-2000:]
+    return _replay_tests(rep)
+
+
+def test_a_port_that_went_down_during_the_loopbacks_fails_under_the_gpudirect_layer(tmp_path):
+    t = _rdma_replay(tmp_path, grow=True)["test_rdma_link_errors"]
+    assert t["outcome"] == "failed", t
+    (entry,) = t["failures"]
+    assert "mlx5_0 port 1 (InfiniBand): link_downed grew by 2 over ib_write_bw --use_cuda loopback on mlx5_0" \
+        in entry["line"], entry
+    assert entry["cause"]["kind"] == "ib_link_errors" and entry["action"]["action"] == "check-network"
+    assert "perfquery -x -C mlx5_0 -P 1" in entry["action"]["command"]
+
+
+def test_quiet_ports_pass_and_a_loopback_capture_without_readings_is_skipped(tmp_path):
+    quiet = _rdma_replay(tmp_path / "quiet", grow=False)["test_rdma_link_errors"]
+    assert quiet["outcome"] == "passed", quiet
+    old = _rdma_replay(tmp_path / "old", grow=None)["test_rdma_link_errors"]
+    assert old["outcome"] == "skipped" and "predates the link error counter readings" in old["message"], old
+
+
+# -- the multi-node all-reduce: each host's share reads the IB counters around its ranks ----------------------
+
+def test_a_multi_node_share_reads_the_ib_counters_around_its_ranks():
+    """One host's share (nnodes 1, gloo on this CPU machine): sysfs only, no NVML (the ranks of every host start
+    together); no InfiniBand here, said in the reading, and nothing judged as grown."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, doc, err = run_probe("nccl_allreduce", {"backend": "gloo", "nnodes": 1, "node_rank": 0, "ranks_per_node": 2,
+                                                "master_addr": "127.0.0.1", "master_port": port, "min_bytes": 1024,
+                                                "max_bytes": 4096, "factor": 4, "iters": 2, "warmup": 1,
+                                                "marker": "gpuaccept-ar-lctest", "host": "h1", "hosts": ["h1"],
+                                                "deadline_s": 90})
+    assert rc == 0 and doc["ok"] is True, (doc.get("error") or doc.get("msg"), err[-2000:])
+    lc = doc["link_counters"]
+    assert lc["start"]["nvlink"] == {"unavailable": "not asked"} == lc["end"]["nvlink"]
+    assert "unavailable" in lc["end"]["ib"] and lc["start"]["read_at"] <= lc["end"]["read_at"]
+    assert linkcounters.findings(doc, None, "ring") == []

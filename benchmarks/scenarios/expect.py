@@ -15,9 +15,19 @@ Keys of a gpuaccept run's ``expect``::
     figures:
       hbm_read_bw_gbps: {min: 4300, max: 5000, gpus: 1}            # every figure in range; at least `gpus` of them
       bf16_tflops: {of: healthy, within_pct: 5}                   # within 5 % of that scenario's median
+    hosts: {name-a: {verdict: FAIL, action: ...}}  # each named host's verdict and action (several hosts)
+    summary: ["## Stand-outs"]             # words summary.md holds
+    one_card_per_gpu: true                 # every figure's GPU index carries one PCI bus id and serial run-wide
+    exit: 2                                # the run's exit status (a signal: minus its number, -9 for KILL)
+    interrupted: true                      # the report says the run was interrupted (results.json)
+    node_clean_s: 5                        # seconds until no process of the run and no compute process on a GPU
+                                           # is left: from the last signal when it went to the run itself,
+                                           # else from the run's end (the runner measures it)
 
-``outcome`` is a results.json outcome (passed, failed, error, skipped) or a list of them. Keys of a probe run's
-``expect``: ``document: {dotted.key: {equals | contains | min | max | len_min}}`` and ``failed: false``.
+``outcome`` is a results.json outcome (passed, failed, error, skipped) or a list of them. ``verdict`` with
+several hosts holds when every host has it. Keys of a probe run's ``expect``: ``document: {dotted.key: {equals |
+contains | min | max | len_min}}`` and ``failed: false``; of a command run's: ``exit`` and ``output`` (words its
+output holds).
 
 Each expectation gives one :class:`Row`: expected, seen, holds. Nothing here runs anything.
 """
@@ -34,7 +44,10 @@ from gpuaccept.scaleout.merge import read_folder
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")
-RUN_KEYS = {"verdict", "action", "never", "none", "tests", "figures"}
+RUN_KEYS = {"verdict", "action", "never", "none", "tests", "figures", "hosts", "summary", "one_card_per_gpu",
+            "exit", "interrupted", "node_clean_s"}
+COMMAND_KEYS = {"exit", "output"}
+HOST_KEYS = {"verdict", "action"}
 TEST_KEYS = {"outcome", "cause", "kind", "action", "message"}
 FIGURE_KEYS = {"min", "max", "of", "within_pct", "gpus"}
 DOC_KEYS = {"equals", "contains", "min", "max", "len_min"}
@@ -56,9 +69,43 @@ def _outcomes(v) -> list:
     return v if isinstance(v, list) else [v]
 
 
-def check_spec(expect: dict, probe: bool = False) -> tuple[str, str] | None:
-    """``(key, what is wrong)`` of a malformed ``expect`` mapping (pure), None when it is well formed."""
-    if probe:
+def _words(v) -> bool:
+    return isinstance(v, list) and all(isinstance(w, str) for w in v)
+
+
+def _check_run_extras(expect: dict) -> tuple[str, str] | None:
+    """The set-up-bound keys of a gpuaccept run's ``expect`` (hosts, summary, exit, interrupted, node_clean_s)."""
+    for h, want in (expect.get("hosts") or {}).items():
+        if not isinstance(want, dict) or not want or set(want) - HOST_KEYS:
+            return f"hosts.{h}", f"{want!r}: keys are {', '.join(sorted(HOST_KEYS))}"
+        if "verdict" in want and want["verdict"] not in VERDICTS:
+            return f"hosts.{h}.verdict", f"{want['verdict']!r} is none of {', '.join(VERDICTS)}"
+    if "summary" in expect and not _words(expect["summary"]):
+        return "summary", "not a list of words"
+    if "exit" in expect and (not isinstance(expect["exit"], int) or isinstance(expect["exit"], bool)):
+        return "exit", f"{expect['exit']!r} is not an exit status"
+    for k in ("interrupted", "one_card_per_gpu"):
+        if k in expect and not isinstance(expect[k], bool):
+            return k, f"{expect[k]!r} is not true or false"
+    v = expect.get("node_clean_s")
+    if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0):
+        return "node_clean_s", f"{v!r} is not a number of seconds"
+    return None
+
+
+def check_spec(expect: dict, kind: str = "gpuaccept") -> tuple[str, str] | None:
+    """``(key, what is wrong)`` of a malformed ``expect`` mapping (pure) of a run of ``kind`` (gpuaccept, probe,
+    command), None when it is well formed."""
+    if kind == "command":
+        extra = sorted(set(expect) - COMMAND_KEYS)
+        if extra:
+            return extra[0], "unknown key for a command run (known: exit, output)"
+        if "exit" in expect and not isinstance(expect["exit"], int):
+            return "exit", f"{expect['exit']!r} is not an exit status"
+        if "output" in expect and not _words(expect["output"]):
+            return "output", "not a list of words"
+        return None
+    if kind == "probe":
         extra = sorted(set(expect) - {"document", "failed"})
         if extra:
             return extra[0], "unknown key for a probe run (known: document, failed)"
@@ -90,7 +137,7 @@ def check_spec(expect: dict, probe: bool = False) -> tuple[str, str] | None:
             return f"figures.{check}", f"{want!r}: keys are {', '.join(sorted(FIGURE_KEYS))}"
         if ("of" in want) != ("within_pct" in want):
             return f"figures.{check}", "of and within_pct go together"
-    return None
+    return _check_run_extras(expect)
 
 
 def _action_text(act: dict | None) -> str:
@@ -160,23 +207,98 @@ def _check_figure(check: str, want: dict, doc: dict, refs: dict[str, dict]) -> t
     return expected, (", ".join(f"{v:.4g}" for v in vals) or "none"), ok
 
 
-def check_folder(scenario: str, run: str, expect: dict, folder: str, refs: dict[str, dict] | None = None) -> list[Row]:
+def _observed_rows(expect: dict, observed: dict) -> list[tuple[str, str, bool]]:
+    """``exit`` and ``node_clean_s`` against what the runner saw: ``observed`` {"rc": int | None (stopped at its
+    timeout), "clean_s": float | None (not clean within the wait), "signals": [text]}."""
+    out = []
+    if "exit" in expect:
+        rc = observed.get("rc")
+        out.append((f"exit status {expect['exit']}", "stopped at its timeout" if rc is None else str(rc),
+                    rc == expect["exit"]))
+    if "node_clean_s" in expect:
+        sent = observed.get("signals") or []
+        clean = observed.get("clean_s")
+        seen = ("no signal was sent" if not sent else f"not clean after {observed.get('waited_s', '?')} s"
+                if clean is None else f"clean {clean:.1f} s after {sent[-1]}")
+        out.append((f"node clean within {expect['node_clean_s']} s of the last signal", seen,
+                    bool(sent) and clean is not None and clean <= expect["node_clean_s"]))
+    return out
+
+
+def _cards(doc: dict) -> tuple[str, bool]:
+    """Whether every figure's GPU index carries one (PCI bus id, serial) in run ``doc`` and no two indices share
+    one; ``(seen text, holds)``."""
+    by_index: dict = {}
+    for f in run_figures(doc):
+        if isinstance(f.get("gpu"), int) and f.get("pci_bus_id"):
+            by_index.setdefault(f["gpu"], set()).add((str(f["pci_bus_id"]).lower(), f.get("serial")))
+    if not by_index:
+        return "no figure with a GPU index and bus id", False
+    seen = "; ".join(f"GPU {i}: {', '.join(sorted(b for b, _ in v))}" for i, v in sorted(by_index.items()))
+    buses = [b for v in by_index.values() for b, _ in v]
+    return seen, all(len(v) == 1 for v in by_index.values()) and len(set(buses)) == len(buses)
+
+
+def _host_rows(expect: dict, hv: dict) -> list[tuple[str, str, bool]]:
+    out = []
+    for h, want in (expect.get("hosts") or {}).items():
+        got = hv.get(h)
+        if "verdict" in want:
+            out.append((f"{h} verdict {want['verdict']}", got["verdict"] if got else "not in the report",
+                        bool(got) and got["verdict"] == want["verdict"]))
+        if "action" in want:
+            w = want["action"] if isinstance(want["action"], dict) else {"action": want["action"]}
+            act = (got or {}).get("action") or {}
+            out.append((f"{h} action {_action_text(w) if 'cause' in w else w['action']}", _action_text(act or None),
+                        act.get("action") == w.get("action") and ("cause" not in w or act.get("cause") == w["cause"])))
+    return out
+
+
+def _extra_rows(expect: dict, folder: str, meta: dict, doc: dict, hv: dict,
+                observed: dict) -> list[tuple[str, str, bool]]:
+    """The rows of ``hosts``, ``summary``, ``one_card_per_gpu``, ``interrupted``, ``exit``, ``node_clean_s``."""
+    out = _host_rows(expect, hv)
+    if expect.get("summary"):
+        try:
+            with open(os.path.join(folder, "summary.md"), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        missing = [w for w in expect["summary"] if w not in text]
+        out.append(("summary.md holds " + "; ".join(f"'{w}'" for w in expect["summary"]),
+                    "missing: " + "; ".join(missing) if missing else "all there", not missing))
+    if "one_card_per_gpu" in expect:
+        seen, ok = _cards(doc)
+        out.append(("each GPU index one card run-wide" if expect["one_card_per_gpu"] else "cards mixed", seen,
+                    ok == expect["one_card_per_gpu"]))
+    if "interrupted" in expect:
+        got = bool(meta.get("interrupted"))
+        out.append((f"interrupted {str(expect['interrupted']).lower()}", f"interrupted {str(got).lower()}",
+                    got == expect["interrupted"]))
+    return out + _observed_rows(expect, observed)
+
+
+def check_folder(scenario: str, run: str, expect: dict, folder: str, refs: dict[str, dict] | None = None,
+                 observed: dict | None = None) -> list[Row]:
     """The rows of ``expect`` (a gpuaccept run's, module docstring) against the report ``folder``; ``refs``: the
-    results.json documents of the scenarios named by ``of:``. A folder that cannot be read is one row that falls
-    short, naming why."""
+    results.json documents of the scenarios named by ``of:``; ``observed``: what the runner saw of the run
+    (:func:`_observed_rows`). A folder that cannot be read is one row that falls short, naming why (and the
+    rows of ``exit`` and ``node_clean_s``, which need no folder)."""
     try:
         meta, recs = read_folder(folder)
         with open(os.path.join(folder, "results.json"), encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
-        return [Row(scenario, run, "a report folder", f"unreadable: {e}"[:200], False)]
+        return [Row(scenario, run, "a report folder", f"unreadable: {e}"[:200], False)] + [
+            Row(scenario, run, *r) for r in _observed_rows(expect, observed or {})]
     rows: list[Row] = []
     add = lambda e, s, ok: rows.append(Row(scenario, run, e, s, bool(ok)))  # noqa: E731
     hv = {h: v for h, v in host_verdicts(recs).items() if h != "fleet"}
     one = next(iter(hv.values())) if len(hv) == 1 else None
     if "verdict" in expect:
         seen = one["verdict"] if one else (",".join(f"{h}={v['verdict']}" for h, v in hv.items()) or "no host")
-        add(f"host verdict {expect['verdict']}", seen, one is not None and one["verdict"] == expect["verdict"])
+        add(f"host verdict {expect['verdict']}" if len(hv) < 2 else f"every host's verdict {expect['verdict']}",
+            seen, bool(hv) and all(v["verdict"] == expect["verdict"] for v in hv.values()))
     if "action" in expect:
         want = expect["action"] if isinstance(expect["action"], dict) else {"action": expect["action"]}
         act = (one or {}).get("action") or {}
@@ -197,8 +319,25 @@ def check_folder(scenario: str, run: str, expect: dict, folder: str, refs: dict[
         add(f"{name} {e}", s, ok)
     for check, want in (expect.get("figures") or {}).items():
         add(*_check_figure(check, want, doc, refs or {}))
+    for e, s, ok in _extra_rows(expect, folder, meta, doc, hv, observed or {}):
+        add(e, s, ok)
     if meta.get("interrupted") and not rows:
         add("a finished run", "interrupted", False)
+    return rows
+
+
+def check_command(scenario: str, run: str, expect: dict, rc: int | None, output: str) -> list[Row]:
+    """The rows of a command run's ``expect`` (``exit``, ``output`` words) against its exit status ``rc`` (None:
+    stopped at its timeout) and ``output``."""
+    rows = []
+    if "exit" in expect:
+        rows.append(Row(scenario, run, f"exit status {expect['exit']}", "stopped at its timeout" if rc is None
+                        else str(rc), rc == expect["exit"]))
+    missing = [w for w in expect.get("output") or [] if w not in output]
+    if expect.get("output"):
+        rows.append(Row(scenario, run, "output holds " + "; ".join(f"'{w}'" for w in expect["output"]),
+                        "missing: " + "; ".join(missing) if missing else f"all there ({len(output)} chars)",
+                        not missing))
     return rows
 
 

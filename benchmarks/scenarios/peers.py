@@ -63,13 +63,21 @@ def ours(doc: dict | None, check: str, gpu: int | None = 0) -> float | None:
     return float(mine[0]) if mine else (statistics.median(f["value"] for f in vals) if vals else None)
 
 
-def babelstream_dot(csv_text: str) -> float | None:
-    """BabelStream's Dot bandwidth from its ``--csv`` output (columns function, num_times, n_elements, sizeof,
-    max_<unit>_per_sec, ...; src/main.cpp fmt_csv), in the unit it was run with."""
-    for ln in csv_text.splitlines():
+def babelstream_dot(text: str) -> float | None:
+    """BabelStream's Dot bandwidth from its output, in the unit it was run with (GB/s under ``--gigabytes``):
+    the ``--csv`` rows (function, num_times, n_elements, sizeof, max_<unit>_per_sec, ...; src/main.cpp
+    fmt_csv) or the default table (Function, <unit>/s, Min (sec), Max, Average; fmt_cli). None without a Dot
+    row."""
+    for ln in text.splitlines():
         cells = ln.split(",")
         if len(cells) >= 5 and cells[0].strip() == "Dot":
             return float(cells[4])
+        words = ln.split()
+        if len(cells) == 1 and len(words) == 5 and words[0] == "Dot":
+            try:
+                return float(words[1])
+            except ValueError:
+                return None
     return None
 
 
@@ -130,7 +138,7 @@ def theirs(p: dict, src: str, folder: str, n: int, env: dict) -> tuple[float | N
 def run_peers(sc, folder: str, n: int, peers_dir: str | None, env: dict) -> list[Row]:
     """The rows of ``sc.peers``, run after the scenario's product run into ``folder`` (module docstring)."""
     base = peers_dir or os.path.join(ROOT, ".peers")
-    product = next((r for r in sc.runs if not r.probe), None)
+    product = next((r for r in sc.runs if r.kind == "gpuaccept"), None)
     doc = None
     if product is not None:
         try:

@@ -11,6 +11,9 @@ A file holds one scenario: what it sets up, what it runs and what must come out:
     env: {CUDA_VISIBLE_DEVICES: ""}               # environment of the runs (the node's, on a local connection)
     bare_python: false           # true: ansible_python_interpreter is a venv without nvidia-ml-py or torch
     site_thresholds: {h200-sxm-141gb: {checks: {bf16_tflops: {min: 900, source: "..."}}}}
+    hosts: {name-a: {}, name-b: {}}  # inventory names of this machine, each with its own vars (default: gpu-node);
+                                     # on ssh each its own sshd (127.0.0.<i+1>, port 2222+i)
+    history: false               # true: the runs share one history database (<folder>/history.sqlite)
     loads:                       # foreign loads, started and stopped by the runner (their process group)
       - {kind: gpu-matmul, gpu: last, start: before, settle_s: 10}
       - {kind: host-copy, threads: 12, start: {after_s: 20}}
@@ -22,12 +25,21 @@ A file holds one scenario: what it sets up, what it runs and what must come out:
         profile: quick
         options: [--burnin-minutes, "2"]
         expect: ...              # see benchmarks/scenarios/expect.py
+        signals:                 # signals sent while it runs (the runner measures the node clean afterwards)
+          - {signal: KILL, to: run, when: gpu-busy, after_s: 1}
+      - {name: nightly, after_run: first, markers: compute}   # started once run "first" ended
+      - {name: smi, command: [nvidia-smi, -q, -x], expect: {exit: 0}}   # a command, its output <name>.txt
       - {name: burnin-hang, probe: burnin, args: {...}, timeout_s: 150, expect: {document: {...}}}
 
 ``run:`` (one run) may stand for ``runs:``. A load's ``start`` is ``before`` (started ``settle_s`` seconds before
 the first run, default 5), ``{after_s: N}`` (N seconds after the first run started) or ``{after_test: NAME}``
 (once the first run's results.jsonl holds test NAME: it finished, the next is starting); its ``gpu`` an index or
-``last``. Kinds are :data:`LOAD_KINDS`. Anything else, a missing key or a value of the wrong type is refused
+``last``. Kinds are :data:`LOAD_KINDS`. A signal's ``signal`` is one of :data:`SIGNALS`; ``to`` is ``run`` (the
+run's own process, not its group: as a controller is killed) or ``match:TEXT`` (the newest process whose
+command line holds TEXT: a rank worker); ``when`` is ``start``, ``gpu-busy`` (a compute process on a GPU that is
+none of the scenario's loads), ``test:NAME`` (the run recorded test NAME) or ``match:TEXT`` (such a process
+exists), and ``after_s`` seconds after that. ``{folder}`` in an inventory value, a probe's args or a command
+stands for the scenario's report folder (a ``*_paths`` entry under it is made as a directory). Anything else, a missing key or a value of the wrong type is refused
 with one line naming the file and the key (:class:`ScenarioError`); nothing is run.
 """
 from __future__ import annotations
@@ -41,8 +53,12 @@ import yaml
 LOAD_KINDS = ("gpu-matmul", "gpu-copy", "gpu-idle", "gpu-hold", "host-copy", "sleep")
 CONNECTIONS = ("local", "ssh")
 TOP_KEYS = {"claim", "source", "gpus", "optional", "connection", "inventory", "env", "bare_python",
-            "site_thresholds", "loads", "run", "runs", "peers"}
-RUN_KEYS = {"name", "after_s", "markers", "keyword", "profile", "options", "expect", "probe", "args", "timeout_s"}
+            "site_thresholds", "loads", "run", "runs", "peers", "hosts", "history"}
+RUN_KEYS = {"name", "after_s", "markers", "keyword", "profile", "options", "expect", "probe", "args", "timeout_s",
+            "signals", "after_run", "command"}
+SIGNAL_KEYS = {"signal", "to", "when", "after_s"}
+#: signals a scenario may send to a run or a process of it
+SIGNALS = ("TERM", "INT", "HUP", "KILL", "STOP")
 LOAD_KEYS = {"kind", "gpu", "start", "settle_s", "threads", "gib", "stop_after_s"}
 #: seconds a gpuaccept run may take before the runner stops it (chosen: under the device's 10-minute command limit)
 RUN_TIMEOUT_S = 540
@@ -70,6 +86,17 @@ class Load:
 
 
 @dataclass
+class Signal:
+    """A signal sent during a run: ``signal`` (:data:`SIGNALS`), ``to`` ("run" or "match:TEXT"), ``when``
+    ("start", "gpu-busy", "test:NAME", "match:TEXT"), ``after_s`` seconds after that (module docstring)."""
+
+    signal: str
+    to: str = "run"
+    when: str = "start"
+    after_s: float = 0.0
+
+
+@dataclass
 class Run:
     """One gpuaccept run (``probe`` None) or one standalone probe run, with its expectations (a dict read by
     benchmarks/scenarios/expect.py)."""
@@ -84,6 +111,14 @@ class Run:
     probe: str | None = None
     args: dict = field(default_factory=dict)
     timeout_s: float = RUN_TIMEOUT_S
+    signals: list[Signal] = field(default_factory=list)
+    after_run: str | None = None
+    command: list[str] | None = None
+
+    @property
+    def kind(self) -> str:
+        """``probe``, ``command`` or ``gpuaccept``."""
+        return "probe" if self.probe else "command" if self.command else "gpuaccept"
 
 
 @dataclass
@@ -104,6 +139,8 @@ class Scenario:
     loads: list[Load] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)
     peers: list[dict] = field(default_factory=list)
+    hosts: dict = field(default_factory=dict)
+    history: bool = False
 
     def references(self) -> list[str]:
         """Names of the scenarios whose runs this one's figures are compared with (``of:`` in an expectation)."""
@@ -159,10 +196,37 @@ def _load(path: str, i: int, d) -> Load:
     return Load(kind, gpu, after, threads=threads, after_test=after_test, **nums)
 
 
+def _prefixed(v, prefixes: tuple) -> bool:
+    return isinstance(v, str) and (v in prefixes or any(p.endswith(":") and v.startswith(p) and len(v) > len(p)
+                                                        for p in prefixes))
+
+
+def _signal(path: str, where: str, d) -> Signal:
+    _typed(path, where, d, dict, "a mapping")
+    _unknown(path, f"{where}.", d, SIGNAL_KEYS)
+    if d.get("signal") not in SIGNALS:
+        raise _fail(path, f"{where}.signal", f"{d.get('signal')!r} is none of {', '.join(SIGNALS)}")
+    to, when = d.get("to", "run"), d.get("when", "start")
+    if not _prefixed(to, ("run", "match:")):
+        raise _fail(path, f"{where}.to", f"{to!r} is neither 'run' nor 'match:TEXT'")
+    if not _prefixed(when, ("start", "gpu-busy", "test:", "match:")):
+        raise _fail(path, f"{where}.when", f"{when!r} is none of start, gpu-busy, test:NAME, match:TEXT")
+    after = float(_typed(path, f"{where}.after_s", d.get("after_s", 0), (int, float), "a number of seconds"))
+    return Signal(d["signal"], to, when, after)
+
+
 def _run(path: str, i: int, d) -> Run:
     where = f"runs[{i}]"
     _typed(path, where, d, dict, "a mapping")
     _unknown(path, f"{where}.", d, RUN_KEYS)
+    if "probe" in d and "command" in d:
+        raise _fail(path, f"{where}.command", "give probe or command, not both")
+    cmd = d.get("command")
+    if cmd is not None and (not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd)):
+        raise _fail(path, f"{where}.command", f"{cmd!r} is not a list of strings (an argv)")
+    sigs = _typed(path, f"{where}.signals", d.get("signals", []), list, "a list of signals")
+    if "after_run" in d:
+        _typed(path, f"{where}.after_run", d["after_run"], str, "a run's name")
     name = str(d.get("name") or ("run" if i == 0 else f"run{i + 1}"))
     for k in ("markers", "keyword", "profile", "probe"):
         if k in d:
@@ -172,13 +236,14 @@ def _run(path: str, i: int, d) -> Run:
         raise _fail(path, f"{where}.options", f"{opts!r} is not a list of strings")
     expect = _typed(path, f"{where}.expect", d.get("expect", {}), dict, "a mapping")
     from benchmarks.scenarios.expect import check_spec  # the expectation keys are that module's
-    problem = check_spec(expect, probe="probe" in d)
+    problem = check_spec(expect, kind="probe" if "probe" in d else "command" if cmd else "gpuaccept")
     if problem:
         raise _fail(path, f"{where}.expect.{problem[0]}", problem[1])
     return Run(name, float(_typed(path, f"{where}.after_s", d.get("after_s", 0), (int, float), "a number")),
                d.get("markers", ""), d.get("keyword", ""), d.get("profile", ""), [str(o) for o in opts], expect,
                d.get("probe"), _typed(path, f"{where}.args", d.get("args", {}), dict, "a mapping"),
-               float(_typed(path, f"{where}.timeout_s", d.get("timeout_s", RUN_TIMEOUT_S), (int, float), "seconds")))
+               float(_typed(path, f"{where}.timeout_s", d.get("timeout_s", RUN_TIMEOUT_S), (int, float), "seconds")),
+               [_signal(path, f"{where}.signals[{j}]", s) for j, s in enumerate(sigs)], d.get("after_run"), cmd)
 
 
 def parse(path: str, doc) -> Scenario:
@@ -223,6 +288,15 @@ def parse(path: str, doc) -> Scenario:
     names = [r.name for r in sc.runs]
     if len(set(names)) != len(names):
         raise _fail(path, "runs", f"two runs named alike: {names}")
+    for i, r in enumerate(sc.runs):
+        if r.after_run is not None and r.after_run not in names[:i]:
+            raise _fail(path, f"runs[{i}].after_run", f"{r.after_run!r} is no earlier run (runs: {names})")
+    hosts = _typed(path, "hosts", doc.get("hosts", {}), dict, "a mapping of inventory name to host vars")
+    for h, hv in hosts.items():
+        if not isinstance(h, str) or not h or not isinstance(hv if hv is not None else {}, dict):
+            raise _fail(path, f"hosts.{h}", "an inventory name with a mapping of host vars")
+    sc.hosts = {h: dict(hv or {}) for h, hv in hosts.items()}
+    sc.history = bool(_typed(path, "history", doc.get("history", False), bool, "true or false"))
     return sc
 
 
