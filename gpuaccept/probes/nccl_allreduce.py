@@ -152,8 +152,10 @@ def _main_single(cfg: dict) -> dict:
     t0 = time.monotonic()
     deadline = t0 + cfg["deadline_s"]
     # the GPUs' other users while the ranks (this probe's children) run (_conditions.py); gloo loads no GPU
+    # NVLink and InfiniBand error counters before and after the load, read (in a forked NVML child) while no
+    # watch thread holds NVML's locks
+    start = _link_counters()
     watch = Watch(None if cfg["backend"] == "nccl" else []).start()
-    start = _link_counters()  # NVLink and InfiniBand error counters before and after the load (issue 39)
     try:
         doc = _run_single(cfg, notes, env, t0, deadline)
     finally:
