@@ -48,13 +48,24 @@ def test_figures_recorded_against_no_limit_are_not_a_pass():
         "n1": "PASS", "n2": "PASS", "fleet": "PASS"}
 
 
-def test_the_main_job_without_a_gpu_reads_skip(tmp_path):
-    """Before: the README's main job on a machine without a GPU said "1 passed, 29 skipped", summary PASS."""
+def test_the_main_job_without_a_gpu_judges_only_the_host(tmp_path):
+    """The README's main job on a machine without a GPU: the GPU layers are SKIP; the host reads PASS only through
+    the host layer's judged tests (kernel log, filesystems), and the run says it judged no GPU figure. Without the
+    host layer nothing is judged and the host reads SKIP, never PASS."""
+    import json
     make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
     (tmp_path / "local.ini").write_text("localhost ansible_connection=local\n")
     rep = tmp_path / "rep"
     res = run_pytest(tmp_path, "--inventory", "local.ini", "--reports", str(rep))
     assert res.returncode == 0, res.stdout[-3000:]
+    assert "gpuaccept: PASS (1 host PASS), 0 GPU figures judged" in res.stdout
+    tests = json.loads((rep / "results.json").read_text())["tests"]
+    judged = {t["layer"] for t in tests for f in t.get("figures") or [] if f.get("verdict") == "pass"}
+    assert judged == {"host"}, judged
+    assert not [t["nodeid"] for t in tests if t["outcome"] in ("failed", "error")]
+    rep2 = tmp_path / "rep2"
+    res = run_pytest(tmp_path, "--inventory", "local.ini", "--reports", str(rep2), "-m", "not host")
+    assert res.returncode == 0, res.stdout[-3000:]
     assert "gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged" in res.stdout
-    summary = (rep / "summary.md").read_text()
+    summary = (rep2 / "summary.md").read_text()
     assert "**SKIP** 1 host, 0 GPU figures judged" in summary and "**PASS**" not in summary

@@ -19,8 +19,11 @@ import pytest
 import yaml
 
 from benchmarks.scenarios import spec
-from benchmarks.scenarios.expect import check_folder
-from benchmarks.scenarios.loads import LoadSet, group_alive
+from benchmarks.scenarios.expect import _cards, check_command, check_folder
+from benchmarks.scenarios.loads import LoadSet, group_alive, stop_group
+from benchmarks.scenarios.peers import babelstream_dot, mamf_median
+from benchmarks.scenarios.signals import Signaller, processes, wait_clean
+from gpuaccept.judging.nccl_table import parse_table
 from project_helpers import REPO
 
 SHIPPED = REPO / "benchmarks" / "scenarios"
@@ -64,6 +67,16 @@ def test_every_shipped_scenario_reads_and_lists(tmp_path):
     host = next(s for s in found if s.name == "host-load")
     assert host.loads[0].kind == "host-copy" and host.loads[0].threads == 12 and host.loads[0].after_s is None
     assert next(s for s in found if s.name == "healthy-ssh").references() == ["healthy"]
+    killed = next(s for s in found if s.name == "controller-killed-ssh")
+    assert killed.connection == "ssh" and [(g.signal, g.to, g.when, g.after_s) for g in killed.runs[0].signals] == [
+        ("KILL", "run", "gpu-busy", 1.0)]
+    frozen = next(s for s in found if s.name == "nccl-frozen-rank").runs[0].signals[0]
+    assert (frozen.signal, frozen.to) == ("STOP", "match:nccl_allreduce.py --worker")
+    assert list(next(s for s in found if s.name == "two-names").hosts) == ["name-a", "name-b"]
+    nightly = next(s for s in found if s.name == "burnin-then-nightly")
+    assert nightly.history and nightly.runs[1].after_run == "burnin"
+    capture = next(s for s in found if s.name == "capture-healthy")
+    assert [r.kind for r in capture.runs] == ["command", "probe", "probe"] and capture.optional
     res = runner("--list")
     assert res.returncode == 0, res.stderr
     assert any(ln.startswith("peers ") and "optional" in ln for ln in res.stdout.splitlines())
@@ -80,6 +93,17 @@ def test_every_shipped_scenario_reads_and_lists(tmp_path):
     ({"claim": "x", "gpus": "two", "run": {}}, "gpus"),
     ({"claim": "x", "connection": "telnet", "run": {}}, "connection"),
     ({"claim": "x", "peers": [{"peer": "stream", "figure": "a", "floor": 1}]}, "peers[0].peer"),
+    ({"claim": "x", "run": {"signals": [{"signal": "USR9"}]}}, "runs[0].signals[0].signal"),
+    ({"claim": "x", "run": {"signals": [{"signal": "KILL", "when": "later"}]}}, "runs[0].signals[0].when"),
+    ({"claim": "x", "run": {"signals": [{"signal": "KILL", "to": "match:"}]}}, "runs[0].signals[0].to"),
+    ({"claim": "x", "runs": [{"name": "a", "after_run": "b"}, {"name": "b"}]}, "runs[0].after_run"),
+    ({"claim": "x", "run": {"command": "nvidia-smi -q"}}, "runs[0].command"),
+    ({"claim": "x", "run": {"command": ["true"], "expect": {"verdict": "PASS"}}}, "runs[0].expect.verdict"),
+    ({"claim": "x", "run": {"expect": {"node_clean_s": -1}}}, "runs[0].expect.node_clean_s"),
+    ({"claim": "x", "run": {"expect": {"exit": "2"}}}, "runs[0].expect.exit"),
+    ({"claim": "x", "run": {"expect": {"hosts": {"a": {"verdict": "RED"}}}}}, "runs[0].expect.hosts.a.verdict"),
+    ({"claim": "x", "hosts": ["a", "b"], "run": {}}, "hosts"),
+    ({"claim": "x", "history": "yes", "run": {}}, "history"),
 ])
 def test_a_malformed_scenario_is_refused_in_one_line_naming_file_and_key(tmp_path, doc, key):
     path = write(tmp_path / "sc", "bad", doc)
@@ -246,3 +270,126 @@ def test_the_loads_of_a_scenario_that_falls_short_are_gone_after_it(tmp_path):
     pids = [pid for _, pid, _ in info["loads"]]
     assert [k for k, _, _ in info["loads"]] == ["host-copy", "sleep"] and len(pids) == 2
     assert all(not group_alive(pid) and _children_of_group(pid) == [] for pid in pids), pids
+
+
+# -- set-ups the GPU scenarios need, on real runs ----------------------------------------------------------------
+def test_a_real_run_sigtermed_and_one_sigkilled_mid_probe(tmp_path):
+    """A storage run (real fio, 30 s) sent SIGTERM once fio runs: exit 2, INTERRUPTED, the running test an
+    error naming the signal, nothing of the run left within 10 s; another SIGKILLed (the controller gone): exit
+    -9 and the node clean within the 5 s promise; a third expects the node clean with no signal sent: falls
+    short."""
+    inv = {**storage_inventory(tmp_path), "storage_paths": ["{folder}/nvme0"]}
+    inv["storage_fio"] = {**inv["storage_fio"], "runtime": 30}
+    run = {"name": "run", "markers": "storage", "keyword": "local_storage"}
+    fio = {"to": "run", "when": "match:--output-format", "after_s": 1}
+    sc = tmp_path / "sc"
+    write(sc, "term", {"claim": "t", "gpus": 0, "inventory": inv, "run": {
+        **run, "signals": [{"signal": "TERM", **fio}], "expect": {
+            "exit": 2, "interrupted": True, "summary": ["INTERRUPTED"], "node_clean_s": 10, "tests": {
+                "test_local_storage_throughput": {"outcome": "error", "cause": "interruption",
+                                                  "message": ["interrupted (SIGTERM) while running on gpu-node"]}}}}})
+    write(sc, "kill", {"claim": "k", "gpus": 0, "inventory": inv, "run": {
+        **run, "signals": [{"signal": "KILL", **fio}], "expect": {"exit": -9, "node_clean_s": 5}}})
+    write(sc, "nosignal", {"claim": "n", "gpus": 0, "inventory": {**inv, "storage_fio": storage_inventory(
+        tmp_path)["storage_fio"]}, "run": {**run, "expect": {"exit": 0, "node_clean_s": 5}}})
+    res = runner("--scenarios", str(sc), "--out", str(tmp_path / "out"), "--gpus", "0")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    term, kill = table_rows(res.stdout, "term"), table_rows(res.stdout, "kill")
+    assert len(term) == 5 and all(ln.endswith("holds") for ln in term), term
+    assert len(kill) == 2 and all(ln.endswith("holds") for ln in kill), kill
+    nosig = table_rows(res.stdout, "nosignal")
+    assert nosig[0].endswith("holds") and "no signal was sent" in nosig[1] and nosig[1].endswith("FALLS SHORT")
+    seen = json.loads((tmp_path / "out" / "kill" / "scenario.json").read_text())["runs"]["run"]
+    assert seen["rc"] == -9 and 0 <= seen["clean_s"] <= 5 and seen["signals"][0].startswith("KILL to run pid ")
+    assert (tmp_path / "out" / "term" / "nvme0").is_dir()  # {folder} in a *_paths var: made
+
+
+def test_a_command_then_two_inventory_names_after_it_with_one_history(tmp_path):
+    """A command run, then (after_run) a gpuaccept run over two inventory names of this machine sharing the
+    scenario's history database: the command's exit and words, each name's verdict, the summary's words; a
+    name's wrong verdict falls short."""
+    inv = storage_inventory(tmp_path)
+    write(tmp_path / "sc", "pair", {"claim": "p", "gpus": 0, "history": True, "inventory": inv,
+                                    "hosts": {"name-a": {}, "name-b": {"storage_fio": inv["storage_fio"]}},
+                                    "runs": [
+        {"name": "cmd", "command": ["sh", "-c", "sleep 1; echo ready in {folder}"],
+         "expect": {"exit": 0, "output": ["ready in " + str(tmp_path / "out" / "pair")]}},
+        {"name": "run", "after_run": "cmd", "markers": "storage", "keyword": "local_storage", "expect": {
+            "verdict": "PASS", "summary": ["name-a", "name-b"],
+            "hosts": {"name-a": {"verdict": "PASS"}, "name-b": {"verdict": "FAIL"}}}}]})
+    res = runner("--scenarios", str(tmp_path / "sc"), "--out", str(tmp_path / "out"), "--gpus", "0")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    rows = table_rows(res.stdout, "pair")
+    assert [ln.rsplit("  ", 1)[1].strip() for ln in rows] == ["holds"] * 4 + ["FALLS SHORT", "holds"], rows
+    assert "name-b verdict FAIL" in rows[4] and " PASS " in rows[4]
+    out = tmp_path / "out" / "pair"
+    assert (out / "history.sqlite").stat().st_size > 0
+    assert yaml.safe_load((out / "inventory.yml").read_text())["all"]["hosts"].keys() == {"name-a", "name-b"}
+    first_line = (out / "run" / "results.jsonl").read_text().splitlines()[0]
+    assert (out / "cmd.txt").stat().st_mtime <= os.stat(out / "run" / "results.jsonl").st_mtime and first_line
+
+
+def test_a_signal_to_a_matching_process_and_the_wait_for_a_clean_node(tmp_path):
+    """STOP to the newest process below the run whose command line holds the text (a frozen rank): it stops;
+    once the run's group is killed, wait_clean reports the seconds until none of the run is left."""
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess; subprocess.Popen(['sleep', '77']).wait()"],
+                            start_new_session=True)
+    try:
+        sig = Signaller([spec.Signal("STOP", "match:sleep 77", "match:sleep 77", 0.2)], proc,
+                        str(tmp_path / "none.jsonl"), True, set())
+        deadline = time.monotonic() + 20
+        while not sig.sent and time.monotonic() < deadline:
+            sig.poll()
+            time.sleep(0.05)
+        assert sig.sent and sig.sent[0].startswith("STOP to match:sleep 77 pid ") and not sig.last_to_run
+        stopped = int(sig.sent[0].split(" pid ")[1].split()[0])
+        assert processes()[stopped][2] == "T" and stopped in sig.tracked and proc.pid in sig.tracked
+    finally:
+        t = time.monotonic()
+        stop_group(proc)
+    clean = wait_clean(sig.tracked, t, set(), limit_s=10, run_pid=proc.pid)
+    assert clean is not None and clean < 10
+    assert wait_clean({stopped, os.getpid()}, time.monotonic(), set(), limit_s=0.3) is None  # this one lives
+
+
+def test_one_card_per_gpu_and_a_command_run_are_judged_from_what_they_wrote():
+    fig = lambda gpu, bus, serial: {"check": "bf16_tflops", "gpu": gpu, "pci_bus_id": bus, "serial": serial,  # noqa: E731
+                                    "value": 1.0}
+    good = {"format": 2, "tests": [{"figures": [fig(0, "0000:18:00.0", "a"), fig(1, "0000:2A:00.0", "b")]},
+                                   {"figures": [fig(0, "0000:18:00.0", "a"), fig(1, "0000:2a:00.0", "b")]}]}
+    assert _cards(good) == ("GPU 0: 0000:18:00.0; GPU 1: 0000:2a:00.0", True)
+    swapped = {"format": 2, "tests": good["tests"][:1] + [{"figures": [fig(0, "0000:2a:00.0", "b"),
+                                                                      fig(1, "0000:18:00.0", "a")]}]}
+    assert _cards(swapped)[1] is False and _cards({"tests": []})[1] is False
+    rows = check_command("s", "smi", {"exit": 0, "output": ["<product_name>", "H200"]}, 0, "<product_name>NVIDIA")
+    assert [r.holds for r in rows] == [True, False] and rows[1].seen == "missing: H200"
+    assert check_command("s", "smi", {"exit": 0}, None, "")[0].seen == "stopped at its timeout"
+
+
+# -- the peers' output, as each tool prints it (tests/data/peers) ------------------------------------------------
+PEERS = DATA / "peers"
+
+
+def test_babelstream_dot_from_its_csv_and_its_table():
+    assert babelstream_dot((PEERS / "babelstream-csv.txt").read_text()) == 4525.13
+    assert babelstream_dot((PEERS / "babelstream-table.txt").read_text()) == 4525.13
+    no_dot = "\n".join(ln for ln in (PEERS / "babelstream-csv.txt").read_text().splitlines() if "Dot" not in ln)
+    assert babelstream_dot(no_dot) is None and babelstream_dot("Dot,100,2") is None
+
+
+def test_mamf_finder_median_from_its_stdout():
+    text = (PEERS / "mamf-finder-bf16.txt").read_bytes().decode()  # its \r kept, as a pipe delivers it
+    assert "\r" in text and "\033[K" in text  # as printed to a console
+    assert mamf_median(text) == 663.7
+    assert mamf_median(text.replace("\r", "\n")) == 663.7  # read with universal newlines (peers.py)
+    assert mamf_median(text.split("Tried 1 shapes")[0]) is None  # interrupted before finish(): no result line
+
+
+def test_nccl_tests_all_reduce_perf_table():
+    rows = parse_table((PEERS / "nccl-tests-all_reduce_perf.txt").read_text())
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["bytes"], r["count"], r["type"], r["redop"]) == (4294967296, 1073741824, "float", "sum")
+    assert (r["oop_time_us"], r["oop_busbw_gbps"], r["ip_time_us"], r["ip_busbw_gbps"]) == (12540.6, 342.48,
+                                                                                         12521.8, 343.0)
+    assert r["ip_wrong"] == 0 and r["ip_algbw_gbps"] == r["ip_busbw_gbps"]  # 2 ranks: busbw = algbw x 2(n-1)/n

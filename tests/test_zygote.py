@@ -358,3 +358,57 @@ def test_a_torch_probe_waits_for_the_starting_warm_child_and_can_be_killed_meanw
         assert r.rc == 0 and _doc(r)["ppid"] == a.warm["pid"] != a.pid
     finally:
         a.close()
+
+
+# ---------------------------------------------------------------------------------------------- no torch: no exec
+
+#: a stand-in probe that imports no torch: how its process was made (its command line and executable, its parent)
+PLAIN = ("import json, os, sys\n"
+         "print(json.dumps({'cmdline': open('/proc/self/cmdline', 'rb').read().decode('latin-1'),\n"
+         "    'exe': os.readlink('/proc/self/exe'), 'ppid': os.getppid(), 'own_group': os.getpgrp() == os.getpid(),\n"
+         "    'argv': sys.argv[1:], 'torch_loaded': 'torch' in sys.modules,\n"
+         "    'started': os.environ.get('GPUACCEPT_STARTED')}))\n"
+         "sys.exit(4)\n")
+
+
+def test_a_probe_without_torch_is_a_fork_of_the_single_threaded_agent_not_a_new_interpreter(transport, tmp_path,
+                                                                                          monkeypatch):
+    """With the warm child ready, a probe that imports no torch is forked from the agent itself: its command line
+    is the agent's ``python -c BOOT`` (no exec, no interpreter start), its parent the agent, its group its own,
+    no torch loaded, its exit status its own; an exec'd one (``exec_probe``) shows ``python PLAIN.py ARGS``.
+    The agent runs one thread (the condition of that fork)."""
+    a = _warm_agent(transport, monkeypatch)
+    try:
+        _ready(a, tmp_path)
+        plain = _probe(tmp_path, "plain", PLAIN)
+        r = a.probe("plain", [plain, "{}"], 60, 5, {}, torch=None)
+        d = _doc(r)
+        assert r.rc == 4 and d["ppid"] == a.pid and d["own_group"] and d["argv"] == ["{}"], d
+        assert d["cmdline"].split("\0")[1] == "-c" and d["cmdline"] == Path(f"/proc/{a.pid}/cmdline").read_text()
+        assert d["torch_loaded"] is False and d["started"] == "fresh"
+        assert len(os.listdir(f"/proc/{a.pid}/task")) == 1
+        e = a.probe("plain", [plain, "{}"], 60, 5, {}, exec_probe=True, torch=None)
+        assert e.rc == 4 and _doc(e)["cmdline"].split("\0")[1:3] == [plain, "{}"]
+    finally:
+        a.close()
+
+
+def test_the_thread_count_that_decides_fork_or_exec_is_the_processes_own():
+    """``_watchdog.threads`` counts this process's threads as Linux lists them: one more while a thread runs."""
+    import threading
+
+    sys.path.insert(0, PROBE_DIR)
+    try:
+        import _watchdog
+    finally:
+        sys.path.remove(PROBE_DIR)
+    before = _watchdog.threads()
+    assert before == len(os.listdir("/proc/self/task"))
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert _watchdog.threads() == before + 1
+    finally:
+        stop.set()
+        t.join()

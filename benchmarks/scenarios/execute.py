@@ -143,9 +143,13 @@ def write_setup(sc: Scenario, folder: str, n: int) -> list[str]:
 
 
 def pytest_argv(run: Run, folder: str, setup: list[str]) -> list[str]:
-    """The command line of gpuaccept run ``run`` reporting into ``folder``/``run.name``."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--reports", os.path.join(folder, run.name),
-            *setup]
+    """The command line of gpuaccept run ``run`` reporting into ``folder``/``run.name``.
+
+    The checkout's pytest.ini is named (``-c``, ``--rootdir``): on a node where gpuaccept is not installed, the
+    plugin's options are known only once that ini is read, and pytest would otherwise look for an ini above the
+    report folder's absolute path."""
+    argv = [sys.executable, "-m", "pytest", "-c", os.path.join(ROOT, "pytest.ini"), f"--rootdir={ROOT}",
+            "-p", "no:cacheprovider", "--reports", os.path.join(folder, run.name), *setup]
     for opt, val in (("-m", run.markers), ("-k", run.keyword), ("--profile", run.profile)):
         if val:
             argv += [opt, val]

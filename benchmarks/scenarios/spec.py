@@ -197,8 +197,8 @@ def _load(path: str, i: int, d) -> Load:
 
 
 def _prefixed(v, prefixes: tuple) -> bool:
-    return isinstance(v, str) and (v in prefixes or any(p.endswith(":") and v.startswith(p) and len(v) > len(p)
-                                                        for p in prefixes))
+    return isinstance(v, str) and any(v == p if not p.endswith(":") else v.startswith(p) and len(v) > len(p)
+                                      for p in prefixes)
 
 
 def _signal(path: str, where: str, d) -> Signal:

@@ -34,13 +34,14 @@ Agent to controller::
     {"op": "bye", "removed": true}
 
 Each probe runs under the node-side watchdog's rules (``_watchdog.py``): forked into a process group of its
-own (``runpy`` in the forked child, so no interpreter start; ``"exec": true`` execs ``python PROBE.py ARGS``
-for a probe found by its command line), its stdout and stderr on pipes the agent reads, killed (SIGTERM,
-:data:`_watchdog.KILL_GRACE_S`, SIGKILL) past ``deadline_s + grace_s``, on a ``kill`` request, and whatever it
-left running when it exits; the kill reaches its processes outside its group as well (``_watchdog.strays``:
-the agent is their child subreaper, so fio's setsid() job processes are found even once fio is gone). A
-killed probe's result is rc 1 with the watchdog's line ``{"failed": true, "msg": "node watchdog: ..."}``
-after what it printed.
+own (``runpy`` in the forked child, so no interpreter start: the agent imports nothing a probe could mind and
+runs one thread, checked before each fork, ``_watchdog.threads``; ``"exec": true``, or an agent found running
+more threads, execs ``python PROBE.py ARGS``, for a probe found by its command line), its stdout and stderr on
+pipes the agent reads, killed (SIGTERM, :data:`_watchdog.KILL_GRACE_S`, SIGKILL) past ``deadline_s + grace_s``,
+on a ``kill`` request, and whatever it left running when it exits; the kill reaches its processes outside its
+group as well (``_watchdog.strays``: the agent is their child subreaper, so fio's setsid() job processes are
+found even once fio is gone). A killed probe's result is rc 1 with the watchdog's line ``{"failed": true,
+"msg": "node watchdog: ..."}`` after what it printed.
 
 Torch probes start warm (``_zygote.py``): the agent keeps a child that has imported torch (and nothing of CUDA)
 and forks them from it, so that each pays its CUDA context but not torch's import. ``torch`` in a run request
@@ -190,11 +191,13 @@ def start(req: dict, end: float | None = None) -> Probe:
                        [gate_r, out_w, err_w], replay=req.get("torch") == "module")
         warm = _zy.pid if pid is not None else None
     if pid is None:
+        # a probe that imports no torch runs in a fork of the agent itself (no interpreter start): safe only while
+        # the agent runs one thread (it starts none; a library that did would make the child exec the probe)
+        exec_probe = bool(req.get("exec")) or _watchdog.threads() > 1
         _watchdog._freeze_gc()
         pid = os.fork()
         if pid == 0:
-            _child(argv, {**env, "GPUACCEPT_STARTED": "fresh"}, bool(req.get("exec")), (gate_r, gate_w), out_w,
-                   err_w)
+            _child(argv, {**env, "GPUACCEPT_STARTED": "fresh"}, exec_probe, (gate_r, gate_w), out_w, err_w)
         try:
             os.setpgid(pid, pid)
         except OSError:

@@ -65,7 +65,7 @@ POLL_S = 0.2
 #: connection closes, seen at once by select or at the next POLL_S; then SIGTERM, KILL_GRACE_S, SIGKILL of
 #: every probe group, and the agent's folder removed. Measured 0.2 s alone and 3.7 s with -n 2 on a busy
 #: 2-core machine (benchmarks/timing_bounds.py), 0.4 and 0.6 s on an H200 node holding the HBM probe
-#: (benchmarks/device_controller_gone.sh); 5 s promised (chosen).
+#: (benchmarks/scenarios/controller-killed-ssh*.yaml); 5 s promised (chosen).
 CONTROLLER_GONE_CLEAN_S = 5.0
 #: seconds after the SIGKILL during which the probe's strays re-parented here as their parents die are
 #: SIGKILLed too (a parent's death and the re-parenting of its children take microseconds; chosen)
@@ -219,6 +219,16 @@ def _pdeathsig() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except Exception:  # noqa: BLE001 - not Linux, or no libc: the other checks still hold
         pass
+
+
+def threads() -> int:
+    """How many threads this process runs (``/proc/self/task``, Linux); 1 where /proc cannot be read. A fork
+    copies only the calling thread, and a lock another thread held stays held in the child: only a process of
+    one thread forks a probe that runs Python (the agent, its warm child); one of more execs it instead."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
 def _freeze_gc() -> None:

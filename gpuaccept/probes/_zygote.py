@@ -364,10 +364,7 @@ def import_torch() -> tuple[dict, set[int]]:
             os.close(fd)
     doc["import_s"] = round(time.monotonic() - t0, 3)
     doc["stdout"], doc["stderr"] = _read_back(out_f), _read_back(err_f)
-    try:
-        threads = len(os.listdir("/proc/self/task"))
-    except OSError:
-        threads = 1
+    threads = _watchdog.threads()
     doc["threads"] = threads
     if doc["op"] == "ready" and threads > 1:
         doc = {"op": "failed", "why": f"{threads} threads run after importing torch: a fork copies only one"}

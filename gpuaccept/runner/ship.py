@@ -36,9 +36,7 @@ def probe_files(name: str) -> tuple[str, ...]:
         if fn in need:
             continue
         need.add(fn)
-        with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
-            tree = ast.parse(f.read(), fn)
-        for node in ast.walk(tree):
+        for node in ast.walk(_parse(fn)):
             if isinstance(node, ast.Import):
                 mods = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -49,14 +47,25 @@ def probe_files(name: str) -> tuple[str, ...]:
     return tuple(sorted(need))
 
 
-@functools.lru_cache(maxsize=None)
+#: held while :func:`torch_import` reads a probe's code: the agents of a run start at once (``--forks`` threads,
+#: 32 by default) and each asks for its first probe; ``lru_cache`` alone lets every one of them parse the same
+#: files at the same time (2.5 s of controller CPU at 32 hosts, measured with benchmarks/fanout.py --per-host)
+_TORCH_IMPORT_LOCK = threading.Lock()
+
+
 def torch_import(name: str) -> str | None:
     """Whether probe ``name`` imports torch, read from its code (:mod:`ast`), for the node-side agent's warm
     child (``probes/_zygote.py``): "module" when the probe or a ``_*.py`` helper it imports at its top (at any
     depth) imports torch at its top, so every run of it pays torch's import; "function" when torch is imported
     only inside a function (of the probe or of any helper it needs: :func:`probe_files`), so some runs do not
     (gds without a path, pcie_link on links already at their maximum); None when nothing of it imports torch, or
-    for a name that is no probe."""
+    for a name that is no probe. Read once per name and process (cached), by one thread at a time."""
+    with _TORCH_IMPORT_LOCK:
+        return _torch_import(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_import(name: str) -> str | None:
     if not os.path.isfile(os.path.join(PROBE_DIR, f"{name}.py")):
         return None
     if _top_imports_torch(f"{name}.py", frozenset()):
@@ -64,7 +73,9 @@ def torch_import(name: str) -> str | None:
     return "function" if any(_imports_torch(fn) for fn in probe_files(name)) else None
 
 
+@functools.lru_cache(maxsize=None)
 def _parse(fn: str) -> ast.Module:
+    """The syntax tree of ``fn`` (a file of gpuaccept/probes), parsed once per process (read only by callers)."""
     with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
         return ast.parse(f.read(), fn)
 
