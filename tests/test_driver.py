@@ -71,3 +71,17 @@ def test_nvml_latency_against_the_data_file_limit():
     assert slow.check == "nvml_call_s_load" and "took 3.5 s load" in slow.failure
     assert slow.cause.cls == "unverified" and _action(slow, "test_nvml_latency") == "rerun"
     assert driver.latency(None, "idle") == []
+
+
+def test_the_h200_field_capture_reads_clean():
+    """The 1×H200 capture (tests/data/h200x1-field): InfoROM valid, recovery action none (field 230 answered 0),
+    84 NVML calls under the latency limit; a recovery action of 2 in the same document fails with reboot."""
+    doc = json.loads((DATA / "h200x1-field" / "gpu_inventory.json").read_text())
+    gpu = typed(doc["gpus"][0])
+    assert driver.unresponsive(doc) == []
+    (rom,) = driver.inforom(gpu)
+    (rec,) = driver.recovery_action(gpu)
+    assert rom.failure is None and rom.value is True and rec.failure is None
+    assert all(f.failure is None for f in driver.latency(doc["gpus"][0]["nvml_latency_s"], "idle"))
+    (bad,) = driver.recovery_action(typed({**doc["gpus"][0], "recovery_action": {"code": 2, "name": "node reboot required"}}))
+    assert _action(bad, "test_recovery_action") == "reboot"

@@ -99,3 +99,18 @@ def test_nccl_version_and_plugin_split_blames_the_odd_host():
 def test_probe_without_cuda_says_why():
     rc, doc, _ = run_probe("launch_env", {})
     assert rc == 0 and doc["nccl"]["torch_version"] is None and doc["nccl"]["torch_error"]
+
+
+def test_the_h200_field_capture_meets_the_launch_needs():
+    """The 1×H200 capture (tests/data/h200x1-field/launch_env.json): a 128 GiB /dev/shm, memlock unlimited,
+    nvidia_uvm loaded, the dma-buf path open (open kernel module on 6.18), NCCL 2.28.9 from torch; the same document
+    with 8 ranks on a 256 MiB /dev/shm fails as configuration."""
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).resolve().parent / "data" / "h200x1-field" / "launch_env.json").read_text())
+    assert all(f.failure is None for f in launchenv.shm(doc, 1) + launchenv.memlock(doc)
+               + launchenv.modules(doc, gpudirect=True))
+    assert launchenv.nccl_identity(doc)[0] == "2.28.9"
+    small = {**doc, "shm": {**doc["shm"], "size_bytes": 256 << 20, "free_bytes": 256 << 20}}
+    bad = [f for f in launchenv.shm(small, 8) if f.failure]
+    assert bad and all(f.cause.cls == "configuration" for f in bad)
