@@ -104,6 +104,9 @@ def test_every_shipped_scenario_reads_and_lists(tmp_path):
     ({"claim": "x", "run": {"expect": {"hosts": {"a": {"verdict": "RED"}}}}}, "runs[0].expect.hosts.a.verdict"),
     ({"claim": "x", "hosts": ["a", "b"], "run": {}}, "hosts"),
     ({"claim": "x", "history": "yes", "run": {}}, "history"),
+    ({"claim": "x", "loads": [{"kind": "gpu-copy", "start": {"gpu_busy": False}}], "run": {}}, "loads[0].start"),
+    ({"claim": "x", "loads": [{"kind": "gpu-copy", "start": {"gpu_busy": True, "after_s": "soon"}}], "run": {}},
+     "loads[0].start.after_s"),
 ])
 def test_a_malformed_scenario_is_refused_in_one_line_naming_file_and_key(tmp_path, doc, key):
     path = write(tmp_path / "sc", "bad", doc)
@@ -115,6 +118,17 @@ def test_a_malformed_scenario_is_refused_in_one_line_naming_file_and_key(tmp_pat
     assert res.stderr.strip().splitlines() == [f"benchmarks.scenarios: {path}: {key}: " + str(ei.value).split(
         f"{key}: ", 1)[1]]
     assert not (tmp_path / "out").exists()  # nothing run
+
+
+def test_a_load_started_once_the_run_uses_a_gpu_reads_as_such(tmp_path):
+    """``start: {gpu_busy: true, after_s: N}``: N seconds after a compute process of the run shows on a GPU,
+    whatever the run's test order (copy-during-compute)."""
+    path = write(tmp_path / "sc", "busy", {"claim": "x", "run": {"markers": "compute"},
+                                           "loads": [{"kind": "gpu-copy", "start": {"gpu_busy": True, "after_s": 1}}]})
+    (ld,) = spec.load_file(str(path)).loads
+    assert (ld.gpu_busy, ld.after_s, ld.after_test) == (True, 1.0, None)
+    (shipped,) = spec.load_file(str(SHIPPED / "copy-during-compute.yaml")).loads
+    assert shipped.gpu_busy and shipped.after_s == 1.0
 
 
 def test_not_yaml_and_an_unknown_name_are_refused(tmp_path):
@@ -393,3 +407,11 @@ def test_nccl_tests_all_reduce_perf_table():
     assert (r["oop_time_us"], r["oop_busbw_gbps"], r["ip_time_us"], r["ip_busbw_gbps"]) == (12540.6, 342.48,
                                                                                          12521.8, 343.0)
     assert r["ip_wrong"] == 0 and r["ip_algbw_gbps"] == r["ip_busbw_gbps"]  # 2 ranks: busbw = algbw x 2(n-1)/n
+
+
+def test_the_peers_as_they_printed_on_an_h200():
+    """Real outputs of the peers scenario on a 1×H200 (2026-12-05, tests/data/peers/h200-*.log, as the runner
+    logged them): BabelStream's CSV after its CMake build, and mamf-finder bf16 and fp8 at 8192³."""
+    assert babelstream_dot((PEERS / "h200-babelstream-csv.log").read_text()) == 4436.79
+    assert mamf_median((PEERS / "h200-mamf-finder-bf16.log").read_text()) == 671.4
+    assert mamf_median((PEERS / "h200-mamf-finder-fp8.log").read_text()) == 1254.8

@@ -412,3 +412,33 @@ def test_the_thread_count_that_decides_fork_or_exec_is_the_processes_own():
     finally:
         stop.set()
         t.join()
+
+
+@pytest.mark.parametrize("starts, ready", [("native", True), ("python", False)])
+def test_native_threads_of_the_import_are_counted_python_threads_refused(tmp_path, starts, ready):
+    """What an import leaves running decides whether the warm child serves: native pool threads (as numpy's
+    OpenBLAS starts one per core on a GPU node, 16 on the lent H200) re-create themselves in a forked child and are
+    only counted; a Python thread left running is refused. A stand-in torch starts a real thread of each kind."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch").mkdir()
+    (fake / "torch" / "__init__.py").write_text(
+        "import ctypes, threading, time\n"
+        "__version__ = 'stand-in'\n"
+        "class cuda:\n    is_initialized = staticmethod(lambda: False)\n"
+        f"if {starts!r} == 'python':\n"
+        "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "else:\n"
+        "    libc = ctypes.CDLL(None)\n"
+        "    tid = ctypes.c_ulong()\n"
+        "    pause = ctypes.cast(libc.pause, ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p))\n"
+        "    assert libc.pthread_create(ctypes.byref(tid), None, pause, None) == 0\n"
+        "    time.sleep(0.2)\n")
+    code = (f"import json, sys; sys.path[:0] = [{str(fake)!r}, {str(PROBE_DIR)!r}]; import _zygote; "
+            "print(json.dumps(_zygote.import_torch()[0]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    doc = json.loads(res.stdout.strip().splitlines()[-1])
+    assert doc["threads"] >= 2, doc
+    assert (doc["op"] == "ready") is ready, doc
+    if not ready:
+        assert doc["why"] == "2 Python threads run after importing torch: a fork copies only one"

@@ -21,7 +21,7 @@ import yaml
 
 from benchmarks.scenarios.expect import Row, check_command, check_document, check_folder
 from benchmarks.scenarios.loads import ROOT, LoadSet, stop_group
-from benchmarks.scenarios.signals import CLEAN_WAIT_S, Signaller, wait_clean
+from benchmarks.scenarios.signals import CLEAN_WAIT_S, Signaller, gpu_apps, wait_clean
 from benchmarks.scenarios.spec import Run, Scenario
 
 #: the inventory name of the machine in every scenario
@@ -243,12 +243,18 @@ def _timeline(sc: Scenario, folder: str, n: int, setup: list[str], loads: LoadSe
     started: dict[str, tuple[subprocess.Popen, float, Run, Signaller | None]] = {}
     obs: dict[str, dict] = {}
     first = os.path.join(folder, sc.runs[0].name, "results.jsonl") if sc.runs else ""
+    busy_since: float | None = None  # when a run's compute process first showed on a GPU (gpu_busy loads)
     try:
         while any(e[1] == "run" for e in events) or any(name not in obs for name in started):
             now = time.monotonic() - t0
-            ready = [e for e in events if e[0] <= now and (
-                e[2].after_run in obs if e[1] == "run" and e[2].after_run else
-                e[1] == "run" or not e[2].after_test or recorded(first, e[2].after_test))]
+            if busy_since is None and started and any(e[1] == "load" and e[2].gpu_busy for e in events) and (
+                    gpu_apps() - {p.pid for p in loads.procs}):
+                busy_since = now
+            ready = [e for e in events if (
+                e[1] == "load" and e[2].gpu_busy and busy_since is not None and now >= busy_since + e[0]) or (
+                not (e[1] == "load" and e[2].gpu_busy) and e[0] <= now and (
+                    e[2].after_run in obs if e[1] == "run" and e[2].after_run else
+                    e[1] == "run" or not e[2].after_test or recorded(first, e[2].after_test)))]
             for ev in ready:
                 events.remove(ev)
                 _, what, item = ev

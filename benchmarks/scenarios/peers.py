@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import re
 import statistics
 import subprocess
@@ -108,11 +109,16 @@ def theirs(p: dict, src: str, folder: str, n: int, env: dict) -> tuple[float | N
         build = os.path.join(folder, "babelstream-build")
         exe = os.path.join(build, "babelstream")
         if not os.path.exists(exe):
+            # BabelStream's cuda model asks for nvcc's path itself (CMAKE_CUDA_COMPILER), PATH alone is not read
+            nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
             rc, out = _run(["cmake", f"-B{build}", f"-H{src}", "-DMODEL=cuda", "-DCMAKE_CUDA_ARCHITECTURES=90",
-                            "-DCUDA_ARCH=sm_90", "-DCMAKE_BUILD_TYPE=Release"], log, env=env)
+                            f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCUDA_ARCH=sm_90", "-DCMAKE_BUILD_TYPE=Release"],
+                           log, env=env)
             rc = rc or _run(["cmake", "--build", build, "-j"], log, env=env)[0]
             if rc:
                 return None, f"build failed (rc {rc}, {os.path.basename(log)})"
+        # the executable is named after the model (cuda-stream); older releases called it babelstream
+        exe = next((e for e in (os.path.join(build, "cuda-stream"), exe) if os.path.exists(e)), exe)
         rc, out = _run([exe, "--arraysize", str(BABELSTREAM_ELEMENTS), "--csv", "--gigabytes"], log, env=env)
         v = babelstream_dot(out)
         return v, "BabelStream Dot" if v else f"no Dot row (rc {rc})"

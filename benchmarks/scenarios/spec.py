@@ -72,7 +72,9 @@ class ScenarioError(ValueError):
 class Load:
     """A foreign load: ``kind`` (:data:`LOAD_KINDS`), on ``gpu`` (index or "last"), started ``before`` the first
     run (``after_s`` None, ``settle_s`` seconds ahead), ``after_s`` seconds after it started, or once the first run
-    recorded test ``after_test`` (its results.jsonl line: that test finished); ``threads`` (host
+    recorded test ``after_test`` (its results.jsonl line: that test finished), or ``after_s`` seconds after a
+    compute process other than the scenario's loads appeared on a GPU (``gpu_busy``: a probe of the run is
+    measuring; the run's test order does not matter); ``threads`` (host
     copies), ``gib`` (GPU memory held, GiB = 2**30 B), ``stop_after_s`` (stopped then, else at the scenario's end)."""
 
     kind: str
@@ -83,6 +85,7 @@ class Load:
     gib: float = 8.0
     stop_after_s: float | None = None
     after_test: str | None = None
+    gpu_busy: bool = False
 
 
 @dataclass
@@ -181,19 +184,24 @@ def _load(path: str, i: int, d) -> Load:
     if gpu != "last" and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
         raise _fail(path, f"{where}.gpu", f"{gpu!r} is neither a GPU index nor 'last'")
     start = d.get("start", "before")
-    after_test = None
+    after_test, gpu_busy = None, False
     if start == "before":
         after = None
     elif isinstance(start, dict) and set(start) == {"after_s"}:
         after = float(_typed(path, f"{where}.start.after_s", start["after_s"], (int, float), "a number of seconds"))
     elif isinstance(start, dict) and set(start) == {"after_test"} and isinstance(start["after_test"], str):
         after, after_test = 0.0, start["after_test"]
+    elif isinstance(start, dict) and start.get("gpu_busy") is True and set(start) <= {"gpu_busy", "after_s"}:
+        after = float(_typed(path, f"{where}.start.after_s", start.get("after_s", 0), (int, float),
+                             "a number of seconds"))
+        gpu_busy = True
     else:
-        raise _fail(path, f"{where}.start", f"{start!r} is none of 'before', {{after_s: N}}, {{after_test: NAME}}")
+        raise _fail(path, f"{where}.start", f"{start!r} is none of 'before', {{after_s: N}}, {{after_test: NAME}}, "
+                                            f"{{gpu_busy: true[, after_s: N]}}")
     nums = {k: float(_typed(path, f"{where}.{k}", d[k], (int, float), "a number")) for k in
             ("settle_s", "gib", "stop_after_s") if k in d}
     threads = int(_typed(path, f"{where}.threads", d.get("threads", 12), int, "a whole number"))
-    return Load(kind, gpu, after, threads=threads, after_test=after_test, **nums)
+    return Load(kind, gpu, after, threads=threads, after_test=after_test, gpu_busy=gpu_busy, **nums)
 
 
 def _prefixed(v, prefixes: tuple) -> bool:
