@@ -123,3 +123,104 @@ def test_cpu_nodes_soft_lockup_fails_clean_passes_read_only_is_configuration(tmp
     src = [f for f in run_figures(doc) if f["check"] == "kernel_log_source" and f["host"] == "node2"]
     assert src and src[0]["value"] == str(logs["node2"])
     assert os.listdir(ro_dir) == []
+
+
+#: a GPU-layer stand-in, sorted before test_host.py: its ``gpus`` test makes the warm-up visit the host (no GPU on the
+#: sshd nodes: it skips), its load test adds 3 correctable errors to mc0 after the warm-up's run-start reading (when
+#: the run has a warm-up), as a DIMM would while the GPU layers load the node
+STAND_IN = '''
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.runner import fanout
+
+pytestmark = pytest.mark.host
+
+
+def test_gpu_stand_in(node, gpus):
+    assert gpus
+
+
+def test_load_stand_in(node, request):
+    if request.config.getoption("forks") != 0:
+        end = time.monotonic() + 60
+        while fanout.run_start_memory(node) is None and time.monotonic() < end:
+            time.sleep(0.05)
+        assert fanout.run_start_memory(node) is not None, "no run-start reading from the warm-up"
+    ce = Path(node.host.vars["host_sysfs_root"]) / "devices" / "system" / "edac" / "mc" / "mc0" / "ce_count"
+    ce.write_text(str(int(ce.read_text()) + 3) + "\\n")
+'''
+
+
+def _edac_tree(root: Path) -> Path:
+    """A sysfs root with one EDAC controller (mc0, one DIMM) at 0 errors, laid out as ras.rst says."""
+    d = root / "devices" / "system" / "edac" / "mc" / "mc0"
+    (d / "dimm0").mkdir(parents=True)
+    for k, v in {"mc_name": "Intel_10nm Socket#0 IMC#0", "size_mb": 65536, "ce_count": 0, "ue_count": 0,
+                 "seconds_since_reset": 86400}.items():
+        (d / k).write_text(f"{v}\n")
+    for k, v in {"dimm_label": "CPU_SrcID#0_MC#0_Chan#0_DIMM#0", "size": 65536, "dimm_ce_count": 0,
+                 "dimm_ue_count": 0}.items():
+        (d / "dimm0" / k).write_text(f"{v}\n")
+    return root
+
+
+def test_edac_growth_during_the_gpu_layers_fails_over_the_run_window(tmp_path, sshd_nodes, known_hosts):
+    """Two sshd nodes, each with its EDAC tree in tmp (``host_sysfs_root``). With the warm-up (the default), the run-start
+    reading is taken before the stand-in GPU layer adds 3 correctable errors: test_host_ram_errors FAILs (hardware,
+    drain-rma) over the window "run" with a rate per hour. Without a warm-up (``--forks 0``) the same growth before the
+    host layer is not seen: PASS, its figure saying "window: host layer only"."""
+    nodes = sshd_nodes[:2]
+    inv = make_project(tmp_path, nodes, known_hosts,
+                       extra_suite=(REPO / "gpuaccept" / "suites" / "test_host.py").read_text(), name="test_host.py")
+    (tmp_path / "suites" / "test_a_load.py").write_text(STAND_IN)
+    hv = tmp_path / "host_vars"
+    hv.mkdir()
+    log = tmp_path / "kern.log"
+    log.write_text(f"{_now_iso(-60)} node kernel: nvme nvme0: 64/0/0 default/read/poll queues\n")
+    for n in nodes:
+        root = _edac_tree(tmp_path / f"sys-{n.name}")
+        (hv / f"{n.name}.yml").write_text(f"kernel_log_paths: [{log}]\nhost_sysfs_root: {root}\n")
+
+    def ram_errors(rep: Path, *extra: str):
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                         "-m", "host", *extra, timeout=180)
+        doc = json.loads((rep / "results.json").read_text())
+        return res, {t["host"]: t for t in doc["tests"] if t["name"].startswith("test_host_ram_errors")}
+
+    res, tests = ram_errors(tmp_path / "rep-run")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    for n in nodes:
+        t = tests[n.name]
+        assert t["outcome"] == "failed", t
+        assert t["action"]["action"] == "drain-rma" and t["action"]["cause"] == "hardware", t["action"]
+        fig = next(f for f in t["figures"] if f["check"] == "ce_count_growth mc0")
+        assert fig["value"] == 3 and fig["extra"]["window"] == "run" and fig["extra"]["per_hour"] > 0, fig
+    cases = {(c["classname"], c["name"].split("[")[0]): c for c in junit(tmp_path / "rep-run" / "junit-host.xml")}
+    assert "window: run" in cases[("host.node1", "test_host_ram_errors")]["text"]
+
+    res, tests = ram_errors(tmp_path / "rep-old", "--forks", "0")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    for n in nodes:
+        t = tests[n.name]
+        fig = next(f for f in t["figures"] if f["check"] == "ce_count_growth mc0")
+        assert t["outcome"] == "passed" and fig["value"] == 0 and fig["extra"]["window"] == "host layer only", t
+
+
+def test_host_sysfs_root_must_be_an_absolute_path(tmp_path):
+    """``host_sysfs_root`` is refused (file:line, host, var) unless it is one absolute path; an absolute one reaches the
+    host_memory probe's arguments."""
+    from gpuaccept.config.hostvars import HostVarError, check_hosts
+    from gpuaccept.config.inventory import load_inventory
+    from gpuaccept.runner.fanout import memory_args
+    path = tmp_path / "inventory.ini"
+    path.write_text("h host_sysfs_root=sys\n")
+    with pytest.raises(HostVarError) as info:
+        check_hosts(load_inventory(str(path)).hosts.values(), str(path), [])
+    assert str(info.value).startswith(f"{path}:1: host h var host_sysfs_root") and "not an absolute path" in str(info.value)
+    path.write_text("h host_sysfs_root=/host/sys\n")
+    hosts = load_inventory(str(path)).hosts
+    check_hosts(hosts.values(), str(path), [])
+    assert memory_args(hosts["h"].vars) == {"sysfs": "/host/sys"} and memory_args({}) == {}

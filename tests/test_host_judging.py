@@ -136,6 +136,18 @@ def test_uncorrectable_edac_fails_and_ce_growth_fails_with_its_rate():
     assert len(grew) == 1 and grew[0].cause.kind == "host_memory_ce" and "3 correctable" in grew[0].failure
     assert grew[0].extra["per_hour"] == 6.0 and "dimm0" in grew[0].failure
     assert [f for f in hj.edac_growth(start, _mem(100.0, ce=5)) if f.failure] == []
+    assert grew[0].extra["window"] == "host layer only" and "window: host layer only" in grew[0].failure
+
+
+def test_edac_growth_names_its_window():
+    """From the warm-up's run-start reading the window is "run" (extra, message and evidence); another word is refused."""
+    start, end = _mem(100.0, ce=0), _mem(100.0, ce=2)
+    end["read_at"] = start["read_at"] + 7200
+    run = [f for f in hj.edac_growth(start, end, "run") if f.failure][0]
+    assert run.extra["window"] == "run" and run.cause.evidence["window"] == "run" and "window: run" in run.failure
+    assert run.extra["per_hour"] == 1.0 and run.extra["interval_s"] == 7200
+    with pytest.raises(ValueError, match="window 'gpu' is not one of"):
+        hj.edac_growth(start, end, "gpu")
 
 
 def _fs(reason, names=("nvme0n1p1", "nvme0n1", "nvme0")):

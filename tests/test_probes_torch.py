@@ -189,7 +189,7 @@ def test_matmul_tflops_cpu():
     assert {"bf16", "fp16", "tf32", "fp64"} <= set(dtypes)
     for d, r in dtypes.items():
         assert r["tflops"] > 0 and r["tflops_max"] >= r["tflops"], d
-        assert r["iters"] >= 2 * 3 * 20 and r["iters"] % r["batch"] == 0 and r["batch"] >= 20
+        assert r["iters"] >= r["batch"] >= 20 and r["iters"] % r["batch"] == 0
         assert (r["m"], r["n"], r["k"]) == (32, 48, 16)  # a shape asked for is the shape measured
         # the fastest batch is at least as fast as the whole window's average (2mnk * iters / seconds), within
         # the timer's noise on a loaded CPU (the window's clock and the batches' clock are read separately)

@@ -255,6 +255,13 @@ def _log_paths(value: Any) -> list[str]:
     return list(items)
 
 
+def _abs_path(value: Any) -> str:
+    """``host_sysfs_root``: one absolute path (the folder the host layer reads as /sys)."""
+    if not isinstance(value, str):
+        raise _Bad(f"expected an absolute path, got {type(value).__name__} {shown(value)}")
+    return _log_paths(value)[0]
+
+
 def _words(value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)):
         raise _Bad(f"expected a list of names, got {type(value).__name__} {shown(value)}")
@@ -395,6 +402,7 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     # in place of journalctl/dmesg/kern.log (saved logs)
     "host_memory_gb": _plain(_number(0.001)),
     "kernel_log_paths": _plain(_log_paths),
+    "host_sysfs_root": _plain(_abs_path),  # sysfs mounted elsewhere (a container's /host/sys): EDAC read there
     # Slurm: the node name --slurm-drain/--slurm-resume use (gpuaccept/scaleout/drain.py; default: up to the first dot)
     "slurm_node_name": _plain(_word),
     # Kubernetes: the node name --k8s-cordon/--k8s-resume and the manifests use (gpuaccept/scaleout/k8s/; default: the host name)

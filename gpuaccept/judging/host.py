@@ -238,10 +238,19 @@ def memory_findings(doc: dict, declared_gib: float | None) -> list[Finding]:
     return out
 
 
-def edac_growth(start: dict, end: dict) -> list[Finding]:
-    """EDAC counters of two host_memory documents (the start and the end of the host layer): a correctable count
-    that grew by more than ``edac_ce_in_window.max`` fails as hardware (``host_memory_ce``) with its rate per hour over
-    the interval, naming the DIMMs that grew; an uncorrectable one that grew fails as ``host_memory_ue``."""
+#: the intervals :func:`edac_growth` judges over: from the warm-up's run-start reading (gpuaccept.runner.fanout), or
+#: the host layer's own two tests when no run-start reading exists (replayed host, xdist worker, failed read)
+EDAC_WINDOWS = ("run", "host layer only")
+
+
+def edac_growth(start: dict, end: dict, window: str = "host layer only") -> list[Finding]:
+    """EDAC counters of two host_memory documents (``start``: the run's start when ``window`` is "run", else the start
+    of the host layer; ``end``: the end of the host layer): a correctable count that grew by more than
+    ``edac_ce_in_window.max`` fails as hardware (``host_memory_ce``) with its rate per hour over the interval, naming
+    the DIMMs that grew; an uncorrectable one that grew fails as ``host_memory_ue``. Each finding's extra names the
+    ``window`` (one of :data:`EDAC_WINDOWS`; ValueError for another)."""
+    if window not in EDAC_WINDOWS:
+        raise ValueError(f"edac_growth: window {window!r} is not one of {EDAC_WINDOWS}")
     lim = load_limits()["edac_ce_in_window"]
     secs = (end.get("read_at") or 0) - (start.get("read_at") or 0)
     before = {mc["name"]: mc for mc in (start.get("edac") or {}).get("controllers") or []}
@@ -261,14 +270,17 @@ def edac_growth(start: dict, end: dict) -> list[Finding]:
                      for d in mc.get("dimms") or [] if d["name"] in olddimms and isinstance(d.get(key), int)
                      and isinstance(olddimms[d["name"]].get(key), int) and d[key] > olddimms[d["name"]][key]]
             f = Finding(f"{key}_growth {mc['name']}", grew, "errors",
-                        extra={"interval_s": round(secs, 3), "per_hour": rate, "dimms": dimms})
+                        extra={"interval_s": round(secs, 3), "per_hour": rate, "dimms": dimms,
+                               "window": window})
             allowed = lim["max"] if key == "ce_count" else 0
             if grew > allowed:
                 what = "correctable" if key == "ce_count" else "uncorrectable"
                 f = replace(f, failure=((f"{mc['name']}: {grew} {what} host memory error(s) during the run "
-                             f"({rate if rate is not None else '?'}/hour over {secs:.1f} s; EDAC {key} {a} -> {b})"
+                             f"({rate if rate is not None else '?'}/hour over {secs:.1f} s, window: {window}; "
+                             f"EDAC {key} {a} -> {b})"
                              + (f"; DIMMs: {', '.join(dimms)}" if dimms else ""))),
-                            cause=Cause("hardware", kind, evidence={"controller": mc["name"], "grew": grew, "per_hour": rate}))
+                            cause=Cause("hardware", kind, evidence={"controller": mc["name"], "grew": grew, "per_hour": rate,
+                                                                "window": window}))
             out.append(f)
     return out
 

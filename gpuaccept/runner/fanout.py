@@ -58,12 +58,46 @@ def _pool(items: list, fn: Callable, forks: int) -> list[threading.Thread]:
 _DONE = object()
 
 
+#: the probe whose document the warm-up keeps as the host's run-start reading (EDAC counters: the host layer judges
+#: their growth over the whole run, GPU layers' load included; 0.09 s on an H200 node)
+RUN_START_PROBE = "host_memory"
+
+
+def memory_args(host_vars: dict) -> dict:
+    """The host_memory probe's arguments from a host's inventory variables: ``{"sysfs": host_sysfs_root}`` where that
+    variable is set (a node whose sysfs is mounted elsewhere, e.g. a container's /host/sys), else ``{}`` (/sys)."""
+    root = host_vars.get("host_sysfs_root")
+    return {"sysfs": root} if root else {}
+
+
+def run_start_memory(node) -> dict | None:
+    """The host_memory document the warm-up kept for ``node`` (a HostRunner) at the run's start, or None: no
+    warm-up on this host (replayed, an xdist worker, no GPU test selected), or the read failed there."""
+    return node.cached(RUN_START_PROBE, memory_args(node.host.vars))
+
+
+def _warm(node) -> None:
+    """gpu_inventory, then the run-start host_memory reading, under the host's lock (nothing of the host's tests runs
+    in between). A failed host_memory read is only remembered as such (its error cached): the host's status is
+    gpu_inventory's, and a host it wrote off or found held is not asked again (:meth:`HostRunner.run` raises at
+    once)."""
+    with node.lock:
+        try:
+            node.gpu_inventory()
+        finally:
+            try:
+                node.cached_probe(RUN_START_PROBE, memory_args(node.host.vars))
+            except Exception:  # noqa: BLE001 - the host layer falls back to its own interval and says so
+                pass
+
+
 def warm_up(nodes: Iterable, forks: int = DEFAULT_FORKS) -> list[threading.Thread]:
-    """Start ``gpu_inventory`` (connect, ship, probe; cached with its error) on every node at once.
+    """Start ``gpu_inventory`` (connect, ship, probe; cached with its error) and the run-start ``host_memory``
+    reading (:data:`RUN_START_PROBE`, :func:`run_start_memory`) on every node at once.
 
     ``nodes``: :class:`gpuaccept.runner.host.HostRunner` objects. Returns the threads (daemons: an interrupted run does not
     wait for them; the transports' own timeouts and the node-side watchdog bound what they leave running)."""
-    return _pool([n for n in nodes if not getattr(n, "replay_dir", None)], lambda n: n.gpu_inventory(), forks)
+    return _pool([n for n in nodes if not getattr(n, "replay_dir", None)], _warm, forks)
 
 
 def close_all(nodes: Iterable, forks: int = DEFAULT_FORKS, timeout: float = 60.0) -> None:

@@ -418,6 +418,13 @@ class HostRunner:
             raise hit["err"]
         return hit["ok"]
 
+    def cached(self, name: str, args: dict | None = None) -> dict | None:
+        """The document :meth:`cached_probe` remembers for ``name`` and ``args``, or None (never run this run,
+        forgotten, or remembered as an error). Runs nothing."""
+        with self._lock:
+            hit = self._cache.get(f"{name}:{json.dumps(args or {}, sort_keys=True)}")
+        return hit.get("ok") if hit else None
+
     def forget_cached(self) -> None:
         """Drop the results :meth:`cached_probe` keeps (the plugin does once the last test of the run that may
         touch this host has ended: gpuaccept.plugin.release); a later :meth:`cached_probe` runs its probe again."""

@@ -7,7 +7,8 @@ critical warning). Judged by gpuaccept/judging/host.py against gpuaccept/data/ho
 GPU or a ``gpu_sku``, so a CPU node with a soft lockup FAILs (hardware, reboot), never SKIPs.
 
 Inventory variables: ``host_memory_gb`` (installed host memory, GiB), ``kernel_log_paths`` (log files read in place
-of journalctl/dmesg/kern.log: saved logs), ``storage_paths`` and ``fs_paths`` (the folders proven writable).
+of journalctl/dmesg/kern.log: saved logs), ``host_sysfs_root`` (sysfs mounted elsewhere: EDAC read there),
+``storage_paths`` and ``fs_paths`` (the folders proven writable).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from gpuaccept.config import storage as sl
 from gpuaccept.judging import host as hj
-from gpuaccept.runner import nodeclock
+from gpuaccept.runner import fanout, nodeclock
 from gpuaccept.runner.host import HostRunner
 
 pytestmark = pytest.mark.host
@@ -53,8 +54,8 @@ def _kernel_log(node: HostRunner, request, run_started: float) -> tuple[dict, fl
 def test_host_ram(node: HostRunner, request, verdicts):
     """MemTotal against ``host_memory_gb`` (GiB; the kernel's reserved share allowed, host_limits.yaml); EDAC
     uncorrectable counts above 0 fail (hardware); correctable counts recorded with their rate since reset. The
-    counters read here are the start of test_host_ram_errors' interval."""
-    doc = node.probe("host_memory")
+    counters read here are the start of test_host_ram_errors' interval when the warm-up kept no run-start reading."""
+    doc = node.probe("host_memory", fanout.memory_args(node.host.vars))
     _shared(request, node.name)["memory_start"] = doc
     declared = node.host.vars.get("host_memory_gb")
     found = hj.memory_findings(doc, float(declared) if declared is not None else None)
@@ -109,15 +110,20 @@ def test_nvme_state(node: HostRunner, verdicts):
 
 
 def test_host_ram_errors(node: HostRunner, request, verdicts):
-    """EDAC counters read again at the end of the layer against test_host_ram's reading: correctable errors that
-    grew are a hardware finding with their rate per hour (limit edac_ce_in_window, host_limits.yaml), uncorrectable
-    ones too. Skips without an EDAC driver, or when test_host_ram did not run for this host."""
-    start = _shared(request, node.name).get("memory_start")
+    """EDAC counters read again at the end of the layer against the run-start reading the controller's warm-up kept
+    (gpuaccept.runner.fanout.run_start_memory: the GPU layers' load inside the window, "window: run"), else against
+    test_host_ram's reading ("window: host layer only": a replayed host, an xdist worker, no GPU test selected, or a
+    failed warm-up read): correctable errors that grew are a hardware finding with their rate per hour (limit
+    edac_ce_in_window, host_limits.yaml), uncorrectable ones too. Skips without an EDAC driver, or with no start
+    reading at all (neither the warm-up's nor test_host_ram's)."""
+    start, window = fanout.run_start_memory(node), "run"
     if start is None:
-        pytest.skip(f"{node.name}: no start reading (test_host_ram was not selected)")
+        start, window = _shared(request, node.name).get("memory_start"), "host layer only"
+    if start is None:
+        pytest.skip(f"{node.name}: no start reading (no warm-up reading, and test_host_ram was not selected)")
     if not (start.get("edac") or {}).get("present"):
         pytest.skip(f"no EDAC driver on {node.name}: host memory errors are not counted there")
-    end = node.probe("host_memory")
-    found = hj.edac_growth(start, end)
+    end = node.probe("host_memory", fanout.memory_args(node.host.vars))
+    found = hj.edac_growth(start, end, window)
     verdicts.apply(found + [hj.none_found("edac_growth", found)])
     verdicts.finish()
