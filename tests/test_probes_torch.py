@@ -326,3 +326,17 @@ def test_cuda_without_gpu_says_no_cuda_device(name):
     rc, doc, _ = run_probe(name, {"device": "cuda"})
     assert rc == 1 and doc["failed"] is True
     assert "no CUDA device" in doc["msg"] and "\n" not in doc["msg"]
+
+
+def test_the_quick_profile_measures_the_default_matmul_shape_only():
+    """The nightly profile (quick) runs no candidate trials: one shape night after night, so the figure's history
+    key (which holds its shape) stays one series; the standard profile searches."""
+    from gpuaccept.config.profiles import probe_args
+    args = probe_args("quick", "matmul_tflops", {"device": "cpu", "dtypes": ["bf16", "fp32"], "max_seconds": 0.1,
+                                                 "min_seconds": 0.02, "warmup_seconds": 0.05})
+    rc, doc, err = run_probe("matmul_tflops", args)
+    assert rc == 0, (doc, err[-2000:])
+    assert doc["search"] is False
+    for dt, r in doc["gpus"][0]["dtypes"].items():
+        assert len(r["candidates"]) == 1, (dt, r["candidates"])
+    assert probe_args("standard", "matmul_tflops", {}).get("search", True) is True
