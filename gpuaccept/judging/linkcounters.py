@@ -61,6 +61,18 @@ def unmeasured(load: str, why: str) -> Finding:
                    cause=Cause("tool", "link_counters_unmeasured", evidence={"load": load, "why": why}))
 
 
+def not_measured_why(kept: dict | None, host: str, probe: str, absent: str) -> str | None:
+    """Why the link counters a load kept for ``host`` (``{"doc", "replayed", "load"}``, or None: no load ran there
+    in this run, ``absent`` says why) cannot be judged, as the skip reason; None when they can (a live run without
+    readings is judged: not measured, an error, never a pass). A replayed ``probe`` capture without readings
+    was taken before the probe read them: not measured."""
+    if kept is None:
+        return f"{host}: {absent}"
+    if kept["doc"] is None and kept["replayed"]:
+        return f"{host}: not measured: the replayed {probe} capture predates the link error counter readings"
+    return None
+
+
 def pair(doc: dict | None, load: str) -> tuple[dict, dict] | Finding:
     """``(start, end)`` from a document carrying ``link_counters: {"start", "end"}`` (nccl_allreduce, rdma), or
     the :func:`unmeasured` error naming why there is none (a capture taken before issue 39 lacks them)."""

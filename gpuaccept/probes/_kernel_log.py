@@ -104,6 +104,21 @@ def parse_timestamp(line: str, now: float | None = None) -> tuple[float | None, 
     return None, None, line
 
 
+def lines_in_window(lines, since_epoch: float | None = None, now: float | None = None):
+    """The kernel log ``lines`` (str each, timestamp first as journalctl/dmesg/syslog write it) that count:
+    yields ``(line, epoch, ts_text, rest)`` (:func:`parse_timestamp`) for each, its end of line removed. Skipped:
+    blank lines, journalctl's own ("-- No entries --", "-- Boot ... --") and lines stamped before
+    ``since_epoch``; a line without a parsable timestamp (plain dmesg seconds since boot) is kept."""
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line.strip() or line.startswith("-- "):
+            continue
+        epoch, ts_text, rest = parse_timestamp(line, now)
+        if since_epoch is not None and epoch is not None and epoch < since_epoch:
+            continue
+        yield line, epoch, ts_text, rest
+
+
 def iso_utc(epoch: float) -> str:
     """Epoch seconds -> ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
     t = time.gmtime(epoch)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from _kernel_log import iso_utc, parse_timestamp, read_first
+from _kernel_log import iso_utc, lines_in_window, read_first
 from _probe import ProbeFailed, reject_unknown, run
 
 ARG_KEYS = {"patterns", "since_epoch", "sources"}
@@ -64,13 +64,7 @@ def match_lines(lines, compiled, since_epoch: float | None = None, now: float | 
     found: dict[str, list] = {}
     counts: dict[str, int] = {}
     totals: dict[str, int] = {}
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line.strip() or line.startswith("-- "):  # journalctl "-- No entries --", "-- Boot ... --"
-            continue
-        epoch, ts_text, rest = parse_timestamp(line, now)
-        if since_epoch is not None and epoch is not None and epoch < since_epoch:
-            continue
+    for line, epoch, ts_text, rest in lines_in_window(lines, since_epoch, now):
         scanned += 1
         for pid, rx in compiled:
             m = rx.search(rest)

@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import re
 
-from _kernel_log import iso_utc, parse_timestamp, read_first
+from _kernel_log import iso_utc, lines_in_window, parse_timestamp, read_first
 from _pci import normalize_bus_id
 from _probe import ProbeFailed, reject_unknown, run  # noqa: F401 - ProbeFailed: the tests' xev.ProbeFailed
 
@@ -170,13 +170,7 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
     one with no such event before it is an event with ``severity`` None.
     """
     parser = _Parser()
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line.strip() or line.startswith("-- "):  # journalctl "-- No entries --", "-- Boot ... --"
-            continue
-        epoch, ts_text, _ = parse_timestamp(line, now)
-        if since_epoch is not None and epoch is not None and epoch < since_epoch:
-            continue
+    for line, epoch, ts_text, _ in lines_in_window(lines, since_epoch, now):
         parser.scanned += 1
         parser.feed(line, epoch, ts_text)
     return {"events": parser.events, "sxid_events": parser.sxids, "lines_scanned": parser.scanned}

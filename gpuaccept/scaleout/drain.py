@@ -38,7 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from gpuaccept.errors import ConfigError
@@ -47,7 +47,7 @@ from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.verdicts import host_verdicts
 from gpuaccept.scaleout.quarantine import (REASON_HEAD, Decision, Hold, Words, brake as shared_brake, decide,
                                            earlier_results, hold_reason, needed_tests, ours, passed_tests,
-                                           reason_run, record_history, records_of)  # noqa: F401 (REASON_HEAD, needed_tests: kept names)
+                                           reason_run, record_history, records_of, StepResult)  # noqa: F401 (REASON_HEAD, needed_tests: kept names)
 from gpuaccept.transport.shell import command as shell_command
 
 #: a drain reason's first-reason part is cut to this many characters (``scontrol show node`` prints it on one
@@ -191,24 +191,6 @@ def node_states(scontrol: str, env: Mapping[str, str] | None = None) -> dict[str
     return parse_show_nodes(res.stdout)
 
 
-@dataclass
-class StepResult:
-    """What the Slurm step did: ``steps`` (after the brake), ``failed`` (scontrol calls that failed), ``refused``
-    (the brake's line when it held every drain back), ``repeating`` (the lines of nodes drained again within a
-    day of gpuaccept's resume, gpuaccept.reporting.history.drains) and ``lines`` (all said)."""
-
-    steps: list[Step]
-    failed: int = 0
-    refused: str | None = None
-    repeating: list[str] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No call failed and the brake held nothing back."""
-        return not self.failed and self.refused is None
-
-
 def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[CaseRecord],
              names: Mapping[str, str], drain: bool, resume: bool, apply: bool, scontrol: str = "scontrol",
              env: Mapping[str, str] | None = None, write: Callable[[str], None] = print,
@@ -261,7 +243,7 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
             f.write("\n".join(lines) + "\n")
     except OSError:
         pass
-    return StepResult(steps, failed, refused, repeating, lines)
+    return StepResult(steps, failed, refused, repeating=repeating, lines=lines)
 
 
 def note_repeating(rdir: str, run_id: str, meta: dict, recs: list[CaseRecord], slow: list[dict] | None,

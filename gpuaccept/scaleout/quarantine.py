@@ -69,6 +69,25 @@ class Hold:
     evidence: str | None = None
 
 
+@dataclass
+class StepResult:
+    """What a node-action step (Slurm drain/resume, Kubernetes cordon/resume) did: ``steps`` (after the brake),
+    ``failed`` (scheduler calls that failed), ``refused`` (the brake's line when it held every hold back),
+    ``repeating`` (the lines of nodes held again within a day of gpuaccept's release: :func:`record_history`) and
+    ``lines`` (all said)."""
+
+    steps: list
+    failed: int = 0
+    refused: str | None = None
+    repeating: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No call failed and the brake held nothing back."""
+        return not self.failed and self.refused is None
+
+
 @dataclass(frozen=True)
 class Decision:
     """One host's part: ``kind`` ``"hold"`` (take out), ``"release"`` (put back) or None (left alone, ``note``

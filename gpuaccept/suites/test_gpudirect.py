@@ -211,12 +211,11 @@ def test_rdma_link_errors(node: HostRunner, verdicts):
     (no InfiniBand/RoCE device, perftest not installed, test_gpudirect_rdma not selected); a replayed capture
     taken before the counters were read is skipped naming that; a live run without them is an error."""
     got = LOAD_COUNTERS.get(node.name)
-    if got is None:
-        pytest.skip(f"{node.name}: no ib_write_bw loopback ran on this host in this run (no InfiniBand/RoCE device, "
-                    f"perftest not installed, or test_gpudirect_rdma skipped or not selected)")
-    if got["doc"] is None and got["replayed"]:
-        pytest.skip(f"{node.name}: not measured: the replayed rdma loopback capture predates the link error counter "
-                    f"readings (issue 39)")
+    why = linkcounters.not_measured_why(got, node.name, "rdma loopback", "no ib_write_bw loopback ran on this host in "
+                                        "this run (no InfiniBand/RoCE device, perftest not installed, or "
+                                        "test_gpudirect_rdma skipped or not selected)")
+    if why:
+        pytest.skip(why)
     for gpu, f in linkcounters.findings({"link_counters": got["doc"]}, None, got["load"]):
         verdicts.apply([f], gpu=gpu)
     verdicts.finish()

@@ -101,11 +101,10 @@ def test_allreduce_link_errors(node: HostRunner, gpus, sku, verdicts):
     (gpuaccept/judging/linkcounters.py). Skipped where test_allreduce did not run the load on this host; a replayed
     capture taken before the counters were read is skipped naming that, a live run without them is an error."""
     got = LOAD_COUNTERS.get(node.name)
-    if got is None:
-        pytest.skip(f"{node.name}: no all-reduce ran on this host in this run (test_allreduce skipped or not selected)")
-    if got["doc"] is None and got["replayed"]:
-        pytest.skip(f"{node.name}: the replayed all-reduce capture has no link counter readings (taken before "
-                    f"issue 39): not measured")
+    why = linkcounters.not_measured_why(got, node.name, "all-reduce", "no all-reduce ran on this host in this run "
+                                        "(test_allreduce skipped or not selected)")
+    if why:
+        pytest.skip(why)
     for gpu, f in linkcounters.findings({"link_counters": got["doc"]}, sku, got["load"]):
         verdicts.apply([f], gpu=gpu)
     verdicts.finish()

@@ -88,12 +88,11 @@ def test_nvlink_link_errors(node: HostRunner, gpus, sku, verdicts):
     the counters were read is skipped naming that; a live run without them is an error, never a pass."""
     _need_links(node, gpus, sku, "no NVLink load to read counters around")
     got = LOAD_COUNTERS.get(node.name)
-    if got is None:
-        pytest.skip(f"{node.name}: no p2p_bandwidth load ran on this host in this run (test_p2p_bandwidth skipped, "
-                    f"failed before its probe answered, or not selected)")
-    if got["doc"] is None and got["replayed"]:
-        pytest.skip(f"{node.name}: not measured: the replayed p2p_bandwidth capture predates the link error counter "
-                    f"readings (issue 39)")
+    why = linkcounters.not_measured_why(got, node.name, "p2p_bandwidth", "no p2p_bandwidth load ran on this host in "
+                                        "this run (test_p2p_bandwidth skipped, failed before its probe answered, or "
+                                        "not selected)")
+    if why:
+        pytest.skip(why)
     pair = linkcounters.pair({"link_counters": got["doc"]}, got["load"])
     found = [(None, pair)] if not isinstance(pair, tuple) else linkcounters.nvlink(pair[0], pair[1], sku, got["load"])
     if not found:  # an NVLink node (_need_links) whose readings hold no link: not measured, never a pass

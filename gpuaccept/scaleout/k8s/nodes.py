@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from gpuaccept.causes import HARDWARE_ACTIONS
@@ -34,7 +34,7 @@ from gpuaccept.errors import ConfigError
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.scaleout.k8s.manifests import HEALTH_TAINT, k8s_node_name, label_value
 from gpuaccept.scaleout.quarantine import (Decision, Hold, Words, brake, decide, earlier_results, hold_reason,
-                                           ours, passed_tests, reason_run, record_history)
+                                           ours, passed_tests, reason_run, record_history, StepResult)
 from gpuaccept.transport.shell import command as shell_command
 
 #: the annotation holding our reason (run id, action, first reason, evidence folder); labels cannot hold it
@@ -167,24 +167,6 @@ def get_nodes(kubectl: str, env: Mapping[str, str] | None = None) -> dict:
     return doc
 
 
-@dataclass
-class StepResult:
-    """What the Kubernetes step did: ``steps``, ``failed`` (kubectl calls that failed), ``refused`` (the brake's
-    line when it held every cordon back), ``repeating`` (nodes cordoned again within a day of gpuaccept's
-    uncordon: gpuaccept.scaleout.quarantine.record_history) and ``lines`` (all said)."""
-
-    steps: list[Step]
-    failed: int = 0
-    refused: str | None = None
-    lines: list[str] = field(default_factory=list)
-    repeating: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No call failed and the brake held nothing back."""
-        return not self.failed and self.refused is None
-
-
 def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[CaseRecord], names: Mapping[str, str],
              cordon: bool, resume: bool, apply: bool, drain_pods: bool = False, kubectl: str = "kubectl",
              env: Mapping[str, str] | None = None, write: Callable[[str], None] = print,
@@ -237,7 +219,7 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
             f.write("\n".join(lines) + "\n")
     except OSError:
         pass
-    return StepResult(steps, failed, refused, lines, repeating)
+    return StepResult(steps, failed, refused, repeating=repeating, lines=lines)
 
 
 def after_run(rep, hostvars: Mapping[str, Mapping], cordon: bool, resume: bool, apply: bool,
