@@ -207,6 +207,14 @@ def test_edac_growth_during_the_gpu_layers_fails_over_the_run_window(tmp_path, s
         t = tests[n.name]
         fig = next(f for f in t["figures"] if f["check"] == "ce_count_growth mc0")
         assert t["outcome"] == "passed" and fig["value"] == 0 and fig["extra"]["window"] == "host layer only", t
+    # the warm-up takes the run-start reading only for a selection that judges it
+    assert all(list((tmp_path / "rep-run" / "probes" / n.name).glob("host_memory-*.json")) for n in nodes)
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports",
+                     str(tmp_path / "rep-gpu"), "-m", "host", "-k", "gpu_stand_in", timeout=180)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    for n in nodes:
+        kept = {f.name.split("-")[0] for f in (tmp_path / "rep-gpu" / "probes" / n.name).glob("*.json")}
+        assert "gpu_inventory" in kept and "host_memory" not in kept, kept
 
 
 def test_host_sysfs_root_must_be_an_absolute_path(tmp_path):

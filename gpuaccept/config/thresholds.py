@@ -79,7 +79,7 @@ REGISTRY: dict[str, Check] = {
     "nvlink_crc_errors_per_s": Check("errors/s", "max", "nvlink", "NVLink CRC errors per second per link, watched"),
     "nvlink_replay_errors_per_s": Check("errors/s", "max", "nvlink", "NVLink replays per second per link, watched"),
     "nvlink_recovery_errors": Check("errors", "max", "nvlink", "NVLink link recoveries per link over a layer's load "
-                                                         "(counter growth, issue 39)"),
+                                                         "(its growth)"),
     "p2p_unidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, one direction"),
     "p2p_bidir_bw_gbps": Check("GB/s", "min", "nvlink", "GPU-to-GPU copy bandwidth, both directions at once"),
     # nccl

@@ -513,7 +513,8 @@ def pytest_collection_finish(session) -> None:
             names.append(name)
     from gpuaccept.runner import fanout, prefetch
     from gpuaccept.runner import host as node_module
-    fanout.warm_up([_get_node(config, n) for n in names], _forks(config))
+    fanout.warm_up([_get_node(config, n) for n in names], _forks(config),
+                   run_start_memory=any(getattr(it, "originalname", "") == fanout.RUN_START_TEST for it in session.items))
     # every later probe too: fetched ahead on the hosts whose test of the same function is next (gpuaccept.runner.prefetch)
     pf = _state(config).prefetch = prefetch.Prefetcher(prefetch.describe(session.items),
                                                           lambda n: _get_node(config, n), _forks(config),

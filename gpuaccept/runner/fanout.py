@@ -61,6 +61,8 @@ _DONE = object()
 #: the probe whose document the warm-up keeps as the host's run-start reading (EDAC counters: the host layer judges
 #: their growth over the whole run, GPU layers' load included; 0.09 s on an H200 node)
 RUN_START_PROBE = "host_memory"
+#: the test that judges the run-start reading: only a selection holding it has the warm-up take one
+RUN_START_TEST = "test_host_ram_errors"
 
 
 def memory_args(host_vars: dict) -> dict:
@@ -76,28 +78,31 @@ def run_start_memory(node) -> dict | None:
     return node.cached(RUN_START_PROBE, memory_args(node.host.vars))
 
 
-def _warm(node) -> None:
-    """gpu_inventory, then the run-start host_memory reading, under the host's lock (nothing of the host's tests runs
-    in between). A failed host_memory read is only remembered as such (its error cached): the host's status is
-    gpu_inventory's, and a host it wrote off or found held is not asked again (:meth:`HostRunner.run` raises at
-    once)."""
+def _warm(node, memory: bool = True) -> None:
+    """gpu_inventory, then (``memory``) the run-start host_memory reading, under the host's lock (nothing of the
+    host's tests runs in between). A failed host_memory read is only remembered as such (its error cached): the
+    host's status is gpu_inventory's, and a host it wrote off or found held is not asked again
+    (:meth:`HostRunner.run` raises at once)."""
     with node.lock:
         try:
             node.gpu_inventory()
         finally:
-            try:
-                node.cached_probe(RUN_START_PROBE, memory_args(node.host.vars))
-            except Exception:  # noqa: BLE001 - the host layer falls back to its own interval and says so
-                pass
+            if memory:
+                try:
+                    node.cached_probe(RUN_START_PROBE, memory_args(node.host.vars))
+                except Exception:  # noqa: BLE001 - the host layer falls back to its own interval and says so
+                    pass
 
 
-def warm_up(nodes: Iterable, forks: int = DEFAULT_FORKS) -> list[threading.Thread]:
-    """Start ``gpu_inventory`` (connect, ship, probe; cached with its error) and the run-start ``host_memory``
-    reading (:data:`RUN_START_PROBE`, :func:`run_start_memory`) on every node at once.
+def warm_up(nodes: Iterable, forks: int = DEFAULT_FORKS, run_start_memory: bool = True) -> list[threading.Thread]:
+    """Start ``gpu_inventory`` (connect, ship, probe; cached with its error) and, with ``run_start_memory`` (the
+    selection holds :data:`RUN_START_TEST`), the run-start ``host_memory`` reading (:data:`RUN_START_PROBE`,
+    :func:`run_start_memory`) on every node at once.
 
     ``nodes``: :class:`gpuaccept.runner.host.HostRunner` objects. Returns the threads (daemons: an interrupted run does not
     wait for them; the transports' own timeouts and the node-side watchdog bound what they leave running)."""
-    return _pool([n for n in nodes if not getattr(n, "replay_dir", None)], _warm, forks)
+    return _pool([n for n in nodes if not getattr(n, "replay_dir", None)],
+                 lambda n: _warm(n, run_start_memory), forks)
 
 
 def close_all(nodes: Iterable, forks: int = DEFAULT_FORKS, timeout: float = 60.0) -> None:
