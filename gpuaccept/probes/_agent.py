@@ -74,7 +74,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import sys
 import time
@@ -324,6 +323,8 @@ def _remove(folder: str) -> bool:
         os.chdir(os.path.dirname(folder) or "/")
     except OSError:
         pass
+    import shutil  # here: only the agent's end needs it
+
     shutil.rmtree(folder, ignore_errors=True)
     return not os.path.lexists(folder)
 

@@ -398,7 +398,11 @@ def _run_probe(argv: list[str]):
     sys.path.insert(0, os.path.dirname(path))
     sys.stdin = open(os.devnull)  # noqa: SIM115 - fd 0 is /dev/null already; drop what the parent buffered
     try:
-        runpy.run_path(path, run_name="__main__")
+        cached = sys.modules.get("_bytecode")
+        if cached is not None and cached.folder() is not None:
+            cached.run_main(path)  # the probe's code from the node's bytecode cache (_bytecode.py)
+        else:
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
         return e.code
     return 0

@@ -50,9 +50,7 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
-import threading
 import time
 
 import _watchdog
@@ -142,6 +140,8 @@ class Zygote:
         agent = os.getpid()
         script = os.path.join(self.folder, "_zygote.py")
         try:
+            import socket  # here: the agent of a node without a GPU never needs it
+
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             pid = os.fork()
         except OSError as e:  # no AF_UNIX sequenced packets, no memory for a fork: the probes start fresh
@@ -220,6 +220,8 @@ class Zygote:
         if len(msg) > MAX_MSG:
             return None
         try:
+            import socket
+
             socket.send_fds(self.sock, [msg], fds)
         except OSError as e:
             self._gone(f"a fork request could not be sent ({e.strerror or e})", kill=True)
@@ -372,6 +374,8 @@ def import_torch() -> tuple[dict, set[int]]:
     # Seen on a 1xH200 node: 16 threads after `import torch`, and a child forked then got its CUDA context in
     # 0.30-0.51 s and ran a bf16 matmul.
     doc["threads"] = _watchdog.threads()
+    import threading
+
     python_threads = threading.active_count()
     if doc["op"] == "ready" and python_threads > 1:
         doc = {"op": "failed", "why": f"{python_threads} Python threads run after importing torch: a fork copies "
@@ -416,6 +420,8 @@ def serve(sock: socket.socket, keep: set[int], output: tuple[str, str]) -> int:
             ready = []
         if sock.fileno() in ready:
             try:
+                import socket
+
                 data, got, _flags, _addr = socket.recv_fds(sock, MAX_MSG, 8)
             except OSError:
                 return 0
@@ -456,6 +462,8 @@ def main(argv: list[str]) -> int:
         return 1
     for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, signal.SIG_IGN)
+    import socket
+
     sock = socket.socket(fileno=fd)
     doc, keep = import_torch()
     doc["pid"] = os.getpid()

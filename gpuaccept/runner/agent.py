@@ -23,7 +23,8 @@ logged at INFO.
 Torch probes start warm: each run request says whether the probe imports torch (gpuaccept.runner.ship.torch_import),
 and the agent forks such a probe from its warm child, which has imported torch already (``probes/_zygote.py``).
 What the agent says of that child (``warm`` frames: ready, dead, torch missing) is logged (:attr:`Agent.warm`
-keeps the last); ``GPUACCEPT_WARM`` in the controller's environment reaches the agent (:data:`WARM_ENV`).
+keeps the last); ``GPUACCEPT_WARM`` and ``GPUACCEPT_BYTECODE`` in the controller's environment reach the agent
+(:data:`WARM_ENV`, :data:`BYTECODE_ENV`).
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ LOCK_DIR_ENV = "GPUACCEPT_NODE_LOCK_DIR"
 #: the controller's environment variable passed on to every agent it starts: when the node's warm child starts
 #: ("auto", the default, "on", "off"; probes/_zygote.py MODE_ENV)
 WARM_ENV = "GPUACCEPT_WARM"
+#: the controller's environment variable passed on to every agent it starts: "off" turns the nodes' bytecode
+#: cache off (probes/_bytecode.py ENV)
+BYTECODE_ENV = "GPUACCEPT_BYTECODE"
 #: seconds to wait for the agent's ``ready`` after the start command (connect excluded: the transport bounds it)
 START_TIMEOUT_S = 60.0
 #: seconds the agent gets to answer a ``kill`` (its kill takes up to 1.5 s, _watchdog.KILL_GRACE_S, plus reading
@@ -77,6 +81,8 @@ BOOT = ("import os, sys, json, zlib\n"
         "except OSError as e:\n"
         "    sys.exit('cannot write the probe files into %s: %s' % (os.getcwd(), e.strerror or e))\n"
         "sys.path.insert(0, '')\n"
+        "import _bytecode\n"
+        "_bytecode.install(os.getcwd())\n"
         "import _agent\n"
         "sys.exit(_agent.main(files, json.loads(sys.argv[1]) if len(sys.argv) > 1 else None))\n")
 
@@ -160,7 +166,7 @@ class Agent:
         s for ``ready``. Raises ProbeError "could not ship probes: ..." (no interpreter, the folder could not be
         made, the agent exited), NodeHeld (another run's agent holds the node: the agent exited, nothing ran),
         CommandTimeout (no answer: the session is closed), Interrupted, the transport's connection errors."""
-        env = {**self.env, **({WARM_ENV: os.environ[WARM_ENV]} if os.environ.get(WARM_ENV) else {})}
+        env = {**self.env, **{k: os.environ[k] for k in (WARM_ENV, BYTECODE_ENV) if os.environ.get(k)}}
         cmd, self.folder = start_command(self.python, env, self.identity)
         tracked(self.name, cmd, lambda r: self._start(r, cmd, timeout, label),
                 label if label == "start the agent" else f"start the agent for {label}")

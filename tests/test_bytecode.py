@@ -1,0 +1,150 @@
+"""The nodes' bytecode cache (gpuaccept/probes/_bytecode.py): real agents over the local connection, with $TMPDIR a
+folder of the test, so that the cache they write is the test's; the module itself in this process for pruning."""
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.runner.agent import Agent
+from gpuaccept.runner.ship import PROBE_DIR
+from gpuaccept.transport import get_transport
+from process_helpers import FakeHost
+
+ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+pytestmark = pytest.mark.usefixtures("isolated_home")
+
+
+@pytest.fixture
+def tmpdir_env(tmp_path, monkeypatch) -> Path:
+    """$TMPDIR for the agents this test starts: their folders and their bytecode cache go below it."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    return d
+
+
+def cache_dir(tmp: Path) -> Path:
+    return tmp / f"gpuaccept-bytecode-{os.geteuid()}"
+
+
+def run_probe(path: str, env: dict | None = None):
+    """Start an agent over the local connection, run the probe file ``path``, close the agent; its result."""
+    t = get_transport(FakeHost(name="ctl", address="localhost", connection="local"))
+    a = Agent("ctl", t, sys.executable, {**ENV, **(env or {})})
+    try:
+        a.start()
+        return a.probe("p", [path, "{}"], 60, 15, {}, torch=None)
+    finally:
+        a.close()
+        t.close()
+
+
+def entries(tmp: Path) -> dict[str, float]:
+    d = cache_dir(tmp)
+    return {p.name: p.stat().st_mtime for p in d.iterdir()} if d.is_dir() else {}
+
+
+def test_the_second_start_runs_the_cached_code(tmpdir_env, tmp_path):
+    """The first agent writes the agent's, the probe's and its helpers' code into a 0700 folder of this user's; the
+    next one compiles nothing (the entries stay as they are) and runs what the cache holds: an entry replaced by
+    other code is what runs (which is why the folder must be this user's alone)."""
+    probe = tmp_path / "echo_probe.py"
+    probe.write_text("import json, _pci\nprint(json.dumps({'bus': _pci.normalize_bus_id('0000:3B:00.0')}))\n")
+    first = run_probe(str(probe))
+    assert first.rc == 0, first.stderr
+    assert json.loads(first.stdout) == {"bus": "00000000:3B:00.0"}
+    d = cache_dir(tmpdir_env)
+    assert (d.stat().st_mode & 0o777) == 0o700 and d.stat().st_uid == os.geteuid()
+    written = entries(tmpdir_env)
+    assert len(written) >= 4  # _agent, _watchdog, _nodelock, _zygote, _pci, the probe ...
+    second = run_probe(str(probe))
+    assert second.stdout == first.stdout and entries(tmpdir_env) == written
+    key = [n for n in written if marshal.loads((d / n).read_bytes()).co_consts.count("0000:3B:00.0")]
+    assert len(key) == 1
+    (d / key[0]).write_bytes(marshal.dumps(compile("print('{\"from\": \"the cache\"}')", "x", "exec")))
+    assert json.loads(run_probe(str(probe)).stdout) == {"from": "the cache"}
+
+
+def test_a_traceback_names_the_probe_s_own_file(tmpdir_env, tmp_path):
+    """Cached code carries the file's real path: a probe that raises prints its traceback as Python would."""
+    probe = tmp_path / "raiser.py"
+    probe.write_text("def f():\n    raise RuntimeError('boom')\n\nf()\n")
+    for _ in range(2):  # compiled, then from the cache
+        r = run_probe(str(probe))
+        assert r.rc == 1
+        assert f'File "{probe}", line 2, in f' in r.stderr.decode()
+        assert "RuntimeError: boom" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("unsafe", ["group-writable", "symlink", "a file"])
+def test_a_cache_folder_not_this_users_alone_is_not_used(tmpdir_env, tmp_path, unsafe):
+    """A cache folder open to others, a link, or no folder at all: the probes compile as before, nothing is read
+    from or written there, and they run."""
+    d = cache_dir(tmpdir_env)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if unsafe == "group-writable":
+        d.mkdir()
+        d.chmod(0o770)
+    elif unsafe == "symlink":
+        d.symlink_to(elsewhere)
+    else:
+        d.write_text("not a folder")
+    probe = tmp_path / "plain.py"
+    probe.write_text("print('{\"ok\": 1}')\n")
+    r = run_probe(str(probe))
+    assert r.rc == 0 and json.loads(r.stdout) == {"ok": 1}
+    assert list(elsewhere.iterdir()) == []
+    if unsafe == "group-writable":
+        assert list(d.iterdir()) == []
+
+
+def test_off_writes_no_cache(tmpdir_env, tmp_path, monkeypatch):
+    """``GPUACCEPT_BYTECODE=off`` in the controller's environment reaches the agent: no cache folder is made."""
+    monkeypatch.setenv("GPUACCEPT_BYTECODE", "off")
+    probe = tmp_path / "plain.py"
+    probe.write_text("print('{\"ok\": 1}')\n")
+    assert run_probe(str(probe)).rc == 0
+    assert not cache_dir(tmpdir_env).exists()
+
+
+def test_a_damaged_entry_is_compiled_again(tmpdir_env, tmp_path):
+    """An entry that is not marshalled code (cut short, garbage) is compiled again and replaced."""
+    probe = tmp_path / "plain.py"
+    probe.write_text("print('{\"ok\": 2}')\n")
+    run_probe(str(probe))
+    d = cache_dir(tmpdir_env)
+    for p in d.iterdir():
+        p.write_bytes(b"\x00garbage")
+    r = run_probe(str(probe))
+    assert r.rc == 0 and json.loads(r.stdout) == {"ok": 2}
+    assert all(p.read_bytes() != b"\x00garbage" for p in d.iterdir())
+
+
+def test_past_keep_entries_the_oldest_half_goes(tmp_path, monkeypatch):
+    """The folder stays bounded: past ``KEEP`` entries, writing one removes the oldest half by mtime."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.syspath_prepend(PROBE_DIR)
+    import _bytecode
+
+    monkeypatch.setattr(_bytecode, "_dir", None)
+    monkeypatch.setattr(_bytecode, "KEEP", 10)
+    for i in range(10):
+        src = tmp_path / f"m{i}.py"
+        src.write_text(f"X = {i}\n")
+        _bytecode.code(str(src))
+        entry = max(cache_dir(tmp_path).iterdir(), key=lambda p: p.stat().st_mtime_ns)
+        os.utime(entry, (1000 + i, 1000 + i))
+    assert len(list(cache_dir(tmp_path).iterdir())) == 10
+    (tmp_path / "m10.py").write_text("X = 10\n")
+    ns: dict = {}
+    exec(_bytecode.code(str(tmp_path / "m10.py")), ns)  # noqa: S102 - the module just written
+    assert ns["X"] == 10
+    left = sorted(p.stat().st_mtime for p in cache_dir(tmp_path).iterdir())
+    assert len(left) == 6 and left[0] >= 1005
