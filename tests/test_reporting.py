@@ -271,6 +271,18 @@ def test_fleet_outliers_mad_per_sku():
     assert got[0]["pct"] > 8 and got[0]["mads"] != ""
 
 
+def test_a_run_finds_its_test_rows_by_index(tmp_path):
+    """The statements a run's start and the merge make on ``tests`` by run id search the v6 index (a database
+    migrated from v5 included), so their cost does not grow with every test row the history ever kept."""
+    path = str(tmp_path / "h.sqlite")
+    history.connect(path, upto=5).close()
+    con = history.connect(path)
+    for sql in ("DELETE FROM tests WHERE run_id=?", "SELECT nodeid FROM tests WHERE run_id=?"):
+        plan = " ".join(str(r[-1]) for r in con.execute("EXPLAIN QUERY PLAN " + sql, ("r1",)))
+        assert "USING INDEX tests_run" in plan, (sql, plan)
+    con.close()
+
+
 def test_history_migrates_v1_and_cli(tmp_path, capsys):
     path = str(tmp_path / "h.sqlite")
     history.connect(path, upto=1).close()

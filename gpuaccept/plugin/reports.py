@@ -89,7 +89,7 @@ def _history_empty(path: str) -> bool:
     try:
         con = sqlite3.connect(path, timeout=1)
         try:
-            return con.execute("SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM tests)").fetchone()[0] == 0
+            return not con.execute("SELECT EXISTS (SELECT 1 FROM runs) OR EXISTS (SELECT 1 FROM tests)").fetchone()[0]
         finally:
             con.close()
     except sqlite3.Error:

@@ -54,6 +54,11 @@ MIGRATIONS: list[str] = [
                              repeating INTEGER NOT NULL DEFAULT 0, resumed_at REAL, resumed_run TEXT);
     CREATE INDEX k8s_events_node ON k8s_events (node, at);
     """,
+    # v6: tests found by their run: a run's start removes a re-used run id's rows and the merge looks runs up by
+    # id; without it each is a scan of every test row ever kept (96,000 rows: 34 ms per statement here)
+    """
+    CREATE INDEX tests_run ON tests (run_id);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
