@@ -101,6 +101,14 @@ class FakeNvml:
     def nvmlDeviceGetCount(self): return len(self.gpus)
     def nvmlDeviceGetHandleByIndex(self, i): return i  # the handle is the index
 
+    def nvmlDeviceGetHandleByPciBusId(self, bus):
+        return next(i for i, g in enumerate(self.gpus) if g["bus"] == (bus.decode() if isinstance(bus, bytes) else bus))
+
+    def nvmlDeviceGetIndex(self, h): return h
+
+    def nvmlDeviceGetProcessUtilization(self, h, last_seen):  # no process sampled since: NVML's NOT_FOUND
+        raise self.err(real_nvml.NVML_ERROR_NOT_FOUND)
+
     # identity
     def nvmlDeviceGetName(self, h): return "NVIDIA H200"
     def nvmlDeviceGetUUID(self, h): return f"GPU-00000000-0000-0000-0000-00000000000{h + 1}"

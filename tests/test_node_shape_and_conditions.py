@@ -1,4 +1,4 @@
-"""Verdicts that know the node's shape and the conditions of each measurement (issue 22).
+"""Verdicts that know the node's shape and the conditions of each measurement.
 
 Real captures: tests/data/replay-h200x1 (a healthy one-GPU H200 SXM VM, 2026-12-01: fabric NOT_SUPPORTED, every
 NVLink "Not Supported", conditions sampled), tests/data/h200x1-foreign (the same machine with a foreign bf16
@@ -237,6 +237,53 @@ def test_a_disturbed_figure_is_not_measured_again():
     assert confirm_held(rec, lambda a: pytest.fail("measured again"), lambda *a: None, {}, [gpu]) is None
     out = rec.outcome()
     assert out.kind == "error" and out.message.startswith("disturbed: pid 801")
+
+
+@pytest.mark.parametrize("max_s, kind", [(0.004, "passed"), (2.5, "failed")])
+def test_nvml_latency_under_load_is_judged_per_gpu(max_s, kind):
+    """The sampler's NVML timing under the probe's load (the capture's conditions with the timing written in the
+    sampler's shape): within nvml_call_s it is a passing ``nvml_call_s_load`` figure of that GPU; over it the
+    test fails naming the call, cause class unverified (measure again), never a drain."""
+    rec, gpu = _rec()
+    doc = typed(saved(ONE, "hbm_bandwidth")["doc"])
+    doc["conditions"]["gpus"][0]["nvml_latency_s"] = {"calls": 40, "mean_s": max_s / 4, "max_s": max_s,
+                                                      "slowest_call": "nvmlDeviceGetProcessUtilization"}
+    rec.conditions(doc, [gpu])
+    figs = {v["check"]: v for k, v in rec.item.user_properties if k == "gpuaccept.figure"}
+    assert figs["nvml_call_s_load"]["value"] == max_s and figs["nvml_call_s_load"]["gpu"] == 0
+    out = rec.outcome()
+    assert out.kind == kind, out.message
+    if kind == "failed":
+        assert "NVML call nvmlDeviceGetProcessUtilization took 2.5 s load" in out.message
+        fail = [v for k, v in rec.item.user_properties if k == "gpuaccept.failure"][0]
+        assert fail["cause"]["class"] == "unverified" and fail["action"]["action"] not in ("drain-rma", "reboot")
+
+
+def test_the_sampler_times_its_own_nvml_calls(monkeypatch):
+    """The conditions sampler times each of its NVML calls per GPU (an error answer included): a pynvml stand-in
+    whose process listing takes 30 ms on GPU 1 reads max_s >= 0.03 there, named as the slowest call."""
+    import time as _time
+
+    from probe_helpers import H200X2, FakeNvml, install_fake
+
+    class Slow(FakeNvml):
+        def nvmlDeviceGetComputeRunningProcesses(self, h):
+            if h == 1:
+                _time.sleep(0.03)
+            return super().nvmlDeviceGetComputeRunningProcesses(h)
+
+    install_fake(monkeypatch, Slow(H200X2))
+    monkeypatch.syspath_prepend(str(REPO / "gpuaccept" / "probes"))
+    from _conditions import Watch
+
+    w = Watch([g["bus"] for g in H200X2], interval_s=0.05).start()
+    _time.sleep(0.3)
+    got = w.stop().result()
+    assert got["state"] == "ok"
+    fast, slow = (g["nvml_latency_s"] for g in got["gpus"])
+    assert slow["calls"] == 2 * got["gpus"][1]["samples"] and slow["calls"] >= 4
+    assert slow["max_s"] >= 0.03 and slow["slowest_call"] == "nvmlDeviceGetComputeRunningProcesses"
+    assert fast["max_s"] < 0.03 <= slow["max_s"] and fast["mean_s"] <= fast["max_s"]
 
 
 def test_an_unstable_figure_is_in_the_summary_with_both_values():

@@ -69,6 +69,18 @@ def disturbances(doc: dict, nvml_gpus: list[dict]) -> list[tuple[int | None, str
     return out
 
 
+def latencies(doc: dict, nvml_gpus: list[dict]) -> list[tuple[int | None, dict]]:
+    """``[(NVML index, {"calls", "mean_s", "max_s", "slowest_call"})]``: the sampler's NVML call timing per watched
+    GPU while the probe loaded it (matched to ``nvml_gpus`` by PCI bus id, as :func:`disturbances`); ``[]`` when
+    nothing was sampled or the probe is older than the timing."""
+    c = (doc or {}).get("conditions")
+    if not isinstance(c, dict):
+        return []
+    by_bus = {bus_key(g.get("pci_bus_id")): g.get("index") for g in nvml_gpus or [] if isinstance(g, dict)}
+    return [(by_bus.get(bus_key(g.get("pci_bus_id")), g.get("nvml_index")), g["nvml_latency_s"])
+            for g in c.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("nvml_latency_s"), dict)]
+
+
 def summary(doc: dict) -> dict:
     """What results.json keeps of the conditions: ``{"interval_s", "seconds", "own_seen", "foreign":
     [{"gpu_bus_id", "pid", "name", "sm_util_pct_max", "used_memory_bytes"}]}`` (``{}`` when not sampled)."""

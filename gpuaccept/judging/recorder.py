@@ -332,7 +332,9 @@ class Recorder:
         gpuaccept/probes/_conditions.py): each GPU another process used during the measurement makes this
         test an ERROR "disturbed: pid N (name) used GPU i during the measurement", its figures kept
         (gpuaccept.judging.conditions). ``gpus``: the NVML GPUs (to name each by NVML's index). Records
-        ``conditions`` (the sampler's state, foreign pids) once per test. Returns the NVML indices disturbed."""
+        ``conditions`` (the sampler's state, foreign pids) once per test, and per GPU the sampler's slowest NVML
+        call under the load (``nvml_call_s_load``, gpuaccept.judging.driver.latency: over its limit fails, cause
+        class unverified). Returns the NVML indices disturbed."""
         from gpuaccept.judging import conditions as cond
         nvml = gpus if gpus is not None else list(self.gpu_ids.values())
         found = cond.disturbances(doc, nvml)
@@ -341,6 +343,9 @@ class Recorder:
             self.blockers.append(Blocker("conditions", line, idx, frozenset({self.layer}), "contention", "disturbed"))
         if cond.state(doc) == "ok" and (doc.get("conditions") or {}).get("own_seen"):
             self.checked["gpu"] = {g.get("index") for g in nvml} - {i for i, _ in found}
+        from gpuaccept.judging import driver
+        for idx, timing in cond.latencies(doc, nvml):  # NVML's latency under this test's load, per GPU
+            self.apply(driver.latency(timing, "load"), gpu=idx)
         busy = cond.host_disturbances(doc)
         if busy is not None:
             self.checked["host"] = "busy" if busy else "clean"

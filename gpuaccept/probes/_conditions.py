@@ -18,7 +18,12 @@ Document (``conditions`` of the probe's document)::
     {"state": "ok" | "unavailable: <why>" | "not sampled: <why>", "interval_s", "seconds", "own_pid",
      "own_seen": bool, "gpus": [{"pci_bus_id", "nvml_index", "samples",
         "foreign": [{"pid", "name", "visible": bool, "used_memory_bytes", "sm_util_pct_max",
-                     "mem_util_pct_max", "first_s", "last_s", "samples"}]}]}
+                     "mem_util_pct_max", "first_s", "last_s", "samples"}],
+        "nvml_latency_s": {"calls", "mean_s", "max_s", "slowest_call"}}]}
+
+``nvml_latency_s``: the sampler's own NVML calls on that GPU timed while the probe loaded it (``time.perf_counter``
+around each call, an error answer included), in the shape of gpu_inventory's idle timing, so that one judge
+(gpuaccept/judging/driver.py ``latency``) reads NVML's latency at idle and under load.
 
 Measured on an H200 (driver 580.159.04, 2026-12-01): one sample of both calls costs 2.4 ms; a foreign bf16
 matmul loop reads 100% SM, an idle process holding a context is listed with its memory and no utilization.
@@ -78,6 +83,7 @@ class Watch:
         self._handles: list = []
         self._own: dict[int, bool] = {}
         self._last_ts: list[int] = []
+        self._latency: list[list] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = time.time()
@@ -103,6 +109,7 @@ class Watch:
                     idx = None
                 self._handles.append(h)
                 self._last_ts.append(0)
+                self._latency.append([0, 0.0, 0.0, None])  # calls, seconds, slowest seconds, slowest call
                 self.gpus.append({"pci_bus_id": bus, "nvml_index": idx, "samples": 0, "foreign": []})
         except Exception as e:  # noqa: BLE001 - no pynvml, no driver: the figures stand, unwatched
             self.state = f"unavailable: {type(e).__name__}: {e}"[:300]
@@ -135,13 +142,26 @@ class Watch:
         self.gpus[slot]["foreign"].append(f)
         return f
 
+    def _timed(self, slot: int, name: str, *args):
+        """``nv.<name>(*args)`` timed into GPU ``slot``'s latency; an exception is raised after it is timed."""
+        t0 = time.perf_counter()
+        try:
+            return getattr(self.nv, name)(*args)
+        finally:
+            dt = time.perf_counter() - t0
+            lat = self._latency[slot]
+            lat[0] += 1
+            lat[1] += dt
+            if dt > lat[2]:
+                lat[2], lat[3] = dt, name
+
     def sample(self) -> None:
         """One sample of every watched GPU (errors of one call leave that call out)."""
-        nv, now = self.nv, round(time.time() - self._t0, 3)
+        now = round(time.time() - self._t0, 3)
         for slot, h in enumerate(self._handles):
             self.gpus[slot]["samples"] += 1
             try:
-                procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+                procs = self._timed(slot, "nvmlDeviceGetComputeRunningProcesses", h)
             except Exception:  # noqa: BLE001
                 procs = []
             for p in procs:
@@ -154,7 +174,7 @@ class Watch:
                 f["first_s"] = now if f["first_s"] is None else f["first_s"]
                 f["last_s"], f["samples"] = now, f["samples"] + 1
             try:
-                utils = nv.nvmlDeviceGetProcessUtilization(h, self._last_ts[slot])
+                utils = self._timed(slot, "nvmlDeviceGetProcessUtilization", h, self._last_ts[slot])
             except Exception:  # noqa: BLE001 - NOT_FOUND when no process ran since the last call
                 utils = []
             for u in utils:
@@ -177,6 +197,10 @@ class Watch:
 
     def result(self) -> dict:
         """The conditions document (see the module docstring)."""
+        for g, (n, total, worst, call) in zip(self.gpus, self._latency):
+            if n:
+                g["nvml_latency_s"] = {"calls": n, "mean_s": round(total / n, 6), "max_s": round(worst, 6),
+                                       "slowest_call": call}
         return {"state": self.state, "interval_s": self.interval_s,
                 "seconds": round((self._t1 or time.time()) - self._t0, 3), "own_pid": self.me,
                 "own_seen": self.own_seen, "gpus": self.gpus}

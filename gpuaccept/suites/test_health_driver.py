@@ -1,4 +1,4 @@
-"""health layer, the driver's own answers (probe: gpu_inventory; issue 39): is NVML answering within its deadline,
+"""health layer, the driver's own answers (probe: gpu_inventory): is NVML answering within its deadline,
 how long its calls take at idle, is each GPU's InfoROM valid, and which recovery action NVML asks for.
 
 Judged by gpuaccept/judging/driver.py; the limits and their sources are gpuaccept/data/node_limits.yaml and the
@@ -38,13 +38,15 @@ def _judged(gpus, judge, what: str, verdicts) -> None:
             read += 1
             verdicts.apply(found, gpu=g)
     if not read:
-        pytest.skip(f"the gpu_inventory document has no {what} reading (a probe or capture from before issue 39)")
+        pytest.skip(f"the gpu_inventory document has no {what} reading (a probe or capture of an older gpuaccept, "
+                    "which did not read it)")
     verdicts.finish()
 
 
 def test_nvml_latency(node: HostRunner, gpus, verdicts):
     """NVML's slowest call per GPU at idle (the inventory times each call), against nvml_call_s of
-    gpuaccept/data/node_limits.yaml; under load the samplers of the loading probes record theirs."""
+    gpuaccept/data/node_limits.yaml; under load the conditions sampler of each GPU-loading probe times its own
+    calls, judged by the same limit in that probe's test (``nvml_call_s_load``, gpuaccept.judging.recorder)."""
     _judged(gpus, lambda g: driver.latency(g.get("nvml_latency_s"), "idle") or None, "NVML latency", verdicts)
 
 
