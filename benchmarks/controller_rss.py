@@ -1,4 +1,4 @@
-"""Controller memory and open files at fleet size, with the real pytest plugin (issue 13.1). Prints a table.
+"""Controller memory and open files at fleet size, with the real pytest plugin. Prints a table.
 
     PYTHONPATH=. python benchmarks/controller_rss.py [--hosts 100 1000] [--forks 32]
 

@@ -2,7 +2,7 @@
 """Fan-out over real sshd nodes on loopback: gpuaccept against a bare paramiko pool and testinfra, in the same run.
 
     python benchmarks/fanout.py [NODES] [ROUNDS]          # default 16 nodes, 3 rounds
-    python benchmarks/fanout.py --per-host 32,128 [ROUNDS]  # the controller's cost per host (issue 40)
+    python benchmarks/fanout.py --per-host 32,128 [ROUNDS]  # the controller's cost per host
 
 ``--per-host SIZES``: only the one-Python pool (a bare paramiko pool, 32 threads wide like --forks, one
 ``python -c`` per host, its output read) beside ``gpuaccept -m health``, at each size in one run (per_host).
@@ -200,7 +200,7 @@ ONE_PYTHON = "import sys; sys.stdout.write('ok')"
 
 
 def per_host(sizes: list[int], rounds: int, forks: int = 32) -> None:
-    """The controller's cost per host (issue 40): over ``sizes`` real sshd nodes (all started once, the first N
+    """The controller's cost per host: over ``sizes`` real sshd nodes (all started once, the first N
     used for each size), per round and size: the one-Python pool (:data:`BARE`, ``forks`` threads wide, one
     :data:`ONE_PYTHON` per host, its output read) and ``gpuaccept -m health --forks FORKS``, each a whole process,
     side by side. Prints per size the median wall, ms per host, gpuaccept / pool, and the targets: within 2x
@@ -248,7 +248,7 @@ def per_host(sizes: list[int], rounds: int, forks: int = 32) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--per-host":  # --per-host SIZES [ROUNDS]: the issue-40 comparison
+    if len(sys.argv) > 1 and sys.argv[1] == "--per-host":  # --per-host SIZES [ROUNDS]: gpuaccept beside the one-Python pool
         per_host([int(x) for x in sys.argv[2].split(",")], int(sys.argv[3]) if len(sys.argv) > 3 else 3)
         return
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 16

@@ -1,4 +1,4 @@
-"""History database at fleet scale: 1,000 simulated runs of 100 hosts x 8 GPUs (issue 12). Prints a table.
+"""History database at fleet scale: 1,000 simulated runs of 100 hosts x 8 GPUs. Prints a table.
 
     PYTHONPATH=. python benchmarks/history_scale.py [--runs 1000] [--hosts 100] [--checks 10]
 

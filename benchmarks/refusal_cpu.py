@@ -10,7 +10,7 @@ conftest.py and suites/ of the tree, an inventory of N local hosts), with PYTHON
 process and its children, from ``resource.getrusage(RUSAGE_CHILDREN)``) is taken per round. Cases: a mistyped
 inventory var (exit 4), an unknown ``--limit`` term (exit 4), a bad ``--probe-timeout`` (exit 4), a threshold
 file with a mistyped check (exit 4), ``--list-hosts`` (exit 0), and ``import gpuaccept.plugin`` alone. Prints
-one table: median and best CPU seconds over the rounds, and the exit code seen. Issue 24 asks <= 0.5 s for the
+one table: median and best CPU seconds over the rounds, and the exit code seen. The target: <= 0.5 s for the
 refusals and for ``--list-hosts`` of 10 hosts, on the 2-core development machine, and linear to 10,000 hosts.
 """
 from __future__ import annotations

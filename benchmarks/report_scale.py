@@ -1,4 +1,4 @@
-"""Report write cost at fleet scale: 10,000 hosts x 23 checks x 8 GPUs (issue 13.3). Prints a table.
+"""Report write cost at fleet scale: 10,000 hosts x 23 checks x 8 GPUs. Prints a table.
 
     PYTHONPATH=. python benchmarks/report_scale.py [--hosts 10000] [--checks 23] [--prometheus]
 
@@ -14,7 +14,7 @@ The "before" row was measured on this machine (2 shared cores) with the same rec
 as commit 301c345 wrote it (all history rows inserted at the end, results.json and JUnit serialised from the
 records), 2026-11-30; the numbers vary by a few tens of percent with the load of the machine.
 
-The anchor (issue 28 item 4: the end within 1.2x of it) is a plain json.dumps of the same records written to one
+The anchor (the target: the end within 1.2x of it) is a plain json.dumps of the same records written to one
 file. Since the whole-run files count over a RunTally kept per record (gpuaccept.reporting.tally: summary.md's
 counts, skips, unstable figures and failures, the JUnit headers, report.html's heatmap cells and busbw tables),
 the GPU table is made once for summary.md and report.html, and the peer outliers sort each group once, the end
@@ -86,7 +86,7 @@ with tempfile.TemporaryDirectory() as d:
     if a.hosts == 10000 and a.checks == 23:
         print("| before (301c345) | 10000 | 230000 | 1840000 | 129 (incl. its periodic rewrites; no history rows) | not counted "
               "| 154.3 (38.8, 100.4, 15.1) | 75.3 | - | 5.13 | - | - |")
-        print("| before (as issue 28 measured it: figures listed twice) | 10000 | 230000 | 1840000 | - | - "
+        print("| before (figures listed twice) | 10000 | 230000 | 1840000 | - | - "
               "| 25.7 | - | 1500 | 2.17 | 13.0 | 1.98 |")
         print("| before (6ccbd8e: every figure walked again at the end) | 10000 | 230000 | 1840000 | 318 | 1, 1.5 % "
               "| 16.4 (2.9, 9.5, 2.9, waited for the history's end 1.1) | 27.0 | 1024 | 3.12 | 17.2 | 0.96 |")

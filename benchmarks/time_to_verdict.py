@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time to verdict: per profile, a run's wall seconds and each probe's node-side seconds, with the peers' figures
-beside the product's, so that a change is measured the same way each time (issue 40).
+beside the product's, so that a change is measured the same way each time.
 
     python benchmarks/time_to_verdict.py [--inventory INV] [--profiles quick,standard] [-m MARKERS] [--rounds N]
         [--peer NAME=FILE ...] [--peer-cmd NAME=COMMAND ...] [-- PYTEST ARGS]
@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: the layers of the issue's table (matmul, PCIe, HBM, launch overhead, GDS, health)
+#: the layers compared with the peers (matmul, PCIe, HBM, launch overhead, GDS, health)
 DEFAULT_MARKERS = "health or memory or compute or gpudirect"
-#: peer -> [(its figure, the product's check)] (the pairs of issue 40's table)
+#: peer -> [(its figure, the product's check)] (each peer's figure beside the check it compares with)
 PAIRS = {"babelstream": [("Copy", "hbm_copy_bw_gbps"), ("Dot", "hbm_read_bw_gbps")],
          "mamf-bf16": [("best", "bf16_tflops")], "mamf-fp8": [("best", "fp8_tflops")],
          "nccl-tests": [("busbw", "allreduce_busbw_gbps")]}

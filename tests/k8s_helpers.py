@@ -1,5 +1,5 @@
 """Helpers of the Kubernetes tests: a recording ``kubectl`` on PATH (no API server can run on the machines these
-tests run on: issue 42), and the node list it answers from. Test files import these from here, never from
+tests run on), and the node list it answers from. Test files import these from here, never from
 one another.
 
 The stand-in is a Python script: every call appends its argv (JSON, one line) to a log; ``get nodes -o json``

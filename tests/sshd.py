@@ -309,6 +309,12 @@ def start_nodes_with_tmp(base: Path, addresses: tuple[str, ...], prefix: str, **
     return nodes
 
 
+def run_leftovers(tmp: Path) -> list[Path]:
+    """What runs left in a node's TMPDIR ``tmp``: every entry but the nodes' bytecode cache
+    (``gpuaccept-bytecode-<uid>``, gpuaccept/probes/_bytecode.py), which stays on purpose."""
+    return sorted(p for p in tmp.iterdir() if not p.name.startswith("gpuaccept-bytecode-"))
+
+
 def write_known_hosts(path: str | os.PathLike, nodes: list[SshNode]) -> str:
     """Write a known_hosts file trusting ``nodes``; returns its path as a str."""
     Path(path).write_text("".join(n.known_hosts_line + "\n" for n in nodes))

@@ -1,4 +1,4 @@
-"""hosts-<action>.txt: written only for an action some host has, a stale one removed on a rewrite (issue 41)."""
+"""hosts-<action>.txt: written only for an action some host has, a stale one removed on a rewrite."""
 from __future__ import annotations
 
 from gpuaccept.reporting import reporter as reporter_mod

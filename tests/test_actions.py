@@ -231,7 +231,7 @@ def test_the_reports_carry_the_action(tmp_path):
         rep.add(r)
     rep.flush(final=True)
     lists = {p.name: p.read_text() for p in (tmp_path / "run").glob("hosts-*.txt")}
-    # a list only for an action some host has (issue 41: a passing run held seven empty ones)
+    # a list only for an action some host has (a passing run once held seven empty ones)
     assert lists == {"hosts-rerun.txt": "gpu-03\n", "hosts-fix-config.txt": "gpu-02\n", "hosts-drain-rma.txt": "gpu-01\n"}
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     by = {t["host"]: t for t in res["tests"]}
@@ -253,6 +253,6 @@ def test_prometheus_has_the_action_as_a_label_of_the_host_verdict(tmp_path):
     prometheus.write_textfile(str(path), "night1", 0.0, 1.0, [], {h: v["verdict"] for h, v in hv.items()},
                               host_actions={h: v["action"] for h, v in hv.items()})
     text = path.read_text()
-    # the one verdict order (issue 22): 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
+    # the one verdict order: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
     assert 'gpuaccept_host_verdict{action="drain-rma",cause="hardware",host="gpu-01",verdict="FAIL"} 3.0' in text
     assert 'gpuaccept_host_verdict{action="none",cause="none",host="gpu-04",verdict="PASS"} 1.0' in text

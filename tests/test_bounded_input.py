@@ -1,4 +1,4 @@
-"""Every file the operator names is read within a bound, and what a refusal echoes is shown safely (issue 44.1-2).
+"""Every file the operator names is read within a bound, and what a refusal echoes is shown safely.
 
 Through the real command (``python -m pytest --collect-only`` of a project with the plugin, as an operator runs
 it), each file named by an option (``--limit=@FILE``, ``--site-thresholds FILE``, a threshold file in

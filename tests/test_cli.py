@@ -1,4 +1,4 @@
-"""The operator's command lines, installed, from an ops folder (issue 41, items 2 and 6): plain ``pytest`` with
+"""The operator's command lines, installed, from an ops folder: plain ``pytest`` with
 gpuaccept's options runs the shipped suites (a run without them is left alone), and the ``gpuaccept`` command
 speaks for itself: its own usage line and ``-i`` in ``--help``, "did you mean" for a mistyped option, one line
 for a bad value, ``--version``, and the version in results.json, summary.md and report.html."""

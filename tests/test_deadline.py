@@ -1,4 +1,4 @@
-"""NVML calls under a deadline (gpuaccept/probes/_deadline.py, issue 39): a call that does not return is a finding,
+"""NVML calls under a deadline (gpuaccept/probes/_deadline.py): a call that does not return is a finding,
 not a hang. The blocking call is real: pynvml loads a libnvidia-ml.so.1 built here whose nvmlDeviceGetCount_v2
 sleeps, or waits in uninterruptible sleep (D) on a frozen loop-mounted ext4 (fsfreeze), which SIGKILL cannot end."""
 from __future__ import annotations

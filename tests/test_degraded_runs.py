@@ -18,7 +18,7 @@ import pytest
 
 from project_helpers import junit, make_project
 from process_helpers import procs_with
-from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
+from sshd import run_leftovers, start_nodes_with_tmp, start_sshd, write_known_hosts
 
 # a gloo all-reduce (a probe and two rank processes on the node, under the node-side watchdog) that runs for hours
 LONG_SUITE = """
@@ -51,7 +51,7 @@ def nodes_with_tmp(base: Path, addresses: tuple[str, ...]):
 
 def left_on(nodes) -> list[str]:
     """Command lines of the run's processes still alive on the nodes, and its probe folders left there."""
-    return [c for n in nodes for c in procs_with(str(n.tmp))] + [str(p) for n in nodes for p in n.tmp.iterdir()]
+    return [c for n in nodes for c in procs_with(str(n.tmp))] + [str(p) for n in nodes for p in run_leftovers(n.tmp)]
 
 
 def ranks_running(nodes) -> bool:

@@ -1,7 +1,8 @@
-"""Judges of the driver's own answers (gpuaccept/judging/driver.py, issue 39) on the 2xH200 capture
-(tests/data/h200x2-gpu_inventory.json) with the readings of issue 39 written in the probe's shape: the capture
-predates them, so each state is the capture altered the way a sick GPU reads (the probe's own document shape:
-gpuaccept/probes/gpu_inventory.py inforom(), recovery_action(), _deadline.Latency.summary)."""
+"""Judges of the driver's own answers (gpuaccept/judging/driver.py) on the 2xH200 capture
+(tests/data/h200x2-gpu_inventory.json) with the driver's readings (InfoROM, recovery action, NVML call latency)
+written in the probe's shape: the capture predates them, so each state is the capture altered the way a sick GPU
+reads (the probe's own document shape: gpuaccept/probes/gpu_inventory.py inforom(), recovery_action(),
+_deadline.Latency.summary)."""
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,4 @@
-"""evidence/<host>/ beside a hardware action (issue 38; gpuaccept.reporting.evidence): a replayed 2xH200 node
+"""evidence/<host>/ beside a hardware action (gpuaccept.reporting.evidence): a replayed 2xH200 node
 whose GPU 1 reads a row-remap failure and whose kernel log holds an Xid 64 on that GPU (the real xid_events
 probe on a log line; the real judging) gets ticket.md, kernel.log, nvml.json and its probe documents; a host
 with only fix-config gets none; a host name with a slash or '..' never becomes a path outside the folder.

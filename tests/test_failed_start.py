@@ -1,13 +1,13 @@
-"""Issue 44 items 5 and 7: nothing is left on a node by a failed agent start, and nothing is dropped silently.
+"""Nothing is left on a node by a failed agent start (1), and nothing is dropped silently (2).
 
-5. The command that starts a host's agent (gpuaccept.runner.agent.start_command) makes ``$TMPDIR/gpuaccept.<12
+1. The command that starts a host's agent (gpuaccept.runner.agent.start_command) makes ``$TMPDIR/gpuaccept.<12
    hex>``; the folder is removed in that same command whatever ended the start: a wrong interpreter (five runs,
    no folder left: before, one per run), a TMPDIR too full for the probe files (a real tmpfs filled up; without
    root, a file-size limit on the node's Python, which fails the same writes), a handshake cut by the
    controller closing its end, by SIGTERM to the session's process group, or by the connection dropping. An
    agent that started keeps its folder while it serves, and the removal touches nothing but the folder that
    command made.
-7. A probe document that cannot be written (the host's ``probes/<host>`` folder replaced by a symlink mid-run) is
+2. A probe document that cannot be written (the host's ``probes/<host>`` folder replaced by a symlink mid-run) is
    an ERROR of that test naming the path and why; the run exits non-zero and nothing is written through the
    symlink.
 

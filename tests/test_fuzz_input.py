@@ -228,7 +228,7 @@ def test_plugin_exits_4_without_traceback(tmp_path, label, text):
     assert len(err) == 1 and str(inv) in err[0], res.stderr
 
 
-# -- inputs that take unbounded time (issue 26.1) --------------------------------------------------------
+# -- inputs that take unbounded time --------------------------------------------------------
 # The worst input of each kind a loading step met, at a size where the old code took from seconds to minutes.
 # Each is loaded in one child process the way pytest_configure does (load, select with its --limit, the host
 # variable check) and must end, accepted or refused with one line naming the file, within CPU_BOUND_S of CPU

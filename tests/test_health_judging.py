@@ -167,7 +167,9 @@ def test_lost_gpu_fails_as_lost_in_every_health_judgment(judge_fn):
 
 def test_lost_gpu_does_not_count():
     gpus = typed([DOC["gpus"][0], LOST])
-    assert health.gpu_count(gpus, 2).failure == "gpu_count 1 != gpus_per_node 2"
+    f = health.gpu_count(gpus, 2)
+    assert f.failure.startswith("gpu_count 1 != gpus_per_node 2: ")
+    assert (f.cause.cls, f.cause.kind) == ("hardware", "gpu_count_lost")  # NVML's own lost reading: the evidence
     assert health.gpu_count(typed(DOC["gpus"]), 2).failure is None
 
 

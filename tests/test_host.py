@@ -125,6 +125,44 @@ def test_cpu_nodes_soft_lockup_fails_clean_passes_read_only_is_configuration(tmp
     assert os.listdir(ro_dir) == []
 
 
+#: a hung NFS client and a hung ext4 journal, as the kernel prints them (hung_task.c, then sched_show_task's trace)
+NFS_HUNG = ["INFO: task python3:88412 blocked for more than 122 seconds.",
+            "task:python3         state:D stack:    0 pid:88412 ppid:  1234 flags:0x00004002", "Call Trace:", " <TASK>",
+            " __schedule+0x23d/0x670", " schedule+0x4f/0xc0", " rpc_wait_bit_killable+0x25/0xb0 [sunrpc]",
+            " __rpc_execute+0xd4/0x290 [sunrpc]", " nfs4_proc_getattr+0x7a/0x130 [nfsv4]", " </TASK>"]
+EXT4_HUNG = ["INFO: task jbd2/nvme0n1p1-8:1123 blocked for more than 122 seconds.", "Call Trace:", " <TASK>",
+             " __schedule+0x24e/0x590", " io_schedule+0x46/0x80", " __wait_on_buffer+0x34/0x40",
+             " jbd2_journal_commit_transaction+0x10f8/0x1950", " kjournald2+0xa9/0x280", " </TASK>"]
+
+
+def test_hung_nfs_client_is_connectivity_hung_ext4_journal_is_hardware(tmp_path, sshd_nodes, known_hosts):
+    """Two sshd nodes. node1's kernel log holds ``nfs: server 10.0.0.5 not responding`` and a task hung in NFS frames:
+    test_kernel_log is an ERROR of class connectivity with action check-network naming the server, never reboot or
+    drain. node2's log holds ext4's journal hung on its NVMe drive: a FAIL, hardware, reboot."""
+    nodes = sshd_nodes[:2]
+    inv = make_project(tmp_path, nodes, known_hosts,
+                       extra_suite=(REPO / "gpuaccept" / "suites" / "test_host.py").read_text(), name="test_host.py")
+    hv = tmp_path / "host_vars"
+    hv.mkdir()
+    for n, lines in zip(nodes, (["nfs: server 10.0.0.5 not responding, still trying"] + NFS_HUNG, EXT4_HUNG)):
+        log = tmp_path / f"kern-{n.name}.log"
+        log.write_text("".join(f"{_now_iso(60)} {n.name} kernel: {ln}\n" for ln in lines))
+        (hv / f"{n.name}.yml").write_text(f"kernel_log_paths: [{log}]\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-m", "host", "-k", "test_kernel_log", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    cases = {c["classname"]: c for c in junit(rep / "junit-host.xml") if c["name"].startswith("test_kernel_log")}
+    nfs, ext4 = cases["host.node1"], cases["host.node2"]
+    assert nfs["outcome"] == "error" and "network filesystem nfs, server 10.0.0.5" in nfs["text"], nfs
+    assert ext4["outcome"] == "failure" and "jbd2/nvme0n1p1-8" in ext4["text"], ext4
+    tests = {t["host"]: t for t in json.loads((rep / "results.json").read_text())["tests"]
+             if t["name"].startswith("test_kernel_log")}
+    act = tests["node1"]["action"]
+    assert (act["action"], act["cause"]) == ("check-network", "connectivity") and "10.0.0.5" in act["reason"], act
+    assert (tests["node2"]["action"]["action"], tests["node2"]["action"]["cause"]) == ("reboot", "hardware")
+
+
 #: a GPU-layer stand-in, sorted before test_host.py: its ``gpus`` test makes the warm-up visit the host (no GPU on the
 #: sshd nodes: it skips), its load test adds 3 correctable errors to mc0 after the warm-up's run-start reading (when
 #: the run has a warm-up), as a DIMM would while the GPU layers load the node

@@ -39,11 +39,27 @@ LINES = {
                "(channel:1 slot:0 page:0x8d3b6 offset:0x0 grain:32 syndrome:0x0 - err_code:0x0101:0x0091)",
     "oom_kill": "2026-12-05T03:24:00+0000 gpu-017 kernel: Out of memory: Killed process 88412 (python3) "
                 "total-vm:412341234kB, anon-rss:40123412kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:812kB oom_score_adj:0",
+    # network filesystem servers; the Lustre and Ceph lines are quoted from public reports (tests/test_host_kernel_log.py)
+    "nfs_not_responding": "2026-12-05T03:25:00+0000 gpu-017 kernel: nfs: server 10.0.0.5 not responding, still trying",
+    "nfs_server_ok": "2026-12-05T03:31:00+0000 gpu-017 kernel: nfs: server 10.0.0.5 OK",
+    "lustre_connection_lost": "[87904.056939] Lustre: DIAS-OST0001-osc-ffff9d6153c91000: Connection to DIAS-OST0001 (at "
+                              "192.168.14.178@tcp) was lost; in progress operations using this service will wait for "
+                              "recovery to complete",
+    "lustre_request_timeout": "[Wed Jan 15 17:22:28 2025] Lustre: 128727:0:(client.c:2310:ptlrpc_expire_one_request()) "
+                              "@@@ Request sent has timed out for slow reply: [sent 1736957925/real 1736957925]  "
+                              "req@000000005ab3b574 x1820705849269056/t0(0) o4->capstor-OST003a-osc-ffff3000ef06c000@"
+                              "172.28.1.43@tcp:6/4 lens 488/448 e 2 to 1 dl 1736958128 ref 1 fl Rpc:XQr/0/ffffffff rc 0/-1",
+    "ceph_mon_session_lost": "Apr 18 12:23:38 client1 kernel: libceph: mon0 (2)192.168.1.81:3300 session lost, hunting for "
+                             "new mon",
+    "cifs_not_responding": "2026-12-05T03:26:00+0000 gpu-017 kernel: CIFS: VFS: \\\\fs01.example.com has not responded in "
+                           "180 seconds. Reconnecting...",
 }
 DEVICES = {"hung_task": "kworker/u386:2", "soft_lockup": "37", "hard_lockup": "5", "rcu_stall": "rcu_sched",
            "mlx5_health": "0000:0c:00.0", "nvme_timeout": "nvme0", "nvme_down": "nvme1", "ext4_error": "nvme0n1p1",
            "fs_remount_ro": "nvme0n1p1", "xfs_shutdown": "dm-0", "nvlink_training": None, "mce": "12", "edac_ue": "MC1",
-           "edac_ce": "MC0", "oom_kill": "python3"}
+           "edac_ce": "MC0", "oom_kill": "python3", "nfs_not_responding": "10.0.0.5", "nfs_server_ok": "10.0.0.5",
+           "lustre_connection_lost": "192.168.14.178@tcp", "lustre_request_timeout": "172.28.1.43@tcp",
+           "ceph_mon_session_lost": "192.168.1.81:3300", "cifs_not_responding": "fs01.example.com"}
 CLEAN = ["2026-12-05T03:14:07+0000 gpu-017 kernel: nvme nvme0: 64/0/0 default/read/poll queues",
          "2026-12-05T03:14:08+0000 gpu-017 kernel: EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode.",
          "2026-12-05T03:14:09+0000 gpu-017 kernel: mlx5_core 0000:0c:00.0: Port module event: module 0, Cable plugged",

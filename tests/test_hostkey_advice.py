@@ -1,4 +1,4 @@
-"""The ``ssh-keygen -R`` advice for a changed host key names the file the old key is in (issue 41)."""
+"""The ``ssh-keygen -R`` advice for a changed host key names the file the old key is in."""
 from __future__ import annotations
 
 import subprocess

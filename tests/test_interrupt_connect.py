@@ -1,4 +1,4 @@
-"""Interrupts are immediate everywhere (issue 41.3): a signal ends an SSH connection attempt in progress (here a
+"""Interrupts are immediate everywhere: a signal ends an SSH connection attempt in progress (here a
 "host" that accepts the TCP connection and never says a word, so the SSH handshake waits for its banner) at
 once, not when ``connect_timeout`` runs out; a second signal aborts at once, also while the first one's wind-down
 waits on a node that stopped answering, and the reports are still written with counts that add up.
@@ -191,7 +191,7 @@ def test_2_gpus(node, gpus):
 
 
 def test_second_signal_aborts_at_once_while_a_handshake_runs(tmp_path):
-    """The issue's timeline: a silent host's handshake in progress (the warm-up's), a first SIGINT, a second
+    """The timeline: a silent host's handshake in progress (the warm-up's), a first SIGINT, a second
     one 1.2 s later while a test still runs: the run exits within moments of the second, with the reports."""
     host = SilentHost()
     marker = tmp_path / "busy"

@@ -1,4 +1,4 @@
-"""After an interrupt, pytest's closing line counts what the reports count (issue 26.6): the tests the interrupt
+"""After an interrupt, pytest's closing line counts what the reports count: the tests the interrupt
 stopped or never started are errors there too ("2 passed, 4 errors", not "2 passed, 1 error"). A real run on
 two local hosts, interrupted with SIGINT while a test runs."""
 from __future__ import annotations

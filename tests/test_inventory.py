@@ -434,7 +434,7 @@ def test_deep_children_chain_is_no_recursion(tmp_path):
                           f"reads at most {MAX_NESTING}"), msg
 
 
-# -- values that can only fail later, names that deceive (issue 26.4, 26.5) ----------------------------------
+# -- values that can only fail later, names that deceive ----------------------------------
 @pytest.mark.parametrize("line,needle", [
     ("h1 ansible_host=$(id)", "ansible_host '$(id)': '$' cannot be in a host name or IP address"),
     ("h1 ansible_host=10.0.0.1;reboot", "';' cannot be in a host name"),
@@ -483,7 +483,7 @@ def test_nccl_master_addr_must_be_an_address(tmp_path):
 
 
 def test_did_you_mean_is_asked_once_per_name(tmp_path):
-    """Issue 28.2: 2,000 hosts carrying the same ten variables of the operator's own: the near-miss check
+    """2,000 hosts carrying the same ten variables of the operator's own: the near-miss check
     compares each name with gpuaccept's once, not once per host."""
     from gpuaccept.config import hostvars
 

@@ -1,4 +1,4 @@
-"""Kubernetes (issue 42): the manifests (validated by kubernetes-validate against the Kubernetes releases it ships),
+"""Kubernetes: the manifests (validated by kubernetes-validate against the Kubernetes releases it ships),
 the per-node Job's script run for real on replayed nodes and the pods' folders merged, and the kubectl node actions
 (planned purely; applied through a recorded kubectl stand-in on PATH: no API server runs here)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Kubernetes inter-node all-reduce judged into the merged report (gpuaccept.scaleout.k8s.allreduce, issue 42).
+"""The Kubernetes inter-node all-reduce judged into the merged report (gpuaccept.scaleout.k8s.allreduce).
 
 The Indexed Job's own command (from the generated allreduce.yaml) runs here as its pods would: one process per
 completion index, JOB_COMPLETION_INDEX and NODE_NAME set as the Job controller and the downward API set them,

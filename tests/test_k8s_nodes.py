@@ -1,4 +1,4 @@
-"""--k8s-cordon / --k8s-resume / --k8s-apply / --k8s-drain-pods inside real gpuaccept runs (issue 42).
+"""--k8s-cordon / --k8s-resume / --k8s-apply / --k8s-drain-pods inside real gpuaccept runs.
 
 The real suite runs on a replayed fleet (the 2xH200 captures, altered the way each sick node reads, as
 tests/test_slurm_drain.py does), one host per kind: a row-remap failure (drain-rma), an uncorrected ECC error

@@ -1,4 +1,4 @@
-"""The launch environment (probe gpuaccept/probes/launch_env.py, judges gpuaccept/judging/launchenv.py; issue 39):
+"""The launch environment (probe gpuaccept/probes/launch_env.py, judges gpuaccept/judging/launchenv.py):
 the probe runs for real on this machine, on a real tmpfs standing for /dev/shm and under prlimit for memlock."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Link error counters as their growth over a load (issue 39): the reader on a real sysfs-shaped tree, the judges
+"""Link error counters as their growth over a load: the reader on a real sysfs-shaped tree, the judges
 on structured readings, and the all-reduce probe reading them around its real (gloo, CPU) load."""
 from __future__ import annotations
 

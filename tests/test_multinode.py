@@ -165,7 +165,7 @@ def test_judge_figures(figures, limit, pct, pool, failing):
     assert sorted(k for k, (ok, _) in got.items() if not ok) == failing
 
 
-# ------------------------------------------------------------- blame when most hosts are slow (issue 28)
+# ------------------------------------------------------------- blame when most hosts are slow
 
 PAIR_FLOOR = Limit("test-sku", "internode_pair_busbw_gbps", "min", 5.0, "GB/s", "made-up pair floors",
                    min_by_transport={"IB": 60.0, "NET/IB/GDRDMA": 80.0, "Socket": 2.0})
@@ -412,7 +412,7 @@ def test_stopped_node_is_blamed(tmp_path, tmp_path_factory):
         assert not col.ok and time.monotonic() - t0 < 120  # at once, not at the 300 s deadline
         assert [h for h, _ in col.culprits] == ["st2"] and col.singled_out
         assert col.message.startswith("st2: unreachable") and "\n" not in col.message
-        # found by the rendezvous check before any rank started (issue 38): the others had nothing to abort
+        # found by the rendezvous check before any rank started: the others had nothing to abort
         assert {h: r.kind for h, r in col.results.items()} == {"st1": "not_started", "st2": "unreachable",
                                                               "st3": "not_started"}
         assert col.results["st2"].cause.cls == "connectivity"

@@ -1,5 +1,5 @@
 """The inter-node all-reduce among the hosts that are reachable and ready, and its rendezvous checked before
-any rank starts (issue 38): real sshd nodes on 127.0.0.151+ (tests/sshd.py), real gloo ranks, the node-side
+any rank starts: real sshd nodes on 127.0.0.151+ (tests/sshd.py), real gloo ranks, the node-side
 rendezvous check run by the real probe on real sockets.
 
 A host that cannot be reached (its name does not resolve) is an ERROR of that host alone, with its own

@@ -310,7 +310,7 @@ def test_slow_allreduce_failure_line_reads_like_the_table(tmp_path):
     assert case["message"] == (
         "h200-a: allreduce_busbw_gbps 250 GB/s < min 310 GB/s (in-place busbw at 4294967296 B (4 GiB), world "
         "size 2, Ring; floor for world size 2; NCCL variables set: NCCL_NVLS_ENABLE=0 (environment)) "
-        "[limit: h200-sxm-141gb.yaml checks.allreduce_busbw_gbps]")  # issue 38: the variables the ranks ran with
+        "[limit: h200-sxm-141gb.yaml checks.allreduce_busbw_gbps]")  # the variables the ranks ran with
     # the row it names is the one -s printed: nccl-tests' columns, in-place busbw 250.00
     row = next(ln for ln in res.stdout.splitlines() if ln.lstrip().startswith("4294967296 "))
     assert row.split()[-3:] == ["250.00", "250.00", "0"]

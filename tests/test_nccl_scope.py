@@ -1,4 +1,4 @@
-"""Shape and scope of NCCL variables (issue 38, item 5): gpuaccept/judging/nccl_scope.py and its table
+"""Shape and scope of NCCL variables: gpuaccept/judging/nccl_scope.py and its table
 gpuaccept/data/nccl_scope.yaml, through the nccl suites on replayed captures.
 
 Real captures: tests/data/replay-h200x1 (a healthy one-GPU H200 SXM VM, no NVLink, no fabric), tests/data/replay-h200x2

@@ -133,7 +133,7 @@ def test_the_rules_name_an_upward_or_sideways_import():
         "gpuaccept.probes.p -> gpuaccept.errors (probes import nothing of the controller)"]
 
 
-#: the sizes a module and a function keep to (issue 23's layout rules): a longer one holds two jobs
+#: the sizes a module and a function keep to (the house layout rules): a longer one holds two jobs
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 600, 120
 
 

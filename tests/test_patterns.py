@@ -292,7 +292,7 @@ def test_shard_option_splits_the_collected_tests(tmp_path):
     assert bad.returncode == 4 and "--shard '4/3'" in bad.stderr and "Traceback" not in bad.stderr
 
 
-# -- ~ patterns: the linear matcher against Python's re (issue 26.1) ------------------------------------------
+# -- ~ patterns: the linear matcher against Python's re ------------------------------------------
 _ATOMS = ["a", "b", "-", ".", "\\.", "\\d", "\\w", "\\s", "\\D", "\\W", "[ab]", "[^a]", "[a-c0-9]", "[\\d-]", "[]a]",
           "[^]]", "^", "$", "\\A", "\\Z", "\\x61", "\\n", "1", "é", "{", "}", "[\\w.]", "\\-", "[\\n]"]
 _QUANT = ["", "", "", "*", "+", "?", "*?", "+?", "??", "{2}", "{1,3}", "{,2}", "{2,}", "{0}", "{1,2}?", "{,}"]

@@ -29,7 +29,7 @@ from gpuaccept.config.inventory import load_inventory
 from gpuaccept.runner.host import PROBE_DIR, HostRunner, probe_files
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption, running
 from process_helpers import procs_with
-from sshd import start_nodes_with_tmp, start_sshd, write_known_hosts
+from sshd import run_leftovers, start_nodes_with_tmp, start_sshd, write_known_hosts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -245,7 +245,7 @@ def test_prefetched_at_once_and_same_as_one_host_at_a_time(tmp_path, tmp_path_fa
         assert sorted(fetched_ahead(log_f, "launch_overhead")) == [(n.name, "p1") for n in nodes[1:]], lo_f
         assert fetched_ahead(log_s, "launch_overhead") == []
         for n in nodes:
-            assert list(n.tmp.iterdir()) == [], list(n.tmp.iterdir())  # the shipped folders were removed
+            assert run_leftovers(n.tmp) == [], run_leftovers(n.tmp)  # the shipped folders were removed
 
 
 def test_a_host_whose_fetched_probe_fails_reports_its_own_error(tmp_path, tmp_path_factory, bare_python):
@@ -572,7 +572,7 @@ def test_one_agent_session_ships_and_serves_every_probe(tmp_path, caplog):
         doc = r.probe("storage_mounts", {"paths": ["/"]})
         assert doc["paths"][0]["path"] == "/"
         ran = commands(caplog)
-        (folder,) = node.tmp.iterdir()
+        (folder,) = run_leftovers(node.tmp)
         assert len(ran) == 2 and "mkdir -m 700" in ran[0] and "_agent" in ran[0] and "rc=0" in ran[0], ran
         assert ran[1].startswith(f"RUN p1 agent {folder}: storage_mounts.py ") and "rc=0" in ran[1], ran
         assert {p.name for p in folder.iterdir()} == {f for f in os.listdir(PROBE_DIR) if f.endswith(".py")}
@@ -581,21 +581,21 @@ def test_one_agent_session_ships_and_serves_every_probe(tmp_path, caplog):
         ran = commands(caplog)
         assert len(ran) == 4 and all(c.startswith(f"RUN p1 agent {folder}: ") for c in ran[1:]), ran
         r.close()
-        assert list(node.tmp.iterdir()) == [] and len(commands(caplog)) == 4
+        assert run_leftovers(node.tmp) == [] and len(commands(caplog)) == 4
 
         missing = runner_on(node, kh, python=str(tmp_path / "no-such-python3"))
         with pytest.raises(ProbeError, match=r"could not ship probes: python interpreter '.*no-such-python3' not "
                                              r"found \(set ansible_python_interpreter\)"):
             missing.probe("storage_mounts", {"paths": ["/"]})
         missing.close()
-        assert list(node.tmp.iterdir()) == [] or _empty_dirs_only(node.tmp)
+        assert run_leftovers(node.tmp) == [] or _empty_dirs_only(node.tmp)
     finally:
         node.stop()
 
 
 def _empty_dirs_only(tmp: Path) -> bool:
     """A start command that found no interpreter leaves its empty folder (mkdir ran): nothing else."""
-    return all(p.is_dir() and not list(p.iterdir()) for p in tmp.iterdir())
+    return all(p.is_dir() and not list(p.iterdir()) for p in run_leftovers(tmp))
 
 
 @pytest.mark.parametrize("probe", sorted(f[:-3] for f in os.listdir(PROBE_DIR)
@@ -673,7 +673,7 @@ def test_stale_folders_are_swept_and_a_vanished_folder_is_shipped_again(tmp_path
         kh = write_known_hosts(tmp_path / "kh", [node])
         r = runner_on(node, kh)
         assert r.probe("storage_mounts", {"paths": ["/"]})["paths"][0]["path"] == "/"
-        left = sorted(p.name for p in node.tmp.iterdir())
+        left = sorted(p.name for p in run_leftovers(node.tmp))
         ours = [n for n in left if n not in made and n != "gpuaccept.222222222222"]
         assert left == sorted(["gpuaccept.ba9876543210", "gpuaccept.111111111111", "gpuaccept-notes",
                                "gpuaccept.222222222222", *ours]) and len(ours) == 1, left
@@ -684,7 +684,7 @@ def test_stale_folders_are_swept_and_a_vanished_folder_is_shipped_again(tmp_path
         ran = [c for c in commands(caplog) if "nccl_env.py" in c]
         assert len(ran) == 1 and "rc=0" in ran[0] and (node.tmp / ours[0] / "nccl_env.py").is_file(), ran
         r.close()
-        assert not [p for p in node.tmp.iterdir() if p.name not in made and p.name != "gpuaccept.222222222222"]
+        assert not [p for p in run_leftovers(node.tmp) if p.name not in made and p.name != "gpuaccept.222222222222"]
     finally:
         busy.kill()
         busy.wait()
@@ -715,8 +715,8 @@ def test_first_probe_whose_connection_drops_is_shipped_again(tmp_path, caplog):
         assert doc["iters"] == 200000
         ran = [c for c in commands(caplog) if "launch_overhead.py" in c]
         assert len(ran) == 2 and "rc=HostUnreachable" in ran[0] and "rc=0" in ran[1], ran
-        assert len(list(node.tmp.iterdir())) == 1  # the lost attempt's folder was removed, the rerun's is used
+        assert len(run_leftovers(node.tmp)) == 1  # the lost attempt's folder was removed, the rerun's is used
         r.close()
-        assert list(node.tmp.iterdir()) == [] and procs_in(node.tmp) == []
+        assert run_leftovers(node.tmp) == [] and procs_in(node.tmp) == []
     finally:
         node.stop()

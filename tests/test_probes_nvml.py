@@ -38,11 +38,28 @@ def test_gpu_inventory_without_driver_is_not_a_failure():
     assert "kernel_driver_version" in doc
 
 
+def test_without_driver_and_library_nvml_is_not_even_imported(tmp_path):
+    """No /proc/driver/nvidia, no /dev/nvidia0 and no libnvidia-ml.so.1 (this machine): the inventory says what
+    nvmlInit would (no_driver) without importing pynvml, found installed but a trap here, that raises if run."""
+    if os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0"):
+        pytest.fail("this test needs a machine without the NVIDIA driver (CI and the development machine)")
+    (tmp_path / "pynvml.py").write_text("raise SystemExit('pynvml imported')\n")
+    rc, doc, err = run_probe("gpu_inventory", {}, env={"PYTHONPATH": str(tmp_path)})
+    assert rc == 0, err
+    assert doc["reason_code"] == "no_driver" and doc["reason"] == "no NVIDIA driver (libnvidia-ml.so not found)"
+    assert doc["driver_present"] is False and doc["gpus"] == [] and "pci_scan" in doc
+
+
 def test_gpu_inventory_without_pynvml(tmp_path):
-    (tmp_path / "pynvml.py").write_text("raise ImportError('simulated: no nvidia-ml-py')\n")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    rc, doc, _ = run_probe("gpu_inventory", {}, env=env)
-    assert rc == 0
+    """A Python without nvidia-ml-py (a real virtual environment without it) says so."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    py = tmp_path / "venv" / "bin" / "python"
+    p = subprocess.run([str(py), str(PROBES / "gpu_inventory.py"), "{}"], capture_output=True, text=True, timeout=120)
+    rc, doc = p.returncode, json.loads(p.stdout.splitlines()[-1])
+    assert rc == 0, p.stderr
     assert doc["nvml_available"] is False
     assert doc["reason"] == "pynvml (nvidia-ml-py) not installed"
     assert doc["reason_code"] == "no_pynvml"
@@ -217,7 +234,7 @@ def test_init_failure_reasons(code, reason_code):
 
 class LostGpu1(FakeNvml):
     """GPU 1 fell off the bus: NVML counts it, nvmlDeviceGetHandleByIndex answers NVML_ERROR_GPU_IS_LOST (15);
-    memory info v1 answers Not Supported (3), v2 answers (unified-memory parts). Invented states (issue 10)."""
+    memory info v1 answers Not Supported (3), v2 answers (unified-memory parts). Invented states."""
 
     def nvmlDeviceGetHandleByIndex(self, i):
         if i == 1:

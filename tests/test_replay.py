@@ -125,7 +125,7 @@ def test_report_disk_too_small_is_refused_before_any_node(tmp_path, workers):
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-# -- sick nodes as they read (issue 10): each variant gets exactly one verdict kind, and no exception text ----
+# -- sick nodes as they read: each variant gets exactly one verdict kind, and no exception text ----
 HEALTH_MEM_COMPUTE = "health or memory or compute"
 EXCEPTION_TEXT = ("Traceback", "TypeError", "KeyError", "AttributeError", "ValueError")
 
@@ -208,7 +208,7 @@ def test_required_field_unreadable_fails_in_nvmls_words(tmp_path):
     assert got["test_ecc"]["outcome"] == "failure"
     assert ("GPU 0 (00000000:00:06.0, serial 1650000000001): ecc_uncorrected_volatile unreadable "
             "(NVML: Unknown Error); the SKU file requires ecc") in got["test_ecc"]["text"]
-    # an "Unknown Error" reading is also the GPU no longer answering (issue 22): named with the remedy
+    # an "Unknown Error" reading is also the GPU no longer answering: named with the remedy
     assert got["test_gpu_inventory"]["outcome"] == "failure"
     assert ('GPU 0 (00000000:00:06.0, serial 1650000000001): NVML answers "Unknown Error" for 1 reading(s): '
             'ecc.uncorrected_volatile') in got["test_gpu_inventory"]["text"]
@@ -219,7 +219,7 @@ def test_required_field_unreadable_fails_in_nvmls_words(tmp_path):
 def test_foreign_process_blocks_instead_of_failing_the_card(tmp_path):
     """A matmul loop from another process on GPU 1 (as measured on the 2xH200 node: 301 TFLOP/s bf16).
     Before: preflight named the pid, and compute failed GPU 1 as a card at 301 TFLOP/s (an RMA of a healthy
-    GPU). After: preflight is an error "busy" (issue 22: a GPU in use by someone else is not a failing GPU);
+    GPU). After: preflight is an error "busy" (a GPU in use by someone else is not a failing GPU);
     compute and memory are errors "blocked by preflight", the figure kept."""
     def foreign(doc):
         doc["gpus"][1]["compute_processes"] = [{"pid": 4242, "name": "python3", "used_memory_bytes": 2**30}]
@@ -246,7 +246,7 @@ def test_pytest_counts_our_errors_as_errors(tmp_path):
     """pytest's own terminal line counts a blocked test (and every other ERROR of ours) under "errors", as
     JUnit and summary.md do. A failed preflight and a compute test blocked by it: before "2 failed", after
     "1 failed, 1 error", the blocked test listed as ERROR. The exit code (1) is as before. (A foreign process
-    is busy, an ERROR itself since issue 22: the proven fault here is GPU 1 left in compute mode Prohibited.)"""
+    is busy, an ERROR itself: the proven fault here is GPU 1 left in compute mode Prohibited.)"""
     def prohibited(doc):
         doc["gpus"][1]["compute_mode"] = "Prohibited"
     inv = replay_project(tmp_path, alter_many(tmp_path, {"gpu_inventory": prohibited}))
@@ -410,7 +410,7 @@ def test_skip_clean(node, verdicts):
 
 
 def test_recorded_failure_is_never_lost(tmp_path):
-    """Issue 15.3: a failure recorded before a skip or a return still fails the test (before: SKIPPED and
+    """A failure recorded before a skip or a return still fails the test (before: SKIPPED and
     PASSED); a recorded measurement gap is an error; a clean skip stays a skip. No suite calls finish()."""
     inv = make_project(tmp_path, [], None, extra_suite=LOSING_SUITE, name="test_compute_losing.py")
     inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={DATA}\n")
@@ -494,7 +494,7 @@ def test_gpu_in_mig_mode_blocks_its_figures_instead_of_failing_them_as_slow(tmp_
     assert compute["outcome"] == "error", compute
     assert compute["message"].startswith("blocked by preflight: GPU 1: MIG mode is on, the SKU file expects off")
     assert any(f["check"] == "bf16_tflops" and f["gpu"] == 1 for f in compute["figures"])  # kept
-    # the one verdict order (issue 22): the proven fault makes the host FAIL, the test it blocked counted
+    # the one verdict order: the proven fault makes the host FAIL, the test it blocked counted
     line = next(ln for ln in (rep / "summary.md").read_text().splitlines() if ln.startswith("- **FAIL** `h200-a`"))
     assert "MIG mode is on" in line and "and 1 test blocked" in line and "bf16_tflops GPU 1" not in line, line
 

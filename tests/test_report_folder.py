@@ -1,4 +1,4 @@
-"""Reports are written only where the operator meant (issue 26.2): the ``--reports`` folder is new or empty and
+"""Reports are written only where the operator meant: the ``--reports`` folder is new or empty and
 not the root or a system folder (gpuaccept.config.outputs), nothing under it is followed through a symlink the
 run did not make (gpuaccept.runner.host.save_probe), and the first line of a run names where its reports and
 its history database go. Real filesystem, real pytest runs on a local host."""

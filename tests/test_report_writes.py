@@ -1,4 +1,4 @@
-"""Whole-run report files written from each record's text kept as it arrived (issue 13.3): results.json copied
+"""Whole-run report files written from each record's text kept as it arrived: results.json copied
 from results.jsonl, each layer's JUnit from its spooled <testcase> elements, the history rows inserted in the
 periodic rewrites. What is checked: the files equal what the pure writers make from the same records, after
 periodic rewrites, a record replaced, a merge's add_many, and a real run interrupted by SIGTERM."""

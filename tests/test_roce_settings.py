@@ -1,4 +1,4 @@
-"""RoCE GID and P_Key settings compared across a selection (issue 39): the rdma probe reading the tables of
+"""RoCE GID and P_Key settings compared across a selection: the rdma probe reading the tables of
 sysfs-shaped trees written here (the files ib_core has), the pure comparison, and the fleet test
 (suites/test_gpudirect.py test_rdma_settings) end to end on hosts that replay the probe's own documents of
 trees that differ, and on this NIC-less machine itself."""

@@ -1,4 +1,4 @@
-"""--drain-max, the brake on --slurm-drain, and "repeating" drains (issue 38), against the real Slurm controller
+"""--drain-max, the brake on --slurm-drain, and "repeating" drains, against the real Slurm controller
 and nodes of tests/slurm_cluster.py and replayed 2xH200 captures (tests/data/replay-h200x2).
 
 - 10 selected hosts, 3 with a row-remap failure (drain-rma): the default 10 % lets one be drained, so none is,

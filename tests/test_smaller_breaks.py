@@ -1,4 +1,4 @@
-"""Issue 41's smaller breaks, each as a kind: the plugin runs without pytest-xdist loaded, a reader of standard
+"""Smaller breaks, each as a kind: the plugin runs without pytest-xdist loaded, a reader of standard
 output that goes away ends the output quietly, a retry file that lists no host is "nothing to rerun" (exit 5,
 one line) and not bad input, and a progress line starts on a line of its own beside pytest's ``-v`` lines.
 Every command runs the shipped suites from an operator's folder (no pytest.ini, no suites), as a user types it."""

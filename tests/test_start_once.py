@@ -1,4 +1,4 @@
-"""An inventory outside the repository: pytest starts once (issue 28 item 3). pytest chooses its rootdir before it
+"""An inventory outside the repository: pytest starts once. pytest chooses its rootdir before it
 knows ``--inventory`` and took the inventory's folder for the run's root; the plugin used to run the whole
 command again with ``-c ./pytest.ini``. Now it adopts the repository's pytest.ini in the same process."""
 from __future__ import annotations

@@ -797,7 +797,7 @@ def test_odd_filesystem_host_left_out_of_aggregate(tmp_path, root_fs_dir, sshd_n
     assert leftovers(shared) == []
 
 
-# -- a full disk, a read-only filesystem: the node's state, not a slow drive (issue 38) ---------------------------
+# -- a full disk, a read-only filesystem: the node's state, not a slow drive ---------------------------
 def test_too_little_free_space_is_a_capacity_fact_not_a_slow_drive(tmp_path):
     """fio's path with a margin larger than what is free: the entry carries the fact (free and needed bytes),
     and the judge makes it an ERROR of class capacity whose action is free-space, its command naming the path

@@ -1,4 +1,4 @@
-"""summary.md at fleet size (issue 41 item 4): one line per host with its first cause said once, identical
+"""summary.md at fleet size: one line per host with its first cause said once, identical
 failures grouped once with the hosts they hit, and a page whose length grows with the distinct causes, not with
 hosts x tests. Records are built in-process, as the plugin makes them for a host whose SSH host key is unknown
 or whose name does not resolve (its later tests "written off", as gpuaccept.runner words them)."""

@@ -1,5 +1,5 @@
 """A run that has not finished (still running, or its controller killed with SIGKILL) cannot be mistaken for a
-finished one (issue 44 items 3, 4, 6): summary.md, report.html and every JUnit file say INCOMPLETE until the
+finished one: summary.md, report.html and every JUnit file say INCOMPLETE until the
 final write, failed-hosts.txt lists the hosts whose tests did not finish, ``reports/latest`` stays on the last
 finished run, the history keeps every test whose record is in results.jsonl and learns that the run was killed
 (from the next run, or from the merge, which also adds the records the history lacks); after SIGINT the

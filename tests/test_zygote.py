@@ -1,4 +1,4 @@
-"""The agent's warm child (gpuaccept/probes/_zygote.py, issue 40 part 1): torch probes forked from a child that has
+"""The agent's warm child (gpuaccept/probes/_zygote.py): torch probes forked from a child that has
 imported torch, over the local connection and real sshd (tests/sshd.py), with real torch (CPU build) and real
 processes; no mocks. A warm probe keeps the fresh probe's contract (arguments, environment, working directory,
 descriptors, signal dispositions, stdout and stderr, exit status, its own process group, deadline and kill); the

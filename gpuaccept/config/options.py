@@ -73,7 +73,7 @@ def check_choices(getoption: Callable[..., Any]) -> str | None:
     return None
 
 
-#: --slurm-drain drains at most this share of the selected nodes unless --drain-max says otherwise (issue 38):
+#: --slurm-drain drains at most this share of the selected nodes unless --drain-max says otherwise:
 #: a fault that hits a tenth of the fleet at once is more likely the fleet's (an image, DNS) than ten cards'. Chosen.
 DRAIN_MAX_DEFAULT = "10%"
 _DRAIN_MAX_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*%|(\d+))\s*$")

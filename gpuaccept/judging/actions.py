@@ -185,7 +185,7 @@ def gate(a: Action) -> Action:
 
 def _fallback(prefix: str = "") -> Action:
     row = load_table()["fallback"]
-    return gate(Action(row["action"], prefix + row["reason"], "gpuaccept's table (issue 25, 2026-12-01): fallback",
+    return gate(Action(row["action"], prefix + row["reason"], "gpuaccept's table (2026-12-01): fallback",
                        cause=row.get("cause") or "unverified"))
 
 

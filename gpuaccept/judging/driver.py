@@ -1,4 +1,4 @@
-"""Is the driver answering, and what does NVML say about each GPU's own state (pure functions, no I/O): issue 39.
+"""Is the driver answering, and what does NVML say about each GPU's own state (pure functions, no I/O).
 
 - :func:`unresponsive`: a gpu_inventory document whose NVML call did not return within its deadline
   (gpuaccept/probes/_deadline.py, ``reason_code: driver_unresponsive``) fails "driver unresponsive on GPU i
@@ -11,7 +11,7 @@
   not know the field ("Not Supported", "Invalid Argument") is recorded as not supported, never a failure.
 
 Readings arrive as the probe wrote them or typed (gpuaccept.judging.readings); a reading absent from the
-document (a probe of an older gpuaccept, a capture from before issue 39) returns ``None`` so the suite can say so.
+document (a probe or a capture of an older gpuaccept, which did not read it) returns ``None`` so the suite can say so.
 """
 from __future__ import annotations
 

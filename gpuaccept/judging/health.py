@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.causes import Cause
+from gpuaccept.judging import gpucount
 from gpuaccept.judging.compute import clock_reasons
 from gpuaccept.judging.shape import gpu_fabric
 from gpuaccept.judging.readings import error_text, is_error, is_lost, lost_reason, number, present
@@ -347,13 +348,25 @@ def cuda_visible_devices(doc: dict) -> list[Finding]:
         cause=Cause("configuration", "cuda_visible_devices", evidence={"value": str(v)}))]
 
 
-def gpu_count(found, declared) -> Finding:
+def gpu_count(found, declared, doc: dict | None = None, xid_events: list | None = None,
+              history_most: int | None = None) -> Finding:
     """GPUs NVML gave a handle for against the inventory's ``gpus_per_node`` (None: recorded only).
 
-    ``found``: a count, or the gpu_inventory GPU list (lost GPUs do not count)."""
+    ``found``: a count, or the gpu_inventory GPU list (lost GPUs do not count). A count that differs fails as
+    ``"gpu_count N != gpus_per_node M: <why>"`` with the cause :func:`gpuaccept.judging.gpucount.explain` finds
+    from ``doc`` (the gpu_inventory document: its PCI scan and GPU visibility), ``xid_events`` (the xid_events
+    probe's events of the run's window, None: not read) and ``history_most`` (the most GPUs NVML listed on this
+    host in an earlier run, None: unknown): hardware only with evidence of a lost or fallen-off GPU."""
     n = len(present(found)) if isinstance(found, list) else int(found)
-    bad = declared is not None and int(declared) != n
-    return Finding("gpu_count", n, "GPUs", failure=f"gpu_count {n} != gpus_per_node {declared}" if bad else None)
+    if declared is None or int(declared) == n:
+        return Finding("gpu_count", n, "GPUs")
+    if isinstance(found, list):
+        why = gpucount.explain(found, int(declared), doc, xid_events, history_most)
+    else:  # a bare count: no bus ids to compare, judged as a capture without the scan
+        why = gpucount.explain([{"index": i} for i in range(n)], int(declared), None, xid_events, history_most)
+    return Finding("gpu_count", n, "GPUs", failure=f"gpu_count {n} != gpus_per_node {declared}: {why.text}",
+                   extra={"groups": [{"kind": g.kind, "class": g.cls, "bus_ids": list(g.bus_ids)}
+                                     for g in why.groups]}, cause=why.cause)
 
 
 def driver_versions(doc: dict) -> list[Finding]:

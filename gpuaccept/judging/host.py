@@ -46,6 +46,8 @@ class KernelKind:
     guidance: str
     source: str
     date: str
+    trace: str | None = None
+    netfs: str | None = None
 
 
 def _data(name: str) -> Any:
@@ -56,9 +58,15 @@ def _data(name: str) -> Any:
 @lru_cache(maxsize=None)
 def load_catalog() -> tuple[KernelKind, ...]:
     """The catalogue's rows, checked. Raises ValueError naming the row when an id repeats, a field is missing, the
-    class or verdict is unknown or the regex does not compile (the data file is broken)."""
+    class or verdict is unknown, the regex does not compile, ``trace`` names no frame table or ``netfs`` no network
+    filesystem of ``stack_frames`` (the data file is broken)."""
     rows, seen = [], set()
+    kinds = stack_frames()
     for i, r in enumerate(_data(CATALOG_FILE)["rows"]):
+        if r.get("trace") not in (None, "stack_frames") or (
+                r.get("netfs") is not None and (kinds.get(r["netfs"]) or {}).get("where") != "network"):
+            raise ValueError(f"{CATALOG_FILE}: row {i} ({r.get('id')}): trace {r.get('trace')!r} is not "
+                             f"'stack_frames', or netfs {r.get('netfs')!r} is no network kind of stack_frames")
         missing = [k for k in ("id", "regex", "class", "kind", "verdict", "meaning", "guidance", "source", "date")
                    if not r.get(k)]
         if missing or r["id"] in seen or r["class"] not in CLASSES or r["verdict"] not in VERDICTS:
@@ -70,8 +78,26 @@ def load_catalog() -> tuple[KernelKind, ...]:
             raise ValueError(f"{CATALOG_FILE}: row {r['id']}: regex does not compile: {e}") from None
         seen.add(r["id"])
         rows.append(KernelKind(r["id"], r["regex"], r["class"], r["kind"], r["verdict"], bool(r.get("fs_error")),
-                               r["meaning"], r["guidance"], r["source"], str(r["date"])))
+                               r["meaning"], r["guidance"], r["source"], str(r["date"]), r.get("trace"),
+                               r.get("netfs")))
     return tuple(rows)
+
+
+#: the places a frame can belong to (the catalogue's stack_frames ``where``)
+FRAME_WHERE = ("network", "local")
+
+
+@lru_cache(maxsize=None)
+def stack_frames() -> dict[str, dict]:
+    """The catalogue's ``stack_frames.kinds``: kind (nfs, lustre, nvme, ext4...) -> ``{where: network | local,
+    prefixes: [str], modules: [str], source}``. Raises ValueError naming a kind without a ``where`` of
+    :data:`FRAME_WHERE`, a source, or with no prefix and no module."""
+    kinds = _data(CATALOG_FILE)["stack_frames"]["kinds"]
+    for k, v in kinds.items():
+        if v.get("where") not in FRAME_WHERE or not v.get("source") or not (v.get("prefixes") or v.get("modules")):
+            raise ValueError(f"{CATALOG_FILE}: stack_frames kind {k}: needs where in {FRAME_WHERE}, a source, and "
+                             f"prefixes or modules")
+    return kinds
 
 
 @lru_cache(maxsize=None)
@@ -106,8 +132,12 @@ def none_found(check: str, findings: list[Finding]) -> Finding:
 
 
 def probe_patterns() -> list[dict]:
-    """The host_kernel_log probe's ``patterns`` argument: ``[{"id", "regex"}]`` of every catalogue row."""
-    return [{"id": k.id, "regex": k.regex} for k in load_catalog()]
+    """The host_kernel_log probe's ``patterns`` argument: ``[{"id", "regex"[, "trace"]}]`` of every catalogue row;
+    a row with ``trace`` sends the frame table (``[{"fs", "where", "prefixes", "modules"}]`` of :func:`stack_frames`)
+    its call trace is classified with."""
+    table = [{"fs": k, "where": v["where"], "prefixes": list(v.get("prefixes") or []),
+              "modules": list(v.get("modules") or [])} for k, v in stack_frames().items()]
+    return [{"id": k.id, "regex": k.regex, **({"trace": table} if k.trace else {})} for k in load_catalog()]
 
 
 # ------------------------------------------------------------------------------------------- kernel log
@@ -126,11 +156,21 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
     ``verdict: fail`` rows fail with their class and kind; ``error`` rows (an OOM kill) make the test an ERROR of their
     class; ``counted`` rows (EDAC CE) sum their ``count`` groups and fail when the sum is over
     ``edac_ce_in_window.max`` (host_limits.yaml), with the rate per hour over ``window_s``. A match of an id the
-    catalogue does not carry (a newer probe) is recorded, not judged."""
+    catalogue does not carry (a newer probe) is recorded, not judged.
+
+    A network filesystem's stall is judged apart (:func:`netfs_findings`): the server lines (rows with ``netfs``)
+    and the hung tasks whose kept call trace waits on a ``network`` kind of :func:`stack_frames` (:func:`waits_on`).
+    A hung task waiting on a local device (nvme, block, ext4, xfs, the NVIDIA driver), on nothing the table names,
+    or with no trace kept stays its row's (hardware); its evidence names what it waits on when known."""
     rows = {k.id: k for k in load_catalog()}
     groups: dict[tuple[str, str | None], list[dict]] = {}
+    netfs: list[tuple[str, dict]] = []
     for m in _in_window(doc.get("matches") or [], cut):
-        groups.setdefault((m.get("id"), m.get("device")), []).append(m)
+        fs = netfs_of(m, rows.get(m.get("id")))
+        if fs is not None:
+            netfs.append((fs, m))
+        else:
+            groups.setdefault((m.get("id"), m.get("device")), []).append(m)
     out = []
     for (pid, dev), ms in groups.items():
         row = rows.get(pid)
@@ -142,8 +182,11 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
             out.append(Finding(check, len(ms), "lines", extra={**ev, "note": "not in the catalogue: recorded"}))
             continue
         ev.update(meaning=row.meaning, guidance=row.guidance, source=row.source)
+        waits = next((w for w in map(waits_on, ms) if w), None) if row.trace else None
+        if waits:
+            ev["waits_on"] = waits
         cause = Cause(row.cls, row.kind, evidence={k: v for k, v in ev.items() if k in ("id", "device", "lines",
-                                                                                     "first_time", "line")})
+                                                                                     "first_time", "line", "waits_on")})
         text = (f"kernel log: {row.meaning} ({pid} on {dev or 'the host'}, {len(ms)} line(s), first at "
                 f"{first.get('time') or 'an unknown time'}: {first.get('line')})")
         if row.verdict == "counted":
@@ -152,6 +195,72 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
             out.append(Finding(check, len(ms), "lines", extra=ev, error=text, cause=cause))
         else:
             out.append(Finding(check, len(ms), "lines", extra=ev, failure=text, cause=cause))
+    return out + netfs_findings(netfs, rows)
+
+
+#: servers and tasks named in a network filesystem's finding at most (a storm of hung tasks names the first ones)
+NAMED_MOST = 10
+
+
+def waits_on(match: dict) -> dict | None:
+    """What a kept call trace waits on (the probe's ``trace.waits_on``: the innermost classified frame), with its
+    ``where`` read from :func:`stack_frames` (the catalogue decides, not the document): ``{"kind", "where", "fn"}``;
+    None without a trace, with no classified frame, or with a kind the catalogue does not know."""
+    w = (match.get("trace") or {}).get("waits_on") if isinstance(match.get("trace"), dict) else None
+    kind = stack_frames().get(w.get("kind")) if isinstance(w, dict) else None
+    if kind is None:
+        return None
+    return {"kind": w["kind"], "where": kind["where"], "fn": w.get("fn")}
+
+
+def netfs_of(match: dict, row: KernelKind | None) -> str | None:
+    """The network filesystem a kernel-log match is evidence of a stall of: its row's ``netfs`` (a server line), or
+    the kind a ``trace`` row's call trace waits on when that kind is ``where: network``; else None. Reads the
+    catalogue and the probe's structured facts, never the line's wording."""
+    if row is None:
+        return None
+    if row.netfs:
+        return row.netfs
+    w = waits_on(match) if row.trace else None
+    return w["kind"] if w and w["where"] == "network" else None
+
+
+def _server(m: dict) -> str | None:
+    return m.get("device") or (m.get("groups") or {}).get("server")
+
+
+def netfs_findings(matches: list[tuple[str, dict]], rows: dict[str, KernelKind]) -> list[Finding]:
+    """One ERROR finding per network filesystem (``kernel netfs_stall <fs>``) from ``[(fs, match)]`` (:func:`netfs_of`):
+    class connectivity, kind ``netfs_server_stalled`` when a server line names the server (evidence ``server``,
+    ``servers``), else ``netfs_hung_task`` (only hung tasks waiting on it: the server is not named). Not this
+    node's hardware: a reboot or a drain does nothing for it (gpuaccept/data/actions.yaml). Extra: ``filesystem``,
+    ``servers``, ``server_lines``, ``hung_tasks`` (in the window, as kept by the probe), ``tasks``, the first
+    waiting frame, first/last time and the first line."""
+    by_fs: dict[str, list[dict]] = {}
+    for fs, m in matches:
+        by_fs.setdefault(fs, []).append(m)
+    out = []
+    for fs, ms in by_fs.items():
+        said = [m for m in ms if rows[m["id"]].netfs]
+        hung = [m for m in ms if not rows[m["id"]].netfs]
+        servers = list(dict.fromkeys(x for x in map(_server, said) if x))[:NAMED_MOST]
+        tasks = list(dict.fromkeys(m.get("device") for m in hung if m.get("device")))[:NAMED_MOST]
+        frame = next((w["fn"] for w in map(waits_on, hung) if w), None)
+        first = (said or hung)[0]
+        kind = "netfs_server_stalled" if said else "netfs_hung_task"
+        ev = {"filesystem": fs, "server": servers[0] if servers else None, "servers": servers,
+              "server_lines": len(said), "hung_tasks": len(hung), "tasks": tasks, "waiting_in": frame,
+              "ids": sorted({m["id"] for m in ms}), "first_time": first.get("time"), "last_time": ms[-1].get("time"),
+              "line": first.get("line"), "meaning": rows[first["id"]].meaning, "source": rows[first["id"]].source}
+        cause = Cause("connectivity", kind, evidence={k: ev[k] for k in ("filesystem", "server", "servers",
+                                                                         "server_lines", "hung_tasks", "first_time")})
+        who = f"server {', '.join(servers)}" if servers else "its server (no server line in the window)"
+        waited = (f"; {len(hung)} hung task(s) waiting in {fs} ({', '.join(tasks)}{', ...' if len(hung) > len(tasks) else ''}"
+                  f", at {frame})" if hung else "")
+        text = (f"kernel log: the network filesystem {fs}, {who}, stopped answering this node ({len(said)} server "
+                f"line(s){waited}; first at {first.get('time') or 'an unknown time'}: {first.get('line')}): the "
+                f"filesystem's server or the network to it, not this node's hardware")
+        out.append(Finding(f"kernel netfs_stall {fs}", len(ms), "lines", extra=ev, error=text, cause=cause))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The launch environment of a node (probe: launch_env) and its agreement across the selection (pure): issue 39.
+"""The launch environment of a node (probe: launch_env) and its agreement across the selection (pure).
 
 - /dev/shm size and free space against what NCCL's shared-memory transport needs for the node's GPUs
   (:func:`shm_need_bytes`, the figures and their sources in gpuaccept/data/node_limits.yaml);

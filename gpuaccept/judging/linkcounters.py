@@ -1,4 +1,4 @@
-"""Link error counters judged as their growth over a layer's load (pure): issue 39.
+"""Link error counters judged as their growth over a layer's load (pure).
 
 Input: two snapshots of ``gpuaccept/probes/_linkcounters.py`` (``{"read_at", "nvlink", "ib"}``), the one read
 right before a load and the one right after it (probe ``link_counters``, or the ``link_counters: {"start",
@@ -75,7 +75,7 @@ def not_measured_why(kept: dict | None, host: str, probe: str, absent: str) -> s
 
 def pair(doc: dict | None, load: str) -> tuple[dict, dict] | Finding:
     """``(start, end)`` from a document carrying ``link_counters: {"start", "end"}`` (nccl_allreduce, rdma), or
-    the :func:`unmeasured` error naming why there is none (a capture taken before issue 39 lacks them)."""
+    the :func:`unmeasured` error naming why there is none (a capture taken by an older gpuaccept lacks them)."""
     got = (doc or {}).get("link_counters")
     if not isinstance(got, dict):
         return unmeasured(load, "the document has no link_counters (a capture taken before the counters were read)")

@@ -1,4 +1,4 @@
-"""RoCE GID and P_Key settings compared across the hosts of one selection (pure): issue 39.
+"""RoCE GID and P_Key settings compared across the hosts of one selection (pure).
 
 Input: each host's ``rdma`` probe document (gpuaccept/probes/rdma.py ``devices[].ports[]`` with ``gids`` and
 ``pkeys``: the used entries of the port's GID and P_Key tables). Output: the hosts whose settings differ from the
@@ -17,7 +17,7 @@ What is compared, per port (device name and port number, e.g. ``mlx5_0/ports/1``
 - **P_Key table:** the set of used P_Keys (the full-membership bit included): two ports talk only in a partition
   they share, at least one of them a full member (IBA Vol. 1 10.9 Partitions).
 
-A port a host lacks, or one whose document carries no tables (a document from before issue 39), is not compared
+A port a host lacks, or one whose document carries no tables (a document of an older gpuaccept), is not compared
 for that host: a missing HCA is test_rdma_ports' finding.
 """
 from __future__ import annotations

@@ -65,7 +65,7 @@ INTERVAL_S = 0.25
 #: is this long (a CPU-path transfer of a few MiB lasts milliseconds).
 MIN_WINDOW_S = 1.0
 #: foreign processes together above this share of all online CPUs, over the window, disturb the
-#: measurement. gpuaccept's bound (issue 38, 2026-12-04): a host-to-device copy is driven by one pinned
+#: measurement. gpuaccept's bound (2026-12-04): a host-to-device copy is driven by one pinned
 #: thread per GPU and fio by a few jobs; a quarter of the host's CPUs busy with other work (28 cores of a
 #: 112-core node) contends for memory bandwidth and the measurement's cores, while the daemons of an idle
 #: node stay under 1 %. On a 2-CPU machine it is half a CPU.
@@ -101,7 +101,7 @@ FOREIGN_PROC_MIN_CPUS = 0.25
 FOREIGN_LISTED = 10
 FOREIGN_LISTED_MIN = 0.01
 SOURCE = ("gpuaccept/probes/_hostwatch.py FOREIGN_CPU_SHARE and MEM_PSI_SOME_SHARE (gpuaccept's bounds, "
-          "issue 38; PSI: Documentation/accounting/psi.rst)")
+          "2026-12-04; PSI: Documentation/accounting/psi.rst)")
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PSI = ("cpu", "memory")

@@ -1,5 +1,5 @@
 """The agent's warm child ("zygote"): one Python per node that has imported torch, from which the node-side agent
-forks each torch probe, so that a probe pays only its CUDA context and not torch's import (issue 40: ``import
+forks each torch probe, so that a probe pays only its CUDA context and not torch's import (``import
 torch`` took 4.3-8.5 s on an H200 node, a first CUDA context in a forked child of a parent that had imported
 torch 0.4 s; measured 2026-12-04).
 
@@ -64,7 +64,7 @@ IMPORT_OUTPUT_MAX = 8 << 10
 #: seconds the agent waits for the zygote's answer to a fork request (a fork of a process holding torch takes
 #: milliseconds: page tables of ~1 GB of mappings); past it the zygote counts as dead
 FORK_WAIT_S = 10.0
-#: seconds a starting zygote gets to import torch (4.3-8.5 s measured on an H200 node, issue 40; ten times
+#: seconds a starting zygote gets to import torch (4.3-8.5 s measured on an H200 node, 2026-12-04; ten times
 #: that, for a node whose site-packages sit on a slow network file system) before it is killed as hung
 START_WAIT_S = 90.0
 #: seconds between the zygote's looks at its children where no pidfd can be had

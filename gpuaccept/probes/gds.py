@@ -138,8 +138,9 @@ def detect() -> dict:
 
 def torch_has_gds() -> bool:
     """Whether the torch installed for this Python has ``torch.cuda.gds.GdsFile`` (torch >= 2.5), read from its
-    files without importing it (``import torch`` costs 4-8 s on a GPU node, issue 40): its package found by
-    importlib (find_spec of a top-level name imports nothing), ``cuda/gds.py`` in it defining ``class GdsFile``."""
+    files without importing it (``import torch`` costs 4-8 s on a GPU node: gpuaccept/probes/_zygote.py): its
+    package found by importlib (find_spec of a top-level name imports nothing), ``cuda/gds.py`` in it defining
+    ``class GdsFile``."""
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):

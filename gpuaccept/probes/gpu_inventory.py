@@ -27,8 +27,23 @@ Output document::
       "gpus": [ per GPU, see gpu_info(), with "nvml_latency_s" (that GPU's calls), "inforom": {"valid": bool}
                 and "recovery_action": {"code", "name"} (each an nvml_error where refused); a GPU NVML lists but
                 gives no handle for (fallen off the bus) is {"index": i, "lost": true, "nvml_error": "GPU is lost"} ],
-      "driver_unresponsive": {"gpu", "call", "seconds", "deadline_s", "state", "state_after_kill", "unkillable"}
+      "driver_unresponsive": {"gpu", "call", "seconds", "deadline_s", "state", "state_after_kill", "unkillable"},
                                       # only with reason_code driver_unresponsive (_deadline.py)
+      "pci_scan": {                   # NVIDIA GPUs on the PCI bus as sysfs lists them, whatever NVML says (pci_scan())
+        "sysfs": str,                 # the sysfs root read ("/sys", or the ``sysfs`` argument)
+        "devices": [{"bus_id": "00000000:19:00.0",   # _pci.py's form, as NVML's pci_bus_id
+                     "device_id": "0x2335", "class": "0x030200",
+                     "driver": "nvidia" | "vfio-pci" | "nouveau" | ... | None}],   # the bound driver; None: none
+        "occupied_slots": [{"slot": "3", "address": "00000000:19:00.0", "device_present": bool}],
+                                      # hot-plug slots whose ``adapter`` reads 1 (a card is seated)
+        "entries": int,               # /sys/bus/pci/devices entries looked at
+        "truncated": bool,            # more entries than PCI_SCAN_MAX_ENTRIES: the rest not read
+        "errors": [{"path": str, "error": "PermissionError: ..."}]},   # at most PCI_SCAN_MAX_ERRORS
+      "gpu_visibility": {             # what can hide GPUs from NVML in the probes' own process (gpu_visibility())
+        "nvidia_visible_devices": str | None,  # NVIDIA_VISIBLE_DEVICES in the environment (None: unset)
+        "confined_by": "docker" | "podman" | "kubernetes" | "slurm" | "container" | None,
+        "cgroup": str | None,         # this process's cgroup path (/proc/self/cgroup), at most 256 characters
+        "device_nodes": [int] | None}  # the N of /dev/nvidiaN (None: /dev unreadable)
     }
 
 Every NVML reading that raises is recorded as ``{"nvml_error": "<NVMLError string>"}`` in place of its value
@@ -36,14 +51,20 @@ Every NVML reading that raises is recorded as ``{"nvml_error": "<NVMLError strin
 error around a call (a pynvml binding bug, a function this pynvml lacks) is recorded the same way with the
 exception type in front (``"TypeError: ..."``, ``"pynvml has no nvmlDeviceGetX"``).
 
+Args (JSON object, every key optional): ``call_deadline_s``, ``init_deadline_s`` (seconds, _deadline.py) and
+``sysfs`` (the sysfs root the PCI scan reads, default ``/sys``: a container's ``/host/sys``, or a tree built by a
+test, as the host_memory probe takes it; the inventory's ``host_sysfs_root``).
+
 Sources: NVML API reference (https://docs.nvidia.com/deploy/nvml-api/) for the calls and constants,
-``nvidia-smi -q`` documentation (https://docs.nvidia.com/deploy/nvidia-smi/) for the names printed.
-Standard library + pynvml only.
+``nvidia-smi -q`` documentation (https://docs.nvidia.com/deploy/nvidia-smi/) for the names printed; Linux
+Documentation/ABI/testing/sysfs-bus-pci (``/sys/bus/pci/devices/*/{vendor,device,class,driver}``,
+``/sys/bus/pci/slots/*/{address,adapter}``) for the PCI scan. Standard library + pynvml only.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 
 import _deadline
 from _nvml import call, error_code, is_error, nvml_error, text
@@ -134,6 +155,164 @@ def fabric_uuid(raw) -> str:
     b = bytes(bytearray(raw))
     h = b.hex()
     return "%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the PCI bus and the probes' view of it (no NVML): what NVML should list
+
+
+#: PCI vendor id of NVIDIA Corporation (PCI-SIG vendor list; sysfs ``vendor`` reads ``0x10de``)
+NVIDIA_VENDOR = "0x10de"
+#: PCI class codes of GPUs, base class 03h display controller (PCI Code and ID Assignment Specification, PCI-SIG):
+#: 0x0300 VGA-compatible controller, 0x0302 3D controller (what datacenter NVIDIA GPUs report); sysfs ``class``
+#: reads the 24-bit code with its programming interface, ``0x030200``
+GPU_CLASSES = ("0x0300", "0x0302")
+#: entries of /sys/bus/pci/devices read at most: a large server lists ~1,000 PCI functions (gpuaccept's bound, so
+#: that a scan never runs long; the document then says ``truncated``)
+PCI_SCAN_MAX_ENTRIES = 4096
+#: errors kept at most (gpuaccept's bound: one per unreadable device would swell the document)
+PCI_SCAN_MAX_ERRORS = 16
+#: this process's cgroup path, by the part that names who confines it (each from that tool's cgroup layout:
+#: Kubernetes ``kubepods`` slices, Docker ``docker-<id>.scope`` / ``/docker/<id>``, Podman ``libpod-<id>.scope``,
+#: containerd ``cri-containerd-<id>.scope``, Slurm's cgroup plugin ``slurmstepd.scope/job_N`` or ``/slurm/uid_N/job_N``)
+CGROUP_CONFINERS = (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", "podman"),
+                    ("containerd", "container"), ("slurm", "slurm"))
+#: files a container runtime leaves in the container's root (Docker: /.dockerenv; Podman: /run/.containerenv)
+CONTAINER_MARKERS = ((".dockerenv", "docker"), ("run/.containerenv", "podman"))
+
+
+def _err(errors: list, path: str, exc: BaseException) -> None:
+    if len(errors) < PCI_SCAN_MAX_ERRORS:
+        errors.append({"path": path, "error": f"{type(exc).__name__}: {exc}"})
+
+
+def _read_attr(path: str, errors: list) -> str | None:
+    """A sysfs attribute's text (stripped, lower case), or None with the error recorded (a missing file too)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read(64).strip().lower()
+    except OSError as e:
+        _err(errors, path, e)
+        return None
+
+
+def _bound_driver(dev_dir: str, errors: list) -> str | None:
+    """The name of the driver bound to a PCI device (the ``driver`` symlink's target folder), None when unbound."""
+    link = os.path.join(dev_dir, "driver")
+    if not os.path.lexists(link):
+        return None
+    try:
+        return os.path.basename(os.readlink(link).rstrip("/")) or None
+    except OSError as e:
+        _err(errors, link, e)
+        return None
+
+
+def _occupied_slots(sysfs: str, errors: list) -> list[dict]:
+    """Hot-plug slots (``/sys/bus/pci/slots/*``) whose ``adapter`` reads 1 (a card seated), each with its
+    ``address`` normalised (function 0) and whether a device answers there (``device_present``)."""
+    from _pci import normalize_bus_id, sysfs_name
+
+    base = os.path.join(sysfs, "bus", "pci", "slots")
+    out: list[dict] = []
+    try:
+        names = sorted(os.listdir(base))[:PCI_SCAN_MAX_ENTRIES]
+    except FileNotFoundError:
+        return out  # no slot driver (pciehp) loaded: nothing to say
+    except OSError as e:
+        _err(errors, base, e)
+        return out
+    for name in names:
+        d = os.path.join(base, name)
+        if not os.path.exists(os.path.join(d, "adapter")):
+            continue  # not a hot-plug slot: sysfs says nothing of a card in it
+        if _read_attr(os.path.join(d, "adapter"), errors) != "1":
+            continue
+        addr = normalize_bus_id(_read_attr(os.path.join(d, "address"), errors))
+        if addr is None:
+            continue
+        present = os.path.isdir(os.path.join(sysfs, "bus", "pci", "devices", sysfs_name(addr)))
+        out.append({"slot": name, "address": addr, "device_present": present})
+    return out
+
+
+def pci_scan(sysfs: str = "/sys") -> dict:
+    """NVIDIA display and 3D controllers on the PCI bus, read from sysfs under the root ``sysfs`` (the
+    ``pci_scan`` part of the document, module docstring): ``/sys/bus/pci/devices/*`` whose ``vendor`` is
+    :data:`NVIDIA_VENDOR` and whose ``class`` starts with one of :data:`GPU_CLASSES`, each with its bus id
+    (``_pci.normalize_bus_id``), device id and bound driver. At most :data:`PCI_SCAN_MAX_ENTRIES` entries are
+    read. Never raises: what cannot be read is an entry of ``errors``."""
+    from _pci import normalize_bus_id
+
+    errors: list[dict] = []
+    doc: dict = {"sysfs": sysfs, "devices": [], "occupied_slots": [], "entries": 0, "truncated": False,
+                 "errors": errors}
+    base = os.path.join(sysfs, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError as e:
+        _err(errors, base, e)
+        return doc
+    doc["truncated"] = len(names) > PCI_SCAN_MAX_ENTRIES
+    names = names[:PCI_SCAN_MAX_ENTRIES]
+    doc["entries"] = len(names)
+    for name in names:
+        d = os.path.join(base, name)
+        try:
+            if _read_attr(os.path.join(d, "vendor"), errors) != NVIDIA_VENDOR:
+                continue
+            cls = _read_attr(os.path.join(d, "class"), errors)
+            if cls is None or not cls.startswith(GPU_CLASSES):
+                continue
+            doc["devices"].append({"bus_id": normalize_bus_id(name) or name,
+                                   "device_id": _read_attr(os.path.join(d, "device"), errors),
+                                   "class": cls, "driver": _bound_driver(d, errors)})
+        except Exception as e:  # noqa: BLE001 - a scan never fails the probe
+            _err(errors, d, e)
+    try:
+        doc["occupied_slots"] = _occupied_slots(sysfs, errors)
+    except Exception as e:  # noqa: BLE001
+        _err(errors, os.path.join(sysfs, "bus", "pci", "slots"), e)
+    return doc
+
+
+def _confiner(root: str, environ, cgroup: str | None) -> str | None:
+    for marker, name in CONTAINER_MARKERS:
+        if os.path.exists(os.path.join(root, marker)):
+            return name
+    if environ.get("KUBERNETES_SERVICE_HOST"):  # set by the kubelet in every container of a pod
+        return "kubernetes"
+    for part, name in CGROUP_CONFINERS:
+        if cgroup and part in cgroup:
+            return name
+    return None
+
+
+def gpu_visibility(environ=None, root: str = "/") -> dict:
+    """What can hide GPUs from NVML in this process (the ``gpu_visibility`` part of the document): the
+    ``NVIDIA_VISIBLE_DEVICES`` variable (NVIDIA Container Toolkit, "GPU Enumeration": which GPUs a container
+    gets), the container or job confining the process (:data:`CONTAINER_MARKERS`, KUBERNETES_SERVICE_HOST,
+    :data:`CGROUP_CONFINERS` over ``/proc/self/cgroup``) and the ``/dev/nvidiaN`` nodes it sees, under ``root``
+    (``/``; tests point it at a tree). Never raises."""
+    env = os.environ if environ is None else environ
+    cgroup = None
+    try:
+        with open(os.path.join(root, "proc", "self", "cgroup"), encoding="utf-8", errors="replace") as f:
+            lines = f.read(4096).splitlines()
+        # cgroup v2: "0::/path"; v1: "N:controllers:/path", the devices controller's path the one that confines
+        paths = [ln.split(":", 2)[2] for ln in lines if ln.count(":") >= 2]
+        dev = [ln.split(":", 2)[2] for ln in lines if ln.count(":") >= 2 and "devices" in ln.split(":")[1]]
+        cgroup = ((dev or paths or [None])[0] or None)
+        cgroup = cgroup[:256] if cgroup else None
+    except OSError:
+        pass
+    try:
+        nodes = sorted(int(n[6:]) for n in os.listdir(os.path.join(root, "dev"))
+                       if n.startswith("nvidia") and n[6:].isdigit())
+    except OSError:
+        nodes = None
+    return {"nvidia_visible_devices": env.get("NVIDIA_VISIBLE_DEVICES"),
+            "confined_by": _confiner(root, env, cgroup), "cgroup": cgroup, "device_nodes": nodes}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -529,7 +708,24 @@ def init_failure_reason(exc: BaseException) -> tuple[str, str]:
     return "init_failed", f"nvmlInit failed: {msg}"
 
 
-ARG_KEYS = {"call_deadline_s", "init_deadline_s"}
+ARG_KEYS = {"call_deadline_s", "init_deadline_s", "sysfs"}
+
+
+def _no_nvml_library() -> bool:
+    """True when pynvml is installed (found, not imported) and the NVML library it would load cannot be loaded
+    (``libnvidia-ml.so.1``, the name pynvml's ``_LoadNvmlLibrary`` opens on Linux): nvmlInit would fail with
+    NVML_ERROR_LIBRARY_NOT_FOUND. False when pynvml is missing (said as such), already imported (it answers for
+    itself) or the library loads."""
+    import ctypes
+    import importlib.util
+
+    if "pynvml" in sys.modules or importlib.util.find_spec("pynvml") is None:
+        return False
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return True
+    return False
 
 
 def _on_gpu(nv, index) -> None:
@@ -582,7 +778,9 @@ def main(args: dict) -> dict:
     """Probe entry point: the document described in the module docstring. NVML is read in a child process
     under per-call deadlines (``_deadline.run_nvml``; args ``call_deadline_s``, ``init_deadline_s``, seconds):
     a call that does not return makes the document ``nvml_available: false``, ``reason_code:
-    "driver_unresponsive"`` with ``driver_unresponsive: {gpu, call, seconds, deadline_s, state, unkillable}``."""
+    "driver_unresponsive"`` with ``driver_unresponsive: {gpu, call, seconds, deadline_s, state, unkillable}``.
+    The PCI scan (:func:`pci_scan`, under the ``sysfs`` arg) and :func:`gpu_visibility` are read first, in this
+    process: they are in every document, NVML or not."""
     reject_unknown(args, ARG_KEYS)
     kver, kline = kernel_driver_version()
     doc: dict = {
@@ -595,7 +793,15 @@ def main(args: dict) -> dict:
         # the probes' environment hides NVML GPUs from CUDA when set (None: unset)
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "gpus": [],
+        # what NVML should list, read without NVML: the judge compares (gpuaccept/judging/gpucount.py)
+        "pci_scan": pci_scan(str(args.get("sysfs") or "/sys")),
+        "gpu_visibility": gpu_visibility(),
     }
+    if not doc["driver_present"] and _no_nvml_library():
+        # what nvmlInit answers here (NVML_ERROR_LIBRARY_NOT_FOUND), said without importing pynvml and forking a
+        # reader: about 20 ms of a CPU node's time per run
+        doc.update(reason="no NVIDIA driver (libnvidia-ml.so not found)", reason_code="no_driver")
+        return doc
     try:
         import pynvml  # noqa: F401 - only whether it is there; the child imports it again (cached)
     except ImportError:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Launch-environment probe (issue 39): what a training job started in this session would find on the node.
+"""Launch-environment probe: what a training job started in this session would find on the node.
 
 Run on the node as ``python3 launch_env.py '{}'``; the runner starts it as it starts the NCCL ranks, so its limits
 and environment are the ranks'. Standard library only (torch is asked for its NCCL version only when importable,

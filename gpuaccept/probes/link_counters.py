@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Link error counters, one snapshot: NVLink (NVML) and InfiniBand/RoCE port counters (sysfs). Issue 39.
+"""Link error counters, one snapshot: NVLink (NVML) and InfiniBand/RoCE port counters (sysfs).
 
 Run on the node as ``python3 link_counters.py '<json args>'``; a suite asks for it right before and right after a
 layer's load (``{"at": "start", "load": "p2p_bandwidth"}``, then ``"at": "end"``) and judges the difference

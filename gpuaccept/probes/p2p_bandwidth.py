@@ -25,7 +25,7 @@ copies per timed run, timed with CUDA events on a's copy stream after a warm-up,
 windows of ``reps`` runs until the figure is stable (_steady.py);
 the arithmetic is :func:`copy_gbps`. Standard library + torch. The NVLink link state is the ``nvlink`` probe's.
 
-Link error counters (issue 39): with two GPUs or more, ``"link_counters": {"start", "end"}`` holds one reading of
+Link error counters: with two GPUs or more, ``"link_counters": {"start", "end"}`` holds one reading of
 the node's NVLink and InfiniBand error counters (_linkcounters.snapshot) right before the copies and one right
 after them (a reading that fails is ``{"error": str}``, never the probe's failure); the suite judges their growth
 (gpuaccept/judging/linkcounters.py). Both readings are taken while no other thread of the probe calls NVML (the

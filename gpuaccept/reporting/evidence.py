@@ -1,4 +1,4 @@
-"""Evidence beside a hardware action (issue 38): ``evidence/<host>/`` in the report folder for each host whose
+"""Evidence beside a hardware action: ``evidence/<host>/`` in the report folder for each host whose
 action takes hardware out of service (drain-rma, reset-gpu, reboot: gpuaccept.causes.HARDWARE_ACTIONS), so
 that the case opened with the vendor carries what gpuaccept read, not a retelling of it:
 

@@ -433,8 +433,10 @@ class HostRunner:
 
     # -- GPU identity ------------------------------------------------------------------------
     def gpu_inventory(self) -> dict:
-        """The gpu_inventory probe's document (NVML), cached for the run."""
-        return self.cached_probe("gpu_inventory")
+        """The gpu_inventory probe's document (NVML, and the PCI scan under ``host_sysfs_root`` where the inventory
+        sets it, as host_memory reads EDAC there), cached for the run."""
+        root = self.host.vars.get("host_sysfs_root")
+        return self.cached_probe("gpu_inventory", {"sysfs": root} if root else None)
 
     @property
     def gpus_declared(self) -> bool:

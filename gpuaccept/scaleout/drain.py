@@ -1,4 +1,4 @@
-"""Slurm, opt-in: drain the hosts a run says need hands, resume the ones a later run proves well (issue 25).
+"""Slurm, opt-in: drain the hosts a run says need hands, resume the ones a later run proves well.
 
 ``--slurm-drain`` drains every host whose action (gpuaccept.judging.actions) is one of the data file's
 ``slurm_drain`` actions (drain-rma, reboot, reset-gpu)::
@@ -11,7 +11,7 @@ under the reports root, else at the reason's evidence folder): a PASS of another
 after a row-remap failure) does not put it back. A drain someone else set (a reason not starting with
 ``gpuaccept ``) is never touched, neither replaced by a drain of ours nor resumed.
 
-A brake (issue 38): more drains than ``--drain-max`` of the selected nodes (default 10 %, at least one; a
+A brake: more drains than ``--drain-max`` of the selected nodes (default 10 %, at least one; a
 count ``N`` or a share ``N%``) drains none (:func:`brake`), dry run or not: so many nodes failing at once is more
 likely the fleet's (an image, DNS) than their parts'. The line says how many, of how many, the limit and the
 most common cause among them, and the run exits non-zero (the run's own code when it is non-zero, else 1).

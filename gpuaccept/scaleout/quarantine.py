@@ -1,4 +1,4 @@
-"""What the Slurm and the Kubernetes node actions share (issues 25, 38, 42): which hosts to take out of
+"""What the Slurm and the Kubernetes node actions share: which hosts to take out of
 service or put back, the brake on how many, and the rule for putting one back. Pure, but for
 :func:`earlier_results`, which reads an earlier run's results.json.
 
@@ -208,7 +208,7 @@ def decide(hv: dict, hosts: list[str], names: Mapping[str, str], holds: Mapping[
 
 def brake(decisions: list[Decision], hv: dict, selected: int, drain_max: str | None,
           words: Words) -> tuple[list[Decision], str | None]:
-    """The brake (pure, issue 38): ``(decisions, None)`` when the holds are within ``--drain-max`` of the
+    """The brake (pure): ``(decisions, None)`` when the holds are within ``--drain-max`` of the
     ``selected`` nodes (:func:`gpuaccept.config.options.drain_limit`, default :data:`DRAIN_MAX_DEFAULT`), else
     the decisions with every hold made a note, and the one line that says why none is made: how many would
     be, of how many selected, the limit, and the most common cause class and reason among them (``hv``: the

@@ -8,10 +8,10 @@ judged with the ``storage_*`` placement variables), ``gds_expect_mount``/``gds_e
 (expected RDMA device names, e.g. ["mlx5_0", "mlx5_1"]), ``ib_rate_gbps`` (expected port rate, Gb/s as the
 kernel reports it), ``storage_limits.gds_read_gbps`` / ``gds_write_gbps`` (GB/s = 1e9 B/s floors).
 
-Issue 39: the InfiniBand/RoCE port error counters read by the rdma probe right before and after its ib_write_bw
-loopbacks are judged as their growth (test_rdma_link_errors, gpuaccept/judging/linkcounters.py); the RoCE GID
-and P_Key tables of each port are compared across the selection (test_rdma_settings, fleet:
-gpuaccept/judging/rdmaconfig.py), the host off the majority blamed.
+Link errors and RoCE settings: the InfiniBand/RoCE port error counters read by the rdma probe right before and
+after its ib_write_bw loopbacks are judged as their growth (test_rdma_link_errors,
+gpuaccept/judging/linkcounters.py); the RoCE GID and P_Key tables of each port are compared across the selection
+(test_rdma_settings, fleet: gpuaccept/judging/rdmaconfig.py), the host off the majority blamed.
 """
 from __future__ import annotations
 

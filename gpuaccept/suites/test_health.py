@@ -7,7 +7,7 @@ import pytest
 from gpuaccept.judging import actions, fleet
 from gpuaccept.judging import health
 from gpuaccept.runner import nodeclock
-from gpuaccept.errors import ThresholdError
+from gpuaccept.errors import CommandTimeout, ProbeError, ThresholdError
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.runner.prefetch import ahead
 from gpuaccept.probes._pci import normalize_bus_id
@@ -23,7 +23,8 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
     """Count against gpus_per_node (a GPU NVML has no handle for fails as lost and does not count); name,
     memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions;
     readings NVML answers "Unknown Error" fail naming the fields; a CUDA_VISIBLE_DEVICES hiding NVML GPUs is
-    an error naming its value; the node's shape (gpuaccept.judging.shape) is recorded."""
+    an error naming its value; the node's shape (gpuaccept.judging.shape) is recorded. A count other than
+    gpus_per_node carries its cause (gpuaccept/judging/gpucount.py: NVML against the PCI scan, the boot's Xids)."""
     doc = node.gpu_inventory()
     try:
         sku = request.getfixturevalue("sku")
@@ -47,10 +48,19 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
             verdicts.apply(health.temperature(g, sku), gpu=g)
         else:
             verdicts.record("temp_c", g.get("temp_c"), "C", gpu=g, extra={"note": f"not judged: {why}"})
-    found = health.gpu_count(gpus, node.host.vars.get("gpus_per_node"))
-    verdicts.apply([found])
-    if found.failure:
-        verdicts.fail("NVML sees " + ", ".join(str(g.get("pci_bus_id")) for g in present(gpus)))
+    declared = node.host.vars.get("gpus_per_node")
+    short = declared is not None and len(present(gpus)) < int(declared)
+    verdicts.apply([health.gpu_count(gpus, declared, doc, _boot_off_bus_events(node) if short else None)])
+
+
+def _boot_off_bus_events(node: HostRunner) -> list | None:
+    """The xid_events probe's events since the node booted (a GPU that fell off the bus before the run is in
+    them), read only for a GPU count short of gpus_per_node: its cause (gpuaccept/judging/gpucount.py). None when
+    the kernel log cannot be read (a failed probe, a replay without its capture): then judged without them."""
+    try:
+        return node.probe("xid_events", {}).get("events") or []
+    except (ProbeError, CommandTimeout):
+        return None
 
 
 def test_gpu_sku(node: HostRunner, gpus, sku, specs, verdicts):

@@ -78,7 +78,8 @@ def _launch_env(node: HostRunner) -> dict:
         return node.cached_probe("launch_env", {})
     except GpuacceptError:
         if node.replay_dir and not any(f.startswith("launch_env-") for f in os.listdir(node.replay_dir)):
-            pytest.skip(f"{node.name}: the replayed capture has no launch_env document (taken before issue 39)")
+            pytest.skip(f"{node.name}: the replayed capture has no launch_env document (taken by an older gpuaccept, "
+                        "which did not read it)")
         raise
 
 

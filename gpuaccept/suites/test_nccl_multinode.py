@@ -15,9 +15,9 @@ are about; a world whose documents disagree with what was launched is an error, 
 that are reachable and ready take part (``mn.readiness``): each other one is an error filed under it with its
 own cause; a node that cannot resolve or reach the rendezvous is one too, found before any rank starts.
 
-Issue 39: each host's probe reads its InfiniBand/RoCE port error counters right before its ranks start and right
-after they end; their growth is judged per host (gpuaccept/judging/linkcounters.py) for the ring and rails
-patterns (pairwise keeps no host documents per pair).
+Link error counters: each host's probe reads its InfiniBand/RoCE port error counters right before its ranks start
+and right after they end; their growth is judged per host (gpuaccept/judging/linkcounters.py) for the ring and
+rails patterns (pairwise keeps no host documents per pair).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The drains and resumes gpuaccept made in Slurm, kept in the history database (table ``slurm_events``, schema
-v3; issue 38), and the node drained again soon after gpuaccept put it back: "repeating". Kubernetes' cordons and
-uncordons are kept the same way in ``k8s_events`` (schema v5; issue 42): :data:`TABLES`.
+v3), and the node drained again soon after gpuaccept put it back: "repeating". Kubernetes' cordons and
+uncordons are kept the same way in ``k8s_events`` (schema v5): :data:`TABLES`.
 
 A node that fails again within :data:`REPEAT_WINDOW_S` of the resume that put it back into service was resumed
 too early (the repair did not hold, or the tests that cleared it miss the fault): the Slurm step names it in
@@ -16,7 +16,7 @@ import time
 from gpuaccept.reporting.history.schema import connect
 
 #: a drain this soon after gpuaccept's resume of the same node is "repeating", seconds (a day: one nightly run
-#: after the repair; chosen, issue 38)
+#: after the repair; gpuaccept's choice)
 REPEAT_WINDOW_S = 86400.0
 #: table -> (the event that takes a node out, the one that puts it back)
 TABLES = {"slurm_events": ("drain", "resume"), "k8s_events": ("cordon", "uncordon")}

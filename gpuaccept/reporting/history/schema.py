@@ -30,7 +30,7 @@ MIGRATIONS: list[str] = [
     CREATE TABLE latest (subject TEXT NOT NULL, check_ TEXT NOT NULL, kind TEXT NOT NULL, sku TEXT,
                          value REAL, run_id TEXT, PRIMARY KEY (subject, check_, kind)) WITHOUT ROWID;
     """,
-    # v3: the drains and resumes gpuaccept made in Slurm (gpuaccept.reporting.history.drains; issue 38). A new
+    # v3: the drains and resumes gpuaccept made in Slurm (gpuaccept.reporting.history.drains). A new
     # table only: a v2 database is read as before, and migrated forward when opened for writing
     """
     CREATE TABLE slurm_events (run_id TEXT NOT NULL, at REAL NOT NULL, host TEXT, node TEXT NOT NULL,
@@ -38,7 +38,7 @@ MIGRATIONS: list[str] = [
                                repeating INTEGER NOT NULL DEFAULT 0, resumed_at REAL, resumed_run TEXT);
     CREATE INDEX slurm_events_node ON slurm_events (node, at);
     """,
-    # v4: runs known to have been killed (issue 44): a run whose controller died before its end left its finished
+    # v4: runs known to have been killed: a run whose controller died before its end left its finished
     # tests and no run row; the next run on that controller or the merge finds it (its report folder's .running
     # lock free, its results.json not complete) and records it here. A new table only: ``runs`` keeps one row
     # per finished run, as before, and a v3 database is read as before (no run is then known to be killed)
@@ -46,7 +46,7 @@ MIGRATIONS: list[str] = [
     CREATE TABLE killed_runs (run_id TEXT NOT NULL PRIMARY KEY, started REAL, last_record REAL, found_at REAL NOT NULL,
                               found_by TEXT, report_dir TEXT);
     """,
-    # v5: the cordons and uncordons gpuaccept made in Kubernetes (issue 42), as slurm_events holds Slurm's. A new
+    # v5: the cordons and uncordons gpuaccept made in Kubernetes, as slurm_events holds Slurm's. A new
     # table only: a v4 database is read as before, and migrated forward when opened for writing
     """
     CREATE TABLE k8s_events (run_id TEXT NOT NULL, at REAL NOT NULL, host TEXT, node TEXT NOT NULL,

@@ -1,4 +1,4 @@
-"""gpuaccept where the fleet is scheduled by Kubernetes (issue 42).
+"""gpuaccept where the fleet is scheduled by Kubernetes.
 
 - :mod:`~gpuaccept.scaleout.k8s.manifests`: the Jobs (one per node, and an Indexed Job for the inter-node
   all-reduce), the ConfigMap and the Service, as documents (pure);

@@ -1,5 +1,5 @@
 """The inter-node all-reduce of the Indexed Job (gpuaccept.scaleout.k8s.manifests.allreduce), judged into the merged
-report (issue 42).
+report.
 
 Each pod of the Indexed Job (``python -m gpuaccept.scaleout.k8s rank``) keeps its rank's share in
 ``RUN_DIR/allreduce/rank-<index>.json``: ``{"index", "node", "rc", "stdout", "stderr", "launched"}`` (``node``: the

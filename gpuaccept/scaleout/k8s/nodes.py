@@ -1,4 +1,4 @@
-"""Kubernetes node actions, opt-in (issue 42): ``--k8s-cordon`` takes the hosts a run says need hands out of
+"""Kubernetes node actions, opt-in: ``--k8s-cordon`` takes the hosts a run says need hands out of
 service, ``--k8s-resume`` puts back the ones a later run proves well; the rules (which hosts, the brake
 ``--drain-max``, when to put one back) are gpuaccept.scaleout.quarantine's, shared with the Slurm step.
 
