@@ -144,7 +144,7 @@ def test_pre_ampere_retired_pages():
     assert "page retirement pending: reset needed" in failures(health.row_remapping(g, v100_like))
 
 
-# -- typed readings (issue 10 kind 1) -------------------------------------------------------------------
+# -- typed readings -------------------------------------------------------------------
 LOST = {"index": 1, "lost": True, "nvml_error": "GPU is lost"}
 
 
@@ -225,7 +225,7 @@ def test_healthy_capture_has_no_blockers():
 @pytest.mark.parametrize("doc,expected", [
     (_doc_with(sick("compute_processes", [{"pid": 4242, "name": "python3"}])),
      [Blocker("preflight", "busy: pid 4242 (python3) holds a context on the GPU", 1)]),
-    # a fabric present but not ready blocks only the layers that need it (issue 22): never HBM or TFLOP/s
+    # a fabric present but not ready blocks only the layers that need it: never HBM or TFLOP/s
     (_doc_with(sick("fabric.state", "IN_PROGRESS")), [Blocker("fabric", "fabric state IN_PROGRESS, status Success", 1,
                                                               frozenset({"nvlink", "nccl"}), cls="hardware")]),
     (_doc_with(LOST), [Blocker("gpu_inventory", "no NVML handle (GPU is lost)", 1, cls="hardware")]),

@@ -166,12 +166,15 @@ def test_runs_without_xdist_loaded(tmp_path):
 
 
 def test_a_marker_expression_is_checked_where_it_selects():
+    """A name no marker has is refused where it selects, and after ``not`` when it is near a known marker (a typo
+    that would leave that layer in); ``not slow`` (near none) is let be."""
     from gpuaccept.config.selection import check_markexpr
     from gpuaccept.errors import ConfigError
     known = {"health", "nccl", "skip"}
     for ok in ("health", "health or (nccl and not multinode)", "not slow", "nccl and not (skip)"):
         check_markexpr(ok, known, ("health", "nccl"))
-    for bad, word in (("helth", "helth"), ("health or nccll", "nccll"), ("(health) and slow", "slow")):
+    for bad, word in (("helth", "helth"), ("health or nccll", "nccll"), ("(health) and slow", "slow"),
+                      ("health and not helth", "helth"), ("not nccll", "nccll")):
         with pytest.raises(ConfigError, match=f"no marker named '{word}'.*the layers' markers are health, nccl"):
             check_markexpr(bad, known, ("health", "nccl"))
 

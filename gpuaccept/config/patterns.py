@@ -238,7 +238,9 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     chosen -= drop
     result = [h for h in hosts if h in chosen]
     if not result:
-        raise PatternError(f"--limit {shown(pattern)} matches no host{where}")
+        empty = [t for t in terms if t[0] == "&" and not _match_term(t[1:].strip(), host_index, groups)[0]]
+        why = f" (term {shown(empty[0])} names no group or host, and intersecting with it leaves none)" if empty else ""
+        raise PatternError(f"--limit {shown(pattern)} matches no host{where}{why}")
     return result
 
 

@@ -171,8 +171,10 @@ def check_expression_syntax(getoption: Callable[..., Any]) -> None:
 
 def check_markexpr(expr: str, known: set[str], layers: tuple[str, ...] = ()) -> None:
     """Refuse a ``-m`` expression that names a marker no suite or plugin registered, where it would select by
-    it (``-m helth`` selects nothing, ``-m 'health or nccll'`` health alone); a name right after ``not`` is let
-    be (leaving out what has no marker changes nothing). ``known``: the registered marker names (pytest's
+    it (``-m helth`` selects nothing, ``-m 'health or nccll'`` health alone). A name right after ``not`` is
+    refused only when it is near a known one (``not storag`` would leave storage in); another (``not slow``, an
+    idiom kept from other projects' scripts) is let be, as leaving out what has no marker changes nothing.
+    ``known``: the registered marker names (pytest's
     ``markers`` ini lines); ``layers``: the layers' markers, named in the refusal. Raises ConfigError (one
     line, with the nearest known name)."""
     import difflib
@@ -180,9 +182,11 @@ def check_markexpr(expr: str, known: set[str], layers: tuple[str, ...] = ()) -> 
     before = ""
     for word in re.findall(r"[^\s()]+", expr or ""):
         negated, before = before == "not", word
-        if word in MARK_WORDS or "=" in word or word in known or negated:
-            continue  # ``not <name>`` of no marker leaves out nothing and takes nothing extra: let it be
+        if word in MARK_WORDS or "=" in word or word in known:
+            continue
         near = difflib.get_close_matches(word, sorted(known), n=1)
+        if negated and not near:
+            continue  # ``not <name>`` of no marker, near none: leaves out nothing and takes nothing extra
         hint = f"did you mean {near[0]}? " if near else ""
         raise ConfigError(f"-m {shown_path(expr)}: no marker named {shown(word)}: {hint}the layers' markers are "
                           f"{', '.join(layers)}")

@@ -14,7 +14,7 @@ stands, with a ``note``. No readable source at all raises ProbeFailed ``cannot r
 journalctl: ...; dmesg: ...``: an unreadable log is never read as "nothing happened".
 
 Timestamps (:func:`parse_timestamp`): the forms journalctl, dmesg and syslog write. Standard library only;
-moved here from xid_events.py (issue 39) so that both probes read the log one way.
+kept here so that both probes read the log one way.
 """
 from __future__ import annotations
 
