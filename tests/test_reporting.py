@@ -589,6 +589,25 @@ def test_progress_plain_lines_and_tty_line():
     assert tty.getvalue() == ""  # in place on a terminal: no line per event, the status line is rewritten
 
 
+def test_progress_says_a_fleet_wide_test_on_finished_hosts_as_such():
+    """Hosts whose own tests are done while a multi-node collective runs on them: the line reads "4/4 done ·
+    fleet-wide test running on 4 hosts", never "4/4 done · 5 running"."""
+    import io
+
+    from gpuaccept.plugin.progress import Progress
+    p = Progress(io.StringIO(), tty=True, timeout_s=300)
+    hosts = [f"gpu-0{i}" for i in range(4)]
+    p.expect({**{h: 1 for h in hosts}, "fleet": 1})
+    for h in hosts:
+        p.begin(h, "test_gpu_inventory")
+        p.end(h, "passed")
+    p.begin("fleet", "test_allreduce_multinode")
+    for h in hosts:
+        p.begin(h, "probe nccl_allreduce", 300)
+    assert p.line().startswith("hosts 4/4 done · fleet-wide test running on 4 hosts (slowest: "), p.line()
+    assert " running · " not in p.line() and "5 running" not in p.line()
+
+
 def test_same_reason_once_keeps_other_reasons_in_order():
     from gpuaccept.reporting.verdicts import same_reason_once
     assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",

@@ -165,7 +165,15 @@ class Progress:
         parts = [f"hosts {done}/{len(hosts)} done"] + [f"{n} {k}" for k, n in bad.items() if n]
         slowest = ""
         if run:
-            parts.append(f"{len(run)} running")
+            # a host whose own tests are done can still run a fleet-wide test's part (a multi-node collective):
+            # said as such, so that "4/4 done" never sits beside "5 running"
+            finished = set(self.done_hosts)
+            own = [h for h in run if h != "fleet" and h not in finished]
+            fleet = [h for h in run if h != "fleet" and h in finished]
+            if own:
+                parts.append(f"{len(own)} running")
+            if fleet or "fleet" in run:
+                parts.append("fleet-wide test running" + (f" on {len(fleet)} hosts" if fleet else ""))
             h, (w, t0, _, to, _) = min(run.items(), key=lambda kv: (kv[1][1], kv[0]))
             slowest = f" (slowest: {h} {detail[h]})" if h in detail else f" (slowest: {h} {w} {now - t0:.0f} s)"
         text = " · ".join(parts)
