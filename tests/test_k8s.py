@@ -135,6 +135,39 @@ def test_an_inventory_host_kubernetes_cannot_run_is_refused(tmp_path, capsys, li
     assert rc == 4 and says in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_manifests_count_every_file_they_write(tmp_path, capsys):
+    """Before: "4 file(s)" printed over a folder of 5 (nodes.txt not counted). After: the count is the folder's."""
+    rc, out = _make(tmp_path, "--allreduce")
+    said = capsys.readouterr().out
+    n = len(list(out.iterdir()))
+    assert rc == 0 and (out / "nodes.txt").exists() and n == 5
+    assert f"{n} file(s) in {out}" in said, said
+
+
+def test_help_is_shown_and_exits_0(capsys):
+    """Before: ``python -m gpuaccept.scaleout.k8s --help`` was refused (exit 4, "say one of ...")."""
+    for flag in ("--help", "-h"):
+        assert k8s_main([flag]) == 0
+        said = capsys.readouterr().out
+        assert "manifests" in said and "merge" in said and "rank" in said, said
+    assert k8s_main([]) == 4 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_merge_of_a_run_folder_that_is_not_one_is_refused_and_writes_nothing(tmp_path, capsys, kind):
+    """Before: ``merge /nonexist --nodes-file nodes.txt`` made /nonexist/merged/ with every node ERROR, exit 3.
+    After: a RUN_DIR that does not exist or is not a folder is one line, exit 4, nothing written."""
+    _, out = _make(tmp_path)
+    run = tmp_path / "night1"
+    if kind == "file":
+        run.write_text("not a folder\n")
+    rc = k8s_main(["merge", str(run), "--nodes-file", str(out / "nodes.txt")])
+    err = capsys.readouterr().err
+    assert rc == 4 and str(run) in err and len(err.strip().splitlines()) == 1, err
+    assert (not run.exists()) if kind == "missing" else run.read_text() == "not a folder\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["inv.ini", "manifests"] + (["night1"] if kind == "file" else []))
+
+
 # -- the pods' folders, merged -------------------------------------------------------------------------------
 def test_the_pods_folders_merge_into_one_report(tmp_path):
     """Each node Job's own shell script, run here with the container's paths moved under tmp (the ConfigMap's

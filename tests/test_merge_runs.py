@@ -353,3 +353,33 @@ def test_merge_keeps_the_worst_outcome_of_a_fleet_wide_test(tmp_path):
         assert [t["outcome"] for t in tests] == ["failed"], tests
     with pytest.raises(ValueError, match="named twice"):
         merge([str(failed), str(failed)], str(tmp_path / "m2"))
+
+
+def _phantom(host: str) -> CaseRecord:
+    return CaseRecord(f"suites/test_health.py::test_ecc[{host}]", f"test_ecc[{host}]", host, "health", "error",
+                      "not run: no result (worker crashed?)")
+
+
+def test_the_merge_never_makes_a_host_of_pytests_empty_parameter_placeholder(tmp_path, capsys):
+    """A folder of an empty --shard from an older gpuaccept holds records of host NOTSET (pytest's placeholder for
+    an empty parameter list, taken for a host) and selected no host. Before: two such folders made a host NOTSET,
+    ERROR, and "NOTSET: tests of run night-8 replace those of night-3". After: those records are left out and
+    the merge says so; a folder whose selection really names a host NOTSET keeps its records."""
+    real = _run(tmp_path / "night-1", 1000.0, [_hbm("gpu1", 4600.0), _ecc("gpu1")])
+    old = []
+    for n in (3, 8):
+        d = tmp_path / f"night-{n}"
+        rep = Reporter(str(d), d.name, {"hosts": [], "inventory": "prod.ini", "started": 1000.0 + n})
+        rep.add(_phantom("NOTSET"))
+        rep.close("x")
+        old.append(d)
+    out = tmp_path / "night"
+    assert merge_main([str(real), *map(str, old), "--into", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert _verdicts(out) == {"gpu1": "PASS"}
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["hosts"] == ["gpu1"] and all("NOTSET" not in t["nodeid"] for t in doc["tests"])
+    assert "replace those of" not in said and said.count("record(s) of no host left out") == 2, said
+    named = _run(tmp_path / "named", 1000.0, [_phantom("NOTSET")])  # its selection: hosts ["NOTSET"]
+    assert merge_main([str(named), "--into", str(tmp_path / "m2")]) == 0
+    assert _verdicts(tmp_path / "m2") == {"NOTSET": "ERROR"}

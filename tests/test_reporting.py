@@ -608,6 +608,13 @@ def test_progress_says_a_fleet_wide_test_on_finished_hosts_as_such():
     assert " running · " not in p.line() and "5 running" not in p.line()
 
 
+def test_a_run_of_no_host_says_so_in_its_summary():
+    """An empty shard's summary.md: its run line reads "no host, 0 GPU figures judged", not " hosts, ..."."""
+    from gpuaccept.reporting.summary import summary_markdown
+    md = summary_markdown("r", {"hosts": []}, [])
+    assert "no host" in md and "\n hosts" not in md and not any(ln.startswith(" hosts") for ln in md.splitlines())
+
+
 def test_same_reason_once_keeps_other_reasons_in_order():
     from gpuaccept.reporting.verdicts import same_reason_once
     assert same_reason_once(["test_a: h: unreachable", "compute/bf16_tflops gpu0: 500 TFLOP/s vs min 600",

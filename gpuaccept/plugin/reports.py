@@ -389,7 +389,7 @@ class ReportPlugin:
         rep = self.reporter
         if rep is None:
             return
-        if not self.began and not rep.records:
+        if not self.began and not rep.records and self.state.hosts:  # an empty shard's report names no host
             self.discard()  # nothing ran (deselected everything, or collection failed): leave no folder
             return
         reason = "run interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "no result (worker crashed?)"

@@ -83,8 +83,8 @@ def _host_lines(hv: dict, head: str = "", judged: int | None = None, keys: dict 
     for h, v in hv.items():
         if h != "fleet":
             tally[v["verdict"]] = tally.get(v["verdict"], 0) + 1
-    out = [head + " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally) + (
-        " host" if sum(tally.values()) == 1 else " hosts")
+    counted = " ".join(f"**{k}** {tally[k]}" for k in verdict_order.ORDER if k in tally)
+    out = [head + (counted + (" host" if sum(tally.values()) == 1 else " hosts") if counted else "no host")
            + (f", {judged} GPU figures judged" if judged is not None else ""), ""]
     # the fleet-wide tests (no host in their id) are no host: their line comes after the hosts'
     for h in sorted(hv, key=lambda h: (h == "fleet", verdict_order.sort_key(hv[h]["verdict"], h))):

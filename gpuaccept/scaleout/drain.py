@@ -30,7 +30,6 @@ gpuaccept.scaleout.quarantine's. :func:`plan` is pure; :func:`run_step` does the
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from gpuaccept.errors import ConfigError
+from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.config.options import DRAIN_MAX_DEFAULT, parse_drain_max
 from gpuaccept.reporting.records import CaseRecord
 from gpuaccept.reporting.verdicts import host_verdicts
@@ -284,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     Slurm step on a finished run's folder. Exit 0 when every call made succeeded, 1 when one failed or the
     brake (``--drain-max``) held the drains back, 4 on bad input (no results.json, a bad ``--drain-max``,
     scontrol missing or the controller down)."""
-    p = argparse.ArgumentParser(prog="python -m gpuaccept.scaleout.drain", description=__doc__.splitlines()[0])
-    p.add_argument("report_dir")
+    p = OneLineParser(prog="python -m gpuaccept.scaleout.drain", description=__doc__.splitlines()[0])
+    p.add_argument("report_dir", help="a finished run's report folder (its results.json)")
     p.add_argument("--drain", action="store_true", help="drain the hosts whose action needs it")
     p.add_argument("--resume", action="store_true", help="resume passing hosts gpuaccept drained")
     p.add_argument("--apply", action="store_true", help="make the scontrol calls (default: print them)")
@@ -347,4 +347,5 @@ def _history_path(given: str | None, report_dir: str) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gpuaccept.config.outputs import quiet_when_reader_closes
+    sys.exit(quiet_when_reader_closes(main))  # a reader that closes (| head) ends the output, no traceback

@@ -25,17 +25,19 @@ run: when every folder merged is a run the history holds without its end (no run
 finished (killed), the merge adds to each run the tests of its results.jsonl the history lacks (those of the
 last moment before the kill, or all of them) and marks it killed (``killed_runs``); no merged run is recorded
 then (its tests are in the history under their own runs).
-Exit 0 when merged, 4 on bad input (a folder without results, OUT holding a run).
+Records of pytest's placeholder host ``NOTSET`` (an empty ``--shard`` of an older gpuaccept) are left out with a
+note (:func:`placeholder_records`): the merge never makes a host of them.
+Exit 0 when merged, 4 on bad input (a bad or missing argument, a folder without results, OUT holding a run).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import sys
 import time
 
+from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.config.outputs import check_output_file, system_folder_problem
 from gpuaccept.errors import ConfigError
 from gpuaccept.causes import Cause
@@ -96,6 +98,20 @@ def read_folder(path: str) -> tuple[dict, list[CaseRecord]]:
     if not recs and not meta:
         raise ValueError(f"{path}: no results.jsonl or results.json (not a gpuaccept report folder)")
     return meta, list(recs.values())
+
+
+#: the parameter id pytest gives a test whose parameter list is empty (its ``empty_parameter_set_mark``)
+PYTEST_PLACEHOLDER = "NOTSET"
+
+
+def placeholder_records(meta: dict, recs: list[CaseRecord]) -> list[CaseRecord]:
+    """The records of ``recs`` that are no host's (pure): a test id with pytest's placeholder parameter
+    ``[NOTSET]`` and host ``NOTSET`` where the run's selection (``meta["hosts"]``, when known) names no such
+    host. An empty ``--shard`` of an older gpuaccept wrote them ("not run: no result (worker crashed?)");
+    the merge leaves them out rather than invent a host."""
+    if PYTEST_PLACEHOLDER in (meta.get("hosts") or []):
+        return []  # a host really called NOTSET
+    return [r for r in recs if r.host == PYTEST_PLACEHOLDER and r.nodeid.endswith(f"[{PYTEST_PLACEHOLDER}]")]
 
 
 def _started(path: str, meta: dict) -> float:
@@ -318,6 +334,14 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
     _refuse(dirs, into, history_path)
     host_errors = dict(host_errors or {})
     read = [(d, *read_folder(d)) for d in dirs]
+    notes = []
+    for n, (d, meta, recs) in enumerate(read):
+        phantom = placeholder_records(meta, recs)
+        if phantom:
+            gone = {r.nodeid for r in phantom}
+            read[n] = (d, meta, [r for r in recs if r.nodeid not in gone])
+            notes.append(f"{d}: {len(phantom)} record(s) of no host left out (test ids ending [NOTSET]: an empty "
+                         "--shard of an older gpuaccept, which took pytest's placeholder for a host)")
     # results.json is written at the end of the run with "complete": true (and periodically with false before)
     finished = [bool(meta) and meta.get("complete") is not False for _, meta, _ in read]
     for _, meta, recs in read:  # a folder without results.json (killed early): its run id from its records
@@ -345,7 +369,6 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
                 all_recs[r.nodeid], origin[r.nodeid] = r, i
             else:
                 all_recs[r.nodeid] = join_fleet(old, r)
-    notes = []
     pairs: dict[tuple[int, int], list[str]] = {}
     for h, ab in replaced.items():  # one line per (earlier, later) pair of folders: a rerun of 500 hosts is one line
         pairs.setdefault(ab, []).append(h)
@@ -424,7 +447,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpuaccept.scaleout.merge",
+    ap = OneLineParser(prog="python -m gpuaccept.scaleout.merge",
                                  description="Join gpuaccept report folders (shards, per-node runs) into one set.")
     ap.add_argument("dirs", nargs="*", metavar="DIR", help="report folders (each with results.jsonl or results.json)")
     ap.add_argument("--into", required=True, metavar="OUT", help="folder for the merged reports (new or empty)")
@@ -459,4 +482,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gpuaccept.config.outputs import quiet_when_reader_closes
+    sys.exit(quiet_when_reader_closes(main))  # a reader that closes (| head) ends the output, no traceback

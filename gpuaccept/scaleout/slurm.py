@@ -47,6 +47,7 @@ from typing import Callable, Mapping
 
 import yaml
 
+from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.config.outputs import system_folder_problem
 
 #: inventory variables that say how to reach a host: dropped from a node's own inventory (it tests itself)
@@ -303,7 +304,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         own, rest = argv[:i], argv[i + 1:]
     else:
         own, rest = argv, []
-    p = argparse.ArgumentParser(prog="python -m gpuaccept.scaleout.slurm",
+    p = OneLineParser(prog="python -m gpuaccept.scaleout.slurm",
                                 description="Run the gpuaccept suite on every node of this Slurm allocation.")
     p.add_argument("--reports", help="shared folder for the run (default reports/slurm-<SLURM_JOB_ID>)")
     p.add_argument("--inventory", help="operator inventory: each node's variables are copied from it")
@@ -492,4 +493,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gpuaccept.config.outputs import quiet_when_reader_closes
+    sys.exit(quiet_when_reader_closes(main))  # a reader that closes (| head) ends the output, no traceback

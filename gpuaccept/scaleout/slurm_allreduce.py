@@ -23,7 +23,6 @@ the collective formed and passed, 1 when it failed or its figure is under ``--mi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -34,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.runner.multinode import (ABORT_GRACE_S, CALL_MARGIN_S, PORT_ATTEMPTS, Collective, HostResult, blame, busbw_at,
                         describe_failure, judge_figures, new_marker)
 
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--task"]:
         return _task(argv[1])
-    p = argparse.ArgumentParser(prog="python -m gpuaccept.scaleout.slurm_allreduce",
+    p = OneLineParser(prog="python -m gpuaccept.scaleout.slurm_allreduce",
                                 description="Inter-node all-reduce over this Slurm allocation (srun).")
     p.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl where torch sees a GPU")
     p.add_argument("--ranks-per-node", type=int, help="default: every GPU (nccl), 1 (gloo)")
@@ -315,4 +315,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gpuaccept.config.outputs import quiet_when_reader_closes
+    sys.exit(quiet_when_reader_closes(main))  # a reader that closes (| head) ends the output, no traceback

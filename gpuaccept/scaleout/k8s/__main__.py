@@ -30,6 +30,7 @@ import time
 
 import yaml
 
+from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.errors import ConfigError
 from gpuaccept.scaleout.k8s import manifests as mf
 from gpuaccept.scaleout.slurm import EXIT_BAD_INPUT, folder_name, node_inventory, worst_exit
@@ -42,16 +43,8 @@ def _bad(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose refusal is one line and exit 4 (its own prints the usage and exits 2)."""
-
-    def error(self, message: str):  # noqa: D401 (argparse's hook)
-        print(f"{self.prog}: {message}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-
-
 def _manifest_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"{PROG} manifests", description="Kubernetes manifests running gpuaccept per node")
+    p = OneLineParser(prog=f"{PROG} manifests", description="Kubernetes manifests running gpuaccept per node")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--inventory", help="operator inventory (its hosts' vars go into each node's inventory)")
     src.add_argument("--nodes", help="Kubernetes node names, comma-separated (no inventory)")
@@ -181,13 +174,15 @@ def manifests_main(argv: list[str]) -> int:
              for _, docs in files for d in docs if d["kind"] == "Job" and "annotations" in d["metadata"]]
     with open(os.path.join(a.out, "nodes.txt"), "w", encoding="utf-8") as f:
         f.write("".join(f"{h} {n}\n" for h, n in nodes))
-    print(f"{PROG}: {len(nodes)} node(s), {len(files)} file(s) in {a.out}: kubectl apply -f {a.out}")
+    written = [name for name, _ in files] + ["nodes.txt"]  # every file of the folder, nodes.txt (read by merge) too
+    print(f"{PROG}: {len(nodes)} node(s), {len(written)} file(s) in {a.out} ({len(files)} for kubectl, and "
+          f"nodes.txt for merge): kubectl apply -f {a.out}")
     return 0
 
 
 def merge_main(argv: list[str]) -> int:
     """The ``merge`` command; see the module docstring."""
-    p = _Parser(prog=f"{PROG} merge", description="join the pods' report folders")
+    p = OneLineParser(prog=f"{PROG} merge", description="join the pods' report folders")
     p.add_argument("run_dir")
     p.add_argument("--nodes-file", default=None, help="nodes.txt of the manifests (default: the folders present)")
     p.add_argument("--into", default=None)
@@ -197,6 +192,9 @@ def merge_main(argv: list[str]) -> int:
     p.add_argument("--at-bytes", type=int, default=None, metavar="B",
                    help="message size of the judged busbw (default: the largest)")
     a = p.parse_args(argv)
+    if not os.path.isdir(a.run_dir):  # a typo: refused before anything is written (no RUN_DIR/merged made)
+        return _bad(f"{a.run_dir}: {'not a folder' if os.path.lexists(a.run_dir) else 'no such folder'} (the run's "
+                    "folder the pods wrote into, holding nodes/<node>/)")
     from gpuaccept.scaleout.k8s.allreduce import merge_record
     from gpuaccept.scaleout.merge import merge, read_folder
     nodes_dir = os.path.join(a.run_dir, "nodes")
@@ -244,7 +242,7 @@ def rank_main(argv: list[str], env=os.environ) -> int:
     from gpuaccept.scaleout.k8s.allreduce import rank_document
     from gpuaccept.scaleout.slurm import SlurmWorld
     from gpuaccept.scaleout.slurm_allreduce import PROBE_FILE, probe_args
-    p = _Parser(prog=f"{PROG} rank")
+    p = OneLineParser(prog=f"{PROG} rank")
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--args", required=True)
@@ -269,10 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     """Dispatch ``manifests``, ``merge`` or ``rank``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cmds = {"manifests": manifests_main, "merge": merge_main, "rank": rank_main}
+    if argv[:1] in (["-h"], ["--help"]):  # the commands and their arguments (each command has its own --help)
+        print(__doc__.strip())
+        return 0
     if not argv or argv[0] not in cmds:
         return _bad(f"say one of {', '.join(cmds)} (see docs/kubernetes.md)")
     return cmds[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gpuaccept.config.outputs import quiet_when_reader_closes
+    sys.exit(quiet_when_reader_closes(main))  # a reader that closes (| head) ends the output, no traceback
