@@ -138,8 +138,10 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
     assert '<property name="gpuaccept.action" value="reset-gpu" />' in junit
     assert '<property name="gpuaccept.action.command" value="nvidia-smi -i 00000000:00:07.0 -pl 700" />' in junit
 
-    # 2. the drain, from the finished run's folder: exactly the drain-rma, reset-gpu and reboot hosts
-    res = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.drain", str(runs / "night1"), "--drain",
+    # 2. the drain, from the finished run's folder named through a link that moves with the next run (as
+    # reports/latest): exactly the drain-rma, reset-gpu and reboot hosts, the reason naming the run's own folder
+    (runs / "latest").symlink_to("night1")
+    res = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.drain", str(runs / "latest"), "--drain",
                           "--apply", "--drain-max", "4"], capture_output=True, text=True, timeout=120, cwd=str(REPO),
                          env={**os.environ, **_env(cluster)})
     assert res.returncode == 0, res.stdout + res.stderr
@@ -148,7 +150,7 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
     print("\n".join(f"{n}: {s} Reason={r}" for n, (s, r) in sorted(after.items())))  # the closing note's evidence
     drained = {n for n, (s, _) in after.items() if "DRAIN" in s}
     assert drained == {"n1", "n2", "n3", "n7"}, after
-    evidence = str(runs / "night1")
+    evidence = os.path.realpath(runs / "night1")
     assert after["n1"][1].startswith("gpuaccept night1: drain-rma: test_row_remapping: h-rma GPU 1 ")
     assert "row remap failure" in after["n1"][1] and after["n1"][1].endswith(f"(evidence {evidence})")
     assert after["n2"][1].startswith("gpuaccept night1: reset-gpu: ")

@@ -213,7 +213,9 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
     found = decisions(hv, hosts, names, states, drain, resume, passed_tests(recs),
                       earlier_results(os.path.dirname(os.path.abspath(rdir))))
     found, refused = shared_brake(found, hv, len(hosts), drain_max, WORDS) if drain else (found, None)
-    steps = [_step(d, run_id, os.path.abspath(rdir)) for d in found]
+    # the run's own folder, not a link to it (reports/latest moves with the next run): the reason keeps pointing at
+    # this run's evidence
+    steps = [_step(d, run_id, os.path.realpath(rdir)) for d in found]
     head = "gpuaccept slurm: " + ("calling scontrol" if apply else "dry run (--slurm-apply makes these calls)")
     if unreached:
         head += (f"; the Slurm controller was not reached ({unreached}): node states not read, the drains "
