@@ -11,7 +11,9 @@ Before pytest is even imported, :func:`precheck` reads gpuaccept's own options f
 ``PYTEST_ADDOPTS`` and ``./pytest.ini``'s addopts) and runs the same checks as the plugin
 (gpuaccept.config.selection.select): bad input is refused, and ``--list-hosts`` answered, in a fraction of
 pytest's start-up (benchmarks/refusal_cpu.py). Where pytest could read options this check cannot see (an
-ini file other than ./pytest.ini, in this folder or above), it is left to pytest.
+ini file other than ./pytest.ini, in this folder or above), it is left to pytest. Both read the operator's files
+in one process, inside gpuaccept.config.bounded.read_once: a pipe or FIFO (``-i <(ansible-inventory ...)``) is
+read to its end once, and pytest's plugin (and through it, under ``-n``, its workers) gets what was read.
 
 The command speaks for itself before pytest does: ``gpuaccept --help`` is gpuaccept's usage and options
 (:func:`help_text`; ``--help-pytest`` prints pytest's, every option of which passes through), ``--version``
@@ -297,14 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     collected). A reader of standard output that goes away (``gpuaccept --help | head -1``) ends the output
     quietly, no traceback: exit 1 where nothing else decided the code (a run's own output is cut by the plugin,
     gpuaccept.plugin.progress.PipeSafe, and the run goes on to its report files)."""
-    try:
-        code = _main(argv)
-        sys.stdout.flush()  # inside: the interpreter's own flush at exit would print the broken pipe
-        return code
-    except BrokenPipeError:
-        from gpuaccept.config.outputs import stdout_to_devnull
-        stdout_to_devnull()
-        return 1
+    from gpuaccept.config.outputs import quiet_when_reader_closes
+    return quiet_when_reader_closes(_main, argv)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -323,11 +319,13 @@ def _main(argv: list[str] | None) -> int:
     if why:
         sys.stderr.write(why + "\n")
         return 4
-    early = precheck(args)
-    if early is not None:
-        return early
-    import pytest
-    return int(pytest.main(default_args(args) + args, plugins=[_Named()]))
+    from gpuaccept.config.bounded import read_once
+    with read_once():  # a pipe (-i <(...)) read by the pre-check is not read again, empty, by pytest's plugin
+        early = precheck(args)
+        if early is not None:
+            return early
+        import pytest
+        return int(pytest.main(default_args(args) + args, plugins=[_Named()]))
 
 
 if __name__ == "__main__":  # python -m gpuaccept.cli

@@ -203,6 +203,78 @@ def test_a_bad_value_is_one_line_through_pytest(tmp_path, args, line):
     assert _lines(res.stderr) == [line], res.stderr
 
 
+def _installed(cwd: Path, script: str, tmp: Path) -> subprocess.CompletedProcess:
+    """``script`` run by bash in ``cwd`` with the installed ``gpuaccept`` command as ``$GA`` (the console script
+    beside this Python, else ``python -m gpuaccept.cli``) and ``tmp`` as TMPDIR."""
+    exe = Path(sys.executable).parent / "gpuaccept"
+    ga = str(exe) if exe.is_file() else f"{sys.executable} -m gpuaccept.cli"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=240,
+                          env={**env, "GA": ga, "TMPDIR": str(tmp)})
+
+
+def _hosts_run(ops: Path) -> list[str]:
+    tests = json.loads((ops / "reports" / "latest" / "results.json").read_text())["tests"]
+    return sorted(t["nodeid"].rsplit("/", 1)[-1] for t in tests)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_the_command_reads_an_inventory_from_a_pipe_once(tmp_path, workers):
+    """Before: ``gpuaccept -i <(cat lab.ini) -m health`` (and with ``-n 2``) exited 4, "--limit 'all' matches no
+    host in /dev/fd/63": the command's pre-check read the pipe to its end, and pytest's plugin read it again,
+    empty. A pipe given to ``--limit=@`` is read once too (without ``-n``: an xdist worker is handed the
+    inventory's text, not the host list's); nothing is left in the operator's folder, nor in TMPDIR but the
+    nodes' bytecode cache (gpuaccept-bytecode-<uid>) and, under xdist, pytest's own pytest-of-<user>."""
+    ops, tmp = _ops(tmp_path), tmp_path / "tmp"
+    tmp.mkdir()
+    n = " ".join(workers)
+    res = _installed(ops, f'"$GA" -i <(cat lab.ini) -m health -k "gpu_inventory or fleet" {n}', tmp)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert _hosts_run(ops) == ["test_health.py::test_fleet_consistency", "test_health.py::test_gpu_inventory[h1]",
+                               "test_health.py::test_gpu_inventory[h2]"]
+    if not workers:
+        res = _installed(ops, '"$GA" -i <(cat lab.ini) --limit=@<(echo h2) -m health -k gpu_inventory', tmp)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        assert _hosts_run(ops) == ["test_health.py::test_gpu_inventory[h2]"]
+    assert sorted(p.name for p in ops.iterdir()) == ["lab.ini", "reports"]
+    import getpass
+    assert {p.name for p in tmp.iterdir()} <= {f"gpuaccept-bytecode-{os.getuid()}", f"pytest-of-{getpass.getuser()}"}
+
+
+def test_the_command_reads_a_named_fifo_once(tmp_path):
+    """A FIFO written once (``mkfifo inv; ansible-inventory ... > inv &``): read by the pre-check, answered from
+    what it read for pytest's plugin; ``--list-hosts`` the same hosts."""
+    ops, tmp = _ops(tmp_path), tmp_path / "tmp"
+    tmp.mkdir()
+    os.mkfifo(ops / "inv.fifo")
+    res = _installed(ops, '(cat lab.ini > inv.fifo &) ; "$GA" -i inv.fifo -m health -k gpu_inventory', tmp)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert _hosts_run(ops) == ["test_health.py::test_gpu_inventory[h1]", "test_health.py::test_gpu_inventory[h2]"]
+    res = _installed(ops, '(cat lab.ini > inv.fifo &) ; "$GA" -i inv.fifo --list-hosts', tmp)
+    assert res.returncode == 0, res.stderr
+    assert [ln.split()[0] for ln in _lines(res.stdout)] == ["hosts", "h1", "h2"], res.stdout
+
+
+def test_a_pipe_is_read_again_outside_read_once(tmp_path):
+    """:func:`gpuaccept.config.bounded.read_once` keeps a pipe's bytes only while it lasts, and holds each kept
+    file to the bounds of the read that asks again."""
+    from gpuaccept.config.bounded import read_bounded, read_once
+    from gpuaccept.errors import ConfigError
+    r, w = os.pipe()
+    os.write(w, b"abc\n" + b"x" * 100 + b"\n")
+    os.close(w)
+    path = f"/proc/self/fd/{r}"
+    try:
+        with read_once():
+            first = read_bounded(path)
+            assert read_bounded(path) == first == b"abc\n" + b"x" * 100 + b"\n"
+            with pytest.raises(ConfigError, match="a line longer than 64 bytes .line 2."):
+                read_bounded(path, max_line=64)
+        assert read_bounded(path) == b""  # outside: the pipe itself, read to its end before
+    finally:
+        os.close(r)
+
+
 def test_the_reports_name_gpuaccept_s_version(tmp_path):
     ops = _ops(tmp_path)
     res = _run(ops, "-m", "gpuaccept.cli", "-i", "lab.ini", "-m", "health", "-k", "fleet")

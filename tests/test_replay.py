@@ -452,6 +452,34 @@ def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
         replay_probe("h", d, "xid_events", {"since_epoch": 6.0})
 
 
+def test_a_run_s_own_probes_folder_judges_the_host_layer_again(tmp_path):
+    """Before: replaying ``reports/<run>/probes/<host>`` of a host-layer run (``ansible_connection=local``) minutes
+    later was an ERROR on test_kernel_log, "host_kernel_log: no saved document ... since_epoch: saved X, asked Y",
+    4 KB with the catalogue's regular expressions twice. A real run saves its documents; a later replay of that
+    folder (another run start, so another since_epoch) judges every test alike, the soft lockup included."""
+    import time as _time
+    log = tmp_path / "kern.log"
+    when = _time.strftime("%Y-%m-%dT%H:%M:%S+0000", _time.gmtime(_time.time() + 60))
+    log.write_text(f"{when} gpu01 kernel: watchdog: BUG: soft lockup - CPU#37 stuck for 23s! [python3:88412]\n")
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"gpu01 ansible_connection=local kernel_log_paths={log}\n")
+
+    def run(rep: Path) -> dict:
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "health or host")
+        assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+        return {t["nodeid"]: t for t in json.loads((rep / "results.json").read_text())["tests"]}
+    live = run(tmp_path / "live")
+    assert live["suites/test_host.py::test_kernel_log[gpu01]"]["outcome"] == "failed"
+    saved = tmp_path / "live" / "probes" / "gpu01"
+    assert any(saved.glob("host_kernel_log-*.json")) and any(saved.glob("host_memory-*.json"))
+    _time.sleep(1.1)  # a later clock: the replay's run starts, and asks its since_epoch, later
+    inv.write_text(f"gpu01 ansible_connection=local kernel_log_paths={log} gpuaccept_replay={saved}\n")
+    again = run(tmp_path / "again")
+    assert {k: t["outcome"] for k, t in again.items()} == {k: t["outcome"] for k, t in live.items()}
+    assert not [k for k, t in again.items() if t["outcome"] == "error"], again
+    assert "CPU#37 stuck for 23s" in again["suites/test_host.py::test_kernel_log[gpu01]"]["message"]
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_non_finite_hbm_figure_is_an_error_and_results_stay_json(tmp_path, value):
     """read_gbps Infinity PASSED the 4300 GB/s floor, NaN FAILED as slow HBM,

@@ -69,9 +69,31 @@ def test_the_pin_is_refused_where_nccl_chose_another_algorithm(tmp_path):
     with pytest.raises(ProbeError) as err:
         replay_probe("h200-a", str(tmp_path), "nccl_allreduce", asked)
     msg = str(err.value)
-    assert f"no saved document for arguments {json.dumps(asked, sort_keys=True)}" in msg
-    assert f"saved: nccl_allreduce-" in msg and json.dumps(saved["args"], sort_keys=True) in msg
+    assert f"no saved document for arguments {json.dumps(asked, sort_keys=True)[:160]}" in msg
+    assert f"saved: {CAPTURE_NCCL}: " in msg
     assert 'env not saved (asked {"NCCL_ALGO": "Ring"})' in msg and "\n" not in msg
+
+
+def test_no_saved_document_is_one_bounded_line(tmp_path):
+    """Before: host_kernel_log's refusal held its ~4 KB of patterns twice (asked, then saved). Now: the probe,
+    the asked arguments cut short, and per saved document only the keys that differ, each value cut short."""
+    from gpuaccept.judging.host import probe_patterns
+    patterns = probe_patterns()
+    d = str(tmp_path)
+    save_probe(d, "host_kernel_log", {"patterns": patterns, "since_epoch": 5.0, "sources": ["/a.log"]}, {"lines": 1})
+    for n in range(5):  # more saved documents than a message lists
+        save_probe(d, "host_kernel_log", {"patterns": patterns[n:], "sources": [f"/x{n}.log"]}, {"lines": 1})
+    asked = {"patterns": patterns, "since_epoch": 9.0, "sources": ["/b.log"]}
+    with pytest.raises(ProbeError) as err:
+        replay_probe("gpu01", d, "host_kernel_log", asked)
+    msg = str(err.value)
+    assert len(json.dumps(patterns)) > 4000 and len(msg) < 1500 and "\n" not in msg, (len(msg), msg)
+    assert msg.startswith("gpu01: host_kernel_log: no saved document for arguments {")
+    assert 'sources: saved ["/a.log"], asked ["/b.log"]' in msg and "since_epoch" not in msg
+    assert msg.count(patterns[-1]["id"]) == 0 and "| and 3 more" in msg
+    # the time arguments: since_epoch of host_kernel_log, and any *_epoch of any probe, may differ
+    assert replay_probe("gpu01", d, "host_kernel_log", {**asked, "sources": ["/a.log"]}) == {"lines": 1}
+    assert compare("host_memory", {"read_epoch": 1.0}, {"read_epoch": 2.0}, {}) == ([], [], {})
 
 
 def test_a_quick_profile_replay_of_a_standard_capture(tmp_path):

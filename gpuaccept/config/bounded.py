@@ -14,21 +14,30 @@ of a replay) is read here instead:
   against one deadline, so a FIFO that never writes, a writer that stops, or a terminal is refused in time;
   a pipe that does end (``--inventory <(ansible-inventory --list)``) is read as before.
 
+A pipe can be read to its end once. The ``gpuaccept`` command reads the operator's files before pytest starts
+(gpuaccept.cli.precheck) and pytest's plugin reads them again in the same process, so the command runs both
+inside :func:`read_once`: there, what a file that is not a regular one held is kept, and a second read of that
+file (the same device and inode) answers the kept bytes, checked against that read's own bounds. Nothing is
+written anywhere; outside :func:`read_once` every read reads the file.
+
 Past a bound the caller's :class:`~gpuaccept.errors.ConfigError` subclass is raised with one line naming the
 file and the bound (``f: a line longer than 16 MiB (line 1); not an inventory file gpuaccept reads``), which
 the plugin turns into exit 4 before any node is touched.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import stat
 import time
+from typing import Iterator
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.shown import shown_path
 
-__all__ = ["MAX_BYTES", "MAX_LINE", "READ_TIMEOUT_S", "SMALL_BYTES", "SMALL_LINE", "read_bounded", "size_text"]
+__all__ = ["MAX_BYTES", "MAX_LINE", "READ_TIMEOUT_S", "SMALL_BYTES", "SMALL_LINE", "read_bounded", "read_once",
+           "size_text"]
 
 #: largest file read, bytes: an inventory of 100,000 hosts with a few variables each is ~10 MB, a
 #: failed-hosts.txt of as many hosts ~2 MB; a saved probe document (a burn-in's windows) a few MB
@@ -49,6 +58,26 @@ READ_TIMEOUT_S = 10.0
 #: bytes asked of one read
 CHUNK = 1 << 20
 
+#: inside :func:`read_once`: (st_dev, st_ino) of each file that is not a regular one -> the bytes read from it;
+#: None outside
+_KEPT: dict[tuple[int, int], bytes] | None = None
+
+
+@contextlib.contextmanager
+def read_once() -> Iterator[None]:
+    """Within: a pipe, FIFO or device named more than once is read once (the first :func:`read_bounded` of it),
+    later reads answered from memory (at most :data:`MAX_BYTES` per file, released on leaving). Used by the
+    ``gpuaccept`` command around its pre-check and pytest's run; nests (an inner one shares the outer's)."""
+    global _KEPT
+    if _KEPT is not None:
+        yield
+        return
+    _KEPT = {}
+    try:
+        yield
+    finally:
+        _KEPT = None
+
 
 def size_text(n: int) -> str:
     """``64 MiB``, ``64 KiB``, ``512 bytes``: a bound as messages state it."""
@@ -67,7 +96,8 @@ def read_bounded(path: str, what: str = "file", error: type[ConfigError] = Confi
                  max_bytes: int = MAX_BYTES, max_line: int = MAX_LINE, timeout_s: float = READ_TIMEOUT_S) -> bytes:
     """The bytes of ``path``, read within the bounds: at most ``max_bytes`` bytes, no line longer than
     ``max_line`` bytes, and, for a file that is not a regular one, its end reached within ``timeout_s``
-    seconds. ``what`` names the kind of file in messages ("inventory file").
+    seconds. ``what`` names the kind of file in messages ("inventory file"). Inside :func:`read_once`, a file
+    that is not a regular one and was read before answers what that read found.
 
     Raises ``error`` with one line beginning with the file's name: missing, a folder, unreadable, or past a
     bound (naming it); its ``why`` attribute holds the reason without the name, ``past_bound`` whether a
@@ -89,10 +119,15 @@ def read_bounded(path: str, what: str = "file", error: type[ConfigError] = Confi
     except OSError as err:
         raise refuse(f"cannot read: {err.strerror or err}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if stat.S_ISDIR(mode):
             raise refuse(f"is a directory, not {kind}")
         regular = stat.S_ISREG(mode)
+        ident = (st.st_dev, st.st_ino)
+        if not regular and _KEPT is not None and ident in _KEPT:
+            _check_kept(_KEPT[ident], max_bytes, max_line, kind, refuse)
+            return _KEPT[ident]
         if regular:
             os.set_blocking(fd, True)
         poller = select.poll()
@@ -129,6 +164,19 @@ def read_bounded(path: str, what: str = "file", error: type[ConfigError] = Confi
             if total > max_bytes:
                 raise refuse(f"larger than {size_text(max_bytes)}; not {kind} gpuaccept reads", True)
             chunks.append(chunk)
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        if not regular and _KEPT is not None:
+            _KEPT[ident] = data
+        return data
     finally:
         os.close(fd)
+
+
+def _check_kept(data: bytes, max_bytes: int, max_line: int, kind: str, refuse) -> None:
+    """The bounds of :func:`read_bounded` over bytes kept by :func:`read_once` (read first under another
+    caller's bounds): raises ``refuse(why, True)`` past one."""
+    if len(data) > max_bytes:
+        raise refuse(f"larger than {size_text(max_bytes)}; not {kind} gpuaccept reads", True)
+    for line_no, line in enumerate(data.split(b"\n"), 1):
+        if len(line) > max_line:
+            raise refuse(f"a line longer than {size_text(max_line)} (line {line_no}); not {kind} gpuaccept reads", True)

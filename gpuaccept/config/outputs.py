@@ -14,7 +14,8 @@ import os
 
 from gpuaccept.errors import ConfigError
 
-__all__ = ["SYSTEM_TREES", "TOP_FOLDERS", "check_output_file", "check_report_folder", "system_folder_problem"]
+__all__ = ["CLOSED_READER_EXIT", "SYSTEM_TREES", "TOP_FOLDERS", "check_output_file", "check_report_folder",
+           "quiet_when_reader_closes", "stdout_to_devnull", "system_folder_problem"]
 
 #: folders of the operating system (the Filesystem Hierarchy Standard 3.0, chapters 3 and 6): neither they nor
 #: any folder inside them is a report folder
@@ -124,3 +125,29 @@ def stdout_to_devnull() -> None:
         os.close(fd)
     except (OSError, ValueError):
         pass
+
+
+#: exit code of a command whose standard output's reader went away before it had printed everything (its output
+#: is cut: not a success), where nothing else decided the code; the ``gpuaccept`` command's own, gpuaccept.cli.main
+CLOSED_READER_EXIT = 1
+
+
+def quiet_when_reader_closes(main, *args, **kwargs) -> int:
+    """``main(*args, **kwargs)``'s exit code, its standard output flushed before returning; where standard output's
+    reader went away (``python -m gpuaccept.reporting.history --host gpu01 | head -10``), the output ends there
+    without a traceback: standard output pointed at /dev/null (:func:`stdout_to_devnull`, so the interpreter's
+    own flush at exit has nothing to fail on) and :data:`CLOSED_READER_EXIT` returned. The one wrapper of every
+    ``python -m gpuaccept...`` command that prints (gpuaccept.cli, the history, merge, drain, k8s and Slurm
+    commands). SystemExit (argparse's ``--help``) propagates after the flush, as does any other exception."""
+    import sys
+    try:
+        try:
+            code = main(*args, **kwargs)
+        except SystemExit:  # argparse's --help and refusals exit from inside main: flushed here all the same
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # inside: the flush at exit would print the broken pipe
+        return code
+    except BrokenPipeError:
+        stdout_to_devnull()
+        return CLOSED_READER_EXIT

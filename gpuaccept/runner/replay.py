@@ -6,7 +6,8 @@ recorded have no ``release``). A replay answers a probe from the document saved 
 (:func:`replay_probe`). When there is none, a saved document whose arguments differ is still used where the
 difference cannot change the figure judged, and the reason is handed back as a note for the report:
 
-* the arguments that say *when* a probe ran (:data:`TIME_ARGS`): ignored, as always;
+* the arguments that say *when* a probe ran (:data:`TIME_ARGS`, and any named ``*_epoch``: :func:`time_args`):
+  ignored, as always;
 * the arguments a ``--profile`` changes (:data:`DURATION_ARGS`, read from gpuaccept.config.profiles: iterations,
   seconds, warm-up): how long it measured, not what; a quick-profile replay of a standard capture reads its
   documents, noting "measured with iters=100, asked iters=10";
@@ -16,7 +17,9 @@ difference cannot change the figure judged, and the reason is handed back as a n
 * ``nccl_allreduce`` asked for sizes that a saved sweep measured (the at-size call of a newer release): the
   sweep's rows at those sizes.
 
-Otherwise the error lists, beside the asked arguments, each saved document's arguments and why it is not used.
+Otherwise the error names the probe, the asked arguments and, for each saved document (:data:`LISTED_DOCUMENTS`
+at most), the arguments that differ with both values (:data:`LISTED_KEYS` at most, each cut to
+:data:`VALUE_CHARS`): one line of bounded length, whatever the arguments hold.
 """
 from __future__ import annotations
 
@@ -28,15 +31,29 @@ from typing import Any, Callable
 from gpuaccept import __version__
 from gpuaccept.config.profiles import PROFILES
 from gpuaccept.config.bounded import MAX_BYTES, read_bounded
+from gpuaccept.config.shown import shown_path
 from gpuaccept.errors import ConfigError, ProbeError
 from gpuaccept.runner.parse import probe_error
 
 #: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
-#: document without them, silently. xid_events' since_epoch is the clock at the test's start; nccl_allreduce's
-#: deadline_s the runner's (gpuaccept.runner.host.probe_deadline, from --probe-timeout); burnin's seconds from
-#: --burnin-minutes (its document carries seconds_requested and its windows, which the judging reads).
-TIME_ARGS = {"xid_events": ("since_epoch",), "nccl_allreduce": ("deadline_s",), "burnin": ("seconds",)}
+#: document without them, silently. xid_events' and host_kernel_log's since_epoch are the clock at the run's start
+#: (less --xid-window: gpuaccept.runner.nodeclock.xid_args), so a replay of a run's own probes/<host> folder, later,
+#: asks another; nccl_allreduce's deadline_s is the runner's (gpuaccept.runner.host.probe_deadline, from
+#: --probe-timeout); burnin's seconds from --burnin-minutes (its document carries seconds_requested and its
+#: windows, which the judging reads). Besides these, every argument named ``*_epoch`` (a point on a clock, by the
+#: probes' rule that a key carries its unit) of any probe is one: :func:`time_args`.
+TIME_ARGS = {"xid_events": ("since_epoch",), "host_kernel_log": ("since_epoch",), "nccl_allreduce": ("deadline_s",),
+             "burnin": ("seconds",)}
 REPLAY_TIME_ARGS = TIME_ARGS  # the name its callers know
+#: the ending of an argument's name that makes it a time argument of any probe (seconds since the epoch)
+EPOCH_SUFFIX = "_epoch"
+
+
+def time_args(name: str, keys: set[str]) -> set[str]:
+    """Of the argument names ``keys`` asked of or saved for probe ``name``, those a replay ignores: the probe's
+    :data:`TIME_ARGS` and every name ending in :data:`EPOCH_SUFFIX`."""
+    return set(TIME_ARGS.get(name, ())) | {k for k in keys if isinstance(k, str) and k.endswith(EPOCH_SUFFIX)}
+
 
 #: probe -> the arguments a profile sets (gpuaccept.config.profiles.PROFILES): how long or how many times it
 #: measures, the same sizes. A replay under another profile reads the document, with a note.
@@ -92,17 +109,33 @@ def _sizes(args: dict) -> list[int] | None:
     return out
 
 
+#: most characters of one argument's value in a refusal (its JSON), of the asked arguments shown whole, of the saved
+#: documents and differing keys listed: a "no saved document" line stays one line of a few hundred characters,
+#: whatever the arguments hold (host_kernel_log's are ~4 KB of regular expressions)
+VALUE_CHARS = 60
+ASKED_CHARS = 160
+LISTED_DOCUMENTS = 3
+LISTED_KEYS = 3
+
+
+def short(value: Any, limit: int = VALUE_CHARS) -> str:
+    """``value``'s sorted-key JSON (control and non-ASCII characters escaped), cut to ``limit`` characters with
+    ``... (N characters)`` after a cut one."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def compare(name: str, saved: dict, asked: dict, doc: dict) -> tuple[list[str], list[str], dict]:
     """How a document saved with ``saved`` arguments answers ``asked`` ones (pure): ``(notes, refusals, doc)``.
     ``refusals`` empty: usable, ``notes`` say why each difference changes nothing, ``doc`` is what to answer
     (the saved document, or its rows at the asked sizes). Else ``refusals`` say what differs."""
     notes, refusals = [], []
-    time_args = set(TIME_ARGS.get(name, ()))
+    ignored = time_args(name, set(saved) | set(asked))
     durations = DURATION_ARGS.get(name, set())
     added = ADDED_ARGS.get(name, {})
     size_keys = {"min_bytes", "max_bytes"} if name == "nccl_allreduce" else set()
     for key in sorted(set(saved) | set(asked)):
-        if key in time_args or key in size_keys or saved.get(key, None) == asked.get(key, None) \
+        if key in ignored or key in size_keys or saved.get(key, None) == asked.get(key, None) \
                 and (key in saved) == (key in asked):
             continue
         if key in durations:
@@ -111,12 +144,11 @@ def compare(name: str, saved: dict, asked: dict, doc: dict) -> tuple[list[str], 
         elif key not in saved and key in added and added[key](asked[key], doc):
             notes.append(added[key](asked[key], doc))
         elif key not in saved:
-            refusals.append(f"{key} not saved (asked {json.dumps(asked[key], sort_keys=True)})")
+            refusals.append(f"{key} not saved (asked {short(asked[key])})")
         elif key not in asked:
-            refusals.append(f"{key}={json.dumps(saved[key], sort_keys=True)} saved, not asked")
+            refusals.append(f"{key}={short(saved[key])} saved, not asked")
         else:
-            refusals.append(f"{key}: saved {json.dumps(saved[key], sort_keys=True)}, asked "
-                            f"{json.dumps(asked[key], sort_keys=True)}")
+            refusals.append(f"{key}: saved {short(saved[key])}, asked {short(asked[key])}")
     if size_keys and not refusals and any(saved.get(k) != asked.get(k) for k in size_keys):
         want, have = _sizes(asked), _sizes(saved)
         rows = [r for r in doc.get("rows") or [] if isinstance(r, dict) and r.get("bytes") in (want or [])]
@@ -231,16 +263,18 @@ def _replay(host: str, directory: str, name: str, args: dict | None, notes: list
         for f, saved in _saved_documents(directory, name):
             n, refused, answer = compare(name, saved["args"], asked, saved["doc"])
             if refused:
-                why_not.append(f"{f} {json.dumps(saved['args'], sort_keys=True)}: {'; '.join(refused)}")
+                more = f"; and {len(refused) - LISTED_KEYS} more" if len(refused) > LISTED_KEYS else ""
+                why_not.append(f"{f}: {'; '.join(refused[:LISTED_KEYS])}{more}")
             else:
                 usable.append((len(n), f, saved, n, answer))
         usable.sort(key=lambda u: u[0])
         if not usable or (len(usable) > 1 and usable[0][0] == usable[1][0]):
-            saved_part = (f"; saved: {' | '.join(why_not)}" if why_not else "") + (
+            more = f" | and {len(why_not) - LISTED_DOCUMENTS} more" if len(why_not) > LISTED_DOCUMENTS else ""
+            saved_part = (f"; saved: {' | '.join(why_not[:LISTED_DOCUMENTS])}{more}" if why_not else "") + (
                 f"; {len([u for u in usable if u[0] == usable[0][0]])} saved documents answer it equally"
                 if usable else "")
-            raise ProbeError(host, f"{name}: no saved document for arguments {json.dumps(asked, sort_keys=True)} "
-                                   f"in {directory} (replay){saved_part}")
+            raise ProbeError(host, f"{name}: no saved document for arguments {short(asked, ASKED_CHARS)} "
+                                   f"in {shown_path(directory)} (replay){saved_part}")
         _, f, saved, n, doc = usable[0]
         release = saved.get("release") or "before 0.1.0 (no release recorded)"
         found_notes = [f"{name}: {f} (release {release}): {x}" for x in n]

@@ -1,0 +1,78 @@
+"""``python -m gpuaccept.reporting.history`` and the other printing ``python -m gpuaccept...`` commands (the
+``gpuaccept`` command, merge, k8s) when their reader goes away: ``... | head -10`` ends the output there, no
+traceback, exit 1 (gpuaccept.config.outputs.quiet_when_reader_closes). Real pipes, real SQLite, a real run's
+report folder for the merge."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.reporting import history
+
+ROWS = 3000  # figures of one host: the table is ~450 KB, far past a pipe's 64 KiB buffer
+
+
+def _db(tmp_path: Path) -> Path:
+    db = tmp_path / "history.sqlite"
+    con = history.connect(str(db))
+    figs = [{"host": "gpu01", "layer": "memory", "test": "t", "check": f"hbm_{i}", "gpu": i % 8, "pci_bus_id": None,
+             "serial": f"S{i % 8}", "value": 4800.0 + i, "unit": "GB/s", "limit": {"min": 4300.0}, "verdict": "pass",
+             "sku": "h200-sxm-141gb"} for i in range(ROWS)]
+    history.record_run(con, {"run_id": "r1", "started": 1_800_000_000, "profile": "standard"}, [], figs,
+                       {"gpu01": "PASS"})
+    con.close()
+    return db
+
+
+def _quiet(stderr: str) -> None:
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "Exception ignored" not in stderr, stderr
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_history_into_head_ends_quietly(tmp_path, fmt):
+    """Before: ``python -m gpuaccept.reporting.history --host gpu01 | head -10`` printed a BrokenPipeError
+    traceback (history/cli.py, the table's print), exit 1."""
+    db = _db(tmp_path)
+    cmd = f'set -o pipefail; "$PY" -m gpuaccept.reporting.history --db "$DB" --host gpu01 {" ".join(fmt)} | head -c 200'
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PY": sys.executable, "DB": str(db)})
+    _quiet(res.stderr)
+    assert res.returncode == 1 and len(res.stdout) == 200, (res.returncode, res.stdout)
+    whole = subprocess.run([sys.executable, "-m", "gpuaccept.reporting.history", "--db", str(db), "--host", "gpu01",
+                            *fmt], capture_output=True, text=True, timeout=120)
+    assert whole.returncode == 0 and whole.stdout.startswith(res.stdout) and len(whole.stdout) > 200_000
+
+
+def _into_closed_pipe(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m <args>`` whose standard output is a pipe whose reader closed before it started."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", *args], stdout=w, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                              timeout=240, env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
+    finally:
+        os.close(w)
+
+
+def test_every_printing_command_ends_quietly_on_a_closed_reader(tmp_path):
+    """The history table, the ``gpuaccept`` command's help, the k8s command's usage and the merge's summary lines,
+    each written into a pipe nobody reads any more: exit 1, nothing on stderr but the command's own lines."""
+    db = _db(tmp_path)
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    (ops / "lab.ini").write_text("h1 ansible_connection=local\n")
+    run = subprocess.run([sys.executable, "-m", "gpuaccept.cli", "-i", "lab.ini", "-m", "health", "-k", "fleet",
+                          "--reports", "r1"], cwd=ops, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    for args in (["gpuaccept.reporting.history", "--db", str(db), "--host", "gpu01"],
+                 ["gpuaccept.cli", "--help"],
+                 ["gpuaccept.scaleout.k8s", "--help"],
+                 ["gpuaccept.scaleout.merge", "r1", "--into", "joined"]):
+        res = _into_closed_pipe(args, ops)
+        _quiet(res.stderr)
+        assert res.returncode == 1, (args, res.returncode, res.stderr[-2000:])
+    assert (ops / "joined" / "results.json").is_file()  # the merge did its work; only its printing was cut
