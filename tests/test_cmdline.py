@@ -15,6 +15,7 @@ COMMANDS = {
     "gpuaccept.scaleout.slurm": [["--bogus"]],
     "gpuaccept.scaleout.slurm_allreduce": [["--port", "x"]],
     "gpuaccept.scaleout.k8s": [[], ["bogus"], ["merge"], ["manifests", "--nodes", "a"], ["rank", "--nodes", "x"]],
+    "gpuaccept.reporting.history": [[], ["--bogus"], ["--host", "h", "--serial", "s"]],
 }
 
 

@@ -64,9 +64,17 @@ def busy(n: int, code: str = "while True: pass"):
 
 
 def test_a_busy_host_reads_disturbed_naming_the_pid():
+    """Loads on every CPU read "disturbed" naming their pids. On a machine other jobs oversubscribe, the loads may
+    not get their CPUs in a window: such a window must then read not disturbed by them (the rule held), and the
+    window is taken again, at most three times."""
     ncpu = os.cpu_count() or 1
-    with busy(ncpu + 1) as pids:
-        doc = watch_in_own_session(2.0)["doc"]
+    for _attempt in range(3):
+        with busy(ncpu + 1) as pids:
+            doc = watch_in_own_session(2.0)["doc"]
+        assert doc["state"] == "ok" and doc["seconds"] >= 2.0 and doc["samples"] >= 6, doc
+        if doc["loads_share"] > hw.FOREIGN_CPU_SHARE:
+            break
+        assert "foreign_cpu" not in [d["rule"] for d in doc["disturbed"]], doc
     assert doc["state"] == "ok" and doc["seconds"] >= 2.0 and doc["samples"] >= 6, doc
     assert doc["limit"]["foreign_cpu_share"] == hw.FOREIGN_CPU_SHARE and "_hostwatch.py" in doc["limit"]["source"]
     seen = {f["pid"]: f for f in doc["foreign"]}

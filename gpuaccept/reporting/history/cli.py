@@ -4,13 +4,13 @@ GPU's or one host's figures over time (:func:`figures_over_time`) and the comman
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sqlite3
 import sys
 import time
 
+from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.reporting.history.schema import HistoryError, connect, connect_readonly, not_writable
 
 
@@ -75,7 +75,7 @@ def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpuaccept.reporting.history``: print one GPU's (``--serial``) or host's (``--host``) figures over time."""
-    ap = argparse.ArgumentParser(prog="python -m gpuaccept.reporting.history",
+    ap = OneLineParser(prog="python -m gpuaccept.reporting.history",
                                  description="A GPU's (by serial) or a host's figures over time, from the history database.")
     ap.add_argument("--db", default=os.path.join("reports", "history.sqlite"), help="default reports/history.sqlite")
     g = ap.add_mutually_exclusive_group(required=True)
