@@ -146,9 +146,9 @@ def precheck(args: list[str], cwd: str | None = None) -> int | None:
     except ConfigError as e:
         sys.stderr.write(f"ERROR: {e}\n")
         return 4
-    for line in sel.warnings:
-        sys.stderr.write(f"[WARNING] {line}\n")
-    if ns.list_hosts:
+    if ns.list_hosts:  # else pytest runs and its plugin says the warnings, once
+        for line in sel.warnings:
+            sys.stderr.write(f"[WARNING] {line}\n")
         sys.stdout.write(selection.list_hosts_text(sel.hosts) + "\n")
         return 0
     return None

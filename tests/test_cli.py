@@ -56,6 +56,17 @@ def test_plain_pytest_with_gpuaccept_options_runs_the_shipped_suites(tmp_path):
     assert "test_health.py::test_fleet_consistency" in {t["nodeid"].rsplit("/", 1)[-1] for t in tests}
 
 
+def test_an_ignored_limit_term_is_warned_once(tmp_path):
+    """``gpuaccept --limit 'gpu:!drained'`` where no group drained exists: the one warning, once, in a run and in
+    --list-hosts (the command's check and pytest's plugin both read the selection; only one says it)."""
+    ops = _ops(tmp_path)
+    for extra in (["--list-hosts"], ["-m", "health", "-k", "gpu_inventory", "--history", "none"]):
+        res = _run(ops, "-m", "gpuaccept.cli", "-i", "lab.ini", "--limit", "gpu:!drained", *extra)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        warned = [ln for ln in res.stderr.splitlines() if ln.startswith("[WARNING] --limit 'gpu:!drained'")]
+        assert len(warned) == 1, res.stderr
+
+
 def test_plain_pytest_with_gpuaccept_options_under_xdist(tmp_path):
     ops = _ops(tmp_path)
     res = _run(ops, "-m", "pytest", "--inventory", "lab.ini", "-n", "2", "-m", "health", "-k", "gpu_inventory or fleet",
