@@ -80,6 +80,22 @@ def test_nvml_lost_gpu_keeps_the_lost_gpu_path():
     assert judged(old)[0].cause.kind == "gpu_count_lost"
 
 
+@pytest.mark.parametrize("error, cls, kind, act", [
+    ("Insufficient Permissions", "configuration", "gpu_count_denied", "fix-config"),
+    ("Uninitialized", "unverified", "gpu_count_no_handle", "rerun"),
+])
+def test_handle_refused_without_loss_is_not_a_lost_gpu(error, cls, kind, act):
+    """gpu_inventory writes any handle failure as ``lost`` with NVML's words: only "GPU is lost" and the like are
+    lost GPUs (gpuaccept.judging.readings.handle_cause); with or without the scan, never gpu_not_initialised."""
+    doc = scanned({BUS0: "nvidia", BUS1: "nvidia"}, keep=(0, 1))
+    doc["gpus"][1] = {"index": 1, "lost": True, "nvml_error": error}
+    for d in (doc, {k: v for k, v in doc.items() if k != "pci_scan"}):
+        f, a = judged(d)
+        assert (f.cause.cls, f.cause.kind, a.action) == (cls, kind, act), f.failure
+        assert [g.kind for g in gpucount.explain(typed(d["gpus"]), 2, typed(d)).groups] == [kind]
+        assert f"GPU 1 ({error})" in f.failure
+
+
 @pytest.mark.parametrize("vis, said", [
     ({"nvidia_visible_devices": "0", "confined_by": "docker", "cgroup": "/docker/1f2e", "device_nodes": [0]},
      "NVIDIA_VISIBLE_DEVICES='0'"),

@@ -53,13 +53,20 @@ LINES = {
                              "new mon",
     "cifs_not_responding": "2026-12-05T03:26:00+0000 gpu-017 kernel: CIFS: VFS: \\\\fs01.example.com has not responded in "
                            "180 seconds. Reconnecting...",
+    "nvme_fabrics_connect": "2026-12-05T03:27:00+0000 gpu-017 kernel: nvme nvme1: failed to connect socket: -110",
+    "ceph_osd_connection": "2026-12-05T03:27:01+0000 gpu-017 kernel: libceph: osd3 (1)10.0.0.3:6801 socket closed "
+                           "(con state OPEN)",
+    "iscsi_conn_error": "2026-12-05T03:27:02+0000 gpu-017 kernel:  connection1:0: detected conn error (1020)",
+    "nbd_timeout": "2026-12-05T03:27:03+0000 gpu-017 kernel: block nbd0: Connection timed out",
 }
 DEVICES = {"hung_task": "kworker/u386:2", "soft_lockup": "37", "hard_lockup": "5", "rcu_stall": "rcu_sched",
            "mlx5_health": "0000:0c:00.0", "nvme_timeout": "nvme0", "nvme_down": "nvme1", "ext4_error": "nvme0n1p1",
            "fs_remount_ro": "nvme0n1p1", "xfs_shutdown": "dm-0", "nvlink_training": None, "mce": "12", "edac_ue": "MC1",
            "edac_ce": "MC0", "oom_kill": "python3", "nfs_not_responding": "10.0.0.5", "nfs_server_ok": "10.0.0.5",
            "lustre_connection_lost": "192.168.14.178@tcp", "lustre_request_timeout": "172.28.1.43@tcp",
-           "ceph_mon_session_lost": "192.168.1.81:3300", "cifs_not_responding": "fs01.example.com"}
+           "ceph_mon_session_lost": "192.168.1.81:3300", "cifs_not_responding": "fs01.example.com",
+           "nvme_fabrics_connect": "nvme1", "ceph_osd_connection": "osd3", "iscsi_conn_error": "connection1:0",
+           "nbd_timeout": "nbd0"}
 CLEAN = ["2026-12-05T03:14:07+0000 gpu-017 kernel: nvme nvme0: 64/0/0 default/read/poll queues",
          "2026-12-05T03:14:08+0000 gpu-017 kernel: EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode.",
          "2026-12-05T03:14:09+0000 gpu-017 kernel: mlx5_core 0000:0c:00.0: Port module event: module 0, Cable plugged",
@@ -132,12 +139,26 @@ def _mem(gib, ue=0, ce=5, dimm_ue=0):
                             "ue_count": dimm_ue}]}]}}
 
 
-def test_memory_within_the_reserved_share_passes_a_dimm_short_fails_as_hardware():
+def test_memory_within_the_reserved_share_passes_a_short_one_is_hardware_only_with_evidence():
     ok = hj.memory_findings(_mem(2015.6), 2048)  # a 2 TiB DGX-class node: MemTotal 1.6 % under installed
     assert ok[0].failure is None and ok[0].limit.direction == "min" and ok[0].limit.bound == round(2048 * 0.97, 3)
     assert [f for f in ok if f.failure] == []
-    short = hj.memory_findings(_mem(1952.0), 2048)[0]  # one 64 GiB DIMM of 32 mapped out
-    assert short.cause.kind == "host_memory_short" and short.cause.cls == "hardware" and "1952 GiB" in short.failure
+    short = hj.memory_findings(_mem(1952.0), 2048)[0]  # 64 GiB short, nothing of the host's memory says why
+    assert short.cause.kind == "host_memory_unverified" and short.cause.cls == "unverified" and "1952 GiB" in short.failure
+    assert short.cause.evidence["dimms_gib"] is None
+    mapped = _mem(1952.0)  # EDAC lists 32 DIMMs of 64 GiB (2048 GiB) while the kernel has 1952: one mapped out
+    mapped["edac"]["controllers"][0]["dimms"] = [{"name": f"dimm{i}", "size_mb": 65536, "ce_count": 0, "ue_count": 0}
+                                                 for i in range(32)]
+    hw = hj.memory_findings(mapped, 2048)[0]
+    assert (hw.cause.cls, hw.cause.kind) == ("hardware", "host_memory_short") and hw.cause.evidence["dimms_gib"] == 2048
+    assert actions.for_finding("test_host_ram", hw.check, cause=hw.cause).action == "drain-rma"
+    typo = _mem(1952.0)  # the DIMMs EDAC lists sum to what the kernel has: host_memory_gb is what is wrong, maybe
+    typo["edac"]["controllers"][0]["dimms"] = [{"name": f"dimm{i}", "size_mb": 65536, "ce_count": 0, "ue_count": 0}
+                                               for i in range(31)]
+    un = hj.memory_findings(typo, 2048)[0]
+    assert un.cause.cls == "unverified" and actions.for_finding("test_host_ram", un.check, cause=un.cause).action == "rerun"
+    ue = hj.memory_findings(_mem(1952.0, ue=2, dimm_ue=2), 2048)[0]
+    assert (ue.cause.cls, ue.cause.kind) == ("hardware", "host_memory_short")
     over = hj.memory_findings(_mem(1000.0), 512)[0]
     assert over.cause.cls == "configuration"
     assert hj.memory_findings(_mem(100.0), None)[0].limit is None  # not declared: recorded, not judged

@@ -201,3 +201,61 @@ def test_a_million_line_log_keeps_a_bounded_document(tmp_path):
     assert len(json.dumps(doc)) < 200_000
     (f,) = hj.kernel_findings(doc)
     assert f.cause.kind == "netfs_hung_task" and f.extra["hung_tasks"] == 20
+
+
+# NVMe over TCP: the target unreachable, then a task hung in nvme_tcp under XFS (the operator's trial)
+NVME_TCP = ["nvme nvme1: failed to connect socket: -110", "INFO: task python3:4242 blocked for more than 122 seconds.",
+            *HEAD, "Call Trace:", " <TASK>", " __schedule+0x2cd/0x890", " schedule+0x69/0x110",
+            " nvme_tcp_queue_rq+0x1a4/0x2e0 [nvme_tcp]", " blk_mq_dispatch_rq_list+0x12e/0x7f0",
+            " xfs_buf_submit+0x6b/0x1e0 [xfs]", " </TASK>"]
+# Ceph RBD: an OSD's socket closed, then a task hung in the block layer under the rbd driver
+RBD = ["libceph: osd3 (1)10.0.0.3:6801 socket closed (con state OPEN)",
+       "INFO: task python3:4243 blocked for more than 122 seconds.", *HEAD, "Call Trace:", " <TASK>",
+       " __schedule+0x2cd/0x890", " schedule+0x69/0x110", " io_schedule+0x46/0x80", " blk_mq_get_tag+0x11e/0x2a0",
+       " rbd_queue_workfn+0x2a1/0x480 [rbd]", " ext4_io_submit+0x24/0x40 [ext4]", " </TASK>"]
+
+
+@pytest.mark.parametrize("lines,fs,server", [(NVME_TCP, "nvme_fabrics", "nvme1"), (RBD, "rbd", "osd3")])
+def test_a_hung_task_on_network_block_storage_is_connectivity_not_reboot(tmp_path, lines, fs, server):
+    doc = _probe(tmp_path, lines + [AFTER])
+    (hung,) = [m for m in doc["matches"] if m["id"] == "hung_task"]
+    assert hung["trace"]["waits_on"]["kind"] == fs and hung["trace"]["waits_on"]["where"] == "network"
+    found = hj.kernel_findings(doc)
+    (f,) = found
+    assert f.check == f"kernel netblock_stall {fs}" and f.failure is None and f.error
+    assert (f.cause.cls, f.cause.kind) == ("connectivity", "netblock_server_stalled")
+    assert f.extra["server"] == server and f.extra["hung_tasks"] == 1 and f.extra["tasks"] == ["python3"]
+    act = _act(f)
+    assert act.action == "check-network" and act.action not in ("reboot", "drain-rma")
+    alone = hj.kernel_findings(_probe(tmp_path, lines[1:] + [AFTER]))  # the hung task with no server line
+    assert [(x.check, x.cause.kind) for x in alone] == [(f"kernel netblock_stall {fs}", "netblock_hung_task")]
+    assert _act(alone[0]).action == "check-network"
+
+
+def test_the_most_specific_frame_wins_and_the_block_layer_reads_as_the_network_driver():
+    table = hkl.compile_patterns([p for p in hj.probe_patterns() if p["id"] == "hung_task"])[0].trace
+    assert hkl.classify_frame("nvme_tcp_queue_rq", "nvme_tcp", table) == ("nvme_fabrics", "network")
+    assert hkl.classify_frame("nvme_rdma_queue_rq", None, table) == ("nvme_fabrics", "network")
+    assert hkl.classify_frame("nvme_fc_start_fcp_op", None, table) == ("nvme_fabrics", "network")
+    assert hkl.classify_frame("nvme_queue_rq", "nvme", table) == ("nvme", "local")
+    assert hkl.classify_frame("iscsi_queuecommand", "libiscsi", table) == ("iscsi", "network")
+    assert hkl.classify_frame("drbd_make_request", "drbd", table) == ("drbd", "network")
+    assert hkl.classify_frame("nbd_queue_rq", None, table) == ("nbd", "network")
+    assert hkl.classify_frame("multipath_clone_and_map", "dm_multipath", table) == ("multipath", "local")
+    # the block layer over a local drive stays local: the NVME trace (blk_mq_get_tag under ext4) is hardware
+    for server in ("connection1:0: detected conn error (1020)", "block nbd0: Connection timed out", "libceph: osd3 down"):
+        (m,) = hkl.match_lines([TS + server], hkl.compile_patterns(hj.probe_patterns()))["matches"]
+        assert hj.load_catalog()[[k.id for k in hj.load_catalog()].index(m["id"])].cls == "connectivity"
+
+
+def test_multipath_over_iscsi_reads_as_iscsi_and_over_nothing_stays_local(tmp_path):
+    mp = ["INFO: task fio:77 blocked for more than 122 seconds.", *HEAD, "Call Trace:", " __schedule+0x2cd/0x890",
+          " blk_mq_get_tag+0x11e/0x2a0", " multipath_clone_and_map+0x5a/0x3c0 [dm_multipath]",
+          " ? iscsi_queuecommand+0x1e/0x5d0 [libiscsi]", " submit_bio_noacct+0x2c/0x90"]
+    (m,) = _probe(tmp_path, mp + [AFTER])["matches"]
+    assert m["trace"]["waits_on"]["kind"] == "iscsi"
+    plain = [x for x in mp if "iscsi" not in x]
+    (m,) = _probe(tmp_path, plain + [AFTER])["matches"]
+    assert m["trace"]["waits_on"]["kind"] == "block"
+    (f,) = hj.kernel_findings({"matches": [m]})
+    assert f.cause.cls == "hardware"

@@ -114,3 +114,61 @@ def test_the_h200_field_capture_meets_the_launch_needs():
     small = {**doc, "shm": {**doc["shm"], "size_bytes": 256 << 20, "free_bytes": 256 << 20}}
     bad = [f for f in launchenv.shm(small, 8) if f.failure]
     assert bad and all(f.cause.cls == "configuration" for f in bad)
+
+
+def test_an_unread_nccl_version_does_not_vote():
+    """A host whose torch does not load and which has no libnccl.so gives no version: it is left out of the vote
+    (not the majority "none" that blames the one host that was read), and named by nccl_unread."""
+    read = {"nccl": {"torch_version": "2.28.9", "torch_error": None, "libraries": [], "net_plugins": []}}
+    gone = {"nccl": {"torch_version": None, "torch_error": "ModuleNotFoundError: No module named 'torch'",
+                     "libraries": [], "net_plugins": []}}
+    assert launchenv.nccl_identity(gone) == (None, None)
+    assert launchenv.nccl_unread(gone)["torch_error"].startswith("ModuleNotFoundError")
+    assert launchenv.nccl_unread(read) is None
+    ids = {"r1": launchenv.nccl_identity(read), "r2": launchenv.nccl_identity(gone), "r3": launchenv.nccl_identity(gone)}
+    assert launchenv.split({h: v for h, (v, _) in ids.items()}, "NCCL") == []
+    assert launchenv.split({h: p for h, (_, p) in ids.items()}, "NCCL network plugin") == []
+    # among the hosts read, the odd one is still blamed
+    assert launchenv.split({"a": "2.28.9", "b": "2.28.9", "c": "2.21.5", "d": None}, "NCCL") == [
+        ("c", "NCCL 2.21.5, while 2 of 3 hosts have 2.28.9")]
+
+
+def test_nccl_versions_end_to_end_puts_the_fix_on_the_hosts_without_nccl(tmp_path):
+    """suites/test_nccl_env.py test_nccl_versions over three replay hosts, each with its own GPU UUIDs and a saved
+    launch_env: r1 has torch's NCCL 2.28.9 (the 1xH200 field capture), r2 and r3 cannot import torch. r1 is not
+    blamed; r2 and r3 each fail under their own name, configuration, install torch."""
+    import json
+    from pathlib import Path
+
+    from gpuaccept.runner.replay import save_probe
+    from project_helpers import DATA, junit, make_project, run_pytest
+    field = json.loads((Path(__file__).resolve().parent / "data" / "h200x1-field" / "launch_env.json").read_text())
+    inv_doc = json.loads(next(DATA.glob("gpu_inventory-*.json")).read_text())
+    lines = []
+    for i, host in enumerate(("r1", "r2", "r3"), 1):
+        caps = tmp_path / host / "captures"
+        caps.mkdir(parents=True)
+        text = json.dumps(inv_doc["doc"]).replace("GPU-00000000-0000-0000-0000-00000000000",
+                                                 f"GPU-00000000-0000-0000-0000-0000000{i}000")
+        save_probe(str(caps), "gpu_inventory", inv_doc["args"], json.loads(text))
+        doc = json.loads(json.dumps(field))
+        if host != "r1":
+            doc["nccl"] = {"torch_version": None, "torch_error": "ModuleNotFoundError: No module named 'torch'",
+                           "libraries": [], "net_plugin_env": None, "net_plugins": []}
+        save_probe(str(caps), "launch_env", {}, doc)
+        lines.append(f"{host} ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb gpus_per_node=2")
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("\n".join(lines) + "\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "suites/test_nccl_env.py", "-k",
+                     "nccl_versions")
+    assert (rep / "results.json").exists(), res.stdout[-3000:] + res.stderr[-2000:]
+    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "test_nccl_versions" in t["nodeid"]]
+    assert t["outcome"] == "failed", t
+    assert sorted(f["host"] for f in t["failures"]) == ["r2", "r3"], t["failures"]
+    for f in t["failures"]:
+        assert f["cause"]["class"] == "configuration" and f["cause"]["kind"] == "nccl_not_found", f
+        assert f["action"]["action"] == "fix-config" and "install torch" in f["action"]["command"], f
+        assert "No module named 'torch'" in f["line"]
+    (case,) = [c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_nccl_versions")]
+    assert "r1" not in case["message"], case

@@ -22,7 +22,10 @@ page retirement), and gpuaccept's own table per check, per test and per error ki
 
 Cause before action: every row names the cause class of its finding (gpuaccept/causes.py), and a finding that
 carries its own :class:`gpuaccept.causes.Cause` (set by the probe, the runner or the judge where the fact is known)
-is looked up by its kind in the ``causes`` rows (:func:`for_cause`). ``drain-rma``, ``reset-gpu`` and ``reboot``
+is looked up by its kind in the ``causes`` rows (:func:`for_cause`): a reading NVML refused carries the cause of
+NVML's error (gpuaccept.judging.readings.unreadable_cause), so a check's own row, meant for a value outside its
+limit, never answers for it (nor, of class hardware, for an NVML error value that came without a cause:
+:func:`_unread_class`). ``drain-rma``, ``reset-gpu`` and ``reboot``
 need class ``hardware`` (:func:`gate`); any other class gets its class's action (``by_class``). A figure below a
 ``min`` or over a ``max`` limit that no check row names is hardware only when it was confirmed by a second
 measurement and the conditions of its GPU (and, for a host-side figure, of the host) were checked clean
@@ -46,6 +49,7 @@ from typing import Any, Iterable
 from gpuaccept.causes import CLASSES, HARDWARE_ACTIONS, Cause
 from gpuaccept.config.yamlload import load_data
 from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
+from gpuaccept.judging.readings import error_cause, error_text
 
 DATA_FILE = "actions.yaml"
 
@@ -227,6 +231,14 @@ def for_cause(cause: Cause, fields: dict | None = None, prefix: str = "") -> Act
                   cause=cause.cls, kind=cause.kind)
 
 
+def _unread_class(value: Any) -> str | None:
+    """The cause class of an NVML error ``value`` (gpuaccept.judging.readings.error_cause), None for a reading: a
+    check row of class hardware (meant for a value outside its limit) never answers for a reading that was not
+    taken, even when the finding came without its cause (a caller that set none)."""
+    text = error_text(value)
+    return error_cause(text)[0] if text is not None else None
+
+
 def _check_row(check: str) -> tuple[str, str] | None:
     table = load_table()
     for section in ("memory", "checks"):
@@ -264,7 +276,8 @@ def for_finding(test: str | None, check: str | None = None, value: Any = None, e
     rows = load_table()["tests"]["rows"]
     hit = _check_row(check) if check else None
     if hit is not None:
-        return _action(*hit, fields)
+        row = load_table()[hit[0]]["rows"][hit[1]]
+        return _action(*hit, fields, cause=_unread_class(value) if row.get("cause") == "hardware" else None)
     if test in rows and rows[test].get("all_findings"):
         return _action("tests", test, fields)
     if direction == "min":

@@ -23,7 +23,7 @@ from gpuaccept.causes import Cause
 from gpuaccept.errors import DriverUnresponsive, NodeError, NvmlUnusable, PackageMissing
 
 from gpuaccept.judging import health
-from gpuaccept.judging.readings import is_error, is_lost, lost_reason, typed
+from gpuaccept.judging.readings import handle_cause, is_error, is_lost, lost_reason, typed
 from gpuaccept.judging.shape import FABRIC_LAYERS, fabric_expected
 from gpuaccept.config.thresholds import SkuSpec
 
@@ -37,7 +37,8 @@ class Blocker:
     measurement another process disturbed (gpuaccept.judging.conditions); ``cause``: one line; ``gpu``: the
     NVML index of the GPU it blocks, None for the whole host; ``layers``: the layers it blocks; ``cls``: the class of
     its cause (gpuaccept.causes): a foreign process is contention, a lost GPU or fabric hardware, a mode or driver
-    mismatch configuration; ``kind``: ``blocked``, or ``disturbed`` / ``host_busy`` for a measurement another
+    mismatch configuration, a GPU without a handle the class of its handle's error
+    (gpuaccept.judging.readings.handle_cause: a denied device is configuration); ``kind``: ``blocked``, or ``disturbed`` / ``host_busy`` for a measurement another
     process disturbed; ``evidence``: JSON-safe facts (pids, shares)."""
 
     check: str
@@ -81,8 +82,10 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
             out.append(Blocker("driver_versions", f.failure, cls="configuration"))
     for g in doc.get("gpus") or []:
         idx = g.get("index")
-        if is_lost(g):
-            out.append(Blocker("gpu_inventory", f"no NVML handle ({lost_reason(g)})", idx, cls="hardware"))
+        if is_lost(g):  # its class from the handle's error: lost (hardware), denied (configuration), else unverified
+            why = handle_cause(g)
+            out.append(Blocker("gpu_inventory", f"no NVML handle ({lost_reason(g)})", idx, cls=why.cls,
+                               evidence={"handle": why.kind, **why.evidence}))
             continue
         busy = health.busy_cause(g)
         if busy:

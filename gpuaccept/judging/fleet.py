@@ -21,8 +21,11 @@ def driver_split(drivers: Mapping[str, list[str]]) -> list[tuple[str, str]]:
     ``drivers``: driver version -> hosts running it (every host with a readable NVML). One version: [].
     A version run by more hosts than any other is the fleet's; each host on another version fails
     ("driver 570.195.03, while 7 of 8 hosts run 580.159.04"). With no such version (a tie: 1 and 1, 2 and 2)
-    no host can be called the odd one, and every host fails naming the split.
+    no host can be called the odd one, and every host fails naming the split. A version not read (None, or the
+    text ``"None"`` or ``""`` a caller made of it) never votes: the comparison is among the hosts whose driver was
+    read (an unread driver is its host's own finding, not a version the others are measured against).
     """
+    drivers = {d: hosts for d, hosts in drivers.items() if d not in (None, "None", "") and hosts}
     if len(drivers) < 2:
         return []
     total = sum(len(h) for h in drivers.values())

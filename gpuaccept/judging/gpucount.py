@@ -9,6 +9,8 @@ from NVML in the probes' own process (``gpu_visibility``: NVIDIA_VISIBLE_DEVICES
 GPUs NVML does not list                               class            kind (gpuaccept/data/actions.yaml causes)
 ====================================================  ===============  ========================================
 NVML lists GPUs it has no handle for (lost)           hardware         ``gpu_count_lost``
+NVML lists GPUs the probes' user may not open         configuration    ``gpu_count_denied``
+NVML lists GPUs it has no handle for, another error   unverified       ``gpu_count_no_handle``
 on the bus, bound to ``nvidia``, not hidden; or an    hardware         ``gpu_not_initialised``
 Xid 79 / "RmInitAdapter failed" names its bus id
 on the bus, bound to ``nvidia``, the probes run       configuration    ``gpu_count_hidden``
@@ -39,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuaccept.causes import Cause
-from gpuaccept.judging.readings import present
+from gpuaccept.judging.readings import handle_cause, is_lost, present
 from gpuaccept.probes._pci import normalize_bus_id
 
 #: the Xid of a GPU that fell off the bus (NVIDIA Xid Catalog, ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS)
@@ -130,8 +132,11 @@ def _ids(bus_ids) -> str:
     return ", ".join(ids[:MAX_IDS]) + (f" and {len(ids) - MAX_IDS} more" if len(ids) > MAX_IDS else "")
 
 
-def _on_bus_groups(devices: list, nvml_ids: set, lost: int, events: dict, hidden: str | None) -> list[Group]:
-    """The groups of GPUs on the bus that NVML does not list (see the module docstring)."""
+def _on_bus_groups(devices: list, nvml_ids: set, lost: int, events: dict, hidden: str | None,
+                   no_handle: int = 0) -> list[Group]:
+    """The groups of GPUs on the bus that NVML does not list (see the module docstring); ``no_handle``: the GPUs
+    NVML lists without a handle whose error does not show them lost (their groups are :func:`_handle_groups`'):
+    when they are as many as the missing ones, no other group is made of them."""
     missing = [d for d in devices if d["bus_id"] not in nvml_ids]
     mine = [d["bus_id"] for d in missing if d.get("driver") == "nvidia"]
     other = [d for d in missing if d.get("driver") != "nvidia"]
@@ -146,6 +151,8 @@ def _on_bus_groups(devices: list, nvml_ids: set, lost: int, events: dict, hidden
         elif lost:
             out.append(Group("hardware", "gpu_count_lost", f"{base}: NVML lists {lost} GPU(s) it has no handle "
                              f"for (lost)", tuple(mine), {"lost": lost}))
+        elif no_handle >= len(mine):
+            pass
         elif hidden:
             out.append(Group("configuration", "gpu_count_hidden", f"{base}: hidden from the probes, {hidden}",
                              tuple(mine), {"hidden_by": hidden}))
@@ -157,6 +164,24 @@ def _on_bus_groups(devices: list, nvml_ids: set, lost: int, events: dict, hidden
         drivers = sorted({d.get("driver") or "none" for d in other})
         out.append(Group("configuration", "gpu_driver_binding", f"{said}, not the nvidia driver",
                          tuple(d["bus_id"] for d in other), {"driver": ", ".join(drivers)}))
+    return out
+
+
+def _handle_groups(handles: list[Cause]) -> list[Group]:
+    """The groups of GPUs NVML lists but gave no handle for whose error does not show them lost (``handles``:
+    their gpuaccept.judging.readings.handle_cause): denied to the probes' user (configuration), or another error
+    (unverified). The lost ones (hardware) are the ``gpu_count_lost`` group of :func:`explain`."""
+    out = []
+    for cls, kind, what in (("configuration", "gpu_count_denied", "the probes' user may not open (Insufficient "
+                                                                    "Permissions: a device cgroup or container)"),
+                            ("unverified", "gpu_count_no_handle", "it has no handle for, with an error that does "
+                                                                   "not show them lost")):
+        mine = [c for c in handles if c.cls == cls or (cls == "unverified" and c.cls not in ("hardware",
+                                                                                             "configuration"))]
+        if mine:
+            said = ", ".join(f"GPU {c.gpu} ({c.evidence.get('nvml_error')})" for c in mine[:MAX_IDS])
+            out.append(Group(cls, kind, f"NVML lists {len(mine)} GPU(s) {what}: {said}", (),
+                             {"no_handle": said}))
     return out
 
 
@@ -199,7 +224,8 @@ def explain(gpus: list, declared: int, doc: dict | None = None, xid_events: list
     whose cause is the first hardware group, else configuration, else unverified (module docstring).
     Raises nothing on a malformed document (what cannot be compared is "no usable scan")."""
     listed = present(list(gpus or []))
-    n, lost = len(listed), len(gpus or []) - len(listed)
+    handles = [handle_cause(g) for g in gpus or [] if isinstance(g, dict) and is_lost(g)]
+    n, lost = len(listed), sum(c.cls == "hardware" for c in handles)
     nvml_ids = {b for g in listed if (b := normalize_bus_id(g.get("pci_bus_id")))}
     ev = {"declared": declared, "found": n, "nvml": _ids(sorted(nvml_ids))}
     if n > declared:
@@ -208,15 +234,19 @@ def explain(gpus: list, declared: int, doc: dict | None = None, xid_events: list
     events = off_bus_events(xid_events) if xid_events is not None else None
     devices, why = usable_scan(doc, nvml_ids)
     groups: list[Group] = []
+    groups += _handle_groups(handles)
     if devices is None:
         if lost:
             groups.append(Group("hardware", "gpu_count_lost", f"NVML lists {lost} GPU(s) it has no handle for "
                                 f"(lost)", (), {"lost": lost}))
+        elif len(handles) >= declared - n:  # every missing GPU is one NVML lists without a handle: said above
+            pass
         else:
             groups.append(_off_bus_group(declared - n, None, nvml_ids, doc, events, history_most, n))
         ev["pci_scan"] = why
     else:
-        groups += _on_bus_groups(devices, nvml_ids, lost, events or {}, hidden_by((doc or {}).get("gpu_visibility")))
+        groups += _on_bus_groups(devices, nvml_ids, lost, events or {}, hidden_by((doc or {}).get("gpu_visibility")),
+                                 len(handles) - lost)
         if declared > len(devices):
             groups.append(_off_bus_group(declared - len(devices), len(devices), {d["bus_id"] for d in devices},
                                          doc, events, history_most, len(devices)))

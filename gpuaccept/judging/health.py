@@ -22,7 +22,8 @@ from gpuaccept.causes import Cause
 from gpuaccept.judging import gpucount
 from gpuaccept.judging.compute import clock_reasons
 from gpuaccept.judging.shape import gpu_fabric
-from gpuaccept.judging.readings import error_text, is_error, is_lost, lost_reason, number, present
+from gpuaccept.judging.readings import (bus_key, error_text, handle_cause, is_error, is_lost, lost_reason, number,
+                                        present, unreadable_cause)
 from gpuaccept.config.thresholds import Limit, SkuSpec
 
 
@@ -55,14 +56,20 @@ def _required(sku: SkuSpec, field: str) -> bool:
     return field in (sku.expect.get("required_nvml") or [])
 
 
-def _unreadable(sku: SkuSpec, field: str, check: str, v) -> Finding:
+def _unreadable(sku: SkuSpec, field: str, check: str, v, gpu: int | None = None) -> Finding:
     """A reading NVML refused: a failure in NVML's words when the SKU file requires ``field``
-    (``expect.required_nvml``), else recorded as unreadable."""
+    (``expect.required_nvml``), else recorded as unreadable. The failure carries the cause of the error itself
+    (gpuaccept.judging.readings.unreadable_cause: configuration for "Insufficient Permissions" and "Not
+    Supported", hardware only for an error that is a reading of the part, such as "GPU is lost"; else
+    unverified), so that the check's own row of the action table (meant for a value over its limit) never
+    answers for a reading that was not taken. ``gpu``: the NVML index, for the cause."""
     why = error_text(v) or "not in the probe document"
-    if "GPU is lost" in why:  # NVML_ERROR_GPU_IS_LOST on any field: the GPU fell off the bus mid-reading
-        return Finding(check, v, failure=f"{check} unreadable: NVML says the GPU is lost ({why})")
+    cause = unreadable_cause(v, check, gpu, field)
+    if cause.kind == "nvml_gpu_lost":  # NVML_ERROR_GPU_IS_LOST on any field: the GPU fell off the bus mid-reading
+        return Finding(check, v, failure=f"{check} unreadable: NVML says the GPU is lost ({why})", cause=cause)
     if _required(sku, field):
-        return Finding(check, v, failure=f"{check} unreadable (NVML: {why}); the SKU file requires {field}")
+        return Finding(check, v, failure=f"{check} unreadable (NVML: {why}); the SKU file requires {field}",
+                       cause=cause)
     return Finding(check, v, extra={"note": f"unreadable (NVML: {why}); {field} not required for {sku.sku}"})
 
 
@@ -89,9 +96,11 @@ class _Every(dict):
 
 
 def lost(gpu: dict) -> list[Finding]:
-    """A GPU NVML listed but has no handle for: one failure, ``"no NVML handle (GPU is lost)"``."""
+    """A GPU NVML listed but has no handle for: one failure, ``"no NVML handle (<NVML's words>)"``, whose cause is
+    gpuaccept.judging.readings.handle_cause: hardware for "GPU is lost" and the like, configuration for
+    "Insufficient Permissions" (the probes' user cannot open the device), unverified otherwise."""
     return [Finding("nvml_handle", gpu.get("nvml_error") or gpu.get("handle"),
-                    failure=f"no NVML handle ({lost_reason(gpu)})")]
+                    failure=f"no NVML handle ({lost_reason(gpu)})", cause=handle_cause(gpu))]
 
 
 def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
@@ -110,7 +119,7 @@ def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
     if sku.expect.get("ecc"):
         mode = e.get("mode_current")
         if not isinstance(mode, bool):
-            out.append(_unreadable(sku, "ecc", "ecc_mode", mode))
+            out.append(_unreadable(sku, "ecc", "ecc_mode", mode, gpu.get("index")))
         else:
             out.append(Finding("ecc_mode", mode, failure=None if mode else "ECC is disabled"))
             if e.get("mode_pending") is False and mode:
@@ -119,7 +128,7 @@ def ecc(gpu: dict, sku: SkuSpec) -> list[Finding]:
         val = e.get(key)
         check = f"ecc_{key}"
         if number(val) is None:
-            out.append(_unreadable(sku, "ecc", check, val))
+            out.append(_unreadable(sku, "ecc", check, val, gpu.get("index")))
         elif key == "uncorrected_aggregate" and sku.expect.get("row_remapping"):
             # A lifetime count: it never resets, so judging it would fail the node at every run for an error
             # that row remapping already dealt with. On row-remapping parts the actionable state is judged by
@@ -146,14 +155,15 @@ def row_remapping(gpu: dict, sku: SkuSpec) -> list[Finding]:
     if not sku.expect.get("row_remapping", False):
         pages = _group(gpu, "retired_pages")
         dbl = pages.get("double_bit")
-        out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl) if number(dbl) is None else
+        out = [_unreadable(sku, "retired_pages", "retired_pages_double_bit", dbl, gpu.get("index"))
+               if number(dbl) is None else
                Finding("retired_pages_double_bit", dbl, "pages", sku.checks.get("retired_pages_double_bit"))]
         if pages.get("pending") is True:
             out.append(Finding("retired_pages_pending", True, failure="page retirement pending: reset needed"))
         return out
     rows = _group(gpu, "remapped_rows")
     if not isinstance(rows.get("pending"), bool):
-        return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending"))]
+        return [_unreadable(sku, "remapped_rows", "remapped_rows", rows.get("pending"), gpu.get("index"))]
     out = [Finding("remapped_rows_correctable", rows.get("correctable"), "rows"),
            Finding("remapped_rows_uncorrectable", rows.get("uncorrectable"), "rows",
                    sku.limit("remapped_rows_uncorrectable"))]
@@ -164,19 +174,63 @@ def row_remapping(gpu: dict, sku: SkuSpec) -> list[Finding]:
     return out
 
 
-def pcie_link(link: dict, sku: SkuSpec) -> list[Finding]:
-    """PCIe gen and width (read under load by the pcie_link probe) against the SKU's expected link."""
+def _inventory_gpu(link: dict, inventory: list | None) -> dict:
+    """The gpu_inventory GPU of a pcie_link entry: by PCI bus id where both have one, else by index ({} if none)."""
+    key = bus_key(link.get("pci_bus_id"))
+    gpus = [g for g in inventory or [] if isinstance(g, dict) and not is_lost(g)]
+    hit = next((g for g in gpus if key is not None and bus_key(g.get("pci_bus_id")) == key), None)
+    return hit or next((g for g in gpus if key is None and g.get("index") == link.get("index")), None) or {}
+
+
+def platform_capped(gen, link_max, device_max) -> bool:
+    """True when the PCIe link runs at the highest generation the slot and device together allow (``link_max``:
+    nvmlDeviceGetMaxPcieLinkGeneration, nvidia-smi "Max") and that is below the device's own highest
+    (``device_max``: nvmlDeviceGetGpuMaxPcieLinkGeneration, nvidia-smi "Device Max"): the platform (BIOS setting,
+    slot, riser, retimer) caps the link, the card trains as high as it is let. NVML API reference; the fields as
+    gpuaccept/probes/gpu_inventory.py writes them. A link below its own ``link_max`` is not capped (a seating or
+    card fault). Any unreadable input: False (nothing shown)."""
+    g, lm, dm = number(gen), number(link_max), number(device_max)
+    return None not in (g, lm, dm) and lm < dm and g == lm
+
+
+def pcie_link(link: dict, sku: SkuSpec, inventory: list | None = None) -> list[Finding]:
+    """PCIe gen and width (read under load by the pcie_link probe) against the SKU's expected link.
+
+    ``link``: one GPU of the pcie_link document (``gen``, ``width``, ``gen_max``, ``width_max``, ``*_idle``);
+    ``inventory``: the gpu_inventory GPUs (typed), whose ``pcie.gen_max`` / ``pcie.gen_device_max`` tell a link the
+    platform caps (:func:`platform_capped`): a generation below the SKU's then fails as configuration
+    (``pcie_platform_cap``: check the slot and BIOS), not as a card to reseat or replace. An unreadable gen or
+    width fails with the cause of NVML's error (gpuaccept.judging.readings.unreadable_cause), never hardware
+    unless the error itself is a reading of the part."""
     out = []
+    pcie = _inventory_gpu(link, inventory).get("pcie")
+    pcie = pcie if isinstance(pcie, dict) else {}
+    idx = link.get("index")
     for key, check in (("gen", "pcie_gen"), ("width", "pcie_width")):
         val = link.get(key)
         extra = {"max": link.get(f"{key}_max"), "idle": link.get(f"{key}_idle")}
         if number(val) is None:
             out.append(Finding(check, val, failure=f"PCIe {key} unreadable under load "
-                                                   f"(NVML: {error_text(val) or 'not in the probe document'})"))
-        else:
-            lim = sku.checks.get(check)  # a SKU without a PCIe host link (GH200: NVLink-C2C) sets none
-            out.append(Finding(check, val, limit=lim, extra=extra if lim else {
-                **extra, "note": f"recorded, not judged: {sku.sku} sets no {check} limit"}))
+                                                   f"(NVML: {error_text(val) or 'not in the probe document'})",
+                               cause=unreadable_cause(val, check, idx, f"pcie.{key}")))
+            continue
+        lim = sku.checks.get(check)  # a SKU without a PCIe host link (GH200: NVLink-C2C) sets none
+        if not lim:
+            out.append(Finding(check, val, extra={**extra, "note": f"recorded, not judged: {sku.sku} sets no "
+                                                                    f"{check} limit"}))
+            continue
+        link_max = link.get("gen_max") if number(link.get("gen_max")) is not None else pcie.get("gen_max")
+        device_max = pcie.get("gen_device_max")
+        if key == "gen" and lim.direction == "min" and val < lim.bound and platform_capped(val, link_max,
+                                                                                          device_max):
+            ev = {"gen": val, "gen_max": link_max, "gen_device_max": device_max, "sku_gen": lim.bound}
+            out.append(Finding(check, val, extra={**extra, "device_max": device_max, "limit": lim.describe()},
+                               failure=f"PCIe gen {val} below {lim.describe()}: the platform caps the link at Gen"
+                                       f"{link_max} (the GPU supports Gen{device_max}, and trains as high as the "
+                                       f"slot lets it): check the slot, riser and BIOS PCIe setting",
+                               cause=Cause("configuration", "pcie_platform_cap", check=check, gpu=idx, evidence=ev)))
+            continue
+        out.append(Finding(check, val, limit=lim, extra=extra))
     return out
 
 
@@ -188,7 +242,7 @@ def temperature(gpu: dict, sku: SkuSpec) -> list[Finding]:
         return lost(gpu)
     t = gpu.get("temp_c")
     if number(t) is None:
-        return [_unreadable(sku, "temp_c", "temp_c", t)]
+        return [_unreadable(sku, "temp_c", "temp_c", t, gpu.get("index"))]
     return [Finding("temp_c", t, "C", sku.limit("temp_c"))]
 
 
@@ -293,7 +347,8 @@ def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
     pm = gpu.get("persistence_mode")
     want_pm = sku.expect.get("persistence_mode", True)
     out.append(Finding("persistence_mode", pm, failure="persistence mode is off" if pm is False and want_pm else None)
-               if isinstance(pm, bool) else _unreadable(sku, "persistence_mode", "persistence_mode", pm))
+               if isinstance(pm, bool) else _unreadable(sku, "persistence_mode", "persistence_mode", pm,
+                                                            gpu.get("index")))
     raw = gpu.get("mig_mode")
     mig = raw.get("current") if isinstance(raw, dict) else raw
     want = bool(sku.expect.get("mig_mode", False))
@@ -303,7 +358,7 @@ def preflight(gpu: dict, sku: SkuSpec) -> list[Finding]:
     elif want:
         out.append(Finding("mig_mode", mig, failure="the SKU file expects MIG mode on, and NVML cannot read it"))
     else:  # "Not Supported" on GPUs without MIG: recorded in NVML's words
-        out.append(_unreadable(sku, "mig_mode", "mig_mode", mig))
+        out.append(_unreadable(sku, "mig_mode", "mig_mode", mig, gpu.get("index")))
     return out
 
 
@@ -315,7 +370,7 @@ def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
         return lost(gpu)
     fab = gpu.get("fabric")
     if not isinstance(fab, dict) or is_error(fab):
-        return [_unreadable(sku, "fabric", "fabric_state", fab)]
+        return [_unreadable(sku, "fabric", "fabric_state", fab, gpu.get("index"))]
     state, why = gpu_fabric(gpu, sku)
     if state == "none":
         return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status"), "note": why})]

@@ -136,7 +136,8 @@ def probe_patterns() -> list[dict]:
     a row with ``trace`` sends the frame table (``[{"fs", "where", "prefixes", "modules"}]`` of :func:`stack_frames`)
     its call trace is classified with."""
     table = [{"fs": k, "where": v["where"], "prefixes": list(v.get("prefixes") or []),
-              "modules": list(v.get("modules") or [])} for k, v in stack_frames().items()]
+              "modules": list(v.get("modules") or []), **({"generic": True} if v.get("generic") else {})}
+             for k, v in stack_frames().items()]
     return [{"id": k.id, "regex": k.regex, **({"trace": table} if k.trace else {})} for k in load_catalog()]
 
 
@@ -247,7 +248,8 @@ def netfs_findings(matches: list[tuple[str, dict]], rows: dict[str, KernelKind])
         tasks = list(dict.fromkeys(m.get("device") for m in hung if m.get("device")))[:NAMED_MOST]
         frame = next((w["fn"] for w in map(waits_on, hung) if w), None)
         first = (said or hung)[0]
-        kind = "netfs_server_stalled" if said else "netfs_hung_task"
+        block = stack_frames()[fs].get("storage") == "block"  # network block storage (rbd, NVMe-oF, iSCSI...)
+        kind = ("netblock" if block else "netfs") + ("_server_stalled" if said else "_hung_task")
         ev = {"filesystem": fs, "server": servers[0] if servers else None, "servers": servers,
               "server_lines": len(said), "hung_tasks": len(hung), "tasks": tasks, "waiting_in": frame,
               "ids": sorted({m["id"] for m in ms}), "first_time": first.get("time"), "last_time": ms[-1].get("time"),
@@ -257,10 +259,10 @@ def netfs_findings(matches: list[tuple[str, dict]], rows: dict[str, KernelKind])
         who = f"server {', '.join(servers)}" if servers else "its server (no server line in the window)"
         waited = (f"; {len(hung)} hung task(s) waiting in {fs} ({', '.join(tasks)}{', ...' if len(hung) > len(tasks) else ''}"
                   f", at {frame})" if hung else "")
-        text = (f"kernel log: the network filesystem {fs}, {who}, stopped answering this node ({len(said)} server "
+        text = (f"kernel log: the network {'block storage' if block else 'filesystem'} {fs}, {who}, stopped answering this node ({len(said)} server "
                 f"line(s){waited}; first at {first.get('time') or 'an unknown time'}: {first.get('line')}): the "
                 f"filesystem's server or the network to it, not this node's hardware")
-        out.append(Finding(f"kernel netfs_stall {fs}", len(ms), "lines", extra=ev, error=text, cause=cause))
+        out.append(Finding(f"kernel {'netblock' if block else 'netfs'}_stall {fs}", len(ms), "lines", extra=ev, error=text, cause=cause))
     return out
 
 
@@ -293,8 +295,8 @@ def fs_error_devices(doc: dict | None, cut: float | None = None) -> dict[str, di
 
 def memory_findings(doc: dict, declared_gib: float | None) -> list[Finding]:
     """MemTotal against ``declared_gib`` (inventory ``host_memory_gb``, GiB): below it by more than
-    ``memory_reserved_fraction`` (host_limits.yaml) fails as hardware (``host_memory_short``: a DIMM missing or mapped
-    out); above it fails as configuration (``host_memory_declared``: the inventory is wrong); not declared: recorded,
+    ``memory_reserved_fraction`` (host_limits.yaml) fails as hardware (``host_memory_short``) only with evidence of
+    the host's memory, else unverified (``host_memory_unverified``; :func:`_short`); above it fails as configuration (``host_memory_declared``: the inventory is wrong); not declared: recorded,
     not judged. EDAC: an uncorrectable count above 0 on any controller or DIMM fails as hardware
     (``host_memory_ue``); correctable counts are recorded with their rate since the counters' reset."""
     out = []
@@ -315,9 +317,7 @@ def memory_findings(doc: dict, declared_gib: float | None) -> list[Finding]:
         f = Finding("mem_total_gib", got, "GiB", limit=judged,
                     extra={**ev, "floor_gib": floor, "short_fraction": short})
         if got < floor:
-            f = replace(f, failure=((f"host memory {got:g} GiB (MemTotal) < {floor:g} GiB: host_memory_gb {declared_gib:g} GiB less "
-                         f"the kernel's reserved share (max {lim['max']:g}); a DIMM missing or mapped out")),
-                        cause=Cause("hardware", "host_memory_short", evidence={"mem_total_gib": got, "declared_gib": declared_gib}))
+            f = replace(f, **_short(got, floor, declared_gib, lim, doc.get("edac") or {}))
         elif got > declared_gib:
             f = replace(f, failure=(f"host memory {got:g} GiB (MemTotal) > host_memory_gb {declared_gib:g} GiB: the inventory is wrong"),
                         cause=Cause("configuration", "host_memory_declared",
@@ -345,6 +345,32 @@ def memory_findings(doc: dict, declared_gib: float | None) -> list[Finding]:
                                                                     "dimms": [d["name"] for d in bad]}))
         out.append(f)
     return out
+
+
+def _short(got: float, floor: float, declared: float, lim: dict, edac: dict) -> dict:
+    """The failure and cause of MemTotal under the floor. Hardware (``host_memory_short``) only with evidence of the
+    host's memory: an EDAC uncorrectable count above 0 (a controller's or a DIMM's), or the DIMMs EDAC lists summing
+    to more than the kernel has above its reserved share (memory the firmware sees and the kernel was not given: a
+    DIMM mapped out). Else ``host_memory_unverified`` (host_memory_gb may be wrong: a typo, a group-wide value)."""
+    ctrls = edac.get("controllers") or []
+    ue = [f"{mc['name']}: {mc.get('ue_count')}" for mc in ctrls if (mc.get("ue_count") or 0) > 0
+          or any((d.get("ue_count") or 0) > 0 for d in mc.get("dimms") or [])]
+    sizes = [d.get("size_mb") for mc in ctrls for d in mc.get("dimms") or []]
+    dimm_gib = round(sum(sizes) / 1024, 3) if sizes and all(isinstance(x, int) for x in sizes) else None
+    mapped_out = dimm_gib is not None and got < dimm_gib * (1 - lim["max"])
+    ev = {"mem_total_gib": got, "declared_gib": declared, "edac_present": bool(edac.get("present")),
+          "dimms_seen": len(sizes), "dimms_gib": dimm_gib, "ue_controllers": ue}
+    said = (f"host memory {got:g} GiB (MemTotal) < {floor:g} GiB: host_memory_gb {declared:g} GiB less the kernel's "
+            f"reserved share (max {lim['max']:g})")
+    if ue or mapped_out:
+        why = (f"uncorrectable EDAC errors ({'; '.join(ue)})" if ue else
+               f"the {len(sizes)} DIMMs EDAC lists hold {dimm_gib:g} GiB, the kernel has {got:g}")
+        return {"failure": f"{said}; {why}: a DIMM failed or mapped out",
+                "cause": Cause("hardware", "host_memory_short", evidence=ev)}
+    seen = (f"the {len(sizes)} DIMMs EDAC lists sum to {dimm_gib:g} GiB" if dimm_gib is not None
+            else "no DIMM sizes readable (EDAC)")
+    return {"failure": f"{said}; no evidence of a failed DIMM ({seen}, no uncorrectable error): check host_memory_gb "
+                       f"against the platform's inventory", "cause": Cause("unverified", "host_memory_unverified", evidence=ev)}
 
 
 #: the intervals :func:`edac_growth` judges over: from the warm-up's run-start reading (gpuaccept.runner.fanout), or

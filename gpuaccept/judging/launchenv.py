@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Mapping, Optional
 
 from gpuaccept.causes import Cause
 from gpuaccept.judging.driver import node_limits
@@ -94,22 +94,39 @@ def modules(doc: dict, gpudirect: bool) -> list[Finding]:
     return out
 
 
-def nccl_identity(doc: dict) -> tuple[str, str]:
+def nccl_identity(doc: dict) -> tuple[str | None, str | None]:
     """(NCCL version, network plugin) of a launch_env document, as compared across the selection: torch's NCCL,
-    else the libnccl.so version the loader finds; NCCL_NET_PLUGIN, else the libnccl-net*.so file names found."""
+    else the libnccl.so version the loader finds; NCCL_NET_PLUGIN, else the libnccl-net*.so file names found
+    (``"none"``: read, and no plugin). ``(None, None)`` when the version was not read (torch did not answer and no
+    libnccl.so was found: :func:`nccl_unread` says why): an unread host does not vote in :func:`split`."""
     n = doc.get("nccl") or {}
     version = n.get("torch_version")
     if not version:
         found = sorted({m.group(1) for p in n.get("libraries") or [] if (m := re.search(r"libnccl\.so\.([\d.]+)$", p))})
-        version = ",".join(found) or "none"
+        version = ",".join(found) or None
+    if version is None:
+        return None, None
     plugin = n.get("net_plugin_env") or ",".join(sorted({p.rsplit("/", 1)[-1] for p in n.get("net_plugins") or []}))
     return version, plugin or "none"
 
 
-def split(values: Mapping[str, str], what: str) -> list[tuple[str, str]]:
+def nccl_unread(doc: dict) -> dict | None:
+    """Why a launch_env document gives no NCCL version (:func:`nccl_identity` None): ``{"torch_error": str | None,
+    "libraries": [str]}`` (the probe's ``nccl`` facts: torch's import or call error, the libnccl.so files found);
+    None when the version was read."""
+    if nccl_identity(doc)[0] is not None:
+        return None
+    n = doc.get("nccl") or {}
+    return {"torch_error": n.get("torch_error"), "libraries": list(n.get("libraries") or [])}
+
+
+def split(values: Mapping[str, Optional[str]], what: str) -> list[tuple[str, str]]:
     """Hosts whose ``what`` differs from the selection's: ``values`` host -> value. One value: []. The value most
     hosts share is the selection's and each other host is blamed; with no majority (a tie) every host is, naming
-    the split (the rule of gpuaccept.judging.fleet.driver_split)."""
+    the split (the rule of gpuaccept.judging.fleet.driver_split). A value None (not read on that host) never
+    votes and is never blamed here: the comparison is among the hosts that were read (the unread host has its own
+    finding where its reading is judged)."""
+    values = {h: v for h, v in values.items() if v is not None}
     by: dict[str, list[str]] = {}
     for host, v in values.items():
         by.setdefault(v, []).append(host)

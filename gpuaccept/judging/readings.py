@@ -8,8 +8,14 @@ arithmetic on it or read it as healthy by accident. :func:`number` is the one ac
 for a figure: it gives the int/float, or None for an error, a bool or anything else.
 
 A GPU NVML gave no handle for is written by the gpu_inventory probe as ``{"index": i, "lost": true,
-"nvml_error": "GPU is lost"}``; :func:`is_lost` and :func:`lost_reason` read it (older documents wrote the
-error into ``handle`` and the identity fields instead; both are understood).
+"nvml_error": "<NVML's words>"}`` whatever the error; :func:`is_lost` (no handle: nothing of it can be read) and
+:func:`lost_reason` read it (older documents wrote the error into ``handle`` and the identity fields instead;
+both are understood). Whether the GPU is *lost* (hardware) is another question, answered once by
+:func:`handle_cause`: only an error that is a reading of the part ("GPU is lost", "Unknown Error"...) is;
+"Insufficient Permissions" is the probes' user denied the device (a device cgroup, a container), configuration.
+
+What an NVML error says about its cause is decided once, by :func:`error_cause` from NVML's own words (the
+probes write ``str(NVMLError)``, nvmlErrorString's text, or ``"NVML error code N"``; :data:`NVML_ERRORS`).
 
 PCI bus ids: :func:`bus_key` is the controller's normal form (NVML's ``DDDDDDDD:BB:DD.F``, upper case), so a
 torch probe's figures and NVML's GPUs are matched by bus id, not by index (``CUDA_VISIBLE_DEVICES`` renumbers
@@ -20,8 +26,11 @@ from __future__ import annotations
 from gpuaccept.probes._pci import normalize_bus_id
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
+
+from gpuaccept.causes import Cause
 
 
 @dataclass(frozen=True)
@@ -99,9 +108,86 @@ def to_json(v: Any) -> Any:
     return v
 
 
+#: NVML's errors whose cause is known, by nvmlReturn_t code: (its nvmlErrorString words, lower case, as the
+#: probes write them; cause class; cause kind, a row of gpuaccept/data/actions.yaml ``causes``). Source: NVML API
+#: reference, "Error reporting" (nvmlReturn_t, nvmlErrorString), nvml.h of driver 550-580 and nvidia-ml-py 12.x.
+#: hardware: a reading of the part itself (it fell off the bus, its firmware stopped answering, it asks for a
+#: reset, its interrupts or external power fail, its InfoROM is corrupted). configuration: the node's setting
+#: (the probes' user is denied the device: a device cgroup, a container, file permissions; the driver not loaded
+#: or of another version). "Not Supported" (3) is configuration too: decided 2026-12-07, see :func:`error_cause`.
+#: Every other error (Uninitialized, Timeout, Not Found, In use, an unknown code...) proves nothing about the
+#: part or the node: ``unverified``, kind ``nvml_unreadable``, measured again.
+NVML_ERRORS = {
+    15: (("gpu is lost",), "hardware", "nvml_gpu_lost"),
+    999: (("unknown error",), "hardware", "nvml_unknown_error"),
+    16: (("gpu requires restart", "gpu requires reset"), "hardware", "nvml_reset_required"),
+    11: (("interrupt request issue",), "hardware", "nvml_irq_issue"),
+    8: (("insufficient external power",), "hardware", "nvml_external_power"),
+    14: (("corrupted inforom",), "hardware", "nvml_corrupted_inforom"),
+    4: (("insufficient permissions",), "configuration", "nvml_no_permission"),
+    17: (("the operating system has blocked the request",), "configuration", "nvml_no_permission"),
+    9: (("driver not loaded",), "configuration", "nvml_unusable"),
+    18: (("rm has detected an nvml/rm version mismatch",), "configuration", "nvml_unusable"),
+    3: (("not supported",), "configuration", "nvml_not_supported"),
+}
+#: the cause of any other NVML error: nothing proven, measure again
+UNVERIFIED_ERROR = ("unverified", "nvml_unreadable")
+_CODE = re.compile(r"nvml error code (-?\d+)")
+
+
+def error_cause(text: Any) -> tuple[str, str]:
+    """``(class, kind)`` of an NVML error from NVML's words (``text``: an :class:`NvmlError`, a placeholder or its
+    string; :data:`NVML_ERRORS`), :data:`UNVERIFIED_ERROR` for any other error or for None. Pure.
+
+    "Not Supported" is ``configuration``, never hardware: the SKU file says the part has the feature (it is only
+    judged then) and test_gpu_sku checks the part is that SKU, so NVML refusing it is the node's mode or software
+    (ECC off makes nvmlDeviceGetTotalEccErrors "Not Supported"; a vGPU or passthrough guest, or a driver that
+    lacks the call, refuses it too): nothing was read of the part, and a fix on the node brings the reading back.
+    Not ``unverified``: measuring again on an unchanged node reads the same."""
+    words = error_text(text) if not isinstance(text, str) else text
+    low = str(words or "").strip().lower().rstrip(".")
+    m = _CODE.search(low)
+    for code, (said, cls, kind) in NVML_ERRORS.items():
+        if (m and int(m.group(1)) == code) or any(low == w or low.startswith(w) for w in said):
+            return cls, kind
+    return UNVERIFIED_ERROR
+
+
+def unreadable_cause(v: Any, check: str | None = None, gpu: int | None = None, field: str | None = None) -> Cause:
+    """The :class:`gpuaccept.causes.Cause` of a reading NVML refused (``v``: the error; None: missing from the
+    probe document, a ``tool`` gap of kind ``gap``): its class and kind by :func:`error_cause`, ``check`` and
+    ``gpu`` (NVML index) as given, evidence ``{"nvml_error", "field"}``. Hardware only for an error that is a
+    reading of the part ("GPU is lost", "Unknown Error"...), never for the field being unreadable as such."""
+    text = error_text(v)
+    cls, kind = error_cause(text) if text is not None else ("tool", "gap")
+    ev = {"nvml_error": text if text is not None else "not in the probe document"}
+    if field:
+        ev["field"] = field
+    return Cause(cls, kind, check=check, gpu=gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None,
+                 evidence=ev)
+
+
 def is_lost(gpu: dict) -> bool:
-    """True for a GPU NVML listed but gave no handle for (``lost: true``, or an error in ``handle``)."""
+    """True for a GPU NVML listed but gave no handle for (``lost: true``, or an error in ``handle``): nothing of it
+    can be read. Not by itself a lost *part*: :func:`handle_cause` says why (hardware only for "GPU is lost",
+    "Unknown Error" and the like)."""
     return bool(gpu.get("lost")) or is_error(gpu.get("handle"))
+
+
+def handle_cause(gpu: dict) -> Cause | None:
+    """Why NVML gave no handle for ``gpu`` (None when it gave one): the one decision the health judgments
+    (gpuaccept.judging.health.lost), the blockers and the GPU count (gpuaccept.judging.gpucount) read.
+    :func:`unreadable_cause` of the handle's error with check ``nvml_handle``: ``hardware`` (``nvml_gpu_lost``,
+    ``nvml_unknown_error``...) only for an error that is a reading of the part; "Insufficient Permissions" is
+    ``configuration`` (``nvml_no_permission``: the probes' user cannot open /dev/nvidiaN); any other error
+    ``unverified``. A record with no error text (``lost: true`` alone, written by an old probe for a GPU that fell
+    off the bus) is read as "GPU is lost"."""
+    if not is_lost(gpu):
+        return None
+    words = lost_reason(gpu)
+    cause = unreadable_cause(NvmlError("GPU is lost" if words == "no handle" else words), "nvml_handle",
+                             gpu.get("index"))
+    return cause
 
 
 def lost_reason(gpu: dict) -> str:

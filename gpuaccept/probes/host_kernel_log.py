@@ -7,6 +7,7 @@ Run on the node as ``python3 host_kernel_log.py '<json>'``. Args::
 
     {"patterns": [{"id": str, "regex": str,          # required: the catalogue (gpuaccept/data/host_kernel_catalog.yaml),
                    "trace": [{"fs", "where",         # sent by the controller; the group "dev" names the device;
+                              "generic": bool,       # (optional) a layer read as the network driver under it
                               "prefixes": [str],     # "trace" (optional): keep the call trace printed after the line
                               "modules": [str]}]}],  # and classify its frames with this table (stack_frames)
      "since_epoch": float,                           # optional: only lines from then on
@@ -21,7 +22,9 @@ sched_show_task() right after it), the lines that follow are read as its call tr
 (:func:`trace_line`: a frame ``fn+0x1a/0x60 [mod]``, the headers ``Tainted:``, ``task:``, ``Call Trace:``, ``<TASK>``,
 registers), at most :data:`TRACE_LINES` lines; a line of another pattern ends it. Each frame is classified by the
 table (:func:`classify_frame`: its module, else the longest listed prefix of its function); the innermost classified
-frame (the first printed; reliable frames before ``? `` guesses) is what the task waits on.
+frame (the first printed; reliable frames before ``? `` guesses) is what the task waits on, except that a frame of a
+``generic`` kind (the block layer, dm-multipath) reads as the innermost frame of a network kind in the same trace
+when it has one (``blk_mq_get_tag`` under ``rbd_queue_workfn [rbd]`` waits on rbd).
 
 Output::
 
@@ -77,10 +80,11 @@ _TRACE_HEAD_RE = re.compile(
 
 class FrameTable(NamedTuple):
     """A compiled ``trace`` table: ``modules`` {module: (kind, where)}; ``prefixes`` [(prefix, kind, where)], the
-    longest first."""
+    longest first; ``generic``: the kinds that read as a network driver's frame of the same trace (the block layer)."""
 
     modules: dict
     prefixes: list
+    generic: frozenset = frozenset()
 
 
 class Pattern(NamedTuple):
@@ -94,7 +98,7 @@ class Pattern(NamedTuple):
 def _frame_table(pid: str, rows) -> FrameTable:
     if not isinstance(rows, list):
         raise ProbeFailed(f"pattern {pid}: trace must be a list of {{fs, where, prefixes, modules}}, got {rows!r:.200}")
-    modules, prefixes = {}, []
+    modules, prefixes, generic = {}, [], set()
     for r in rows:
         ok = isinstance(r, dict) and isinstance(r.get("fs"), str) and isinstance(r.get("where"), str) and all(
             isinstance(r.get(k, []), list) and all(isinstance(x, str) and x for x in r.get(k, []))
@@ -102,11 +106,15 @@ def _frame_table(pid: str, rows) -> FrameTable:
         if not ok:
             raise ProbeFailed(f"pattern {pid}: trace row {r!r:.200}: expected {{\"fs\", \"where\": text, "
                               f"\"prefixes\", \"modules\": [text]}}")
+        if r.get("generic") not in (None, True, False):
+            raise ProbeFailed(f"pattern {pid}: trace row {r['fs']}: generic must be true or false")
+        if r.get("generic"):
+            generic.add(r["fs"])
         for m in r.get("modules", []):
             modules[m] = (r["fs"], r["where"])
         prefixes += [(x, r["fs"], r["where"]) for x in r.get("prefixes", [])]
     prefixes.sort(key=lambda t: -len(t[0]))
-    return FrameTable(modules, prefixes)
+    return FrameTable(modules, prefixes, frozenset(generic))
 
 
 def compile_patterns(patterns) -> list[Pattern]:
@@ -159,6 +167,8 @@ class _Trace:
         self.kinds: dict[str, None] = {}
         self.sure: dict | None = None  # the innermost classified reliable frame
         self.guessed: dict | None = None  # the innermost classified "? " frame
+        self.net: dict | None = None  # the innermost reliable frame of a network kind (else a guessed one)
+        self.net_guessed: dict | None = None
 
     def take(self, frame: dict | None) -> None:
         """One more line of the trace: a frame (:func:`trace_line`), or None for a header, register or marker line."""
@@ -174,6 +184,11 @@ class _Trace:
                     self.guessed = self.guessed or hit
                 else:
                     self.sure = self.sure or hit
+                if got[1] == "network" and got[0] not in self.table.generic:
+                    if frame["guess"]:
+                        self.net_guessed = self.net_guessed or hit
+                    else:
+                        self.net = self.net or hit
             if len(self.frames) < TRACE_FRAMES:
                 self.frames.append(frame)
 
@@ -184,6 +199,8 @@ class _Trace:
     def done(self) -> tuple[str, dict]:
         """(the bucket it is kept and counted under: its waits_on kind, "unclassified" or "no_trace", its entry)."""
         waits = self.sure or self.guessed
+        if waits and waits["kind"] in self.table.generic and (self.net or self.net_guessed):
+            waits = self.net or self.net_guessed  # the block layer under a network block driver: the driver's
         self.entry["trace"] = {"lines": self.lines, "truncated": self.full, "frames_seen": self.seen,
                                "frames": self.frames, "kinds": list(self.kinds), "waits_on": waits}
         bucket = waits["kind"] if waits else ("unclassified" if self.seen else "no_trace")

@@ -264,10 +264,11 @@ def _replay(host: str, directory: str, name: str, args: dict | None, notes: list
             n, refused, answer = compare(name, saved["args"], asked, saved["doc"])
             if refused:
                 more = f"; and {len(refused) - LISTED_KEYS} more" if len(refused) > LISTED_KEYS else ""
-                why_not.append(f"{f}: {'; '.join(refused[:LISTED_KEYS])}{more}")
+                why_not.append((len(refused), f"{f}: {'; '.join(refused[:LISTED_KEYS])}{more}"))
             else:
                 usable.append((len(n), f, saved, n, answer))
         usable.sort(key=lambda u: u[0])
+        why_not = [text for _, text in sorted(why_not, key=lambda w: w[0])]  # the nearest saved documents first
         if not usable or (len(usable) > 1 and usable[0][0] == usable[1][0]):
             more = f" | and {len(why_not) - LISTED_DOCUMENTS} more" if len(why_not) > LISTED_DOCUMENTS else ""
             saved_part = (f"; saved: {' | '.join(why_not[:LISTED_DOCUMENTS])}{more}" if why_not else "") + (

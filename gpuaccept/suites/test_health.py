@@ -107,7 +107,7 @@ def test_pcie_link(node: HostRunner, gpus, sku, verdicts):
     links = typed(node.probe("pcie_link", {"seconds": 1.5}).get("gpus") or [])
     verdicts.expect_gpus(gpus, links, "pcie_link")
     for link in links:
-        verdicts.apply(health.pcie_link(link, sku), gpu=link)
+        verdicts.apply(health.pcie_link(link, sku, gpus), gpu=link)
 
 
 def test_preflight(node: HostRunner, gpus, sku, verdicts):

@@ -108,13 +108,20 @@ def test_nccl_versions(nodes, verdicts):
         try:
             if not _gpu_count(n):
                 continue
-            versions[n.name], plugins[n.name] = launchenv.nccl_identity(_launch_env(n))
+            doc = _launch_env(n)
+            versions[n.name], plugins[n.name] = launchenv.nccl_identity(doc)
         except (GpuacceptError, pytest.skip.Exception) as e:  # an unreachable host is reported by its own tests
             verdicts.record("nccl_version", f"not read: {e}", extra={"host": n.name})
+            continue
+        unread = launchenv.nccl_unread(doc)
+        if unread is not None:  # no vote (launchenv.split); its own finding, on its own host
+            verdicts.fail(f"no NCCL found to load (torch: {unread['torch_error'] or 'no version'}; no libnccl.so "
+                          "found): an NCCL job cannot start here", host=n.name,
+                          cause=Cause("configuration", "nccl_not_found", n.name, evidence=unread))
     if not versions:
         pytest.skip("no host with an NVIDIA GPU in the selection")
-    verdicts.record("nccl_versions", {v: sum(1 for x in versions.values() if x == v) for v in set(versions.values())})
-    verdicts.record("nccl_net_plugins", {v: sum(1 for x in plugins.values() if x == v) for v in set(plugins.values())})
+    verdicts.record("nccl_versions", {str(v): sum(1 for x in versions.values() if x == v) for v in set(versions.values())})
+    verdicts.record("nccl_net_plugins", {str(v): sum(1 for x in plugins.values() if x == v) for v in set(plugins.values())})
     for host, why in launchenv.split(versions, "NCCL") + launchenv.split(plugins, "NCCL network plugin"):
         verdicts.fail(why, host=host, cause=Cause("configuration", "nccl_version_split", host))
     verdicts.finish()
