@@ -145,6 +145,18 @@ def replay_captures(tmp_path: Path, docs: dict[str, tuple[dict, dict]]) -> Path:
     return d
 
 
+def fleet_test(tmp_path: Path, lines: list[str], suite: str, test: str) -> tuple[Path, dict]:
+    """``suites/<suite> -k <test>`` over the inventory ``lines`` (one host each): (the report folder, the results.json
+    entry of the one test whose node id names ``test``, a fleet-wide test). Asserts the run wrote results.json."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("\n".join(lines) + "\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), f"suites/{suite}", "-k", test)
+    assert (rep / "results.json").exists(), res.stdout[-3000:] + res.stderr[-2000:]
+    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if test in t["nodeid"]]
+    return rep, t
+
+
 def replay_suite(tmp_path: Path, caps: Path, suite: str, extra_vars: str = "", k: str = "") -> dict[str, dict]:
     """suites/``suite`` on host h200-a replaying ``caps`` (gpudirect or storage layer): its JUnit cases by test
     name, and ``"_figures"``: results.json's figures."""

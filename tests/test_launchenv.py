@@ -141,7 +141,7 @@ def test_nccl_versions_end_to_end_puts_the_fix_on_the_hosts_without_nccl(tmp_pat
     from pathlib import Path
 
     from gpuaccept.runner.replay import save_probe
-    from project_helpers import DATA, junit, make_project, run_pytest
+    from project_helpers import DATA, fleet_test, junit
     field = json.loads((Path(__file__).resolve().parent / "data" / "h200x1-field" / "launch_env.json").read_text())
     inv_doc = json.loads(next(DATA.glob("gpu_inventory-*.json")).read_text())
     lines = []
@@ -157,13 +157,7 @@ def test_nccl_versions_end_to_end_puts_the_fix_on_the_hosts_without_nccl(tmp_pat
                            "libraries": [], "net_plugin_env": None, "net_plugins": []}
         save_probe(str(caps), "launch_env", {}, doc)
         lines.append(f"{host} ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb gpus_per_node=2")
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text("\n".join(lines) + "\n")
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "suites/test_nccl_env.py", "-k",
-                     "nccl_versions")
-    assert (rep / "results.json").exists(), res.stdout[-3000:] + res.stderr[-2000:]
-    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "test_nccl_versions" in t["nodeid"]]
+    rep, t = fleet_test(tmp_path, lines, "test_nccl_env.py", "test_nccl_versions")
     assert t["outcome"] == "failed", t
     assert sorted(f["host"] for f in t["failures"]) == ["r2", "r3"], t["failures"]
     for f in t["failures"]:

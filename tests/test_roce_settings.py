@@ -11,7 +11,7 @@ from gpuaccept.causes import Cause
 from gpuaccept.judging import actions, rdmaconfig
 
 from probe_helpers import run_probe, write_line
-from project_helpers import junit, make_project, replay_captures, run_pytest
+from project_helpers import fleet_test, junit, make_project, replay_captures, run_pytest
 
 ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
 
@@ -101,13 +101,7 @@ def _fleet(tmp_path: Path, trees: dict[str, Path]) -> tuple[dict, dict]:
         (tmp_path / host).mkdir(parents=True)
         caps = replay_captures(tmp_path / host, {"rdma": ({}, rdma(sysfs))})
         lines.append(f"{host} ansible_connection=local gpuaccept_replay={caps} gpu_sku=h200-sxm-141gb gpus_per_node=2")
-    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
-    inv.write_text("\n".join(lines) + "\n")
-    rep = tmp_path / "rep"
-    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "suites/test_gpudirect.py", "-k",
-                     "rdma_settings")
-    assert (rep / "results.json").exists(), res.stdout[-3000:] + res.stderr[-2000:]
-    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "test_rdma_settings" in t["nodeid"]]
+    rep, t = fleet_test(tmp_path, lines, "test_gpudirect.py", "test_rdma_settings")
     (case,) = [c for c in junit(rep / "junit-gpudirect.xml") if c["name"].startswith("test_rdma_settings")]
     return t, case
 
