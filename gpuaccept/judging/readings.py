@@ -114,7 +114,7 @@ def to_json(v: Any) -> Any:
 #: hardware: a reading of the part itself (it fell off the bus, its firmware stopped answering, it asks for a
 #: reset, its interrupts or external power fail, its InfoROM is corrupted). configuration: the node's setting
 #: (the probes' user is denied the device: a device cgroup, a container, file permissions; the driver not loaded
-#: or of another version). "Not Supported" (3) is configuration too: decided 2026-12-07, see :func:`error_cause`.
+#: or of another version). "Not Supported" (3) is configuration too: decided 2026-12-05, see :func:`error_cause`.
 #: Every other error (Uninitialized, Timeout, Not Found, In use, an unknown code...) proves nothing about the
 #: part or the node: ``unverified``, kind ``nvml_unreadable``, measured again.
 NVML_ERRORS = {
@@ -185,9 +185,7 @@ def handle_cause(gpu: dict) -> Cause | None:
     if not is_lost(gpu):
         return None
     words = lost_reason(gpu)
-    cause = unreadable_cause(NvmlError("GPU is lost" if words == "no handle" else words), "nvml_handle",
-                             gpu.get("index"))
-    return cause
+    return unreadable_cause(NvmlError("GPU is lost" if words == "no handle" else words), "nvml_handle", gpu.get("index"))
 
 
 def lost_reason(gpu: dict) -> str:
