@@ -52,7 +52,9 @@ _PUBLIC_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
 def _key_problem(path: str) -> str | None:
     """Why ``path`` cannot be an SSH private key (one phrase), or None. A passphrase-protected key is fine
     (the transport then tries ssh-agent)."""
-    import paramiko  # the transport's own reader; imported here so --help and --list-hosts stay light
+    from gpuaccept.config.sshlib import import_paramiko  # imported here so --help and --list-hosts stay light
+
+    paramiko = import_paramiko()  # the transport's own reader
 
     if not os.path.exists(path):
         return "does not exist"

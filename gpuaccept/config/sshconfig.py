@@ -13,11 +13,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import paramiko
-
 from gpuaccept.config.bounded import SMALL_LINE, read_bounded
 from gpuaccept.config.shellwords import split_words
 from gpuaccept.config.shown import shown
+from gpuaccept.config.sshlib import import_paramiko
 from gpuaccept.errors import ConfigError
 
 #: inventory vars whose ``-o Key=Value`` / ``-J jump`` options reach ssh (Ansible's ssh connection plugin)
@@ -98,7 +97,7 @@ def lookup(name: str, config_path: str | None = None, first: list[tuple[str, str
     text = _config_text(config_path)
     try:
         # the file's own blocks come after ours; "Host *" keeps our options applying to every host
-        cfg = paramiko.SSHConfig.from_text(head + text)
+        cfg = import_paramiko().SSHConfig.from_text(head + text)
         return cfg.lookup(name)
     except Exception as e:  # noqa: BLE001 - paramiko raises several kinds for a malformed file
         raise ConfigError(f"ssh config {config_path or '~/.ssh/config'}: {e}") from None

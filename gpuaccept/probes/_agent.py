@@ -323,9 +323,7 @@ def _remove(folder: str) -> bool:
         os.chdir(os.path.dirname(folder) or "/")
     except OSError:
         pass
-    import shutil  # here: only the agent's end needs it
-
-    shutil.rmtree(folder, ignore_errors=True)
+    _watchdog.remove_tree(folder)
     return not os.path.lexists(folder)
 
 

@@ -259,6 +259,53 @@ def _cwds() -> set[str]:
     return out
 
 
+def remove_tree(path: str) -> None:
+    """Remove the folder ``path`` and everything in it, as ``shutil.rmtree(path, ignore_errors=True)`` does with
+    its fd-based walk: a symlink inside is removed, never followed, and ``path`` itself is never entered through one
+    (a symlink or file at ``path`` is unlinked). Best effort, never raises: what cannot be removed stays. Here
+    rather than shutil, whose import (bz2, lzma, fnmatch) cost each agent's exit 4 ms of CPU (python -X importtime,
+    Python 3.11)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
+    try:
+        _clear(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _clear(fd: int, depth: int = 0) -> None:
+    """Remove what the folder open as ``fd`` holds (:func:`remove_tree`), at most 64 folders deep."""
+    try:
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except OSError:
+        return
+    for name, is_dir in entries:
+        try:
+            if not is_dir:
+                os.unlink(name, dir_fd=fd)
+                continue
+            if depth < 64:
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                try:
+                    _clear(sub, depth + 1)
+                finally:
+                    os.close(sub)
+            os.rmdir(name, dir_fd=fd)
+        except OSError:
+            pass
+
+
 def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = STALE_S) -> list[str]:
     """Remove ``gpuaccept.<12 hex>`` folders in ``parent`` (default: beside the working directory) that this user
     owns, whose mtime is more than ``stale_s`` s before ``now`` and in which no process works; returns the
@@ -283,14 +330,12 @@ def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = S
             stale.append(os.path.realpath(path))
     if not stale:
         return []
-    import shutil
-
     busy = _cwds()
     removed = []
     for path in stale:
         if any(c == path or c.startswith(path + os.sep) for c in busy):
             continue
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
         if not os.path.lexists(path):
             removed.append(os.path.basename(path))
     return removed

@@ -26,8 +26,10 @@ import time
 import weakref
 from typing import Any, Callable
 
-import paramiko
-from paramiko.ssh_exception import (
+from gpuaccept.config.sshlib import import_paramiko
+
+paramiko = import_paramiko()
+from paramiko.ssh_exception import (  # noqa: E402 - after paramiko's import without Invoke
     AuthenticationException,
     BadHostKeyException,
     NoValidConnectionsError,

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import paramiko
+from gpuaccept.config.sshlib import import_paramiko
+
+paramiko = import_paramiko()
 from paramiko.ssh_exception import NoValidConnectionsError, PasswordRequiredException, SSHException
 
 from gpuaccept.errors import AuthError, Interrupted

@@ -14,8 +14,10 @@ import logging
 import os
 import threading
 
-import paramiko
-from paramiko.hostkeys import HostKeyEntry
+from gpuaccept.config.sshlib import import_paramiko
+
+paramiko = import_paramiko()
+from paramiko.hostkeys import HostKeyEntry  # noqa: E402 - after paramiko's import without Invoke
 
 from gpuaccept.errors import HostKeyError
 from gpuaccept.transport.shell import quote as _quote
