@@ -17,14 +17,16 @@ ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
 def roce_tree(root: Path, pkeys=("0xffff",), v4: str = "c0a8:0101", subnet: str | None = None,
-              slots: int = 8, npkeys: int = 4) -> Path:
-    """``<root>/sys``: mlx5_0 port 1, a RoCE port (Ethernet) with the GID table a ConnectX has on an interface with
-    an IPv6 link-local and an IPv4 address (each as RoCE v1 and RoCE v2), ``subnet`` an extra global IPv6
-    prefix (4 groups) when given, the other ``slots`` all zero; ``pkeys`` in a table of ``npkeys`` (rest 0x0000)."""
+              slots: int = 8, npkeys: int = 4, layer: str = "Ethernet", rate: str = "200 Gb/sec (4X HDR)",
+              board: str = "MT_0000000838") -> Path:
+    """``<root>/sys``: mlx5_0 port 1, a RoCE port (``layer`` Ethernet; InfiniBand for an IB port) at ``rate`` on an
+    HCA of ``board``, with the GID table a ConnectX has on an interface with an IPv6 link-local and an IPv4 address
+    (each as RoCE v1 and RoCE v2), ``subnet`` an extra global IPv6 prefix (4 groups) when given, the other ``slots``
+    all zero; ``pkeys`` in a table of ``npkeys`` (rest 0x0000)."""
     sysfs = root / "sys"
     port = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
-    for k, v in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("link_layer", "Ethernet"),
-                 ("rate", "200 Gb/sec (4X HDR)")):
+    write_line(port.parent.parent / "board_id", board)
+    for k, v in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("link_layer", layer), ("rate", rate)):
         write_line(port / k, v)
     used = [("fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d", "IB/RoCE v1"), ("fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d",
             "RoCE v2"), (f"0000:0000:0000:0000:0000:ffff:{v4}", "IB/RoCE v1"),
@@ -143,3 +145,47 @@ def test_on_this_nic_less_machine_the_new_rdma_tests_skip_with_their_reason(tmp_
     assert "0 of the 1 selected have an InfiniBand/RoCE device" in tests["test_rdma_settings"]["message"]
     assert tests["test_rdma_link_errors"]["outcome"] == "skipped"
     assert "cpu-a: no ib_write_bw loopback ran on this host" in tests["test_rdma_link_errors"]["message"]
+
+
+NDR, HDR = "400 Gb/sec (4X NDR)", "200 Gb/sec (4X HDR)"
+
+
+def _ib(tmp_path: Path, name: str, rate: str = NDR, board: str = "MT_0000000838") -> dict:
+    return rdma(roce_tree(tmp_path / name, layer="InfiniBand", rate=rate, board=board))
+
+
+def test_a_host_whose_ports_trained_below_the_same_board_elsewhere_is_named(tmp_path):
+    """Each host's own comparison (one port each) sees nothing; across the selection the 200 Gb/s host stands out,
+    under its own name only; a faster host, a host with an ib_rate_gbps floor and another board are never blamed."""
+    docs = {h: _ib(tmp_path, h) for h in ("a", "b", "c")}
+    docs["slow"] = _ib(tmp_path, "slow", HDR)
+    ((host, why, ev),) = rdmaconfig.slow_hosts(docs)
+    assert host == "slow" and why.startswith("InfiniBand mlx5_0 port 1 at 200 Gb/s: below the 400 Gb/s that 3 "
+                                             "InfiniBand port(s) of the same board run at on 3 host(s)"), why
+    assert (ev["rate_gbps"], ev["reference_gbps"], ev["board"], ev["peers"]) == (200.0, 400.0, "MT_0000000838",
+                                                                                ["a", "b", "c"])
+    act = actions.for_cause(Cause("hardware", "ib_rate_below_fleet", host, evidence=ev))
+    assert (act.action, act.cause) == ("check-network", "hardware")
+    assert "mlx5_0 port 1 of InfiniBand trained below the 400 Gb/s the same board runs at" in act.reason
+    assert rdmaconfig.slow_hosts(docs, floors={"slow"}) == []  # judged against its ib_rate_gbps by test_rdma_ports
+    other = {**docs, "slow": _ib(tmp_path, "other-board", HDR, board="MT_0000000223")}
+    assert rdmaconfig.slow_hosts(other) == []  # another part: not compared with these
+    fast = {"a": _ib(tmp_path, "a2", HDR), "b": _ib(tmp_path, "b2", HDR), "fast": _ib(tmp_path, "fast")}
+    assert rdmaconfig.slow_hosts(fast) == []  # a host faster than the rest is never blamed
+    assert rdmaconfig.slow_hosts({"slow": docs["slow"]}) == []  # one host: nothing to compare with
+    roce = {"a": rdma(roce_tree(tmp_path / "ra", rate=NDR)), "b": rdma(roce_tree(tmp_path / "rb"))}
+    assert rdmaconfig.slow_hosts(roce) == []  # Ethernet ports: compared only where ib_hcas names them
+    ((host, _, _),) = rdmaconfig.slow_hosts(roce, {"a": ["mlx5_0"], "b": ["mlx5_0"]})
+    assert host == "b"
+
+
+def test_the_fleet_test_names_the_host_whose_port_trained_slow(tmp_path):
+    t, case = _fleet(tmp_path, {"h200-a": roce_tree(tmp_path / "ta", layer="InfiniBand", rate=NDR),
+                                "h200-b": roce_tree(tmp_path / "tb", v4="c0a8:0102", layer="InfiniBand", rate=NDR),
+                                "h200-c": roce_tree(tmp_path / "tc", v4="c0a8:0103", layer="InfiniBand", rate=HDR)})
+    assert t["outcome"] == "failed" and case["outcome"] == "failure", t
+    (entry,) = t["failures"]
+    assert entry["host"] == "h200-c" and "mlx5_0 port 1 at 200 Gb/s: below the 400 Gb/s" in entry["line"], entry
+    assert entry["cause"]["class"] == "hardware" and entry["cause"]["kind"] == "ib_rate_below_fleet"
+    assert entry["action"]["action"] == "check-network" and "mlxlink" in entry["action"]["command"]
+    assert "h200-a" not in case["message"] and "h200-b" not in case["message"]

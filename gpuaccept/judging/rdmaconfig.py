@@ -1,4 +1,4 @@
-"""RoCE GID and P_Key settings compared across the hosts of one selection (pure).
+"""RoCE GID and P_Key settings, and the rates ports trained at, compared across the hosts of one selection (pure).
 
 Input: each host's ``rdma`` probe document (gpuaccept/probes/rdma.py ``devices[].ports[]`` with ``gids`` and
 ``pkeys``: the used entries of the port's GID and P_Key tables). Output: the hosts whose settings differ from the
@@ -19,10 +19,18 @@ What is compared, per port (device name and port number, e.g. ``mlx5_0/ports/1``
 
 A port a host lacks, or one whose document carries no tables (a document of an older gpuaccept), is not compared
 for that host: a missing HCA is test_rdma_ports' finding.
+
+**Port rates** (:func:`slow_hosts`), where the inventory sets no ``ib_rate_gbps`` floor: a host whose HCAs of one
+board all trained at 200 Gb/s passes its own comparison (gpuaccept.judging.storage.slow_ports compares a node's
+ports with each other), yet the same board runs at 400 Gb/s on the other hosts. Compared per link layer and board
+(``board_id``: the same part, which trains alike; an HCA of another part is never compared with it), over the
+ACTIVE ports of every host, with the rule of slow_ports: the reference is the rate most of those ports run at (the
+faster on a tie), and only ports below it are named. A host faster than the reference is never blamed.
 """
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from typing import Any
 
 from gpuaccept.judging.launchenv import split
@@ -85,4 +93,55 @@ def splits(docs: dict[str, dict | None]) -> list[tuple[str, str, dict[str, Any]]
                 by.setdefault(v, []).append(h)
             for host, why in split(values, f"{what} of {port}:"):
                 out.append((host, why, {"what": what, "port": port, "value": values[host], "values": by}))
+    return out
+
+
+def _rated_ports(doc: dict | None, hcas: list[str] | None) -> list[tuple[tuple[str, Any], str, float]]:
+    """``[((link layer, board_id), "mlx5_0 port 1", rate Gb/s)]``: the ACTIVE ports with a rate of one rdma
+    document, of the HCAs ``hcas`` names or, without it, every InfiniBand port (as slow_ports picks them)."""
+    out = []
+    for d in (doc or {}).get("devices") or []:
+        if hcas and d.get("name") not in hcas:
+            continue
+        for p in d.get("ports") or []:
+            rate, layer = p.get("rate_gbps"), p.get("link_layer")
+            if not hcas and layer != "InfiniBand":
+                continue
+            if (str(p.get("state") or "")).endswith("ACTIVE") and isinstance(rate, (int, float)) \
+                    and not isinstance(rate, bool) and rate > 0:
+                out.append(((str(layer), d.get("board_id")), f"{d.get('name')} port {p.get('port')}", float(rate)))
+    return out
+
+
+def slow_hosts(docs: dict[str, dict | None], hcas: dict[str, list[str] | None] | None = None,
+               floors: frozenset | set = frozenset()) -> list[tuple[str, str, dict[str, Any]]]:
+    """``[(host, one line, evidence)]`` for every host with ports that trained below the rate the same board's
+    ports run at across the selection (module docstring). ``docs``: host -> rdma document; ``hcas``: host -> its
+    ``ib_hcas`` (None or absent: its InfiniBand ports); ``floors``: hosts whose inventory sets ``ib_rate_gbps``
+    (judged against it by test_rdma_ports: counted for the reference, never blamed here). A group needs ports on
+    2 hosts or more. Evidence: ``{"ports": "mlx5_0 port 1, ...", "rate_gbps": the host's fastest slow rate,
+    "reference_gbps", "board", "layer", "peers": hosts at the reference}``."""
+    hcas = hcas or {}
+    groups: dict[tuple[str, Any], list[tuple[str, str, float]]] = {}
+    for host, doc in docs.items():
+        for key, port, rate in _rated_ports(doc, hcas.get(host)):
+            groups.setdefault(key, []).append((host, port, rate))
+    out = []
+    for (layer, board), ports in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len({h for h, _, _ in ports}) < 2:
+            continue
+        ref, n = max(Counter(r for _, _, r in ports).items(), key=lambda kv: (kv[1], kv[0]))
+        peers = sorted({h for h, _, r in ports if r == ref})
+        slow: dict[str, list[tuple[str, float]]] = {}
+        for host, port, rate in ports:
+            if rate < ref and host not in floors:
+                slow.setdefault(host, []).append((port, rate))
+        for host, mine in slow.items():
+            named = ", ".join(f"{p} at {r:g} Gb/s" for p, r in mine)
+            on = f" (board {board})" if board else ""
+            out.append((host, f"{layer} {named}: below the {ref:g} Gb/s that {n} {layer} port(s) of the same "
+                              f"board run at on {len(peers)} host(s) of the selection{on} [limit: the selection's own "
+                              f"ports; inventory var ib_rate_gbps sets a fixed floor]",
+                        {"ports": ", ".join(p for p, _ in mine), "rate_gbps": max(r for _, r in mine),
+                         "reference_gbps": ref, "board": board, "layer": layer, "peers": peers}))
     return out

@@ -226,7 +226,9 @@ def test_rdma_settings(nodes: list[HostRunner], verdicts):
     """The RoCE GID table (GID types and subnets in use) and the P_Key table of each InfiniBand/RoCE port agree
     across the selection (gpuaccept/judging/rdmaconfig.py: never raw table indices, never all-zero slots); a host
     off the majority fails under its own name (configuration, fix-config); with no majority every host does,
-    naming the split. Hosts without a device are left out (test_rdma_ports judges a missing HCA)."""
+    naming the split. Hosts without a device are left out (test_rdma_ports judges a missing HCA). Ports that
+    trained below the rate the same board runs at on the other hosts fail under their host's name (hardware,
+    check-network: gpuaccept.judging.rdmaconfig.slow_hosts), where the host's inventory sets no ib_rate_gbps."""
     docs = {}
     for n in nodes:
         try:
@@ -243,5 +245,11 @@ def test_rdma_settings(nodes: list[HostRunner], verdicts):
         verdicts.for_host(host).record("rdma_port_settings", rdmaconfig.port_settings(doc))
     for host, why, ev in rdmaconfig.splits(docs):
         verdicts.fail(why, host=host, check="rdma_settings", cause=Cause("configuration", "rdma_config_split", host,
+                                                                         evidence=ev))
+    by = {n.name: n for n in nodes}
+    hcas = {h: sl.str_list(by[h].host.vars.get("ib_hcas"), "ib_hcas", h) for h in docs}
+    floors = {h for h in docs if sl.ib_rate_limit(by[h].host.vars.get("ib_rate_gbps"), h) is not None}
+    for host, why, ev in rdmaconfig.slow_hosts(docs, hcas, floors):
+        verdicts.fail(why, host=host, check="ib_rate_fleet", cause=Cause("hardware", "ib_rate_below_fleet", host,
                                                                          evidence=ev))
     verdicts.finish()
