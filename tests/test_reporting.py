@@ -461,6 +461,8 @@ def test_three_replayed_runs_history_standout_html_prometheus(tmp_path):
     assert busbw.count('class="dot') >= 8  # one point per message size of the all-reduce table
     assert "floor" in busbw
     assert dom.count('class="spark"') >= 4  # history sparklines of the two serials
+    spark = dom[dom.index('class="spark"'):]
+    assert spark.index("<polyline") < spark.index("</svg>") and spark.count("<circle", 0, spark.index("</svg>")) == 3
     # reusing a report folder that holds a run is refused before any node is touched
     again = run_pytest(tmp_path, *common, "--reports", str(tmp_path / "r3"))
     assert again.returncode == 4 and "already holds a run" in again.stderr
@@ -664,3 +666,14 @@ def test_run_verdict_is_the_verdict_order_over_hosts_with_the_fleet_only_when_it
     assert run_verdict({"a": "SKIP", "fleet": "PASS"}) == "SKIP"
     assert run_verdict({"a": "PASS", "fleet": "ERROR"}) == "ERROR"
     assert run_verdict({}) == "SKIP"
+
+
+def test_a_sparkline_is_a_line_through_its_values_between_their_least_and_most():
+    from gpuaccept.reporting.html import SPARK_H, SPARK_PAD, sparkline
+    svg = sparkline([4300.0, None, 4000.0, float("nan"), 4150.0])
+    pts = [tuple(map(float, p.split(","))) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
+    assert len(pts) == 3 and svg.count("<circle") == 3 and "<title>4300, 4000, 4150</title>" in svg
+    assert pts[0][1] == SPARK_PAD and pts[1][1] == SPARK_H - SPARK_PAD  # the most on top, the least at the bottom
+    assert pts[0][0] < pts[1][0] < pts[2][0]
+    assert sparkline([]) == "" and sparkline(["x", True]) == ""
+    assert "<circle" in sparkline([7.0])  # one value: a dot in the middle
