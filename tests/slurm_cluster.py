@@ -68,8 +68,14 @@ class SlurmCluster:
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def run(self, cmd: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, env={**self.env, **kw.pop("env", {})}, capture_output=True, text=True,
+        return subprocess.run(cmd, env={**self.now_env(), **kw.pop("env", {})}, capture_output=True, text=True,
                               timeout=timeout, **kw)
+
+    def now_env(self) -> dict[str, str]:
+        """The cluster's environment with the calling test's node-lock folder (tests/conftest.py sets one per
+        test, after this module-wide cluster started): the jobs' node tasks never share a lock folder with
+        another test, nor with a gpuaccept run outside the tests on this machine."""
+        return {**self.env, **{k: os.environ[k] for k in ("GPUACCEPT_NODE_LOCK_DIR",) if k in os.environ}}
 
     def logs(self, tail: int = 15) -> str:
         """The last lines of every daemon log, for a failure message."""

@@ -198,6 +198,55 @@ def test_the_host_takes_the_strongest_and_a_setting_off_makes_a_slow_figure_no_v
     assert actions.host_action([rma, power])["action"] == "drain-rma"
 
 
+def _entry(gpu: int, check: str, act: dict, host: str = "gpu-01") -> dict:
+    return {"host": host, "gpu": gpu, "pci_bus_id": f"0000:{0x19 + gpu:02x}:00.0", "serial": f"165{gpu}",
+            "check": check, "line": f"{host} GPU {gpu}: {check}", "action": act}
+
+
+def test_a_setting_accounts_only_for_the_slow_figures_it_can_lower():
+    """A lowered power limit answers for the slow figures of its own GPU; a setting of another GPU, or one that
+    lowers no figure (persistence mode), leaves a confirmed slow figure hardware; a node-wide setting answers for
+    every GPU's; a figure or setting without a GPU is not told apart."""
+    slow = actions.for_finding("test_hbm_bandwidth", "read_gbs", 2100.0, direction="min", evidence=CLEAN).to_dict()
+    power = actions.for_finding("test_power_limit", "power_limit_w", 350.0, {"expected_w": 700}, "0").to_dict()
+    persist = actions.for_finding("test_persistence", "persistence_mode", 0, gpu="0").to_dict()
+    assert power["lowers"] == "gpu" and "lowers" not in persist and "lowers" not in slow
+    on = lambda a, g: actions.with_gpu(a, {"gpu": g, "pci_bus_id": f"0000:{0x19 + g:02x}:00.0"})  # noqa: E731
+    assert actions.host_action([on(slow, 1), on(persist, 0)])["action"] == "drain-rma"
+    assert actions.host_action([on(slow, 1), on(power, 0)])["action"] == "drain-rma"
+    got = actions.host_action([on(slow, 1), on(power, 1)])
+    assert got["action"] == "fix-config"
+    nccl = actions.for_finding("test_nccl_environment", "nccl_env NCCL_P2P_DISABLE", "1").to_dict()
+    assert nccl["lowers"] == "node" and actions.host_action([on(slow, 1), nccl])["action"] == "fix-config"
+    assert actions.host_action([slow, on(power, 0)])["action"] == "fix-config"  # the figure names no GPU
+    # the record of a test that holds both (test_tensor_tflops: the power limit and the slow figure of one GPU)
+    tflops = actions.for_finding("test_tensor_tflops", "bf16_tflops", 300.0, direction="min", evidence=CLEAN).to_dict()
+    both = actions.for_case("failed", "test_tensor_tflops", failures=[_entry(1, "bf16_tflops", tflops),
+                                                                       _entry(1, "power_limit_w", power)])
+    assert both["action"] == "fix-config" and "gpu" not in both
+    apart = actions.for_case("failed", "test_tensor_tflops", failures=[_entry(1, "bf16_tflops", tflops),
+                                                                        _entry(0, "power_limit_w", power)])
+    assert (apart["action"], apart["cause"]) == ("drain-rma", "hardware")
+
+
+def test_the_host_verdict_drains_for_a_gpu_that_another_gpus_setting_cannot_explain():
+    slow = actions.for_finding("test_hbm_bandwidth", "read_gbs", 2100.0, direction="min", evidence=CLEAN).to_dict()
+    persist = actions.for_finding("test_persistence", "persistence_mode", 0, gpu="0000:19:00.0").to_dict()
+    power = actions.for_finding("test_power_limit", "power_limit_w", 350.0, {"expected_w": 700},
+                                "0000:1a:00.0").to_dict()
+
+    def rec(test, layer, entries):
+        return CaseRecord(f"suites/test_{layer}.py::{test}[gpu-01]", f"{test}[gpu-01]", "gpu-01", layer, "failed",
+                          entries[0]["line"], 0.5, [], failures=entries)
+    hbm = rec("test_hbm_bandwidth", "memory", [_entry(1, "read_gbs", slow)])
+    hv = host_verdicts([rec("test_persistence", "health", [_entry(0, "persistence_mode", persist)]), hbm], ["gpu-01"])
+    assert (hv["gpu-01"]["action"]["action"], hv["gpu-01"]["action"]["cause"]) == ("drain-rma", "hardware")
+    hv = host_verdicts([rec("test_power_limit", "health", [_entry(1, "power_limit_w", power)]), hbm], ["gpu-01"])
+    assert hv["gpu-01"]["action"]["action"] == "fix-config"
+    slow_rerun = [a for a in hv["gpu-01"]["findings"] if a.get("slow")]
+    assert slow_rerun and actions.host_action(slow_rerun)["action"] == "drain-rma"  # alone it still drains
+
+
 def _fleet() -> list[CaseRecord]:
     def rec(host, test, layer, outcome, message="", failures=(), figures=()):
         return CaseRecord(f"suites/test_{layer}.py::{test}[{host}]", f"{test}[{host}]", host, layer, outcome, message,

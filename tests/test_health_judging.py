@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.judging import health
+from gpuaccept.causes import HARDWARE_ACTIONS
+from gpuaccept.judging import actions, health
 from gpuaccept.judging.blockers import Blocker, blockers, missing_package, readiness_problem
 from gpuaccept.errors import ThresholdError
 from gpuaccept.judging.readings import NvmlError, is_lost, number, typed, unmeasured
@@ -226,8 +227,12 @@ def test_healthy_capture_has_no_blockers():
     (_doc_with(sick("compute_processes", [{"pid": 4242, "name": "python3"}])),
      [Blocker("preflight", "busy: pid 4242 (python3) holds a context on the GPU", 1)]),
     # a fabric present but not ready blocks only the layers that need it: never HBM or TFLOP/s
+    # its class is the state's: registration in progress proves nothing yet; one that failed is hardware
     (_doc_with(sick("fabric.state", "IN_PROGRESS")), [Blocker("fabric", "fabric state IN_PROGRESS, status Success", 1,
-                                                              frozenset({"nvlink", "nccl"}), cls="hardware")]),
+                                                              frozenset({"nvlink", "nccl"}), cls="unverified")]),
+    (_doc_with(sick("fabric.status", "Unknown Error")), [Blocker("fabric", "fabric state COMPLETED, status Unknown "
+                                                                "Error", 1, frozenset({"nvlink", "nccl"}),
+                                                                cls="hardware")]),
     (_doc_with(LOST), [Blocker("gpu_inventory", "no NVML handle (GPU is lost)", 1, cls="hardware")]),
     (_doc_with(kernel_driver_version="570.86.15"),
      [Blocker("driver_versions", "NVML library / kernel driver mismatch: library 580.159.04, kernel module "
@@ -242,8 +247,27 @@ def test_healthy_capture_has_no_blockers():
 def test_blockers(doc, expected):
     got = blockers(doc, H200)
     assert got == expected and [b.cls for b in got] == [b.cls for b in expected]
-    # a blocker's cause is hardware only where NVML read the part (a lost GPU, a fabric not registered)
-    assert all((b.to_cause().cls == "hardware") == (b.check in ("gpu_inventory", "fabric")) for b in got)
+    # a blocker's cause is hardware only where NVML read the part (a lost GPU, a fabric registration that failed)
+    assert all((b.to_cause().cls == "hardware") == (b.check == "gpu_inventory" or "COMPLETED" in b.cause) for b in got)
+
+
+@pytest.mark.parametrize("state,status,cls,action", [
+    ("NOT_STARTED", "Success", "configuration", "fix-config"),   # nvidia-fabricmanager not running
+    ("IN_PROGRESS", "Success", "unverified", "rerun"),           # FM just started
+    ("COMPLETED", "Unknown Error", "hardware", "reset-gpu"),      # the registration failed
+    ("WEIRD", "Success", "unverified", "rerun"),                 # a state NVML does not document
+])
+def test_the_fabric_states_cause_and_action(state, status, cls, action):
+    doc = _doc_with(sick("fabric", {"state": state, "status": status}))
+    (f,) = health.fabric(doc["gpus"][1], H200)
+    assert f.failure and f.cause.cls == cls
+    act = actions.for_finding("test_fabric", f.check, f.value, f.extra, "0000:07:00.0", cause=f.cause)
+    assert (act.action, act.cause) == (action, cls)
+    if action == "fix-config":
+        assert "nvidia-fabricmanager" in act.command
+    (b,) = blockers(doc, H200)
+    blocked = actions.for_cause(b.to_cause("h"))
+    assert blocked.cause == cls and (blocked.action in HARDWARE_ACTIONS) == (cls == "hardware")
 
 
 def test_fabric_blocks_only_on_nvswitch_skus():

@@ -176,6 +176,26 @@ def test_a_disturbed_measurement_is_an_error_with_its_figures_kept(tmp_path):
     assert line.startswith("- **ERROR** `h200-1`") and "disturbed" in line and "1904" not in line
 
 
+def test_a_hardware_clock_slowdown_fails_even_where_another_process_disturbed_the_figures(tmp_path):
+    """ALTERED: the capture of a matmul run beside a foreign HBM-copy loop, with HW power brake slowdown (0x80)
+    set in one dtype's clocks event reasons: no other process can assert the board's brake, so that reading fails
+    the GPU (hardware, drain-rma) while the disturbed figures stay unjudged and kept."""
+    doc = saved(FOREIGN, "matmul_tflops-hbm-copy")["doc"]
+    fig = doc["gpus"][0]["dtypes"]["bf16"]
+    fig["clocks_event_reasons"] = int(fig.get("clocks_event_reasons") or 0) | 0x80
+    caps = with_doc(tmp_path, ONE, "matmul_tflops", doc)
+    got, _, _ = run(tmp_path, caps, "-m", "compute", "-k", "tensor")
+    res = json.loads((tmp_path / "rep" / "results.json").read_text())
+    mm = got["test_tensor_tflops"]
+    assert mm["outcome"] == "failure", mm
+    assert "HW power brake slowdown while running bf16" in mm["text"] and "(also disturbed: pid 985" in mm["text"]
+    assert "(blocked GPU) " in mm["text"]  # the disturbed figures: kept, not judged
+    (t,) = [t for t in res["tests"] if "test_tensor_tflops" in t["nodeid"]]
+    (brake,) = [e for e in t["failures"] if e.get("check") == "bf16_clocks_events"]
+    assert brake["cause"]["kind"] == "hw_clock_event" and brake["action"]["action"] == "drain-rma"
+    assert t["action"]["action"] == "drain-rma" and t["action"]["cause"] == "hardware"
+
+
 def test_no_foreign_process_and_still_slow_is_the_card(tmp_path):
     """ALTERED: the healthy capture's read figure lowered; conditions say the GPU was the probe's alone, so
     the figure fails (confirmed by the same document replayed as the second measurement)."""

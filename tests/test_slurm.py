@@ -285,7 +285,7 @@ def test_allreduce_names_a_stalled_node(cluster, tmp_path):
     import subprocess
     import time
     out = tmp_path / "ar.json"
-    env = {**cluster.env, "PYTHONPATH": str(REPO)}
+    env = {**cluster.now_env(), "PYTHONPATH": str(REPO)}
     cmd = ["salloc", "-N", "3", "--time=10", sys.executable, "-m", "gpuaccept.scaleout.slurm_allreduce", "--backend",
            "gloo", "--deadline-s", "120", "--stall-s", "3", "--json", str(out), "--args",
            json.dumps({"min_bytes": 1 << 20, "max_bytes": 1 << 26, "iters": 50, "warmup": 1, "reps": 5})]

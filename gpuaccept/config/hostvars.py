@@ -402,7 +402,7 @@ VARS: dict[str, Callable[[Any, str], Any]] = {
     # in place of journalctl/dmesg/kern.log (saved logs)
     "host_memory_gb": _plain(_number(0.001)),
     "kernel_log_paths": _plain(_log_paths),
-    "host_sysfs_root": _plain(_abs_path),  # sysfs mounted elsewhere (a container's /host/sys): EDAC, GPU PCI scan
+    "host_sysfs_root": _plain(_abs_path),  # sysfs mounted elsewhere (a container's /host/sys): EDAC, GPU PCI scan, block devices
     # Slurm: the node name --slurm-drain/--slurm-resume use (gpuaccept/scaleout/drain.py; default: up to the first dot)
     "slurm_node_name": _plain(_word),
     # Kubernetes: the node name --k8s-cordon/--k8s-resume and the manifests use (gpuaccept/scaleout/k8s/; default: the host name)

@@ -33,9 +33,11 @@ measurement and the conditions of its GPU (and, for a host-side figure, of the h
 
 An action is a dict, as it travels in results.json and the JUnit properties:
 ``{"action", "reason", "source", "cause"[, "kind", "setting", "command"][, "slow": true]}``. A host's action is the strongest of
-its findings' (:func:`host_action`), with one rule across findings: a slow figure on a host that also has a
-``fix-config`` finding is not a hardware verdict (a lowered power limit makes every TFLOP/s figure slow): it
-becomes ``rerun`` after the fix.
+its findings' (:func:`host_action`), with one rule across findings: a slow figure that a ``fix-config`` finding
+of the same host can account for is not a hardware verdict (a lowered power limit makes every TFLOP/s figure of
+its GPU slow): it becomes ``rerun`` after the fix. Which settings lower which figures is data: a row's ``lowers``
+(``gpu``: the figures of the GPU the setting is on; ``node``: every figure of the node); a setting of another
+GPU, or one that lowers nothing measured (persistence mode, ECC off), leaves a confirmed slow figure hardware.
 """
 from __future__ import annotations
 
@@ -59,7 +61,9 @@ class Action:
     """One action: ``action`` (a name of :func:`strength`), ``reason`` (one line), ``source`` (where the row
     comes from); ``setting`` and ``command`` for fix-config (the command filled in for the finding);
     ``slow``: decided by the "(slow figure)" row (see :func:`host_action`); ``cause``: the class of the finding's
-    cause (gpuaccept.causes.CLASSES); ``kind``: the cause's kind when the finding carried one."""
+    cause (gpuaccept.causes.CLASSES); ``kind``: the cause's kind when the finding carried one; ``lowers``: for a
+    setting that lowers measured figures, where (``"gpu"``: the figures of the GPU it is on; ``"node"``: every
+    figure of the node), from its row (:func:`host_action`)."""
 
     action: str
     reason: str
@@ -69,6 +73,7 @@ class Action:
     slow: bool = False
     cause: str = "unverified"
     kind: str | None = None
+    lowers: str | None = None
 
     def to_dict(self) -> dict:
         """The JSON form: unset optional keys left out."""
@@ -81,6 +86,8 @@ class Action:
             out["command"] = self.command
         if self.slow:
             out["slow"] = True
+        if self.lowers:
+            out["lowers"] = self.lowers
         return out
 
 
@@ -172,7 +179,8 @@ def _action(section: str, key: str, fields: _Fields | None = None, prefix: str =
     cls = cause or row.get("class") or row.get("cause") or "unverified"
     reason = row.get("hardware_reason") if cls == "hardware" and row.get("hardware_reason") else row["reason"]
     return gate(Action(row["action"], prefix + _fill(reason, f), row.get("source") or sec["source"],
-                       _fill(row.get("setting"), f), _fill(row.get("command"), f), slow, cls, kind))
+                       _fill(row.get("setting"), f), _fill(row.get("command"), f), slow, cls, kind,
+                       row.get("lowers") if row["action"] == "fix-config" else None))
 
 
 def gate(a: Action) -> Action:
@@ -416,8 +424,11 @@ def for_case(outcome: str, test: str | None, message: str = "", failures: list[d
     test's row. An error: the strongest of its ``causes`` (:func:`for_cause`); a record written before
     causes: :func:`for_error` of its kind and message."""
     if outcome == "failed":
-        acts = [entry_action(test, e) for e in failures or [] if isinstance(e, dict)]
-        acts = acts or cause_actions(causes)
+        acts = [with_gpu(entry_action(test, e), e) for e in failures or [] if isinstance(e, dict)]
+        if acts:  # a setting among them that lowers the same GPU's figures answers for its slow ones
+            best = host_action(acts)
+            return {k: v for k, v in best.items() if k != "gpu"}
+        acts = cause_actions(causes)
         acts = acts or [figure_action(test, f) for f in figures or [] if isinstance(f, dict)
                         and f.get("verdict") == "fail"]
         if causes is None:  # a record written before causes
@@ -430,14 +441,47 @@ def for_case(outcome: str, test: str | None, message: str = "", failures: list[d
     return None
 
 
+def with_gpu(action: dict, where: dict) -> dict:
+    """``action`` with ``"gpu"``: the GPU of ``where`` (a failure entry or figure: its PCI bus id, else its index as
+    ``"index N"``), for :func:`host_action`; ``action`` itself when ``where`` names no GPU."""
+    bus, idx = where.get("pci_bus_id"), where.get("gpu")
+    gpu = str(bus).lower() if bus else (f"index {idx}" if idx not in (None, "") else None)
+    return {**action, "gpu": gpu} if gpu is not None else action
+
+
+def explains(setting: dict, figure: dict) -> bool:
+    """Whether the fix-config finding ``setting`` (an action dict with ``lowers``) can account for the slow figure
+    ``figure`` (an action dict with ``slow``): its setting lowers every figure of the node, or the figures of its
+    GPU and both are about the same GPU (``gpu``, :func:`with_gpu`). Where either names no GPU, or one names a bus
+    id and the other only an index, they are not told apart: it can. A fix-config finding whose row says nothing
+    of ``lowers`` (persistence mode, ECC off, an SSH key, a missing package) accounts for no figure."""
+    scope = setting.get("lowers")
+    if scope == "node":
+        return True
+    if scope != "gpu":
+        return False
+    a, b = setting.get("gpu"), figure.get("gpu")
+    if a is None or b is None or a.startswith("index ") != b.startswith("index "):
+        return True
+    return a == b
+
+
 def host_action(actions: Iterable[dict | None]) -> dict | None:
     """The host's action: the strongest of its findings' ``actions`` (dicts), None when it has none. A slow
-    figure (``slow``) on a host that also has a fix-config finding becomes ``rerun`` "after fixing <setting>":
-    the figure was taken with the setting off, so it proves no hardware fault (module docstring)."""
+    figure (``slow``) that a fix-config finding of the same host can account for (:func:`explains`: a setting
+    that lowers the figures of the node, or of the figure's own GPU, such as a lowered power limit or
+    application clocks) becomes ``rerun`` "measured while <setting> was off: fix it, then rerun": the figure was
+    taken with the setting off, so it proves no hardware fault (module docstring). A setting on another GPU, or
+    one that lowers no figure, leaves it as it was."""
     acts = [a for a in actions if isinstance(a, dict) and a.get("action")]
-    config = next((a for a in acts if a["action"] == "fix-config"), None)
-    if config is not None:
+    settings = [a for a in acts if a["action"] == "fix-config" and a.get("lowers")]
+    out = []
+    for a in acts:
+        config = next((c for c in settings if explains(c, a)), None) if a.get("slow") else None
+        if config is None:
+            out.append(a)
+            continue
         what = config.get("setting") or config.get("reason")
-        acts = [{**a, "action": "rerun", "reason": f"{a['reason']}; measured while {what} was off: fix it, then "
-                                                   f"rerun"} if a.get("slow") else a for a in acts]
-    return strongest(acts)
+        out.append({**a, "action": "rerun", "reason": f"{a['reason']}; measured while {what} was off: fix it, then "
+                                                      f"rerun"})
+    return strongest(out)

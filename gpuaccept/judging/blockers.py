@@ -102,8 +102,9 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
             fab = g.get("fabric")
             if isinstance(fab, dict) and not is_error(fab):
                 for f in health.fabric(g, sku):
-                    if f.failure:
-                        out.append(Blocker("fabric", f.failure, idx, FABRIC_LAYERS, cls="hardware"))
+                    if f.failure:  # its class is the state's (health.fabric_cause): FM not running is configuration
+                        out.append(Blocker("fabric", f.failure, idx, FABRIC_LAYERS,
+                                           cls=f.cause.cls if f.cause is not None else "hardware"))
     return out
 
 

@@ -193,6 +193,35 @@ def platform_capped(gen, link_max, device_max) -> bool:
     return None not in (g, lm, dm) and lm < dm and g == lm
 
 
+def _pcie_not_loaded(link: dict) -> list[Finding]:
+    """The pcie_gen and pcie_width ERRORs "not measured" of a pcie_link GPU the probe put no traffic on (its
+    ``"loaded": false`` with ``not_loaded``, gpuaccept/probes/pcie_link.py: no torch device is that GPU), or []
+    when the GPU was loaded (or the document predates the field), or when its idle link already read its
+    maximum (a full reading: judged as read). An idle link downshifts, so its figure is never judged. Cause:
+    configuration ``cuda_visible_devices`` (fix-config, evidence ``value``) where the probe's
+    CUDA_VISIBLE_DEVICES hid the GPU (``not_loaded`` "cuda_hidden" with the variable set), else tool ``gap``
+    (rerun): never hardware."""
+    kind = link.get("not_loaded")
+    if link.get("loaded") is not False or not kind:
+        return []
+    if number(link.get("gen")) is not None and number(link.get("width")) is not None:
+        return []
+    idx, visible = link.get("index"), link.get("cuda_visible_devices")
+    why = link.get("why") if isinstance(link.get("why"), str) else str(kind)
+    out = []
+    for key, check in (("gen", "pcie_gen"), ("width", "pcie_width")):
+        if kind == "cuda_hidden" and visible is not None:
+            cause = Cause("configuration", "cuda_visible_devices", check=check, gpu=idx,
+                          evidence={"value": str(visible)})
+        else:
+            cause = Cause("tool", "gap", check=check, gpu=idx, evidence={"not_loaded": str(kind)})
+        out.append(Finding(check, None, extra={"loaded": False, "not_loaded": kind, "idle": link.get(f"{key}_idle"),
+                                               "max": link.get(f"{key}_max")},
+                           error=f"PCIe {key} not measured: the probe put no traffic on this GPU ({why}); an idle "
+                                 f"link downshifts, so its idle reading is not judged", cause=cause))
+    return out
+
+
 def pcie_link(link: dict, sku: SkuSpec, inventory: list | None = None) -> list[Finding]:
     """PCIe gen and width (read under load by the pcie_link probe) against the SKU's expected link.
 
@@ -201,7 +230,11 @@ def pcie_link(link: dict, sku: SkuSpec, inventory: list | None = None) -> list[F
     platform caps (:func:`platform_capped`): a generation below the SKU's then fails as configuration
     (``pcie_platform_cap``: check the slot and BIOS), not as a card to reseat or replace. An unreadable gen or
     width fails with the cause of NVML's error (gpuaccept.judging.readings.unreadable_cause), never hardware
-    unless the error itself is a reading of the part."""
+    unless the error itself is a reading of the part. A GPU the probe did not load (``"loaded": false`` with
+    ``not_loaded``: hidden from CUDA) is not measured (:func:`_pcie_not_loaded`), never judged on its idle link."""
+    unloaded = _pcie_not_loaded(link)
+    if unloaded:
+        return unloaded
     out = []
     pcie = _inventory_gpu(link, inventory).get("pcie")
     pcie = pcie if isinstance(pcie, dict) else {}
@@ -375,7 +408,32 @@ def fabric(gpu: dict, sku: SkuSpec) -> list[Finding]:
     if state == "none":
         return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status"), "note": why})]
     return [Finding("fabric_state", fab.get("state"), extra={"status": fab.get("status")},
-                    failure=why if state == "not ready" else None)]
+                    failure=why if state == "not ready" else None,
+                    cause=fabric_cause(fab) if state == "not ready" else None)]
+
+
+#: NVML fabric states (nvmlGpuFabricState_t, NVML API reference) and the class of a GPU found in each, with the
+#: cause kind of gpuaccept/data/actions.yaml: registration not started is Fabric Manager not running on the node
+#: (the NVIDIA Fabric Manager User Guide: FM must run before CUDA jobs on NVSwitch systems); in progress, FM has
+#: just started; NOT_SUPPORTED where NVLinks answer (gpuaccept.judging.shape.gpu_fabric), no registration either.
+FABRIC_STATE_CAUSES = {"NOT_STARTED": ("configuration", "fabric_not_started"),
+                       "NOT_SUPPORTED": ("configuration", "fabric_not_started"),
+                       "IN_PROGRESS": ("unverified", "fabric_in_progress")}
+
+
+def fabric_cause(fab: dict) -> Cause:
+    """The cause of a fabric that is not ready (``fab``: gpu_inventory's ``fabric`` reading, ``{"state",
+    "status"}``): :data:`FABRIC_STATE_CAUSES` by state; COMPLETED with a status other than Success, a registration
+    that failed, is hardware (``fabric_registration_failed``: restart Fabric Manager, reset the GPUs); a state NVML
+    does not document is unverified."""
+    state, status = str(fab.get("state")).upper(), str(fab.get("status"))
+    ev = {"state": str(fab.get("state")), "status": status}
+    if state in FABRIC_STATE_CAUSES:
+        cls, kind = FABRIC_STATE_CAUSES[state]
+        return Cause(cls, kind, evidence=ev)
+    if state == "COMPLETED":
+        return Cause("hardware", "fabric_registration_failed", evidence=ev)
+    return Cause("unverified", "fabric_state_unknown", evidence=ev)
 
 
 def cuda_visible_devices(doc: dict) -> list[Finding]:

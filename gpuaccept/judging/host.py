@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from gpuaccept.causes import CLASSES, Cause
 from gpuaccept.config.thresholds import Limit
 from gpuaccept.config.yamlload import load_data
+from gpuaccept.judging import fsdevice
 from gpuaccept.judging.health import Finding
 from gpuaccept.judging.storage import path_cause
 
@@ -132,13 +133,23 @@ def none_found(check: str, findings: list[Finding]) -> Finding:
 
 
 def probe_patterns() -> list[dict]:
-    """The host_kernel_log probe's ``patterns`` argument: ``[{"id", "regex"[, "trace"]}]`` of every catalogue row;
-    a row with ``trace`` sends the frame table (``[{"fs", "where", "prefixes", "modules"}]`` of :func:`stack_frames`)
-    its call trace is classified with."""
+    """The host_kernel_log probe's ``patterns`` argument: ``[{"id", "regex"[, "trace"][, "device"]}]`` of every
+    catalogue row; a row with ``trace`` sends the frame table (``[{"fs", "where", "prefixes", "modules"}]`` of
+    :func:`stack_frames`) its call trace is classified with; an ``fs_error`` row sends ``device: true`` (the probe
+    describes its device from sysfs: gpuaccept/judging/fsdevice.py)."""
     table = [{"fs": k, "where": v["where"], "prefixes": list(v.get("prefixes") or []),
               "modules": list(v.get("modules") or []), **({"generic": True} if v.get("generic") else {})}
              for k, v in stack_frames().items()]
-    return [{"id": k.id, "regex": k.regex, **({"trace": table} if k.trace else {})} for k in load_catalog()]
+    return [{"id": k.id, "regex": k.regex, **({"trace": table} if k.trace else {}),
+             **({"device": True} if k.fs_error else {})} for k in load_catalog()]
+
+
+def kernel_log_args(host_vars: dict) -> dict:
+    """The host_kernel_log probe's catalogue arguments for a host: ``patterns`` (:func:`probe_patterns`),
+    ``block_kinds`` (gpuaccept.judging.fsdevice.block_kinds), and ``sysfs`` where the inventory sets
+    ``host_sysfs_root`` (the fs_error devices are described there)."""
+    root = host_vars.get("host_sysfs_root")
+    return {"patterns": probe_patterns(), "block_kinds": fsdevice.block_kinds(), **({"sysfs": root} if root else {})}
 
 
 # ------------------------------------------------------------------------------------------- kernel log
@@ -162,8 +173,13 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
     A network filesystem's stall is judged apart (:func:`netfs_findings`): the server lines (rows with ``netfs``)
     and the hung tasks whose kept call trace waits on a ``network`` kind of :func:`stack_frames` (:func:`waits_on`).
     A hung task waiting on a local device (nvme, block, ext4, xfs, the NVIDIA driver), on nothing the table names,
-    or with no trace kept stays its row's (hardware); its evidence names what it waits on when known."""
+    or with no trace kept stays its row's (hardware); its evidence names what it waits on when known.
+
+    An ``fs_error`` row's cause is its device's (gpuaccept.judging.fsdevice.device_cause, from the probe's sysfs facts):
+    hardware (FAIL) on a local drive; connectivity (``netblock_fs_error``, an ERROR) on network block storage;
+    unverified (FAIL, rerun) on a loop image, a stack without a local drive, a device sysfs does not know."""
     rows = {k.id: k for k in load_catalog()}
+    logged = set(fs_error_devices(doc, cut))
     groups: dict[tuple[str, str | None], list[dict]] = {}
     netfs: list[tuple[str, dict]] = []
     for m in _in_window(doc.get("matches") or [], cut):
@@ -190,7 +206,14 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
                                                                                      "first_time", "line", "waits_on")})
         text = (f"kernel log: {row.meaning} ({pid} on {dev or 'the host'}, {len(ms)} line(s), first at "
                 f"{first.get('time') or 'an unknown time'}: {first.get('line')})")
-        if row.verdict == "counted":
+        dc = fsdevice.device_cause(doc, dev, logged) if row.fs_error else None
+        if dc is not None:
+            ev.update(device_is=dc.evidence, device_said=dc.said)
+            cause = Cause(dc.cls, dc.kind or row.kind, evidence={**cause.evidence, **dc.evidence})
+            text = f"{text}; {dc.said}"
+        if dc is not None and dc.cls == "connectivity":
+            out.append(Finding(check, len(ms), "lines", extra=ev, error=text, cause=cause))
+        elif row.verdict == "counted":
             out.append(_counted(check, ms, ev, cause, text, window_s))
         elif row.verdict == "error":
             out.append(Finding(check, len(ms), "lines", extra=ev, error=text, cause=cause))
@@ -282,13 +305,15 @@ def _counted(check: str, ms: list[dict], ev: dict, cause: Cause, text: str, wind
 
 def fs_error_devices(doc: dict | None, cut: float | None = None) -> dict[str, dict]:
     """Device name -> the first kernel-log match of a ``fs_error`` catalogue row naming it (an NVMe controller
-    ``nvme0``, a block device ``nvme0n1p1``, ``dm-0``): what makes a read-only or failing path hardware."""
+    ``nvme0``, a block device ``nvme0n1p1``, ``dm-0``), with ``device_cause``: the
+    :class:`gpuaccept.judging.fsdevice.DeviceCause` of the device (None for a document without device facts): what
+    makes a read-only or failing path hardware, connectivity (network block storage) or unverified."""
     rows = {k.id for k in load_catalog() if k.fs_error}
     out: dict[str, dict] = {}
     for m in _in_window((doc or {}).get("matches") or [], cut):
         if m.get("id") in rows and m.get("device"):
             out.setdefault(m["device"], m)
-    return out
+    return {d: {**m, "device_cause": fsdevice.device_cause(doc, d, set(out))} for d, m in out.items()}
 
 
 # ------------------------------------------------------------------------------------------- memory
@@ -425,7 +450,9 @@ def edac_growth(start: dict, end: dict, window: str = "host layer only") -> list
 def filesystem_findings(doc: dict, fs_errors: dict[str, dict]) -> list[Finding]:
     """One finding per path of a host_filesystems document. A written path passes. A path that could not be
     written fails: as hardware (``kernel_fs_error``) when ``fs_errors`` (:func:`fs_error_devices`) names one of its
-    ``block_names`` (the kernel logged a filesystem or NVMe error for that device), or when the write itself got an
+    ``block_names`` (the kernel logged a filesystem or NVMe error for that device; the device's own cause instead where
+    the probe described it, gpuaccept.judging.fsdevice: network block storage is connectivity, a loop image or an
+    unknown device unverified), or when the write itself got an
     I/O error (``io_error``); else by its fact (gpuaccept.judging.storage.path_cause): read-only and not-writable are
     configuration, too little space is capacity, a missing folder is configuration (placement)."""
     out = []
@@ -438,11 +465,15 @@ def filesystem_findings(doc: dict, fs_errors: dict[str, dict]) -> list[Finding]:
             continue
         logged = next((fs_errors[n] for n in p.get("block_names") or [] if n in fs_errors), None)
         failure = p.get("failure") or {}
+        dc = (logged or {}).get("device_cause")
         if logged is not None:
             cause = Cause("hardware", "kernel_fs_error", evidence={"path": p["path"], "device": logged.get("device"),
                                                                    "line": logged.get("line")})
             text = (f"{p.get('error') or p['path'] + ': not writable'}; the kernel logged an error of its device "
                     f"{logged.get('device')} at {logged.get('time')}: {logged.get('line')}")
+            if dc is not None:  # the device's kind decides: a local drive, network block storage, a loop image...
+                cause = Cause(dc.cls, dc.kind or "kernel_fs_error", evidence={**cause.evidence, **dc.evidence})
+                text = f"{text}; {dc.said}"
         elif failure.get("reason") == "io_error":
             cause = Cause("hardware", "io_error", evidence={"path": p["path"], "errno": failure.get("errno")})
             text = p.get("error") or f"{p['path']}: I/O error"

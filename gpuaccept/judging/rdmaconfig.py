@@ -34,6 +34,7 @@ from collections import Counter
 from typing import Any
 
 from gpuaccept.judging.launchenv import split
+from gpuaccept.judging.storage import rated_ports
 
 #: the two settings compared, as (document key, the name of the setting in a finding)
 SETTINGS = (("gids", "GID table"), ("pkeys", "P_Key table"))
@@ -96,23 +97,6 @@ def splits(docs: dict[str, dict | None]) -> list[tuple[str, str, dict[str, Any]]
     return out
 
 
-def _rated_ports(doc: dict | None, hcas: list[str] | None) -> list[tuple[tuple[str, Any], str, float]]:
-    """``[((link layer, board_id), "mlx5_0 port 1", rate Gb/s)]``: the ACTIVE ports with a rate of one rdma
-    document, of the HCAs ``hcas`` names or, without it, every InfiniBand port (as slow_ports picks them)."""
-    out = []
-    for d in (doc or {}).get("devices") or []:
-        if hcas and d.get("name") not in hcas:
-            continue
-        for p in d.get("ports") or []:
-            rate, layer = p.get("rate_gbps"), p.get("link_layer")
-            if not hcas and layer != "InfiniBand":
-                continue
-            if (str(p.get("state") or "")).endswith("ACTIVE") and isinstance(rate, (int, float)) \
-                    and not isinstance(rate, bool) and rate > 0:
-                out.append(((str(layer), d.get("board_id")), f"{d.get('name')} port {p.get('port')}", float(rate)))
-    return out
-
-
 def slow_hosts(docs: dict[str, dict | None], hcas: dict[str, list[str] | None] | None = None,
                floors: frozenset | set = frozenset()) -> list[tuple[str, str, dict[str, Any]]]:
     """``[(host, one line, evidence)]`` for every host with ports that trained below the rate the same board's
@@ -124,8 +108,8 @@ def slow_hosts(docs: dict[str, dict | None], hcas: dict[str, list[str] | None] |
     hcas = hcas or {}
     groups: dict[tuple[str, Any], list[tuple[str, str, float]]] = {}
     for host, doc in docs.items():
-        for key, port, rate in _rated_ports(doc, hcas.get(host)):
-            groups.setdefault(key, []).append((host, port, rate))
+        for key, d, p, rate in rated_ports((doc or {}).get("devices"), hcas.get(host)):
+            groups.setdefault(key, []).append((host, f"{d.get('name')} port {p.get('port')}", rate))
     out = []
     for (layer, board), ports in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len({h for h, _, _ in ports}) < 2:

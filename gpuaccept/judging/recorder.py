@@ -93,11 +93,12 @@ class Outcome:
     causes: list[Cause] = field(default_factory=list)
 
 
-def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers: list[Blocker],
+def outcome(failures: list[tuple], errors: list[str], blockers: list[Blocker],
             layer: str, error_causes: list[Cause] | None = None, host: str | None = None) -> Outcome:
     """The outcome of one test from its records. Pure.
 
-    ``failures``: (GPU index or None for a node figure, message line); ``errors``: measurement-gap lines;
+    ``failures``: (GPU index or None for a node figure, message line[, True: a reading no other process can
+    cause, which a contention blocker -- a disturbed measurement -- does not block]); ``errors``: measurement-gap lines;
     ``blockers``: the host's blockers and the test's own (each applies to the layers it names,
     :meth:`gpuaccept.judging.blockers.Blocker.applies`: a host's to the dependent layers, a fabric not ready's
     to nvlink and nccl, a disturbed measurement's to its own test). A failure is
@@ -109,14 +110,13 @@ def outcome(failures: list[tuple[int | None, str]], errors: list[str], blockers:
     gap_causes = list(error_causes or [])
     gap_causes += [Cause("tool", "gap", host)] * (len(errors) - len(gap_causes))
     applied = [b for b in blockers if b.applies(layer)]
-    host_wide = any(b.gpu is None for b in applied)
-    blocked_gpus = {b.gpu for b in applied if b.gpu is not None}
 
-    def is_blocked(gpu):
-        return bool(applied) and (host_wide or gpu is None or gpu in blocked_gpus)
+    def is_blocked(gpu, stands=False):
+        by = [b for b in applied if not (stands and b.cls == "contention")]
+        return bool(by) and (gpu is None or any(b.gpu is None or b.gpu == gpu for b in by))
 
-    hard = [m for g, m in failures if not is_blocked(g)]
-    soft = [m for g, m in failures if is_blocked(g)]
+    hard = [f[1] for f in failures if not is_blocked(f[0], len(f) > 2 and f[2])]
+    soft = [f[1] for f in failures if is_blocked(f[0], len(f) > 2 and f[2])]
     if hard:
         lines = hard + errors + [f"(also {b.message()})" for b in applied] + [f"(blocked GPU) {m}" for m in soft]
         return Outcome("failed", "\n".join(lines))
@@ -150,6 +150,8 @@ class Recorder:
         self.blockers = list(blockers or [])
         self.failures: list[str] = []  # lines; read through failed()/lines(), written through fail()
         self._failure_gpu: list[int | None] = []
+        #: positions in ``failures`` of the findings no foreign process can cause (fail(..., stands_contention=True))
+        self._stands: set[int] = set()
         self.errors: list[str] = []
         self.error_causes: list[Cause] = []  # the cause of each of ``errors``, in order
         # the conditions checked for this test's measurements (gpuaccept.judging.actions.figure_class): "gpu":
@@ -201,6 +203,7 @@ class Recorder:
         once more per host whose ranks were killed."""
         other = Recorder(self.item, host, self.layer, interrupted=self._interrupted)
         other.failures, other._failure_gpu, other.errors = self.failures, self._failure_gpu, self.errors
+        other._stands = self._stands
         other.error_causes, other._cut = self.error_causes, self._cut
         return other
 
@@ -275,8 +278,10 @@ class Recorder:
             self._cut["at"] = (len(self.failures), len(self.errors))
 
     def _add_failure(self, line: str, g: dict | None, host: str | None = None, check: str | None = None,
-                     action: actions.Action | None = None, cause: Cause | None = None) -> None:
+                     action: actions.Action | None = None, cause: Cause | None = None, stands: bool = False) -> None:
         self._note_interruption()
+        if stands:
+            self._stands.add(len(self.failures))
         self.failures.append(line)
         self._failure_gpu.append(g.get("index") if g else None)
         if action is None:
@@ -289,14 +294,16 @@ class Recorder:
             **({"cause": cause.on(who).to_dict()} if cause is not None else {})}))
 
     def fail(self, message: str, gpu: dict | int | None = None, host: str | None = None, check: str | None = None,
-             action: actions.Action | None = None, cause: Cause | None = None) -> None:
+             action: actions.Action | None = None, cause: Cause | None = None, stands_contention: bool = False) -> None:
         """Add a failure that is not a figure against a limit (e.g. "row remap pending: reset needed").
         ``host``: another host's name, in tests over several hosts; ``check``: the finding that failed, when it
         has a name; ``cause``: its cause (gpuaccept.causes.Cause), when the caller knows it (its action then
         follows the cause's row); ``action``: what to do about it, when the caller knows better than the
-        table's rows for ``check`` and the test (an Xid's bucket: :func:`gpuaccept.judging.actions.for_xid`)."""
+        table's rows for ``check`` and the test (an Xid's bucket: :func:`gpuaccept.judging.actions.for_xid`).
+        ``stands_contention``: a reading no other process can cause (a hardware clock slowdown the board asserted):
+        it fails even where another process disturbed the measurement, whose figures stay unjudged (:func:`outcome`)."""
         g = self._gpu(gpu)
-        self._add_failure(f"{self._where(g, host)}: {message}", g, host, check, action, cause)
+        self._add_failure(f"{self._where(g, host)}: {message}", g, host, check, action, cause, stands_contention)
 
     def error(self, message: str, gpu: dict | int | None = None, cause: Cause | None = None) -> None:
         """Add a measurement gap (a required figure not measured, a GPU missing from a probe): the test is
@@ -381,8 +388,8 @@ class Recorder:
         gpus = self._failure_gpu + [None] * (len(self.failures) - len(self._failure_gpu))
         held = [(h[1].get("index") if h[1] else None, f"{h[5]} (not confirmed: the test ended before a second "
                                                        f"measurement)") for h in self._held]
-        return outcome(list(zip(gpus, self.failures)) + held, self.errors, self.blockers, self.layer,
-                       self.error_causes, self.host)
+        mine = [(g, line, True) if i in self._stands else (g, line) for i, (g, line) in enumerate(zip(gpus, self.failures))]
+        return outcome(mine + held, self.errors, self.blockers, self.layer, self.error_causes, self.host)
 
     # -- confirmation --------------------------------------------------------------------------
     def held(self) -> list[tuple[str, dict | None]]:

@@ -90,6 +90,18 @@ def placement_problems(entry: Mapping, expect: PathExpectation) -> list[str]:
     return out
 
 
+def placement_cause(entry: Mapping) -> Cause:
+    """The cause of the :func:`placement_problems` of one storage_mounts entry: the folder is not where the inventory
+    says (missing, not a folder, on the root disk, another mount or filesystem type, RAM or FUSE): configuration,
+    ``placement`` (fix-config: mount the filesystem meant for it, or correct the variable), evidence the path and
+    where it is; a folder whose mount could not be read at all (``is_dir`` true, ``error`` set: mountinfo
+    unreadable): tool, ``gap``. Pure."""
+    ev = {k: entry.get(k) for k in ("path", "mount_point", "fstype") if entry.get(k) is not None}
+    if entry.get("error") and entry.get("is_dir"):
+        return Cause("tool", "gap", evidence=ev)
+    return Cause("configuration", "placement", evidence=ev)
+
+
 def same_drive_problems(entries: list[Mapping], expect: PathExpectation) -> list[str | None]:
     """For each entry of ``entries`` (the storage_mounts probe's ``paths``, in inventory order), a failure
     line when it is on the same filesystem as an earlier entry, else None. Local paths only (``expect`` of a
@@ -398,6 +410,24 @@ def gdr_readiness(pm: Mapping, nccl_transports: Mapping[str, int] | None = None)
     return GdrReadiness(False, None, "GPUDirect RDMA not ready: " + "; ".join(why))
 
 
+def rated_ports(devices: list[Mapping] | None, hcas: list[str] | None = None) -> list[tuple[tuple, Mapping, Mapping, float]]:
+    """``[((link layer, board_id), device, port, rate Gb/s)]``: the ACTIVE ports with a rate of the ``rdma`` probe's
+    ``devices``, of the HCAs ``hcas`` names or, when it is empty, every InfiniBand port (:func:`slow_ports` and
+    gpuaccept.judging.rdmaconfig.slow_hosts compare them per link layer and board)."""
+    out = []
+    for d in devices or []:
+        if hcas and d.get("name") not in hcas:
+            continue
+        for p in d.get("ports") or []:
+            rate, layer = p.get("rate_gbps"), p.get("link_layer")
+            if not hcas and layer != "InfiniBand":
+                continue
+            if str(p.get("state") or "").endswith("ACTIVE") and isinstance(rate, (int, float)) \
+                    and not isinstance(rate, bool) and rate > 0:
+                out.append(((str(layer), d.get("board_id")), d, p, float(rate)))
+    return out
+
+
 def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[str]:
     """Ports of the ``rdma`` probe's ``devices`` that trained below the rate their peers run at, one line each.
 
@@ -409,17 +439,9 @@ def slow_ports(devices: list[Mapping], hcas: list[str] | None = None) -> list[st
     compute ones), the reference is the rate most compared ports run at (the faster on a tie), and needs 2
     ports or more. No constant: HCAs of one board on one node train alike (a 400 Gb/s NDR HCA at 200 Gb/s HDR is
     a cable or transceiver fault)."""
-    groups: dict[str, list[tuple[str, Mapping, float]]] = {}
-    for d in devices or []:
-        if hcas and d.get("name") not in hcas:
-            continue
-        for p in d.get("ports") or []:
-            rate, layer = p.get("rate_gbps"), p.get("link_layer")
-            if not hcas and layer != "InfiniBand":
-                continue
-            if (p.get("state") or "").endswith("ACTIVE") and isinstance(rate, (int, float)) and rate > 0:
-                groups.setdefault((str(layer), d.get("board_id")), []).append(
-                    (d.get("name"), {**p, "pci": d.get("pci_address")}, rate))
+    groups: dict[tuple, list[tuple[str, Mapping, float]]] = {}
+    for key, d, p, rate in rated_ports(devices, hcas):
+        groups.setdefault(key, []).append((d.get("name"), {**p, "pci": d.get("pci_address")}, rate))
     out = []
     for (layer, board), ports in groups.items():
         if len(ports) < 2:

@@ -4,7 +4,8 @@ p2p_bandwidth).
 Shipped with the probes (the runner ships this whole folder); depends on the standard library and torch.
 The argument prologue every torch probe runs is here, once: :func:`probe_device` (unknown arguments
 refused, ``device`` checked), :func:`gpu_indices` (CUDA required on cuda, ``gpus`` checked against what torch
-sees) and :func:`describe_gpu` (the ``{"index", "name", "pci_bus_id"}`` head of a per-GPU record).
+sees) and :func:`describe_gpu` (the ``{"index", "name", "pci_bus_id"}`` head of a per-GPU record). A torch device
+is paired with its NVML GPU by PCI bus id only (:func:`pair_with_nvml`, the rule in ``_nvml.pair_by_bus_id``).
 """
 from __future__ import annotations
 
@@ -131,6 +132,38 @@ def pci_bus_id(props) -> str | None:
         return from_parts(props.pci_domain_id, props.pci_bus_id, props.pci_device_id, 0)
     except AttributeError:
         return None
+
+
+def torch_bus_ids(nv=None) -> list[str | None]:
+    """The NVML-style PCI bus id of every torch CUDA device, in torch's order (``[]`` when torch sees none).
+
+    From the device's properties (:func:`pci_bus_id`); where this torch gives none and ``nv`` (pynvml,
+    initialised) is passed, from NVML through the device's UUID (nvmlDeviceGetHandleByUUID); else None."""
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        bus, uuid = pci_bus_id(props), getattr(props, "uuid", None)
+        if bus is None and nv is not None and uuid:
+            try:
+                h = nv.nvmlDeviceGetHandleByUUID("GPU-" + str(uuid).removeprefix("GPU-"))
+                bus = nv.nvmlDeviceGetPciInfo(h).busId
+                bus = bus.decode() if isinstance(bus, bytes) else bus
+            except Exception:  # noqa: BLE001 - no NVML answer: the device stays unmatched
+                bus = None
+        out.append(bus)
+    return out
+
+
+def pair_with_nvml(nv):
+    """The node's torch devices paired with its NVML GPUs by PCI bus id (``_nvml.pair_by_bus_id``, the one rule;
+    never torch index i with NVML index i: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER change torch's indices, not
+    NVML's). ``nv``: pynvml, initialised. Returns ``(Pairing, nvml_bus_ids)``."""
+    from _nvml import nvml_bus_ids, pair_by_bus_id
+
+    nvml = nvml_bus_ids(nv)
+    return pair_by_bus_id(torch_bus_ids(nv), nvml), nvml
 
 
 class Clock:

@@ -16,7 +16,7 @@ Output::
      "torch_gds": bool, "gpu": bool, "reason": str | null,     # gpu: a GPU took part (false without a path)
      "fstype", "mount_point", "mount_source", "root_fs",       # where ``path`` is (with a path only)
      "gpus": [{"index", "name", "pci_bus_id", "gds_write_gbps", "gds_read_gbps", "bounce_read_gbps",
-               "verified", "nvidia_fs_ops": {"reads", "writes"} | null} | {"index", "error"}]}
+               "verified", "nvidia_fs_ops": {"reads", "writes"} | null} | {"index", "pci_bus_id", "error"}]}
 
 Sources: cuFile is libcufile.so, found by ctypes.util.find_library("cufile"), in the nvidia-cufile
 wheel (site-packages/nvidia/cufile/lib), or /usr/local/cuda*/lib64 (CUDA toolkit). nvidia-fs is the
@@ -185,8 +185,19 @@ def main(a: dict) -> dict:
             try:
                 doc["gpus"].append(_transfer(torch, gi, os.path.join(s["workdir"], f"gds.{gi}"), nbytes))
             except RuntimeError as e:  # cuFile errors surface as RuntimeError from torch
-                doc["gpus"].append({"index": gi, "error": f"GdsFile transfer failed: {str(e).splitlines()[0][:300]}"})
+                # the bus id names the GPU: ``index`` is torch's (after CUDA_VISIBLE_DEVICES), not NVML's
+                doc["gpus"].append({"index": gi, "pci_bus_id": _bus_id(torch, gi),
+                                    "error": f"GdsFile transfer failed: {str(e).splitlines()[0][:300]}"})
     return doc
+
+
+def _bus_id(torch, gi: int) -> str | None:
+    """NVML-style PCI bus id of torch device ``gi`` (_gpu.pci_bus_id), None where torch cannot say."""
+    from _gpu import pci_bus_id
+    try:
+        return pci_bus_id(torch.cuda.get_device_properties(gi))
+    except Exception:  # noqa: BLE001 - an index out of range, a CUDA error: the record keeps its index
+        return None
 
 
 def _evict(fn: str) -> None:

@@ -9,7 +9,13 @@ Run on the node as ``python3 host_kernel_log.py '<json>'``. Args::
                    "trace": [{"fs", "where",         # sent by the controller; the group "dev" names the device;
                               "generic": bool,       # (optional) a layer read as the network driver under it
                               "prefixes": [str],     # "trace" (optional): keep the call trace printed after the line
-                              "modules": [str]}]}],  # and classify its frames with this table (stack_frames)
+                              "modules": [str]}],    # and classify its frames with this table (stack_frames)
+                   "device": bool}],                 # optional: "dev" names a block device whose filesystem or
+                                                     # drive failed (fs_error rows): say what that device is
+     "block_kinds": [{"kind", "buses", "majors",     # optional: the network block kinds (catalogue fs_devices),
+                      "nvme_transports",             # _blockdev.py
+                      "iscsi_session"}],
+     "sysfs": str,                                   # optional: the sysfs root (default /sys; tests, containers)
      "since_epoch": float,                           # optional: only lines from then on
      "sources": [str, ...]}                          # optional: log files read instead of journalctl/dmesg/kern.log
 
@@ -25,6 +31,11 @@ table (:func:`classify_frame`: its module, else the longest listed prefix of its
 frame (the first printed; reliable frames before ``? `` guesses) is what the task waits on, except that a frame of a
 ``generic`` kind (the block layer, dm-multipath) reads as the innermost frame of a network kind in the same trace
 when it has one (``blk_mq_get_tag`` under ``rbd_queue_workfn [rbd]`` waits on rbd).
+
+The device of each kept match of a ``device`` pattern (an ext4 error, an XFS shutdown, a read-only remount, an NVMe
+reset) is looked up in sysfs (``_blockdev.describe``: a local drive, network block storage of a ``block_kinds`` kind,
+a loop device with its backing file, device-mapper or md with its members, a virtual device, or absent), at most
+:data:`DEVICES` devices: the judge decides the cause from that fact (gpuaccept/judging/fsdevice.py), not from the line.
 
 Output::
 
@@ -44,7 +55,9 @@ Output::
      "waits_on": {id: {kind | "unclassified" | "no_trace": int}},  # trace patterns: every match by what it waits on
      "kept_per_id": int,                                        # matches kept per id (per id and waits_on kind for a
                                                                 # trace pattern): the first and the last ones
-     "trace_lines": int, "trace_frames": int}                   # the bounds above
+     "trace_lines": int, "trace_frames": int,                   # the bounds above
+     "devices": {name: fact},                                   # with a device pattern: _blockdev.describe's facts
+     "sysfs": str}                                              # the sysfs root they were read under
 
 Standard library only.
 """
@@ -53,10 +66,12 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from _blockdev import check_kinds, describe
 from _kernel_log import iso_utc, lines_in_window, read_first
 from _probe import ProbeFailed, reject_unknown, run
 
-ARG_KEYS = {"patterns", "since_epoch", "sources"}
+ARG_KEYS = {"patterns", "since_epoch", "sources", "sysfs", "block_kinds"}
+DEVICES = 32  # devices described at most: the distinct devices of the kept matches (a storm names few devices)
 KEPT_PER_ID = 20  # matches kept per pattern (10 first, 10 last): a storm of one line must not fill the document
 LINE_CHARS = 500
 TRACE_LINES = 40  # lines read as one call trace at most (a hung task's stack: ~5 headers and 15-35 frames)
@@ -88,11 +103,13 @@ class FrameTable(NamedTuple):
 
 
 class Pattern(NamedTuple):
-    """One compiled pattern: ``id``, ``rx`` (the regex), ``trace`` (a :class:`FrameTable`, or None: no trace kept)."""
+    """One compiled pattern: ``id``, ``rx`` (the regex), ``trace`` (a :class:`FrameTable`, or None: no trace kept),
+    ``device`` (its "dev" is a block device to describe)."""
 
     id: str
     rx: re.Pattern
     trace: FrameTable | None
+    device: bool = False
 
 
 def _frame_table(pid: str, rows) -> FrameTable:
@@ -130,7 +147,10 @@ def compile_patterns(patterns) -> list[Pattern]:
             rx = re.compile(p["regex"])
         except re.error as e:
             raise ProbeFailed(f"pattern {p['id']}: not a regular expression: {e}") from None
-        out.append(Pattern(p["id"], rx, _frame_table(p["id"], p["trace"]) if "trace" in p else None))
+        if p.get("device") not in (None, True, False):
+            raise ProbeFailed(f"pattern {p['id']}: device must be true or false")
+        out.append(Pattern(p["id"], rx, _frame_table(p["id"], p["trace"]) if "trace" in p else None,
+                           bool(p.get("device"))))
     return out
 
 
@@ -282,9 +302,31 @@ def main(args: dict) -> dict:
     """Probe entry point: the document described in the module docstring."""
     reject_unknown(args, ARG_KEYS)
     compiled = compile_patterns(args.get("patterns"))
+    kinds = check_kinds(args.get("block_kinds", []))
+    sysfs = args.get("sysfs") or "/sys"
+    if not isinstance(sysfs, str):
+        raise ProbeFailed(f"sysfs must be a path, got {sysfs!r:.200}")
     since = args.get("since_epoch")
     since = float(since) if since is not None else None
-    return read_first(since, args.get("sources"), lambda lines: match_lines(lines, compiled, since))
+    doc = read_first(since, args.get("sources"), lambda lines: match_lines(lines, compiled, since))
+    if any(p.device for p in compiled):
+        doc.update(devices=describe_devices(doc["matches"], compiled, sysfs, kinds), sysfs=sysfs)
+    return doc
+
+
+def describe_devices(matches: list[dict], compiled: list[Pattern], sysfs: str, kinds: list[dict]) -> dict:
+    """``{device: fact}`` (``_blockdev.describe`` under ``sysfs``) of the devices the kept ``matches`` of ``device``
+    patterns name, the first :data:`DEVICES` of them."""
+    ids = {p.id for p in compiled if p.device}
+    names = list(dict.fromkeys(m["device"] for m in matches if m["id"] in ids and m.get("device")))[:DEVICES]
+    out = {}
+    for n in names:
+        try:
+            out[n] = describe(sysfs, n, kinds)
+        except OSError as e:  # a tree that changed under the walk: said, never a failed probe
+            out[n] = {"name": n, "what": "absent", "kind": None, "via": f"sysfs unreadable: {e}"[:200],
+                      "disk": None, "dev": None, "path": None}
+    return out
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ import time
 import torch
 
 from _conditions import Watch
-from _gpu import Clock, bus_ids, describe_gpu, gpu_indices, on_gpus, pci_bus_id, probe_device, sig
+from _gpu import Clock, bus_ids, describe_gpu, gpu_indices, on_gpus, pair_with_nvml, probe_device, sig
 from _probe import ProbeFailed, log, run
 from _steady import STEADY_KEYS, Joint, describe, fields, run_windows, steady_args
 
@@ -161,7 +161,8 @@ def summarize_samples(samples: list[tuple]) -> dict:
 
 
 def start_sampler(device: str, indices: list[int]):
-    """(Sampler or None, state string). NVML handles are matched by PCI bus id, then by UUID."""
+    """(Sampler or None, state string). NVML handles are matched to the torch devices by PCI bus id (the one rule,
+    _gpu.pair_with_nvml; a torch build without PCI ids in its device properties: by the device's UUID)."""
     if device != "cuda":
         return None, "unavailable: not used on cpu"
     try:
@@ -171,16 +172,16 @@ def start_sampler(device: str, indices: list[int]):
     except Exception as e:  # noqa: BLE001
         return None, f"unavailable: {type(e).__name__}: {e}".splitlines()[0]
     handles = {}
+    try:
+        pairing, _ = pair_with_nvml(nvml)
+    except Exception as e:  # noqa: BLE001 - nvmlDeviceGetCount refused: no telemetry, the matmuls still run
+        return None, f"unavailable: {type(e).__name__}: {e}".splitlines()[0]
     for i in indices:
-        props = torch.cuda.get_device_properties(i)
-        bus, uuid = pci_bus_id(props), getattr(props, "uuid", None)
-        for lookup, key in ((nvml.nvmlDeviceGetHandleByPciBusId, bus),
-                            (nvml.nvmlDeviceGetHandleByUUID, uuid and "GPU-" + str(uuid).removeprefix("GPU-"))):
-            if key and i not in handles:
-                try:
-                    handles[i] = lookup(key.encode())
-                except Exception:  # noqa: BLE001 - try the next way
-                    pass
+        if i in pairing.nvml_of:
+            try:
+                handles[i] = nvml.nvmlDeviceGetHandleByIndex(pairing.nvml_of[i])
+            except Exception:  # noqa: BLE001 - this GPU unsampled, said below
+                pass
     if not handles:
         return None, "unavailable: no NVML handle matched the torch devices"
     sampler = Sampler(nvml, handles)

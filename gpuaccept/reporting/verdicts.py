@@ -222,8 +222,11 @@ class HostVerdicts:
             if act is not None:  # this host's own findings in a fleet-wide test, else the record's
                 mine = []
                 if r.host is None and h != "fleet":
-                    mine = [actions.entry_action(r.name, e) for e in r.failures if e.get("host") == h] + \
-                        actions.cause_actions(r.causes, host=h)
+                    mine = [actions.with_gpu(actions.entry_action(r.name, e), e) for e in r.failures
+                            if e.get("host") == h] + actions.cause_actions(r.causes, host=h)
+                elif r.outcome == "failed":  # each failure entry with its GPU: a setting answers for its GPU only
+                    mine = [actions.with_gpu(actions.entry_action(r.name, e), e) for e in r.failures
+                            if isinstance(e, dict) and e.get("host") in (h, None)]
                 v.setdefault("findings", []).extend(mine or [act])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
@@ -315,13 +318,26 @@ def same_reason_once(reasons: list[str], keys: dict[str, object] | None = None) 
 def first_cause(r: CaseRecord, host: str | None = None) -> dict | None:
     """The first cause of record ``r`` about ``host`` (pure): of a host's own test, its first cause naming that
     host or none; of a fleet-wide test, the first one filed under ``host`` (``host`` None: its first). None for a
-    record without causes (passed, skipped, written before causes)."""
+    record without causes (passed, skipped, written before causes). A failed test whose causes sit on its failure
+    entries (the test itself carries none): the cause of the entry whose action is the test's strongest, or, for
+    an entry without one, its action's class and kind with the entry's check."""
     for c in r.causes or []:
         if not isinstance(c, dict):
             continue
         if host is None or c.get("host") == host or (r.host is not None and c.get("host") is None):
             return c
-    return None
+    if r.outcome != "failed" or r.causes is None:
+        return None
+    mine = [e for e in r.failures or [] if isinstance(e, dict) and isinstance(e.get("action"), dict)
+            and (host is None or e.get("host") in (host, None))]
+    best = actions.strongest([e["action"] for e in mine])
+    e = next((e for e in mine if e["action"] is best), None)
+    if e is None:
+        return None
+    if isinstance(e.get("cause"), dict):
+        return e["cause"]
+    return {"class": best.get("cause"), "kind": best.get("kind") or e.get("check"), "check": None,
+            "host": e.get("host")}
 
 
 def cause_key(c: dict | None) -> tuple | None:

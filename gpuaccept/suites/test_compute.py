@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging import drift
 from gpuaccept.judging.confirm import by_bus, confirm_held
 from gpuaccept.judging.compute import below_median_pct, clock_reasons, matmul_label, node_median
@@ -62,8 +63,11 @@ def test_tensor_tflops(node: HostRunner, gpus, sku, verdicts):
                                 figure=f"{dtype}_temp_c_max", context=f"maximum during {label}")
             reasons = fig.get("clocks_event_reasons")
             failing, seen = clock_reasons(reasons)
-            for name in failing:
-                verdicts.fail(f"{name} while running {label} (clocks event reasons 0x{int(reasons):x})", gpu=g)
+            for name in failing:  # the board asserts it (heat, power supply, brake signal): no process can
+                verdicts.fail(f"{name} while running {label} (clocks event reasons 0x{int(reasons):x})", gpu=g,
+                              check=f"{dtype}_clocks_events", stands_contention=True,
+                              cause=Cause("hardware", "hw_clock_event", evidence={"event": name,
+                                                                                  "mask": f"0x{int(reasons):x}"}))
             if seen:
                 verdicts.record(f"{dtype}_clocks_events", ", ".join(seen), gpu=g)
             bad_clock, note = drift.clock_setting_event(reasons, nv, fig.get("sm_clock_mhz_median"))

@@ -7,8 +7,8 @@ critical warning). Judged by gpuaccept/judging/host.py against gpuaccept/data/ho
 GPU or a ``gpu_sku``, so a CPU node with a soft lockup FAILs (hardware, reboot), never SKIPs.
 
 Inventory variables: ``host_memory_gb`` (installed host memory, GiB), ``kernel_log_paths`` (log files read in place
-of journalctl/dmesg/kern.log: saved logs), ``host_sysfs_root`` (sysfs mounted elsewhere: EDAC read there),
-``storage_paths`` and ``fs_paths`` (the folders proven writable).
+of journalctl/dmesg/kern.log: saved logs), ``host_sysfs_root`` (sysfs mounted elsewhere: EDAC, and the devices of
+filesystem errors, read there), ``storage_paths`` and ``fs_paths`` (the folders proven writable).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _kernel_log(node: HostRunner, request, run_started: float) -> tuple[dict, fl
         since = run_started - window if window else run_started
         clock = nodeclock.read_clock(node)  # the window on the node's own clock, as test_xid_events reads it
         args, cut = nodeclock.xid_args(since, clock)
-        args["patterns"] = hj.probe_patterns()
+        args.update(hj.kernel_log_args(node.host.vars))  # the catalogue, and host_sysfs_root for its devices
         paths = node.host.vars.get("kernel_log_paths")
         if paths:
             args["sources"] = [paths] if isinstance(paths, str) else list(paths)

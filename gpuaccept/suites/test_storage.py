@@ -79,8 +79,8 @@ def _placed(node: HostRunner, verdicts, paths: list[str], expect: sl.PathExpecta
     good = []
     for entry, problems in _placement(node.probe("storage_mounts", {"paths": paths}), expect):
         verdicts.record(f"mount {entry['path']}", entry.get("mount_point"), extra={**entry, "problems": problems})
-        for line in problems:
-            verdicts.fail(line)
+        for line in problems:  # not where the inventory says: configuration (fix-config), never a slow drive
+            verdicts.fail(line, check=f"mount {entry['path']}", cause=sj.placement_cause(entry))
         if not problems:
             good.append(entry["path"])
     return good
@@ -192,7 +192,7 @@ def test_local_storage_throughput(node: HostRunner, verdicts):
             continue
         moved = sj.placement_problems(p, expect)  # the mount fio measured, as fio's probe saw it
         for line in moved:
-            verdicts.fail(f"{line} (while fio ran)")
+            verdicts.fail(f"{line} (while fio ran)", check=f"mount {p['path']}", cause=sj.placement_cause(p))
         _record(verdicts, f"seq_read_gbps {p['path']}", p["seq_read_gbps"], "GB/s", limits, "seq_read_gbps", ev)
         _record(verdicts, f"seq_write_gbps {p['path']}", p["seq_write_gbps"], "GB/s", limits, "seq_write_gbps", ev)
         _record(verdicts, f"rand_read_iops {p['path']}", p["rand_read_iops"], "IOPS", limits, "rand_read_iops", ev)
