@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuaccept.causes import HARDWARE_ACTIONS
 from pci_helpers import sysfs_tree
 from probe_helpers import run_probe
-from project_helpers import DATA, alter, replay_project, run_pytest
+from project_helpers import DATA, alter, replay_folder, replay_project, run_pytest
 
 BUS1 = "00000000:00:07.0"
 
@@ -112,3 +112,30 @@ def test_the_shipped_gpu_count_short_expectation_holds_on_the_replayed_1xh200(tm
     rows = [ln for ln in res.stdout.splitlines() if ln.startswith("gpu-count-short ")]
     assert res.returncode == 0 and len(rows) >= 4 and all(ln.endswith("holds") for ln in rows), \
         res.stdout[-3000:] + res.stderr[-2000:]
+
+
+def test_a_gpu_gone_from_the_bus_that_an_earlier_run_counted_is_hardware(tmp_path):
+    """Night 1: the host shows both GPUs, kept in the history database. Night 2: GPU 1 is gone from NVML and from
+    the PCI bus, with no Xid left in the kernel log since the node rebooted: the history's 2 GPUs are the
+    evidence that one fell off (hardware). Without a history (--history none) the same state is unverified."""
+    inv = replay_project(tmp_path, DATA)
+    first = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "night1"), "-k", "gpu_inventory")
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert (tmp_path / "reports" / "history.sqlite").exists()
+    scan = probe_scan(tmp_path, {"0000:00:06.0": "nvidia"})
+    inv.write_text(f"h200-a ansible_connection=local gpu_sku=h200-sxm-141gb gpus_per_node=2 gpuaccept_replay="
+                   f"{replay_folder(tmp_path / 'night2-captures', alter(tmp_path, 'gpu_inventory', without_gpu1(scan)))}\n")
+    got = {}
+    for night, extra in (("night2", ()), ("no-history", ("--history", "none"))):
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / night), "-k", "gpu_inventory",
+                         *extra)
+        assert res.returncode == 1, res.stdout[-3000:]
+        doc = json.loads((tmp_path / night / "results.json").read_text())
+        got[night] = next(t for t in doc["tests"] if t["nodeid"].endswith("test_gpu_inventory[h200-a]"))
+    t = got["night2"]
+    cause = t["failures"][0]["cause"]
+    assert "this host had 2 GPUs in an earlier run" in t["message"], t["message"]
+    assert (cause["kind"], cause["class"], t["action"]["cause"]) == ("gpu_off_bus", "hardware", "hardware")
+    assert t["action"]["action"] in HARDWARE_ACTIONS
+    alone = got["no-history"]
+    assert (alone["failures"][0]["cause"]["class"], alone["action"]["action"]) == ("unverified", "rerun")

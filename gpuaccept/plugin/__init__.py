@@ -32,6 +32,7 @@ from gpuaccept.scaleout.sizing import advice as sizing_advice
 from gpuaccept.config.profiles import PROFILES, probe_timeout
 from gpuaccept.errors import ERROR_KEY
 from gpuaccept.reporting.records import LAYERS, layer_of
+from gpuaccept.plugin import earlier
 from gpuaccept.plugin.reports import ReportPlugin
 from gpuaccept.plugin.release import host_param, last_uses
 from gpuaccept.plugin.state import STATE, RunState
@@ -189,6 +190,7 @@ def pytest_configure(config: pytest.Config) -> None:
         state.probe_dir = config.workerinput.get("gpuaccept_probe_dir")
         progress_relay.install_worker(config.workerinput)  # probe starts and live progress to the controller
     config.stash[STATE] = state
+    config.pluginmanager.register(earlier, "gpuaccept-earlier-runs")  # the earlier_runs fixture
     if not _is_worker(config) and not config.getoption("list_hosts"):
         from gpuaccept.plugin.repeated_errors import RepeatedErrors
         from gpuaccept.plugin.reports import ReportPlugin

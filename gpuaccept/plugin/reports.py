@@ -28,6 +28,7 @@ from gpuaccept.judging.actions import for_case
 from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.plugin.progress import Progress, real_stderr
 from gpuaccept.judging import verdict_order
+from gpuaccept.plugin import earlier
 from gpuaccept.plugin.finish import HistorySink, finish_reports
 from gpuaccept.plugin.state import RunState
 from gpuaccept.plugin.runfolder import latest_finished, mark_killed_run, point_latest, reserve_folder
@@ -118,7 +119,7 @@ class ReportPlugin:
         self.created = False
         self.progress: Progress | None = None
         self.reporter: Reporter | None = None
-        self.history_path = self._opt("history") or str(config.invocation_params.dir / "reports" / "history.sqlite")
+        self.history_path = self._opt("history") or earlier.history_path(config)
         self._stderr = None
         self.history: HistorySink | None = None
         self.history_made: list[str] = []  # what _check_history created: undone when the run is refused

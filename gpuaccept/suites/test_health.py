@@ -19,12 +19,13 @@ from gpuaccept.judging.xid import classify, classify_sxids
 pytestmark = pytest.mark.health
 
 
-def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
+def test_gpu_inventory(node: HostRunner, gpus, request, verdicts, earlier_runs):
     """Count against gpus_per_node (a GPU NVML has no handle for fails as lost and does not count); name,
     memory, UUID, serial, PCI bus id, temperature against the SKU's temp_c, driver and CUDA driver versions;
     readings NVML answers "Unknown Error" fail naming the fields; a CUDA_VISIBLE_DEVICES hiding NVML GPUs is
     an error naming its value; the node's shape (gpuaccept.judging.shape) is recorded. A count other than
-    gpus_per_node carries its cause (gpuaccept/judging/gpucount.py: NVML against the PCI scan, the boot's Xids)."""
+    gpus_per_node carries its cause (gpuaccept/judging/gpucount.py: NVML against the PCI scan, the boot's Xids,
+    and the most GPUs this host showed in an earlier run of the history database: ``earlier_runs``)."""
     doc = node.gpu_inventory()
     try:
         sku = request.getfixturevalue("sku")
@@ -50,7 +51,8 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts):
             verdicts.record("temp_c", g.get("temp_c"), "C", gpu=g, extra={"note": f"not judged: {why}"})
     declared = node.host.vars.get("gpus_per_node")
     short = declared is not None and len(present(gpus)) < int(declared)
-    verdicts.apply([health.gpu_count(gpus, declared, doc, _boot_off_bus_events(node) if short else None)])
+    verdicts.apply([health.gpu_count(gpus, declared, doc, _boot_off_bus_events(node) if short else None,
+                                     earlier_runs.most_gpus(node.name) if short else None)])
 
 
 def _boot_off_bus_events(node: HostRunner) -> list | None:
