@@ -39,3 +39,24 @@ def test_help_is_printed_and_exits_0(tmp_path, module):
     res = _run(mod, [*sub, "--help"], tmp_path)
     assert res.returncode == 0 and res.stderr == "", res.stderr
     assert "python -m " + mod in res.stdout and "issue" not in res.stdout.lower(), res.stdout
+
+
+@pytest.mark.parametrize("module, args, named", [
+    ("gpuaccept.scaleout.merge", ["--bogus-opt"], "--bogus-opt"),          # not "required: --into"
+    ("gpuaccept.scaleout.merge", ["d", "--into", "out", "--histroy", "h"], "--histroy"),
+    ("gpuaccept.scaleout.drain", ["--dry"], "--dry"),
+    ("gpuaccept.reporting.history", ["--hots", "h"], "--hots"),
+])
+def test_an_unknown_option_is_named_before_a_missing_required_one(tmp_path, module, args, named):
+    res = _run(module, args, tmp_path)
+    assert res.returncode == 4 and res.stderr.strip().endswith(f"unrecognized arguments: {named}"), res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_abbreviations_and_negative_numbers_are_not_unknown_options():
+    from gpuaccept.config.cmdline import OneLineParser
+    p = OneLineParser(prog="t")
+    p.add_argument("--into", required=True)
+    p.add_argument("--offset", type=float)
+    assert p.parse_args(["--in", "x", "--offset", "-3"]).into == "x"
+    assert p._unknown_options(["--into", "x", "--", "--anything"]) == []

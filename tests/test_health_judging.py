@@ -410,3 +410,25 @@ def test_a_field_reading_gpu_is_lost_fails_even_when_not_required():
     g["temp_c"] = typed({"nvml_error": "GPU is lost"})
     found = health.temperature(g, sku)
     assert found[0].failure and "the GPU is lost" in found[0].failure
+
+
+def test_a_gpu_another_process_holds_is_not_judged_on_its_heat_or_its_load_made_slowdowns():
+    """ALTERED from the 2xH200 capture: GPU 1 at 89 C with SW and HW thermal slowdown (0x60) while pid 4711 holds a
+    context on it: the foreign load made the heat, so temperature and HW thermal slowdown are recorded, not judged
+    (preflight's "busy" is the finding: contention, rerun); the power brake (0x80), a signal no process asserts,
+    still fails, and no line calls the busy GPU idle."""
+    busy = sick("compute_processes", [{"pid": 4711, "name": "python3", "used_gpu_memory": 70 << 30}])
+    hot = dict(busy, temp_c=89, clocks_event_reasons=0x60)
+    (t,) = health.temperature(typed(hot), H200)
+    assert t.limit is None and t.failure is None and "not judged: busy: pid 4711" in t.extra["note"]
+    (alone,) = health.temperature(typed(dict(hot, compute_processes=[])), H200)
+    assert alone.limit is not None  # the same reading on an idle GPU is judged against temp_c
+    idle = {f.check: f for f in health.preflight(typed(hot), H200)}
+    assert idle["idle_clocks_event_reasons"].failure is None
+    assert "HW thermal slowdown (not judged: busy: pid 4711" in str(idle["idle_clocks_event_reasons"].extra)
+    assert idle["compute_processes"].error and "pid 4711 (python3)" in idle["compute_processes"].error
+    brake = {f.check: f for f in health.preflight(typed(dict(busy, clocks_event_reasons=0xC0)), H200)}
+    line = brake["idle_clocks_event_reasons"].failure
+    assert line.startswith("HW power brake slowdown active while busy: pid 4711") and "idle" not in line
+    quiet = {f.check: f for f in health.preflight(typed(sick("clocks_event_reasons", 0x40)), H200)}
+    assert quiet["idle_clocks_event_reasons"].failure.startswith("HW thermal slowdown active while idle")

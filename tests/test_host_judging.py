@@ -226,3 +226,23 @@ def test_nvme_state_and_each_critical_warning_bit_with_its_meaning():
     assert fails["nvme_state nvme1"].cause.kind == "nvme_controller_state"
     # wear past 100 % alone: no failure
     assert all(f.failure is None for f in found if f.check.endswith("nvme2"))
+
+
+@pytest.mark.parametrize("state,transport,cls,action", [
+    ("dead", "pcie", "hardware", "drain-rma"),              # a local drive that left: hands needed
+    ("deleting", None, "hardware", "drain-rma"),            # removed after a failed reset
+    ("resetting", "pcie", "unverified", "rerun"),           # one reading in the middle of a reset proves nothing
+    ("connecting", "pcie", "unverified", "rerun"),
+    ("connecting", "tcp", "connectivity", "check-network"),  # NVMe over TCP reconnecting: the target or the path
+    ("dead", "rdma", "connectivity", "check-network"),
+    ("resetting", "fc", "connectivity", "check-network"),
+])
+def test_an_nvme_controller_state_is_judged_by_its_transport(state, transport, cls, action):
+    doc = {"controllers": [{"name": "nvme1", "model": "M", "serial": "S", "state": state, "transport": transport,
+                            "smart": None, "smart_error": "not readable"}]}
+    (f,) = [f for f in hj.nvme_findings(doc) if f.failure]
+    assert f.cause.cls == cls and f"controller state {state}" in f.failure
+    act = actions.for_cause(f.cause)
+    assert (act.action, act.cause) == (action, cls)
+    if cls == "connectivity":
+        assert f"transport {transport}" in f.failure and "nvme1" in act.reason

@@ -140,6 +140,16 @@ def test_cordon_brake_apply_and_resume_in_real_runs(tmp_path):
     assert "h-ops" not in "".join(" ".join(c) for c in kube.calls())
 
 
+def _unreachable_kubectl(folder: Path) -> Path:
+    """A folder holding a ``kubectl`` that answers every call as kubectl does with a kubeconfig whose API server
+    refuses the connection (its words, once per retry, rc 1)."""
+    folder.mkdir(parents=True)
+    said = "The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?"
+    (folder / "kubectl").write_text(f"#!/bin/sh\nfor i in 1 2 3 4 5; do echo '{said}' >&2; done\nexit 1\n")
+    (folder / "kubectl").chmod(0o755)
+    return folder
+
+
 def test_refusals_are_one_line_exit_4_before_any_node_is_touched(tmp_path):
     project, inv = _project(tmp_path, {"h-rma": _captures(tmp_path, "h-rma", SICK["h-rma"])})
     kube = Kubectl(tmp_path / "kube", [node("h-rma")])
@@ -150,6 +160,9 @@ def test_refusals_are_one_line_exit_4_before_any_node_is_touched(tmp_path):
         ((["--k8s-cordon", "--drain-max", "abc"], kube.env()), "--drain-max abc: expected a count of nodes"),
         ((["--k8s-cordon", "--k8s-apply"], {"PATH": str(tmp_path / "nothing")}),
          "--k8s-cordon/--k8s-resume: kubectl not found on PATH"),
+        ((["--k8s-cordon", "--k8s-apply"], {"PATH": str(_unreachable_kubectl(tmp_path / "down"))}),
+         "--k8s-apply: the Kubernetes API server does not list the nodes (kubectl get nodes: The connection to the "
+         "server 127.0.0.1:6443 was refused - did you specify the right host or port?)"),
     ]
     for (opts, env), said in cases:
         rep = tmp_path / "rep"

@@ -21,8 +21,9 @@ def test_a_pass_that_judged_nothing_leaves_the_host_skip():
                        figures=[_fig("c", "hbm_read_bw_gbps", "pass", gpu=0)])]
     hv = host_verdicts(recs, ["a", "b", "c"])
     assert {h: v["verdict"] for h, v in hv.items()} == {"a": "SKIP", "b": "PASS", "c": "PASS"}
-    assert hv["a"]["reasons"] == ["1 figure recorded, none judged against a limit: no SKU threshold file applied "
-                                  "(gpu_sku or an NVML-detected GPU), no storage_limits"]
+    assert hv["a"]["reasons"] == ["1 figure recorded, none judged against a limit: the selected tests have no limit "
+                                  "for them (limits come from a SKU threshold file: gpu_sku or an NVML-detected GPU; "
+                                  "storage_limits; the inventory's own)"]
     assert gpu_figures_judged(recs) == 1
     assert run_line(hv, recs) == "gpuaccept: PASS (2 hosts PASS, 1 host SKIP), 1 GPU figure judged"
     only_a = [r for r in recs if r.host == "a"]

@@ -247,6 +247,17 @@ def test_allreduce_through_srun(cluster, tmp_path):
     assert doc["busbw_gbps"] is not None and doc["at_bytes"] == 65536
 
 
+def test_allreduce_under_min_busbw_fails_naming_that_option_as_its_limit(cluster, tmp_path):
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm_allreduce", "--backend", "gloo",
+                            "--min-busbw", "1000000", "--json", str(tmp_path / "ar.json"), "--args",
+                            json.dumps({"min_bytes": 4096, "max_bytes": 65536, "iters": 2, "warmup": 1, "reps": 1})],
+                  cwd=tmp_path, timeout=400)
+    text = res.stdout + res.stderr
+    assert res.returncode == 1, text
+    line = next(ln for ln in text.splitlines() if "1e+06" in ln or "1000000" in ln)
+    assert "[limit: --min-busbw]" in line and "nccl_internode_busbw_gbps" not in line, line
+
+
 def test_allreduce_names_the_node_that_failed(cluster, tmp_path):
     """A bad probe argument on every node is a crash named per node, with the probe's message, exit 1."""
     out = tmp_path / "ar.json"
@@ -445,6 +456,30 @@ def test_each_job_is_one_run_in_the_history(cluster, tmp_path):
     assert con.execute("SELECT run_id FROM runs ORDER BY started").fetchall() == [("job1",), ("job2",)]
     assert con.execute("SELECT run_id, count(*) FROM tests GROUP BY run_id").fetchall() == [("job1", 3), ("job2", 3)]
     assert sorted(h for (h,) in con.execute("SELECT host FROM host_verdicts WHERE run_id='job2'")) == ["n1", "n2", "n3"]
+
+
+def test_the_joined_run_is_recorded_below_the_folder_the_launcher_runs_in(cluster, tmp_path):
+    """No --history: the joined run goes to reports/history.sqlite below the operator's folder, beside the default
+    reports/slurm-<job>, as a plain run's history does, never into the checkout (a folder the operator did not
+    name). A relative --history is read from that folder too."""
+    import sqlite3
+    work = tmp_path / "ops"
+    work.mkdir()
+    before = (REPO / "reports" / "history.sqlite").stat().st_mtime if (REPO / "reports" / "history.sqlite").exists() \
+        else None
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--",
+                            "-m", "health", "-k", "test_gpu_inventory"], cwd=work)
+    assert res.returncode == 0, res.stdout + res.stderr
+    db = work / "reports" / "history.sqlite"
+    (run,) = [p.name for p in (work / "reports").iterdir() if p.name.startswith("slurm-")]
+    assert sqlite3.connect(db).execute("SELECT run_id FROM runs").fetchall() == [(run,)]
+    after = (REPO / "reports" / "history.sqlite").stat().st_mtime if (REPO / "reports" / "history.sqlite").exists() \
+        else None
+    assert after == before  # the checkout's history untouched
+    res = _salloc(cluster, [sys.executable, "-m", "gpuaccept.scaleout.slurm", "--reports", "second", "--",
+                            "-m", "health", "-k", "test_gpu_inventory", "--history", "mine.sqlite"], cwd=work)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sqlite3.connect(work / "mine.sqlite").execute("SELECT run_id FROM runs").fetchall() == [("second",)]
 
 
 def test_a_node_matching_two_inventory_hosts_is_named_as_such(cluster, tmp_path):

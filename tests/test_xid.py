@@ -417,3 +417,81 @@ def test_sxid_guidance_data_has_its_source():
     assert g["retrieved"] == "2026-11-30" and "fabric-manager-user-guide" in g["source"]
     assert g["severities"]["fatal"]["fails"] is True and g["severities"]["non-fatal"]["fails"] is False
     assert g["severities"]["non-fatal"]["guidance"].startswith("Non-fatal SXids are for informational purposes only")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# application-class Xids (immediate RESTART_APP) inside the run's own window: findings of their GPU
+
+
+def _fixture_events(extra: list[str] = ()) -> list[dict]:
+    """kern-xid.log as the probe reads it (no window), plus ``extra`` lines, classified."""
+    events, _ = xev.parse_kernel_log(fixture_lines() + list(extra))
+    return xidmod.classify(events)
+
+
+def _act(finding):
+    from gpuaccept.judging import actions
+    return actions.for_xid(finding)
+
+
+def test_application_xid_once_in_the_run_is_unverified_rerun_naming_nvidias_workflow():
+    events = _fixture_events()
+    (f,) = xidmod.in_run_findings(events, SINCE)  # the run began 20:15; the Xid 13 fault at 20:16:40 is the run's
+    # one fault written as three lines of one second (two without a pid): one event, one occurrence
+    assert (f["pci_bus_id"], f["rule"], f["count"], f["xids"]) == ("00000000:AF:00.0", "app in run", 1, {13: 1})
+    assert f["locations"] == {"GPC 1, TPC 0": 1} and f["repeated_at"] is None and f["pids"] == [23187]
+    assert "WORKFLOW_XID_13: Repeat TPC and GPC" in f["message"] and "once on this GPU" in f["message"]
+    a = _act(f)
+    assert (a.action, a.cause) == ("rerun", "unverified") and "dcgmi diag" in a.reason
+    assert a.reason.startswith("Xid 13 during the run, 1 time") and "WORKFLOW_XID_13" in a.source
+
+
+def test_application_xid_repeated_on_one_gpu_is_hardware_reset_gpu_with_count_and_location():
+    # the same fault again 30 s later, from another process (the real lines, a later second and pid)
+    again = [ln.replace("20:16:40", "20:17:10").replace("pid=23187", "pid=23190") for ln in fixture_lines()
+             if "(PCI:0000:af:00): 13" in ln]
+    assert len(again) == 3
+    (f,) = xidmod.in_run_findings(_fixture_events(again), SINCE)
+    assert (f["rule"], f["count"], f["xids"], f["repeated_at"]) == ("app repeated in run", 2, {13: 2}, "GPC 1, TPC 0")
+    assert f["locations"] == {"GPC 1, TPC 0": 2} and f["pids"] == [23187, 23190]
+    a = _act(f)
+    assert (a.action, a.cause) == ("reset-gpu", "hardware")
+    assert a.reason.startswith("Xid 13 x2 during the run, 2 times (2 on GPC 1, TPC 0): ") and "dcgmi diag" in a.reason
+    assert xidmod.load_in_run()["repeats"] == 2 and "WORKFLOW_XID_13" in xidmod.load_in_run()["repeats_source"]
+
+
+def test_application_xids_before_the_runs_window_keep_todays_rule():
+    events = _fixture_events()
+    xidmod.in_run_findings(events, SINCE)
+    (x31,) = [e for e in events if e["xid"] == 31]  # 20:10:04: in the --xid-window look-back, before the run
+    assert x31["fails"] is False and x31["rule"] == "catalogue" and "in_run" not in x31
+    later = _fixture_events()
+    assert xidmod.in_run_findings(later, SINCE + 3600) == []  # every Xid before the run's start: none
+    assert [(e["xid"], e["fails"]) for e in later] == [(31, False), (13, False), (48, True), (63, False),
+                                                       (79, True), (154, True), (79, True)]
+
+
+def test_non_application_xids_are_judged_as_before():
+    events = _fixture_events()
+    findings = xidmod.in_run_findings(events, None)  # a replay: the whole saved window is the run's
+    assert sorted(f["pci_bus_id"] for f in findings) == ["00000000:3B:00.0", "00000000:AF:00.0"]  # 31 and 13 only
+    by = {e["xid"]: e for e in events}
+    assert (by[48]["fails"], by[48]["rule"], by[79]["fails"], by[154]["rule"]) == (True, "catalogue", True, "policy")
+    assert by[63]["fails"] is False and "in_run" not in by[63]  # IGNORE: still recorded only
+    assert not any("in_run" in e for e in events if e["xid"] in (48, 63, 79, 154))
+
+
+def test_chip_location_and_occurrences():
+    assert xidmod.chip_location("Graphics SM Warp Exception on (GPC 3, TPC 1, SM 0): Out Of Range") == "GPC 3, TPC 1"
+    assert xidmod.chip_location("MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted") is None
+    six = [{"epoch": 1795989334.0, "pid": 5000 + i} for i in range(6)]  # six probes in one second
+    assert xidmod.occurrences(six) == 6
+    assert xidmod.occurrences([{"epoch": 10.2, "pid": None}, {"epoch": 10.7, "pid": 7}]) == 1
+
+
+def test_same_xid_lines_of_different_processes_stay_separate_events():
+    line = [ln for ln in fixture_lines() if "pid=23187" in ln][0]  # a real Xid 13 line
+    events, _ = xev.parse_kernel_log([line, line.replace("pid=23187", "pid=23188"), line])
+    assert [(e["pid"], len(e["continuation"])) for e in events] == [(23187, 0), (23188, 0), (23187, 0)]
+    events, _ = xev.parse_kernel_log([ln for ln in fixture_lines() if "(PCI:0000:af:00): 13" in ln])
+    assert [(e["pid"], len(e["continuation"])) for e in events] == [(23187, 2)]  # one report, pid-less lines merged

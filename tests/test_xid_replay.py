@@ -5,7 +5,10 @@ lines, an Xid line without a number, "fallen off the bus" messages with no Xid n
 - healthy capture (no event): passed, before and after;
 - kern-sxid-offbus.log: before, only Xid 200 (unknown) and the Xid 79 line on DB:00 failed; the SXid lines,
   the number-less Xid line and the off-the-bus messages on B3:00 and 5D:00 went unseen. Now each fails with its
-  own line, and the non-fatal SXid and the RESTART_APP Xid 13 are recorded only.
+  own line, and the non-fatal SXid is recorded only; the RESTART_APP Xid 13 (the run's, in a replay) is a finding;
+- application-class Xids of the run (6x Xid 13 and an Xid 31 on GPU 1, an Xid 94 on GPU 0, probe pids, lines in
+  the driver's format): before, recorded and PASS; now GPU 1 reset-gpu (hardware, count and GPC/TPC named),
+  GPU 0 rerun (unverified).
 """
 from __future__ import annotations
 
@@ -28,6 +31,11 @@ def run_xid_test(tmp_path: Path, captures: Path) -> dict:
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "xid_events")
     (case,) = [c for c in junit(rep / "junit-health.xml") if c["name"].startswith("test_xid_events")]
     return {"rc": res.returncode, **case}
+
+
+def _failures(rep: Path) -> list[dict]:
+    doc = json.loads((rep / "results.json").read_text())
+    return [f for t in doc["tests"] if t["name"].startswith("test_xid_events") for f in t.get("failures", [])]
 
 
 def test_healthy_capture_has_no_xid_and_passes(tmp_path):
@@ -53,5 +61,35 @@ def test_sxid_nonumber_and_off_bus_lines_fail_with_one_line_each(tmp_path):
            "immediate action RESTART_BM, fails)" in text
     assert "Xid 79 on 00000000:5D:00.0" in text and "Xid 79 on 00000000:DB:00.0" in text
     assert "Xid 200 on 00000000:1B:00.0 is not in NVIDIA's Xid catalogue" in text
-    assert "Xid 13 on" not in text  # RESTART_APP: recorded only
+    # the RESTART_APP Xid 13 (once, on a GPU of no NVML handle here): a replay's saved window is the run's, so it
+    # is the run's probes' fault once: a finding, unverified
+    lines = [f["line"] for f in _failures(tmp_path / "run" / "rep")]
+    assert any("Xid 13 during the run, 1 time (GPC 0, TPC 1: 1) on 00000000:3B:00.0, immediate action RESTART_APP" in ln for ln in lines)
     assert "Traceback" not in text and "KeyError" not in text
+
+
+def test_application_xids_of_the_run_are_findings_of_their_gpus(tmp_path):
+    head = "2026-11-29T21:55:34+0000 h200-a kernel: NVRM: Xid (PCI:0000:00:{bus}): "
+    log = tmp_path / "kern.log"
+    log.write_text("".join(
+        [head.format(bus="07") + f"13, pid={5000 + i}, name=python3, Graphics SM Warp Exception on (GPC 3, TPC 1, "
+         "SM 0): Out Of Range Address\n" for i in range(6)]
+        + [head.format(bus="07") + "31, pid=5010, name=python3, Ch 00000010, intr 00000000. MMU Fault: ENGINE "
+           "GRAPHICS GPC3 GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ\n",
+           head.format(bus="06") + "94, pid=5011, name=python3, Contained: SM (0x1). RST: No, D-RST: No\n"]))
+    captures = tmp_path / "captures"
+    shutil.copytree(REPLAY, captures)
+    (saved_path,) = captures.glob("xid_events-*.json")
+    saved = json.loads(saved_path.read_text())
+    saved["doc"] = xev.main({"sources": [str(log)]})  # the real probe on the lines
+    assert [e["xid"] for e in saved["doc"]["events"]] == [13] * 6 + [31, 94]  # six processes: six events
+    saved_path.write_text(json.dumps(saved))
+    got = run_xid_test(tmp_path / "run", captures)
+    assert got["rc"] == 1 and got["outcome"] == "failure"
+    assert "Xid 13 x6, Xid 31 during the run, 7 times (6 on GPC 3, TPC 1) on 00000000:00:07.0" in got["text"]
+    assert "Xid 94 during the run, 1 time on 00000000:00:06.0" in got["text"]
+    by_gpu = {f["gpu"]: f for f in _failures(tmp_path / "run" / "rep")}
+    assert sorted(by_gpu) == [0, 1]
+    assert (by_gpu[1]["action"]["action"], by_gpu[1]["action"]["cause"]) == ("reset-gpu", "hardware")
+    assert (by_gpu[0]["action"]["action"], by_gpu[0]["action"]["cause"]) == ("rerun", "unverified")
+    assert by_gpu[1]["pci_bus_id"] == "00000000:00:07.0" and by_gpu[1]["serial"]

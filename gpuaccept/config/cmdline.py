@@ -22,3 +22,42 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D401 (argparse's hook)
         print(f"{self.prog}: {message}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's ``parse_args``, but an option this parser does not know is named first: argparse would
+        report a missing required option instead (``--bogus`` without ``--into``: "required: --into"), which sends
+        the operator after the wrong argument. A parser with subcommands is left to argparse (their options are the
+        subcommands')."""
+        argv = sys.argv[1:] if args is None else list(args)
+        unknown = self._unknown_options(argv)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_args(argv, namespace)
+
+    def _unknown_options(self, argv: list[str]) -> list[str]:
+        """The words of ``argv`` (before ``--``) that look like options and name none of this parser's, nor a prefix
+        of one where argparse accepts abbreviations; [] for a parser with subcommands."""
+        if any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            return []
+        known = list(self._option_string_actions)
+        out = []
+        for word in argv:
+            if word == "--":
+                break
+            if not word.startswith("-") or word == "-" or _is_number(word):
+                continue
+            opt = word.split("=", 1)[0]
+            if opt in known or (self.allow_abbrev and opt.startswith("--")
+                                and any(k.startswith(opt) for k in known)):
+                continue
+            out.append(word)
+        return out
+
+
+def _is_number(word: str) -> bool:
+    """Whether ``word`` reads as a number (a negative value, not an option)."""
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True

@@ -302,11 +302,14 @@ def for_xid(event: dict) -> Action:
     """The action of one failing Xid event as :func:`gpuaccept.judging.xid.classify` left it (keys ``xid``,
     ``rule``, ``bucket``, ``msg``, ``continuation``): NVIDIA's immediate bucket through ``xid_buckets``; an Xid 154
     by the recovery action it announces (``xid154_recovery``); an Xid 45 judged by its named cause by that Xid's
-    bucket; the driver's own faults, an Xid without a number, an unknown Xid, an Xid without a bucket by the
-    data file's bracketed rows."""
+    bucket; the driver's own faults, an Xid without a number, an unknown Xid, an Xid without a bucket, and a
+    finding of :func:`gpuaccept.judging.xid.in_run_findings` (``rule`` "app in run" | "app repeated in run", its
+    ``head`` said first) by the data file's bracketed rows."""
     rows = load_table()["xid_buckets"]["rows"]
     xid, rule = event.get("xid"), event.get("rule")
     head = f"Xid {xid}: " if xid is not None else ""
+    if rule in ("app in run", "app repeated in run"):  # one finding per GPU of the run's application-class Xids
+        return _action("xid_buckets", f"({rule})", prefix=f"{event.get('head') or head}: ")
     if rule == "driver":
         return _action("xid_buckets", "(driver)")
     if rule in ("no number", "unknown"):

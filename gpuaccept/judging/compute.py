@@ -15,6 +15,10 @@ from gpuaccept.judging.standouts import median
 # Hardware slowdowns fail a GPU under load; the software power cap, software thermal slowdown and sync
 # boost are recorded only (a GPU at its power limit works as designed).
 CLOCK_REASONS_FAIL = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
+#: the hardware reasons no process's load can raise: the power brake is a signal the system (its power supply or
+#: BMC) asserts on the GPU (NVML nvmlClocksEventReasonHwPowerBrakeSlowdown: "External Power Brake Assertion");
+#: HW slowdown and HW thermal slowdown follow temperature and power draw, which another process's load moves
+LOAD_INDEPENDENT_REASONS = frozenset({"HW power brake slowdown"})
 CLOCK_REASONS_RECORD = {0x4: "SW power cap", 0x20: "SW thermal slowdown", 0x10: "sync boost"}
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuaccept.causes import Cause
 from gpuaccept.judging import gpucount
-from gpuaccept.judging.compute import clock_reasons
+from gpuaccept.judging.compute import LOAD_INDEPENDENT_REASONS, clock_reasons
 from gpuaccept.judging.shape import gpu_fabric
 from gpuaccept.judging.readings import (bus_key, error_text, handle_cause, is_error, is_lost, lost_reason, number,
                                         present, unreadable_cause)
@@ -276,6 +276,9 @@ def temperature(gpu: dict, sku: SkuSpec) -> list[Finding]:
     t = gpu.get("temp_c")
     if number(t) is None:
         return [_unreadable(sku, "temp_c", "temp_c", t, gpu.get("index"))]
+    busy = busy_cause(gpu)
+    if busy:  # another process's load heats the GPU: its temperature says nothing of the card (preflight: busy)
+        return [Finding("temp_c", t, "C", extra={"note": f"not judged: {busy}"})]
     return [Finding("temp_c", t, "C", sku.limit("temp_c"))]
 
 
@@ -365,9 +368,16 @@ def idle_clock_events(gpu: dict) -> list[Finding]:
         return [Finding("idle_clocks_event_reasons", mask,
                         extra={"note": f"unreadable (NVML: {error_text(mask) or 'not in the probe document'})"})]
     failing, seen = clock_reasons(mask)
+    busy = busy_cause(gpu)
+    if busy:  # not idle: another process's load (preflight: busy) heats it and draws power; only the brake stands
+        load_made = [r for r in failing if r not in LOAD_INDEPENDENT_REASONS]
+        failing = [r for r in failing if r in LOAD_INDEPENDENT_REASONS]
+        seen = seen + [f"{r} (not judged: {busy})" for r in load_made]
+    when = f"while {busy}" if busy else "while idle"
     return [Finding("idle_clocks_event_reasons", f"0x{int(mask):x}", extra={"active": failing + seen} if failing
-                    or seen else None, failure=(f"{', '.join(failing)} active while idle (clocks event reasons "
-                                                f"0x{int(mask):x}): the GPU is throttled before any load")
+                    or seen else None, failure=(f"{', '.join(failing)} active {when} (clocks event reasons "
+                                                f"0x{int(mask):x}): the GPU is throttled "
+                                                f"{'by a signal no process asserts' if busy else 'before any load'}")
                     if failing else None)]
 
 

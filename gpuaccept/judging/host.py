@@ -486,9 +486,30 @@ def filesystem_findings(doc: dict, fs_errors: dict[str, dict]) -> list[Finding]:
 
 # ------------------------------------------------------------------------------------------- NVMe
 
+#: NVMe controller states (Linux drivers/nvme/host/core.c, nvme_ctrl_state and the state file's words) that are a
+#: step of a reset or of a connection the driver is making, not where it settled: one reading proves nothing
+NVME_PASSING_STATES = frozenset({"new", "resetting", "connecting"})
+
+
+def nvme_state_cause(state: str, transport: str | None, name: str) -> Cause:
+    """The cause of an NVMe controller found in ``state`` (not ``live``), by its ``transport`` (the controller's sysfs
+    transport: ``pcie`` for a drive in this node; ``tcp``, ``rdma``, ``fc`` for NVMe over Fabrics, whose controller
+    is a target across the network): a fabrics controller that is reconnecting, dead or being deleted is the network
+    or the target (connectivity, ``nvme_fabric_state``: check-network); a local one passing through a reset or a
+    connect (:data:`NVME_PASSING_STATES`) is unverified (``nvme_controller_transient``: rerun); a local one dead or
+    deleted is hardware (``nvme_controller_state``: drain-rma)."""
+    ev = {"controller": name, "state": state, "transport": transport}
+    if transport not in (None, "pcie", "loop"):
+        return Cause("connectivity", "nvme_fabric_state", evidence=ev)
+    if state in NVME_PASSING_STATES:
+        return Cause("unverified", "nvme_controller_transient", evidence=ev)
+    return Cause("hardware", "nvme_controller_state", evidence=ev)
+
+
 def nvme_findings(doc: dict) -> list[Finding]:
-    """Per NVMe controller of an nvme_inventory document: a controller state other than ``live`` fails as hardware
-    (``nvme_controller_state``: resetting, dead); each SMART Critical Warning bit set fails as hardware
+    """Per NVMe controller of an nvme_inventory document: a controller state other than ``live`` fails with the
+    cause :func:`nvme_state_cause` gives (a dead local drive is hardware; a fabrics target reconnecting is the
+    network; a reset in progress is unverified); each SMART Critical Warning bit set fails as hardware
     (``nvme_critical_warning``) with its meaning (NVMe Base spec, :func:`critical_warning_bits`); wear
     (percent_used) and media errors are recorded, not judged here (wear alone is no failure)."""
     bits = critical_warning_bits()
@@ -496,10 +517,11 @@ def nvme_findings(doc: dict) -> list[Finding]:
     for c in doc.get("controllers") or []:
         who = f"{c['name']} ({c.get('model') or '?'}, serial {c.get('serial') or '?'})"
         state = c.get("state")
-        f = Finding(f"nvme_state {c['name']}", state, extra={"controller": who})
+        f = Finding(f"nvme_state {c['name']}", state, extra={"controller": who, "transport": c.get("transport")})
         if state not in (None, "live"):
-            f = replace(f, failure=(f"{who}: controller state {state} (not live)"),
-                        cause=Cause("hardware", "nvme_controller_state", evidence={"controller": c["name"], "state": state}))
+            via = f", transport {c['transport']}" if c.get("transport") not in (None, "pcie") else ""
+            f = replace(f, failure=f"{who}: controller state {state} (not live{via})",
+                        cause=nvme_state_cause(state, c.get("transport"), c["name"]))
         out.append(f)
         smart = c.get("smart")
         if smart is None:

@@ -271,11 +271,12 @@ def busbw_at(doc: dict, nbytes: int | None) -> tuple[float | None, dict]:
 
 
 def judge_figures(figures: dict, limit: float | None, slow_pct: float = DEFAULT_SLOW_PCT,
-                  pool: list[float] | None = None, floors: dict | None = None) -> dict:
+                  pool: list[float] | None = None, floors: dict | None = None,
+                  source: str = "group var nccl_internode_busbw_gbps") -> dict:
     """Pass/fail of each figure of one round (pairs or rails), ``{key: (passed, why)}``: the one rule of
     :func:`gpuaccept.judging.nccl.judge_round` (``floors``: ``{key: Limit}``, the SKU file's floor for each
-    pair's transport, :func:`pair_floor`)."""
-    return nccl_judge.judge_round(figures, limit, slow_pct, pool, floors=floors)
+    pair's transport, :func:`pair_floor`; ``source``: where ``limit`` came from, said in a failure line)."""
+    return nccl_judge.judge_round(figures, limit, slow_pct, pool, source=source, floors=floors)
 
 
 def pair_floor(floor, results: dict[str, HostResult]):

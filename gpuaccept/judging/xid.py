@@ -29,6 +29,14 @@ Rules, in the order they apply to one Xid event:
 Across events (:func:`classify`): an Xid 45 that names its cause ("caused by previous Xid 149") with no such
 Xid of that GPU in the window is judged as that cause.
 
+Inside the run's own window (:func:`in_run_findings`, data ``gpuaccept/data/xid_in_run.yaml``): an Xid whose
+immediate bucket is RESTART_APP was logged while gpuaccept's own probes were the applications on the GPU, so
+"restart the application" proves nothing. Once on a GPU it is an unverified finding (rerun, NVIDIA's investigatory
+workflow named); repeated on one GPU (``repeats`` occurrences, NVIDIA's "Repeat ..." workflows) it is hardware
+(reset the GPU, then DCGM diagnostics), naming the count and the GPC/TPC the lines name. The run does not record
+its probes' process ids, so every such Xid in the run is taken as a probe's. Xids before the run's start (the
+``--xid-window`` look-back) keep rule 5.
+
 SXid source: NVIDIA Fabric Manager User Guide, "NVSwitch SXid Errors", kept in ``gpuaccept/data/sxid_guidance.yaml``:
 NVIDIA classifies an SXid by the severity word in the line: ``Fatal`` fails (naming switch and link), ``Non-fatal``
 is recorded. An SXid whose line states no severity (the driver's ``SOE HALTED`` or ``SOE Watchdog error`` lines, or
@@ -285,3 +293,100 @@ def classify_sxid(event: dict) -> dict:
 def classify_sxids(events: list[dict]) -> list[dict]:
     """:func:`classify_sxid` for each SXid event, in order."""
     return [classify_sxid(e) for e in events]
+
+
+# "(GPC 3, TPC 1, SM 0)": where on the chip the driver says an SM exception was (Xid 13's lines); NVIDIA's
+# WORKFLOW_XID_13 decides by it ("Repeat TPC and GPC")
+_GPC_TPC_RE = re.compile(r"\(GPC\s*(\d+),\s*TPC\s*(\d+)(?:,\s*SM\s*(\d+))?\)")
+
+
+def chip_location(msg: str) -> str | None:
+    """The GPC and TPC an Xid line names (``"... on (GPC 3, TPC 1, SM 0): ..."`` -> ``"GPC 3, TPC 1"``), or None
+    when the line names none."""
+    m = _GPC_TPC_RE.search(msg or "")
+    return f"GPC {m.group(1)}, TPC {m.group(2)}" if m else None
+
+
+@lru_cache(maxsize=None)
+def load_in_run() -> dict:
+    """``gpuaccept/data/xid_in_run.yaml``: ``buckets`` (immediate buckets judged in the run), ``repeats`` (int,
+    occurrences on one GPU that make them repeated), each with its source. Raises ValueError when broken."""
+    with _data("xid_in_run.yaml").open(encoding="utf-8") as f:
+        doc = load_data(f)
+    if not isinstance(doc.get("repeats"), int) or doc["repeats"] < 2 or not doc.get("buckets") \
+            or not doc.get("repeats_source") or not doc.get("buckets_source"):
+        raise ValueError("xid_in_run.yaml: buckets and repeats (an int >= 2) with their sources")
+    return doc
+
+
+def _in_run(event: dict, run_start: float | None) -> bool:
+    epoch = event.get("epoch")
+    return run_start is None or not isinstance(epoch, (int, float)) or epoch >= run_start
+
+
+def occurrences(events: list[dict]) -> int:
+    """How many faults ``events`` (Xid events of one GPU) are: the lines of one second count once per process
+    id they name, at least once (one fault is logged as several lines of one second, some without a pid:
+    ``occurrence_source`` in ``gpuaccept/data/xid_in_run.yaml``)."""
+    by_second: dict[object, set] = {}
+    for ev in events:
+        epoch = ev.get("epoch")
+        second = int(epoch) if isinstance(epoch, (int, float)) else (ev.get("time") or id(ev))
+        pids = by_second.setdefault(second, set())
+        if isinstance(ev.get("pid"), int):
+            pids.add(ev["pid"])
+    return sum(max(1, len(p)) for p in by_second.values())
+
+
+def in_run_findings(events: list[dict], run_start: float | None) -> list[dict]:
+    """The application-class Xids of the run, one finding per GPU (module docstring).
+
+    ``events``: :func:`classify`'s output; those with ``rule`` "catalogue", an immediate bucket of
+    ``xid_in_run.yaml`` (RESTART_APP) and an ``epoch`` at or after ``run_start`` (node epoch seconds; None: all,
+    as for a replayed host; an event without an epoch counts as the run's) are marked ``in_run: True`` and
+    grouped by ``pci_bus_id``. Each finding: ``pci_bus_id``, ``rule`` ("app in run" | "app repeated in run"),
+    ``count`` (occurrences, :func:`occurrences`), ``xids`` ({xid: events}), ``locations`` ({"GPC g, TPC t":
+    occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None), ``investigatory`` ({xid:
+    NVIDIA's workflow}), ``pids``, ``head`` (a short "Xid 13 x6, Xid 31 x1 ..." line) and ``message``.
+    Earlier events keep their verdict. Pure."""
+    conf = load_in_run()
+    groups: dict[str, list[dict]] = {}
+    for ev in events:
+        if ev.get("rule") == "catalogue" and ev.get("bucket") in conf["buckets"] and _in_run(ev, run_start):
+            ev["in_run"] = True
+            groups.setdefault(str(ev.get("pci_bus_id") or "?").upper(), []).append(ev)
+    out = []
+    for bus, evs in groups.items():
+        xids: dict[int, int] = {}
+        for ev in evs:
+            xids[ev["xid"]] = xids.get(ev["xid"], 0) + 1
+        by_loc: dict[str, list[dict]] = {}
+        for ev in evs:
+            if (loc := chip_location(ev.get("msg"))) is not None:
+                by_loc.setdefault(loc, []).append(ev)
+        locations = {loc: occurrences(v) for loc, v in by_loc.items()}
+        count = occurrences(evs)
+        repeated_at = next((loc for loc, n in locations.items() if n >= conf["repeats"]), None)
+        repeated = count >= conf["repeats"]
+        work = {x: (load_catalog()[x].investigatory or "none") for x in xids}
+        pids = sorted({ev["pid"] for ev in evs if isinstance(ev.get("pid"), int)})
+        names = sorted({ev["process_name"] for ev in evs if ev.get("process_name")})
+        head = (", ".join(f"Xid {x} x{n}" if n > 1 else f"Xid {x}" for x, n in sorted(xids.items()))
+                + f" during the run, {count} time{'s' if count != 1 else ''}"
+                + (f" ({locations[repeated_at]} on {repeated_at})" if repeated_at else
+                   f" ({'; '.join(f'{loc}: {n}' for loc, n in locations.items())})" if locations else ""))
+        said = "; ".join(f"Xid {x} ({load_catalog()[x].description}): {w}: {load_buckets().get(w) or w}"
+                         for x, w in sorted(work.items()))
+        verdict = (f"repeated on this GPU (NVIDIA's workflows: a repeat on one GPU or one GPC/TPC is a possible "
+                   f"hardware issue): reset the GPU and run DCGM diagnostics" if repeated else
+                   "once on this GPU: not proven a fault, rerun; if it comes back, NVIDIA's investigatory workflow")
+        out.append({
+            "pci_bus_id": evs[0].get("pci_bus_id"), "rule": "app in run" if not repeated else "app repeated in run",
+            "count": count, "xids": xids, "locations": locations, "repeated_at": repeated_at,
+            "investigatory": work, "pids": pids, "head": head,
+            "message": (f"{head} on {evs[0].get('pci_bus_id') or '?'}, immediate action "
+                        f"{'/'.join(sorted({e['bucket'] for e in evs}))}, from {', '.join(names) or 'an unnamed process'}"
+                        f"{' (pid ' + ', '.join(map(str, pids[:8])) + (' ...' if len(pids) > 8 else '') + ')' if pids else ''}"
+                        f": the applications on the GPU were gpuaccept's own probes, so restarting them proves "
+                        f"nothing; {verdict} ({said}); log: {_raw(evs[0])}")})
+    return out

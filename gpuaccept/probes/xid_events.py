@@ -159,7 +159,8 @@ def parse_log(lines, since_epoch: float | None = None, now: float | None = None)
     kept). Continuation: an NVRM line that is not itself an Xid, that follows an event within
     CONTINUATION_WINDOW_S and names no other device is appended to that event's ``continuation``; so is a
     repeated Xid line of the same number on the same device within SAME_XID_MERGE_S (the driver prints a
-    multi-line Xid 13 as several "Xid ...: 13," lines) and a "GPU has fallen off the bus" line after an
+    multi-line Xid 13 as several "Xid ...: 13," lines), unless both lines name different pids (two processes
+    faulting: two events), and a "GPU has fallen off the bus" line after an
     Xid 79 of the same GPU. A fallen-off-the-bus message with no Xid 79 before it (one line, or nv.c's
     three lines "The NVIDIA GPU <bdf>" ... "fallen off the bus and is not responding to commands") becomes
     an event of its own (``xid`` 79, ``inferred`` true); an Xid 79 line that follows it merges into it.
@@ -285,7 +286,7 @@ class _Parser:
                 open_ev["continuation"].insert(0, open_ev["msg"])
                 open_ev.update(inferred=False, pid=pid, process_name=name, msg=msg, line=line)
                 return
-            if _near(open_ev, epoch, SAME_XID_MERGE_S):
+            if _near(open_ev, epoch, SAME_XID_MERGE_S) and (pid is None or open_ev["pid"] in (None, pid)):
                 open_ev["continuation"].append(msg)  # one multi-line report (e.g. Xid 13 SM + ESR lines)
                 if open_ev["pid"] is None and pid is not None:
                     open_ev.update(pid=pid, process_name=name)

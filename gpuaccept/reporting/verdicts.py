@@ -147,9 +147,12 @@ NOTHING_MEASURED = "none judged against a limit"
 
 def nothing_judged(recorded: int) -> str:
     """The reason of a host whose passed tests judged no figure: ``"2 figures recorded, none judged against a
-    limit: no SKU threshold file applied (gpu_sku or an NVML-detected GPU), no storage_limits"``."""
-    return (f"{count_text(recorded, 'figure')} recorded, {NOTHING_MEASURED}: no SKU threshold file applied "
-            f"(gpu_sku or an NVML-detected GPU), no storage_limits")
+    limit: the selected tests have no limit for them (limits come from a SKU threshold file: gpu_sku or an
+    NVML-detected GPU; storage_limits; the inventory's own)"``: which of these applied is not known here (a
+    selection of tests that only record, such as -k xid, says the same on a host whose SKU file applied)."""
+    return (f"{count_text(recorded, 'figure')} recorded, {NOTHING_MEASURED}: the selected tests have no limit for "
+            f"them (limits come from a SKU threshold file: gpu_sku or an NVML-detected GPU; storage_limits; the "
+            f"inventory's own)")
 
 
 class HostVerdicts:

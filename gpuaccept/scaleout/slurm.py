@@ -17,8 +17,9 @@ Inside an allocation (``salloc -N K`` or an ``sbatch`` script)::
    --run-id <basename of DIR> [--history H] [--host-error NODE=WHY...]`` when that module is installed
    (:func:`join_plan`: a killed node's partial folder is joined, a node with no results is an ERROR);
    otherwise the per-node folders are the result, and the launcher says so. The nodes run with ``--history
-   none``; the joined run is recorded once in ``--history`` given after ``--`` (default the suite's
-   ``reports/history.sqlite``; ``none``: none).
+   none``; the joined run is recorded once in ``--history`` given after ``--`` (default
+   ``reports/history.sqlite`` below the folder the launcher runs in, as a plain run's; a relative path is read from
+   there too; ``none``: none).
 
 Refused before srun (exit 4, one line): ``DIR`` holding an earlier launch, an ``--srun-arg`` that changes the
 task layout (:func:`layout_arg`), a node matching several hosts of ``--inventory``; an srun that exits before
@@ -440,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     if not srun:
         return _bad_input("srun not found on PATH")
     pytest_args, history_arg = take_history(pytest_args)
-    history = None if (history_arg or "").lower() == "none" else os.path.join(
-        suite_root(), history_arg or os.path.join("reports", "history.sqlite"))  # relative: as the nodes' pytest
+    # relative to the folder the launcher runs in, as a plain run's --history and this launcher's --reports are
+    history = None if (history_arg or "").lower() == "none" else os.path.abspath(
+        history_arg or os.path.join("reports", "history.sqlite"))
     k = str(len(nodes))
     cmd = [srun, f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--label",
            *args.srun_arg, sys.executable, "-m", "gpuaccept.scaleout.slurm", "--task", "--reports", run_dir, "--",

@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     if col.ok:
         busbw, row = busbw_at(col.doc, a.at_bytes)
-        passed, why = judge_figures({"ring": busbw}, a.min_busbw)["ring"]
+        passed, why = judge_figures({"ring": busbw}, a.min_busbw, source="--min-busbw")["ring"]
         out.update(busbw_gbps=busbw, at_bytes=row.get("bytes"), passed=passed, why=why)
         print(f"all-reduce over {', '.join(col.hosts)} (world {col.doc.get('world_size')}): "
               f"{'PASS' if passed else 'FAIL'}: {why} at {row.get('bytes')} B")

@@ -136,13 +136,37 @@ def plan(hv: dict, hosts: list[str], run_id: str, run_dir: str, names: Mapping[s
 
 
 # -- I/O ---------------------------------------------------------------------------------------------------
+#: seconds the start of a run with --k8s-apply waits for the API server to list the nodes (kubectl's own
+#: --request-timeout, and the process's bound a little later): an apply is refused before any node is touched when
+#: the cluster cannot be reached, as --slurm-apply is when scontrol ping fails
+READY_TIMEOUT_S = 15
+
+
 def check_ready(kubectl: str = "kubectl", env: Mapping[str, str] | None = None) -> str:
-    """The path of ``kubectl`` on PATH. Raises KubectlUnavailable (one line) when it is not there."""
+    """The path of ``kubectl`` on PATH once the API server lists the nodes (``kubectl get nodes``, within
+    :data:`READY_TIMEOUT_S`). Raises KubectlUnavailable (one line: kubectl's first line of error, at most 300
+    characters) when kubectl is not there or the cluster does not answer."""
     path = shutil.which(kubectl, path=(env or os.environ).get("PATH"))
     if path is None:
         raise KubectlUnavailable(f"--k8s-cordon/--k8s-resume: {kubectl} not found on PATH (install kubectl on "
                                  f"this controller, with a kubeconfig for the cluster)")
+    try:
+        res = subprocess.run([path, "get", "nodes", "-o", "json", f"--request-timeout={READY_TIMEOUT_S}s"],
+                             capture_output=True, text=True, timeout=READY_TIMEOUT_S + 15,
+                             env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KubectlUnavailable(f"--k8s-apply: kubectl get nodes: {e}") from None
+    if res.returncode != 0:
+        raise KubectlUnavailable(f"--k8s-apply: the Kubernetes API server does not list the nodes (kubectl get nodes: "
+                                 f"{first_line(res.stderr) or f'rc {res.returncode}'})")
     return path
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first non-empty line of ``text`` (kubectl repeats its error once per retry), at most ``limit``
+    characters."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _kubectl(kubectl: str, args: list[str], env: Mapping[str, str] | None) -> subprocess.CompletedProcess:
@@ -157,7 +181,7 @@ def get_nodes(kubectl: str, env: Mapping[str, str] | None = None) -> dict:
     except (OSError, subprocess.SubprocessError) as e:
         raise KubectlUnavailable(f"kubectl get nodes: {e}") from None
     if res.returncode != 0:
-        raise KubectlUnavailable(f"kubectl get nodes: {' '.join(res.stderr.split()) or res.returncode}")
+        raise KubectlUnavailable(f"kubectl get nodes: {first_line(res.stderr) or res.returncode}")
     try:
         doc = json.loads(res.stdout)
     except ValueError as e:
