@@ -152,6 +152,7 @@ def test_killed_run_reads_incomplete_and_its_history_is_kept(tmp_path, xdist):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        (tmp_path / "go").touch()  # the killed run's waiting commands (plain local commands, no agent) end
     _check_incomplete(killed, {"h3", "h4"})  # after the kill: the same
     assert os.path.realpath(latest) == str(first)
     recorded = sorted(r["nodeid"] for r in _records(killed))
