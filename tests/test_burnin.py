@@ -536,3 +536,22 @@ def test_a_gpu_lost_before_the_first_window_still_fails_by_its_xid(tmp_path):
     assert "burn-in load did not run: " in case["text"] and "ended with 1 before any window" in case["text"]
     md = (tmp_path / "rep" / "summary.md").read_text()
     assert "— 1 GPU failing: GPU 1 (00000000:00:07.0, serial 1650000000002)" in md, md  # no figure counted the GPUs
+
+
+# NVIDIA's Xid 13 line (tests/data/kern-xid.log has the form) for GPU 1, from two burn-in worker processes;
+# ALTERED: lines the 2xH200 node never logged
+XID13_GPU1 = "".join(
+    f"2026-11-30T09:1{i}:00+0000 h200-a kernel: NVRM: Xid (PCI:0000:00:07): 13, pid={4100 + i}, name=python3, Graphics "
+    f"SM Warp Exception on (GPC 3, TPC 1, SM 0): Out Of Range Address\n" for i in range(2))
+
+
+def test_an_application_xid_repeated_under_the_burnins_own_load_resets_that_gpu(tmp_path):
+    """Xid 13 twice on GPU 1 while only the burn-in's own load ran there: NVIDIA's immediate action (restart the
+    application) proves nothing of a known-good load; repeated on one GPU it is hardware: reset-gpu, the GPU named
+    by bus id and serial, the count and the GPC/TPC said."""
+    case = _failed_burnin(tmp_path, lambda doc: None, XID13_GPU1)
+    assert "h200-a GPU 1 (00000000:00:07.0, serial 1650000000002): during burn-in: Xid 13" in case["text"], case["text"]
+    assert "GPC 3, TPC 1" in case["text"]
+    res = json.loads((tmp_path / "rep" / "results.json").read_text())
+    (t,) = [t for t in res["tests"] if "test_burnin" in t["nodeid"]]
+    assert (t["action"]["action"], t["action"]["cause"]) == ("reset-gpu", "hardware"), t["action"]

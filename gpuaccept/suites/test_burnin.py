@@ -17,7 +17,7 @@ from gpuaccept.errors import Interrupted, ProbeError
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.config.profiles import BURNIN_MINUTES
 from gpuaccept.judging.readings import describe_gpu, unmeasured
-from gpuaccept.judging.xid import classify
+from gpuaccept.judging.xid import classify, in_run_findings
 
 pytestmark = pytest.mark.burnin
 
@@ -69,6 +69,11 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
             verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
                           gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus), check="burnin_xid_events",
                           action=actions.for_xid(ev))
+    # the window is the burn-in's: its own load was the GPUs' application (gpuaccept.judging.xid.in_run_findings)
+    for f in in_run_findings(events, None):
+        verdicts.fail(f"during burn-in: {f['message']}", gpu=drift.nvml_gpu_for({"pci_bus_id": f.get("pci_bus_id")},
+                                                                                   gpus),
+                      check="burnin_xid_events", action=actions.for_xid(f))
     verdicts.finish()
 
 
