@@ -139,3 +139,12 @@ def test_a_gpu_gone_from_the_bus_that_an_earlier_run_counted_is_hardware(tmp_pat
     assert t["action"]["action"] in HARDWARE_ACTIONS
     alone = got["no-history"]
     assert (alone["failures"][0]["cause"]["class"], alone["action"]["action"]) == ("unverified", "rerun")
+
+
+def test_more_gpus_declared_than_the_skus_board_holds_is_the_inventory(tmp_path):
+    """gpus_per_node=16 on an H200 SXM node (the SKU file's board holds 8): no rerun or repair meets it, so it is
+    configuration (fix-config: gpus_per_node), never unverified nor hardware."""
+    t, cause, lists = gpu_count_test(tmp_path, DATA, declared=16)
+    assert "gpus_per_node is more than this SKU's board holds (8): the inventory is wrong" in t["message"], t["message"]
+    assert (cause["kind"], cause["class"]) == ("gpu_count_over_board", "configuration")
+    assert (t["action"]["action"], t["action"]["setting"]) == ("fix-config", "gpus_per_node") and lists == {"fix-config"}

@@ -432,3 +432,16 @@ def test_a_gpu_another_process_holds_is_not_judged_on_its_heat_or_its_load_made_
     assert line.startswith("HW power brake slowdown active while busy: pid 4711") and "idle" not in line
     quiet = {f.check: f for f in health.preflight(typed(sick("clocks_event_reasons", 0x40)), H200)}
     assert quiet["idle_clocks_event_reasons"].failure.startswith("HW thermal slowdown active while idle")
+
+
+def test_a_gpu_of_another_sku_than_the_run_expects_blocks_its_figures():
+    """The 2xH200 capture judged as the H100 an inventory's gpu_sku names: every GPU's figures are blocked
+    (configuration, fix-config: gpu_sku), so an H200-level figure under H100 limits, or an H100 under H200 limits,
+    never reads as a slow card; the SKU it is, or no files to detect by, blocks nothing."""
+    h100 = SPECS["h100-sxm5-80gb"]
+    got = blockers(DOC, h100, SPECS)
+    assert [(b.check, b.gpu, b.cls) for b in got] == [("gpu_sku", 0, "configuration"), ("gpu_sku", 1, "configuration")]
+    assert got[0].cause.startswith("detected SKU h200-sxm-141gb ('NVIDIA H200'), the run expects h100-sxm5-80gb")
+    act = actions.for_cause(got[0].to_cause("h"))
+    assert (act.action, act.cause, act.setting) == ("fix-config", "configuration", "gpu_sku")
+    assert blockers(DOC, H200, SPECS) == [] and blockers(DOC, h100) == []

@@ -259,3 +259,24 @@ def test_multipath_over_iscsi_reads_as_iscsi_and_over_nothing_stays_local(tmp_pa
     assert m["trace"]["waits_on"]["kind"] == "block"
     (f,) = hj.kernel_findings({"matches": [m]})
     assert f.cause.cls == "hardware"
+
+
+def test_a_line_dated_after_the_log_was_read_is_not_judged_by_its_row(tmp_path):
+    """A soft lockup stamped 5 h after the log was read (a log whose writer's clock is ahead of the node's): not a
+    reboot of this node but one unverified finding (rerun, check the log's source); the same line dated before the
+    read is judged by its row; a saved log replayed (no bound) is judged as before."""
+    import time as _time
+    now = _time.time()
+    stamp = lambda t: _time.strftime("%Y-%m-%dT%H:%M:%S+0000 gpu-017 kernel: ", _time.gmtime(t))  # noqa: E731
+    line = "watchdog: BUG: soft lockup - CPU#12 stuck for 23s! [python3:4242]"
+    doc = _probe(tmp_path, [line], prefix=stamp(now + 5 * 3600))
+    (f,) = hj.kernel_findings(doc, cut=now - 60, until=now + hj.FUTURE_SLACK_S)
+    assert f.check == "kernel_log_future" and (f.cause.cls, f.cause.kind) == ("unverified", "kernel_log_future")
+    assert "1 line(s) dated after the log was read" in f.failure and "soft lockup" in f.failure
+    act = _act(f)
+    assert (act.action, act.cause) == ("rerun", "unverified")
+    (tmp_path / "b").mkdir()
+    judged = hj.kernel_findings(_probe(tmp_path / "b", [line], prefix=stamp(now - 30)), cut=now - 60,
+                                until=now + hj.FUTURE_SLACK_S)
+    assert [x.cause.cls for x in judged if x.failure] == ["hardware"]
+    assert [x.check for x in hj.kernel_findings(doc, cut=now - 60) if x.failure] != ["kernel_log_future"]

@@ -93,3 +93,60 @@ def test_ring_below_its_floor_names_size_world_hosts_and_the_var(tmp_path):
     finally:
         for s in sshds:
             s.stop()
+
+
+# -- a node whose ranks run with a socket-interface setting that names no interface of it ---------------------
+
+def test_missing_gloo_interface_of_one_node_blames_it_alone_as_its_configuration(tmp_path, tmp_path_factory):
+    """Three real sshd nodes (127.0.0.191-193); node if2's Python is a wrapper exporting GLOO_SOCKET_IFNAME=eth9
+    (no such interface). Before: "fleet: all-reduce over if1, if2, if3 failed and no host is singled out", filed
+    under "fleet", check-network [connectivity]. Now if2 alone fails, fix-config [configuration] naming the
+    variable and its value, decided from the probe's socket_ifnames facts, and the message names if2."""
+    import sys
+
+    from sshd import start_sshd
+    base = tmp_path_factory.mktemp("ifname")
+    wrap = tmp_path / "pywrap"
+    wrap.write_text(f"#!/bin/sh\nexport GLOO_SOCKET_IFNAME=eth9\nexec {sys.executable} \"$@\"\n")
+    wrap.chmod(0o755)
+    sshds = [start_sshd(base, address=f"127.0.0.{191 + i}", name=f"if{i + 1}") for i in range(3)]
+    rep, res, test = _multinode_run(tmp_path, base, sshds, {1: str(wrap)})
+    assert test["outcome"] == "failed", test
+    assert test["message"].startswith("if2: GLOO_SOCKET_IFNAME=eth9 (node environment) names no interface"), test
+    assert "no host is singled out" not in test["message"] and "fleet" not in test["message"], test["message"]
+    assert [f["host"] for f in test["failures"]] == ["if2"], test["failures"]
+    action = test["failures"][0]["action"]
+    assert (action["action"], action["cause"], action["kind"]) == ("fix-config", "configuration",
+                                                                  "socket_ifname_missing"), action
+    assert action["setting"] == "GLOO_SOCKET_IFNAME=eth9 (node environment)", action
+    assert failed_hosts(rep / "failed-hosts.txt") == ["if2"]
+    assert failed_hosts(rep / "hosts-fix-config.txt") == ["if2"]
+    assert not (rep / "hosts-check-network.txt").exists() or failed_hosts(rep / "hosts-check-network.txt") == []
+
+
+def test_inventory_nccl_socket_ifname_naming_no_interface_is_that_hosts_setting():
+    """The probe's facts (``socket_settings`` over this machine's real interfaces) for the environment the
+    controller gives a host whose inventory says nccl_socket_ifname=eth9: the judge names the inventory var
+    and the value NCCL got; a prefix that matches, and gloo's own default, are no cause; NCCL's ``^``/``=``
+    rules are NCCL's."""
+    from gpuaccept.judging.multinode import interface_cause, nccl_environment
+    from gpuaccept.probes._allreduce_args import host_interfaces, nccl_ifname_matches, socket_settings
+
+    names = host_interfaces()
+    assert "lo" in names and "eth9" not in names, names
+    extra = nccl_environment({"nccl_socket_ifname": "eth9"})
+    env = {**extra, "GLOO_SOCKET_IFNAME": "lo"}
+    facts = socket_settings(env, extra, {}, "nccl", names)
+    assert [(f["variable"], f["from"], f["used"], f["matched"]) for f in facts] == [
+        ("GLOO_SOCKET_IFNAME", "probe", True, ["lo"]), ("NCCL_SOCKET_IFNAME", "inventory", True, [])], facts
+    cause = interface_cause("n7", {"socket_ifnames": facts, "interfaces": names})
+    assert (cause.cls, cause.kind, cause.host) == ("configuration", "socket_ifname_missing", "n7"), cause
+    assert cause.evidence["setting"] == "nccl_socket_ifname (inventory, as NCCL_SOCKET_IFNAME==eth9)", cause
+    # gloo's ranks never read NCCL_SOCKET_IFNAME: no cause of a gloo run
+    assert interface_cause("n7", {"socket_ifnames": socket_settings(env, extra, {}, "gloo", names)}) is None
+    ok = nccl_environment({"nccl_socket_ifname": "lo"})
+    assert interface_cause("n7", {"socket_ifnames": socket_settings({**ok, "GLOO_SOCKET_IFNAME": "lo"}, ok, {},
+                                                                     "nccl", names)}) is None
+    assert nccl_ifname_matches("eth", ["eth0", "eth10", "lo"]) == ["eth0", "eth10"]
+    assert nccl_ifname_matches("=eth1", ["eth1", "eth10"]) == ["eth1"]
+    assert nccl_ifname_matches("^lo,docker", ["lo", "docker0", "ib0"]) == ["ib0"]

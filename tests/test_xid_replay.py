@@ -93,3 +93,30 @@ def test_application_xids_of_the_run_are_findings_of_their_gpus(tmp_path):
     assert (by_gpu[1]["action"]["action"], by_gpu[1]["action"]["cause"]) == ("reset-gpu", "hardware")
     assert (by_gpu[0]["action"]["action"], by_gpu[0]["action"]["cause"]) == ("rerun", "unverified")
     assert by_gpu[1]["pci_bus_id"] == "00000000:00:07.0" and by_gpu[1]["serial"]
+
+
+def test_kernel_log_paths_is_the_log_the_xid_check_reads(tmp_path):
+    """A host whose inventory names its kernel log (kernel_log_paths: a saved log, a log kept elsewhere) has its Xids
+    read from that file by the health layer too, as the host layer reads it: the probe is asked with ``sources``.
+    Here the replay answers the probe's request with the real probe's document of that file (a fatal SXid, Xid 79s),
+    saved under the arguments the suite asks; without the variable the same replay reads the node's own (healthy)
+    capture."""
+    log = DATA / "kern-sxid-offbus.log"
+    captures = tmp_path / "captures"
+    shutil.copytree(REPLAY, captures)
+    (saved_path,) = captures.glob("xid_events-*.json")
+    saved = json.loads(saved_path.read_text())
+    from gpuaccept.runner.replay import save_probe
+    save_probe(str(captures), "xid_events", {**saved["args"], "sources": [str(log)]}, xev.main({"sources": [str(log)]}))
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    got = {}
+    for name, extra in (("with", f" kernel_log_paths={log}"), ("without", "")):
+        inv.write_text(f"h200-a ansible_connection=local gpuaccept_replay={captures} gpu_sku=h200-sxm-141gb "
+                       f"gpus_per_node=2{extra}\n")
+        rep = tmp_path / f"rep-{name}"
+        res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "xid_events")
+        (case,) = [c for c in junit(rep / "junit-health.xml") if c["name"].startswith("test_xid_events")]
+        got[name] = (res.returncode, case)
+    rc, case = got["with"]
+    assert rc == 1 and "SXid 20034 (Fatal) on NVSwitch nvidia-nvswitch0" in case["text"], case["text"]
+    assert got["without"][0] == 0 and got["without"][1]["outcome"] == "passed"

@@ -244,6 +244,17 @@ def _probe_args(value: Any) -> dict:
     return out
 
 
+def kernel_log_sources(host_vars: Mapping[str, Any]) -> dict:
+    """The kernel-log probes' ``sources`` argument from a host's ``kernel_log_paths`` (files read in place of
+    journalctl, dmesg and kern.log: a saved log, a node whose log is elsewhere): ``{"sources": [...]}``, or ``{}``
+    where the variable is not set. Every probe that reads the kernel log takes it (xid_events in the health layer
+    and the burn-in, host_kernel_log in the host layer), so one node's log is one log for every layer."""
+    paths = host_vars.get("kernel_log_paths")
+    if not paths:
+        return {}
+    return {"sources": [paths] if isinstance(paths, str) else list(paths)}
+
+
 def _log_paths(value: Any) -> list[str]:
     """``kernel_log_paths``: one absolute path or a list of them (files the host layer reads as the kernel log)."""
     items = [value] if isinstance(value, str) else value

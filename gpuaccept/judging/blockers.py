@@ -66,12 +66,15 @@ class Blocker:
         return layer in self.layers
 
 
-def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
+def blockers(doc: dict, sku: SkuSpec | None = None, specs: dict[str, SkuSpec] | None = None) -> list[Blocker]:
     """Blockers of one host from its gpu_inventory document (raw or typed). Pure.
 
     ``sku``: the host's SkuSpec, or None when it is not known (then the fabric is not judged: whether a
-    fabric is expected is a fact of the SKU file, ``expect.nvswitch``). Unreadable readings do not block
-    (the health tests report them); only states read as bad do. Returns [] for a document without NVML.
+    fabric is expected is a fact of the SKU file, ``expect.nvswitch``). ``specs``: every SKU file (name ->
+    SkuSpec): with it, a GPU whose NVML identity is another SKU than ``sku`` (an inventory's ``gpu_sku`` naming
+    H200 on an H100 node) blocks its figures (configuration): judged on the wrong SKU's limits they would read as a
+    slow card. Unreadable readings do not block (the health tests report them); only states read as bad do.
+    Returns [] for a document without NVML.
     """
     if not doc or not doc.get("nvml_available"):
         return []
@@ -94,6 +97,9 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
             if f.failure:
                 out.append(Blocker("preflight", f.failure, idx, cls="configuration") if f.check == "compute_mode"
                            else Blocker("gpu_inventory", f.failure, idx, cls="hardware"))
+        other = _other_sku(g, sku, specs)
+        if other is not None:
+            out.append(Blocker("gpu_sku", other, idx, cls="configuration", evidence={"expected": sku.sku}))
         if sku is not None:  # MIG mode other than the SKU file expects: a probe measures a slice, or nothing
             for f in health.preflight(g, sku):
                 if f.check == "mig_mode" and f.failure:
@@ -106,6 +112,23 @@ def blockers(doc: dict, sku: SkuSpec | None = None) -> list[Blocker]:
                         out.append(Blocker("fabric", f.failure, idx, FABRIC_LAYERS,
                                            cls=f.cause.cls if f.cause is not None else "hardware"))
     return out
+
+
+def _other_sku(gpu: dict, sku: SkuSpec | None, specs: dict[str, SkuSpec] | None) -> str | None:
+    """``"detected SKU h100-sxm5-80gb ('NVIDIA H100 80GB HBM3'), the run expects h200-sxm-141gb"`` when the GPU's NVML
+    identity (gpuaccept.judging.sku.detect_gpu) is another SKU than ``sku``, else None (no SKU or files known, an
+    identity no SKU file names: test_gpu_sku reports those)."""
+    if sku is None or not specs:
+        return None
+    from gpuaccept.errors import ThresholdError
+    from gpuaccept.judging.sku import detect_gpu
+    try:
+        seen = detect_gpu(specs, gpu)
+    except ThresholdError:
+        return None
+    if seen.sku == sku.sku:
+        return None
+    return f"detected SKU {seen.sku} ('{gpu.get('name')}'), the run expects {sku.sku}: judged on its limits, its figures would read as a slow card"
 
 
 # gpu_inventory reason codes (gpuaccept/probes/gpu_inventory.py:init_failure_reason) that mean "this node has

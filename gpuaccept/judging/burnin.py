@@ -9,9 +9,14 @@ Rules (limits from the SKU file's ``checks`` when it has the key, else the polic
 each with its reason):
 
 - throughput drift: the mean of the last :data:`EDGE_WINDOWS` windows against the first ones after warm-up,
-  per GPU and figure; more than ``burnin_drift_pct`` lower fails, naming the clock-event reasons seen then;
-- a GPU below its node's median by more than ``below_node_median_pct`` in :data:`SUSTAINED_WINDOWS` or more
-  consecutive windows fails;
+  per GPU and figure; more than ``burnin_drift_pct`` lower fails, naming the clock-event reasons seen then; its
+  cause is ``hardware`` (``burnin_drift_hw``) only with hardware evidence on that GPU (a HW slowdown / HW thermal /
+  HW power brake clock event, a temperature past the SKU's ``temp_c``, an Xid of that GPU), else ``unverified``
+  (``burnin_drift``: rerun), naming what was and was not seen (a SW power cap is the power policy at work);
+- a GPU below its node's median by more than ``below_node_median_pct`` for :data:`SUSTAINED_WINDOWS` windows'
+  worth of seconds without a break fails, each window weighed by its seconds; a GPU that closed no window for
+  more than ``GAP_WINDOWS`` windows' worth of seconds stalled, and every GPU at once is the node's stall
+  (gpuaccept/judging/burnin_time.py: bounds and classes);
 - HW slowdown, HW thermal slowdown or HW power brake clock events during the run fail; SW power cap and
   SW thermal slowdown are recorded;
 - GPU temperature above ``temp_c``, memory temperature above the GPU's own NVML memory max threshold
@@ -30,17 +35,18 @@ from dataclasses import dataclass
 
 from gpuaccept.judging.compute import CLOCK_REASONS_FAIL, CLOCK_REASONS_RECORD
 from gpuaccept.judging.drift import APPLICATIONS_CLOCKS_SETTING
+from gpuaccept.causes import Cause
 from gpuaccept.judging.health import Finding
+from gpuaccept.judging import burnin_time
+from gpuaccept.judging.burnin_time import SUSTAINED_WINDOWS, WINDOW_S
 from gpuaccept.judging.standouts import median
 from gpuaccept.config.thresholds import Limit, SkuSpec
 
 # Windows skipped at the start (clocks ramp, caches fill) and compared at each end.
 WARMUP_S = 30.0
 EDGE_WINDOWS = 3
-SUSTAINED_WINDOWS = 3
-
-# The probe's window on a GPU, seconds (gpuaccept/probes/burnin.py CUDA_DEFAULTS["window_s"]; the suite keeps it).
-WINDOW_S = 10.0
+# SUSTAINED_WINDOWS and WINDOW_S (the probe's window on a GPU, s: gpuaccept/probes/burnin.py
+# CUDA_DEFAULTS["window_s"]; the suite keeps it): gpuaccept/judging/burnin_time.py
 # The shortest burn-in that can be judged, seconds: the warm-up, then 2 x EDGE_WINDOWS windows for the drift of
 # the last windows against the first (90 s). A shorter one measured no steady window, and every healthy GPU
 # failed "no throughput window after warm-up".
@@ -153,30 +159,6 @@ def drift(ws: list[dict], figure: str, edge: int = EDGE_WINDOWS) -> tuple[float,
     return first, last, pct, have[-edge]["t0"]
 
 
-def below_median_runs(by_rank: dict[int, list[dict]], figure: str, pct: float) -> dict[int, tuple[int, float]]:
-    """Per rank: (longest run of consecutive windows more than ``pct`` below the node's median of that
-    window, the worst percent below). Windows are matched across ranks by position (the probe runs ranks in
-    lockstep, so window i of every rank covers the same time)."""
-    ranks = sorted(by_rank)
-    n = min((len(by_rank[r]) for r in ranks), default=0)
-    runs = {r: [0, 0, 0.0] for r in ranks}  # current run, longest, worst pct
-    for i in range(n):
-        vals = {r: by_rank[r][i].get(figure) for r in ranks}
-        vals = {r: v for r, v in vals.items() if isinstance(v, (int, float))}
-        if len(vals) < 2:
-            continue
-        med = median(vals.values())
-        for r, v in vals.items():
-            below = (med - v) / med * 100.0 if med > 0 else 0.0
-            if below > pct:
-                runs[r][0] += 1
-                runs[r][1] = max(runs[r][1], runs[r][0])
-                runs[r][2] = max(runs[r][2], below)
-            else:
-                runs[r][0] = 0
-    return {r: (v[1], v[2]) for r, v in runs.items()}
-
-
 def sdc_findings(rounds: list[dict], world: int) -> dict[int, list[Finding]]:
     """Per rank: the SDC checks it ran and a failure for every round its checksum differed.
 
@@ -274,13 +256,35 @@ def telemetry_findings(series: Series | None, sku: SkuSpec, gpu: dict, hours: fl
     return out
 
 
-def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Series]) -> dict[int, list[Finding]]:
+def _drift_cause(doc: dict, rank: int, series: Series | None, sku: SkuSpec, xids: list) -> tuple[Cause, str]:
+    """The cause of a drift of GPU ``rank`` and the words of its evidence: hardware (``burnin_drift_hw``) only
+    with a reading of the part on that GPU over the burn-in (:func:`burnin_time.hardware_evidence`), else
+    unverified (``burnin_drift``)."""
+    hw, _ = events_between(series, float("-inf"), float("inf"))
+    temps = [v for v in (series.fields.get("temp_c", []) if series else []) if isinstance(v, (int, float))]
+    seen, not_seen = burnin_time.hardware_evidence(hw, max(temps) if temps else None, sku.checks.get("temp_c"), xids)
+    idx = next((g.get("index", rank) for g in doc.get("gpus") or [] if g.get("rank") == rank), rank)
+    ev = {"seen": seen, "not_seen": not_seen}
+    if seen:
+        return (Cause("hardware", "burnin_drift_hw", gpu=idx, evidence=ev),
+                f"hardware evidence on this GPU: {'; '.join(seen)}")
+    return (Cause("unverified", "burnin_drift", gpu=idx, evidence=ev),
+            f"no hardware evidence on this GPU ({'; '.join(not_seen)}): not proven a fault, rerun")
+
+
+def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Series],
+                        xids: dict[int, list] | None = None) -> dict[int, list[Finding]]:
     """Per rank: start/end throughput per figure, drift against its limit (with the coinciding clock
-    events), and the sustained below-node-median rule."""
+    events and its cause), the sustained below-node-median rule in seconds, the window count, the longest gap
+    and a stall of that GPU (gpuaccept/judging/burnin_time.py). ``xids``: per rank the Xids of its GPU logged
+    during the burn-in (:func:`burnin_time.xid_ranks`)."""
     load_start = doc.get("load_started_s") or 0.0
+    every = windows_by_rank(doc)
     by_rank = {r: _steady(ws, WARMUP_S if doc.get("device") == "cuda" else 0.0, load_start)
-               for r, ws in windows_by_rank(doc).items()}
+               for r, ws in every.items()}
     out: dict[int, list[Finding]] = {r: [] for r in range(int(doc.get("world_size") or 0))}
+    for r, found in burnin_time.stall_findings(every, doc)[0].items():
+        out.setdefault(r, []).extend(found)
     dlim = limit(sku, "burnin_drift_pct")
     mlim = limit(sku, "below_node_median_pct")
     cfg = doc.get("config") or {}
@@ -302,28 +306,39 @@ def throughput_findings(doc: dict, sku: SkuSpec, series_by_rank: dict[int, Serie
             found.append(Finding(f"burnin_{fig}_start", round(first, 3), UNITS[fig], extra=shape or None))
             found.append(Finding(f"burnin_{fig}_end", round(last, 3), UNITS[fig], extra=shape or None))
             ok = pct <= dlim.bound
-            found.append(Finding(f"burnin_{fig}_drift_pct", round(pct, 2), "%",
+            cause, said = (None, "") if ok else _drift_cause(doc, r, series_by_rank.get(r), sku, (xids or {}).get(r, []))
+            found.append(Finding(f"burnin_{fig}_drift_pct", round(pct, 2), "%", cause=cause,
                                  failure=None if ok else
                                  f"{fig} fell {pct:.1f}% from {first:.4g} to {last:.4g} {UNITS[fig]} during burn-in "
-                                 f"(limit {dlim.bound:g}%, {dlim.where()}); coinciding: {why}",
+                                 f"(limit {dlim.bound:g}%, {dlim.where()}); coinciding: {why}; {said}",
                                  extra={"limit": dlim.bound, "source": dlim.source, "coinciding": hw + sw}))
+    bound = SUSTAINED_WINDOWS * burnin_time.window_s(doc)
     for fig in ("bf16_tflops", "fp8_tflops", "hbm_copy_gbps"):
-        runs = below_median_runs(by_rank, fig, mlim.bound)
-        for r, (longest, worst) in runs.items():
-            if longest >= SUSTAINED_WINDOWS:
+        for r, (secs, worst) in burnin_time.below_median_seconds(by_rank, fig, mlim.bound).items():
+            if secs >= bound:
+                ev = {"seconds": secs, "bound_s": bound, "worst_pct": round(worst, 1), "figure": fig}
                 out.setdefault(r, []).append(Finding(
-                    f"burnin_{fig}_below_node_median_windows", longest, "windows",
-                    failure=f"{fig} more than {mlim.bound:g}% below the node's median for {longest} consecutive "
-                            f"windows (worst {worst:.1f}% below) during burn-in [limit: {mlim.where()}]"))
+                    f"burnin_{fig}_below_node_median_s", secs, "s", extra=ev, cause=burnin_time.slow_cause(doc, r, ev),
+                    failure=f"{fig} more than {mlim.bound:g}% below the node's median for {secs:g} s without a "
+                            f"break (worst {worst:.1f}% below; bound {bound:g} s = {SUSTAINED_WINDOWS} windows) "
+                            f"during burn-in [limit: {mlim.where()}]"))
     return out
 
 
-def judge(doc: dict, sku: SkuSpec) -> dict[int, list[Finding]]:
-    """Every burn-in finding per rank (see the module docstring). ``doc``: the burnin probe's document."""
+def node_findings(doc: dict) -> list[Finding]:
+    """The findings of the node at large: a gap in the windows of every GPU at once (the node or the load
+    stalled: unverified, no GPU named; gpuaccept/judging/burnin_time.py)."""
+    return burnin_time.stall_findings(windows_by_rank(doc), doc)[1]
+
+
+def judge(doc: dict, sku: SkuSpec, xid_events: list[dict] | None = None) -> dict[int, list[Finding]]:
+    """Every burn-in finding per rank (see the module docstring). ``doc``: the burnin probe's document;
+    ``xid_events``: the Xid events logged during the burn-in (gpuaccept.judging.xid.classify records), the
+    hardware evidence of a drift on their GPU. The node's own findings: :func:`node_findings`."""
     series = telemetry_by_rank(doc)
     world = int(doc.get("world_size") or 0)
     hours = max(0.0, float(doc.get("wall_s") or 0.0) - float(doc.get("load_started_s") or 0.0)) / 3600.0
-    out = throughput_findings(doc, sku, series)
+    out = throughput_findings(doc, sku, series, burnin_time.xid_ranks(doc, xid_events))
     gpus = {int(g["rank"]): g for g in doc.get("gpus") or []}
     for r, found in sdc_findings(doc.get("sdc") or [], world).items():
         out.setdefault(r, []).extend(found)

@@ -472,17 +472,24 @@ def cuda_visible_devices(doc: dict) -> list[Finding]:
 
 
 def gpu_count(found, declared, doc: dict | None = None, xid_events: list | None = None,
-              history_most: int | None = None) -> Finding:
+              history_most: int | None = None, board: int | None = None) -> Finding:
     """GPUs NVML gave a handle for against the inventory's ``gpus_per_node`` (None: recorded only).
 
     ``found``: a count, or the gpu_inventory GPU list (lost GPUs do not count). A count that differs fails as
     ``"gpu_count N != gpus_per_node M: <why>"`` with the cause :func:`gpuaccept.judging.gpucount.explain` finds
     from ``doc`` (the gpu_inventory document: its PCI scan and GPU visibility), ``xid_events`` (the xid_events
     probe's events of the run's window, None: not read) and ``history_most`` (the most GPUs NVML listed on this
-    host in an earlier run, None: unknown): hardware only with evidence of a lost or fallen-off GPU."""
+    host in an earlier run, None: unknown): hardware only with evidence of a lost or fallen-off GPU. ``board``: the
+    most GPUs the SKU's board holds (its SKU file's ``expect.gpus_per_node``): a ``gpus_per_node`` above it is the
+    inventory's mistake (configuration, ``gpu_count_over_board``), which no rerun or repair can meet."""
     n = len(present(found)) if isinstance(found, list) else int(found)
     if declared is None or int(declared) == n:
         return Finding("gpu_count", n, "GPUs")
+    if board is not None and int(declared) > int(board) and n <= int(board):
+        return Finding("gpu_count", n, "GPUs", failure=f"gpu_count {n} != gpus_per_node {declared}: gpus_per_node is "
+                       f"more than this SKU's board holds ({board}): the inventory is wrong",
+                       cause=Cause("configuration", "gpu_count_over_board",
+                                   evidence={"declared": int(declared), "board": int(board), "found": n}))
     if isinstance(found, list):
         why = gpucount.explain(found, int(declared), doc, xid_events, history_most)
     else:  # a bare count: no bus ids to compare, judged as a capture without the scan

@@ -160,7 +160,23 @@ def _in_window(matches: Iterable[dict], cut: float | None) -> list[dict]:
     return [m for m in matches if not isinstance(m.get("epoch"), (int, float)) or m["epoch"] >= cut]
 
 
-def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None = None) -> list[Finding]:
+#: seconds a kernel-log line may be dated after the moment the log was read, on the node's clock, before it reads as
+#: dated in the future: the node clock's own reading's uncertainty is added to it; a minute covers a log line
+#: written and stamped while the probe read (gpuaccept's bound, 2026-12-05)
+FUTURE_SLACK_S = 60.0
+
+
+def future_lines(matches: list[dict], until: float | None) -> tuple[list[dict], list[dict]]:
+    """``(lines dated at or before until, lines dated after it)`` of host_kernel_log ``matches`` (``until``: node
+    epoch seconds, None: no bound); a line without a date is not in the future."""
+    if until is None:
+        return list(matches), []
+    late = [m for m in matches if isinstance(m.get("epoch"), (int, float)) and m["epoch"] > until]
+    return [m for m in matches if m not in late], late
+
+
+def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None = None,
+                    until: float | None = None) -> list[Finding]:
     """Findings of a host_kernel_log document: one per (catalogue id, device), naming the device, how many lines,
     the first one's time and text. ``cut``: node epoch seconds before which a line is not the run's
     (gpuaccept.runner.nodeclock.in_window); ``window_s``: the window's length in seconds (the CE rate).
@@ -177,12 +193,18 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
 
     An ``fs_error`` row's cause is its device's (gpuaccept.judging.fsdevice.device_cause, from the probe's sysfs facts):
     hardware (FAIL) on a local drive; connectivity (``netblock_fs_error``, an ERROR) on network block storage;
-    unverified (FAIL, rerun) on a loop image, a stack without a local drive, a device sysfs does not know."""
+    unverified (FAIL, rerun) on a loop image, a stack without a local drive, a device sysfs does not know.
+
+    ``until``: node epoch seconds after which a line is dated in the future (the moment the log was read plus
+    :data:`FUTURE_SLACK_S`; None: no bound, as for a saved log replayed): such lines are not judged by their rows
+    (a soft lockup "at" a time that has not come proves nothing of this run) but make one unverified finding,
+    ``kernel_log_future``: the log's timestamps are not the node's clock (rerun, check the log's source)."""
     rows = {k.id: k for k in load_catalog()}
     logged = set(fs_error_devices(doc, cut))
     groups: dict[tuple[str, str | None], list[dict]] = {}
     netfs: list[tuple[str, dict]] = []
-    for m in _in_window(doc.get("matches") or [], cut):
+    now, late = future_lines(_in_window(doc.get("matches") or [], cut), until)
+    for m in now:
         fs = netfs_of(m, rows.get(m.get("id")))
         if fs is not None:
             netfs.append((fs, m))
@@ -219,7 +241,21 @@ def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None 
             out.append(Finding(check, len(ms), "lines", extra=ev, error=text, cause=cause))
         else:
             out.append(Finding(check, len(ms), "lines", extra=ev, failure=text, cause=cause))
-    return out + netfs_findings(netfs, rows)
+    return out + netfs_findings(netfs, rows) + _future_finding(late, until)
+
+
+def _future_finding(late: list[dict], until: float | None) -> list[Finding]:
+    """The one finding of the lines dated in the future (:func:`kernel_findings`), or []."""
+    if not late:
+        return []
+    first = late[0]
+    ev = {"lines": len(late), "first_time": first.get("time"), "line": first.get("line"), "ids": sorted(
+        {str(m.get("id")) for m in late}), "read_until_epoch": round(until, 3) if until is not None else None}
+    return [Finding("kernel_log_future", len(late), "lines", extra=ev, cause=Cause("unverified", "kernel_log_future",
+                                                                                     evidence=ev),
+                    failure=f"kernel log: {len(late)} line(s) dated after the log was read (first at "
+                            f"{first.get('time')}: {first.get('line')}): the log's timestamps are not this node's "
+                            f"clock, so when they happened is not known; not judged by their rows")]
 
 
 #: servers and tasks named in a network filesystem's finding at most (a storm of hung tasks names the first ones)

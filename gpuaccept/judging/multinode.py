@@ -184,6 +184,43 @@ def rendezvous_failures(results: dict[str, HostResult], order: list[str]) -> dic
 # culprits (pure)
 # ---------------------------------------------------------------------------------------------------------
 
+def interface_cause(host: str, doc: dict | None) -> Cause | None:
+    """The configuration cause of a host whose ranks ran with a socket-interface setting that names no
+    interface of that host, from its document's ``socket_ifnames`` (the probe's facts:
+    ``probes/_allreduce_args.socket_settings``), None when every setting its backend reads finds its interface.
+    GLOO_SOCKET_IFNAME fails when any name it lists is missing (torch's gloo opens a device per listed name);
+    NCCL_SOCKET_IFNAME when it selects no interface at all (NCCL's ``ncclFindInterfaces``). Kind
+    ``socket_ifname_missing``; evidence: ``variable``, ``value``, ``from`` (inventory, node environment,
+    probe), ``setting`` (the inventory var where it came from there), ``missing``, ``interfaces`` (the host's, from
+    the same document: absent from older documents)."""
+    for s in (doc or {}).get("socket_ifnames") or []:
+        if not isinstance(s, dict) or not s.get("used"):
+            continue
+        var = s.get("variable")
+        bad = (not s.get("matched")) if var == "NCCL_SOCKET_IFNAME" else bool(s.get("missing"))
+        if not bad:
+            continue
+        src = s.get("from") or "environment"
+        setting = f"{var}={s.get('value')}"
+        if src == "inventory":
+            setting = (f"nccl_socket_ifname (inventory, as {setting})" if var == "NCCL_SOCKET_IFNAME"
+                       else f"{setting} (inventory nccl_env)")
+        else:
+            setting = f"{setting} ({src})"
+        return Cause("configuration", "socket_ifname_missing", host, evidence={
+            "variable": var, "value": s.get("value"), "from": src, "setting": setting,
+            "missing": ", ".join(s.get("missing") or s.get("listed") or []),
+            "interfaces": ", ".join((doc or {}).get("interfaces") or [])})
+    return None
+
+
+def interface_line(cause: Cause) -> str:
+    """``"GLOO_SOCKET_IFNAME=eth9 (node environment) names no interface of this host (eth9 missing)"``: the
+    reason of :func:`interface_cause`, without the host."""
+    ev = cause.evidence
+    return f"{ev.get('setting')} names no interface of this host ({ev.get('missing')} missing)"
+
+
 def _local_reason(doc: dict) -> str:
     bad = [r for r in doc.get("ranks") or [] if r.get("evidence") == "local"]
     parts = [f"rank {r['rank']} in '{r.get('phase')}': {r.get('reason')}" for r in bad[:3]]
@@ -194,8 +231,9 @@ def blame(results: dict[str, HostResult], order: list[str],
           addresses: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], bool]:
     """Who broke a collective: ``([(host, reason)], singled_out)`` from the hosts' results (pure).
 
-    1. hosts whose call raised (``unreachable``, ``timeout``: stopped answering, ``crashed``) and hosts
-       whose own ranks stalled or died (document ``evidence: local``), in ``order``;
+    1. hosts whose call raised (``unreachable``, ``timeout``: stopped answering, ``crashed``), hosts whose
+       ranks ran with a socket-interface setting naming no interface of theirs (:func:`interface_cause`) and
+       hosts whose own ranks stalled or died (document ``evidence: local``), in ``order``;
     2. else hosts whose address (``addresses``: inventory address, plus each document's ``local_address``)
        the others' network errors name (``peer_addresses``), when the address maps to one host only;
     3. else every host that did not succeed, with ``singled_out`` False (an aborted host without evidence
@@ -206,8 +244,11 @@ def blame(results: dict[str, HostResult], order: list[str],
         r = results.get(h)
         if r is None:
             continue
+        ifc = interface_cause(h, r.doc) if r.kind in ("failed", "aborted") else None
         if r.kind in ("unreachable", "timeout", "crashed", "rendezvous"):
             first.append((h, r.error))
+        elif ifc is not None:  # its own setting: whatever its ranks' error reads like
+            first.append((h, f"{interface_line(ifc)}: {r.error}"))
         elif r.kind in ("failed", "aborted") and (r.doc or {}).get("evidence") == "local":
             first.append((h, _local_reason(r.doc)))
     if first:

@@ -365,7 +365,7 @@ def verdicts(request) -> Recorder:
             spec = _node_sku(request.config, node, found)
         except ThresholdError:
             spec = None  # the test itself reports the SKU problem; the fabric is then not judged here
-        blocks = blockers(node.gpu_inventory(), spec)
+        blocks = blockers(node.gpu_inventory(), spec, request.getfixturevalue("specs"))
     rec = Recorder(item, host or "fleet", layer, gpu_ids, blocks, interrupted=interruption)
     if found:
         inv = request.getfixturevalue("node").gpu_inventory()

@@ -214,3 +214,58 @@ def worker_env(base: dict, extra: dict, notes: list, gloo_ifname: str = "lo") ->
     if gloo_ifname:
         env.setdefault("GLOO_SOCKET_IFNAME", gloo_ifname)
     return env
+
+
+#: the variables naming the interfaces the ranks' sockets use, and the backends that read each: gloo carries
+#: every rank's rendezvous and CPU figures (always), NCCL its bootstrap and socket transport (backend nccl)
+SOCKET_IFNAME_VARS = (("GLOO_SOCKET_IFNAME", ("gloo", "nccl")), ("NCCL_SOCKET_IFNAME", ("nccl",)))
+
+
+def host_interfaces() -> list[str]:
+    """This host's network interface names (``socket.if_nameindex()``: every interface, up or down), sorted;
+    empty when the call is not available."""
+    import socket
+    try:
+        return sorted(name for _, name in socket.if_nameindex())
+    except (OSError, AttributeError):
+        return []
+
+
+def nccl_ifname_matches(value: str, names: list[str]) -> list[str]:
+    """The interfaces of ``names`` that NCCL's ``NCCL_SOCKET_IFNAME=value`` selects: comma-separated prefixes,
+    ``^`` first to exclude them, then ``=`` for exact names (NCCL user guide, "Environment Variables",
+    NCCL_SOCKET_IFNAME, read 2026-12-06; ``parseStringList``/``matchIfList`` in NCCL's src/misc/socket.cc)."""
+    v = str(value)
+    exclude = v.startswith("^")
+    v = v[1:] if exclude else v
+    exact = v.startswith("=")
+    v = v[1:] if exact else v
+    prefixes = [p for p in v.split(",") if p]
+    return [n for n in names if any((n == p) if exact else n.startswith(p) for p in prefixes) != exclude]
+
+
+def socket_settings(env: dict, extra: dict, base: dict, backend: str, names: list[str] | None = None) -> list[dict]:
+    """The socket-interface settings the ranks run with (``env``, from :func:`worker_env`), one dict per
+    variable of :data:`SOCKET_IFNAME_VARS` that is set: ``variable``, ``value``, ``from`` ("inventory": the
+    controller's ``extra``; "node environment": the probe's own environment ``base``; "probe": the interface
+    toward the rendezvous it chose), ``used`` (``backend`` reads it), ``listed`` (the names it gives, without
+    NCCL's ``^``/``=``), ``missing`` (listed names no interface of this host has) and ``matched`` (the host's
+    interfaces it selects: every listed one that exists for gloo, NCCL's prefix rule for NCCL:
+    :func:`nccl_ifname_matches`). ``names``: the host's interfaces (default :func:`host_interfaces`)."""
+    names = host_interfaces() if names is None else list(names)
+    out = []
+    for var, readers in SOCKET_IFNAME_VARS:
+        value = env.get(var)
+        if value is None:
+            continue
+        src = "inventory" if var in extra else ("node environment" if var in base else "probe")
+        listed = [p for p in str(value).lstrip("^").lstrip("=").split(",") if p]
+        if var == "NCCL_SOCKET_IFNAME":
+            matched = nccl_ifname_matches(str(value), names)
+            missing = [p for p in listed if not any(n.startswith(p) for n in names)]
+        else:
+            matched = [p for p in listed if p in names]
+            missing = [p for p in listed if p not in names]
+        out.append({"variable": var, "value": str(value), "from": src, "used": backend in readers,
+                    "listed": listed, "missing": missing, "matched": matched})
+    return out

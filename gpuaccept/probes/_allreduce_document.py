@@ -27,6 +27,9 @@ absent before NCCL 2.19 or so), and ``oop_algo``/``ip_algo`` the ones of each ro
 Multi-node mode: ``ok`` true with the fields above (every host reports the rows, computed from all ranks'
 all-reduced times; transports and NCCL INFO facts from its OWN ranks' output only) plus ``node_rank``,
 ``nnodes``, ``ranks_per_node``, ``local_ranks``, ``local_address``, ``local_interface`` (toward the master),
+``socket_ifnames`` (the GLOO_/NCCL_SOCKET_IFNAME settings the ranks ran with, where each came from and which
+of its names this host's interfaces lack: ``_allreduce_args.socket_settings``; in a failed share's document too),
+``interfaces`` (this host's interface names, ``socket.if_nameindex()``),
 ``hosts``, ``marker``, ``world`` (the gathered identities); or ``ok`` false with ``outcome`` (``failed`` |
 ``hung`` | ``stalled`` | ``split_world`` | ``addr_in_use`` | ``aborted``: SIGTERM from the controller), ``error``
 (one line), ``evidence`` (``local``: a rank of this host stalled, died of a signal or failed with an error that

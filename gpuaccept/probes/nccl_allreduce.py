@@ -43,7 +43,7 @@ import tempfile
 import time
 
 try:
-    from _allreduce_args import config, worker_env
+    from _allreduce_args import config, host_interfaces, socket_settings, worker_env
     from _conditions import Watch
     from _linkcounters import snapshot
     from _allreduce_document import document, failure_document, failure_message
@@ -56,7 +56,7 @@ try:
     from _supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence, run_ranks,
                              terminate_on_signals, worker_main)
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
-    from ._allreduce_args import config, worker_env
+    from ._allreduce_args import config, host_interfaces, socket_settings, worker_env
     from ._conditions import Watch
     from ._linkcounters import snapshot
     from ._allreduce_document import document, failure_document, failure_message
@@ -230,7 +230,9 @@ def _share(cfg: dict) -> dict:
              "host": cfg["host"], "hosts": cfg["hosts"], "hostname": socket.gethostname(),
              "local_address": local_addr, "local_interface": ifname, "gloo_ifname": env.get("GLOO_SOCKET_IFNAME"),
              "master_addr": cfg["master_addr"], "master_port": port, "marker": cfg["marker"],
-             "backend": cfg["backend"], "world_size": cfg["world_size"]}
+             "backend": cfg["backend"], "world_size": cfg["world_size"],
+             "interfaces": host_interfaces()}
+    where["socket_ifnames"] = socket_settings(env, cfg["env"], os.environ, cfg["backend"], where["interfaces"])
     with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-", dir=scratch_dir()) as tmp:
         log(f"nccl_allreduce: node {cfg['node_rank']}/{cfg['nnodes']} ({cfg['host']}) "
             f"{cfg['backend']} ranks {cfg['node_rank'] * cfg['ranks_per_node']}.."

@@ -12,6 +12,7 @@ import pytest
 
 from gpuaccept.judging import actions, burnin
 from gpuaccept.judging import drift
+from gpuaccept.config.hostvars import kernel_log_sources
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import Interrupted, ProbeError
 from gpuaccept.runner.host import HostRunner
@@ -57,12 +58,12 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
         raise
     t_before = node.last_started("burnin") or t_before  # fetched ahead (gpuaccept.runner.prefetch): when it really ran
     verdicts.record("burnin_minutes_requested", minutes, "min")
-    if doc is not None:
-        _judge_load(doc, seconds, node, gpus, sku, verdicts, request)
     clock = nodeclock.read_clock(node)  # the burn-in's start on the node's own clock (gpuaccept.runner.nodeclock)
     args, cut = nodeclock.xid_args(t_before, clock)
-    xid = node.probe("xid_events", args)
+    xid = node.probe("xid_events", {**args, **kernel_log_sources(node.host.vars)})
     events = classify(nodeclock.in_window(xid.get("events") or [], cut))
+    if doc is not None:  # judged with the Xids of the burn-in: the hardware evidence of a drift on their GPU
+        _judge_load(doc, seconds, node, gpus, sku, verdicts, request, events)
     verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev.get("fails"):
@@ -77,9 +78,11 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     verdicts.finish()
 
 
-def _judge_load(doc: dict, seconds: float, node: HostRunner, gpus, sku, verdicts, request) -> None:
+def _judge_load(doc: dict, seconds: float, node: HostRunner, gpus, sku, verdicts, request,
+                xid_events: list | None = None) -> None:
     """Record and judge the burnin probe's document: figures, the series file, SDC, telemetry, a load that
-    stopped early or was interrupted, a foreign process, a GPU missing from the load."""
+    stopped early or was interrupted, a foreign process, a GPU missing from the load, a stall of every GPU
+    (the node's). ``xid_events``: the burn-in's Xids (hardware evidence of a drift on their GPU)."""
     verdicts.record("burnin_wall_s", doc.get("wall_s"), "s", extra={"load_started_s": doc.get("load_started_s"),
                                                                      "interrupted": doc.get("interrupted")})
     if doc.get("interrupted"):  # stopped on the node before its time: not run to its end, so not judged whole
@@ -108,8 +111,9 @@ def _judge_load(doc: dict, seconds: float, node: HostRunner, gpus, sku, verdicts
     for rank, cause in burnin.foreign_processes(doc).items():
         nv = drift.nvml_gpu_for(ranks.get(rank, {}), gpus)
         verdicts.block("burnin", cause, gpu=nv.get("index") if nv else None)
-    for rank, findings in sorted(burnin.judge(doc, sku).items()):
+    for rank, findings in sorted(burnin.judge(doc, sku, xid_events).items()):
         verdicts.apply(findings, gpu=ranks.get(rank) or {"index": rank})  # attributed by bus id (Recorder)
+    verdicts.apply(burnin.node_findings(doc))  # every GPU stalled at once: the node or the load, no GPU named
     if halted is not None:
         rank, line = halted
         verdicts.fail(line, gpu=(ranks.get(rank) or {"index": rank}) if rank is not None else None)

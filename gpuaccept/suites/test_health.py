@@ -6,6 +6,7 @@ import pytest
 
 from gpuaccept.judging import actions, fleet
 from gpuaccept.judging import health
+from gpuaccept.config.hostvars import kernel_log_sources
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import CommandTimeout, ProbeError, ThresholdError
 from gpuaccept.runner.host import HostRunner
@@ -51,8 +52,9 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts, earlier_runs):
             verdicts.record("temp_c", g.get("temp_c"), "C", gpu=g, extra={"note": f"not judged: {why}"})
     declared = node.host.vars.get("gpus_per_node")
     short = declared is not None and len(present(gpus)) < int(declared)
+    board = sku.expect.get("gpus_per_node") if sku is not None else None  # the most GPUs the SKU's board holds
     verdicts.apply([health.gpu_count(gpus, declared, doc, _boot_off_bus_events(node) if short else None,
-                                     earlier_runs.most_gpus(node.name) if short else None)])
+                                     earlier_runs.most_gpus(node.name) if short else None, board)])
 
 
 def _boot_off_bus_events(node: HostRunner) -> list | None:
@@ -144,7 +146,7 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     since = run_started - window if window else run_started
     clock = nodeclock.read_clock(node)  # the window on the node's own clock (a node far off misses no Xid)
     args, cut = nodeclock.xid_args(since, clock)
-    doc = node.probe("xid_events", args)
+    doc = node.probe("xid_events", {**args, **kernel_log_sources(node.host.vars)})  # kernel_log_paths: that log
     if clock is not None:
         verdicts.record("node_clock_offset_s", round(clock.offset_s, 3), "s")
     by_bus = {k: g for g in gpus if (k := normalize_bus_id(g.get("pci_bus_id")))}

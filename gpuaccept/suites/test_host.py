@@ -17,6 +17,7 @@ import time
 import pytest
 
 from gpuaccept.config import storage as sl
+from gpuaccept.config.hostvars import kernel_log_sources
 from gpuaccept.judging import host as hj
 from gpuaccept.runner import fanout, nodeclock
 from gpuaccept.runner.host import HostRunner
@@ -43,9 +44,7 @@ def _kernel_log(node: HostRunner, request, run_started: float) -> tuple[dict, fl
         clock = nodeclock.read_clock(node)  # the window on the node's own clock, as test_xid_events reads it
         args, cut = nodeclock.xid_args(since, clock)
         args.update(hj.kernel_log_args(node.host.vars))  # the catalogue, and host_sysfs_root for its devices
-        paths = node.host.vars.get("kernel_log_paths")
-        if paths:
-            args["sources"] = [paths] if isinstance(paths, str) else list(paths)
+        args.update(kernel_log_sources(node.host.vars))  # kernel_log_paths, as every kernel-log probe reads it
         doc = node.probe("host_kernel_log", args)
         mine["kernel"] = (doc, cut, max(time.time() - since, 0.0), clock)
     return mine["kernel"][:3]
@@ -75,7 +74,9 @@ def test_kernel_log(node: HostRunner, run_started, request, verdicts):
     verdicts.record("kernel_log_source", doc.get("source"), extra={"attempts": doc.get("attempts"),
                                                                    "lines_scanned": doc.get("lines_scanned"),
                                                                    "note": doc.get("note")})
-    found = hj.kernel_findings(doc, cut, window_s)
+    # the log read now, on the node's clock: a line dated later than that is not this run's (hj.kernel_findings)
+    until = time.time() + clock.offset_s + clock.uncertainty_s + hj.FUTURE_SLACK_S if clock is not None else None
+    found = hj.kernel_findings(doc, cut, window_s, until)
     verdicts.apply(found + [hj.none_found("kernel_states", found)])
     verdicts.finish()
 

@@ -168,8 +168,9 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
         # reach the rendezvous (no rank started): an error of that host, with its own cause, as elsewhere
         if host in named and r is not None and r.kind in ("unreachable", "crashed", "rendezvous"):
             verdicts.for_host(host).error(line.split(":", 1)[1].strip(), cause=r.cause)
-        elif host in named:
-            verdicts.for_host(host).fail(line.split(":", 1)[1].strip())
+        elif host in named:  # a failed share with its own cause (a socket-interface setting) carries it
+            verdicts.for_host(host).fail(line.split(":", 1)[1].strip(),
+                                         cause=r.cause if r is not None and r.kind in ("failed", "aborted") else None)
         else:
             verdicts.fail(line)
 

@@ -58,8 +58,8 @@ from gpuaccept.transport import running
 from gpuaccept.judging.blockers import readiness_problem
 from gpuaccept.judging.multinode import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
-                   kill_command, master_address, new_marker, next_pairs, nccl_environment, pairwise_status,
-                   no_reference, pair_floor, pinned_env, port_taken, random_pairs, rendezvous_failures, unready,
+                   interface_cause, kill_command, master_address, new_marker, next_pairs, nccl_environment,
+                   pairwise_status, no_reference, pair_floor, pinned_env, port_taken, random_pairs, rendezvous_failures, unready,
                    world_failure)
 
 #: seconds the other hosts get to report their own evidence after the first failure, before they are aborted
@@ -99,7 +99,7 @@ def _launch(node: HostRunner, args: dict, env: dict, timeout: float) -> HostResu
         doc = node.probe(PROBE, args, timeout=timeout, env=env)
         kind = "ok" if doc.get("ok") else "failed"
         return HostResult(node.name, kind, doc, "" if kind == "ok" else str(doc.get("error")),
-                          time.monotonic() - t0)
+                          time.monotonic() - t0, None if kind == "ok" else interface_cause(node.name, doc))
     except CommandTimeout as e:
         return HostResult(node.name, "timeout", None, f"stopped answering: probe call timed out after "
                           f"{timeout:.0f}s ({e.msg})", time.monotonic() - t0, e.cause)
