@@ -440,7 +440,8 @@ def test_application_xid_once_in_the_run_is_unverified_rerun_naming_nvidias_work
     # one fault written as three lines of one second (two without a pid): one event, one occurrence
     assert (f["pci_bus_id"], f["rule"], f["count"], f["xids"]) == ("00000000:AF:00.0", "app in run", 1, {13: 1})
     assert f["locations"] == {"GPC 1, TPC 0": 1} and f["repeated_at"] is None and f["pids"] == [23187]
-    assert "WORKFLOW_XID_13: Repeat TPC and GPC" in f["message"] and "once on this GPU" in f["message"]
+    assert "(Graphics Engine Exception): WORKFLOW_XID_13" in f["message"] and "once on this GPU" in f["message"]
+    assert f["workflows"]["WORKFLOW_XID_13"].startswith("Repeat TPC and GPC")  # NVIDIA's text kept beside the line
     a = _act(f)
     assert (a.action, a.cause) == ("rerun", "unverified") and "dcgmi diag" in a.reason
     assert a.reason.startswith("Xid 13 during the run, 1 time") and "WORKFLOW_XID_13" in a.source

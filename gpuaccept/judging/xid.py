@@ -346,7 +346,8 @@ def in_run_findings(events: list[dict], run_start: float | None) -> list[dict]:
     as for a replayed host; an event without an epoch counts as the run's) are marked ``in_run: True`` and
     grouped by ``pci_bus_id``. Each finding: ``pci_bus_id``, ``rule`` ("app in run" | "app repeated in run"),
     ``count`` (occurrences, :func:`occurrences`), ``xids`` ({xid: events}), ``locations`` ({"GPC g, TPC t":
-    occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None), ``investigatory`` ({xid:
+    occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None), ``workflows`` ({workflow: NVIDIA's
+    text}), ``investigatory`` ({xid:
     NVIDIA's workflow}), ``pids``, ``head`` (a short "Xid 13 x6, Xid 31 x1 ..." line) and ``message``.
     Earlier events keep their verdict. Pure."""
     conf = load_in_run()
@@ -375,15 +376,15 @@ def in_run_findings(events: list[dict], run_start: float | None) -> list[dict]:
                 + f" during the run, {count} time{'s' if count != 1 else ''}"
                 + (f" ({locations[repeated_at]} on {repeated_at})" if repeated_at else
                    f" ({'; '.join(f'{loc}: {n}' for loc, n in locations.items())})" if locations else ""))
-        said = "; ".join(f"Xid {x} ({load_catalog()[x].description}): {w}: {load_buckets().get(w) or w}"
-                         for x, w in sorted(work.items()))
+        said = "; ".join(f"Xid {x} ({load_catalog()[x].description}): {w}" for x, w in sorted(work.items()))
         verdict = (f"repeated on this GPU (NVIDIA's workflows: a repeat on one GPU or one GPC/TPC is a possible "
                    f"hardware issue): reset the GPU and run DCGM diagnostics" if repeated else
                    "once on this GPU: not proven a fault, rerun; if it comes back, NVIDIA's investigatory workflow")
         out.append({
             "pci_bus_id": evs[0].get("pci_bus_id"), "rule": "app in run" if not repeated else "app repeated in run",
             "count": count, "xids": xids, "locations": locations, "repeated_at": repeated_at,
-            "investigatory": work, "pids": pids, "head": head,
+            "investigatory": work, "workflows": {w: load_buckets().get(w) or w for w in work.values()},
+            "pids": pids, "head": head,
             "message": (f"{head} on {evs[0].get('pci_bus_id') or '?'}, immediate action "
                         f"{'/'.join(sorted({e['bucket'] for e in evs}))}, from {', '.join(names) or 'an unnamed process'}"
                         f"{' (pid ' + ', '.join(map(str, pids[:8])) + (' ...' if len(pids) > 8 else '') + ')' if pids else ''}"
