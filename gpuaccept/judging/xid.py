@@ -346,9 +346,9 @@ def in_run_findings(events: list[dict], run_start: float | None) -> list[dict]:
     as for a replayed host; an event without an epoch counts as the run's) are marked ``in_run: True`` and
     grouped by ``pci_bus_id``. Each finding: ``pci_bus_id``, ``rule`` ("app in run" | "app repeated in run"),
     ``count`` (occurrences, :func:`occurrences`), ``xids`` ({xid: events}), ``locations`` ({"GPC g, TPC t":
-    occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None), ``workflows`` ({workflow: NVIDIA's
-    text}), ``investigatory`` ({xid:
-    NVIDIA's workflow}), ``pids``, ``head`` (a short "Xid 13 x6, Xid 31 x1 ..." line) and ``message``.
+    occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None), ``investigatory`` ({xid:
+    NVIDIA's workflow id}), ``workflows`` ({workflow id: NVIDIA's text}), ``pids``, ``head`` (a short "Xid 13 x6,
+    Xid 31 x1 ..." line) and ``message``.
     Earlier events keep their verdict. Pure."""
     conf = load_in_run()
     groups: dict[str, list[dict]] = {}
