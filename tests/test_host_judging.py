@@ -224,6 +224,10 @@ def test_nvme_state_and_each_critical_warning_bit_with_its_meaning():
     assert "0x0c" in warn and "bit 2: NVM subsystem reliability has been degraded" in warn
     assert "bit 3: all of the media has been placed in read only mode" in warn and "bit 0" not in warn
     assert fails["nvme_state nvme1"].cause.kind == "nvme_controller_state"
+    hot = hj.nvme_findings({"controllers": [{"name": "nvme3", "model": "M", "serial": "H", "state": "live",
+                                             "smart": {"critical_warning": 0x02, "media_errors": 0, "percent_used": 1}}]})
+    (warm,) = [f for f in hot if f.failure]
+    assert warm.cause.kind == "nvme_over_temperature" and "airflow" in actions.for_cause(warm.cause).reason
     # wear past 100 % alone: no failure
     assert all(f.failure is None for f in found if f.check.endswith("nvme2"))
 

@@ -542,6 +542,11 @@ def nvme_state_cause(state: str, transport: str | None, name: str) -> Cause:
     return Cause("hardware", "nvme_controller_state", evidence=ev)
 
 
+#: the SMART Critical Warning value of the temperature bit alone (NVMe Base spec 2.0, SMART / Health Information,
+#: Critical Warning bit 1: a temperature at or past an over- or under-temperature threshold)
+NVME_TEMPERATURE_BIT = 0x02
+
+
 def nvme_findings(doc: dict) -> list[Finding]:
     """Per NVMe controller of an nvme_inventory document: a controller state other than ``live`` fails with the
     cause :func:`nvme_state_cause` gives (a dead local drive is hardware; a fabrics target reconnecting is the
@@ -569,7 +574,9 @@ def nvme_findings(doc: dict) -> list[Finding]:
         f = Finding(f"nvme_critical_warning {c['name']}", cw, extra=ev)
         if isinstance(cw, int) and cw:
             said = [f"bit {b}: {bits.get(b, 'reserved bit')}" for b in range(8) if cw >> b & 1]
+            # bit 1 alone (temperature past a threshold) is the drive's cooling first: the chassis airflow, its fans
+            kind = "nvme_over_temperature" if cw == NVME_TEMPERATURE_BIT else "nvme_critical_warning"
             f = replace(f, failure=(f"{who}: SMART critical warning {cw:#04x}: " + "; ".join(said)),
-                        cause=Cause("hardware", "nvme_critical_warning", evidence={"controller": c["name"], "critical_warning": cw}))
+                        cause=Cause("hardware", kind, evidence={"controller": c["name"], "critical_warning": cw}))
         out.append(f)
     return out
