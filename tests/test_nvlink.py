@@ -152,14 +152,19 @@ def test_slow_missing_and_failed_pairs():
     assert got == ["p2p_unidir_bw_gbps 120 GB/s < min 340 GB/s [limit: h200-sxm-141gb.yaml checks.p2p_unidir_bw_gbps]"]
     worst = next(f for f in found if f.check == "p2p_unidir_bw_gbps_worst_pair")
     assert worst.value == 120.0 and worst.failure is None and worst.extra == {"pair": "GPU 0 -> GPU 1"}
+    # a pair not measured, or whose copy failed, is an error (nothing measured), not a failure of the part
     doc = p2p_doc()
     doc["pairs"] = doc["pairs"][:1]
-    assert "P2P bandwidth not measured for GPU 1 -> GPU 0" in failures(nj.p2p_bandwidth(doc, H200, [0, 1]))
+    (miss,) = [f for f in nj.p2p_bandwidth(doc, H200, [0, 1]) if f.check == "p2p_pairs_missing"]
+    assert miss.failure is None and miss.error == "P2P bandwidth not measured for GPU 1 -> GPU 0"
+    assert (miss.cause.cls, miss.cause.kind) == ("tool", "gap")
     doc = p2p_doc()
     doc["pairs"][1].update(unidir_gbps=None, error="RuntimeError: CUDA error: peer access is not supported")
-    got = failures(nj.p2p_bandwidth(doc, H200, [0, 1]))
-    assert "P2P GPU 1 -> GPU 0: RuntimeError: CUDA error: peer access is not supported" in got
-    assert "p2p_unidir_bw_gbps: no value measured (limit >= 340 GB/s)" in got
+    found = nj.p2p_bandwidth(doc, H200, [0, 1])
+    (err,) = [f for f in found if f.check == "p2p_error"]
+    assert err.error == "P2P GPU 1 -> GPU 0: RuntimeError: CUDA error: peer access is not supported"
+    assert (err.cause.cls, err.cause.kind) == ("unverified", "p2p_error")
+    assert "p2p_unidir_bw_gbps: no value measured (limit >= 340 GB/s)" in failures(found)
 
 
 def test_p2p_without_a_limit_is_an_error_not_a_pass():
@@ -301,6 +306,26 @@ def test_p2p_without_peer_access_names_each_pair_and_the_cause(tmp_path):
     lines = {ln for ln in res.stdout.splitlines() if ln.startswith("h200-a: p2p_unidir_bw_gbps")}
     assert lines == {f"h200-a: p2p_unidir_bw_gbps 21.3 GB/s < min 340 GB/s ({x} -> {y}) "
                      "[limit: h200-sxm-141gb.yaml checks.p2p_unidir_bw_gbps]" for x, y in ((a, b), (b, a))}
+    # the platform keeps CUDA from the peer path NVML shows (ACS, IOMMU, hypervisor): configuration, never a drain
+    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "test_p2p_bandwidth" in t["nodeid"]]
+    assert (t["action"]["action"], t["action"]["cause"]) == ("fix-config", "configuration"), t["action"]
+    assert not (rep / "hosts-drain-rma.txt").exists()
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda d: d["pairs"][0].update(error="CUDA error: out of memory", unidir_gbps=None, bidir_gbps=None),
+     "CUDA error: out of memory"),
+    (lambda d: d["pairs"].pop(), "P2P bandwidth not measured for GPU 1 -> GPU 0"),
+])
+def test_a_p2p_pair_that_measured_nothing_is_an_error_never_a_drain(tmp_path, change, said):
+    """ALTERED: one pair's copy failed (CUDA's out of memory), or the pair is missing from the document: nothing was
+    measured, so nothing is proven of the part: ERROR, rerun (before: FAIL, drain-rma from the test's row)."""
+    inv = replay_project(tmp_path, alter(tmp_path, "p2p_bandwidth", change))
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "nvlink", "-k", "p2p")
+    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "test_p2p_bandwidth" in t["nodeid"]]
+    assert t["outcome"] == "error" and said in t["message"], t
+    assert t["action"]["action"] == "rerun" and t["action"]["cause"] in ("tool", "unverified"), t["action"]
 
 
 def test_healthy_p2p_has_no_failure():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging.health import Finding, nvml_error
 from gpuaccept.config.thresholds import SkuSpec, judge
 
@@ -166,27 +167,34 @@ def p2p_bandwidth(doc: dict, sku: SkuSpec, nvml_indices) -> list[Finding]:
     """Findings for the ``p2p_bandwidth`` probe document: every ordered pair of NVML GPUs measured, each
     unidir/bidir GB/s against the SKU's ``p2p_unidir_bw_gbps`` / ``p2p_bidir_bw_gbps`` (ThresholdError when
     the SKU file lacks them), each figure naming its pair (``GPU a (bus id) -> GPU b (bus id)``: bus ids from
-    the pair's ``a_bus``/``b_bus`` when present), the worst pair named, a pair's measurement error reported as
-    a failure, and a pair without CUDA peer access (``peer_access`` False:
-    torch.cuda.can_device_access_peer) a failure of its own on an NVLink SKU (``expect.nvlink_links`` or
-    ``expect.nvswitch``): its copies were staged through host memory, which is the diagnosis."""
+    the pair's ``a_bus``/``b_bus`` when present), the worst pair named; a pair not measured, or whose copy failed
+    (its CUDA error), is an error that proves nothing of the part (tool / unverified: rerun); a pair without CUDA
+    peer access (``peer_access`` False: torch.cuda.can_device_access_peer) fails on an NVLink SKU
+    (``expect.nvlink_links`` or ``expect.nvswitch``) as configuration (``p2p_no_peer_access``: the platform -- PCIe
+    ACS, the IOMMU, a hypervisor -- keeps CUDA from the peer path NVML shows; its copies were staged through host
+    memory), never a drain of the card."""
     out: list[Finding] = []
     pairs = doc.get("pairs") or []
     want = {(a, b) for a in nvml_indices for b in nvml_indices if a != b}
     have = {(p.get("a"), p.get("b")) for p in pairs}
-    if want - have:
-        out.append(Finding("p2p_pairs_missing", sorted(want - have), failure="P2P bandwidth not measured for "
-                           + ", ".join(f"GPU {a} -> GPU {b}" for a, b in sorted(want - have))))
+    if want - have:  # not measured: proves nothing of the pairs (tool, rerun)
+        missing = sorted(want - have)
+        out.append(Finding("p2p_pairs_missing", missing, error="P2P bandwidth not measured for "
+                           + ", ".join(f"GPU {a} -> GPU {b}" for a, b in missing),
+                           cause=Cause("tool", "gap", evidence={"pairs": [list(x) for x in missing]})))
     need = bool(sku.expect.get("nvswitch") or sku.expect.get("nvlink_links"))
     for p in pairs:
-        if p.get("error"):
+        if p.get("error"):  # a copy that failed (CUDA's error) measured nothing: its words name no part
             out.append(Finding("p2p_error", p["error"], extra={"pair": [p["a"], p["b"]]},
-                               failure=f"P2P {_pair(p)}: {p['error']}"))
-        if need and p.get("peer_access") is False:
+                               error=f"P2P {_pair(p)}: {p['error']}",
+                               cause=Cause("unverified", "p2p_error", evidence={"pair": _pair(p),
+                                                                              "error": str(p["error"])[:300]})))
+        if need and p.get("peer_access") is False:  # CUDA refuses peer access where NVML shows the links: the platform
             out.append(Finding("p2p_peer_access", False, extra={"pair": [p["a"], p["b"]]},
                                failure=f"P2P {_pair(p)}: CUDA peer access not available "
                                        f"(torch.cuda.can_device_access_peer False): copies staged through host "
-                                       f"memory; the SKU expects NVLink P2P between every pair"))
+                                       f"memory; the SKU expects NVLink P2P between every pair",
+                               cause=Cause("configuration", "p2p_no_peer_access", evidence={"pair": _pair(p)})))
     for kind in ("unidir", "bidir"):
         check = f"p2p_{kind}_bw_gbps"
         limit = sku.limit(check)

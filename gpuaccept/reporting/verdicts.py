@@ -63,7 +63,8 @@ def host_verdicts(recs: list[CaseRecord], hosts: list[str] | None = None) -> dic
     interrupted run) counts as an error of every selected host. Fleet-wide tests (no host in the id) count against the hosts their
     failure entries are filed under and their failure lines name, for the hosts with a figure in them when they passed (a host whose ranks took part in a
     passing inter-node all-reduce passed it), and appear under ``"fleet"`` too. Reasons: the first line of each failed/errored
-    test's message, failing figures first (check, GPU, value vs limit). See :class:`HostVerdicts`.
+    test's message, failing figures first (check, GPU, value vs limit); ``first_by_action``: for each action, the first
+    reason of a test whose findings took that action (the line a drain or cordon quotes). See :class:`HostVerdicts`.
     """
     hv = HostVerdicts(hosts)
     for r in recs:
@@ -231,6 +232,7 @@ class HostVerdicts:
                     mine = [actions.with_gpu(actions.entry_action(r.name, e), e) for e in r.failures
                             if isinstance(e, dict) and e.get("host") in (h, None)]
                 v.setdefault("findings", []).extend(mine or [act])
+            said = len(v["reasons"])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
                 if kinds & KEPT_NOT_JUDGED:
@@ -245,6 +247,9 @@ class HostVerdicts:
                                                 if _fleet_hosts_named(ln, [h])), first)
                 if not figs:
                     v["reasons"].append(f"{r.name.split('[')[0]}: {first}")
+            if act is not None and len(v["reasons"]) > said:  # the first reason of each action, for its drain line
+                best = actions.strongest(mine or [act]) or act
+                v.setdefault("first_by_action", {}).setdefault(best.get("action"), v["reasons"][said])
 
     def result(self) -> dict[str, dict]:
         """The verdicts so far, as :func:`host_verdicts` returns them (the same dict, updated in place)."""

@@ -181,10 +181,12 @@ def decide(hv: dict, hosts: list[str], names: Mapping[str, str], holds: Mapping[
         if st.held and not st.ours:
             out.append(Decision(h, node, None, f"{words.held} by someone else ({st.who or 'no reason'}): left alone"))
             continue
-        if wants_hold:
-            first = same_reason_once(v.get("reasons") or [])
-            out.append(Decision(h, node, "hold", f"{act['action']}: {words.verb}", dict(act),
-                                first[0] if first else act.get("reason", "")))
+        if wants_hold:  # the first reason of a finding with the host's action, not of another (a fleet fix-config)
+            first = (v.get("first_by_action") or {}).get(act["action"])
+            if first is None:
+                said = same_reason_once(v.get("reasons") or [])
+                first = said[0] if said else act.get("reason", "")
+            out.append(Decision(h, node, "hold", f"{act['action']}: {words.verb}", dict(act), first))
             continue
         if holds is None:
             out.append(Decision(h, node, None, f"resume not planned: {words.unreached}"))
