@@ -51,7 +51,7 @@ from typing import Any, Iterable
 from gpuaccept.causes import CLASSES, HARDWARE_ACTIONS, Cause
 from gpuaccept.config.yamlload import load_data
 from gpuaccept.judging.xid import caused_by, load_catalog, recovery_action
-from gpuaccept.judging.readings import error_cause, error_text
+from gpuaccept.judging.readings import bus_key, error_cause, error_text
 
 DATA_FILE = "actions.yaml"
 
@@ -445,10 +445,11 @@ def for_case(outcome: str, test: str | None, message: str = "", failures: list[d
 
 
 def with_gpu(action: dict, where: dict) -> dict:
-    """``action`` with ``"gpu"``: the GPU of ``where`` (a failure entry or figure: its PCI bus id, else its index as
-    ``"index N"``), for :func:`host_action`; ``action`` itself when ``where`` names no GPU."""
-    bus, idx = where.get("pci_bus_id"), where.get("gpu")
-    gpu = str(bus).lower() if bus else (f"index {idx}" if idx not in (None, "") else None)
+    """``action`` with ``"gpu"``: the GPU of ``where`` (a failure entry or figure: its PCI bus id in the one
+    normalised form, gpuaccept.judging.readings.bus_key, else its index as ``"index N"``), for :func:`host_action`;
+    ``action`` itself when ``where`` names no GPU."""
+    bus, idx = bus_key(where.get("pci_bus_id")), where.get("gpu")
+    gpu = bus if bus else (f"index {idx}" if idx not in (None, "") else None)
     return {**action, "gpu": gpu} if gpu is not None else action
 
 

@@ -169,10 +169,12 @@ FUTURE_SLACK_S = 60.0
 def future_lines(matches: list[dict], until: float | None) -> tuple[list[dict], list[dict]]:
     """``(lines dated at or before until, lines dated after it)`` of host_kernel_log ``matches`` (``until``: node
     epoch seconds, None: no bound); a line without a date is not in the future."""
-    if until is None:
-        return list(matches), []
-    late = [m for m in matches if isinstance(m.get("epoch"), (int, float)) and m["epoch"] > until]
-    return [m for m in matches if m not in late], late
+    now: list[dict] = []
+    late: list[dict] = []
+    for m in matches:
+        ahead = until is not None and isinstance(m.get("epoch"), (int, float)) and m["epoch"] > until
+        (late if ahead else now).append(m)
+    return now, late
 
 
 def kernel_findings(doc: dict, cut: float | None = None, window_s: float | None = None,

@@ -115,8 +115,9 @@ def outcome(failures: list[tuple], errors: list[str], blockers: list[Blocker],
         by = [b for b in applied if not (stands and b.cls == "contention")]
         return bool(by) and (gpu is None or any(b.gpu is None or b.gpu == gpu for b in by))
 
-    hard = [f[1] for f in failures if not is_blocked(f[0], len(f) > 2 and f[2])]
-    soft = [f[1] for f in failures if is_blocked(f[0], len(f) > 2 and f[2])]
+    hard, soft = [], []
+    for f in failures:
+        (soft if is_blocked(f[0], len(f) > 2 and f[2]) else hard).append(f[1])
     if hard:
         lines = hard + errors + [f"(also {b.message()})" for b in applied] + [f"(blocked GPU) {m}" for m in soft]
         return Outcome("failed", "\n".join(lines))

@@ -226,11 +226,9 @@ class HostVerdicts:
             if act is not None:  # this host's own findings in a fleet-wide test, else the record's
                 mine = []
                 if r.host is None and h != "fleet":
-                    mine = [actions.with_gpu(actions.entry_action(r.name, e), e) for e in r.failures
-                            if e.get("host") == h] + actions.cause_actions(r.causes, host=h)
+                    mine = _entry_actions(r, (h,)) + actions.cause_actions(r.causes, host=h)
                 elif r.outcome == "failed":  # each failure entry with its GPU: a setting answers for its GPU only
-                    mine = [actions.with_gpu(actions.entry_action(r.name, e), e) for e in r.failures
-                            if isinstance(e, dict) and e.get("host") in (h, None)]
+                    mine = _entry_actions(r, (h, None))
                 v.setdefault("findings", []).extend(mine or [act])
             said = len(v["reasons"])
             if r.outcome in ("failed", "error"):
@@ -267,6 +265,13 @@ class HostVerdicts:
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
         return self.out
+
+
+def _entry_actions(r: CaseRecord, hosts: tuple) -> list[dict]:
+    """The action of each failure entry of ``r`` filed under one of ``hosts``, with its GPU
+    (gpuaccept.judging.actions.with_gpu: a setting answers for the figures of its own GPU only)."""
+    return [actions.with_gpu(actions.entry_action(r.name, e), e) for e in r.failures or []
+            if isinstance(e, dict) and e.get("host") in hosts]
 
 
 def gpu_name(g: dict) -> str:
