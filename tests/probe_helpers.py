@@ -54,8 +54,9 @@ class FakeNvml:
     ``gpus``: per-GPU dicts; ``nvlink``: {gpu: [(link, remote gpu index)]} or None for "Not Supported".
     """
 
-    def __init__(self, gpus, nvlink=None, topology=30, p2p=0, fabric="v2"):
+    def __init__(self, gpus, nvlink=None, topology=30, p2p=0, fabric="v2", excluded=()):
         self.gpus, self.nvlink, self.topology, self.p2p, self.fabric = gpus, nvlink, topology, p2p, fabric
+        self.excluded = list(excluded)  # bus ids of GPUs the driver was told to skip (NVreg_ExcludedGpus)
         self.pid = os.getpid()  # the test process (gpu_inventory reads NVML in a forked child: _deadline.py)
         # the calls are written to a file, not kept in a list: a probe makes its NVML calls in a forked child
         # (gpuaccept/probes/_deadline.py), whose list would never reach this process
@@ -99,6 +100,13 @@ class FakeNvml:
     def nvmlSystemGetNVMLVersion(self): return "13.580.159.04"
     def nvmlSystemGetCudaDriverVersion(self): return 13000
     def nvmlDeviceGetCount(self): return len(self.gpus)
+    def nvmlGetExcludedDeviceCount(self): return len(self.excluded)
+
+    def nvmlGetExcludedDeviceInfoByIndex(self, i):
+        info = real_nvml.c_nvmlExcludedDeviceInfo_t()
+        info.pci.busId = self.excluded[i].encode()
+        info.uuid = f"GPU-eeeeeeee-0000-0000-0000-00000000000{i}".encode()
+        return info
     def nvmlDeviceGetHandleByIndex(self, i): return i  # the handle is the index
 
     def nvmlDeviceGetHandleByPciBusId(self, bus):

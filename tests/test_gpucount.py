@@ -61,6 +61,36 @@ def test_nvidia_bound_gpu_nvml_does_not_list_is_hardware_reboot_naming_its_bus_i
     assert (a.action, a.cause) == ("reboot", "hardware") and BUS1 in a.command
 
 
+def test_a_gpu_excluded_from_the_driver_is_configuration_naming_the_parameter_never_a_reboot():
+    doc = scanned({BUS0: "nvidia", BUS1: "nvidia"})
+    doc["nvml_excluded"] = [{"bus_id": BUS1, "uuid": "GPU-e1"}]
+    f, a = judged(doc)
+    assert (f.cause.cls, f.cause.kind, a.action) == ("configuration", "gpu_excluded", "fix-config")
+    assert f"{BUS1} excluded from the driver (NVreg_ExcludedGpus" in f.failure
+    assert "NVreg_ExcludedGpus" in a.command and f"{BUS1} (GPU-e1)" in a.setting
+    # NVML could not say (an older driver): the GPU bound to nvidia and unlisted stays the driver's failure
+    doc["nvml_excluded"] = {"nvml_error": "Function Not Found"}
+    assert judged(doc)[0].cause.kind == "gpu_not_initialised"
+
+
+@pytest.mark.parametrize("drivers, excluded, want", [
+    ({BUS0: "vfio-pci", BUS1: "vfio-pci"}, [], ("configuration", "gpu_driver_binding", "fix-config")),
+    ({BUS0: "nvidia", BUS1: "nvidia"}, [BUS0, BUS1], ("configuration", "gpu_excluded", "fix-config")),
+    ({BUS0: "nvidia", BUS1: "nvidia"}, [], ("hardware", "gpu_not_initialised", "reboot")),
+    ({}, [], ("unverified", "gpu_count_unverified", "rerun")),
+])
+def test_a_loaded_driver_with_no_gpu_is_judged_by_the_pci_scan(drivers, excluded, want):
+    """NVML answering with no GPU where the inventory declares two: the short count's judge decides, not 'lost
+    GPUs' (a passthrough host binds every GPU to vfio-pci with the nvidia module loaded)."""
+    from gpuaccept.judging.blockers import declared_missing_cause
+    doc = scanned(drivers, keep=())
+    doc.update(nvml_available=False, reason_code="no_gpu", nvml_excluded=[{"bus_id": b, "uuid": ""} for b in excluded])
+    c = declared_missing_cause(doc, "node-1", 2)
+    assert (c.cls, c.kind, actions.for_cause(c).action) == want and c.host == "node-1"
+    old = {k: v for k, v in doc.items() if k != "pci_scan"}  # a capture from before the scan: as before
+    assert declared_missing_cause(old, "node-1", 2).kind == "declared_gpu_missing"
+
+
 def test_rm_init_adapter_failure_in_the_log_names_the_gpu_even_where_a_container_could_hide_it():
     init = {"xid": None, "fault": "init_failed", "pci_bus_id": BUS1, "init_code": "(0x24:0x72:1568)", "repeats": 3}
     vis = {"nvidia_visible_devices": "0", "confined_by": "docker", "cgroup": "/docker/abc", "device_nodes": [0]}

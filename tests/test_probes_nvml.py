@@ -148,6 +148,20 @@ def test_gpu_inventory_on_fake_h200x2(fake_pynvml):
     assert "nvmlDeviceGetGpuFabricInfo" not in fake.calls
 
 
+def test_gpus_excluded_from_the_driver_are_listed_by_bus_id_and_uuid(fake_pynvml):
+    """NVML's excluded devices (NVreg_ExcludedGpus) in the document, read before the count: a node whose every
+    GPU is excluded (NVML count 0) still says which."""
+    fake_pynvml(FakeNvml(H200X2[:1], excluded=["0000:00:07.0"]))
+    doc = inv.main({})
+    assert doc["nvml_excluded"] == [{"bus_id": "00000000:00:07.0", "uuid": "GPU-eeeeeeee-0000-0000-0000-000000000000"}]
+    fake_pynvml(FakeNvml([], excluded=["00000000:00:06.0", "00000000:00:07.0"]))
+    doc = inv.main({})
+    assert doc["reason_code"] == "no_gpu" and [e["bus_id"] for e in doc["nvml_excluded"]] == \
+        ["00000000:00:06.0", "00000000:00:07.0"]
+    fake_pynvml(FakeNvml(H200X2))
+    assert inv.main({})["nvml_excluded"] == []
+
+
 def test_the_fake_records_calls_made_in_the_forked_nvml_child(fake_pynvml):
     """The record the assertion above reads sees a call made only in a forked child: it can fail."""
     fake = fake_pynvml(FakeNvml(H200X2, nvlink=NV18, fabric=None))

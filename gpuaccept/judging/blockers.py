@@ -191,15 +191,28 @@ class NotReady:
         return self.line
 
 
-def declared_missing_cause(doc: dict, host: str | None = None) -> Cause:
-    """Why a node the inventory declares GPUs for shows none (pure): ``declared_gpu_missing`` with the probe's
-    reason code as its check; ``hardware`` only when the driver is loaded and NVML answers with no GPU
-    (``no_gpu``): the cards are lost. No driver, a driver not loaded, no nvidia-ml-py: ``configuration``."""
+def declared_missing_cause(doc: dict, host: str | None = None, declared: int | None = None) -> Cause:
+    """Why a node the inventory declares GPUs for shows none (pure). No driver, a driver not loaded, no
+    nvidia-ml-py: ``declared_gpu_missing`` with the probe's reason code as its check, ``configuration``. The driver
+    loaded and NVML answering with no GPU (``no_gpu``) is judged as a short count of ``declared`` GPUs (the
+    inventory's gpus_per_node; None: one) against the node's PCI scan (gpuaccept.judging.gpucount.explain): GPUs
+    excluded from the driver, bound to vfio-pci or hidden from the probes are configuration; GPUs bound to nvidia
+    that NVML does not list are hardware; none on the bus, without evidence that they fell off, unverified. A
+    document without a PCI scan (a capture from before it) keeps ``declared_gpu_missing:no_gpu`` (hardware)."""
     code = doc.get("reason_code") or ("no_gpu" if doc.get("nvml_available") else "unknown")
+    base = {"reason_code": code, "driver_present": driver_present(doc),
+            "kernel_driver_version": doc.get("kernel_driver_version")}
+    if code == "no_gpu" and isinstance(doc.get("pci_scan"), dict):
+        from gpuaccept.judging.gpucount import explain  # the short count's one judge
+
+        try:
+            want = max(int(declared or 1), 1)
+        except (TypeError, ValueError):
+            want = 1
+        why = explain([], want, doc).cause
+        return Cause(why.cls, why.kind, host, evidence={**base, **why.evidence})
     cls = "hardware" if code == "no_gpu" else "configuration"
-    return Cause(cls, "declared_gpu_missing", host, code, evidence={
-        "reason_code": code, "driver_present": driver_present(doc),
-        "kernel_driver_version": doc.get("kernel_driver_version")})
+    return Cause(cls, "declared_gpu_missing", host, code, evidence=base)
 
 
 # Python packages the probes import on the node (module name -> the package an operator installs).

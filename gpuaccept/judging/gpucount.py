@@ -11,6 +11,8 @@ GPUs NVML does not list                               class            kind (gpu
 NVML lists GPUs it has no handle for (lost)           hardware         ``gpu_count_lost``
 NVML lists GPUs the probes' user may not open         configuration    ``gpu_count_denied``
 NVML lists GPUs it has no handle for, another error   unverified       ``gpu_count_no_handle``
+on the bus, bound to ``nvidia``, listed by NVML as   configuration    ``gpu_excluded``
+excluded (the module's NVreg_ExcludedGpus)
 on the bus, bound to ``nvidia``, not hidden; or an    hardware         ``gpu_not_initialised``
 Xid 79 / "RmInitAdapter failed" names its bus id
 on the bus, bound to ``nvidia``, the probes run       configuration    ``gpu_count_hidden``
@@ -34,7 +36,9 @@ are the xid_events probe's ``events`` since the node booted (``xid`` 79, inferre
 and ``fault: init_failed``); the history fact is the most GPUs NVML listed on this host in an earlier run.
 Sources: NVIDIA Xid Catalog (gpuaccept/data/xid_catalog.csv: Xid 79 "GPU has fallen off the bus");
 open-gpu-kernel-modules (RmInitAdapter failed: the driver could not initialise the GPU); NVIDIA Container
-Toolkit, "GPU Enumeration" (NVIDIA_VISIBLE_DEVICES: ``all`` or a list of indices/UUIDs, ``none``, ``void``).
+Toolkit, "GPU Enumeration" (NVIDIA_VISIBLE_DEVICES: ``all`` or a list of indices/UUIDs, ``none``, ``void``);
+NVML API reference, "Excluded Device Queries" (nvmlGetExcludedDeviceInfoByIndex: the GPUs NVreg_ExcludedGpus
+keeps from the driver; gpu_inventory's ``nvml_excluded``).
 """
 from __future__ import annotations
 
@@ -108,6 +112,16 @@ def hidden_by(visibility: dict | None) -> str | None:
     return None
 
 
+def excluded_ids(doc: dict | None) -> dict:
+    """``{bus id (NVML form): uuid}`` of the GPUs NVML lists as excluded (gpu_inventory's ``nvml_excluded``);
+    {} where the document has none or NVML could not say."""
+    listed = (doc or {}).get("nvml_excluded")
+    if not isinstance(listed, list):
+        return {}
+    return {b: str(e.get("uuid") or "") for e in listed if isinstance(e, dict)
+            and (b := normalize_bus_id(e.get("bus_id")))}
+
+
 def usable_scan(doc: dict | None, nvml_ids: set) -> tuple[list | None, str | None]:
     """``(devices, None)``: the PCI scan's NVIDIA GPUs (bus ids normalised) when the scan can be compared with
     NVML; else ``(None, why not)``: no scan in the document (a capture older than it), a truncated or
@@ -133,14 +147,22 @@ def _ids(bus_ids) -> str:
 
 
 def _on_bus_groups(devices: list, nvml_ids: set, lost: int, events: dict, hidden: str | None,
-                   no_handle: int = 0) -> list[Group]:
+                   no_handle: int = 0, excluded: dict | None = None) -> list[Group]:
     """The groups of GPUs on the bus that NVML does not list (see the module docstring); ``no_handle``: the GPUs
     NVML lists without a handle whose error does not show them lost (their groups are :func:`_handle_groups`'):
-    when they are as many as the missing ones, no other group is made of them."""
+    when they are as many as the missing ones, no other group is made of them; ``excluded``: :func:`excluded_ids`
+    (those GPUs are the ``gpu_excluded`` group, whatever else is said of the others)."""
+    excluded = excluded or {}
     missing = [d for d in devices if d["bus_id"] not in nvml_ids]
-    mine = [d["bus_id"] for d in missing if d.get("driver") == "nvidia"]
+    kept_out = [d["bus_id"] for d in missing if d.get("driver") == "nvidia" and d["bus_id"] in excluded]
+    mine = [d["bus_id"] for d in missing if d.get("driver") == "nvidia" and d["bus_id"] not in excluded]
     other = [d for d in missing if d.get("driver") != "nvidia"]
     out = []
+    if kept_out:
+        out.append(Group("configuration", "gpu_excluded", f"{_ids(kept_out)} excluded from the driver "
+                         f"(NVreg_ExcludedGpus: NVML lists {'it' if len(kept_out) == 1 else 'them'} as excluded)",
+                         tuple(kept_out), {"excluded": _ids(f"{b} ({excluded[b]})" if excluded[b] else b
+                                                            for b in kept_out)}))
     if mine:
         named = {b: events[b] for b in mine if b in events}
         base = f"{_ids(mine)} on the PCI bus, bound to the nvidia driver, not listed by NVML"
@@ -246,7 +268,7 @@ def explain(gpus: list, declared: int, doc: dict | None = None, xid_events: list
         ev["pci_scan"] = why
     else:
         groups += _on_bus_groups(devices, nvml_ids, lost, events or {}, hidden_by((doc or {}).get("gpu_visibility")),
-                                 len(handles) - lost)
+                                 len(handles) - lost, excluded_ids(doc))
         if declared > len(devices):
             groups.append(_off_bus_group(declared - len(devices), len(devices), {d["bus_id"] for d in devices},
                                          doc, events, history_most, len(devices)))

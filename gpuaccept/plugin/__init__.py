@@ -322,7 +322,7 @@ def gpus(request, node: HostRunner) -> list[dict]:
             said = [f"{k}={node.host.vars[k]}" for k in ("gpu_sku", "gpus_per_node") if node.host.vars.get(k)]
             raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but " + (
                 f"the inventory declares {' '.join(said)}" if said else f"--sku {node.sku_override} declares one"),
-                declared_missing_cause(doc, node.name))
+                declared_missing_cause(doc, node.name, node.host.vars.get("gpus_per_node")))
         pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
     return found
 

@@ -23,6 +23,9 @@ Output document::
       "nvml_library_version": str,    # only when nvmlInit failed: the loaded libnvidia-ml.so's version
       "hostname": str,
       "gpu_count": int,
+      "nvml_excluded": [{"bus_id": "00000000:19:00.0", "uuid": "GPU-..."}] | {"nvml_error": ...},
+                                      # GPUs the driver was told to skip (NVreg_ExcludedGpus), as NVML lists
+                                      # them (excluded_gpus()); an nvml_error where NVML cannot say
       "nvml_latency_s": {"calls", "mean_s", "max_s", "slowest_call"},   # system calls, s per call
       "gpus": [ per GPU, see gpu_info(), with "nvml_latency_s" (that GPU's calls), "inforom": {"valid": bool}
                 and "recovery_action": {"code", "name"} (each an nvml_error where refused); a GPU NVML lists but
@@ -728,6 +731,29 @@ def _no_nvml_library() -> bool:
     return False
 
 
+#: excluded GPUs listed at most (NVML names them one call each; a board holds at most 16 GPUs today)
+MAX_EXCLUDED = 64
+
+
+def excluded_gpus(nv) -> list | dict:
+    """The GPUs the driver was told to skip (the kernel module's ``NVreg_ExcludedGpus``: on the bus, bound to
+    nvidia, never initialised, never enumerated): ``[{"bus_id": NVML form, "uuid": str}]`` from
+    ``nvmlGetExcludedDeviceCount`` / ``nvmlGetExcludedDeviceInfoByIndex`` (NVML API reference, "Excluded
+    Device Queries"; at most :data:`MAX_EXCLUDED`), or an ``nvml_error`` placeholder where NVML cannot say (a
+    driver or pynvml without these calls)."""
+    count = call(nv, "nvmlGetExcludedDeviceCount")
+    if is_error(count):
+        return count
+    out = []
+    for i in range(min(int(count), MAX_EXCLUDED)):
+        info = call(nv, "nvmlGetExcludedDeviceInfoByIndex", i)
+        if is_error(info):
+            return info
+        pci = getattr(info, "pci", None)
+        out.append({"bus_id": normalize_bus_id(text(getattr(pci, "busId", b""))), "uuid": text(info.uuid)})
+    return out
+
+
 def _on_gpu(nv, index) -> None:
     """Tell a :class:`_deadline.Traced` which GPU the next calls are about (pynvml itself: nothing)."""
     if isinstance(nv, _deadline.Traced):
@@ -747,6 +773,7 @@ def read_nvml(nv, doc: dict, log=log) -> dict:
         doc["driver"] = call(nv, "nvmlSystemGetDriverVersion", conv=text)
         doc["nvml_version"] = call(nv, "nvmlSystemGetNVMLVersion", conv=text)
         doc["cuda_driver_version"] = call(nv, "nvmlSystemGetCudaDriverVersion")
+        doc["nvml_excluded"] = excluded_gpus(nv)
         count = call(nv, "nvmlDeviceGetCount")
         doc["gpu_count"] = count
         if is_error(count):
