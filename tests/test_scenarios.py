@@ -7,6 +7,7 @@ process group and all, after the scenario, also when the scenario falls short.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,7 +20,8 @@ import pytest
 import yaml
 
 from benchmarks.scenarios import spec
-from benchmarks.scenarios.expect import _cards, check_command, check_folder
+from benchmarks.scenarios.execute import on_sku
+from benchmarks.scenarios.expect import _cards, _check_figure, check_command, check_folder
 from benchmarks.scenarios.loads import LoadSet, group_alive, stop_group
 from benchmarks.scenarios.peers import babelstream_dot, mamf_median
 from benchmarks.scenarios.signals import Signaller, processes, wait_clean
@@ -232,6 +234,30 @@ def test_a_replayed_healthy_node_falls_short_of_a_sick_nodes_expectations(tmp_pa
     assert res.returncode == 1
     rows = table_rows(res.stdout, "idle-context")
     assert any("test_preflight error" in ln and ln.endswith("FALLS SHORT") for ln in rows), rows
+
+
+def test_a_scenario_written_for_one_sku_runs_on_the_sku_found():
+    """A scenario declaring the H200 SXM, run on an H100: its gpu_sku and its site thresholds' key become the
+    machine's; without a detected SKU, or on its own, the scenario is left as written."""
+    sc = spec.load_file(str(SHIPPED / "slow-figure-confirmed.yaml"))
+    moved = on_sku(sc, "h100-sxm5-80gb")
+    assert moved.inventory["gpu_sku"] == "h100-sxm5-80gb" and list(moved.site_thresholds) == ["h100-sxm5-80gb"]
+    assert moved.site_thresholds["h100-sxm5-80gb"] == sc.site_thresholds["h200-sxm-141gb"]
+    assert on_sku(sc, None) is sc and on_sku(sc, "h200-sxm-141gb") is sc
+    named = dataclasses.replace(sc, hosts={"a": {"gpu_sku": "h200-sxm-141gb"}, "b": {}})
+    assert on_sku(named, "h100-sxm5-80gb").hosts == {"a": {"gpu_sku": "h100-sxm5-80gb"}, "b": {}}
+
+
+def test_a_floor_written_as_floor_is_each_figures_own_limit():
+    """``min: floor`` holds when every figure is at or above the limit its run judged it against, and falls short
+    on one below it (the H200's 4300 GB/s or an H100's own floor alike)."""
+    fig = (lambda v, m: {"check": "hbm_read_bw_gbps", "value": v, "limit": {"min": m}})
+    ok = {"tests": [{"figures": [fig(4615.0, 4300.0)]}]}
+    low = {"tests": [{"figures": [fig(4615.0, 4300.0), fig(3100.0, 3000.0), fig(2900.0, 3000.0)]}]}
+    assert _check_figure("hbm_read_bw_gbps", {"min": "floor"}, ok, {})[2] is True
+    expected, seen, holds = _check_figure("hbm_read_bw_gbps", {"min": "floor"}, low, {})
+    assert holds is False and "2900 (floor 3000.0)" in seen and "floor" in expected
+    assert _check_figure("hbm_read_bw_gbps", {"min": "floor", "gpus": 2}, ok, {})[2] is False  # one figure of two
 
 
 # -- scenarios it cannot run; loads it started -----------------------------------------------------------------

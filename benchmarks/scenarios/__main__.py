@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from benchmarks.scenarios.execute import gpu_count, run_scenario
+from benchmarks.scenarios.execute import gpu_count, machine_sku, on_sku, run_scenario
 from benchmarks.scenarios.expect import Row
 from benchmarks.scenarios.loads import ROOT
 from benchmarks.scenarios.spec import Scenario, ScenarioError, load_dir
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the scenarios and what each proves, run nothing")
     ap.add_argument("--scenarios", metavar="DIR", default=HERE, help="the folder of scenario files")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs to count (default: nvidia-smi -L)")
+    ap.add_argument("--sku", help="the machine's gpuaccept SKU (default: detected from GPU 0 by the thresholds' "
+                    "detect blocks); scenarios declaring another gpu_sku are run on it")
     a = ap.parse_args(argv)
     try:
         chosen = select(load_dir(a.scenarios), a.names)
@@ -90,14 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     out = os.path.abspath(a.out or os.environ.get("OUT") or os.path.join(ROOT, "reports", "scenarios"))
     os.makedirs(out, exist_ok=True)
     n = gpu_count() if a.gpus is None else a.gpus
-    print(f"# {len(chosen)} scenario(s) on {n} GPU(s), reports under {out}", flush=True)
+    sku = a.sku or (machine_sku() if n else None)
+    print(f"# {len(chosen)} scenario(s) on {n} GPU(s) of SKU {sku or 'unknown'}, reports under {out}", flush=True)
     signal.signal(signal.SIGTERM, _on_term)
     rows: list[Row] = []
     refs: dict[str, dict] = {}
     try:
         for s in chosen:
             t = time.monotonic()
-            got = run_scenario(s, out, n, refs, a.peers)
+            got = run_scenario(on_sku(s, sku), out, n, refs, a.peers)
             rows += got
             verdict = "not run" if all(r.holds is None for r in got) else \
                 "holds" if all(r.holds is not False for r in got) else "FALLS SHORT"

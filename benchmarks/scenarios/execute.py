@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import dataclasses
+
 import yaml
 
 from benchmarks.scenarios.expect import Row, check_command, check_document, check_folder
@@ -47,6 +49,37 @@ def gpu_count() -> int:
         return int(pynvml.nvmlDeviceGetCount())
     except Exception:  # no library, no driver: no GPU to run on
         return 0
+
+
+def machine_sku() -> str | None:
+    """The gpuaccept SKU of this machine's GPU 0 (``nvidia-smi --query-gpu=name,memory.total,pci.device_id``,
+    detected by the thresholds' ``detect`` blocks: gpuaccept.judging.sku.detect_sku), or None where nvidia-smi
+    does not answer or no SKU file matches."""
+    from gpuaccept.config.thresholds import load_all
+    from gpuaccept.errors import ThresholdError
+    from gpuaccept.judging.sku import detect_sku
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=name,memory.total,pci.device_id",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60).stdout
+        name, mib, dev = [x.strip() for x in out.strip().splitlines()[0].split(",")]
+        return detect_sku(load_all(os.path.join(ROOT, "thresholds")), name, float(mib) * 2 ** 20, dev.lower()).sku
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError, ThresholdError):
+        return None
+
+
+def on_sku(sc: Scenario, sku: str | None) -> Scenario:
+    """``sc`` as run on a machine of SKU ``sku``: the ``gpu_sku`` it declares (inventory, each host's vars) and
+    the keys of its site thresholds are that SKU's where they name another (a scenario written on an H200 runs on
+    the H100 lent); ``sc`` itself where ``sku`` is None or already its own. Figure floors written as ``floor``
+    (expect.py) follow the SKU file the run judged against; written as numbers, they stay the file's."""
+    said = sc.inventory.get("gpu_sku")
+    if not sku or not said or said == sku:
+        return sc
+    swap = (lambda d: {k: (sku if k == "gpu_sku" and v == said else v) for k, v in d.items()})
+    site = ({(sku if k == said else k): v for k, v in sc.site_thresholds.items()}
+            if isinstance(sc.site_thresholds, dict) else sc.site_thresholds)
+    return dataclasses.replace(sc, inventory=swap(sc.inventory), site_thresholds=site,
+                               hosts={k: swap(v or {}) for k, v in (sc.hosts or {}).items()})
 
 
 def ssh_node(port: int = SSH_PORT, address: str = "127.0.0.1") -> dict:

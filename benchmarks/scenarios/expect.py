@@ -135,6 +135,10 @@ def check_spec(expect: dict, kind: str = "gpuaccept") -> tuple[str, str] | None:
     for check, want in (expect.get("figures") or {}).items():
         if not isinstance(want, dict) or not want or set(want) - FIGURE_KEYS:
             return f"figures.{check}", f"{want!r}: keys are {', '.join(sorted(FIGURE_KEYS))}"
+        if isinstance(want.get("min"), str) and want["min"] != "floor":
+            return f"figures.{check}.min", f"{want['min']!r}: a number, or 'floor' (the SKU file's)"
+        if want.get("min") == "floor" and ("of" in want or "max" in want):
+            return f"figures.{check}", "min: floor stands alone (no max, of or within_pct beside it)"
         if ("of" in want) != ("within_pct" in want):
             return f"figures.{check}", "of and within_pct go together"
     return _check_run_extras(expect)
@@ -184,8 +188,20 @@ def _figures(doc: dict, check: str) -> list[float]:
             and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
 
 
+def _floors(doc: dict, check: str) -> list[float | None]:
+    """Each figure's own floor (the ``limit.min`` the run judged it against), in :func:`_figures`' order."""
+    return [(f.get("limit") or {}).get("min") for f in run_figures(doc) if f.get("check") == check
+            and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
+
+
 def _check_figure(check: str, want: dict, doc: dict, refs: dict[str, dict]) -> tuple[str, str, bool]:
     vals = _figures(doc, check)
+    if want.get("min") == "floor":  # at or above the floor of the SKU file the run judged the figure against
+        floors = _floors(doc, check)
+        need = int(want.get("gpus", 1))
+        ok = len(vals) >= need and all(isinstance(m, (int, float)) and v >= m for v, m in zip(vals, floors))
+        return (f"{check} >= its SKU file's floor" + (f", at least {need}" if need != 1 else ""),
+                ", ".join(f"{v:.4g} (floor {m})" for v, m in zip(vals, floors)) or "none", ok)
     lo, hi = want.get("min"), want.get("max")
     parts = []
     if want.get("of"):
