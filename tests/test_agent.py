@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted
+from gpuaccept.probes._probe import PROCESS_NAME
 from gpuaccept.runner.agent import Agent, encode
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
 from process_helpers import assert_gone, host_for, live_pids, marker, wait_started
@@ -73,6 +74,28 @@ def test_probes_run_as_children_of_one_agent(agent, tmp_path, caplog):
     assert real.rc == 0 and json.loads(real.stdout.decode().splitlines()[-1])["paths"][0]["path"] == str(tmp_path)
     runs = [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
     assert len(runs) == 4 and all(r.startswith(f"RUN {agent.name} agent {agent.dir}: ") for r in runs), runs
+
+
+def test_a_probe_forked_by_the_agent_runs_under_the_probes_name(agent, tmp_path):
+    """A probe the agent forks names its process gpuaccept's (_probe.PROCESS_NAME), as the kernel shows it to another
+    process (``cat /proc/<pid>/comm``, what the driver's Xid lines carry); its command line stays the agent's (what
+    ``pkill -f`` matches). The real xid_events probe says that name in its document."""
+    seen = _probe(tmp_path, "seen", "import json, os, subprocess, sys\n"
+                                    f"sys.path.insert(0, {agent.dir!r})\n"
+                                    "from _probe import run\n"
+                                    "run(lambda a: {'comm': subprocess.check_output(['cat', f'/proc/{os.getpid()}/comm'],"
+                                    " text=True).strip(), 'cmdline': open('/proc/self/cmdline', 'rb').read()"
+                                    ".split(b'\\0')[1].decode()})\n")
+    r = agent.probe("seen", [seen, "{}"], 30, 5, {})
+    assert r.rc == 0, r.stderr
+    doc = json.loads(r.stdout.decode().splitlines()[-1])
+    assert (doc["comm"], doc["cmdline"]) == (PROCESS_NAME, "-c")
+    log = tmp_path / "kern.log"
+    log.write_text("2026-11-29T21:55:34+0000 n kernel: NVRM: Xid (PCI:0000:00:07): 13, pid=5000, name=train.py, "
+                   "Graphics SM Warp Exception on (GPC 3, TPC 1, SM 0): Out Of Range Address\n")
+    real = agent.probe("xid_events", ["xid_events.py", json.dumps({"sources": [str(log)]})], 60, 5, {})
+    doc = json.loads(real.stdout.decode().splitlines()[-1])
+    assert real.rc == 0 and doc["probe_name"] == PROCESS_NAME and doc["events"][0]["process_name"] == "train.py"
 
 
 def test_a_failing_probe_is_reported_as_it_failed(agent, tmp_path):

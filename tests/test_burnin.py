@@ -12,6 +12,7 @@ import pytest
 
 from gpuaccept.judging import burnin
 from gpuaccept.config.thresholds import judge, load_sku_file
+from gpuaccept.probes._probe import PROCESS_NAME
 from gpuaccept.reporting.folder import run_figures
 from probe_helpers import load_probe, run_probe
 from project_helpers import failed_hosts, burnin_capture as capture, burnin_replay_folder, junit, make_project, run_pytest
@@ -150,6 +151,10 @@ def test_probe_stops_its_load_on_sigterm_and_keeps_what_it_measured(tmp_path):
     for line in p.stderr:  # the first window's progress line: the load runs
         if line.startswith("burnin "):
             break
+    # the probe and its ranks (burnin.py --worker) run under the probes' name, as the driver's Xid lines show them
+    ranks = [int(d) for d in os.listdir("/proc") if d.isdigit() and _ppid(int(d)) == p.pid
+             and b"--worker" in _read(f"/proc/{d}/cmdline", b"")]
+    assert len(ranks) == 2 and {_read(f"/proc/{q}/comm", b"").decode().strip() for q in [p.pid, *ranks]} == {PROCESS_NAME}
     t0 = time.time()
     os.killpg(p.pid, signal.SIGTERM)  # the whole group, as the node-side watchdog does
     out, _ = p.communicate(timeout=90)
@@ -158,6 +163,18 @@ def test_probe_stops_its_load_on_sigterm_and_keeps_what_it_measured(tmp_path):
     assert time.time() - t0 < 60
     series = list(burnin.series_rows(doc))
     assert series, "the windows measured before the signal are kept"
+
+
+def _read(path: str, default: bytes) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:  # the process is gone
+        return default
+
+
+def _ppid(pid: int) -> int | None:
+    stat = _read(f"/proc/{pid}/stat", b"").decode(errors="replace")
+    return int(stat.rsplit(")", 1)[1].split()[1]) if ")" in stat else None
 
 
 def test_series_rows_cover_telemetry_and_windows():

@@ -31,6 +31,7 @@ SMALL = {"backend": "gloo", "min_bytes": KIB, "max_bytes": KIB * KIB, "factor": 
 
 sys.path.insert(0, str(PROBE.parent))
 import _nccl  # noqa: E402  (node-side modules: they import `_probe` as a top-level module)
+import _probe  # noqa: E402
 import _nccl_log  # noqa: E402
 import _supervisor  # noqa: E402
 import nccl_allreduce as probe  # noqa: E402
@@ -135,6 +136,13 @@ def _cmdline(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
 
 
 def find_workers(probe_pid: int) -> dict[int, int]:
@@ -258,6 +266,24 @@ def test_workers_die_with_a_killed_probe(tmp_path):
         assert [d.name[:len("gpuaccept-allreduce-")] for d in shipped.iterdir() if d.is_dir()
                 and d.name != "__pycache__"] == ["gpuaccept-allreduce-"]
     finally:
+        _cleanup(workers)
+
+
+def test_the_probe_and_its_ranks_run_under_the_probes_name():
+    """The probe (_probe.run) and its ranks (_supervisor.worker_main) show the kernel the name PROCESS_NAME (what the
+    driver's Xid lines carry); the ranks' command lines stay ``nccl_allreduce.py --worker`` (what pkill -f matches)."""
+    p, workers, _, _ = _start_and_hit(dict(SMALL, world_size=2, iters=50), 0, signal.SIGCONT, 2)
+    try:
+        names, end = {}, time.monotonic() + 60
+        while time.monotonic() < end and set(names.values()) != {_probe.PROCESS_NAME}:  # seen before it names itself
+            names = {q: _comm(q) for q in [p.pid, *workers.values()]}
+        assert set(names.values()) == {_probe.PROCESS_NAME} and len(names) == 3, names
+        assert all(_cmdline(pid)[2] == "--worker" for pid in workers.values())
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, out + err[-3000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
         _cleanup(workers)
 
 

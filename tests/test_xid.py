@@ -17,6 +17,7 @@ from fnmatch import fnmatch
 import pytest
 
 from gpuaccept.judging import xid as xidmod
+from gpuaccept.probes._probe import PROCESS_NAME
 from probe_helpers import DATA, ROOT, load_probe, run_probe
 
 xev = load_probe("xid_events")
@@ -496,3 +497,95 @@ def test_same_xid_lines_of_different_processes_stay_separate_events():
     assert [(e["pid"], len(e["continuation"])) for e in events] == [(23187, 0), (23188, 0), (23187, 0)]
     events, _ = xev.parse_kernel_log([ln for ln in fixture_lines() if "(PCI:0000:af:00): 13" in ln])
     assert [(e["pid"], len(e["continuation"])) for e in events] == [(23187, 2)]  # one report, pid-less lines merged
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the process an application-class Xid names: the run's own probes, or another application on the GPU
+
+XID13 = [ln for ln in fixture_lines() if "(PCI:0000:af:00): 13" in ln]  # one real fault: three lines, one named
+OWN = xidmod.run_names({"probe_name": PROCESS_NAME})
+
+
+def _at(s: int) -> str:
+    return f"20:{16 + s // 60:02d}:{s % 60:02d}"  # ``s`` seconds after 20:16:00
+
+
+def _faults(name: str, n: int, first_s: int = 40, pid: int = 23187) -> list[str]:
+    """``n`` Xid 13 faults on AF:00, 5 s apart from 20:16:``first_s``, each the fixture's three lines with the named
+    line's process ``name`` and a pid of its own."""
+    return [ln.replace("20:16:40", _at(first_s + 5 * i)).replace("pid=23187", f"pid={pid + i}")
+            .replace("name=python3", f"name={name}") for i in range(n) for ln in XID13]
+
+
+def _judged(lines: list[str], own) -> tuple[list[dict], list[dict]]:
+    events, _ = xev.parse_kernel_log(lines)
+    events = xidmod.classify(events)
+    return xidmod.in_run_findings(events, None, own), events
+
+
+def test_a_foreign_applications_xids_are_contention_whatever_their_count():
+    (f,), events = _judged(_faults("train.py", 6), OWN)
+    assert (f["rule"], f["count"], f["names"], f["pids"]) == ("foreign app in run", 6, ["train.py"],
+                                                              list(range(23187, 23193)))
+    assert all(e["foreign"] and e["in_run"] for e in events)
+    assert "from train.py (pid 23187, 23188" in f["message"] and "not gpuaccept's" in f["message"]
+    assert "were gpuaccept's own" not in f["message"] and f["own_names"] == ["fio", PROCESS_NAME, "ib_write_bw"]
+    a = _act(f)
+    assert (a.action, a.cause, a.kind) == ("rerun", "contention", "foreign_app_xid")
+    assert a.reason.startswith("Xid 13 x6 during the run, 6 times (6 on GPC 1, TPC 0): ")
+    c = xidmod.finding_cause(f)
+    assert (c.cls, c.kind, c.evidence["process_names"], c.evidence["count"]) == ("contention", "foreign_app_xid",
+                                                                                 ["train.py"], 6)
+
+
+def test_the_same_xids_from_the_probes_own_name_are_hardware():
+    (f,), events = _judged(_faults(PROCESS_NAME, 6), OWN)
+    assert (f["rule"], f["count"], f["names"]) == ("app repeated in run", 6, [PROCESS_NAME])
+    assert not any(e.get("foreign") for e in events)
+    assert "the applications on the GPU were gpuaccept's own" in f["message"] and xidmod.finding_cause(f) is None
+    assert (_act(f).action, _act(f).cause) == ("reset-gpu", "hardware")
+    (tool,), _ = _judged(_faults("ib_write_bw", 2), OWN)  # a GPU program the probes start is the run's own
+    assert tool["rule"] == "app repeated in run"
+
+
+def test_a_document_without_the_probes_name_keeps_every_in_run_xid_the_runs():
+    assert xidmod.run_names({"source": "journalctl", "events": []}) is None  # an older probe's document
+    assert xidmod.run_names({"probe_name": None}) is None
+    (f,), _ = _judged(_faults("python3", 6), None)
+    assert (f["rule"], f["count"], _act(f).action, _act(f).cause) == ("app repeated in run", 6, "reset-gpu", "hardware")
+    assert "taken as gpuaccept's own probes (this xid_events document does not say" in f["message"]
+    assert "were gpuaccept's own" not in f["message"]
+
+
+def test_unnamed_lines_go_with_the_fault_of_their_second():
+    # one fault of the probes at 20:16:40; three of train.py at :50, :55, :60, with a pid-less Xid 31 line in :50
+    # (that fault's); a lone pid-less Xid 31 at :47 (nobody's named fault: the run's, as today)
+    x31 = ("2026-11-29T20:16:{s} gpu-node-07 kernel: NVRM: Xid (PCI:0000:af:00): 31, pid='<unknown>', name=<unknown>, "
+           "Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_0 faulted @ 0x7f12_34560000.")
+    lines = _faults(PROCESS_NAME, 1) + _faults("train.py", 3, first_s=50, pid=30000) + [x31.format(s="50"),
+                                                                                         x31.format(s="47")]
+    findings, events = _judged(sorted(lines, key=lambda ln: ln[:24]), OWN)  # in the log's order
+    own, foreign = findings
+    assert (own["rule"], own["count"], own["xids"], own["names"]) == ("app repeated in run", 2, {13: 1, 31: 1},
+                                                                      [PROCESS_NAME])
+    assert (foreign["rule"], foreign["count"], foreign["xids"]) == ("foreign app in run", 3, {13: 3, 31: 1})
+    assert [e["epoch"] % 60 for e in events if e.get("foreign") and e["xid"] == 31] == [50]
+    # '<unknown>' as a name is no name; unknown run names: nothing is foreign
+    ev = [{"epoch": 1.0, "process_name": "<unknown>"}, {"epoch": 2.0, "process_name": "train.py"}]
+    assert xidmod.split_foreign(ev, OWN) == ([ev[0]], [ev[1]]) and xidmod.split_foreign(ev, None) == (ev, [])
+
+
+def test_the_runs_own_names_are_data_with_their_source():
+    conf = xidmod.load_in_run()
+    assert conf["own_tools"] == ["ib_write_bw", "fio"] and "gpuaccept/probes/rdma.py" in conf["own_tools_source"]
+    assert OWN == frozenset({PROCESS_NAME, "ib_write_bw", "fio"})
+    assert len(PROCESS_NAME.encode()) <= 15  # TASK_COMM_LEN 16 with the NUL: a longer name would be cut
+
+
+def test_the_probe_reports_the_name_its_process_runs_under(tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(_faults("train.py", 1)) + "\n")
+    rc, doc, _ = run_probe("xid_events", {"sources": [str(log)]})  # a real process, started as the runner does
+    assert rc == 0 and doc["probe_name"] == PROCESS_NAME, doc
+    assert [(e["xid"], e["process_name"]) for e in doc["events"]] == [(13, "train.py")]
+    assert xev.main({"sources": [str(log)]})["probe_name"] is None  # called as a library: no name given

@@ -8,7 +8,11 @@ lines, an Xid line without a number, "fallen off the bus" messages with no Xid n
   own line, and the non-fatal SXid is recorded only; the RESTART_APP Xid 13 (the run's, in a replay) is a finding;
 - application-class Xids of the run (6x Xid 13 and an Xid 31 on GPU 1, an Xid 94 on GPU 0, probe pids, lines in
   the driver's format): before, recorded and PASS; now GPU 1 reset-gpu (hardware, count and GPC/TPC named),
-  GPU 0 rerun (unverified).
+  GPU 0 rerun (unverified);
+- six Xid 13 lines on GPU 1 from a process the probes' document does not name as the run's (``name=train.py``, the
+  document read by the real probe process, which says the name its probes run under): the host's action is rerun
+  [contention], not reset-gpu; the same lines from the probes' own name: reset-gpu [hardware]; from ``python3`` in
+  a capture without ``probe_name`` (an older probe): reset-gpu [hardware], as before.
 """
 from __future__ import annotations
 
@@ -16,7 +20,10 @@ import json
 import shutil
 from pathlib import Path
 
-from probe_helpers import DATA, load_probe
+import pytest
+
+from gpuaccept.probes._probe import PROCESS_NAME
+from probe_helpers import DATA, load_probe, run_probe
 from project_helpers import junit, make_project, run_pytest
 
 xev = load_probe("xid_events")
@@ -31,6 +38,10 @@ def run_xid_test(tmp_path: Path, captures: Path) -> dict:
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "xid_events")
     (case,) = [c for c in junit(rep / "junit-health.xml") if c["name"].startswith("test_xid_events")]
     return {"rc": res.returncode, **case}
+
+
+def _results(rep: Path) -> dict:
+    return json.loads((rep / "results.json").read_text())
 
 
 def _failures(rep: Path) -> list[dict]:
@@ -120,3 +131,43 @@ def test_kernel_log_paths_is_the_log_the_xid_check_reads(tmp_path):
     rc, case = got["with"]
     assert rc == 1 and "SXid 20034 (Fatal) on NVSwitch nvidia-nvswitch0" in case["text"], case["text"]
     assert got["without"][0] == 0 and got["without"][1]["outcome"] == "passed"
+
+
+@pytest.mark.parametrize("name, with_probe_name, action, cause", [
+    ("train.py", True, "rerun", "contention"),       # another application on the GPU during the run
+    (PROCESS_NAME, True, "reset-gpu", "hardware"),   # the probes' own, repeated
+    ("python3", False, "reset-gpu", "hardware"),     # an older capture: every in-run Xid taken as the probes'
+])
+def test_application_xids_are_judged_by_the_process_that_logged_them(tmp_path, name, with_probe_name, action, cause):
+    head = "2026-11-29T21:55:{s:02d}+0000 h200-a kernel: NVRM: Xid (PCI:0000:00:07): "
+    log = tmp_path / "kern.log"
+    log.write_text("".join(head.format(s=30 + 5 * i) + f"13, pid={5000 + i}, name={name}, Graphics SM Warp Exception "
+                           "on (GPC 3, TPC 1, SM 0): Out Of Range Address\n" for i in range(6)))
+    captures = tmp_path / "captures"
+    shutil.copytree(REPLAY, captures)
+    (saved_path,) = captures.glob("xid_events-*.json")
+    saved = json.loads(saved_path.read_text())
+    rc, doc, _ = run_probe("xid_events", {"sources": [str(log)]})  # the real probe, a process of its own
+    assert rc == 0 and doc["probe_name"] == PROCESS_NAME and len(doc["events"]) == 6
+    if not with_probe_name:
+        del doc["probe_name"]
+    saved["doc"] = doc
+    saved_path.write_text(json.dumps(saved))
+    got = run_xid_test(tmp_path / "run", captures)
+    rep = tmp_path / "run" / "rep"
+    assert got["rc"] == 1 and got["outcome"] == "failure"
+    (f,) = _failures(rep)
+    assert f["gpu"] == 1 and (f["action"]["action"], f["action"]["cause"]) == (action, cause)
+    assert "Xid 13 x6 during the run, 6 times (6 on GPC 3, TPC 1) on 00000000:00:07.0" in f["line"]
+    assert f"from {name} (pid 5000, 5001, 5002, 5003, 5004, 5005)" in f["line"]
+    (test,) = [t for t in _results(rep)["tests"] if t["name"].startswith("test_xid_events")]
+    assert (test["action"]["action"], test["action"]["cause"]) == (action, cause)
+    md = (rep / "summary.md").read_text()
+    host_line = next(ln for ln in md.splitlines() if ln.startswith("- **FAIL** `h200-a`"))
+    assert f" → **{action}** [{cause}] (" in host_line, host_line
+    if cause == "contention":  # the application named, and the cause with its evidence beside the finding
+        assert "an application that is not gpuaccept's" in f["line"] and "gpuaccept's own" not in f["line"]
+        assert (f["cause"]["class"], f["cause"]["kind"], f["cause"]["evidence"]["process_names"]) == (
+            "contention", "foreign_app_xid", ["train.py"])
+    else:
+        assert "cause" not in f and "not gpuaccept's" not in f["line"]

@@ -303,13 +303,17 @@ def for_xid(event: dict) -> Action:
     ``rule``, ``bucket``, ``msg``, ``continuation``): NVIDIA's immediate bucket through ``xid_buckets``; an Xid 154
     by the recovery action it announces (``xid154_recovery``); an Xid 45 judged by its named cause by that Xid's
     bucket; the driver's own faults, an Xid without a number, an unknown Xid, an Xid without a bucket, and a
-    finding of :func:`gpuaccept.judging.xid.in_run_findings` (``rule`` "app in run" | "app repeated in run", its
-    ``head`` said first) by the data file's bracketed rows."""
+    finding of :func:`gpuaccept.judging.xid.in_run_findings` (``rule`` "app in run" | "app repeated in run" |
+    "foreign app in run", its ``head`` said first; the foreign one with kind ``foreign_app_xid``) by the data file's
+    bracketed rows."""
     rows = load_table()["xid_buckets"]["rows"]
     xid, rule = event.get("xid"), event.get("rule")
     head = f"Xid {xid}: " if xid is not None else ""
     if rule in ("app in run", "app repeated in run"):  # one finding per GPU of the run's application-class Xids
         return _action("xid_buckets", f"({rule})", prefix=f"{event.get('head') or head}: ")
+    if rule == "foreign app in run":  # another application's, on a GPU of the run: contention, whatever the count
+        return _action("xid_buckets", "(foreign app in run)", prefix=f"{event.get('head') or head}: ",
+                       kind="foreign_app_xid")
     if rule == "driver":
         return _action("xid_buckets", "(driver)")
     if rule in ("no number", "unknown"):

@@ -29,13 +29,24 @@ Rules, in the order they apply to one Xid event:
 Across events (:func:`classify`): an Xid 45 that names its cause ("caused by previous Xid 149") with no such
 Xid of that GPU in the window is judged as that cause.
 
-Inside the run's own window (:func:`in_run_findings`, data ``gpuaccept/data/xid_in_run.yaml``): an Xid whose
-immediate bucket is RESTART_APP was logged while gpuaccept's own probes were the applications on the GPU, so
-"restart the application" proves nothing. Once on a GPU it is an unverified finding (rerun, NVIDIA's investigatory
-workflow named); repeated on one GPU (``repeats`` occurrences, NVIDIA's "Repeat ..." workflows) it is hardware
-(reset the GPU, then DCGM diagnostics), naming the count and the GPC/TPC the lines name. The run does not record
-its probes' process ids, so every such Xid in the run is taken as a probe's. Xids before the run's start (the
-``--xid-window`` look-back) keep rule 5.
+Inside the run's own window (:func:`in_run_findings`, data ``gpuaccept/data/xid_in_run.yaml``), an Xid whose
+immediate bucket is RESTART_APP is judged by the process its line names (``pid=N, name=COMM``). The run's own names
+(:func:`run_names`) are the name the probes give themselves (the ``xid_events`` document's ``probe_name``,
+gpuaccept/probes/_probe.py PROCESS_NAME) and the GPU programs the probes start (``own_tools``):
+
+- from a process of the run, or one the line does not name: gpuaccept's own probes were the application, so
+  "restart the application" proves nothing. Once on a GPU it is an unverified finding (rerun, NVIDIA's
+  investigatory workflow named); repeated on one GPU (``repeats`` occurrences, NVIDIA's "Repeat ..." workflows) it
+  is hardware (reset the GPU, then DCGM diagnostics), naming the count and the GPC/TPC the lines name;
+- from another named process (a user's job, an agent that launches CUDA work): a foreign application used the GPU
+  during the run. Its Xids are a finding of their own (rule "foreign app in run"), contention whatever their count:
+  they say nothing proven about the card; the GPU's owner looks at that application, and the run is repeated once
+  the GPU is free. Lines without a name in the same second as a foreign fault (and no fault of the run's) are that
+  fault's lines;
+- a document without ``probe_name`` (an older probe, whose processes ran as ``python3``): the run's names are
+  unknown and every such Xid of the run is taken as a probe's.
+
+Xids before the run's start (the ``--xid-window`` look-back) keep rule 5.
 
 SXid source: NVIDIA Fabric Manager User Guide, "NVSwitch SXid Errors", kept in ``gpuaccept/data/sxid_guidance.yaml``:
 NVIDIA classifies an SXid by the severity word in the line: ``Fatal`` fails (naming switch and link), ``Non-fatal``
@@ -50,6 +61,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from gpuaccept.causes import Cause
 from gpuaccept.config.yamlload import load_data
 
 CATALOGUE_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
@@ -310,18 +322,39 @@ def chip_location(msg: str) -> str | None:
 @lru_cache(maxsize=None)
 def load_in_run() -> dict:
     """``gpuaccept/data/xid_in_run.yaml``: ``buckets`` (immediate buckets judged in the run), ``repeats`` (int,
-    occurrences on one GPU that make them repeated), each with its source. Raises ValueError when broken."""
+    occurrences on one GPU that make them repeated), ``own_tools`` (task names of the GPU programs the probes start),
+    each with its source. Raises ValueError when broken."""
     with _data("xid_in_run.yaml").open(encoding="utf-8") as f:
         doc = load_data(f)
     if not isinstance(doc.get("repeats"), int) or doc["repeats"] < 2 or not doc.get("buckets") \
             or not doc.get("repeats_source") or not doc.get("buckets_source"):
         raise ValueError("xid_in_run.yaml: buckets and repeats (an int >= 2) with their sources")
+    tools = doc.get("own_tools")
+    if not isinstance(tools, list) or not all(isinstance(t, str) and 0 < len(t.encode()) <= 15 for t in tools) \
+            or not doc.get("own_tools_source"):
+        raise ValueError("xid_in_run.yaml: own_tools (task names of at most 15 bytes) with own_tools_source")
     return doc
+
+
+def run_names(doc: dict | None) -> frozenset | None:
+    """The task names of the run's own processes on a node: the ``xid_events`` document's ``probe_name`` (what the
+    probes name themselves there) and ``own_tools`` of ``gpuaccept/data/xid_in_run.yaml``; None when the document
+    does not say the probes' name (an older probe's capture, or a node where it could not be read): unknown."""
+    name = (doc or {}).get("probe_name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    return frozenset({name.strip(), *load_in_run()["own_tools"]})
 
 
 def _in_run(event: dict, run_start: float | None) -> bool:
     epoch = event.get("epoch")
     return run_start is None or not isinstance(epoch, (int, float)) or epoch >= run_start
+
+
+def _second(ev: dict):
+    """The second an event was logged in (the key :func:`occurrences` groups lines by)."""
+    epoch = ev.get("epoch")
+    return int(epoch) if isinstance(epoch, (int, float)) else (ev.get("time") or id(ev))
 
 
 def occurrences(events: list[dict]) -> int:
@@ -330,26 +363,112 @@ def occurrences(events: list[dict]) -> int:
     ``occurrence_source`` in ``gpuaccept/data/xid_in_run.yaml``)."""
     by_second: dict[object, set] = {}
     for ev in events:
-        epoch = ev.get("epoch")
-        second = int(epoch) if isinstance(epoch, (int, float)) else (ev.get("time") or id(ev))
-        pids = by_second.setdefault(second, set())
+        pids = by_second.setdefault(_second(ev), set())
         if isinstance(ev.get("pid"), int):
             pids.add(ev["pid"])
     return sum(max(1, len(p)) for p in by_second.values())
 
 
-def in_run_findings(events: list[dict], run_start: float | None) -> list[dict]:
-    """The application-class Xids of the run, one finding per GPU (module docstring).
+def _named(ev: dict) -> str | None:
+    name = ev.get("process_name")
+    return name if isinstance(name, str) and name.strip() not in ("", "<unknown>") else None
+
+
+def split_foreign(events: list[dict], own: frozenset | set | None) -> tuple[list[dict], list[dict]]:
+    """``(the run's, foreign)`` of one GPU's in-run Xid events. ``own``: :func:`run_names` (None: unknown, every
+    event the run's). Foreign: an event whose ``process_name`` is set (not ``<unknown>``) and not in ``own``; an
+    event without a name goes with the foreign ones when its second holds a foreign event and none of the run's
+    named ones (the lines of that fault), else with the run's."""
+    if own is None:
+        return list(events), []
+    foreign_s = {_second(e) for e in events if _named(e) is not None and _named(e) not in own}
+    ours_s = {_second(e) for e in events if _named(e) is not None and _named(e) in own}
+    foreign = [e for e in events if (_named(e) is not None and _named(e) not in own)
+               or (_named(e) is None and _second(e) in foreign_s and _second(e) not in ours_s)]
+    theirs = {id(e) for e in foreign}
+    return [e for e in events if id(e) not in theirs], foreign
+
+
+def _summary(evs: list[dict], repeats: int) -> dict:
+    """What one GPU's events are: ``xids``, ``locations``, ``count``, ``repeated_at``, ``pids``, ``names``,
+    ``head`` (:func:`in_run_findings`)."""
+    xids: dict[int, int] = {}
+    for ev in evs:
+        xids[ev["xid"]] = xids.get(ev["xid"], 0) + 1
+    by_loc: dict[str, list[dict]] = {}
+    for ev in evs:
+        if (loc := chip_location(ev.get("msg"))) is not None:
+            by_loc.setdefault(loc, []).append(ev)
+    locations = {loc: occurrences(v) for loc, v in by_loc.items()}
+    count = occurrences(evs)
+    repeated_at = next((loc for loc, n in locations.items() if n >= repeats), None)
+    head = (", ".join(f"Xid {x} x{n}" if n > 1 else f"Xid {x}" for x, n in sorted(xids.items()))
+            + f" during the run, {count} time{'s' if count != 1 else ''}"
+            + (f" ({locations[repeated_at]} on {repeated_at})" if repeated_at else
+               f" ({'; '.join(f'{loc}: {n}' for loc, n in locations.items())})" if locations else ""))
+    return {"xids": xids, "locations": locations, "count": count, "repeated_at": repeated_at,
+            "pids": sorted({ev["pid"] for ev in evs if isinstance(ev.get("pid"), int)}),
+            "names": sorted({n for ev in evs if (n := _named(ev)) is not None}), "head": head}
+
+
+def _who(s: dict) -> str:
+    pids = s["pids"]
+    return (f"{', '.join(s['names']) or 'an unnamed process'}"
+            f"{' (pid ' + ', '.join(map(str, pids[:8])) + (' ...' if len(pids) > 8 else '') + ')' if pids else ''}")
+
+
+def _own_finding(evs: list[dict], conf: dict, own: frozenset | set | None) -> dict:
+    s = _summary(evs, conf["repeats"])
+    repeated = s["count"] >= conf["repeats"]
+    work = {x: (load_catalog()[x].investigatory or "none") for x in s["xids"]}
+    said = "; ".join(f"Xid {x} ({load_catalog()[x].description}): {w}" for x, w in sorted(work.items()))
+    verdict = (f"repeated on this GPU (NVIDIA's workflows: a repeat on one GPU or one GPC/TPC is a possible "
+               f"hardware issue): reset the GPU and run DCGM diagnostics" if repeated else
+               "once on this GPU: not proven a fault, rerun; if it comes back, NVIDIA's investigatory workflow")
+    if own is not None and s["names"]:
+        whose = "the applications on the GPU were gpuaccept's own (its probes and the tools they start)"
+    elif own is not None:
+        whose = "the log names no process, and no other application's fault was logged with it: taken as the run's own"
+    else:
+        whose = ("taken as gpuaccept's own probes (this xid_events document does not say what name the probes run "
+                 "under, so another application cannot be told from them)")
+    return {
+        "pci_bus_id": evs[0].get("pci_bus_id"), "rule": "app in run" if not repeated else "app repeated in run",
+        **{k: s[k] for k in ("count", "xids", "locations", "repeated_at", "pids", "names", "head")},
+        "investigatory": work, "workflows": {w: load_buckets().get(w) or w for w in work.values()},
+        "message": (f"{s['head']} on {evs[0].get('pci_bus_id') or '?'}, immediate action "
+                    f"{'/'.join(sorted({e['bucket'] for e in evs}))}, from {_who(s)}: {whose}, so restarting "
+                    f"them proves nothing; {verdict} ({said}); log: {_raw(evs[0])}")}
+
+
+def _foreign_finding(evs: list[dict], conf: dict, own: frozenset | set) -> dict:
+    s = _summary(evs, conf["repeats"])
+    return {
+        "pci_bus_id": evs[0].get("pci_bus_id"), "rule": "foreign app in run",
+        **{k: s[k] for k in ("count", "xids", "locations", "repeated_at", "pids", "names", "head")},
+        "own_names": sorted(own),
+        "message": (f"{s['head']} on {evs[0].get('pci_bus_id') or '?'}, immediate action "
+                    f"{'/'.join(sorted({e['bucket'] for e in evs}))}, from {_who(s)}, an application that is not "
+                    f"gpuaccept's (the run's own processes: {', '.join(sorted(own))}): another application used this GPU "
+                    f"during the run; its Xids prove nothing about the card, whatever their count: the GPU's owner "
+                    f"should look at that application; rerun once the GPU is free; log: {_raw(evs[0])}")}
+
+
+def in_run_findings(events: list[dict], run_start: float | None, own: frozenset | set | None = None) -> list[dict]:
+    """The application-class Xids of the run, findings per GPU (module docstring).
 
     ``events``: :func:`classify`'s output; those with ``rule`` "catalogue", an immediate bucket of
     ``xid_in_run.yaml`` (RESTART_APP) and an ``epoch`` at or after ``run_start`` (node epoch seconds; None: all,
     as for a replayed host; an event without an epoch counts as the run's) are marked ``in_run: True`` and
-    grouped by ``pci_bus_id``. Each finding: ``pci_bus_id``, ``rule`` ("app in run" | "app repeated in run"),
-    ``count`` (occurrences, :func:`occurrences`), ``xids`` ({xid: events}), ``locations`` ({"GPC g, TPC t":
-    occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None), ``investigatory`` ({xid:
-    NVIDIA's workflow id}), ``workflows`` ({workflow id: NVIDIA's text}), ``pids``, ``head`` (a short "Xid 13 x6,
-    Xid 31 x1 ..." line) and ``message``.
-    Earlier events keep their verdict. Pure."""
+    grouped by ``pci_bus_id``. ``own``: the task names of the run's own processes (:func:`run_names`); None:
+    unknown, every such event is the run's. Per GPU, the run's events (and the unnamed ones, :func:`split_foreign`)
+    make one finding, ``rule`` "app in run" | "app repeated in run"; the events of other named processes
+    (marked ``foreign: True``) make another, ``rule`` "foreign app in run", whatever their count. Each finding:
+    ``pci_bus_id``, ``rule``, ``count`` (occurrences, :func:`occurrences`), ``xids`` ({xid: events}),
+    ``locations`` ({"GPC g, TPC t": occurrences}), ``repeated_at`` (the location seen ``repeats`` times or None),
+    ``pids``, ``names`` (process names the lines give), ``head`` (a short "Xid 13 x6, Xid 31 x1 ..." line) and
+    ``message``; the run's also ``investigatory`` ({xid: NVIDIA's workflow id}) and ``workflows`` ({workflow id:
+    NVIDIA's text}); the foreign one ``own_names`` (``own``, sorted). Earlier events keep their verdict. Pure."""
     conf = load_in_run()
     groups: dict[str, list[dict]] = {}
     for ev in events:
@@ -357,37 +476,23 @@ def in_run_findings(events: list[dict], run_start: float | None) -> list[dict]:
             ev["in_run"] = True
             groups.setdefault(str(ev.get("pci_bus_id") or "?").upper(), []).append(ev)
     out = []
-    for bus, evs in groups.items():
-        xids: dict[int, int] = {}
-        for ev in evs:
-            xids[ev["xid"]] = xids.get(ev["xid"], 0) + 1
-        by_loc: dict[str, list[dict]] = {}
-        for ev in evs:
-            if (loc := chip_location(ev.get("msg"))) is not None:
-                by_loc.setdefault(loc, []).append(ev)
-        locations = {loc: occurrences(v) for loc, v in by_loc.items()}
-        count = occurrences(evs)
-        repeated_at = next((loc for loc, n in locations.items() if n >= conf["repeats"]), None)
-        repeated = count >= conf["repeats"]
-        work = {x: (load_catalog()[x].investigatory or "none") for x in xids}
-        pids = sorted({ev["pid"] for ev in evs if isinstance(ev.get("pid"), int)})
-        names = sorted({ev["process_name"] for ev in evs if ev.get("process_name")})
-        head = (", ".join(f"Xid {x} x{n}" if n > 1 else f"Xid {x}" for x, n in sorted(xids.items()))
-                + f" during the run, {count} time{'s' if count != 1 else ''}"
-                + (f" ({locations[repeated_at]} on {repeated_at})" if repeated_at else
-                   f" ({'; '.join(f'{loc}: {n}' for loc, n in locations.items())})" if locations else ""))
-        said = "; ".join(f"Xid {x} ({load_catalog()[x].description}): {w}" for x, w in sorted(work.items()))
-        verdict = (f"repeated on this GPU (NVIDIA's workflows: a repeat on one GPU or one GPC/TPC is a possible "
-                   f"hardware issue): reset the GPU and run DCGM diagnostics" if repeated else
-                   "once on this GPU: not proven a fault, rerun; if it comes back, NVIDIA's investigatory workflow")
-        out.append({
-            "pci_bus_id": evs[0].get("pci_bus_id"), "rule": "app in run" if not repeated else "app repeated in run",
-            "count": count, "xids": xids, "locations": locations, "repeated_at": repeated_at,
-            "investigatory": work, "workflows": {w: load_buckets().get(w) or w for w in work.values()},
-            "pids": pids, "head": head,
-            "message": (f"{head} on {evs[0].get('pci_bus_id') or '?'}, immediate action "
-                        f"{'/'.join(sorted({e['bucket'] for e in evs}))}, from {', '.join(names) or 'an unnamed process'}"
-                        f"{' (pid ' + ', '.join(map(str, pids[:8])) + (' ...' if len(pids) > 8 else '') + ')' if pids else ''}"
-                        f": the applications on the GPU were gpuaccept's own probes, so restarting them proves "
-                        f"nothing; {verdict} ({said}); log: {_raw(evs[0])}")})
+    for evs in groups.values():
+        ours, foreign = split_foreign(evs, own)
+        if ours:
+            out.append(_own_finding(ours, conf, own))
+        if foreign:
+            for ev in foreign:
+                ev["foreign"] = True
+            out.append(_foreign_finding(foreign, conf, own))
     return out
+
+
+def finding_cause(finding: dict) -> Cause | None:
+    """The cause of one :func:`in_run_findings` finding where the judge knows it: a foreign application's Xids are
+    ``contention`` (kind ``foreign_app_xid``, evidence: the application's names, pids, Xids and occurrences); None
+    for the run's own (their action's row decides)."""
+    if finding.get("rule") != "foreign app in run":
+        return None
+    return Cause("contention", "foreign_app_xid", evidence={
+        "process_names": list(finding.get("names") or []), "pids": list(finding.get("pids") or [])[:32],
+        "xids": {str(x): n for x, n in (finding.get("xids") or {}).items()}, "count": finding.get("count")})

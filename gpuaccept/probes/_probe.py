@@ -16,6 +16,11 @@ string) figures named with their unit suffix (``_tflops`` TFLOP/s, ``_gbps`` GB/
 ``_mhz`` MHz), ``text`` a short note. The controller (gpuaccept.transport.progress) shows the last such line of
 each host on its progress display as it arrives; other stderr lines are logs as before, and the whole stderr
 still reaches the controller at the end. One process per node writes them (the probe's parent, not its ranks).
+
+Process name: :func:`run` (and each worker process a probe starts as a separate interpreter) names its process
+:data:`PROCESS_NAME` first (:func:`name_process`), so that the kernel's lines about it, the NVIDIA driver's Xid
+lines ``pid=N, name=COMM``, tell gpuaccept's probes from another application on the GPU. Only the name (comm)
+changes: the command line, which the runner's ``pkill -f`` and the tests match, stays ``python3 probe.py ...``.
 """
 from __future__ import annotations
 
@@ -27,6 +32,12 @@ import time
 
 #: start of a live progress line on stderr (the controller's gpuaccept.transport.progress.PREFIX is this)
 PROGRESS_PREFIX = "GPUACCEPT-PROGRESS "
+#: the task name (comm) of every probe process: what the kernel, ps and the NVIDIA driver's Xid lines call it. At most
+#: 15 bytes: the kernel keeps TASK_COMM_LEN (16) bytes with the NUL (Linux include/linux/sched.h; proc(5),
+#: /proc/[pid]/comm, which truncates a longer write)
+PROCESS_NAME = "gpuaccept-probe"
+# what /proc/self/comm read after run() named this process (None: not named, main called as a library)
+_NAMED: list = [None]
 # one write per line under a lock: threads' logs and progress lines never interleave within a line
 _ERR_LOCK = threading.Lock()
 
@@ -80,6 +91,30 @@ def scratch_dir() -> str | None:
     return here if os.path.basename(here).startswith("gpuaccept.") else None
 
 
+def name_process(name: str = PROCESS_NAME) -> str | None:
+    """Name this process ``name`` (written to ``/proc/self/comm``, proc(5)); returns what ``/proc/self/comm`` reads
+    afterwards (the name in force, ``PROCESS_NAME`` where the write took), or None where there is no such file (not
+    Linux). A write the kernel refuses (a read-only /proc) is ignored: the old name is returned. Threads started
+    after the call carry the name too (a new thread copies its creator's comm). Never raises."""
+    try:
+        with open("/proc/self/comm", "w", encoding="utf-8") as f:
+            f.write(name)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def own_name() -> str | None:
+    """The name :func:`run` gave this process (what ``/proc/self/comm`` read after :func:`name_process`), or None
+    where run() did not name it (a probe's ``main`` called as a library, by the tests) or the file could not be
+    read."""
+    return _NAMED[0]
+
+
 def emit(doc: dict) -> None:
     """Print ``doc`` as one JSON line on stdout."""
     sys.stdout.write(json.dumps(doc, default=str) + "\n")
@@ -89,6 +124,7 @@ def emit(doc: dict) -> None:
 def run(main) -> None:
     """Run ``main(args)`` as a probe: parse argv, emit the result or a failure document, exit."""
     t0 = time.time()
+    _NAMED[0] = name_process()
     try:
         args = json.loads(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else {}
         if not isinstance(args, dict):

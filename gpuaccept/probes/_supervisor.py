@@ -28,10 +28,10 @@ from typing import Callable
 
 try:
     from _nccl_log import nccl_warnings, socket_ifname_unmatched
-    from _probe import log
+    from _probe import log, name_process
 except ImportError:  # imported as gpuaccept.probes._supervisor (tests of the pure functions)
     from ._nccl_log import nccl_warnings, socket_ifname_unmatched
-    from ._probe import log
+    from ._probe import log, name_process
 
 EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is taken (errno EADDRINUSE is 98)
 EXIT_SPLIT_WORLD = 3  # a worker's exit status when the world that formed is not the one expected (multi-node)
@@ -501,9 +501,11 @@ def heartbeat(path: str) -> None:
 
 
 def worker_main(spec: dict, body: Callable[[dict], None]) -> None:
-    """A worker's whole life: die with the parent (``spec["parent_pid"]``), start the heartbeat when
+    """A worker's whole life: take the probes' process name (``_probe.name_process``: the driver's Xid lines
+    about a rank name it as gpuaccept's), die with the parent (``spec["parent_pid"]``), start the heartbeat when
     ``spec["heartbeat"]`` (file ``spec["phase_path"] + ".hb"``), line-buffer C stdout, run ``body(spec)``;
     exit 0, or 1 with the traceback on the log. A body may leave earlier with :func:`exit_now`."""
+    name_process()
     _die_with_parent(spec["parent_pid"])
     if spec.get("heartbeat"):
         heartbeat(spec["phase_path"] + ".hb")

@@ -76,7 +76,7 @@ import threading
 import time
 
 from _pci import from_parts
-from _probe import ProbeFailed, log, progress, reject_unknown, run, scratch_dir
+from _probe import ProbeFailed, log, name_process, progress, reject_unknown, run, scratch_dir
 
 ARG_KEYS = {"device", "seconds", "window_s", "sample_s", "sdc_interval_s", "dtypes", "m", "n", "k",
             "matmuls_per_step", "hbm_bytes", "copies_per_step", "allreduce_bytes", "allreduces_per_step",
@@ -730,6 +730,7 @@ def main(args: dict) -> dict:
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        name_process()  # a rank is a probe's process too (_probe.PROCESS_NAME in the driver's Xid lines)
         _worker(json.loads(sys.argv[2]))
     else:
         run(main)

@@ -43,7 +43,10 @@ Output::
                       "pci_bus_id": "00000000:C1:00.0", "pci_raw": "0000:c1:00.0",   # the NVSwitch's
                       "sxid": int, "severity": "Fatal" | "Non-fatal" | None,       # None: not stated
                       "link": int | None, "msg": str, "continuation": [str], "line": str}],
-     "attempts": [{"source", "ok": bool, "error": str, "lines": int}]}
+     "attempts": [{"source", "ok": bool, "error": str, "lines": int}],
+     "probe_name": "gpuaccept-probe" | None}   # the name gpuaccept's probes run under on this node (what this
+                                                # probe's /proc/self/comm read after _probe.name_process; None:
+                                                # unknown). The Xid lines of the probes name it (name=...).
 
 Line formats handled (NVIDIA driver, open-gpu-kernel-modules ``nv_report_error``/``nvErrorLog`` output; the
 NVSwitch format from NVIDIA's Fabric Manager User Guide, "Runtime NVSwitch and GPU Errors")::
@@ -77,7 +80,7 @@ import re
 
 from _kernel_log import iso_utc, lines_in_window, parse_timestamp, read_first
 from _pci import normalize_bus_id
-from _probe import ProbeFailed, reject_unknown, run  # noqa: F401 - ProbeFailed: the tests' xev.ProbeFailed
+from _probe import ProbeFailed, own_name, reject_unknown, run  # noqa: F401 - ProbeFailed: the tests' xev.ProbeFailed
 
 CONTINUATION_WINDOW_S = 10.0  # an NVRM line this close after an Xid line, on no other device, belongs to it
 SAME_XID_MERGE_S = 2.0  # the same Xid on the same GPU this close after the first line: the same report
@@ -372,7 +375,9 @@ def main(args: dict) -> dict:
         doc = parse_log(lines, since)
         return {"lines_scanned": doc["lines_scanned"], "events": doc["events"], "sxid_events": doc["sxid_events"]}
 
-    return read_first(since, args.get("sources"), parse)
+    doc = read_first(since, args.get("sources"), parse)
+    doc["probe_name"] = own_name()  # the probes' name on this node, as the driver's Xid lines carry it
+    return doc
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from gpuaccept.errors import Interrupted, ProbeError
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.config.profiles import BURNIN_MINUTES
 from gpuaccept.judging.readings import describe_gpu, unmeasured
-from gpuaccept.judging.xid import classify, in_run_findings
+from gpuaccept.judging.xid import classify, finding_cause, in_run_findings, run_names
 
 pytestmark = pytest.mark.burnin
 
@@ -62,19 +62,21 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
     args, cut = nodeclock.xid_args(t_before, clock)
     xid = node.probe("xid_events", {**args, **kernel_log_sources(node.host.vars)})
     events = classify(nodeclock.in_window(xid.get("events") or [], cut))
+    # the window is the burn-in's: its own load was the GPUs' application, another named process's Xids are that
+    # application's (gpuaccept.judging.xid.in_run_findings marks them foreign)
+    in_run = in_run_findings(events, None, run_names(xid))
     if doc is not None:  # judged with the Xids of the burn-in: the hardware evidence of a drift on their GPU
-        _judge_load(doc, seconds, node, gpus, sku, verdicts, request, events)
+        _judge_load(doc, seconds, node, gpus, sku, verdicts, request, [e for e in events if not e.get("foreign")])
     verdicts.record("burnin_xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev.get("fails"):
             verdicts.fail(f"during burn-in: {ev.get('message') or 'Xid ' + str(ev.get('xid'))}",
                           gpu=drift.nvml_gpu_for({"pci_bus_id": ev.get("pci_bus_id")}, gpus), check="burnin_xid_events",
                           action=actions.for_xid(ev))
-    # the window is the burn-in's: its own load was the GPUs' application (gpuaccept.judging.xid.in_run_findings)
-    for f in in_run_findings(events, None):
+    for f in in_run:
         verdicts.fail(f"during burn-in: {f['message']}", gpu=drift.nvml_gpu_for({"pci_bus_id": f.get("pci_bus_id")},
                                                                                    gpus),
-                      check="burnin_xid_events", action=actions.for_xid(f))
+                      check="burnin_xid_events", action=actions.for_xid(f), cause=finding_cause(f))
     verdicts.finish()
 
 

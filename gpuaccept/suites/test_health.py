@@ -15,7 +15,7 @@ from gpuaccept.probes._pci import normalize_bus_id
 from gpuaccept.judging.readings import is_lost, number, present, typed
 from gpuaccept.judging.shape import gpu_fabric, node_shape
 from gpuaccept.judging.sku import detect_gpu
-from gpuaccept.judging.xid import classify, classify_sxids, in_run_findings
+from gpuaccept.judging.xid import classify, classify_sxids, finding_cause, in_run_findings, run_names
 
 pytestmark = pytest.mark.health
 
@@ -139,7 +139,8 @@ def test_fabric(node: HostRunner, gpus, sku, verdicts):
 def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     """Xid and NVSwitch SXid events in the kernel log since the run began (or --xid-window seconds), judged
     by NVIDIA's Xid Catalog (immediate action IGNORE recorded, the rest fail; RESTART_APP recorded before the run's
-    start, a finding of its GPU inside the run: rerun once, reset-gpu repeated; gpuaccept/judging/xid.py)
+    start, a finding of its GPU inside the run: rerun once, reset-gpu repeated; from an application that is not
+    the run's own, by the process name its lines give, rerun [contention] whatever the count; gpuaccept/judging/xid.py)
     and the Fabric Manager guide (fatal SXids fail naming switch and link). An unreadable log is an error,
     never "0 XIDs"."""
     window = request.config.getoption("xid_window")
@@ -152,8 +153,10 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
     by_bus = {k: g for g in gpus if (k := normalize_bus_id(g.get("pci_bus_id")))}
     verdicts.record("xid_log_source", doc.get("source"))
     events = classify(nodeclock.in_window(doc.get("events") or [], cut))
-    # the run's own start on the node's clock (a replay: its saved window is the run's)
-    in_run = in_run_findings(events, nodeclock.on_node(run_started, clock) if clock is not None else None)
+    # the run's own start on the node's clock (a replay: its saved window is the run's); the run's own process names
+    # as the node's probes name themselves (None: an older document, every in-run Xid taken as the probes')
+    in_run = in_run_findings(events, nodeclock.on_node(run_started, clock) if clock is not None else None,
+                             run_names(doc))
     verdicts.record("xid_events", len(events), "events", extra={"events": events[:50]})
     for ev in events:
         if ev["fails"]:
@@ -161,7 +164,7 @@ def test_xid_events(node: HostRunner, gpus, run_started, request, verdicts):
                           action=actions.for_xid(ev))
     for f in in_run:
         verdicts.fail(f["message"], gpu=by_bus.get(normalize_bus_id(f.get("pci_bus_id"))), check="xid_events",
-                      action=actions.for_xid(f))
+                      action=actions.for_xid(f), cause=finding_cause(f))
     sxids = classify_sxids(nodeclock.in_window(doc.get("sxid_events") or [], cut))
     verdicts.record("sxid_events", len(sxids), "events", extra={"events": sxids[:50]})
     for ev in sxids:
