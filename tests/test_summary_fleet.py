@@ -139,3 +139,21 @@ def test_records_without_causes_group_by_their_words_with_the_host_taken_out():
     assert same_reason_once(reasons, keys) == ["test_a and 1 more test of the same cause: n1: unreachable",
                                                "test_c: n1: crashed"]
     assert not re.search(r"\bwritten off\b", " ".join(same_reason_once(reasons, keys)))
+
+
+def test_hosts_naming_one_filesystem_server_read_as_that_servers_cause_said_once():
+    """Twelve hosts whose kernel logs say their NFS server stopped answering: one entry naming the server 9 of
+    them share (and the 2 that share another), not 12 nodes' faults; a server named by one host alone is not
+    raised as shared."""
+    hosts = [f"gpu-{i:02d}" for i in range(12)]
+    servers = ["10.0.0.5:/export"] * 9 + ["10.0.0.6:/scratch"] * 2 + [None]
+    recs = [CaseRecord(f"suites/test_host.py::test_kernel_log[{h}]", f"test_kernel_log[{h}]", h, "host", "error",
+                       f"{h}: kernel log: the network filesystem nfs, server {s}, stopped answering this node", 0.01,
+                       causes=[{"class": "connectivity", "kind": "netfs_server_stalled", "host": h,
+                                "evidence": {"filesystem": "nfs", "server": s}}]) for h, s in zip(hosts, servers)]
+    md = _summary(hosts, recs)
+    entry = _section(md, "Failures and errors")
+    assert ("one cause outside these nodes: server 10.0.0.5:/export named by 9 hosts; server 10.0.0.6:/scratch named "
+            "by 2 hosts (1 other host naming another or none)") in entry
+    alone = _summary(hosts[:1], recs[:1])
+    assert "outside these nodes" not in alone

@@ -219,6 +219,13 @@ def _failures(bad: list[CaseRecord], lists: dict[str, list[str]] | None = None) 
                    + (f" → **{act['action']}** ({act.get('reason', '')})" if act else "")
                    + f": {count_text(len(hs), 'host')}, {count_text(g['tests'], 'test')}: {names_text(hs)}"
                    + (f" (list in `hosts-{listed}.txt`)" if listed and len(hs) > 1 else ""))
+        shared = {far: fh for far, fh in g["across"].items() if len(fh) > 1}
+        if shared:  # several hosts naming one server: that server's fault, said once
+            others = len(hs) - sum(len(fh) for fh in shared.values())
+            out.append("  - one cause outside these nodes: " + "; ".join(
+                f"{far} named by {count_text(len(fh), 'host')}" for far, fh in
+                sorted(shared.items(), key=lambda kv: -len(kv[1]))[:SUMMARY_MESSAGE_LINES])
+                + (f" ({count_text(others, 'other host')} naming another or none)" if others > 0 else ""))
         out.append(f"  - first, `{r.nodeid}`: {first}")
         out += [f"    - {ln}" for ln in rest[:SUMMARY_MESSAGE_LINES]]
         if g["wordings"] > 1:

@@ -383,6 +383,20 @@ def reason_keys(bad: list[CaseRecord]) -> dict[str, dict[str, tuple]]:
     return {h: {n: k for n, k in m.items() if k is not None} for h, m in out.items()}
 
 
+#: evidence keys of a connectivity cause that name one thing across the network that several hosts can share (the
+#: filesystem server the kernel log names: gpuaccept.judging.host netfs findings). Not "address": a name that does
+#: not resolve carries the host's own address there
+ACROSS_KEYS = ("server",)
+
+
+def across(c: dict | None) -> str | None:
+    """What a connectivity cause ``c`` names across the network, as ``"server 10.0.0.5"`` (the first of
+    :data:`ACROSS_KEYS` its evidence holds), or None (another class, or no such evidence). Pure."""
+    if not isinstance(c, dict) or c.get("class") != "connectivity" or not isinstance(c.get("evidence"), dict):
+        return None
+    return next((f"{k} {c['evidence'][k]}" for k in ACROSS_KEYS if c["evidence"].get(k)), None)
+
+
 def failure_groups(bad: list[CaseRecord]) -> list[dict]:
     """Failed and errored tests grouped by cause (pure), failed groups first, each in order of its first test:
     ``{"outcome", "key", "cause", "hosts": [host, in order], "tests": n, "first": the first record, "records":
@@ -393,7 +407,9 @@ def failure_groups(bad: list[CaseRecord]) -> list[dict]:
     timeout: the test matters), also by test name; a record written before causes, by its message's first
     line with its host taken out (:func:`skip_reason`). A fleet-wide test (no host) is its own entry.
     ``wordings``: how many different first lines the group's messages have once the host's name is taken
-    out (a host key's fingerprint, an address make one per host)."""
+    out (a host key's fingerprint, an address make one per host). ``across``: {what the hosts' connectivity
+    causes name across the network (:func:`across`): [host]}, so that 12 hosts naming one filesystem server read
+    as that server's, not as 12 nodes' faults."""
     groups: dict[tuple, dict] = {}
     words: dict[tuple, set] = {}
     for i, r in enumerate(bad):
@@ -414,10 +430,13 @@ def failure_groups(bad: list[CaseRecord]) -> list[dict]:
         g["tests"] += 1
         if r.host:
             g["hosts"][r.host] = None
+            if (far := across(c)) is not None:
+                g.setdefault("across", {}).setdefault(far, {})[r.host] = None
         words[key].add(first.replace(r.host, "\0") if r.host else first)
     for k, g in groups.items():
         g["hosts"] = list(g["hosts"])
         g["wordings"] = len(words[k])
+        g["across"] = {far: list(hs) for far, hs in (g.get("across") or {}).items()}
     return sorted(groups.values(), key=lambda g: g["outcome"] != "failed")
 
 
