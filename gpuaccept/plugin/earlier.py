@@ -27,16 +27,17 @@ class EarlierRuns:
         self.path = path
         self._con: sqlite3.Connection | None = None
         self._dead = path is None or not os.path.isfile(path)
-        self._gpus: dict[str, int | None] = {}
+        self._gpus: dict[tuple, int | None] = {}
 
-    def most_gpus(self, host: str) -> int | None:
-        """The most GPUs NVML listed on ``host`` in a run the history holds (gpuaccept.reporting.history.earlier
-        .most_gpus), None when unknown."""
-        if host not in self._gpus:
-            self._gpus[host] = self._ask(host)
-        return self._gpus[host]
+    def most_gpus(self, host: str, serials: list[str] | None = None) -> int | None:
+        """The most GPUs NVML listed on ``host`` in a run the history holds, counting only runs of the machine
+        whose GPUs carry one of ``serials`` (gpuaccept.reporting.history.earlier.most_gpus), None when unknown."""
+        key = (host, tuple(sorted(serials)) if serials is not None else None)
+        if key not in self._gpus:
+            self._gpus[key] = self._ask(host, serials)
+        return self._gpus[key]
 
-    def _ask(self, host: str) -> int | None:
+    def _ask(self, host: str, serials: list[str] | None = None) -> int | None:
         if self._dead:
             return None
         from gpuaccept.reporting.history import HistoryError, connect_readonly
@@ -44,7 +45,7 @@ class EarlierRuns:
         try:
             if self._con is None:
                 self._con = connect_readonly(self.path)
-            return most_gpus(self._con, host)
+            return most_gpus(self._con, host, serials)
         except (HistoryError, sqlite3.Error, OSError):
             self._dead = True
             return None

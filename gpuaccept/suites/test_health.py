@@ -54,7 +54,12 @@ def test_gpu_inventory(node: HostRunner, gpus, request, verdicts, earlier_runs):
     short = declared is not None and len(present(gpus)) < int(declared)
     board = sku.expect.get("gpus_per_node") if sku is not None else None  # the most GPUs the SKU's board holds
     verdicts.apply([health.gpu_count(gpus, declared, doc, _boot_off_bus_events(node) if short else None,
-                                     earlier_runs.most_gpus(node.name) if short else None, board)])
+                                     earlier_runs.most_gpus(node.name, _serials(gpus)) if short else None, board)])
+
+
+def _serials(gpus: list[dict]) -> list[str]:
+    """The serials of the GPUs NVML lists (readable ones): what makes an earlier run of the host name this machine."""
+    return [g["serial"] for g in present(gpus) if isinstance(g.get("serial"), str) and g["serial"]]
 
 
 def _boot_off_bus_events(node: HostRunner) -> list | None:

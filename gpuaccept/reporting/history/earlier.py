@@ -2,7 +2,10 @@
 
 :func:`most_gpus`: the most GPUs NVML listed on a host in any run the database holds (its ``gpu_count`` figure,
 recorded by test_gpu_inventory), the evidence gpuaccept.judging.gpucount takes for a GPU that fell off the bus
-(a node that showed 8 GPUs last week and 7 now, with no Xid left in its kernel log since a reboot).
+(a node that showed 8 GPUs last week and 7 now, with no Xid left in its kernel log since a reboot). A run counts
+only where it was this machine: given the serials of the GPUs the host shows now, an earlier run whose figures of
+that host name none of them was another machine under the name (a host name reused for a rebuilt or another node),
+and says nothing of this one.
 """
 from __future__ import annotations
 
@@ -14,9 +17,24 @@ from gpuaccept.judging.standouts import subject_of
 GPU_COUNT_CHECK = "gpu_count"
 
 
-def most_gpus(con: sqlite3.Connection, host: str) -> int | None:
-    """The largest ``gpu_count`` figure of ``host`` (its inventory name) over every run in ``con``, or None when
-    none was recorded. One indexed lookup (figures_subject). Raises sqlite3.Error on a broken database."""
-    row = con.execute("SELECT MAX(value) FROM figures WHERE subject = ? AND check_ = ?",
-                      (subject_of({"host": host}), GPU_COUNT_CHECK)).fetchone()
+#: serials compared at most (a board holds at most 16 GPUs today; more would only lengthen the query)
+MAX_SERIALS = 64
+
+
+def most_gpus(con: sqlite3.Connection, host: str, serials: list[str] | None = None) -> int | None:
+    """The largest ``gpu_count`` figure of ``host`` (its inventory name) over the runs in ``con``, or None when none
+    was recorded. ``serials``: the GPU serials the host shows now (None: any run counts); then only runs in which
+    a figure of ``host`` carries one of them count (the same machine), and none of them known: None. Indexed
+    lookups (figures_subject: a GPU figure's subject is its serial). Raises sqlite3.Error on a broken database."""
+    args: list = [subject_of({"host": host}), GPU_COUNT_CHECK]
+    same = ""
+    if serials is not None:
+        mine = sorted({s for s in serials if isinstance(s, str) and s})[:MAX_SERIALS]
+        if not mine:
+            return None
+        same = (f" AND EXISTS (SELECT 1 FROM figures g WHERE g.subject IN ({', '.join('?' * len(mine))}) "
+                f"AND g.run_id = f.run_id AND g.host = ?)")
+        args += [*mine, host]
+    row = con.execute(f"SELECT MAX(f.value) FROM figures f WHERE f.subject = ? AND f.check_ = ?{same}",
+                      args).fetchone()
     return int(row[0]) if row and row[0] is not None else None
