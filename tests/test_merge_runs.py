@@ -30,7 +30,7 @@ def _ecc(host: str) -> CaseRecord:
 
 
 def _run(folder: Path, started: float, recs: list[CaseRecord], finish: bool = True) -> Path:
-    hosts = list(dict.fromkeys(r.host for r in recs))
+    hosts = list(dict.fromkeys(r.host for r in recs if r.host))
     rep = Reporter(str(folder), folder.name, {"hosts": hosts, "inventory": "prod.ini", "started": started})
     for r in recs:
         rep.add(r)
@@ -202,8 +202,10 @@ def test_shards_merged_equal_one_controller_over_the_same_hosts(tmp_path):
                    for ln in t["message"].splitlines()}
     def hosts(path: Path) -> set[str]:  # failed-hosts.txt: one host a line; "# fleet-wide ..." lines are comments
         return {ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
-    assert hosts(out / "failed-hosts.txt") == shard_named | {"h_1"}
-    assert shard_named | {"h_1"} <= hosts(single / "failed-hosts.txt")
+    assert shard_named | {"h_1"} <= hosts(out / "failed-hosts.txt")
+    # a host whose GPUs another shard's host reports too (the same capture) fails as in the single run, though no
+    # shard's own fleet_consistency could name it
+    assert hosts(out / "failed-hosts.txt") == hosts(single / "failed-hosts.txt")
     assert len(re.findall("<testcase ", (out / "junit-health.xml").read_text())) == \
         len(re.findall("<testcase ", (single / "junit-health.xml").read_text()))
     counts = [sqlite3.connect(tmp_path / db).execute("SELECT (SELECT count(*) FROM tests), "
@@ -383,3 +385,39 @@ def test_the_merge_never_makes_a_host_of_pytests_empty_parameter_placeholder(tmp
     named = _run(tmp_path / "named", 1000.0, [_phantom("NOTSET")])  # its selection: hosts ["NOTSET"]
     assert merge_main([str(named), "--into", str(tmp_path / "m2")]) == 0
     assert _verdicts(tmp_path / "m2") == {"NOTSET": "ERROR"}
+
+
+def _inventory(host: str, uuids: list[str]) -> CaseRecord:
+    """test_gpu_inventory of ``host`` as it records each GPU's NVML UUID (a ``uuid`` figure per GPU)."""
+    figs = [{"host": host, "layer": "health", "test": "test_gpu_inventory", "check": "uuid", "gpu": i,
+             "pci_bus_id": None, "serial": f"S{u}", "value": u, "unit": None, "verdict": None} for i, u in enumerate(uuids)]
+    return CaseRecord(f"suites/test_health.py::test_gpu_inventory[{host}]", f"test_gpu_inventory[{host}]", host,
+                      "health", "passed", figures=figs)
+
+
+def _fleet_ok() -> CaseRecord:
+    return CaseRecord("suites/test_health.py::test_fleet_consistency", "test_fleet_consistency", None, "health",
+                      "passed")
+
+
+def test_one_machine_under_two_names_in_two_shards_fails_both_names(tmp_path):
+    """Shard 1 tested gpu-01 and gpu-02, shard 2 gpu-03, which reaches gpu-01's machine (the same GPU UUIDs): each
+    shard's test_fleet_consistency passed; the merged one fails gpu-01 and gpu-03 naming each other (configuration),
+    gpu-02 stays PASS. Shards that did not select the test get nothing added."""
+    same = ["GPU-aaaa-0", "GPU-aaaa-1"]
+    recs_a = [_inventory("gpu-01", same), _inventory("gpu-02", ["GPU-bbbb-0", "GPU-bbbb-1"]), _hbm("gpu-01", 4600),
+              _hbm("gpu-02", 4600)]
+    recs_b = [_inventory("gpu-03", same), _hbm("gpu-03", 4600)]
+    a = _run(tmp_path / "shard1", 1.0, recs_a + [_fleet_ok()])
+    b = _run(tmp_path / "shard2", 2.0, recs_b + [_fleet_ok()])
+    rep = merge([str(a), str(b)], str(tmp_path / "merged"))
+    (fleet,) = [r for r in rep.records.values() if r.name == "test_fleet_consistency"]
+    assert fleet.outcome == "failed" and sorted(e["host"] for e in fleet.failures) == ["gpu-01", "gpu-03"]
+    assert "gpu-01: reports the same GPUs as gpu-03" in fleet.message and "gpu-03: reports the same GPUs as gpu-01" \
+        in fleet.message
+    assert {c["class"] for c in fleet.causes} == {"configuration"}
+    assert _verdicts(tmp_path / "merged") == {"gpu-01": "FAIL", "gpu-02": "PASS", "gpu-03": "FAIL"}
+    c = _run(tmp_path / "shard3", 1.0, recs_a)
+    d = _run(tmp_path / "shard4", 2.0, recs_b)
+    rep = merge([str(c), str(d)], str(tmp_path / "merged2"))
+    assert all(r.outcome == "passed" for r in rep.records.values())

@@ -324,6 +324,44 @@ def _repair_history(history_path: str, folders: list) -> list[str]:
     return notes
 
 
+#: the fleet-wide test that judges one machine under two names in a run (gpuaccept/suites/test_health.py)
+FLEET_TEST = "test_fleet_consistency"
+
+
+def shared_gpu_lines(recs: list[CaseRecord]) -> list[tuple[str, str]]:
+    """``[(host, line)]`` of hosts that report the same GPUs (NVML UUID, the ``uuid`` figures of test_gpu_inventory)
+    as another host of the merged runs, which no shard's own test_fleet_consistency failed (pure): one machine
+    reached under two inventory names in two shards, which each shard alone could not see
+    (gpuaccept.judging.fleet.shared_gpus)."""
+    from gpuaccept.judging.fleet import shared_gpus
+    by_host: dict[str, list[dict]] = {}
+    named: set = set()  # hosts a shard's own fleet-wide test already failed (its failure entries name them)
+    for r in recs:
+        for f in r.figures if r.host else []:
+            if f.get("check") == "uuid" and isinstance(f.get("value"), str):
+                by_host.setdefault(r.host, []).append({"uuid": f["value"]})
+        if not r.host and r.outcome == "failed":
+            named.update(e.get("host") for e in r.failures or [] if isinstance(e, dict))
+    return [(h, f"{h}: {why}") for h, why in shared_gpus(by_host) if h not in named]
+
+
+def with_shared_gpus(all_recs: dict[str, CaseRecord]) -> None:
+    """Fail the hosts :func:`shared_gpu_lines` finds, in place: their lines join the merged test_fleet_consistency
+    record, as one controller over every host would have written them (configuration, ``same_gpus``: the
+    inventory). Where no merged run selected that test, nothing is added: the selection decides."""
+    from gpuaccept.judging import actions
+    fleet = next((r for r in all_recs.values() if not r.host and r.name.split("[")[0] == FLEET_TEST), None)
+    if fleet is None:
+        return
+    for host, line in shared_gpu_lines(list(all_recs.values())):
+        cause = Cause("configuration", "same_gpus", host)
+        entry = {"host": host, "gpu": None, "pci_bus_id": None, "serial": None, "line": line, "check": "same_gpus",
+                 "action": actions.for_cause(cause).to_dict(), "cause": cause.to_dict()}
+        found = CaseRecord(fleet.nodeid, fleet.name, None, fleet.layer, "failed", line, 0.0, [], fleet.run_id,
+                           failures=[entry], causes=[cause.to_dict()])
+        fleet = all_recs[fleet.nodeid] = join_fleet(fleet, found)
+
+
 def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: str | None = None,
           host_errors: dict[str, str] | None = None, records: list[CaseRecord] | None = None) -> Reporter:
     """Merge ``dirs`` into the folder ``into`` (created; refused with ValueError when it holds a run); see the
@@ -393,6 +431,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
                               "test of this host is missing")
     for r in records or []:
         all_recs[r.nodeid] = r
+    with_shared_gpus(all_recs)
     for h, why in host_errors.items():
         nodeid = f"gpuaccept/scaleout/merge.py::run_incomplete[{h}]"
         all_recs[nodeid] = CaseRecord(nodeid, f"run_incomplete[{h}]", h, "other", "error",
