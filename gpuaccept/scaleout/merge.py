@@ -429,8 +429,7 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             host_errors[h] = (f"{h}: the run in {d} did not finish (no complete results.json: "
                               f"{how.get(states[i], 'killed or still running')}); {n} test(s) reported, any other "
                               "test of this host is missing")
-    for r in records or []:
-        all_recs[r.nodeid] = r
+    all_recs.update({r.nodeid: r for r in records or []})
     with_shared_gpus(all_recs)
     for h, why in host_errors.items():
         nodeid = f"gpuaccept/scaleout/merge.py::run_incomplete[{h}]"
