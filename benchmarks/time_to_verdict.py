@@ -139,7 +139,10 @@ def product_figures(reports: Path) -> dict[str, float]:
 def run_profile(profile: str, inventory: str, markers: str, extra: list[str], work: Path, i: int) -> tuple:
     """One run: ``(wall s, rc, its reports folder)``."""
     rep = work / f"{profile}-{i}"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--inventory", inventory,
+    # -c: the checkout's pytest.ini (its addopts load the plugin) whatever folder --reports names: pytest takes the
+    # rootdir from the paths on the command line before it knows --reports takes one
+    cmd = [sys.executable, "-m", "pytest", "-c", str(REPO / "pytest.ini"), "-q", "-p", "no:cacheprovider",
+           "--inventory", inventory,
            "--profile", profile, "-m", markers, "--reports", str(rep), *extra]
     t0 = time.perf_counter()
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)

@@ -73,6 +73,10 @@ def test_one_machine_under_two_names_fails_both_names(tmp_path):
     assert failed == ["g1", "g2"], (failed, test["message"])
     assert "g2: reports the same GPUs as g1 (2 GPUs by NVML UUID" in test["message"]
     assert "- **PASS** `g3`" in summary
+    # the action follows the finding's cause (the inventory's names), not the test's catch-all row (a driver version)
+    entries = {e["host"]: e for e in test["failures"]}
+    assert entries["g1"]["cause"]["kind"] == "same_gpus" and entries["g1"]["action"]["action"] == "fix-config"
+    assert "ansible_host" in entries["g1"]["action"]["command"] and "driver" not in entries["g1"]["action"]["command"]
 
 
 def test_every_name_of_one_machine_fails_however_long_the_message(tmp_path):

@@ -441,3 +441,24 @@ def test_the_peers_as_they_printed_on_an_h200():
     assert babelstream_dot((PEERS / "h200-babelstream-csv.log").read_text()) == 4436.79
     assert mamf_median((PEERS / "h200-mamf-finder-bf16.log").read_text()) == 671.4
     assert mamf_median((PEERS / "h200-mamf-finder-fp8.log").read_text()) == 1254.8
+
+
+def test_a_hosts_verdict_counts_the_fleet_wide_failures_filed_under_it(tmp_path):
+    """A fleet-wide test failing two names (one machine under both) makes each name FAIL in the runner's ``hosts``
+    check, as in summary.md: the verdicts are taken over the run's selected hosts."""
+    from gpuaccept.reporting.records import CaseRecord
+    from gpuaccept.reporting.reporter import Reporter
+    rep = Reporter(str(tmp_path / "run"), "run", {"hosts": ["name-a", "name-b"], "inventory": "i.yml"})
+    for h in ("name-a", "name-b"):
+        rep.add(CaseRecord(f"suites/test_health.py::test_ecc[{h}]", f"test_ecc[{h}]", h, "health", "passed"))
+    entries = [{"host": h, "gpu": None, "line": f"{h}: reports the same GPU as {o}", "check": "same_gpus",
+                "action": {"action": "fix-config", "cause": "configuration"},
+                "cause": {"class": "configuration", "kind": "same_gpus", "host": h}}
+               for h, o in (("name-a", "name-b"), ("name-b", "name-a"))]
+    rep.add(CaseRecord("suites/test_health.py::test_fleet_consistency", "test_fleet_consistency", None, "health",
+                       "failed", "name-a: reports the same GPU as name-b\nname-b: reports the same GPU as name-a",
+                       failures=entries, causes=[e["cause"] for e in entries]))
+    rep.close("x")
+    rows = check_folder("two-names", "run", {"hosts": {"name-a": {"verdict": "FAIL"}, "name-b": {"verdict": "FAIL"}}},
+                        str(tmp_path / "run"), {}, {})
+    assert [(r.seen, r.holds) for r in rows] == [("FAIL", True), ("FAIL", True)], rows

@@ -22,7 +22,7 @@ import dataclasses
 import yaml
 
 from benchmarks.scenarios.expect import Row, check_command, check_document, check_folder
-from benchmarks.scenarios.loads import ROOT, LoadSet, stop_group
+from benchmarks.scenarios.loads import ROOT, LoadSet, release, stop_group
 from benchmarks.scenarios.signals import CLEAN_WAIT_S, Signaller, gpu_apps, wait_clean
 from benchmarks.scenarios.spec import Run, Scenario
 
@@ -269,6 +269,11 @@ def _timeline(sc: Scenario, folder: str, n: int, setup: list[str], loads: LoadSe
             stops.append((ld.stop_after_s, p))
     if before:
         time.sleep(max(ld.settle_s for ld in before))
+    armed: dict[int, tuple[subprocess.Popen, str]] = {}  # GPU loads with a trigger: started now, released then
+    for i, ld in enumerate(sc.loads):
+        if ld.after_s is not None and ld.kind.startswith("gpu-"):
+            go = os.path.join(folder, f"load-{i}.go")
+            armed[id(ld)] = (loads.start(ld.kind, _gpu_of(ld.gpu, n), ld.threads, ld.gib, log, go=go), go)
     t0 = time.monotonic()
     events = [(ld.after_s, "load", ld) for ld in sc.loads if ld.after_s is not None]
     events += [(r.after_s, "run", r) for r in sc.runs]
@@ -292,7 +297,11 @@ def _timeline(sc: Scenario, folder: str, n: int, setup: list[str], loads: LoadSe
                 events.remove(ev)
                 _, what, item = ev
                 if what == "load":
-                    p = loads.start(item.kind, _gpu_of(item.gpu, n), item.threads, item.gib, log)
+                    if id(item) in armed:
+                        p, go = armed.pop(id(item))
+                        release(go)
+                    else:
+                        p = loads.start(item.kind, _gpu_of(item.gpu, n), item.threads, item.gib, log)
                     notes.append(f"{item.kind} pid {p.pid} started at {now:.0f} s")
                     if item.stop_after_s is not None:
                         stops.append((item.stop_after_s, p))

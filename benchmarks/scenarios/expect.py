@@ -309,7 +309,7 @@ def check_folder(scenario: str, run: str, expect: dict, folder: str, refs: dict[
             Row(scenario, run, *r) for r in _observed_rows(expect, observed or {})]
     rows: list[Row] = []
     add = lambda e, s, ok: rows.append(Row(scenario, run, e, s, bool(ok)))  # noqa: E731
-    hv = {h: v for h, v in host_verdicts(recs).items() if h != "fleet"}
+    hv = {h: v for h, v in host_verdicts(recs, meta.get("hosts") or None).items() if h != "fleet"}
     one = next(iter(hv.values())) if len(hv) == 1 else None
     if "verdict" in expect:
         seen = one["verdict"] if one else (",".join(f"{h}={v['verdict']}" for h, v in hv.items()) or "no host")

@@ -9,7 +9,10 @@ Run as a program, one load until it is killed (the runner starts it so)::
     python -m benchmarks.scenarios.loads host-copy 12 # host memory copied in 12 threads (64 MiB buffers)
     python -m benchmarks.scenarios.loads sleep        # a child `sleep` and a wait: no work (the runner's tests)
 
-The GPU is chosen by CUDA_VISIBLE_DEVICES in its environment (:func:`start`). :class:`LoadSet` stops every load
+The GPU is chosen by CUDA_VISIBLE_DEVICES in its environment (:func:`start`). An armed GPU load
+(``GPUACCEPT_LOAD_GO=<path>`` in its environment) imports torch, then waits for that file before it touches CUDA:
+the runner starts it ahead and releases it at its time, so that the load is on the GPU within a second of its
+trigger rather than after a torch import of several seconds. :class:`LoadSet` stops every load
 it started, by its process group (SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`), also when the scenario
 fails or the runner is interrupted: nothing it started is left running.
 """
@@ -85,10 +88,13 @@ class LoadSet:
         self.started: list[tuple[str, int, str]] = []
 
     def start(self, kind: str, gpu: str | None = None, threads: int = 12, gib: float = 8.0,
-              log: str | None = None) -> subprocess.Popen:
+              log: str | None = None, go: str | None = None) -> subprocess.Popen:
         """Start a load of ``kind`` on ``gpu`` (an index as text; None: the process's default), in a session
-        and process group of its own, its output to ``log`` (else discarded). Returns its Popen."""
+        and process group of its own, its output to ``log`` (else discarded); ``go``: armed, its CUDA work waits
+        for that file (:func:`release`). Returns its Popen."""
         env = dict(os.environ)
+        if go is not None:
+            env["GPUACCEPT_LOAD_GO"] = go
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         out = open(log, "ab") if log else subprocess.DEVNULL
@@ -118,6 +124,12 @@ class LoadSet:
         self.stop_all()
 
 
+def release(go: str) -> None:
+    """Let the armed load waiting for file ``go`` start its CUDA work."""
+    with open(go, "w", encoding="utf-8"):
+        pass
+
+
 # -- the loads themselves (run as a program) -------------------------------------------------------------------
 def _host_copy(threads: int) -> None:
     import ctypes
@@ -135,6 +147,9 @@ def _host_copy(threads: int) -> None:
 
 def _gpu(kind: str, gib: float) -> None:
     import torch
+    go = os.environ.get("GPUACCEPT_LOAD_GO")
+    while go and not os.path.exists(go):  # armed: torch imported, no CUDA context until released
+        time.sleep(0.01)
     if kind == "gpu-idle":
         torch.zeros(1, device="cuda")
         while True:

@@ -4,6 +4,7 @@ Each check is its own test so that ``-k`` finds it; the judging itself lives in 
 """
 import pytest
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging import actions, fleet
 from gpuaccept.judging import health
 from gpuaccept.config.hostvars import kernel_log_sources
@@ -214,7 +215,8 @@ def test_fleet_consistency(nodes, specs, verdicts):
     verdicts.record("driver_versions", {k: len(v) for k, v in drivers.items()})
     if not drivers:
         pytest.skip("no host with an NVIDIA GPU in the selection")
-    for host, why in fleet.driver_split(drivers) + fleet.shared_gpus(
-            gpus_by_host, {n.name: n.host.address for n in nodes}):
+    for host, why in fleet.driver_split(drivers):
         verdicts.fail(why, host=host)
+    for host, why in fleet.shared_gpus(gpus_by_host, {n.name: n.host.address for n in nodes}):
+        verdicts.fail(why, host=host, check="same_gpus", cause=Cause("configuration", "same_gpus", host))
     verdicts.finish()
