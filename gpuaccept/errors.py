@@ -121,6 +121,14 @@ class PackageMissing(ProbeError):
     cause_kind = "package_missing"
 
 
+class ProgramMissing(ProbeError):
+    """A program a probe runs is not on the node's PATH (fio); ``evidence``: ``{"program"}``. The node's software,
+    not its hardware, and no rerun brings it."""
+
+    cause_class = "configuration"
+    cause_kind = "program_missing"
+
+
 class DocumentNotKept(ProbeError):
     """A probe's raw document could not be written into the report folder (a symlinked or full folder);
     ``evidence``: ``{"path", "why"}``. The controller's fault, not the node's."""

@@ -156,6 +156,22 @@ def test_fio_measures_and_cleans_up(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_fio_not_on_the_nodes_path_is_the_nodes_software_not_a_crash(tmp_path):
+    """fio missing on the node (the lent GPU machine has none): the probe's failure document names the program, the
+    controller reads it as the node's configuration (install fio: fix-config), never a crash to rerun."""
+    from gpuaccept.errors import ProgramMissing
+    from gpuaccept.judging import actions
+    from gpuaccept.runner.parse import probe_error
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "fio": "no-such-fio"})
+    assert p.returncode == 1 and doc["failed"] and doc["missing_program"] == "no-such-fio", doc
+    err = probe_error("node-1", f"fio_throughput: {doc['msg']}", sys.executable, doc.get("missing_module"),
+                      doc.get("missing_program"))
+    assert isinstance(err, ProgramMissing) and (err.cause.cls, err.cause.kind) == ("configuration", "program_missing")
+    act = actions.for_cause(err.cause)
+    assert act.action == "fix-config" and "install no-such-fio" in act.command, act
+    assert leftovers(tmp_path) == []
+
+
 def _fio_probe():
     """The fio_throughput probe module, imported as on a node (its folder on sys.path only for the import)."""
     sys.path.insert(0, str(PROBES))

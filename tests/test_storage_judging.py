@@ -300,3 +300,22 @@ def test_aggregate_overlap_of_the_hosts_runs():
                                     "their clocks disagree): the sum is not of one concurrent load, not judged")
     assert sj.aggregate("read", {"a": res(100.0)}).not_concurrent() is None
     assert sj.aggregate("read", {"a": res(100.0), "b": {"ok": True, "seq_read_gbps": 1.0}}).not_concurrent() is None
+
+
+@pytest.mark.parametrize("stage, want", [
+    ("register", ("configuration", "gds_register_failed", "fix-config")),
+    ("read", ("unverified", "gds_io_failed", "rerun")),
+    ("write", ("unverified", "gds_io_failed", "rerun")),
+])
+def test_a_failed_gds_transfer_is_judged_by_the_stage_that_failed(stage, want):
+    """cuFile refusing to register the file (as on the lent H200, ext4 on virtio, compat mode: 'file descriptor is
+    not registered') is the GDS stack's configuration, never the GPU's; a failed read or write once registered is
+    unverified; an entry from before the stage was recorded has no cause here (the test's row decides)."""
+    from gpuaccept.judging import actions
+    doc = {"mode": "compat", "fstype": "ext4"}
+    g = {"index": 0, "stage": stage, "error": f"GdsFile {stage} failed: cuFileHandleRegister failed: file descriptor "
+                                              "is not registered"}
+    c = sj.gds_error_cause(g, doc)
+    a = actions.for_cause(c)
+    assert (c.cls, c.kind, a.action) == want and c.evidence["fstype"] == "ext4"
+    assert sj.gds_error_cause({"index": 0, "error": "GdsFile transfer failed: x"}, doc) is None

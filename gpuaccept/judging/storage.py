@@ -476,3 +476,21 @@ def gds_bypass(mode: str | None, ops: Mapping | None, p2pdma: Mapping | None = N
     return (f"GDS transfer bypassed nvidia-fs: the module is loaded but its {' and '.join(idle)} counter(s) did "
             f"not move (/proc/driver/nvidia-fs/stats), so cuFile ran in compat mode (file system or device not "
             f"GDS-capable, or compat forced in cufile.json); set gds_allow_compat: true to accept")
+
+
+#: the gds probe's ``stage`` of a failed transfer -> (cause class, kind): cuFile could not register the file (its
+#: stack or the filesystem: NVIDIA cuFile API reference, cuFileHandleRegister checks the descriptor for GDS support)
+#: is the node's configuration; a write or read that failed once registered proves nothing of a part yet
+GDS_STAGE_CAUSES = {"register": ("configuration", "gds_register_failed"), "write": ("unverified", "gds_io_failed"),
+                    "read": ("unverified", "gds_io_failed")}
+
+
+def gds_error_cause(gpu: Mapping, doc: Mapping) -> Cause | None:
+    """The cause of one GPU's failed GDS transfer in a gds probe document ``doc`` (``gpu``: its entry with
+    ``stage`` and ``error``), by the stage that failed (:data:`GDS_STAGE_CAUSES`), with the mode, filesystem and
+    error as evidence; None for an entry without a stage (a capture from before it: the test's row decides)."""
+    got = GDS_STAGE_CAUSES.get(str(gpu.get("stage")))
+    if got is None:
+        return None
+    return Cause(got[0], got[1], evidence={"stage": gpu.get("stage"), "mode": doc.get("mode"),
+                                           "fstype": doc.get("fstype"), "error": str(gpu.get("error"))[:300]})

@@ -45,11 +45,13 @@ _ERR_LOCK = threading.Lock()
 class ProbeFailed(Exception):
     """Raise from a probe to fail with a clean one-line message (no traceback in ``msg``). ``missing_module``: the
     module the node's Python lacks, when that is why (the failure document's ``missing_module``: the controller
-    reads it as the node's configuration, never as a crash)."""
+    reads it as the node's configuration, never as a crash); ``missing_program``: likewise a program the probe runs
+    that is not on the node's PATH (``fio``)."""
 
-    def __init__(self, msg: str, missing_module: str | None = None):
+    def __init__(self, msg: str, missing_module: str | None = None, missing_program: str | None = None):
         super().__init__(msg)
         self.missing_module = missing_module
+        self.missing_program = missing_program
 
 
 def reject_unknown(args: dict, known) -> None:
@@ -137,7 +139,8 @@ def run(main) -> None:
         emit(doc)
         sys.exit(0)
     except ProbeFailed as e:
-        emit({"failed": True, "msg": str(e), **({"missing_module": e.missing_module} if e.missing_module else {})})
+        emit({"failed": True, "msg": str(e), **({"missing_module": e.missing_module} if e.missing_module else {}),
+              **({"missing_program": e.missing_program} if e.missing_program else {})})
         sys.exit(1)
     except SystemExit:
         raise

@@ -401,7 +401,8 @@ def main(a: dict) -> dict:
     install_signal_cleanup()
     fio = shutil.which(a.get("fio", "fio"))
     if not fio:
-        raise ProbeFailed(f"fio not installed (no '{a.get('fio', 'fio')}' on PATH)")
+        raise ProbeFailed(f"fio not installed (no '{a.get('fio', 'fio')}' on PATH)",
+                          missing_program=os.path.basename(str(a.get("fio", "fio"))))
     version = subprocess.run([fio, "--version"], capture_output=True, text=True).stdout.strip()
     engine = a.get("ioengine") or ("libaio" if "libaio" in fio_engines(fio) else "psync")
     host = HostWatch().start()  # while fio runs; fio and its jobs are the probe's own

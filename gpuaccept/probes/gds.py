@@ -16,7 +16,7 @@ Output::
      "torch_gds": bool, "gpu": bool, "reason": str | null,     # gpu: a GPU took part (false without a path)
      "fstype", "mount_point", "mount_source", "root_fs",       # where ``path`` is (with a path only)
      "gpus": [{"index", "name", "pci_bus_id", "gds_write_gbps", "gds_read_gbps", "bounce_read_gbps",
-               "verified", "nvidia_fs_ops": {"reads", "writes"} | null} | {"index", "pci_bus_id", "error"}]}
+               "verified", "nvidia_fs_ops": {"reads", "writes"} | null} | {"index", "pci_bus_id", "stage", "error"}]}
 
 Sources: cuFile is libcufile.so, found by ctypes.util.find_library("cufile"), in the nvidia-cufile
 wheel (site-packages/nvidia/cufile/lib), or /usr/local/cuda*/lib64 (CUDA toolkit). nvidia-fs is the
@@ -182,12 +182,13 @@ def main(a: dict) -> dict:
                    root_fs=where["root_fs"])
         nbytes = s["bytes"] // MIB * MIB or MIB
         for gi in idx:
+            stage = ["register"]
             try:
-                doc["gpus"].append(_transfer(torch, gi, os.path.join(s["workdir"], f"gds.{gi}"), nbytes))
+                doc["gpus"].append(_transfer(torch, gi, os.path.join(s["workdir"], f"gds.{gi}"), nbytes, stage))
             except RuntimeError as e:  # cuFile errors surface as RuntimeError from torch
                 # the bus id names the GPU: ``index`` is torch's (after CUDA_VISIBLE_DEVICES), not NVML's
-                doc["gpus"].append({"index": gi, "pci_bus_id": _bus_id(torch, gi),
-                                    "error": f"GdsFile transfer failed: {str(e).splitlines()[0][:300]}"})
+                doc["gpus"].append({"index": gi, "pci_bus_id": _bus_id(torch, gi), "stage": stage[0],
+                                    "error": f"GdsFile {stage[0]} failed: {str(e).splitlines()[0][:300]}"})
     return doc
 
 
@@ -209,21 +210,29 @@ def _evict(fn: str) -> None:
         os.close(fd)
 
 
-def _transfer(torch, gi: int, fn: str, nbytes: int) -> dict:
+def _transfer(torch, gi: int, fn: str, nbytes: int, stage: list | None = None) -> dict:
+    """Write then read ``nbytes`` between GPU ``gi`` and file ``fn`` through cuFile (torch.cuda.gds.GdsFile, the
+    file opened with O_DIRECT: cuFileHandleRegister requires it, NVIDIA cuFile API reference), then the same read
+    through a pinned bounce buffer. ``stage[0]`` says what is running (``register``, ``write``, ``read``) for the
+    caller's error record. Raises RuntimeError (cuFile's errors through torch)."""
     from torch.cuda.gds import GdsFile
+    stage = stage if stage is not None else ["register"]
     dev = torch.device("cuda", gi)
     props = torch.cuda.get_device_properties(gi)
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=dev)
     dst = torch.zeros(nbytes, dtype=torch.uint8, device=dev)
     ops0 = nvidia_fs_ops()
     with torch.cuda.device(dev):
-        f = GdsFile(fn, os.O_CREAT | os.O_RDWR)
+        stage[0] = "register"
+        f = GdsFile(fn, os.O_CREAT | os.O_RDWR | getattr(os, "O_DIRECT", 0))
         torch.cuda.synchronize(dev)
+        stage[0] = "write"
         t0 = time.perf_counter()
         f.save_storage(src.untyped_storage(), offset=0)
         torch.cuda.synchronize(dev)
         w = time.perf_counter() - t0
         _evict(fn)
+        stage[0] = "read"
         t0 = time.perf_counter()
         f.load_storage(dst.untyped_storage(), offset=0)
         torch.cuda.synchronize(dev)

@@ -273,7 +273,7 @@ def main(args: dict) -> dict:
     try:
         import pynvml as nv
     except ImportError:
-        raise ProbeFailed("pynvml (nvidia-ml-py) not installed")
+        raise ProbeFailed("pynvml (nvidia-ml-py) not installed", missing_module="pynvml")
     try:
         nv.nvmlInit()
     except Exception as e:

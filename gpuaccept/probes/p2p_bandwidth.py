@@ -175,7 +175,7 @@ def main(args: dict) -> dict:
     except ImportError as e:
         if e.name != "torch":
             raise
-        raise ProbeFailed("torch not installed") from None
+        raise ProbeFailed("torch not installed", missing_module="torch") from None
 
     nbytes, iters, reps = int(args.get("bytes") or DEFAULT_BYTES), int(args.get("iters") or 5), int(args.get("reps") or 2)
     steady = steady_args(args, 0.05, 0.4)

@@ -5,7 +5,7 @@ import json
 
 import re
 
-from gpuaccept.errors import InterpreterMissing, PackageMissing, ProbeError
+from gpuaccept.errors import InterpreterMissing, PackageMissing, ProbeError, ProgramMissing
 from gpuaccept.transport import CommandResult
 
 
@@ -44,7 +44,7 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
         raise probe_error(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}", python)
     if doc.get("failed") or res.rc != 0:
         raise probe_error(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}", python,
-                          doc.get("missing_module"))
+                          doc.get("missing_module"), doc.get("missing_program"))
     return doc
 
 
@@ -52,11 +52,15 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
 _NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_]+)")
 
 
-def probe_error(host: str, msg: str, python: str, missing_module: str | None = None) -> ProbeError:
+def probe_error(host: str, msg: str, python: str, missing_module: str | None = None,
+                missing_program: str | None = None) -> ProbeError:
     """The error of a probe that failed with ``msg``: :class:`PackageMissing` (evidence ``{"module", "package",
     "python"}``) when the node's Python could not import a module (the failure document's ``missing_module``, or,
-    from a probe that printed no document, its Python's ``No module named 'x'``), else :class:`ProbeError`. The
-    one place where the node's Python's words are read."""
+    from a probe that printed no document, its Python's ``No module named 'x'``), :class:`ProgramMissing`
+    (evidence ``{"program"}``) for the document's ``missing_program``, else :class:`ProbeError`. The one place
+    where the node's Python's words are read."""
+    if isinstance(missing_program, str) and missing_program and not missing_module:
+        return ProgramMissing(host, msg, {"program": missing_program})
     m = _NO_MODULE.search(msg or "") if not missing_module else None
     if missing_module or m:
         module = missing_module or m.group(1)

@@ -84,7 +84,7 @@ def test_gds(node: HostRunner, gpus, verdicts):
     for g in doc.get("gpus", []):
         if g.get("error"):
             verdicts.record("gds_read_gbps", None, "GB/s", gpu=g, extra={"error": g["error"]})
-            verdicts.fail(g["error"], gpu=g)
+            verdicts.fail(g["error"], gpu=g, cause=sj.gds_error_cause(g, doc))
             continue
         ex = {"bytes": g.get("bytes"), "bounce_read_gbps": g.get("bounce_read_gbps"), "mode": doc.get("mode"),
               "nvidia_fs_ops": g.get("nvidia_fs_ops"), "path": paths[0]}
