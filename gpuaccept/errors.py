@@ -129,6 +129,19 @@ class ProgramMissing(ProbeError):
     cause_kind = "program_missing"
 
 
+class NodeSetup(ProbeError):
+    """A probe recognised a state of the node's software or settings that keeps it from measuring (its failure
+    document's ``setup``: a driver older than torch's CUDA build, an unreadable kernel log, a library that fails
+    while it loads); ``evidence``: ``{"setup"}``, which is also the cause's kind (a row of
+    gpuaccept/data/actions.yaml). Configuration: a rerun does not change it."""
+
+    cause_class = "configuration"
+
+    @property
+    def cause_kind(self) -> str:  # type: ignore[override]
+        return str((self.evidence or {}).get("setup") or "node_setup")
+
+
 class DocumentNotKept(ProbeError):
     """A probe's raw document could not be written into the report folder (a symlinked or full folder);
     ``evidence``: ``{"path", "why"}``. The controller's fault, not the node's."""

@@ -63,6 +63,15 @@ def test_kernel_log_probe_refuses_an_unreadable_log(tmp_path):
     rc, doc, _ = run_probe("host_kernel_log", {"patterns": [{"id": "x", "regex": "x"}],
                                                "sources": [str(tmp_path / "absent.log")]})
     assert rc == 1 and doc["failed"] and "cannot read the kernel log" in doc["msg"]
+    # the node's setting (who may read the log), not a crash to rerun: the controller reads the kind
+    from gpuaccept.errors import NodeSetup
+    from gpuaccept.judging import actions
+    from gpuaccept.runner.parse import probe_error
+    assert doc["setup"] == "kernel_log_unreadable"
+    err = probe_error("node-1", doc["msg"], "python3", doc.get("missing_module"), doc.get("missing_program"),
+                      doc.get("setup"))
+    assert isinstance(err, NodeSetup) and (err.cause.cls, err.cause.kind) == ("configuration", "kernel_log_unreadable")
+    assert actions.for_cause(err.cause).action == "fix-config"
 
 
 @pytest.fixture

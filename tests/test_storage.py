@@ -172,6 +172,18 @@ def test_fio_not_on_the_nodes_path_is_the_nodes_software_not_a_crash(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_fio_without_its_io_engine_is_the_nodes_software_not_a_crash(tmp_path):
+    """Real fio asked for an I/O engine it cannot load (as fio without libaio's library): the probe names the
+    engine, the judge reads configuration (install the library), not a tool failure to rerun."""
+    doc, p = probe("fio_throughput", {**SMALL, "paths": [str(tmp_path)], "ioengine": "nosuchengine"})
+    (r,) = doc["paths"]
+    assert r["failure"]["reason"] == "fio_engine_missing" and r["failure"]["engine"] == "nosuchengine", r
+    outcome, cause = sj.path_cause(r)
+    assert (outcome, cause.cls, cause.kind, cause.evidence["engine"]) == \
+        ("error", "configuration", "fio_engine_missing", "nosuchengine")
+    assert leftovers(tmp_path) == []
+
+
 def _fio_probe():
     """The fio_throughput probe module, imported as on a node (its folder on sys.path only for the import)."""
     sys.path.insert(0, str(PROBES))

@@ -295,6 +295,8 @@ def path_cause(entry: Mapping) -> tuple[str, Cause | None]:
     - ``read_only``: error, ``Cause("configuration", "read_only")``, evidence ``{"path", "seen_by"}``;
     - ``not_writable`` (EACCES: the folder's permissions, the filesystem is writable): error,
       ``Cause("configuration", "not_writable")``;
+    - ``fio_engine_missing``: error, ``Cause("configuration", "fio_engine_missing")``, evidence ``{"path",
+      "engine"}`` (libaio or liburing not installed);
     - ``placement``, ``not_block_backed``: fail (the path is not where the inventory says),
       ``Cause("configuration", "placement")``;
     - ``fio_errno`` with an errno of :data:`DRIVE_ERRNOS`: fail, ``Cause("hardware", "io_error")``; any other
@@ -318,6 +320,9 @@ def path_cause(entry: Mapping) -> tuple[str, Cause | None]:
         return "error", Cause("configuration", "not_writable", evidence={"path": path, "errno": f.get("errno")})
     if reason in ("placement", "not_block_backed"):
         return "fail", Cause("configuration", "placement", evidence={"path": path, "fstype": f.get("fstype")})
+    if reason == "fio_engine_missing":  # fio's I/O engine library is not installed: the node's software
+        return "error", Cause("configuration", "fio_engine_missing", evidence={"path": path,
+                                                                               "engine": f.get("engine")})
     if reason == "fio_errno" and f.get("errno_name") in DRIVE_ERRNOS:
         return "fail", Cause("hardware", "io_error", evidence={"path": path, "errno": f.get("errno_name"),
                                                                "test": f.get("test")})
@@ -408,6 +413,16 @@ def gdr_readiness(pm: Mapping, nccl_transports: Mapping[str, int] | None = None)
     else:
         why.append(f"NCCL's network channels: {', '.join(sorted(nccl_transports)) or 'none reported'} (no GDRDMA)")
     return GdrReadiness(False, None, "GPUDirect RDMA not ready: " + "; ".join(why))
+
+
+def gdr_cause(pm: Mapping) -> Cause:
+    """The cause of GPUDirect RDMA not ready (:func:`gdr_readiness` False) from the rdma probe's ``peermem`` facts
+    ``pm`` (pure): nvidia_peermem not loaded is ``module_missing`` (configuration: modprobe it); loaded without a
+    peer-memory client registered with ib_core is ``gdr_not_ready`` (configuration: the module and the RDMA core
+    do not meet, an out-of-tree MOFED or a driver reload order). Never the NIC's or the GPU's hardware."""
+    if not pm.get("nvidia_peermem_loaded"):
+        return Cause("configuration", "module_missing", evidence={"module": "nvidia_peermem"})
+    return Cause("configuration", "gdr_not_ready", evidence={"state": pm.get("nvidia_peermem_state")})
 
 
 def rated_ports(devices: list[Mapping] | None, hcas: list[str] | None = None) -> list[tuple[tuple, Mapping, Mapping, float]]:

@@ -71,8 +71,19 @@ def require_cuda() -> None:
         notes = why_no_device(torch.version.cuda, nvml_cuda, nvml_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         raise ProbeFailed(
             f"no CUDA device visible to torch (torch {torch.__version__}, CUDA build: {torch.version.cuda}"
-            + "".join(f"; {n}" for n in notes) + ")"
-        )
+            + "".join(f"; {n}" for n in notes) + ")",
+            setup="driver_cuda_too_old" if driver_too_old(torch.version.cuda, nvml_cuda) else None)
+
+
+def driver_too_old(torch_cuda: str | None, nvml_cuda) -> bool:
+    """Whether the driver's CUDA version (NVML's integer, e.g. 12040) is older than torch's CUDA build ("12.8")
+    (pure; unknown either way: False)."""
+    drv = cuda_version_text(nvml_cuda)
+    try:
+        return bool(drv and torch_cuda) and \
+            tuple(int(x) for x in drv.split(".")) < tuple(int(x) for x in torch_cuda.split(".")[:2])
+    except ValueError:
+        return False
 
 
 def select_gpus(device: str, gpus) -> list[int]:

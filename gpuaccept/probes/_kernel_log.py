@@ -230,4 +230,5 @@ def read_first(since_epoch: float | None, paths, parse: Callable[[list], dict]) 
     if empty is not None:
         empty["note"] = f"{empty['source']} was readable but had no kernel line in the window, nor had any other readable source"
         return empty
-    raise ProbeFailed("cannot read the kernel log: " + "; ".join(f"{a['source']}: {a['error']}" for a in attempts))
+    raise ProbeFailed("cannot read the kernel log: " + "; ".join(f"{a['source']}: {a['error']}" for a in attempts),
+                      setup="kernel_log_unreadable")

@@ -46,12 +46,16 @@ class ProbeFailed(Exception):
     """Raise from a probe to fail with a clean one-line message (no traceback in ``msg``). ``missing_module``: the
     module the node's Python lacks, when that is why (the failure document's ``missing_module``: the controller
     reads it as the node's configuration, never as a crash); ``missing_program``: likewise a program the probe runs
-    that is not on the node's PATH (``fio``)."""
+    that is not on the node's PATH (``fio``); ``setup``: likewise any other state of the node's software or
+    settings the probe recognised, as a kind (``driver_cuda_too_old``, ``kernel_log_unreadable``,
+    ``fio_engine_missing``, ``import_broken``: the failure document's ``setup``, a row of gpuaccept/data/actions.yaml)."""
 
-    def __init__(self, msg: str, missing_module: str | None = None, missing_program: str | None = None):
+    def __init__(self, msg: str, missing_module: str | None = None, missing_program: str | None = None,
+                 setup: str | None = None):
         super().__init__(msg)
         self.missing_module = missing_module
         self.missing_program = missing_program
+        self.setup = setup
 
 
 def reject_unknown(args: dict, known) -> None:
@@ -117,6 +121,19 @@ def own_name() -> str | None:
     return _NAMED[0]
 
 
+def during_import(tb) -> bool:
+    """Whether the traceback ``tb`` ends inside the import of a module other than the probes' own (a frame
+    ``<module>`` of a file outside this folder: a library failing while it loads, ``import torch`` meeting a
+    missing libcudart.so or an undefined NCCL symbol): the node's installed software, not the probe."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "<module>" and os.path.dirname(os.path.abspath(code.co_filename)) != here:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def emit(doc: dict) -> None:
     """Print ``doc`` as one JSON line on stdout."""
     sys.stdout.write(json.dumps(doc, default=str) + "\n")
@@ -140,7 +157,8 @@ def run(main) -> None:
         sys.exit(0)
     except ProbeFailed as e:
         emit({"failed": True, "msg": str(e), **({"missing_module": e.missing_module} if e.missing_module else {}),
-              **({"missing_program": e.missing_program} if e.missing_program else {})})
+              **({"missing_program": e.missing_program} if e.missing_program else {}),
+              **({"setup": e.setup} if e.setup else {})})
         sys.exit(1)
     except SystemExit:
         raise
@@ -149,6 +167,8 @@ def run(main) -> None:
 
         traceback.print_exc()
         missing = e.name if isinstance(e, ModuleNotFoundError) and e.name else None
+        broken = not missing and isinstance(e, (ImportError, OSError)) and during_import(e.__traceback__)
         emit({"failed": True, "msg": f"{type(e).__name__}: {e}".splitlines()[0][:500],
-              **({"missing_module": missing.split(".")[0]} if missing else {})})
+              **({"missing_module": missing.split(".")[0]} if missing else {}),
+              **({"setup": "import_broken"} if broken else {})})
         sys.exit(1)

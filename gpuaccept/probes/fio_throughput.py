@@ -312,7 +312,9 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
             return [f"fio {test} did not finish within {runtime * 3 + 600:.0f} s"]
         res["fio_messages"] += msgs
         if doc is None:
-            res["failure"] = {"reason": "fio_no_output", "test": test, "rc": rc}
+            missing = engine_missing(msgs)
+            res["failure"] = ({"reason": "fio_engine_missing", "test": test, "engine": missing} if missing else
+                              {"reason": "fio_no_output", "test": test, "rc": rc})
             return [f"fio {test}: no JSON output (rc {rc}): "
                     f"{'; '.join(fio_error_detail(msgs) or msgs[-1:] or ['no output'])[:300]}"]
         errs = job_errors(doc, msgs)
@@ -335,6 +337,21 @@ def _run_tests(path: str, work: str, a: dict, fio: str, engine: str, per_job: in
         else:
             res[f"{test}_gbps"] = fig["gbps"]
     return []
+
+
+#: fio's words for an I/O engine it cannot load (fio ioengines.c: "fio: engine %s not loadable"): the engine's
+#: library (libaio, liburing) is not installed on the node
+_ENGINE_MISSING = re.compile(r"engine (\S+) not loadable")
+
+
+def engine_missing(msgs: list[str]) -> str | None:
+    """The I/O engine fio said it could not load (its messages ``msgs``), or None. The one place fio's words
+    for it are read."""
+    for m in msgs:
+        found = _ENGINE_MISSING.search(m or "")
+        if found:
+            return found.group(1)
+    return None
 
 
 def job_failure(path: str, test: str, doc: dict, total: int) -> dict:

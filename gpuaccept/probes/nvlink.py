@@ -272,7 +272,7 @@ def main(args: dict) -> dict:
     reject_unknown(args, {"sample_seconds"})
     try:
         import pynvml as nv
-    except ImportError:
+    except ModuleNotFoundError:  # a pynvml that fails as it loads is run()'s import_broken
         raise ProbeFailed("pynvml (nvidia-ml-py) not installed", missing_module="pynvml")
     try:
         nv.nvmlInit()

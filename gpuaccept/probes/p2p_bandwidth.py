@@ -173,7 +173,7 @@ def main(args: dict) -> dict:
     try:
         from _gpu import describe_gpu, gpu_indices  # the torch probes' prologue; _gpu imports torch
     except ImportError as e:
-        if e.name != "torch":
+        if not isinstance(e, ModuleNotFoundError) or e.name != "torch":  # a torch that fails as it loads: run()'s
             raise
         raise ProbeFailed("torch not installed", missing_module="torch") from None
 

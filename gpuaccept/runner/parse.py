@@ -5,7 +5,7 @@ import json
 
 import re
 
-from gpuaccept.errors import InterpreterMissing, PackageMissing, ProbeError, ProgramMissing
+from gpuaccept.errors import InterpreterMissing, NodeSetup, PackageMissing, ProbeError, ProgramMissing
 from gpuaccept.transport import CommandResult
 
 
@@ -44,23 +44,32 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
         raise probe_error(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}", python)
     if doc.get("failed") or res.rc != 0:
         raise probe_error(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}", python,
-                          doc.get("missing_module"), doc.get("missing_program"))
+                          doc.get("missing_module"), doc.get("missing_program"), doc.get("setup"))
     return doc
 
 
 #: the node-side Python's words for a module it cannot import (``ModuleNotFoundError``'s message)
 _NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_]+)")
+#: the dynamic loader's words, as Python raises them, for a library that fails while it loads (a shared object
+#: missing or of another version: ``import torch`` against other CUDA or NCCL libraries); glibc dlerror()
+_BROKEN_LIBRARY = re.compile(r"(ImportError|OSError): .*(\.so[.0-9]*: cannot open shared object file|"
+                             r"undefined symbol: )")
 
 
 def probe_error(host: str, msg: str, python: str, missing_module: str | None = None,
-                missing_program: str | None = None) -> ProbeError:
+                missing_program: str | None = None, setup: str | None = None) -> ProbeError:
     """The error of a probe that failed with ``msg``: :class:`PackageMissing` (evidence ``{"module", "package",
     "python"}``) when the node's Python could not import a module (the failure document's ``missing_module``, or,
     from a probe that printed no document, its Python's ``No module named 'x'``), :class:`ProgramMissing`
-    (evidence ``{"program"}``) for the document's ``missing_program``, else :class:`ProbeError`. The one place
+    (evidence ``{"program"}``) for the document's ``missing_program``, :class:`NodeSetup` for its ``setup`` (a kind
+    of the node's software or settings: lower-case word characters), else :class:`ProbeError`. The one place
     where the node's Python's words are read."""
     if isinstance(missing_program, str) and missing_program and not missing_module:
         return ProgramMissing(host, msg, {"program": missing_program})
+    if isinstance(setup, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,40}", setup) and not missing_module:
+        return NodeSetup(host, msg, {"setup": setup})
+    if setup is None and _BROKEN_LIBRARY.search(msg or ""):  # a probe that died at its imports: no document
+        return NodeSetup(host, msg, {"setup": "import_broken"})
     m = _NO_MODULE.search(msg or "") if not missing_module else None
     if missing_module or m:
         module = missing_module or m.group(1)

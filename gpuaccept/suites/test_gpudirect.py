@@ -176,7 +176,8 @@ def test_gpudirect_rdma(node: HostRunner, gpus, verdicts):
                            "nccl": None if nccl is None else {k: nccl.get(k) for k in
                                                               ("transports", "nccl_version", "error")}})
     if not ready.ready:
-        verdicts.fail(ready.message + ("" if len(gpus) >= 2 else "; NCCL's check needs 2 GPUs, this host has 1"))
+        verdicts.fail(ready.message + ("" if len(gpus) >= 2 else "; NCCL's check needs 2 GPUs, this host has 1"),
+                      cause=sj.gdr_cause(pm))
     if doc.get("topology") is None:
         verdicts.record("gpu_nic_topology", None, extra={"reason": doc.get("topology_reason")})
     for row in doc.get("topology") or []:
