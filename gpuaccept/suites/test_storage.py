@@ -113,7 +113,8 @@ def test_nvme_inventory(node: HostRunner, verdicts):
                            "nvme_cli": doc.get("nvme_cli")})
     if want is not None and n != want:
         verdicts.fail(f"{n} NVMe namespaces found, inventory nvme_count says {want}: "
-                      f"{', '.join(x['name'] for x in doc.get('namespaces', [])) or 'none'}")
+                      f"{', '.join(x['name'] for x in doc.get('namespaces', [])) or 'none'}",
+                      check="nvme_count", cause=sj.nvme_count_cause(n, want, doc.get("controller_count")))
     for c in doc.get("controllers", []):
         who = f"{c['name']} ({c.get('model') or '?'}, serial {c.get('serial') or '?'}, {c.get('pci_address') or '-'})"
         link = c.get("link")
