@@ -295,3 +295,19 @@ def test_gds_that_bypassed_nvidia_fs_fails(tmp_path):
                                       "bypassed nvidia-fs: the module is loaded but its reads counter(s)"), case
     assert _gds_run(tmp_path / "allowed", reads=0, allow_compat=True)["outcome"] == "passed"
     assert _gds_run(tmp_path / "healthy", reads=256)["outcome"] == "passed"
+
+
+def test_declared_hcas_on_a_node_with_no_rdma_device_is_the_nodes_configuration(tmp_path):
+    """ib_hcas declares two HCAs, the rdma probe (on a tree with no /sys/class/infiniband) lists none: the RDMA
+    drivers are not loaded or the inventory is wrong: configuration (fix-config), not a dead NIC."""
+    doc = _ib_node(tmp_path / "tree", {})
+    assert doc["devices"] == []
+    (tmp_path / "p").mkdir()
+    caps = replay_captures(tmp_path / "p", {"rdma": ({}, doc)})
+    got = replay_suite(tmp_path / "p", caps, "test_gpudirect.py", extra_vars="ib_hcas='[\"mlx5_0\",\"mlx5_1\"]'",
+                       k="rdma_ports or gpudirect_rdma")
+    assert got["test_rdma_ports"]["outcome"] == "failure" and "ib_hcas" in got["test_rdma_ports"]["message"]
+    (t,) = [t for t in json.loads((tmp_path / "p" / "rep" / "results.json").read_text())["tests"]
+            if "test_rdma_ports" in t["nodeid"]]
+    (entry,) = t["failures"]
+    assert entry["cause"]["kind"] == "rdma_device_missing" and entry["action"]["action"] == "fix-config", entry

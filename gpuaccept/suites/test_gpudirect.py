@@ -113,19 +113,28 @@ def _rdma_doc(node: HostRunner) -> dict:
     return node.cached_probe("rdma", {})
 
 
-def _no_nic(node: HostRunner, doc: dict) -> None:
-    if not doc.get("devices"):
-        if node.host.vars.get("ib_hcas"):
-            pytest.fail(f"{node.name}: no InfiniBand/RoCE device found but the inventory declares "
-                        f"ib_hcas={node.host.vars.get('ib_hcas')}", pytrace=False)
+def _no_nic(node: HostRunner, doc: dict, verdicts) -> bool:
+    """Skip the test on a host without an RDMA device that declares none; where ``ib_hcas`` declares some, fail
+    it as the node's configuration (``rdma_device_missing``: no RDMA device at all is the driver stack not loaded
+    or the inventory, not a dead NIC; a missing one beside others is judged by test_rdma_ports) and return True."""
+    if doc.get("devices"):
+        return False
+    if not node.host.vars.get("ib_hcas"):
         pytest.skip(f"no InfiniBand/RoCE device on {node.name}")
+    verdicts.fail(f"no InfiniBand/RoCE device found but the inventory declares ib_hcas="
+                  f"{node.host.vars.get('ib_hcas')}", check="rdma_devices",
+                  cause=Cause("configuration", "rdma_device_missing",
+                              evidence={"declared": str(node.host.vars.get("ib_hcas"))[:200]}))
+    verdicts.finish()
+    return True
 
 
 @ahead(_rdma_doc)  # its plan (gpuaccept.runner.prefetch.ahead): cached for the test
 def test_rdma_ports(node: HostRunner, verdicts):
     """Every expected HCA (``ib_hcas``) present; every port ACTIVE and LinkUp at ``ib_rate_gbps``."""
     doc = _rdma_doc(node)
-    _no_nic(node, doc)
+    if _no_nic(node, doc, verdicts):
+        return
     v = node.host.vars
     want = sl.str_list(v.get("ib_hcas"), "ib_hcas", node.name)
     rate = sl.ib_rate_limit(v.get("ib_rate_gbps"), node.name)
@@ -161,7 +170,8 @@ def test_gpudirect_rdma(node: HostRunner, gpus, verdicts):
     NIC behind a PCIe switch (PIX/PXB), not through the CPU root complex; ``ib_write_bw --use_cuda``
     loopback per HCA when perftest is installed."""
     doc = _rdma_doc(node)
-    _no_nic(node, doc)
+    if _no_nic(node, doc, verdicts):
+        return
     pm = doc["peermem"]
     ready = sj.gdr_readiness(pm)
     nccl = None
