@@ -24,7 +24,7 @@ from gpuaccept.config import storage as sl
 from gpuaccept.errors import ConfigError
 from gpuaccept.reporting.folder import run_figures
 from probe_helpers import sysfs_pci as _pci, write_line as _w
-from project_helpers import junit, make_project, run_pytest
+from project_helpers import fleet_test, junit, make_project, run_pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "gpuaccept" / "probes"
@@ -945,3 +945,17 @@ def test_fewer_nvme_namespaces_than_declared_is_unverified_not_a_drain(tmp_path)
     (entry,) = [e for e in t["failures"] if e.get("check") == "nvme_count"]
     assert entry["cause"]["kind"] == "nvme_count_unverified" and entry["action"]["action"] == "rerun", entry
     assert "drain-rma" not in (rep / "summary.md").read_text()
+
+
+def test_a_shared_path_missing_on_one_host_fails_that_host_as_placement(tmp_path):
+    """fs_paths with a typo on nodeG, a real folder on nodeH: nodeG fails under its own name (its FAIL, its line in
+    failed-hosts.txt), configuration placement (mount it or correct fs_paths), not the network's."""
+    good = tmp_path / "stor"
+    good.mkdir()
+    rep, t = fleet_test(tmp_path, ["[n]", f"nodeG ansible_connection=local fs_paths={tmp_path}/shared-typo",
+                                   f"nodeH ansible_connection=local fs_paths={good} fs_allow_root_fs=true"],
+                        "test_storage.py", "test_shared_fs_aggregate")
+    (entry,) = [e for e in t["failures"] if e["host"] == "nodeG"]
+    assert entry["cause"]["kind"] == "placement" and entry["action"]["action"] == "fix-config", entry
+    assert "nodeG" in (rep / "failed-hosts.txt").read_text().split()
+    assert "- **FAIL** `nodeG`" in (rep / "summary.md").read_text()

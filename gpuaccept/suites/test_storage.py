@@ -264,9 +264,9 @@ def test_shared_fs_aggregate(nodes: list[HostRunner], verdicts):
         split = sj.split_shared_fs(path, placements, {h: expects[h] for h in hosts})
         verdicts.record(f"fs_placement {path}", list(split.reference) if split.reference else None,
                         extra={"hosts": placements, "members": list(split.members), "left_out": split.problems})
-        for h in hosts:
+        for h in hosts:  # filed under the host (its own FAIL and list), with the placement's cause
             for line in split.problems.get(h, []):
-                verdicts.fail(line)
+                verdicts.for_host(h).fail(line.removeprefix(f"{h}: "), cause=sj.placement_cause(placements[h]).on(h))
 
         def fio(n, p):
             args = {**sl.fio_args(n.host.vars.get("storage_fio"), n.name), "paths": [p],
