@@ -562,3 +562,22 @@ def test_multinode_allreduce_over_replayed_hosts_is_skipped_not_blamed_on_the_fi
                 if t["nodeid"].endswith("test_allreduce_multinode"))
     assert test["outcome"] == "skipped" and "replay saved documents" in test["message"], test
     assert not (rep / "failed-hosts.txt").exists() or (rep / "failed-hosts.txt").read_text().strip() == ""
+
+
+def test_a_torch_without_fp8_leaves_fp8_unmeasured_as_the_nodes_software(tmp_path):
+    """An older torch on an fp8-capable H200 (no torch._scaled_mm): the matmul probe measures the other dtypes and
+    says why fp8 was not run; the test errs for the node's torch (configuration, fix-config), the other figures
+    judged as usual, and nothing is drained."""
+    def old_torch(doc):
+        for g in doc["gpus"]:
+            g["dtypes"].pop("fp8", None)
+        doc["unsupported"] = {"fp8": {"why": "torch 2.0.1 has no torch._scaled_mm/float8_e4m3fn (fp8 matmuls need "
+                                             "torch >= 2.1)", "torch": True}}
+    inv = replay_project(tmp_path, alter(tmp_path, "matmul_tflops", old_torch))
+    rep = tmp_path / "rep"
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "tensor_tflops")
+    (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "tensor_tflops" in t["nodeid"]]
+    assert t["outcome"] == "error" and "fp8_tflops not measured: torch 2.0.1 has no torch._scaled_mm" in t["message"]
+    assert {c["kind"] for c in t["causes"]} == {"torch_lacks_dtype"}, t["causes"]
+    assert any(f["check"] == "bf16_tflops" and f["verdict"] == "pass" for f in t["figures"])
+    assert "drain-rma" not in (rep / "summary.md").read_text()

@@ -17,6 +17,7 @@ Args (JSON object, every key optional)::
 Output::
 
     {"device", "nvml": "ok" | "unavailable: ...", "fp8_fast_accum", "search",
+     "unsupported": {dtype: {"why", "torch": bool}},   # asked for, not run here (unsupported_why); the rest measured
      "steady": {"min_seconds", "max_seconds", "tolerance_pct", "window_seconds"},
      "gpus": [{"index", "name", "pci_bus_id",
      "dtypes": {"bf16": {"tflops", "tflops_max", "iters", "batch", "seconds", "m", "n", "k",
@@ -205,6 +206,19 @@ def supported_dtypes(device: torch.device) -> list[str]:
     if cc in ((8, 0), (9, 0), (10, 0)):
         out.append("fp64")
     return out
+
+
+def unsupported_why(dtype: str, device: torch.device) -> dict:
+    """Why ``dtype`` is not in :func:`supported_dtypes` for ``device``: ``{"why": text, "torch": bool}``, ``torch``
+    True when the device could run it and this torch cannot (fp8 without torch._scaled_mm / float8_e4m3fn: a torch
+    older than 2.1), the node's software; False when the device itself cannot (compute capability)."""
+    has_fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+    cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    if dtype == "fp8" and not has_fp8 and (cc is None or cc >= (8, 9)):
+        return {"why": f"torch {torch.__version__} has no torch._scaled_mm/float8_e4m3fn (fp8 matmuls need "
+                       f"torch >= 2.1)", "torch": True}
+    return {"why": f"compute capability {cc[0]}.{cc[1]} does not run {dtype} on tensor cores" if cc else
+            f"{dtype} not run on this device", "torch": False}
 
 
 def wave_fit_m(m: int, n: int, sm_count: int) -> int | None:
@@ -458,9 +472,12 @@ def main(args: dict) -> dict:
     supported = supported_dtypes(first_dev)
     if dtypes is None:
         dtypes = supported
-    for d in dtypes:
-        if d not in supported and d != "fp32":
-            raise ProbeFailed(f"dtype {d!r} is not supported on this device (supported: {', '.join(supported)})")
+    unsupported = {d: unsupported_why(d, first_dev) for d in dtypes if d not in supported and d != "fp32"}
+    dtypes = [d for d in dtypes if d not in unsupported]
+    if not dtypes:
+        raise ProbeFailed(f"dtype(s) {', '.join(unsupported)} not supported here: "
+                          + "; ".join(f"{d}: {w['why']}" for d, w in unsupported.items()),
+                          setup="torch_lacks_dtype" if any(w["torch"] for w in unsupported.values()) else None)
     conf = matmul_config(args, device, dtypes)
     sampler, nvml_state = start_sampler(device, indices)
     st = conf["steady"]
@@ -491,7 +508,7 @@ def main(args: dict) -> dict:
         gpus.append({**describe_gpu(device, i), "dtypes": per_gpu[i]})
     return {"device": device, "nvml": nvml_state, "fp8_fast_accum": conf["fast_accum"], "search": conf["search"],
             "steady": {**describe(st), "window_seconds": conf["window_s"]},
-            "gpus": gpus, "conditions": watch.result()}
+            "gpus": gpus, "conditions": watch.result(), "unsupported": unsupported}
 
 
 if __name__ == "__main__":

@@ -50,6 +50,12 @@ def test_tensor_tflops(node: HostRunner, gpus, sku, verdicts):
             limit = sku.limit(check)
             fig = figs.get(dtype)
             if not isinstance(fig, dict):
+                why = (doc.get("unsupported") or {}).get(dtype)
+                if isinstance(why, dict):  # the probe could not run it here: torch's (configuration) or the device's
+                    verdicts.error(f"{check} not measured: {why.get('why')}", gpu=g, cause=Cause(
+                        "configuration", "torch_lacks_dtype" if why.get("torch") else "dtype_unsupported",
+                        evidence={"dtype": dtype, "why": str(why.get("why"))[:200]}))
+                    continue
                 verdicts.error(f"{check} not measured (matmul_tflops has no {dtype} figure for this GPU)", gpu=g)
                 continue
             label = matmul_label(dtype, fig)
