@@ -526,6 +526,36 @@ def test_nvme_inventory_sysfs_tree(tmp_path):
     assert doc["controllers"][0]["smart_error"] == "nvme-cli not installed"
 
 
+def test_nvme_smart_unread_for_want_of_nvme_cli_is_said_where_nvme_count_asks(tmp_path):
+    """Two healthy NVMe controllers (a sysfs tree), no nvme-cli on the node: with nvme_count declared the test errs
+    for the node's software (program_missing nvme-cli: SMART critical warnings would go unseen), never passes
+    silently; without nvme_count it records the SMART as unread and passes."""
+    from project_helpers import replay_captures, replay_suite
+    sysfs = tmp_path / "sys"
+    for i in range(2):
+        bdf = f"0000:0{i + 1}:00.0"
+        dev = _pci(sysfs, ["0000:00:01.0", bdf])
+        for k, val in (("current_link_speed", "16.0 GT/s PCIe"), ("current_link_width", "4"),
+                       ("max_link_speed", "16.0 GT/s PCIe"), ("max_link_width", "4")):
+            _w(dev / k, val)
+        c = sysfs / "class" / "nvme" / f"nvme{i}"
+        c.mkdir(parents=True)
+        (c / "device").symlink_to(dev)
+        for k, val in (("model", "ACME NVMe"), ("serial", f"S{i}"), ("transport", "pcie"), ("address", bdf)):
+            _w(c / k, val)
+        _w(sysfs / "block" / f"nvme{i}n1" / "size", "2000000")
+    doc, p = probe("nvme_inventory", {"sysfs": str(sysfs), "nvme_cli": False})
+    assert p.returncode == 0 and doc["nvme_cli"] is None, p.stderr
+    for name, extra, want in (("declared", "nvme_count=2", "error"), ("bare", "", "passed")):
+        (tmp_path / name).mkdir()
+        caps = replay_captures(tmp_path / name, {"nvme_inventory": ({}, doc)})
+        case = replay_suite(tmp_path / name, caps, "test_storage.py", extra_vars=extra, k="nvme_inventory")
+        assert case["test_nvme_inventory"]["outcome"] == want, case["test_nvme_inventory"]
+    (t,) = [t for t in json.loads((tmp_path / "declared" / "rep" / "results.json").read_text())["tests"]
+            if "nvme_inventory" in t["nodeid"]]
+    assert "nvme-cli is not installed" in t["message"] and {c["kind"] for c in t["causes"]} == {"program_missing"}
+
+
 def test_rdma_topology_sysfs_tree(tmp_path):
     sysfs = tmp_path / "sys"
     # GPU0 and mlx5_0 behind one switch (root port 01.0 -> up 10:00.0 -> down 11:00.0 / 11:01.0)

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from gpuaccept.causes import Cause
 from gpuaccept.judging import conditions as sj_conditions
 from gpuaccept.judging import storage as sj
 from gpuaccept.config import storage as sl
@@ -127,6 +128,11 @@ def test_nvme_inventory(node: HostRunner, verdicts):
         smart = c.get("smart")
         if smart is None:
             verdicts.record(f"nvme_smart.{c['name']}", None, extra={"controller": who, "reason": c.get("smart_error")})
+            if want is not None and not doc.get("nvme_cli") and c.get("transport") in (None, "pcie"):
+                # the inventory asks for the node's NVMe checks: SMART left unread is said, as the node's software
+                verdicts.error(f"{who}: SMART not read: nvme-cli is not installed, so critical warnings and media "
+                               f"errors go unseen", cause=Cause("configuration", "program_missing",
+                                                                evidence={"program": "nvme-cli"}))
             continue
         verdicts.record(f"nvme_smart.{c['name']}", smart, extra={"controller": who})
         if smart.get("critical_warning"):
