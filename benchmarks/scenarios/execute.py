@@ -9,6 +9,7 @@ known_hosts and interpreter.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -16,8 +17,6 @@ import shutil
 import subprocess
 import sys
 import time
-
-import dataclasses
 
 import yaml
 

@@ -186,21 +186,20 @@ def _check_test(name: str, want: dict, recs: list) -> tuple[str, str, bool]:
     return expected, " | ".join(s.strip() for s in seen), ok
 
 
+def _measured(doc: dict, check: str) -> list[dict]:
+    """The figures of ``check`` in run ``doc`` that carry a number."""
+    return [f for f in run_figures(doc) if f.get("check") == check
+            and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
+
+
 def _figures(doc: dict, check: str) -> list[float]:
-    return [float(f["value"]) for f in run_figures(doc) if f.get("check") == check
-            and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
-
-
-def _floors(doc: dict, check: str) -> list[float | None]:
-    """Each figure's own floor (the ``limit.min`` the run judged it against), in :func:`_figures`' order."""
-    return [(f.get("limit") or {}).get("min") for f in run_figures(doc) if f.get("check") == check
-            and isinstance(f.get("value"), (int, float)) and not isinstance(f.get("value"), bool)]
+    return [float(f["value"]) for f in _measured(doc, check)]
 
 
 def _check_figure(check: str, want: dict, doc: dict, refs: dict[str, dict]) -> tuple[str, str, bool]:
     vals = _figures(doc, check)
     if want.get("min") == "floor":  # at or above the floor of the SKU file the run judged the figure against
-        floors = _floors(doc, check)
+        floors = [(f.get("limit") or {}).get("min") for f in _measured(doc, check)]
         need = int(want.get("gpus", 1))
         ok = len(vals) >= need and all(isinstance(m, (int, float)) and v >= m for v, m in zip(vals, floors))
         return (f"{check} >= its SKU file's floor" + (f", at least {need}" if need != 1 else ""),

@@ -44,10 +44,7 @@ def why_no_device(torch_cuda: str | None, nvml_cuda, nvml_gpus, visible: str | N
     out = []
     drv = cuda_version_text(nvml_cuda)
     if drv and torch_cuda:
-        try:
-            older = tuple(int(x) for x in drv.split(".")) < tuple(int(x) for x in torch_cuda.split(".")[:2])
-        except ValueError:
-            older = False
+        older = driver_too_old(torch_cuda, nvml_cuda)
         out.append(f"the NVIDIA driver supports CUDA {drv} (NVML), torch is built for CUDA {torch_cuda}"
                    + (": the driver is too old for this torch build (update the driver, or install a torch "
                       f"built for CUDA <= {drv})" if older else ""))

@@ -193,10 +193,15 @@ def start_sampler(device: str, indices: list[int]):
 
 # ---------------------------------------------------------------- matmul
 
+def torch_has_fp8() -> bool:
+    """Whether this torch has fp8 matmuls (torch._scaled_mm and torch.float8_e4m3fn, since torch 2.1)."""
+    return hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+
+
 def supported_dtypes(device: torch.device) -> list[str]:
     """Dtypes of DEFAULT_ORDER this device runs: fp8 needs compute capability >= 8.9 and
     torch._scaled_mm; fp64 is left to GPUs with fp64 tensor cores (8.0, 9.0, 10.0)."""
-    has_fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+    has_fp8 = torch_has_fp8()
     if device.type == "cpu":
         return [d for d in DEFAULT_ORDER if d != "fp8" or has_fp8]
     cc = torch.cuda.get_device_capability(device)
@@ -212,7 +217,7 @@ def unsupported_why(dtype: str, device: torch.device) -> dict:
     """Why ``dtype`` is not in :func:`supported_dtypes` for ``device``: ``{"why": text, "torch": bool}``, ``torch``
     True when the device could run it and this torch cannot (fp8 without torch._scaled_mm / float8_e4m3fn: a torch
     older than 2.1), the node's software; False when the device itself cannot (compute capability)."""
-    has_fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+    has_fp8 = torch_has_fp8()
     cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     if dtype == "fp8" and not has_fp8 and (cc is None or cc >= (8, 9)):
         return {"why": f"torch {torch.__version__} has no torch._scaled_mm/float8_e4m3fn (fp8 matmuls need "

@@ -116,6 +116,7 @@ def test_nvme_inventory(node: HostRunner, verdicts):
         verdicts.fail(f"{n} NVMe namespaces found, inventory nvme_count says {want}: "
                       f"{', '.join(x['name'] for x in doc.get('namespaces', [])) or 'none'}",
                       check="nvme_count", cause=sj.nvme_count_cause(n, want, doc.get("controller_count")))
+    unread = []  # local controllers whose SMART nvme-cli's absence left unread
     for c in doc.get("controllers", []):
         who = f"{c['name']} ({c.get('model') or '?'}, serial {c.get('serial') or '?'}, {c.get('pci_address') or '-'})"
         link = c.get("link")
@@ -128,17 +129,18 @@ def test_nvme_inventory(node: HostRunner, verdicts):
         smart = c.get("smart")
         if smart is None:
             verdicts.record(f"nvme_smart.{c['name']}", None, extra={"controller": who, "reason": c.get("smart_error")})
-            if want is not None and not doc.get("nvme_cli") and c.get("transport") in (None, "pcie"):
-                # the inventory asks for the node's NVMe checks: SMART left unread is said, as the node's software
-                verdicts.error(f"{who}: SMART not read: nvme-cli is not installed, so critical warnings and media "
-                               f"errors go unseen", cause=Cause("configuration", "program_missing",
-                                                                evidence={"program": "nvme-cli"}))
+            if not doc.get("nvme_cli") and c.get("transport") in (None, "pcie"):
+                unread.append(c["name"])
             continue
         verdicts.record(f"nvme_smart.{c['name']}", smart, extra={"controller": who})
         if smart.get("critical_warning"):
             verdicts.fail(f"{who}: SMART critical_warning {smart['critical_warning']:#x}")
         if smart.get("media_errors"):
             verdicts.fail(f"{who}: SMART media_errors {smart['media_errors']}")
+    if unread and want is not None:  # the inventory asks for the node's NVMe checks: SMART unread is said, once
+        verdicts.error(f"SMART of {', '.join(unread)} not read: nvme-cli is not installed, so critical warnings and "
+                       f"media errors go unseen", cause=Cause("configuration", "program_missing",
+                                                              evidence={"program": "nvme-cli"}))
     verdicts.finish()
 
 
