@@ -421,3 +421,12 @@ def test_one_machine_under_two_names_in_two_shards_fails_both_names(tmp_path):
     d = _run(tmp_path / "shard4", 2.0, recs_b)
     rep = merge([str(c), str(d)], str(tmp_path / "merged2"))
     assert all(r.outcome == "passed" for r in rep.records.values())
+    # shard 1's fleet test failed gpu-01 for another reason (its driver): its shared GPUs are still said
+    split = CaseRecord("suites/test_health.py::test_fleet_consistency", "test_fleet_consistency", None, "health",
+                       "failed", "gpu-01: driver 570.195.03, while 1 of 2 hosts run 580.159.04",
+                       failures=[{"host": "gpu-01", "line": "gpu-01: driver 570.195.03", "action": {"action": "fix-config"}}])
+    e = _run(tmp_path / "shard5", 1.0, recs_a + [split])
+    f = _run(tmp_path / "shard6", 2.0, recs_b + [_fleet_ok()])
+    rep = merge([str(e), str(f)], str(tmp_path / "merged3"))
+    (fleet,) = [r for r in rep.records.values() if r.name == "test_fleet_consistency"]
+    assert "gpu-01: reports the same GPUs as gpu-03" in fleet.message and "gpu-01: driver 570" in fleet.message

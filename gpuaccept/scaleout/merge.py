@@ -330,18 +330,19 @@ FLEET_TEST = "test_fleet_consistency"
 
 def shared_gpu_lines(recs: list[CaseRecord]) -> list[tuple[str, str]]:
     """``[(host, line)]`` of hosts that report the same GPUs (NVML UUID, the ``uuid`` figures of test_gpu_inventory)
-    as another host of the merged runs, which no shard's own test_fleet_consistency failed (pure): one machine
+    as another host of the merged runs, which no shard's own test_fleet_consistency failed for it (pure): one machine
     reached under two inventory names in two shards, which each shard alone could not see
     (gpuaccept.judging.fleet.shared_gpus)."""
     from gpuaccept.judging.fleet import shared_gpus
     by_host: dict[str, list[dict]] = {}
-    named: set = set()  # hosts a shard's own fleet-wide test already failed (its failure entries name them)
+    named: set = set()  # hosts a shard's own fleet-wide test already failed for sharing GPUs (check same_gpus)
     for r in recs:
         for f in r.figures if r.host else []:
             if f.get("check") == "uuid" and isinstance(f.get("value"), str):
                 by_host.setdefault(r.host, []).append({"uuid": f["value"]})
         if not r.host and r.outcome == "failed":
-            named.update(e.get("host") for e in r.failures or [] if isinstance(e, dict))
+            named.update(e.get("host") for e in r.failures or [] if isinstance(e, dict)
+                         and e.get("check") == "same_gpus")
     return [(h, f"{h}: {why}") for h, why in shared_gpus(by_host) if h not in named]
 
 
