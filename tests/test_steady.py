@@ -3,6 +3,7 @@ the window loop on real timed work, and the joint decision of threads that measu
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 import time
 
@@ -111,3 +112,22 @@ def test_threads_measuring_together_stop_together():
     assert {s: (r["windows"], r["stop"]) for s, r in out.items()} == {0: (8, "stable"), 1: (8, "stable"),
                                                                       2: (8, "ceiling")}
     assert steady.Joint().gather(None, 3, "x") == {3: "x"}
+
+
+def test_a_swinging_series_settles_when_its_figure_does():
+    """A power-capped H200's bf16 windows (TFLOP/s of 0.25 s windows, 1xH200 quick run 2026-12-04) swing by up to
+    6 % and no two successive ones agree within 0.5 %: the figure, the median so far, moves less than 0.5 % at
+    the fifth window, and the rule stops there ("settled"); with windows alone it ran to the 2 s ceiling."""
+    bf16 = [679.59, 638.63, 668.24, 679.55, 671.67, 641.88, 667.43, 682.17]
+    assert steady.replay_series(bf16, 0.25, 0.5, 2.0) == (5, "settled")
+    figures = [statistics.median(bf16[:i]) for i in range(1, 9)]
+    assert steady.stop_reason(bf16[:5], 1.25, 0.5, 2.0) is None  # without the figures: windows only
+    assert steady.stop_reason(bf16[:5], 1.25, 0.5, 2.0, figures=figures[:5]) == "settled"
+    assert steady.stop_reason(bf16[:4], 1.0, 0.5, 2.0, figures=figures[:4]) is None  # 0.85 % is not settled
+    # the same figures over windows that drift one way (each below the one before) never settle
+    drift = sorted(bf16[:5], reverse=True)
+    assert steady.stop_reason(drift, 1.25, 0.5, 2.0, figures=figures[:5]) is None
+    assert steady.stop_reason(bf16[:5], 1.25, 0.5, 2.0, tolerance=0.0, figures=figures[:5]) is None
+    assert steady.stop_reason(bf16[:2], 0.5, 1.0, 2.0, figures=[650.0, 650.0]) is None  # under the floor
+    # windows that agree say "stable" first, whatever the figures do
+    assert steady.stop_reason([600.0, 650.0, 651.0], 0.75, 0.5, 2.0, figures=[600.0, 625.0, 650.0]) == "stable"

@@ -19,7 +19,7 @@ Output::
                "copy_gbps", "copy_gbps_max", "triad_gbps", "triad_gbps_max",
                "method": {"read": ..., "write": ..., "copy": ..., "triad": ...},
                "results": {"read:sum_fp32": {"median_gbps", "max_gbps", "bytes_per_rep",
-                                             "measured_s", "windows", "stop": "stable" | "ceiling"}, ...},
+                                             "measured_s", "windows", "stop": "stable" | "settled" | "ceiling"}, ...},
                "samples": {"read:sum_fp32": [GB/s per rep], ...},
                "errors": {"read:triton_tiles": "why it was left out"}}]}
 

@@ -21,7 +21,7 @@ Output::
      "steady": {"min_seconds", "max_seconds", "tolerance_pct", "window_seconds"},
      "gpus": [{"index", "name", "pci_bus_id",
      "dtypes": {"bf16": {"tflops", "tflops_max", "iters", "batch", "seconds", "m", "n", "k",
-                         "measured_s", "windows", "stop": "stable" | "ceiling", "window_tflops",
+                         "measured_s", "windows", "stop": "stable" | "settled" | "ceiling", "window_tflops",
                          "layout", "path", "use_fast_accum" (fp8), "chosen_because",
                          "candidates": [{"m", "n", "k", "layout", "path", "trial_tflops" | None, "error"?}],
                          "sm_clock_mhz_min", "sm_clock_mhz_median", "power_w_max", "temp_c_max",

@@ -16,7 +16,7 @@ Output::
      "pairs": [{"a": i, "b": j, "peer_access": bool,     # torch.cuda.can_device_access_peer(a, b)
                 "unidir_gbps": float | None,             # a -> b alone, GB/s (1e9 bytes/s)
                 "bidir_gbps": float | None,              # a -> b and b -> a at once, total GB/s
-                "unidir_measure", "bidir_measure": {"measured_s", "windows", "stop": "stable" | "ceiling"},
+                "unidir_measure", "bidir_measure": {"measured_s", "windows", "stop": "stable" | "settled" | "ceiling"},
                 "error": str}]}                          # only when a figure could not be measured
 
 The probe fails (rc 1) when torch has no CUDA device, and with fewer than two GPUs there are no pairs.

@@ -21,11 +21,13 @@ Output::
                "h2d_gbps", "d2h_gbps", "h2d_gbps_all", "d2h_gbps_all",
                "h2d_gbps_max", "d2h_gbps_max",
                "measure": {"h2d" | "d2h" | "h2d_all" | "d2h_all": {"measured_s", "windows",
-                                                                  "stop": "stable" | "ceiling"}}}]}
+                                                                  "stop": "stable" | "settled" | "ceiling",
+                                                                  "as"?}}}]}
 
 ``*_gbps``: median over the copies with this GPU alone (mode each); ``*_gbps_all``: median while
 every selected GPU copies at once (mode all; a barrier starts each direction together, and they stop together);
-a mode not run leaves its fields null. GB/s = 1e9 B/s of payload; one copy of ``bytes`` counts ``bytes`` (the
+a mode not run leaves its fields null. With one GPU, mode both copies once: its ``*_all`` figures are its
+``*_gbps`` (``measure`` ``h2d_all``/``d2h_all`` say ``"as": "h2d"``/``"d2h"``). GB/s = 1e9 B/s of payload; one copy of ``bytes`` counts ``bytes`` (the
 convention of CUDA's bandwidthTest and nvbandwidth). Timed with CUDA events between back-to-back
 ``copy_(non_blocking=True)`` between a pinned host buffer and a device buffer, both allocated once before any
 timing (a 1 GiB copy at 55 GB/s is ~20 ms): windows of ``iters`` copies until two successive window medians
@@ -235,7 +237,12 @@ def main(args: dict) -> dict:
                 for d in ("h2d", "d2h"):
                     g[f"{d}_gbps"], g[f"{d}_gbps_max"] = summarize(res[d]["samples"], nbytes)
                     g["measure"][d] = fields(res[d])
-        if mode in ("all", "both"):
+        if mode == "both" and len(gpus) == 1:  # one GPU copying alone is all GPUs copying at once
+            g = gpus[0]
+            for d in ("h2d", "d2h"):
+                g[f"{d}_gbps_all"] = g[f"{d}_gbps"]
+                g["measure"][f"{d}_all"] = {**g["measure"][d], "as": d}
+        elif mode in ("all", "both"):
             joint = Joint()
             every = on_gpus(lambda i, b: measure(gpus[indices.index(i)], cfg, b, joint), indices)
             for g, res in zip(gpus, every):
