@@ -6,7 +6,9 @@ windows and fewer repetitions, the same sizes (so figures stay comparable with t
 every load long enough for a weak card to heat up, throttle or throw errors: minutes, not seconds.
 
 The throughput probes (matmul_tflops, hbm_bandwidth, pcie_bandwidth, p2p_bandwidth) stop each figure when it
-is stable (gpuaccept/probes/_steady.py: a window's median within 0.5 % of the previous window's); a profile sets
+is stable (gpuaccept/probes/_steady.py: a window's median within 0.5 % of the previous window's, or, where the
+windows swing about a level as a power-capped card's do, the figure itself within 0.5 % of what it was one window
+before); a profile sets
 the floor and ceiling of that rule per figure, ``min_seconds`` and ``max_seconds`` (seconds of timed windows per
 dtype, per HBM method, per PCIe direction and mode, per P2P pair and direction). The probes' defaults (standard):
 matmul 1.0..4.0 s, HBM 0.05..0.5 s, PCIe 0.2..1.0 s, P2P 0.05..0.4 s. Burn-in sets floor = ceiling: it holds
