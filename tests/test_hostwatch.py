@@ -174,8 +174,8 @@ def test_pcie_bandwidth_under_a_foreign_load_is_an_error_with_its_figures_kept(t
                      "-k", "pcie_bandwidth")
     case = next(c for c in junit(rep / "junit-memory.xml") if c["name"].startswith("test_pcie_bandwidth"))
     assert case["outcome"] == "error", (case, res.stdout[-2000:])
-    assert case["message"].startswith("disturbed: host busy: pid ") and f"pid {named[0]} (" in case["message"], \
-        case["message"]
+    top = real["disturbed"][0]["foreign"][0]["pid"]  # the busiest first (other tests' processes may outdo ours)
+    assert case["message"].startswith(f"disturbed: host busy: pid {top} ("), case["message"]
     assert "% of the CPUs" in case["message"] and "FAIL" not in case["outcome"]
     doc = json.loads((rep / "results.json").read_text())
     figs = [f for f in run_figures(doc) if f["check"] == "h2d_bw_gbps"]

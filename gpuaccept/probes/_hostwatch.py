@@ -61,9 +61,10 @@ from _proc import Proc
 #: seconds between samples (the GPU watch samples NVML every 0.2 s; /proc scans cost more, see above)
 INTERVAL_S = 0.25
 #: the shortest window judged, seconds: per-process CPU time moves in USER_HZ ticks (10 ms, USER_HZ = 100 on
-#: Linux), so one second reads a share to about 1 % of one CPU. :meth:`Watch.stop` waits until the window
-#: is this long (a CPU-path transfer of a few MiB lasts milliseconds).
-MIN_WINDOW_S = 1.0
+#: Linux), so half a second reads a share to about 2 % of one CPU, and the bound below (a quarter of all CPUs:
+#: 25 ticks in 0.5 s on a 2-CPU host) to about 4 % of itself. :meth:`Watch.stop` waits until the window is this
+#: long (a CPU-path transfer of a few MiB lasts milliseconds; one GPU's timed PCIe copies about 0.3 s on an H200)
+MIN_WINDOW_S = 0.5
 #: foreign processes together above this share of all online CPUs, over the window, disturb the
 #: measurement. gpuaccept's bound (2026-12-04): a host-to-device copy is driven by one pinned
 #: thread per GPU and fio by a few jobs; a quarter of the host's CPUs busy with other work (28 cores of a
