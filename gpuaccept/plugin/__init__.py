@@ -48,8 +48,7 @@ from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
-from gpuaccept.plugin import empty_shard, nodeactions, output
-from gpuaccept.plugin import collection
+from gpuaccept.plugin import collection, empty_shard, nodeactions, output
 from gpuaccept.plugin.collection import pytest_pycollect_makemodule  # noqa: F401 - a hook of this plugin
 from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
 
@@ -245,11 +244,12 @@ def pytest_collection_modifyitems(config, items):
     """The burn-in layer runs only when asked for by marker (``-m burnin``): a burn-in holds a node for many
     minutes, and a plain ``pytest`` (the main job) must not start one by surprise. An empty shard (no host
     selected) runs no test at all (gpuaccept.plugin.empty_shard). Layers run in collection.RUN_ORDER."""
-    if _state(config) is not None and not config.stash[STATE].hosts:
+    if _state(config) is None:
+        return
+    if not config.stash[STATE].hosts:
         return empty_shard.deselect_all(config, items)
-    if _state(config) is not None:
-        collection.in_run_order(items)
-    if _state(config) is None or "burnin" in (config.option.markexpr or ""):
+    collection.in_run_order(items)
+    if "burnin" in (config.option.markexpr or ""):
         return
     keep = [it for it in items if it.get_closest_marker("burnin") is None]
     if len(keep) != len(items):

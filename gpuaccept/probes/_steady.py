@@ -76,9 +76,9 @@ def replay_series(window_medians: list[float], window_s: float, min_s: float, ma
     in turn, one sample each (pure; what :func:`run_windows` decides on such a series: the figure after each
     window is the median of the window medians so far). A series that ends before the rule stops returns (its
     length, "ceiling")."""
+    figures = [statistics.median(window_medians[:i]) for i in range(1, len(window_medians) + 1)]
     for n in range(1, len(window_medians) + 1):
-        figures = [statistics.median(window_medians[:i]) for i in range(1, n + 1)]
-        why = stop_reason(window_medians[:n], n * window_s, min_s, max_s, tolerance, figures)
+        why = stop_reason(window_medians[:n], n * window_s, min_s, max_s, tolerance, figures[:n])
         if why:
             return n, why
     return len(window_medians), "ceiling"
