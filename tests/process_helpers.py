@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -124,3 +125,11 @@ def procs_with(needle: str) -> list[str]:
         if state not in ("Z", "X") and (needle in cmd or cwd.startswith(needle)):
             out.append(cmd)
     return out
+
+
+def compile_beside(folder: Path) -> None:
+    """``python -m compileall`` of ``folder`` into its own ``__pycache__`` (no prefix of this test run's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    r = subprocess.run([sys.executable, "-m", "compileall", "-q", str(folder)], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and (folder / "__pycache__").is_dir(), r.stdout + r.stderr

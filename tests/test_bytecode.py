@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from gpuaccept.runner.agent import Agent
 from gpuaccept.runner.ship import PROBE_DIR
 from gpuaccept.transport import get_transport
-from process_helpers import FakeHost
+from process_helpers import FakeHost, compile_beside
 
 ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -148,3 +149,95 @@ def test_past_keep_entries_the_oldest_half_goes(tmp_path, monkeypatch):
     assert ns["X"] == 10
     left = sorted(p.stat().st_mtime for p in cache_dir(tmp_path).iterdir())
     assert len(left) == 6 and left[0] >= 1005
+
+
+def tree_dir(tmp: Path) -> Path:
+    return tmp / f"gpuaccept-pycache-{os.geteuid()}"
+
+
+def installed_package(where: Path, compiled: bool) -> Path:
+    """A package ``pkgx`` (an ``__init__`` importing a submodule) in folder ``where``, with its own bytecode
+    (``compileall``, as ``pip install`` leaves it) or none (an image built without bytecode)."""
+    pkg = where / "pkgx"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from pkgx import sub\nVALUE = sub.VALUE + 1\n")
+    (pkg / "sub.py").write_text("VALUE = 41\n")
+    if compiled:
+        compile_beside(pkg)
+    return pkg
+
+
+
+def import_with_tree(site: Path, tmp: Path, extra_env: dict | None = None) -> tuple[dict, str]:
+    """In a fresh ``python -v`` (``PYTHONDONTWRITEBYTECODE=1``, ``$TMPDIR`` = ``tmp``): ``_bytecode.use_tree
+    ("pkgx")``, then import it; (what it printed, the interpreter's verbose log of where each module's code came
+    from)."""
+    code = (f"import json, sys; sys.path[:0] = [{str(site)!r}, {str(PROBE_DIR)!r}]; import _bytecode; "
+            "t = _bytecode.use_tree('pkgx'); import pkgx; "
+            "print(json.dumps({'tree': t, 'value': pkgx.VALUE, 'prefix': sys.pycache_prefix}))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmp), **(extra_env or {})})
+    r = subprocess.run([sys.executable, "-v", "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_a_package_without_bytecode_is_compiled_once_into_the_users_tree(tmp_path):
+    """An installed package with no ``__pycache__`` (torch on the lent H200's image): the first import writes its
+    bytecode below ``$TMPDIR/gpuaccept-pycache-<euid>`` (0700) and nothing beside the source; the next process
+    reads its code from there (Python's own log says so) and rewrites nothing."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    pkg = installed_package(site, compiled=False)
+    first, _log = import_with_tree(site, tmp)
+    tree = tree_dir(tmp)
+    assert first == {"tree": str(tree), "value": 42, "prefix": str(tree)}
+    assert (tree.stat().st_mode & 0o777) == 0o700 and tree.stat().st_uid == os.geteuid()
+    written = {p: p.stat().st_mtime_ns for p in tree.rglob("*.pyc")}
+    mirrored = {p.relative_to(tree).parent for p in written}
+    assert mirrored == {pkg.relative_to("/")}, written
+    assert {p.name.split(".")[0] for p in written} >= {"__init__", "sub"}
+    assert not (pkg / "__pycache__").exists()
+    second, log = import_with_tree(site, tmp)
+    assert second == first
+    assert f"code object from '{tree}{pkg}/sub." in log, log[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in tree.rglob("*.pyc")} == written
+
+
+def test_a_package_with_its_own_bytecode_is_left_as_it_is(tmp_path):
+    """A package with its bytecode (as pip leaves it): no prefix is set, so Python keeps reading ``__pycache__``,
+    and no tree is made."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    pkg = installed_package(site, compiled=True)
+    got, log = import_with_tree(site, tmp)
+    assert got == {"tree": None, "value": 42, "prefix": None}
+    assert f"code object from '{pkg}/__pycache__/sub." in log
+    assert not tree_dir(tmp).exists()
+
+
+@pytest.mark.parametrize("env", [{"GPUACCEPT_BYTECODE": "off"}, {"PYTHONPYCACHEPREFIX": "operator"}])
+def test_the_tree_is_not_used_when_off_or_when_the_operator_set_a_prefix(tmp_path, env):
+    """``GPUACCEPT_BYTECODE=off``, or a prefix of the operator's (``PYTHONPYCACHEPREFIX``), which stays as it is:
+    no tree is made."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    installed_package(site, compiled=False)
+    if "PYTHONPYCACHEPREFIX" in env:
+        env = {"PYTHONPYCACHEPREFIX": str(tmp_path / "operator")}
+    got, _log = import_with_tree(site, tmp, env)
+    assert got["tree"] is None and got["value"] == 42
+    assert got["prefix"] == env.get("PYTHONPYCACHEPREFIX")
+    assert not tree_dir(tmp).exists()
+
+
+def test_a_tree_folder_open_to_others_is_not_used(tmp_path):
+    """The tree's folder exists but others may write it: nothing is read from it or written there."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    installed_package(site, compiled=False)
+    tree_dir(tmp).mkdir(mode=0o777)
+    tree_dir(tmp).chmod(0o777)
+    got, _log = import_with_tree(site, tmp)
+    assert got["tree"] is None and got["prefix"] is None
+    assert list(tree_dir(tmp).iterdir()) == []

@@ -21,7 +21,7 @@ from gpuaccept.runner.agent import Agent
 from gpuaccept.runner.host import HostRunner
 from gpuaccept.runner.ship import PROBE_DIR, torch_import
 from gpuaccept.transport import get_transport
-from process_helpers import assert_gone, live_pids, marker, wait_started
+from process_helpers import assert_gone, compile_beside, live_pids, marker, wait_started
 
 ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -435,3 +435,30 @@ def test_native_threads_of_the_import_are_counted_python_threads_refused(tmp_pat
     assert (doc["op"] == "ready") is ready, doc
     if not ready:
         assert doc["why"] == "2 Python threads run after importing torch: a fork copies only one"
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_warm_child_keeps_torch_s_bytecode_only_where_torch_has_none(tmp_path, compiled):
+    """The warm child's import of a torch with no bytecode of its own (as on the lent H200's image) leaves it below
+    ``$TMPDIR/gpuaccept-pycache-<euid>`` and says where (``bytecode_tree``); the next warm child's import reads it
+    from there. A torch with its ``__pycache__`` is imported as it is and nothing is written."""
+    fake, tmp = tmp_path / "fake", tmp_path / "tmp"
+    (fake / "torch").mkdir(parents=True)
+    tmp.mkdir()
+    (fake / "torch" / "__init__.py").write_text(
+        "__version__ = 'stand-in'\nclass cuda:\n    is_initialized = staticmethod(lambda: False)\n")
+    if compiled:
+        compile_beside(fake / "torch")
+    code = (f"import json, sys; sys.path[:0] = [{str(fake)!r}, {str(PROBE_DIR)!r}]; import _zygote; "
+            "print(json.dumps(_zygote.import_torch()[0]))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp))
+    tree = tmp / f"gpuaccept-pycache-{os.geteuid()}"
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-v", "-c", code], capture_output=True, text=True, timeout=60, env=env)
+        doc = json.loads(res.stdout.strip().splitlines()[-1])
+        assert doc["op"] == "ready", doc
+        assert doc["bytecode_tree"] == (None if compiled else str(tree))
+    where = f"{fake}/torch/__pycache__/" if compiled else f"{tree}{fake}/torch/"
+    assert f"code object from '{where}__init__." in doc["stderr"]  # the import's own output, caught
+    assert tree.exists() is not compiled

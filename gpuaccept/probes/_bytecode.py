@@ -11,6 +11,15 @@ a regular file owned by this user (``O_NOFOLLOW``); anything else compiles as be
 written atomically (a temporary name, then ``os.replace``); past :data:`KEEP` entries the oldest half is removed.
 ``GPUACCEPT_BYTECODE=off`` in the agent's environment turns it off.
 
+Installed packages that ship no bytecode of their own (an image built with ``PYTHONDONTWRITEBYTECODE`` or ``pip
+install --no-compile`` into a read-only prefix) compile every module from source at each import: torch's ~930
+modules took 2.2 of its 4.9-6.1 s import on an H200 node whose torch had no ``__pycache__`` (2026-12-05). For such
+a package :func:`use_tree` points ``sys.pycache_prefix`` at a second folder of this user's,
+``$TMPDIR/gpuaccept-pycache-<euid>`` (same checks), before the warm child imports it: Python then keeps the
+bytecode of every module it imports below that folder (a mirror of the source paths, checked against each
+source's mtime and size as ``__pycache__`` is), and the next run's import reads it. A package with its own
+bytecode is left as it is: nothing is written, since a prefix would make Python ignore ``__pycache__``.
+
 :func:`install` puts a finder for the shipped ``_*.py`` helpers of a folder in front of ``sys.meta_path`` (a forked
 probe inherits it); :func:`run_main` runs a probe file as ``__main__`` from cached code, as ``runpy.run_path``
 does. Code objects carry the file's real path (``co_filename``), so tracebacks read as they did.
@@ -37,12 +46,18 @@ def folder() -> str | None:
     """The cache folder, made ``0700`` when missing; None when it is off, cannot be made, or is not a directory of
     this user's alone (a link, another owner, group or other access): then nothing is cached."""
     global _dir
-    if _dir is not None:
-        return _dir or None
-    _dir = ""
+    if _dir is None:
+        _dir = _private("gpuaccept-bytecode") or ""
+    return _dir or None
+
+
+def _private(name: str) -> str | None:
+    """``$TMPDIR/<name>-<euid>``, made ``0700`` when missing; None when the cache is off (:data:`ENV`), the folder
+    cannot be made, or it is not a directory of this user's alone (a link, another owner, group or other
+    access)."""
     if str(os.environ.get(ENV, "")).strip().lower() in ("off", "0", "no", "false"):
         return None
-    d = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"gpuaccept-bytecode-{os.geteuid()}")
+    d = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"{name}-{os.geteuid()}")
     try:
         os.mkdir(d, 0o700)
     except FileExistsError:
@@ -54,8 +69,39 @@ def folder() -> str | None:
     except OSError:
         return None
     if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
-        _dir = d
-    return _dir or None
+        return d
+    return None
+
+
+def use_tree(package: str) -> str | None:
+    """Before importing ``package`` (an installed one: torch): where it ships no bytecode for this interpreter
+    (no ``__pycache__`` entry of its ``__init__.py``), set ``sys.pycache_prefix`` to
+    ``$TMPDIR/gpuaccept-pycache-<euid>`` (:func:`_private`) and let this process write bytecode
+    (``sys.dont_write_bytecode = False``; below that folder only), and return the folder. For the rest of the
+    process's life (and its forks) every module imported from source is read from and written to that tree.
+    None, and nothing changed, when the package has its own bytecode, cannot be found, is not a source package,
+    a prefix is already set (``PYTHONPYCACHEPREFIX``: the operator's), or the folder is unusable or off."""
+    if sys.pycache_prefix is not None:
+        return None
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
+        return None
+    try:
+        own = importlib.util.cache_from_source(origin)
+    except NotImplementedError:  # no cache tag: this interpreter writes no bytecode at all
+        return None
+    if os.path.exists(own):
+        return None
+    d = _private("gpuaccept-pycache")
+    if d is None:
+        return None
+    sys.pycache_prefix = d
+    sys.dont_write_bytecode = False
+    return d
 
 
 def code(path: str, source: bytes | None = None) -> types.CodeType:

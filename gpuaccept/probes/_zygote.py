@@ -22,7 +22,7 @@ stderr caught (what a fresh import prints, numpy's warning say, is written at th
 own stdout and stderr, as a fresh import would print it there), checks that the import initialised no CUDA
 (``torch.cuda.is_initialized()``) and started no thread (a fork copies only the forking thread), and answers
 
-    {"op": "ready", "pid", "torch": "2.5.1", "import_s": 4.3, "threads": 1}
+    {"op": "ready", "pid", "torch": "2.5.1", "import_s": 4.3, "threads": 1, "bytecode_tree": null | "/tmp/..."}
     {"op": "failed", "why": "...", "missing_module": "torch" | null}          # then it exits
 
 Nothing else of torch runs in it: no tensor, no CUDA call, no thread pool. Then, per request of the agent::
@@ -197,7 +197,8 @@ class Zygote:
         if op == "exit":
             self.exits[int(msg["pid"])] = int(msg["status"])
         elif op == "ready" and self.state == "starting":
-            self.state, self.info = "ready", {k: msg.get(k) for k in ("torch", "import_s", "threads")}
+            keys = ("torch", "import_s", "threads", "bytecode_tree")
+            self.state, self.info = "ready", {k: msg.get(k) for k in keys}
             self.info["output"] = (msg.get("stdout") or "", msg.get("stderr") or "")
             return [{"op": "warm", "state": "ready", "pid": self.pid,
                      **{k: v for k, v in self.info.items() if k != "output"}}]
@@ -347,6 +348,9 @@ def import_torch() -> tuple[dict, set[int]]:
     t0 = time.monotonic()
     doc: dict = {"op": "ready"}
     try:
+        import _bytecode
+
+        doc["bytecode_tree"] = _bytecode.use_tree("torch")  # torch without its own bytecode: kept for the next run
         import torch
 
         doc.update(torch=torch.__version__)

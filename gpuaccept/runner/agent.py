@@ -227,8 +227,9 @@ class Agent:
         self.warm = {k: v for k, v in doc.items() if k != "op"}
         state = doc.get("state")
         if state == "ready":
-            log.debug("%s: warm child %s ready: torch %s imported in %s s", self.name, doc.get("pid"),
-                      doc.get("torch"), doc.get("import_s"))
+            log.debug("%s: warm child %s ready: torch %s imported in %s s%s", self.name, doc.get("pid"),
+                      doc.get("torch"), doc.get("import_s"),
+                      f" (its bytecode kept in {doc['bytecode_tree']})" if doc.get("bytecode_tree") else "")
         elif state == "missing":
             log.info("%s: no warm child: %s", self.name, doc.get("why"))
         else:
