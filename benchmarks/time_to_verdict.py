@@ -9,7 +9,8 @@ For each profile and round it runs ``python -m pytest --profile P -m MARKERS --i
 repository (a whole process, timed from outside: the operator's wall clock), then reads the probe documents the
 run kept (``<reports>/probes/<host>/*.json``): each carries ``timing`` (HostRunner.probe_now: ``started`` and
 ``ended`` on the controller's clock, ``node_s``: the probe's seconds as the node's agent timed them, from fork to
-exit). Printed per profile: wall seconds (min and median of the rounds) and per probe the node-side seconds
+exit). Printed per profile: wall seconds (min and median of the rounds), the controller's seconds before the
+first probe starts and after the last one ends, and per probe the node-side seconds
 (summed over the run's hosts, median of the rounds) and the controller's span for it. The product's figures are
 read from the run's results.json (the best over hosts and GPUs of each check); the peers' from their own output,
 given as a file or as a command run here (its wall seconds printed too):
@@ -121,6 +122,23 @@ def probe_seconds(reports: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def phases(reports: Path, started: float, ended: float) -> tuple[float, float] | None:
+    """(seconds from the process's start to the first probe's start, seconds from the last probe's end to the
+    process's exit), both on the controller's clock (``time.time()``; the documents' ``timing``); None when no
+    document has timing."""
+    spans = []
+    for f in reports.glob("probes/*/*.json"):
+        try:
+            t = json.loads(f.read_text()).get("timing") or {}
+        except (OSError, ValueError):
+            continue
+        if t.get("started") and t.get("ended"):
+            spans.append((float(t["started"]), float(t["ended"])))
+    if not spans:
+        return None
+    return min(a for a, _ in spans) - started, ended - max(b for _, b in spans)
+
+
 def product_figures(reports: Path) -> dict[str, float]:
     """{check: best value} of the numeric figures in ``reports/results.json`` (the best over hosts and GPUs)."""
     try:
@@ -137,19 +155,19 @@ def product_figures(reports: Path) -> dict[str, float]:
 
 
 def run_profile(profile: str, inventory: str, markers: str, extra: list[str], work: Path, i: int) -> tuple:
-    """One run: ``(wall s, rc, its reports folder)``."""
+    """One run: ``(wall s, rc, its reports folder, (s before the first probe, s after the last) or None)``."""
     rep = work / f"{profile}-{i}"
     # -c: the checkout's pytest.ini (its addopts load the plugin) whatever folder --reports names: pytest takes the
     # rootdir from the paths on the command line before it knows --reports takes one
     cmd = [sys.executable, "-m", "pytest", "-c", str(REPO / "pytest.ini"), "-q", "-p", "no:cacheprovider",
            "--inventory", inventory,
            "--profile", profile, "-m", markers, "--reports", str(rep), *extra]
-    t0 = time.perf_counter()
+    t0, w0 = time.perf_counter(), time.time()
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, w1 = time.perf_counter() - t0, time.time()
     if res.returncode not in (0, 1):
         print(f"# {profile} run {i}: rc {res.returncode}: {(res.stdout + res.stderr)[-600:]}", file=sys.stderr)
-    return wall, res.returncode, rep
+    return wall, res.returncode, rep, phases(rep, w0, w1)
 
 
 def peers(files: list[str], commands: list[str]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
@@ -195,11 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, dict[str, float]] = {}
         for prof in profiles:
             runs = [run_profile(prof, a.inventory, a.markers, a.pytest_args, work, i) for i in range(a.rounds)]
-            walls = [w for w, _, _ in runs]
-            per = [probe_seconds(rep) for _, _, rep in runs]
+            walls = [w for w, _, _, _ in runs]
+            per = [probe_seconds(rep) for _, _, rep, _ in runs]
             figures[prof] = product_figures(runs[-1][2])
             print(f"\n## --profile {prof}: wall {min(walls):.2f} s min, {statistics.median(walls):.2f} s median "
-                  f"(rc {', '.join(str(rc) for _, rc, _ in runs)})")
+                  f"(rc {', '.join(str(rc) for _, rc, _, _ in runs)})")
+            ends = [ph for _, _, _, ph in runs if ph]
+            if ends:
+                print(f"controller: {statistics.median(b for b, _ in ends):.2f} s from the start to the first probe, "
+                      f"{statistics.median(a for _, a in ends):.2f} s from the last probe to the exit (median)")
             print("| probe | runs per round | node s (sum over hosts, median) | controller span s (median) |\n"
                   "|---|---|---|---|")
             names = sorted({p for d in per for p in d}, key=lambda p: -statistics.median(
