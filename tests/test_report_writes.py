@@ -472,3 +472,23 @@ def test_runs_creating_one_history_at_once_all_open_it(tmp_path):
     assert con.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
     assert {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= \
         {"runs", "figures", "tests", "host_verdicts", "latest"}
+
+
+def test_the_end_s_imports_are_made_while_the_probes_run():
+    """``warm_up`` (started when the first test begins) leaves the end of the run only the writes: in a fresh
+    controller process none of report.html's Jinja2 environment, its compiled template or prometheus_client is
+    loaded before, and all of them are after; without the textfile prometheus_client stays out."""
+    code = ("import json, sys; from gpuaccept.plugin import finish\n"
+            "before = [m in sys.modules for m in ('gpuaccept.reporting.html', 'prometheus_client')]\n"
+            "finish.warm_up(prometheus=sys.argv[1] == 'yes').join(60)\n"
+            "from gpuaccept.reporting import html\n"
+            "env = html._environment()\n"
+            "print(json.dumps({'before': before, 'prometheus': 'prometheus_client' in sys.modules,\n"
+            "                  'compiled': [k[1] for k in env.cache.keys()]}))\n")
+    for prom in ("yes", "no"):
+        r = subprocess.run([sys.executable, "-c", code, prom], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["compiled"] == ["report.html.j2"]
+        assert got["prometheus"] is (prom == "yes")
+        assert got["before"] == [False, False]

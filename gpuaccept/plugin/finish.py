@@ -25,6 +25,25 @@ from gpuaccept.reporting.verdicts import run_verdict
 HISTORY_EVERY_S = 1.0
 
 
+def warm_up(prometheus: bool = False) -> threading.Thread:
+    """Import what the end of the run writes with (report.html's Jinja2 environment and its template compiled,
+    prometheus_client when ``prometheus``), in a daemon thread started now, while the probes run: the controller
+    waits on the nodes then, and the last test's end is followed by the writes alone. A failure here is left to
+    the end, which imports the same again and says what is missing. Returns the thread (started)."""
+    def load() -> None:
+        try:
+            from gpuaccept.reporting import html as html_report
+            html_report.prepare()
+            if prometheus:
+                from gpuaccept.reporting import prometheus as _  # noqa: F401
+        except Exception:  # noqa: BLE001 - the end's own import reports it
+            pass
+
+    t = threading.Thread(target=load, name="gpuaccept-report-warm-up", daemon=True)
+    t.start()
+    return t
+
+
 class HistorySink:
     """The history database as a :attr:`Reporter.sinks` entry: each record's rows made when it arrives and
     inserted within :data:`HISTORY_EVERY_S`: by the record itself when the last insert is that old, else by a

@@ -29,7 +29,7 @@ from gpuaccept.config.profiles import probe_timeout
 from gpuaccept.plugin.progress import Progress, real_stderr
 from gpuaccept.judging import verdict_order
 from gpuaccept.plugin import earlier
-from gpuaccept.plugin.finish import HistorySink, finish_reports
+from gpuaccept.plugin.finish import HistorySink, finish_reports, warm_up
 from gpuaccept.plugin.state import RunState
 from gpuaccept.plugin.runfolder import latest_finished, mark_killed_run, point_latest, reserve_folder
 from gpuaccept.reporting.folder import RunLock, find_killed, run_finished, space_problem
@@ -216,6 +216,8 @@ class ReportPlugin:
             point_latest(self.reporter.dir)  # no finished run to point at: this one, until one finishes
         self._hold_folder()
         self.reporter.begin()  # every whole-run file says INCOMPLETE from the first test on (a kill leaves that)
+        if not self.config.option.collectonly:
+            warm_up(bool(self._opt("prometheus_textfile")))  # the end's imports, while the nodes work
         mode = self._opt("progress", "auto")
         stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:

@@ -212,6 +212,12 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
         limit_s=limit_text, short=short_paths)
 
 
+def prepare() -> None:
+    """Make the Jinja2 environment and compile report.html.j2 into its cache now (a run does it while its probes
+    run: gpuaccept.plugin.finish.warm_up), so that writing the page later renders only."""
+    _environment().get_template("report.html.j2")
+
+
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     """The Jinja2 environment of the templates folder, made once per process: its template cache keeps
