@@ -35,7 +35,7 @@ torch.backends.cuda.matmul.allow_tf32 = True, set for that dtype only and restor
 
 Candidates (:func:`candidate_set`), per dtype, the first the default (the figure the thresholds were measured
 on): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`: 8448 x 8192 x 8192 on a 132-SM
-H100/H200, whose 128 x 256 tiles fill whole waves) and that variant with K doubled (:func:`search_shapes`); layout "A@B^T" (B stored (n, k): both operands K-major,
+H100/H200, whose 128 x 256 tiles fill whole waves); layout "A@B^T" (B stored (n, k): both operands K-major,
 what nn.Linear and torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path
 "scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out" (e4m3 output into a preallocated C: mamf-finder's call,
 stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial
@@ -242,29 +242,21 @@ def wave_fit_m(m: int, n: int, sm_count: int) -> int | None:
     return min(fits, key=lambda t: (abs(t - centre), t)) * 128 if fits else None
 
 
-def search_shapes(shape: tuple, sm_count: int) -> list[tuple]:
-    """The (m, n, k) tried when searching on a GPU of ``sm_count`` SMs: ``shape`` (the default, first); its M
-    fitted to whole waves (:func:`wave_fit_m`, where one is near); and that M with K doubled. A longer K halves
-    the output tile's write per FLOP, and at the power cap the energy saved is clock: e4m3 (e4m3 output)
-    sustained 1291 TFLOP/s at 8448x8192x16384 against 1281 at 8448x8192x8192 and 1259 at 8192^3 on an H100 SXM
-    (3 s each at 700 W, torch 2.11, 2026-12-05)."""
-    m, n, k = shape
-    fit = wave_fit_m(m, n, sm_count)
-    return [shape] + ([(fit, n, k)] if fit else []) + [(fit or m, n, 2 * k)]
-
-
 def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, fast_accum: bool) -> list[dict]:
     """The candidates tried for ``dtype`` (the first is the default, today's figure): dicts of ``m, n, k`` and
     ``layout`` ("A@B^T": B stored (n, k), both operands K-major; "A@B": B stored (k, n) row-major) and ``path``
     ("mm": torch.mm into a preallocated output; "scaled_mm/bf16-out" and "scaled_mm/fp8-out":
     torch._scaled_mm with per-tensor fp32 scales writing bf16 or e4m3, the latter mamf-finder's call) and, for
-    fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes: ``shape``, plus on cuda those of
-    :func:`search_shapes` (not for fp64, whose 4096^3 is judged as is). The set never changes the FLOP
+    fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes: ``shape``, plus on cuda its
+    :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is). The set never changes the FLOP
     convention (2*m*n*k), the operands' dtype or the dense kernels the datasheet peaks count, so every
     candidate is judged against the same limit."""
+    m, n, k = shape
     shapes = [shape]
     if searched and dev.type == "cuda" and dtype != "fp64":
-        shapes = search_shapes(shape, torch.cuda.get_device_properties(dev).multi_processor_count)
+        fit = wave_fit_m(m, n, torch.cuda.get_device_properties(dev).multi_processor_count)
+        if fit:
+            shapes.append((fit, n, k))
     if dtype == "fp8":
         paths = [("A@B^T", "scaled_mm/bf16-out")] + ([("A@B^T", "scaled_mm/fp8-out")] if searched else [])
     else:
