@@ -4,7 +4,7 @@ The repository's pytest.ini (and the ``gpuaccept`` command) turn pytest's plugin
 (``--disable-plugin-autoload``, pytest 8.4): a run loads gpuaccept's plugin and :data:`COMPANIONS`, not every
 pytest plugin the Python happens to carry. On a GPU node's image with a dozen of them (the lent H200/H100 image:
 anyio, jaxtyping with numpy, pytest-benchmark, pytest-mock, hypothesis, ...) their import and their hooks at the
-session's start and end cost 0.7 s of a 15 s quick run (2026-12-05), and one that reorders or reruns tests
+session's start and end cost 0.7 s of a 15 s quick run on an H100 node (2026-12-05), and one that reorders or reruns tests
 (pytest-randomly, pytest-rerunfailures) would change the layers' order and what a verdict rests on. An operator's
 own plugin is loaded as pytest loads any: ``-p NAME``.
 """
@@ -18,9 +18,9 @@ COMPANIONS = ("xdist.plugin",)
 
 def load(pluginmanager) -> list[str]:
     """Import and register each of :data:`COMPANIONS` that is neither registered (autoload on, ``-p``, under any
-    name) nor
-    blocked (``-p no:xdist``, by its distribution's name or its own) and is installed. Returns the names loaded.
-    Call before the command line's last parse (``pytest_load_initial_conftests``), so that their options parse."""
+    name) nor blocked (``-p no:xdist``, by its distribution's name or its own) and is installed. Returns the names
+    loaded. Call before the command line's last parse (``pytest_load_initial_conftests``), so that their options
+    parse."""
     loaded = []
     for name in COMPANIONS:
         module = sys.modules.get(name)

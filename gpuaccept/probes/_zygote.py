@@ -333,6 +333,18 @@ def _read_back(fd: int) -> str:
     return data.decode("latin-1")
 
 
+def _keep_bytecode() -> str | None:
+    """Where torch ships no bytecode, the folder its import's bytecode is kept in for the next run
+    (``_bytecode.use_tree``); None where it has its own, the cache is off, or that fails (the import then
+    compiles as it would have)."""
+    try:
+        import _bytecode
+
+        return _bytecode.use_tree("torch")
+    except Exception:  # noqa: BLE001 - a cache that cannot be used is no reason to refuse the import
+        return None
+
+
 def import_torch() -> tuple[dict, set[int]]:
     """Import torch with stdout and stderr caught; ``({"op": "ready"|"failed", ...}, descriptors the import
     opened)``. Fails (``failed`` with ``why``) when torch cannot be imported (``missing_module`` when a module is
@@ -348,9 +360,7 @@ def import_torch() -> tuple[dict, set[int]]:
     t0 = time.monotonic()
     doc: dict = {"op": "ready"}
     try:
-        import _bytecode
-
-        doc["bytecode_tree"] = _bytecode.use_tree("torch")  # torch without its own bytecode: kept for the next run
+        doc["bytecode_tree"] = _keep_bytecode()
         import torch
 
         doc.update(torch=torch.__version__)
