@@ -25,10 +25,9 @@ from __future__ import annotations
 import os
 import sys
 
-#: put before the operator's arguments: the plugin on and no other autoloaded (gpuaccept.plugin.companions), the
-#: shipped suites, no .pytest_cache in the operator's folder, and pytest's own per-test lines kept out of the way
-#: (the same as the repository's pytest.ini addopts)
-DEFAULT_ARGS = ["-p", "gpuaccept.plugin", "--disable-plugin-autoload", "-o", "gpuaccept_suites=true", "-o", "gpuaccept_packaged_suites=true", "-p", "no:cacheprovider",
+#: put before the operator's arguments: the plugin on, the shipped suites, no .pytest_cache in the operator's
+#: folder, and pytest's own per-test lines kept out of the way (the same as the repository's pytest.ini addopts)
+DEFAULT_ARGS = ["-p", "gpuaccept.plugin", "-o", "gpuaccept_suites=true", "-o", "gpuaccept_packaged_suites=true", "-p", "no:cacheprovider",
                 "-W", "ignore:Module already imported so cannot be rewritten; gpuaccept:pytest.PytestAssertRewriteWarning",
                 "-rfE"]
 
@@ -255,13 +254,11 @@ def pytest_long_options(args: list[str]) -> set[str] | None:
         config = get_config()
         pm = config.pluginmanager
         pm.set_blocked("gpuaccept.plugin")
-        words = DEFAULT_ARGS + shlex.split(os.environ.get("PYTEST_ADDOPTS", "")) + _options_part(args)
-        pm.consider_preparse(words, exclude_only=False)
-        if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") and "--disable-plugin-autoload" not in words:
+        pm.consider_preparse(shlex.split(os.environ.get("PYTEST_ADDOPTS", "")) + _options_part(args),
+                             exclude_only=False)
+        if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             pm.load_setuptools_entrypoints("pytest11")
         pm.consider_env()
-        from gpuaccept.plugin import companions
-        companions.load(pm)  # as the run loads them (gpuaccept.plugin.pytest_load_initial_conftests)
         parser = config._parser
         optparser = parser._getparser() if hasattr(parser, "_getparser") else parser.optparser
         return {s for s in optparser._option_string_actions if s.startswith("--")}

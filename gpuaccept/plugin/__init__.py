@@ -42,14 +42,15 @@ from gpuaccept.transport import get_transport, interruption
 from gpuaccept.judging.readings import typed
 from gpuaccept.judging.sku import node_sku
 from gpuaccept.judging.recorder import Recorder
+
+RECORDER = pytest.StashKey[Recorder]()
 from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
-from gpuaccept.plugin import collection, companions, empty_shard, nodeactions, output
+from gpuaccept.plugin import collection, empty_shard, nodeactions, output
 from gpuaccept.plugin.collection import pytest_pycollect_makemodule  # noqa: F401 - a hook of this plugin
 from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
-RECORDER = pytest.StashKey[Recorder]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -77,7 +78,6 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     environment (:data:`ADOPTED_INI`), so that pytest-xdist's workers, which parse the same command line in
     processes of their own, adopt it too and collect what the controller collects.
     """
-    companions.load(early_config.pluginmanager)  # pytest-xdist where autoload is off (plugin/companions.py)
     inv_dir = early_config.invocation_params.dir
     ini = inv_dir / "pytest.ini"
     adopted = os.environ.get(ADOPTED_INI)
