@@ -168,11 +168,11 @@ def installed_package(where: Path, compiled: bool) -> Path:
 
 
 
-def import_with_tree(site: Path, tmp: Path, extra_env: dict | None = None) -> tuple[dict, str]:
-    """In a fresh ``python -v`` (``PYTHONDONTWRITEBYTECODE=1``, ``$TMPDIR`` = ``tmp``): ``_bytecode.use_tree
-    ("pkgx")``, then import it; (what it printed, the interpreter's verbose log of where each module's code came
-    from)."""
-    code = (f"import json, sys; sys.path[:0] = [{str(site)!r}, {str(PROBE_DIR)!r}]; import _bytecode; "
+def import_with_tree(site: Path, tmp: Path, extra_env: dict | None = None, setup: str = "") -> tuple[dict, str]:
+    """In a fresh ``python -v`` (``PYTHONDONTWRITEBYTECODE=1``, ``$TMPDIR`` = ``tmp``): ``setup`` (Python, with
+    ``_bytecode`` imported), ``_bytecode.use_tree("pkgx")``, then import it; (what it printed, the interpreter's
+    verbose log of where each module's code came from)."""
+    code = (f"import json, sys; sys.path[:0] = [{str(site)!r}, {str(PROBE_DIR)!r}]; import _bytecode; {setup + '; ' if setup else ''}"
             "t = _bytecode.use_tree('pkgx'); import pkgx; "
             "print(json.dumps({'tree': t, 'value': pkgx.VALUE, 'prefix': sys.pycache_prefix}))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -241,3 +241,43 @@ def test_a_tree_folder_open_to_others_is_not_used(tmp_path):
     got, _log = import_with_tree(site, tmp)
     assert got["tree"] is None and got["prefix"] is None
     assert list(tree_dir(tmp).iterdir()) == []
+
+
+def test_a_tree_past_its_bound_is_removed_and_grows_again(tmp_path):
+    """Past ``TREE_MAX`` bytes (here 4 KiB) the tree goes, old entries and all, before the import that then fills
+    it again."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    pkg = installed_package(site, compiled=False)
+    tree = tree_dir(tmp)
+    (tree / "old" / "site").mkdir(parents=True, mode=0o700)
+    tree.chmod(0o700)
+    (tree / "old" / "site" / "stale.cpython-311.pyc").write_bytes(b"x" * 8192)
+    got, _log = import_with_tree(site, tmp, setup="_bytecode.TREE_MAX = 4096")
+    assert got["tree"] == str(tree)
+    assert not (tree / "old").exists()
+    assert any(p.name.startswith("sub.") for p in (tree / pkg.relative_to("/")).iterdir())
+
+
+@pytest.mark.parametrize("mode, used", [(0o777, False), (0o1777, True), (0o755, True)])
+def test_the_tree_is_used_only_where_tmpdir_is_sticky_or_closed(tmp_path, mode, used):
+    """``$TMPDIR`` writable by others without the sticky bit: another user could swap the tree's folder after its
+    check, so none is used; sticky (as /tmp) or closed to others: used."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    tmp.chmod(mode)
+    installed_package(site, compiled=False)
+    got, _log = import_with_tree(site, tmp)
+    assert (got["tree"] == str(tree_dir(tmp))) is used
+    assert tree_dir(tmp).exists() is used
+
+
+def test_no_tree_without_the_probe_cache(tmp_path):
+    """Where the probe cache cannot be used (its name taken by a file), the shipped probe files would be compiled
+    into the tree from each run's new folder: no tree then."""
+    site, tmp = tmp_path / "site", tmp_path / "tmp"
+    tmp.mkdir()
+    installed_package(site, compiled=False)
+    cache_dir(tmp).write_text("not a folder")
+    got, _log = import_with_tree(site, tmp)
+    assert got["tree"] is None and not tree_dir(tmp).exists()

@@ -15,10 +15,13 @@ Installed packages that ship no bytecode of their own (an image built with ``PYT
 install --no-compile`` into a read-only prefix) compile every module from source at each import: torch's ~930
 modules took 2.2 of its 4.9-6.1 s import on an H200 node whose torch had no ``__pycache__`` (2026-12-05). For such
 a package :func:`use_tree` points ``sys.pycache_prefix`` at a second folder of this user's,
-``$TMPDIR/gpuaccept-pycache-<euid>`` (same checks), before the warm child imports it: Python then keeps the
-bytecode of every module it imports below that folder (a mirror of the source paths, checked against each
-source's mtime and size as ``__pycache__`` is), and the next run's import reads it. A package with its own
-bytecode is left as it is: nothing is written, since a prefix would make Python ignore ``__pycache__``.
+``$TMPDIR/gpuaccept-pycache-<euid>`` (same checks, and ``$TMPDIR`` itself sticky or closed to others, so that
+the folder cannot be swapped under the process), before the warm child imports it: Python then keeps the bytecode
+of every module that process and its forks import from then on below that folder (torch's, and once each the
+standard library's and other packages' it reaches, whose own ``__pycache__`` a prefix makes Python pass by; a
+mirror of the source paths, checked against each source's mtime and size as ``__pycache__`` is), and the next
+run's import reads it. Past :data:`TREE_MAX` bytes the tree is removed and grows again. Where the package has its
+own bytecode nothing changes and nothing is written.
 
 :func:`install` puts a finder for the shipped ``_*.py`` helpers of a folder in front of ``sys.meta_path`` (a forked
 probe inherits it); :func:`run_main` runs a probe file as ``__main__`` from cached code, as ``runpy.run_path``
@@ -38,6 +41,9 @@ import types
 KEEP = 600
 #: the agent's variable that turns the cache off ("off", "0", "no", "false")
 ENV = "GPUACCEPT_BYTECODE"
+#: bytes the bytecode tree of :func:`use_tree` may hold before it is removed (torch 2.11's import kept 24 MB in
+#: 1023 files on Python 3.12, 2026-12-05: room for about 20 torch installs or versions; chosen)
+TREE_MAX = 512 << 20
 
 _dir: str | None = None
 
@@ -80,7 +86,9 @@ def use_tree(package: str) -> str | None:
     (``sys.dont_write_bytecode = False``; below that folder only), and return the folder. For the rest of the
     process's life (and its forks) every module imported from source is read from and written to that tree.
     None, and nothing changed, when the package has its own bytecode, cannot be found, is not a source package,
-    a prefix is already set (``PYTHONPYCACHEPREFIX``: the operator's), or the folder is unusable or off."""
+    a prefix is already set (``PYTHONPYCACHEPREFIX``: the operator's), the probe cache (:func:`folder`) or the
+    tree's folder is unusable or off, or ``$TMPDIR`` is open to others without the sticky bit. A tree past
+    :data:`TREE_MAX` bytes is removed first."""
     if sys.pycache_prefix is not None:
         return None
     try:
@@ -94,14 +102,45 @@ def use_tree(package: str) -> str | None:
         own = importlib.util.cache_from_source(origin)
     except NotImplementedError:  # no cache tag: this interpreter writes no bytecode at all
         return None
-    if os.path.exists(own):
+    if os.path.exists(own) or folder() is None:  # no probe cache: the shipped files would be mirrored per run
+        return None
+    if not _closed(os.environ.get("TMPDIR") or "/tmp"):
         return None
     d = _private("gpuaccept-pycache")
     if d is None:
         return None
+    if _tree_bytes(d) > TREE_MAX:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)  # never follows links; the tree grows again from this import
+        d = _private("gpuaccept-pycache")
+        if d is None:
+            return None
     sys.pycache_prefix = d
     sys.dont_write_bytecode = False
     return d
+
+
+def _closed(parent: str) -> bool:
+    """Whether others cannot rename or replace entries of folder ``parent``: sticky, or not writable by group or
+    others."""
+    try:
+        st = os.stat(parent)
+    except OSError:
+        return False
+    return bool(st.st_mode & stat.S_ISVTX) or not st.st_mode & 0o022
+
+
+def _tree_bytes(d: str) -> int:
+    """Bytes of the regular files below ``d`` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(d):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def code(path: str, source: bytes | None = None) -> types.CodeType:
