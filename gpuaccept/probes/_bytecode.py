@@ -63,7 +63,7 @@ def _private(name: str) -> str | None:
     access)."""
     if str(os.environ.get(ENV, "")).strip().lower() in ("off", "0", "no", "false"):
         return None
-    d = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"{name}-{os.geteuid()}")
+    d = os.path.join(_tmpdir(), f"{name}-{os.geteuid()}")
     try:
         os.mkdir(d, 0o700)
     except FileExistsError:
@@ -104,7 +104,7 @@ def use_tree(package: str) -> str | None:
         return None
     if os.path.exists(own) or folder() is None:  # no probe cache: the shipped files would be mirrored per run
         return None
-    if not _closed(os.environ.get("TMPDIR") or "/tmp"):
+    if not _closed(_tmpdir()):
         return None
     d = _private("gpuaccept-pycache")
     if d is None:
@@ -119,6 +119,11 @@ def use_tree(package: str) -> str | None:
     sys.pycache_prefix = d
     sys.dont_write_bytecode = False
     return d
+
+
+def _tmpdir() -> str:
+    """``$TMPDIR``, else /tmp: the folder both caches live in."""
+    return os.environ.get("TMPDIR") or "/tmp"
 
 
 def _closed(parent: str) -> bool:

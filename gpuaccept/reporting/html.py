@@ -197,12 +197,11 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
         for key, vals in history.items():
             if len(vals) >= 2:
                 sparks[key] = sparkline(vals)
-    env = _environment()
     failures = [{"outcome": r.outcome, "nodeid": r.nodeid,
                  "first": short_paths((r.message.splitlines() or [r.outcome])[0] if r.message else r.outcome),
                  "rest": [short_paths(x) for x in (r.message or "").splitlines()[1:21]]}  # as summary.md, 20 at most
                 for r in tally.bad]
-    return env.get_template("report.html.j2").generate(
+    return _template().generate(
         run_id=run_id, meta=meta, hosts=host_rows, n_hosts=n_hosts, passing=passing, n_tests=len(recs),
         tally=[(k, hosts_in[k]) for k in verdict_order.ORDER if k in hosts_in], interrupted=interruption_text(meta),
         incomplete=incomplete_of(meta),
@@ -215,7 +214,12 @@ def pieces(run_id: str, meta: dict, recs: list[CaseRecord], figures: list[dict],
 def prepare() -> None:
     """Make the Jinja2 environment and compile report.html.j2 into its cache now (a run does it while its probes
     run: gpuaccept.plugin.finish.warm_up), so that writing the page later renders only."""
-    _environment().get_template("report.html.j2")
+    _template()
+
+
+def _template() -> jinja2.Template:
+    """report.html.j2, compiled once per process and kept in :func:`_environment`'s cache."""
+    return _environment().get_template("report.html.j2")
 
 
 @functools.lru_cache(maxsize=1)
