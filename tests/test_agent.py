@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted
 from gpuaccept.probes._probe import PROCESS_NAME
+from gpuaccept.runner import ship
 from gpuaccept.runner.agent import Agent, encode
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
 from process_helpers import assert_gone, host_for, live_pids, marker, wait_started
@@ -59,7 +61,7 @@ def test_probes_run_as_children_of_one_agent(agent, tmp_path, caplog):
     environment and /dev/null as stdin; a real probe from the shipped folder runs too. Every probe is one
     tracked command labelled ``probe <name>``."""
     caplog.set_level(logging.DEBUG, logger="gpuaccept.run")
-    assert os.path.isdir(agent.dir) and {"_agent.py", "_watchdog.py", "gpu_inventory.py"} <= set(os.listdir(agent.dir))
+    assert os.path.isdir(agent.dir) and {"_agent.py", "_watchdog.py"} <= set(os.listdir(agent.dir))
     shows = _probe(tmp_path, "shows", SHOWS)
     docs = []
     for i in range(3):
@@ -74,6 +76,32 @@ def test_probes_run_as_children_of_one_agent(agent, tmp_path, caplog):
     assert real.rc == 0 and json.loads(real.stdout.decode().splitlines()[-1])["paths"][0]["path"] == str(tmp_path)
     runs = [r.getMessage() for r in caplog.records if r.name == "gpuaccept.run"]
     assert len(runs) == 4 and all(r.startswith(f"RUN {agent.name} agent {agent.dir}: ") for r in runs), runs
+
+
+def test_the_folder_holds_the_agents_files_then_each_probes_as_it_first_runs(agent, tmp_path):
+    """The start writes the agent's own files only; a probe's files (its helpers, found by ship.probe_files) are
+    sent with its first run request and written before it runs, once; a folder removed under the agent is made
+    again with every file it was sent; a probe named by a path (not one of gpuaccept's) gets every file."""
+    def listing():
+        return {f for f in os.listdir(agent.dir) if f.endswith(".py")}
+
+    assert listing() == set(ship.agent_files())
+    sent = dict(ship.texts(ship.agent_files()))
+    for name, args in (("storage_mounts", {"paths": [str(tmp_path)]}), ("host_memory", {})):
+        r = agent.probe(name, [f"{name}.py", json.dumps(args)], 60, 5, {})
+        assert r.rc == 0, r.stderr
+        sent.update(ship.texts(ship.probe_files(name)))
+        assert listing() == set(sent), listing() ^ set(sent)
+        for f in sent:
+            with open(os.path.join(agent.dir, f), encoding="utf-8") as fh:
+                assert fh.read() == sent[f], f
+    assert "matmul_tflops.py" not in listing()
+    shutil.rmtree(agent.dir)
+    r = agent.probe("storage_mounts", ["storage_mounts.py", json.dumps({"paths": [str(tmp_path)]})], 60, 5, {})
+    assert r.rc == 0 and listing() == set(sent)
+    shows = _probe(tmp_path, "shows", SHOWS)
+    assert agent.probe("shows", [shows, "{}"], 30, 5, {}).rc == 0
+    assert listing() == set(ship.texts(None))
 
 
 def test_a_probe_forked_by_the_agent_runs_under_the_probes_name(agent, tmp_path):

@@ -27,6 +27,7 @@ from gpuaccept.runner import prefetch
 from gpuaccept.errors import CommandTimeout, HostUnreachable, ProbeError
 from gpuaccept.config.inventory import load_inventory
 from gpuaccept.runner.host import PROBE_DIR, HostRunner, probe_files
+from gpuaccept.runner.ship import agent_files
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption, running
 from process_helpers import procs_with
 from sshd import run_leftovers, start_nodes_with_tmp, start_sshd, write_known_hosts
@@ -560,8 +561,8 @@ def commands(caplog) -> list[str]:
 
 
 def test_one_agent_session_ships_and_serves_every_probe(tmp_path, caplog):
-    """The first probe starts the host's agent (one command: mkdir, the node's Python reading every probe file
-    from stdin) and runs in it; every later probe is one request to the same agent, no command of its own;
+    """The first probe starts the host's agent (one command: mkdir, the node's Python reading the agent's files
+    from stdin) and runs in it, its own files written beside them; every later probe is one request to the same agent, no command of its own;
     close() removes the folder inside the agent's session (no cleanup command). A missing interpreter says so,
     and its empty folder is removed too."""
     caplog.set_level("DEBUG", logger="gpuaccept.run")
@@ -575,7 +576,7 @@ def test_one_agent_session_ships_and_serves_every_probe(tmp_path, caplog):
         (folder,) = run_leftovers(node.tmp)
         assert len(ran) == 2 and "mkdir -m 700" in ran[0] and "_agent" in ran[0] and "rc=0" in ran[0], ran
         assert ran[1].startswith(f"RUN p1 agent {folder}: storage_mounts.py ") and "rc=0" in ran[1], ran
-        assert {p.name for p in folder.iterdir()} == {f for f in os.listdir(PROBE_DIR) if f.endswith(".py")}
+        assert {p.name for p in folder.iterdir()} == set(agent_files()) | set(probe_files("storage_mounts"))
         assert r.probe("nccl_env", {"login_shell": False})["errors"] == []
         assert r.probe("storage_mounts", {"paths": ["/tmp"]})["paths"][0]["path"] == "/tmp"
         ran = commands(caplog)

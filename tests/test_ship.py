@@ -9,15 +9,25 @@ import zlib
 from gpuaccept.runner import ship
 
 
-def test_payload_frame_holds_every_probe_file_as_on_disk():
+def test_payload_frame_holds_the_agents_own_files_as_on_disk():
     frame = ship.payload()
     size = int.from_bytes(frame[:4], "big")
     assert size == len(frame) - 4
     files = json.loads(zlib.decompress(frame[4:]))
+    assert sorted(files) == sorted(ship.agent_files())
+    assert {"_agent.py", "_bytecode.py", "_watchdog.py", "_zygote.py", "_nodelock.py"} <= set(files)
+    assert "gpu_inventory.py" not in files
+    for name, text in files.items():
+        with open(os.path.join(ship.PROBE_DIR, name), encoding="utf-8") as f:
+            assert text == f.read()
+
+
+def test_texts_of_every_probe_file_and_needed_files_of_a_probe():
     on_disk = sorted(f for f in os.listdir(ship.PROBE_DIR) if f.endswith(".py"))
-    assert sorted(files) == on_disk
-    with open(os.path.join(ship.PROBE_DIR, "_agent.py"), encoding="utf-8") as f:
-        assert files["_agent.py"] == f.read()
+    assert sorted(ship.texts(None)) == on_disk
+    need = ship.needed_files("gpu_inventory")
+    assert "gpu_inventory.py" in need and "_nvml.py" in need and "matmul_tflops.py" not in need
+    assert ship.needed_files("no_such_probe") is None
 
 
 def test_agents_starting_at_once_make_the_payload_once():

@@ -1,8 +1,9 @@
 """Node-side agent: one Python per host and run, running every probe the controller asks for.
 
 The controller (gpuaccept/runner/agent.py) starts it once per host with one command, in a fresh folder
-(``$TMPDIR/gpuaccept.<12 hex>``, ``mkdir -m 700``), as ``python3 -c BOOT``: BOOT reads the probe files from
-stdin (one frame, below), writes them into the folder, imports this file and calls :func:`main`. The shell of
+(``$TMPDIR/gpuaccept.<12 hex>``, ``mkdir -m 700``), as ``python3 -c BOOT``: BOOT reads the agent's own files from
+stdin (one frame, below), writes them into the folder, imports this file and calls :func:`main`; a probe's
+files come with its run request (``texts``) and are written before its first run. The shell of
 that command waits for this Python and removes the folder after it, so a start that fails before the agent
 serves (BOOT cut off, the files not written, a signal) leaves nothing; the agent itself removes it in every
 way it ends (below). The same
@@ -17,7 +18,9 @@ decoded as Latin-1 (every byte one character, so nothing is lost).
 Controller to agent::
 
     {"op": "run", "id": 1, "argv": ["gpu_inventory.py", "{...}"], "deadline_s": 300, "grace_s": 15,
-     "env": {"NAME": "value"}, "exec": false, "torch": "module" | "function" | null}
+     "env": {"NAME": "value"}, "exec": false, "torch": "module" | "function" | null,
+     "files": ["gpu_inventory.py", "_probe.py", ...] | null,    # what it needs (null: every file sent)
+     "texts": {"gpu_inventory.py": "...", ...}}                   # the files not sent before
     {"op": "kill", "id": 1, "why": "the controller's limit of 300 s passed"}
     {"op": "exit"}
 
@@ -58,7 +61,7 @@ how it started into its document (``_probe.run``: ``"started"``). The warm child
 GPU, and it is stopped (SIGKILL, reaped) before the agent exits; it dies with the agent whatever ends it.
 
 A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the
-files BOOT read. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
+files it was sent. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
 or the controller is gone), when its parent changes (the sshd session died), on SIGHUP, SIGTERM or SIGINT, and
 on ``exit`` (then it answers ``bye`` first). Standard library only; Linux for the process-group scan.
 
@@ -462,7 +465,9 @@ def _request(req: dict, folder: str, files: dict | None, probes: dict, pending: 
     """Act on one request of the controller (see the module docstring); True once the agent has said ``bye``."""
     op = req.get("op")
     if op == "run":
-        restore(folder, files)
+        if files is not None:
+            files.update(req.get("texts") or {})
+        place(folder, files, req.get("files"))
         end = time.monotonic() + float(req.get("deadline_s") or 300) + float(req.get("grace_s") or 0)
         if how_to_start(req) == "wait":
             if _zy.state == "idle":
@@ -521,21 +526,36 @@ def _refuse(req: dict, why: str) -> None:
            "started": None})
 
 
-def main(files: dict | None = None, identity: dict | None = None) -> int:
-    """Serve in the working directory (the shipped folder); ``files`` (name -> text, as shipped) write it again
-    when it vanished under the agent (a /tmp cleaner); ``identity``: the run's, for the node's lock."""
+#: the names of ``files`` written into the folder so far (BOOT's, then each probe's before its first run)
+_written: set = set()
+
+
+def main(files: dict | None = None, identity: dict | None = None, written: list | None = None) -> int:
+    """Serve in the working directory (the shipped folder); ``files`` (name -> text, as shipped): a probe's are
+    written before its first run, and the folder is made again when it vanished under the agent (a /tmp
+    cleaner); ``identity``: the run's, for the node's lock; ``written``: the names BOOT wrote already."""
+    _written.clear()
+    _written.update(written or ())
     return serve(os.getcwd(), files, identity)
 
 
-def restore(folder: str, files: dict | None) -> None:
-    """Make ``folder`` again (``mkdir -m 700``) with ``files`` when it is gone, and enter it (best effort)."""
-    if not files or os.path.isdir(folder):
+def place(folder: str, files: dict | None, need: list | None) -> None:
+    """Before a probe runs: make ``folder`` again (``mkdir -m 700``, entered, the agent's own files written) when
+    it is gone, then write the names of ``need`` (every file of ``files`` when None) not written yet. Best effort:
+    a file that cannot be written makes the probe fail as it would without it."""
+    if not files:
         return
     try:
-        os.mkdir(folder, 0o700)
-        for name, text in files.items():
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-                f.write(text)
-        os.chdir(folder)
+        if not os.path.isdir(folder):
+            os.mkdir(folder, 0o700)
+            os.chdir(folder)
+            again = set(_written) | set(files if need is None else need)
+            _written.clear()
+            need = sorted(again)
+        for name in (files if need is None else need):
+            if name in files and name not in _written:
+                with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                    f.write(files[name])
+                _written.add(name)
     except OSError:
         pass

@@ -7,7 +7,7 @@ bus id, never by index); ``_gpu.pair_with_nvml`` applies it to the node's torch 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 
 def nvml_error(exc: BaseException) -> dict:
@@ -63,19 +63,17 @@ except ImportError:  # imported as gpuaccept.probes._nvml (the controller's test
     from ._pci import normalize_bus_id
 
 
-@dataclass(frozen=True)
-class Pairing:
-    """Which NVML GPU each torch (CUDA) device is: the result of :func:`pair_by_bus_id`.
+class Pairing(namedtuple("Pairing", "nvml_of torch_of hidden unmatched")):
+    """Which NVML GPU each torch (CUDA) device is: the result of :func:`pair_by_bus_id` (immutable).
 
     ``nvml_of``: torch index -> NVML index; ``torch_of``: NVML index -> torch index (the first torch device on
     it); ``hidden``: NVML indices no torch device is (CUDA_VISIBLE_DEVICES hides them, or CUDA cannot open them);
     ``unmatched``: torch indices whose bus id is unknown (None) or none NVML lists. Where ``unmatched`` is not
-    empty a GPU in ``hidden`` may be one of them (:attr:`certain` False)."""
+    empty a GPU in ``hidden`` may be one of them (:attr:`certain` False). A named tuple, not a dataclass: every
+    probe that reads NVML imports this file, and ``dataclasses`` (with ``inspect`` and ``ast``) would cost each of
+    them about 10 ms of a node's CPU at its start."""
 
-    nvml_of: dict
-    torch_of: dict
-    hidden: list
-    unmatched: list
+    __slots__ = ()
 
     @property
     def certain(self) -> bool:

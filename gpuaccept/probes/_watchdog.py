@@ -320,12 +320,14 @@ def sweep_stale(parent: str = "..", now: float | None = None, stale_s: float = S
         return []
     stale = []
     for name in names:
+        if not _FOLDER_RE.fullmatch(name):
+            continue
         path = os.path.join(parent, name)
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if (_FOLDER_RE.fullmatch(name) and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+        if (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
                 and now - st.st_mtime > stale_s and os.path.realpath(path) != here):
             stale.append(os.path.realpath(path))
     if not stale:

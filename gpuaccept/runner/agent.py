@@ -2,9 +2,10 @@
 
 :class:`Agent` starts the agent with one command (:func:`start_command`): make a fresh folder, start the
 node's Python on :data:`BOOT` there (the shell that made the folder removes it once that Python has exited, so a
-failed start leaves nothing on the node), which reads every probe file from stdin (one frame: zlib-compressed JSON of
-``{file name: text}``, made once per run: :func:`gpuaccept.runner.ship.payload`), writes them into the folder and serves. Then each
-probe is one ``run`` request on that session (:meth:`Agent.probe`, returning the
+failed start leaves nothing on the node), which reads the agent's own files from stdin (one frame: zlib-compressed
+JSON of ``{file name: text}``, made once per run: :func:`gpuaccept.runner.ship.payload`), writes them into the
+folder and serves. Then each probe is one ``run`` request on that session, carrying the probe's files the agent
+was not sent before (:meth:`Agent.probe`, returning the
 :class:`~gpuaccept.transport.CommandResult` a probe command returned before, so the parsing is unchanged),
 and :meth:`Agent.close` asks the agent to remove its folder and exit, in the same session.
 
@@ -41,7 +42,7 @@ from typing import Any, Callable, Mapping
 from gpuaccept.errors import CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, NodeHeld, ProbeError
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
-from gpuaccept.runner.ship import payload, torch_import
+from gpuaccept.runner.ship import agent_files, needed_files, payload, texts, torch_import
 from gpuaccept.transport.session import Session, open_session
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ EXIT_WAIT_S = 30.0
 #: exit status of BOOT when stdin ended before the files (the start command never got them)
 BOOT_NO_FILES = 3
 
-#: the Python run as ``python -c BOOT`` in the new folder: read one frame of files, write them, serve
+#: the Python run as ``python -c BOOT`` in the new folder: read one frame of the agent's files
+#: (gpuaccept.runner.ship.payload), write them, serve; a probe's files come with its run request
 BOOT = ("import os, sys, json, zlib\n"
         "def r(n):\n"
         "    b = b''\n"
@@ -84,7 +86,7 @@ BOOT = ("import os, sys, json, zlib\n"
         "import _bytecode\n"
         "_bytecode.install(os.getcwd())\n"
         "import _agent\n"
-        "sys.exit(_agent.main(files, json.loads(sys.argv[1]) if len(sys.argv) > 1 else None))\n")
+        "sys.exit(_agent.main(files, json.loads(sys.argv[1]) if len(sys.argv) > 1 else None, list(files)))\n")
 
 
 def encode(doc: dict) -> bytes:
@@ -154,6 +156,7 @@ class Agent:
         self._frames = _Frames()
         self._ids = iter(range(1, 1 << 62))
         self._lock = threading.Lock()
+        self._sent: set[str] = set()  # the probe files the agent was sent (its start's, then with run requests)
 
     @property
     def alive(self) -> bool:
@@ -175,6 +178,7 @@ class Agent:
         t0 = time.monotonic()
         self.session = open_session(self.transport, cmd)
         self._frames = _Frames()
+        self._sent = set(agent_files())
         try:
             self.session.send(payload(), timeout)
             doc = self._next(t0 + timeout, running)
@@ -278,26 +282,34 @@ class Agent:
         """Run ``argv`` (``["<name>.py", "<json args>"]``) as probe ``name`` under the agent, ``limit`` s of wall
         clock here (the agent kills it at ``limit + grace`` on its own), ``env`` laid over the agent's. ``torch``:
         whether it imports torch ("module" | "function" | None, the agent's warm child forks it then); default: read
-        from the shipped probe ``name`` (gpuaccept.runner.ship.torch_import) when ``argv[0]`` is its file.
+        from the shipped probe ``name`` (gpuaccept.runner.ship.torch_import) when ``argv[0]`` is its file. The
+        request names the files the probe needs (gpuaccept.runner.ship.needed_files) when ``argv[0]`` is its file,
+        else every probe file, and carries the text of those not sent to this agent before; the agent writes those
+        it has not written yet.
         Returns its CommandResult (stdout, stderr as the probe wrote them; rc 1 with the watchdog's failure
         line when the agent killed it). Raises CommandTimeout or Interrupted (the probe's group killed; what it
         printed in ``stdout``/``stderr`` attributes), HostUnreachable (``pgids``: groups left behind)."""
         label = f"probe {name}"
         if self.session is None:
             self.start(min(limit, START_TIMEOUT_S), label)
+        own = bool(argv) and argv[0] == f"{name}.py"
         if torch == "":
-            torch = torch_import(name) if argv and argv[0] == f"{name}.py" else None
+            torch = torch_import(name) if own else None
+        files = needed_files(name) if own else None  # None: every probe file
         return tracked(self.name, f"agent {self.dir}: {shell.command(argv)}",
-                       lambda r: self._probe(r, argv, limit, grace, env, exec_probe, progress, label, torch), label)
+                       lambda r: self._probe(r, argv, limit, grace, env, exec_probe, progress, label, torch, files),
+                       label)
 
     def _probe(self, running: Running, argv, limit, grace, env, exec_probe, progress, label,
-               torch: str | None = None) -> CommandResult:
+               torch: str | None = None, files: list[str] | None = None) -> CommandResult:
         rid = next(self._ids)
         lines = ProgressLines(progress) if progress is not None else None
         start = time.monotonic()
         pgids: list[int] = []
+        new = texts([f for f in (files if files is not None else texts(None)) if f not in self._sent])
         self.session.send(encode({"op": "run", "id": rid, "argv": argv, "deadline_s": limit, "grace_s": grace,
-                                  "env": env, "exec": exec_probe, "torch": torch}))
+                                  "env": env, "exec": exec_probe, "torch": torch, "files": files, "texts": new}))
+        self._sent.update(new)
         try:
             while True:
                 doc = self._next(start + limit, running)

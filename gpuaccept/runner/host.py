@@ -2,9 +2,9 @@
 
 A :class:`HostRunner` wraps a :class:`~gpuaccept.config.inventory.Host` and its transport. Its first probe starts the
 host's node-side agent (gpuaccept.runner.agent, ``probes/_agent.py``): one command makes a fresh folder
-(``$TMPDIR/gpuaccept.<random>``, ``mkdir -m 700``), starts the node's Python on it and ships every probe file
-on its stdin; that one session and that one Python then serve every probe of the run, and the agent removes
-its folder at :meth:`HostRunner.close`, in the same session.
+(``$TMPDIR/gpuaccept.<random>``, ``mkdir -m 700``), starts the node's Python on it and ships the agent's files
+on its stdin (each probe's files follow with its first run); that one session and that one Python then serve
+every probe of the run, and the agent removes its folder at :meth:`HostRunner.close`, in the same session.
 
 Every probe runs under the watchdog's rules (``probes/_watchdog.py``) in a process group of its own, forked by
 the agent: killed at its deadline plus :data:`WATCHDOG_GRACE_S`, at the controller's limit, or as soon as the
@@ -299,7 +299,8 @@ class HostRunner:
         return self._dead is not None
 
     def _ensure_shipped(self) -> str:
-        """The folder holding every probe file: the host's agent's (started now when it is not running)."""
+        """The host's agent's folder, where the probes' files are written (the agent started now when it is not
+        running)."""
         self.run("agent", label="start the agent", call=lambda t: self._agent_on(t).dir or "")
         return self._agent.dir
 

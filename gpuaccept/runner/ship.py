@@ -1,10 +1,11 @@
 """Shipping the probes to a node: the files, as the frame the node-side agent reads when it starts, and which
 files a probe needs.
 
-The agent (gpuaccept.runner.agent, ``probes/_agent.py``) gets every probe file at its start (:func:`payload`:
-about 125 KB compressed, made once per run). A probe's helpers are the ``_*.py`` files beside it that it imports
-(:func:`probe_files`, found with :mod:`ast`): every file a probe needs must be among those shipped. Pure but
-for reading gpuaccept/probes.
+The agent (gpuaccept.runner.agent, ``probes/_agent.py``) gets its own files at its start (:func:`payload`,
+:func:`agent_files`: about 20 KB compressed, made once per run) and writes them into its folder; a probe's files
+(:func:`probe_files`) travel in its run request, those not sent before (:func:`texts`), and are written before the
+probe's first run. A probe's helpers are the ``_*.py`` files beside it that it imports (found with :mod:`ast`): a file a
+probe needs and does not import is not on the node when it runs. Pure but for reading gpuaccept/probes.
 """
 from __future__ import annotations
 
@@ -47,10 +48,21 @@ def probe_files(name: str) -> tuple[str, ...]:
     return tuple(sorted(need))
 
 
-#: held while :func:`torch_import` reads a probe's code: the agents of a run start at once (``--forks`` threads,
-#: 32 by default) and each asks for its first probe; ``lru_cache`` alone lets every one of them parse the same
-#: files at the same time (2.5 s of controller CPU at 32 hosts, measured with benchmarks/fanout.py --per-host)
-_TORCH_IMPORT_LOCK = threading.Lock()
+#: held while :func:`torch_import` and :func:`needed_files` read a probe's code: the agents of a run start at once
+#: (``--forks`` threads, 32 by default) and each asks for its first probe; ``lru_cache`` alone lets every one of
+#: them parse the same files at the same time (2.5 s of controller CPU at 32 hosts, measured with
+#: benchmarks/fanout.py --per-host)
+_AST_LOCK = threading.Lock()
+
+
+def needed_files(name: str) -> list[str] | None:
+    """:func:`probe_files` of probe ``name`` for a run request, or None for a name that is no probe (the agent
+    then writes every file). Read once per name and process, by one thread at a time."""
+    with _AST_LOCK:
+        try:
+            return list(probe_files(name))
+        except ValueError:
+            return None
 
 
 def torch_import(name: str) -> str | None:
@@ -60,7 +72,7 @@ def torch_import(name: str) -> str | None:
     only inside a function (of the probe or of any helper it needs: :func:`probe_files`), so some runs do not
     (gds without a path, pcie_link on links already at their maximum); None when nothing of it imports torch, or
     for a name that is no probe. Read once per name and process (cached), by one thread at a time."""
-    with _TORCH_IMPORT_LOCK:
+    with _AST_LOCK:
         return _torch_import(name)
 
 
@@ -122,23 +134,40 @@ def _imports_torch(fn: str) -> bool:
     return any(m == "torch" for node in ast.walk(_parse(fn)) for m in _modules(node))
 
 
+def agent_files() -> tuple[str, ...]:
+    """The files BOOT writes before it imports the agent (gpuaccept.runner.agent.BOOT): ``_bytecode.py``,
+    ``_agent.py`` and every helper they import (:func:`probe_files`), sorted."""
+    with _AST_LOCK:
+        return tuple(sorted(set(probe_files("_agent")) | set(probe_files("_bytecode"))))
+
+
 _PAYLOAD_LOCK = threading.Lock()
 
 
 def payload() -> bytes:
-    """The frame of every probe file (``gpuaccept/probes/*.py``) the agent's start reads: 4 bytes of length
-    (big-endian), then zlib (level 6) of the JSON ``{name: text}``; made once per run, by the first of the
-    agents starting at once (the others wait for it)."""
+    """The frame the agent's start reads (gpuaccept.runner.agent.BOOT): 4 bytes of length (big-endian), then zlib
+    (level 6) of the JSON ``{name: text}`` of the agent's own files (:func:`agent_files`); made once per run, by
+    the first of the agents starting at once (the others wait for it). A probe's other files travel in its run
+    request (:func:`texts`)."""
     with _PAYLOAD_LOCK:
         return _payload()
 
 
 @functools.lru_cache(maxsize=1)
 def _payload() -> bytes:
-    files = {}
-    for fn in sorted(os.listdir(PROBE_DIR)):
-        if fn.endswith(".py"):
-            with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
-                files[fn] = f.read()
-    data = zlib.compress(json.dumps(files).encode(), 6)
+    data = zlib.compress(json.dumps(texts(agent_files())).encode(), 6)
     return len(data).to_bytes(4, "big") + data
+
+
+def texts(names) -> dict[str, str]:
+    """``{name: text}`` of the files ``names`` of gpuaccept/probes (every ``*.py`` there when ``names`` is None),
+    each read once per process. Raises OSError for a name that is not there."""
+    if names is None:
+        names = sorted(fn for fn in os.listdir(PROBE_DIR) if fn.endswith(".py"))
+    return {fn: _text(fn) for fn in names}
+
+
+@functools.lru_cache(maxsize=None)
+def _text(fn: str) -> str:
+    with open(os.path.join(PROBE_DIR, fn), encoding="utf-8") as f:
+        return f.read()

@@ -30,9 +30,6 @@ def command(argv: Iterable[Any]) -> str:
     return " ".join(quote(w) for w in argv)
 
 
-__all__ = ["ENV_NAME", "bad_env_name", "command", "env_command", "quote"]
-
-#: a portable environment variable name
 def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = None, exec_: bool = False) -> str:
     """``cd CWD && [exec] env -- NAME=value ... PROGRAM ARGS...``, every value and word quoted.
 
