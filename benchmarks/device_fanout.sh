@@ -4,7 +4,9 @@
 # The nodes' interpreter is this one (torch, nvidia-ml-py): gpu_inventory reads the real GPUs through NVML.
 # usage, on the device machine from the repository root, with the gpu-node kit carried as .gpu-node, the wheels
 # as .whl and a `pip install --target` folder of pytest-testinfra as .peers/testinfra-site (optional):
-#     bash benchmarks/device_fanout.sh [NODES] [ROUNDS]
+#     bash benchmarks/device_fanout.sh [NODES] [ROUNDS]          # default 32 3
+#     bash benchmarks/device_fanout.sh --per-host 32,128 [ROUNDS]  # the controller's cost per host
+# FANOUT_NODE_PYTHON=/usr/bin/python3 (the image's system Python, without nvidia-ml-py) makes nodes that read no GPU.
 set -eu
 pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -17,4 +19,5 @@ for b in ssh ssh-keygen; do command -v $b >/dev/null || ln -s "$root/usr/bin/$b"
 [ -d .peers/testinfra-site ] && export TESTINFRA_SITE=$PWD/.peers/testinfra-site
 echo "$(nproc) cores, $(nvidia-smi -L | wc -l) GPUs, $(python3 -c 'import sys; print(sys.version.split()[0])')"
 echo "nodes run ${FANOUT_NODE_PYTHON:-python3}: $(${FANOUT_NODE_PYTHON:-python3} -c "import importlib.util as u; print(\"nvidia-ml-py\", \"present\" if u.find_spec(\"pynvml\") else \"absent\")")"
-python3 benchmarks/fanout.py "${1:-32}" "${2:-3}"
+[ $# -gt 0 ] || set -- 32 3
+python3 benchmarks/fanout.py "$@"

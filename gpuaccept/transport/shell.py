@@ -31,7 +31,9 @@ def command(argv: Iterable[Any]) -> str:
 
 
 def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = None, exec_: bool = False) -> str:
-    """``cd CWD && [exec] env -- NAME=value ... PROGRAM ARGS...``, every value and word quoted.
+    """``cd CWD && env -- NAME=value ... PROGRAM ARGS...``, every value and word quoted; with ``exec_``,
+    ``cd CWD && export NAME=value ... && exec PROGRAM ARGS...`` (the shell's own ``export`` and ``exec``: no
+    ``env`` process, and the variables end with the shell the program replaces).
 
     ``env``: variable name -> value (made text with ``str``); ``argv``: the program and its arguments;
     ``cwd``: a folder to change to first (optional); ``exec_``: replace the shell (the program then leads
@@ -42,11 +44,14 @@ def env_command(env: Mapping[str, Any], argv: Iterable[Any], cwd: str | None = N
             checked at load (gpuaccept.config.hostvars), so this is the last line of defence, never an operator's
             first message.
     """
-    words = ["env", "--"]
+    words = []
     for name, value in env.items():
         why = bad_env_name(name)
         if why:
             raise ValueError(f"environment variable {why}")
         words.append(f"{name}={quote(value)}")
-    line = ("exec " if exec_ else "") + " ".join(words) + " " + command(argv)
+    if exec_:
+        line = (f"export {' '.join(words)} && " if words else "") + "exec " + command(argv)
+    else:
+        line = " ".join(["env", "--", *words, command(argv)])
     return f"cd {quote(cwd)} && {line}" if cwd is not None else line

@@ -4,8 +4,8 @@ Remote side of one run (built by :func:`wrap_command`, the only place that quote
 
     exec [sudo -n -u '<become user>' --] /bin/sh -c '<INNER>' sh '<command>' '<INNER>'
 
-INNER makes sure the shell leads its own process group (OpenSSH already starts sessions with
-setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
+INNER makes sure the shell leads its own process group (its group read from /proc/$$/stat, proc(5) field 5, by
+the shell's ``read``; OpenSSH already starts sessions with setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
 first line it writes to stderr (stripped from the result by :class:`StderrSplitter`), then ``eval``s the
 command. A command run under the node-side watchdog (``probes/_watchdog.py``) announces its probe's own process
 group the same way, on the next line. :func:`kill_group_command` is what kills those groups. Pure: no I/O.
@@ -24,7 +24,7 @@ _MARKER_SCAN_LIMIT = 64 * 1024
 
 # $1: the command, $2: this script. Runs under /bin/sh whatever the login shell is.
 _INNER = (
-    'pg=$(cut -d" " -f5 /proc/$$/stat 2>/dev/null); '
+    'pg=; read -r _p _p _p _p pg _p 2>/dev/null </proc/$$/stat; unset _p; '
     'if [ "$pg" != "$$" ] && [ -z "${GPUACCEPT_SETSID:-}" ] && command -v setsid >/dev/null 2>&1; then '
     'GPUACCEPT_SETSID=1 exec setsid /bin/sh -c "$2" "$0" "$1" "$2"; fi; '
     f'unset GPUACCEPT_SETSID; echo "{PGID_MARKER}$$" >&2; '
