@@ -20,6 +20,7 @@ The tree::
         │   ├── NvmlUnusable       NVML cannot start beside a driver (version mismatch, permission)
         │   ├── DriverUnresponsive an NVML call did not return within its deadline (the driver is wedged)
         │   ├── DocumentNotKept    the probe ran, its raw document could not be kept in the report folder
+        │   ├── ProbeFolderUnwritable the probes' files could not be written into the node's $TMPDIR (full, or not writable)
         │   └── InterpreterMissing the node has no Python where the inventory says
         └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
 
@@ -163,6 +164,21 @@ class DriverUnresponsive(ProbeError):
 
     cause_class = "hardware"
     cause_kind = "driver_unresponsive"
+
+
+class ProbeFolderUnwritable(ProbeError):
+    """The probes' files could not be written into the agent's folder on the node (``$TMPDIR/gpuaccept.<hex>``);
+    ``evidence``: ``{"folder", "full"[, "errno"]}``. ``full`` (the filesystem out of space or the user out of
+    quota: ENOSPC, EDQUOT) is capacity, kind ``probe_folder_full``; anything else (read-only, a file size limit,
+    permissions) is configuration, kind ``probe_folder_unwritable``. The node's disk, not its GPUs."""
+
+    @property
+    def cause_class(self) -> str:  # type: ignore[override]
+        return "capacity" if self.evidence.get("full") else "configuration"
+
+    @property
+    def cause_kind(self) -> str:  # type: ignore[override]
+        return "probe_folder_full" if self.evidence.get("full") else "probe_folder_unwritable"
 
 
 class InterpreterMissing(ProbeError):

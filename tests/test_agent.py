@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -14,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted
+from gpuaccept.errors import CommandTimeout, HostUnreachable, Interrupted, ProbeFolderUnwritable
 from gpuaccept.probes._probe import PROCESS_NAME
 from gpuaccept.runner import ship
 from gpuaccept.runner.agent import Agent, encode
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
-from process_helpers import assert_gone, host_for, live_pids, marker, wait_started
+from process_helpers import FakeHost, assert_gone, host_for, live_pids, marker, wait_started
 from sshd import start_sshd, write_known_hosts
 
 ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -102,6 +104,57 @@ def test_the_folder_holds_the_agents_files_then_each_probes_as_it_first_runs(age
     shows = _probe(tmp_path, "shows", SHOWS)
     assert agent.probe("shows", [shows, "{}"], 30, 5, {}).rc == 0
     assert listing() == set(ship.texts(None))
+
+
+@pytest.mark.parametrize("how", ["fsize"] + (["tmpfs"] if os.geteuid() == 0 else []))
+def test_a_probe_whose_files_cannot_be_written_is_refused_as_the_nodes_disk(tmp_path, monkeypatch, how):
+    """An agent that started, then cannot write a probe's files: the probe never runs, the controller raises
+    ProbeFolderUnwritable (not a crashed probe), no file written in part stays in the folder, and a probe whose
+    files fit still runs. ``fsize``: a file size limit (RLIMIT_FSIZE 35 kB: the agent's own files fit,
+    gpu_inventory.py does not; EFBIG, configuration). ``tmpfs`` (as root): $TMPDIR on a 4 MiB tmpfs filled to the
+    last byte once the agent started (ENOSPC, capacity)."""
+    python, mnt = sys.executable, None
+    if how == "fsize":
+        python = str(tmp_path / "python-fsize")
+        with open(python, "w") as f:
+            f.write(f"#!{sys.executable}\nimport os, resource, sys\n"
+                    "resource.setrlimit(resource.RLIMIT_FSIZE, (35000, 35000))\n"
+                    f"os.execv({sys.executable!r}, [{sys.executable!r}] + sys.argv[1:])\n")
+        os.chmod(python, 0o755)
+    else:
+        mnt = tmp_path / "tmpfs"
+        mnt.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], check=True)
+        monkeypatch.setenv("TMPDIR", str(mnt))
+    t = get_transport(FakeHost(name="ctl", address="localhost", connection="local"))
+    a = Agent("ctl", t, python, ENV)
+    try:
+        a.start()
+        if mnt is not None:
+            try:
+                with open(mnt / "fill", "wb") as f:
+                    while True:
+                        f.write(b"x" * 4096)
+                        f.flush()
+            except OSError:
+                pass
+        with pytest.raises(ProbeFolderUnwritable, match=r"probe gpu_inventory: cannot write the probe files into "
+                                                         + re.escape(a.dir)) as e:
+            a.probe("gpu_inventory", ["gpu_inventory.py", "{}"], 60, 5, {})
+        full = how == "tmpfs"
+        assert e.value.evidence == {"folder": a.dir, "full": full, "errno": "ENOSPC" if full else "EFBIG"}
+        assert (e.value.cause.cls, e.value.cause.kind) == (("capacity", "probe_folder_full") if full else
+                                                          ("configuration", "probe_folder_unwritable"))
+        assert "gpu_inventory.py" not in os.listdir(a.dir)
+        if mnt is not None:
+            os.unlink(mnt / "fill")
+        r = a.probe("storage_mounts", ["storage_mounts.py", json.dumps({"paths": [str(tmp_path)]})], 60, 5, {})
+        assert r.rc == 0, r.stderr
+    finally:
+        a.close()
+        t.close()
+        if mnt is not None:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_probe_forked_by_the_agent_runs_under_the_probes_name(agent, tmp_path):

@@ -8,7 +8,8 @@ import json
 
 from gpuaccept.causes import CLASSES, Cause
 from gpuaccept.errors import (AuthError, CommandTimeout, HostKeyError, HostUnreachable, InterpreterMissing,
-                              Interrupted, NameUnresolved, NodeHeld, PackageMissing, ProbeError)
+                              Interrupted, NameUnresolved, NodeHeld, PackageMissing, ProbeError,
+                              ProbeFolderUnwritable)
 from project_helpers import bare_python, hardware_claims_without_evidence, junit, make_project, run_pytest
 
 
@@ -17,11 +18,14 @@ def test_every_node_error_names_its_cause_class_and_a_subclass_inherits_its_pare
             HostKeyError: ("connectivity", "host_key"), AuthError: ("connectivity", "auth"),
             CommandTimeout: ("tool", "timeout"), Interrupted: ("interruption", "interrupted"),
             ProbeError: ("tool", "probe_crashed"), PackageMissing: ("configuration", "package_missing"),
-            InterpreterMissing: ("configuration", "interpreter_missing"), NodeHeld: ("contention", "held")}
+            InterpreterMissing: ("configuration", "interpreter_missing"), NodeHeld: ("contention", "held"),
+            ProbeFolderUnwritable: ("configuration", "probe_folder_unwritable")}
     for cls, (c, k) in want.items():
         e = cls("gpu-01", "msg", {"x": 1})
         assert (e.cause.cls, e.cause.kind, e.cause.host, e.cause.evidence) == (c, k, "gpu-01", {"x": 1})
     assert isinstance(NameUnresolved("h", "m"), HostUnreachable)  # caught where an unreachable host is
+    full = ProbeFolderUnwritable("gpu-01", "msg", {"full": True})  # ENOSPC, EDQUOT: the node's disk is full
+    assert (full.cause.cls, full.cause.kind) == ("capacity", "probe_folder_full")
 
 
 def test_a_cause_round_trips_through_json_and_refuses_an_unknown_class():

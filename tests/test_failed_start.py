@@ -95,12 +95,13 @@ def test_wrong_interpreter_five_runs_leave_no_folder(tmp_path, node):
         assert folders(node.tmp) == [], f"run {i} left {folders(node.tmp)}"
 
 
-@pytest.fixture
-def full_tmpdir(node, tmp_path):
-    """The node's TMPDIR full. As root (CI): a 64 KiB tmpfs mounted on it and filled to the last byte. Else: no
-    mount can be made, so the node's Python runs under ``ulimit -f 0`` (its writes fail with EFBIG, as on a full
-    disk: a folder can be made, no file written). Returns (the interpreter to give the host, the reason expected)."""
-    if os.geteuid() == 0:
+@pytest.fixture(params=["fsize"] + (["tmpfs"] if os.geteuid() == 0 else []))
+def full_tmpdir(node, tmp_path, request):
+    """The node's TMPDIR unwritable. ``tmpfs`` (as root, as in CI): a 64 KiB tmpfs mounted on it and filled to the
+    last byte (ENOSPC: the cause is capacity). ``fsize``: the node's Python runs under ``ulimit -f 0`` (its writes
+    fail with EFBIG: a folder can be made, no file written; a limit of the session, so configuration). Returns
+    (the interpreter to give the host, the reason expected, the cause kind expected)."""
+    if request.param == "tmpfs":
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(node.tmp)], check=True)
         try:
             with open(node.tmp / "fill", "wb") as f:
@@ -110,27 +111,35 @@ def full_tmpdir(node, tmp_path):
         except OSError:
             pass
         try:
-            yield sys.executable, "No space left on device"
+            yield sys.executable, "No space left on device", "probe_folder_full"
         finally:
             subprocess.run(["umount", "-l", str(node.tmp)], check=False)
         return
     wrapper = tmp_path / "python-fsize0"
     wrapper.write_text(f"#!/bin/sh\nulimit -f 0\nexec {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
-    yield str(wrapper), "File too large"
+    yield str(wrapper), "File too large", "probe_folder_unwritable"
 
 
-def test_full_tmpdir_leaves_no_folder(tmp_path, node, full_tmpdir):
-    """Before: the folder with the probe files half written stayed (one per start). Now: ERROR naming the folder
-    and the reason, and nothing of gpuaccept's in the TMPDIR, twice in a row."""
-    python, reason = full_tmpdir
+def test_full_tmpdir_leaves_no_folder_and_reads_as_the_nodes_disk(tmp_path, node, full_tmpdir):
+    """Before: the folder with the probe files half written stayed (one per start), and the ERROR read as a
+    crashed probe (rerun). Now: ERROR naming the folder and the reason, the cause the node's disk (a full one:
+    capacity, free-space; a file size limit: configuration, fix-config), never hardware, and nothing of
+    gpuaccept's in the TMPDIR, twice in a row."""
+    python, reason, kind = full_tmpdir
+    full = kind == "probe_folder_full"
     for i in range(2):
         res, rep = _run(tmp_path, node, f"full{i}", python=python)
         out = res.stdout + res.stderr
         assert res.returncode == 1, out[-3000:]
-        assert "could not ship probes: the agent exited with rc 1 before it was ready: cannot write the probe " \
-               f"files into {node.tmp}/gpuaccept." in out and reason in out, out[-3000:]
+        assert f"could not ship probes: the agent exited with rc {4 if full else 5} before it was ready: cannot " \
+               f"write the probe files into {node.tmp}/gpuaccept." in out and reason in out, out[-3000:]
         assert folders(node.tmp) == [], f"run {i} left {folders(node.tmp)}"
+        tests = json.loads((rep / "results.json").read_text())["tests"]
+        assert tests and all(t["outcome"] == "error" for t in tests), tests
+        assert {c["kind"] for t in tests for c in t["causes"]} == {kind}
+        assert {c["class"] for t in tests for c in t["causes"]} == {"capacity" if full else "configuration"}
+        assert {t["action"]["action"] for t in tests} == {"free-space" if full else "fix-config"}
 
 
 def _handshake(node, cut: str) -> None:

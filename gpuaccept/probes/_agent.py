@@ -33,6 +33,8 @@ Agent to controller::
     {"op": "progress", "id": 1, "line": "GPUACCEPT-PROGRESS {...}"}      # each progress line, as written
     {"op": "done", "id": 1, "rc": 0, "stdout": "...", "stderr": "...", "pgid": 4250, "seconds": 0.41,
      "started": "warm" | "fresh"}
+    {"op": "done", "id": 1, "rc": 1, ..., "unwritable": {"folder", "why", "errno": "ENOSPC", "full": true}}
+                                                          # its files could not be written: it never started
     {"op": "warm", "state": "ready" | "dead" | "missing", "pid": 4243, ...}   # the warm child's news, unasked
     {"op": "bye", "removed": true}
 
@@ -74,6 +76,7 @@ over (``took_over``) or why it has no lock (``lock_note``: a lock folder it cann
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -467,7 +470,10 @@ def _request(req: dict, folder: str, files: dict | None, probes: dict, pending: 
     if op == "run":
         if files is not None:
             files.update(req.get("texts") or {})
-        place(folder, files, req.get("files"))
+        unwritable = place(folder, files, req.get("files"))
+        if unwritable:
+            _refuse(req, f"cannot write the probe files into {folder}: {unwritable['why']}", unwritable=unwritable)
+            return False
         end = time.monotonic() + float(req.get("deadline_s") or 300) + float(req.get("grace_s") or 0)
         if how_to_start(req) == "wait":
             if _zy.state == "idle":
@@ -519,11 +525,12 @@ def _start_pending(probes: dict, pending: list) -> None:
     pending[:] = keep
 
 
-def _refuse(req: dict, why: str) -> None:
-    """Answer run request ``req`` that never started with ``done``: rc 1 and the watchdog's failure line."""
+def _refuse(req: dict, why: str, **extra) -> None:
+    """Answer run request ``req`` that never started with ``done``: rc 1 and the watchdog's failure line
+    (``extra``: more keys of the frame, ``unwritable``)."""
     line = json.dumps({"failed": True, "msg": f"node watchdog: {why}"}) + "\n"
     _send({"op": "done", "id": req.get("id"), "rc": 1, "pgid": None, "stdout": line, "stderr": "", "seconds": 0.0,
-           "started": None})
+           "started": None, **extra})
 
 
 #: the names of ``files`` written into the folder so far (BOOT's, then each probe's before its first run)
@@ -539,12 +546,14 @@ def main(files: dict | None = None, identity: dict | None = None, written: list 
     return serve(os.getcwd(), files, identity)
 
 
-def place(folder: str, files: dict | None, need: list | None) -> None:
+def place(folder: str, files: dict | None, need: list | None) -> dict | None:
     """Before a probe runs: make ``folder`` again (``mkdir -m 700``, entered, the agent's own files written) when
-    it is gone, then write the names of ``need`` (every file of ``files`` when None) not written yet. Best effort:
-    a file that cannot be written makes the probe fail as it would without it."""
+    it is gone, then write the names of ``need`` (every file of ``files`` when None) not written yet. Returns None,
+    or what kept a file from being written: ``{"folder", "why" (strerror), "errno" (its name), "full" (ENOSPC or
+    EDQUOT: the filesystem or the quota is full)}``; a file written in part is removed, so no probe reads it."""
     if not files:
-        return
+        return None
+    path = folder
     try:
         if not os.path.isdir(folder):
             os.mkdir(folder, 0o700)
@@ -554,8 +563,16 @@ def place(folder: str, files: dict | None, need: list | None) -> None:
             need = sorted(again)
         for name in (files if need is None else need):
             if name in files and name not in _written:
-                with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                path = os.path.join(folder, name)
+                with open(path, "w", encoding="utf-8") as f:
                     f.write(files[name])
                 _written.add(name)
-    except OSError:
-        pass
+    except OSError as e:
+        if path != folder:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return {"folder": folder, "why": e.strerror or str(e), "errno": errno.errorcode.get(e.errno or 0),
+                "full": e.errno in (errno.ENOSPC, errno.EDQUOT)}
+    return None

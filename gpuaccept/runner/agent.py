@@ -39,7 +39,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from gpuaccept.errors import CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, NodeHeld, ProbeError
+from gpuaccept.errors import (CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, NodeHeld, ProbeError,
+                             ProbeFolderUnwritable)
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.runner.ship import agent_files, needed_files, payload, texts, torch_import
@@ -65,6 +66,9 @@ KILL_WAIT_S = 6.0
 EXIT_WAIT_S = 30.0
 #: exit status of BOOT when stdin ended before the files (the start command never got them)
 BOOT_NO_FILES = 3
+#: exit status of BOOT when the files could not be written: the folder's filesystem full (ENOSPC 28, EDQUOT 122 on
+#: Linux, errno(3)), or anything else (read-only, a file size limit, permissions)
+BOOT_FULL, BOOT_UNWRITABLE = 4, 5
 
 #: the Python run as ``python -c BOOT`` in the new folder: read one frame of the agent's files
 #: (gpuaccept.runner.ship.payload), write them, serve; a probe's files come with its run request
@@ -81,7 +85,8 @@ BOOT = ("import os, sys, json, zlib\n"
         "    for k, v in files.items():\n"
         "        with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
         "except OSError as e:\n"
-        "    sys.exit('cannot write the probe files into %s: %s' % (os.getcwd(), e.strerror or e))\n"
+        "    sys.stderr.write('cannot write the probe files into %s: %s\\n' % (os.getcwd(), e.strerror or e))\n"
+        "    sys.exit(4 if e.errno in (28, 122) else 5)\n"
         "sys.path.insert(0, '')\n"
         "import _bytecode\n"
         "_bytecode.install(os.getcwd())\n"
@@ -207,10 +212,14 @@ class Agent:
             raise NodeHeld(self.name, f"held by gpuaccept run {holder['run_id']} from {holder['controller']} since "
                                       f"{holder['since']} (pid {holder['pid']})", holder)
         if doc is None or doc.get("op") != "ready":
-            why, missing = self._start_failure()
+            why, rc = self._start_failure()
             self._drop()
-            raise (InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python}) if missing
-                   else ProbeError(self.name, f"could not ship probes: {why}"))
+            if rc == 127:
+                raise InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python})
+            if rc in (BOOT_FULL, BOOT_UNWRITABLE):
+                raise ProbeFolderUnwritable(self.name, f"could not ship probes: {why}",
+                                            {"folder": self.folder, "full": rc == BOOT_FULL})
+            raise ProbeError(self.name, f"could not ship probes: {why}")
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
         self._lock_said(doc)
         return CommandResult(0, b"", b"", time.monotonic() - t0)
@@ -239,17 +248,17 @@ class Agent:
         else:
             log.warning("%s: %s; torch probes start fresh from now on", self.name, doc.get("why"))
 
-    def _start_failure(self) -> tuple[str, bool]:
-        """Why the agent did not start, and whether its interpreter is missing (rc 127)."""
+    def _start_failure(self) -> tuple[str, int | None]:
+        """Why the agent did not start, and its start command's exit status (127: no interpreter; None: none)."""
         s = self.session
         rc = s.exit_status(2.0) if s is not None else None
         err = [ln for ln in (s.stderr() if s else b"").decode(errors="replace").strip().splitlines() if ln.strip()]
         if rc == 127:
-            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", True
+            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", rc
         tail = err[-1][:300] if err else ""
         if rc is None:
-            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), False
-        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), False
+            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), rc
+        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), rc
 
     # -- frames -------------------------------------------------------------------------------
     def _next(self, deadline: float, running: Running | None) -> dict | None:
@@ -323,6 +332,11 @@ class Agent:
                 elif op == "progress" and lines is not None:
                     lines.feed(doc.get("line", "").encode("latin-1") + b"\n")
                 elif op == "done":
+                    if isinstance(doc.get("unwritable"), dict):  # the probe's files could not be written: not run
+                        u = doc["unwritable"]
+                        raise ProbeFolderUnwritable(self.name, f"{label}: cannot write the probe files into "
+                                                    f"{u.get('folder')}: {u.get('why')}",
+                                                    {k: u.get(k) for k in ("folder", "full", "errno")})
                     return _result(doc)
         except HostUnreachable as e:
             self._drop()
