@@ -133,3 +133,17 @@ def compile_beside(folder: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "compileall", "-q", str(folder)], env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and (folder / "__pycache__").is_dir(), r.stdout + r.stderr
+
+
+def fill(folder: Path) -> Path:
+    """Write ``folder/fill`` until its filesystem refuses another byte (ENOSPC: a small tmpfs made full); returns
+    the file, whose removal frees the space again."""
+    path = folder / "fill"
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(b"x" * 4096)
+                f.flush()
+    except OSError:
+        pass
+    return path

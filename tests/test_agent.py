@@ -21,7 +21,7 @@ from gpuaccept.probes._probe import PROCESS_NAME
 from gpuaccept.runner import ship
 from gpuaccept.runner.agent import Agent, encode
 from gpuaccept.transport import cancel_all, get_transport, reset_interruption
-from process_helpers import FakeHost, assert_gone, host_for, live_pids, marker, wait_started
+from process_helpers import FakeHost, assert_gone, fill, host_for, live_pids, marker, wait_started
 from sshd import start_sshd, write_known_hosts
 
 ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -130,14 +130,7 @@ def test_a_probe_whose_files_cannot_be_written_is_refused_as_the_nodes_disk(tmp_
     a = Agent("ctl", t, python, ENV)
     try:
         a.start()
-        if mnt is not None:
-            try:
-                with open(mnt / "fill", "wb") as f:
-                    while True:
-                        f.write(b"x" * 4096)
-                        f.flush()
-            except OSError:
-                pass
+        filled = fill(mnt) if mnt is not None else None
         with pytest.raises(ProbeFolderUnwritable, match=r"probe gpu_inventory: cannot write the probe files into "
                                                          + re.escape(a.dir)) as e:
             a.probe("gpu_inventory", ["gpu_inventory.py", "{}"], 60, 5, {})
@@ -146,8 +139,8 @@ def test_a_probe_whose_files_cannot_be_written_is_refused_as_the_nodes_disk(tmp_
         assert (e.value.cause.cls, e.value.cause.kind) == (("capacity", "probe_folder_full") if full else
                                                           ("configuration", "probe_folder_unwritable"))
         assert "gpu_inventory.py" not in os.listdir(a.dir)
-        if mnt is not None:
-            os.unlink(mnt / "fill")
+        if filled is not None:
+            os.unlink(filled)
         r = a.probe("storage_mounts", ["storage_mounts.py", json.dumps({"paths": [str(tmp_path)]})], 60, 5, {})
         assert r.rc == 0, r.stderr
     finally:

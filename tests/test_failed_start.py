@@ -31,7 +31,7 @@ from gpuaccept.runner.host import DocumentNotSaved, keep_probe
 from gpuaccept.runner.ship import payload
 from gpuaccept.transport import get_transport
 from gpuaccept.transport.session import open_session
-from process_helpers import host_for
+from process_helpers import fill, host_for
 from project_helpers import junit, make_project, run_pytest
 from sshd import start_nodes_with_tmp, write_known_hosts
 
@@ -103,13 +103,7 @@ def full_tmpdir(node, tmp_path, request):
     (the interpreter to give the host, the reason expected, the cause kind expected)."""
     if request.param == "tmpfs":
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(node.tmp)], check=True)
-        try:
-            with open(node.tmp / "fill", "wb") as f:
-                while True:
-                    f.write(b"x" * 4096)
-                    f.flush()
-        except OSError:
-            pass
+        fill(node.tmp)
         try:
             yield sys.executable, "No space left on device", "probe_folder_full"
         finally:
@@ -301,13 +295,7 @@ def test_keep_probe_says_why(tmp_path):
     try:
         (full / "probes" / "h2").mkdir(parents=True)
         if os.geteuid() == 0:
-            try:
-                with open(full / "fill", "wb") as f:
-                    while True:
-                        f.write(b"x" * 4096)
-                        f.flush()
-            except OSError:
-                pass
+            fill(full)
             why = "No space left on device"
         else:
             (full / "probes" / "h2").chmod(0o500)
