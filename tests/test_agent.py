@@ -82,8 +82,9 @@ def test_probes_run_as_children_of_one_agent(agent, tmp_path, caplog):
 
 def test_the_folder_holds_the_agents_files_then_each_probes_as_it_first_runs(agent, tmp_path):
     """The start writes the agent's own files only; a probe's files (its helpers, found by ship.probe_files) are
-    sent with its first run request and written before it runs, once; a folder removed under the agent is made
-    again with every file it was sent; a probe named by a path (not one of gpuaccept's) gets every file."""
+    sent with its first run request and written before it runs; a file or the folder removed under the agent
+    (a /tmp cleaner) is written again before the next probe that needs it (a folder made again holds the agent's
+    files and that probe's); a probe named by a path (not one of gpuaccept's) gets every file."""
     def listing():
         return {f for f in os.listdir(agent.dir) if f.endswith(".py")}
 
@@ -98,9 +99,12 @@ def test_the_folder_holds_the_agents_files_then_each_probes_as_it_first_runs(age
             with open(os.path.join(agent.dir, f), encoding="utf-8") as fh:
                 assert fh.read() == sent[f], f
     assert "matmul_tflops.py" not in listing()
+    os.unlink(os.path.join(agent.dir, "_probe.py"))  # a cleaner that ages files one by one: the folder stays
+    r = agent.probe("host_memory", ["host_memory.py", "{}"], 60, 5, {})
+    assert r.rc == 0 and "_probe.py" in listing(), r.stderr
     shutil.rmtree(agent.dir)
     r = agent.probe("storage_mounts", ["storage_mounts.py", json.dumps({"paths": [str(tmp_path)]})], 60, 5, {})
-    assert r.rc == 0 and listing() == set(sent)
+    assert r.rc == 0 and listing() == set(ship.agent_files()) | set(ship.probe_files("storage_mounts")), listing()
     shows = _probe(tmp_path, "shows", SHOWS)
     assert agent.probe("shows", [shows, "{}"], 30, 5, {}).rc == 0
     assert listing() == set(ship.texts(None))

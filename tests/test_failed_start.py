@@ -95,45 +95,71 @@ def test_wrong_interpreter_five_runs_leave_no_folder(tmp_path, node):
         assert folders(node.tmp) == [], f"run {i} left {folders(node.tmp)}"
 
 
-@pytest.fixture(params=["fsize"] + (["tmpfs"] if os.geteuid() == 0 else []))
+#: how a node's TMPDIR refuses the probes: where the start fails (BOOT writing the agent's files, or the folder's
+#: mkdir), the reason the node says, the cause kind; "tmpfs", "readonly" and "inodes" need a mount (root, as in CI)
+UNWRITABLE = {
+    "fsize": ("write the probe files into", "File too large", "probe_folder_unwritable"),
+    "missing": ("make the probe folder", "No such file or directory", "probe_folder_unwritable"),
+    "tmpfs": ("write the probe files into", "No space left on device", "probe_folder_full"),
+    "readonly": ("make the probe folder", "Read-only file system", "probe_folder_unwritable"),
+    "inodes": ("make the probe folder", "No space left on device", "probe_folder_full"),
+}
+
+
+@pytest.fixture(params=["fsize", "missing"] + (["tmpfs", "readonly", "inodes"] if os.geteuid() == 0 else []))
 def full_tmpdir(node, tmp_path, request):
-    """The node's TMPDIR unwritable. ``tmpfs`` (as root, as in CI): a 64 KiB tmpfs mounted on it and filled to the
-    last byte (ENOSPC: the cause is capacity). ``fsize``: the node's Python runs under ``ulimit -f 0`` (its writes
-    fail with EFBIG: a folder can be made, no file written; a limit of the session, so configuration). Returns
-    (the interpreter to give the host, the reason expected, the cause kind expected)."""
-    if request.param == "tmpfs":
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(node.tmp)], check=True)
-        fill(node.tmp)
-        try:
-            yield sys.executable, "No space left on device", "probe_folder_full"
-        finally:
+    """The node's TMPDIR refusing the probes (:data:`UNWRITABLE`). ``fsize``: the node's Python runs under
+    ``ulimit -f 0`` (its writes fail with EFBIG: a folder can be made, no file written; a limit of the session, so
+    configuration). ``missing``: the folder is not there (ENOENT). As root: ``tmpfs``, a 64 KiB tmpfs filled to
+    the last byte (ENOSPC on the files: capacity); ``readonly``, a tmpfs mounted read-only (EROFS on the mkdir);
+    ``inodes``, a tmpfs of 2 inodes, used up (ENOSPC on the mkdir: capacity). Returns (the interpreter to give the
+    host, what failed, the reason expected, the cause kind expected)."""
+    what, reason, kind = UNWRITABLE[request.param]
+    python = sys.executable
+    mount = {"tmpfs": "size=64k", "readonly": "size=64k,ro", "inodes": "size=64k,nr_inodes=2"}.get(request.param)
+    if mount:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", mount, "tmpfs", str(node.tmp)], check=True)
+        if request.param == "tmpfs":
+            fill(node.tmp)
+        elif request.param == "inodes":
+            (node.tmp / "a").mkdir()  # the root and this: no inode left for another folder
+    elif request.param == "missing":
+        node.tmp.rmdir()
+    else:
+        python = str(tmp_path / "python-fsize0")
+        Path(python).write_text(f"#!/bin/sh\nulimit -f 0\nexec {sys.executable} \"$@\"\n")
+        Path(python).chmod(0o755)
+    try:
+        yield python, what, reason, kind
+    finally:
+        if mount:
             subprocess.run(["umount", "-l", str(node.tmp)], check=False)
-        return
-    wrapper = tmp_path / "python-fsize0"
-    wrapper.write_text(f"#!/bin/sh\nulimit -f 0\nexec {sys.executable} \"$@\"\n")
-    wrapper.chmod(0o755)
-    yield str(wrapper), "File too large", "probe_folder_unwritable"
+        node.tmp.mkdir(exist_ok=True)
 
 
-def test_full_tmpdir_leaves_no_folder_and_reads_as_the_nodes_disk(tmp_path, node, full_tmpdir):
+def test_an_unwritable_tmpdir_leaves_no_folder_and_reads_as_the_nodes_disk(tmp_path, node, full_tmpdir):
     """Before: the folder with the probe files half written stayed (one per start), and the ERROR read as a
-    crashed probe (rerun). Now: ERROR naming the folder and the reason, the cause the node's disk (a full one:
-    capacity, free-space; a file size limit: configuration, fix-config), never hardware, and nothing of
-    gpuaccept's in the TMPDIR, twice in a row."""
-    python, reason, kind = full_tmpdir
+    crashed probe (rerun), as did a folder the start could not make. Now: ERROR naming the folder and the reason,
+    the cause the node's disk (full: capacity, free-space; read-only, missing, a file size limit: configuration,
+    fix-config) with the folder's path and the errno's name, never hardware, and nothing of gpuaccept's left in
+    the TMPDIR, twice in a row."""
+    python, what, reason, kind = full_tmpdir
     full = kind == "probe_folder_full"
     for i in range(2):
         res, rep = _run(tmp_path, node, f"full{i}", python=python)
         out = res.stdout + res.stderr
         assert res.returncode == 1, out[-3000:]
-        assert f"could not ship probes: the agent exited with rc {4 if full else 5} before it was ready: cannot " \
-               f"write the probe files into {node.tmp}/gpuaccept." in out and reason in out, out[-3000:]
-        assert folders(node.tmp) == [], f"run {i} left {folders(node.tmp)}"
+        assert f"could not ship probes: cannot {what} {node.tmp}/gpuaccept." in out and reason in out, out[-3000:]
+        if node.tmp.is_dir():
+            assert folders(node.tmp) == [], f"run {i} left {folders(node.tmp)}"
         tests = json.loads((rep / "results.json").read_text())["tests"]
         assert tests and all(t["outcome"] == "error" for t in tests), tests
-        assert {c["kind"] for t in tests for c in t["causes"]} == {kind}
-        assert {c["class"] for t in tests for c in t["causes"]} == {"capacity" if full else "configuration"}
+        causes = [c for t in tests for c in t["causes"]]
+        assert {c["kind"] for c in causes} == {kind}
+        assert {c["class"] for c in causes} == {"capacity" if full else "configuration"}
         assert {t["action"]["action"] for t in tests} == {"free-space" if full else "fix-config"}
+        assert all(c["evidence"]["folder"].startswith(f"{node.tmp}/gpuaccept.") for c in causes), causes
+        assert {c["evidence"]["errno"] for c in causes} <= {"ENOSPC", "EFBIG", "ENOENT", "EROFS"}, causes
 
 
 def _handshake(node, cut: str) -> None:

@@ -533,40 +533,39 @@ def _refuse(req: dict, why: str, **extra) -> None:
            "started": None, **extra})
 
 
-#: the names of ``files`` written into the folder so far (BOOT's, then each probe's before its first run)
-_written: set = set()
+#: the names BOOT wrote (the agent's own files), written again with a probe's into a folder made again
+_boot: list = []
 
 
 def main(files: dict | None = None, identity: dict | None = None, written: list | None = None) -> int:
     """Serve in the working directory (the shipped folder); ``files`` (name -> text, as shipped): a probe's are
-    written before its first run, and the folder is made again when it vanished under the agent (a /tmp
-    cleaner); ``identity``: the run's, for the node's lock; ``written``: the names BOOT wrote already."""
-    _written.clear()
-    _written.update(written or ())
+    written before it runs, and the folder is made again when it vanished under the agent (a /tmp cleaner);
+    ``identity``: the run's, for the node's lock; ``written``: the names BOOT wrote already."""
+    _boot[:] = list(written or ())
     return serve(os.getcwd(), files, identity)
 
 
 def place(folder: str, files: dict | None, need: list | None) -> dict | None:
-    """Before a probe runs: make ``folder`` again (``mkdir -m 700``, entered, the agent's own files written) when
-    it is gone, then write the names of ``need`` (every file of ``files`` when None) not written yet. Returns None,
-    or what kept a file from being written: ``{"folder", "why" (strerror), "errno" (its name), "full" (ENOSPC or
-    EDQUOT: the filesystem or the quota is full)}``; a file written in part is removed, so no probe reads it."""
+    """Before a probe runs: make ``folder`` again (``mkdir -m 700``, entered) when it is gone, then write each
+    file of ``need`` (every file of ``files`` when None) that is not there (never written, or removed by a /tmp
+    cleaner), and the agent's own where the folder was made again. Returns None, or what kept a file from being
+    written: ``{"folder", "why" (strerror), "errno" (its name), "full" (ENOSPC or EDQUOT: the filesystem or the
+    quota is full)}``; a file written in part is removed, so no probe reads it."""
     if not files:
         return None
     path = folder
+    names = list(files) if need is None else list(need)
     try:
         if not os.path.isdir(folder):
             os.mkdir(folder, 0o700)
             os.chdir(folder)
-            again = set(_written) | set(files if need is None else need)
-            _written.clear()
-            need = sorted(again)
-        for name in (files if need is None else need):
-            if name in files and name not in _written:
-                path = os.path.join(folder, name)
+            names += _boot
+        for name in names:
+            path = os.path.join(folder, name)
+            if name in files and not os.path.exists(path):
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(files[name])
-                _written.add(name)
+        path = folder
     except OSError as e:
         if path != folder:
             try:

@@ -66,13 +66,20 @@ KILL_WAIT_S = 6.0
 EXIT_WAIT_S = 30.0
 #: exit status of BOOT when stdin ended before the files (the start command never got them)
 BOOT_NO_FILES = 3
-#: exit status of BOOT when the files could not be written: the folder's filesystem full (ENOSPC 28, EDQUOT 122 on
-#: Linux, errno(3)), or anything else (read-only, a file size limit, permissions)
+#: exit status of the start when its folder or the agent's files could not be made: the folder's filesystem full
+#: (ENOSPC, EDQUOT: errno(3)), or anything else (read-only, missing, a file size limit, permissions); a line
+#: ``UNWRITABLE_MARKER {"folder", "errno"}`` on stderr says where and why (the errno's name)
 BOOT_FULL, BOOT_UNWRITABLE = 4, 5
+UNWRITABLE_MARKER = "GPUACCEPT-UNWRITABLE "
+
+_UNWRITABLE = ("    sys.stderr.write('" + UNWRITABLE_MARKER + "%s\\n' % json.dumps({'folder': d, 'errno': "
+               "errno.errorcode.get(e.errno)}))\n"
+               "    sys.stderr.write('cannot %s %s: %s\\n' % (what, d, e.strerror or e))\n"
+               "    sys.exit(4 if e.errno in (errno.ENOSPC, errno.EDQUOT) else 5)\n")
 
 #: the Python run as ``python -c BOOT`` in the new folder: read one frame of the agent's files
 #: (gpuaccept.runner.ship.payload), write them, serve; a probe's files come with its run request
-BOOT = ("import os, sys, json, zlib\n"
+BOOT = ("import errno, os, sys, json, zlib\n"
         "def r(n):\n"
         "    b = b''\n"
         "    while len(b) < n:\n"
@@ -81,17 +88,29 @@ BOOT = ("import os, sys, json, zlib\n"
         "        b += c\n"
         "    return b\n"
         "files = json.loads(zlib.decompress(r(int.from_bytes(r(4), 'big'))))\n"
+        "d, what = os.getcwd(), 'write the probe files into'\n"
         "try:\n"
         "    for k, v in files.items():\n"
         "        with open(k, 'w', encoding='utf-8') as f: f.write(v)\n"
         "except OSError as e:\n"
-        "    sys.stderr.write('cannot write the probe files into %s: %s\\n' % (os.getcwd(), e.strerror or e))\n"
-        "    sys.exit(4 if e.errno in (28, 122) else 5)\n"
+        + _UNWRITABLE +
         "sys.path.insert(0, '')\n"
         "import _bytecode\n"
         "_bytecode.install(os.getcwd())\n"
         "import _agent\n"
         "sys.exit(_agent.main(files, json.loads(sys.argv[1]) if len(sys.argv) > 1 else None, list(files)))\n")
+
+#: the Python the start runs where its ``mkdir`` failed: the same ``mkdir`` again, to tell why (the errno) with
+#: :data:`UNWRITABLE_MARKER` and exit :data:`BOOT_FULL` or :data:`BOOT_UNWRITABLE`; a folder made this time (the
+#: cause gone meanwhile) is removed at once
+MKDIR_WHY = ("import errno, json, os, sys\n"
+             "d, what = sys.argv[1], 'make the probe folder'\n"
+             "try:\n"
+             "    os.mkdir(d, 0o700)\n"
+             "except OSError as e:\n"
+             + _UNWRITABLE +
+             "os.rmdir(d)\n"
+             "sys.exit(5)\n")
 
 
 def encode(doc: dict) -> bytes:
@@ -105,8 +124,10 @@ def start_command(python: str, env: dict[str, str], identity: dict | None = None
     an existing entry), run ``python -c BOOT`` in it with ``env`` (every word quoted, gpuaccept.transport.shell);
     ``identity`` (:func:`lock_identity`), BOOT's argument in JSON, makes the agent take the node's lock.
 
-    The shell that made the folder stays as the Python's parent and removes that folder (``rm -rf`` of the one
-    path its own ``mkdir`` made; nothing else: a name that existed makes ``mkdir`` fail and nothing runs) once
+    A ``mkdir`` that fails hands over to the node's Python on :data:`MKDIR_WHY`, which tells why (exit status
+    :data:`BOOT_FULL` or :data:`BOOT_UNWRITABLE`, or 127 without an interpreter); nothing else runs. The shell
+    that made the folder stays as the Python's parent and removes that folder (``rm -rf`` of the one path its
+    own ``mkdir`` made; nothing else: a name that existed makes ``mkdir`` fail and BOOT never runs) once
     the Python has exited, whatever ended it: no interpreter (rc 127), a disk too full for the probe files, the
     handshake cut (stdin closed, SIGTERM, SIGHUP or SIGINT: the shell traps them and cleans up after the Python
     is gone). The status is the Python's. An agent that started keeps its folder as long as it runs (it removes
@@ -114,7 +135,9 @@ def start_command(python: str, env: dict[str, str], identity: dict | None = None
     folder, to the next run's sweep (``_watchdog.sweep_stale``)."""
     d = f"gpuaccept.{secrets.token_hex(6)}"
     argv = [python, "-c", BOOT] + ([json.dumps(identity, separators=(",", ":"))] if identity else [])
-    return (f'd="${{TMPDIR:-/tmp}}/{d}" && mkdir -m 700 "$d" && {{ trap : HUP INT TERM; '
+    why = shell.command([python, "-c", MKDIR_WHY])
+    return (f'd="${{TMPDIR:-/tmp}}/{d}"; mkdir -m 700 "$d" 2>/dev/null || exec {why} "$d"; '
+            f'{{ trap : HUP INT TERM; '
             f'(cd "$d" && {shell.env_command(env, argv, exec_=True)}); r=$?; rm -rf "$d"; exit $r; }}'), d
 
 
@@ -212,13 +235,14 @@ class Agent:
             raise NodeHeld(self.name, f"held by gpuaccept run {holder['run_id']} from {holder['controller']} since "
                                       f"{holder['since']} (pid {holder['pid']})", holder)
         if doc is None or doc.get("op") != "ready":
-            why, rc = self._start_failure()
+            why, rc, facts = self._start_failure()
             self._drop()
             if rc == 127:
                 raise InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python})
             if rc in (BOOT_FULL, BOOT_UNWRITABLE):
                 raise ProbeFolderUnwritable(self.name, f"could not ship probes: {why}",
-                                            {"folder": self.folder, "full": rc == BOOT_FULL})
+                                            {"folder": facts.get("folder") or self.folder, "full": rc == BOOT_FULL,
+                                             "errno": facts.get("errno")})
             raise ProbeError(self.name, f"could not ship probes: {why}")
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
         self._lock_said(doc)
@@ -248,17 +272,28 @@ class Agent:
         else:
             log.warning("%s: %s; torch probes start fresh from now on", self.name, doc.get("why"))
 
-    def _start_failure(self) -> tuple[str, int | None]:
-        """Why the agent did not start, and its start command's exit status (127: no interpreter; None: none)."""
+    def _start_failure(self) -> tuple[str, int | None, dict]:
+        """Why the agent did not start, its start command's exit status (127: no interpreter; None: none), and the
+        facts of a :data:`UNWRITABLE_MARKER` line (``{"folder", "errno"}``, else {})."""
         s = self.session
         rc = s.exit_status(2.0) if s is not None else None
         err = [ln for ln in (s.stderr() if s else b"").decode(errors="replace").strip().splitlines() if ln.strip()]
+        facts: dict = {}
+        for ln in err:
+            if ln.startswith(UNWRITABLE_MARKER):
+                try:
+                    facts = dict(json.loads(ln[len(UNWRITABLE_MARKER):]))
+                except (ValueError, TypeError):
+                    pass
+        err = [ln for ln in err if not ln.startswith(UNWRITABLE_MARKER)]
         if rc == 127:
-            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", rc
+            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", rc, facts
         tail = err[-1][:300] if err else ""
+        if facts and tail and rc in (BOOT_FULL, BOOT_UNWRITABLE):
+            return tail, rc, facts
         if rc is None:
-            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), rc
-        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), rc
+            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), rc, facts
+        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), rc, facts
 
     # -- frames -------------------------------------------------------------------------------
     def _next(self, deadline: float, running: Running | None) -> dict | None:

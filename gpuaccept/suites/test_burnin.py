@@ -48,7 +48,7 @@ def test_burnin(node: HostRunner, gpus, sku, verdicts, request, run_started):
         doc = node.probe("burnin", {"device": "cuda", "seconds": seconds, "dtypes": dtypes},
                          timeout=seconds + STARTUP_S)
     except ProbeError as e:  # a worker failed before the first window (a GPU lost at start): the Xids still tell
-        verdicts.error(f"burn-in load did not run: {e}")
+        verdicts.error(f"burn-in load did not run: {e}", cause=e.cause)  # why it did not run: the error's cause
         doc = None
     except Interrupted as e:  # the run was interrupted: the windows measured so far are judged, as partial,
         partial = getattr(e, "partial", None)  # and the test stays an error ("interrupted ... while running")
