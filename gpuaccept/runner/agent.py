@@ -75,7 +75,7 @@ UNWRITABLE_MARKER = "GPUACCEPT-UNWRITABLE "
 _UNWRITABLE = ("    sys.stderr.write('" + UNWRITABLE_MARKER + "%s\\n' % json.dumps({'folder': d, 'errno': "
                "errno.errorcode.get(e.errno)}))\n"
                "    sys.stderr.write('cannot %s %s: %s\\n' % (what, d, e.strerror or e))\n"
-               "    sys.exit(4 if e.errno in (errno.ENOSPC, errno.EDQUOT) else 5)\n")
+               f"    sys.exit({BOOT_FULL} if e.errno in (errno.ENOSPC, errno.EDQUOT) else {BOOT_UNWRITABLE})\n")
 
 #: the Python run as ``python -c BOOT`` in the new folder: read one frame of the agent's files
 #: (gpuaccept.runner.ship.payload), write them, serve; a probe's files come with its run request
@@ -84,7 +84,7 @@ BOOT = ("import errno, os, sys, json, zlib\n"
         "    b = b''\n"
         "    while len(b) < n:\n"
         "        c = os.read(0, n - len(b))\n"
-        "        if not c: sys.exit(3)\n"
+        f"        if not c: sys.exit({BOOT_NO_FILES})\n"
         "        b += c\n"
         "    return b\n"
         "files = json.loads(zlib.decompress(r(int.from_bytes(r(4), 'big'))))\n"
@@ -110,7 +110,7 @@ MKDIR_WHY = ("import errno, json, os, sys\n"
              "except OSError as e:\n"
              + _UNWRITABLE +
              "os.rmdir(d)\n"
-             "sys.exit(5)\n")
+             f"sys.exit({BOOT_UNWRITABLE})\n")
 
 
 def encode(doc: dict) -> bytes:

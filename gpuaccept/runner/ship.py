@@ -2,7 +2,7 @@
 files a probe needs.
 
 The agent (gpuaccept.runner.agent, ``probes/_agent.py``) gets its own files at its start (:func:`payload`,
-:func:`agent_files`: about 20 KB compressed, made once per run) and writes them into its folder; a probe's files
+:func:`agent_files`: about 30 KB compressed, made once per run) and writes them into its folder; a probe's files
 (:func:`probe_files`) travel in its run request, those not sent before (:func:`texts`), and are written before the
 probe's first run. A probe's helpers are the ``_*.py`` files beside it that it imports (found with :mod:`ast`): a file a
 probe needs and does not import is not on the node when it runs. Pure but for reading gpuaccept/probes.
