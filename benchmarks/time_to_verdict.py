@@ -17,8 +17,9 @@ given as a file or as a command run here (its wall seconds printed too):
 
 - ``babelstream``: BabelStream's table (``Function MBytes/sec ...``, also GBytes/MiBytes/GiBytes) or its
   ``--csv`` output; Copy and Dot beside ``hbm_copy_bw_gbps`` and ``hbm_read_bw_gbps`` (GB/s = 1e9 B/s).
-- ``mamf-bf16`` / ``mamf-fp8``: mamf-finder's "The best outcome was N TFLOPS" beside ``bf16_tflops`` /
-  ``fp8_tflops``.
+- ``mamf-bf16`` / ``mamf-fp8``: mamf-finder's closing ``median:`` and ``max:`` TFLOP/s beside ``bf16_tflops`` /
+  ``fp8_tflops`` (a median of sustained products: like with like is mamf-finder's median; its max is its best
+  single product).
 - ``nccl-tests``: all_reduce_perf's table: the in-place busbw at the largest size beside
   ``allreduce_busbw_gbps``.
 
@@ -46,40 +47,62 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MARKERS = "health or memory or compute or gpudirect"
 #: peer -> [(its figure, the product's check)] (each peer's figure beside the check it compares with)
 PAIRS = {"babelstream": [("Copy", "hbm_copy_bw_gbps"), ("Dot", "hbm_read_bw_gbps")],
-         "mamf-bf16": [("best", "bf16_tflops")], "mamf-fp8": [("best", "fp8_tflops")],
+         "mamf-bf16": [("median", "bf16_tflops"), ("max", "bf16_tflops")],
+         "mamf-fp8": [("median", "fp8_tflops"), ("max", "fp8_tflops")],
          "nccl-tests": [("busbw", "allreduce_busbw_gbps")]}
-#: BabelStream's rate units -> bytes per unit (its --mibibytes prints the binary ones)
-_RATE = {"MBytes/sec": 1e6, "GBytes/sec": 1e9, "MiBytes/sec": 2 ** 20, "GiBytes/sec": 2 ** 30}
+#: BabelStream's rate units, by their prefix as its table header or CSV column names them (``MBytes/sec``,
+#: ``max_mbytes_per_sec`` in 4.x and 5.x; ``GB/s``, ``max_GB_per_sec`` in 6.x; --mibibytes: the binary ones)
+#: -> bytes per unit
+_RATE = {"mbytes": 1e6, "mb": 1e6, "gbytes": 1e9, "gb": 1e9,
+         "mibytes": 2 ** 20, "mib": 2 ** 20, "gibytes": 2 ** 30, "gib": 2 ** 30}
+
+
+def _rate_scale(unit: str) -> float | None:
+    """Bytes per unit of a BabelStream rate unit (``GB/s``, ``MBytes/sec``, ``max_GB_per_sec``...), or None."""
+    u = unit.lower().removeprefix("max_")
+    for tail in ("_per_sec", "/sec", "/s"):
+        u = u.removesuffix(tail)
+    return _RATE.get(u)
 
 
 def parse_babelstream(text: str) -> dict[str, float]:
-    """BabelStream's output -> {function: GB/s (1e9)}: the table (header ``Function <unit> Min (sec) ...``, unit
-    one of :data:`_RATE`) or its ``--csv`` lines (``function,...,max_mbytes_per_sec,...``). Empty when neither."""
+    """BabelStream's output -> {function: GB/s (1e9)}, the best (max) rate of each kernel: its table (header
+    ``Function <unit> Min (sec) ...``) or its ``--csv`` lines (header ``function,...,max_<unit>_per_sec,...``),
+    the units of :data:`_RATE`, as versions 4 to 6 print them. Empty when neither is there."""
     lines = text.splitlines()
     for i, ln in enumerate(lines):
         if ln.startswith("function,"):
             rows = csv.DictReader(io.StringIO("\n".join(lines[i:])))
+            col = next((c for c in rows.fieldnames or [] if c.lower().startswith("max_") and _rate_scale(c)), None)
+            if col is None:
+                return {}
             out = {}
             for r in rows:
-                for key, scale in (("max_mbytes_per_sec", 1e6), ("max_gbytes_per_sec", 1e9),
-                                   ("max_mibytes_per_sec", 2 ** 20), ("max_gibytes_per_sec", 2 ** 30)):
-                    if r.get(key):
-                        out[r["function"].capitalize()] = float(r[key]) * scale / 1e9
+                try:
+                    out[r["function"].capitalize()] = float(r[col]) * _rate_scale(col) / 1e9
+                except (TypeError, ValueError):
+                    continue
             return out
     out, scale = {}, None
     for ln in lines:
         words = ln.split()
         if words[:1] == ["Function"] and len(words) > 1:
-            scale = _RATE.get(words[1])
+            scale = _rate_scale(words[1])
         elif scale and len(words) >= 2 and re.fullmatch(r"[\d.]+", words[1]):
             out[words[0]] = float(words[1]) * scale / 1e9
     return out
 
 
 def parse_mamf(text: str) -> dict[str, float]:
-    """mamf-finder's output -> {"best": TFLOP/s} from "The best outcome was N TFLOPS"; empty when absent."""
-    m = re.search(r"best outcome was\s*([\d.]+)\s*TFLOPS", text)
-    return {"best": float(m.group(1))} if m else {}
+    """mamf-finder's output -> {"mean", "median", "max": TFLOP/s}: its closing lines ``mean:   N TFLOPS @ ...``,
+    ``median: ...``, ``max: ...`` (the best over the shapes tried of each statistic of the per-product times;
+    versions since January 2025), or ``max`` alone from an older version's "The best outcome was N TFLOPS";
+    empty when the run printed neither (interrupted before its end)."""
+    out = {k: float(v) for k, v in re.findall(r"^(mean|median|max):\s+([\d.]+) TFLOPS", text, re.M)}
+    if not out:
+        m = re.search(r"best outcome was\s*([\d.]+)\s*TFLOPS", text)
+        out = {"max": float(m.group(1))} if m else {}
+    return out
 
 
 def parse_nccl_tests(text: str) -> dict[str, float]:

@@ -241,6 +241,31 @@ def test_matmul_pick_and_wave_fit():
     assert mm.wave_fit_m(64, 64, 132) is None
 
 
+def test_matmul_candidate_shapes():
+    mm = load("matmul_tflops")
+    cube = (8192, 8192, 8192)
+    # a 132-SM H100/H200: the asked shape, its wave fit, and for fp8 the wave fit with twice the K
+    assert mm.candidate_shapes("fp8", cube, 132) == [cube, (8448, 8192, 8192), (8448, 8192, 16384)]
+    assert mm.candidate_shapes("bf16", cube, 132) == [cube, (8448, 8192, 8192)]
+    assert mm.candidate_shapes("fp64", (4096,) * 3, 132) == [(4096,) * 3]
+    # no wave fits on 128 SMs: the deep-K variant keeps M
+    assert mm.candidate_shapes("fp8", cube, 128) == [cube, (8192, 8192, 16384)]
+    # not searched, or the CPU: the asked shape alone
+    assert mm.candidate_shapes("fp8", cube, None) == [cube]
+
+
+def test_matmul_trial_order_mirrors_rounds():
+    mm = load("matmul_tflops")
+    order = mm.trial_order(3, 4)
+    assert order == [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0]
+    # every candidate runs once per round, and its mean position is the same as every other's: a clock that
+    # drifts through the trials (linearly) weighs on each candidate alike
+    for c in range(3):
+        pos = [i for i, x in enumerate(order) if x == c]
+        assert len(pos) == 4 and sum(pos) / 4 == (len(order) - 1) / 2
+    assert mm.trial_order(1, 2) == [0, 0]
+
+
 def test_matmul_fp8_cpu_if_supported():
     if not hasattr(torch, "_scaled_mm"):
         pytest.skip("torch has no _scaled_mm")

@@ -35,11 +35,13 @@ torch.backends.cuda.matmul.allow_tf32 = True, set for that dtype only and restor
 
 Candidates (:func:`candidate_set`), per dtype, the first the default (the figure the thresholds were measured
 on): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`: 8448 x 8192 x 8192 on a 132-SM
-H100/H200, whose 128 x 256 tiles fill whole waves); layout "A@B^T" (B stored (n, k): both operands K-major,
+H100/H200, whose 128 x 256 tiles fill whole waves), for fp8 also its "deep-K" variant (8448 x 8192 x 16384);
+layout "A@B^T" (B stored (n, k): both operands K-major,
 what nn.Linear and torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path
 "scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out" (e4m3 output into a preallocated C: mamf-finder's call,
 stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial
-(TRIAL_BATCHES batches, ~0.1 s) after the warm-up; one choice is made for all GPUs from the sum of their trial
+after the warm-up: TRIAL_ROUNDS batches of ~25 ms, in rounds that alternate forward and backward over the
+candidates (:func:`trial_order`), its median; one choice is made for all GPUs from the sum of their trial
 figures, and the default stays unless another is more than SWITCH_MARGIN (0.5 %) faster (:func:`pick`). Every
 candidate is a dense product of the same operand dtype counted 2*m*n*k, so the SKU limits (floors under the
 datasheet's dense peaks) mean the same whichever is measured; the document names the shape, layout and path
@@ -80,7 +82,10 @@ DEFAULT_ORDER = ("bf16", "fp16", "tf32", "fp8", "fp64")
 MIN_BATCH = 20
 BATCH_SECONDS = 0.05  # one timed batch on cuda, s (cpu: 0.005)
 WINDOW_BATCHES = 3  # batches per stop-rule window, at least (window_seconds: 0.25 s on cuda)
-TRIAL_BATCHES = 2  # batches per candidate trial (~0.1 s on cuda); the trial figure is their median
+TRIAL_BATCH_FRACTION = 0.5  # a trial batch: half a timed batch (~25 ms on cuda, >= MIN_BATCH calls)
+TRIAL_ROUNDS = 4  # trial rounds: one batch of every candidate per round, the order reversed every other round
+#: the fp8 "deep-K" candidate's K, in multiples of the asked K (see candidate_set)
+DEEP_K = 2
 SWITCH_MARGIN = 0.005  # another candidate replaces the default only when > 0.5 % faster in the trials
 SAMPLE_HZ = 10.0
 
@@ -242,21 +247,36 @@ def wave_fit_m(m: int, n: int, sm_count: int) -> int | None:
     return min(fits, key=lambda t: (abs(t - centre), t)) * 128 if fits else None
 
 
+def candidate_shapes(dtype: str, shape: tuple, sm_count: int | None) -> list[tuple]:
+    """The shapes tried for ``dtype`` (pure; see :func:`candidate_set`): ``shape`` first; with ``sm_count`` (a
+    searched cuda run) and not fp64, its :func:`wave_fit_m` variant, and for fp8 the deep-K variant (that M,
+    or m where no wave fits, by n by K x :data:`DEEP_K`)."""
+    m, n, k = shape
+    shapes = [tuple(shape)]
+    if sm_count and dtype != "fp64":
+        fit = wave_fit_m(m, n, sm_count)
+        if fit:
+            shapes.append((fit, n, k))
+        if dtype == "fp8":
+            shapes.append((fit or m, n, DEEP_K * k))
+    return shapes
+
+
 def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, fast_accum: bool) -> list[dict]:
     """The candidates tried for ``dtype`` (the first is the default, today's figure): dicts of ``m, n, k`` and
     ``layout`` ("A@B^T": B stored (n, k), both operands K-major; "A@B": B stored (k, n) row-major) and ``path``
     ("mm": torch.mm into a preallocated output; "scaled_mm/bf16-out" and "scaled_mm/fp8-out":
     torch._scaled_mm with per-tensor fp32 scales writing bf16 or e4m3, the latter mamf-finder's call) and, for
     fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes: ``shape``, plus on cuda its
-    :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is). The set never changes the FLOP
+    :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is), and for fp8 its deep-K variant
+    (that M, K x :data:`DEEP_K`: an fp8 tile's MMA runs at twice bf16's rate, so its fixed cost per tile, the
+    prologue and the epilogue, weighs twice as much, and a longer K spreads it; on an H100 SXM, 2026-12-05,
+    sustained e4m3-out at 700 W: 8192^3 1253 TFLOP/s, 8448 x 8192 x 8192 1275, 8448 x 8192 x 16384 1298). The
+    set never changes the FLOP
     convention (2*m*n*k), the operands' dtype or the dense kernels the datasheet peaks count, so every
     candidate is judged against the same limit."""
-    m, n, k = shape
-    shapes = [shape]
-    if searched and dev.type == "cuda" and dtype != "fp64":
-        fit = wave_fit_m(m, n, torch.cuda.get_device_properties(dev).multi_processor_count)
-        if fit:
-            shapes.append((fit, n, k))
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if searched and dev.type == "cuda" else None
+    shapes = candidate_shapes(dtype, shape, sms)
     if dtype == "fp8":
         paths = [("A@B^T", "scaled_mm/bf16-out")] + ([("A@B^T", "scaled_mm/fp8-out")] if searched else [])
     else:
@@ -320,9 +340,20 @@ def time_batch(fn, batch: int, clock: Clock) -> float:
     return clock.seconds(start, end)
 
 
-def batch_for(per_call: float, cfg: dict) -> int:
-    """Calls per timed batch: enough for ``cfg["batch_seconds"]`` (0.05 s on cuda), at least MIN_BATCH."""
-    return max(MIN_BATCH, math.ceil(cfg["batch_seconds"] / max(per_call, 1e-9)))
+def batch_for(per_call: float, cfg: dict, fraction: float = 1.0) -> int:
+    """Calls per timed batch: enough for ``fraction`` of ``cfg["batch_seconds"]`` (0.05 s on cuda), at least
+    MIN_BATCH."""
+    return max(MIN_BATCH, math.ceil(fraction * cfg["batch_seconds"] / max(per_call, 1e-9)))
+
+
+def trial_order(n_cands: int, rounds: int) -> list[int]:
+    """The candidates' trial batches in the order they run (pure): ``rounds`` rounds of one batch each, forward
+    then backward (0 1 2, 2 1 0, 0 1 2, ...). The clock falls for a second or more after the warm-up as the
+    power limiter catches up (an H100 SXM at 700 W, 2026-12-05, one pass in order: 8192^3 fp8 tried first at
+    1307-1321 TFLOP/s, 8448 x 8192 x 8192 after it at 1114-1169, though 1253 and 1275 sustained): candidates
+    tried one after another are judged on that slope, the first favoured. Mirrored rounds give every candidate batches early and late alike."""
+    fwd = list(range(n_cands))
+    return [c for r in range(rounds) for c in (fwd if r % 2 == 0 else fwd[::-1])]
 
 
 def warm_up(one, clock: Clock, cfg: dict) -> tuple[float, float, int]:
@@ -385,13 +416,16 @@ def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -
     per_call, warm_s, warm_batches = warm_up(fns[0], clock, cfg)
     trial = [None] * len(cands)
     if len(cands) > 1:
-        for ci, fn in enumerate(fns):
-            if fn is None:
-                continue
-            c = cands[ci]
-            b = batch_for(per_call * c["m"] / cands[0]["m"], cfg)
-            t = statistics.median(time_batch(fn, b, clock) / b for _ in range(TRIAL_BATCHES))
-            trial[ci] = tflops(c["m"], c["n"], c["k"], 1, t)
+        flop0 = matmul_flop(cands[0]["m"], cands[0]["n"], cands[0]["k"])
+        sizes = [batch_for(per_call * matmul_flop(c["m"], c["n"], c["k"]) / flop0, cfg, TRIAL_BATCH_FRACTION)
+                 for c in cands]
+        got: list[list[float]] = [[] for _ in cands]
+        for ci in trial_order(len(cands), TRIAL_ROUNDS):
+            if fns[ci] is not None:
+                got[ci].append(time_batch(fns[ci], sizes[ci], clock) / sizes[ci])
+        for ci, c in enumerate(cands):
+            if got[ci]:
+                trial[ci] = tflops(c["m"], c["n"], c["k"], 1, statistics.median(got[ci]))
     chosen, why = pick(cfg["joint"].gather(barrier, index, trial), len(cands))
     one, cand = fns[chosen], cands[chosen]
     m, n, k = cand["m"], cand["n"], cand["k"]
