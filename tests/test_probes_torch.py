@@ -244,12 +244,13 @@ def test_matmul_pick_and_wave_fit():
 def test_matmul_candidate_shapes():
     mm = load("matmul_tflops")
     cube = (8192, 8192, 8192)
-    # a 132-SM H100/H200: the asked shape, its wave fit, and for fp8 the wave fit with twice the K
-    assert mm.candidate_shapes("fp8", cube, 132) == [cube, (8448, 8192, 8192), (8448, 8192, 16384)]
+    # a 132-SM H100/H200: the asked shape, its wave fit, and for fp8 the wave fit with DEEP_K times the K
+    assert mm.DEEP_K == 4
+    assert mm.candidate_shapes("fp8", cube, 132) == [cube, (8448, 8192, 8192), (8448, 8192, 32768)]
     assert mm.candidate_shapes("bf16", cube, 132) == [cube, (8448, 8192, 8192)]
     assert mm.candidate_shapes("fp64", (4096,) * 3, 132) == [(4096,) * 3]
     # no wave fits on 128 SMs: the deep-K variant keeps M
-    assert mm.candidate_shapes("fp8", cube, 128) == [cube, (8192, 8192, 16384)]
+    assert mm.candidate_shapes("fp8", cube, 128) == [cube, (8192, 8192, 32768)]
     # not searched, or the CPU: the asked shape alone
     assert mm.candidate_shapes("fp8", cube, None) == [cube]
 

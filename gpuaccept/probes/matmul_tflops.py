@@ -35,7 +35,7 @@ torch.backends.cuda.matmul.allow_tf32 = True, set for that dtype only and restor
 
 Candidates (:func:`candidate_set`), per dtype, the first the default (the figure the thresholds were measured
 on): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`: 8448 x 8192 x 8192 on a 132-SM
-H100/H200, whose 128 x 256 tiles fill whole waves), for fp8 also its "deep-K" variant (8448 x 8192 x 16384);
+H100/H200, whose 128 x 256 tiles fill whole waves), for fp8 also its "deep-K" variant (8448 x 8192 x 32768);
 layout "A@B^T" (B stored (n, k): both operands K-major,
 what nn.Linear and torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path
 "scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out" (e4m3 output into a preallocated C: mamf-finder's call,
@@ -85,7 +85,7 @@ WINDOW_BATCHES = 3  # batches per stop-rule window, at least (window_seconds: 0.
 TRIAL_BATCH_FRACTION = 0.5  # a trial batch: half a timed batch (~25 ms on cuda, >= MIN_BATCH calls)
 TRIAL_ROUNDS = 4  # trial rounds: one batch of every candidate per round, the order reversed every other round
 #: the fp8 "deep-K" candidate's K, in multiples of the asked K (see candidate_set)
-DEEP_K = 2
+DEEP_K = 4
 SWITCH_MARGIN = 0.005  # another candidate replaces the default only when > 0.5 % faster in the trials
 SAMPLE_HZ = 10.0
 
@@ -270,9 +270,10 @@ def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, f
     fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes: ``shape``, plus on cuda its
     :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is), and for fp8 its deep-K variant
     (that M, K x :data:`DEEP_K`: an fp8 tile's MMA runs at twice bf16's rate, so its fixed cost per tile, the
-    prologue and the epilogue, weighs twice as much, and a longer K spreads it; on an H100 SXM, 2026-12-05,
-    sustained e4m3-out at 700 W: 8192^3 1253 TFLOP/s, 8448 x 8192 x 8192 1275, 8448 x 8192 x 16384 1298). The
-    set never changes the FLOP
+    prologue and the epilogue, weighs twice as much, and a longer K spreads it). Sustained e4m3-out products at
+    the 700 W limit, 2026-12-05, median of 3 rounds of 3 s: an H100 SXM 8192^3 1253 TFLOP/s, 8448 x 8192 x 8192
+    1275, x 16384 1298, x 32768 1308; an H200 8192^3 1217, 8448 x 8192 x 16384 1252, x 32768 1262 (16896 x
+    16384 x 16384 1254: a longer K helps, larger M and N do not). The set never changes the FLOP
     convention (2*m*n*k), the operands' dtype or the dense kernels the datasheet peaks count, so every
     candidate is judged against the same limit."""
     sms = torch.cuda.get_device_properties(dev).multi_processor_count if searched and dev.type == "cuda" else None
