@@ -114,6 +114,14 @@ class ProbeError(NodeError):
     cause_kind = "probe_crashed"
 
 
+class RanksFailed(ProbeError):
+    """The ranks of a collective the probe started hung, stalled or died; ``evidence``: the failure document's
+    ``ranks_failed`` (``{"outcome", "stage", "ranks"}``, gpuaccept/probes/_supervisor.py ``ranks_failed``).
+    Whether that is the collective breaking on the node (a finding) or a probe that never got to run it (an
+    error) is the judging's, from the stage (gpuaccept.judging.nccl.collective_broke); as an error it is the
+    probe's (tool, rerun)."""
+
+
 class PackageMissing(ProbeError):
     """The node's Python lacks a package the probes import; ``evidence``: ``{"package", "python"[,
     "driver_present"]}``."""

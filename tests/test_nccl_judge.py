@@ -355,11 +355,10 @@ def _allreduce_case(tmp_path, inv):
     return next(c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_allreduce["))
 
 
-def _real_missing_interface_failure() -> dict:
-    """The probe run for real with 2 gloo ranks told to use an interface this machine lacks
-    (GLOO_SOCKET_IFNAME, gloo's NCCL_SOCKET_IFNAME): both ranks die; the document it prints."""
+def _real_failure(env: dict) -> dict:
+    """The probe run for real with 2 gloo ranks whose environment gets ``env``; the failure document it prints."""
     args = {"backend": "gloo", "world_size": 2, "min_bytes": 1024, "max_bytes": 4096, "iters": 2, "warmup": 1,
-            "reps": 1, "deadline_s": 60, "env": {"GLOO_SOCKET_IFNAME": "nosuchif0"}}
+            "reps": 1, "deadline_s": 60, "env": env}
     p = subprocess.run([sys.executable, str(REPO / "gpuaccept" / "probes" / "nccl_allreduce.py"), json.dumps(args)],
                        capture_output=True, text=True, timeout=120)
     doc = json.loads(p.stdout.strip().splitlines()[-1])
@@ -367,16 +366,41 @@ def _real_missing_interface_failure() -> dict:
     return doc
 
 
-def test_collective_failure_tells_broken_ranks_from_a_probe_that_could_not_run():
-    real = _real_missing_interface_failure()["msg"]
-    assert J.collective_failure("nccl_allreduce: " + real) == real
-    hung = _supervisor.hang_message([{"rank": 0, "step": 5, "phase": "allreduce 4194304 B"},
-                                     {"rank": 1, "step": 3, "phase": "warmup 4194304 B", "state": "T"}], 290)
-    assert J.collective_failure(f"nccl_allreduce: {hung} (replayed)").startswith("all-reduce hung: ")
-    for could_not_run in ("nccl_allreduce: rendezvous failed: port in use on 3 attempts",
-                          "nccl_allreduce: probe terminated by SIGTERM; killed all ranks",
-                          "nccl_allreduce: no JSON document (rc 1): ModuleNotFoundError: No module named 'torch'"):
-        assert J.collective_failure(could_not_run) is None
+def _real_missing_interface_failure() -> dict:
+    """Ranks told to use an interface this machine lacks (GLOO_SOCKET_IFNAME, gloo's NCCL_SOCKET_IFNAME): both
+    die in the rendezvous."""
+    return _real_failure({"GLOO_SOCKET_IFNAME": "nosuchif0"})
+
+
+def _real_broken_torch_failure(tmp_path) -> dict:
+    """Ranks whose torch fails while it loads (a package on their path that raises what a missing libnccl
+    raises): both die before they reach the collective."""
+    pkg = tmp_path / "broken" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('raise ImportError("libnccl.so.2: cannot open shared object file: '
+                                     'No such file or directory")\n')
+    return _real_failure({"PYTHONPATH": str(pkg.parent)})
+
+
+def test_collective_broke_reads_the_stage_the_ranks_reached(tmp_path):
+    # the ranks reached the rendezvous: the collective formed on the node and broke there
+    died = _real_missing_interface_failure()
+    assert died["ranks_failed"]["outcome"] == "failed" and died["ranks_failed"]["stage"] == "init", died
+    assert {r["rank"] for r in died["ranks_failed"]["ranks"]} <= {0, 1}
+    assert J.collective_broke(died["ranks_failed"])
+    # the ranks' torch did not load: the probe never ran the collective
+    broken = _real_broken_torch_failure(tmp_path)
+    assert broken["ranks_failed"]["stage"] == "setup", broken
+    assert not J.collective_broke(broken["ranks_failed"])
+    # a hang reads the stage of the slowest ranks
+    reports = [{"rank": 0, "step": 9, "phase": "allreduce 4194304 B", "stage": "collective"},
+               {"rank": 1, "step": 3, "phase": "ncclCommInitRank", "stage": "init", "state": "T"}]
+    hung = _supervisor.ranks_failed("hung", reports)
+    assert hung["stage"] == "init" and [r["rank"] for r in hung["ranks"]] == [1] and J.collective_broke(hung)
+    assert J.collective_broke(_supervisor.ranks_failed("stalled", reports[:1]))
+    for could_not_run in ({"outcome": "aborted", "stage": "collective"}, {"outcome": "failed", "stage": "setup"},
+                          {"outcome": "failed"}, {}):
+        assert not J.collective_broke(could_not_run)
 
 
 def test_ranks_that_die_on_the_node_fail_it_with_their_words(tmp_path):
@@ -388,6 +412,20 @@ def test_ranks_that_die_on_the_node_fail_it_with_their_words(tmp_path):
     assert re.match(r"h200-a: all-reduce over 2 GPUs \(NCCL_ALGO=Ring, 1048576\.\.4294967296 B\) failed: rank [01] "
                     r"exited with rc 1: ", case["message"]), case["message"]  # whichever rank died first
     assert "Unable to find address for: nosuchif0" in case["message"]
+
+
+def test_ranks_whose_torch_does_not_load_are_an_error_of_the_node_software(tmp_path):
+    """Ranks that died importing torch (a libnccl it cannot load) never ran the all-reduce: an ERROR with the
+    node's software as its cause, not a failure of its GPUs."""
+    doc = _real_broken_torch_failure(tmp_path)
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, sweep=doc))
+    assert case["outcome"] == "error", case
+    assert "libnccl.so.2: cannot open shared object file" in case["message"]
+    assert "failed: rank" not in case["message"]
+    rec = next(t for t in json.loads((tmp_path / "rep" / "results.json").read_text())["tests"]
+               if t["name"].startswith("test_allreduce["))
+    assert (rec["action"]["cause"], rec["action"]["kind"], rec["action"]["action"]) == \
+        ("configuration", "import_broken", "fix-config"), rec["action"]
 
 
 def test_a_probe_that_could_not_run_the_second_call_is_an_error_not_a_failure(tmp_path):
@@ -403,7 +441,12 @@ def test_a_probe_that_could_not_run_the_second_call_is_an_error_not_a_failure(tm
 def test_hang_in_the_second_call_fails_naming_the_slowest_rank(tmp_path):
     hung = _supervisor.hang_message([{"rank": 0, "step": 5, "phase": "allreduce 4294967296 B"},
                                      {"rank": 1, "step": 3, "phase": "warmup 4294967296 B", "state": "T"}], 290)
-    case = _allreduce_case(tmp_path, _replay_with(tmp_path, at_size={"failed": True, "msg": hung}))
+    fact = _supervisor.ranks_failed("hung", [{"rank": 0, "step": 5, "phase": "allreduce 4294967296 B",
+                                              "stage": "collective"},
+                                             {"rank": 1, "step": 3, "phase": "warmup 4294967296 B",
+                                              "stage": "collective", "state": "T"}])
+    case = _allreduce_case(tmp_path, _replay_with(tmp_path, at_size={"failed": True, "msg": hung,
+                                                                      "ranks_failed": fact}))
     assert case["outcome"] == "failure", case
     assert ("all-reduce with NCCL's own algorithm choice at 4294967296 B failed: all-reduce hung: ranks [0, 1] did "
             "not finish within 290s; killed all ranks; slowest: rank 1 in 'warmup 4294967296 B' (process stopped)"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from gpuaccept.errors import NodeSetup, PackageMissing, ProbeError
+from gpuaccept.errors import NodeSetup, PackageMissing, ProbeError, RanksFailed
 from gpuaccept.judging import actions
 from gpuaccept.runner.parse import parse_probe_output, probe_error
 from gpuaccept.transport import CommandResult
@@ -65,6 +65,28 @@ def test_an_error_of_the_probe_itself_is_still_its_own():
     (tool); an unknown-looking setup word is not taken as a kind."""
     assert type(probe_error("n", "x: boom", "py")) is ProbeError
     assert type(probe_error("n", "x: boom", "py", None, None, "Not A Kind!")) is ProbeError
+
+
+def test_ranks_that_failed_keep_their_facts():
+    fact = {"outcome": "failed", "stage": "init", "ranks": [{"rank": 1, "phase": "ncclCommInitRank", "stage": "init",
+                                                              "rc": 1}]}
+    e = probe_error("n", "nccl_allreduce: rank 1 exited with rc 1: unhandled cuda error", "py", ranks_failed=fact)
+    assert type(e) is RanksFailed and e.evidence == fact and e.cause.cls == "tool"
+    # past the setup stage the facts decide, whatever library the last line names
+    e = probe_error("n", "x: rank 0 exited with rc 1: OSError: libnccl-net.so: cannot open shared object file", "py",
+                    ranks_failed={**fact, "stage": "collective"})
+    assert type(e) is RanksFailed
+    # at the setup stage the node's software is read first, as for any probe
+    setup = {**fact, "stage": "setup"}
+    e = probe_error("n", "x: rank 0 exited with rc 1: ImportError: libnccl.so.2: cannot open shared object file", "py",
+                    ranks_failed=setup)
+    assert type(e) is NodeSetup and e.cause.kind == "import_broken"
+    assert type(probe_error("n", "x: rank 0 exited with rc 1: No module named 'torch'", "py",
+                            ranks_failed=setup)) is PackageMissing
+    assert type(probe_error("n", "x: rank 0 exited with rc -9 (SIGKILL): ", "py", ranks_failed=setup)) is RanksFailed
+    # facts of another shape are no facts: a plain probe failure
+    for bad in ({"outcome": "failed", "stage": "teardown"}, {"stage": "init"}, "init", ["init"]):
+        assert type(probe_error("n", "x: boom", "py", ranks_failed=bad)) is ProbeError
 
 
 def test_the_driver_older_than_torchs_cuda_build():

@@ -97,22 +97,17 @@ def floor_context(row: dict, world_size: int, limit, algo: str = "Ring", extra: 
             + (f"; {extra}" if extra else ""))
 
 
-#: how the nccl_allreduce probe says that its ranks started and the collective itself broke, as opposed to a
-#: probe that could not run (bad arguments, rendezvous port taken, terminated by the controller): a rank hung
-#: (``probes/_supervisor.py`` ``hang_message``: "all-reduce hung: ranks [...]"), stalled
-#: (``probes/_allreduce_document.py`` ``failure_message``: "rank(s) [...] stalled") or exited with an error or a
-#: signal (``_supervisor.Worker.describe_exit``: "rank R exited with rc X ...", with NCCL's WARN lines)
-_COLLECTIVE_BROKE = re.compile(r"(?:^|: )((?:all-reduce hung: |rank\(s\) \[[\d, ]*\] stalled|"
-                               r"rank \d+ exited with rc ).*)$", re.S)
+#: the stages of a rank at which its collective had started on the node (gpuaccept/probes/_supervisor.py STAGES)
+BROKE_STAGES = ("init", "collective")
 
 
-def collective_failure(message: str) -> str | None:
-    """The part of a failed ``nccl_allreduce`` probe's message (a ``ProbeError`` text, ``"nccl_allreduce:
-    rank 1 exited with rc 1: ... [NCCL WARN: ...]"``) that says the collective ran and broke on the node (a
-    rank hung, stalled or died: a fault measured on the node, judged a failure like a pair that fails across
-    nodes), or None when the probe could not run (an error: nothing was judged). Pure."""
-    m = _COLLECTIVE_BROKE.search(str(message))
-    return m.group(1).strip() if m else None
+def collective_broke(evidence: dict) -> bool:
+    """Whether the ranks that failed (a :class:`gpuaccept.errors.RanksFailed`'s ``evidence``: ``{"outcome",
+    "stage", "ranks"}``) broke the collective on the node (pure): they hung, stalled or died at the ``init``
+    stage (the CUDA context, the rendezvous, the communicator on the node's GPUs and links) or the ``collective``
+    one (buffers, the sizes measured): a finding, as a pair that fails across nodes is. At the ``setup`` stage
+    (the interpreter, torch, libnccl) the probe never got to run it: the node's software, an error."""
+    return evidence.get("outcome") in ("failed", "stalled", "hung") and evidence.get("stage") in BROKE_STAGES
 
 
 def wrong_count(rows: list[dict], reported_total=None) -> tuple[int, list[str]]:

@@ -62,7 +62,7 @@ def run_rank(spec: dict) -> None:
     """One rank, start to end: set up the device (and libnccl), join the world, sweep the sizes, write the
     result (the writing rank), tear down. ``spec``: the worker's JSON spec (``nccl_allreduce._spawn``)."""
     phase = Phase(spec["phase_path"])
-    phase("importing torch")
+    phase("importing torch", "setup")
     r = Rank(spec, phase)
     r.join()
     r.allocate(r.fit_sizes())
@@ -94,11 +94,12 @@ class Rank:
         self.stream_h = 0
         local_rank = spec.get("local_rank", self.rank)
         if self.nccl:
+            phase(f"CUDA context on GPU {local_rank}", "init")  # the GPU itself: a context that fails is its fault
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
             torch.zeros(1, device=self.device)  # CUDA context up before NCCL
             if spec["api"] == "nccl":
-                phase("loading libnccl")
+                phase("loading libnccl", "setup")
                 self.lib = pick_nccl_library(self.notes)
                 if self.lib is not None:
                     # a stream of our own, as nccl-tests; current for every torch op too, so fills and checks
@@ -123,7 +124,7 @@ class Rank:
         """Rendezvous (exit EXIT_ADDR_IN_USE on a taken port), the multi-node world check (exit
         EXIT_SPLIT_WORLD on a split world), and with api nccl the communicator."""
         spec, dist, rank, n = self.spec, self.dist, self.rank, self.n
-        self.phase("rendezvous / init_process_group")
+        self.phase("rendezvous / init_process_group", "init")
         kw = {"device_id": self.device} if self.pg_backend == "nccl" else {}
         try:
             dist.init_process_group(self.pg_backend, init_method="env://", rank=rank, world_size=n,
@@ -218,7 +219,7 @@ class Rank:
         torch = self.torch
         self.sizes = sizes
         self.buf_elems = max(self.padded(s // self.elsize) for s in sizes)
-        self.phase(f"allocating 2 x {self.buf_elems * self.elsize} B")
+        self.phase(f"allocating 2 x {self.buf_elems * self.elsize} B", "collective")
         self.send = torch.zeros(self.buf_elems, dtype=self.dtype, device=self.device)
         self.recv = torch.zeros(self.buf_elems, dtype=self.dtype, device=self.device)
         self.tiny = torch.zeros(1, dtype=torch.float32, device=self.device)

@@ -48,14 +48,17 @@ class ProbeFailed(Exception):
     reads it as the node's configuration, never as a crash); ``missing_program``: likewise a program the probe runs
     that is not on the node's PATH (``fio``); ``setup``: likewise any other state of the node's software or
     settings the probe recognised, as a kind (``driver_cuda_too_old``, ``kernel_log_unreadable``,
-    ``fio_engine_missing``, ``import_broken``: the failure document's ``setup``, a row of gpuaccept/data/actions.yaml)."""
+    ``fio_engine_missing``, ``import_broken``: the failure document's ``setup``, a row of gpuaccept/data/actions.yaml);
+    ``ranks_failed``: the ranks of a collective the probe started hung, stalled or died, as facts (the failure
+    document's ``ranks_failed``: ``{"outcome", "stage", "ranks"}``, _supervisor.ranks_failed)."""
 
     def __init__(self, msg: str, missing_module: str | None = None, missing_program: str | None = None,
-                 setup: str | None = None):
+                 setup: str | None = None, ranks_failed: dict | None = None):
         super().__init__(msg)
         self.missing_module = missing_module
         self.missing_program = missing_program
         self.setup = setup
+        self.ranks_failed = ranks_failed
 
 
 def reject_unknown(args: dict, known) -> None:
@@ -158,7 +161,8 @@ def run(main) -> None:
     except ProbeFailed as e:
         emit({"failed": True, "msg": str(e), **({"missing_module": e.missing_module} if e.missing_module else {}),
               **({"missing_program": e.missing_program} if e.missing_program else {}),
-              **({"setup": e.setup} if e.setup else {})})
+              **({"setup": e.setup} if e.setup else {}),
+              **({"ranks_failed": e.ranks_failed} if e.ranks_failed else {})})
         sys.exit(1)
     except SystemExit:
         raise

@@ -37,6 +37,10 @@ EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is take
 EXIT_SPLIT_WORLD = 3  # a worker's exit status when the world that formed is not the one expected (multi-node)
 HEARTBEAT_S = 0.5  # each worker with a heartbeat touches its file this often
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
+#: a rank's stages, in order (:class:`Phase`): ``setup`` (its interpreter, torch, libnccl: the node's software),
+#: ``init`` (the rendezvous and the communicator: the collective forming on the node's GPUs and links),
+#: ``collective`` (buffers, the sizes measured, the teardown)
+STAGES = ("setup", "init", "collective")
 TEARDOWN_GRACE_S = 30.0  # ranks that reported "done" but do not exit within this are killed, result kept
 POLL_S = 0.05
 
@@ -173,6 +177,21 @@ def rank_evidence(rc: int | None, state: str, heartbeat_age: float, stall_s: flo
     return "local", why, []
 
 
+def ranks_failed(outcome: str, reports: list[dict]) -> dict:
+    """The facts of ranks that hung, stalled or died (pure): ``{"outcome", "stage", "ranks"}``, ``outcome`` as
+    :class:`Outcome` says it, ``ranks`` the deciding ranks' ``rank``, ``phase``, ``stage`` and ``rc`` from their
+    reports (:meth:`Worker.report`; for a hang those with the lowest phase step, as :func:`hang_message` names
+    them), ``stage`` the earliest of their stages (:data:`STAGES`; a report without one reads ``setup``)."""
+    if outcome == "hung" and reports:
+        low = min(r.get("step", -1) for r in reports)
+        reports = [r for r in reports if r.get("step", -1) == low]
+    ranks = [{"rank": r.get("rank"), "phase": r.get("phase"), "stage": r.get("stage") or STAGES[0], "rc": r.get("rc")}
+             for r in reports]
+    stage = min((r["stage"] for r in ranks), key=lambda x: STAGES.index(x) if x in STAGES else 0,
+                default=STAGES[0])
+    return {"outcome": outcome, "stage": stage, "ranks": ranks}
+
+
 def hang_message(reports: list[dict], deadline_s: int, what: str = "all-reduce") -> str:
     """``"<what> hung: ranks [...] did not finish within Ns; killed all ranks; slowest: rank R in '<phase>'"``
     from the unfinished ranks' reports (:meth:`Worker.report`), naming those with the lowest phase step."""
@@ -233,7 +252,7 @@ class Worker:
             with open(self.phasepath) as f:
                 return json.load(f)
         except (OSError, ValueError):
-            return {"step": -1, "phase": "starting (python/torch import)"}
+            return {"step": -1, "phase": "starting (python/torch import)", "stage": STAGES[0]}
 
     def log_text(self, limit: int = 1 << 16) -> str:
         try:
@@ -254,7 +273,7 @@ class Worker:
             return "?"
 
     def report(self, stall_s: float | None) -> dict:
-        """This rank now: rank, local rank, rc, state, phase and its step, heartbeat age (s), and the
+        """This rank now: rank, local rank, rc, state, phase, its step and stage, heartbeat age (s), and the
         evidence (:func:`rank_evidence`) kind, reason and addresses. Take it before killing."""
         rc = self.peek()
         state = self.state() if rc is None else "exited"
@@ -262,7 +281,8 @@ class Worker:
         ph = self.phase()
         kind, reason, addrs = rank_evidence(rc, state, age, stall_s, self.log_text())
         return {"rank": self.rank, "local_rank": self.local_rank, "rc": rc, "state": state,
-                "phase": ph.get("phase"), "step": ph.get("step", -1), "heartbeat_age_s": round(age, 1),
+                "phase": ph.get("phase"), "step": ph.get("step", -1), "stage": ph.get("stage") or STAGES[0],
+                "heartbeat_age_s": round(age, 1),
                 "evidence": kind, "reason": reason, "addresses": addrs}
 
     def describe_exit(self) -> str:
@@ -430,16 +450,22 @@ def run_ranks(start: Callable[[], list[Worker]], deadline: float, stall_s: float
 # ---------------------------------------------------------------------------------------------------------
 
 class Phase:
-    """Progress of this rank for the parent's hang report: ``{"step", "phase"}`` written atomically."""
+    """Progress of this rank for the parent's report: ``{"step", "phase", "stage"}`` written atomically.
+    ``phase(what, stage)``: ``stage`` one of :data:`STAGES`, kept for the phases after it that name none.
+    Raises ValueError for another stage."""
 
     def __init__(self, path: str):
-        self.path, self.step = path, 0
+        self.path, self.step, self.stage = path, 0, STAGES[0]
 
-    def __call__(self, what: str) -> None:
+    def __call__(self, what: str, stage: str | None = None) -> None:
+        if stage is not None:
+            if stage not in STAGES:
+                raise ValueError(f"stage {stage!r} is none of {STAGES}")
+            self.stage = stage
         self.step += 1
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"step": self.step, "phase": what}, f)
+            json.dump({"step": self.step, "phase": what, "stage": self.stage}, f)
         os.replace(tmp, self.path)
 
 

@@ -28,7 +28,12 @@ reported (``outcome: addr_in_use``) and the controller retries the whole collect
 
 Failures: a rank that exits early fails the probe with ``rank R exited with rc X: <its last line>``; ranks
 still running at ``deadline_s`` fail it with ``all-reduce hung: ranks [...] did not finish within Ns; killed all
-ranks``, naming the slowest rank and its phase. Either way every worker's process group gets SIGTERM (and
+ranks``, naming the slowest rank and its phase. Such a failure document also carries ``ranks_failed``: the
+outcome (``failed``, ``stalled``, ``hung``), the deciding ranks' phase, stage and rc, and the earliest stage
+among them (``_supervisor.ranks_failed``: ``setup`` the interpreter, torch, libnccl; ``init`` the CUDA context,
+the rendezvous, the communicator; ``collective`` the buffers and the sizes), from which the controller tells a
+collective that broke on the node from one that never ran (gpuaccept.judging.nccl.collective_broke). Either
+way every worker's process group gets SIGTERM (and
 SIGCONT, so that a stopped one sees it), then SIGKILL after 3 s, and is reaped: no process is left behind.
 Workers also die with the probe (``PR_SET_PDEATHSIG``). Wrong elements do not fail the probe: ``wrong_total``
 is a figure for the controller's verdict.
@@ -53,8 +58,8 @@ try:
     from _allreduce_rendezvous import check
     from _nccl_world import local_interface, world_problems
     from _probe import ProbeFailed, log, run, scratch_dir
-    from _supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence, run_ranks,
-                             terminate_on_signals, worker_main)
+    from _supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence, ranks_failed,
+                             run_ranks, terminate_on_signals, worker_main)
 except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the pure functions)
     from ._allreduce_args import config, host_interfaces, socket_settings, worker_env
     from ._conditions import Watch
@@ -67,7 +72,7 @@ except ImportError:  # imported as gpuaccept.probes.nccl_allreduce (tests of the
     from ._nccl_world import local_interface, world_problems
     from ._probe import ProbeFailed, log, run, scratch_dir
     from ._supervisor import (EXIT_SPLIT_WORLD, Worker, hang_message, kill_all, last_line, rank_evidence,
-                              run_ranks, terminate_on_signals, worker_main)
+                              ranks_failed, run_ranks, terminate_on_signals, worker_main)
 
 #: re-exported for the controller's tests (the figures, the arguments, the world check and the rank evidence
 #: live in shipped helpers)
@@ -193,9 +198,14 @@ def _run_single(cfg: dict, notes: list[str], env: dict, t0: float, deadline: flo
                 raise ProbeFailed(f"probe terminated by {out.signal}; killed all ranks")
             if out.outcome == "hung":
                 hung = {w.rank for w in out.which}
-                raise ProbeFailed(hang_message([r for r in out.reports if r["rank"] in hung], cfg["deadline_s"]))
+                culprits = [r for r in out.reports if r["rank"] in hung]
+                raise ProbeFailed(hang_message(culprits, cfg["deadline_s"]),
+                                  ranks_failed=ranks_failed(out.outcome, culprits))
             if out.outcome != "ok":
-                raise ProbeFailed("; also ".join(w.describe_exit() for w in out.which))
+                order = [w.rank for w in out.which]
+                culprits = sorted((r for r in out.reports if r["rank"] in order), key=lambda r: order.index(r["rank"]))
+                raise ProbeFailed("; also ".join(w.describe_exit() for w in out.which),
+                                  ranks_failed=ranks_failed(out.outcome, culprits))
             _lingering_note(out, notes)
             if out.result is None:
                 raise ProbeFailed(f"rank 0 finished without a result ({out.result_error}): "

@@ -5,7 +5,7 @@ import json
 
 import re
 
-from gpuaccept.errors import InterpreterMissing, NodeSetup, PackageMissing, ProbeError, ProgramMissing
+from gpuaccept.errors import InterpreterMissing, NodeSetup, PackageMissing, ProbeError, ProgramMissing, RanksFailed
 from gpuaccept.transport import CommandResult
 
 
@@ -44,7 +44,8 @@ def parse_probe_output(host: str, probe: str, res: CommandResult, python: str) -
         raise probe_error(host, f"{probe}: no JSON document (rc {res.rc}): {err_tail or 'no output'}", python)
     if doc.get("failed") or res.rc != 0:
         raise probe_error(host, f"{probe}: {doc.get('msg') or f'rc {res.rc}: {err_tail}'}", python,
-                          doc.get("missing_module"), doc.get("missing_program"), doc.get("setup"))
+                          doc.get("missing_module"), doc.get("missing_program"), doc.get("setup"),
+                          doc.get("ranks_failed"))
     return doc
 
 
@@ -57,13 +58,19 @@ _BROKEN_LIBRARY = re.compile(r"(ImportError|OSError): .*(\.so[.0-9]*: cannot ope
 
 
 def probe_error(host: str, msg: str, python: str, missing_module: str | None = None,
-                missing_program: str | None = None, setup: str | None = None) -> ProbeError:
+                missing_program: str | None = None, setup: str | None = None,
+                ranks_failed: dict | None = None) -> ProbeError:
     """The error of a probe that failed with ``msg``: :class:`PackageMissing` (evidence ``{"module", "package",
     "python"}``) when the node's Python could not import a module (the failure document's ``missing_module``, or,
     from a probe that printed no document, its Python's ``No module named 'x'``), :class:`ProgramMissing`
     (evidence ``{"program"}``) for the document's ``missing_program``, :class:`NodeSetup` for its ``setup`` (a kind
-    of the node's software or settings: lower-case word characters), else :class:`ProbeError`. The one place
-    where the node's Python's words are read."""
+    of the node's software or settings: lower-case word characters), :class:`RanksFailed` (evidence the
+    document's ``ranks_failed``) for a collective whose ranks failed past their ``setup`` stage, or in it for a
+    reason none of the above names, else :class:`ProbeError`. The one place where the node's Python's words are
+    read."""
+    ranks = _ranks_fact(ranks_failed)
+    if ranks and ranks["stage"] != "setup":
+        return RanksFailed(host, msg, ranks)
     if isinstance(missing_program, str) and missing_program and not missing_module:
         return ProgramMissing(host, msg, {"program": missing_program})
     if isinstance(setup, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,40}", setup) and not missing_module:
@@ -75,4 +82,18 @@ def probe_error(host: str, msg: str, python: str, missing_module: str | None = N
         module = missing_module or m.group(1)
         return PackageMissing(host, msg, {"module": module, "python": python,
                                           "package": "nvidia-ml-py" if module == "pynvml" else module})
-    return ProbeError(host, msg)
+    return RanksFailed(host, msg, ranks) if ranks else ProbeError(host, msg)
+
+
+#: the stages of a rank (gpuaccept/probes/_supervisor.py STAGES)
+RANK_STAGES = ("setup", "init", "collective")
+
+
+def _ranks_fact(fact) -> dict | None:
+    """A failure document's ``ranks_failed``, checked: ``{"outcome", "stage", "ranks"}`` with ``stage`` one of
+    :data:`RANK_STAGES` and ``ranks`` a list of dicts; None for anything else (a document of another release or a
+    damaged one: read as a plain probe failure)."""
+    if not isinstance(fact, dict) or fact.get("stage") not in RANK_STAGES or not isinstance(fact.get("outcome"), str):
+        return None
+    ranks = [r for r in fact.get("ranks") or [] if isinstance(r, dict)] if isinstance(fact.get("ranks"), list) else []
+    return {"outcome": fact["outcome"], "stage": fact["stage"], "ranks": ranks}

@@ -291,7 +291,8 @@ def _replay(host: str, directory: str, name: str, args: dict | None, notes: list
         raise ProbeError(host, f"{name}: saved document {path} holds no probe document (replay)")
     if doc.get("failed"):
         raise probe_error(host, f"{name}: {doc.get('msg')} (replayed)", "the replayed node's python",
-                          doc.get("missing_module"), doc.get("missing_program"), doc.get("setup"))
+                          doc.get("missing_module"), doc.get("missing_program"), doc.get("setup"),
+                          doc.get("ranks_failed"))
     if notes is not None:
         notes.extend(x for x in found_notes if x not in notes)
     return doc

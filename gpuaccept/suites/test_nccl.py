@@ -12,7 +12,7 @@ from gpuaccept.judging.shape import node_shape
 
 from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.judging import linkcounters, nccl_scope
-from gpuaccept.errors import GpuacceptError, ProbeError
+from gpuaccept.errors import GpuacceptError, RanksFailed
 from gpuaccept.runner.multinode import nccl_environment, pinned_env
 from gpuaccept.judging.nccl_table import RowNotFound, format_table, row_at
 from gpuaccept.runner.host import HostRunner
@@ -35,14 +35,13 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
     args = {"backend": "nccl", "world_size": n, "min_bytes": 2**20, "max_bytes": max(at, 2**20), "factor": 4}
     try:
         doc = node.probe("nccl_allreduce", {**args, "env": pin} if pin else args, env=host_env)
-    except ProbeError as e:  # ranks that hung or died: the node's all-reduce is broken (a failure, as across
-        broke = nccl_judge.collective_failure(e.msg)  # nodes); a probe that could not run stays an error
-        if broke is None or n == 1:
-            raise
+    except RanksFailed as e:  # ranks that hung or died in the collective: the node's all-reduce is broken (a
+        if not nccl_judge.collective_broke(e.evidence) or n == 1:  # failure, as across nodes); ranks that never
+            raise  # got past their setup (torch, libnccl) did not run it: an error with its cause
         algo = "NCCL_ALGO=" + pin["NCCL_ALGO"] if pin else "NCCL_ALGO from the inventory"
         seen = nccl_scope.seen_variables(None, host_env, pin, _env_doc(node))
         verdicts.fail(nccl_scope.named(f"all-reduce over {n} GPUs ({algo}, {args['min_bytes']}..{args['max_bytes']} B)"
-                                       f" failed: {broke}", seen))
+                                       f" failed: {_ranks_words(e)}", seen))
         verdicts.finish()
     verdicts.conditions(doc, gpus)
     seen = _seen(node, doc, host_env, pin)
@@ -142,6 +141,12 @@ def _judge_transport(verdicts, doc: dict, sku, seen: list[dict]) -> None:
         verdicts.fail(nccl_scope.named(problem, seen), check="allreduce_transport")
 
 
+def _ranks_words(e: RanksFailed) -> str:
+    """The probe's own words for ranks that failed: the error's message without the ``nccl_allreduce: `` the
+    runner puts before it (gpuaccept.runner.parse)."""
+    return e.msg.removeprefix("nccl_allreduce: ")
+
+
 def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_env: dict,
                          seen: list[dict]) -> None:
     """NCCL's own algorithm choice (no NCCL_ALGO from us) at the judged size: recorded, not judged against the
@@ -152,10 +157,9 @@ def _record_nccl_default(node: HostRunner, verdicts, args: dict, at: int, host_e
     except GpuacceptError as e:
         # the same rule as the judged sweep: ranks that hung or died fail; a probe or host that could not run
         # it (no connection, command timeout, interrupted run) is an error, never a hardware failure
-        broke = nccl_judge.collective_failure(e.msg) if isinstance(e, ProbeError) else None
-        if broke:
-            verdicts.fail(nccl_scope.named(f"all-reduce with NCCL's own algorithm choice at {at} B failed: {broke}",
-                                           seen))
+        if isinstance(e, RanksFailed) and nccl_judge.collective_broke(e.evidence):
+            verdicts.fail(nccl_scope.named(f"all-reduce with NCCL's own algorithm choice at {at} B failed: "
+                                           f"{_ranks_words(e)}", seen))
         else:
             verdicts.error(f"all-reduce with NCCL's own algorithm choice at {at} B not measured: {e}")
         return
