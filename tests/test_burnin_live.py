@@ -523,3 +523,16 @@ def test_history_key_keeps_what_was_measured_and_drops_readings():
     assert history.check_of({"check": "hbm_copy_bw_gbps", "extra": {"method": "copy_"}}) == \
         "hbm_copy_bw_gbps[method=copy_]"
     assert history.check_of({"check": "h2d_bw_gbps", "extra": {"numa_node": 1}}) == "h2d_bw_gbps[numa_node=1]"
+
+
+def test_a_slow_window_keeps_a_non_zero_figure():
+    """A window's figures keep 5 significant digits: a CPU product at 40 MFLOP/s (a loaded 2-core machine) is
+    4e-05 TFLOP/s, never 0 (a fixed 4 decimals read it as a GPU doing nothing)."""
+    from probe_helpers import load_probe
+    b = load_probe("burnin")
+    win = {"t0": 1.0, "flop": {"bf16": 2e7, "fp8": 0.0}, "mm_s": {"bf16": 0.5, "fp8": 0.0}, "hbm_b": 3e9,
+           "hbm_s": 1.0, "ar_b": 0.0, "ar_s": 0.0}
+    doc = b._window_doc(win, 1, 1.5, 1.0)
+    assert doc["bf16_tflops"] == 4e-05 and doc["fp8_tflops"] is None
+    assert doc["hbm_copy_gbps"] == 3.0 and doc["allreduce_busbw_gbps"] is None
+    assert (doc["rank"], doc["t0"], doc["t1"]) == (1, 1.0, 1.5)

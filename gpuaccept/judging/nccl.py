@@ -104,9 +104,9 @@ BROKE_STAGES = ("init", "collective")
 def collective_broke(evidence: dict) -> bool:
     """Whether the ranks that failed (a :class:`gpuaccept.errors.RanksFailed`'s ``evidence``: ``{"outcome",
     "stage", "ranks"}``) broke the collective on the node (pure): they hung, stalled or died at the ``init``
-    stage (the CUDA context, the rendezvous, the communicator on the node's GPUs and links) or the ``collective``
-    one (buffers, the sizes measured): a finding, as a pair that fails across nodes is. At the ``setup`` stage
-    (the interpreter, torch, libnccl) the probe never got to run it: the node's software, an error."""
+    stage (the rendezvous, the communicator over the node's GPUs and links) or the ``collective`` one (buffers,
+    the sizes measured): a finding, as a pair that fails across nodes is. At the ``setup`` stage (the
+    interpreter, torch, the CUDA context, libnccl) the probe never got to run it: an error with its cause."""
     return evidence.get("outcome") in ("failed", "stalled", "hung") and evidence.get("stage") in BROKE_STAGES
 
 

@@ -118,6 +118,7 @@ class ReportPlugin:
         self.began = False
         self.created = False
         self.progress: Progress | None = None
+        self._progress_tried = False  # the display was started, or found off, once
         self.reporter: Reporter | None = None
         self.history_path = self._opt("history") or earlier.history_path(config)
         self._stderr = None
@@ -208,7 +209,8 @@ class ReportPlugin:
 
     # -- the run's life ----------------------------------------------------------------------------
     def _begin(self) -> None:
-        """First sign that tests will run: move reports/latest here, start the progress display."""
+        """First sign that tests will run: move reports/latest here, take the folder's lock, write the whole-run
+        files (INCOMPLETE), start the progress display where the collection's end did not."""
         if self.began or self.reporter is None:
             return
         self.began = True
@@ -218,6 +220,13 @@ class ReportPlugin:
         self.reporter.begin()  # every whole-run file says INCOMPLETE from the first test on (a kill leaves that)
         if not self.config.option.collectonly:
             warm_up(bool(self._opt("prometheus_textfile")))  # the end's imports, while the nodes work
+        self._start_progress()
+
+    def _start_progress(self) -> None:
+        """Start the progress display (once) and hear the probes' start, progress and end from then on."""
+        if self.progress is not None or self._progress_tried:
+            return
+        self._progress_tried = True
         mode = self._opt("progress", "auto")
         stream = self._stderr or sys.__stderr__
         if mode != "off" and stream is not None:
@@ -265,6 +274,8 @@ class ReportPlugin:
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
         if session.items and not session.config.option.collectonly:
             self._check_space(len(session.items))
+        if session.items and self.reporter is not None:
+            self._start_progress()  # before the fan-out: its first probes are shown as they start
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session):
@@ -382,6 +393,8 @@ class ReportPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.reporter is not None and not self.began and session.items:  # stopped between the collection and
+            self._begin()  # the first test (a signal while the fan-out started): reported as any interrupted run
         from gpuaccept.runner.progress_relay import remove_dir
         remove_dir(self.state.progress_dir)
         self.state.progress_dir = None

@@ -94,7 +94,9 @@ class Rank:
         self.stream_h = 0
         local_rank = spec.get("local_rank", self.rank)
         if self.nccl:
-            phase(f"CUDA context on GPU {local_rank}", "init")  # the GPU itself: a context that fails is its fault
+            phase(f"CUDA context on GPU {local_rank}")  # still setup: a driver too old, a device busy in an
+            # exclusive mode or taken by another process fails here before any collective (NVML's health tests
+            # judge a GPU that is gone)
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
             torch.zeros(1, device=self.device)  # CUDA context up before NCCL

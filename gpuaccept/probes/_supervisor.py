@@ -37,8 +37,9 @@ EXIT_ADDR_IN_USE = 98  # a worker's exit status when the rendezvous port is take
 EXIT_SPLIT_WORLD = 3  # a worker's exit status when the world that formed is not the one expected (multi-node)
 HEARTBEAT_S = 0.5  # each worker with a heartbeat touches its file this often
 KILL_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
-#: a rank's stages, in order (:class:`Phase`): ``setup`` (its interpreter, torch, libnccl: the node's software),
-#: ``init`` (the rendezvous and the communicator: the collective forming on the node's GPUs and links),
+#: a rank's stages, in order (:class:`Phase`): ``setup`` (its interpreter, torch, its CUDA context, libnccl: the
+#: rank's own start), ``init`` (the rendezvous and the communicator: the collective forming over the node's GPUs
+#: and links),
 #: ``collective`` (buffers, the sizes measured, the teardown)
 STAGES = ("setup", "init", "collective")
 TEARDOWN_GRACE_S = 30.0  # ranks that reported "done" but do not exit within this are killed, result kept

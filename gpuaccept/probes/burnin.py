@@ -146,13 +146,16 @@ def _new_window(t0: float) -> dict:
 
 
 def _window_doc(win: dict, rank: int, t_now: float, factor: float) -> dict:
-    """The window line of one rank: TFLOP/s per dtype, HBM copy GB/s, all-reduce busbw GB/s (None: not measured)."""
+    """The window line of one rank: TFLOP/s per dtype, HBM copy GB/s, all-reduce busbw GB/s (None: not measured),
+    each to 5 significant digits (a slow CPU figure, 4e-05 TFLOP/s on a loaded 2-core machine, stays non-zero)."""
+    def sig(x: float) -> float:
+        return float(f"{x:.5g}")
+
     out = {"window": True, "rank": rank, "t0": round(win["t0"], 3), "t1": round(t_now, 3)}
     for kd in win["flop"]:
-        out[f"{kd}_tflops"] = round(win["flop"][kd] / win["mm_s"][kd] / 1e12, 4) if win["mm_s"][kd] else None
-    out["hbm_copy_gbps"] = round(win["hbm_b"] / win["hbm_s"] / 1e9, 3) if win["hbm_s"] else None
-    out["allreduce_busbw_gbps"] = (round(win["ar_b"] / win["ar_s"] / 1e9 * factor, 3)
-                                   if win["ar_s"] else None)
+        out[f"{kd}_tflops"] = sig(win["flop"][kd] / win["mm_s"][kd] / 1e12) if win["mm_s"][kd] else None
+    out["hbm_copy_gbps"] = sig(win["hbm_b"] / win["hbm_s"] / 1e9) if win["hbm_s"] else None
+    out["allreduce_busbw_gbps"] = sig(win["ar_b"] / win["ar_s"] / 1e9 * factor) if win["ar_s"] else None
     return out
 
 

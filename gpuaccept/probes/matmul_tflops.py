@@ -36,11 +36,11 @@ torch.backends.cuda.matmul.allow_tf32 = True, set for that dtype only and restor
 Candidates (:func:`candidate_set`), per dtype, the first the default (the figure the thresholds were measured
 on): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`: 8448 x 8192 x 8192 on a 132-SM
 H100/H200, whose 128 x 256 tiles fill whole waves), for fp8 also its "deep-K" variant (8448 x 8192 x 32768);
-layout "A@B^T" (B stored (n, k): both operands K-major,
-what nn.Linear and torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path
-"scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out" (e4m3 output into a preallocated C: mamf-finder's call,
-stas00/ml-engineering compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial
-after the warm-up: TRIAL_ROUNDS batches of ~25 ms, in rounds that alternate forward and backward over the
+layout "A@B^T" (B stored (n, k): both operands K-major, what nn.Linear and torch._scaled_mm use) and, for
+bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path "scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out"
+(e4m3 output into a preallocated C: mamf-finder's call, stas00/ml-engineering
+compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial after the warm-up: TRIAL_ROUNDS
+batches of ~25 ms (TRIAL_MIN_BATCH calls at least), in rounds that alternate forward and backward over the
 candidates (:func:`trial_order`), its median; one choice is made for all GPUs from the sum of their trial
 figures, and the default stays unless another is more than SWITCH_MARGIN (0.5 %) faster (:func:`pick`). Every
 candidate is a dense product of the same operand dtype counted 2*m*n*k, so the SKU limits (floors under the
@@ -83,6 +83,9 @@ MIN_BATCH = 20
 BATCH_SECONDS = 0.05  # one timed batch on cuda, s (cpu: 0.005)
 WINDOW_BATCHES = 3  # batches per stop-rule window, at least (window_seconds: 0.25 s on cuda)
 TRIAL_BATCH_FRACTION = 0.5  # a trial batch: half a timed batch (~25 ms on cuda, >= MIN_BATCH calls)
+#: calls in a trial batch at least: a product of 3.6 ms (the deep-K fp8 one on an H100) fills 25 ms in 7; on a
+#: smaller card (an L4: 20-36 ms a product) MIN_BATCH would make each trial batch 0.5 s or more
+TRIAL_MIN_BATCH = 3
 TRIAL_ROUNDS = 4  # trial rounds: one batch of every candidate per round, the order reversed every other round
 #: the fp8 "deep-K" candidate's K, in multiples of the asked K (see candidate_set)
 DEEP_K = 4
@@ -341,10 +344,10 @@ def time_batch(fn, batch: int, clock: Clock) -> float:
     return clock.seconds(start, end)
 
 
-def batch_for(per_call: float, cfg: dict, fraction: float = 1.0) -> int:
+def batch_for(per_call: float, cfg: dict, fraction: float = 1.0, least: int = MIN_BATCH) -> int:
     """Calls per timed batch: enough for ``fraction`` of ``cfg["batch_seconds"]`` (0.05 s on cuda), at least
-    MIN_BATCH."""
-    return max(MIN_BATCH, math.ceil(fraction * cfg["batch_seconds"] / max(per_call, 1e-9)))
+    ``least`` (MIN_BATCH)."""
+    return max(least, math.ceil(fraction * cfg["batch_seconds"] / max(per_call, 1e-9)))
 
 
 def trial_order(n_cands: int, rounds: int) -> list[int]:
@@ -352,7 +355,8 @@ def trial_order(n_cands: int, rounds: int) -> list[int]:
     then backward (0 1 2, 2 1 0, 0 1 2, ...). The clock falls for a second or more after the warm-up as the
     power limiter catches up (an H100 SXM at 700 W, 2026-12-05, one pass in order: 8192^3 fp8 tried first at
     1307-1321 TFLOP/s, 8448 x 8192 x 8192 after it at 1114-1169, though 1253 and 1275 sustained): candidates
-    tried one after another are judged on that slope, the first favoured. Mirrored rounds give every candidate batches early and late alike."""
+    tried one after another are judged on that slope, the first favoured. Mirrored rounds give every candidate
+    batches early and late alike."""
     fwd = list(range(n_cands))
     return [c for r in range(rounds) for c in (fwd if r % 2 == 0 else fwd[::-1])]
 
@@ -418,8 +422,8 @@ def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -
     trial = [None] * len(cands)
     if len(cands) > 1:
         flop0 = matmul_flop(cands[0]["m"], cands[0]["n"], cands[0]["k"])
-        sizes = [batch_for(per_call * matmul_flop(c["m"], c["n"], c["k"]) / flop0, cfg, TRIAL_BATCH_FRACTION)
-                 for c in cands]
+        sizes = [batch_for(per_call * matmul_flop(c["m"], c["n"], c["k"]) / flop0, cfg, TRIAL_BATCH_FRACTION,
+                           TRIAL_MIN_BATCH) for c in cands]
         got: list[list[float]] = [[] for _ in cands]
         for ci in trial_order(len(cands), TRIAL_ROUNDS):
             if fns[ci] is not None:

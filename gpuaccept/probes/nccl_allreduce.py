@@ -30,7 +30,7 @@ Failures: a rank that exits early fails the probe with ``rank R exited with rc X
 still running at ``deadline_s`` fail it with ``all-reduce hung: ranks [...] did not finish within Ns; killed all
 ranks``, naming the slowest rank and its phase. Such a failure document also carries ``ranks_failed``: the
 outcome (``failed``, ``stalled``, ``hung``), the deciding ranks' phase, stage and rc, and the earliest stage
-among them (``_supervisor.ranks_failed``: ``setup`` the interpreter, torch, libnccl; ``init`` the CUDA context,
+among them (``_supervisor.ranks_failed``: ``setup`` the interpreter, torch, the CUDA context, libnccl; ``init``
 the rendezvous, the communicator; ``collective`` the buffers and the sizes), from which the controller tells a
 collective that broke on the node from one that never ran (gpuaccept.judging.nccl.collective_broke). Either
 way every worker's process group gets SIGTERM (and
