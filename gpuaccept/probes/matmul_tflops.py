@@ -40,7 +40,7 @@ layout "A@B^T" (B stored (n, k): both operands K-major, what nn.Linear and torch
 bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path "scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out"
 (e4m3 output into a preallocated C: mamf-finder's call, stas00/ml-engineering
 compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial after the warm-up: TRIAL_ROUNDS
-batches of ~25 ms (TRIAL_MIN_BATCH calls at least), in rounds that alternate forward and backward over the
+batches of ~25 ms (MIN_BATCH calls at least), in rounds that alternate forward and backward over the
 candidates (:func:`trial_order`), its median; one choice is made for all GPUs from the sum of their trial
 figures, and the default stays unless another is more than SWITCH_MARGIN (0.5 %) faster (:func:`pick`). Every
 candidate is a dense product of the same operand dtype counted 2*m*n*k, so the SKU limits (floors under the
@@ -83,9 +83,6 @@ MIN_BATCH = 20
 BATCH_SECONDS = 0.05  # one timed batch on cuda, s (cpu: 0.005)
 WINDOW_BATCHES = 3  # batches per stop-rule window, at least (window_seconds: 0.25 s on cuda)
 TRIAL_BATCH_FRACTION = 0.5  # a trial batch: half a timed batch (~25 ms on cuda, >= MIN_BATCH calls)
-#: calls in a trial batch at least: a product of 3.6 ms (the deep-K fp8 one on an H100) fills 25 ms in 7; on a
-#: smaller card (an L4: 20-36 ms a product) MIN_BATCH would make each trial batch 0.5 s or more
-TRIAL_MIN_BATCH = 3
 TRIAL_ROUNDS = 4  # trial rounds: one batch of every candidate per round, the order reversed every other round
 #: the fp8 "deep-K" candidate's K, in multiples of the asked K (see candidate_set)
 DEEP_K = 4
@@ -344,10 +341,10 @@ def time_batch(fn, batch: int, clock: Clock) -> float:
     return clock.seconds(start, end)
 
 
-def batch_for(per_call: float, cfg: dict, fraction: float = 1.0, least: int = MIN_BATCH) -> int:
+def batch_for(per_call: float, cfg: dict, fraction: float = 1.0) -> int:
     """Calls per timed batch: enough for ``fraction`` of ``cfg["batch_seconds"]`` (0.05 s on cuda), at least
-    ``least`` (MIN_BATCH)."""
-    return max(least, math.ceil(fraction * cfg["batch_seconds"] / max(per_call, 1e-9)))
+    MIN_BATCH."""
+    return max(MIN_BATCH, math.ceil(fraction * cfg["batch_seconds"] / max(per_call, 1e-9)))
 
 
 def trial_order(n_cands: int, rounds: int) -> list[int]:
@@ -422,8 +419,8 @@ def bench_dtype(index: int, barrier: threading.Barrier, cfg: dict, dtype: str) -
     trial = [None] * len(cands)
     if len(cands) > 1:
         flop0 = matmul_flop(cands[0]["m"], cands[0]["n"], cands[0]["k"])
-        sizes = [batch_for(per_call * matmul_flop(c["m"], c["n"], c["k"]) / flop0, cfg, TRIAL_BATCH_FRACTION,
-                           TRIAL_MIN_BATCH) for c in cands]
+        sizes = [batch_for(per_call * matmul_flop(c["m"], c["n"], c["k"]) / flop0, cfg, TRIAL_BATCH_FRACTION)
+                 for c in cands]
         got: list[list[float]] = [[] for _ in cands]
         for ci in trial_order(len(cands), TRIAL_ROUNDS):
             if fns[ci] is not None:
