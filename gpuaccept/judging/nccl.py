@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from gpuaccept.probes._supervisor import normalize_address
+from gpuaccept.probes._supervisor import STAGES, normalize_address
 from gpuaccept.judging.compute import below_median_pct, node_median
 from gpuaccept.config.multinode import parse_device_list  # noqa: F401 (judging's name for it)
 from gpuaccept.config.thresholds import inventory_limit, judge
@@ -97,8 +97,9 @@ def floor_context(row: dict, world_size: int, limit, algo: str = "Ring", extra: 
             + (f"; {extra}" if extra else ""))
 
 
-#: the stages of a rank at which its collective had started on the node (gpuaccept/probes/_supervisor.py STAGES)
-BROKE_STAGES = ("init", "collective")
+#: the stages of a rank at which its collective had started on the node: all but the first, ``setup``
+#: (gpuaccept/probes/_supervisor.py STAGES)
+BROKE_STAGES = STAGES[1:]
 
 
 def collective_broke(evidence: dict) -> bool:

@@ -224,7 +224,7 @@ class ReportPlugin:
 
     def _start_progress(self) -> None:
         """Start the progress display (once) and hear the probes' start, progress and end from then on."""
-        if self.progress is not None or self._progress_tried:
+        if self._progress_tried:
             return
         self._progress_tried = True
         mode = self._opt("progress", "auto")
@@ -274,7 +274,7 @@ class ReportPlugin:
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
         if session.items and not session.config.option.collectonly:
             self._check_space(len(session.items))
-        if session.items and self.reporter is not None:
+        if session.items:  # (a folder without room raised above)
             self._start_progress()  # before the fan-out: its first probes are shown as they start
 
     @pytest.hookimpl(wrapper=True)

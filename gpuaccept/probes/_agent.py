@@ -62,10 +62,10 @@ and exit status under the rules above; ``GPUACCEPT_STARTED`` in its environment 
 how it started into its document (``_probe.run``: ``"started"``). The warm child never holds the node lock nor a
 GPU, and it is stopped (SIGKILL, reaped) before the agent exits; it dies with the agent whatever ends it.
 
-A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the
-files it was sent. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the SSH session
-or the controller is gone), when its parent changes (the sshd session died), on SIGHUP, SIGTERM or SIGINT, and
-on ``exit`` (then it answers ``bye`` first). Standard library only; Linux for the process-group scan.
+A folder removed under the agent (a /tmp cleaner) is written again before the next probe starts, from the files
+it was sent. The agent kills every probe's group, removes its folder and exits when its stdin reaches EOF (the
+SSH session or the controller is gone), when its parent changes (the sshd session died), on SIGHUP, SIGTERM or
+SIGINT, and on ``exit`` (then it answers ``bye`` first). Standard library only; Linux for the process-group scan.
 
 One run per node: given the run's identity (BOOT's argument, JSON ``{"key", "run_id", "controller"[,
 "lock_dir"]}``), the agent takes the node's lock (``_nodelock.py``) before its ``ready``, holds it for its

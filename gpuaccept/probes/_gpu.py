@@ -15,14 +15,9 @@ import time
 
 import torch
 
-from _probe import ProbeFailed, reject_unknown
+from _probe import ProbeFailed, reject_unknown, sig  # noqa: F401 - sig: the torch probes take it from here
 
 DEVICES = ("cuda", "cpu")  # cpu: the same code path on host memory, for CI
-
-
-def sig(x: float, digits: int = 5) -> float:
-    """``x`` rounded to ``digits`` significant digits (tiny cpu figures stay non-zero)."""
-    return float(f"{x:.{digits}g}")
 
 
 def cuda_version_text(v) -> str | None:

@@ -61,6 +61,11 @@ class ProbeFailed(Exception):
         self.ranks_failed = ranks_failed
 
 
+def sig(x: float, digits: int = 5) -> float:
+    """``x`` rounded to ``digits`` significant digits (tiny cpu figures stay non-zero)."""
+    return float(f"{x:.{digits}g}")
+
+
 def reject_unknown(args: dict, known) -> None:
     """Fail with ``unknown argument(s): a, b`` when ``args`` has keys outside ``known`` (typos never pass)."""
     unknown = set(args) - set(known)

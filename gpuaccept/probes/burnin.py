@@ -76,7 +76,7 @@ import threading
 import time
 
 from _pci import from_parts
-from _probe import ProbeFailed, log, name_process, progress, reject_unknown, run, scratch_dir
+from _probe import ProbeFailed, log, name_process, progress, reject_unknown, run, scratch_dir, sig
 
 ARG_KEYS = {"device", "seconds", "window_s", "sample_s", "sdc_interval_s", "dtypes", "m", "n", "k",
             "matmuls_per_step", "hbm_bytes", "copies_per_step", "allreduce_bytes", "allreduces_per_step",
@@ -148,9 +148,6 @@ def _new_window(t0: float) -> dict:
 def _window_doc(win: dict, rank: int, t_now: float, factor: float) -> dict:
     """The window line of one rank: TFLOP/s per dtype, HBM copy GB/s, all-reduce busbw GB/s (None: not measured),
     each to 5 significant digits (a slow CPU figure, 4e-05 TFLOP/s on a loaded 2-core machine, stays non-zero)."""
-    def sig(x: float) -> float:
-        return float(f"{x:.5g}")
-
     out = {"window": True, "rank": rank, "t0": round(win["t0"], 3), "t1": round(t_now, 3)}
     for kd in win["flop"]:
         out[f"{kd}_tflops"] = sig(win["flop"][kd] / win["mm_s"][kd] / 1e12) if win["mm_s"][kd] else None

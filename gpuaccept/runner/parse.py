@@ -6,6 +6,7 @@ import json
 import re
 
 from gpuaccept.errors import InterpreterMissing, NodeSetup, PackageMissing, ProbeError, ProgramMissing, RanksFailed
+from gpuaccept.probes._supervisor import STAGES
 from gpuaccept.transport import CommandResult
 
 
@@ -69,7 +70,7 @@ def probe_error(host: str, msg: str, python: str, missing_module: str | None = N
     reason none of the above names, else :class:`ProbeError`. The one place where the node's Python's words are
     read."""
     ranks = _ranks_fact(ranks_failed)
-    if ranks and ranks["stage"] != "setup":
+    if ranks and ranks["stage"] != STAGES[0]:
         return RanksFailed(host, msg, ranks)
     if isinstance(missing_program, str) and missing_program and not missing_module:
         return ProgramMissing(host, msg, {"program": missing_program})
@@ -85,15 +86,11 @@ def probe_error(host: str, msg: str, python: str, missing_module: str | None = N
     return RanksFailed(host, msg, ranks) if ranks else ProbeError(host, msg)
 
 
-#: the stages of a rank (gpuaccept/probes/_supervisor.py STAGES)
-RANK_STAGES = ("setup", "init", "collective")
-
-
 def _ranks_fact(fact) -> dict | None:
     """A failure document's ``ranks_failed``, checked: ``{"outcome", "stage", "ranks"}`` with ``stage`` one of
-    :data:`RANK_STAGES` and ``ranks`` a list of dicts; None for anything else (a document of another release or a
-    damaged one: read as a plain probe failure)."""
-    if not isinstance(fact, dict) or fact.get("stage") not in RANK_STAGES or not isinstance(fact.get("outcome"), str):
+    a rank's (gpuaccept/probes/_supervisor.py ``STAGES``) and ``ranks`` a list of dicts; None for anything else
+    (a document of another release or a damaged one: read as a plain probe failure)."""
+    if not isinstance(fact, dict) or fact.get("stage") not in STAGES or not isinstance(fact.get("outcome"), str):
         return None
     ranks = [r for r in fact.get("ranks") or [] if isinstance(r, dict)] if isinstance(fact.get("ranks"), list) else []
     return {"outcome": fact["outcome"], "stage": fact["stage"], "ranks": ranks}

@@ -5,10 +5,11 @@ Remote side of one run (built by :func:`wrap_command`, the only place that quote
     exec [sudo -n -u '<become user>' --] /bin/sh -c '<INNER>' sh '<command>' '<INNER>'
 
 INNER makes sure the shell leads its own process group (its group read from /proc/$$/stat, proc(5) field 5, by
-the shell's ``read``; OpenSSH already starts sessions with setsid(); otherwise it re-execs itself under ``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the
-first line it writes to stderr (stripped from the result by :class:`StderrSplitter`), then ``eval``s the
-command. A command run under the node-side watchdog (``probes/_watchdog.py``) announces its probe's own process
-group the same way, on the next line. :func:`kill_group_command` is what kills those groups. Pure: no I/O.
+the shell's ``read``; OpenSSH already starts sessions with setsid(); otherwise it re-execs itself under
+``setsid``), prints ``__GPUACCEPT_PGID__=<pgid>`` as the first line it writes to stderr (stripped from the result
+by :class:`StderrSplitter`), then ``eval``s the command. A command run under the node-side watchdog
+(``probes/_watchdog.py``) announces its probe's own process group the same way, on the next line.
+:func:`kill_group_command` is what kills those groups. Pure: no I/O.
 """
 from __future__ import annotations
 
