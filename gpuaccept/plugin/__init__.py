@@ -4,7 +4,9 @@ Installed as a pytest11 entry point named ``gpuaccept.plugin`` (so ``--inventory
 known option before pytest chooses its rootdir: otherwise pytest takes that path for a test path and roots
 the run in /elsewhere), and also named by the repository's conftest.py for runs without installation.
 It stays dormant unless the ini file sets ``gpuaccept_suites = true`` (the repository's pytest.ini does),
-so installing gpuaccept changes no other pytest project.
+so installing gpuaccept changes no other pytest project. Like the rest of the package it is imported without
+pytest's assertion rewriting (gpuaccept._skip_assertion_rewriting); PYTEST_DONT_REWRITE keeps pytest from warning
+about that when a later session names it with ``-p``.
 """
 from __future__ import annotations
 
