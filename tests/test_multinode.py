@@ -639,3 +639,21 @@ def test_collective_whose_documents_disagree_with_the_launch_gives_no_figure():
     results = {h: mn.HostResult(h, "ok", {**doc(i, hosts), "node_rank": i, "nnodes": 4, "world_size": 4,
                                           "local_ranks": [i]}) for i, h in enumerate(hosts)}
     assert mn.world_failure(mn.Collective(hosts, True, results, marker="m"), 1) == []
+
+
+def test_failure_lines_name_each_culprit_by_its_host_not_by_the_text():
+    """Each culprit's line is filed under its host as the culprit list names it, whatever the reason or the
+    host name holds (a colon in both here); the text joined is describe_failure's message."""
+    hosts = ["rack1:gpu-01", "rack1:gpu-02", "gpu-03"]
+    col = mn.Collective(hosts, False, {}, culprits=[("rack1:gpu-02", "stopped answering: rank 9 hung")])
+    whole, per_host = mn.failure_lines(col)
+    over = "all-reduce over rack1:gpu-01, rack1:gpu-02, gpu-03"
+    assert whole == [] and per_host == [("rack1:gpu-02", f"stopped answering: rank 9 hung ({over})")]
+    assert mn.describe_failure(col) == f"rack1:gpu-02: stopped answering: rank 9 hung ({over})"
+    col.singled_out = False
+    col.culprits = [("gpu-03", "failed: x"), ("rack1:gpu-01", "failed: y")]
+    whole, per_host = mn.failure_lines(col)
+    assert whole == [f"{over} failed and no host is singled out:"]
+    assert per_host == [("gpu-03", "failed: x"), ("rack1:gpu-01", "failed: y")]
+    col.culprits = []
+    assert mn.failure_lines(col) == ([f"{over} failed"], [])

@@ -276,15 +276,24 @@ def blame(results: dict[str, HostResult], order: list[str],
     return bad, False
 
 
-def describe_failure(col: Collective) -> str:
-    """One line per culprit, host first: ``mn2: stopped answering: ... (all-reduce over mn1, mn2, mn3)``."""
+def failure_lines(col: Collective) -> tuple[list[str], list[tuple[str, str]]]:
+    """What :func:`describe_failure` says, in its parts: ``(lines of the collective as a whole, [(host, line of
+    that host)])``, one ``(host, line)`` per culprit in :attr:`Collective.culprits` order: ``([], [("mn2",
+    "stopped answering: ... (all-reduce over mn1, mn2, mn3)")])``; where no host is singled out, the whole's
+    line says so and each host's line is its reason alone; without culprits, one line of the whole."""
     over = f"all-reduce over {', '.join(col.hosts)}"
     if not col.culprits:
-        return f"{over} failed"
+        return [f"{over} failed"], []
     if not col.singled_out:
-        lines = [f"{over} failed and no host is singled out:"]
-        return "\n".join(lines + [f"{h}: {why}" for h, why in col.culprits])
-    return "\n".join(f"{h}: {why} ({over})" for h, why in col.culprits)
+        return [f"{over} failed and no host is singled out:"], [(h, why) for h, why in col.culprits]
+    return [], [(h, f"{why} ({over})") for h, why in col.culprits]
+
+
+def describe_failure(col: Collective) -> str:
+    """One line per culprit, host first: ``mn2: stopped answering: ... (all-reduce over mn1, mn2, mn3)``
+    (:func:`failure_lines`, joined)."""
+    whole, per_host = failure_lines(col)
+    return "\n".join(whole + [f"{h}: {line}" for h, line in per_host])
 
 
 def world_failure(col: Collective, ranks_per_node: int) -> list[str]:

@@ -160,19 +160,18 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
     if col.world_problems:  # not the world launched: an error, no figure
         errors.append(col.message.replace("\n", "; "))
         return
-    named = {h for h, _ in col.culprits}
-    for line in col.message.splitlines():
-        host = line.split(":", 1)[0]
+    whole, per_host = mn.failure_lines(col)
+    for line in whole:
+        verdicts.fail(line)
+    for host, line in per_host:
         r = col.results.get(host)
         # never reached, the probe could not run there (no torch, bad arguments), or the host cannot resolve or
         # reach the rendezvous (no rank started): an error of that host, with its own cause, as elsewhere
-        if host in named and r is not None and r.kind in ("unreachable", "crashed", "rendezvous"):
-            verdicts.for_host(host).error(line.split(":", 1)[1].strip(), cause=r.cause)
-        elif host in named:  # a failed share with its own cause (a socket-interface setting) carries it
-            verdicts.for_host(host).fail(line.split(":", 1)[1].strip(),
-                                         cause=r.cause if r is not None and r.kind in ("failed", "aborted") else None)
-        else:
-            verdicts.fail(line)
+        if r is not None and r.kind in ("unreachable", "crashed", "rendezvous"):
+            verdicts.for_host(host).error(line, cause=r.cause)
+        else:  # a failed share with its own cause (a socket-interface setting) carries it
+            verdicts.for_host(host).fail(line, cause=r.cause if r is not None and r.kind in ("failed", "aborted")
+                                         else None)
 
 
 def _link_errors(verdicts: Recorder, col: mn.Collective, label: str) -> None:
