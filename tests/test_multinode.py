@@ -634,8 +634,8 @@ def test_collective_whose_documents_disagree_with_the_launch_gives_no_figure():
     results = {h: mn.HostResult(h, "ok", doc(i, hosts[:2] if i < 2 else hosts[2:])) for i, h in enumerate(hosts)}
     col = mn.Collective(hosts, True, results, marker="m")
     problems = mn.world_failure(col, 1)
-    assert [p.split(":")[0] for p in problems] == hosts
-    assert "nnodes 2 (launched 4)" in problems[0] and "world_size 2 (launched 4)" in problems[0]
+    assert [h for h, _ in problems] == hosts
+    assert "nnodes 2 (launched 4)" in problems[0][1] and "world_size 2 (launched 4)" in problems[0][1]
     results = {h: mn.HostResult(h, "ok", {**doc(i, hosts), "node_rank": i, "nnodes": 4, "world_size": 4,
                                           "local_ranks": [i]}) for i, h in enumerate(hosts)}
     assert mn.world_failure(mn.Collective(hosts, True, results, marker="m"), 1) == []

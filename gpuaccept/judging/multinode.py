@@ -296,11 +296,11 @@ def describe_failure(col: Collective) -> str:
     return "\n".join(whole + [f"{h}: {line}" for h, line in per_host])
 
 
-def world_failure(col: Collective, ranks_per_node: int) -> list[str]:
-    """How the hosts' documents of a collective that succeeded disagree with what was launched (see
-    :func:`gpuaccept.judging.nccl.world_problems`); empty when they agree."""
-    return nccl_judge.world_problems(col.hosts, ranks_per_node, col.marker,
-                                     {h: r.doc or {} for h, r in col.results.items()})
+def world_failure(col: Collective, ranks_per_node: int) -> list[tuple[str, str]]:
+    """How the hosts' documents of a collective that succeeded disagree with what was launched, ``[(host, what
+    disagrees)]`` (see :func:`gpuaccept.judging.nccl.world_problems_by_host`); empty when they agree."""
+    return nccl_judge.world_problems_by_host(col.hosts, ranks_per_node, col.marker,
+                                             {h: r.doc or {} for h, r in col.results.items()})
 
 
 # ---------------------------------------------------------------------------------------------------------

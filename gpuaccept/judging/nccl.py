@@ -240,20 +240,22 @@ def net_device_problems(net_devices: dict | None, ib_hca=None, socket_ifname=Non
 # multi-node: the world and a round's figures
 # ---------------------------------------------------------------------------------------------------------
 
-def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dict[str, dict]) -> list[str]:
+def world_problems_by_host(hosts: list[str], ranks_per_node: int, marker: str,
+                           docs: dict[str, dict]) -> list[tuple[str, str]]:
     """How the hosts' documents of one successful collective disagree with what was launched (pure):
     ``hosts`` in node order, ``ranks_per_node``, the collective's ``marker``; ``docs`` {host: document}.
     Each document must exist and say ``ok``, carry this ``marker``, its own node rank (its index in
     ``hosts``), ``nnodes`` = len(hosts), ``world_size`` = len(hosts) x ranks_per_node, the same host list when
     it reports one, and ``local_ranks`` = its slice of the global ranks; its gathered ``world`` (every rank's
     identity, when present) must hold every host once per rank in node order. Two half-worlds (each host
-    reporting a world of its own) are caught by the world size, node ranks and gathered identities."""
-    out = []
+    reporting a world of its own) are caught by the world size, node ranks and gathered identities. One
+    ``(host, what disagrees)`` per host that disagrees, in node order."""
+    out: list[tuple[str, str]] = []
     n = len(hosts) * ranks_per_node
     for i, h in enumerate(hosts):
         d = docs.get(h)
         if not d:
-            out.append(f"{h}: no document")
+            out.append((h, "no document"))
             continue
         got = {"marker": d.get("marker"), "node_rank": d.get("node_rank"), "nnodes": d.get("nnodes"),
                "world_size": d.get("world_size"), "ranks_per_node": d.get("ranks_per_node")}
@@ -273,8 +275,13 @@ def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dic
                 bad.append(f"its ranks saw a world of {len(seen)} ranks over "
                            f"{', '.join(dict.fromkeys(str(x[1]) for x in seen)) or 'no host'}")
         if bad:
-            out.append(f"{h}: " + "; ".join(bad))
+            out.append((h, "; ".join(bad)))
     return out
+
+
+def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dict[str, dict]) -> list[str]:
+    """:func:`world_problems_by_host` as lines, host first: ``["mn2: node_rank 0 (launched 1)"]``."""
+    return [f"{h}: {what}" for h, what in world_problems_by_host(hosts, ranks_per_node, marker, docs)]
 
 
 def version_problem(versions: dict) -> str | None:

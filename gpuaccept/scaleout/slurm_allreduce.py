@@ -236,10 +236,11 @@ def judge_collective(nodes: list[str], results: dict[str, HostResult], base_args
         if not problems:
             col.doc = results[nodes[0]].doc
             return col
-        col.ok, col.singled_out, col.world_problems = False, False, problems
-        col.culprits = [(q.split(":", 1)[0], q.split(":", 1)[1].strip()) for q in problems]
+        col.ok, col.singled_out = False, False
+        col.world_problems = [f"{h}: {what}" for h, what in problems]
+        col.culprits = list(problems)
         col.message = (f"all-reduce over {', '.join(nodes)}: the nodes' documents disagree with the world "
-                       f"launched; no figure taken:\n" + "\n".join(problems))
+                       f"launched; no figure taken:\n" + "\n".join(col.world_problems))
         return col
     col.culprits, col.singled_out = blame(results, list(nodes), addresses or {n: n for n in nodes})
     col.message = describe_failure(col)

@@ -288,12 +288,13 @@ def run_collective(nodes: list[HostRunner], st: Settings) -> Collective:
     col = Collective(hosts, ok, results, marker=marker, master_addr=master, master_port=port, attempts=attempt,
                      wall_s=round(time.monotonic() - t0, 3))
     if ok:
-        col.world_problems = world_failure(col, st.ranks_per_node)
-        if not col.world_problems:
+        problems = world_failure(col, st.ranks_per_node)
+        if not problems:
             col.doc = results[hosts[0]].doc
             return col
         col.ok = False
-        col.culprits = [(p.split(":", 1)[0], p.split(":", 1)[1].strip()) for p in col.world_problems]
+        col.world_problems = [f"{h}: {what}" for h, what in problems]
+        col.culprits = list(problems)
         col.singled_out = False
         col.message = (f"all-reduce over {', '.join(hosts)}: the hosts' documents disagree with the world "
                        f"launched ({len(hosts)} hosts x {st.ranks_per_node} ranks, marker {marker}); no figure "
