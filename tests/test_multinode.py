@@ -657,3 +657,36 @@ def test_failure_lines_name_each_culprit_by_its_host_not_by_the_text():
     assert per_host == [("gpu-03", "failed: x"), ("rack1:gpu-01", "failed: y")]
     col.culprits = []
     assert mn.failure_lines(col) == ([f"{over} failed"], [])
+
+
+def _share(host: str, outcome: str, stages: list[tuple[str, str]], evidence: str = "none", reason: str = "",
+           kind: str = "failed") -> mn.HostResult:
+    """A failed share's result as the probe's failure document has it: one rank per (phase, stage)."""
+    ranks = [{"rank": i, "phase": ph, "stage": st, "evidence": evidence if reason else None,
+              "reason": reason, "rc": 1 if reason else None, "addresses": []} for i, (ph, st) in enumerate(stages)]
+    return mn.HostResult(host, kind, {"ok": False, "outcome": outcome, "evidence": evidence, "ranks": ranks},
+                         f"all-reduce {outcome}")
+
+
+def test_blame_names_the_host_whose_ranks_never_left_setup_not_those_waiting_for_it():
+    """One host's torch import hangs: its rank is still in setup at the deadline while the others' ranks wait
+    in the rendezvous (init). Only that host is named, with its rank's phase; the waiting hosts are not."""
+    results = {"x6": _share("x6", "hung", [("importing torch", "setup")]),
+               "good1": _share("good1", "hung", [("rendezvous / init_process_group", "init")]),
+               "good2": _share("good2", "hung", [("rendezvous / init_process_group", "init")])}
+    got, single = mn.blame(results, ["x6", "good1", "good2"])
+    assert single and got == [("x6", "rank 0 still in 'importing torch' (setup)")]
+    assert mn.setup_ranks(results["good1"]) == []
+
+
+def test_blame_setup_ranks_cut_by_the_controller_are_not_named():
+    """A share the controller aborted (another host failed first) was cut wherever its ranks were, setup
+    included: that is no evidence against it. A rank that died in setup is named with its own reason."""
+    dead = _share("a", "failed", [("importing torch", "setup")], "local",
+                  "rc 1: OSError: libcudart.so.12: cannot open shared object file: No such file or directory")
+    results = {"a": dead, "b": _share("b", "aborted", [("importing torch", "setup")], kind="aborted"),
+               "c": _share("c", "aborted", [("importing torch", "setup")])}
+    assert mn.setup_ranks(results["b"]) == [] and mn.setup_ranks(results["c"]) == []
+    got, single = mn.blame(results, ["a", "b", "c"])
+    assert single and got == [("a", "rank 0 in 'importing torch' (setup): rc 1: OSError: libcudart.so.12: cannot "
+                                     "open shared object file: No such file or directory")]

@@ -67,6 +67,32 @@ def test_allreduce_host_without_torch_is_an_error_naming_the_interpreter(tmp_pat
     assert failed_hosts(rep / "failed-hosts.txt") == ["t2"]
 
 
+
+def test_allreduce_host_whose_torch_fails_to_load_is_an_error_of_its_software(tmp_path, tmp_path_factory):
+    """A host whose torch is installed but raises while it loads (a CUDA library missing: the dynamic loader's
+    OSError): its ranks die in their setup, before the rendezvous. That host reads ERROR with the cause
+    ``import_broken`` (configuration: fix-config), not FAIL check-network as a broken all-reduce would; the
+    host waiting for it is not named."""
+    import sys
+
+    from sshd import start_sshd
+    fake = tmp_path / "brokentorch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise OSError("libcudart.so.12: cannot open shared object file: '
+                                      'No such file or directory")\n')
+    py = tmp_path / "py-brokentorch"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={fake.parent} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    base = tmp_path_factory.mktemp("brokentorch")
+    sshds = [start_sshd(base, address=f"127.0.0.{71 + i}", name=f"b{i + 1}") for i in range(2)]
+    rep, res, test = _multinode_run(tmp_path, base, sshds, {1: str(py)})
+    assert test["outcome"] == "error", test
+    assert test["message"].startswith("b2: rank ") and "(setup)" in test["message"], test
+    assert "libcudart.so.12" in test["message"], test
+    assert [(c["class"], c["kind"], c["host"]) for c in test["causes"]] == [("configuration", "import_broken", "b2")]
+    assert test["action"]["action"] == "fix-config", test["action"]
+    assert failed_hosts(rep / "failed-hosts.txt") == ["b2"]
+
 # -- the inter-node ring's failure line: size, world, hosts and the group var, as on one node ----------------
 
 def test_ring_below_its_floor_names_size_world_hosts_and_the_var(tmp_path):

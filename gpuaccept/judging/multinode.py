@@ -18,7 +18,7 @@ from gpuaccept.causes import Cause
 from gpuaccept.judging import nccl as nccl_judge
 from gpuaccept.errors import ConfigError, NodeError, PackageMissing
 from gpuaccept.judging.nccl_table import RowNotFound, row_at
-from gpuaccept.probes._supervisor import normalize_address
+from gpuaccept.probes._supervisor import STAGES, normalize_address
 from gpuaccept.config.multinode import CALL_MARGIN_S, DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, Settings
 
 PROBE = "nccl_allreduce"
@@ -221,6 +221,25 @@ def interface_line(cause: Cause) -> str:
     return f"{ev.get('setting')} names no interface of this host ({ev.get('missing')} missing)"
 
 
+def setup_ranks(r: HostResult) -> list[dict]:
+    """The ranks of a failed share that never left their ``setup`` stage (the interpreter, torch, the CUDA
+    context, libnccl: ``probes/_supervisor.py`` ``STAGES``): its document's ``ranks`` whose ``stage`` says so,
+    where the share ended of itself (``kind`` failed, its ``outcome`` not ``aborted``: ranks the controller
+    stopped were cut wherever they were). Empty for any other share, and for documents whose ranks carry no
+    stage (an older probe). Pure."""
+    doc = r.doc or {}
+    if r.kind != "failed" or doc.get("outcome") == "aborted":
+        return []
+    return [x for x in doc.get("ranks") or [] if isinstance(x, dict) and x.get("stage") == STAGES[0]]
+
+
+def setup_reason(ranks: list[dict]) -> str:
+    """``"rank 1 in 'importing torch' (setup): rc 1: OSError: ..."`` for :func:`setup_ranks`' first three; a rank
+    that was still running there (no reason of its own) reads ``"rank 1 still in 'importing torch' (setup)"``."""
+    return "; ".join(f"rank {x.get('rank')} in '{x.get('phase')}' (setup): {x['reason']}" if x.get("reason")
+                     else f"rank {x.get('rank')} still in '{x.get('phase')}' (setup)" for x in ranks[:3])
+
+
 def _local_reason(doc: dict) -> str:
     bad = [r for r in doc.get("ranks") or [] if r.get("evidence") == "local"]
     parts = [f"rank {r['rank']} in '{r.get('phase')}': {r.get('reason')}" for r in bad[:3]]
@@ -232,8 +251,10 @@ def blame(results: dict[str, HostResult], order: list[str],
     """Who broke a collective: ``([(host, reason)], singled_out)`` from the hosts' results (pure).
 
     1. hosts whose call raised (``unreachable``, ``timeout``: stopped answering, ``crashed``), hosts whose
-       ranks ran with a socket-interface setting naming no interface of theirs (:func:`interface_cause`) and
-       hosts whose own ranks stalled or died (document ``evidence: local``), in ``order``;
+       ranks ran with a socket-interface setting naming no interface of theirs (:func:`interface_cause`), hosts
+       whose ranks never left their setup (:func:`setup_ranks`: torch or libnccl not loading, an import that
+       hangs; the other hosts' ranks then wait for them in the rendezvous) and hosts whose own ranks stalled
+       or died (document ``evidence: local``), in ``order``;
     2. else hosts whose address (``addresses``: inventory address, plus each document's ``local_address``)
        the others' network errors name (``peer_addresses``), when the address maps to one host only;
     3. else every host that did not succeed, with ``singled_out`` False (an aborted host without evidence
@@ -249,6 +270,8 @@ def blame(results: dict[str, HostResult], order: list[str],
             first.append((h, r.error))
         elif ifc is not None:  # its own setting: whatever its ranks' error reads like
             first.append((h, f"{interface_line(ifc)}: {r.error}"))
+        elif setup_ranks(r):  # its ranks never joined: whoever waited for them is not to blame
+            first.append((h, setup_reason(setup_ranks(r))))
         elif r.kind in ("failed", "aborted") and (r.doc or {}).get("evidence") == "local":
             first.append((h, _local_reason(r.doc)))
     if first:

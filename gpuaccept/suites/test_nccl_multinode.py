@@ -167,7 +167,9 @@ def _failed_collective(verdicts: Recorder, col: mn.Collective, errors: list[str]
         r = col.results.get(host)
         # never reached, the probe could not run there (no torch, bad arguments), or the host cannot resolve or
         # reach the rendezvous (no rank started): an error of that host, with its own cause, as elsewhere
-        if r is not None and r.kind in ("unreachable", "crashed", "rendezvous"):
+        # ranks that never left their setup (torch or libnccl not loading, an import that hangs): the node's
+        # software kept it from measuring, an error with that cause (mn.setup_ranks)
+        if r is not None and (r.kind in ("unreachable", "crashed", "rendezvous") or mn.setup_ranks(r)):
             verdicts.for_host(host).error(line, cause=r.cause)
         else:  # a failed share with its own cause (a socket-interface setting) carries it
             verdicts.for_host(host).fail(line, cause=r.cause if r is not None and r.kind in ("failed", "aborted")

@@ -9,7 +9,8 @@ from gpuaccept.judging.multinode import (CALL_MARGIN_S, DEFAULT_PAIRWISE_ROUNDS,
                    HostResult, PairResult, PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, failure_lines,
                    judge_figures, kill_command, master_address, nccl_environment, new_marker, next_pairs,
                    no_reference, pair_floor, pairwise_status, port_taken, random_pairs, rendezvous_cause,
-                   rendezvous_failures, rendezvous_line, transport_problem, pinned_env, unready, world_failure)
+                   rendezvous_failures, rendezvous_line, setup_ranks, setup_reason, transport_problem, pinned_env, unready,
+                   world_failure)
 from gpuaccept.config.multinode import GroupSettings, multinode_settings
 
 __all__ = [
@@ -19,5 +20,5 @@ __all__ = [
     "blame", "busbw_at", "describe_failure", "failure_lines", "judge_figures", "kill_command", "master_address", "nccl_environment",
     "new_marker", "next_pairs", "no_reference", "pair_floor", "pairwise_status", "random_pairs", "transport_problem", "pinned_env",
     "world_failure", "GroupSettings", "multinode_settings", "port_taken", "rendezvous_cause", "rendezvous_failures",
-    "rendezvous_line", "unready",
+    "rendezvous_line", "setup_ranks", "setup_reason", "unready",
 ]

@@ -54,13 +54,14 @@ from typing import Any, Callable
 from gpuaccept.transport import shell
 from gpuaccept.errors import AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, NodeError
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.runner.parse import probe_error
 from gpuaccept.transport import running
 from gpuaccept.judging.blockers import readiness_problem
 from gpuaccept.judging.multinode import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_PCT, PROBE, Collective, HostResult, PairResult,
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
                    interface_cause, kill_command, master_address, new_marker, next_pairs, nccl_environment,
                    pairwise_status, no_reference, pair_floor, pinned_env, port_taken, random_pairs, rendezvous_failures, unready,
-                   world_failure)
+                   setup_ranks, setup_reason, world_failure)
 
 #: seconds the other hosts get to report their own evidence after the first failure, before they are aborted
 ABORT_GRACE_S = 3.0
@@ -92,14 +93,27 @@ def pick_port(node: HostRunner) -> int:
     return int(out[-1])
 
 
+def _setup_cause(node: HostRunner, r: HostResult):
+    """The cause of a share whose ranks never left their setup (gpuaccept.judging.multinode.setup_ranks), as a
+    single-node probe's ranks that died there are read (gpuaccept.runner.parse.probe_error: a library that fails
+    while it loads, a module missing, else the probe's own error); None for any other share."""
+    ranks = setup_ranks(r)
+    if not ranks:
+        return None
+    fact = {"outcome": str((r.doc or {}).get("outcome") or "failed"), "stage": "setup",
+            "ranks": [{k: x.get(k) for k in ("rank", "phase", "stage", "rc")} for x in ranks]}
+    return probe_error(node.name, setup_reason(ranks), node.python, ranks_failed=fact).cause
+
+
 def _launch(node: HostRunner, args: dict, env: dict, timeout: float) -> HostResult:
     """Run one host's probe; never raises: the outcome is in the HostResult (with the call's error's cause)."""
     t0 = time.monotonic()
     try:
         doc = node.probe(PROBE, args, timeout=timeout, env=env)
         kind = "ok" if doc.get("ok") else "failed"
-        return HostResult(node.name, kind, doc, "" if kind == "ok" else str(doc.get("error")),
-                          time.monotonic() - t0, None if kind == "ok" else interface_cause(node.name, doc))
+        r = HostResult(node.name, kind, doc, "" if kind == "ok" else str(doc.get("error")), time.monotonic() - t0)
+        r.cause = None if kind == "ok" else interface_cause(node.name, doc) or _setup_cause(node, r)
+        return r
     except CommandTimeout as e:
         return HostResult(node.name, "timeout", None, f"stopped answering: probe call timed out after "
                           f"{timeout:.0f}s ({e.msg})", time.monotonic() - t0, e.cause)
