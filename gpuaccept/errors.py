@@ -196,6 +196,16 @@ class InterpreterMissing(ProbeError):
     cause_kind = "interpreter_missing"
 
 
+class InterpreterUnusable(InterpreterMissing):
+    """``ansible_python_interpreter`` names something that runs but is not a Python the probes can use: a
+    program that is not Python (it never ran the agent's first line), a directory or a file without execute
+    permission (the shell's rc 126), or a Python older than the probes need (gpuaccept.runner.agent
+    ``NODE_PYTHON_MIN``); ``evidence``: ``{"python", "rc", "version"}`` (``version`` what it said it is, None when
+    it said nothing)."""
+
+    cause_kind = "interpreter_unusable"
+
+
 class NodeHeld(NodeError):
     """Another gpuaccept run holds the node (the agent's lock): nothing of this run touched its GPUs or disks.
     ``evidence``: ``{"run_id", "controller", "since", "pid"}`` of the holder."""

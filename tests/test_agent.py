@@ -428,3 +428,54 @@ def test_no_interpreter_is_one_clear_line(transport):
                                          r"found \(set ansible_python_interpreter\)$"):
         a.start()
     assert not a.alive
+
+
+def _not_python(tmp_path: Path, how: str) -> str:
+    """An ``ansible_python_interpreter`` that is not a usable Python: a program that is not Python, a folder, a
+    file without execute permission, or a real Python that reads as 3.6 (its sitecustomize sets version_info)."""
+    if how == "false":
+        return shutil.which("false") or "/bin/false"
+    if how == "sh":
+        return shutil.which("sh") or "/bin/sh"
+    if how == "folder":
+        return str(tmp_path)
+    if how == "not_executable":
+        p = tmp_path / "python3"
+        p.write_text("#!/bin/sh\nexit 0\n")
+        p.chmod(0o644)
+        return str(p)
+    site = tmp_path / "old_site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.version_info = (3, 6, 9, 'final', 0)\n")
+    p = tmp_path / "python3.6"
+    p.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    p.chmod(0o755)
+    return str(p)
+
+
+@pytest.mark.parametrize("how", ["false", "sh", "folder", "not_executable", "old"])
+def test_an_interpreter_that_is_not_a_usable_python_is_the_inventorys_setting(transport, tmp_path, how):
+    """An ``ansible_python_interpreter`` that exists but never runs the agent's first line (rc 1 of ``false``,
+    a shell's syntax error, the shell's rc 126 for a folder or a file it may not execute), or a Python older
+    than the probes need: InterpreterUnusable (configuration: fix-config), naming the interpreter, not a probe
+    that crashed (tool: rerun)."""
+    from gpuaccept.errors import InterpreterUnusable
+    from gpuaccept.runner.agent import NODE_PYTHON_MIN
+    python = _not_python(tmp_path, how)
+    a = Agent(transport.host.name, transport, python, ENV)
+    with pytest.raises(InterpreterUnusable) as got:
+        a.start(timeout=30)
+    e = got.value
+    assert (e.cause.cls, e.cause.kind) == ("configuration", "interpreter_unusable")
+    assert e.evidence["python"] == python and python in e.msg and "ansible_python_interpreter" in e.msg
+    if how == "old":
+        assert e.evidence["version"] == "3.6.9" and e.evidence["min"] == ".".join(map(str, NODE_PYTHON_MIN))
+        assert "is Python 3.6.9" in e.msg
+    else:
+        assert e.evidence["version"] is None and isinstance(e.evidence["rc"], int), e.evidence
+    a.close()
+
+
+def test_the_agent_on_a_usable_python_says_its_version_and_starts(agent):
+    """The agent's first line (its version on stderr) is no failure: a Python of the version needed starts."""
+    assert agent.alive and agent.dir

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from gpuaccept.errors import (CommandTimeout, HostUnreachable, InterpreterMissing, Interrupted, NodeHeld, ProbeError,
+from gpuaccept.errors import (CommandTimeout, HostUnreachable, InterpreterMissing, InterpreterUnusable, Interrupted, NodeHeld, ProbeError,
                              ProbeFolderUnwritable)
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
@@ -71,6 +71,13 @@ BOOT_NO_FILES = 3
 #: ``UNWRITABLE_MARKER {"folder", "errno"}`` on stderr says where and why (the errno's name)
 BOOT_FULL, BOOT_UNWRITABLE = 4, 5
 UNWRITABLE_MARKER = "GPUACCEPT-UNWRITABLE "
+#: the oldest Python the probes run on (``str.removeprefix``, PEP 616, Python 3.9: probes/_gpu.py)
+NODE_PYTHON_MIN = (3, 9)
+#: exit status of BOOT on a Python older than :data:`NODE_PYTHON_MIN`
+BOOT_OLD_PYTHON = 6
+#: BOOT's first line on stderr, ``GPUACCEPT-PYTHON 3.12.3``: the interpreter ran it, and is that Python (a start
+#: that failed without it was not a Python at all: gpuaccept.errors.InterpreterUnusable)
+PYTHON_MARKER = "GPUACCEPT-PYTHON "
 
 _UNWRITABLE = ("    sys.stderr.write('" + UNWRITABLE_MARKER + "%s\\n' % json.dumps({'folder': d, 'errno': "
                "errno.errorcode.get(e.errno)}))\n"
@@ -79,7 +86,10 @@ _UNWRITABLE = ("    sys.stderr.write('" + UNWRITABLE_MARKER + "%s\\n' % json.dum
 
 #: the Python run as ``python -c BOOT`` in the new folder: read one frame of the agent's files
 #: (gpuaccept.runner.ship.payload), write them, serve; a probe's files come with its run request
-BOOT = ("import errno, os, sys, json, zlib\n"
+BOOT = ("import sys\n"  # these two lines run on any Python, 2.7 included
+        f"sys.stderr.write('{PYTHON_MARKER}%d.%d.%d\\n' % tuple(sys.version_info[:3])); sys.stderr.flush()\n"
+        f"if sys.version_info[:2] < {NODE_PYTHON_MIN!r}: sys.exit({BOOT_OLD_PYTHON})\n"
+        "import errno, os, json, zlib\n"
         "def r(n):\n"
         "    b = b''\n"
         "    while len(b) < n:\n"
@@ -239,10 +249,15 @@ class Agent:
             self._drop()
             if rc == 127:
                 raise InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python})
-            if rc in (BOOT_FULL, BOOT_UNWRITABLE):
+            # a Python said why the folder or its files could not be made (BOOT, or MKDIR_WHY where mkdir failed)
+            if rc in (BOOT_FULL, BOOT_UNWRITABLE) and ("folder" in facts or "version" in facts):
                 raise ProbeFolderUnwritable(self.name, f"could not ship probes: {why}",
                                             {"folder": facts.get("folder") or self.folder, "full": rc == BOOT_FULL,
                                              "errno": facts.get("errno")})
+            if rc is not None and rc >= 0 and ("version" not in facts or rc == BOOT_OLD_PYTHON):
+                raise InterpreterUnusable(self.name, f"could not ship probes: {why}", {
+                    "python": self.python, "rc": rc, "version": facts.get("version"),
+                    "min": ".".join(map(str, NODE_PYTHON_MIN))})
             raise ProbeError(self.name, f"could not ship probes: {why}")
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
         self._lock_said(doc)
@@ -282,15 +297,24 @@ class Agent:
         for ln in err:
             if ln.startswith(UNWRITABLE_MARKER):
                 try:
-                    facts = dict(json.loads(ln[len(UNWRITABLE_MARKER):]))
+                    facts.update(json.loads(ln[len(UNWRITABLE_MARKER):]))
                 except (ValueError, TypeError):
                     pass
-        err = [ln for ln in err if not ln.startswith(UNWRITABLE_MARKER)]
+            elif ln.startswith(PYTHON_MARKER):
+                facts["version"] = ln[len(PYTHON_MARKER):].strip()[:40]
+        err = [ln for ln in err if not ln.startswith((UNWRITABLE_MARKER, PYTHON_MARKER))]
         if rc == 127:
             return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", rc, facts
         tail = err[-1][:300] if err else ""
-        if facts and tail and rc in (BOOT_FULL, BOOT_UNWRITABLE):
+        if facts.get("folder") and tail and rc in (BOOT_FULL, BOOT_UNWRITABLE):
             return tail, rc, facts
+        need = ".".join(map(str, NODE_PYTHON_MIN))
+        if rc == BOOT_OLD_PYTHON and facts.get("version"):
+            return (f"'{self.python}' is Python {facts['version']}; the probes need {need} or later (set "
+                    f"ansible_python_interpreter)"), rc, facts
+        if rc is not None and rc >= 0 and "version" not in facts:
+            return (f"'{self.python}' is not a Python {need}+ that runs the agent (it exited with rc {rc} before the "
+                    f"agent's first line" + (f": {tail}" if tail else "") + "; set ansible_python_interpreter)"), rc, facts
         if rc is None:
             return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), rc, facts
         return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), rc, facts
