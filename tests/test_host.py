@@ -264,6 +264,25 @@ def test_edac_growth_during_the_gpu_layers_fails_over_the_run_window(tmp_path, s
         assert "gpu_inventory" in kept and "host_memory" not in kept, kept
 
 
+def test_ram_errors_selected_alone_reads_the_node_and_a_dead_node_is_its_error(tmp_path, sshd_nodes, known_hosts):
+    """``-k test_host_ram_errors`` alone: no start reading exists, yet the node is read, so a host that cannot be
+    reached is an ERROR with its own cause (connectivity), not a SKIP with exit 0; a live host skips saying why
+    (test_host_ram was not selected)."""
+    live = sshd_nodes[0]
+    inv = make_project(tmp_path, [live], known_hosts,
+                       extra_suite=(REPO / "gpuaccept" / "suites" / "test_host.py").read_text(), name="test_host.py",
+                       inventory_extra="dead ansible_host=127.0.0.1 ansible_port=9 ansible_user=root\n")
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", known_hosts, "--reports", str(rep),
+                     "-m", "host", "-k", "test_host_ram_errors", timeout=180)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    tests = {t["host"]: t for t in json.loads((rep / "results.json").read_text())["tests"]}
+    assert tests["dead"]["outcome"] == "error", tests["dead"]
+    assert [c["class"] for c in tests["dead"]["causes"]] == ["connectivity"], tests["dead"]
+    assert tests[live.name]["outcome"] == "skipped", tests[live.name]
+    assert "test_host_ram, which was not selected" in tests[live.name]["message"], tests[live.name]
+    assert (rep / "failed-hosts.txt").read_text().split() == ["dead"]
+
 def test_host_sysfs_root_must_be_an_absolute_path(tmp_path):
     """``host_sysfs_root`` is refused (file:line, host, var) unless it is one absolute path; an absolute one reaches the
     host_memory probe's arguments."""

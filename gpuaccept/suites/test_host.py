@@ -19,6 +19,7 @@ import pytest
 from gpuaccept.config import storage as sl
 from gpuaccept.config.hostvars import kernel_log_sources
 from gpuaccept.judging import host as hj
+from gpuaccept.plugin.release import host_param
 from gpuaccept.runner import fanout, nodeclock
 from gpuaccept.runner.host import HostRunner
 
@@ -110,21 +111,31 @@ def test_nvme_state(node: HostRunner, verdicts):
     verdicts.finish()
 
 
+def _ram_test_state(request, host: str) -> str:
+    """How test_host_ram of ``host`` stands in this run: "was not selected", "did not pass" or "passed"."""
+    for it in request.session.items:
+        if getattr(it, "originalname", None) == "test_host_ram" and host_param(it) == host:
+            return "did not pass" if not _shared(request, host).get("memory_start") else "passed"
+    return "was not selected"
+
+
 def test_host_ram_errors(node: HostRunner, request, verdicts):
     """EDAC counters read again at the end of the layer against the run-start reading the controller's warm-up kept
     (gpuaccept.runner.fanout.run_start_memory: the GPU layers' load inside the window, "window: run"), else against
     test_host_ram's reading ("window: host layer only": a replayed host, an xdist worker, no GPU test selected, or a
     failed warm-up read): correctable errors that grew are a hardware finding with their rate per hour (limit
     edac_ce_in_window, host_limits.yaml), uncorrectable ones too. Skips without an EDAC driver, or with no start
-    reading at all (neither the warm-up's nor test_host_ram's)."""
+    reading at all (neither the warm-up's nor test_host_ram's) once the node was read: a node that cannot be
+    read (unreachable, its interpreter, its disk) is that error, whatever else was selected."""
     start, window = fanout.run_start_memory(node), "run"
     if start is None:
         start, window = _shared(request, node.name).get("memory_start"), "host layer only"
+    end = node.probe("host_memory", fanout.memory_args(node.host.vars))
     if start is None:
-        pytest.skip(f"{node.name}: no start reading (no warm-up reading, and test_host_ram was not selected)")
+        pytest.skip(f"{node.name}: no start reading to count EDAC errors from (the run's start is read with a GPU "
+                    f"test selected, the host layer's by test_host_ram, which {_ram_test_state(request, node.name)})")
     if not (start.get("edac") or {}).get("present"):
         pytest.skip(f"no EDAC driver on {node.name}: host memory errors are not counted there")
-    end = node.probe("host_memory", fanout.memory_args(node.host.vars))
     found = hj.edac_growth(start, end, window)
     verdicts.apply(found + [hj.none_found("edac_growth", found)])
     verdicts.finish()
