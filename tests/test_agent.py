@@ -479,3 +479,16 @@ def test_an_interpreter_that_is_not_a_usable_python_is_the_inventorys_setting(tr
 def test_the_agent_on_a_usable_python_says_its_version_and_starts(agent):
     """The agent's first line (its version on stderr) is no failure: a Python of the version needed starts."""
     assert agent.alive and agent.dir
+
+
+def test_an_interpreter_given_as_a_command_with_arguments_runs_as_ansible_runs_it(transport, tmp_path):
+    """``ansible_python_interpreter="/usr/bin/env python3"`` (Ansible puts the value before its module's path,
+    unquoted): its words are the program and its arguments, each quoted; the agent starts and runs probes."""
+    env = shutil.which("env") or "/usr/bin/env"
+    a = Agent(transport.host.name, transport, f"{env} -u GPUACCEPT_UNSET_VAR {sys.executable}", ENV)
+    a.start(timeout=30)
+    try:
+        res = a.probe("echo", [_probe(tmp_path, "echo", "import json\nprint(json.dumps({'ok': True}))"), "{}"], 30, 5, {})
+        assert res.rc == 0 and json.loads(res.stdout.decode().splitlines()[-1]) == {"ok": True}, res
+    finally:
+        a.close()

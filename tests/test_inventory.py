@@ -346,6 +346,19 @@ def test_templated_var_from_host_vars_names_that_file(tmp_path):
     assert load_error(inv).startswith(f"{hv}:2: host h1 var ansible_python_interpreter holds a Jinja template")
 
 
+def test_interpreter_with_arguments_is_split_as_a_shell_splits_it_and_an_unclosed_quote_is_refused(tmp_path):
+    """``ansible_python_interpreter`` is a command, as Ansible runs it: ``/usr/bin/env python3`` loads (its words
+    split where the command is made, gpuaccept.transport.shell.interpreter_words); a value a shell could not split
+    (an unclosed quote) is refused at its file and line."""
+    from gpuaccept.transport.shell import interpreter_words
+    inv = load_inventory(str(write(tmp_path, "ok.yml", "all:\n  hosts:\n    h1:\n"
+                                                       "      ansible_python_interpreter: /usr/bin/env python3\n")))
+    assert interpreter_words(inv.hosts["h1"].python) == ["/usr/bin/env", "python3"]
+    assert interpreter_words("/opt/py/bin/python3") == ["/opt/py/bin/python3"]
+    hv = write(tmp_path, "host_vars/h2.yml", "ansible_python_interpreter: \"/usr/bin/env 'python3\"\n")
+    msg = load_error(write(tmp_path, "bad.ini", "[gpu]\nh2\n"))
+    assert msg.startswith(f"{hv}:1: host h2 var ansible_python_interpreter ") and "quotation" in msg, msg
+
 def test_templates_elsewhere_are_kept(tmp_path):
     inv = load_inventory(str(write(tmp_path, "hosts.ini", "h1 motd='{{ greeting }}'\n")))
     assert inv.hosts["h1"].vars["motd"] == "{{ greeting }}"

@@ -144,8 +144,9 @@ def start_command(python: str, env: dict[str, str], identity: dict | None = None
     it itself before it exits; the shell's ``rm`` then finds nothing). Only SIGKILL of the shell leaves the
     folder, to the next run's sweep (``_watchdog.sweep_stale``)."""
     d = f"gpuaccept.{secrets.token_hex(6)}"
-    argv = [python, "-c", BOOT] + ([json.dumps(identity, separators=(",", ":"))] if identity else [])
-    why = shell.command([python, "-c", MKDIR_WHY])
+    py = shell.interpreter_words(python)
+    argv = [*py, "-c", BOOT] + ([json.dumps(identity, separators=(",", ":"))] if identity else [])
+    why = shell.command([*py, "-c", MKDIR_WHY])
     return (f'd="${{TMPDIR:-/tmp}}/{d}"; mkdir -m 700 "$d" 2>/dev/null || exec {why} "$d"; '
             f'{{ trap : HUP INT TERM; '
             f'(cd "$d" && {shell.env_command(env, argv, exec_=True)}); r=$?; rm -rf "$d"; exit $r; }}'), d

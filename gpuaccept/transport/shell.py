@@ -17,7 +17,21 @@ from typing import Any, Iterable, Mapping
 
 from gpuaccept.config.hostvars import ENV_NAME, bad_env_name
 
-__all__ = ["ENV_NAME", "bad_env_name", "command", "env_command", "quote"]
+__all__ = ["ENV_NAME", "bad_env_name", "command", "env_command", "interpreter_words", "quote"]
+
+
+def interpreter_words(python: str) -> list[str]:
+    """The words of an ``ansible_python_interpreter`` value, split as a POSIX shell splits them
+    (:func:`shlex.split`): ``"/usr/bin/env python3"`` -> ``["/usr/bin/env", "python3"]``, as Ansible, which puts
+    the value unquoted before its module's path, runs it; each word is then quoted like any other
+    (:func:`command`), so the value's words are arguments, never shell syntax. A value shlex cannot split
+    (an unclosed quote: refused at the inventory's load, gpuaccept.config.inventory.resolve) or that splits into
+    nothing is one word."""
+    try:
+        words = shlex.split(str(python))
+    except ValueError:
+        return [str(python)]
+    return words or [str(python)]
 
 
 def quote(word: Any) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import shlex
 from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -416,6 +417,15 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {shown(str(user))}: {why}")
     if python is None or str(python).startswith("auto"):
         python = "python3"
+    else:
+        try:  # its words, as the shell and gpuaccept.transport.shell.interpreter_words split them
+            words = shlex.split(str(python))
+        except ValueError as e:
+            raise InventoryError(f"{origins.get('ansible_python_interpreter', path)}: host {name} var "
+                                 f"ansible_python_interpreter {shown(str(python))}: {e}") from None
+        if not words:
+            raise InventoryError(f"{origins.get('ansible_python_interpreter', path)}: host {name} var "
+                                 f"ansible_python_interpreter is empty")
     return Host(
         name=name,
         address=str(address) if address is not None else name,

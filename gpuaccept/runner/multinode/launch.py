@@ -83,7 +83,7 @@ _UNREACHABLE = (HostUnreachable, HostKeyError, AuthError)
 
 def pick_port(node: HostRunner) -> int:
     """A TCP port free on ``node`` now (it binds port 0 on every address and reports the number)."""
-    cmd = shell.command([node.python, "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); '
+    cmd = shell.command([*shell.interpreter_words(node.python), "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); '
                                             "print(s.getsockname()[1])"])
     res = node.run(cmd, timeout=30)
     out = res.stdout.decode(errors="replace").split()
