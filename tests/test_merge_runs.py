@@ -335,6 +335,10 @@ def test_skip_reason_takes_out_only_the_whole_host():
     assert skip_reason("gpu-1", "gpu-1: no NVMe on gpu-1, unlike gpu-10 and gpu-1.example") == \
         "<host>: no NVMe, unlike gpu-10 and gpu-1.example"
     assert skip_reason(None, "nothing") == "nothing"
+    # host names ending in a character that is not a word character group like the others
+    for host in ("$(touch x)", "*", "gpu-1."):
+        assert skip_reason(host, f"no NVMe controller on {host}") == "no NVMe controller", host
+    assert skip_reason("n*", "no NVMe controller on n*x") == "no NVMe controller on n*x"
 
 
 def test_merge_keeps_the_worst_outcome_of_a_fleet_wide_test(tmp_path):

@@ -114,7 +114,7 @@ def skip_reason(host: str | None, message: str) -> str:
     if why.startswith("Skipped: "):
         why = why[len("Skipped: "):]
     if host:
-        why = re.sub(rf"\s+(?:on|for) {re.escape(host)}\b", "", why)
+        why = re.sub(rf"\s+(?:on|for) {re.escape(host)}(?![\w.-])", "", why)
         why = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", "<host>", why)
     return why
 
