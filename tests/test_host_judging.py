@@ -250,3 +250,13 @@ def test_an_nvme_controller_state_is_judged_by_its_transport(state, transport, c
     assert (act.action, act.cause) == (action, cls)
     if cls == "connectivity":
         assert f"transport {transport}" in f.failure and "nvme1" in act.reason
+
+
+def test_the_probes_folder_is_checked_under_one_name_from_run_to_run():
+    """The probes' folder is a fresh $TMPDIR/gpuaccept.<12 hex> each run: its check is named by its role (its
+    history lines up), its path kept in the figure; a storage folder keeps its path in its name."""
+    doc = {"paths": [{"path": "/tmp/gpuaccept.c20d4bfaad9c", "role": "probe", "ok": True},
+                     {"path": "/scratch", "role": "storage", "ok": True}]}
+    probe, storage = hj.filesystem_findings(doc, {})
+    assert probe.check == "writable probes' folder" and probe.extra["path"] == "/tmp/gpuaccept.c20d4bfaad9c"
+    assert storage.check == "writable /scratch"

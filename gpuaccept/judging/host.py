@@ -495,8 +495,10 @@ def filesystem_findings(doc: dict, fs_errors: dict[str, dict]) -> list[Finding]:
     configuration, too little space is capacity, a missing folder is configuration (placement)."""
     out = []
     for p in doc.get("paths") or []:
-        check = f"writable {p['path']}"
-        ev = {k: p.get(k) for k in ("role", "mount_point", "mount_source", "fstype", "device", "block_names",
+        # the probes' own folder is made afresh each run ($TMPDIR/gpuaccept.<12 hex>): its check is named by its
+        # role, so that its history lines up from run to run (the path is in the figure's extra)
+        check = "writable probes' folder" if p.get("role") == "probe" else f"writable {p['path']}"
+        ev = {k: p.get(k) for k in ("path", "role", "mount_point", "mount_source", "fstype", "device", "block_names",
                                     "free_bytes", "write_s", "failure")}
         if p.get("ok"):
             out.append(Finding(check, True, extra=ev))
