@@ -368,7 +368,7 @@ def test_an_interrupted_fleet_test_leaves_no_host_pass_or_skip():
     assert failed_hosts(recs, ["a", "b"]) == ["a", "b"]
     md = summary_markdown("r", meta, recs).splitlines()
     assert md[0] == "**INTERRUPTED** by SIGTERM at 2026-12-01 23:00:00 UTC while running test_allreduce_multinode; " \
-                    "1 tests not finished", md[:4]
+                    "1 test not finished", md[:4]
     assert any(ln.startswith("**INTERRUPTED** **ERROR** 2 hosts") for ln in md), md[:6]  # the run line
 
 

@@ -221,10 +221,11 @@ def test_interrupted_header_counts_every_test_that_did_not_finish(tmp_path, xdis
     head = summary.splitlines()[0]
     assert head.startswith("**INTERRUPTED** by SIGINT"), head
     assert "between tests" not in head, head
-    assert f"; {len(not_done)} tests not finished" in head, (head, [t["nodeid"] for t in not_done])
+    tests = "test" if len(not_done) == 1 else "tests"
+    assert f"; {len(not_done)} {tests} not finished" in head, (head, [t["nodeid"] for t in not_done])
     for t in cut:
         assert t["name"] in head, head
     assert "INCOMPLETE" not in summary  # the final write: the run ended (interrupted)
     assert f"gpuaccept: INTERRUPTED {head.removeprefix('**INTERRUPTED** ')}" in out
     junit = next(rep.glob("junit-*.xml")).read_text()
-    assert f"{len(not_done)} tests not finished" in junit and "gpuaccept.incomplete" not in junit
+    assert f"{len(not_done)} {tests} not finished" in junit and "gpuaccept.incomplete" not in junit

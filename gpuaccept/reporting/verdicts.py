@@ -507,5 +507,6 @@ def interruption_text(meta: dict) -> str:
     what = (f" while running {', '.join(running[:4])}{', ...' if len(running) > 4 else ''}" if running
             else " between tests")
     left = i.get("unfinished")
-    return f"by {i.get('signal') or 'a signal'} at {at}{what}" + (f"; {left} tests not finished" if left else "")
+    return f"by {i.get('signal') or 'a signal'} at {at}{what}" + (
+        f"; {left} test{'' if left == 1 else 's'} not finished" if left else "")
 
