@@ -158,6 +158,9 @@ def test_the_foreign_matmul_capture_is_disturbed_not_a_slow_card():
     healthy = typed(saved(ONE, "hbm_bandwidth")["doc"])
     assert conditions.disturbances(healthy, typed(inventory_doc())["gpus"]) == []
     assert conditions.state(healthy) == "ok"
+    # a probe that loads no GPU (fio) has only the host's watch: its state is said as the host's
+    assert conditions.state({"host_conditions": {"state": "ok", "disturbed": []}}) == "host only: ok"
+    assert conditions.state({}) == "not sampled (the probe document has no conditions)"
 
 
 def test_a_disturbed_measurement_is_an_error_with_its_figures_kept(tmp_path):

@@ -19,9 +19,16 @@ MIB = 2**20
 
 
 def state(doc: dict) -> str:
-    """The sampler's state as the probe wrote it (``"ok"``, ``"unavailable: ..."``), or ``"not sampled"``."""
+    """The GPU sampler's state as the probe wrote it (``"ok"``, ``"unavailable: ..."``); for a document without GPU
+    conditions, the host watch's (``"host only: ok"``, a probe that loads no GPU: fio) or ``"not sampled (the
+    probe document has no conditions)"``."""
     c = (doc or {}).get("conditions")
-    return str(c.get("state")) if isinstance(c, dict) else "not sampled (the probe document has no conditions)"
+    if isinstance(c, dict):
+        return str(c.get("state"))
+    h = (doc or {}).get("host_conditions")
+    if isinstance(h, dict):
+        return f"host only: {h.get('state')}"
+    return "not sampled (the probe document has no conditions)"
 
 
 def _foreign(c: dict, g: dict) -> list[dict]:
