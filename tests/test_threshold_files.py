@@ -593,3 +593,23 @@ def test_section_of_the_wrong_shape(tmp_path):
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         with pytest.raises(ThresholdError, match=f"{section}: expected a mapping"):
             load_sku_file(str(path))
+
+
+def test_every_check_key_has_its_row_in_the_docs():
+    """docs/checks.md "Every check key" lists each key of the registry (the refusal of an unknown key lists them
+    too), with its layer, bound and unit as the registry has them."""
+    import re
+    from pathlib import Path
+
+    from gpuaccept.config.thresholds import REGISTRY
+    text = (Path(__file__).resolve().parents[1] / "docs" / "checks.md").read_text()
+    section = text[text.index("## Every check key"):]
+    section = section[:section.index("\n## ", 4)] if "\n## " in section[4:] else section
+    rows = {}  # a row may name several keys: | `bf16_tflops`, `fp16_tflops` | compute | ...
+    for m in re.finditer(r"^\| ((?:`[a-z0-9_]+`(?:, )?)+) \|(.*)\|$", section, re.M):
+        for key in re.findall(r"`([a-z0-9_]+)`", m.group(1)):
+            rows[key] = [c.strip() for c in m.group(2).split("|")]
+    assert sorted(set(REGISTRY) - set(rows)) == []
+    for key, check in REGISTRY.items():
+        layer, bound, unit = rows[key][:3]
+        assert (layer, bound, unit) == (check.layer, check.direction, check.unit), (key, rows[key])
