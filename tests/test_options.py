@@ -4,6 +4,7 @@ that is no history database; and ``--list-hosts`` output."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -125,7 +126,11 @@ def test_list_hosts_writes_ipv6_with_brackets(tmp_path):
     inv.write_text("[gpu]\n[2001:db8::12]:2200\nlocalbox ansible_connection=local\n")
     res = run_pytest(tmp_path, "--inventory", str(inv), "--list-hosts")
     assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
-    assert "ansible_host=[2001:db8::12]:2200" in res.stdout and "localbox  ansible_host=-" in res.stdout
+    assert "ansible_host=[2001:db8::12]:2200" in res.stdout and re.search(r"localbox +ansible_host=-", res.stdout)
+    # the columns line up whatever the names' lengths
+    rows = [ln for ln in res.stdout.splitlines() if "connection=" in ln]
+    assert len(rows) == 2 and len({ln.index("ansible_host=") for ln in rows}) == 1, rows
+    assert len({ln.index("connection=") for ln in rows}) == 1, rows
 
 
 @pytest.mark.parametrize("reader", ["full disk", "closed pipe"])

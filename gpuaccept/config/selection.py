@@ -132,13 +132,17 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
 
 
 def list_hosts_text(hosts) -> str:
-    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared."""
-    lines = [f"  hosts ({len(hosts)}):"]
+    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared, each
+    column as wide as its widest entry (two spaces between columns; the last one not padded)."""
+    rows = []
     for h in hosts:
         addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
         where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
-        lines.append(f"    {h.name}  {where}  connection={h.connection}  "
-                     f"gpu_sku={h.vars.get('gpu_sku') or '-'}  gpus_per_node={h.vars.get('gpus_per_node') or '-'}")
+        rows.append([str(h.name), where, f"connection={h.connection}", f"gpu_sku={h.vars.get('gpu_sku') or '-'}",
+                     f"gpus_per_node={h.vars.get('gpus_per_node') or '-'}"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))] if rows else []
+    lines = [f"  hosts ({len(hosts)}):"]
+    lines += ["    " + "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
     return "\n".join(lines)
 
 
