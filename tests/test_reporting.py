@@ -677,3 +677,14 @@ def test_a_sparkline_is_a_line_through_its_values_between_their_least_and_most()
     assert pts[0][0] < pts[1][0] < pts[2][0]
     assert sparkline([]) == "" and sparkline(["x", True]) == ""
     assert "<circle" in sparkline([7.0])  # one value: a dot in the middle
+
+
+def test_a_hosts_reason_on_its_progress_line_is_cut_between_words():
+    """A long first reason on a host's line ends at a space with "...", never mid-word; a short one is whole."""
+    from gpuaccept.plugin.progress import REASON_CHARS, clip
+    long = "host key changed: " + " ".join(f"word{i}" for i in range(200))
+    got = clip(long, REASON_CHARS)
+    assert len(got) <= REASON_CHARS and got.endswith(" ...") and got[:-4] == long[:len(got) - 4]
+    assert long[len(got) - 4] == " "  # cut where a word ends
+    assert clip("short reason", REASON_CHARS) == "short reason"
+    assert clip("x" * 400, 20) == "x" * 16 + " ..."

@@ -27,6 +27,20 @@ _VERDICT = {"failed": "FAIL", "error": "ERROR", "passed": "PASS", "skipped": "SK
 _ORDER = ("FAIL", "ERROR", "PASS", "SKIP")
 
 
+
+#: characters of a host's first failure reason on its line (the whole reason: summary.md, results.json)
+REASON_CHARS = 300
+
+
+def clip(text: str, most: int) -> str:
+    """``text`` whole when it has at most ``most`` characters; else cut at the last space that leaves room for
+    `` ...`` (mid-word only where one word is longer than the room), ``...`` after it."""
+    if len(text) <= most:
+        return text
+    room = text[:max(0, most - 4)]
+    cut = room.rsplit(" ", 1)[0] if " " in room else room
+    return cut + " ..."
+
 class Progress:
     """Per host what runs and for how long, and how far the fleet is. ``stream``: where to write; ``tty``:
     rewrite one line in place (every :data:`TTY_EVERY_S`) instead of plain lines; ``timeout_s``: the probe
@@ -135,7 +149,7 @@ class Progress:
             old = self.verdict.get(host, "SKIP")
             self.verdict[host] = v if _ORDER.index(v) < _ORDER.index(old) else old
             if reason and outcome in ("failed", "error") and host not in self.reason:
-                self.reason[host] = " ".join(reason.split())[:300]
+                self.reason[host] = clip(" ".join(reason.split()), REASON_CHARS)
             self.tests[host] = self.tests.get(host, 0) + 1
             if host in self.left:
                 self.left[host] -= 1
