@@ -1,12 +1,10 @@
 """The pytest plugin: options, the per-host parametrization, fixtures, scheduling and reports.
 
 Installed as a pytest11 entry point named ``gpuaccept.plugin`` (so ``--inventory /elsewhere/prod.ini`` is a
-known option before pytest chooses its rootdir: otherwise pytest takes that path for a test path and roots
-the run in /elsewhere), and also named by the repository's conftest.py for runs without installation.
-It stays dormant unless the ini file sets ``gpuaccept_suites = true`` (the repository's pytest.ini does),
-so installing gpuaccept changes no other pytest project. Like the rest of the package it is imported without
-pytest's assertion rewriting (gpuaccept._skip_assertion_rewriting); PYTEST_DONT_REWRITE keeps pytest from warning
-about that when a later session names it with ``-p``.
+known option before pytest chooses its rootdir: otherwise pytest takes that path for a test path and roots the
+run in /elsewhere), and named by the repository's pytest.ini (``-p``). Dormant unless the ini file sets
+``gpuaccept_suites = true``, so installing gpuaccept changes no other pytest project. Not rewritten by pytest
+(gpuaccept/__init__.py): PYTEST_DONT_REWRITE keeps a later ``-p`` of it from a warning.
 """
 from __future__ import annotations
 

@@ -78,6 +78,9 @@ BOOT_OLD_PYTHON = 6
 #: BOOT's first line on stderr, ``GPUACCEPT-PYTHON 3.12.3``: the interpreter ran it, and is that Python (a start
 #: that failed without it was not a Python at all: gpuaccept.errors.InterpreterUnusable)
 PYTHON_MARKER = "GPUACCEPT-PYTHON "
+#: the start command's line on stderr right before it executes the interpreter: without it, what failed was the
+#: node's login (a ForceCommand, a shell that exits), not the interpreter
+EXEC_MARKER = "GPUACCEPT-EXEC"
 
 _UNWRITABLE = ("    sys.stderr.write('" + UNWRITABLE_MARKER + "%s\\n' % json.dumps({'folder': d, 'errno': "
                "errno.errorcode.get(e.errno)}))\n"
@@ -140,7 +143,9 @@ def start_command(python: str, env: dict[str, str], identity: dict | None = None
     own ``mkdir`` made; nothing else: a name that existed makes ``mkdir`` fail and BOOT never runs) once
     the Python has exited, whatever ended it: no interpreter (rc 127), a disk too full for the probe files, the
     handshake cut (stdin closed, SIGTERM, SIGHUP or SIGINT: the shell traps them and cleans up after the Python
-    is gone). The status is the Python's. An agent that started keeps its folder as long as it runs (it removes
+    is gone). Right before it executes the interpreter it writes :data:`EXEC_MARKER` on stderr (the shell's own
+    ``echo``), which tells an interpreter that failed from a login that never ran the command. The status is the
+    Python's. An agent that started keeps its folder as long as it runs (it removes
     it itself before it exits; the shell's ``rm`` then finds nothing). Only SIGKILL of the shell leaves the
     folder, to the next run's sweep (``_watchdog.sweep_stale``)."""
     d = f"gpuaccept.{secrets.token_hex(6)}"
@@ -149,7 +154,8 @@ def start_command(python: str, env: dict[str, str], identity: dict | None = None
     why = shell.command([*py, "-c", MKDIR_WHY])
     return (f'd="${{TMPDIR:-/tmp}}/{d}"; mkdir -m 700 "$d" 2>/dev/null || exec {why} "$d"; '
             f'{{ trap : HUP INT TERM; '
-            f'(cd "$d" && {shell.env_command(env, argv, exec_=True)}); r=$?; rm -rf "$d"; exit $r; }}'), d
+            f'(cd "$d" && echo {EXEC_MARKER} >&2 && {shell.env_command(env, argv, exec_=True)}); r=$?; '
+            f'rm -rf "$d"; exit $r; }}'), d
 
 
 def lock_identity(run_id: str, scope: str = "", env: Mapping[str, str] | None = None) -> dict:
@@ -255,7 +261,8 @@ class Agent:
                 raise ProbeFolderUnwritable(self.name, f"could not ship probes: {why}",
                                             {"folder": facts.get("folder") or self.folder, "full": rc == BOOT_FULL,
                                              "errno": facts.get("errno")})
-            if rc is not None and rc >= 0 and ("version" not in facts or rc == BOOT_OLD_PYTHON):
+            # the start reached the interpreter (EXEC_MARKER) and it never said its version, or said one too old
+            if rc is not None and rc >= 0 and facts.get("exec") and ("version" not in facts or rc == BOOT_OLD_PYTHON):
                 raise InterpreterUnusable(self.name, f"could not ship probes: {why}", {
                     "python": self.python, "rc": rc, "version": facts.get("version"),
                     "min": ".".join(map(str, NODE_PYTHON_MIN))})
@@ -303,7 +310,9 @@ class Agent:
                     pass
             elif ln.startswith(PYTHON_MARKER):
                 facts["version"] = ln[len(PYTHON_MARKER):].strip()[:40]
-        err = [ln for ln in err if not ln.startswith((UNWRITABLE_MARKER, PYTHON_MARKER))]
+            elif ln.strip() == EXEC_MARKER:
+                facts["exec"] = True
+        err = [ln for ln in err if not ln.startswith((UNWRITABLE_MARKER, PYTHON_MARKER)) and ln.strip() != EXEC_MARKER]
         if rc == 127:
             return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", rc, facts
         tail = err[-1][:300] if err else ""
@@ -313,7 +322,7 @@ class Agent:
         if rc == BOOT_OLD_PYTHON and facts.get("version"):
             return (f"'{self.python}' is Python {facts['version']}; the probes need {need} or later (set "
                     f"ansible_python_interpreter)"), rc, facts
-        if rc is not None and rc >= 0 and "version" not in facts:
+        if rc is not None and rc >= 0 and facts.get("exec") and "version" not in facts:
             return (f"'{self.python}' is not a Python {need}+ that runs the agent (it exited with rc {rc} before the "
                     f"agent's first line" + (f": {tail}" if tail else "") + "; set ansible_python_interpreter)"), rc, facts
         if rc is None:
