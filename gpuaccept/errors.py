@@ -22,6 +22,7 @@ The tree::
         │   ├── DocumentNotKept    the probe ran, its raw document could not be kept in the report folder
         │   ├── ProbeFolderUnwritable the probes' files could not be written into the node's $TMPDIR (full, or not writable)
         │   └── InterpreterMissing the node has no Python where the inventory says
+        │       └── InterpreterUnusable what the inventory names runs but is no Python the probes can use
         └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
 
 Every NodeError carries its cause (:attr:`NodeError.cause`, a gpuaccept.causes.Cause): the class and kind are

@@ -39,8 +39,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from gpuaccept.errors import (CommandTimeout, HostUnreachable, InterpreterMissing, InterpreterUnusable, Interrupted, NodeHeld, ProbeError,
-                             ProbeFolderUnwritable)
+from gpuaccept.errors import (CommandTimeout, HostUnreachable, InterpreterMissing, InterpreterUnusable, Interrupted,
+                             NodeHeld, ProbeError, ProbeFolderUnwritable)
 from gpuaccept.transport import CommandResult, Running, shell, tracked
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.runner.ship import agent_files, needed_files, payload, texts, torch_import
@@ -252,21 +252,9 @@ class Agent:
             raise NodeHeld(self.name, f"held by gpuaccept run {holder['run_id']} from {holder['controller']} since "
                                       f"{holder['since']} (pid {holder['pid']})", holder)
         if doc is None or doc.get("op") != "ready":
-            why, rc, facts = self._start_failure()
+            err = self._start_error()
             self._drop()
-            if rc == 127:
-                raise InterpreterMissing(self.name, f"could not ship probes: {why}", {"python": self.python})
-            # a Python said why the folder or its files could not be made (BOOT, or MKDIR_WHY where mkdir failed)
-            if rc in (BOOT_FULL, BOOT_UNWRITABLE) and ("folder" in facts or "version" in facts):
-                raise ProbeFolderUnwritable(self.name, f"could not ship probes: {why}",
-                                            {"folder": facts.get("folder") or self.folder, "full": rc == BOOT_FULL,
-                                             "errno": facts.get("errno")})
-            # the start reached the interpreter (EXEC_MARKER) and it never said its version, or said one too old
-            if rc is not None and rc >= 0 and facts.get("exec") and ("version" not in facts or rc == BOOT_OLD_PYTHON):
-                raise InterpreterUnusable(self.name, f"could not ship probes: {why}", {
-                    "python": self.python, "rc": rc, "version": facts.get("version"),
-                    "min": ".".join(map(str, NODE_PYTHON_MIN))})
-            raise ProbeError(self.name, f"could not ship probes: {why}")
+            raise err
         self.dir, self.pid = doc.get("dir"), doc.get("pid")
         self._lock_said(doc)
         return CommandResult(0, b"", b"", time.monotonic() - t0)
@@ -295,9 +283,18 @@ class Agent:
         else:
             log.warning("%s: %s; torch probes start fresh from now on", self.name, doc.get("why"))
 
-    def _start_failure(self) -> tuple[str, int | None, dict]:
-        """Why the agent did not start, its start command's exit status (127: no interpreter; None: none), and the
-        facts of a :data:`UNWRITABLE_MARKER` line (``{"folder", "errno"}``, else {})."""
+    def _start_error(self) -> ProbeError:
+        """The error of an agent that did not start, from its start command's exit status and the lines it left
+        on stderr (each decides by its marker, never by the words around it):
+
+        - rc 127: :class:`InterpreterMissing` (the shell found no such program);
+        - :data:`BOOT_FULL` / :data:`BOOT_UNWRITABLE` said by a Python (its :data:`UNWRITABLE_MARKER` line, or its
+          version line): :class:`ProbeFolderUnwritable`;
+        - the start reached the interpreter (:data:`EXEC_MARKER`) and it never wrote its version
+          (:data:`PYTHON_MARKER`: not a Python, or not executable: the shell's rc 126), or exited
+          :data:`BOOT_OLD_PYTHON`: :class:`InterpreterUnusable`;
+        - else :class:`ProbeError`: the agent failed, or the login never ran the command (no EXEC_MARKER: a
+          ForceCommand, a shell that exits), or it did not answer (no exit status)."""
         s = self.session
         rc = s.exit_status(2.0) if s is not None else None
         err = [ln for ln in (s.stderr() if s else b"").decode(errors="replace").strip().splitlines() if ln.strip()]
@@ -313,21 +310,29 @@ class Agent:
             elif ln.strip() == EXEC_MARKER:
                 facts["exec"] = True
         err = [ln for ln in err if not ln.startswith((UNWRITABLE_MARKER, PYTHON_MARKER)) and ln.strip() != EXEC_MARKER]
-        if rc == 127:
-            return f"python interpreter '{self.python}' not found (set ansible_python_interpreter)", rc, facts
         tail = err[-1][:300] if err else ""
-        if facts.get("folder") and tail and rc in (BOOT_FULL, BOOT_UNWRITABLE):
-            return tail, rc, facts
+        said = f": {tail}" if tail else ""
         need = ".".join(map(str, NODE_PYTHON_MIN))
+        head = "could not ship probes: "
+        if rc == 127:
+            return InterpreterMissing(self.name, f"{head}python interpreter '{self.python}' not found (set "
+                                                 f"ansible_python_interpreter)", {"python": self.python})
+        if rc in (BOOT_FULL, BOOT_UNWRITABLE) and ("folder" in facts or "version" in facts):
+            return ProbeFolderUnwritable(self.name, head + (tail if facts.get("folder") and tail else
+                                                            f"the agent exited with rc {rc} before it was ready{said}"),
+                                         {"folder": facts.get("folder") or self.folder, "full": rc == BOOT_FULL,
+                                          "errno": facts.get("errno")})
+        unusable = {"python": self.python, "rc": rc, "version": facts.get("version"), "min": need}
         if rc == BOOT_OLD_PYTHON and facts.get("version"):
-            return (f"'{self.python}' is Python {facts['version']}; the probes need {need} or later (set "
-                    f"ansible_python_interpreter)"), rc, facts
+            return InterpreterUnusable(self.name, f"{head}'{self.python}' is Python {facts['version']}; the probes "
+                                                  f"need {need} or later (set ansible_python_interpreter)", unusable)
         if rc is not None and rc >= 0 and facts.get("exec") and "version" not in facts:
-            return (f"'{self.python}' is not a Python {need}+ that runs the agent (it exited with rc {rc} before the "
-                    f"agent's first line" + (f": {tail}" if tail else "") + "; set ansible_python_interpreter)"), rc, facts
+            return InterpreterUnusable(self.name, f"{head}'{self.python}' is not a Python {need}+ that runs the agent "
+                                                  f"(it exited with rc {rc} before the agent's first line{said}; set "
+                                                  f"ansible_python_interpreter)", unusable)
         if rc is None:
-            return f"the agent did not answer within {START_TIMEOUT_S:g} s" + (f": {tail}" if tail else ""), rc, facts
-        return f"the agent exited with rc {rc} before it was ready" + (f": {tail}" if tail else ""), rc, facts
+            return ProbeError(self.name, f"{head}the agent did not answer within {START_TIMEOUT_S:g} s{said}")
+        return ProbeError(self.name, f"{head}the agent exited with rc {rc} before it was ready{said}")
 
     # -- frames -------------------------------------------------------------------------------
     def _next(self, deadline: float, running: Running | None) -> dict | None:
