@@ -8,7 +8,7 @@ from gpuaccept.judging.standouts import peer_groups
 from gpuaccept.reporting import baseline as baseline_mod
 from gpuaccept.reporting.history.compare import STANDOUT_PCT, fleet_outliers, run_standouts
 from gpuaccept.reporting.history.rows import INSERT_FIGURE, figure_rows, keep_earlier_run, test_row, update_latest
-from gpuaccept.reporting.history.schema import connect
+from gpuaccept.reporting.history.schema import connect, held_by_another
 
 # A flush of a run's rows during the run waits at most this long for another run's write (then the rows wait
 # for the next flush: the run is never held up by the database); the end of the run waits 30 s, as connect().
@@ -80,7 +80,7 @@ class RunRecorder:
                 con.executemany(INSERT_FIGURE, self.figures)
                 con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", self.tests)
         except sqlite3.OperationalError as e:
-            if later_ok and ("locked" in str(e) or "busy" in str(e)):
+            if later_ok and held_by_another(e):
                 return  # another run is writing: these rows go with the next flush
             raise
         self.figures, self.tests = [], []

@@ -67,6 +67,21 @@ class HistoryError(Exception):
     """The history database cannot be opened, is newer than this gpuaccept, or is not ours."""
 
 
+#: SQLite's primary result codes for a database another connection holds (sqlite.org/rescode.html: SQLITE_BUSY 5,
+#: SQLITE_LOCKED 6)
+BUSY_CODES = (5, 6)
+
+
+def held_by_another(e: sqlite3.Error) -> bool:
+    """Whether ``e`` says another connection holds the database (SQLITE_BUSY or SQLITE_LOCKED, extended codes
+    included), from its ``sqlite_errorcode`` (Python 3.11+); on an older Python, which gives no code, from
+    SQLite's own message ("database is locked", "database table is locked", "... busy")."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in BUSY_CODES
+    return "locked" in str(e) or "busy" in str(e)
+
+
 def connect(path: str, upto: int = SCHEMA_VERSION, threads: bool = False) -> sqlite3.Connection:
     """Open (creating) the database at ``path``, in WAL mode, migrated to schema ``upto``. ``threads``: the
     connection may be used from another thread than the one that opened it (the caller serialises its use:
@@ -82,7 +97,7 @@ def connect(path: str, upto: int = SCHEMA_VERSION, threads: bool = False) -> sql
         con.execute("PRAGMA synchronous=NORMAL")
         ver = con.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.OperationalError as e:
-        if "locked" in str(e) or "busy" in str(e):
+        if held_by_another(e):
             raise HistoryError(f"{path}: held by another writer for more than 30 s ({e})") from None
         denied = not_writable(path)
         if denied:
@@ -153,7 +168,7 @@ def _wal(con: sqlite3.Connection, wait_s: float = 30.0) -> None:
             con.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as e:
-            if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > deadline:
+            if not held_by_another(e) or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
 
