@@ -961,9 +961,10 @@ def test_full_disk_end_to_end_is_an_error_with_a_free_space_action(tmp_path):
     assert leftovers(data) == []
 
 
-def test_fewer_nvme_namespaces_than_declared_is_unverified_not_a_drain(tmp_path):
-    """nvme_count says 64 on this machine (no such node exists): a count alone shows no drive failing, so the
-    finding is unverified (rerun: check the inventory, the driver, the namespaces), never drain-rma."""
+def test_fewer_nvme_namespaces_than_declared_is_the_nodes_configuration_not_a_drain(tmp_path):
+    """nvme_count says 64 on this machine (no such node exists): a count alone shows no drive failing, and a rerun
+    counts the same, so the finding is configuration (fix-config: the inventory, the driver, the namespaces), never
+    drain-rma nor rerun."""
     inv = make_project(tmp_path, [], None)
     inv.write_text("[gpu]\nnodeD ansible_connection=local nvme_count=64\n")
     rep = tmp_path / "rep"
@@ -973,7 +974,8 @@ def test_fewer_nvme_namespaces_than_declared_is_unverified_not_a_drain(tmp_path)
     assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
     (t,) = [t for t in json.loads((rep / "results.json").read_text())["tests"] if "test_nvme_inventory" in t["nodeid"]]
     (entry,) = [e for e in t["failures"] if e.get("check") == "nvme_count"]
-    assert entry["cause"]["kind"] == "nvme_count_unverified" and entry["action"]["action"] == "rerun", entry
+    assert entry["cause"]["kind"] == "nvme_count_short" and entry["action"]["action"] == "fix-config", entry
+    assert entry["cause"]["class"] == "configuration", entry
     assert "drain-rma" not in (rep / "summary.md").read_text()
 
 

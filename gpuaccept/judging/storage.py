@@ -513,11 +513,11 @@ def gds_error_cause(gpu: Mapping, doc: Mapping) -> Cause | None:
 
 def nvme_count_cause(found: int, declared: int, controllers: int | None) -> Cause:
     """Why the NVMe namespaces counted differ from ``nvme_count`` (pure): more than declared is the inventory's
-    (configuration, ``nvme_count_declared``); fewer is unverified (``nvme_count_unverified``: the inventory may
-    declare more than the node has, the driver may not be loaded, a namespace may not be created), since a count
-    alone shows no part failing; a controller found dead or removed is the host layer's hardware finding
-    (gpuaccept.judging.host.nvme_state_cause), with its evidence."""
+    (configuration, ``nvme_count_declared``); fewer is configuration too (``nvme_count_short``: the inventory
+    declares more than the node has, the driver is not loaded, a namespace is not created; a rerun counts the
+    same), since a count alone shows no part failing; a controller found dead or removed is the host layer's
+    hardware finding (gpuaccept.judging.host.nvme_state_cause), with its evidence."""
     ev = {"found": found, "declared": declared, "controllers": controllers}
     if found > declared:
         return Cause("configuration", "nvme_count_declared", evidence=ev)
-    return Cause("unverified", "nvme_count_unverified", evidence=ev)
+    return Cause("configuration", "nvme_count_short", evidence=ev)
