@@ -21,6 +21,7 @@ The tree::
         │   ├── DriverUnresponsive an NVML call did not return within its deadline (the driver is wedged)
         │   ├── DocumentNotKept    the probe ran, its raw document could not be kept in the report folder
         │   ├── ProbeFolderUnwritable the probes' files could not be written into the node's $TMPDIR (full, or not writable)
+        │   ├── ReplayNotCaptured  a replayed folder holds no document of the probe for the arguments asked
         │   └── InterpreterMissing the node has no Python where the inventory says
         │       └── InterpreterUnusable what the inventory names runs but is no Python the probes can use
         └── NodeHeld               another gpuaccept run holds the node (its agent's lock)
@@ -188,6 +189,15 @@ class ProbeFolderUnwritable(ProbeError):
     @property
     def cause_kind(self) -> str:  # type: ignore[override]
         return "probe_folder_full" if self.evidence.get("full") else "probe_folder_unwritable"
+
+
+class ReplayNotCaptured(ProbeError):
+    """A replayed host's folder holds no saved document of a probe for the arguments this run asks (the run's
+    selection or the host's variables differ from the captured run's); ``evidence``: ``{"probe", "folder"}``.
+    Configuration: nothing ran, and a rerun asks the same."""
+
+    cause_class = "configuration"
+    cause_kind = "replay_not_captured"
 
 
 class InterpreterMissing(ProbeError):

@@ -441,8 +441,13 @@ def test_replay_reads_the_document_saved_with_the_arguments_asked(tmp_path):
     notes: list[str] = []  # seconds is a duration a --profile sets: read, with a note (gpuaccept/runner/replay.py)
     assert replay_probe("h", d, "pcie_link", {"seconds": 3}, notes)["seconds"] == 1.5
     assert notes and "measured with seconds=1.5, asked seconds=3" in notes[0]
-    with pytest.raises(ProbeError, match=r'pcie_link: no saved document for arguments \{"gpu": 1, "seconds": 1.5\}'):
+    with pytest.raises(ProbeError, match=r'pcie_link: no saved document for arguments \{"gpu": 1, "seconds": 1.5\}') as \
+            missing:
         replay_probe("h", d, "pcie_link", {"seconds": 1.5, "gpu": 1})
+    # nothing crashed and a rerun asks the same: the run's selection or variables, not the tool
+    assert (missing.value.cause.cls, missing.value.cause.kind) == ("configuration", "replay_not_captured")
+    from gpuaccept.judging.actions import for_cause
+    assert for_cause(missing.value.cause).action == "fix-config"
     assert replay_probe("h", d, "nccl_allreduce", {"backend": "nccl", "world_size": 2, "deadline_s": 590}) == {
         "rows": [1]}
     with pytest.raises(ProbeError, match="nccl_allreduce: no saved document"):

@@ -32,7 +32,7 @@ from gpuaccept import __version__
 from gpuaccept.config.profiles import PROFILES
 from gpuaccept.config.bounded import MAX_BYTES, read_bounded
 from gpuaccept.config.shown import shown_path
-from gpuaccept.errors import ConfigError, ProbeError
+from gpuaccept.errors import ConfigError, ProbeError, ReplayNotCaptured
 from gpuaccept.runner.parse import probe_error
 
 #: probe -> the arguments that say when or for how long it ran, not what it measures: a replay matches a saved
@@ -274,8 +274,9 @@ def _replay(host: str, directory: str, name: str, args: dict | None, notes: list
             saved_part = (f"; saved: {' | '.join(why_not[:LISTED_DOCUMENTS])}{more}" if why_not else "") + (
                 f"; {len([u for u in usable if u[0] == usable[0][0]])} saved documents answer it equally"
                 if usable else "")
-            raise ProbeError(host, f"{name}: no saved document for arguments {short(asked, ASKED_CHARS)} "
-                                   f"in {shown_path(directory)} (replay){saved_part}")
+            raise ReplayNotCaptured(host, f"{name}: no saved document for arguments {short(asked, ASKED_CHARS)} "
+                                          f"in {shown_path(directory)} (replay){saved_part}",
+                                    {"probe": name, "folder": shown_path(directory)})
         _, f, saved, n, doc = usable[0]
         release = saved.get("release") or "before 0.1.0 (no release recorded)"
         found_notes = [f"{name}: {f} (release {release}): {x}" for x in n]
