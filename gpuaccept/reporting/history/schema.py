@@ -87,15 +87,24 @@ def connect(path: str, upto: int = SCHEMA_VERSION, threads: bool = False) -> sql
     connection may be used from another thread than the one that opened it (the caller serialises its use:
     gpuaccept.plugin.finish.HistorySink flushes from a timer thread).
 
-    Raises HistoryError when the file is not an SQLite database or has a newer schema than this code.
+    Raises HistoryError (one line) when the file is not an SQLite database, is another program's (no schema
+    version of ours and tables of its own: nothing of it is changed, its journal mode included), has a newer
+    schema than this code, or cannot be migrated.
     """
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     try:
         con = sqlite3.connect(path, timeout=30, check_same_thread=not threads)
+        ver = con.execute("PRAGMA user_version").fetchone()[0]
+        if ver == 0:  # new, or someone else's: ours always carries its schema version
+            theirs = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                                                "ORDER BY name LIMIT 4")]
+            if theirs:
+                con.close()
+                raise HistoryError(f"{path}: not a gpuaccept history database (it holds another program's tables: "
+                                   f"{', '.join(theirs)}); give a new file or a gpuaccept history")
         _wal(con)
         con.execute("PRAGMA synchronous=NORMAL")
-        ver = con.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.OperationalError as e:
         if held_by_another(e):
             raise HistoryError(f"{path}: held by another writer for more than 30 s ({e})") from None
@@ -110,7 +119,12 @@ def connect(path: str, upto: int = SCHEMA_VERSION, threads: bool = False) -> sql
         con.close()
         raise HistoryError(f"{path}: schema version {ver} is newer than this gpuaccept's {SCHEMA_VERSION}")
     if ver < upto:
-        _migrate(con, upto)
+        try:
+            _migrate(con, upto)
+        except sqlite3.Error as e:
+            con.close()
+            raise HistoryError(f"{path}: could not bring the history to schema {upto} ({type(e).__name__}: "
+                               f"{e})") from None
     return con
 
 
