@@ -287,12 +287,15 @@ def test_fabric_blocks_only_on_nvswitch_skus():
     ([], [], [Blocker("driver_versions", "mismatch")], "memory", "error", "blocked by driver_versions: mismatch"),
     ([(1, "h GPU 1: pid 4242")], [], [Blocker("preflight", "pid 4242", 1)], "health", "failed", "h GPU 1: pid 4242"),
     ([], ["h: fp8_tflops not measured"], [], "compute", "error", "h: fp8_tflops not measured"),
+    ([(None, "h: /a and /b are on one drive")], ["h: /a: not enough free space"], [], "storage", "failed",
+     "h: /a and /b are on one drive"),                  # a failure with a gap beside it
 ])
 def test_outcome(failures_, errors, blocks, layer, kind, first):
     out = outcome(failures_, errors, blocks, layer, host="h")
     assert out.kind == kind and out.message.split("\n")[0] == first
-    # an error carries a cause for each of its blockers and gaps, filed under the host; a failure carries none
-    assert len(out.causes) == (len(out.blocked) + len(errors) if kind == "error" else 0)
+    # an error carries a cause for each of its blockers and gaps, filed under the host; a failure carries its
+    # gaps' (its findings' causes are on their failure entries)
+    assert len(out.causes) == (len(out.blocked) + len(errors) if kind == "error" else len(errors))
     assert all(c.host == "h" for c in out.causes)
 
 

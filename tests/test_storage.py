@@ -991,3 +991,26 @@ def test_a_shared_path_missing_on_one_host_fails_that_host_as_placement(tmp_path
     assert entry["cause"]["kind"] == "placement" and entry["action"]["action"] == "fix-config", entry
     assert "nodeG" in (rep / "failed-hosts.txt").read_text().split()
     assert "- **FAIL** `nodeG`" in (rep / "summary.md").read_text()
+
+
+def test_a_gap_beside_a_failure_keeps_its_cause(tmp_path):
+    """Two storage paths on one filesystem (a placement failure: one drive measured twice) and too little free
+    space for fio on the one measured: the test FAILS for the placement, and the free-space gap beside it keeps its
+    cause (capacity) in the record's causes, so that the operator sees both fixes; the action is the stronger
+    (fix-config), never drain-rma."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    st = os.statvfs(a)
+    margin = st.f_bavail * st.f_frsize + (4 << 30)
+    inv, rep = _local_project(tmp_path, f"storage_paths: [{a}, {b}]\nstorage_allow_root_fs: true\n"
+                                        f"storage_fio: {{size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, "
+                                        f"min_free_bytes: {margin}}}\n")
+    run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "local_storage", timeout=180)
+    rec = [t for t in json.loads((rep / "results.json").read_text())["tests"]
+           if t["name"].startswith("test_local_storage_throughput")][0]
+    assert rec["outcome"] == "failed", rec
+    assert "not enough free space" in rec["message"], rec["message"]
+    assert ("capacity", "free_space") in [(c["class"], c["kind"]) for c in rec["causes"]], rec["causes"]
+    assert rec["action"]["action"] == "fix-config", rec["action"]
+    assert leftovers(a) == [] and leftovers(b) == []

@@ -428,12 +428,13 @@ def for_case(outcome: str, test: str | None, message: str = "", failures: list[d
     entry (:func:`entry_action`); without entries, its causes (``causes``: the declared GPUs missing, with the
     probe's reason code); then its strongest failing figure of ``figures`` (:func:`figure_action`); records
     written before causes: the ``failures`` row its message names, else, as for a plain ``assert``, its
-    test's row. An error: the strongest of its ``causes`` (:func:`for_cause`); a record written before
+    test's row. A failed test's ``causes`` (the gaps beside its findings) take part with its entries. An error: the strongest of its ``causes`` (:func:`for_cause`); a record written before
     causes: :func:`for_error` of its kind and message."""
     if outcome == "failed":
         acts = [with_gpu(entry_action(test, e), e) for e in failures or [] if isinstance(e, dict)]
-        if acts:  # a setting among them that lowers the same GPU's figures answers for its slow ones
-            best = host_action(acts)
+        if acts:  # a setting among them that lowers the same GPU's figures answers for its slow ones; the gaps
+            # beside the findings (their causes) count too
+            best = host_action(acts + cause_actions(causes))
             return {k: v for k, v in best.items() if k != "gpu"}
         acts = cause_actions(causes)
         acts = acts or [figure_action(test, f) for f in figures or [] if isinstance(f, dict)

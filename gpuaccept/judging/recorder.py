@@ -85,7 +85,9 @@ def _gpu_ref(g: dict | None):
 class Outcome:
     """What a test's records add up to: ``kind`` "passed" | "failed" | "error"; ``message``: one line per
     cause (empty when passed); ``blocked``: the blockers that made it an error; ``causes``: an error's causes
-    (gpuaccept.causes.Cause: its blockers', then its gaps'), what its action is decided from."""
+    (gpuaccept.causes.Cause: its blockers', then its gaps'), what its action is decided from; of a failure, the
+    causes of the gaps beside its findings (a path too full to measure beside one misplaced), its findings'
+    own causes being on their failure entries."""
 
     kind: str
     message: str = ""
@@ -120,7 +122,7 @@ def outcome(failures: list[tuple], errors: list[str], blockers: list[Blocker],
         (soft if is_blocked(f[0], len(f) > 2 and f[2]) else hard).append(f[1])
     if hard:
         lines = hard + errors + [f"(also {b.message()})" for b in applied] + [f"(blocked GPU) {m}" for m in soft]
-        return Outcome("failed", "\n".join(lines))
+        return Outcome("failed", "\n".join(lines), causes=gap_causes)
     if applied:
         lines = [b.message() for b in applied] + [f"figure kept: {m}" for m in soft] + errors
         return Outcome("error", "\n".join(lines), applied, [b.to_cause(host) for b in applied] + gap_causes)

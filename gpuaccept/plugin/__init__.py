@@ -447,6 +447,7 @@ def pytest_runtest_makereport(item, call):
     rep.longrepr = out.message
     if out.kind == "error":
         rep.user_properties.append((ERROR_KEY, out.message))
+    if out.causes:  # an error's; a failure's gaps beside its findings
         rep.user_properties.append((CAUSE_KEY, [c.to_dict() for c in out.causes]))
 
 

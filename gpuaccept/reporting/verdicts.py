@@ -331,29 +331,28 @@ def same_reason_once(reasons: list[str], keys: dict[str, object] | None = None) 
 def first_cause(r: CaseRecord, host: str | None = None) -> dict | None:
     """The cause of record ``r`` about ``host`` that its action follows (pure): of a host's own test, among its
     causes naming that host or none, the one whose class and kind are its action's (a test both disturbed by a
-    busy host and short of space reads free-space, and is that cause's), else the first; of a fleet-wide test,
-    the first one filed under ``host`` (``host`` None: its first). None for a record without causes (passed,
-    skipped, written before causes). A failed test whose causes sit on its failure entries (the test itself
-    carries none): the cause of the entry whose action is the test's strongest, or, for an entry without one,
-    its action's class and kind with the entry's check."""
+    busy host and short of space reads free-space, and is that cause's). Else, of a failed test, whose findings'
+    causes sit on its failure entries: the cause of the entry whose action is the strongest, or, for an entry
+    without one, its action's class and kind with the entry's check. Else its first cause (of a fleet-wide test,
+    the first filed under ``host``; ``host`` None: its first). None for a record without causes (passed,
+    skipped, written before causes)."""
     mine = [c for c in r.causes or [] if isinstance(c, dict)
             and (host is None or c.get("host") == host or (r.host is not None and c.get("host") is None))]
-    if mine:
-        act = r.action if r.host is not None and isinstance(r.action, dict) else {}
-        return next((c for c in mine if (c.get("class"), c.get("kind")) == (act.get("cause"), act.get("kind"))),
-                    mine[0])
-    if r.outcome != "failed" or r.causes is None:
-        return None
-    mine = [e for e in r.failures or [] if isinstance(e, dict) and isinstance(e.get("action"), dict)
-            and (host is None or e.get("host") in (host, None))]
-    best = actions.strongest([e["action"] for e in mine])
-    e = next((e for e in mine if e["action"] is best), None)
-    if e is None:
-        return None
-    if isinstance(e.get("cause"), dict):
-        return e["cause"]
-    return {"class": best.get("cause"), "kind": best.get("kind") or e.get("check"), "check": None,
-            "host": e.get("host")}
+    act = r.action if r.host is not None and isinstance(r.action, dict) else {}
+    driving = next((c for c in mine if (c.get("class"), c.get("kind")) == (act.get("cause"), act.get("kind"))), None)
+    if driving is not None:
+        return driving
+    if r.outcome == "failed" and r.causes is not None:  # a failure's findings carry their causes on their entries
+        entries = [e for e in r.failures or [] if isinstance(e, dict) and isinstance(e.get("action"), dict)
+                   and (host is None or e.get("host") in (host, None))]
+        best = actions.strongest([e["action"] for e in entries])
+        e = next((e for e in entries if e["action"] is best), None)
+        if e is not None:
+            if isinstance(e.get("cause"), dict):
+                return e["cause"]
+            return {"class": best.get("cause"), "kind": best.get("kind") or e.get("check"), "check": None,
+                    "host": e.get("host")}
+    return mine[0] if mine else None
 
 
 def cause_key(c: dict | None) -> tuple | None:
