@@ -225,3 +225,15 @@ def test_files_outside_the_checkout_in_either_form_under_xdist(tmp_path, form):
     ids = {t["nodeid"] for t in doc["tests"]}
     assert ids and all(i.startswith("suites/test_health") for i in ids), sorted(ids)[:5]
     assert {t["host"] for t in doc["tests"]} == {"h1", "h2", None}
+
+
+def test_list_hosts_with_a_key_file_a_run_would_refuse_lists_and_warns(tmp_path):
+    """``--list-hosts`` connects to nothing: an inventory whose key file does not exist here (the README's example,
+    written before the key) is listed, exit 0, the file named in a warning; a run with it is refused (exit 4)."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"[gpu]\ngpu-01 ansible_host=10.0.0.11 ansible_ssh_private_key_file={tmp_path}/no_such_key\n")
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--list-hosts")
+    assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+    assert "gpu-01" in res.stdout and "no_such_key does not exist (a run would refuse it)" in res.stderr
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--co")
+    assert res.returncode == 4 and "no_such_key does not exist" in res.stdout + res.stderr

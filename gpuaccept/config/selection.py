@@ -126,7 +126,14 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
         hosts = inv.select(limit, warnings=warnings)
     hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], getoption("shard", None))]
     hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
-    check_connection_files(hosts, inv_path, getoption("known_hosts", None), getoption("accept_new_host_keys", False))
+    try:
+        check_connection_files(hosts, inv_path, getoption("known_hosts", None),
+                               getoption("accept_new_host_keys", False))
+    except ConfigError as e:
+        if not getoption("list_hosts", False):
+            raise
+        # --list-hosts connects to nothing: a key or known_hosts file that a run would refuse is said, not fatal
+        warnings.append(f"{e} (a run would refuse it)")
     check_local_addresses(hosts, inv_path)
     return Selection(inv, hosts, specs, hostvars, inv_path, warnings)
 
