@@ -141,6 +141,11 @@ def test_drain_and_resume_a_replayed_fleet(cluster, tmp_path):
     # 2. the drain, from the finished run's folder named through a link that moves with the next run (as
     # reports/latest): exactly the drain-rma, reset-gpu and reboot hosts, the reason naming the run's own folder
     (runs / "latest").symlink_to("night1")
+    dry = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.drain", str(runs / "latest"), "--drain",
+                          "--drain-max", "4"], capture_output=True, text=True, timeout=120, cwd=str(REPO),
+                         env={**os.environ, **_env(cluster)})
+    assert dry.returncode == 0 and "dry run (--apply makes these calls)" in dry.stdout, dry.stdout + dry.stderr
+    assert _nodes(cluster) == before  # the module's dry run names its own option and changes nothing
     res = subprocess.run([sys.executable, "-m", "gpuaccept.scaleout.drain", str(runs / "latest"), "--drain",
                           "--apply", "--drain-max", "4"], capture_output=True, text=True, timeout=120, cwd=str(REPO),
                          env={**os.environ, **_env(cluster)})

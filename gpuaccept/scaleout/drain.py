@@ -194,7 +194,8 @@ def node_states(scontrol: str, env: Mapping[str, str] | None = None) -> dict[str
 def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[CaseRecord],
              names: Mapping[str, str], drain: bool, resume: bool, apply: bool, scontrol: str = "scontrol",
              env: Mapping[str, str] | None = None, write: Callable[[str], None] = print,
-             drain_max: str | None = None, history: str | None = None) -> StepResult:
+             drain_max: str | None = None, history: str | None = None,
+             apply_option: str = "--slurm-apply") -> StepResult:
     """Plan this run's drains and resumes against Slurm's node states and, with ``apply``, make the calls;
     ``write`` gets one line per step (the command, shell-quoted, and its note; a failed call's error). The
     lines also go to ``<rdir>/slurm.txt``. More drains than ``drain_max`` allows of the selected ``hosts``
@@ -202,7 +203,8 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
     database path), the calls that succeeded are recorded there and a node drained again within a day of
     gpuaccept's resume is named "repeating" (gpuaccept.reporting.history.drains). Raises SlurmUnavailable when
     scontrol cannot list the nodes and ``apply``; a dry run without a controller plans without node states
-    (:func:`plan`) and its head line says the controller was not reached."""
+    (:func:`plan`) and its head line says the controller was not reached. ``apply_option``: the option that makes
+    the calls where the dry run's head line names it (pytest's ``--slurm-apply``, this module's ``--apply``)."""
     unreached = None
     try:
         states: dict[str, NodeState] | None = node_states(scontrol, env)
@@ -216,7 +218,7 @@ def run_step(rdir: str, run_id: str, hv: dict, hosts: list[str], recs: list[Case
     # the run's own folder, not a link to it (reports/latest moves with the next run): the reason keeps pointing at
     # this run's evidence
     steps = [_step(d, run_id, os.path.realpath(rdir)) for d in found]
-    head = "gpuaccept slurm: " + ("calling scontrol" if apply else "dry run (--slurm-apply makes these calls)")
+    head = "gpuaccept slurm: " + ("calling scontrol" if apply else f"dry run ({apply_option} makes these calls)")
     if unreached:
         head += (f"; the Slurm controller was not reached ({unreached}): node states not read, the drains "
                  "printed as if no node were drained")
@@ -326,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         hv = host_verdicts(recs, hosts)
         rid = str(results.get("run_id"))
         got = run_step(a.report_dir, rid, hv, hosts, recs, names, a.drain, a.resume, a.apply, path,
-                       drain_max=a.drain_max, history=_history_path(a.history, a.report_dir))
+                       drain_max=a.drain_max, history=_history_path(a.history, a.report_dir), apply_option="--apply")
         if got.repeating:
             meta = {k: v for k, v in results.items() if k not in ("tests", "figures", "outliers")}
             note_repeating(a.report_dir, rid, meta, recs, results.get("outliers"), got.repeating, hv=hv)
