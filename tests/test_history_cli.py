@@ -76,3 +76,21 @@ def test_every_printing_command_ends_quietly_on_a_closed_reader(tmp_path):
         _quiet(res.stderr)
         assert res.returncode == 1, (args, res.returncode, res.stderr[-2000:])
     assert (ops / "joined" / "results.json").is_file()  # the merge did its work; only its printing was cut
+
+
+def test_check_names_a_check_whatever_it_is_about(tmp_path):
+    """``--check seq_read_gbps`` finds the check of every path it measured (``seq_read_gbps /data``), and ``x``
+    finds ``x[0]``; ``_`` in a name is no wildcard (``seq_read_gbps`` does not find ``seqXread_gbps /data``)."""
+    from gpuaccept.reporting.history.cli import figures_over_time
+    db = tmp_path / "history.sqlite"
+    con = history.connect(str(db))
+    figs = [{"host": "n1", "layer": "storage", "test": "t", "check": c, "gpu": None, "pci_bus_id": None, "serial": None,
+             "value": 1.0, "unit": "GB/s", "limit": None, "verdict": None, "sku": None}
+            for c in ("seq_read_gbps /data", "seq_read_gbps /scratch", "seqXread_gbps /data", "seq_read_gbps_x",
+                      "link_errors[0]")]
+    history.record_run(con, {"run_id": "r1", "started": 1_800_000_000, "profile": "standard"}, [], figs, {"n1": "PASS"})
+    got = {row[6] for row in figures_over_time(con, host="n1", check="seq_read_gbps")}
+    assert got == {"seq_read_gbps /data", "seq_read_gbps /scratch"}
+    assert {row[6] for row in figures_over_time(con, host="n1", check="link_errors")} == {"link_errors[0]"}
+    assert {row[6] for row in figures_over_time(con, host="n1", check="seq_read_gbps /data")} == {"seq_read_gbps /data"}
+    con.close()

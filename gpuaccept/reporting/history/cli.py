@@ -49,7 +49,8 @@ def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: 
                       check: str | None = None) -> list[tuple]:
     """Rows ``(time, run_id, profile, host, gpu, serial, check, value, unit, limit, verdict)`` of one GPU
     (by serial, wherever it was) or one host, oldest first; the run id of a run that recorded no end (killed,
-    or still running) is followed by :data:`UNFINISHED`."""
+    or still running) is followed by :data:`UNFINISHED`. ``check``: that check, whatever it is about (``seq_read_gbps``
+    matches ``seq_read_gbps /data`` and ``seq_read_gbps /scratch``, ``x`` matches ``x[...]``), or one named whole."""
     where, args = [], []
     if serial:
         where.append("f.serial=?")
@@ -57,9 +58,9 @@ def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: 
     if host:
         where.append("f.host=?")
         args.append(host)
-    if check:
-        where.append("(f.check_=? OR f.check_ LIKE ?)")
-        args += [check, check + "[%"]
+    if check:  # the check alone, or with what it is about: "seq_read_gbps /data", "link_errors[0]"
+        where.append("(f.check_=? OR substr(f.check_, 1, ?) IN (?, ?))")
+        args += [check, len(check) + 1, check + "[", check + " "]
     q = ("SELECT f.started, f.run_id, r.profile, f.host, f.gpu, f.serial, f.check_, "
          "coalesce(f.value, f.value_text), f.unit, f.limit_kind, f.limit_value, f.verdict, r.run_id IS NULL "
          "FROM figures f LEFT JOIN runs r USING (run_id) WHERE " + " AND ".join(where) +
