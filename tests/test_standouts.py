@@ -50,6 +50,11 @@ def test_peers_are_compared_like_with_like():
             + [fig(f"a{i}", 250.0, sku="a100-sxm4-80gb") for i in range(3)] + [fig(f"h{i}", 660.0) for i in range(3)])
     assert so.peer_outliers(so.peer_groups(figs)) == []  # 4 KiB is never compared with 8 GiB, nor an A100 with an H200
     assert so.check_of(fig("h", 1.0, check="p2p_unidir_bw_gbps", pair=[0, 1])) == "p2p_unidir_bw_gbps[pair=0-1]"
+    # a storage path's facts of the moment (the fio file's size capped by free space, device numbers) are no part
+    # of what was measured: a fuller disk or a reboot keeps the path's series
+    one = fig("h", 2.0, check="seq_read_gbps /data", fstype="xfs", numjobs=4, total_bytes=8 << 30, device="259:1")
+    two = fig("h", 2.0, check="seq_read_gbps /data", fstype="xfs", numjobs=4, total_bytes=3 << 30, device="254:0")
+    assert so.check_of(one) == so.check_of(two) == "seq_read_gbps /data[fstype=xfs,numjobs=4]"
 
 
 def test_against_the_previous_run_same_gpu_same_sku_passing_only():

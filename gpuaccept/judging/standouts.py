@@ -105,10 +105,13 @@ def distinguisher(f: dict) -> str:
 # masks, the algorithm NCCL picked) change from run to run: in the key they made every run's key new, so
 # bf16_tflops and the all-reduce busbw were never compared with anything. Only extras saying what was measured
 # (sizes, shapes, methods, NUMA node, the GPU pair) stay in the key: names ending in a reading's unit are
-# dropped, and floats.
+# dropped, and floats. So are a storage path's facts of the moment: the fio file's size (capped by the free
+# space), the free space itself, the device numbers (a loop or dm device's change across reboots), the block
+# devices under it, fio's own messages.
 _READING_SUFFIXES = ("_c", "_c_max", "_c_min", "_w", "_w_max", "_w_min", "_mhz", "_mhz_median", "_mhz_min",
                      "_mhz_max", "_gbps", "_tflops", "_us", "_pct", "_s")
-_READING_EXTRAS = frozenset({"clocks_event_reasons", "algo", "algorithms", "note"})
+_READING_EXTRAS = frozenset({"clocks_event_reasons", "algo", "algorithms", "note", "total_bytes", "free_bytes",
+                             "device", "block_names", "fio_messages"})
 
 
 def key_extras(f: dict) -> dict:
