@@ -238,6 +238,11 @@ def default_margin(st: os.statvfs_result) -> int:
     return max(5 * GIB, int(st.f_blocks * st.f_frsize * 0.05))
 
 
+def _size(n: int) -> str:
+    """``n`` bytes as ``"3.20 GiB"``, or ``"64 MiB"`` below one GiB."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+
+
 def plan_size(path: str, requested_total: int, margin: int | None) -> tuple[int, int, int]:
     """(total bytes to use, free bytes, margin bytes) for ``requested_total`` bytes under ``path``.
 
@@ -250,7 +255,8 @@ def plan_size(path: str, requested_total: int, margin: int | None) -> tuple[int,
     m = default_margin(st) if margin is None else int(margin)
     room = free - m
     if room < MIN_ROOM:
-        raise Refused(f"not enough free space on {path}: {free / GIB:.2f} GiB free, margin {m / GIB:.2f} GiB",
+        raise Refused(f"not enough free space on {path}: {_size(free)} free, {_size(m + MIN_ROOM)} needed (a "
+                      f"margin of {_size(m)} left free, and {_size(MIN_ROOM)} at least to write)",
                       {"reason": "free_space", "path": path, "free_bytes": free, "need_bytes": m + MIN_ROOM,
                        "margin_bytes": m})
     return min(int(requested_total), room), free, m
