@@ -225,7 +225,8 @@ def test_the_fs_devices_table_names_network_block_kinds_only():
 
 def test_the_suite_reads_host_sysfs_root_and_a_replay_judges_alike(tmp_path, sysfs):
     """A real run (ansible_connection=local, kernel_log_paths, host_sysfs_root): rbd0's ext4 error is an ERROR with
-    check-network, no drain; loop4's XFS shutdown a FAIL with rerun. A replay of the run's probes folder, later,
+    check-network, no drain; loop4's XFS shutdown a FAIL with rerun; the test's action is the stronger of the two
+    (check-network: the error's cause stays with the failed test). A replay of the run's probes folder, later,
     judges the same."""
     when = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() + 60))
     log = tmp_path / "kern.log"
@@ -243,7 +244,8 @@ def test_the_suite_reads_host_sysfs_root_and_a_replay_judges_alike(tmp_path, sys
     live = run(tmp_path / "live")
     failed = [(f["check"], f["action"]["cause"], f["action"]["kind"], f["action"]["action"]) for f in live["failures"]]
     assert failed == [("kernel xfs_shutdown loop4", "unverified", "kernel_fs_error_loop", "rerun")], failed
-    assert (live["action"]["action"], live["action"]["cause"]) == ("rerun", "unverified")
+    assert (live["action"]["action"], live["action"]["cause"]) == ("check-network", "connectivity")
+    assert "connectivity" in [c["class"] for c in live["causes"]], live["causes"]
     assert "rbd0 is network block storage rbd (bus rbd)" in live["message"] and "scratch.img" in live["message"]
     saved = tmp_path / "live" / "probes" / "gpu01"
     time.sleep(1.1)

@@ -1,10 +1,9 @@
 """The pytest plugin: options, the per-host parametrization, fixtures, scheduling and reports.
 
-Installed as a pytest11 entry point named ``gpuaccept.plugin`` (so ``--inventory /elsewhere/prod.ini`` is a
-known option before pytest chooses its rootdir: otherwise pytest takes that path for a test path and roots the
-run in /elsewhere), and named by the repository's pytest.ini (``-p``). Dormant unless the ini file sets
-``gpuaccept_suites = true``, so installing gpuaccept changes no other pytest project. Not rewritten by pytest
-(gpuaccept/__init__.py): PYTEST_DONT_REWRITE keeps a later ``-p`` of it from a warning.
+A pytest11 entry point ``gpuaccept.plugin`` (so ``--inventory /elsewhere/prod.ini`` is an option before pytest
+picks its rootdir, not a test path rooting the run in /elsewhere), also named by the repository's pytest.ini
+(``-p``); dormant unless the ini file sets ``gpuaccept_suites = true``: installing gpuaccept changes no other
+pytest project. Not rewritten by pytest (gpuaccept/__init__.py): PYTEST_DONT_REWRITE spares a later ``-p`` a warning.
 """
 from __future__ import annotations
 
