@@ -27,3 +27,15 @@ def test_a_test_with_two_causes_is_read_by_the_one_its_action_follows():
     # a test without an action of its own: its first cause
     a.action = None
     assert first_cause(a, "n1")["kind"] == "host_busy"
+
+
+def test_a_skip_reason_of_one_host_names_it():
+    """Skips group across hosts with ``<host>`` in place of each one's name; a reason only one host has names it."""
+    from gpuaccept.reporting.verdicts import skip_groups
+
+    def skip(host: str, why: str) -> CaseRecord:
+        return CaseRecord(nodeid=f"suites/test_gpudirect.py::test_rdma[{host}]", name=f"test_rdma[{host}]",
+                          host=host, layer="gpudirect", outcome="skipped", message=why)
+    groups = skip_groups([skip("n1", "n1: no ib_write_bw loopback ran"), skip("n2", "no NVMe on n2"),
+                          skip("n3", "no NVMe on n3")])
+    assert groups == {"no NVMe": (["n2", "n3"], 2), "n1: no ib_write_bw loopback ran": (["n1"], 1)}

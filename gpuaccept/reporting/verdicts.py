@@ -121,7 +121,8 @@ def skip_reason(host: str | None, message: str) -> str:
 
 def skip_groups(recs: list[CaseRecord]) -> dict[str, tuple[list[str], int]]:
     """Skipped tests grouped by reason across hosts and tests (pure): reason -> (hosts in order, tests), the
-    reasons most hosts share first (``"no NVMe": (212 hosts, 212 tests)``)."""
+    reasons most hosts share first (``"no NVMe": (212 hosts, 212 tests)``). A reason of one host names it where
+    it mentions it (:func:`skip_reason`'s ``<host>``: ``"gpu-07: no ib_write_bw loopback ran"``)."""
     groups: dict[str, tuple[list[str], list[int]]] = {}
     for r in recs:
         if r.outcome != "skipped":
@@ -131,7 +132,11 @@ def skip_groups(recs: list[CaseRecord]) -> dict[str, tuple[list[str], int]]:
             hs.append(r.host or "fleet")
         n[0] += 1
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1][0]), -kv[1][1][0]))
-    return {why: (hs, n[0]) for why, (hs, n) in ordered}
+    out: dict[str, tuple[list[str], int]] = {}
+    for why, (hs, n) in ordered:
+        named = why.replace("<host>", hs[0]) if len(hs) == 1 and hs[0] != "fleet" else why
+        out[named if named not in groups and named not in out else why] = (hs, n[0])
+    return out
 
 
 def skip_who(hs: list[str]) -> str:
