@@ -182,6 +182,10 @@ class LocalSession(Session):
             return b""
 
     def stderr(self) -> bytes:
+        """What the command wrote on stderr so far; once it has exited, all of it (its drain thread is given up
+        to 1 s to read the last of it: the markers a failed start leaves, gpuaccept.runner.agent)."""
+        if self.proc.poll() is not None:
+            self._err.thread.join(1.0)
         return b"".join(self._err.chunks)
 
     def exit_status(self, timeout: float) -> int | None:
