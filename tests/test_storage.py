@@ -936,17 +936,24 @@ def _local_project(tmp_path, host_vars: str) -> tuple[Path, Path]:
     return inv, tmp_path / "rep"
 
 
+def _too_full(tmp_path, paths: list, more: str = "") -> tuple[int, Path, Path]:
+    """(margin, inventory, report folder) of a local host whose ``storage_paths`` are ``paths`` and whose fio margin
+    (storage_fio.min_free_bytes) is 4 GiB more than the first path's filesystem has free."""
+    st = os.statvfs(paths[0])
+    margin = st.f_bavail * st.f_frsize + (4 << 30)
+    inv, rep = _local_project(tmp_path, f"storage_paths: [{', '.join(map(str, paths))}]\nstorage_allow_root_fs: true\n"
+                                        f"storage_fio: {{size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, "
+                                        f"min_free_bytes: {margin}}}\n{more}")
+    return margin, inv, rep
+
+
 def test_full_disk_end_to_end_is_an_error_with_a_free_space_action(tmp_path):
     """The suite over a local host whose storage path has less free space than the margin the inventory asks
     (storage_fio.min_free_bytes): test_local_storage_throughput is an ERROR (not measured), never FAILED, with
     the probe's facts recorded and no figure."""
     data = tmp_path / "nvme0"
     data.mkdir()
-    st = os.statvfs(data)
-    margin = st.f_bavail * st.f_frsize + (4 << 30)
-    inv, rep = _local_project(tmp_path, f"storage_paths: [{data}]\nstorage_allow_root_fs: true\n"
-                                        f"storage_fio: {{size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, "
-                                        f"min_free_bytes: {margin}}}\nstorage_limits: {{seq_read_gbps: 0.0001}}\n")
+    margin, inv, rep = _too_full(tmp_path, [data], "storage_limits: {seq_read_gbps: 0.0001}\n")
     res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "local_storage", timeout=180)
     case = [c for c in junit(rep / "junit-storage.xml") if c["name"].startswith("test_local_storage_throughput")][0]
     assert case["outcome"] == "error", (case, res.stdout[-2000:])
@@ -1003,11 +1010,7 @@ def test_a_gap_beside_a_failure_keeps_its_cause(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    st = os.statvfs(a)
-    margin = st.f_bavail * st.f_frsize + (4 << 30)
-    inv, rep = _local_project(tmp_path, f"storage_paths: [{a}, {b}]\nstorage_allow_root_fs: true\n"
-                                        f"storage_fio: {{size: 8388608, runtime: 1, numjobs: 1, iodepth: 4, "
-                                        f"min_free_bytes: {margin}}}\n")
+    _, inv, rep = _too_full(tmp_path, [a, b])
     run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "local_storage", timeout=180)
     rec = [t for t in json.loads((rep / "results.json").read_text())["tests"]
            if t["name"].startswith("test_local_storage_throughput")][0]
