@@ -27,11 +27,15 @@ HISTORY_EVERY_S = 1.0
 
 def warm_up(prometheus: bool = False) -> threading.Thread:
     """Import what the end of the run writes with (report.html's Jinja2 environment and its template compiled,
-    prometheus_client when ``prometheus``), in a daemon thread started now, while the probes run: the controller
-    waits on the nodes then, and the last test's end is followed by the writes alone. A failure here is left to
-    the end, which imports the same again and says what is missing. Returns the thread (started)."""
+    the actions table the host verdicts read, prometheus_client when ``prometheus``), in a daemon thread started
+    now, while the probes run: the controller waits on the nodes then, and the last test's end is followed by the
+    writes alone (and no periodic rewrite pays for a first load: the next one is due 10x its cost later). A
+    failure here is left to the end, which imports the same again and says what is missing. Returns the thread
+    (started)."""
     def load() -> None:
         try:
+            from gpuaccept.judging import actions
+            actions.load_table()
             from gpuaccept.reporting import html as html_report
             html_report.prepare()
             if prometheus:
