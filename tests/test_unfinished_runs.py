@@ -115,7 +115,13 @@ def _check_incomplete(folder: Path, unfinished: set[str]) -> None:
         assert int(root.find("testsuite").get("errors")) >= 1  # a CI step counting errors does not read green
     text = (folder / "failed-hosts.txt").read_text()
     from gpuaccept.config.limitfile import hosts_from_file
-    assert set(hosts_from_file(str(folder / "failed-hosts.txt"), list(HOSTS))) == unfinished, text
+    # the hosts not finished as of this write (results.json comes from the same one: a rewrite waits for a record
+    # that finds it due, so on a loaded machine the last one may predate the last records), ``unfinished`` among them
+    written = {t["nodeid"] for t in json.loads((folder / "results.json").read_text())["tests"]}
+    behind = {h for h in HOSTS if not {f"suites/test_nccl_wait.py::{t}[{h}]" for t in ("test_1_quick", "test_9_wait")}
+              <= written}
+    assert unfinished <= behind, (behind, text)
+    assert set(hosts_from_file(str(folder / "failed-hosts.txt"), list(HOSTS))) == behind, text
     marked = [ln for ln in text.splitlines() if ln.startswith("#") and "not finished" in ln]
     assert marked, text
     assert json.loads((folder / "results.json").read_text())["complete"] is False
