@@ -107,6 +107,10 @@ def _check_incomplete(folder: Path, unfinished: set[str]) -> None:
     assert summary.startswith("**" + head), summary[:500]
     assert re.search(r"last record \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", summary.splitlines()[0]), summary[:500]
     assert head in (folder / "report.html").read_text()
+    # a host whose tests have not all finished reads ERROR "... not finished" on its line, never PASS or SKIP
+    for h in unfinished:
+        (line,) = [ln for ln in summary.splitlines() if ln.startswith("- **") and f"`{h}`" in ln]
+        assert line.startswith("- **ERROR**") and "not finished" in line, line
     for path in folder.glob("junit-*.xml"):
         root = ET.parse(path).getroot()
         props = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties").iter("property")}

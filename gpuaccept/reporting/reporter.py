@@ -412,6 +412,8 @@ class Reporter:
             self.meta["incomplete"] = {"text": self.incomplete_text(),
                                        "pending": {lay: n for lay, n in sorted(self._pending_layers.items()) if n}}
         inc = None if final else self.meta["incomplete"]["text"]
+        if not final:
+            hv = self._unfinished_verdicts(hv)
         # each file on its own: one that cannot be written (a nearly full disk) does not keep the others back
         self._guard("results.json", lambda: self._write_results_json(recs, final, slow))
         layers = dict(tally.layers)
@@ -435,6 +437,27 @@ class Reporter:
             self._guard("evidence", lambda: write_evidence(self.dir, self.run_id, self.meta, recs, hv))
         else:  # report.html says INCOMPLETE too (the final one is written after the history's end: plugin.finish)
             self._guard("report.html", lambda: self._write_html(recs, tally, hv))
+
+    def _unfinished_verdicts(self, hv: dict[str, dict]) -> dict[str, dict]:
+        """``hv`` as a write before the run's end shows it (what a killed run leaves): a host whose tests have
+        not all finished (:meth:`unfinished_hosts`) never reads PASS or SKIP there but ERROR, "N tests not
+        finished" first among its reasons, its action the interruption's (rerun) unless it has a stronger one;
+        the verdicts kept for the final write are not changed."""
+        left = self.unfinished_hosts()
+        if not left:
+            return hv
+        from gpuaccept.judging.actions import for_cause, strongest
+        act = for_cause(Cause("interruption", "not_finished")).to_dict()
+        out = dict(hv)
+        for h in left:
+            v = out.get(h)
+            if v is None or v.get("verdict") not in ("PASS", "SKIP"):
+                continue
+            n = self._pending_hosts.get(h) or self._pending_hosts.get(None) or 0
+            said = f"{n} test{'' if n == 1 else 's'} not finished" if n else "tests not finished"
+            out[h] = {**v, "verdict": "ERROR", "action": strongest([a for a in (v.get("action"), act) if a]),
+                      "reasons": [said] + list(v.get("reasons") or [])}
+        return out
 
     def _failed_hosts(self, tally: RunTally, hosts: list[str], hv: dict, inc: str | None) -> str:
         """failed-hosts.txt: :func:`failed_hosts_text`; with ``inc`` (a run not finished) the hosts not finished
