@@ -137,16 +137,21 @@ def _doc(host, i, hosts, rpn=2, marker="m", world=None, **over):
     return d
 
 
+def _world_lines(hosts: list[str], ranks_per_node: int, marker: str, docs: dict) -> list[str]:
+    """J.world_problems_by_host as lines, host first (as a collective's ``world_problems`` holds them)."""
+    return [f"{h}: {what}" for h, what in J.world_problems_by_host(hosts, ranks_per_node, marker, docs)]
+
+
 def test_world_agrees_with_launch():
     hosts = ["a", "b", "c", "d"]
-    assert J.world_problems(hosts, 2, "m", {h: _doc(h, i, hosts) for i, h in enumerate(hosts)}) == []
+    assert J.world_problems_by_host(hosts, 2, "m", {h: _doc(h, i, hosts) for i, h in enumerate(hosts)}) == []
 
 
 def test_two_half_worlds_are_not_one_world():
     hosts = ["a", "b", "c", "d"]
     halves = {"a": _doc("a", 0, ["a", "b"]), "b": _doc("b", 1, ["a", "b"]),
               "c": _doc("c", 0, ["c", "d"]), "d": _doc("d", 1, ["c", "d"])}
-    got = J.world_problems(hosts, 2, "m", halves)
+    got = _world_lines(hosts, 2, "m", halves)
     assert len(got) == 4  # every host is named
     assert got[0].startswith("a: nnodes 2 (launched 4); world_size 4 (launched 8)")
     assert "c: node_rank 0 (launched 2)" in got[2] and "saw a world of 4 ranks over c, d" in got[2]
@@ -162,9 +167,9 @@ def test_one_host_disagreeing_is_named(change, words):
     hosts = ["a", "b", "c", "d"]
     docs = {h: _doc(h, i, hosts) for i, h in enumerate(hosts)}
     docs["b"].update(change)
-    got = J.world_problems(hosts, 2, "m", docs)
+    got = _world_lines(hosts, 2, "m", docs)
     assert len(got) == 1 and got[0].startswith("b: ") and words in got[0]
-    assert J.world_problems(hosts, 2, "m", {h: d for h, d in docs.items() if h != "c"})[-1] == "c: no document"
+    assert _world_lines(hosts, 2, "m", {h: d for h, d in docs.items() if h != "c"})[-1] == "c: no document"
 
 
 def test_addresses_in_errors_ipv4_and_ipv6():

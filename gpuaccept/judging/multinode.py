@@ -270,8 +270,8 @@ def blame(results: dict[str, HostResult], order: list[str],
             first.append((h, r.error))
         elif ifc is not None:  # its own setting: whatever its ranks' error reads like
             first.append((h, f"{interface_line(ifc)}: {r.error}"))
-        elif setup_ranks(r):  # its ranks never joined: whoever waited for them is not to blame
-            first.append((h, setup_reason(setup_ranks(r))))
+        elif stuck := setup_ranks(r):  # its ranks never joined: whoever waited for them is not to blame
+            first.append((h, setup_reason(stuck)))
         elif r.kind in ("failed", "aborted") and (r.doc or {}).get("evidence") == "local":
             first.append((h, _local_reason(r.doc)))
     if first:
@@ -317,6 +317,15 @@ def describe_failure(col: Collective) -> str:
     (:func:`failure_lines`, joined)."""
     whole, per_host = failure_lines(col)
     return "\n".join(whole + [f"{h}: {line}" for h, line in per_host])
+
+
+def disagreeing(col: Collective, problems: list[tuple[str, str]]) -> None:
+    """Make ``col`` a collective whose hosts' documents disagree with the world launched (``problems``:
+    :func:`world_failure`'s): not ok, no host singled out, each host that disagrees a culprit with what
+    disagrees, ``world_problems`` those as lines, host first (``"mn2: node_rank 0 (launched 1)"``)."""
+    col.ok, col.singled_out = False, False
+    col.culprits = list(problems)
+    col.world_problems = [f"{h}: {what}" for h, what in problems]
 
 
 def world_failure(col: Collective, ranks_per_node: int) -> list[tuple[str, str]]:

@@ -279,11 +279,6 @@ def world_problems_by_host(hosts: list[str], ranks_per_node: int, marker: str,
     return out
 
 
-def world_problems(hosts: list[str], ranks_per_node: int, marker: str, docs: dict[str, dict]) -> list[str]:
-    """:func:`world_problems_by_host` as lines, host first: ``["mn2: node_rank 0 (launched 1)"]``."""
-    return [f"{h}: {what}" for h, what in world_problems_by_host(hosts, ranks_per_node, marker, docs)]
-
-
 def version_problem(versions: dict) -> str | None:
     """Why a collective over these hosts cannot work, or None: ``versions`` {host: NCCL version the host's ranks
     reported ("2.27.5"), or None when unknown}. NCCL refuses to mix versions in one communicator (``init.cc``:

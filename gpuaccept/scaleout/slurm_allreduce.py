@@ -37,7 +37,7 @@ from gpuaccept.config.cmdline import OneLineParser
 from gpuaccept.runner.multinode import (ABORT_GRACE_S, CALL_MARGIN_S, PORT_ATTEMPTS, Collective, HostResult, blame, busbw_at,
                         describe_failure, judge_figures, new_marker)
 
-from gpuaccept.runner.multinode import pinned_env, world_failure
+from gpuaccept.runner.multinode import disagreeing, pinned_env, world_failure
 from gpuaccept.scaleout.slurm import EXIT_BAD_INPUT, SlurmEnvError, folder_name, scontrol_hostnames, slurm_world
 
 PROBE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "probes", "nccl_allreduce.py")
@@ -236,9 +236,7 @@ def judge_collective(nodes: list[str], results: dict[str, HostResult], base_args
         if not problems:
             col.doc = results[nodes[0]].doc
             return col
-        col.ok, col.singled_out = False, False
-        col.world_problems = [f"{h}: {what}" for h, what in problems]
-        col.culprits = list(problems)
+        disagreeing(col, problems)
         col.message = (f"all-reduce over {', '.join(nodes)}: the nodes' documents disagree with the world "
                        f"launched; no figure taken:\n" + "\n".join(col.world_problems))
         return col

@@ -61,7 +61,7 @@ from gpuaccept.judging.multinode import (DEFAULT_PAIRWISE_ROUNDS, DEFAULT_SLOW_P
                    PairwiseReport, RailResult, Settings, blame, busbw_at, describe_failure, judge_figures,
                    interface_cause, kill_command, master_address, new_marker, next_pairs, nccl_environment,
                    pairwise_status, no_reference, pair_floor, pinned_env, port_taken, random_pairs, rendezvous_failures, unready,
-                   setup_ranks, setup_reason, world_failure)
+                   disagreeing, setup_ranks, setup_reason, world_failure)
 
 #: seconds the other hosts get to report their own evidence after the first failure, before they are aborted
 ABORT_GRACE_S = 3.0
@@ -306,10 +306,7 @@ def run_collective(nodes: list[HostRunner], st: Settings) -> Collective:
         if not problems:
             col.doc = results[hosts[0]].doc
             return col
-        col.ok = False
-        col.world_problems = [f"{h}: {what}" for h, what in problems]
-        col.culprits = list(problems)
-        col.singled_out = False
+        disagreeing(col, problems)
         col.message = (f"all-reduce over {', '.join(hosts)}: the hosts' documents disagree with the world "
                        f"launched ({len(hosts)} hosts x {st.ranks_per_node} ranks, marker {marker}); no figure "
                        f"taken:\n" + "\n".join(col.world_problems))
