@@ -95,10 +95,16 @@ def connect(path: str, upto: int = SCHEMA_VERSION, threads: bool = False) -> sql
     os.makedirs(d, exist_ok=True)
     try:
         con = sqlite3.connect(path, timeout=30, check_same_thread=not threads)
-        ver = con.execute("PRAGMA user_version").fetchone()[0]
-        if ver == 0:  # new, or someone else's: ours always carries its schema version
+        # the version and the tables read in one snapshot: a run creating this history at the same moment commits
+        # its tables and its version together (_migrate), so neither is seen without the other
+        con.execute("BEGIN")
+        try:
+            ver = con.execute("PRAGMA user_version").fetchone()[0]
             theirs = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
-                                                "ORDER BY name LIMIT 4")]
+                                                "ORDER BY name LIMIT 4")] if ver == 0 else []
+        finally:
+            con.execute("COMMIT")
+        if ver == 0:  # new, or someone else's: ours always carries its schema version
             if theirs:
                 con.close()
                 raise HistoryError(f"{path}: not a gpuaccept history database (it holds another program's tables: "
