@@ -92,3 +92,28 @@ def test_every_name_of_one_machine_fails_however_long_the_message(tmp_path):
     for h in names:
         assert f"- **FAIL** `{h}`: test_fleet_consistency: {h}: reports the same GPUs as " in summary, h
     assert "- **PASS** `solo`" in summary
+
+
+def test_hosts_whose_tests_k_left_out_are_not_in_the_run_and_a_dead_host_alone_in_a_fleet_test_is_its_error(tmp_path):
+    """``-k "not dead"`` over a replayed host and a host refusing connections: the dead host's tests are left out,
+    so no report lists it (it had read SKIP, an unreachable host looking fine in Prometheus). ``-k fleet``: the
+    fleet test is the only one to read the dead host, so the host is that test's ERROR with its cause."""
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text(f"g1 ansible_connection=local gpuaccept_replay={replay_folder(tmp_path, DATA)} "
+                   "gpu_sku=h200-sxm-141gb gpus_per_node=2\ndead-01 ansible_host=127.0.0.1 ansible_port=9\n")
+    rep, prom = tmp_path / "rep", tmp_path / "g.prom"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-m", "health", "-k", "not dead",
+                     "--prometheus-textfile", str(prom))
+    assert res.returncode in (0, 1), res.stdout[-3000:]
+    assert "dead-01" not in prom.read_text() and "dead-01" not in (rep / "summary.md").read_text()
+    assert 'host="g1"' in prom.read_text()
+    assert json.loads((rep / "results.json").read_text())["hosts"] == ["g1"]
+
+    rep2 = tmp_path / "rep2"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep2), "-m", "health", "-k", "fleet",
+                     "--prometheus-textfile", str(prom))
+    series = [ln for ln in prom.read_text().splitlines() if ln.startswith("gpuaccept_host_verdict{")]
+    assert res.returncode == 1, res.stdout[-3000:]
+    assert any('action="rerun"' in ln and 'host="dead-01"' in ln and 'verdict="ERROR"' in ln for ln in series), series
+    assert not any('host="g1"' in ln and 'verdict="ERROR"' in ln for ln in series), series
+    assert failed_hosts(rep2 / "failed-hosts.txt") == ["dead-01"]

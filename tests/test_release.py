@@ -46,3 +46,11 @@ def test_equal_limits_share_one_record_and_distinct_bounds_do_not():
     assert limit_record(a) == {"min": 1.0, "source": "file"} and repr(limit_record(b)["min"]) == "1"
     assert limit_record(Limit("h200", "c", "max", 2.0, "W", "file", site="site.yaml:3")) == {
         "max": 2.0, "source": "file", "site": "site.yaml:3"}
+
+
+def test_the_hosts_in_the_run_are_those_with_a_test_of_their_own():
+    """-k/-m left h2's tests out: h2 is not in the run (no verdict, no fleet test reads it); with only fleet-wide
+    tests selected every selected host is, in the selection's order."""
+    assert release.hosts_in_run(["h3", None, "h1", "h3"], ["h1", "h2", "h3"]) == ["h1", "h3"]
+    assert release.hosts_in_run([None, None], ["h1", "h2"]) == ["h1", "h2"]
+    assert release.hosts_in_run([], ["h1"]) == ["h1"]

@@ -16,7 +16,7 @@ import pytest
 
 from gpuaccept.judging.blockers import DEPENDENT_LAYERS, blockers
 from gpuaccept.causes import CAUSE_KEY, Cause
-from gpuaccept.errors import ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ThresholdError
+from gpuaccept.errors import ERROR_KEY, ERROR_KIND_KEY, ConfigError, GpuacceptError, Interrupted, ThresholdError
 from gpuaccept.config.hostvars import check_hosts
 from gpuaccept.config.inputcheck import check_connection_files, check_empty_options, check_local_addresses
 from gpuaccept.config.inventory import Inventory, load_inventory
@@ -29,11 +29,10 @@ from gpuaccept.runner import host as node_module
 from gpuaccept.config.patterns import shard
 from gpuaccept.scaleout.sizing import advice as sizing_advice
 from gpuaccept.config.profiles import PROFILES, probe_timeout
-from gpuaccept.errors import ERROR_KEY
 from gpuaccept.reporting.records import LAYERS, layer_of
 from gpuaccept.plugin import earlier
 from gpuaccept.plugin.reports import ReportPlugin
-from gpuaccept.plugin.release import host_param, last_uses
+from gpuaccept.plugin.release import host_param, hosts_in_run, last_uses
 from gpuaccept.plugin.state import STATE, RunState
 from gpuaccept.config.limitfile import hosts_from_file
 from gpuaccept.config.thresholds import load_all
@@ -296,8 +295,9 @@ def node(request) -> HostRunner:
 
 @pytest.fixture
 def nodes(request) -> list[HostRunner]:
-    """Every selected host, for fleet-wide and multi-node tests."""
-    return [_get_node(request.config, h.name) for h in request.config.stash[STATE].hosts]
+    """Every host in the run (gpuaccept.plugin.release.hosts_in_run), for fleet-wide and multi-node tests."""
+    names = hosts_in_run(map(host_param, request.session.items), [h.name for h in request.config.stash[STATE].hosts])
+    return [_get_node(request.config, h) for h in names]
 
 
 @pytest.fixture

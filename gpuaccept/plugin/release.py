@@ -26,6 +26,18 @@ def host_param(item: Any) -> str | None:
     return None if name is None else str(name)
 
 
+def hosts_in_run(item_hosts: Iterable[str | None], hosts: Iterable[str]) -> list[str]:
+    """The selected hosts (``hosts``, --limit and --shard, in inventory order) that the run's selected tests reach
+    (pure), given each selected item's host (None: a fleet-wide test): those with a test of their own, or every
+    one of ``hosts`` when no selected test has a host (only fleet-wide tests selected, e.g. ``-m nccl_multinode``:
+    they cover every selected host). A host whose own tests ``-k``/``-m`` left out is not in the run: no fleet-wide
+    test touches it, and the reports neither list it nor give it a verdict. Example: ``([h1, None, h1], [h1, h2])``
+    -> ``[h1]``; ``([None], [h1, h2])`` -> ``[h1, h2]``."""
+    hosts = list(hosts)
+    own = {h for h in item_hosts if h is not None}
+    return [h for h in hosts if h in own] if own else hosts
+
+
 def last_uses(items: Iterable[Any], hosts: Iterable[str] = ()) -> dict[Any, list[str]]:
     """item -> the hosts whose last use it is, for pytest items in run order (pure). A host's last use is its own
     last item, or the last item without a host when that comes later (a fleet test may touch every host); a host

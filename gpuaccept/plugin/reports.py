@@ -30,6 +30,7 @@ from gpuaccept.plugin.progress import Progress, real_stderr
 from gpuaccept.judging import verdict_order
 from gpuaccept.plugin import earlier
 from gpuaccept.plugin.finish import HistorySink, finish_reports, warm_up
+from gpuaccept.plugin.release import hosts_in_run
 from gpuaccept.plugin.state import RunState
 from gpuaccept.plugin.runfolder import latest_finished, mark_killed_run, point_latest, reserve_folder
 from gpuaccept.reporting.folder import RunLock, find_killed, run_finished, space_problem
@@ -270,6 +271,7 @@ class ReportPlugin:
         plugin's fan-out (gpuaccept.plugin.pytest_collection_finish) touches a node."""
         if self.reporter is None:
             return
+        self._hosts_in_run([it.nodeid for it in session.items])
         for it in session.items:  # after -k/-m deselection: only what will run is expected
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
         if session.items and not session.config.option.collectonly:
@@ -301,6 +303,11 @@ class ReportPlugin:
             pytest.exit(msg, returncode=pytest.ExitCode.USAGE_ERROR)
         raise pytest.UsageError(msg)
 
+    def _hosts_in_run(self, nodeids) -> None:
+        """The reports' hosts: the selected ones the selected tests reach (gpuaccept.plugin.release.hosts_in_run),
+        before any record: a host whose tests -k/-m left out gets no verdict, no Prometheus series, no line."""
+        self.reporter.set_hosts(hosts_in_run(map(self._host_of, nodeids), self.reporter.meta.get("hosts") or []))
+
     def _expect_tests(self, nodeids) -> None:
         """Tell the console how many tests each host runs (its line comes with the last)."""
         if self.progress is None:
@@ -315,6 +322,8 @@ class ReportPlugin:
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         if self.reporter is None:
             return
+        if not self.began:
+            self._hosts_in_run(ids)
         for nid in ids:
             self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
         if ids and not self.began:

@@ -157,6 +157,12 @@ class Reporter:
             self._pending_hosts[host] = self._pending_hosts.get(host, 0) + 1
             self._pending_layers[layer] = self._pending_layers.get(layer, 0) + 1
 
+    def set_hosts(self, hosts: list[str]) -> None:
+        """The run's hosts (``meta["hosts"]``, in selection order), narrowed once the selection is known and before
+        the first record (the host verdicts start again from them)."""
+        self.meta["hosts"] = list(hosts)
+        self._hv = None
+
     def pending(self) -> int:
         """Expected tests with no record yet."""
         return sum(self._pending_layers.values())

@@ -9,8 +9,9 @@ from gpuaccept.judging import actions, fleet
 from gpuaccept.judging import health
 from gpuaccept.config.hostvars import kernel_log_sources
 from gpuaccept.runner import nodeclock
-from gpuaccept.errors import CommandTimeout, ProbeError, ThresholdError
+from gpuaccept.errors import CommandTimeout, NodeError, ProbeError, ThresholdError
 from gpuaccept.runner.host import HostRunner
+from gpuaccept.plugin.release import host_param
 from gpuaccept.runner.prefetch import ahead
 from gpuaccept.probes._pci import normalize_bus_id
 from gpuaccept.judging.readings import is_lost, number, present, typed
@@ -186,17 +187,22 @@ def _gpu_inventory(node: HostRunner) -> None:
 
 
 @ahead(_gpu_inventory)
-def test_fleet_consistency(nodes, specs, verdicts):
+def test_fleet_consistency(request, nodes, specs, verdicts):
     """All selected hosts run one driver version (hosts off the majority fail), each host carries the SKU its
     group declares, and no two hosts report the same GPU (one machine under two names). Failures are filed
-    under the host they concern (gpuaccept/judging/fleet.py)."""
+    under the host they concern (gpuaccept/judging/fleet.py). A host that cannot be read is its own tests'
+    error; where none of them is in the run (only fleet-wide tests selected) it is this test's, filed under
+    that host with its cause."""
     drivers: dict[str, list[str]] = {}
     gpus_by_host: dict[str, list] = {}
+    alone = all(host_param(it) is None for it in request.session.items)  # no host's own tests in this run
     for n in nodes:
         try:
             doc = n.gpu_inventory()
-        except Exception as e:  # an unreachable host is reported by its own tests
-            verdicts.record("driver_version", f"unreachable: {e}", extra={"host": n.name})
+        except NodeError as e:
+            if alone:
+                verdicts.for_host(n.name).error(str(e).removeprefix(f"{n.name}: "), cause=e.cause)
+            verdicts.record("driver_version", f"not read: {e}", extra={"host": n.name})
             continue
         if not doc.get("nvml_available"):
             continue
