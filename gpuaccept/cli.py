@@ -149,7 +149,7 @@ def precheck(args: list[str], cwd: str | None = None) -> int | None:
     if ns.list_hosts:  # else pytest runs and its plugin says the warnings, once
         for line in sel.warnings:
             sys.stderr.write(f"[WARNING] {line}\n")
-        sys.stdout.write(selection.list_hosts_text(sel.hosts) + "\n")
+        sys.stdout.write(selection.list_hosts_text(sel.hosts, getoption("sku", None)) + "\n")
         return 0
     return None
 

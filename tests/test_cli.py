@@ -57,6 +57,24 @@ def test_plain_pytest_with_gpuaccept_options_runs_the_shipped_suites(tmp_path):
     assert "test_health.py::test_fleet_consistency" in {t["nodeid"].rsplit("/", 1)[-1] for t in tests}
 
 
+def test_list_hosts_shows_where_ssh_connects_and_the_sku_used(tmp_path):
+    """``--list-hosts`` names the port the connection uses (``-p`` in ansible_ssh_common_args had read port 22)
+    and, with ``--sku``, that SKU (the inventory's gpu_sku had been shown while --sku set the limits); both from
+    the command and from pytest's plugin. A -F naming no file is refused at load, exit 4, naming file:line."""
+    inv = tmp_path / "lab.ini"
+    inv.write_text("[gpu]\nn1 ansible_host=10.0.0.5 gpu_sku=h200-sxm-141gb\n"
+                   "[gpu:vars]\nansible_ssh_common_args='-o User=root -p 2201 -J ops@bastion:2222'\n")
+    for cmd in (["-m", "gpuaccept.cli", "-i", str(inv)], ["-m", "pytest", "--inventory", str(inv)]):
+        res = _run(tmp_path, *cmd, "--list-hosts", "--sku", "l4-24gb")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        line = next(ln for ln in _lines(res.stdout) if ln.split()[0] == "n1")
+        assert "ansible_host=10.0.0.5:2201 via ops@bastion:2222" in line and "gpu_sku=l4-24gb (--sku)" in line, line
+    inv.write_text("n1 ansible_host=10.0.0.5 ansible_ssh_extra_args='-F /no/such/config'\n")
+    res = _run(tmp_path, "-m", "gpuaccept.cli", "-i", str(inv), "--list-hosts")
+    assert res.returncode == 4 and f"{inv}:1" in res.stderr and "-F '/no/such/config': no such ssh config file" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
 def test_an_ignored_limit_term_is_warned_once(tmp_path):
     """``gpuaccept --limit 'gpu:!drained'`` where no group drained exists: the one warning, once, in a run and in
     --list-hosts (the command's check and pytest's plugin both read the selection; only one says it)."""

@@ -389,6 +389,8 @@ def _no_driver(doc):  # ALTERED: the document gpu_inventory writes on a node wit
 @pytest.mark.parametrize("declared,args,needle", [
     ("gpus_per_node=2", (), "but the inventory declares gpus_per_node=2"),
     ("", ("--sku", "h200-sxm-141gb"), "but --sku h200-sxm-141gb declares one"),
+    ("gpu_sku=l4-24gb gpus_per_node=2", ("--sku", "h200-sxm-141gb"),
+     "but --sku h200-sxm-141gb declares one and the inventory declares gpus_per_node=2"),
 ])
 def test_declared_gpu_missing_names_only_what_declared_it(tmp_path, declared, args, needle):
     """the failure read "declares gpu_sku=None gpus_per_node=8", and with

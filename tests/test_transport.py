@@ -490,6 +490,28 @@ def test_ssh_args_options():
     assert parse_jump("u@b1:2200,[::1]:22,b3") == [("u", "b1", 2200), (None, "::1", 22), (None, "b3", None)]
 
 
+def test_ssh_args_short_options_as_ssh_reads_them():
+    """``-p``, ``-l``, ``-i``, ``-F`` and ``-J``, apart or joined to their value, in order; others (``-C``,
+    ``-o ControlMaster``) have no paramiko meaning and are left out."""
+    got = ssh_args_options("-C -i ~/k -o User=root -p 2222 -lops -p2200 -F /etc/ssh/alt -J b1 -oPort=9")
+    assert got == [("identityfile", "~/k"), ("user", "root"), ("port", "2222"), ("user", "ops"), ("port", "2200"),
+                   ("configfile", "/etc/ssh/alt"), ("proxyjump", "b1"), ("port", "9")]
+
+
+def test_ssh_args_port_user_key_and_config_file_reach_the_target(tmp_path):
+    """ssh keeps the first value it obtains: ``-p``/``-l``/``-i`` in the inventory's ssh args, before
+    ~/.ssh/config; the inventory's own ansible_port and ansible_user still win; ``-F`` names the config file read
+    in place of ~/.ssh/config."""
+    alt = tmp_path / "alt"
+    alt.write_text("Host *\n  HostName 10.0.0.9\n  Port 2200\n  User ops\n")
+    h = FakeHost(name="n", address="n1", port=22, vars={"ansible_ssh_common_args": f"-p 2222 -l root -i /k -F {alt}"})
+    t = resolve(h, str(tmp_path / "absent"))
+    assert (t.hostname, t.port, t.user, t.key_files) == ("10.0.0.9", 2222, "root", ["/k"])
+    pinned = FakeHost(name="n", address="n1", port=2022, user="admin", vars={
+        "ansible_port": 2022, "ansible_user": "admin", "ansible_ssh_extra_args": "-p 2222 -l root"})
+    assert (resolve(pinned, str(tmp_path / "absent")).port, resolve(pinned, str(tmp_path / "absent")).user) == (2022, "admin")
+
+
 def test_ssh_config_resolution_inventory_wins(tmp_path):
     cfg = tmp_path / "config"
     cfg.write_text("Host gpu*\n  HostName 10.0.0.9\n  Port 2200\n  User ops\n  IdentityFile ~/k\n  ProxyJump bastion\n")
@@ -541,6 +563,21 @@ def test_proxyjump_through_a_bastion(tmp_path, isolated_home):
     finally:
         bastion.stop()
         target.stop()
+
+
+def test_a_node_reached_through_its_ssh_args_alone(tmp_path, isolated_home):
+    """An inventory that says port, user and key only in ``ansible_ssh_common_args`` (``-i KEY -l root -p
+    PORT``), as ssh would take them: the real sshd answers (it had been port 22, connection refused)."""
+    node = start_sshd(tmp_path / "n", address="127.0.0.20")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        host = FakeHost(name="n", address=node.address, port=22, user=None, key_file=None, vars={
+            "ansible_host": node.address, "ansible_ssh_common_args": f"-i {node.key_file} -l root -p {node.port}"})
+        t = get_transport(host, known_hosts=kh)
+        assert t.run("echo args").stdout == b"args\n"
+        t.close()
+    finally:
+        node.stop()
 
 
 def test_proxycommand_from_ansible_args(tmp_path):

@@ -308,8 +308,8 @@ def _mapping(value: Any) -> dict:
 
 def _ssh_args(value: Any) -> str:
     """``ansible_ssh_common_args`` / ``ansible_ssh_extra_args``: text the transport splits as a shell would
-    (unbalanced quotes refused) and whose ProxyJump hops (``-J``, ``-o ProxyJump=``) read as
-    ``[user@]host[:port]`` with a TCP port: what :mod:`gpuaccept.config.sshconfig` does with it at
+    (unbalanced quotes refused), whose ports (``-p``, ``-o Port=``) are TCP ports, whose ``-F`` names a file, and
+    whose ProxyJump hops (``-J``, ``-o ProxyJump=``) read as ``[user@]host[:port]`` with a TCP port: what :mod:`gpuaccept.config.sshconfig` does with it at
     connect time, done here so a typo stops the run instead of failing every connection."""
     from gpuaccept.config.sshconfig import parse_jump, ssh_args_options
 
@@ -321,7 +321,9 @@ def _ssh_args(value: Any) -> str:
         raise _Bad(str(err).lstrip(": ")) from None
     for key, spec in options:
         if key == "port" and not (spec.isdigit() and 0 < int(spec) < 65536):
-            raise _Bad(f"-o Port={spec}: not a TCP port")
+            raise _Bad(f"port {shown(spec)}: not a TCP port")
+        if key == "configfile" and not os.path.isfile(os.path.expanduser(spec)):
+            raise _Bad(f"-F {shown(spec)}: no such ssh config file")
         if key != "proxyjump" or spec.lower() == "none":
             continue
         try:

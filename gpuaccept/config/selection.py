@@ -138,14 +138,24 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
     return Selection(inv, hosts, specs, hostvars, inv_path, warnings)
 
 
-def list_hosts_text(hosts) -> str:
-    """``--list-hosts`` output: one line per selected host with ansible_host, SKU and GPUs declared, each
-    column as wide as its widest entry (two spaces between columns; the last one not padded)."""
+def list_hosts_text(hosts, sku: str | None = None) -> str:
+    """``--list-hosts`` output: one line per selected host with where it is reached, SKU and GPUs declared, each
+    column as wide as its widest entry (two spaces between columns; the last one not padded). Where: the address
+    and port the SSH transport connects to (gpuaccept.config.sshconfig.resolve: the inventory, its ssh
+    arguments' ``-p``/``-o Port=``/``-F``, ~/.ssh/config), with the first ProxyJump hop; ``sku``: ``--sku``, which
+    wins over every host's gpu_sku. Raises ConfigError for an ssh config file that cannot be read."""
+    from gpuaccept.config.sshconfig import resolve
+
     rows = []
     for h in hosts:
-        addr = f"[{h.address}]" if ":" in str(h.address) else h.address  # IPv6 as Ansible writes it
-        where = f"ansible_host={addr}:{h.port}" if h.connection != "local" else "ansible_host=-"
-        rows.append([str(h.name), where, f"connection={h.connection}", f"gpu_sku={h.vars.get('gpu_sku') or '-'}",
+        where = "ansible_host=-"
+        if h.connection != "local":
+            t = resolve(h)
+            addr = f"[{t.hostname}]" if ":" in t.hostname else t.hostname  # IPv6 as Ansible writes it
+            hop = (t.proxy_jump or "").split(",")[0]
+            where = f"ansible_host={addr}:{t.port}" + (f" via {hop}" if hop else " via ProxyCommand" if t.proxy_command else "")
+        rows.append([str(h.name), where, f"connection={h.connection}",
+                     f"gpu_sku={sku} (--sku)" if sku else f"gpu_sku={h.vars.get('gpu_sku') or '-'}",
                      f"gpus_per_node={h.vars.get('gpus_per_node') or '-'}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))] if rows else []
     lines = [f"  hosts ({len(hosts)}):"]

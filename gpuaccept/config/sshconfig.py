@@ -39,11 +39,17 @@ class Target:
     proxy_command: str | None = None
 
 
+#: ssh's short options that name one of :data:`_OPTIONS` (``-p 2222``, ``-p2222``...), and ``-F`` (another config
+#: file in place of ~/.ssh/config: ``configfile``), as ssh(1) documents them
+_FLAGS = {"-J": "proxyjump", "-p": "port", "-l": "user", "-i": "identityfile", "-F": "configfile"}
+
+
 def ssh_args_options(text: str, where: str = "ansible_ssh_common_args") -> list[tuple[str, str]]:
-    """``-o Key=Value``, ``-oKey=Value``, ``-o 'Key Value'`` and ``-J jump`` from an ssh argument string, as
-    ``[(key lower-case, value)]`` in order, keeping only :data:`_OPTIONS`. Raises ConfigError naming ``where``
-    for text that cannot be split as a shell would (:func:`~gpuaccept.config.shellwords.split_words`). Example: ``'-o ProxyJump=b1 -o ControlMaster=auto'`` →
-    ``[("proxyjump", "b1")]``."""
+    """``-o Key=Value``, ``-oKey=Value``, ``-o 'Key Value'``, ``-J jump``, ``-p port``, ``-l user``, ``-i key`` and
+    ``-F configfile`` (each also written joined, ``-p2222``) from an ssh argument string, as ``[(key lower-case,
+    value)]`` in order, keeping only :data:`_OPTIONS` and ``configfile``. Raises ConfigError naming ``where``
+    for text that cannot be split as a shell would (:func:`~gpuaccept.config.shellwords.split_words`). Example:
+    ``'-o ProxyJump=b1 -o ControlMaster=auto -p 2222'`` → ``[("proxyjump", "b1"), ("port", "2222")]``."""
     try:
         words = split_words(text or "", comments=False)
     except ValueError as e:
@@ -53,21 +59,18 @@ def ssh_args_options(text: str, where: str = "ansible_ssh_common_args") -> list[
     while i < len(words):
         w = words[i]
         opt = None
-        if w in ("-o", "-J") and i + 1 < len(words):
+        if (w == "-o" or w in _FLAGS) and i + 1 < len(words):
             opt = (w, words[i + 1])
             i += 2
-        elif w.startswith("-o") and len(w) > 2:
-            opt = ("-o", w[2:])
-            i += 1
-        elif w.startswith("-J") and len(w) > 2:
-            opt = ("-J", w[2:])
+        elif w[:2] == "-o" or (w[:2] in _FLAGS and len(w) > 2):
+            opt = (w[:2], w[2:])
             i += 1
         else:
             i += 1
         if opt is None:
             continue
-        if opt[0] == "-J":
-            out.append(("proxyjump", opt[1]))
+        if opt[0] in _FLAGS:
+            out.append((_FLAGS[opt[0]], opt[1]))
             continue
         kv = opt[1].strip()
         key, _, value = kv.partition("=") if "=" in kv.split(" ", 1)[0] else kv.partition(" ")
@@ -107,8 +110,9 @@ def resolve(host: Any, config_path: str | None = None) -> Target:
     """The connection target for inventory ``host`` (name, address, port, user, key_file, vars).
 
     Order of precedence, highest first: the inventory's ``ansible_host``/``ansible_port``/``ansible_user``/
-    ``ansible_ssh_private_key_file``; ``-o``/``-J`` options in ``ansible_ssh_common_args`` and
-    ``ansible_ssh_extra_args``; ``~/.ssh/config`` (or ``config_path``) for the host's address; defaults
+    ``ansible_ssh_private_key_file``; ``-o``/``-J``/``-p``/``-l``/``-i`` options in ``ansible_ssh_common_args`` and
+    ``ansible_ssh_extra_args``; ``~/.ssh/config`` (or ``config_path``, or the file their ``-F`` names) for the
+    host's address; defaults
     (port 22, the local user). Raises ConfigError (unreadable config, unsplittable args)."""
     hvars = getattr(host, "vars", None) or {}
     address = str(host.address)
@@ -124,7 +128,9 @@ def resolve(host: Any, config_path: str | None = None) -> Target:
     for var in ARGS_VARS:
         if hvars.get(var):
             first += ssh_args_options(str(hvars[var]), var)
-    cfg = lookup(address, config_path, first)
+    files = [v for k, v in first if k == "configfile"]  # ``-F``: that file in place of ~/.ssh/config, as ssh reads it
+    cfg = lookup(address, os.path.expanduser(files[0]) if files else config_path,
+                 [(k, v) for k, v in first if k != "configfile"])
     hostname = str(cfg.get("hostname") or address)
     port = int(cfg["port"]) if "port" in cfg else int(host.port or 22)
     user = cfg.get("user") or None

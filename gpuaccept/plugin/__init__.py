@@ -48,7 +48,7 @@ from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
 from gpuaccept.plugin import collection, empty_shard, nodeactions, output
 from gpuaccept.plugin.collection import pytest_pycollect_makemodule  # noqa: F401 - a hook of this plugin
-from gpuaccept.plugin.outcomes import DeclaredGpuMissing, error_causes, missing_package_line, quiet_excinfo
+from gpuaccept.plugin.outcomes import DeclaredGpuMissing, declared_text, error_causes, missing_package_line, quiet_excinfo
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -321,10 +321,8 @@ def gpus(request, node: HostRunner) -> list[dict]:
         if problem:
             raise problem.error(node.name)
         if node.gpus_declared:
-            said = [f"{k}={node.host.vars[k]}" for k in ("gpu_sku", "gpus_per_node") if node.host.vars.get(k)]
-            raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but " + (
-                f"the inventory declares {' '.join(said)}" if said else f"--sku {node.sku_override} declares one"),
-                declared_missing_cause(doc, node.name, node.host.vars.get("gpus_per_node")))
+            raise DeclaredGpuMissing(f"{node.name}: no NVIDIA GPU found ({why}) but {declared_text(node.host.vars, node.sku_override)}",
+                                     declared_missing_cause(doc, node.name, node.host.vars.get("gpus_per_node")))
         pytest.skip(f"no NVIDIA GPU on {node.name} ({why})")
     return found
 
@@ -582,7 +580,7 @@ def pytest_cmdline_main(config: pytest.Config):
     config._do_configure()  # as pytest's own --markers does: our pytest_configure reads and selects
     try:
         tw = config.get_terminal_writer()
-        tw.line(list_hosts_text(config.stash[STATE].hosts))
+        tw.line(list_hosts_text(config.stash[STATE].hosts, config.getoption("sku")))
         tw.flush()
     except OSError as e:
         output.stdout_gone(e)

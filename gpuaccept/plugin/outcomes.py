@@ -1,5 +1,5 @@
 """How a test's error or failure is told (pure but for pytest's ExceptionInfo): the causes of an error a test
-raised (:func:`error_causes`), the declared-GPUs-missing failure (:class:`DeclaredGpuMissing`), the one-line
+raised (:func:`error_causes`), the declared-GPUs-missing failure (:class:`DeclaredGpuMissing`, :func:`declared_text`), the one-line
 report of our own errors (:func:`quiet_excinfo`) and the missing-package line (:func:`missing_package_line`)."""
 from __future__ import annotations
 
@@ -9,6 +9,17 @@ from gpuaccept.causes import Cause
 from gpuaccept.errors import ConfigError, NodeError, PackageMissing
 from gpuaccept.judging.blockers import missing_package
 from gpuaccept.runner.host import HostRunner
+
+
+def declared_text(vars_: dict, sku_override: str | None) -> str:
+    """What declares GPUs for a host (pure): ``"--sku l4-24gb declares one"`` where ``--sku`` is given (it wins
+    over the inventory's gpu_sku), ``"the inventory declares gpu_sku=h200-sxm-141gb gpus_per_node=8"``, or
+    both joined by "and" (``--sku`` and the inventory's gpus_per_node); the end of the declared-GPUs-missing line."""
+    keys = ("gpus_per_node",) if sku_override else ("gpu_sku", "gpus_per_node")
+    said = [f"{k}={vars_[k]}" for k in keys if vars_.get(k)]
+    parts = ([f"--sku {sku_override} declares one"] if sku_override else []) + \
+        ([f"the inventory declares {' '.join(said)}"] if said else [])
+    return " and ".join(parts)
 
 
 class DeclaredGpuMissing(Exception):
