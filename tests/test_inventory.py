@@ -291,6 +291,11 @@ YAML_ERRORS = [
     ("all:\n  hosts:\n    \"n\\x07\":\n", 3, "control character U+0007"),
     ("all:\n  hosts:\n    h[1:99999999]:\n", 3, "more than 100,000 hosts"),
     ("all:\n  hosts:\n    h1: {ansible_host: '10.0.0.[1:4]'}\n", 3, "holds a host range"),
+    # a name that is its own address must be one ssh can be given; a '#' name is a comment in host lists
+    ("all:\n  hosts:\n    ok:\n    \"n 1\":\n", 4, "has no ansible_host, so its name is the address to connect to, and it cannot be one (holds whitespace)"),
+    ("all:\n  hosts:\n    \"-rf\":\n", 3, "starts with '-'"),
+    ("all:\n  hosts:\n    \"-oProxyCommand=touch\":\n", 3, "'=' cannot be in a host name"),
+    ("all:\n  hosts:\n    \"#dead\": {ansible_host: 10.0.0.1}\n", 3, "starting with '#'"),
     ("all: &a\n  children:\n    g: *a\n", 1, "alias refers to the mapping or list that contains it"),
     ("all:\n  vars:\n    x: " + "[" * 200 + "]" * 200 + "\n", 3, "nested deeper than"),
     ("all:\n  vars:\n    x: \x01\n", 3, "control character U+0001"),

@@ -119,7 +119,8 @@ MAX_NAME_BYTES = 255
 
 def bad_name_reason(name: str) -> str | None:
     """Why ``name`` cannot be a host name, or None. A host name becomes a folder name in the reports
-    (``probes/<host>/``), so ``/``, ``\\``, ``..``, control characters and the empty name are refused; it is
+    (``probes/<host>/``), so ``/``, ``\\``, ``..``, control characters and the empty name are refused, and a
+    leading ``#`` (a comment in the host lists --limit @FILE reads); it is
     shown in terminals and reports, so are the characters of Unicode categories :data:`_DECEPTIVE_CATEGORIES`
     (bidirectional controls such as U+202E, zero-width characters, the BOM, line and paragraph separators,
     private-use and unassigned code points). Other non-ASCII letters are fine."""
@@ -134,6 +135,9 @@ def bad_name_reason(name: str) -> str | None:
         return "a host name with a slash (it would become a path in the reports)"
     if ".." in name:
         return "a host name with '..' (it would become a path in the reports)"
+    if name.startswith("#"):
+        return ("a host name starting with '#' (host lists such as failed-hosts.txt, read by --limit @FILE, take such "
+                "a line as a comment: a rerun would leave the host out)")
     m = _CONTROL.search(name)
     if m:
         return f"a host name with control character U+{ord(m.group()):04X}"

@@ -236,7 +236,7 @@ class Builder:
                 ranks = dict(granks)  # the host's own vars, then its host_vars file, above every group level
                 _rank(ranks, self.hosts[hname], 1_000_000)
                 _rank(ranks, fvars, 1_000_001)
-            hosts[hname] = make_host(self.path, hname, merged, origins, key, ranks)
+            hosts[hname] = make_host(self.host_where.get(hname, self.path), hname, merged, origins, key, ranks)
         check_addresses(self.path, hosts)
         return Inventory(path=self.path, hosts=hosts, groups=members)
 
@@ -366,8 +366,9 @@ def _first(v: dict[str, Any], key: str, older: str, name: str, origins: Mapping[
 
 def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str], groups: tuple[str, ...],
               ranks: Mapping[str, int] | None = None) -> Host:
-    """A :class:`Host` from its merged vars. Raises InventoryError naming ``file:line`` and the host for a
-    templated or invalid connection var, for a host range written in an address var, and for a var whose two
+    """A :class:`Host` from its merged vars (``path``: where the host is defined, ``file:line``, the place named
+    for what no var's origin names). Raises InventoryError naming ``file:line`` and the host for a
+    templated or invalid connection var, for a name that cannot be the address it stands for (no ansible_host), for a host range written in an address var, and for a var whose two
     spellings disagree against precedence (``ranks``: alias var -> precedence level that set it; see
     :func:`_first`)."""
     for key in _CHECKED_SET.intersection(v):
@@ -412,6 +413,11 @@ def make_host(path: str, name: str, v: dict[str, Any], origins: Mapping[str, str
         why = address_problem(str(address))
         if why:
             raise InventoryError(f"{origins.get(addr_key, path)}: host {name} {addr_key} {shown(str(address))}: {why}")
+    elif connection != "local":  # the name itself is given to ssh as the address (or ~/.ssh/config's Host)
+        why = address_problem(name)
+        if why:
+            raise InventoryError(f"{path}: host {shown(name)} has no ansible_host, so its name is the address to "
+                                 f"connect to, and it cannot be one ({why}): set ansible_host")
     why = user_problem(str(user)) if user is not None else None
     if why:
         raise InventoryError(f"{origins.get(user_key, path)}: host {name} {user_key} {shown(str(user))}: {why}")
