@@ -314,3 +314,16 @@ def test_the_reports_name_gpuaccept_s_version(tmp_path):
     header = (latest / "summary.md").read_text().splitlines()[:4]
     assert any(ln.endswith(f", gpuaccept {gpuaccept.__version__}") for ln in header), header
     assert re.search(rf"tests?, gpuaccept {re.escape(gpuaccept.__version__)}\.", (latest / "report.html").read_text())
+
+
+def test_limit_with_a_host_list_file_among_other_terms(tmp_path):
+    """``--limit=rack2,@lim.txt``: the file's hosts beside rack2's, from the command and from pytest's plugin
+    (it had been refused: "@file limits are not supported", though the docs say @FILE works)."""
+    inv = tmp_path / "a.ini"
+    inv.write_text("[rack1]\nh1 ansible_connection=local\nh2 ansible_connection=local\n"
+                   "[rack2]\nh3 ansible_connection=local\n")
+    (tmp_path / "lim.txt").write_text("# rerun\nh1\n")
+    for cmd in (["-m", "gpuaccept.cli", "-i", str(inv)], ["-m", "pytest", "--inventory", str(inv)]):
+        res = _run(tmp_path, *cmd, "--limit=rack2,@lim.txt", "--list-hosts")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        assert [ln.split()[0] for ln in _lines(res.stdout)] == ["hosts", "h1", "h3"], res.stdout

@@ -101,7 +101,8 @@ ERRORS = [
     ("gpu[1-2]", "[x-y] subscript was removed"),
     ("!", "empty term"),
     (",", "holds no term"),
-    ("@retry.txt", "@file limits are not supported"),
+    ("@retry.txt", "a host list file is read only as a term of its own"),  # its file not read: no hosts given for it
+    ("gpu,!@retry.txt", "'!@retry.txt': a host list file is read only as a term of its own (@FILE, as Ansible; not after ! or &)"),
     ("GPU01", "names no group or host"),
     ("gpu0[34]", "names no group or host"),  # [digits] is a subscript of 'gpu0', as in Ansible  # case-sensitive, as in Ansible
     ("gpu01:22", "names no group or host"),
@@ -113,6 +114,16 @@ def test_errors(pattern, needle):
     with pytest.raises(PatternError) as exc:
         select(pattern, HOSTS, GROUPS, source="inv.ini")
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_host_list_file_among_other_terms_adds_its_hosts():
+    """``rack2,@FILE`` and ``@FILE,rack2`` (Ansible reads a limit file's lines into the pattern wherever it is):
+    the file's hosts and the other terms' together, in inventory order; an empty file adds none."""
+    files = {"@lim.txt": ["gpu01"], "@empty.txt": []}
+    assert select("rack2,@lim.txt", HOSTS, GROUPS, files=files) == ["gpu01"] + GROUPS["rack2"]
+    assert select("@lim.txt,rack2", HOSTS, GROUPS, files=files) == select("rack2,@lim.txt", HOSTS, GROUPS, files=files)
+    assert select("rack2,@empty.txt", HOSTS, GROUPS, files=files) == GROUPS["rack2"]
+    assert select("@lim.txt,gpu,!gpu01", HOSTS, GROUPS, files=files) == ["gpu02", "gpu03", "gpu04"]
 
 
 WARNED = [

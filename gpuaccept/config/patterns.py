@@ -174,7 +174,7 @@ def _match_term(term: str, hosts: dict[str, None], groups: dict[str, list[str]])
 
 
 def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, source: str | None = None,
-           warnings: list[str] | None = None) -> list[str]:
+           warnings: list[str] | None = None, files: dict[str, list[str]] | None = None) -> list[str]:
     """Hosts selected by an Ansible host pattern, in the order of ``hosts``.
 
     Args:
@@ -185,6 +185,10 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
         source: the inventory file, named in error messages.
         warnings: where given, one line is appended per ``&``/``!`` term that
             names no group or host (the term is ignored, as Ansible does).
+        files: ``@FILE`` term -> the host names that file lists (read by the caller,
+            gpuaccept.config.limitfile); such a term adds those hosts, as Ansible
+            adds a limit file's lines. Only a plain term: ``!@FILE`` and ``&@FILE``
+            are refused, as Ansible reads no file there.
 
     Raises:
         PatternError: a term is malformed (bad regex, removed subscript form,
@@ -209,7 +213,12 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
         if not body:
             raise PatternError(f"--limit {shown(pattern)}: empty term after {shown(op)}")
         if body.startswith("@"):
-            raise PatternError(f"--limit {shown(pattern)}: @file limits are not supported; list the hosts")
+            if op or files is None or body not in files:
+                raise PatternError(f"--limit {shown(pattern)}: {shown(op + body)}: a host list file is read only as a "
+                                   f"term of its own (@FILE, as Ansible; not after ! or &)")
+            union.update(files[body])
+            has_plain = True
+            continue
         named, found = _match_term(body, host_index, groups)
         if not named and op:
             if warnings is not None:

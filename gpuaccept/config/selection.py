@@ -102,7 +102,7 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
     from gpuaccept.config.inputcheck import check_connection_files, check_local_addresses
     from gpuaccept.config.inventory import load_inventory
     from gpuaccept.config.limitfile import hosts_from_file
-    from gpuaccept.config.patterns import shard
+    from gpuaccept.config.patterns import shard, split_pattern
     from gpuaccept.config.sitelimits import layer_site
     from gpuaccept.config.thresholds import load_all
     inv_path = project_path(rootpath, getoption("inventory", None), "inventory/localhost.ini")
@@ -119,11 +119,12 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
     if any(a == "--limit" and raw_args[i + 1:i + 2] and raw_args[i + 1].startswith("@")
            for i, a in enumerate(raw_args)):
         raise ConfigError("--limit @FILE: pytest expands @FILE arguments itself; write --limit=@FILE")
-    if limit and limit.startswith("@"):  # a host list file, as Ansible's --limit @retry_file
+    if limit and limit.startswith("@") and "," not in limit:  # a host list file, as Ansible's --limit @retry_file
         wanted = set(hosts_from_file(limit[1:], [h.name for h in inv.select(None)]))
         hosts = [h for h in inv.select(None) if h.name in wanted]
-    else:
-        hosts = inv.select(limit, warnings=warnings)
+    else:  # a file among other terms adds its hosts (an empty one none: the other terms still select)
+        files = {t: listed_hosts(t[1:], inv) for t in (split_pattern(limit) if limit else []) if t.startswith("@")}
+        hosts = inv.select(limit, warnings=warnings, files=files)
     hosts = [inv.hosts[n] for n in shard([h.name for h in hosts], getoption("shard", None))]
     hostvars = check_hosts(hosts, inv_path, None if sku else specs)  # --sku wins over gpu_sku
     try:
@@ -136,6 +137,16 @@ def select(getoption: Callable[..., Any], rootpath: Path, raw_args: list[str],
         warnings.append(f"{e} (a run would refuse it)")
     check_local_addresses(hosts, inv_path)
     return Selection(inv, hosts, specs, hostvars, inv_path, warnings)
+
+
+def listed_hosts(path: str, inv) -> list[str]:
+    """The hosts a host list file names (gpuaccept.config.limitfile.hosts_from_file), none for a file listing
+    none. Raises ConfigError as that does."""
+    from gpuaccept.config.limitfile import NothingToRerun, hosts_from_file
+    try:
+        return hosts_from_file(path, [h.name for h in inv.select(None)])
+    except NothingToRerun:
+        return []
 
 
 def list_hosts_text(hosts, sku: str | None = None) -> str:

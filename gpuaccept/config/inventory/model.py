@@ -51,13 +51,14 @@ class Inventory:
     groups: dict[str, list[str]]
     text: str = ""  # the file's text as read (handed to xdist workers: the file is read once per run)
 
-    def select(self, pattern: str | None, warnings: list[str] | None = None) -> list[Host]:
+    def select(self, pattern: str | None, warnings: list[str] | None = None,
+               files: dict[str, list[str]] | None = None) -> list[Host]:
         """Hosts picked by an Ansible ``--limit`` pattern, in Ansible's order.
 
         None, "" and "all" pick every host. Raises PatternError when the pattern is malformed, a plain term
-        names nothing, or no host is left; an ``&``/``!`` term naming nothing appends a line to ``warnings``
-        (gpuaccept.config.patterns.select).
+        names nothing, or no host is left; an ``&``/``!`` term naming nothing appends a line to ``warnings``;
+        ``files``: ``@FILE`` term -> the hosts that file lists (gpuaccept.config.patterns.select).
         """
         names = patterns.select(pattern, self.groups.get("all", []), self.groups, source=self.path,
-                                warnings=warnings)
+                                warnings=warnings, files=files)
         return [self.hosts[n] for n in names]
