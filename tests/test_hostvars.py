@@ -67,6 +67,7 @@ BAD = [
     ("[g]\nh\n[g:vars]\nnccl_env=NCCL_NVLS_ENABLE=0\n", 4, "nccl_env", "expected a mapping of environment variables"),
     ("h nccl_env=\"{'NCCL X': 1}\"\n", 1, "nccl_env", "is not a variable name"),
     ("h nccl_env=\"{'A': [1, 2]}\"\n", 1, "nccl_env", "expected text or a number"),
+    ("h gpu_sku=\n", 1, "gpu_sku", "is empty"),
     ("h nccl_env=\"{'A': True}\"\n", 1, "nccl_env", "write 1 or 0"),
     ("h nccl_env=\"['NCCL_ALGO=Ring']\"\n", 1, "nccl_env", "expected a mapping of environment variables"),
     ("h gpu_power_limit_w=600W\n", 1, "gpu_power_limit_w", "expected a positive number of watts, got str '600W'"),

@@ -164,8 +164,10 @@ def test_inventory_select_names_the_file(tmp_path):
 def test_select_on_empty_inventory_fails(tmp_path):
     path = tmp_path / "hosts.ini"
     path.write_text("")
-    with pytest.raises(PatternError, match="matches no host"):
+    with pytest.raises(PatternError, match=f"^{path} lists no host$"):  # not "--limit 'all'", none was given
         load_inventory(str(path)).select(None)
+    with pytest.raises(PatternError, match="--limit 'all' matches no host"):
+        load_inventory(str(path)).select("all")
 
 
 # ------------------------------------------------------------ oracle

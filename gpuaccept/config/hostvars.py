@@ -76,7 +76,9 @@ def _finite(value: Any) -> None:
 
 
 def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if isinstance(value, str) and not value.strip():
+        raise _Bad("is empty")
+    if not isinstance(value, str):
         raise _Bad(f"expected text, got {type(value).__name__} {shown(value)}")
     if "\x00" in value or "\n" in value:
         raise _Bad(f"expected one line of text, got {shown(value)}")

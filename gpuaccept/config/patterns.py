@@ -112,7 +112,7 @@ def _linear(expr: str) -> LinearRegex:
     except re.error as err:
         raise PatternError(f"bad regular expression {shown(expr)} in --limit: {err}") from None
     except UnsupportedRegex as err:
-        raise PatternError(f"--limit term {shown(expr)}: {err} is not supported: gpuaccept matches ~ patterns without "
+        raise PatternError(f"--limit term {shown(expr)}: not supported: {err}; gpuaccept matches ~ patterns without "
                            "backtracking, in time linear in each name (literals, ., classes, groups, |, repeats, "
                            "^ $ \\A \\Z)") from None
 
@@ -198,7 +198,8 @@ def select(pattern: str, hosts: list[str], groups: dict[str, list[str]], *, sour
     where = f" in {source}" if source else ""
     if pattern is None or pattern.strip() in ("", "all", "*"):
         if not hosts:
-            raise PatternError(f"--limit {shown(pattern or 'all')} matches no host{where}")
+            raise PatternError(f"{source or 'the inventory'} lists no host" if pattern is None or not pattern.strip()
+                               else f"--limit {shown(pattern)} matches no host{where}: it lists none")
         return list(hosts)
     host_index = dict.fromkeys(hosts)
     union: set[str] = set()

@@ -237,7 +237,7 @@ class Builder:
                 _rank(ranks, self.hosts[hname], 1_000_000)
                 _rank(ranks, fvars, 1_000_001)
             hosts[hname] = make_host(self.host_where.get(hname, self.path), hname, merged, origins, key, ranks)
-        check_addresses(self.path, hosts)
+        check_addresses(self.path, hosts, self.host_where)
         return Inventory(path=self.path, hosts=hosts, groups=members)
 
     def _reconcile_ungrouped(self) -> None:
@@ -457,14 +457,18 @@ def _canonical(address: str) -> str:
         return address.lower()
 
 
-def check_addresses(path: str, hosts: dict[str, Host]) -> None:
-    """Refuse two ssh hosts at one address and port (the same machine listed twice)."""
+def check_addresses(path: str, hosts: dict[str, Host], where: Mapping[str, str] | None = None) -> None:
+    """Refuse two ssh hosts at one address and port (the same machine listed twice), naming where the second
+    is defined (``where``: host -> ``file:line``; else ``path``) and the first."""
+    where = where or {}
     seen: dict[tuple[str, int], str] = {}
     for h in hosts.values():
         if h.connection == "local":
             continue
         key = (_canonical(h.address), h.port)
         if key in seen:
-            raise InventoryError(f"{path}: hosts {seen[key]} and {h.name} both resolve to {h.address}:{h.port}; "
-                                 "list each machine once")
+            first = seen[key]
+            at = f" (at {where[first]})" if first in where else ""
+            raise InventoryError(f"{where.get(h.name, path)}: hosts {first}{at} and {h.name} both resolve to "
+                                 f"{h.address}:{h.port}; list each machine once")
         seen[key] = h.name
