@@ -125,6 +125,9 @@ def test_first_line_names_reports_and_history(tmp_path):
     res = _pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "rep2"), "--history", "none")
     assert res.returncode == 0 and res.stdout.splitlines()[0].endswith("history in none (--history none)"), \
         res.stdout
+    # a selection of no test writes no folder, so it names none
+    res = _pytest(tmp_path, "--inventory", str(inv), "--reports", str(tmp_path / "rep3"), "-k", "no_such_test")
+    assert res.returncode == 5 and "reports in" not in res.stdout and not (tmp_path / "rep3").exists(), res.stdout
 
 
 def test_space_needed_grows_with_the_tests_and_is_judged_on_the_real_filesystem(tmp_path):

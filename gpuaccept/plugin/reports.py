@@ -151,11 +151,11 @@ class ReportPlugin:
                                        self._opt("baseline"), self._opt("standout_pct"))
             self.reporter.sinks.append(self.history)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionstart(self, session) -> None:
-        """The run's first lines say where it writes: the report folder and the history database (its
-        default, ``reports/history.sqlite`` under the suite's folder, is outside a ``--reports`` folder)."""
-        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    def _say_where(self, config) -> None:
+        """The run's first line says where it writes, once its tests are known (a selection of none writes
+        nothing): the report folder and the history database (its default, ``reports/history.sqlite`` under the
+        suite's folder, is outside a ``--reports`` folder)."""
+        tr = config.pluginmanager.get_plugin("terminalreporter")
         if tr is None or self.reporter is None:
             return
         given = self._opt("history")
@@ -276,6 +276,7 @@ class ReportPlugin:
             self.reporter.expect(it.nodeid, self._host_of(it.nodeid), self._layer_of(it.nodeid))
         if session.items and not session.config.option.collectonly:
             self._check_space(len(session.items))
+            self._say_where(session.config)
         if session.items:  # (a folder without room raised above)
             self._start_progress()  # before the fan-out: its first probes are shown as they start
 
@@ -328,6 +329,7 @@ class ReportPlugin:
             self.reporter.expect(nid, self._host_of(nid), self._layer_of(nid))
         if ids and not self.began:
             self._check_space(len(ids))
+            self._say_where(self.config)
             self._begin()
             self._expect_tests(ids)  # every worker collects the same ids: counted once
 
