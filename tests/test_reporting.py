@@ -71,6 +71,13 @@ def test_host_verdicts_and_failed_hosts():
                                                         "fleet": "FAIL"}
     assert "hbm_read_bw_gbps GPU 1: 4100 GB/s vs >= 4300" in hv["b"]["reasons"][0]
     assert failed_hosts(recs, ["a", "b", "c", "d"]) == ["b", "c", "d"]
+    # a fleet-wide test whose finding names no host (a ring below its floor, nobody singled out): every host of the
+    # run is to rerun, since the collective can only be repeated or located over all of them
+    slow = CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
+                      "failed", "fleet: internode_busbw_gbps 1.6 GB/s < min 100 GB/s (ring: a, b)", causes=[],
+                      figures=[fig("fleet", "internode_busbw_gbps", 1.6, lim=100.0)])
+    assert failed_hosts([slow], ["a", "b"]) == ["a", "b"]
+    assert failed_hosts([slow], []) == []
     # a passing fleet-wide test counts for the hosts with a figure in it (`pytest -k multinode` read "SKIP 2 hosts")
     mn = [CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
                      "passed", figures=[fig("a", "internode_rank_time_us", 1.0), fig("b", "internode_rank_time_us", 1.0),

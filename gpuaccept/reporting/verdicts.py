@@ -478,11 +478,26 @@ def action_hosts(hv: dict, hosts: list[str] | None = None) -> dict[str, list[str
 
 
 def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dict | None = None) -> list[str]:
-    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure).
-    ``hv``: :func:`host_verdicts` of the same records when already computed."""
+    """Hosts (of the run's inventory selection) with a failure or an error, in selection order (pure), and every
+    host of the run when a fleet-wide test failed or errored without filing its finding under any host (an
+    all-reduce over them below its floor, no rank, pair or rail singled out): the test can only be repeated, or
+    its culprit located, over all of them. ``hv``: :func:`host_verdicts` of the same records when already
+    computed."""
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = _selection_order(hv, hosts)
+    known = set(hosts or [])
+    if known and any(r.host is None and r.outcome in ("failed", "error") and not _filed_hosts(r, hosts, known)
+                     for r in recs):
+        return [h for h in order if h != "fleet"]
     return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in verdict_order.NOT_PASSED]
+
+
+def _filed_hosts(r: CaseRecord, names: list[str], known: set) -> set:
+    """The hosts of ``known`` a fleet-wide record's failure entries and causes are filed under, and for a record
+    written before causes those its message names (as :class:`HostVerdicts` counts them; pure)."""
+    named = _fleet_hosts_named(r.message or "", names, known) if r.causes is None else []
+    return {e.get("host") for e in r.failures if e.get("host") in known} | set(named) | \
+        {c.get("host") for c in r.causes or [] if isinstance(c, dict) and c.get("host") in known}
 
 
 #: the comment failed-hosts.txt carries for each fleet-wide test that failed, with the hosts it ran on
