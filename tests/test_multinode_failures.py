@@ -10,9 +10,10 @@ import re
 from project_helpers import failed_hosts, junit, make_project, run_pytest, strict_json
 
 
-def _multinode_run(tmp_path, base, sshds, pythons: dict[int, str] | None = None):
-    """``-k multinode`` (gloo, small) over ``sshds`` (node i's Python ``pythons[i]`` where given); stops the
-    nodes; returns (report folder, the finished process, the test's results.json record), asserting exit 1."""
+def _multinode_run(tmp_path, base, sshds, pythons: dict[int, str] | None = None, host_vars: dict[int, str] | None = None):
+    """``-k multinode`` (gloo, small) over ``sshds`` (node i's Python ``pythons[i]`` where given, its inventory
+    line ending in ``host_vars[i]``); stops the nodes; returns (report folder, the finished process, the test's
+    results.json record), asserting exit 1."""
     from project_helpers import make_project
     from sshd import write_known_hosts
     try:
@@ -20,7 +21,8 @@ def _multinode_run(tmp_path, base, sshds, pythons: dict[int, str] | None = None)
         gloo = {"backend": "gloo", "min_bytes": 4096, "max_bytes": 16384, "factor": 4, "iters": 2, "warmup": 1}
         inv = make_project(tmp_path, [], kh, extra_suite="", name="test_zz_none.py",
                            inventory_extra="\n".join(n.inventory_line(**({"python": pythons[i]} if i in (pythons or {})
-                                                                           else {})) for i, n in enumerate(sshds))
+                                                                           else {})) + (host_vars or {}).get(i, "")
+                                                      for i, n in enumerate(sshds))
                            + f"\n[gpu:vars]\nnccl_stall_s=20\nnccl_internode_probe_args={json.dumps(gloo)}\n")
         rep = tmp_path / "rep"
         res = run_pytest(tmp_path, "--inventory", str(inv), "--known-hosts", kh, "--reports", str(rep),
@@ -148,6 +150,19 @@ def test_missing_gloo_interface_of_one_node_blames_it_alone_as_its_configuration
     assert failed_hosts(rep / "failed-hosts.txt") == ["if2"]
     assert failed_hosts(rep / "hosts-fix-config.txt") == ["if2"]
     assert not (rep / "hosts-check-network.txt").exists() or failed_hosts(rep / "hosts-check-network.txt") == []
+
+
+def test_a_socket_interface_set_in_the_inventory_is_named_as_the_inventorys(tmp_path, tmp_path_factory):
+    """The same missing interface, set by host if2's inventory line (``nccl_env``) instead of its environment:
+    the finding names the inventory's nccl_env, not "node environment" (an operator would search the node's
+    profile files for a setting that only the inventory makes)."""
+    from sshd import start_sshd
+    base = tmp_path_factory.mktemp("ifname-inv")
+    sshds = [start_sshd(base, address=f"127.0.0.{194 + i}", name=f"if{i + 1}") for i in range(2)]
+    rep, res, test = _multinode_run(tmp_path, base, sshds, host_vars={1: " nccl_env='{\"GLOO_SOCKET_IFNAME\": \"eth9\"}'"})
+    assert test["message"].startswith("if2: GLOO_SOCKET_IFNAME=eth9 (inventory nccl_env) names no interface"), test
+    assert [f["host"] for f in test["failures"]] == ["if2"], test["failures"]
+    assert test["failures"][0]["action"]["setting"] == "GLOO_SOCKET_IFNAME=eth9 (inventory nccl_env)", test
 
 
 def test_inventory_nccl_socket_ifname_naming_no_interface_is_that_hosts_setting():

@@ -168,7 +168,8 @@ def config(args: dict) -> dict:
     return cfg
 
 
-MULTINODE_ARGS = ("nnodes", "node_rank", "ranks_per_node", "master_addr", "marker", "host", "hosts", "stall_s")
+MULTINODE_ARGS = ("nnodes", "node_rank", "ranks_per_node", "master_addr", "marker", "host", "hosts", "stall_s",
+                  "inventory_env")
 
 
 def _multinode_config(args: dict, cfg: dict, n_gpus) -> None:
@@ -187,6 +188,10 @@ def _multinode_config(args: dict, cfg: dict, n_gpus) -> None:
     if not isinstance(hosts, list) or len(hosts) != nn or len(set(map(str, hosts))) != nn:
         raise ProbeFailed(f"hosts must list {nn} distinct names in node order, got {hosts!r}")
     stall = args.get("stall_s")
+    inv_env = args.get("inventory_env") or []  # the names of the variables the controller set from the inventory
+    if not isinstance(inv_env, list) or not all(isinstance(v, str) for v in inv_env):
+        raise ProbeFailed(f"inventory_env must list variable names, got {inv_env!r}")
+    cfg["inventory_env"] = inv_env
     cfg.update(nnodes=nn, node_rank=nr, ranks_per_node=rpn, local_ranks=rpn, world_size=nn * rpn,
                master_addr=str(args["master_addr"]), marker=str(args.get("marker") or ""),
                hosts=[str(h) for h in hosts], host=str(args.get("host") or hosts[nr]),
@@ -247,7 +252,8 @@ def nccl_ifname_matches(value: str, names: list[str]) -> list[str]:
 def socket_settings(env: dict, extra: dict, base: dict, backend: str, names: list[str] | None = None) -> list[dict]:
     """The socket-interface settings the ranks run with (``env``, from :func:`worker_env`), one dict per
     variable of :data:`SOCKET_IFNAME_VARS` that is set: ``variable``, ``value``, ``from`` ("inventory": the
-    controller's ``extra``; "node environment": the probe's own environment ``base``; "probe": the interface
+    controller's ``extra``, or a name the controller said it set from the inventory (``inventory_env``); "node
+    environment": the probe's own environment ``base``; "probe": the interface
     toward the rendezvous it chose), ``used`` (``backend`` reads it), ``listed`` (the names it gives, without
     NCCL's ``^``/``=``), ``missing`` (listed names no interface of this host has) and ``matched`` (the host's
     interfaces it selects: every listed one that exists for gloo, NCCL's prefix rule for NCCL:

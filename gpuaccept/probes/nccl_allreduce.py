@@ -242,7 +242,8 @@ def _share(cfg: dict) -> dict:
              "master_addr": cfg["master_addr"], "master_port": port, "marker": cfg["marker"],
              "backend": cfg["backend"], "world_size": cfg["world_size"],
              "interfaces": host_interfaces()}
-    where["socket_ifnames"] = socket_settings(env, cfg["env"], os.environ, cfg["backend"], where["interfaces"])
+    from_inventory = {**dict.fromkeys(cfg.get("inventory_env") or ()), **cfg["env"]}  # set by the controller
+    where["socket_ifnames"] = socket_settings(env, from_inventory, os.environ, cfg["backend"], where["interfaces"])
     with tempfile.TemporaryDirectory(prefix="gpuaccept-allreduce-", dir=scratch_dir()) as tmp:
         log(f"nccl_allreduce: node {cfg['node_rank']}/{cfg['nnodes']} ({cfg['host']}) "
             f"{cfg['backend']} ranks {cfg['node_rank'] * cfg['ranks_per_node']}.."

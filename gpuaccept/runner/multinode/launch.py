@@ -232,7 +232,8 @@ def _run_once(nodes: list[HostRunner], st: Settings, master: str, port: int, mar
         base["stall_s"] = st.stall_s
     results: dict[str, HostResult] = {}
     with ThreadPoolExecutor(max_workers=len(nodes), thread_name_prefix="mn") as ex:
-        futs = {ex.submit(_launch, n, {**base, "node_rank": i, "host": n.name},
+        futs = {ex.submit(_launch, n, {**base, "node_rank": i, "host": n.name,
+                                       "inventory_env": sorted(nccl_environment(n.host.vars))},
                           {**nccl_environment(n.host.vars), **st.env}, st.call_timeout()): n
                 for i, n in enumerate(nodes)}
         pending, abort_at, aborted = set(futs), None, []
