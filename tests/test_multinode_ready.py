@@ -62,7 +62,8 @@ def test_pair_is_measured_beside_a_host_whose_name_does_not_resolve(tmp_path, tm
     assert isinstance(busbw["value"], float) and busbw["value"] > 0, busbw
     assert busbw["extra"]["hosts"] == ["rd1", "rd2"], busbw
     print(f"\npair rd1+rd2 beside an unresolvable rd3: busbw {busbw['value']} GB/s at {busbw['extra']['bytes']} B")
-    assert "2 hosts x 1 ranks = world 2" in res.stdout, out
+    assert "2 hosts x 1 ranks = world 2, gloo, no NCCL (gloo: NCCL_* variables are not read)" in res.stdout, out
+    assert "NCCL None" not in res.stdout, out
     causes = test["causes"]
     assert [c["host"] for c in causes] == ["rd3"], causes
     assert causes[0]["class"] == "connectivity" and causes[0]["kind"] == "name_unresolved", causes

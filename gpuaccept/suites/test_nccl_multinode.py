@@ -113,8 +113,10 @@ def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
     (figures that cannot be judged)."""
     doc = col.doc
     n = len(col.hosts) * st.ranks_per_node
+    lib = f"NCCL {doc['nccl_version']}" if doc.get("nccl_version") else \
+        "no NCCL (gloo: NCCL_* variables are not read)" if doc.get("backend") == "gloo" else "NCCL version not read"
     print(f"\n# {label}: {len(col.hosts)} hosts x {st.ranks_per_node} ranks = world {n}, {doc.get('backend')}, "
-          f"NCCL {doc.get('nccl_version')}, rendezvous {col.master_addr}:{col.master_port}\n{format_table(doc)}")
+          f"{lib}, rendezvous {col.master_addr}:{col.master_port}\n{format_table(doc)}")
     busbw, row = mn.busbw_at(doc, group.at_bytes)
     at = row.get("bytes") or group.at_bytes
     verdicts.record("internode_allreduce_table", doc.get("rows"), extra={
