@@ -181,13 +181,8 @@ class HostVerdicts:
         if not r.host and r.outcome == "error" and unfinished(r.message, r.causes):  # every host it held was cut off
             targets += [h for h in self.names if h not in targets]
         elif not r.host and r.outcome in ("failed", "error"):
-            # the hosts its failure entries and causes are filed under: a fleet-wide test blames only the hosts it
-            # proves something about; a record written before causes: those its message names too (cut to its
-            # last 4,000 characters, so it alone can miss hosts)
-            filed = [e.get("host") for e in r.failures if e.get("host") in self.known] + \
-                [c.get("host") for c in r.causes or [] if isinstance(c, dict) and c.get("host") in self.known]
-            named = _fleet_hosts_named(r.message or "", self.names, self.known) if r.causes is None else []
-            targets += list(dict.fromkeys(filed + named))
+            # a fleet-wide test blames only the hosts it proves something about (:func:`filed_hosts`)
+            targets += filed_hosts(r, self.names, self.known)
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
         for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
@@ -486,18 +481,21 @@ def failed_hosts(recs: list[CaseRecord], hosts: list[str] | None = None, hv: dic
     hv = hv if hv is not None else host_verdicts(recs, hosts)
     order = _selection_order(hv, hosts)
     known = set(hosts or [])
-    if known and any(r.host is None and r.outcome in ("failed", "error") and not _filed_hosts(r, hosts, known)
+    if known and any(r.host is None and r.outcome in ("failed", "error") and not filed_hosts(r, hosts, known)
                      for r in recs):
         return [h for h in order if h != "fleet"]
     return [h for h in order if h in hv and h != "fleet" and hv[h]["verdict"] in verdict_order.NOT_PASSED]
 
 
-def _filed_hosts(r: CaseRecord, names: list[str], known: set) -> set:
-    """The hosts of ``known`` a fleet-wide record's failure entries and causes are filed under, and for a record
-    written before causes those its message names (as :class:`HostVerdicts` counts them; pure)."""
+def filed_hosts(r: CaseRecord, names: list[str], known: set) -> list[str]:
+    """The hosts (of ``known``; ``names`` in selection order) a failed or errored fleet-wide record is counted
+    against, each once (pure): those its failure entries and causes are filed under, and for a record written
+    before causes those its message names (cut to its last 4,000 characters, so it alone can miss hosts).
+    :class:`HostVerdicts` and :func:`failed_hosts` both read it."""
+    filed = [e.get("host") for e in r.failures if e.get("host") in known] + \
+        [c.get("host") for c in r.causes or [] if isinstance(c, dict) and c.get("host") in known]
     named = _fleet_hosts_named(r.message or "", names, known) if r.causes is None else []
-    return {e.get("host") for e in r.failures if e.get("host") in known} | set(named) | \
-        {c.get("host") for c in r.causes or [] if isinstance(c, dict) and c.get("host") in known}
+    return list(dict.fromkeys(filed + named))
 
 
 #: the comment failed-hosts.txt carries for each fleet-wide test that failed, with the hosts it ran on
