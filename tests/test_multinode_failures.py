@@ -47,6 +47,9 @@ def test_unreachable_host_of_the_inter_node_allreduce_is_an_error_not_a_failure(
     rep, res, test = _multinode_run(tmp_path, base, sshds)
     assert test["outcome"] == "error" and test["message"].startswith("u2: unreachable"), test
     assert failed_hosts(rep / "failed-hosts.txt") == ["u2"]
+    summary = (rep / "summary.md").read_text()  # u1 and u3 read SKIP saying why, not a bare SKIP
+    assert summary.count("not judged by fleet-wide test_allreduce_multinode (ERROR filed under u2): u2: "
+                         "unreachable") == 2, summary
     assert "1 error" in res.stdout and "failed" not in res.stdout.splitlines()[-1], res.stdout[-500:]
 
 

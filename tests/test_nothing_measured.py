@@ -70,3 +70,24 @@ def test_the_main_job_without_a_gpu_judges_only_the_host(tmp_path):
     assert "gpuaccept: SKIP (1 host SKIP), 0 GPU figures judged" in res.stdout
     summary = (rep2 / "summary.md").read_text()
     assert "**SKIP** 1 host, 0 GPU figures judged" in summary and "**PASS**" not in summary
+
+
+def test_hosts_a_fleet_wide_failure_does_not_blame_say_why_they_were_not_judged():
+    """An inter-node all-reduce that u2 broke (an ERROR filed under u2) judged nothing of u1 and u3: they read SKIP
+    with the reason naming the test, the host it is filed under and its first line, not a bare SKIP. A failure
+    that singles out no host says so; a host with a verdict of its own keeps it, without that reason."""
+    err = CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
+                     "error", "u2: unreachable: connection timed out\nmore", causes=[{"host": "u2", "kind": "unreachable",
+                                                                               "class": "connectivity"}])
+    own = CaseRecord("s/test_memory.py::test_hbm[u3]", "test_hbm[u3]", "u3", "memory", "passed",
+                     figures=[_fig("u3", "hbm_read_bw_gbps", "pass", gpu=0)])
+    hv = host_verdicts([err, own], ["u1", "u2", "u3"])
+    assert {h: v["verdict"] for h, v in hv.items()} == {"u1": "SKIP", "u2": "ERROR", "u3": "PASS", "fleet": "ERROR"}
+    assert hv["u1"]["reasons"] == ["not judged by fleet-wide test_allreduce_multinode (ERROR filed under u2): "
+                                   "u2: unreachable: connection timed out"]
+    assert not any("not judged" in x for x in hv["u3"]["reasons"] + hv["u2"]["reasons"]), hv
+    slow = CaseRecord(err.nodeid, err.name, None, "nccl", "failed", "fleet: internode_busbw_gbps 3 GB/s < min 9 GB/s")
+    hv = host_verdicts([slow], ["u1", "u2"])
+    assert [v["reasons"] for h, v in sorted(hv.items()) if h != "fleet"] == [
+        ["not judged by fleet-wide test_allreduce_multinode (FAIL, no host singled out): fleet: internode_busbw_gbps "
+         "3 GB/s < min 9 GB/s"]] * 2

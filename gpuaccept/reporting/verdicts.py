@@ -173,6 +173,7 @@ class HostVerdicts:
         self.judged: dict[str, int] = {}  # host -> its passed tests that judged something (judged_something)
         self.recorded: dict[str, int] = {}  # host -> figures its passed tests recorded without a limit
         self.gpu_judged = 0  # figures of a GPU judged against a limit (pass or fail), the whole run
+        self.elsewhere: list[tuple[set, str]] = []  # fleet-wide failures: (hosts filed, the reason for the others)
 
     def add(self, r: CaseRecord) -> None:
         """Count record ``r`` for its host (a fleet-wide test: for ``fleet`` and the hosts it names or that took
@@ -183,6 +184,7 @@ class HostVerdicts:
         elif not r.host and r.outcome in ("failed", "error"):
             # a fleet-wide test blames only the hosts it proves something about (:func:`filed_hosts`)
             targets += filed_hosts(r, self.names, self.known)
+            self.elsewhere.append((set(targets), elsewhere_text(r, targets[1:])))
         elif not r.host and r.outcome == "passed":  # the hosts that took part (a figure of theirs) passed it
             targets += sorted({f.get("host") for f in r.figures if f.get("host") in self.known})
         for e in r.failures:  # the GPUs that failed, by the GPU each failure line names
@@ -261,10 +263,30 @@ class HostVerdicts:
             if v["verdict"] == "PASS" and not self.judged.get(h):
                 v["verdict"] = "SKIP"  # nothing judged is not PASS: a pass that judged nothing leaves SKIP
                 v["reasons"].append(nothing_judged(self.recorded.get(h, 0)))
+            if v["verdict"] == "SKIP" and h != "fleet":  # why the fleet-wide tests it took part in judged it not
+                v["reasons"] = [x for x in v["reasons"] if not x.startswith(ELSEWHERE)] + \
+                    [why for filed, why in self.elsewhere if h not in filed and h in self.known]
             if v.get("gpus"):  # how many GPUs the host showed (a figure of theirs), when any did
                 seen = self.seen.get(h, set())
                 v["gpus_seen"] = len(seen | set(v["gpus"])) if seen else None
         return self.out
+
+
+#: the head of a SKIP host's reason naming a fleet-wide test that failed or errored on another host's account
+ELSEWHERE = "not judged by fleet-wide "
+
+
+def elsewhere_text(r: CaseRecord, filed: list[str]) -> str:
+    """The reason a host of the run that a failed or errored fleet-wide record does not blame reads while its
+    verdict is SKIP (pure): ``"not judged by fleet-wide test_allreduce_multinode (ERROR filed under u2): u2:
+    unreachable: ..."``, or ``"... (FAIL, no host singled out): ..."`` when the record names none of the run's
+    hosts (``filed``: those it is filed under, :func:`filed_hosts`). The test judged no figure of this host, and
+    found no fault of it either."""
+    word = "FAIL" if r.outcome == "failed" else "ERROR"
+    under = f" filed under {', '.join(filed[:5])}{f', +{len(filed) - 5} more' if len(filed) > 5 else ''}" if filed \
+        else ", no host singled out"
+    first = next((ln for ln in (r.message or "").splitlines() if ln.strip()), r.outcome)
+    return f"{ELSEWHERE}{r.name.split('[')[0]} ({word}{under}): {first}"
 
 
 def _entry_actions(r: CaseRecord, hosts: tuple) -> list[dict]:
