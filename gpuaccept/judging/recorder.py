@@ -41,6 +41,9 @@ FAILURE_KEY = "gpuaccept.failure"
 #: user_properties key of each figure found below its floor once and not again (``{host, gpu, pci_bus_id,
 #: serial, check, first, second, unit, line}``): recorded as unstable, not as a failure (gpuaccept.judging.confirm)
 UNSTABLE_KEY = "gpuaccept.unstable"
+#: user_properties key of each text a test shows an operator who asked for its output (``-s``: nccl-tests' table);
+#: the process running the terminal writes it (gpuaccept.plugin.shown), under pytest-xdist too
+SHOW_KEY = "gpuaccept.show"
 
 
 def gpu_label(gpu: dict | None) -> str:
@@ -211,6 +214,12 @@ class Recorder:
         return other
 
     # -- recording -----------------------------------------------------------------------------
+    def show(self, text: str) -> None:
+        """Show ``text`` (a table, in the field's layout) on the run's console when its output is asked for
+        (``-s``), after this test's progress mark, from whichever process runs the terminal: under pytest-xdist a
+        worker's own output is not shown (gpuaccept.plugin.shown)."""
+        self.item.user_properties.append((SHOW_KEY, text))
+
     def record(self, check: str, value: Any, unit: str = "", gpu: dict | int | None = None,
                limit: Limit | None = None, extra: dict | None = None, figure: str | None = None,
                context: str | None = None, confirm: bool = False) -> bool:

@@ -46,7 +46,7 @@ from gpuaccept.config import selection
 from gpuaccept.config.options import add_options
 from gpuaccept.config.paths import SUITES_DIR
 from gpuaccept.config.selection import list_hosts_text
-from gpuaccept.plugin import collection, empty_shard, nodeactions, output
+from gpuaccept.plugin import collection, empty_shard, nodeactions, output, shown
 from gpuaccept.plugin.collection import pytest_pycollect_makemodule  # noqa: F401 - a hook of this plugin
 from gpuaccept.plugin.outcomes import DeclaredGpuMissing, declared_text, error_causes, missing_package_line, quiet_excinfo
 
@@ -193,6 +193,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from gpuaccept.plugin.repeated_errors import RepeatedErrors
         from gpuaccept.plugin.reports import ReportPlugin
         config.pluginmanager.register(RepeatedErrors(), "gpuaccept-repeated-errors")
+        shown.register(config)  # -s: the tests' tables, from their reports (a worker's output is not shown)
         try:  # the report hooks, as an object holding this run's report config
             config.pluginmanager.register(ReportPlugin(config, state, inv_path), "gpuaccept-reporting")
         except ConfigError as e:

@@ -46,7 +46,7 @@ def test_allreduce(node: HostRunner, gpus, sku, verdicts, request):
     verdicts.conditions(doc, gpus)
     seen = _seen(node, doc, host_env, pin)
     table = format_table(doc)
-    print(f"\n# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
+    verdicts.show(f"# {node.name}: nccl_allreduce, world size {n}, NCCL {doc.get('nccl_version')}, "
           f"{'NCCL_ALGO=' + pin['NCCL_ALGO'] if pin else 'NCCL_ALGO from the inventory'}\n{table}")
     verdicts.record("allreduce_table", doc.get("rows"), extra={"nccl_version": doc.get("nccl_version"),
                     "transports": doc.get("transports"), "algos": doc.get("algos"), "world_size": n,

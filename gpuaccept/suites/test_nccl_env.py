@@ -61,7 +61,7 @@ def test_nccl_environment(node: HostRunner, verdicts, specs, nodes):
     features = nccl_scope.Features(shape, len(nodes), lambda: _rdma_nic(node))
     found, notes = nccl_scope.in_scope(found, features, shape.describe() if shape else "")
     for line in notes:
-        print(f"{node.name}: note: {line}")
+        verdicts.show(f"{node.name}: note: {line}")
     verdicts.apply(found)
     verdicts.finish()
 

@@ -115,7 +115,7 @@ def _record_collective(verdicts: Recorder, col: mn.Collective, st: mn.Settings,
     n = len(col.hosts) * st.ranks_per_node
     lib = f"NCCL {doc['nccl_version']}" if doc.get("nccl_version") else \
         "no NCCL (gloo: NCCL_* variables are not read)" if doc.get("backend") == "gloo" else "NCCL version not read"
-    print(f"\n# {label}: {len(col.hosts)} hosts x {st.ranks_per_node} ranks = world {n}, {doc.get('backend')}, "
+    verdicts.show(f"# {label}: {len(col.hosts)} hosts x {st.ranks_per_node} ranks = world {n}, {doc.get('backend')}, "
           f"{lib}, rendezvous {col.master_addr}:{col.master_port}\n{format_table(doc)}")
     busbw, row = mn.busbw_at(doc, group.at_bytes)
     at = row.get("bytes") or group.at_bytes
@@ -237,11 +237,12 @@ def _pairwise(nodes, verdicts, st, group, notes, specs=None):
     for p in rep.pairs:
         verdicts.record("pairwise_busbw_gbps", p.busbw, "GB/s", extra={
             "pair": list(p.pair), "round": p.round, "passed": p.passed, "why": p.why, "wall_s": p.wall_s})
-    print(f"\n# pairwise, seed {rep.seed}, {len(rep.round_wall_s)} round(s) of {rep.round_wall_s} s")
+    lines = [f"# pairwise, seed {rep.seed}, {len(rep.round_wall_s)} round(s) of {rep.round_wall_s} s"]
     for p in rep.pairs:
         fig = "error" if p.busbw is None else f"{p.busbw:.4g} GB/s"
-        print(f"#   round {p.round}  {p.pair[0]:>12} + {p.pair[1]:<12} {fig:>14}  {'pass' if p.passed else 'FAIL'}  "
-              f"{'' if p.passed else p.why}")
+        lines.append(f"#   round {p.round}  {p.pair[0]:>12} + {p.pair[1]:<12} {fig:>14}  "
+                     f"{'pass' if p.passed else 'FAIL'}  {'' if p.passed else p.why}".rstrip())
+    verdicts.show("\n".join(lines))
     for h, (passed, total) in rep.status["ratio"].items():
         verdicts.for_host(h).record("pairwise_pass_ratio", round(passed / total, 3) if total else None, "",
                                     extra={"passed": passed, "pairs": total, "seed": rep.seed})
@@ -274,7 +275,7 @@ def _rails(nodes, verdicts, st, group, notes):
             continue
         if r.collective.ok:
             _check_hosts(verdicts, r.collective, nodes, group, st.args["backend"])
-            print(f"\n# rail {r.rail} (CUDA_VISIBLE_DEVICES={r.rail} on every host)\n{format_table(r.collective.doc)}")
+            verdicts.show(f"# rail {r.rail} (CUDA_VISIBLE_DEVICES={r.rail} on every host)\n{format_table(r.collective.doc)}")
         if not r.passed:
             verdicts.fail(f"rail {r.rail} (GPU {r.rail} of every host) is slow or broken: {r.why}")
     return errors
