@@ -237,17 +237,25 @@ def main(argv: list[str] | None = None) -> int:
     profiles = [p for p in a.profiles.split(",") if p]
     peer_figs, peer_walls = peers(a.peer, a.peer_cmd)
     with tempfile.TemporaryDirectory(prefix="ttv-") as tmp:
-        work = Path(a.keep) if a.keep else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
+        if a.keep:  # a folder of its own under --keep: a run refuses a report folder that holds an earlier run
+            Path(a.keep).mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix="ttv-", dir=a.keep))
+        else:
+            work = Path(tmp)
         print(f"time to verdict: inventory {a.inventory}, -m {shlex.quote(a.markers)}, {a.rounds} round(s)")
         figures: dict[str, dict[str, float]] = {}
         for prof in profiles:
             runs = [run_profile(prof, a.inventory, a.markers, a.pytest_args, work, i) for i in range(a.rounds)]
+            every = ", ".join(f"{w:.2f} s (rc {rc})" for w, rc, _, _ in runs)
+            runs = [r for r in runs if r[1] in (0, 1)]  # a verdict (pass or fail); a refused or broken run is none
+            if not runs:
+                print(f"\n## --profile {prof}: no round reached a verdict: {every}")
+                continue
             walls = [w for w, _, _, _ in runs]
             per = [probe_seconds(rep) for _, _, rep, _ in runs]
             figures[prof] = product_figures(runs[-1][2])
             print(f"\n## --profile {prof}: wall {min(walls):.2f} s min, {statistics.median(walls):.2f} s median "
-                  f"(rc {', '.join(str(rc) for _, rc, _, _ in runs)})")
+                  f"of the {len(runs)} round(s) with a verdict; each round: {every}")
             ends = [ph for _, _, _, ph in runs if ph]
             if ends:
                 print(f"controller: {statistics.median(b for b, _ in ends):.2f} s from the start to the first probe, "
@@ -266,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         for peer, pairs in PAIRS.items():
             for fig, check in pairs:
                 pv = (peer_figs.get(peer) or {}).get(fig)
-                mine = [figures[p].get(check) for p in profiles]
+                mine = [figures.get(p, {}).get(check) for p in profiles]
                 if pv is None and all(m is None for m in mine):
                     continue
                 last = next((m for m in reversed(mine) if m is not None), None)

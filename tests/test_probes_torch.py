@@ -255,6 +255,25 @@ def test_matmul_candidate_shapes():
     assert mm.candidate_shapes("fp8", cube, None) == [cube]
 
 
+def test_matmul_fp8_default_is_the_deep_k_e4m3_out_product_where_sms_are_known():
+    """The candidate measured without a search (the quick profile) and kept unless another beats it: for fp8 on a
+    132-SM GPU the deep-K product writing e4m3 (the fastest measured on H100 and H200); with no SM count (cpu) the
+    asked shape writing bf16; for bf16 the asked shape, K-major. Searched sets hold every shape and path once."""
+    mm = load("matmul_tflops")
+    cube = (8192, 8192, 8192)
+    deep = {"m": 8448, "n": 8192, "k": 32768, "layout": "A@B^T", "path": "scaled_mm/fp8-out", "use_fast_accum": False}
+    assert mm.candidates("fp8", cube, 132, False, False) == [deep]
+    full = mm.candidates("fp8", cube, 132, True, False)
+    assert full[0] == deep and len(full) == 6 and len({tuple(sorted(c.items())) for c in full}) == 6
+    assert {(c["m"], c["k"], c["path"]) for c in full} == {
+        (m, k, p) for m, k in ((8192, 8192), (8448, 8192), (8448, 32768))
+        for p in ("scaled_mm/fp8-out", "scaled_mm/bf16-out")}
+    assert mm.candidates("fp8", cube, None, False, True) == [
+        {"m": 8192, "n": 8192, "k": 8192, "layout": "A@B^T", "path": "scaled_mm/bf16-out", "use_fast_accum": True}]
+    assert mm.candidates("bf16", cube, 132, False, False) == [
+        {"m": 8192, "n": 8192, "k": 8192, "layout": "A@B^T", "path": "mm"}]
+
+
 def test_matmul_trial_order_mirrors_rounds():
     mm = load("matmul_tflops")
     order = mm.trial_order(3, 4)

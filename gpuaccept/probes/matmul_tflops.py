@@ -33,12 +33,14 @@ timed batch of every window. Operands: torch.randn (random data draws realistic 
 (torch.float8_e4m3fn) with per-tensor fp32 scales; tf32 is fp32 inputs with
 torch.backends.cuda.matmul.allow_tf32 = True, set for that dtype only and restored after.
 
-Candidates (:func:`candidate_set`), per dtype, the first the default (the figure the thresholds were measured
-on): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`: 8448 x 8192 x 8192 on a 132-SM
-H100/H200, whose 128 x 256 tiles fill whole waves), for fp8 also its "deep-K" variant (8448 x 8192 x 32768);
-layout "A@B^T" (B stored (n, k): both operands K-major, what nn.Linear and torch._scaled_mm use) and, for
-bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the path "scaled_mm/bf16-out" (default) and "scaled_mm/fp8-out"
-(e4m3 output into a preallocated C: mamf-finder's call, stas00/ml-engineering
+Candidates (:func:`candidate_set`), per dtype, the first the default (the one measured without a search:
+``search`` false, the quick profile): shape m x n x k, and on cuda its "wave-fit" variant (:func:`wave_fit_m`:
+8448 x 8192 x 8192 on a 132-SM H100/H200, whose 128 x 256 tiles fill whole waves), for fp8 also its "deep-K"
+variant (8448 x 8192 x 32768); layout "A@B^T" (B stored (n, k): both operands K-major, what nn.Linear and
+torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the paths "scaled_mm/fp8-out"
+(e4m3 output into a preallocated C: mamf-finder's call) and "scaled_mm/bf16-out". fp8's default on cuda is the
+deep-K e4m3-out product, the fastest measured on H100 and H200 (figures in :func:`candidate_set`); the other
+dtypes' is m x n x k, K-major (mamf-finder: stas00/ml-engineering
 compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial after the warm-up: TRIAL_ROUNDS
 batches of ~25 ms (MIN_BATCH calls at least), in rounds that alternate forward and backward over the
 candidates (:func:`trial_order`), its median; one choice is made for all GPUs from the sum of their trial
@@ -263,25 +265,38 @@ def candidate_shapes(dtype: str, shape: tuple, sm_count: int | None) -> list[tup
 
 
 def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, fast_accum: bool) -> list[dict]:
-    """The candidates tried for ``dtype`` (the first is the default, today's figure): dicts of ``m, n, k`` and
-    ``layout`` ("A@B^T": B stored (n, k), both operands K-major; "A@B": B stored (k, n) row-major) and ``path``
-    ("mm": torch.mm into a preallocated output; "scaled_mm/bf16-out" and "scaled_mm/fp8-out":
-    torch._scaled_mm with per-tensor fp32 scales writing bf16 or e4m3, the latter mamf-finder's call) and, for
-    fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes: ``shape``, plus on cuda its
-    :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is), and for fp8 its deep-K variant
-    (that M, K x :data:`DEEP_K`: an fp8 tile's MMA runs at twice bf16's rate, so its fixed cost per tile, the
-    prologue and the epilogue, weighs twice as much, and a longer K spreads it). Sustained e4m3-out products at
-    the 700 W limit, 2026-12-05, median of 3 rounds of 3 s: an H100 SXM 8192^3 1253 TFLOP/s, 8448 x 8192 x 8192
-    1275, x 16384 1298, x 32768 1308; an H200 8192^3 1217, 8448 x 8192 x 16384 1252, x 32768 1262 (16896 x
-    16384 x 16384 1254: a longer K helps, larger M and N do not). The set never changes the FLOP
-    convention (2*m*n*k), the operands' dtype or the dense kernels the datasheet peaks count, so every
-    candidate is judged against the same limit."""
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count if searched and dev.type == "cuda" else None
+    """The candidates tried for ``dtype`` (the first is the default, the figure measured without a search): dicts
+    of ``m, n, k`` and ``layout`` ("A@B^T": B stored (n, k), both operands K-major; "A@B": B stored (k, n)
+    row-major) and ``path`` ("mm": torch.mm into a preallocated output; "scaled_mm/bf16-out" and
+    "scaled_mm/fp8-out": torch._scaled_mm with per-tensor fp32 scales writing bf16 or e4m3, the latter
+    mamf-finder's call) and, for fp8, ``use_fast_accum``. ``searched`` False: the default alone. Shapes:
+    ``shape``, plus on cuda its :func:`wave_fit_m` variant (not for fp64, whose 4096^3 is judged as is), and for
+    fp8 its deep-K variant (that M, K x :data:`DEEP_K`: an fp8 tile's MMA runs at twice bf16's rate, so its fixed
+    cost per tile, the prologue and the epilogue, weighs twice as much, and a longer K spreads it).
+
+    fp8's default on cuda is the deep-K variant through "scaled_mm/fp8-out", the fastest of the set on both
+    Hopper SKUs measured. Sustained e4m3-out products at the 700 W limit, 2026-12-05, median of 3 rounds of
+    3 s: an H100 SXM 8192^3 1253 TFLOP/s, 8448 x 8192 x 8192 1275, x 16384 1298, x 32768 1308; an H200 8192^3
+    1217, 8448 x 8192 x 16384 1252, x 32768 1262 (16896 x 16384 x 16384 1254: a longer K helps, larger M and N
+    do not). An H100 SXM, 2026-12-06, median of 2 rounds of 2 s: 8448 x 8192 x 32768 e4m3-out 1309.5,
+    bf16-out 1273.5; 8192^3 e4m3-out 1255.1, bf16-out 1245.2. Elsewhere (no SM count: cpu) the default is
+    ``shape`` through "scaled_mm/bf16-out". The set never changes the FLOP convention (2*m*n*k), the operands'
+    dtype or the dense kernels the datasheet peaks count, so every candidate is judged against the same
+    limit."""
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" and (
+        searched or dtype == "fp8") else None
+    return candidates(dtype, shape, sms, searched, fast_accum)
+
+
+def candidates(dtype: str, shape: tuple, sms: int | None, searched: bool, fast_accum: bool) -> list[dict]:
+    """:func:`candidate_set` for a device of ``sms`` SMs (None: no SM count, cpu), pure."""
     shapes = candidate_shapes(dtype, shape, sms)
     if dtype == "fp8":
-        paths = [("A@B^T", "scaled_mm/bf16-out")] + ([("A@B^T", "scaled_mm/fp8-out")] if searched else [])
+        paths = [("A@B^T", "scaled_mm/bf16-out"), ("A@B^T", "scaled_mm/fp8-out")]
+        if sms:  # the deep-K e4m3-out product first: the fastest measured (see above)
+            shapes, paths = shapes[-1:] + shapes[:-1], paths[::-1]
     else:
-        paths = [("A@B^T", "mm")] + ([("A@B", "mm")] if searched and dtype != "fp64" else [])
+        paths = [("A@B^T", "mm")] + ([("A@B", "mm")] if dtype != "fp64" else [])
     out = []
     for mm_, nn_, kk_ in shapes:
         for layout, path in paths:
@@ -289,7 +304,7 @@ def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, f
             if dtype == "fp8":
                 c["use_fast_accum"] = fast_accum
             out.append(c)
-    return out
+    return out if searched else out[:1]
 
 
 def make_matmul(dtype: str, cand: dict, dev: torch.device, seed: int):
@@ -486,9 +501,9 @@ def matmul_config(args: dict, device: str, dtypes: list[str]) -> dict:
         shape = tuple(int(args.get(x, default)) for x in ("m", "n", "k"))
         if min(shape) < 1:
             raise ProbeFailed(f"m, n, k must be >= 1, got {shape}")
-        cands[d] = candidate_set(d, shape, dev, search, fast_accum)
-        if explicit:  # the shape asked for is the one measured; layouts and paths are still tried
-            cands[d] = [c for c in cands[d] if (c["m"], c["n"], c["k"]) == shape]
+        cands[d] = candidate_set(d, shape, dev, search or explicit, fast_accum)
+        if explicit:  # the shape asked for is the one measured; layouts and paths are still tried (search)
+            cands[d] = [c for c in cands[d] if (c["m"], c["n"], c["k"]) == shape][:None if search else 1]
     if "seconds_per_dtype" in args:  # the older argument: a fixed window, floor = ceiling
         args = {**args, "min_seconds": args["seconds_per_dtype"], "max_seconds": args["seconds_per_dtype"]}
     cuda = device == "cuda"
