@@ -90,6 +90,13 @@ class NameUnresolved(HostUnreachable):
     cause_kind = "name_unresolved"
 
 
+class SshRefused(HostUnreachable):
+    """Every address of the host answered the TCP connect with a refusal (ECONNREFUSED: RST): the host is up and
+    nothing listens on its SSH port, or a firewall rejects it; ``evidence``: ``{"address", "port"}``."""
+
+    cause_kind = "ssh_refused"
+
+
 class HostKeyError(TransportError):
     """The host's SSH key is not in known_hosts (and new keys are not accepted), or it changed."""
 

@@ -114,6 +114,6 @@ def test_hosts_whose_tests_k_left_out_are_not_in_the_run_and_a_dead_host_alone_i
                      "--prometheus-textfile", str(prom))
     series = [ln for ln in prom.read_text().splitlines() if ln.startswith("gpuaccept_host_verdict{")]
     assert res.returncode == 1, res.stdout[-3000:]
-    assert any('action="rerun"' in ln and 'host="dead-01"' in ln and 'verdict="ERROR"' in ln for ln in series), series
+    assert any('action="check-network"' in ln and 'host="dead-01"' in ln and 'verdict="ERROR"' in ln for ln in series), series
     assert not any('host="g1"' in ln and 'verdict="ERROR"' in ln for ln in series), series
     assert failed_hosts(rep2 / "failed-hosts.txt") == ["dead-01"]

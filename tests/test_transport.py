@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable
+from gpuaccept.errors import AuthError, CommandTimeout, HostKeyError, HostUnreachable, SshRefused
+from gpuaccept.judging.actions import for_cause
 from gpuaccept.transport import CommandResult, get_transport
 from gpuaccept.transport.ssh import KILL_BUDGET_S, SSHTransport, fingerprint
 from process_helpers import LOADED_SLACK_S, WATCHDOG, FakeHost, assert_gone, host_for, live_pids, marker, wait_started
@@ -200,12 +201,22 @@ def test_bad_key_files(sshd_nodes, known_hosts, tmp_path):
 
 
 def test_connection_refused():
+    """A real refusal (nothing listens on the port): SshRefused, at once, with the address and port as evidence,
+    and its action check-network naming the port (the host is up: sshd is down, elsewhere, or firewalled); a
+    host that does not answer at all stays HostUnreachable (rerun)."""
     port = free_port("127.0.0.9")
     t = get_transport(FakeHost(name="ghost", address="127.0.0.9", port=port, user="root"), connect_timeout=60)
     t0 = time.monotonic()
-    with pytest.raises(HostUnreachable, match=f"ghost: cannot connect to \\[127.0.0.9\\]:{port}: .*refused"):
+    with pytest.raises(SshRefused, match=f"ghost: cannot connect to \\[127.0.0.9\\]:{port}: .*refused") as ei:
         t.run("true")
     assert time.monotonic() - t0 < LOADED_SLACK_S  # refused at once, not after the 60 s connect timeout
+    cause = ei.value.cause
+    assert (cause.cls, cause.kind, cause.host, cause.evidence) == ("connectivity", "ssh_refused", "ghost",
+                                                                   {"address": "127.0.0.9", "port": port})
+    act = for_cause(cause)
+    assert act.action == "check-network" and f"refused SSH on port {port}" in act.reason, act
+    assert f"nc -vz 127.0.0.9 {port}" in act.command, act
+    assert for_cause(HostUnreachable("mute", "connect to [10.0.0.1]:22 timed out after 3s").cause).action == "rerun"
 
 
 def test_dns_failure():

@@ -17,6 +17,7 @@ Port, User, IdentityFile, and ProxyJump (each hop a connection of its own, the n
 """
 from __future__ import annotations
 
+import errno
 import getpass
 import logging
 import select
@@ -44,6 +45,7 @@ from gpuaccept.errors import (
     HostUnreachable,
     NameUnresolved,
     Interrupted,
+    SshRefused,
 )
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, aborting, on_abort, tracked
@@ -244,6 +246,15 @@ class SSHTransport:
         """A TCP connection to the host, cut by a cancel (``guard``): :func:`tcp_connect`."""
         return tcp_connect(self.address, self.port, self.connect_timeout, guard)
 
+    def _no_connection(self, e: NoValidConnectionsError) -> HostUnreachable:
+        """The error of a TCP connect that every address of the host turned down (``e``): SshRefused when each
+        answered with a refusal (the host is up, nothing takes SSH on its port), else HostUnreachable (no route)."""
+        causes = "; ".join(sorted({err.strerror or str(err) for err in e.errors.values()}))
+        text = f"cannot connect to {self.display}: {causes}"
+        if e.errors and all(err.errno == errno.ECONNREFUSED for err in e.errors.values()):
+            return SshRefused(self.host.name, text, {"address": self.address, "port": self.port})
+        return HostUnreachable(self.host.name, text)
+
     def _connect(self, guard: _Cancellable | None = None) -> paramiko.SSHClient:
         """Connect, complete the handshake and authenticate (each bounded by connect_timeout), within ``guard``
         (a cancel cuts it: Interrupted; default: one for this attempt)."""
@@ -259,8 +270,7 @@ class SSHTransport:
         except GpuacceptError:
             raise
         except NoValidConnectionsError as e:
-            causes = "; ".join(sorted({err.strerror or str(err) for err in e.errors.values()}))
-            raise HostUnreachable(name, f"cannot connect to {self.display}: {causes}") from None
+            raise self._no_connection(e) from None
         except socket.gaierror as e:
             raise NameUnresolved(name, f"cannot resolve {self.address}: {e.strerror or e}",
                                  {"address": self.address}) from None
@@ -305,8 +315,7 @@ class SSHTransport:
             raise AuthError(name, f"authentication as {self.user} failed with {auth_desc}: {e}") from None
         except NoValidConnectionsError as e:
             client.close()
-            causes = "; ".join(sorted({err.strerror or str(err) for err in e.errors.values()}))
-            raise HostUnreachable(name, f"cannot connect to {self.display}: {causes}") from None
+            raise self._no_connection(e) from None
         except socket.gaierror as e:
             client.close()
             raise NameUnresolved(name, f"cannot resolve {self.address}: {e.strerror or e}",
