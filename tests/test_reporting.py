@@ -114,6 +114,31 @@ def test_reporter_appends_and_bounds_rewrites(tmp_path):
     assert len(json.loads((tmp_path / "r" / "results.json").read_text())["tests"]) == 50
 
 
+def test_records_with_no_record_after_them_reach_the_whole_run_files_by_the_timer(tmp_path):
+    """Records that arrive in a burst and then none (a hung host holding the run): the timer rewrites the whole-run
+    files within FLUSH_MIN_S of the burst, so a controller killed during the stall leaves them counted; the rewrite
+    still says INCOMPLETE. Nothing is rewritten again while no record comes."""
+    import time as _time
+    from gpuaccept.reporting.reporter import FLUSH_MIN_S
+    d = tmp_path / "r"
+    rep = Reporter(str(d), "run1", {"hosts": ["a", "b"]})
+    rep.begin()
+    rep.add(CaseRecord("s/test_memory.py::t0[a]", "t0[a]", "a", "memory", "passed"))
+    rep.add(CaseRecord("s/test_memory.py::t1[b]", "t1[b]", "b", "memory", "failed", "b: hbm_read_bw_gbps 3000 GB/s"))
+    deadline = _time.monotonic() + FLUSH_MIN_S + 20
+    while _time.monotonic() < deadline and "**FAIL** `b`" not in (d / "summary.md").read_text():
+        _time.sleep(0.2)
+    summary = (d / "summary.md").read_text()
+    assert "INCOMPLETE" in summary and "**FAIL** `b`" in summary, summary
+    assert [t["nodeid"] for t in json.loads((d / "results.json").read_text())["tests"]] == [
+        "s/test_memory.py::t0[a]", "s/test_memory.py::t1[b]"]
+    written = (d / "summary.md").stat().st_mtime_ns
+    _time.sleep(0.5)
+    assert rep._timer is None and (d / "summary.md").stat().st_mtime_ns == written  # idle: no timer, no rewrite
+    rep.close("interrupted")
+    assert "INCOMPLETE" not in (d / "summary.md").read_text()
+
+
 # -- history -------------------------------------------------------------------------------------
 def _run(con, rid, started, figures, profile="standard"):
     history.record_run(con, {"run_id": rid, "started": started, "profile": profile}, [], figures, {})

@@ -4,7 +4,8 @@
 O(new result) per test); its <testcase> element is rendered then too, into ``<dir>/.spool/junit-<layer>.part``.
 The whole-run files are written at the end, on interrupt, and in between at most every :data:`FLUSH_MIN_S`
 seconds and never more often than keeps their cost under 1/:data:`FLUSH_COST_RATIO` of the run's time (see
-:meth:`Reporter.add`); each record's text is then copied from where it already lies (results.jsonl, the
+:meth:`Reporter.add`), by the next record or, when none comes (a host holding the run in a stall), by a timer:
+a run killed then (``kill -9``) leaves every record that had arrived in them; each record's text is then copied from where it already lies (results.jsonl, the
 spools), not serialised again, so a rewrite is a copy of bytes plus the per-host pages:
 ``<dir>/results.json`` (every figure and every test outcome), ``<dir>/junit-<layer>.xml`` (gpuaccept.reporting.junit),
 ``<dir>/summary.md`` (gpuaccept.reporting.summary) and ``<dir>/failed-hosts.txt`` (hosts with a failure or an
@@ -20,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from typing import Any, Callable
 
@@ -125,6 +127,10 @@ class Reporter:
         # hosts not finished (failed-hosts.txt) and the layers' tests left (JUnit) without walking every test
         self._pending_hosts: dict[str | None, int] = {}
         self._pending_layers: dict[str, int] = {}
+        # records and rewrites: the caller's thread's or the timer's (records that came with no rewrite after them)
+        self._lock = threading.RLock()
+        self._timer: threading.Timer | None = None
+        self._stopped = False
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
@@ -195,19 +201,60 @@ class Reporter:
         """Store a finished test; append it to results.jsonl and its <testcase> to its layer's spool now
         (O(this record)); rewrite the whole-run files when :data:`FLUSH_MIN_S` and :data:`FLUSH_COST_RATIO` x
         the last rewrite have passed."""
-        rec.run_id = self.run_id
-        self.last_record_at = time.time()
-        self._store(rec)
-        self._guard("results.jsonl", lambda: self._append([rec], sync=False))
+        with self._lock:
+            rec.run_id = self.run_id
+            self.last_record_at = time.time()
+            self._store(rec)
+            self._guard("results.jsonl", lambda: self._append([rec], sync=False))
+            if not self._flush_if_due():
+                self._arm()
+
+    def _flush_if_due(self, sinks: bool = True) -> bool:
+        """Rewrite the whole-run files if it is time: every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last
+        rewrite apart, and only while the rewrites so far and this one (its cost guessed from the last one's, in
+        proportion to the records) stay within 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run
+        grows). Whether it rewrote."""
         now = time.monotonic()
-        # every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last rewrite apart, and only while the rewrites so far
-        # and this one (its cost guessed from the last one's, in proportion to the records) stay within
-        # 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run grows)
-        if now >= self._next_flush:
-            guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
-            if (self.flush_total_s + guess) * FLUSH_COST_RATIO <= now - self._began:
-                self.flush()
-                self.flush_total_s += self.last_flush_s
+        if now < self._next_flush:
+            return False
+        guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
+        if (self.flush_total_s + guess) * FLUSH_COST_RATIO > now - self._began:
+            return False
+        self.flush(sinks=sinks)
+        self.flush_total_s += self.last_flush_s
+        return True
+
+    def _arm(self) -> None:
+        """Start the timer (one at a time) for records that arrived after the last rewrite, due when the next
+        rewrite may be: they reach the whole-run files though no record follows them."""
+        if self._stopped or self._timer is not None or len(self.records) == self._flushed_n:
+            return
+        guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
+        due = max(self._next_flush, self._began + (self.flush_total_s + guess) * FLUSH_COST_RATIO)
+        t = threading.Timer(max(0.05, due - time.monotonic()), self._tick)
+        t.daemon = True  # never keeps a finished controller alive
+        t.name = "gpuaccept-report-rewrite"
+        self._timer = t
+        t.start()
+
+    def _tick(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._stopped:
+                return
+            try:  # the history's own timer inserts its rows (gpuaccept.plugin.finish): no sinks here
+                self._flush_if_due(sinks=False)
+            except Exception:  # noqa: BLE001 - a rewrite the next record or the end writes again; never the run's
+                self._next_flush = time.monotonic() + FLUSH_MIN_S
+            self._arm()
+
+    def stop_timer(self) -> None:
+        """No more timer rewrites (the end of the run writes the files itself); waits for one in progress."""
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     def add_many(self, recs: list[CaseRecord]) -> None:
         """Store many finished tests at once (a merge): one append and one fsync for all of them."""
@@ -328,6 +375,7 @@ class Reporter:
 
     def close(self, missing_reason: str) -> None:
         """Mark expected tests that never reported as errors with ``missing_reason``; write everything."""
+        self.stop_timer()
         for nodeid, (host, layer) in self.expected.items():
             if nodeid not in self.records:
                 name = case_name(nodeid)
@@ -339,6 +387,7 @@ class Reporter:
     def close_jsonl(self) -> None:
         """fsync and close results.jsonl and remove the JUnit spools (the end of the run: the whole-run files
         have been written)."""
+        self.stop_timer()
         if self._jsonl is not None and not self._jsonl.closed:
             jl = self._jsonl
             self._guard("results.jsonl", lambda: (jl.flush(), os.fsync(jl.fileno()), jl.close()))
@@ -352,14 +401,19 @@ class Reporter:
         shutil.rmtree(os.path.join(self.dir, SPOOL_DIR), ignore_errors=True)
 
     # -- writers -----------------------------------------------------------------------------------
-    def flush(self, final: bool = False) -> None:
-        """Rewrite results.json, junit-<layer>.xml, summary.md and failed-hosts.txt from the records so far."""
+    def flush(self, final: bool = False, sinks: bool = True) -> None:
+        """Rewrite results.json, junit-<layer>.xml, summary.md and failed-hosts.txt from the records so far (and
+        flush the :attr:`sinks` unless ``sinks`` is False)."""
+        with self._lock:
+            self._flush(final, sinks)
+
+    def _flush(self, final: bool, sinks: bool) -> None:
         t0 = time.monotonic()
         earlier = self.write_error
         if final:  # does every file get written in the end? (an earlier failure then stands as a note only)
             self.write_error = None
         with no_gc():
-            for sink in self.sinks:
+            for sink in self.sinks if sinks else ():
                 sink.flush()
             if self._unlogged or self._files_gone():  # results.json copies the records' text from results.jsonl
                 self._guard("results.jsonl", lambda: self._append([], sync=final))
