@@ -91,3 +91,21 @@ def test_hosts_a_fleet_wide_failure_does_not_blame_say_why_they_were_not_judged(
     assert [v["reasons"] for h, v in sorted(hv.items()) if h != "fleet"] == [
         ["not judged by fleet-wide test_allreduce_multinode (FAIL, no host singled out): fleet: internode_busbw_gbps "
          "3 GB/s < min 9 GB/s"]] * 2
+
+
+def test_the_fleet_line_takes_no_action_of_a_host_a_fleet_wide_test_filed_its_finding_under():
+    """A fleet-wide all-reduce that errored because u2's name does not resolve: u2 reads check-network with its
+    getent command; the fleet line reads ERROR without that action (it is u2's, not the fleet's). A failure no
+    host is singled out for keeps the record's action on the fleet line."""
+    cause = {"class": "connectivity", "kind": "name_unresolved", "host": "u2",
+             "evidence": {"address": "gpu-99.nonexistent.invalid"}}
+    err = CaseRecord("s/test_nccl_multinode.py::test_allreduce_multinode", "test_allreduce_multinode", None, "nccl",
+                     "error", "u2: cannot resolve gpu-99.nonexistent.invalid", causes=[cause])
+    hv = host_verdicts([err], ["u1", "u2"])
+    assert hv["u2"]["verdict"] == "ERROR" and hv["u2"]["action"]["action"] == "check-network", hv["u2"]
+    assert "getent hosts gpu-99.nonexistent.invalid" in hv["u2"]["action"]["command"]
+    assert hv["fleet"]["verdict"] == "ERROR" and hv["fleet"]["action"] is None, hv["fleet"]
+    slow = CaseRecord(err.nodeid, err.name, None, "nccl", "failed", "fleet: internode_busbw_gbps 3 GB/s < min 9 GB/s",
+                      figures=[{"host": "fleet", "check": "internode_busbw_gbps", "value": 3.0, "verdict": "fail",
+                                "limit": {"min": 9.0}, "unit": "GB/s"}])
+    assert host_verdicts([slow], ["u1", "u2"])["fleet"]["action"]["action"] == "check-network"

@@ -229,9 +229,13 @@ class HostVerdicts:
                 mine = []
                 if r.host is None and h != "fleet":
                     mine = _entry_actions(r, (h,)) + actions.cause_actions(r.causes, host=h)
+                elif r.host is None and len(targets) > 1:  # the fleet line: its own findings, not a filed host's
+                    mine = _entry_actions(r, (None, "fleet")) + actions.cause_actions(
+                        [c for c in r.causes or [] if isinstance(c, dict) and c.get("host") not in self.known])
                 elif r.outcome == "failed":  # each failure entry with its GPU: a setting answers for its GPU only
                     mine = _entry_actions(r, (h, None))
-                v.setdefault("findings", []).extend(mine or [act])
+                if mine or not (r.host is None and h == "fleet" and len(targets) > 1):
+                    v.setdefault("findings", []).extend(mine or [act])
             said = len(v["reasons"])
             if r.outcome in ("failed", "error"):
                 figs = [f for f in r.figures if f.get("verdict") == "fail" and f.get("host") in (h, "fleet", None)]
