@@ -592,6 +592,23 @@ def test_progress_drops_a_finished_probe():
     assert p.line() == "hosts 1/2 done"
 
 
+def test_a_host_line_before_the_fleet_wide_tests_says_so_far():
+    """A host whose own tests passed while a fleet-wide test is still to come reads "PASS so far (...; 1 fleet-wide
+    test to come)": a cron log had read "f33 PASS" for a host the fleet-wide driver check then failed."""
+    import io
+
+    from gpuaccept.plugin.progress import Progress
+    buf = io.StringIO()
+    p = Progress(buf, tty=False, timeout_s=300)
+    p.expect({"a": 1, "b": 1, "fleet": 1})
+    p.end("a", "passed")
+    p.end("fleet", "passed")
+    p.end("b", "passed")
+    a, b = buf.getvalue().splitlines()
+    assert a.startswith("[gpuaccept] a PASS so far (1 test, ") and a.endswith(" s; 1 fleet-wide test to come)"), a
+    assert b.startswith("[gpuaccept] b PASS (1 test, ") and "so far" not in b and "to come" not in b, b
+
+
 def test_progress_plain_lines_and_tty_line():
     """Before: a line per test start and end, glued to pytest's dots (687 lines for 7 hosts). Now, without a
     terminal, one line per host when its last test ends; on a terminal, one status line fitted to its width."""
@@ -608,9 +625,12 @@ def test_progress_plain_lines_and_tty_line():
     p.end("gpu-08", "failed", "test_hbm_bandwidth: gpu-08 GPU 0: hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s")
     p.begin("gpu-07", "test_ecc")
     p.end("gpu-07", "error", "test_ecc: gpu-07: unreachable")
-    p.end("fleet", "passed")
+    p.end("fleet", "failed", "test_fleet_consistency: gpu-09: driver 570.86.15, the others 580.159.04")
     lines = buf.getvalue().splitlines()
-    assert [ln.split(" (")[0] for ln in lines] == ["[gpuaccept] gpu-08 FAIL", "[gpuaccept] gpu-07 ERROR"]
+    assert [ln.split(" (")[0] for ln in lines] == ["[gpuaccept] gpu-08 FAIL", "[gpuaccept] gpu-07 ERROR",
+                                                   "[gpuaccept] fleet-wide FAIL: test_fleet_consistency: gpu-09: "
+                                                   "driver 570.86.15, the others 580.159.04"]
+    lines = lines[:2]
     assert lines[0].endswith("): test_hbm_bandwidth: gpu-08 GPU 0: hbm_read_bw_gbps 3812 GB/s < min 4300 GB/s")
     assert lines[1].startswith("[gpuaccept] gpu-07 ERROR (2 tests, ")
     p.begin("gpu-09", "test_tensor_tflops")

@@ -56,6 +56,7 @@ class Progress:
         self.running: dict[str, list] = {}  # host -> [what, started, last plain line, timeout, entry it covers]
         self.detail: dict[str, str] = {}  # host -> the running probe's last live progress, rendered
         self.left: dict[str, int] = {}  # host -> tests not yet ended
+        self.fleet_left = 0  # fleet-wide tests not yet ended (they may still fail a host whose own tests passed)
         self.verdict: dict[str, str] = {}  # host -> its verdict so far
         self.reason: dict[str, str] = {}  # host -> its first failure or error line
         self.tests: dict[str, int] = {}  # host -> tests ended
@@ -74,6 +75,8 @@ class Progress:
             for h, n in tests_per_host.items():
                 if h != "fleet" and n > 0:
                     self.left[h] = self.left.get(h, 0) + n
+                elif h == "fleet" and n > 0:
+                    self.fleet_left += n
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="gpuaccept-progress", daemon=True)
@@ -144,7 +147,15 @@ class Progress:
             self.running.pop(host, None)
             self.detail.pop(host, None)
             if host == "fleet":
-                return
+                self.fleet_left = max(0, self.fleet_left - 1)
+                if outcome in ("failed", "error"):  # it may fail hosts whose line said PASS so far
+                    line = f"[gpuaccept] fleet-wide {_VERDICT.get(outcome, 'ERROR')}" + (
+                        f": {clip(' '.join(reason.split()), REASON_CHARS)}" if reason else "")
+        if host == "fleet":
+            if line and not self.tty:
+                self._line(line)
+            return
+        with self._lock:
             v = _VERDICT.get(outcome, "ERROR") if judged or outcome != "passed" else "SKIP"
             old = self.verdict.get(host, "SKIP")
             self.verdict[host] = v if _ORDER.index(v) < _ORDER.index(old) else old
@@ -158,8 +169,11 @@ class Progress:
                     self.done_hosts.append(host)
                     took = now - self.first_start.get(host, now)
                     why = self.reason.get(host)
-                    line = (f"[gpuaccept] {host} {self.verdict[host]} ({self.tests[host]} test"
-                            f"{'s' if self.tests[host] != 1 else ''}, {took:.0f} s)" + (f": {why}" if why else ""))
+                    # a fleet-wide test to come may still fail a host that passed its own: "PASS so far"
+                    later = f"; {self.fleet_left} fleet-wide test{'s' if self.fleet_left != 1 else ''} to come" \
+                        if self.fleet_left and self.verdict[host] in ("PASS", "SKIP") else ""
+                    line = (f"[gpuaccept] {host} {self.verdict[host]}{' so far' if later else ''} ({self.tests[host]} "
+                            f"test{'s' if self.tests[host] != 1 else ''}, {took:.0f} s{later})" + (f": {why}" if why else ""))
         if line and not self.tty:
             self._line(line)
 
