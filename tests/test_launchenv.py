@@ -166,3 +166,21 @@ def test_nccl_versions_end_to_end_puts_the_fix_on_the_hosts_without_nccl(tmp_pat
         assert "No module named 'torch'" in f["line"]
     (case,) = [c for c in junit(rep / "junit-nccl.xml") if c["name"].startswith("test_nccl_versions")]
     assert "r1" not in case["message"], case
+
+
+def test_nccl_versions_skip_says_why_no_version_was_read(tmp_path):
+    """A host with GPUs whose capture holds no launch_env document: test_nccl_versions skips saying the version of
+    no host was read and why (it had said "no host with an NVIDIA GPU in the selection" beside 2 H200s)."""
+    import json
+
+    from project_helpers import DATA, replay_project, run_pytest
+    inv = replay_project(tmp_path, DATA)
+    rep = tmp_path / "rep"
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--reports", str(rep), "-k", "test_nccl_versions")
+    assert res.returncode in (0, 1, 5), res.stdout[-2000:]
+    t = next(t for t in json.loads((rep / "results.json").read_text())["tests"]
+             if t["nodeid"].endswith("test_nccl_versions"))
+    assert t["outcome"] == "skipped", t
+    assert t["message"].startswith("the NCCL version of no host was read (h200-a: the replayed capture has no "
+                                   "launch_env document"), t["message"]
+    assert "no host with an NVIDIA GPU" not in t["message"]
