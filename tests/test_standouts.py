@@ -30,6 +30,17 @@ def test_the_number_helper(v, expected):
     assert number(v) == expected
 
 
+def test_standout_pct_sets_the_peer_rule_too():
+    """``--standout-pct 5``: a bf16 figure 7 % under a tight fleet's median (above its floor) is a fleet outlier,
+    in the run without history (outliers) and in the history's comparisons (fleet_outliers); at
+    the default 10 % it is not. It had applied to the references only."""
+    figs = [fig(f"h{i}", v) for i, v in enumerate([666.0, 665.0, 667.0, 666.5, 665.5])] + [fig("slow", 619.0)]
+    assert [o for o in so.outliers(figs, []) if o["against"] == "fleet"] == []
+    assert [(o["host"], o["pct"]) for o in so.outliers(figs, [], pct=5.0)] == [("slow", 7.0)]
+    assert [o["host"] for o in history.fleet_outliers(figs, pct=5.0)] == ["slow"]
+    assert history.fleet_outliers(figs) == []
+
+
 def test_peer_rule_needs_both_ten_percent_and_three_mads():
     # a noisy check (storage-like spread): 12 % below the median but inside the fleet's own spread
     noisy = [fig(f"h{i}", v, check="read_gbps") for i, v in enumerate([100, 80, 120, 90, 110, 88])]

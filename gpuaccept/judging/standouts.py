@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable
 from gpuaccept.judging.readings import number
 
 #: percent below the reference (peers' median, previous run, baseline) above which a figure stands out
-#: (the README's promise; ``--standout-pct`` overrides it for the reference comparison). Chosen.
+#: (the README's promise; ``--standout-pct`` overrides it, for the peers and the references alike). Chosen.
 PCT = 10.0
 #: robust z-score cut: distance below the peers' median in scaled MADs (Iglewicz & Hoaglin 1993)
 MADS = 3.0
@@ -225,6 +225,6 @@ def outliers(figures: list[dict], previous: list[dict], pct: float = PCT, previo
              compared: Callable[[dict], bool] = is_throughput) -> list[dict]:
     """The stand-outs of a run without a history database: :func:`reference_standouts` of the figures
     ``compared`` accepts against the previous run's figures ``previous`` (its results.json, run
-    ``previous_run``) with ``pct``, then :func:`peer_outliers` of the run's own figures (always :data:`PCT`)."""
+    ``previous_run``) with ``pct``, then :func:`peer_outliers` of the run's own figures with ``pct``."""
     return (reference_standouts(figures, previous_references(previous, previous_run), pct, compared)
-            + peer_outliers(peer_groups(figures)))
+            + peer_outliers(peer_groups(figures), pct))

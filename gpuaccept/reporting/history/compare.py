@@ -162,7 +162,9 @@ def standouts(figures: list[dict], refs: dict[tuple, dict], pct: float = STANDOU
     return reference_standouts(figures, refs, pct, compared=baseline_mod.is_compared)
 
 
-def fleet_outliers(figures: Iterable[dict], groups: dict[tuple, list[dict]] | None = None) -> list[dict]:
-    """The peer rule (gpuaccept.judging.standouts.peer_outliers) over the run's figures, or over ``groups``
-    (:func:`gpuaccept.judging.standouts.peer_groups` kept as the figures arrived; ``figures`` is then unused)."""
-    return peer_outliers(peer_groups(figures) if groups is None else groups)
+def fleet_outliers(figures: Iterable[dict], groups: dict[tuple, list[dict]] | None = None,
+                   pct: float = PCT) -> list[dict]:
+    """The peer rule (gpuaccept.judging.standouts.peer_outliers, ``pct``: ``--standout-pct``) over the run's
+    figures, or over ``groups`` (:func:`gpuaccept.judging.standouts.peer_groups` kept as the figures arrived;
+    ``figures`` is then unused)."""
+    return peer_outliers(peer_groups(figures) if groups is None else groups, pct)

@@ -54,7 +54,7 @@ class RunRecorder:
 
     def fleet_outliers(self) -> list[dict]:
         """:func:`fleet_outliers` of every figure added (grouped as they arrived)."""
-        return fleet_outliers([], groups=self.groups)
+        return fleet_outliers([], groups=self.groups, pct=self.pct)
 
     def _connect(self) -> sqlite3.Connection:
         if self.con is None:
