@@ -402,7 +402,8 @@ def _summary(evs: list[dict], repeats: int) -> dict:
     locations = {loc: occurrences(v) for loc, v in by_loc.items()}
     count = occurrences(evs)
     repeated_at = next((loc for loc, n in locations.items() if n >= repeats), None)
-    head = (", ".join(f"Xid {x} x{n}" if n > 1 else f"Xid {x}" for x, n in sorted(xids.items()))
+    # one Xid: its count is the faults' ("N times"); several: each with its lines (xN), then the faults
+    head = (", ".join(f"Xid {x} x{n}" if n > 1 and len(xids) > 1 else f"Xid {x}" for x, n in sorted(xids.items()))
             + f" during the run, {count} time{'s' if count != 1 else ''}"
             + (f" ({locations[repeated_at]} on {repeated_at})" if repeated_at else
                f" ({'; '.join(f'{loc}: {n}' for loc, n in locations.items())})" if locations else ""))
