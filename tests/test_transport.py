@@ -252,6 +252,36 @@ def test_sshd_killed_between_runs(tmp_path):
         node.stop()
 
 
+def test_a_host_that_freezes_during_a_command_is_lost_at_the_keepalive_not_the_timeout(tmp_path):
+    """The sshd and its session SIGSTOPped while a command runs (the TCP peer up, nothing answering): the server
+    leaves the keepalive unanswered, and the run ends as a lost connection ("stopped answering") after the
+    silence and the wait (1 s + 2 s here), not at the command's 120 s timeout. A command that is silent while
+    the server answers is not cut (the first run: 4 s of silence)."""
+    node = start_sshd(tmp_path, address="127.0.0.23")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        t = get_transport(host_for(node), known_hosts=kh, connect_timeout=3)
+        t.server_alive_s, t.server_alive_wait_s = 1.0, 2.0
+        assert t.run("sleep 4; echo quiet", timeout=60).stdout == b"quiet\n"
+        threading.Thread(target=lambda: (_wait_until_cmd(node, "sleep 117"), node.freeze()), daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(HostUnreachable, match="stopped answering: no reply to an SSH keepalive in 2 s") as ei:
+            t.run("sleep 117", timeout=120)
+        took = time.monotonic() - t0
+        assert took < 3.0 + LOADED_SLACK_S + 3.0, took  # silence + wait (+ the freeze's start), not 120 s
+        assert "sleep 117" in str(ei.value)
+        t.close()
+    finally:
+        node.thaw()
+        node.stop()
+
+
+def _wait_until_cmd(node, needle: str, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not node.command_processes(needle):
+        time.sleep(0.05)
+
+
 def test_connection_lost_during_command(tmp_path):
     node = start_sshd(tmp_path, address="127.0.0.6")
     m = marker()
