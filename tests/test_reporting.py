@@ -134,7 +134,7 @@ def test_records_with_no_record_after_them_reach_the_whole_run_files_by_the_time
         "s/test_memory.py::t0[a]", "s/test_memory.py::t1[b]"]
     written = (d / "summary.md").stat().st_mtime_ns
     _time.sleep(0.5)
-    assert rep._timer is None and (d / "summary.md").stat().st_mtime_ns == written  # idle: no timer, no rewrite
+    assert not rep._later.pending and (d / "summary.md").stat().st_mtime_ns == written  # idle: no timer, no rewrite
     rep.close("interrupted")
     assert "INCOMPLETE" not in (d / "summary.md").read_text()
 

@@ -261,7 +261,7 @@ def test_a_host_that_freezes_during_a_command_is_lost_at_the_keepalive_not_the_t
     try:
         kh = write_known_hosts(tmp_path / "kh", [node])
         t = get_transport(host_for(node), known_hosts=kh, connect_timeout=3)
-        t.server_alive_s, t.server_alive_wait_s = 1.0, 2.0
+        t.server_alive.after_s, t.server_alive.wait_s = 1.0, 2.0
         assert t.run("sleep 4; echo quiet", timeout=60).stdout == b"quiet\n"
         threading.Thread(target=lambda: (_wait_until_cmd(node, "sleep 117"), node.freeze()), daemon=True).start()
         t0 = time.monotonic()

@@ -11,6 +11,7 @@ from typing import Any
 from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
 from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.folder import atomic_write_pieces, load_previous_figures
+from gpuaccept.reporting.later import Later
 from gpuaccept.reporting.records import no_gc
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import run_verdict
@@ -66,8 +67,7 @@ class HistorySink:
         self.error: str | None = None
         self._next = 0.0
         self._lock = threading.RLock()  # the recorder's pending rows and connection: the caller's or the timer's
-        self._timer: threading.Timer | None = None
-        self._stopped = False
+        self._later = Later(self._tick, self._lock, "gpuaccept-history-flush")
 
     def add(self, r) -> None:
         """A finished test's record (gpuaccept.reporting.records.CaseRecord): its rows now, inserted within
@@ -85,23 +85,15 @@ class HistorySink:
 
     def _arm(self) -> None:
         """Start the timer for the rows still pending (one at a time), due when the next insert is."""
-        if self._stopped or self.error is not None or not self._pending() or self._timer is not None:
+        if self.error is not None or not self._pending():
             return
-        t = threading.Timer(max(0.0, self._next - time.monotonic()), self._tick)
-        t.daemon = True  # never keeps a finished controller alive
-        t.name = "gpuaccept-history-flush"
-        self._timer = t
-        t.start()
+        self._later.arm(self._next - time.monotonic())
 
     def _tick(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._stopped:
-                return
-            self.flush()
-            if self._pending():  # another run held the database: try again at the next turn
-                self._next = time.monotonic() + HISTORY_EVERY_S
-                self._arm()
+        self.flush()
+        if self._pending():  # another run held the database: try again at the next turn
+            self._next = time.monotonic() + HISTORY_EVERY_S
+            self._arm()
 
     def flush(self) -> None:
         """Insert the rows so far (without waiting for another writer: then they go with the next flush)."""
@@ -111,11 +103,7 @@ class HistorySink:
 
     def stop(self) -> None:
         """No more timer flushes (the end of the run writes what is left itself); waits for one in progress."""
-        with self._lock:
-            self._stopped = True
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+        self._later.stop()
 
     def guard(self, fn, *args, **kw) -> Any:
         """``fn(*args, **kw)``; on a database error remember it, drop the pending rows and return None."""

@@ -31,6 +31,8 @@ from gpuaccept.reporting.baseline import is_compared
 from gpuaccept.reporting.evidence import write_evidence
 from gpuaccept.reporting.folder import RESULTS_FORMAT, atomic_file, atomic_write, write_fully
 from gpuaccept.reporting.gputable import GpuTable
+from gpuaccept.reporting.later import Later
+from gpuaccept.reporting.pieces import copy_pieces
 from gpuaccept.reporting.junit import JUNIT_FOOTER, incomplete_testcase, junit_header, junit_testcase
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json, case_name
 from gpuaccept.reporting.summary import summary_markdown
@@ -48,8 +50,6 @@ FLUSH_COST_RATIO = 10.0
 FSYNC_EVERY_S = 1.0
 # Sub-folder of the report folder holding each layer's <testcase> elements as they arrive (removed at the end).
 SPOOL_DIR = ".spool"
-# Whole-run files are copied from the per-record text in pieces of at most this many bytes (memory bound).
-COPY_CHUNK = 8 << 20
 
 
 def _safe(name: str) -> str:
@@ -129,8 +129,7 @@ class Reporter:
         self._pending_layers: dict[str, int] = {}
         # records and rewrites: the caller's thread's or the timer's (records that came with no rewrite after them)
         self._lock = threading.RLock()
-        self._timer: threading.Timer | None = None
-        self._stopped = False
+        self._later = Later(self._tick, self._lock, "gpuaccept-report-rewrite")
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         """Run a write; on OSError (disk full, folder gone) remember it and go on measuring: the records
@@ -227,34 +226,22 @@ class Reporter:
     def _arm(self) -> None:
         """Start the timer (one at a time) for records that arrived after the last rewrite, due when the next
         rewrite may be: they reach the whole-run files though no record follows them."""
-        if self._stopped or self._timer is not None or len(self.records) == self._flushed_n:
+        if len(self.records) == self._flushed_n:
             return
         guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
         due = max(self._next_flush, self._began + (self.flush_total_s + guess) * FLUSH_COST_RATIO)
-        t = threading.Timer(max(0.05, due - time.monotonic()), self._tick)
-        t.daemon = True  # never keeps a finished controller alive
-        t.name = "gpuaccept-report-rewrite"
-        self._timer = t
-        t.start()
+        self._later.arm(max(0.05, due - time.monotonic()))
 
     def _tick(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._stopped:
-                return
-            try:  # the history's own timer inserts its rows (gpuaccept.plugin.finish): no sinks here
-                self._flush_if_due(sinks=False)
-            except Exception:  # noqa: BLE001 - a rewrite the next record or the end writes again; never the run's
-                self._next_flush = time.monotonic() + FLUSH_MIN_S
-            self._arm()
+        try:  # the history's own timer inserts its rows (gpuaccept.plugin.finish): no sinks here
+            self._flush_if_due(sinks=False)
+        except Exception:  # noqa: BLE001 - a rewrite the next record or the end writes again; never the run's
+            self._next_flush = time.monotonic() + FLUSH_MIN_S
+        self._arm()
 
     def stop_timer(self) -> None:
         """No more timer rewrites (the end of the run writes the files itself); waits for one in progress."""
-        with self._lock:
-            self._stopped = True
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+        self._later.stop()
 
     def add_many(self, recs: list[CaseRecord]) -> None:
         """Store many finished tests at once (a merge): one append and one fsync for all of them."""
@@ -557,7 +544,7 @@ class Reporter:
         try:
             with atomic_file(os.path.join(self.dir, "results.json")) as out:
                 out.write(head[:-1].encode() + b',"tests":[')
-                _copy_pieces(out, src, [(self._spans.get(r.nodeid), r) for r in recs], lines=True)
+                copy_pieces(out, src, [(self._spans.get(r.nodeid), r) for r in recs], lines=True)
                 out.write(b'],"outliers":' + json.dumps(slow, default=str, separators=(",", ":")).encode() + b"}")
         finally:
             if src is not None:
@@ -574,59 +561,9 @@ class Reporter:
         try:
             with atomic_file(os.path.join(self.dir, f"junit-{layer}.xml")) as out:
                 out.write(junit_header(layer, recs, hv, self.meta, kept).encode())
-                _copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
+                copy_pieces(out, src, [((u[0], u[1]), None) if (u := self._uspans.get(r.nodeid)) else
                                         (None, junit_testcase(layer, r)) for r in recs], lines=False, sep=b"")
                 out.write((incomplete_testcase(layer, self.meta) + JUNIT_FOOTER).encode())
         finally:
             if src is not None:
                 src.close()
-
-
-def _copy_pieces(out, src, pieces: list, lines: bool, sep: bytes = b",") -> None:
-    """Write ``pieces`` to ``out`` separated by ``sep``. A piece is ``(span, x)``: ``span`` a byte range
-    ``(start, end, ...)`` of ``src`` (with ``lines``: a results.jsonl span (line start, .., .., line end),
-    copied without its newline), else ``x``, a CaseRecord (serialised now) or text. Adjacent spans are copied
-    as one range in chunks of :data:`COPY_CHUNK` (newlines between lines become ``sep``: JSON text has no raw
-    newline inside a line)."""
-    first = True
-    run: list[int] | None = None  # [start, end] of adjacent spans not yet copied
-
-    def copy(a: int, b: int) -> None:
-        src.seek(a)
-        left = b - a
-        while left > 0:
-            data = src.read(min(COPY_CHUNK, left))
-            if not data:
-                raise OSError(f"{src.name}: shorter than expected")
-            left -= len(data)
-            if lines:
-                data = data.replace(b"\n", sep)
-                if left == 0 and data.endswith(sep):
-                    data = data[:-len(sep)]
-            out.write(data)
-
-    for span, x in pieces:
-        if span is not None:
-            a, b = (span[0], span[3]) if lines else (span[0], span[1])
-            if run is not None and run[1] == a and (lines or not sep):
-                run[1] = b  # adjacent: one copy (a newline between lines becomes sep)
-                continue
-            if run is not None:
-                copy(*run)
-            if not first:
-                out.write(sep)
-            first, run = False, [a, b]
-            continue
-        if run is not None:
-            copy(*run)
-            run = None
-        if not first:
-            out.write(sep)
-        first = False
-        if isinstance(x, CaseRecord):
-            hd, figs = record_json(x)
-            x = hd + figs + "}"
-        out.write(x.encode())
-    if run is not None:
-        copy(*run)
-

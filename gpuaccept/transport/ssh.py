@@ -50,6 +50,7 @@ from gpuaccept.errors import (
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, aborting, on_abort, tracked
 from gpuaccept.transport.ssh_command import KILL_GRACE_S, PGID_MARKER, StderrSplitter, kill_group_command, wrap_command
+from gpuaccept.transport.ssh_alive import ServerAlive
 from gpuaccept.transport.ssh_hostkeys import HostKeyPolicy, KnownHosts, fingerprint
 from gpuaccept.transport.ssh_connect import _HopHost, load_key, tcp_connect, _Cancellable, _Watchdog, _closed_early, _shut
 from gpuaccept.config.sshconfig import parse_jump, resolve
@@ -77,13 +78,6 @@ logging.getLogger(PARAMIKO_LOG).addFilter(_when_debugging)
 KEEPALIVE_S = 5
 #: seconds allowed for the whole remote kill (open channel, TERM, grace, KILL) after a timeout
 KILL_BUDGET_S = 6.0
-#: seconds a running command may send nothing before the server is asked to answer (an OpenSSH
-#: ``keepalive@openssh.com`` global request, what ssh's ServerAliveInterval sends; ssh_config(5)), and seconds
-#: the server has to answer before the host is taken to have stopped answering (ServerAliveInterval x
-#: ServerAliveCountMax: 10 x 3). A frozen host (its kernel or its sshd) is then found in about 45 s, not at the
-#: command's timeout (minutes). Chosen: a loaded node's sshd answers within a second.
-SERVER_ALIVE_S = 15.0
-SERVER_ALIVE_WAIT_S = 30.0
 #: every SSHTransport of this process, for :func:`_close_every_connection`
 _LIVE: "weakref.WeakSet[SSHTransport]" = weakref.WeakSet()
 
@@ -152,10 +146,8 @@ class SSHTransport:
         #: the known_hosts files read and written (``keys.files``: in order; ``keys.target``: where new keys go)
         self.keys = KnownHosts(host.name, [known_hosts, getattr(host, "known_hosts", None)])
         self._client: paramiko.SSHClient | None = None
-        #: :data:`SERVER_ALIVE_S` and :data:`SERVER_ALIVE_WAIT_S` for this connection
-        self.server_alive_s, self.server_alive_wait_s = SERVER_ALIVE_S, SERVER_ALIVE_WAIT_S
-        self._alive_lock = threading.Lock()
-        self._asked: list | None = None  # the last keepalive: [asked at, answered Event, paramiko transport, answered at]
+        #: keepalive questions while a command runs silent (gpuaccept.transport.ssh_alive)
+        self.server_alive = ServerAlive(host.name)
         self._lock = threading.Lock()
         _LIVE.add(self)
 
@@ -419,32 +411,6 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ one run
 
-    def _unanswered_s(self, transport: paramiko.Transport) -> float:
-        """Seconds the server has left a keepalive unanswered (0.0 when it answered, or when one is asked now:
-        the last answer is older than :attr:`server_alive_s`). One question in flight per connection, asked from
-        a thread of its own (paramiko's ``global_request`` waits without a bound; any reply of the server, to
-        paramiko's own keepalives too, answers it)."""
-        now = time.monotonic()
-        with self._alive_lock:
-            ask = self._asked
-            if ask is not None and ask[2] is transport and not ask[1].is_set():
-                return now - ask[0]
-            if ask is not None and ask[2] is transport and now - ask[3] < self.server_alive_s:
-                return 0.0  # answered lately
-            ask = self._asked = [now, threading.Event(), transport, now]
-
-            def question(a: list = ask) -> None:
-                try:
-                    transport.global_request("keepalive@openssh.com", wait=True)
-                except Exception:  # noqa: BLE001 - a closed transport: the run loop sees it inactive
-                    pass
-                a[3] = time.monotonic()
-                a[1].set()
-
-            threading.Thread(target=question, name=f"gpuaccept-alive-{self.host.name}", daemon=True).start()
-            return 0.0
-
-
     def _run(self, command: str, stdin: bytes, timeout: float, hold_stdin: bool, running: Running,
              progress: Callable[[dict], None] | None = None) -> CommandResult:
         name = self.host.name
@@ -456,7 +422,7 @@ class SSHTransport:
         assert transport is not None
         start = time.monotonic()
         deadline = start + timeout
-        heard = start  # the last byte of this command, or the server's last answer to a keepalive
+        heard = start  # monotonic s of the last byte from this command (gpuaccept.transport.ssh_alive)
         watchdog.arm(timeout + 2 * KILL_BUDGET_S + 2.0, client)
         out: list[bytes] = []
         err = StderrSplitter()
@@ -504,11 +470,7 @@ class SSHTransport:
                 now = time.monotonic()
                 if now >= deadline:
                     raise _Timeout()
-                if progressed:
-                    heard = now
-                elif now - heard >= self.server_alive_s:  # silence: is the server still there?
-                    if self._unanswered_s(transport) >= self.server_alive_wait_s:
-                        raise _Silent()
+                heard = now if progressed else self.server_alive.check(transport, heard, now)  # Silent: lost
                 if not progressed:
                     wait = min(0.02 if (stdin_open and stdin_off < len(stdin)) else 0.1, max(0.0, deadline - now))
                     if chan.eof_received:
@@ -545,11 +507,6 @@ class SSHTransport:
             exc = Interrupted(name, msg) if isinstance(stop, _Cancelled) else CommandTimeout(name, msg)
             exc.stdout, exc.stderr = b"".join(out), err.value()  # type: ignore[attr-defined]
             raise exc from None
-        except _Silent:
-            self._close_client()
-            raise _lost(name, f"connection lost during command (the host stopped answering: no reply to an SSH "
-                              f"keepalive in {self.server_alive_wait_s:g} s, nothing from the command for "
-                              f"{time.monotonic() - heard:.0f} s): {running.what}", err.pgids) from None
         except (SSHException, EOFError, OSError) as e:
             self._close_client()
             raise _lost(name, f"connection lost during command ({e}): {running.what}", err.pgids) from None
@@ -640,6 +597,3 @@ class _Cancelled(Exception):
 class _Timeout(Exception):
     pass
 
-
-class _Silent(Exception):
-    """The server left a keepalive unanswered past :attr:`SSHTransport.server_alive_wait_s`."""
