@@ -75,10 +75,13 @@ def test_run_windows_on_real_timed_work():
         return steady.timed_window(work)
 
     got = steady.run_windows(sleeper(0.0), 0.02, 1.0, tolerance=0.25)  # sleeps overshoot by ~0.1 ms
-    assert got["stop"] == "stable" and got["measured_s"] >= 0.02 and got["windows"] >= 2
+    # stable (two windows agree) or settled (the figure agrees with itself): either stops on the figure; a loaded
+    # machine's scheduler noise can make one window's sleeps disagree with the next (CI read "settled")
+    assert got["stop"] in ("stable", "settled") and got["measured_s"] >= 0.02 and got["windows"] >= 2, got["stop"]
+    assert got["measured_s"] < 1.0  # not the ceiling
     assert len(got["samples"]) == got["windows"] == len(got["window_medians"])
     assert steady.fields(got) == {"measured_s": round(got["measured_s"], 4), "windows": got["windows"],
-                                  "stop": "stable"}
+                                  "stop": got["stop"]}
     # a load whose samples double every call never settles, whatever the machine's own noise: the ceiling
     calls = {"i": 0}
 
