@@ -492,3 +492,36 @@ def test_an_interpreter_given_as_a_command_with_arguments_runs_as_ansible_runs_i
         assert res.rc == 0 and json.loads(res.stdout.decode().splitlines()[-1]) == {"ok": True}, res
     finally:
         a.close()
+
+
+def test_a_node_that_freezes_under_a_probe_is_lost_at_the_keepalive_not_the_limit(tmp_path):
+    """The agent's node freezes (sshd and sessions SIGSTOPped) while a silent probe runs: the controller's
+    keepalive goes unanswered and the probe ends as a lost connection naming the host "stopped answering" after
+    the silence and the wait (1 s + 2 s here), not at the probe's 120 s limit. A silent probe on a node that
+    answers runs to its end (4 s)."""
+    node = start_sshd(tmp_path, address="127.0.0.24")
+    try:
+        kh = write_known_hosts(tmp_path / "kh", [node])
+        t = get_transport(host_for(node), known_hosts=kh, connect_timeout=3)
+        t.server_alive.after_s, t.server_alive.wait_s = 1.0, 2.0
+        a = Agent(t.host.name, t, sys.executable, ENV)
+        a.start()
+        quiet = _probe(tmp_path, "quiet", "import time\ntime.sleep(4)\nprint('{}')\n")
+        assert a.probe("quiet", [quiet, "{}"], 60, 5, {}).rc == 0
+        probe = sleeper(tmp_path, "117", "118")
+        threading.Thread(target=lambda: (wait_started_cmd(node, "sleep 118"), node.freeze()), daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(HostUnreachable, match="stopped answering: no reply to an SSH keepalive in 2 s") as ei:
+            a.probe("sleeper", [probe, "{}"], 120, 5, {})
+        assert time.monotonic() - t0 < 25, time.monotonic() - t0  # not the 120 s limit
+        assert str(ei.value).startswith(f"{node.name}: connection lost during command (stopped answering: ") and \
+            str(ei.value).endswith("): probe sleeper"), str(ei.value)
+    finally:
+        node.thaw()
+        node.stop()
+
+
+def wait_started_cmd(node, needle: str, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not node.command_processes(needle):
+        time.sleep(0.05)

@@ -68,11 +68,15 @@ class _Stderr:
 
 
 class SshSession(Session):
-    """A session on a paramiko channel."""
+    """A session on a paramiko channel. ``alive``: the connection's keepalive questions
+    (gpuaccept.transport.ssh_alive.ServerAlive): a server that stops answering while :meth:`recv` waits on a
+    silent session is a lost connection (HostUnreachable "stopped answering"), not a wait until the caller's
+    deadline."""
 
-    def __init__(self, name: str, chan: Any):
-        self.name, self.chan = name, chan
+    def __init__(self, name: str, chan: Any, alive: Any = None):
+        self.name, self.chan, self.alive = name, chan, alive
         self._err = _Stderr()
+        self.heard = time.monotonic()  # the session's last byte (monotonic s)
 
     @property
     def pgid(self) -> int | None:  # type: ignore[override]
@@ -108,6 +112,7 @@ class SshSession(Session):
         while True:
             self._pull_stderr()
             if self.chan.recv_ready():
+                self.heard = time.monotonic()
                 return self.chan.recv(1 << 16)
             if self.chan.closed or self.chan.eof_received:
                 self._pull_stderr()
@@ -115,6 +120,11 @@ class SshSession(Session):
             t = self.chan.get_transport() if hasattr(self.chan, "get_transport") else None
             if t is not None and not t.is_active():
                 return b""
+            if t is not None and self.alive is not None:
+                try:
+                    self.heard = self.alive.check(t, self.heard, time.monotonic())
+                except OSError as e:  # ssh_alive.Silent: the server left a keepalive unanswered
+                    raise HostUnreachable(self.name, str(e)) from None
             left = end - time.monotonic()
             if left <= 0:
                 return None
@@ -226,4 +236,4 @@ def open_session(transport: Any, command: str) -> Session:
     with transport._lock:  # connect (or reconnect) as run() does; the channel then lives on its own
         chan = transport._start(command, _Watchdog())
     chan.settimeout(None)
-    return SshSession(transport.host.name, chan)
+    return SshSession(transport.host.name, chan, getattr(transport, "server_alive", None))

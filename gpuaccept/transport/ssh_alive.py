@@ -42,7 +42,7 @@ class ServerAlive:
             ask = self._asked
             if ask is not None and ask[2] is transport and not ask[1].is_set():
                 if now - ask[0] >= self.wait_s:
-                    raise Silent(f"the host stopped answering: no reply to an SSH keepalive in {self.wait_s:g} s, "
+                    raise Silent(f"stopped answering: no reply to an SSH keepalive in {self.wait_s:g} s, "
                                  f"nothing from the command for {now - heard:.0f} s")
                 return heard
             if ask is not None and ask[2] is transport and now - ask[3] < self.after_s:
