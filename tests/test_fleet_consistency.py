@@ -63,6 +63,30 @@ def test_a_host_on_another_driver_is_a_failed_host(tmp_path):
     assert "- **PASS** `g1`" in summary
 
 
+def test_a_rerun_of_the_host_off_the_majority_does_not_pass_the_comparison_it_cannot_repeat(tmp_path):
+    """g3 on driver 570 fails the fleet comparison (fix-config). Rerunning it alone from failed-hosts.txt or from
+    hosts-fix-config.txt compared g3 with itself and passed, exit 0, the driver still wrong. Now both lists carry
+    the fleet-wide line, and the rerun's comparison is an ERROR of g3 "not rerun", naming the hosts to select."""
+    g2 = alter(tmp_path, "gpu_inventory", _uuids("0002"))
+    g3 = alter(tmp_path, "gpu_inventory", _driver, src=alter(tmp_path, "gpu_inventory", _uuids("0003")))
+    res, test, failed, _ = _run(tmp_path, {"g1": DATA, "g2": g2, "g3": g3})
+    assert failed == ["g3"] and res.returncode == 1, res.stdout[-2000:]
+    rep = tmp_path / "rep"
+    fix = (rep / "hosts-fix-config.txt").read_text()
+    assert fix.splitlines() == ["g3", "# fleet-wide test_fleet_consistency did not pass on: g1 g2 g3"], fix
+    for listed in ("failed-hosts.txt", "hosts-fix-config.txt"):
+        again = tmp_path / f"again-{listed}"
+        r = run_pytest(tmp_path, "--inventory", str(tmp_path / "inventory.ini"), "--reports", str(again), "-m",
+                       "health", f"--limit=@{rep / listed}")
+        assert r.returncode == 1, r.stdout[-3000:]
+        t = next(t for t in json.loads((again / "results.json").read_text())["tests"]
+                 if t["nodeid"].endswith("test_fleet_consistency"))
+        assert t["outcome"] == "error" and t["message"].startswith(
+            "g3: not rerun: the fleet-wide driver and GPU comparison did not pass over 3 hosts and 1 of them cannot "
+            "repeat it (rerun with --limit g1,g2,g3)"), t["message"]
+        assert failed_hosts(again / "failed-hosts.txt") == ["g3"]
+
+
 def test_one_machine_under_two_names_fails_both_names(tmp_path):
     """Found on 2026-11-30 (third trial): g1 and g2 reaching one machine (a copied ansible_host) both PASSED
     with the same GPUs, UUIDs and serials, and the machine g2 stands for was never tested. Now both names

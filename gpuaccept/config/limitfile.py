@@ -105,3 +105,16 @@ def fleet_tests(path: str) -> dict[str, list[str]]:
         if m:
             out.setdefault(m.group(1), []).extend(h for h in m.group(2).split() if h not in out.get(m.group(1), []))
     return out
+
+
+def rerun_partners(limit: str | None, test: str, selected: list[str]) -> list[str] | None:
+    """The hosts fleet-wide ``test`` ran on (its partners) when this run reruns a host list file (a ``--limit``
+    term ``@FILE``) saying ``test`` did not pass there, and ``selected`` (the hosts of this run) lacks one of them:
+    a comparison over those hosts that this rerun cannot repeat, whose pass here would say nothing. None
+    otherwise."""
+    for term in (limit or "").split(","):
+        if term.startswith("@"):
+            partners = fleet_tests(term[1:]).get(test)
+            if partners and not set(partners) <= set(selected):
+                return partners
+    return None

@@ -533,12 +533,16 @@ def failed_hosts_text(recs: list[CaseRecord], hosts: list[str] | None = None, hv
     """failed-hosts.txt: the :func:`failed_hosts`, one a line, then a :data:`FLEET_LINE` comment per
     fleet-wide test that failed or errored, naming the selection it ran on (its partners). Pure."""
     bad = failed_hosts(recs, hosts, hv)
-    out = "".join(h + "\n" for h in bad)
-    if bad:
-        for r in recs:
-            if r.host is None and r.outcome in ("failed", "error") and hosts:
-                out += FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n"
-    return out
+    return "".join(h + "\n" for h in bad) + (fleet_lines(recs, hosts) if bad else "")
+
+
+def fleet_lines(recs: list[CaseRecord], hosts: list[str] | None) -> str:
+    """The :data:`FLEET_LINE` comment of each fleet-wide test of ``recs`` that failed or errored, naming the
+    selection ``hosts`` it ran on (pure): failed-hosts.txt and every hosts-<action>.txt carry them, so that a rerun
+    of fewer hosts from either list cannot pass a comparison it does not repeat
+    (gpuaccept.config.limitfile.fleet_tests)."""
+    return "".join(FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n" for r in recs
+                   if r.host is None and r.outcome in ("failed", "error") and hosts)
 
 
 def interruption_text(meta: dict) -> str:

@@ -8,6 +8,7 @@ from gpuaccept.causes import Cause
 from gpuaccept.judging import actions, fleet
 from gpuaccept.judging import health
 from gpuaccept.config.hostvars import kernel_log_sources
+from gpuaccept.config.limitfile import rerun_partners
 from gpuaccept.runner import nodeclock
 from gpuaccept.errors import CommandTimeout, NodeError, ProbeError, ThresholdError
 from gpuaccept.runner.host import HostRunner
@@ -193,6 +194,17 @@ def test_fleet_consistency(request, nodes, specs, verdicts):
     under the host they concern (gpuaccept/judging/fleet.py). A host that cannot be read is its own tests'
     error; where none of them is in the run (only fleet-wide tests selected) it is this test's, filed under
     that host with its cause."""
+    partners = rerun_partners(request.config.getoption("limit"), "test_fleet_consistency", [n.name for n in nodes])
+    if partners:  # a rerun of some of the hosts it compared: the comparison is not repeated, never passed
+        named = ",".join(partners) if len(partners) <= 8 else None
+        for n in nodes:
+            verdicts.for_host(n.name).error(
+                f"not rerun: the fleet-wide driver and GPU comparison did not pass over {len(partners)} hosts and "
+                f"{len(nodes)} of them cannot repeat it (rerun with --limit {named})" if named else
+                f"not rerun: the fleet-wide driver and GPU comparison did not pass over {len(partners)} hosts and "
+                f"{len(nodes)} of them cannot repeat it (rerun with the hosts its '# fleet-wide' line names)",
+                cause=Cause("tool", "not_rerun", n.name, evidence={"partners": len(partners)}))
+        verdicts.finish()
     drivers: dict[str, list[str]] = {}
     gpus_by_host: dict[str, list] = {}
     alone = all(host_param(it) is None for it in request.session.items)  # no host's own tests in this run
