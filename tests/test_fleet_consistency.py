@@ -61,6 +61,9 @@ def test_a_host_on_another_driver_is_a_failed_host(tmp_path):
     assert "- **FAIL** `g3`: test_fleet_consistency: g3: driver 570.195.03, while 2 of 3 hosts run 580.159.04" \
         in summary
     assert "- **PASS** `g1`" in summary
+    # the log's host lines (no terminal): g3's says FAIL, though the fleet-wide test ended before g3's last test
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.startswith("[gpuaccept] g")]
+    assert [ln.split(" (")[0] for ln in lines if ln.startswith("[gpuaccept] g3 ")] == ["[gpuaccept] g3 FAIL"], lines
 
 
 def test_a_rerun_of_the_host_off_the_majority_does_not_pass_the_comparison_it_cannot_repeat(tmp_path):

@@ -607,6 +607,20 @@ def test_a_host_line_before_the_fleet_wide_tests_says_so_far():
     a, b = buf.getvalue().splitlines()
     assert a.startswith("[gpuaccept] a PASS so far (1 test, ") and a.endswith(" s; 1 fleet-wide test to come)"), a
     assert b.startswith("[gpuaccept] b PASS (1 test, ") and "so far" not in b and "to come" not in b, b
+    # without -n the fleet-wide test may end before a host's last test: the host it blames then reads FAIL
+    buf = io.StringIO()
+    p = Progress(buf, tty=False, timeout_s=300)
+    p.expect({"a": 2, "b": 2, "fleet": 1})
+    p.end("a", "passed")
+    p.end("b", "passed")
+    p.end("fleet", "failed", "test_fleet_consistency: b: driver 570.86.15, while 1 of 2 hosts run 580", filed=["b"])
+    p.end("a", "passed")
+    p.end("b", "passed")
+    fleet, a, b = buf.getvalue().splitlines()
+    assert fleet.startswith("[gpuaccept] fleet-wide FAIL: test_fleet_consistency: b: driver 570.86.15"), fleet
+    assert a.startswith("[gpuaccept] a PASS (2 tests, "), a
+    assert b.startswith("[gpuaccept] b FAIL (2 tests, ") and b.endswith("): test_fleet_consistency: b: driver "
+                                                                        "570.86.15, while 1 of 2 hosts run 580"), b
 
 
 def test_progress_plain_lines_and_tty_line():

@@ -137,10 +137,12 @@ class Progress:
                     del self.running[host]
                 self.detail.pop(host, None)
 
-    def end(self, host: str, outcome: str, reason: str = "", judged: bool = True) -> None:
+    def end(self, host: str, outcome: str, reason: str = "", judged: bool = True, filed: list | None = None) -> None:
         """A test of ``host`` ended with ``outcome`` (passed|failed|error|skipped); ``reason``: its first line
         when it failed or errored; ``judged``: False for a pass that judged no figure (it leaves the host SKIP,
-        as gpuaccept.reporting.records.host_verdicts). The host's last test writes its line (plain mode)."""
+        as gpuaccept.reporting.records.host_verdicts); ``filed``: for a fleet-wide test that failed or errored, the
+        hosts its findings are filed under (their lines then read its outcome). The host's last test writes its
+        line (plain mode)."""
         now = time.monotonic()
         line = None
         with self._lock:
@@ -148,6 +150,12 @@ class Progress:
             self.detail.pop(host, None)
             if host == "fleet":
                 self.fleet_left = max(0, self.fleet_left - 1)
+                v = _VERDICT.get(outcome, "ERROR")
+                for h in filed or []:  # the hosts it blames read its outcome in their line, if still to come
+                    old = self.verdict.get(h, "SKIP")
+                    self.verdict[h] = v if _ORDER.index(v) < _ORDER.index(old) else old
+                    if reason and h not in self.reason:
+                        self.reason[h] = clip(" ".join(reason.split()), REASON_CHARS)
                 if outcome in ("failed", "error"):  # it may fail hosts whose line said PASS so far
                     line = f"[gpuaccept] fleet-wide {_VERDICT.get(outcome, 'ERROR')}" + (
                         f": {clip(' '.join(reason.split()), REASON_CHARS)}" if reason else "")

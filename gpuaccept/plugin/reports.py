@@ -38,7 +38,7 @@ from gpuaccept.reporting.records import CaseRecord, counted_failures, host_of, l
 from gpuaccept.reporting.reporter import Reporter
 from gpuaccept.reporting.verdicts import action_hosts, failed_hosts, interruption_text, run_verdict, unfinished
 from gpuaccept.reporting.text import count_text
-from gpuaccept.reporting.verdicts import gpu_figures_judged, judged_something, skip_groups, skip_who
+from gpuaccept.reporting.verdicts import filed_hosts, gpu_figures_judged, judged_something, skip_groups, skip_who
 
 #: user_properties the plugin puts on one phase's report only (gpuaccept.plugin.pytest_runtest_makereport), never on
 #: the item: a later phase's report does not carry them again
@@ -373,8 +373,11 @@ class ReportPlugin:
             if self.progress is not None:
                 r = self.reporter.records[report.nodeid]
                 first = (r.message or "").strip().splitlines()[0] if (r.message or "").strip() else ""
+                names = self.reporter.meta.get("hosts") or []
+                filed = filed_hosts(r, names, set(names)) if r.host is None and r.outcome in ("failed", "error") \
+                    else []  # a fleet-wide test's finding counts against the hosts it is filed under
                 self.progress.end(self._host_of(report.nodeid) or "fleet", r.outcome,
-                                  f"{r.name.split('[')[0]}: {first}" if first else "", judged_something(r))
+                                  f"{r.name.split('[')[0]}: {first}" if first else "", judged_something(r), filed)
 
     def _finalize(self, nodeid: str, complete: bool, reason: str = "") -> None:
         part = self.partial.pop(nodeid)
