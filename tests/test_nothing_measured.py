@@ -105,6 +105,11 @@ def test_the_fleet_line_takes_no_action_of_a_host_a_fleet_wide_test_filed_its_fi
     assert hv["u2"]["verdict"] == "ERROR" and hv["u2"]["action"]["action"] == "check-network", hv["u2"]
     assert "getent hosts gpu-99.nonexistent.invalid" in hv["u2"]["action"]["command"]
     assert hv["fleet"]["verdict"] == "ERROR" and hv["fleet"]["action"] is None, hv["fleet"]
+    # the test's own action (results.json, JUnit) says whose finding it is
+    from gpuaccept.reporting.junit import action_properties
+    from gpuaccept.reporting.records import record_action
+    props = dict(action_properties(record_action(err)))
+    assert (props["gpuaccept.action"], props["gpuaccept.action.host"]) == ("check-network", "u2"), props
     slow = CaseRecord(err.nodeid, err.name, None, "nccl", "failed", "fleet: internode_busbw_gbps 3 GB/s < min 9 GB/s",
                       figures=[{"host": "fleet", "check": "internode_busbw_gbps", "value": 3.0, "verdict": "fail",
                                 "limit": {"min": 9.0}, "unit": "GB/s"}])

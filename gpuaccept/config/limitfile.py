@@ -94,9 +94,13 @@ FLEET_COMMENT = re.compile(r"^#\s*fleet-wide\s+(\S+)\s+did not pass on:\s*(.*)$"
 def fleet_tests(path: str) -> dict[str, list[str]]:
     """Fleet-wide tests a host list file says did not pass, with the hosts they ran on (their partners):
     ``{"test_allreduce_multinode": ["gpu-07", "gpu-08"]}``; ``{}`` when the file has none or cannot be read
-    (:func:`hosts_from_file` reports that)."""
+    (:func:`hosts_from_file` reports that). A run's ``hosts-<action>.txt`` (plain host lists, for scripts) are
+    read with the ``failed-hosts.txt`` beside them, which carries their run's fleet-wide lines."""
     try:
         lines = _lines(path)
+        beside = os.path.join(os.path.dirname(path), "failed-hosts.txt")
+        if os.path.basename(path).startswith("hosts-") and os.path.isfile(beside):
+            lines = lines + _lines(beside)
     except ConfigError:
         return {}
     out: dict[str, list[str]] = {}

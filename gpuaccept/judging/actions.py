@@ -410,14 +410,15 @@ def figure_action(test: str | None, fig: dict) -> dict:
 
 
 def cause_actions(causes: Iterable[dict | Cause] | None, host: str | None = None) -> list[dict]:
-    """The actions of a record's causes (dicts as results.json keeps them, or Cause), each with its ``host``;
-    ``host``: only the causes filed under that host (a fleet-wide test's, for one host), else all."""
+    """The actions of a record's causes (dicts as results.json keeps them, or Cause), each with the ``host`` of
+    its cause where it names one (a fleet-wide test's action then says whose it is); ``host``: only the causes
+    filed under that host (a fleet-wide test's, for one host), else all."""
     out = []
     for c in causes or []:
         c = c if isinstance(c, Cause) else Cause.from_dict(c)
         if c is None or (host is not None and c.host != host):
             continue
-        out.append(for_cause(c).to_dict())
+        out.append({**for_cause(c).to_dict(), **({"host": c.host} if c.host else {})})
     return out
 
 

@@ -131,12 +131,13 @@ def incomplete_testcase(layer: str, meta: dict | None) -> str:
 
 def action_properties(act: dict | None) -> list[tuple[str, str]]:
     """JUnit properties of a testcase's action (pure): ``gpuaccept.action`` and ``gpuaccept.action.<field>`` for
-    cause (its class, gpuaccept.causes), kind, reason, source, setting, command; none without an action."""
+    cause (its class, gpuaccept.causes), kind, host (whose finding it is, in a fleet-wide test), reason, source,
+    setting, command; none without an action."""
     if not act:
         return []
     return [("gpuaccept.action", str(act["action"]))] + [
-        (f"gpuaccept.action.{k}", str(act[k])) for k in ("cause", "kind", "reason", "source", "setting", "command")
-        if act.get(k)]
+        (f"gpuaccept.action.{k}", str(act[k])) for k in ("cause", "kind", "host", "reason", "source", "setting",
+                                                         "command") if act.get(k)]
 
 
 def junit_testcase(layer: str, r: CaseRecord) -> str:

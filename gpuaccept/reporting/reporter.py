@@ -37,7 +37,7 @@ from gpuaccept.reporting.junit import JUNIT_FOOTER, incomplete_testcase, junit_h
 from gpuaccept.reporting.records import CaseRecord, no_gc, record_json, case_name
 from gpuaccept.reporting.summary import summary_markdown
 from gpuaccept.reporting.tally import RunTally, layer_entry
-from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts_text, fleet_lines
+from gpuaccept.reporting.verdicts import HostVerdicts, action_hosts, failed_hosts_text
 
 # Whole-run files are rewritten at most this often while the run goes on, seconds (a person refreshing
 # summary.md sees news within this; chosen, not measured).
@@ -474,11 +474,10 @@ class Reporter:
         # lists the hosts whose tests have not finished, under a comment saying so
         self._guard("failed-hosts.txt", lambda: atomic_write(os.path.join(self.dir, "failed-hosts.txt"),
                                                              self._failed_hosts(tally, hosts, hv, inc)))
-        fleet = fleet_lines(tally.bad, hosts)  # a rerun from any list knows the fleet-wide tests it cannot repeat
         for act, names in action_hosts(hv, hosts).items():  # a list per next step some host has; none empty
             path = os.path.join(self.dir, f"hosts-{act}.txt")
             if names:
-                self._guard(f"hosts-{act}.txt", lambda: atomic_write(path, "".join(h + "\n" for h in names) + fleet))
+                self._guard(f"hosts-{act}.txt", lambda: atomic_write(path, "".join(h + "\n" for h in names)))
             elif os.path.exists(path):  # a list an earlier write of this run left, now that no host has it
                 self._guard(f"hosts-{act}.txt", lambda: os.remove(path))
         if final:  # evidence/<host>/ of each host with a hardware action (gpuaccept.reporting.evidence)

@@ -538,8 +538,8 @@ def failed_hosts_text(recs: list[CaseRecord], hosts: list[str] | None = None, hv
 
 def fleet_lines(recs: list[CaseRecord], hosts: list[str] | None) -> str:
     """The :data:`FLEET_LINE` comment of each fleet-wide test of ``recs`` that failed or errored, naming the
-    selection ``hosts`` it ran on (pure): failed-hosts.txt and every hosts-<action>.txt carry them, so that a rerun
-    of fewer hosts from either list cannot pass a comparison it does not repeat
+    selection ``hosts`` it ran on (pure), as failed-hosts.txt carries them: a rerun of fewer hosts from it, or from
+    a hosts-<action>.txt beside it, cannot pass a comparison it does not repeat
     (gpuaccept.config.limitfile.fleet_tests)."""
     return "".join(FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n" for r in recs
                    if r.host is None and r.outcome in ("failed", "error") and hosts)
