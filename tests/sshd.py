@@ -4,6 +4,7 @@
     node.inventory_line()                                # Ansible INI host line for it
     write_known_hosts(path, [node, ...])                 # known_hosts trusting those nodes
     node.freeze() / node.thaw()                          # SIGSTOP / SIGCONT the sshd and its sessions
+    node.freeze_when_running("sleep 60")                 # freeze once a command with that text runs
     node.stop()                                          # SIGKILL the sshd and everything below it
     start_sshd(tmp, address="127.0.0.2", extra_config=["MaxSessions 1"])   # a hardened server
     node.command_processes()                             # what runs below the sshd (not sshd itself)
@@ -152,6 +153,18 @@ class SshNode:
             if not comm.startswith("sshd") and state not in ("Z", "X") and needle in cmd:
                 out.append(p)
         return out
+
+    def freeze_when_running(self, needle: str, timeout: float = 30.0) -> threading.Thread:
+        """In a thread: wait (up to ``timeout`` s) until a command whose line holds ``needle`` runs, then
+        :meth:`freeze` (a node that freezes mid-command); returns the thread, started."""
+        def wait_then_freeze() -> None:
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and not self.command_processes(needle):
+                time.sleep(0.05)
+            self.freeze()
+        t = threading.Thread(target=wait_then_freeze, daemon=True)
+        t.start()
+        return t
 
     def freeze(self) -> None:
         """SIGSTOP the listener and its sshd session processes: the TCP peer stays up but never answers."""

@@ -509,7 +509,7 @@ def test_a_node_that_freezes_under_a_probe_is_lost_at_the_keepalive_not_the_limi
         quiet = _probe(tmp_path, "quiet", "import time\ntime.sleep(4)\nprint('{}')\n")
         assert a.probe("quiet", [quiet, "{}"], 60, 5, {}).rc == 0
         probe = sleeper(tmp_path, "117", "118")
-        threading.Thread(target=lambda: (wait_started_cmd(node, "sleep 118"), node.freeze()), daemon=True).start()
+        node.freeze_when_running("sleep 118")
         t0 = time.monotonic()
         with pytest.raises(HostUnreachable, match="stopped answering: no reply to an SSH keepalive in 2 s") as ei:
             a.probe("sleeper", [probe, "{}"], 120, 5, {})
@@ -520,8 +520,3 @@ def test_a_node_that_freezes_under_a_probe_is_lost_at_the_keepalive_not_the_limi
         node.thaw()
         node.stop()
 
-
-def wait_started_cmd(node, needle: str, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not node.command_processes(needle):
-        time.sleep(0.05)

@@ -263,7 +263,7 @@ def test_a_host_that_freezes_during_a_command_is_lost_at_the_keepalive_not_the_t
         t = get_transport(host_for(node), known_hosts=kh, connect_timeout=3)
         t.server_alive.after_s, t.server_alive.wait_s = 1.0, 2.0
         assert t.run("sleep 4; echo quiet", timeout=60).stdout == b"quiet\n"
-        threading.Thread(target=lambda: (_wait_until_cmd(node, "sleep 117"), node.freeze()), daemon=True).start()
+        node.freeze_when_running("sleep 117")
         t0 = time.monotonic()
         with pytest.raises(HostUnreachable, match="stopped answering: no reply to an SSH keepalive in 2 s") as ei:
             t.run("sleep 117", timeout=120)
@@ -275,11 +275,6 @@ def test_a_host_that_freezes_during_a_command_is_lost_at_the_keepalive_not_the_t
         node.thaw()
         node.stop()
 
-
-def _wait_until_cmd(node, needle: str, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not node.command_processes(needle):
-        time.sleep(0.05)
 
 
 def test_connection_lost_during_command(tmp_path):
