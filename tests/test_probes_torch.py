@@ -258,7 +258,7 @@ def test_matmul_candidate_shapes():
 def test_matmul_fp8_default_is_the_deep_k_e4m3_out_product_where_sms_are_known():
     """The candidate measured without a search (the quick profile) and kept unless another beats it: for fp8 on a
     132-SM GPU the deep-K product writing e4m3 (the fastest measured on H100 and H200); with no SM count (cpu) the
-    asked shape writing bf16; for bf16 the asked shape, K-major. Searched sets hold every shape and path once."""
+    asked shape writing bf16; for bf16 the wave-fit shape, K-major. Searched sets hold every shape and path once."""
     mm = load("matmul_tflops")
     cube = (8192, 8192, 8192)
     deep = {"m": 8448, "n": 8192, "k": 32768, "layout": "A@B^T", "path": "scaled_mm/fp8-out", "use_fast_accum": False}
@@ -270,8 +270,13 @@ def test_matmul_fp8_default_is_the_deep_k_e4m3_out_product_where_sms_are_known()
         for p in ("scaled_mm/fp8-out", "scaled_mm/bf16-out")}
     assert mm.candidates("fp8", cube, None, False, True) == [
         {"m": 8192, "n": 8192, "k": 8192, "layout": "A@B^T", "path": "scaled_mm/bf16-out", "use_fast_accum": True}]
+    # bf16: the wave-fit shape first (the trials' choice), the asked one tried beside it; none fits 128 SMs
     assert mm.candidates("bf16", cube, 132, False, False) == [
-        {"m": 8192, "n": 8192, "k": 8192, "layout": "A@B^T", "path": "mm"}]
+        {"m": 8448, "n": 8192, "k": 8192, "layout": "A@B^T", "path": "mm"}]
+    assert [(c["m"], c["layout"]) for c in mm.candidates("bf16", cube, 132, True, False)] == [
+        (8448, "A@B^T"), (8448, "A@B"), (8192, "A@B^T"), (8192, "A@B")]
+    assert mm.candidates("bf16", cube, 128, False, False)[0]["m"] == 8192
+    assert mm.candidates("fp16", cube, 132, False, False)[0]["m"] == 8192  # measured as asked
 
 
 def test_matmul_trial_order_mirrors_rounds():

@@ -20,8 +20,8 @@ from __future__ import annotations
 PROFILES: dict[str, dict[str, dict]] = {
     "quick": {
         # the nightly profile measures each dtype's one default candidate (no trials; gpuaccept.probes.matmul_tflops
-        # candidate_set: 8192^3 K-major, fp8 8448 x 8192 x 32768 e4m3-out on a 132-SM GPU): a figure's history key
-        # holds its shape, and a choice that flips between nights would start a new series
+        # candidate_set: 8192^3 K-major; on a 132-SM GPU bf16 8448 x 8192 x 8192, fp8 8448 x 8192 x 32768 e4m3-out):
+        # a figure's history key holds its shape, and a choice that flips between nights would start a new series
         "matmul_tflops": {"min_seconds": 0.5, "max_seconds": 2.0, "warmup_seconds": 0.5, "search": False},
         "hbm_bandwidth": {"min_seconds": 0.02, "max_seconds": 0.25},
         "pcie_bandwidth": {"iters": 2, "min_seconds": 0.1, "max_seconds": 0.5},

@@ -39,8 +39,8 @@ Candidates (:func:`candidate_set`), per dtype, the first the default (the one me
 variant (8448 x 8192 x 32768); layout "A@B^T" (B stored (n, k): both operands K-major, what nn.Linear and
 torch._scaled_mm use) and, for bf16/fp16/tf32, "A@B" (B stored (k, n)); for fp8 the paths "scaled_mm/fp8-out"
 (e4m3 output into a preallocated C: mamf-finder's call) and "scaled_mm/bf16-out". fp8's default on cuda is the
-deep-K e4m3-out product, the fastest measured on H100 and H200 (figures in :func:`candidate_set`); the other
-dtypes' is m x n x k, K-major (mamf-finder: stas00/ml-engineering
+deep-K e4m3-out product, the fastest measured on H100 and H200 (figures in :func:`candidate_set`), bf16's the
+wave-fit shape (the trials' choice there), the other dtypes' m x n x k, K-major (mamf-finder: stas00/ml-engineering
 compute/accelerator/benchmarks/mamf-finder.py). Each candidate gets a short trial after the warm-up: TRIAL_ROUNDS
 batches of ~25 ms (MIN_BATCH calls at least), in rounds that alternate forward and backward over the
 candidates (:func:`trial_order`), its median; one choice is made for all GPUs from the sum of their trial
@@ -280,11 +280,14 @@ def candidate_set(dtype: str, shape: tuple, dev: torch.device, searched: bool, f
     1217, 8448 x 8192 x 16384 1252, x 32768 1262 (16896 x 16384 x 16384 1254: a longer K helps, larger M and N
     do not). An H100 SXM, 2026-12-06, median of 2 rounds of 2 s: 8448 x 8192 x 32768 e4m3-out 1309.5,
     bf16-out 1273.5; 8192^3 e4m3-out 1255.1, bf16-out 1245.2. Elsewhere (no SM count: cpu) the default is
-    ``shape`` through "scaled_mm/bf16-out". The set never changes the FLOP convention (2*m*n*k), the operands'
+    ``shape`` through "scaled_mm/bf16-out". bf16's default on cuda is the :func:`wave_fit_m` shape (8448 x 8192 x
+    8192 on 132 SMs), which the standard profile's trials choose over 8192^3 on the H100s and H200s measured: an
+    H200, 2026-12-06, 692.5 and 693.6 TFLOP/s against 681.1 and 686.0 at 8192^3 (quick, no trials); an H200,
+    2026-12-05, 693 chosen over 8192^3. The set never changes the FLOP convention (2*m*n*k), the operands'
     dtype or the dense kernels the datasheet peaks count, so every candidate is judged against the same
     limit."""
     sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" and (
-        searched or dtype == "fp8") else None
+        searched or dtype in ("fp8", "bf16")) else None
     return candidates(dtype, shape, sms, searched, fast_accum)
 
 
@@ -297,6 +300,8 @@ def candidates(dtype: str, shape: tuple, sms: int | None, searched: bool, fast_a
             shapes, paths = shapes[-1:] + shapes[:-1], paths[::-1]
     else:
         paths = [("A@B^T", "mm")] + ([("A@B", "mm")] if dtype != "fp64" else [])
+        if dtype == "bf16" and len(shapes) > 1:  # the wave-fit shape first: the one the trials choose (see above)
+            shapes = [shapes[1], shapes[0]] + shapes[2:]
     out = []
     for mm_, nn_, kk_ in shapes:
         for layout, path in paths:
