@@ -428,6 +428,12 @@ def test_failed_hosts_names_the_fleet_test_and_its_partners():
                        None, "nccl", "error", "b: stopped answering during the all-reduce")]
     text = failed_hosts_text(recs, ["a", "b"])
     assert text == "b\n# fleet-wide test_allreduce_multinode did not pass on: a b\n"
+    # a replayed host r (no figure of its own in the all-reduce: it could not take part) is no partner
+    took = CaseRecord(recs[2].nodeid, recs[2].name, None, "nccl", "error", "b: stopped answering during the all-reduce",
+                      figures=[{"host": h, "check": "internode_transports", "value": {}, "verdict": "recorded"}
+                               for h in ("a", "b")])
+    assert failed_hosts_text(recs[:2] + [took], ["r", "a", "b"]).endswith(
+        "# fleet-wide test_allreduce_multinode did not pass on: a b\n")
 
 
 def test_a_rerun_of_one_host_reads_not_rerun_never_pass(tmp_path):

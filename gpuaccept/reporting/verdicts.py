@@ -537,12 +537,21 @@ def failed_hosts_text(recs: list[CaseRecord], hosts: list[str] | None = None, hv
 
 
 def fleet_lines(recs: list[CaseRecord], hosts: list[str] | None) -> str:
-    """The :data:`FLEET_LINE` comment of each fleet-wide test of ``recs`` that failed or errored, naming the
-    selection ``hosts`` it ran on (pure), as failed-hosts.txt carries them: a rerun of fewer hosts from it, or from
-    a hosts-<action>.txt beside it, cannot pass a comparison it does not repeat
-    (gpuaccept.config.limitfile.fleet_tests)."""
-    return "".join(FLEET_LINE.format(test=r.name.split("[")[0], hosts=" ".join(hosts)) + "\n" for r in recs
-                   if r.host is None and r.outcome in ("failed", "error") and hosts)
+    """The :data:`FLEET_LINE` comment of each fleet-wide test of ``recs`` that failed or errored, naming the hosts
+    it ran on (pure), as failed-hosts.txt carries them: a rerun of fewer hosts from it, or from a hosts-<action>.txt
+    beside it, cannot pass a comparison it does not repeat (gpuaccept.config.limitfile.fleet_tests). The hosts it
+    ran on: where its figures name hosts of the selection ``hosts`` (an all-reduce's per-host figures: a replayed
+    host that could not take part has none), those and the hosts its findings are filed under; else the whole
+    selection."""
+    out = []
+    for r in recs:
+        if r.host is None and r.outcome in ("failed", "error") and hosts:
+            took = {f.get("host") for f in r.figures} & set(hosts)
+            if took:
+                took |= set(filed_hosts(r, hosts, set(hosts)))
+            out.append(FLEET_LINE.format(test=r.name.split("[")[0],
+                                         hosts=" ".join([h for h in hosts if h in took] or hosts)) + "\n")
+    return "".join(out)
 
 
 def interruption_text(meta: dict) -> str:
