@@ -358,6 +358,14 @@ def test_prometheus_textfile_parses(tmp_path):
     fams2 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
     assert {(f.name, tuple(sorted(s.labels.items()))) for f in fams2.values() for s in f.samples} == first
     assert fams2["gpuaccept_run_timestamp_seconds"].samples[0].value == 87400.0
+    # a --limit rerun of b alone: a keeps the start of the last run that tested it (the two-day alert), b moves on;
+    # a host name the text format escapes survives the round trip
+    write_textfile(str(path), "run3", 90000.0, 90010.0, [], {'b"\\x': "ERROR", "a": "PASS"})
+    write_textfile(str(path), "run4", 95000.0, 95010.0, [], {"b": "PASS"})
+    fams3 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    last = {s.labels["host"]: s.value for s in fams3["gpuaccept_last_run_timestamp_seconds"].samples}
+    assert last == {"b": 95000.0, "a": 90000.0, 'b"\\x': 90000.0}, last
+    assert {s.labels["host"] for s in fams3["gpuaccept_host_verdict"].samples} == {"b"}
 
 
 def test_prometheus_series_keep_their_names_and_labels_whatever_the_selection(tmp_path):

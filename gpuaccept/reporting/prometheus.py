@@ -76,6 +76,7 @@ class _RunCollector:
         self.args = (run_id, started, finished, figures, host_verdicts)
         self.left_out = left_out
         self.host_actions = host_actions or {}
+        self.earlier: dict[str, float] = {}
 
     def describe(self):
         return []  # names are not checked for clashes: the registry holds this collector alone
@@ -119,6 +120,9 @@ class _RunCollector:
         for host in host_verdicts:
             if host != "fleet":
                 last.add_metric([host], started)
+        for host, at in self.earlier.items():  # hosts this run did not test keep their last run's start
+            if host not in host_verdicts:
+                last.add_metric([host], at)
         yield last
         fam = GaugeMetricFamily("gpuaccept_figures_not_exported", "figures of the run not written here (above the "
                                 "limit: passing hosts' first; the history database has them)")
@@ -140,6 +144,7 @@ def write_textfile(path: str, run_id: str, started: float, finished: float, figu
     ``gpuaccept_figures_not_exported``). ``host_actions``: host -> its action (the dict of
     gpuaccept.judging.actions, or its name): the host verdict's ``action`` and ``cause`` labels, "none" without. ``run_id`` is written nowhere in the file: its series
     and HELP lines stay the same from run to run (docs/reports.md)."""
+    earlier = last_runs(path)
     left_out = 0
     if len(figures) > max_figures:
         bad = [f for f in figures if host_verdicts.get(str(f.get("host"))) != "PASS"]
@@ -147,5 +152,40 @@ def write_textfile(path: str, run_id: str, started: float, finished: float, figu
         keep = (bad + good)[:max_figures]
         left_out, figures = len(figures) - len(keep), keep
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts, left_out, host_actions))
+    col = _RunCollector(run_id, started, finished, figures, host_verdicts, left_out, host_actions)
+    col.earlier = earlier
+    reg.register(col)
     write_to_textfile(path, reg)
+
+
+#: a ``gpuaccept_last_run_timestamp_seconds`` sample line of the textfile: the host label (escaped as the text
+#: format escapes it: backslash, double quote, newline) and the value
+_LAST_RUN = re.compile(r'^gpuaccept_last_run_timestamp_seconds\{host="((?:[^"\\]|\\.)*)"\} (\S+)$')
+
+
+def last_runs(path: str) -> dict[str, float]:
+    """Per host, ``gpuaccept_last_run_timestamp_seconds`` of the textfile at ``path`` (the one a new run replaces),
+    so that a ``--limit`` rerun keeps the hosts it does not test in the file, each with the start of the last run
+    that tested it (the two-day alert of docs/reports.md). ``{}`` for no file, or one that cannot be read; lines
+    read one at a time (the file may hold 100,000 figures)."""
+    out: dict[str, float] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.startswith("gpuaccept_last_run_timestamp_seconds{"):
+                    continue
+                m = _LAST_RUN.match(line.rstrip("\n"))
+                v = number(_float(m.group(2))) if m else None
+                if m and v is not None:
+                    host = re.sub(r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), m.group(1))
+                    out[host] = v
+    except OSError:
+        return {}
+    return out
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
