@@ -151,7 +151,7 @@ def test_rendezvous_check_meets_node_0_and_refuses_another_collective():
             "hosts": ["a", "b"], "check_s": 8}
     p1 = subprocess.Popen([sys.executable, str(PROBES / "nccl_allreduce.py"), json.dumps({**base, "node_rank": 1})],
                           stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    time.sleep(2.0)  # node 1 has started and retries the refused connection (its Python starts in < 1.5 s)
     node0 = _check({**base, "node_rank": 0})
     node1 = json.loads(p1.communicate(timeout=60)[0].strip().splitlines()[-1])
     assert node0["rendezvous"]["connected"] and node0["rendezvous"]["seen"] == ["a", "b"], node0
