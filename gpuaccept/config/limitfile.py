@@ -12,6 +12,7 @@ import stat
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.config.bounded import read_bounded
+from gpuaccept.config.patterns import split_pattern
 from gpuaccept.config.shown import shown, shown_path
 
 
@@ -116,7 +117,7 @@ def rerun_partners(limit: str | None, test: str, selected: list[str]) -> list[st
     term ``@FILE``) saying ``test`` did not pass there, and ``selected`` (the hosts of this run) lacks one of them:
     a comparison over those hosts that this rerun cannot repeat, whose pass here would say nothing. None
     otherwise."""
-    for term in (limit or "").split(","):
+    for term in split_pattern(limit or ""):
         if term.startswith("@"):
             partners = fleet_tests(term[1:]).get(test)
             if partners and not set(partners) <= set(selected):

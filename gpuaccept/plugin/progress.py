@@ -144,46 +144,57 @@ class Progress:
         hosts its findings are filed under (their lines then read its outcome). The host's last test writes its
         line (plain mode)."""
         now = time.monotonic()
-        line = None
+        why = clip(" ".join(reason.split()), REASON_CHARS) if reason else ""
         with self._lock:
             self.running.pop(host, None)
             self.detail.pop(host, None)
             if host == "fleet":
-                self.fleet_left = max(0, self.fleet_left - 1)
-                v = _VERDICT.get(outcome, "ERROR")
-                for h in filed or []:  # the hosts it blames read its outcome in their line, if still to come
-                    old = self.verdict.get(h, "SKIP")
-                    self.verdict[h] = v if _ORDER.index(v) < _ORDER.index(old) else old
-                    if reason and h not in self.reason:
-                        self.reason[h] = clip(" ".join(reason.split()), REASON_CHARS)
-                if outcome in ("failed", "error"):  # it may fail hosts whose line said PASS so far
-                    line = f"[gpuaccept] fleet-wide {_VERDICT.get(outcome, 'ERROR')}" + (
-                        f": {clip(' '.join(reason.split()), REASON_CHARS)}" if reason else "")
-        if host == "fleet":
-            if line and not self.tty:
-                self._line(line)
-            return
-        with self._lock:
-            v = _VERDICT.get(outcome, "ERROR") if judged or outcome != "passed" else "SKIP"
-            old = self.verdict.get(host, "SKIP")
-            self.verdict[host] = v if _ORDER.index(v) < _ORDER.index(old) else old
-            if reason and outcome in ("failed", "error") and host not in self.reason:
-                self.reason[host] = clip(" ".join(reason.split()), REASON_CHARS)
-            self.tests[host] = self.tests.get(host, 0) + 1
-            if host in self.left:
-                self.left[host] -= 1
-                if self.left[host] <= 0:
-                    del self.left[host]
-                    self.done_hosts.append(host)
-                    took = now - self.first_start.get(host, now)
-                    why = self.reason.get(host)
-                    # a fleet-wide test to come may still fail a host that passed its own: "PASS so far"
-                    later = f"; {self.fleet_left} fleet-wide test{'s' if self.fleet_left != 1 else ''} to come" \
-                        if self.fleet_left and self.verdict[host] in ("PASS", "SKIP") else ""
-                    line = (f"[gpuaccept] {host} {self.verdict[host]}{' so far' if later else ''} ({self.tests[host]} "
-                            f"test{'s' if self.tests[host] != 1 else ''}, {took:.0f} s{later})" + (f": {why}" if why else ""))
+                line = self._fleet_end(outcome, why, filed or [])
+            else:
+                line = self._host_end(host, outcome, why, judged, now)
         if line and not self.tty:
             self._line(line)
+
+    def _worse(self, host: str, verdict: str, why: str) -> None:
+        """``host``'s verdict so far becomes ``verdict`` where that is worse, and ``why`` its reason if it has
+        none (under the lock)."""
+        old = self.verdict.get(host, "SKIP")
+        self.verdict[host] = verdict if _ORDER.index(verdict) < _ORDER.index(old) else old
+        if why and host not in self.reason:
+            self.reason[host] = why
+
+    def _fleet_end(self, outcome: str, why: str, filed: list) -> str | None:
+        """A fleet-wide test ended (under the lock): the hosts it blames (``filed``) read its outcome in their line,
+        if still to come; a failure or error has a line of its own (it may fail hosts whose line said PASS so
+        far)."""
+        self.fleet_left = max(0, self.fleet_left - 1)
+        v = _VERDICT.get(outcome, "ERROR")
+        for h in filed:
+            self._worse(h, v, why)
+        if outcome not in ("failed", "error"):
+            return None
+        return f"[gpuaccept] fleet-wide {v}" + (f": {why}" if why else "")
+
+    def _host_end(self, host: str, outcome: str, why: str, judged: bool, now: float) -> str | None:
+        """A test of ``host`` ended (under the lock): the host's line when it was its last."""
+        self._worse(host, _VERDICT.get(outcome, "ERROR") if judged or outcome != "passed" else "SKIP",
+                    why if outcome in ("failed", "error") else "")
+        self.tests[host] = self.tests.get(host, 0) + 1
+        if host not in self.left:
+            return None
+        self.left[host] -= 1
+        if self.left[host] > 0:
+            return None
+        del self.left[host]
+        self.done_hosts.append(host)
+        took = now - self.first_start.get(host, now)
+        reason = self.reason.get(host)
+        # a fleet-wide test to come may still fail a host that passed its own: "PASS so far"
+        later = f"; {self.fleet_left} fleet-wide test{'s' if self.fleet_left != 1 else ''} to come" \
+            if self.fleet_left and self.verdict[host] in ("PASS", "SKIP") else ""
+        n = self.tests[host]
+        return (f"[gpuaccept] {host} {self.verdict[host]}{' so far' if later else ''} ({n} test{'s' if n != 1 else ''}, "
+                f"{took:.0f} s{later})" + (f": {reason}" if reason else ""))
 
     def line(self, width: int | None = None) -> str:
         """The status line, at most ``width`` characters: ``hosts 212/300 done · 3 FAIL · 1 ERROR · 6 running

@@ -31,6 +31,7 @@ class ShownOutput:
 
 
 def register(config: pytest.Config) -> None:
-    """Register :class:`ShownOutput` when ``config`` runs the terminal and shows output (capture off)."""
-    if config.getoption("capture", None) == "no" and not hasattr(config, "workerinput"):
+    """Register :class:`ShownOutput` when output capture is off; called on the process that runs the terminal
+    (gpuaccept.plugin.pytest_configure: not on a pytest-xdist worker)."""
+    if config.getoption("capture", None) == "no":
         config.pluginmanager.register(ShownOutput(config), "gpuaccept-shown-output")

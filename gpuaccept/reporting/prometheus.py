@@ -72,11 +72,12 @@ class _RunCollector:
     that is the difference between seconds and minutes, and gigabytes of memory)."""
 
     def __init__(self, run_id: str, started: float, finished: float, figures: list[dict],
-                 host_verdicts: dict[str, str], left_out: int, host_actions: dict[str, str] | None = None):
+                 host_verdicts: dict[str, str], left_out: int, host_actions: dict[str, str] | None = None,
+                 earlier: dict[str, float] | None = None):
         self.args = (run_id, started, finished, figures, host_verdicts)
         self.left_out = left_out
         self.host_actions = host_actions or {}
-        self.earlier: dict[str, float] = {}
+        self.earlier = earlier or {}  # host -> its last run's start, from the file this one replaces (last_runs)
 
     def describe(self):
         return []  # names are not checked for clashes: the registry holds this collector alone
@@ -152,9 +153,7 @@ def write_textfile(path: str, run_id: str, started: float, finished: float, figu
         keep = (bad + good)[:max_figures]
         left_out, figures = len(figures) - len(keep), keep
     reg = CollectorRegistry(auto_describe=False)
-    col = _RunCollector(run_id, started, finished, figures, host_verdicts, left_out, host_actions)
-    col.earlier = earlier
-    reg.register(col)
+    reg.register(_RunCollector(run_id, started, finished, figures, host_verdicts, left_out, host_actions, earlier))
     write_to_textfile(path, reg)
 
 

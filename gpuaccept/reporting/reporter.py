@@ -208,16 +208,17 @@ class Reporter:
             if not self._flush_if_due():
                 self._arm()
 
-    def _flush_if_due(self, sinks: bool = True) -> bool:
-        """Rewrite the whole-run files if it is time: every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the last
-        rewrite apart, and only while the rewrites so far and this one (its cost guessed from the last one's, in
-        proportion to the records) stay within 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run
-        grows). Whether it rewrote."""
-        now = time.monotonic()
-        if now < self._next_flush:
-            return False
+    def _due_at(self) -> float:
+        """When (monotonic s) the next whole-run rewrite may be: every FLUSH_MIN_S at most, FLUSH_COST_RATIO x the
+        last rewrite apart, and only while the rewrites so far and the next (its cost guessed from the last one's,
+        in proportion to the records) stay within 1/FLUSH_COST_RATIO of the run (a rewrite costs more as the run
+        grows)."""
         guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
-        if (self.flush_total_s + guess) * FLUSH_COST_RATIO > now - self._began:
+        return max(self._next_flush, self._began + (self.flush_total_s + guess) * FLUSH_COST_RATIO)
+
+    def _flush_if_due(self, sinks: bool = True) -> bool:
+        """Rewrite the whole-run files if it is time (:meth:`_due_at`); whether it rewrote."""
+        if time.monotonic() < self._due_at():
             return False
         self.flush(sinks=sinks)
         self.flush_total_s += self.last_flush_s
@@ -225,12 +226,9 @@ class Reporter:
 
     def _arm(self) -> None:
         """Start the timer (one at a time) for records that arrived after the last rewrite, due when the next
-        rewrite may be: they reach the whole-run files though no record follows them."""
-        if len(self.records) == self._flushed_n:
-            return
-        guess = self.last_flush_s * len(self.records) / max(1, self._flushed_n)
-        due = max(self._next_flush, self._began + (self.flush_total_s + guess) * FLUSH_COST_RATIO)
-        self._later.arm(max(0.05, due - time.monotonic()))
+        rewrite may be (:meth:`_due_at`): they reach the whole-run files though no record follows them."""
+        if len(self.records) != self._flushed_n:
+            self._later.arm(max(0.05, self._due_at() - time.monotonic()))
 
     def _tick(self) -> None:
         try:  # the history's own timer inserts its rows (gpuaccept.plugin.finish): no sinks here

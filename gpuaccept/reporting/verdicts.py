@@ -227,14 +227,15 @@ class HostVerdicts:
                 v["blocked"] = v.get("blocked", 0) + 1
             if act is not None:  # this host's own findings in a fleet-wide test, else the record's
                 mine = []
+                filed_fleet = r.host is None and h == "fleet" and len(targets) > 1  # findings filed under hosts
                 if r.host is None and h != "fleet":
                     mine = _entry_actions(r, (h,)) + actions.cause_actions(r.causes, host=h)
-                elif r.host is None and len(targets) > 1:  # the fleet line: its own findings, not a filed host's
+                elif filed_fleet:  # the fleet line: its own findings only, never a filed host's
                     mine = _entry_actions(r, (None, "fleet")) + actions.cause_actions(
                         [c for c in r.causes or [] if isinstance(c, dict) and c.get("host") not in self.known])
                 elif r.outcome == "failed":  # each failure entry with its GPU: a setting answers for its GPU only
                     mine = _entry_actions(r, (h, None))
-                if mine or not (r.host is None and h == "fleet" and len(targets) > 1):
+                if mine or not filed_fleet:
                     v.setdefault("findings", []).extend(mine or [act])
             said = len(v["reasons"])
             if r.outcome in ("failed", "error"):
@@ -543,12 +544,12 @@ def fleet_lines(recs: list[CaseRecord], hosts: list[str] | None) -> str:
     ran on: where its figures name hosts of the selection ``hosts`` (an all-reduce's per-host figures: a replayed
     host that could not take part has none), those and the hosts its findings are filed under; else the whole
     selection."""
-    out = []
+    out, known = [], set(hosts or [])
     for r in recs:
         if r.host is None and r.outcome in ("failed", "error") and hosts:
-            took = {f.get("host") for f in r.figures} & set(hosts)
+            took = {f.get("host") for f in r.figures} & known
             if took:
-                took |= set(filed_hosts(r, hosts, set(hosts)))
+                took |= set(filed_hosts(r, hosts, known))
             out.append(FLEET_LINE.format(test=r.name.split("[")[0],
                                          hosts=" ".join([h for h in hosts if h in took] or hosts)) + "\n")
     return "".join(out)

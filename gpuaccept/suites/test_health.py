@@ -196,13 +196,11 @@ def test_fleet_consistency(request, nodes, specs, verdicts):
     that host with its cause."""
     partners = rerun_partners(request.config.getoption("limit"), "test_fleet_consistency", [n.name for n in nodes])
     if partners:  # a rerun of some of the hosts it compared: the comparison is not repeated, never passed
-        named = ",".join(partners) if len(partners) <= 8 else None
+        how = f"--limit {','.join(partners)}" if len(partners) <= 8 else "the hosts its '# fleet-wide' line names"
         for n in nodes:
             verdicts.for_host(n.name).error(
                 f"not rerun: the fleet-wide driver and GPU comparison did not pass over {len(partners)} hosts and "
-                f"{len(nodes)} of them cannot repeat it (rerun with --limit {named})" if named else
-                f"not rerun: the fleet-wide driver and GPU comparison did not pass over {len(partners)} hosts and "
-                f"{len(nodes)} of them cannot repeat it (rerun with the hosts its '# fleet-wide' line names)",
+                f"{len(nodes)} of them cannot repeat it (rerun with {how})",
                 cause=Cause("tool", "not_rerun", n.name, evidence={"partners": len(partners)}))
         verdicts.finish()
     drivers: dict[str, list[str]] = {}

@@ -104,7 +104,7 @@ def test_nccl_versions(nodes, verdicts):
     """Every selected host with GPUs loads one NCCL version and one NCCL network plugin (NCCL_NET_PLUGIN, else the
     libnccl-net*.so found); a host off the majority fails under its own name (configuration)."""
     versions, plugins = {}, {}
-    unread_hosts: list[str] = []  # why, per host whose GPUs or launch environment were not read
+    unread: list[str] = []  # why, per host whose GPUs or launch environment were not read
     for n in nodes:
         try:
             if not _gpu_count(n):
@@ -113,18 +113,18 @@ def test_nccl_versions(nodes, verdicts):
             versions[n.name], plugins[n.name] = launchenv.nccl_identity(doc)
         except (GpuacceptError, pytest.skip.Exception) as e:  # an unreachable host is reported by its own tests
             verdicts.record("nccl_version", f"not read: {e}", extra={"host": n.name})
-            unread_hosts.append(str(e).splitlines()[0] if str(e).strip() else n.name)
+            unread.append(str(e).splitlines()[0] if str(e).strip() else n.name)
             continue
         unread = launchenv.nccl_unread(doc)
         if unread is not None:  # no vote (launchenv.split); its own finding, on its own host
             verdicts.fail(f"no NCCL found to load (torch: {unread['torch_error'] or 'no version'}; no libnccl.so "
                           "found): an NCCL job cannot start here", host=n.name,
                           cause=Cause("configuration", "nccl_not_found", n.name, evidence=unread))
-    if not versions and not unread_hosts:
+    if not versions and not unread:
         pytest.skip("no host with an NVIDIA GPU in the selection")
     if not versions:  # each host's own tests say why its GPUs or launch environment were not read
-        more = f"; and {len(unread_hosts) - 1} more host(s)" if len(unread_hosts) > 1 else ""
-        pytest.skip(f"the NCCL version of no host was read ({unread_hosts[0]}{more}): nothing to compare")
+        more = f"; and {len(unread) - 1} more host(s)" if len(unread) > 1 else ""
+        pytest.skip(f"the NCCL version of no host was read ({unread[0]}{more}): nothing to compare")
     verdicts.record("nccl_versions", {str(v): sum(1 for x in versions.values() if x == v) for v in set(versions.values())})
     verdicts.record("nccl_net_plugins", {str(v): sum(1 for x in plugins.values() if x == v) for v in set(plugins.values())})
     for host, why in launchenv.split(versions, "NCCL") + launchenv.split(plugins, "NCCL network plugin"):

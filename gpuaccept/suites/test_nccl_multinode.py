@@ -32,7 +32,7 @@ from gpuaccept.errors import (AuthError, ConfigError, GpuacceptError, HostKeyErr
                               ThresholdError)
 from gpuaccept.judging.nccl_table import format_table
 from gpuaccept.runner.host import HostRunner
-from gpuaccept.config.limitfile import fleet_tests
+from gpuaccept.config.limitfile import rerun_partners
 from gpuaccept.config.thresholds import Limit, inventory_limit
 from gpuaccept.judging.readings import typed
 from gpuaccept.judging.recorder import Recorder
@@ -284,11 +284,8 @@ def _rails(nodes, verdicts, st, group, notes):
 def _not_rerun(nodes: list[HostRunner], verdicts, request) -> None:
     """A rerun of a failed-hosts.txt (``--limit @FILE``) whose run failed this test, with too few hosts
     selected to repeat it: an ERROR of each selected host "not rerun: ...", naming the partners to select
-    (gpuaccept.config.limitfile.fleet_tests), never a skip that would let the host pass."""
-    limit = request.config.getoption("limit") or ""
-    if not limit.startswith("@"):
-        return
-    partners = fleet_tests(limit[1:]).get("test_allreduce_multinode")
+    (gpuaccept.config.limitfile.rerun_partners), never a skip that would let the host pass."""
+    partners = rerun_partners(request.config.getoption("limit"), "test_allreduce_multinode", [n.name for n in nodes])
     if partners is None:
         return
     for n in nodes:

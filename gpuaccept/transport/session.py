@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuaccept.errors import HostUnreachable, TransportError
 from gpuaccept.transport.local import _StderrDrain
+from gpuaccept.transport.ssh_alive import Silent
 
 _MARKER_RE = re.compile(rb"^__GPUACCEPT_PGID__=(\d+)\n", re.M)
 
@@ -123,7 +124,7 @@ class SshSession(Session):
             if t is not None and self.alive is not None:
                 try:
                     self.heard = self.alive.check(t, self.heard, time.monotonic())
-                except OSError as e:  # ssh_alive.Silent: the server left a keepalive unanswered
+                except Silent as e:  # the server left a keepalive unanswered
                     raise HostUnreachable(self.name, str(e)) from None
             left = end - time.monotonic()
             if left <= 0:

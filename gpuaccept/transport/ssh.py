@@ -596,4 +596,3 @@ class _Cancelled(Exception):
 
 class _Timeout(Exception):
     pass
-

@@ -20,6 +20,23 @@ class Silent(OSError):
     """The server left a keepalive unanswered for :attr:`ServerAlive.wait_s`: the host stopped answering."""
 
 
+class _Question:
+    """One keepalive asked of ``transport`` at ``asked_at`` (monotonic s); ``answered`` is set, and
+    ``answered_at`` stamped, when the server replies (or the transport closes)."""
+
+    def __init__(self, transport: paramiko.Transport, now: float):
+        self.transport, self.asked_at, self.answered_at = transport, now, now
+        self.answered = threading.Event()
+
+    def ask(self) -> None:
+        try:
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+        except Exception:  # noqa: BLE001 - a closed transport: the run loop sees it inactive
+            pass
+        self.answered_at = time.monotonic()
+        self.answered.set()
+
+
 class ServerAlive:
     """The keepalive questions of one connection: :meth:`check` asks one (from a thread of its own: paramiko's
     ``global_request`` waits without a bound) when a command has been silent :attr:`after_s` and the last answer
@@ -30,7 +47,7 @@ class ServerAlive:
         self.name = name
         self.after_s, self.wait_s = SERVER_ALIVE_S, SERVER_ALIVE_WAIT_S
         self._lock = threading.Lock()
-        self._asked: list | None = None  # the last question: [asked at, answered Event, paramiko transport, answered at]
+        self._asked: _Question | None = None  # the last question
 
     def check(self, transport: paramiko.Transport, heard: float, now: float) -> float:
         """``heard`` (monotonic s: the command's last byte) when the command is not yet silent :attr:`after_s` or
@@ -39,23 +56,14 @@ class ServerAlive:
         if now - heard < self.after_s:
             return heard
         with self._lock:
-            ask = self._asked
-            if ask is not None and ask[2] is transport and not ask[1].is_set():
-                if now - ask[0] >= self.wait_s:
+            q = self._asked if self._asked is not None and self._asked.transport is transport else None
+            if q is not None and not q.answered.is_set():
+                if now - q.asked_at >= self.wait_s:
                     raise Silent(f"stopped answering: no reply to an SSH keepalive in {self.wait_s:g} s, "
                                  f"nothing from the command for {now - heard:.0f} s")
                 return heard
-            if ask is not None and ask[2] is transport and now - ask[3] < self.after_s:
+            if q is not None and now - q.answered_at < self.after_s:
                 return heard  # answered lately
-            ask = self._asked = [now, threading.Event(), transport, now]
-        threading.Thread(target=self._question, args=(ask,), name=f"gpuaccept-alive-{self.name}", daemon=True).start()
+            q = self._asked = _Question(transport, now)
+        threading.Thread(target=q.ask, name=f"gpuaccept-alive-{self.name}", daemon=True).start()
         return heard
-
-    @staticmethod
-    def _question(ask: list) -> None:
-        try:
-            ask[2].global_request("keepalive@openssh.com", wait=True)
-        except Exception:  # noqa: BLE001 - a closed transport: the run loop sees it inactive
-            pass
-        ask[3] = time.monotonic()
-        ask[1].set()
