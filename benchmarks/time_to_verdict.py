@@ -12,7 +12,8 @@ run kept (``<reports>/probes/<host>/*.json``): each carries ``timing`` (HostRunn
 exit). Printed per profile: wall seconds (min and median of the rounds), the controller's seconds before the
 first probe starts and after the last one ends, and per probe the node-side seconds
 (summed over the run's hosts, median of the rounds) and the controller's span for it. The product's figures are
-read from the run's results.json (the best over hosts and GPUs of each check); the peers' from their own output,
+read from each round's results.json (the best over hosts and GPUs of each check; every round printed, the median
+of the rounds over the peer's figure per profile); the peers' from their own output,
 given as a file or as a command run here (its wall seconds printed too):
 
 - ``babelstream``: BabelStream's table (``Function MBytes/sec ...``, also GBytes/MiBytes/GiBytes) or its
@@ -183,6 +184,31 @@ def product_figures(reports: Path) -> dict[str, float]:
     return best
 
 
+def figure_table(peer_figs: dict[str, dict[str, float]], figures: dict[str, list[dict[str, float]]],
+                 profiles: list[str]) -> list[str]:
+    """The markdown lines of the product's figures beside the peers' (pure): per profile every round's figure
+    (``figures``: {profile: [{check: value} per round with a verdict]}) and the median of the rounds over the
+    peer's figure. A pair with neither a peer figure nor a product figure is left out."""
+    lines = ["## figures: product (best over hosts and GPUs, each round) beside the peers'",
+             "| peer | peer figure | peer value | product check | "
+             + " | ".join(f"{p} | {p} / peer" for p in profiles) + " |",
+             "|---|---|---|---|" + "---|---|" * len(profiles)]
+    for peer, pairs in PAIRS.items():
+        for fig, check in pairs:
+            pv = (peer_figs.get(peer) or {}).get(fig)
+            mine = {p: [r[check] for r in figures.get(p, []) if r.get(check) is not None] for p in profiles}
+            if pv is None and not any(mine.values()):
+                continue
+            cells = []
+            for p in profiles:
+                vals = mine[p]
+                cells.append(", ".join(f"{v:.1f}" for v in vals) or "-")
+                cells.append(f"{statistics.median(vals) / pv:.3f}x" if pv and vals else "-")
+            lines.append(f"| {peer} | {fig} | {'-' if pv is None else f'{pv:.1f}'} | {check} | "
+                         + " | ".join(cells) + " |")
+    return lines
+
+
 def run_profile(profile: str, inventory: str, markers: str, extra: list[str], work: Path, i: int) -> tuple:
     """One run: ``(wall s, rc, its reports folder, (s before the first probe, s after the last) or None)``."""
     rep = work / f"{profile}-{i}"
@@ -243,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             work = Path(tmp)
         print(f"time to verdict: inventory {a.inventory}, -m {shlex.quote(a.markers)}, {a.rounds} round(s)")
-        figures: dict[str, dict[str, float]] = {}
+        figures: dict[str, list[dict[str, float]]] = {}
         for prof in profiles:
             runs = [run_profile(prof, a.inventory, a.markers, a.pytest_args, work, i) for i in range(a.rounds)]
             every = ", ".join(f"{w:.2f} s (rc {rc})" for w, rc, _, _ in runs)
@@ -253,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             walls = [w for w, _, _, _ in runs]
             per = [probe_seconds(rep) for _, _, rep, _ in runs]
-            figures[prof] = product_figures(runs[-1][2])
+            figures[prof] = [product_figures(rep) for _, _, rep, _ in runs]
             print(f"\n## --profile {prof}: wall {min(walls):.2f} s min, {statistics.median(walls):.2f} s median "
                   f"of the {len(runs)} round(s) with a verdict; each round: {every}")
             ends = [ph for _, _, _, ph in runs if ph]
@@ -268,19 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 med = lambda k: statistics.median(d.get(p, {}).get(k, 0.0) for d in per)  # noqa: E731
                 print(f"| {p} | {med('n'):g} | {med('node_s'):.2f} | {med('span_s'):.2f} |")
             print(f"| (all probes) | | {sum(statistics.median(d.get(p, {}).get('node_s', 0.0) for d in per) for p in names):.2f} | |")
-        print("\n## figures: product (best over hosts and GPUs) beside the peers'")
-        print("| peer | peer figure | peer value | product check | " + " | ".join(profiles) + " | product / peer |\n"
-              "|---|---|---|---|" + "---|" * len(profiles) + "---|")
-        for peer, pairs in PAIRS.items():
-            for fig, check in pairs:
-                pv = (peer_figs.get(peer) or {}).get(fig)
-                mine = [figures.get(p, {}).get(check) for p in profiles]
-                if pv is None and all(m is None for m in mine):
-                    continue
-                last = next((m for m in reversed(mine) if m is not None), None)
-                ratio = f"{last / pv:.3f}x" if pv and last is not None else "-"
-                print(f"| {peer} | {fig} | {'-' if pv is None else f'{pv:.1f}'} | {check} | "
-                      + " | ".join("-" if m is None else f"{m:.1f}" for m in mine) + f" | {ratio} |")
+        print("\n" + "\n".join(figure_table(peer_figs, figures, profiles)))
         for peer, w in peer_walls.items():
             print(f"{peer}: its command took {w:.2f} s wall")
         if not peer_figs:

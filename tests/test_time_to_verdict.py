@@ -54,3 +54,18 @@ def test_unknown_peer_is_one_line(tmp_path):
         ttv.peers(["stream=x"], [])
     with pytest.raises(SystemExit, match="--peer mamf-fp8="):
         ttv.peers([f"mamf-fp8={tmp_path / 'missing.log'}"], [])
+
+
+def test_figure_table_gives_every_round_and_a_ratio_per_profile():
+    peers = {"mamf-fp8": {"median": 1280.0, "max": 1290.0}}
+    figures = {"quick": [{"fp8_tflops": 1313.0}, {"fp8_tflops": 1281.6}, {"fp8_tflops": 1290.0}],
+               "standard": [{"fp8_tflops": 1270.0}]}
+    lines = ttv.figure_table(peers, figures, ["quick", "standard"])
+    row = next(line for line in lines if "| median |" in line)
+    # every round's figure, and the median of the rounds (1290.0) over the peer's median per profile
+    assert "1313.0, 1281.6, 1290.0 | 1.008x" in row
+    assert "| 1270.0 | 0.992x |" in row
+    # a peer figure without a product figure still shows, with no ratio; a pair with neither is left out
+    assert not any("babelstream" in line for line in lines)
+    only_peer = ttv.figure_table(peers, {"quick": [{}]}, ["quick"])
+    assert any("| median | 1280.0 | fp8_tflops | - | - |" in line for line in only_peer)
