@@ -210,6 +210,8 @@ def test_matmul_tflops_cpu():
         else:
             assert [(c["layout"], c["path"]) for c in cands] == [("A@B^T", "mm"), ("A@B", "mm")]
             assert all(c["trial_tflops"] > 0 for c in cands)
+            # every round's figure, paired by round with the default's (pick's rule reads them)
+            assert all(len(c["trial_rounds_tflops"]) == mm.TRIAL_ROUNDS for c in cands)
 
 
 def test_matmul_search_off_measures_the_default_only():
@@ -225,14 +227,21 @@ def test_matmul_search_off_measures_the_default_only():
 
 def test_matmul_pick_and_wave_fit():
     mm = load("matmul_tflops")
-    # one choice for all GPUs, from the sum of their trials; the default stays unless > 0.5 % slower
-    assert mm.pick({0: [100.0, 100.4], 1: [100.0, 100.4]}, 2)[0] == 0
-    assert mm.pick({0: [100.0, 102.0], 1: [100.0, 101.0]}, 2) == (1, "the fastest in the trials")
-    assert mm.pick({0: [100.0, 100.2, None], 1: [100.0, 100.1, 150.0]}, 3)[0] == 0  # 2 failed on GPU 0
-    assert mm.pick({0: [None, 90.0]}, 2) == (1, "the fastest in the trials (the default failed)")
-    assert mm.pick({0: [None]}, 1)[0] == 0
+    # one choice for all GPUs, from the sum of their trials' medians; the default stays unless > 0.5 % slower
+    assert mm.pick({0: [[100.0], [100.4]], 1: [[100.0], [100.4]]}, 2)[0] == 0
+    assert mm.pick({0: [[100.0], [102.0]], 1: [[100.0], [101.0]]}, 2)[0] == 1
+    assert mm.pick({0: [[100.0], [100.2], None], 1: [[100.0], [100.1], [150.0]]}, 3)[0] == 0  # 2 failed on GPU 0
+    assert mm.pick({0: [None, [90.0]]}, 2) == (1, "the fastest in the trials (the default failed)")
+    assert mm.pick({0: [[1.0]]}, 1)[0] == 0
     with pytest.raises(mm.ProbeFailed, match="no matmul candidate"):
         mm.pick({0: [None, None]}, 2)
+    # a challenger faster in sum but not in every paired round stays out: the trials' noise, not a faster path
+    noisy = {0: [[1266.0, 1290.0, 1262.0, 1270.0], [1290.0, 1285.0, 1288.0, 1284.0]]}
+    idx, why = mm.pick(noisy, 2)
+    assert idx == 0 and "not in every trial round (3 of 4)" in why
+    clear = {0: [[1266.0, 1270.0, 1262.0, 1270.0], [1290.0, 1285.0, 1288.0, 1284.0]],
+             1: [[1250.0, 1251.0], [1280.0, 1282.0]]}
+    assert mm.pick(clear, 2) == (1, "the fastest in the trials (faster than the default in each of its 6 rounds)")
     # 8192x8192 on 132 SMs: 2048 tiles of 128x256 = 15.5 waves; 8448 rows make 2112 = 16 whole waves
     assert mm.wave_fit_m(8192, 8192, 132) == 8448
     assert (8448 // 128) * (8192 // 256) % 132 == 0
