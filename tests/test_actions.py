@@ -305,3 +305,12 @@ def test_prometheus_has_the_action_as_a_label_of_the_host_verdict(tmp_path):
     # the one verdict order: 3 FAIL, 2 ERROR, 1 PASS, 0 SKIP
     assert 'gpuaccept_host_verdict{action="drain-rma",cause="hardware",host="gpu-01",verdict="FAIL"} 3.0' in text
     assert 'gpuaccept_host_verdict{action="none",cause="none",host="gpu-04",verdict="PASS"} 1.0' in text
+
+
+def test_reads_evidence_only_where_no_row_decides():
+    # a slow figure no row names is decided by its confirmation and conditions; a reading with its own row is not
+    assert actions.reads_evidence("test_matmul_tflops[h1]", "bf16_tflops")
+    assert actions.reads_evidence("test_hbm_bandwidth", "hbm_read_bw_gbps")
+    for reading in ("pcie_width", "pcie_gen", "nvlink_active_links", "temp_c", "remapped_rows_uncorrectable",
+                    "nccl_env NCCL_P2P_DISABLE", "matmul_power_limit_w"):
+        assert not actions.reads_evidence("test_gpu_health[h1]", reading), reading

@@ -146,3 +146,7 @@ def test_older_capture_without_the_fields_replays_as_before(tmp_path):
         doc["gpus"][0].update(gen=1, gen_idle=1)
     _, rec = _health_run(tmp_path, {"pcie_link": low})
     assert rec["outcome"] == "failed" and "pcie_gen 1 gen < min 5" in rec["message"]
+    # a reading decided by its own row (hardware, drain-rma): no confirmation fields beside it that it never read
+    (fig,) = [f for f in rec["figures"] if f["gpu"] == 0 and f["check"] == "pcie_gen"]
+    assert fig["verdict"] == "fail" and "evidence" not in (fig.get("extra") or {}), fig
+    assert rec["action"]["action"] == "drain-rma" and rec["action"]["cause"] == "hardware"

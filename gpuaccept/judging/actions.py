@@ -218,6 +218,15 @@ def figure_class(evidence: dict | None) -> str:
     return "hardware" if ok else "unverified"
 
 
+def reads_evidence(test: str | None, check: str) -> bool:
+    """Whether the action of a failing figure ``check`` of test ``test`` is decided by its evidence
+    (:func:`figure_class`, the confirmation and the conditions): True when no check row names ``check`` and the
+    test's row does not answer for all its findings (:func:`for_finding`'s lookup order); a reading with its own
+    row (a PCIe width, links down, a temperature) is decided by that row, whatever a second look would say."""
+    row = load_table()["tests"]["rows"].get(base_test_name(test)) or {}
+    return _check_row(check) is None and not row.get("all_findings")
+
+
 def for_cause(cause: Cause, fields: dict | None = None, prefix: str = "") -> Action:
     """The action of a finding that carries its cause: the ``causes`` row of its kind (``blocked`` by its
     check: ``blocked:<check>``, then ``blocked``; ``declared_gpu_missing`` by its reason code), its command

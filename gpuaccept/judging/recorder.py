@@ -253,7 +253,8 @@ class Recorder:
                 self._held.append((rec, g, limit, figure or check, context, f"{self._where(g)}: {v.message}"))
             elif not passed:
                 ev = self.evidence(g, confirmed=False)
-                rec.setdefault("extra", {})["evidence"] = ev
+                if actions.reads_evidence(self.item.originalname, check):
+                    rec.setdefault("extra", {})["evidence"] = ev
                 act = actions.for_finding(self.item.originalname, check, value, extra, _gpu_ref(g),
                                           limit.direction, evidence=ev)
                 self._add_failure(f"{self._where(g)}: {v.message}", g, check=check, action=act)
@@ -424,8 +425,9 @@ class Recorder:
             ev = self.evidence(g, confirmed=v.kind == "fail")
             act = actions.for_finding(self.item.originalname, rec["check"], first, rec.get("extra"), _gpu_ref(g),
                                       limit.direction, evidence=ev)
-            rec.setdefault("extra", {})["evidence"] = ev
-            rec["extra"]["confirmation"] = {"value": to_json(v2), "seconds": seconds,
+            if actions.reads_evidence(self.item.originalname, rec["check"]):
+                rec.setdefault("extra", {})["evidence"] = ev
+            rec.setdefault("extra", {})["confirmation"] = {"value": to_json(v2), "seconds": seconds,
                                                            **({"why": why} if why and v.kind == "missing" else {})}
             if v.kind == "missing":
                 self._add_failure(f"{line} (not confirmed: {why or 'the second measurement has no figure'})", g,
