@@ -408,7 +408,7 @@ def pytest_runtest_makereport(item, call):
     if call.excinfo is not None and call.excinfo.errisinstance(GpuacceptError):
         e = call.excinfo.value
         lines = [missing_package_line(item, e) or str(e)]
-        causes = error_causes(e, host_param(item))
+        causes = earlier.escalated(error_causes(e, host_param(item)), item.config)
         if rec is not None and call.when == "call":
             out = rec.outcome()
             lines = [b.message() for b in out.blocked] + lines + rec.findings(

@@ -75,7 +75,7 @@ class HistorySink:
         with self._lock:
             if self.error is None:
                 self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                                   "message": r.message}, r.figures)
+                                   "message": r.message, "causes": r.causes}, r.figures)
                 if time.monotonic() >= self._next:
                     self.flush()
                 self._arm()

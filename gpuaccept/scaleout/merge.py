@@ -267,7 +267,7 @@ def _record_history(history_path: str, rid: str, meta: dict, into: str, recs: li
                                  "profile": meta["profile"], "report_dir": os.path.abspath(into),
                                  "verdict": run_verdict(hv)},
                            [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                             "message": r.message} for r in recs], figures, hv)
+                             "message": r.message, "causes": r.causes} for r in recs], figures, hv)
     finally:
         con.close()
     return stand
@@ -309,8 +309,8 @@ def _repair_history(history_path: str, folders: list) -> list[str]:
             rid = str(meta["run_id"])
             info = claim_killed(d, "merge") or {}
             n = history.add_missing_tests(con, rid, meta.get("started") or info.get("started"), [
-                ({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome, "message": r.message},
-                 r.figures) for r in recs])
+                ({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome, "message": r.message,
+                  "causes": r.causes}, r.figures) for r in recs])
             try:
                 last = os.path.getmtime(os.path.join(d, "results.jsonl"))
             except OSError:

@@ -6,6 +6,9 @@ recorded by test_gpu_inventory), the evidence gpuaccept.judging.gpucount takes f
 only where it was this machine: given the serials of the GPUs the host shows now, an earlier run whose figures of
 that host name none of them was another machine under the name (a host name reused for a rebuilt or another node),
 and says nothing of this one.
+
+:func:`unreachable_runs`: how many runs in a row, up to the newest, could not reach a host: the evidence that a
+host unreachable again is no blip of the network or of the controller's load (gpuaccept.judging.unreachable).
 """
 from __future__ import annotations
 
@@ -38,3 +41,30 @@ def most_gpus(con: sqlite3.Connection, host: str, serials: list[str] | None = No
     row = con.execute(f"SELECT MAX(f.value) FROM figures f WHERE f.subject = ? AND f.check_ = ?{same}",
                       args).fetchone()
     return int(row[0]) if row and row[0] is not None else None
+
+
+#: the cause kinds that mean the controller could not reach the host at all (gpuaccept.errors.HostUnreachable:
+#: no TCP connect, no SSH answer, a connection that stopped answering)
+UNREACHABLE_KINDS = ("unreachable", "unreachable_again")
+#: finished runs looked back over, at most (a streak longer than this reads as this long)
+LOOK_BACK_RUNS = 30
+
+
+def unreachable_runs(con: sqlite3.Connection, host: str) -> tuple[int, float | None]:
+    """``(n, since)``: the number of the latest finished runs in ``con`` that selected ``host`` and in which it was
+    unreachable, one after another back from the newest (a run counts when one of its tests of ``host`` carries a
+    cause of a kind in :data:`UNREACHABLE_KINDS` and none of them reached a verdict of the host, passed or
+    failed), and the start (Unix s) of the earliest of them (None when n is 0). Runs without a run row (killed)
+    and tests recorded before causes were (schema < 7) do not count. At most :data:`LOOK_BACK_RUNS` runs, found
+    by the tests_host index. Raises sqlite3.Error on a broken database."""
+    unreachable = " OR ".join("t.causes LIKE ?" for _ in UNREACHABLE_KINDS)
+    rows = con.execute(
+        f"SELECT r.started, MAX({unreachable}), MAX(t.outcome IN ('passed', 'failed')) FROM tests t "
+        f"JOIN runs r ON r.run_id = t.run_id WHERE t.host = ? GROUP BY t.run_id ORDER BY r.started DESC LIMIT ?",
+        [*(f"% {k} %" for k in UNREACHABLE_KINDS), host, LOOK_BACK_RUNS]).fetchall()
+    n, since = 0, None
+    for started, gone, reached in rows:
+        if not gone or reached:
+            break
+        n, since = n + 1, started
+    return n, since

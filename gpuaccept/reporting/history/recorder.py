@@ -7,7 +7,8 @@ import time
 from gpuaccept.judging.standouts import peer_groups
 from gpuaccept.reporting import baseline as baseline_mod
 from gpuaccept.reporting.history.compare import STANDOUT_PCT, fleet_outliers, run_standouts
-from gpuaccept.reporting.history.rows import INSERT_FIGURE, figure_rows, keep_earlier_run, test_row, update_latest
+from gpuaccept.reporting.history.rows import (INSERT_FIGURE, INSERT_TEST, figure_rows, keep_earlier_run, test_row,
+                                              update_latest)
 from gpuaccept.reporting.history.schema import connect, held_by_another
 
 # A flush of a run's rows during the run waits at most this long for another run's write (then the rows wait
@@ -45,7 +46,7 @@ class RunRecorder:
         self.kept_as: str | None = None  # an earlier run of the same id, renamed (keep_earlier_run)
 
     def add(self, test: dict, figures: list[dict]) -> None:
-        """A finished test (nodeid, host, layer, outcome, message) and its figures (with sku where known)."""
+        """A finished test (nodeid, host, layer, outcome, message, causes) and its figures (with sku where known)."""
         self.tests.append(test_row(self.run_id, test))
         self.figures += figure_rows(self.run_id, self.started, figures)
         if test.get("layer") == baseline_mod.BURNIN_LAYER:  # a record replaced later: its last outcome counts
@@ -78,7 +79,7 @@ class RunRecorder:
         try:
             with con:
                 con.executemany(INSERT_FIGURE, self.figures)
-                con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", self.tests)
+                con.executemany(INSERT_TEST, self.tests)
         except sqlite3.OperationalError as e:
             if later_ok and held_by_another(e):
                 return  # another run is writing: these rows go with the next flush

@@ -32,7 +32,7 @@ def record_run(con: sqlite3.Connection, run: dict, tests: Iterable[dict], figure
         con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", (rid, started, run.get("inventory"),
                     run.get("profile"), run.get("limit"), run.get("report_dir"), run.get("verdict")))
         con.executemany(INSERT_FIGURE, figure_rows(rid, started, figures))
-        con.executemany("INSERT INTO tests VALUES (?,?,?,?,?,?)", [test_row(rid, t) for t in tests])
+        con.executemany(INSERT_TEST, [test_row(rid, t) for t in tests])
         con.executemany("INSERT INTO host_verdicts VALUES (?,?,?)", [(rid, h, v) for h, v in host_verdicts.items()])
         update_latest(con, rid, burnin, burned_in)
 
@@ -100,7 +100,7 @@ def add_missing_tests(con: sqlite3.Connection, run_id: str, started: float | Non
             if t.get("nodeid") in have:
                 continue
             have.add(t.get("nodeid"))
-            con.execute("INSERT INTO tests VALUES (?,?,?,?,?,?)", test_row(run_id, t))
+            con.execute(INSERT_TEST, test_row(run_id, t))
             con.executemany(INSERT_FIGURE, figure_rows(run_id, start, figs))
             n += 1
     return n
@@ -130,10 +130,19 @@ def figure_rows(rid: str, started: float, figures: Iterable[dict]) -> list[tuple
     return rows
 
 
+#: one row of the ``tests`` table, as :func:`test_row` makes it
+INSERT_TEST = "INSERT INTO tests (run_id, nodeid, host, layer, outcome, message, causes) VALUES (?,?,?,?,?,?,?)"
+
+
 def test_row(rid: str, t: dict) -> tuple:
-    """A row of the ``tests`` table (the message's first line, at most 500 characters)."""
-    return (rid, t.get("nodeid"), t.get("host"), t.get("layer"), t.get("outcome"),
-            (t.get("message") or "").split("\n", 1)[0][:500])
+    """A row of the ``tests`` table (:data:`INSERT_TEST`): the message's first line, at most 500 characters; the
+    kinds of the test's causes (``t["causes"]``: gpuaccept.causes.Cause dicts) filed under its host or under none,
+    sorted, space-separated with a space at each end (``" unreachable "``), None when it has none."""
+    host = t.get("host")
+    kinds = sorted({c["kind"] for c in t.get("causes") or [] if isinstance(c, dict)
+                    and isinstance(c.get("kind"), str) and c.get("host") in (None, host)})
+    return (rid, t.get("nodeid"), host, t.get("layer"), t.get("outcome"),
+            (t.get("message") or "").split("\n", 1)[0][:500], f" {' '.join(kinds)} " if kinds else None)
 
 
 def update_latest(con: sqlite3.Connection, rid: str, burnin: bool, burned_in: Iterable[str] = ()) -> None:
