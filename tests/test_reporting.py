@@ -366,6 +366,29 @@ def test_prometheus_textfile_parses(tmp_path):
     last = {s.labels["host"]: s.value for s in fams3["gpuaccept_last_run_timestamp_seconds"].samples}
     assert last == {"b": 95000.0, "a": 90000.0, 'b"\\x': 90000.0}, last
     assert {s.labels["host"] for s in fams3["gpuaccept_host_verdict"].samples} == {"b"}
+    # a host taken out of the inventory leaves the file (its untested-for-two-days alert would fire for ever)
+    write_textfile(str(path), "run5", 96000.0, 96010.0, [], {"b": "PASS"}, inventory_hosts=["a", "b", "c"])
+    fams4 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    last = {s.labels["host"]: s.value for s in fams4["gpuaccept_last_run_timestamp_seconds"].samples}
+    assert last == {"b": 96000.0, "a": 90000.0}, last
+
+
+def test_a_run_keeps_the_untested_inventory_hosts_timestamps_and_drops_the_removed_ones(tmp_path):
+    """A real --limit run over a local host: the host it tested moves on, an inventory host it did not test keeps
+    its earlier last-run timestamp, a host no longer in the inventory leaves the file."""
+    from prometheus_client.parser import text_string_to_metric_families
+    inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
+    inv.write_text("[gpu]\nself ansible_connection=local\nkept ansible_connection=local\n")
+    prom = tmp_path / "gpuaccept.prom"
+    prom.write_text('gpuaccept_last_run_timestamp_seconds{host="kept"} 1000.0\n'
+                    'gpuaccept_last_run_timestamp_seconds{host="gone"} 1000.0\n'
+                    'gpuaccept_last_run_timestamp_seconds{host="self"} 1000.0\n')
+    res = run_pytest(tmp_path, "--inventory", str(inv), "--limit", "self", "-m", "health", "-k", "test_gpu_inventory",
+                     "--reports", str(tmp_path / "rep"), "--history", "none", "--prometheus-textfile", str(prom))
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-2000:]
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    last = {s.labels["host"]: s.value for s in fams["gpuaccept_last_run_timestamp_seconds"].samples}
+    assert set(last) == {"self", "kept"} and last["kept"] == 1000.0 and last["self"] > time.time() - 600, last
 
 
 def test_prometheus_series_keep_their_names_and_labels_whatever_the_selection(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from gpuaccept.judging.standouts import PCT as STANDOUT_PCT, outliers
 from gpuaccept.reporting.baseline import is_compared
@@ -121,20 +121,25 @@ class HistorySink:
 
 
 def finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None = None,
-                   timings: dict[str, float] | None = None, standout_pct: float | None = None) -> None:
+                   timings: dict[str, float] | None = None, standout_pct: float | None = None,
+                   inventory_hosts: Iterable[str] | None = None) -> None:
     """The end of a run's reports (also on interrupt): stand-outs (found as the rows reached the history
     database through ``hist``, else against the previous run's results.json) and the run's end in the history, then the
     whole-run files (:meth:`Reporter.flush`), report.html and, with ``prometheus_path``, the textfile.
     Failures to write are kept in ``rep.write_error`` (the first one), never raised. ``timings``: filled with
     the wall seconds of each part (history, files, html, prometheus), for benchmarks/report_scale.py.
     ``standout_pct``: ``--standout-pct`` for the comparison with the previous run without a history (the
-    history sink has its own); default gpuaccept.judging.standouts.PCT."""
+    history sink has its own); default gpuaccept.judging.standouts.PCT. ``inventory_hosts``: every host of the
+    inventory (None: not known), the hosts whose last-run timestamps the textfile keeps when this run did not test
+    them (gpuaccept.reporting.prometheus.write_textfile)."""
     with no_gc():
-        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings, standout_pct)
+        _finish_reports(rep, hist, prometheus_path, {} if timings is None else timings, standout_pct,
+                        inventory_hosts)
 
 
 def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: str | None,
-                    timings: dict[str, float], standout_pct: float | None) -> None:
+                    timings: dict[str, float], standout_pct: float | None,
+                    inventory_hosts: Iterable[str] | None) -> None:
     finished = time.time()
     t0 = time.perf_counter()
     hv = rep.host_verdicts()
@@ -171,7 +176,8 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
     rep.final_standouts = stand
     timings["history"] = time.perf_counter() - t0
     try:
-        _write_files(rep, figures, stand, sparks, hv, verdicts, finished, prometheus_path, t0, timings)
+        _write_files(rep, figures, stand, sparks, hv, verdicts, finished, prometheus_path, t0, timings,
+                     inventory_hosts)
     finally:
         if hist is not None:
             t1 = time.perf_counter()
@@ -185,7 +191,7 @@ def _finish_reports(rep: Reporter, hist: HistorySink | None, prometheus_path: st
 
 def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: dict, hv: dict,
                  verdicts: dict[str, str], finished: float, prometheus_path: str | None, t0: float,
-                 timings: dict[str, float]) -> None:
+                 timings: dict[str, float], inventory_hosts: Iterable[str] | None = None) -> None:
     sinks, rep.sinks = rep.sinks, []  # the history is complete: the final rewrite writes files only
     rep.flush(final=True)
     rep.sinks = sinks
@@ -203,7 +209,8 @@ def _write_files(rep: Reporter, figures: list[dict], stand: list[dict], sparks: 
         from gpuaccept.reporting import prometheus
         try:
             prometheus.write_textfile(prometheus_path, rep.run_id, rep.meta.get("started") or finished, finished,
-                                      figures, verdicts, host_actions={h: v.get("action") for h, v in hv.items()})
+                                      figures, verdicts, host_actions={h: v.get("action") for h, v in hv.items()},
+                                      inventory_hosts=inventory_hosts)
         except OSError as e:
             rep.write_error = rep.write_error or f"{prometheus_path}: cannot write: {e.strerror or e}"
     timings["prometheus"] = time.perf_counter() - t0 - timings["history"] - timings["files"] - timings["html"]

@@ -495,7 +495,8 @@ class ReportPlugin:
     def _finish(self, rep: Reporter) -> None:
         """History comparison and recording, then the whole-run files, report.html and the textfile; then the
         Slurm step when asked (gpuaccept.scaleout.drain: its lines are printed in the terminal summary)."""
-        finish_reports(rep, self.history, self._opt("prometheus_textfile"), standout_pct=self._opt("standout_pct"))
+        finish_reports(rep, self.history, self._opt("prometheus_textfile"), standout_pct=self._opt("standout_pct"),
+                       inventory_hosts=self.state.inventory.hosts)
         if self._opt("slurm_drain") or self._opt("slurm_resume"):
             from gpuaccept.scaleout.drain import after_run
             self.slurm_lines, self.slurm_ok = after_run(rep, self.state.hostvars or {}, *(

@@ -29,6 +29,7 @@ last run" awkward to alert on); the run id is in the file's first comment line a
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
@@ -139,13 +140,20 @@ class _RunCollector:
 
 def write_textfile(path: str, run_id: str, started: float, finished: float, figures: list[dict],
                    host_verdicts: dict[str, str], max_figures: int = MAX_FIGURES,
-                   host_actions: dict[str, dict | str | None] | None = None) -> None:
+                   host_actions: dict[str, dict | str | None] | None = None,
+                   inventory_hosts: Iterable[str] | None = None) -> None:
     """Write the run to ``path`` atomically (temp file + rename). Non-numeric figures are left out, and above
     ``max_figures`` (default :data:`MAX_FIGURES`) figures those of passing hosts first (counted in
     ``gpuaccept_figures_not_exported``). ``host_actions``: host -> its action (the dict of
     gpuaccept.judging.actions, or its name): the host verdict's ``action`` and ``cause`` labels, "none" without. ``run_id`` is written nowhere in the file: its series
-    and HELP lines stay the same from run to run (docs/reports.md)."""
+    and HELP lines stay the same from run to run (docs/reports.md). The last-run timestamps of the file it
+    replaces are kept for the hosts this run did not test (:func:`last_runs`) that are in ``inventory_hosts``
+    (every host of the run's inventory; None: all of them): a host taken out of the inventory leaves the file,
+    and the untested-for-two-days alert with it."""
     earlier = last_runs(path)
+    if inventory_hosts is not None:
+        known = set(inventory_hosts)
+        earlier = {h: at for h, at in earlier.items() if h in known}
     left_out = 0
     if len(figures) > max_figures:
         bad = [f for f in figures if host_verdicts.get(str(f.get("host"))) != "PASS"]
