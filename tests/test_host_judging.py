@@ -9,6 +9,7 @@ import pytest
 
 from gpuaccept.judging import actions
 from gpuaccept.judging import host as hj
+from gpuaccept.judging.standouts import check_of
 from probe_helpers import load_probe
 
 hkl = load_probe("host_kernel_log")
@@ -258,5 +259,10 @@ def test_the_probes_folder_is_checked_under_one_name_from_run_to_run():
     doc = {"paths": [{"path": "/tmp/gpuaccept.c20d4bfaad9c", "role": "probe", "ok": True},
                      {"path": "/scratch", "role": "storage", "ok": True}]}
     probe, storage = hj.filesystem_findings(doc, {})
-    assert probe.check == "writable probes' folder" and probe.extra["path"] == "/tmp/gpuaccept.c20d4bfaad9c"
+    assert probe.check == "writable probes' folder" and probe.extra["folder"]["path"] == "/tmp/gpuaccept.c20d4bfaad9c"
     assert storage.check == "writable /scratch"
+    # the history's key of the figure is the same whatever the folder's name that run
+    doc2 = {"paths": [{"path": "/tmp/gpuaccept.1eafa9e368c8", "role": "probe", "ok": True, "fstype": "tmpfs"}]}
+    (probe2,) = hj.filesystem_findings(doc2, {})
+    keys = {check_of({"check": f.check, "extra": f.extra}) for f in (probe, probe2)}
+    assert keys == {"writable probes' folder[role=probe]"}, keys

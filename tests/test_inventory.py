@@ -292,7 +292,10 @@ YAML_ERRORS = [
     ("all:\n  hosts:\n    h[1:99999999]:\n", 3, "more than 100,000 hosts"),
     ("all:\n  hosts:\n    h1: {ansible_host: '10.0.0.[1:4]'}\n", 3, "holds a host range"),
     # a name that is its own address must be one ssh can be given; a '#' name is a comment in host lists
-    ("all:\n  hosts:\n    ok:\n    \"n 1\":\n", 4, "has no ansible_host, so its name is the address to connect to, and it cannot be one (holds whitespace)"),
+    ("all:\n  hosts:\n    ok:\n    \"n 1\":\n", 4, "a host name with whitespace"),
+    # names a host list's line or a --limit pattern would split, whatever the address
+    ("all:\n  hosts:\n    \"gpu 01\": {ansible_host: 10.0.0.1}\n", 3, "a host name with whitespace"),
+    ("all:\n  hosts:\n    \"a,b\": {ansible_host: 10.0.0.1}\n", 3, "a host name with a comma"),
     ("all:\n  hosts:\n    \"-rf\":\n", 3, "starts with '-'"),
     ("all:\n  hosts:\n    \"-oProxyCommand=touch\":\n", 3, "'=' cannot be in a host name"),
     ("all:\n  hosts:\n    \"#dead\": {ansible_host: 10.0.0.1}\n", 3, "starting with '#'"),
@@ -375,6 +378,14 @@ def test_duplicate_address_is_refused(tmp_path):
     assert "gpu01" in msg and "gpu02" in msg and "10.0.0.1:22" in msg
     path = write(tmp_path, "h2.ini", "node-a\n[g]\nx ansible_host=NODE-A\n")
     assert load_error(path).startswith(f"{path}:3: hosts node-a (at {path}:1) and x both resolve to NODE-A:22")
+    # the address and port given in the ssh arguments are the ones connected to (the inventory's own vars win)
+    path = write(tmp_path, "h3.ini", '[gpu]\ns1 ansible_host=127.0.0.71 ansible_port=5000\n'
+                                     'alias ansible_ssh_common_args="-o HostName=127.0.0.71 -p 5000"\n'
+                                     'own ansible_host=10.0.0.9 ansible_ssh_common_args="-o HostName=127.0.0.71 -p 5000"\n')
+    assert load_error(path).startswith(f"{path}:3: hosts s1 (at {path}:2) and alias both resolve to 127.0.0.71:5000")
+    assert set(load_inventory(str(write(tmp_path, "h4.ini", '[gpu]\ns1 ansible_host=127.0.0.71 ansible_port=5000\n'
+                                        'own ansible_host=10.0.0.9 ansible_ssh_common_args="-o HostName=127.0.0.71 '
+                                        '-p 5000"\n'))).hosts) == {"s1", "own"}
 
 
 def test_same_address_on_other_ports_or_local_is_allowed(tmp_path):

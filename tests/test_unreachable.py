@@ -32,25 +32,31 @@ def test_again_only_after_an_earlier_run_could_not_reach_it_either():
 
 
 def _run(con, rid, started, tests):
+    def cause(h, k):
+        return [{"class": "interruption" if k in ("not_run", "interrupted") else "connectivity", "kind": k,
+                 "host": h}] if k else None
     history.record_run(con, {"run_id": rid, "started": started, "verdict": "ERROR"},
-                       [{"nodeid": f"t::{i}[{h}]", "host": h, "layer": "health", "outcome": o,
-                         "causes": [{"class": "connectivity", "kind": k, "host": h}] if k else None}
+                       [{"nodeid": f"t::{i}[{h}]", "host": h, "layer": "health", "outcome": o, "causes": cause(h, k)}
                         for i, (h, o, k) in enumerate(tests)], [], {})
 
 
 def test_history_counts_the_runs_in_a_row_that_could_not_reach_a_host(tmp_path):
     con = history.connect(str(tmp_path / "h.sqlite"))
-    _run(con, "r1", 100.0, [("a", "error", "unreachable"), ("b", "passed", None)])
+    _run(con, "r1", 100.0, [("a", "error", "unreachable"), ("b", "passed", None), ("d", "error", "unreachable")])
     _run(con, "r2", 200.0, [("a", "passed", None), ("b", "error", "unreachable")])
     _run(con, "r3", 300.0, [("a", "error", "unreachable"), ("a", "error", "unreachable"),
-                            ("b", "error", "unreachable_again")])
-    _run(con, "r4", 400.0, [("b", "error", "rendezvous_unreachable")])  # another kind: not "could not reach"
-    _run(con, "r5", 500.0, [("a", "error", "unreachable_again"), ("c", "error", "unreachable")])
+                            ("b", "error", "unreachable_again"), ("d", "error", "unreachable"), ("d", "error", "not_run")])
+    _run(con, "r4", 400.0, [("b", "error", "rendezvous_unreachable"),  # another kind: not "could not reach"
+                            ("d", "error", "interrupted"), ("d", "error", "not_run")])  # interrupted: says nothing
+    _run(con, "r5", 500.0, [("a", "error", "unreachable_again"), ("c", "error", "unreachable"),
+                            ("d", "error", "unreachable_again")])
     # a: r5, r3 (r4 did not select it), then r2 reached it
     assert unreachable_runs(con, "a") == (2, 300.0)
     # b: the newest run with b reached its tests (r4, another cause): none in a row
     assert unreachable_runs(con, "b") == (0, None)
     assert unreachable_runs(con, "c") == (1, 500.0)
+    # d: r5, then r4 interrupted before it was reached (passed over, as a killed run is), r3, r1
+    assert unreachable_runs(con, "d") == (3, 100.0)
     assert unreachable_runs(con, "never") == (0, None)
     # a run in which the host answered for one test and not the next reached it: not counted
     _run(con, "r6", 600.0, [("c", "failed", None), ("c", "error", "unreachable")])
@@ -70,7 +76,8 @@ def test_a_host_silent_two_runs_in_a_row_reads_check_network_the_second_time(tmp
     inv = make_project(tmp_path, [], None, extra_suite="", name="test_zz_empty.py")
     sock, port = _silent_port()
     try:
-        inv.write_text(f"[gpu]\nquiet1 ansible_host=127.0.0.71 ansible_port={port}\n")
+        # the address in the ssh arguments: the ping names the address connected to, not the inventory name
+        inv.write_text(f'[gpu]\nquiet1 ansible_ssh_common_args="-o HostName=127.0.0.71 -p {port}"\n')
         hist = str(tmp_path / "history.sqlite")
         got = []
         for i in range(2):
@@ -89,5 +96,6 @@ def test_a_host_silent_two_runs_in_a_row_reads_check_network_the_second_time(tmp
     assert [c["kind"] for c in second["causes"]] == [AGAIN], second
     assert second["causes"][0]["evidence"]["runs"] == 2 and second["causes"][0]["evidence"]["address"] == "127.0.0.71"
     assert second["action"]["action"] == "check-network" and "2 runs in a row" in second["action"]["reason"]
+    assert second["action"]["command"].startswith("ping -c 3 127.0.0.71;"), second["action"]
     assert (tmp_path / "rep1" / "hosts-check-network.txt").read_text() == "quiet1\n"
     assert not (tmp_path / "rep0" / "hosts-check-network.txt").exists()

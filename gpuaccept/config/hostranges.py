@@ -117,10 +117,12 @@ def looks_like_range(value: str) -> bool:
 MAX_NAME_BYTES = 255
 
 
-def bad_name_reason(name: str) -> str | None:
+def bad_name_reason(name: str, host: bool = True) -> str | None:
     """Why ``name`` cannot be a host name, or None. A host name becomes a folder name in the reports
     (``probes/<host>/``), so ``/``, ``\\``, ``..``, control characters and the empty name are refused, and a
-    leading ``#`` (a comment in the host lists --limit @FILE reads); it is
+    leading ``#`` (a comment in the host lists --limit @FILE reads), whitespace and a comma in a host's
+    name (``host``; a group's keeps them: they separate the names of a host list's line and of a --limit
+    pattern); it is
     shown in terminals and reports, so are the characters of Unicode categories :data:`_DECEPTIVE_CATEGORIES`
     (bidirectional controls such as U+202E, zero-width characters, the BOM, line and paragraph separators,
     private-use and unassigned code points). Other non-ASCII letters are fine."""
@@ -138,6 +140,12 @@ def bad_name_reason(name: str) -> str | None:
     if name.startswith("#"):
         return ("a host name starting with '#' (host lists such as failed-hosts.txt, read by --limit @FILE, take such "
                 "a line as a comment: a rerun would leave the host out)")
+    if host and any(ch.isspace() for ch in name):
+        return ("a host name with whitespace (a host list such as failed-hosts.txt names the hosts of a fleet-wide "
+                "test on one line, space-separated, and a --limit pattern cannot hold it unquoted: a rerun would "
+                "read two hosts)")
+    if host and "," in name:
+        return "a host name with a comma (a --limit pattern separates hosts by commas: it could not be named alone)"
     m = _CONTROL.search(name)
     if m:
         return f"a host name with control character U+{ord(m.group()):04X}"

@@ -496,10 +496,13 @@ def filesystem_findings(doc: dict, fs_errors: dict[str, dict]) -> list[Finding]:
     out = []
     for p in doc.get("paths") or []:
         # the probes' own folder is made afresh each run ($TMPDIR/gpuaccept.<12 hex>): its check is named by its
-        # role, so that its history lines up from run to run (the path is in the figure's extra)
+        # role, and its facts ride in one nested extra, ``folder`` (gpuaccept.judging.standouts.key_extras keeps
+        # no nested value in a figure's key), so that its history lines up from run to run
         check = "writable probes' folder" if p.get("role") == "probe" else f"writable {p['path']}"
         ev = {k: p.get(k) for k in ("path", "role", "mount_point", "mount_source", "fstype", "device", "block_names",
                                     "free_bytes", "write_s", "failure")}
+        if p.get("role") == "probe":
+            ev = {"role": "probe", "folder": {k: v for k, v in ev.items() if k != "role"}}
         if p.get("ok"):
             out.append(Finding(check, True, extra=ev))
             continue

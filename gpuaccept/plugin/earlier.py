@@ -89,7 +89,7 @@ def earlier_of(config: pytest.Config) -> EarlierRuns:
 def escalated(causes: list[Cause], config: pytest.Config) -> list[Cause]:
     """``causes`` with each host ``unreachable`` cause judged against the runs before this one
     (gpuaccept.judging.unreachable.again: ``unreachable_again`` after a run that could not reach it either), the
-    host's address (``ansible_ssh_host``, ``ansible_host``, else its name) in the evidence of one so judged."""
+    host's address (:func:`_address`) in the evidence of one so judged."""
     out = []
     for c in causes:
         if c.kind == "unreachable" and c.host:
@@ -101,10 +101,16 @@ def escalated(causes: list[Cause], config: pytest.Config) -> list[Cause]:
 
 
 def _address(config: pytest.Config, host: str) -> str:
+    """The address the SSH transport connects ``host`` to (gpuaccept.config.sshconfig.resolve: the inventory, its
+    ssh arguments' ``-o HostName=``, ~/.ssh/config), else its name."""
+    from gpuaccept.config.sshconfig import resolve
+    from gpuaccept.errors import ConfigError
     st = config.stash.get(STATE, None)
     h = st.inventory.hosts.get(host) if st is not None else None
-    v = (h.vars if h is not None else {})
-    return str(v.get("ansible_ssh_host") or v.get("ansible_host") or host)
+    try:
+        return str(resolve(h).hostname) if h is not None else host
+    except (ConfigError, OSError):
+        return str(h.vars.get("ansible_ssh_host") or h.vars.get("ansible_host") or host)
 
 
 @pytest.fixture(scope="session")

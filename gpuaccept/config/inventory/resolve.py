@@ -21,10 +21,11 @@ from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from gpuaccept.errors import InventoryError
+from gpuaccept.errors import ConfigError, InventoryError
 from gpuaccept.config.addresses import BRACKET_PORT as _BRACKET_PORT, address_problem, user_problem
 from gpuaccept.config.hostvars import become_user, known_hosts_file
 from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expand_hostname, looks_like_range
+from gpuaccept.config.sshconfig import ARGS_VARS, ssh_args_options
 from gpuaccept.config.yamlload import plain
 from gpuaccept.config.inventory.model import Host, Inventory
 from gpuaccept.config.inventory.varsfiles import VarsFiles
@@ -142,7 +143,7 @@ class Builder:
         """The group called ``name``, created on first use (``where``, ``file:line``, names a bad name)."""
         g = self.groups.get(name)
         if g is None:
-            why = bad_name_reason(name)
+            why = bad_name_reason(name, host=False)
             if why:
                 raise InventoryError(f"{where or self.path}: bad group name {shown(name)}: {why.replace('host', 'group')}")
             g = self.groups[name] = _Group(name, where=where or self.path)
@@ -457,18 +458,39 @@ def _canonical(address: str) -> str:
         return address.lower()
 
 
+def _target(h: Host) -> tuple[str, int]:
+    """The address and port ``h`` is reached at as the inventory says it (pure of ~/.ssh/config): ``ansible_host``
+    and ``ansible_port`` where set, else ``-o HostName=`` / ``-o Port=`` / ``-p`` of its ssh arguments
+    (gpuaccept.config.sshconfig.resolve's order), else its name and port; arguments that cannot be split are
+    left to the transport, which names them."""
+    address, port = h.address, h.port
+    mine = lambda *names: any(n in h.vars for n in names)  # noqa: E731
+    for var in ARGS_VARS:
+        try:
+            opts = ssh_args_options(str(h.vars[var]), var) if h.vars.get(var) else []
+        except ConfigError:
+            opts = []
+        for key, value in opts:
+            if key == "hostname" and not mine("ansible_host", "ansible_ssh_host") and address == h.name:
+                address = value
+            elif key == "port" and not mine("ansible_port", "ansible_ssh_port") and value.isdigit():
+                port = int(value)
+    return address, port
+
+
 def check_addresses(path: str, hosts: dict[str, Host], where: Mapping[str, str] | None = None) -> None:
-    """Refuse two ssh hosts at one address and port (the same machine listed twice), naming where the second
-    is defined (``where``: host -> ``file:line``; else ``path``) and the first."""
+    """Refuse two ssh hosts at one address and port (the same machine listed twice: :func:`_target`), naming
+    where the second is defined (``where``: host -> ``file:line``; else ``path``) and the first."""
     where = where or {}
     seen: dict[tuple[str, int], str] = {}
     for h in hosts.values():
         if h.connection == "local":
             continue
-        key = (_canonical(h.address), h.port)
+        address, port = _target(h)
+        key = (_canonical(address), port)
         if key in seen:
             first = seen[key]
             at = f" (at {where[first]})" if first in where else ""
             raise InventoryError(f"{where.get(h.name, path)}: hosts {first}{at} and {h.name} both resolve to "
-                                 f"{h.address}:{h.port}; list each machine once")
+                                 f"{address}:{port}; list each machine once")
         seen[key] = h.name

@@ -13,8 +13,8 @@ run; schema version in ``PRAGMA user_version``, migrated forward on open by :dat
   pci_bus_id, serial, subject (the serial, else ``host:<host>[:gpu<i>]``), sku, check_ (check name plus its
   distinguishing extras, e.g. ``busbw_gbps[bytes=4096]``), value (REAL, NULL when not numeric), value_text,
   unit, limit_kind (min|max), limit_value, verdict (pass|fail|recorded).
-- ``tests``: run_id, nodeid, host, layer, outcome, message (first line), causes (v7: the kinds of its causes filed
-  under its host, ``' unreachable '``); indexed by run_id (v6) and by host (v7).
+- ``tests``: run_id, nodeid, host, layer, outcome, message (first line), causes (v7: its causes filed under its host,
+  ``' connectivity/unreachable '``); indexed by run_id (v6) and by host (v7).
 - ``host_verdicts``: run_id, host, verdict.
 - ``latest``: per (subject, check_, kind) the last value of kind ``previous`` (any run), ``pass`` (the last
   run where it passed) and ``burnin`` (the last passed burn-in: the burn-in suite's figures, also under the

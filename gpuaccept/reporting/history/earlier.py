@@ -12,6 +12,7 @@ host unreachable again is no blip of the network or of the controller's load (gp
 """
 from __future__ import annotations
 
+import itertools
 import sqlite3
 
 from gpuaccept.judging.standouts import subject_of
@@ -46,25 +47,53 @@ def most_gpus(con: sqlite3.Connection, host: str, serials: list[str] | None = No
 #: the cause kinds that mean the controller could not reach the host at all (gpuaccept.errors.HostUnreachable:
 #: no TCP connect, no SSH answer, a connection that stopped answering)
 UNREACHABLE_KINDS = ("unreachable", "unreachable_again")
+#: the cause class of a test the run never decided (interrupted, not run, not finished): it says nothing of the host
+SILENT_CLASS = "interruption"
 #: finished runs looked back over, at most (a streak longer than this reads as this long)
 LOOK_BACK_RUNS = 30
 
 
+def run_reached(rows: list[tuple[str | None, str | None]]) -> bool | None:
+    """What one run's tests of a host say of reaching it (pure): ``rows`` ``(outcome, causes)`` as the ``tests``
+    table holds them (causes ``" class/kind ... "``, gpuaccept.reporting.history.rows.test_row). True: the host
+    was reached (a test passed, failed or was skipped, or erred for a cause that needs the host to answer, or
+    carries no causes: a record from before they were kept); False: a test could not reach it and none did;
+    None: the run says nothing (every test of the host was interrupted, not run or not finished)."""
+    gone = False
+    for outcome, causes in rows:
+        if outcome in ("passed", "failed", "skipped") or not causes:
+            return True
+        for token in causes.split():
+            cls, _, kind = token.partition("/")
+            if kind in UNREACHABLE_KINDS:
+                gone = True
+            elif cls != SILENT_CLASS:
+                return True
+    return False if gone else None
+
+
 def unreachable_runs(con: sqlite3.Connection, host: str) -> tuple[int, float | None]:
-    """``(n, since)``: the number of the latest finished runs in ``con`` that selected ``host`` and in which it was
-    unreachable, one after another back from the newest (a run counts when one of its tests of ``host`` carries a
-    cause of a kind in :data:`UNREACHABLE_KINDS` and none of them reached a verdict of the host, passed or
-    failed), and the start (Unix s) of the earliest of them (None when n is 0). Runs without a run row (killed)
-    and tests recorded before causes were (schema < 7) do not count. At most :data:`LOOK_BACK_RUNS` runs, found
-    by the tests_host index. Raises sqlite3.Error on a broken database."""
-    unreachable = " OR ".join("t.causes LIKE ?" for _ in UNREACHABLE_KINDS)
-    rows = con.execute(
-        f"SELECT r.started, MAX({unreachable}), MAX(t.outcome IN ('passed', 'failed')) FROM tests t "
-        f"JOIN runs r ON r.run_id = t.run_id WHERE t.host = ? GROUP BY t.run_id ORDER BY r.started DESC LIMIT ?",
-        [*(f"% {k} %" for k in UNREACHABLE_KINDS), host, LOOK_BACK_RUNS]).fetchall()
-    n, since = 0, None
-    for started, gone, reached in rows:
-        if not gone or reached:
-            break
-        n, since = n + 1, started
+    """``(n, since)``: the number of the latest finished runs in ``con`` that selected ``host`` and could not reach
+    it, one after another back from the newest (:func:`run_reached` False; a run that says nothing, every test of
+    the host interrupted, is passed over, as a killed run without a run row is), and the start (Unix s) of the
+    earliest of them (None when n is 0). Tests recorded before causes were (schema < 7) end the count. The host's
+    tests are read newest run first by the tests_host index, at most :data:`LOOK_BACK_RUNS` runs. Raises
+    sqlite3.Error on a broken database."""
+    cur = con.execute("SELECT t.run_id, r.started, t.outcome, t.causes FROM tests t JOIN runs r ON r.run_id = t.run_id "
+                      "WHERE t.host = ? ORDER BY r.started DESC, t.run_id", (host,))
+    n, since, seen = 0, None, 0
+    run, started, rows = None, None, []
+    for rid, at, outcome, causes in itertools.chain(cur, [(None, None, None, None)]):  # read as far as needed
+        if rid != run and run is not None:
+            said = run_reached(rows)
+            if said:
+                break
+            if said is False:
+                n, since = n + 1, started
+            seen += 1
+            if seen >= LOOK_BACK_RUNS:
+                break
+            rows = []
+        run, started = rid, at
+        rows.append((outcome, causes))
     return n, since

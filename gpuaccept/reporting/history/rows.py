@@ -136,10 +136,11 @@ INSERT_TEST = "INSERT INTO tests (run_id, nodeid, host, layer, outcome, message,
 
 def test_row(rid: str, t: dict) -> tuple:
     """A row of the ``tests`` table (:data:`INSERT_TEST`): the message's first line, at most 500 characters; the
-    kinds of the test's causes (``t["causes"]``: gpuaccept.causes.Cause dicts) filed under its host or under none,
-    sorted, space-separated with a space at each end (``" unreachable "``), None when it has none."""
+    test's causes (``t["causes"]``: gpuaccept.causes.Cause dicts) filed under its host or under none, as
+    ``class/kind``, sorted, space-separated with a space at each end (``" connectivity/unreachable "``), None when
+    it has none."""
     host = t.get("host")
-    kinds = sorted({c["kind"] for c in t.get("causes") or [] if isinstance(c, dict)
+    kinds = sorted({f"{c.get('class')}/{c['kind']}" for c in t.get("causes") or [] if isinstance(c, dict)
                     and isinstance(c.get("kind"), str) and c.get("host") in (None, host)})
     return (rid, t.get("nodeid"), host, t.get("layer"), t.get("outcome"),
             (t.get("message") or "").split("\n", 1)[0][:500], f" {' '.join(kinds)} " if kinds else None)

@@ -59,8 +59,9 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX tests_run ON tests (run_id);
     """,
-    # v7: each test's causes filed under its host (their kinds, space-separated with a space at each end, so a kind
-    # is matched whole: ' unreachable '), and the tests of a host found by host: what earlier runs said of a host
+    # v7: each test's causes filed under its host (``class/kind``, space-separated with a space at each end, so a
+    # cause is matched whole: ' connectivity/unreachable '), and the tests of a host found by host: what earlier
+    # runs said of a host
     # that does not answer again (gpuaccept.reporting.history.earlier.unreachable_runs). A v6 database is read
     # as before (its tests carry no causes: none of its runs counts as one the host was unreachable in)
     """
