@@ -386,6 +386,13 @@ def test_duplicate_address_is_refused(tmp_path):
     assert set(load_inventory(str(write(tmp_path, "h4.ini", '[gpu]\ns1 ansible_host=127.0.0.71 ansible_port=5000\n'
                                         'own ansible_host=10.0.0.9 ansible_ssh_common_args="-o HostName=127.0.0.71 '
                                         '-p 5000"\n'))).hosts) == {"s1", "own"}
+    # the first -p wins, as ssh reads its options (common args before extra args)
+    path = write(tmp_path, "h5.ini", '[gpu]\na ansible_ssh_common_args="-o HostName=10.0.0.1 -p 2201"\n'
+                                     'b ansible_ssh_common_args="-o HostName=10.0.0.1 -p 2201" ansible_ssh_extra_args="-p 2202"\n')
+    assert load_error(path).startswith(f"{path}:3: hosts a (at {path}:2) and b both resolve to 10.0.0.1:2201")
+    assert set(load_inventory(str(write(tmp_path, "h6.ini", '[gpu]\na ansible_ssh_common_args="-o HostName=10.0.0.1 -p 2202"\n'
+                                        'b ansible_ssh_common_args="-o HostName=10.0.0.1 -p 2201" '
+                                        'ansible_ssh_extra_args="-p 2202"\n'))).hosts) == {"a", "b"}
 
 
 def test_same_address_on_other_ports_or_local_is_allowed(tmp_path):
@@ -565,7 +572,7 @@ def test_one_ipv6_machine_written_two_ways_is_listed_once(tmp_path):
     inv.write_text("[gpu]\na ansible_host=2001:db8::1\nb ansible_host=2001:0db8:0:0::0001\n")
     with pytest.raises(InventoryError) as err:
         load_inventory(str(inv))
-    assert str(err.value) == (f"{inv}:3: hosts a (at {inv}:2) and b both resolve to 2001:0db8:0:0::0001:22; list each "
+    assert str(err.value) == (f"{inv}:3: hosts a (at {inv}:2) and b both resolve to [2001:0db8:0:0::0001]:22; list each "
                               "machine once")
 
 

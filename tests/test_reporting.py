@@ -371,6 +371,14 @@ def test_prometheus_textfile_parses(tmp_path):
     fams4 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
     last = {s.labels["host"]: s.value for s in fams4["gpuaccept_last_run_timestamp_seconds"].samples}
     assert last == {"b": 96000.0, "a": 90000.0}, last
+    # a run cut short before b was decided (its action's cause: the interruption) did not test it either
+    write_textfile(str(path), "run6", 97000.0, 97010.0, [], {"a": "PASS", "b": "ERROR"}, inventory_hosts=["a", "b"],
+                   host_actions={"a": None, "b": {"action": "rerun", "cause": "interruption"}})
+    fams5 = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    last = {s.labels["host"]: s.value for s in fams5["gpuaccept_last_run_timestamp_seconds"].samples}
+    assert last == {"a": 97000.0, "b": 96000.0}, last
+    assert {s.labels["host"]: s.labels["cause"] for s in fams5["gpuaccept_host_verdict"].samples} == {
+        "a": "none", "b": "interruption"}
 
 
 def test_a_run_keeps_the_untested_inventory_hosts_timestamps_and_drops_the_removed_ones(tmp_path):

@@ -66,6 +66,9 @@ def test_peers_are_compared_like_with_like():
     one = fig("h", 2.0, check="seq_read_gbps /data", fstype="xfs", numjobs=4, total_bytes=8 << 30, device="259:1")
     two = fig("h", 2.0, check="seq_read_gbps /data", fstype="xfs", numjobs=4, total_bytes=3 << 30, device="254:0")
     assert so.check_of(one) == so.check_of(two) == "seq_read_gbps /data[fstype=xfs,numjobs=4]"
+    # the kernel log grows between runs: how many lines a run read is no part of which log was read
+    logs = [fig("h", "journalctl", check="kernel_log_source", lines_scanned=n, note="x") for n in (2, 4)]
+    assert {so.check_of(f) for f in logs} == {"kernel_log_source"}
 
 
 def test_against_the_previous_run_same_gpu_same_sku_passing_only():

@@ -594,8 +594,9 @@ def test_proxyjump_through_a_bastion(tmp_path, isolated_home):
         t.close()
         bastion.stop()
         t = get_transport(host, known_hosts=kh, connect_timeout=3)
-        with pytest.raises(HostUnreachable, match=r"jump host .*|cannot connect to \[127.0.0.16\]"):
+        with pytest.raises(HostUnreachable, match=r"jump host .*|cannot connect to \[127.0.0.16\]") as e:
             t.run("true")
+        assert e.value.host == host.name  # filed under the node (its action, its history), the hop named in the text
     finally:
         bastion.stop()
         target.stop()

@@ -107,11 +107,11 @@ def distinguisher(f: dict) -> str:
 # (sizes, shapes, methods, NUMA node, the GPU pair) stay in the key: names ending in a reading's unit are
 # dropped, and floats. So are a storage path's facts of the moment: the fio file's size (capped by the free
 # space), the free space itself, the device numbers (a loop or dm device's change across reboots), the block
-# devices under it, fio's own messages.
+# devices under it, fio's own messages. So is the number of kernel-log lines a run read (the log grows).
 _READING_SUFFIXES = ("_c", "_c_max", "_c_min", "_w", "_w_max", "_w_min", "_mhz", "_mhz_median", "_mhz_min",
                      "_mhz_max", "_gbps", "_tflops", "_us", "_pct", "_s")
 _READING_EXTRAS = frozenset({"clocks_event_reasons", "algo", "algorithms", "note", "total_bytes", "free_bytes",
-                             "device", "block_names", "fio_messages"})
+                             "device", "block_names", "fio_messages", "lines_scanned"})
 
 
 def key_extras(f: dict) -> dict:

@@ -67,6 +67,11 @@ def measured_labels(f: dict) -> list[str]:
     return [text(ex.get(k)) for k in MEASURED[:-1]] + [shape]
 
 
+def _cause(action: dict | str | None) -> str | None:
+    """The cause class of a host's action (gpuaccept.judging.actions' dict), None for a bare name or none."""
+    return action.get("cause") if isinstance(action, dict) else None
+
+
 class _RunCollector:
     """The run's metric families, made when the registry is collected (a custom collector: one sample per
     figure, without the per-child lock and value object that ``Gauge.labels()`` keeps; at 1.84 million figures
@@ -114,16 +119,18 @@ class _RunCollector:
                                labels=("host", "verdict", "action", "cause"))
         for host, verdict in host_verdicts.items():
             act = self.host_actions.get(host)
-            name, cause = (act.get("action"), act.get("cause")) if isinstance(act, dict) else (act, None)
+            name, cause = (act.get("action"), _cause(act)) if isinstance(act, dict) else (act, None)
             hv.add_metric([host, verdict, name or "none", cause or "none"], VERDICT_CODE.get(verdict, 2))
         yield hv
         last = GaugeMetricFamily("gpuaccept_last_run_timestamp_seconds", "start of the last run that tested the "
                                  "host, Unix time", labels=("host",))
-        for host in host_verdicts:
-            if host != "fleet":
-                last.add_metric([host], started)
-        for host, at in self.earlier.items():  # hosts this run did not test keep their last run's start
-            if host not in host_verdicts:
+        # a host this run did not test, or whose only findings are the run's interruption (its action's cause
+        # class "interruption": interrupted, not run, not finished), keeps the start of the last run that did
+        tested = {h for h in host_verdicts if h != "fleet" and _cause(self.host_actions.get(h)) != "interruption"}
+        for host in tested:
+            last.add_metric([host], started)
+        for host, at in self.earlier.items():
+            if host not in tested:
                 last.add_metric([host], at)
         yield last
         fam = GaugeMetricFamily("gpuaccept_figures_not_exported", "figures of the run not written here (above the "

@@ -46,6 +46,7 @@ from gpuaccept.errors import (
     NameUnresolved,
     Interrupted,
     SshRefused,
+    TransportError,
 )
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, aborting, on_abort, tracked
@@ -224,7 +225,10 @@ class SSHTransport:
             if jump.key_file is None:
                 jump.key_file = self.key_file  # no IdentityFile for the hop: try the host's own key
             self._jump = jump
-            client = jump._connect(guard)
+            try:
+                client = jump._connect(guard)
+            except TransportError as e:  # the hop's fault, filed under this host (its action, its history)
+                raise type(e)(name, f"jump host {hop}: {e.msg}", e.evidence) from None
             jump._client = client
             try:
                 transport = client.get_transport()

@@ -463,19 +463,19 @@ def _target(h: Host) -> tuple[str, int]:
     and ``ansible_port`` where set, else ``-o HostName=`` / ``-o Port=`` / ``-p`` of its ssh arguments
     (gpuaccept.config.sshconfig.resolve's order), else its name and port; arguments that cannot be split are
     left to the transport, which names them."""
-    address, port = h.address, h.port
     mine = lambda *names: any(n in h.vars for n in names)  # noqa: E731
+    given: dict[str, str] = {}  # ssh's rule: the first value of an option wins
     for var in ARGS_VARS:
         try:
             opts = ssh_args_options(str(h.vars[var]), var) if h.vars.get(var) else []
         except ConfigError:
             opts = []
         for key, value in opts:
-            if key == "hostname" and not mine("ansible_host", "ansible_ssh_host") and address == h.name:
-                address = value
-            elif key == "port" and not mine("ansible_port", "ansible_ssh_port") and value.isdigit():
-                port = int(value)
-    return address, port
+            given.setdefault(key, value)
+    address = h.address if mine("ansible_host", "ansible_ssh_host") else given.get("hostname", h.address)
+    port = given.get("port", "")
+    own_port = mine("ansible_port", "ansible_ssh_port") or int(h.port or 22) != 22  # a var, or ``host:port``
+    return address, int(port) if port.isdigit() and not own_port else h.port
 
 
 def check_addresses(path: str, hosts: dict[str, Host], where: Mapping[str, str] | None = None) -> None:
@@ -491,6 +491,7 @@ def check_addresses(path: str, hosts: dict[str, Host], where: Mapping[str, str] 
         if key in seen:
             first = seen[key]
             at = f" (at {where[first]})" if first in where else ""
+            shown_at = f"[{address}]" if ":" in address else address  # IPv6 as ssh and Ansible write it
             raise InventoryError(f"{where.get(h.name, path)}: hosts {first}{at} and {h.name} both resolve to "
-                                 f"{address}:{port}; list each machine once")
+                                 f"{shown_at}:{port}; list each machine once")
         seen[key] = h.name
