@@ -37,17 +37,8 @@ from paramiko.ssh_exception import (  # noqa: E402 - after paramiko's import wit
     SSHException,
 )
 
-from gpuaccept.errors import (
-    AuthError,
-    CommandTimeout,
-    GpuacceptError,
-    HostKeyError,
-    HostUnreachable,
-    NameUnresolved,
-    Interrupted,
-    SshRefused,
-    TransportError,
-)
+from gpuaccept.errors import (AuthError, CommandTimeout, GpuacceptError, HostKeyError, HostUnreachable, Interrupted,
+                              NameUnresolved, SshRefused, TransportError)
 from gpuaccept.transport.progress import ProgressLines
 from gpuaccept.transport import CommandResult, Running, aborting, on_abort, tracked
 from gpuaccept.transport.ssh_command import KILL_GRACE_S, PGID_MARKER, StderrSplitter, kill_group_command, wrap_command
