@@ -94,3 +94,31 @@ def test_check_names_a_check_whatever_it_is_about(tmp_path):
     assert {row[6] for row in figures_over_time(con, host="n1", check="link_errors")} == {"link_errors[0]"}
     assert {row[6] for row in figures_over_time(con, host="n1", check="seq_read_gbps /data")} == {"seq_read_gbps /data"}
     con.close()
+
+
+def test_a_hosts_runs_show_its_verdict_and_causes_where_it_has_no_figures(tmp_path):
+    """A host unreachable night after night has no figures: ``--host H`` says so and points at ``--runs``, which
+    lists its verdict and causes in each run (the evidence of an ``unreachable_again``)."""
+    from gpuaccept.reporting.history.cli import host_runs
+    db = tmp_path / "history.sqlite"
+    con = history.connect(str(db))
+    for i, (verdict, kind) in enumerate((("ERROR", "unreachable"), ("ERROR", "unreachable_again"), ("PASS", None))):
+        causes = [{"class": "connectivity", "kind": kind, "host": "n9"}] if kind else None
+        history.record_run(con, {"run_id": f"r{i}", "started": 1_800_000_000 + 86400 * i, "profile": "quick"},
+                           [{"nodeid": f"t::a[n9]", "host": "n9", "outcome": verdict.lower(), "causes": causes},
+                            {"nodeid": f"t::b[n9]", "host": "n9", "outcome": verdict.lower(), "causes": causes}],
+                           [], {"n9": verdict})
+    assert [(r[1], r[3], r[4]) for r in host_runs(con, "n9")] == [
+        ("r0", "ERROR", "connectivity/unreachable"), ("r1", "ERROR", "connectivity/unreachable_again"), ("r2", "PASS", "")]
+    con.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "gpuaccept.reporting.history", "--db", str(db), "--host", "n9"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 1 and "no figures for host n9" in res.stderr and "it was in 3 finished runs: --runs" \
+        in res.stderr, res.stderr
+    res = subprocess.run(cmd + ["--runs"], capture_output=True, text=True, timeout=60, env=env)
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and lines[0].split() == ["time", "run", "profile", "verdict", "causes"], res.stdout
+    assert lines[2].split()[2:] == ["r1", "quick", "ERROR", "connectivity/unreachable_again"], lines
+    res = subprocess.run(cmd[:-2] + ["--serial", "S1", "--runs"], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode != 0 and "--runs lists one host's runs: give --host" in res.stderr, res.stderr

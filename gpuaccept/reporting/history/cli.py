@@ -1,6 +1,7 @@
 """Reading the history: a subject's values of one check (:func:`series`, the sparklines of report.html), one
-GPU's or one host's figures over time (:func:`figures_over_time`) and the command that prints them,
-``python -m gpuaccept.reporting.history [--db reports/history.sqlite] (--serial S | --host H) [--check C]``.
+GPU's or one host's figures over time (:func:`figures_over_time`), one host's verdict and causes per run
+(:func:`host_runs`) and the command that prints them,
+``python -m gpuaccept.reporting.history [--db reports/history.sqlite] (--serial S | --host H [--runs]) [--check C]``.
 """
 from __future__ import annotations
 
@@ -74,8 +75,31 @@ def figures_over_time(con: sqlite3.Connection, serial: str | None = None, host: 
     return out
 
 
+def host_runs(con: sqlite3.Connection, host: str) -> list[tuple[str, str, str | None, str | None, str]]:
+    """One host's finished runs, oldest first: ``(time UTC, run_id, profile, verdict, causes)``, ``causes`` the
+    distinct ``class/kind`` of its tests' causes that run (gpuaccept.reporting.history.rows.test_row), space-separated,
+    "" for none; a database before schema v7 keeps no causes. The runs that could not reach a host, and why one
+    reads ``unreachable_again`` (gpuaccept.judging.unreachable), show here."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(tests)")}
+    causes = ("(SELECT group_concat(t.causes, '') FROM tests t WHERE t.run_id = r.run_id AND t.host = hv.host)"
+              if "causes" in cols else "NULL")
+    rows = con.execute(f"SELECT r.started, r.run_id, r.profile, hv.verdict, {causes} FROM host_verdicts hv "
+                       f"JOIN runs r ON r.run_id = hv.run_id WHERE hv.host = ? ORDER BY r.started, r.run_id", (host,))
+    return [(time.strftime("%Y-%m-%d %H:%M", time.gmtime(started or 0)), rid, profile, verdict,
+             " ".join(sorted(set((text or "").split())))) for started, rid, profile, verdict, text in rows]
+
+
+def _print_table(head: tuple, rows: list[tuple]) -> None:
+    cells = [head] + [tuple("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r)
+                      for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for c in cells:
+        print("  ".join(s.ljust(w) for s, w in zip(c, widths)).rstrip())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuaccept.reporting.history``: print one GPU's (``--serial``) or host's (``--host``) figures over time."""
+    """``python -m gpuaccept.reporting.history``: print one GPU's (``--serial``) or host's (``--host``) figures over
+    time, or with ``--runs`` one host's verdict and causes in each run."""
     ap = OneLineParser(prog="python -m gpuaccept.reporting.history",
                                  description="A GPU's (by serial) or a host's figures over time, from the history database.")
     ap.add_argument("--db", default=os.path.join("reports", "history.sqlite"), help="default reports/history.sqlite")
@@ -83,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--serial", help="GPU serial number (follows the GPU across hosts)")
     g.add_argument("--host", help="host name")
     ap.add_argument("--check", help="only this check (e.g. bf16_tflops)")
+    ap.add_argument("--runs", action="store_true", help="with --host: its verdict and causes in each run")
     ap.add_argument("--json", action="store_true", help="JSON rows instead of a table")
     a = ap.parse_args(argv)
+    if a.runs and not a.host:
+        ap.error("--runs lists one host's runs: give --host")
     if not os.path.exists(a.db):
         print(f"{a.db}: no history database", file=sys.stderr)
         return 4
@@ -93,6 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     except HistoryError as e:
         print(str(e), file=sys.stderr)
         return 4
+    if a.runs:
+        runs = host_runs(con, a.host)
+        head = ("time", "run", "profile", "verdict", "causes")
+        if a.json:
+            print(json.dumps([dict(zip(head, r)) for r in runs]))
+        elif runs:
+            _print_table(head, runs)
+        else:
+            print(f"no finished run of host {a.host} in {a.db}", file=sys.stderr)
+        return 0 if runs or a.json else 1
     rows = figures_over_time(con, a.serial, a.host, a.check)
     head = ("time", "run", "profile", "host", "gpu", "serial", "check", "value", "unit", "limit", "verdict")
     unfinished = list(dict.fromkeys(r[1].removesuffix(" " + UNFINISHED) for r in rows if r[1].endswith(UNFINISHED)))
@@ -103,14 +140,13 @@ def main(argv: list[str] | None = None) -> int:
                          default=str))
         return 0
     if not rows:
+        ran = len(host_runs(con, a.host)) if a.host else 0
         print(f"no figures for {'serial ' + a.serial if a.serial else 'host ' + a.host}"
-              f"{' check ' + a.check if a.check else ''} in {a.db}", file=sys.stderr)
+              f"{' check ' + a.check if a.check else ''} in {a.db}"
+              + (f" (it was in {ran} finished run{'s' if ran != 1 else ''}: --runs lists its verdict and causes in "
+                 f"each)" if ran else ""), file=sys.stderr)
         return 1
-    cells = [head] + [tuple("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r)
-                      for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    for c in cells:
-        print("  ".join(s.ljust(w) for s, w in zip(c, widths)).rstrip())
+    _print_table(head, rows)
     for rid in unfinished:  # under the table: which unfinished runs are known killed, which may still run
         print(killed_text(rid, killed[rid]) if rid in killed else
               f"run {rid} has no end recorded: still running, or killed and not yet found by a later run or the merge")
