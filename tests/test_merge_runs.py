@@ -434,3 +434,31 @@ def test_one_machine_under_two_names_in_two_shards_fails_both_names(tmp_path):
     rep = merge([str(e), str(f)], str(tmp_path / "merged3"))
     (fleet,) = [r for r in rep.records.values() if r.name == "test_fleet_consistency"]
     assert "gpu-01: reports the same GPUs as gpu-03" in fleet.message and "gpu-01: driver 570" in fleet.message
+
+
+def _gone(host: str) -> CaseRecord:
+    """A host the shard's controller could not reach, as the run records it (its cause, its action then)."""
+    from gpuaccept.causes import Cause
+    from gpuaccept.judging.actions import for_cause
+    cause = Cause("connectivity", "unreachable", host)
+    return CaseRecord(f"suites/test_health.py::test_ecc[{host}]", f"test_ecc[{host}]", host, "health", "error",
+                      f"{host}: connect to [{host}]:22 timed out after 10s", causes=[cause.to_dict()],
+                      action=for_cause(cause).to_dict())
+
+
+def test_shards_merged_night_after_night_judge_an_unreachable_host_against_the_history(tmp_path):
+    """Shards run with --history none and the merge records them: the merge judges a host the shards could not
+    reach against the runs before it, as a run with that history does (check-network the second night)."""
+    db = str(tmp_path / "history.sqlite")
+    got = []
+    for night in range(2):
+        s1 = _run(tmp_path / f"n{night}-s1", 1000.0 + 86400 * night, [_ecc("gpu1")])
+        s2 = _run(tmp_path / f"n{night}-s2", 1001.0 + 86400 * night, [_gone("u1")])
+        out = tmp_path / f"n{night}"
+        assert merge_main([str(s1), str(s2), "--into", str(out), "--history", db]) == 0
+        doc = json.loads((out / "results.json").read_text())
+        (t,) = [t for t in doc["tests"] if t["nodeid"].endswith("[u1]")]
+        got.append((t["causes"][0]["kind"], t["action"]["action"]))
+    assert got == [("unreachable", "rerun"), ("unreachable_again", "check-network")], got
+    assert (tmp_path / "n1" / "hosts-check-network.txt").read_text() == "u1\n"
+    assert "unreachable in 2 runs in a row" in (tmp_path / "n1" / "summary.md").read_text()

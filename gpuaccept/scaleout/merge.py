@@ -273,6 +273,43 @@ def _record_history(history_path: str, rid: str, meta: dict, into: str, recs: li
     return stand
 
 
+def judge_unreachable(history_path: str, recs) -> None:
+    """The hosts the merged folders could not reach, judged against the runs the history at ``history_path`` holds
+    before this merge (gpuaccept.judging.unreachable: ``unreachable_again`` after a run that could not reach the
+    host either), as a run with that history judges them: shards run with ``--history none``. A record whose
+    cause changes is given it, and its action is decided again from its causes. A history that cannot be read
+    leaves the records as they are."""
+    from gpuaccept.judging.unreachable import again
+    from gpuaccept.reporting.history import HistoryError, connect_readonly
+    import sqlite3
+
+    from gpuaccept.reporting.history.earlier import unreachable_runs
+    if not os.path.isfile(history_path):
+        return
+    counts: dict[str, tuple] = {}
+    try:
+        con = connect_readonly(history_path)
+    except HistoryError:
+        return
+    try:
+        for r in recs:
+            new = []
+            for c in r.causes or []:
+                cause = Cause.from_dict(c)
+                if cause is not None and cause.kind == "unreachable" and cause.host:
+                    if cause.host not in counts:
+                        counts[cause.host] = unreachable_runs(con, cause.host)
+                    up = again(cause, *counts[cause.host])
+                    c = up.to_dict() if up.kind != cause.kind else c
+                new.append(c)
+            if any(a is not b for a, b in zip(new, r.causes or [])):
+                r.causes, r.action = new, None  # the action follows the new cause (records.record_action)
+    except sqlite3.Error:
+        return
+    finally:
+        con.close()
+
+
 def _repairable(history_path: str, read: list, finished: list[bool], states: dict[int, str],
                 recorded: list[str]) -> list[int] | None:
     """The folders (indices of ``read``) whose killed runs the history at ``history_path`` holds without their end,
@@ -467,6 +504,8 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             "profile": ",".join(profiles) or None,
             "host_sku": host_sku, "merged_from": [os.path.abspath(d) for d in dirs],
             "merged_runs": [m.get("run_id") for m in metas], "merge_notes": notes}
+    if history_path and not repair:
+        judge_unreachable(history_path, all_recs.values())
     rep = Reporter(into, rid, meta)
     rep.add_many(list(all_recs.values()))
     recs = list(rep.records.values())
