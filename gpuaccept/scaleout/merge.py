@@ -273,18 +273,18 @@ def _record_history(history_path: str, rid: str, meta: dict, into: str, recs: li
     return stand
 
 
-def judge_unreachable(history_path: str, recs) -> None:
+def judge_unreachable(history_path: str | None, recs) -> None:
     """The hosts the merged folders could not reach, judged against the runs the history at ``history_path`` holds
     before this merge (gpuaccept.judging.unreachable: ``unreachable_again`` after a run that could not reach the
     host either), as a run with that history judges them: shards run with ``--history none``. A record whose
     cause changes is given it, and its action is decided again from its causes. A history that cannot be read
-    leaves the records as they are."""
+    leaves the records as they are, and so does no history (None: none given, or a repair of killed runs)."""
     from gpuaccept.judging.unreachable import again
     from gpuaccept.reporting.history import HistoryError, connect_readonly
     import sqlite3
 
     from gpuaccept.reporting.history.earlier import unreachable_runs
-    if not os.path.isfile(history_path):
+    if history_path is None or not os.path.isfile(history_path):
         return
     counts: dict[str, tuple] = {}
     try:
@@ -504,14 +504,12 @@ def merge(dirs: list[str], into: str, history_path: str | None = None, run_id: s
             "profile": ",".join(profiles) or None,
             "host_sku": host_sku, "merged_from": [os.path.abspath(d) for d in dirs],
             "merged_runs": [m.get("run_id") for m in metas], "merge_notes": notes}
-    if history_path and not repair:
-        judge_unreachable(history_path, all_recs.values())
+    judge_unreachable(None if repair else history_path, all_recs.values())
     rep = Reporter(into, rid, meta)
     rep.add_many(list(all_recs.values()))
     recs = list(rep.records.values())
     figures = rep.figures()
-    from gpuaccept.reporting import history
-    from gpuaccept.reporting import html as html_report
+    from gpuaccept.reporting import history, html as html_report
     stand = history.fleet_outliers(figures)
     if repair:
         meta["merge_notes"] += _repair_history(history_path, [read[i] for i in repair])
