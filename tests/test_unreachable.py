@@ -17,12 +17,14 @@ from gpuaccept.reporting.history.earlier import unreachable_runs
 
 def test_again_only_after_an_earlier_run_could_not_reach_it_either():
     gone = Cause("connectivity", "unreachable", "n1")
-    assert again(gone, 0, None) is gone  # the first time: a blip until shown otherwise
-    twice = again(gone, 1, 1764986400.0)
+    assert again(gone, lambda h: (0, None)) is gone  # the first time: a blip until shown otherwise
+    twice = again(gone, lambda h: (1, 1764986400.0) if h == "n1" else (0, None))
     assert (twice.kind, twice.cls, twice.host) == (AGAIN, "connectivity", "n1")
     assert twice.evidence == {"runs": 2, "since": "2025-12-06 02:00 UTC"}
     other = Cause("connectivity", "ssh_refused", "n1", evidence={"port": 22})
-    assert again(other, 5, 1.0) is other  # a refused port says more already; it keeps its own row
+    assert again(other, lambda h: (5, 1.0)) is other  # a refused port says more already; it keeps its own row
+    asked = []
+    assert again(Cause("connectivity", "unreachable"), asked.append).kind == "unreachable" and not asked  # no host
     # the action follows the kind: rerun once, check-network again, never one that takes the node out
     act = actions.for_cause(Cause("connectivity", AGAIN, "n1", evidence={**twice.evidence, "address": "10.0.0.7"}))
     assert act.action == "check-network" and act.cause == "connectivity"

@@ -10,6 +10,7 @@ history database (gpuaccept.reporting.history.earlier.unreachable_runs); without
 from __future__ import annotations
 
 import datetime
+from typing import Callable
 
 from gpuaccept.causes import Cause
 
@@ -20,12 +21,16 @@ AGAIN = "unreachable_again"
 AGAIN_AFTER_RUNS = 1
 
 
-def again(cause: Cause, earlier: int, since: float | None) -> Cause:
-    """``cause`` (kind ``unreachable``) as kind :data:`AGAIN` when ``earlier`` (the number of runs in a row up to
-    the newest that could not reach the host either) is at least :data:`AGAIN_AFTER_RUNS`, with evidence
-    ``runs`` (``earlier`` + 1, this run counted) and ``since`` (``since``, the earliest of those runs' start in
-    Unix s, as a UTC date and time ``2026-12-05 02:00 UTC``); any other cause, or too few runs: ``cause`` itself."""
-    if cause.kind != "unreachable" or earlier < AGAIN_AFTER_RUNS:
+def again(cause: Cause, runs: Callable[[str], tuple[int, float | None]]) -> Cause:
+    """``cause`` as kind :data:`AGAIN` when it is a host's ``unreachable`` and ``runs(host)`` (asked for such a
+    cause only: ``(n, since)``, the number of runs in a row up to the newest that could not reach the host either
+    and the earliest one's start in Unix s) gives at least :data:`AGAIN_AFTER_RUNS`, with evidence ``runs`` (n + 1,
+    this run counted) and ``since`` (a UTC date and time ``2026-12-05 02:00 UTC``); any other cause, or too few
+    runs: ``cause`` itself."""
+    if cause.kind != "unreachable" or not cause.host:
+        return cause
+    earlier, since = runs(cause.host)
+    if earlier < AGAIN_AFTER_RUNS:
         return cause
     when = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") \
         if since is not None else "?"

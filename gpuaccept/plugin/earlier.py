@@ -92,11 +92,11 @@ def escalated(causes: list[Cause], config: pytest.Config) -> list[Cause]:
     host's address (:func:`_address`) in the evidence of one so judged."""
     out = []
     for c in causes:
-        if c.kind == "unreachable" and c.host:
-            c = again(c, *earlier_of(config).unreachable_runs(c.host))
-            if c.kind != "unreachable":
-                c = Cause(c.cls, c.kind, c.host, c.check, c.gpu, {"address": _address(config, c.host), **c.evidence})
-        out.append(c)
+        up = again(c, earlier_of(config).unreachable_runs)
+        if up is not c:
+            up = Cause(up.cls, up.kind, up.host, up.check, up.gpu,
+                       {"address": _address(config, up.host), **up.evidence})
+        out.append(up)
     return out
 
 

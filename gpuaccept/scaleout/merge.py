@@ -291,17 +291,18 @@ def judge_unreachable(history_path: str | None, recs) -> None:
         con = connect_readonly(history_path)
     except HistoryError:
         return
+
+    def runs(host: str) -> tuple:
+        if host not in counts:
+            counts[host] = unreachable_runs(con, host)
+        return counts[host]
     try:
         for r in recs:
             new = []
             for c in r.causes or []:
                 cause = Cause.from_dict(c)
-                if cause is not None and cause.kind == "unreachable" and cause.host:
-                    if cause.host not in counts:
-                        counts[cause.host] = unreachable_runs(con, cause.host)
-                    up = again(cause, *counts[cause.host])
-                    c = up.to_dict() if up.kind != cause.kind else c
-                new.append(c)
+                up = again(cause, runs) if cause is not None else cause
+                new.append(c if up is cause else up.to_dict())
             if any(a is not b for a, b in zip(new, r.causes or [])):
                 r.causes, r.action = new, None  # the action follows the new cause (records.record_action)
     except sqlite3.Error:

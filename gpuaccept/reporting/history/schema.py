@@ -61,9 +61,9 @@ MIGRATIONS: list[str] = [
     """,
     # v7: each test's causes filed under its host (``class/kind``, space-separated with a space at each end, so a
     # cause is matched whole: ' connectivity/unreachable '), and the tests of a host found by host: what earlier
-    # runs said of a host
-    # that does not answer again (gpuaccept.reporting.history.earlier.unreachable_runs). A v6 database is read
-    # as before (its tests carry no causes: none of its runs counts as one the host was unreachable in)
+    # runs said of a host that does not answer again (gpuaccept.reporting.history.earlier.unreachable_runs). A v6
+    # database is read as before (its tests carry no causes: none of its runs counts as one the host was
+    # unreachable in)
     """
     ALTER TABLE tests ADD COLUMN causes TEXT;
     CREATE INDEX tests_host ON tests (host, run_id);
