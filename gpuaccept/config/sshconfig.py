@@ -106,6 +106,27 @@ def lookup(name: str, config_path: str | None = None, first: list[tuple[str, str
         raise ConfigError(f"ssh config {config_path or '~/.ssh/config'}: {e}") from None
 
 
+def inventory_options(host: Any) -> list[tuple[str, str]]:
+    """The ssh options inventory ``host`` gives before any ssh config file, as ``[(key lower-case, value)]`` in the
+    order ssh reads them (the first value of an option wins): its own ``ansible_host``, ``ansible_port`` (or
+    ``host:port``) and ``ansible_user`` first (they win, and ProxyCommand's %h %p %r expand to them), then the
+    options of ``ansible_ssh_common_args`` and ``ansible_ssh_extra_args`` (:func:`ssh_args_options`). Raises
+    ConfigError for arguments that cannot be split."""
+    hvars = getattr(host, "vars", None) or {}
+    explicit = lambda *names: any(n in hvars for n in names)  # noqa: E731
+    first: list[tuple[str, str]] = []
+    if explicit("ansible_host", "ansible_ssh_host"):
+        first.append(("hostname", str(host.address)))
+    if explicit("ansible_port", "ansible_ssh_port") or int(host.port or 22) != 22:  # a var, or ``host:port``
+        first.append(("port", str(int(host.port or 22))))
+    if host.user:
+        first.append(("user", str(host.user)))
+    for var in ARGS_VARS:
+        if hvars.get(var):
+            first += ssh_args_options(str(hvars[var]), var)
+    return first
+
+
 def resolve(host: Any, config_path: str | None = None) -> Target:
     """The connection target for inventory ``host`` (name, address, port, user, key_file, vars).
 
@@ -114,20 +135,8 @@ def resolve(host: Any, config_path: str | None = None) -> Target:
     ``ansible_ssh_extra_args``; ``~/.ssh/config`` (or ``config_path``, or the file their ``-F`` names) for the
     host's address; defaults
     (port 22, the local user). Raises ConfigError (unreadable config, unsplittable args)."""
-    hvars = getattr(host, "vars", None) or {}
     address = str(host.address)
-    explicit = lambda *names: any(n in hvars for n in names)  # noqa: E731
-    # the inventory's own values first (they win, and ProxyCommand's %h %p %r expand to them), then ssh args
-    first: list[tuple[str, str]] = []
-    if explicit("ansible_host", "ansible_ssh_host"):
-        first.append(("hostname", address))
-    if explicit("ansible_port", "ansible_ssh_port") or int(host.port or 22) != 22:  # a var, or ``host:port``
-        first.append(("port", str(int(host.port or 22))))
-    if host.user:
-        first.append(("user", str(host.user)))
-    for var in ARGS_VARS:
-        if hvars.get(var):
-            first += ssh_args_options(str(hvars[var]), var)
+    first = inventory_options(host)
     files = [v for k, v in first if k == "configfile"]  # ``-F``: that file in place of ~/.ssh/config, as ssh reads it
     cfg = lookup(address, os.path.expanduser(files[0]) if files else config_path,
                  [(k, v) for k, v in first if k != "configfile"])

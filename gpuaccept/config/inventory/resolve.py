@@ -25,7 +25,7 @@ from gpuaccept.errors import ConfigError, InventoryError
 from gpuaccept.config.addresses import BRACKET_PORT as _BRACKET_PORT, address_problem, user_problem
 from gpuaccept.config.hostvars import become_user, known_hosts_file
 from gpuaccept.config.hostranges import MAX_HOSTS, RANGE, bad_name_reason, expand_hostname, looks_like_range
-from gpuaccept.config.sshconfig import ARGS_VARS, ssh_args_options
+from gpuaccept.config.sshconfig import inventory_options
 from gpuaccept.config.yamlload import plain
 from gpuaccept.config.inventory.model import Host, Inventory
 from gpuaccept.config.inventory.varsfiles import VarsFiles
@@ -459,23 +459,18 @@ def _canonical(address: str) -> str:
 
 
 def _target(h: Host) -> tuple[str, int]:
-    """The address and port ``h`` is reached at as the inventory says it (pure of ~/.ssh/config): ``ansible_host``
-    and ``ansible_port`` where set, else ``-o HostName=`` / ``-o Port=`` / ``-p`` of its ssh arguments
-    (gpuaccept.config.sshconfig.resolve's order), else its name and port; arguments that cannot be split are
-    left to the transport, which names them."""
-    mine = lambda *names: any(n in h.vars for n in names)  # noqa: E731
-    given: dict[str, str] = {}  # ssh's rule: the first value of an option wins
-    for var in ARGS_VARS:
-        try:
-            opts = ssh_args_options(str(h.vars[var]), var) if h.vars.get(var) else []
-        except ConfigError:
-            opts = []
-        for key, value in opts:
-            given.setdefault(key, value)
-    address = h.address if mine("ansible_host", "ansible_ssh_host") else given.get("hostname", h.address)
+    """The address and port ``h`` is reached at as the inventory says it, without ~/.ssh/config (no file read at
+    load): the first ``hostname`` and ``port`` of gpuaccept.config.sshconfig.inventory_options (its own
+    ansible_host and ansible_port, then its ssh arguments), else its name and port; arguments that cannot be
+    split are left to the transport, which names them."""
+    given: dict[str, str] = {}
+    try:
+        for key, value in inventory_options(h):
+            given.setdefault(key, value)  # ssh's rule: the first value of an option wins
+    except ConfigError:
+        pass
     port = given.get("port", "")
-    own_port = mine("ansible_port", "ansible_ssh_port") or int(h.port or 22) != 22  # a var, or ``host:port``
-    return address, int(port) if port.isdigit() and not own_port else h.port
+    return given.get("hostname", h.address), int(port) if port.isdigit() else h.port
 
 
 def check_addresses(path: str, hosts: dict[str, Host], where: Mapping[str, str] | None = None) -> None:
