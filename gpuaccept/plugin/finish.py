@@ -74,8 +74,7 @@ class HistorySink:
         :data:`HISTORY_EVERY_S` (now, or by the timer)."""
         with self._lock:
             if self.error is None:
-                self.recorder.add({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                                   "message": r.message, "causes": r.causes}, r.figures)
+                self.recorder.add_record(r)
                 if time.monotonic() >= self._next:
                     self.flush()
                 self._arm()

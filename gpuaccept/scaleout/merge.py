@@ -266,8 +266,7 @@ def _record_history(history_path: str, rid: str, meta: dict, into: str, recs: li
         history.record_run(con, {"run_id": rid, "started": meta["started"], "inventory": meta["inventory"],
                                  "profile": meta["profile"], "report_dir": os.path.abspath(into),
                                  "verdict": run_verdict(hv)},
-                           [{"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome,
-                             "message": r.message, "causes": r.causes} for r in recs], figures, hv)
+                           [history.test_of(r) for r in recs], figures, hv)
     finally:
         con.close()
     return stand
@@ -279,10 +278,10 @@ def judge_unreachable(history_path: str | None, recs) -> None:
     host either), as a run with that history judges them: shards run with ``--history none``. A record whose
     cause changes is given it, and its action is decided again from its causes. A history that cannot be read
     leaves the records as they are, and so does no history (None: none given, or a repair of killed runs)."""
-    from gpuaccept.judging.unreachable import again
-    from gpuaccept.reporting.history import HistoryError, connect_readonly
     import sqlite3
 
+    from gpuaccept.judging.unreachable import again
+    from gpuaccept.reporting.history import HistoryError, connect_readonly
     from gpuaccept.reporting.history.earlier import unreachable_runs
     if history_path is None or not os.path.isfile(history_path):
         return
@@ -347,8 +346,7 @@ def _repair_history(history_path: str, folders: list) -> list[str]:
             rid = str(meta["run_id"])
             info = claim_killed(d, "merge") or {}
             n = history.add_missing_tests(con, rid, meta.get("started") or info.get("started"), [
-                ({"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome, "message": r.message,
-                  "causes": r.causes}, r.figures) for r in recs])
+                (history.test_of(r), r.figures) for r in recs])
             try:
                 last = os.path.getmtime(os.path.join(d, "results.jsonl"))
             except OSError:

@@ -45,7 +45,7 @@ from gpuaccept.reporting.history.compare import (STANDOUT_PCT, fleet_outliers, r
                                                  standouts)
 from gpuaccept.reporting.history.recorder import BUSY_WAIT_S, RunRecorder
 from gpuaccept.reporting.history.rows import (INSERT_FIGURE, add_missing_tests, figure_rows, keep_earlier_run,
-                                              mark_killed, record_run, test_row, update_latest)
+                                              mark_killed, record_run, test_of, test_row, update_latest)
 from gpuaccept.reporting.history.schema import (MIGRATIONS, SCHEMA_VERSION, HistoryError, connect, connect_readonly,
                                                 not_writable, run_exists)
 from gpuaccept.reporting.history.sqlrules import _sql_burnin_key, _sql_is_burnin, _sql_nightly_key
@@ -54,5 +54,5 @@ from gpuaccept.judging.standouts import check_of, key_extras, subject_of
 __all__ = ["BUSY_WAIT_S", "INSERT_FIGURE", "MIGRATIONS", "SCHEMA_VERSION", "STANDOUT_PCT", "UNFINISHED", "HistoryError",
            "RunRecorder", "check_of", "connect", "connect_readonly", "figure_rows", "figures_over_time",
            "fleet_outliers", "keep_earlier_run", "key_extras", "main", "add_missing_tests", "killed_runs", "mark_killed", "not_writable", "record_run", "references",
-           "run_exists", "run_standouts", "series", "standouts", "subject_of", "test_row", "update_latest",
+           "run_exists", "run_standouts", "series", "standouts", "subject_of", "test_of", "test_row", "update_latest",
            "_sql_burnin_key", "_sql_is_burnin", "_sql_nightly_key"]

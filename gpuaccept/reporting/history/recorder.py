@@ -7,8 +7,8 @@ import time
 from gpuaccept.judging.standouts import peer_groups
 from gpuaccept.reporting import baseline as baseline_mod
 from gpuaccept.reporting.history.compare import STANDOUT_PCT, fleet_outliers, run_standouts
-from gpuaccept.reporting.history.rows import (INSERT_FIGURE, INSERT_TEST, figure_rows, keep_earlier_run, test_row,
-                                              update_latest)
+from gpuaccept.reporting.history.rows import (INSERT_FIGURE, INSERT_TEST, figure_rows, keep_earlier_run, test_of,
+                                              test_row, update_latest)
 from gpuaccept.reporting.history.schema import connect, held_by_another
 
 # A flush of a run's rows during the run waits at most this long for another run's write (then the rows wait
@@ -52,6 +52,10 @@ class RunRecorder:
         if test.get("layer") == baseline_mod.BURNIN_LAYER:  # a record replaced later: its last outcome counts
             self.burnin_tests[test.get("nodeid")] = (test.get("host"), test.get("outcome"))
         peer_groups(figures, self.groups)
+
+    def add_record(self, r) -> None:
+        """:meth:`add` of a finished test's record (gpuaccept.reporting.records.CaseRecord: :func:`test_of`)."""
+        self.add(test_of(r), r.figures)
 
     def fleet_outliers(self) -> list[dict]:
         """:func:`fleet_outliers` of every figure added (grouped as they arrived)."""

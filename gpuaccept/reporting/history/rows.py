@@ -130,6 +130,13 @@ def figure_rows(rid: str, started: float, figures: Iterable[dict]) -> list[tuple
     return rows
 
 
+def test_of(r) -> dict:
+    """The fields the ``tests`` table keeps of a finished test's record (gpuaccept.reporting.records.CaseRecord),
+    as :func:`test_row` and :func:`record_run` take them: nodeid, host, layer, outcome, message, causes."""
+    return {"nodeid": r.nodeid, "host": r.host, "layer": r.layer, "outcome": r.outcome, "message": r.message,
+            "causes": r.causes}
+
+
 #: one row of the ``tests`` table, as :func:`test_row` makes it
 INSERT_TEST = "INSERT INTO tests (run_id, nodeid, host, layer, outcome, message, causes) VALUES (?,?,?,?,?,?,?)"
 
